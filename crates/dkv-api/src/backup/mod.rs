@@ -1,0 +1,3 @@
+//! The `DistributedKVBackup` resource: one backup, on demand or from the schedule.
+
+pub mod v1alpha1;

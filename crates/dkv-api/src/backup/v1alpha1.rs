@@ -1,0 +1,107 @@
+//! `dkv.io/v1alpha1` `DistributedKVBackup`: one backup of one cluster.
+//!
+//! Created by a user for an on-demand backup, or by a scheduled run; either
+//! way it is the catalogue entry `kubectl get dkvbackup` lists.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// One backup of the `DistributedKV` named in `cluster`.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "dkv.io",
+    version = "v1alpha1",
+    kind = "DistributedKVBackup",
+    plural = "distributedkvbackups",
+    singular = "distributedkvbackup",
+    shortname = "dkvbackup",
+    category = "dkv",
+    namespaced,
+    status = "DistributedKVBackupStatus",
+    derive = "PartialEq",
+    doc = "One snapshot of a DistributedKV, streamed to object storage.",
+    printcolumn(name = "Cluster", type_ = "string", json_path = ".spec.cluster"),
+    printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
+    printcolumn(
+        name = "Size",
+        type_ = "integer",
+        json_path = ".status.artifact.sizeBytes"
+    ),
+    printcolumn(
+        name = "Completed",
+        type_ = "date",
+        json_path = ".status.completionTime"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[x_kube(validation = Rule::new("self == oldSelf").message("a backup's spec cannot change; create a new DistributedKVBackup instead"))]
+#[serde(rename_all = "camelCase")]
+pub struct DistributedKVBackupSpec {
+    /// The `DistributedKV` to back up, in the same namespace.
+    #[schemars(length(min = 1, max = 63))]
+    pub cluster: String,
+
+    /// Overrides the cluster's backup destination for this one backup.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub destination: Option<BackupDestination>,
+}
+
+/// Where a snapshot is written.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct BackupDestination {
+    /// `s3://bucket/prefix/` (and, from v1beta1 clusters, `gs://`, `az://`, `file://`).
+    #[schemars(regex(pattern = r"^(s3|gs|az|file)://.+$"))]
+    pub uri: String,
+    /// Secret with the object store's credentials (same keys as the cluster's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credentials_secret: Option<String>,
+}
+
+/// Progress and result of one backup.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct DistributedKVBackupStatus {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<BackupPhase>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_time: Option<Time>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completion_time: Option<Time>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub artifact: Option<BackupArtifact>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// Life-cycle of one backup.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BackupPhase {
+    Pending,
+    Running,
+    Completed,
+    Failed,
+}
+
+/// A snapshot artifact in object storage.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct BackupArtifact {
+    pub uri: String,
+    #[serde(default)]
+    pub size_bytes: i64,
+    /// Hex sha256 of the snapshot bytes, verified before any restore.
+    #[serde(default)]
+    pub sha256: String,
+    /// etcd revision the snapshot was taken at.
+    #[serde(default)]
+    pub revision: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub etcd_version: Option<String>,
+}

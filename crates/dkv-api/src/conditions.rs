@@ -1,0 +1,42 @@
+//! The condition vocabulary of `DistributedKV` status: types and reasons.
+//!
+//! Reasons are PascalCase machine-readable strings (they surface in `kubectl
+//! get dkv`'s Status column and in alerts), so they live here as constants and
+//! never inline at call sites.
+
+/// Condition types.
+pub mod types {
+    /// Quorum is healthy and every voting member serves.
+    pub const AVAILABLE: &str = "Available";
+    /// An operation is in flight; the reason names it.
+    pub const PROGRESSING: &str = "Progressing";
+    /// Something needs attention; the reason names it.
+    pub const DEGRADED: &str = "Degraded";
+}
+
+/// Condition reasons.
+pub mod reasons {
+    // Available
+    pub const QUORUM_HEALTHY: &str = "QuorumHealthy";
+    pub const MEMBERS_NOT_READY: &str = "MembersNotReady";
+    pub const CREATING: &str = "Creating";
+    // Progressing
+    pub const CONVERGED: &str = "Converged";
+    pub const CREATING_CLUSTER: &str = "CreatingCluster";
+    pub const ROLLING_OUT: &str = "RollingOut";
+    pub const SCALING_UP: &str = "ScalingUp";
+    pub const PROMOTING_LEARNER: &str = "PromotingLearner";
+    pub const REMOVING_MEMBER: &str = "RemovingMember";
+    pub const ROLLING_UPGRADE: &str = "RollingUpgrade";
+    pub const REPLACING_MEMBER: &str = "ReplacingMember";
+    pub const RESTORING: &str = "Restoring";
+    pub const PAUSED: &str = "ReconcilePaused";
+    // Degraded
+    pub const AS_EXPECTED: &str = "AsExpected";
+    pub const INVALID_SPEC: &str = "InvalidSpec";
+    pub const QUORUM_LOST: &str = "QuorumLost";
+    pub const MEMBER_UNHEALTHY: &str = "MemberUnhealthy";
+    pub const BACKUP_FAILED: &str = "BackupFailed";
+    pub const RECONCILE_ERROR: &str = "ReconcileError";
+    pub const UNSUPPORTED_CHANGE: &str = "UnsupportedChange";
+}

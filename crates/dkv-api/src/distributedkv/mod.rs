@@ -1,0 +1,3 @@
+//! The `DistributedKV` resource: one replicated etcd cluster.
+
+pub mod v1alpha1;

@@ -1,0 +1,353 @@
+//! `dkv.io/v1alpha1` `DistributedKV`: the first served version.
+//!
+//! Field names follow the design in `design/API.md`. Validation that the
+//! schema can express lives here (ranges, patterns, enums, CEL transition
+//! rules); what it cannot express is checked by the operator's validate step
+//! and, later, by the admission webhook.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{
+    Affinity, ResourceRequirements, Toleration, TopologySpreadConstraint,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// The desired state of one replicated etcd cluster.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "dkv.io",
+    version = "v1alpha1",
+    kind = "DistributedKV",
+    plural = "distributedkvs",
+    singular = "distributedkv",
+    shortname = "dkv",
+    category = "all",
+    category = "dkv",
+    namespaced,
+    status = "DistributedKVStatus",
+    derive = "PartialEq",
+    doc = "A replicated etcd key-value cluster managed by dkv.",
+    scale(
+        spec_replicas_path = ".spec.size",
+        status_replicas_path = ".status.readyReplicas",
+        label_selector_path = ".status.selector"
+    ),
+    printcolumn(
+        name = "Size",
+        type_ = "integer",
+        json_path = ".spec.size",
+        description = "Desired number of members"
+    ),
+    printcolumn(
+        name = "Ready",
+        type_ = "integer",
+        json_path = ".status.readyReplicas",
+        description = "Members that are ready"
+    ),
+    printcolumn(
+        name = "Version",
+        type_ = "string",
+        json_path = ".status.currentVersion",
+        description = "Running etcd version"
+    ),
+    printcolumn(
+        name = "Status",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Available\")].reason",
+        description = "Reason of the Available condition"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[x_kube(
+    validation = Rule::new("has(self.storage) == has(oldSelf.storage)")
+        .message("spec.storage cannot be added or removed after creation; create a new cluster and restore a backup into it"),
+    validation = Rule::new("has(self.bootstrap) == has(oldSelf.bootstrap) && (!has(self.bootstrap) || self.bootstrap == oldSelf.bootstrap)")
+        .message("spec.bootstrap is used only at creation and cannot change afterwards; remove your edit to spec.bootstrap")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct DistributedKVSpec {
+    /// Number of etcd members (1 to 9). Odd sizes tolerate the most failures
+    /// per member: 3 tolerate one failure, 5 tolerate two.
+    #[schemars(range(min = 1, max = 9))]
+    pub size: i32,
+
+    /// The etcd container image, e.g. `registry.k8s.io/etcd:3.5.16-0`.
+    #[schemars(length(min = 1))]
+    pub image: String,
+
+    /// The etcd version the image runs (`MAJOR.MINOR.PATCH`). Needed only when
+    /// the image tag is not a version (a digest, `latest`, ...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^3\.[0-9]+\.[0-9]+$"))]
+    pub version: Option<String>,
+
+    /// Compute resources of the etcd container.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<ResourceRequirements>,
+
+    /// Persistent storage for each member. Without it members keep their data
+    /// in an emptyDir and a pod deletion loses that member's copy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage: Option<StorageSpec>,
+
+    /// Scheduled backups to object storage; presence enables them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backup: Option<BackupSpec>,
+
+    /// How the cluster is first populated. Read only at creation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bootstrap: Option<BootstrapSpec>,
+
+    /// etcd tuning; every field has a safe default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub etcd: Option<EtcdTuning>,
+
+    /// Scheduling and metadata for the member pods.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod: Option<PodOverrides>,
+}
+
+/// Persistent volumes for members.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct StorageSpec {
+    /// The StorageClass of every member's volume. Immutable.
+    #[schemars(length(min = 1))]
+    #[x_kube(validation = Rule::new("self == oldSelf").message("storage.storageClassName is immutable; create a new cluster with the new class and restore a backup into it"))]
+    pub storage_class_name: String,
+
+    /// Volume size of each member (a Kubernetes quantity such as `1Gi`). May
+    /// grow, never shrink.
+    #[x_kube(validation = Rule::new("quantity(string(self)).compareTo(quantity(string(oldSelf))) >= 0").message("storage.size may grow but never shrink; set it back to at least its previous value"))]
+    pub size: Quantity,
+
+    /// What happens to the volumes when the cluster is deleted.
+    #[serde(default)]
+    pub reclaim_policy: ReclaimPolicy,
+}
+
+/// The fate of member volumes when their cluster is deleted.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ReclaimPolicy {
+    /// Keep the PersistentVolumeClaims (the safe default).
+    #[default]
+    Retain,
+    /// Delete the PersistentVolumeClaims with the cluster.
+    Delete,
+}
+
+/// Scheduled backups.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct BackupSpec {
+    /// Where snapshots go: `s3://bucket/prefix/`.
+    #[schemars(regex(pattern = r"^s3://[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9](/.*)?$"))]
+    pub s3_path: String,
+
+    /// When to take a backup, in cron syntax (five fields, UTC).
+    #[schemars(length(min = 1))]
+    pub schedule: String,
+
+    /// The image that runs the backup agent; defaults to the operator's own image.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backup_image: Option<String>,
+
+    /// Delete backups older than this many days (the newest successful backup
+    /// is always kept).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub retention_days: Option<i32>,
+
+    /// Secret holding `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY` and optionally
+    /// `AWS_REGION`, `AWS_ENDPOINT_URL`, `AWS_ALLOW_HTTP`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credentials_secret: Option<String>,
+
+    /// Take one last backup before the cluster is deleted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub final_backup_on_delete: Option<bool>,
+}
+
+/// Create-time population of a new cluster.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct BootstrapSpec {
+    /// Restore the new cluster from a backup.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restore: Option<RestoreSource>,
+}
+
+/// A backup to restore from: a `DistributedKVBackup` in the same namespace, or
+/// the URI of an artifact.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("has(self.backupName) != has(self.uri)").message("restore needs exactly one of backupName or uri"))]
+pub struct RestoreSource {
+    /// Name of a `DistributedKVBackup` in the cluster's namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backup_name: Option<String>,
+    /// URI of a snapshot artifact, e.g. `s3://bucket/prefix/orders-20261122-0600.db`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uri: Option<String>,
+}
+
+/// etcd tuning knobs.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct EtcdTuning {
+    /// Backend quota in bytes (etcd's `--quota-backend-bytes`); default 2 GiB.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 8_589_934_592_i64))]
+    pub quota_backend_bytes: Option<i64>,
+    /// `periodic` or `revision` auto-compaction.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auto_compaction_mode: Option<AutoCompactionMode>,
+    /// Retention for auto-compaction: a duration for `periodic` (`1h`), a
+    /// revision count for `revision` (`1000`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$|^[0-9]+$"))]
+    pub auto_compaction_retention: Option<String>,
+}
+
+/// etcd's auto-compaction modes.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub enum AutoCompactionMode {
+    Periodic,
+    Revision,
+}
+
+/// What users may set on member pods.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct PodOverrides {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub labels: Option<BTreeMap<String, String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub annotations: Option<BTreeMap<String, String>>,
+    /// Replaces the default (members preferably on distinct nodes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub affinity: Option<Affinity>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tolerations: Option<Vec<Toleration>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_selector: Option<BTreeMap<String, String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topology_spread_constraints: Option<Vec<TopologySpreadConstraint>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority_class_name: Option<String>,
+}
+
+/// The observed state of a cluster, written only by the operator.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct DistributedKVStatus {
+    /// The `metadata.generation` this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<Phase>,
+    /// Member pods that exist.
+    #[serde(default)]
+    pub replicas: i32,
+    /// Member pods that are ready.
+    #[serde(default)]
+    pub ready_replicas: i32,
+    /// Label selector of the member pods (for the scale subresource).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_version: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster_id: Option<String>,
+    /// Name of the member that currently leads.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leader: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub members: Vec<MemberStatus>,
+    /// The one disruptive step in flight, pinned so that a restart or a spec
+    /// edit resumes it instead of interleaving another.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub operation: Option<Operation>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_backup_time: Option<Time>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_backup: Option<BackupArtifactRef>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
+}
+
+/// Coarse life-cycle phase, for humans; automation should read conditions.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    Creating,
+    Running,
+    Scaling,
+    Upgrading,
+    Restoring,
+    Degraded,
+    Deleting,
+}
+
+impl std::fmt::Display for Phase {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(self, f)
+    }
+}
+
+/// One etcd member as the operator last saw it.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct MemberStatus {
+    pub name: String,
+    /// etcd member ID, hexadecimal.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    #[serde(default)]
+    pub learner: bool,
+    #[serde(default)]
+    pub healthy: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+}
+
+/// A disruptive step in flight.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Operation {
+    pub kind: OperationKind,
+    /// The member (pod name) the step acts on.
+    pub target: String,
+    pub started_at: Time,
+}
+
+/// The disruptive steps the operator takes one at a time.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OperationKind {
+    AddLearner,
+    PromoteLearner,
+    RemoveMember,
+    UpgradeMember,
+    ReplaceMember,
+}
+
+/// Where the newest successful backup went.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct BackupArtifactRef {
+    pub name: String,
+    pub uri: String,
+    #[serde(default)]
+    pub size_bytes: i64,
+    #[serde(default)]
+    pub sha256: String,
+}

@@ -1,0 +1,165 @@
+//! Step 5 of a reconcile: make the children match the [`Prepared`] objects.
+//!
+//! Server-side apply with the field manager `dkv-operator` and `force`: the
+//! operator owns the fields it sets and takes them back from anyone who
+//! edited them (drift repair), while fields it never sets stay with whoever
+//! set them. An apply is skipped when the cached object already holds every
+//! field (see [`super::diff`]) — after convergence the operator sends no
+//! writes at all.
+
+use std::fmt::Debug;
+
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::batch::v1::CronJob;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
+use kube::{Client, Resource, ResourceExt};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tracing::{debug, info};
+
+use super::build::Prepared;
+use super::dereference::Observed;
+use super::diff::is_subset;
+use super::error::{Error, Result};
+
+/// The field manager of every write the operator makes.
+pub const FIELD_MANAGER: &str = "dkv-operator";
+
+/// Children after apply; only [`super::status`] consumes this.
+#[derive(Debug, Clone)]
+pub struct Applied {
+    /// The StatefulSet as the API server returned it (or as cached, when no
+    /// write was needed).
+    pub statefulset: StatefulSet,
+    /// Number of write requests this pass sent.
+    pub writes: u32,
+}
+
+/// Applies every prepared child and removes children no longer wanted.
+pub async fn apply(
+    client: &Client,
+    namespace: &str,
+    prepared: Prepared,
+    observed: &Observed,
+) -> Result<Applied> {
+    let mut writes = 0;
+    let statefulset = apply_one(
+        client,
+        namespace,
+        &prepared.statefulset,
+        observed.statefulset.as_deref(),
+        &mut writes,
+    )
+    .await?;
+    apply_one(
+        client,
+        namespace,
+        &prepared.peer_service,
+        observed.peer_service.as_deref(),
+        &mut writes,
+    )
+    .await?;
+    apply_one(
+        client,
+        namespace,
+        &prepared.client_service,
+        observed.client_service.as_deref(),
+        &mut writes,
+    )
+    .await?;
+    apply_one(
+        client,
+        namespace,
+        &prepared.pdb,
+        observed.pdb.as_deref(),
+        &mut writes,
+    )
+    .await?;
+    match (&prepared.backup_cronjob, observed.backup_cronjob.as_deref()) {
+        (Some(cronjob), live) => {
+            apply_one(client, namespace, cronjob, live, &mut writes).await?;
+        }
+        (None, Some(stale)) => {
+            delete_stale(client, namespace, stale).await?;
+            writes += 1;
+        }
+        (None, None) => {}
+    }
+    Ok(Applied {
+        statefulset,
+        writes,
+    })
+}
+
+/// Server-side applies `desired` unless `live` already matches it.
+async fn apply_one<K>(
+    client: &Client,
+    namespace: &str,
+    desired: &K,
+    live: Option<&K>,
+    writes: &mut u32,
+) -> Result<K>
+where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + Serialize
+        + DeserializeOwned
+        + Debug,
+{
+    let name = desired.name_any();
+    if let Some(live) = live
+        && needs_no_write(desired, live)
+    {
+        debug!(kind = %K::kind(&()), %name, "child up to date");
+        return Ok(live.clone());
+    }
+    let api: Api<K> = Api::namespaced(client.clone(), namespace);
+    let params = PatchParams::apply(FIELD_MANAGER).force();
+    let applied = api
+        .patch(&name, &params, &Patch::Apply(desired))
+        .await
+        .map_err(|source| Error::Apply {
+            kind: K::kind(&()).to_string(),
+            name: name.clone(),
+            source,
+        })?;
+    *writes += 1;
+    info!(kind = %K::kind(&()), %name, created = live.is_none(), "applied child");
+    Ok(applied)
+}
+
+fn needs_no_write<K: Serialize>(desired: &K, live: &K) -> bool {
+    match (serde_json::to_value(desired), serde_json::to_value(live)) {
+        (Ok(desired), Ok(live)) => is_subset(&desired, &live),
+        // Cannot compare: applying is always safe, merely a write more.
+        _ => false,
+    }
+}
+
+/// Deletes a child the spec no longer asks for (the backup CronJob after
+/// backups were turned off), guarded by its uid so that a same-named object
+/// created meanwhile is never deleted by mistake.
+async fn delete_stale(client: &Client, namespace: &str, stale: &CronJob) -> Result<()> {
+    let name = stale.name_any();
+    let api: Api<CronJob> = Api::namespaced(client.clone(), namespace);
+    let params = DeleteParams {
+        preconditions: stale.uid().map(|uid| Preconditions {
+            uid: Some(uid),
+            resource_version: None,
+        }),
+        propagation_policy: Some(kube::api::PropagationPolicy::Background),
+        ..DeleteParams::default()
+    };
+    match api.delete(&name, &params).await {
+        Ok(_) => {
+            info!(%name, "deleted backup CronJob: backups are off");
+            Ok(())
+        }
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+        Err(source) => Err(Error::Delete {
+            kind: "CronJob",
+            name,
+            source,
+        }),
+    }
+}

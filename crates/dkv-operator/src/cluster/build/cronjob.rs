@@ -1,0 +1,95 @@
+//! The CronJob that takes scheduled backups (present only when
+//! `spec.backup` is set).
+
+use k8s_openapi::api::batch::v1::{CronJob, CronJobSpec, JobSpec, JobTemplateSpec};
+use k8s_openapi::api::core::v1::{
+    Container, EnvFromSource, EnvVar, EnvVarSource, ObjectFieldSelector, PodSpec, PodTemplateSpec,
+    SecretEnvSource,
+};
+use kube::api::ObjectMeta;
+
+use super::{child_labels, child_meta};
+use crate::cluster::naming;
+use crate::cluster::validate::ValidatedCluster;
+
+pub fn build(cluster: &ValidatedCluster) -> Option<CronJob> {
+    let backup = cluster.backup.as_ref()?;
+    let labels = child_labels(cluster, "backup");
+
+    let mut args = vec![
+        "backup".to_owned(),
+        format!("--cluster={}", cluster.name),
+        format!("--destination={}", backup.s3_path),
+    ];
+    if let Some(days) = backup.retention_days {
+        args.push(format!("--retention-days={days}"));
+    }
+
+    let container = Container {
+        name: "backup".to_owned(),
+        image: Some(backup.image.clone()),
+        args: Some(args),
+        env: Some(vec![EnvVar {
+            name: "POD_NAMESPACE".to_owned(),
+            value_from: Some(EnvVarSource {
+                field_ref: Some(ObjectFieldSelector {
+                    field_path: "metadata.namespace".to_owned(),
+                    ..ObjectFieldSelector::default()
+                }),
+                ..EnvVarSource::default()
+            }),
+            ..EnvVar::default()
+        }]),
+        // Credentials reach the agent only as environment from the Secret;
+        // they are never part of any object the operator writes.
+        env_from: backup.credentials_secret.as_ref().map(|secret| {
+            vec![EnvFromSource {
+                secret_ref: Some(SecretEnvSource {
+                    name: secret.clone(),
+                    optional: Some(false),
+                }),
+                ..EnvFromSource::default()
+            }]
+        }),
+        ..Container::default()
+    };
+
+    Some(CronJob {
+        metadata: child_meta(cluster, naming::backup_cronjob(&cluster.name), "backup"),
+        spec: CronJobSpec {
+            schedule: backup.schedule.clone(),
+            time_zone: Some("Etc/UTC".to_owned()),
+            // Two snapshots of one cluster at once only double the load on
+            // the members; a late run is better skipped than stacked.
+            concurrency_policy: Some("Forbid".to_owned()),
+            starting_deadline_seconds: Some(300),
+            successful_jobs_history_limit: Some(3),
+            failed_jobs_history_limit: Some(3),
+            job_template: JobTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(labels.clone()),
+                    ..ObjectMeta::default()
+                }),
+                spec: Some(JobSpec {
+                    backoff_limit: Some(2),
+                    active_deadline_seconds: Some(3600),
+                    template: PodTemplateSpec {
+                        metadata: Some(ObjectMeta {
+                            labels: Some(labels),
+                            ..ObjectMeta::default()
+                        }),
+                        spec: Some(PodSpec {
+                            restart_policy: Some("Never".to_owned()),
+                            enable_service_links: Some(false),
+                            containers: vec![container],
+                            ..PodSpec::default()
+                        }),
+                    },
+                    ..JobSpec::default()
+                }),
+            },
+            ..CronJobSpec::default()
+        },
+        status: None,
+    })
+}

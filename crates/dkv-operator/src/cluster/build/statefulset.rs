@@ -1,0 +1,332 @@
+//! The StatefulSet that runs one etcd member per pod.
+//!
+//! Choices that matter for etcd's safety:
+//! - `podManagementPolicy: Parallel`: a new cluster's members must all start
+//!   together — with OrderedReady, member 0 would wait forever for a quorum
+//!   that needs members 1 and 2 to be running.
+//! - `updateStrategy: OnDelete`: the operator, not the StatefulSet
+//!   controller, decides when and in which order members restart.
+//! - PVC retention `Retain` on scale-down and delete: volumes are removed by
+//!   the operator, after the member left etcd, never by a side effect.
+//! - An init container (`dkv member-init`) writes the member's etcd config
+//!   file, so the etcd container needs no shell and no templating.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::apps::v1::{
+    StatefulSet, StatefulSetPersistentVolumeClaimRetentionPolicy, StatefulSetSpec,
+    StatefulSetUpdateStrategy,
+};
+use k8s_openapi::api::core::v1::{
+    Affinity, Container, ContainerPort, EmptyDirVolumeSource, EnvVar, EnvVarSource, HTTPGetAction,
+    ObjectFieldSelector, PersistentVolumeClaim, PersistentVolumeClaimSpec, PodAffinityTerm,
+    PodAntiAffinity, PodSpec, PodTemplateSpec, Probe, ResourceRequirements, TCPSocketAction,
+    Volume, VolumeMount, VolumeResourceRequirements, WeightedPodAffinityTerm,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::api::ObjectMeta;
+
+use super::{child_labels, child_meta};
+use crate::cluster::naming::{self, CLIENT_PORT, METRICS_PORT, PEER_PORT};
+use crate::cluster::plan::Plan;
+use crate::cluster::validate::ValidatedCluster;
+use crate::etcd_version::EtcdVersion;
+
+/// Annotation on the StatefulSet recording the initial member count, which
+/// every member's bootstrap configuration names.
+pub const BOOTSTRAP_SIZE_ANNOTATION: &str = "dkv.io/bootstrap-size";
+/// Annotation on the StatefulSet recording the etcd version it runs, so the
+/// next reconcile can check a version change against it.
+pub const ETCD_VERSION_ANNOTATION: &str = "dkv.io/etcd-version";
+
+pub const DATA_VOLUME: &str = "data";
+pub const DATA_MOUNT: &str = "/var/lib/etcd";
+/// etcd's data directory: a subdirectory of the volume, because a fresh
+/// filesystem's root may hold `lost+found`, which etcd refuses as a data dir.
+pub const DATA_DIR: &str = "/var/lib/etcd/data";
+pub const CONFIG_VOLUME: &str = "etcd-config";
+pub const CONFIG_MOUNT: &str = "/var/run/dkv";
+pub const CONFIG_FILE: &str = "/var/run/dkv/etcd.conf.yml";
+
+pub fn build(cluster: &ValidatedCluster, plan: &Plan) -> StatefulSet {
+    let mut meta = child_meta(cluster, naming::statefulset(&cluster.name), "etcd");
+    meta.annotations = Some(BTreeMap::from([
+        (
+            BOOTSTRAP_SIZE_ANNOTATION.to_owned(),
+            plan.bootstrap_size.to_string(),
+        ),
+        (
+            ETCD_VERSION_ANNOTATION.to_owned(),
+            cluster.version.to_string(),
+        ),
+    ]));
+
+    StatefulSet {
+        metadata: meta,
+        spec: StatefulSetSpec {
+            replicas: Some(plan.replicas),
+            service_name: Some(naming::peer_service(&cluster.name)),
+            pod_management_policy: Some("Parallel".to_owned()),
+            update_strategy: Some(StatefulSetUpdateStrategy {
+                type_: Some("OnDelete".to_owned()),
+                rolling_update: None,
+            }),
+            persistent_volume_claim_retention_policy: Some(
+                StatefulSetPersistentVolumeClaimRetentionPolicy {
+                    when_deleted: Some("Retain".to_owned()),
+                    when_scaled: Some("Retain".to_owned()),
+                },
+            ),
+            selector: LabelSelector {
+                match_labels: Some(dkv_api::labels::selector_labels(&cluster.name)),
+                ..LabelSelector::default()
+            },
+            template: pod_template(cluster, plan),
+            volume_claim_templates: cluster.storage.as_ref().map(|storage| {
+                vec![PersistentVolumeClaim {
+                    metadata: ObjectMeta {
+                        name: Some(DATA_VOLUME.to_owned()),
+                        labels: Some(child_labels(cluster, "etcd")),
+                        ..ObjectMeta::default()
+                    },
+                    spec: Some(PersistentVolumeClaimSpec {
+                        access_modes: Some(vec!["ReadWriteOnce".to_owned()]),
+                        storage_class_name: Some(storage.storage_class_name.clone()),
+                        resources: Some(VolumeResourceRequirements {
+                            requests: Some(BTreeMap::from([(
+                                "storage".to_owned(),
+                                Quantity(storage.size.clone()),
+                            )])),
+                            ..VolumeResourceRequirements::default()
+                        }),
+                        ..PersistentVolumeClaimSpec::default()
+                    }),
+                    status: None,
+                }]
+            }),
+            revision_history_limit: Some(10),
+            ..StatefulSetSpec::default()
+        },
+        status: None,
+    }
+}
+
+fn pod_template(cluster: &ValidatedCluster, plan: &Plan) -> PodTemplateSpec {
+    // User labels first so that ours win: the selector labels must match.
+    let mut labels = cluster.pod.labels.clone().unwrap_or_default();
+    labels.extend(child_labels(cluster, "etcd"));
+
+    let mut volumes = vec![Volume {
+        name: CONFIG_VOLUME.to_owned(),
+        empty_dir: Some(EmptyDirVolumeSource::default()),
+        ..Volume::default()
+    }];
+    if cluster.storage.is_none() {
+        volumes.push(Volume {
+            name: DATA_VOLUME.to_owned(),
+            empty_dir: Some(EmptyDirVolumeSource::default()),
+            ..Volume::default()
+        });
+    }
+
+    PodTemplateSpec {
+        metadata: Some(ObjectMeta {
+            labels: Some(labels),
+            annotations: cluster.pod.annotations.clone(),
+            ..ObjectMeta::default()
+        }),
+        spec: Some(PodSpec {
+            init_containers: Some(vec![member_init_container(cluster, plan)]),
+            containers: vec![etcd_container(cluster)],
+            volumes: Some(volumes),
+            // Service environment variables are useless to etcd and
+            // dangerous: etcd reads every `ETCD_*` variable as a flag, and a
+            // Service named `etcd` would inject `ETCD_PORT=tcp://...`.
+            enable_service_links: Some(false),
+            termination_grace_period_seconds: Some(30),
+            affinity: Some(
+                cluster
+                    .pod
+                    .affinity
+                    .clone()
+                    .unwrap_or_else(|| spread_members(&cluster.name)),
+            ),
+            tolerations: cluster.pod.tolerations.clone(),
+            node_selector: cluster.pod.node_selector.clone(),
+            topology_spread_constraints: cluster.pod.topology_spread_constraints.clone(),
+            priority_class_name: cluster.pod.priority_class_name.clone(),
+            ..PodSpec::default()
+        }),
+    }
+}
+
+/// Default affinity: members prefer distinct nodes, so one node failure
+/// costs at most one member where the cluster has room for it.
+fn spread_members(cluster: &str) -> Affinity {
+    Affinity {
+        pod_anti_affinity: Some(PodAntiAffinity {
+            preferred_during_scheduling_ignored_during_execution: Some(vec![
+                WeightedPodAffinityTerm {
+                    weight: 100,
+                    pod_affinity_term: PodAffinityTerm {
+                        label_selector: Some(LabelSelector {
+                            match_labels: Some(dkv_api::labels::selector_labels(cluster)),
+                            ..LabelSelector::default()
+                        }),
+                        topology_key: "kubernetes.io/hostname".to_owned(),
+                        ..PodAffinityTerm::default()
+                    },
+                },
+            ]),
+            ..PodAntiAffinity::default()
+        }),
+        ..Affinity::default()
+    }
+}
+
+fn field_env(name: &str, path: &str) -> EnvVar {
+    EnvVar {
+        name: name.to_owned(),
+        value_from: Some(EnvVarSource {
+            field_ref: Some(ObjectFieldSelector {
+                field_path: path.to_owned(),
+                ..ObjectFieldSelector::default()
+            }),
+            ..EnvVarSource::default()
+        }),
+        ..EnvVar::default()
+    }
+}
+
+fn mount(name: &str, path: &str) -> VolumeMount {
+    VolumeMount {
+        name: name.to_owned(),
+        mount_path: path.to_owned(),
+        ..VolumeMount::default()
+    }
+}
+
+fn member_init_container(cluster: &ValidatedCluster, plan: &Plan) -> Container {
+    let args = [
+        "member-init".to_owned(),
+        format!("--cluster={}", cluster.name),
+        format!("--peer-service={}", naming::peer_service(&cluster.name)),
+        format!("--bootstrap-size={}", plan.bootstrap_size),
+        format!(
+            "--initial-cluster-token={}",
+            naming::cluster_token(&cluster.name, &cluster.namespace, &cluster.uid)
+        ),
+        format!("--data-dir={DATA_DIR}"),
+        format!("--config-file={CONFIG_FILE}"),
+        format!("--quota-backend-bytes={}", cluster.etcd.quota_backend_bytes),
+        format!(
+            "--auto-compaction-mode={}",
+            cluster.etcd.auto_compaction_mode
+        ),
+        format!(
+            "--auto-compaction-retention={}",
+            cluster.etcd.auto_compaction_retention
+        ),
+    ];
+    Container {
+        name: "member-init".to_owned(),
+        image: Some(cluster.operator_image.clone()),
+        args: Some(args.into()),
+        env: Some(vec![
+            field_env("POD_NAME", "metadata.name"),
+            field_env("POD_NAMESPACE", "metadata.namespace"),
+            field_env("POD_IP", "status.podIP"),
+        ]),
+        volume_mounts: Some(vec![
+            mount(DATA_VOLUME, DATA_MOUNT),
+            mount(CONFIG_VOLUME, CONFIG_MOUNT),
+        ]),
+        resources: Some(ResourceRequirements {
+            requests: Some(BTreeMap::from([
+                ("cpu".to_owned(), Quantity("10m".to_owned())),
+                ("memory".to_owned(), Quantity("16Mi".to_owned())),
+            ])),
+            ..ResourceRequirements::default()
+        }),
+        ..Container::default()
+    }
+}
+
+fn container_port(name: &str, port: i32) -> ContainerPort {
+    ContainerPort {
+        name: Some(name.to_owned()),
+        container_port: port,
+        protocol: Some("TCP".to_owned()),
+        ..ContainerPort::default()
+    }
+}
+
+fn http_probe(path: &str, period: i32, timeout: i32, failures: i32) -> Probe {
+    Probe {
+        http_get: Some(HTTPGetAction {
+            path: Some(path.to_owned()),
+            port: IntOrString::Int(METRICS_PORT),
+            scheme: Some("HTTP".to_owned()),
+            ..HTTPGetAction::default()
+        }),
+        period_seconds: Some(period),
+        timeout_seconds: Some(timeout),
+        failure_threshold: Some(failures),
+        ..Probe::default()
+    }
+}
+
+/// Liveness must not depend on quorum: restarting members because the
+/// *cluster* has no leader only makes a quorum loss worse. etcd 3.5 offers a
+/// serializable health check for this; 3.4 does not, so there liveness is
+/// whether the client port accepts connections.
+fn liveness_probe(version: EtcdVersion, period: i32, failures: i32) -> Probe {
+    if version.minor_line() >= (3, 5) {
+        http_probe(
+            "/health?exclude=NOSPACE&serializable=true",
+            period,
+            5,
+            failures,
+        )
+    } else {
+        Probe {
+            tcp_socket: Some(TCPSocketAction {
+                port: IntOrString::Int(CLIENT_PORT),
+                ..TCPSocketAction::default()
+            }),
+            period_seconds: Some(period),
+            timeout_seconds: Some(5),
+            failure_threshold: Some(failures),
+            ..Probe::default()
+        }
+    }
+}
+
+fn etcd_container(cluster: &ValidatedCluster) -> Container {
+    Container {
+        name: "etcd".to_owned(),
+        image: Some(cluster.image.clone()),
+        command: Some(vec!["etcd".to_owned()]),
+        args: Some(vec![format!("--config-file={CONFIG_FILE}")]),
+        ports: Some(vec![
+            container_port("client", CLIENT_PORT),
+            container_port("peer", PEER_PORT),
+            container_port("metrics", METRICS_PORT),
+        ]),
+        volume_mounts: Some(vec![
+            mount(DATA_VOLUME, DATA_MOUNT),
+            mount(CONFIG_VOLUME, CONFIG_MOUNT),
+        ]),
+        resources: cluster.resources.clone(),
+        // Ready only when this member sees a leader and can serve a
+        // linearizable read: only such members get client traffic.
+        readiness_probe: Some(http_probe("/health", 5, 3, 3)),
+        liveness_probe: Some(liveness_probe(cluster.version, 10, 6)),
+        // A member catching up from a large snapshot may take minutes before
+        // it answers at all; liveness waits for this to pass first.
+        startup_probe: Some(liveness_probe(cluster.version, 5, 60)),
+        ..Container::default()
+    }
+}

@@ -1,0 +1,62 @@
+//! What every reconcile shares: the client, the caches, operator defaults,
+//! metrics, the event recorder and per-object retry state.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use dkv_api::DistributedKV;
+use kube::Client;
+use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::reflector::ObjectRef;
+
+use super::validate::Defaults;
+use super::watches::Stores;
+use crate::metrics::Metrics;
+
+pub struct Context {
+    pub client: Client,
+    pub stores: Stores,
+    pub defaults: Defaults,
+    pub metrics: Arc<Metrics>,
+    pub recorder: Recorder,
+    /// Consecutive transient failures per cluster, for exponential backoff;
+    /// cleared by a successful reconcile.
+    failures: Mutex<HashMap<ObjectRef<DistributedKV>, u32>>,
+}
+
+impl Context {
+    pub fn new(
+        client: Client,
+        stores: Stores,
+        defaults: Defaults,
+        metrics: Arc<Metrics>,
+        reporter: Reporter,
+    ) -> Self {
+        Self {
+            recorder: Recorder::new(client.clone(), reporter),
+            client,
+            stores,
+            defaults,
+            metrics,
+            failures: Mutex::default(),
+        }
+    }
+
+    /// Records one more consecutive failure of `obj` and returns the count.
+    pub fn record_failure(&self, obj: &ObjectRef<DistributedKV>) -> u32 {
+        let mut failures = self
+            .failures
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let count = failures.entry(obj.clone()).or_insert(0);
+        *count = count.saturating_add(1);
+        *count
+    }
+
+    pub fn clear_failures(&self, obj: &ObjectRef<DistributedKV>) {
+        self.failures
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .remove(obj);
+    }
+}

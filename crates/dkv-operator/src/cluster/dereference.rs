@@ -1,0 +1,68 @@
+//! Step 1 of a reconcile: gather what exists for a cluster. Reads only the
+//! reflector caches, so a reconcile costs no API reads.
+
+use std::sync::Arc;
+
+use dkv_api::DistributedKV;
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::batch::v1::CronJob;
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::ResourceExt;
+
+use super::build::statefulset::ETCD_VERSION_ANNOTATION;
+use super::naming;
+use super::validate::Facts;
+use super::watches::{self, Stores};
+use crate::etcd_version::EtcdVersion;
+
+/// The children of one cluster as the caches last saw them.
+#[derive(Debug, Clone, Default)]
+pub struct Observed {
+    pub statefulset: Option<Arc<StatefulSet>>,
+    pub peer_service: Option<Arc<Service>>,
+    pub client_service: Option<Arc<Service>>,
+    pub pdb: Option<Arc<PodDisruptionBudget>>,
+    pub backup_cronjob: Option<Arc<CronJob>>,
+    pub facts: Facts,
+}
+
+pub fn observe(dkv: &DistributedKV, namespace: &str, stores: &Stores) -> Observed {
+    let name = dkv.name_any();
+    let statefulset = watches::get(&stores.statefulsets, namespace, &naming::statefulset(&name))
+        .filter(|sts| is_owned_by(sts.as_ref(), dkv));
+    let deployed_version = statefulset
+        .as_ref()
+        .and_then(|sts| sts.annotations().get(ETCD_VERSION_ANNOTATION).cloned())
+        .and_then(|v| EtcdVersion::parse(&v));
+    let storage_classes = Some(
+        stores
+            .storage_classes
+            .state()
+            .iter()
+            .map(|sc| sc.name_any())
+            .collect(),
+    );
+    Observed {
+        peer_service: watches::get(&stores.services, namespace, &naming::peer_service(&name)),
+        client_service: watches::get(&stores.services, namespace, &naming::client_service(&name)),
+        pdb: watches::get(&stores.pdbs, namespace, &naming::pdb(&name)),
+        backup_cronjob: watches::get(&stores.cronjobs, namespace, &naming::backup_cronjob(&name)),
+        statefulset,
+        facts: Facts {
+            storage_classes,
+            deployed_version,
+        },
+    }
+}
+
+/// A StatefulSet with the cluster's name but another owner belongs to an
+/// earlier instance of the same name (or to someone else): it is not this
+/// cluster's and its data must not be adopted silently.
+fn is_owned_by<K: ResourceExt>(child: &K, dkv: &DistributedKV) -> bool {
+    let uid = dkv.uid();
+    child
+        .owner_references()
+        .iter()
+        .any(|o| o.controller == Some(true) && Some(&o.uid) == uid.as_ref())
+}

@@ -1,0 +1,175 @@
+//! Errors of the cluster controller, each with the category that decides
+//! what happens next.
+
+use std::time::Duration;
+
+use kube::runtime::finalizer;
+
+use super::validate::InvalidSpec;
+
+/// What the controller does after an error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Category {
+    /// Might succeed on retry (API hiccup, conflict): requeue with
+    /// exponential backoff and jitter.
+    Transient,
+    /// Needs a human (an invalid spec): report in status, wait for a change.
+    Permanent,
+    /// Expected to clear by itself soon (a cache not yet synced): short,
+    /// bounded requeue.
+    Waiting,
+}
+
+impl Category {
+    /// Label value for metrics and Events.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Category::Transient => "transient",
+            Category::Permanent => "permanent",
+            Category::Waiting => "waiting",
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("invalid spec: {0}")]
+    InvalidSpec(#[from] InvalidSpec),
+
+    #[error("{what} not synced yet")]
+    CacheNotReady { what: &'static str },
+
+    #[error("failed to apply {kind} {name}: {source}")]
+    Apply {
+        kind: String,
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
+
+    #[error("failed to delete {kind} {name}: {source}")]
+    Delete {
+        kind: &'static str,
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
+
+    #[error("failed to update status of {name}: {source}")]
+    Status {
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
+
+    #[error("failed to clean up {name}: {source}")]
+    Cleanup {
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
+
+    #[error("finalizer: {0}")]
+    Finalizer(#[source] Box<finalizer::Error<Error>>),
+
+    #[error("object has no namespace")]
+    MissingNamespace,
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Whether a Kubernetes API error can succeed on retry.
+fn api_error_category(err: &kube::Error) -> Category {
+    match err {
+        // 4xx other than conflict/timeout/throttling mean our request is
+        // wrong for this object; retrying the same request cannot help, but
+        // a spec change can.
+        kube::Error::Api(status) => match status.code {
+            409 | 408 | 429 => Category::Transient,
+            400..=499 => Category::Permanent,
+            _ => Category::Transient,
+        },
+        _ => Category::Transient,
+    }
+}
+
+impl Error {
+    pub fn category(&self) -> Category {
+        match self {
+            Error::InvalidSpec(_) | Error::MissingNamespace => Category::Permanent,
+            Error::CacheNotReady { .. } => Category::Waiting,
+            Error::Apply { source, .. }
+            | Error::Delete { source, .. }
+            | Error::Status { source, .. }
+            | Error::Cleanup { source, .. } => api_error_category(source),
+            Error::Finalizer(inner) => match inner.as_ref() {
+                finalizer::Error::ApplyFailed(e) | finalizer::Error::CleanupFailed(e) => {
+                    e.category()
+                }
+                finalizer::Error::AddFinalizer(e) | finalizer::Error::RemoveFinalizer(e) => {
+                    api_error_category(e)
+                }
+                finalizer::Error::UnnamedObject | finalizer::Error::InvalidFinalizer => {
+                    Category::Permanent
+                }
+            },
+        }
+    }
+
+    /// The step of the pipeline that failed, for metrics labels.
+    pub fn step(&self) -> &'static str {
+        match self {
+            Error::InvalidSpec(_) | Error::MissingNamespace => "validate",
+            Error::CacheNotReady { .. } => "dereference",
+            Error::Apply { .. } | Error::Delete { .. } => "apply",
+            Error::Status { .. } => "status",
+            Error::Cleanup { .. } => "cleanup",
+            Error::Finalizer(inner) => match inner.as_ref() {
+                finalizer::Error::ApplyFailed(e) | finalizer::Error::CleanupFailed(e) => e.step(),
+                _ => "finalizer",
+            },
+        }
+    }
+}
+
+/// Delay before retrying after `failures` consecutive transient failures:
+/// exponential from 1 s, capped at 5 min, with up to 20% jitter so that many
+/// clusters failing together (an API outage) do not retry in lockstep.
+pub fn backoff_delay(failures: u32, jitter_fraction: f64) -> Duration {
+    const BASE_MS: u64 = 1_000;
+    const CAP_MS: u64 = 300_000;
+    let exp = failures.saturating_sub(1).min(20);
+    let base = BASE_MS.saturating_mul(1u64 << exp).min(CAP_MS);
+    let jitter = (base as f64 * jitter_fraction.clamp(0.0, 1.0) * 0.2) as u64;
+    Duration::from_millis(base + jitter)
+}
+
+/// Requeue delay for [`Category::Waiting`].
+pub const WAITING_DELAY: Duration = Duration::from_secs(2);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_grows_exponentially_and_is_capped() {
+        let no_jitter: Vec<u64> = (1..=11).map(|n| backoff_delay(n, 0.0).as_secs()).collect();
+        assert_eq!(no_jitter, vec![1, 2, 4, 8, 16, 32, 64, 128, 256, 300, 300]);
+        assert_eq!(backoff_delay(3, 1.0), Duration::from_millis(4_800));
+        assert_eq!(backoff_delay(u32::MAX, 0.5), Duration::from_millis(330_000));
+    }
+
+    #[test]
+    fn api_errors_are_categorised_by_status_code() {
+        let api = |code| {
+            kube::Error::Api(Box::new(kube::core::Status {
+                code,
+                ..kube::core::Status::default()
+            }))
+        };
+        assert_eq!(api_error_category(&api(409)), Category::Transient);
+        assert_eq!(api_error_category(&api(500)), Category::Transient);
+        assert_eq!(api_error_category(&api(422)), Category::Permanent);
+        assert_eq!(api_error_category(&api(403)), Category::Permanent);
+    }
+}

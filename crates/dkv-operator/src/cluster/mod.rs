@@ -1,0 +1,316 @@
+//! The `DistributedKV` controller.
+//!
+//! One reconcile is a pipeline (see `design/ARCHITECTURE.md`):
+//! [`dereference`] → [`validate`] → [`plan`] → [`build`] → [`apply`] →
+//! [`status`]. Only dereference, apply and status touch the outside world;
+//! validate, plan and build are pure and tested from YAML fixtures.
+//! Deletion runs [`cleanup`] behind the `dkv.io/finalizer` finalizer.
+
+pub mod apply;
+pub mod build;
+pub mod cleanup;
+pub mod context;
+pub mod dereference;
+pub mod diff;
+pub mod error;
+pub mod naming;
+pub mod plan;
+pub mod status;
+pub mod validate;
+pub mod watches;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Instant;
+
+use dkv_api::DistributedKV;
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::batch::v1::CronJob;
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::storage::v1::StorageClass;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::Api;
+use kube::runtime::WatchStreamExt;
+use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
+use kube::runtime::events::{Event, EventType};
+use kube::runtime::finalizer::{Event as FinalizerEvent, finalizer};
+use kube::runtime::reflector::{self, ObjectRef};
+use kube::runtime::watcher;
+use kube::{Client, Resource, ResourceExt};
+use tracing::{Instrument, field, info, info_span, warn};
+
+use self::context::Context;
+use self::error::{Category, Error, Result, WAITING_DELAY, backoff_delay};
+use self::watches::{Stores, child_stream, spec_relevance, statefulset_relevance};
+
+/// Finalizer that guards deletion (final backup, volume reclaim).
+pub const FINALIZER: &str = "dkv.io/finalizer";
+
+/// Runs one reconcile of `dkv`: the finalizer helper routes to apply or
+/// cleanup; errors are reported (status, Event, metrics) before returning.
+pub async fn reconcile(dkv: Arc<DistributedKV>, ctx: Arc<Context>) -> Result<Action> {
+    let obj_ref = ObjectRef::from_obj(dkv.as_ref());
+    let span = info_span!("reconcile", cluster = %obj_ref, generation = field::Empty);
+    if let Some(generation) = dkv.meta().generation {
+        span.record("generation", generation);
+    }
+    async move {
+        let started = Instant::now();
+        let namespace = dkv.namespace().ok_or(Error::MissingNamespace)?;
+        let api: Api<DistributedKV> = Api::namespaced(ctx.client.clone(), &namespace);
+        let result = finalizer(&api, FINALIZER, dkv.clone(), |event| async {
+            match event {
+                FinalizerEvent::Apply(dkv) => reconcile_cluster(&dkv, &ctx).await,
+                FinalizerEvent::Cleanup(dkv) => cleanup::cleanup(&dkv, &ctx).await,
+            }
+        })
+        .await
+        .map_err(|err| unwrap_finalizer_error(err));
+
+        match &result {
+            Ok(_) => {
+                ctx.clear_failures(&obj_ref);
+                ctx.metrics.observe_reconcile("success", started.elapsed());
+            }
+            Err(err) => {
+                let category = err.category();
+                ctx.metrics
+                    .observe_reconcile(category.as_str(), started.elapsed());
+                ctx.metrics.count_error(category.as_str(), err.step());
+                report_error(&dkv, err, &ctx).await;
+            }
+        }
+        result
+    }
+    .instrument(span)
+    .await
+}
+
+/// Errors of our own steps come back from the finalizer helper wrapped;
+/// unwrap them so their category is the step's.
+fn unwrap_finalizer_error(err: kube::runtime::finalizer::Error<Error>) -> Error {
+    use kube::runtime::finalizer::Error as F;
+    match err {
+        F::ApplyFailed(inner) | F::CleanupFailed(inner) => inner,
+        other => Error::Finalizer(Box::new(other)),
+    }
+}
+
+/// The apply branch: the step pipeline.
+async fn reconcile_cluster(dkv: &DistributedKV, ctx: &Context) -> Result<Action> {
+    let namespace = dkv.namespace().ok_or(Error::MissingNamespace)?;
+    ctx.stores
+        .ready()
+        .map_err(|what| Error::CacheNotReady { what })?;
+
+    let observed = dereference::observe(dkv, &namespace, &ctx.stores);
+    let cluster = validate::validate(dkv, &observed.facts, &ctx.defaults)?;
+    let plan = plan::plan(&cluster, observed.statefulset.as_deref());
+    let now = Time(jiff::Timestamp::now());
+
+    if cluster.paused {
+        let status = status::compute(
+            dkv,
+            &status::Observation {
+                cluster: &cluster,
+                plan: &plan,
+                statefulset: observed.statefulset.as_deref(),
+            },
+            &now,
+        );
+        status::write(dkv, status, ctx).await?;
+        return Ok(Action::await_change());
+    }
+
+    let prepared = build::build(&cluster, &plan);
+    let applied = apply::apply(&ctx.client, &namespace, prepared, &observed).await?;
+    let status = status::compute(
+        dkv,
+        &status::Observation {
+            cluster: &cluster,
+            plan: &plan,
+            statefulset: Some(&applied.statefulset),
+        },
+        &now,
+    );
+    status::write(dkv, status, ctx).await?;
+    // No timed requeue: every change that matters arrives through a watch.
+    Ok(Action::await_change())
+}
+
+/// Makes an error visible where users look: permanent errors in status
+/// (Degraded) and as a Warning Event; transient ones as an Event.
+async fn report_error(dkv: &DistributedKV, err: &Error, ctx: &Context) {
+    let category = err.category();
+    warn!(error = %err, category = category.as_str(), step = err.step(), "reconcile failed");
+    if category == Category::Permanent && dkv.meta().deletion_timestamp.is_none() {
+        let now = Time(jiff::Timestamp::now());
+        let status = status::invalid(dkv, &err.to_string(), &now);
+        if let Err(status_err) = status::write(dkv, status, ctx).await {
+            warn!(error = %status_err, "failed to report the error in status");
+        }
+    }
+    if category == Category::Waiting {
+        return;
+    }
+    status::publish(
+        dkv,
+        Event {
+            type_: EventType::Warning,
+            reason: match err {
+                Error::InvalidSpec(_) => dkv_api::conditions::reasons::INVALID_SPEC.to_owned(),
+                _ => "ReconcileFailed".to_owned(),
+            },
+            note: Some(format!("{} ({})", err, category.as_str())),
+            action: "Reconcile".to_owned(),
+            secondary: None,
+        },
+        ctx,
+    )
+    .await;
+}
+
+/// What the controller does after a failed reconcile, by category.
+pub fn error_policy(dkv: Arc<DistributedKV>, err: &Error, ctx: Arc<Context>) -> Action {
+    match err.category() {
+        Category::Permanent => Action::await_change(),
+        Category::Waiting => Action::requeue(WAITING_DELAY),
+        Category::Transient => {
+            let failures = ctx.record_failure(&ObjectRef::from_obj(dkv.as_ref()));
+            Action::requeue(backoff_delay(failures, rand::random::<f64>()))
+        }
+    }
+}
+
+/// Settings of the cluster controller.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Watch only this namespace (all when `None`).
+    pub namespace: Option<String>,
+    /// Reconciles running at once.
+    pub concurrency: u16,
+}
+
+fn api_for<K>(client: &Client, namespace: Option<&str>) -> Api<K>
+where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>,
+{
+    match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    }
+}
+
+/// Runs the controller until `shutdown` resolves, then lets in-flight
+/// reconciles finish.
+pub async fn run(
+    client: Client,
+    settings: Settings,
+    defaults: validate::Defaults,
+    metrics: Arc<crate::metrics::Metrics>,
+    reporter: kube::runtime::events::Reporter,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+) {
+    let ns = settings.namespace.as_deref();
+    let (statefulsets, sts_writer) = watches::store::<StatefulSet>();
+    let (services, svc_writer) = watches::store::<Service>();
+    let (pdbs, pdb_writer) = watches::store::<PodDisruptionBudget>();
+    let (cronjobs, cronjob_writer) = watches::store::<CronJob>();
+    let (storage_classes, sc_writer) = watches::store::<StorageClass>();
+    let stores = Stores {
+        statefulsets,
+        services,
+        pdbs,
+        cronjobs,
+        storage_classes,
+    };
+
+    // The cluster watch ignores status-only updates (our own status writes
+    // would otherwise echo back as reconciles); generation covers spec and
+    // deletion, and the pause annotation and finalizers are watched too.
+    let (dkv_reader, dkv_writer) = reflector::store::<DistributedKV>();
+    let dkv_stream = watcher(
+        api_for::<DistributedKV>(&client, ns),
+        watcher::Config::default(),
+    )
+    .default_backoff()
+    .modify(watches::trim)
+    .reflect(dkv_writer)
+    .applied_objects()
+    .predicate_filter(watches::cluster_relevance, Default::default());
+
+    // StorageClasses are not ours: watched unfiltered, and a class appearing
+    // re-triggers the clusters that name it (their InvalidSpec may clear).
+    let sc_stream = watcher(
+        Api::<StorageClass>::all(client.clone()),
+        watcher::Config::default(),
+    )
+    .default_backoff()
+    .modify(watches::trim)
+    .reflect(sc_writer)
+    .applied_objects();
+    let clusters = dkv_reader.clone();
+    let by_storage_class = move |sc: StorageClass| {
+        let class = sc.name_any();
+        clusters
+            .state()
+            .into_iter()
+            .filter(|d| {
+                d.spec
+                    .storage
+                    .as_ref()
+                    .is_some_and(|s| s.storage_class_name == class)
+            })
+            .map(|d| ObjectRef::from_obj(d.as_ref()))
+            .collect::<Vec<_>>()
+    };
+
+    let ctx = Arc::new(Context::new(
+        client.clone(),
+        stores,
+        defaults,
+        metrics,
+        reporter,
+    ));
+    info!(
+        namespace = ns.unwrap_or("(all)"),
+        concurrency = settings.concurrency,
+        "starting DistributedKV controller"
+    );
+    Controller::for_stream(dkv_stream, dkv_reader)
+        .owns_stream(child_stream(
+            api_for::<StatefulSet>(&client, ns),
+            sts_writer,
+            statefulset_relevance,
+        ))
+        .owns_stream(child_stream(
+            api_for::<Service>(&client, ns),
+            svc_writer,
+            spec_relevance::<Service>,
+        ))
+        .owns_stream(child_stream(
+            api_for::<PodDisruptionBudget>(&client, ns),
+            pdb_writer,
+            spec_relevance::<PodDisruptionBudget>,
+        ))
+        .owns_stream(child_stream(
+            api_for::<CronJob>(&client, ns),
+            cronjob_writer,
+            spec_relevance::<CronJob>,
+        ))
+        .watches_stream(sc_stream, by_storage_class)
+        .with_config(ControllerConfig::default().concurrency(settings.concurrency))
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile, error_policy, ctx)
+        .for_each(|result| async move {
+            if let Err(err) = result {
+                // Reconcile errors are reported inside reconcile; what
+                // reaches here are queue/watch errors.
+                tracing::debug!(error = %err, "controller event");
+            }
+        })
+        .await;
+    info!("DistributedKV controller stopped");
+}

@@ -1,0 +1,102 @@
+//! Names of the objects dkv creates for a cluster, and the DNS names members
+//! use to find each other. One place, so every builder agrees.
+
+/// Longest `DistributedKV` name accepted. The CronJob `<name>-backup` must fit
+/// in 52 characters (CronJob names get an 11-character Job suffix within the
+/// 63-character label limit), which is the tightest bound of all children.
+pub const MAX_CLUSTER_NAME_LEN: usize = 45;
+
+pub const CLIENT_PORT: i32 = 2379;
+pub const PEER_PORT: i32 = 2380;
+pub const METRICS_PORT: i32 = 2381;
+
+/// Name of the StatefulSet (and of the PodDisruptionBudget).
+pub fn statefulset(cluster: &str) -> String {
+    cluster.to_owned()
+}
+
+pub fn pdb(cluster: &str) -> String {
+    cluster.to_owned()
+}
+
+/// Headless Service giving each member a stable DNS name for peer traffic.
+pub fn peer_service(cluster: &str) -> String {
+    format!("{cluster}-peer")
+}
+
+/// ClusterIP Service clients connect to; only ready members back it.
+pub fn client_service(cluster: &str) -> String {
+    format!("{cluster}-client")
+}
+
+pub fn backup_cronjob(cluster: &str) -> String {
+    format!("{cluster}-backup")
+}
+
+/// Pod (and etcd member) name of ordinal `ordinal`.
+pub fn member(cluster: &str, ordinal: i32) -> String {
+    format!("{cluster}-{ordinal}")
+}
+
+/// Stable DNS name of a member through the headless peer Service.
+pub fn member_host(cluster: &str, namespace: &str, ordinal: i32) -> String {
+    format!(
+        "{}.{}.{namespace}.svc",
+        member(cluster, ordinal),
+        peer_service(cluster)
+    )
+}
+
+pub fn member_peer_url(cluster: &str, namespace: &str, ordinal: i32) -> String {
+    format!(
+        "http://{}:{PEER_PORT}",
+        member_host(cluster, namespace, ordinal)
+    )
+}
+
+/// etcd's `--initial-cluster` for members `0..size`.
+pub fn initial_cluster(cluster: &str, namespace: &str, size: i32) -> String {
+    (0..size)
+        .map(|i| {
+            format!(
+                "{}={}",
+                member(cluster, i),
+                member_peer_url(cluster, namespace, i)
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// `--initial-cluster-token`: unique per cluster *instance*, so a member of a
+/// deleted cluster can never join a new cluster that reuses the name.
+pub fn cluster_token(cluster: &str, namespace: &str, uid: &str) -> String {
+    format!("{namespace}-{cluster}-{uid}")
+}
+
+/// Ordinal of a StatefulSet pod name of this cluster, if it is one.
+pub fn ordinal_of(cluster: &str, pod: &str) -> Option<i32> {
+    pod.strip_prefix(cluster)?.strip_prefix('-')?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn initial_cluster_lists_every_member_with_its_peer_url() {
+        assert_eq!(
+            initial_cluster("orders", "shop", 3),
+            "orders-0=http://orders-0.orders-peer.shop.svc:2380,\
+             orders-1=http://orders-1.orders-peer.shop.svc:2380,\
+             orders-2=http://orders-2.orders-peer.shop.svc:2380"
+        );
+    }
+
+    #[test]
+    fn ordinal_parsing_rejects_other_clusters_pods() {
+        assert_eq!(ordinal_of("orders", "orders-4"), Some(4));
+        assert_eq!(ordinal_of("orders", "orders-x"), None);
+        assert_eq!(ordinal_of("orders", "orders2-1"), None);
+    }
+}

@@ -1,0 +1,289 @@
+//! Step 6 of a reconcile: the cluster's status, computed purely from what
+//! the pass saw and did, and written to the status subresource only when it
+//! differs from what is already there.
+
+use dkv_api::conditions::{reasons, types};
+use dkv_api::distributedkv::v1alpha1::{DistributedKVStatus, Phase};
+use dkv_api::{DistributedKV, labels};
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::events::{Event, EventType};
+use kube::{Resource, ResourceExt};
+use serde_json::json;
+use tracing::warn;
+
+use super::apply::FIELD_MANAGER;
+use super::build::pdb::quorum;
+use super::context::Context;
+use super::error::{Error, Result};
+use super::plan::Plan;
+use super::validate::ValidatedCluster;
+
+/// Everything the status of a healthy pass is computed from.
+pub struct Observation<'a> {
+    pub cluster: &'a ValidatedCluster,
+    pub plan: &'a Plan,
+    pub statefulset: Option<&'a StatefulSet>,
+}
+
+/// One condition as the operator wants it now.
+struct Want {
+    type_: &'static str,
+    status: bool,
+    reason: &'static str,
+    message: String,
+}
+
+/// The status after a successful pass.
+pub fn compute(dkv: &DistributedKV, obs: &Observation<'_>, now: &Time) -> DistributedKVStatus {
+    let old = dkv.status.clone().unwrap_or_default();
+    let sts_status = obs.statefulset.and_then(|s| s.status.as_ref());
+    let replicas = sts_status.map_or(0, |s| s.replicas);
+    let ready = sts_status.and_then(|s| s.ready_replicas).unwrap_or(0);
+    let members = obs.plan.replicas;
+    let quorum = quorum(members);
+    let complete = obs.statefulset.is_some() && ready >= members && replicas == members;
+    // A cluster has formed once every member was ready at the same time;
+    // after that, fewer ready members is a fault, not creation progress.
+    let formed = complete || old.phase.is_some_and(|p| p != Phase::Creating);
+
+    let available = if ready >= quorum && obs.statefulset.is_some() {
+        Want {
+            type_: types::AVAILABLE,
+            status: true,
+            reason: reasons::QUORUM_HEALTHY,
+            message: format!("{ready}/{members} members ready; quorum is {quorum}"),
+        }
+    } else {
+        Want {
+            type_: types::AVAILABLE,
+            status: false,
+            reason: if formed {
+                reasons::QUORUM_LOST
+            } else {
+                reasons::CREATING
+            },
+            message: format!("{ready}/{members} members ready; quorum needs {quorum}"),
+        }
+    };
+
+    let progressing = if obs.cluster.paused {
+        Want {
+            type_: types::PROGRESSING,
+            status: false,
+            reason: reasons::PAUSED,
+            message: format!("{} is set: no changes are made", labels::RECONCILE_PAUSED),
+        }
+    } else if !formed {
+        Want {
+            type_: types::PROGRESSING,
+            status: true,
+            reason: reasons::CREATING_CLUSTER,
+            message: format!("{ready}/{members} members ready"),
+        }
+    } else {
+        Want {
+            type_: types::PROGRESSING,
+            status: false,
+            reason: reasons::CONVERGED,
+            message: "the cluster matches its spec".to_owned(),
+        }
+    };
+
+    let degraded = if let Some(held) = &obs.plan.held_back {
+        Want {
+            type_: types::DEGRADED,
+            status: true,
+            reason: reasons::UNSUPPORTED_CHANGE,
+            message: held.message(),
+        }
+    } else if formed && ready < quorum {
+        Want {
+            type_: types::DEGRADED,
+            status: true,
+            reason: reasons::QUORUM_LOST,
+            message: format!(
+                "only {ready}/{members} members ready, quorum needs {quorum}: the cluster cannot serve writes"
+            ),
+        }
+    } else if formed && ready < members {
+        Want {
+            type_: types::DEGRADED,
+            status: true,
+            reason: reasons::MEMBER_UNHEALTHY,
+            message: format!("{}/{members} members not ready", members - ready),
+        }
+    } else {
+        Want {
+            type_: types::DEGRADED,
+            status: false,
+            reason: reasons::AS_EXPECTED,
+            message: "all members ready".to_owned(),
+        }
+    };
+
+    let phase = if degraded.status {
+        Phase::Degraded
+    } else if !formed {
+        Phase::Creating
+    } else {
+        Phase::Running
+    };
+
+    // The running version is the configured one only once every pod runs
+    // the current template (updates are OnDelete: pods restart later).
+    let rolled_out = sts_status.is_some_and(|s| {
+        s.current_revision.is_some()
+            && s.current_revision == s.update_revision
+            && s.ready_replicas == Some(members)
+    });
+    let current_version = if rolled_out {
+        Some(obs.cluster.version.to_string())
+    } else {
+        old.current_version.clone()
+    };
+
+    let generation = dkv.meta().generation;
+    let mut conditions = old.conditions.clone();
+    for want in [available, progressing, degraded] {
+        set_condition(&mut conditions, want, generation, now);
+    }
+
+    DistributedKVStatus {
+        observed_generation: generation,
+        phase: Some(phase),
+        replicas,
+        ready_replicas: ready,
+        selector: Some(labels::selector_string(&obs.cluster.name)),
+        current_version,
+        conditions,
+        ..old
+    }
+}
+
+/// The status after validation failed: Degraded with the problems, the rest
+/// (what is known about the running cluster) kept.
+pub fn invalid(dkv: &DistributedKV, message: &str, now: &Time) -> DistributedKVStatus {
+    let old = dkv.status.clone().unwrap_or_default();
+    let generation = dkv.meta().generation;
+    let mut conditions = old.conditions.clone();
+    set_condition(
+        &mut conditions,
+        Want {
+            type_: types::DEGRADED,
+            status: true,
+            reason: reasons::INVALID_SPEC,
+            message: message.to_owned(),
+        },
+        generation,
+        now,
+    );
+    DistributedKVStatus {
+        observed_generation: generation,
+        phase: Some(Phase::Degraded),
+        selector: Some(labels::selector_string(&dkv.name_any())),
+        conditions,
+        ..old
+    }
+}
+
+/// Sets one condition, keeping `lastTransitionTime` when its status did not
+/// change (so an unchanged status compares equal and is not rewritten).
+fn set_condition(conditions: &mut Vec<Condition>, want: Want, generation: Option<i64>, now: &Time) {
+    let status = if want.status { "True" } else { "False" };
+    let existing = conditions.iter_mut().find(|c| c.type_ == want.type_);
+    let condition = Condition {
+        type_: want.type_.to_owned(),
+        status: status.to_owned(),
+        reason: want.reason.to_owned(),
+        message: want.message,
+        observed_generation: generation,
+        last_transition_time: match &existing {
+            Some(c) if c.status == status => c.last_transition_time.clone(),
+            _ => now.clone(),
+        },
+    };
+    match existing {
+        Some(slot) => *slot = condition,
+        None => conditions.push(condition),
+    }
+}
+
+/// Writes `new` if it differs from the object's status, and publishes an
+/// Event for every condition that changed status or reason. Returns whether
+/// it wrote.
+pub async fn write(dkv: &DistributedKV, new: DistributedKVStatus, ctx: &Context) -> Result<bool> {
+    let old = dkv.status.clone().unwrap_or_default();
+    if old == new {
+        return Ok(false);
+    }
+    let name = dkv.name_any();
+    let api: Api<DistributedKV> =
+        Api::namespaced(ctx.client.clone(), &dkv.namespace().unwrap_or_default());
+    // Server-side apply of the whole status: fields the operator stops
+    // setting are removed, and nobody else's fields are touched.
+    let patch = json!({
+        "apiVersion": DistributedKV::api_version(&()),
+        "kind": DistributedKV::kind(&()),
+        "status": new,
+    });
+    api.patch_status(
+        &name,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&patch),
+    )
+    .await
+    .map_err(|source| Error::Status {
+        name: name.clone(),
+        source,
+    })?;
+    ctx.metrics.set_phase(
+        &kube::runtime::reflector::ObjectRef::from_obj(dkv),
+        new.phase,
+    );
+    for event in transitions(&old.conditions, &new.conditions) {
+        publish(dkv, event, ctx).await;
+    }
+    Ok(true)
+}
+
+/// Events for conditions whose status or reason changed.
+fn transitions(old: &[Condition], new: &[Condition]) -> Vec<Event> {
+    new.iter()
+        .filter(|c| {
+            !old.iter()
+                .any(|o| o.type_ == c.type_ && o.status == c.status && o.reason == c.reason)
+        })
+        .filter(|c| {
+            !(c.type_ == types::DEGRADED
+                && c.status == "False"
+                && old.iter().all(|o| o.type_ != c.type_))
+        })
+        .map(|c| {
+            let bad = (c.type_ == types::DEGRADED && c.status == "True")
+                || (c.type_ == types::AVAILABLE
+                    && c.status == "False"
+                    && c.reason == reasons::QUORUM_LOST);
+            Event {
+                type_: if bad {
+                    EventType::Warning
+                } else {
+                    EventType::Normal
+                },
+                reason: c.reason.clone(),
+                note: Some(format!("{}={}: {}", c.type_, c.status, c.message)),
+                action: "Reconcile".to_owned(),
+                secondary: None,
+            }
+        })
+        .collect()
+}
+
+/// Publishes an Event about `dkv`. Events are best effort: failing to record
+/// one must not fail the reconcile that did the work.
+pub async fn publish(dkv: &DistributedKV, event: Event, ctx: &Context) {
+    if let Err(err) = ctx.recorder.publish(&event, &dkv.object_ref(&())).await {
+        warn!(name = %dkv.name_any(), reason = %event.reason, error = %err, "failed to publish event");
+    }
+}

@@ -1,0 +1,201 @@
+//! The watches behind the cluster controller, and the reflector stores
+//! dereference reads child objects from (so a reconcile costs no GETs).
+//!
+//! Child watches pass an event on only when something the controller acts on
+//! changed. kube-runtime's `predicate_filter` cannot be used for this because
+//! it also swallows deletions (a deleted object has the same generation as
+//! before), and a deleted child is exactly the drift that must trigger a
+//! repair.
+
+use std::collections::HashMap;
+use std::fmt::Debug;
+use std::hash::{DefaultHasher, Hash, Hasher};
+
+use futures::{Stream, StreamExt, future};
+use k8s_openapi::api::apps::v1::StatefulSet;
+use kube::api::Api;
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::watcher::{self, Event};
+use kube::runtime::{WatchStreamExt, reflector::store::Writer};
+use kube::{Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+
+/// Hash of what a controller reacts to in an object of type `K`.
+pub type Relevance<K> = fn(&K) -> u64;
+
+/// Watches `api` (objects managed by dkv only), keeps `writer`'s store
+/// current, and yields objects whose [`Relevance`] hash changed or that were
+/// deleted.
+pub fn child_stream<K>(
+    api: Api<K>,
+    writer: Writer<K>,
+    relevance: Relevance<K>,
+) -> impl Stream<Item = Result<K, watcher::Error>> + Send + 'static
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+{
+    let config = watcher::Config::default().labels(&dkv_api::labels::managed_selector());
+    let mut seen: HashMap<ObjectRef<K>, u64> = HashMap::new();
+    watcher(api, config)
+        .default_backoff()
+        .modify(trim)
+        .reflect(writer)
+        .filter_map(move |event| {
+            let out = match event {
+                Ok(Event::Apply(obj) | Event::InitApply(obj)) => {
+                    let hash = relevance(&obj);
+                    (seen.insert(ObjectRef::from_obj(&obj), hash) != Some(hash)).then_some(Ok(obj))
+                }
+                Ok(Event::Delete(obj)) => {
+                    seen.remove(&ObjectRef::from_obj(&obj));
+                    Some(Ok(obj))
+                }
+                Ok(Event::Init | Event::InitDone) => None,
+                Err(err) => Some(Err(err)),
+            };
+            future::ready(out)
+        })
+}
+
+use kube::runtime::watcher::watcher;
+
+/// Drops what the controller never reads, to keep the caches small:
+/// managedFields dominate the size of an applied object.
+pub fn trim<K: Resource>(obj: &mut K) {
+    obj.meta_mut().managed_fields = None;
+    if let Some(annotations) = obj.meta_mut().annotations.as_mut() {
+        annotations.remove("kubectl.kubernetes.io/last-applied-configuration");
+    }
+}
+
+fn hash_of(parts: impl Hash) -> u64 {
+    let mut hasher = DefaultHasher::new();
+    parts.hash(&mut hasher);
+    hasher.finish()
+}
+
+/// Children without a status the controller reads: react to spec (via
+/// generation, or the object's labels/annotations/spec for kinds without one).
+pub fn spec_relevance<K: Resource + serde::Serialize>(obj: &K) -> u64 {
+    let meta = obj.meta();
+    match meta.generation {
+        Some(generation) => {
+            let owners: Vec<&str> = meta
+                .owner_references
+                .iter()
+                .flatten()
+                .map(|o| o.uid.as_str())
+                .collect();
+            hash_of((generation, &meta.labels, &meta.annotations, owners))
+        }
+        // Services have no generation: hash the whole object minus
+        // bookkeeping that changes on every write.
+        None => {
+            let mut value = serde_json::to_value(obj).unwrap_or_default();
+            if let Some(meta) = value.get_mut("metadata").and_then(|m| m.as_object_mut()) {
+                meta.remove("resourceVersion");
+                meta.remove("managedFields");
+            }
+            hash_of(value.to_string())
+        }
+    }
+}
+
+/// StatefulSets: spec changes plus the status counts the cluster status
+/// reports; other status churn (observedGeneration bookkeeping, revisions of
+/// pods the operator does not restart) is ignored.
+pub fn statefulset_relevance(sts: &StatefulSet) -> u64 {
+    let status = sts.status.as_ref();
+    hash_of((
+        spec_relevance(sts),
+        status.map(|s| s.replicas),
+        status.and_then(|s| s.ready_replicas),
+        status.and_then(|s| s.available_replicas),
+        status.and_then(|s| s.current_replicas),
+        status.and_then(|s| s.updated_replicas),
+    ))
+}
+
+/// The cluster watch reacts to spec (generation, which also moves on
+/// deletion), annotations (the pause switch) and finalizers, and ignores
+/// status-only updates: the operator's own status writes would otherwise echo
+/// back as reconciles.
+pub fn cluster_relevance(dkv: &dkv_api::DistributedKV) -> Option<u64> {
+    let meta = dkv.meta();
+    Some(hash_of((
+        meta.generation,
+        &meta.annotations,
+        &meta.finalizers,
+        meta.deletion_timestamp.is_some(),
+    )))
+}
+
+/// Read handles on every cache the reconcile needs.
+#[derive(Clone)]
+pub struct Stores {
+    pub statefulsets: Store<StatefulSet>,
+    pub services: Store<k8s_openapi::api::core::v1::Service>,
+    pub pdbs: Store<k8s_openapi::api::policy::v1::PodDisruptionBudget>,
+    pub cronjobs: Store<k8s_openapi::api::batch::v1::CronJob>,
+    pub storage_classes: Store<k8s_openapi::api::storage::v1::StorageClass>,
+}
+
+impl Stores {
+    /// Whether every cache has completed its initial list, so that "not in
+    /// the cache" means "does not exist".
+    pub fn ready(&self) -> Result<(), &'static str> {
+        // `wait_until_ready` is async; the non-blocking check is whether the
+        // ready future resolves immediately.
+        let checks: [(&'static str, bool); 5] = [
+            ("StatefulSet cache", is_ready(&self.statefulsets)),
+            ("Service cache", is_ready(&self.services)),
+            ("PodDisruptionBudget cache", is_ready(&self.pdbs)),
+            ("CronJob cache", is_ready(&self.cronjobs)),
+            ("StorageClass cache", is_ready(&self.storage_classes)),
+        ];
+        match checks.into_iter().find(|(_, ready)| !ready) {
+            Some((what, _)) => Err(what),
+            None => Ok(()),
+        }
+    }
+}
+
+fn is_ready<K>(store: &Store<K>) -> bool
+where
+    K: Resource + Clone + 'static,
+    K::DynamicType: Eq + Hash + Clone,
+{
+    futures::FutureExt::now_or_never(store.wait_until_ready()).is_some_and(|r| r.is_ok())
+}
+
+/// A fresh store pair, for wiring and for tests.
+pub fn store<K>() -> (Store<K>, Writer<K>)
+where
+    K: Resource<DynamicType = ()> + Clone + 'static,
+{
+    reflector::store()
+}
+
+/// Looks up a namespaced object in a store.
+pub fn get<K>(store: &Store<K>, namespace: &str, name: &str) -> Option<std::sync::Arc<K>>
+where
+    K: Resource<DynamicType = ()> + Clone + 'static,
+{
+    store.get(&ObjectRef::new(name).within(namespace))
+}
+
+/// Every object in a store whose controller owner is the cluster with `uid`.
+pub fn owned_by<K>(store: &Store<K>, uid: &str) -> Vec<std::sync::Arc<K>>
+where
+    K: Resource<DynamicType = ()> + Clone + 'static,
+{
+    store
+        .state()
+        .into_iter()
+        .filter(|obj| {
+            obj.owner_references()
+                .iter()
+                .any(|o| o.controller == Some(true) && o.uid == uid)
+        })
+        .collect()
+}

@@ -1,0 +1,18 @@
+//! dkv: a Kubernetes operator that runs replicated etcd clusters
+//! (`DistributedKV`) and keeps them safe through their whole life.
+//!
+//! The binary `dkv` has one subcommand per role ([`cli::Command`]); this
+//! library holds them so integration tests can run the same code in-process.
+
+pub mod backup_agent;
+pub mod cli;
+pub mod cluster;
+pub mod crd;
+pub mod etcd_version;
+pub mod leader;
+pub mod member_init;
+pub mod metrics;
+pub mod operator;
+pub mod quantity;
+pub mod server;
+pub mod telemetry;

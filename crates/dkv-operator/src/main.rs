@@ -1,0 +1,17 @@
+//! The `dkv` binary: parses the command line and runs the chosen role.
+
+use clap::Parser;
+use dkv_operator::cli::{Cli, Command};
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    match Cli::parse().command {
+        Command::Operator(args) => dkv_operator::operator::run(args).await,
+        Command::Crd => {
+            print!("{}", dkv_operator::crd::all_yaml()?);
+            Ok(())
+        }
+        Command::MemberInit(args) => dkv_operator::member_init::run(&args),
+        Command::Backup(args) => dkv_operator::backup_agent::run(&args),
+    }
+}

@@ -1,0 +1,181 @@
+//! `dkv operator`: wires the controllers, the HTTP endpoints, leader election
+//! and graceful shutdown together.
+//!
+//! Life of a replica: serve health and metrics at once (a standby is ready
+//! too); wait for the leader lease; run the controllers while renewing it.
+//! SIGTERM stops the controllers, lets in-flight reconciles finish, then
+//! releases the lease so a standby takes over without waiting for expiry.
+//! Losing the lease stops the process with an error: a replica that may no
+//! longer be leader must not write anything, and a restart is the simplest
+//! way to be sure.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use anyhow::Context as _;
+use kube::Client;
+use kube::runtime::events::Reporter;
+use tokio::sync::watch;
+use tracing::{error, info};
+
+use crate::cli::OperatorArgs;
+use crate::cluster::{self, validate::Defaults};
+use crate::leader::{LeaderElector, LeaseConfig};
+use crate::metrics::Metrics;
+use crate::server::{self, Health};
+
+/// Runs the operator until SIGINT/SIGTERM.
+pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
+    crate::telemetry::init(args.log_format);
+    let client = Client::try_default()
+        .await
+        .context("connecting to the Kubernetes API (in-cluster config or KUBECONFIG)")?;
+
+    let (stop_tx, stop_rx) = watch::channel(false);
+    tokio::spawn(async move {
+        wait_for_signal().await;
+        info!("shutdown requested");
+        let _ = stop_tx.send(true);
+    });
+    run_with(client, args, stop_rx).await
+}
+
+/// Runs the operator with `client` until `stop` turns true. Tests and the
+/// embedded local mode call this directly.
+pub async fn run_with(
+    client: Client,
+    args: OperatorArgs,
+    stop: watch::Receiver<bool>,
+) -> anyhow::Result<()> {
+    let metrics = Arc::new(Metrics::new());
+    let health = Arc::new(Health::default());
+
+    let server = tokio::spawn(server::serve(
+        args.metrics_addr,
+        metrics.clone(),
+        health.clone(),
+        stopped(stop.clone()),
+    ));
+
+    // Fail fast with a clear message when the API is unreachable or the CRDs
+    // are missing, instead of retrying watches forever.
+    client
+        .apiserver_version()
+        .await
+        .context("the Kubernetes API server does not answer")?;
+    health.ready.store(true, Ordering::Relaxed);
+
+    let identity = args
+        .identity
+        .clone()
+        .unwrap_or_else(|| format!("dkv-{}", std::process::id()));
+    let mut elector = args.leader_election.then(|| {
+        LeaderElector::new(
+            client.clone(),
+            LeaseConfig::new(
+                args.leader_election_lease.clone(),
+                args.leader_election_namespace.clone(),
+                identity.clone(),
+            ),
+        )
+    });
+
+    let mut stop_for_election = stop.clone();
+    if let Some(elector) = elector.as_mut() {
+        info!(identity = %elector.identity(), lease = %args.leader_election_lease, "waiting for the leader lease");
+        if elector.acquire(&mut stop_for_election).await.is_none() {
+            return finish(server).await;
+        }
+        info!(identity = %elector.identity(), "became leader");
+    }
+    metrics.set_leader(true);
+
+    let defaults = Defaults {
+        operator_image: args.operator_image.clone(),
+    };
+    let settings = cluster::Settings {
+        namespace: args.namespace.clone(),
+        concurrency: args.concurrency,
+    };
+    let reporter = Reporter {
+        controller: "dkv-operator".into(),
+        instance: Some(identity),
+    };
+    let (lost_tx, lost_rx) = watch::channel(false);
+    let controller_stop = {
+        let stop = stop.clone();
+        let lost = lost_rx.clone();
+        async move {
+            tokio::select! {
+                _ = stopped(stop) => {}
+                _ = stopped(lost) => {}
+            }
+        }
+    };
+    let controller = tokio::spawn(cluster::run(
+        client.clone(),
+        settings,
+        defaults,
+        metrics.clone(),
+        reporter,
+        controller_stop,
+    ));
+
+    let mut lost = false;
+    if let Some(elector) = elector.as_mut() {
+        let mut stop_for_hold = stop.clone();
+        lost = elector.hold(&mut stop_for_hold).await;
+        if lost {
+            error!("lost the leader lease; stopping");
+            let _ = lost_tx.send(true);
+        }
+    }
+    controller.await.context("the controller task panicked")?;
+    metrics.set_leader(false);
+    if let Some(elector) = elector.as_mut()
+        && !lost
+        && let Err(err) = elector.release().await
+    {
+        error!(error = %err, "failed to release the leader lease; a standby takes over when it expires");
+    }
+    if lost {
+        anyhow::bail!("lost the leader lease");
+    }
+    finish(server).await
+}
+
+async fn finish(server: tokio::task::JoinHandle<std::io::Result<()>>) -> anyhow::Result<()> {
+    server
+        .await
+        .context("the HTTP server task panicked")?
+        .context("the HTTP server failed")?;
+    info!("operator stopped");
+    Ok(())
+}
+
+/// Resolves once `rx` holds `true`.
+async fn stopped(mut rx: watch::Receiver<bool>) {
+    let _ = rx.wait_for(|stop| *stop).await;
+}
+
+async fn wait_for_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}

@@ -1,0 +1,220 @@
+//! `ApiError`: failures rendered as Kubernetes `Status` objects with the code and reason a real API server uses.
+
+use serde_json::{Value, json};
+
+/// An error answered to a client as a `Status` body.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{reason} ({code}): {message}")]
+pub struct ApiError {
+    pub code: u16,
+    pub reason: &'static str,
+    pub message: String,
+    pub details: Option<Value>,
+}
+
+/// One entry of `details.causes` of an `Invalid` error.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FieldCause {
+    pub reason: &'static str,
+    pub field: String,
+    pub message: String,
+}
+
+impl FieldCause {
+    pub fn invalid(field: impl Into<String>, value: &Value, detail: impl std::fmt::Display) -> Self {
+        let field = field.into();
+        let shown = match value {
+            Value::String(s) => format!("{s:?}"),
+            other => other.to_string(),
+        };
+        FieldCause {
+            reason: "FieldValueInvalid",
+            message: format!("Invalid value: {shown}: {detail}"),
+            field,
+        }
+    }
+
+    pub fn required(field: impl Into<String>, detail: impl std::fmt::Display) -> Self {
+        let detail = detail.to_string();
+        FieldCause {
+            reason: "FieldValueRequired",
+            message: if detail.is_empty() { "Required value".to_string() } else { format!("Required value: {detail}") },
+            field: field.into(),
+        }
+    }
+
+    pub fn forbidden(field: impl Into<String>, detail: impl std::fmt::Display) -> Self {
+        FieldCause { reason: "FieldValueForbidden", message: format!("Forbidden: {detail}"), field: field.into() }
+    }
+
+    pub fn unsupported(field: impl Into<String>, value: &Value, allowed: &[Value]) -> Self {
+        let allowed: Vec<String> = allowed.iter().map(|v| v.to_string()).collect();
+        FieldCause {
+            reason: "FieldValueNotSupported",
+            message: format!("Unsupported value: {value}: supported values: {}", allowed.join(", ")),
+            field: field.into(),
+        }
+    }
+
+    pub fn type_invalid(field: impl Into<String>, value: &Value, expected: &str) -> Self {
+        let shown = match value {
+            Value::String(s) => format!("{s:?}"),
+            other => other.to_string(),
+        };
+        FieldCause {
+            reason: "FieldValueTypeInvalid",
+            message: format!("Invalid value: {shown}: {}", expected),
+            field: field.into(),
+        }
+    }
+
+    fn rendered(&self) -> String {
+        if self.field.is_empty() { self.message.clone() } else { format!("{}: {}", self.field, self.message) }
+    }
+}
+
+/// The resource an error is about, as `details.{group,kind,name}` expects it.
+#[derive(Debug, Clone, Default)]
+pub struct Subject<'a> {
+    pub group: &'a str,
+    /// The plural resource name (upstream puts the resource, not the Kind, here).
+    pub resource: &'a str,
+    pub name: &'a str,
+}
+
+impl ApiError {
+    fn new(code: u16, reason: &'static str, message: impl Into<String>) -> Self {
+        ApiError { code, reason, message: message.into(), details: None }
+    }
+
+    fn with_details(mut self, details: Value) -> Self {
+        self.details = Some(details);
+        self
+    }
+
+    fn qualified(group: &str, resource: &str) -> String {
+        if group.is_empty() { resource.to_string() } else { format!("{resource}.{group}") }
+    }
+
+    pub fn not_found(s: Subject<'_>) -> Self {
+        let mut e = Self::new(404, "NotFound", format!("{} {:?} not found", Self::qualified(s.group, s.resource), s.name));
+        if s.name.is_empty() {
+            e.message = "the server could not find the requested resource".into();
+        }
+        e.with_details(json!({"name": s.name, "group": s.group, "kind": s.resource}))
+    }
+
+    pub fn already_exists(s: Subject<'_>) -> Self {
+        Self::new(409, "AlreadyExists", format!("{} {:?} already exists", Self::qualified(s.group, s.resource), s.name))
+            .with_details(json!({"name": s.name, "group": s.group, "kind": s.resource}))
+    }
+
+    pub fn conflict(s: Subject<'_>, why: impl std::fmt::Display) -> Self {
+        Self::new(
+            409,
+            "Conflict",
+            format!("Operation cannot be fulfilled on {} {:?}: {why}", Self::qualified(s.group, s.resource), s.name),
+        )
+        .with_details(json!({"name": s.name, "group": s.group, "kind": s.resource}))
+    }
+
+    pub fn stale(s: Subject<'_>) -> Self {
+        Self::conflict(s, "the object has been modified; please apply your changes to the latest version and try again")
+    }
+
+    /// 422 with field causes; `kind` is the object's Kind, as upstream reports it.
+    pub fn invalid(group: &str, kind: &str, name: &str, causes: Vec<FieldCause>) -> Self {
+        let rendered: Vec<String> = causes.iter().map(FieldCause::rendered).collect();
+        let summary =
+            if rendered.len() == 1 { rendered[0].clone() } else { format!("[{}]", rendered.join(", ")) };
+        let gk = if group.is_empty() { kind.to_string() } else { format!("{kind}.{group}") };
+        let causes: Vec<Value> = causes
+            .iter()
+            .map(|c| json!({"reason": c.reason, "message": c.message, "field": c.field}))
+            .collect();
+        Self::new(422, "Invalid", format!("{gk} {name:?} is invalid: {summary}"))
+            .with_details(json!({"name": name, "group": group, "kind": kind, "causes": causes}))
+    }
+
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(400, "BadRequest", message)
+    }
+
+    pub fn method_not_allowed(message: impl Into<String>) -> Self {
+        Self::new(405, "MethodNotAllowed", message)
+    }
+
+    pub fn unsupported_media_type(content_type: &str) -> Self {
+        Self::new(415, "UnsupportedMediaType", format!("the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml; got {content_type:?}"))
+    }
+
+    pub fn unsupported_media(message: impl Into<String>) -> Self {
+        Self::new(415, "UnsupportedMediaType", message)
+    }
+
+    pub fn not_acceptable(message: impl Into<String>) -> Self {
+        Self::new(406, "NotAcceptable", message)
+    }
+
+    pub fn expired(message: impl Into<String>) -> Self {
+        Self::new(410, "Expired", message)
+    }
+
+    pub fn gone(message: impl Into<String>) -> Self {
+        Self::new(410, "Gone", message)
+    }
+
+    pub fn forbidden(s: Subject<'_>, why: impl std::fmt::Display) -> Self {
+        Self::new(
+            403,
+            "Forbidden",
+            format!("{} {:?} is forbidden: {why}", Self::qualified(s.group, s.resource), s.name),
+        )
+        .with_details(json!({"name": s.name, "group": s.group, "kind": s.resource}))
+    }
+
+    pub fn timeout(message: impl Into<String>) -> Self {
+        Self::new(504, "Timeout", message)
+    }
+
+    pub fn internal(message: impl Into<String>) -> Self {
+        Self::new(500, "InternalError", message)
+    }
+
+    pub fn not_found_path() -> Self {
+        Self::new(404, "NotFound", "the server could not find the requested resource").with_details(json!({}))
+    }
+
+    /// Adds causes to an error (e.g. a 409 field-manager conflict lists the conflicting fields).
+    pub fn with_causes(mut self, causes: Vec<Value>) -> Self {
+        let details = self.details.get_or_insert_with(|| json!({}));
+        if let Some(d) = details.as_object_mut() {
+            d.insert("causes".into(), Value::Array(causes));
+        }
+        self
+    }
+
+    pub fn with_reason(mut self, reason: &'static str) -> Self {
+        self.reason = reason;
+        self
+    }
+
+    /// The `Status` object sent on the wire.
+    pub fn to_status(&self) -> Value {
+        let mut status = json!({
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": self.message,
+            "reason": self.reason,
+            "code": self.code,
+        });
+        if let (Some(d), Some(obj)) = (&self.details, status.as_object_mut()) {
+            obj.insert("details".into(), d.clone());
+        }
+        status
+    }
+}
+
+pub type ApiResult<T> = Result<T, ApiError>;

@@ -1,0 +1,1 @@
+//! kube-local: a local Kubernetes-API-compatible control plane.
