@@ -3,6 +3,10 @@
 //! Created by a user for an on-demand backup, or by a scheduled run; either
 //! way it is the catalogue entry `kubectl get dkvbackup` lists.
 
+// Several `printcolumn(...)` entries repeat the same keys (`type_`,
+// `json_path`), which clippy mistakes for duplicated attributes.
+#![allow(clippy::duplicated_attributes)]
+
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;

@@ -5,6 +5,10 @@
 //! rules); what it cannot express is checked by the operator's validate step
 //! and, later, by the admission webhook.
 
+// Several `printcolumn(...)` entries repeat the same keys (`type_`,
+// `json_path`), which clippy mistakes for duplicated attributes.
+#![allow(clippy::duplicated_attributes)]
+
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{

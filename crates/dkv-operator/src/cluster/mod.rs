@@ -67,7 +67,7 @@ pub async fn reconcile(dkv: Arc<DistributedKV>, ctx: Arc<Context>) -> Result<Act
             }
         })
         .await
-        .map_err(|err| unwrap_finalizer_error(err));
+        .map_err(unwrap_finalizer_error);
 
         match &result {
             Ok(_) => {
@@ -140,46 +140,66 @@ async fn reconcile_cluster(dkv: &DistributedKV, ctx: &Context) -> Result<Action>
     Ok(Action::await_change())
 }
 
-/// Makes an error visible where users look: permanent errors in status
-/// (Degraded) and as a Warning Event; transient ones as an Event.
+/// Makes an error visible where users look. Permanent errors go into status
+/// (`Degraded`), whose transition publishes one Warning Event — repeated
+/// passes with the same error change nothing and publish nothing. Transient
+/// errors publish a Warning Event (the recorder folds repeats into a series).
 async fn report_error(dkv: &DistributedKV, err: &Error, ctx: &Context) {
     let category = err.category();
     warn!(error = %err, category = category.as_str(), step = err.step(), "reconcile failed");
-    if category == Category::Permanent && dkv.meta().deletion_timestamp.is_none() {
-        let now = Time(jiff::Timestamp::now());
-        let status = status::invalid(dkv, &err.to_string(), &now);
-        if let Err(status_err) = status::write(dkv, status, ctx).await {
-            warn!(error = %status_err, "failed to report the error in status");
+    match category {
+        Category::Permanent if dkv.meta().deletion_timestamp.is_none() => {
+            let reason = match err {
+                Error::InvalidSpec(_) => dkv_api::conditions::reasons::INVALID_SPEC,
+                _ => dkv_api::conditions::reasons::RECONCILE_ERROR,
+            };
+            let now = Time(jiff::Timestamp::now());
+            let status = status::degraded(dkv, reason, &err.to_string(), &now);
+            if let Err(status_err) = status::write(dkv, status, ctx).await {
+                warn!(error = %status_err, "failed to report the error in status");
+            }
+        }
+        Category::Waiting | Category::Permanent => {}
+        Category::Transient => {
+            status::publish(
+                dkv,
+                Event {
+                    type_: EventType::Warning,
+                    reason: "ReconcileFailed".to_owned(),
+                    note: Some(format!("{err} (will retry)")),
+                    action: "Reconcile".to_owned(),
+                    secondary: None,
+                },
+                ctx,
+            )
+            .await;
         }
     }
-    if category == Category::Waiting {
-        return;
-    }
-    status::publish(
-        dkv,
-        Event {
-            type_: EventType::Warning,
-            reason: match err {
-                Error::InvalidSpec(_) => dkv_api::conditions::reasons::INVALID_SPEC.to_owned(),
-                _ => "ReconcileFailed".to_owned(),
-            },
-            note: Some(format!("{} ({})", err, category.as_str())),
-            action: "Reconcile".to_owned(),
-            secondary: None,
-        },
-        ctx,
-    )
-    .await;
 }
 
 /// What the controller does after a failed reconcile, by category.
 pub fn error_policy(dkv: Arc<DistributedKV>, err: &Error, ctx: Arc<Context>) -> Action {
+    match retry_delay(&dkv, err, &ctx, rand::random::<f64>()) {
+        Some(delay) => Action::requeue(delay),
+        None => Action::await_change(),
+    }
+}
+
+/// When to retry after `err`: never for permanent errors (a spec change
+/// triggers the next pass), soon for waiting, with exponential backoff for
+/// transient ones. `jitter` is in `[0, 1)`.
+pub fn retry_delay(
+    dkv: &DistributedKV,
+    err: &Error,
+    ctx: &Context,
+    jitter: f64,
+) -> Option<std::time::Duration> {
     match err.category() {
-        Category::Permanent => Action::await_change(),
-        Category::Waiting => Action::requeue(WAITING_DELAY),
+        Category::Permanent => None,
+        Category::Waiting => Some(WAITING_DELAY),
         Category::Transient => {
-            let failures = ctx.record_failure(&ObjectRef::from_obj(dkv.as_ref()));
-            Action::requeue(backoff_delay(failures, rand::random::<f64>()))
+            let failures = ctx.record_failure(&ObjectRef::from_obj(dkv));
+            Some(backoff_delay(failures, jitter))
         }
     }
 }

@@ -162,9 +162,14 @@ pub fn compute(dkv: &DistributedKV, obs: &Observation<'_>, now: &Time) -> Distri
     }
 }
 
-/// The status after validation failed: Degraded with the problems, the rest
-/// (what is known about the running cluster) kept.
-pub fn invalid(dkv: &DistributedKV, message: &str, now: &Time) -> DistributedKVStatus {
+/// The status after a permanent error: Degraded with `reason` and the error,
+/// the rest (what is known about the running cluster) kept.
+pub fn degraded(
+    dkv: &DistributedKV,
+    reason: &'static str,
+    message: &str,
+    now: &Time,
+) -> DistributedKVStatus {
     let old = dkv.status.clone().unwrap_or_default();
     let generation = dkv.meta().generation;
     let mut conditions = old.conditions.clone();
@@ -173,7 +178,7 @@ pub fn invalid(dkv: &DistributedKV, message: &str, now: &Time) -> DistributedKVS
         Want {
             type_: types::DEGRADED,
             status: true,
-            reason: reasons::INVALID_SPEC,
+            reason,
             message: message.to_owned(),
         },
         generation,

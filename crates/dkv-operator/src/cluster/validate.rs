@@ -162,7 +162,7 @@ pub fn validate(
         );
     }
 
-    let storage = spec.storage.as_ref().and_then(|storage| {
+    let storage = spec.storage.as_ref().map(|storage| {
         let class = storage.storage_class_name.trim();
         if class.is_empty() {
             problems.add(
@@ -193,11 +193,11 @@ pub fn validate(
             ),
             Err(err) => problems.add("spec.storage.size", err.to_string()),
         }
-        Some(ValidatedStorage {
+        ValidatedStorage {
             storage_class_name: class.to_owned(),
             size,
             reclaim_policy: storage.reclaim_policy,
-        })
+        }
     });
 
     let backup = spec.backup.as_ref().map(|backup| {
@@ -229,7 +229,12 @@ pub fn validate(
 
     let etcd = etcd_settings(spec.etcd.as_ref(), &mut problems);
 
-    let owner = dkv.controller_owner_ref(&());
+    // blockOwnerDeletion: a foreground deletion of the cluster waits until
+    // its members are gone.
+    let owner = dkv.controller_owner_ref(&()).map(|mut owner| {
+        owner.block_owner_deletion = Some(true);
+        owner
+    });
     let uid = dkv.uid();
     if owner.is_none() || uid.is_none() {
         problems.add(

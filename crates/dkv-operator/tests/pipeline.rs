@@ -1,0 +1,602 @@
+//! The pure middle of the reconcile pipeline (validate → plan → build), driven
+//! from YAML fixtures with no API server and no etcd.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeMap;
+
+use dkv_api::DistributedKV;
+use dkv_operator::cluster::build::{self, Prepared};
+use dkv_operator::cluster::plan::{self, HeldBack, Plan};
+use dkv_operator::cluster::validate::{self, Defaults, Facts, ValidatedCluster};
+use dkv_operator::etcd_version::EtcdVersion;
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{Container, Probe};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use pretty_assertions::assert_eq;
+
+const OPERATOR_IMAGE: &str = "ghcr.io/dkv-io/dkv:test";
+
+fn fixture(name: &str) -> DistributedKV {
+    let path = format!("{}/tests/fixtures/{name}.yaml", env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(&path).unwrap();
+    serde_saphyr::from_str(&text).unwrap()
+}
+
+fn defaults() -> Defaults {
+    Defaults {
+        operator_image: OPERATOR_IMAGE.to_owned(),
+    }
+}
+
+fn facts() -> Facts {
+    Facts {
+        storage_classes: Some(vec!["standard".into(), "fast-ssd".into()]),
+        deployed_version: None,
+    }
+}
+
+fn validated(dkv: &DistributedKV) -> ValidatedCluster {
+    validate::validate(dkv, &facts(), &defaults()).unwrap()
+}
+
+fn prepare(dkv: &DistributedKV) -> (ValidatedCluster, Plan, Prepared) {
+    let cluster = validated(dkv);
+    let plan = plan::plan(&cluster, None);
+    let prepared = build::build(&cluster, &plan);
+    (cluster, plan, prepared)
+}
+
+fn container<'a>(sts: &'a StatefulSet, name: &str) -> &'a Container {
+    let pod = sts.spec.template.spec.as_ref().unwrap();
+    pod.containers
+        .iter()
+        .chain(pod.init_containers.iter().flatten())
+        .find(|c| c.name == name)
+        .unwrap()
+}
+
+fn probe_path(probe: &Probe) -> Option<String> {
+    probe.http_get.as_ref().and_then(|h| h.path.clone())
+}
+
+fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect()
+}
+
+#[test]
+fn every_child_is_owned_by_the_cluster_and_labelled() {
+    let dkv = fixture("full");
+    let (_, _, prepared) = prepare(&dkv);
+    let metas = [
+        &prepared.statefulset.metadata,
+        &prepared.peer_service.metadata,
+        &prepared.client_service.metadata,
+        &prepared.pdb.metadata,
+        &prepared.backup_cronjob.as_ref().unwrap().metadata,
+    ];
+    for meta in metas {
+        let name = meta.name.clone().unwrap();
+        assert_eq!(meta.namespace.as_deref(), Some("shop"), "{name}");
+        let owners = meta.owner_references.as_ref().unwrap();
+        assert_eq!(owners.len(), 1, "{name}");
+        let owner = &owners[0];
+        assert_eq!(owner.api_version, "dkv.io/v1alpha1");
+        assert_eq!(owner.kind, "DistributedKV");
+        assert_eq!(owner.name, "orders");
+        assert_eq!(owner.uid, "7d3c4f1e-0000-4000-8000-000000000002");
+        assert_eq!(owner.controller, Some(true), "{name}");
+        assert_eq!(owner.block_owner_deletion, Some(true), "{name}");
+        let l = meta.labels.as_ref().unwrap();
+        assert_eq!(l["app.kubernetes.io/name"], "distributedkv", "{name}");
+        assert_eq!(l["app.kubernetes.io/instance"], "orders", "{name}");
+        assert_eq!(l["app.kubernetes.io/managed-by"], "dkv-operator", "{name}");
+        assert_eq!(l["dkv.io/cluster"], "orders", "{name}");
+    }
+}
+
+#[test]
+fn statefulset_runs_members_in_parallel_with_operator_controlled_updates() {
+    let (_, _, prepared) = prepare(&fixture("full"));
+    let sts = &prepared.statefulset;
+    assert_eq!(sts.metadata.name.as_deref(), Some("orders"));
+    let annotations = sts.metadata.annotations.as_ref().unwrap();
+    assert_eq!(annotations["dkv.io/bootstrap-size"], "5");
+    assert_eq!(annotations["dkv.io/etcd-version"], "3.5.16");
+    let spec = &sts.spec;
+    assert_eq!(spec.replicas, Some(5));
+    assert_eq!(spec.service_name.as_deref(), Some("orders-peer"));
+    assert_eq!(spec.pod_management_policy.as_deref(), Some("Parallel"));
+    assert_eq!(
+        spec.update_strategy.as_ref().unwrap().type_.as_deref(),
+        Some("OnDelete")
+    );
+    let retention = spec
+        .persistent_volume_claim_retention_policy
+        .as_ref()
+        .unwrap();
+    assert_eq!(retention.when_deleted.as_deref(), Some("Retain"));
+    assert_eq!(retention.when_scaled.as_deref(), Some("Retain"));
+    assert_eq!(
+        spec.selector.match_labels.clone().unwrap(),
+        labels(&[
+            ("app.kubernetes.io/instance", "orders"),
+            ("app.kubernetes.io/name", "distributedkv")
+        ])
+    );
+
+    let template_meta = spec.template.metadata.as_ref().unwrap();
+    let template_labels = template_meta.labels.as_ref().unwrap();
+    assert_eq!(
+        template_labels["team"], "payments",
+        "user pod labels are kept"
+    );
+    assert_eq!(template_labels["app.kubernetes.io/instance"], "orders");
+    assert_eq!(
+        template_meta.annotations.as_ref().unwrap()["prometheus.io/scrape"],
+        "true"
+    );
+    let pod = spec.template.spec.as_ref().unwrap();
+    assert_eq!(pod.enable_service_links, Some(false));
+    assert_eq!(
+        pod.node_selector.clone().unwrap(),
+        labels(&[("disktype", "ssd")])
+    );
+    assert_eq!(
+        pod.tolerations.as_ref().unwrap()[0].key.as_deref(),
+        Some("dedicated")
+    );
+    assert_eq!(pod.priority_class_name.as_deref(), Some("critical-storage"));
+    let anti = pod
+        .affinity
+        .as_ref()
+        .unwrap()
+        .pod_anti_affinity
+        .as_ref()
+        .unwrap();
+    let preferred = anti
+        .preferred_during_scheduling_ignored_during_execution
+        .as_ref()
+        .unwrap();
+    assert_eq!(
+        preferred[0].pod_affinity_term.topology_key,
+        "kubernetes.io/hostname"
+    );
+}
+
+#[test]
+fn pvc_template_comes_from_spec_storage() {
+    let (_, _, prepared) = prepare(&fixture("full"));
+    let claims = prepared
+        .statefulset
+        .spec
+        .volume_claim_templates
+        .as_ref()
+        .unwrap();
+    assert_eq!(claims.len(), 1);
+    let claim = &claims[0];
+    assert_eq!(claim.metadata.name.as_deref(), Some("data"));
+    assert_eq!(
+        claim.metadata.labels.as_ref().unwrap()["dkv.io/cluster"],
+        "orders"
+    );
+    let spec = claim.spec.as_ref().unwrap();
+    assert_eq!(spec.storage_class_name.as_deref(), Some("fast-ssd"));
+    assert_eq!(
+        spec.access_modes.clone().unwrap(),
+        vec!["ReadWriteOnce".to_owned()]
+    );
+    assert_eq!(
+        spec.resources.as_ref().unwrap().requests.as_ref().unwrap()["storage"].0,
+        "20Gi"
+    );
+    let volumes = prepared
+        .statefulset
+        .spec
+        .template
+        .spec
+        .as_ref()
+        .unwrap()
+        .volumes
+        .clone()
+        .unwrap();
+    assert!(
+        volumes.iter().all(|v| v.name != "data"),
+        "the claim provides the data volume"
+    );
+}
+
+#[test]
+fn without_storage_members_use_an_empty_dir() {
+    let (_, _, prepared) = prepare(&fixture("minimal"));
+    assert!(prepared.statefulset.spec.volume_claim_templates.is_none());
+    let volumes = prepared
+        .statefulset
+        .spec
+        .template
+        .spec
+        .as_ref()
+        .unwrap()
+        .volumes
+        .clone()
+        .unwrap();
+    let data = volumes.iter().find(|v| v.name == "data").unwrap();
+    assert!(data.empty_dir.is_some());
+}
+
+#[test]
+fn etcd_container_reads_its_config_and_is_probed_on_the_health_endpoint() {
+    let (_, _, prepared) = prepare(&fixture("full"));
+    let etcd = container(&prepared.statefulset, "etcd");
+    assert_eq!(etcd.image.as_deref(), Some("quay.io/coreos/etcd:v3.5.16"));
+    assert_eq!(etcd.command.clone().unwrap(), vec!["etcd".to_owned()]);
+    assert_eq!(
+        etcd.args.clone().unwrap(),
+        vec!["--config-file=/var/run/dkv/etcd.conf.yml".to_owned()]
+    );
+    let ports: Vec<(String, i32)> = etcd
+        .ports
+        .iter()
+        .flatten()
+        .map(|p| (p.name.clone().unwrap(), p.container_port))
+        .collect();
+    assert_eq!(
+        ports,
+        vec![
+            ("client".into(), 2379),
+            ("peer".into(), 2380),
+            ("metrics".into(), 2381)
+        ]
+    );
+    let readiness = etcd.readiness_probe.as_ref().unwrap();
+    assert_eq!(probe_path(readiness).as_deref(), Some("/health"));
+    assert_eq!(
+        readiness.http_get.as_ref().unwrap().port,
+        IntOrString::Int(2381)
+    );
+    let liveness = etcd.liveness_probe.as_ref().unwrap();
+    assert_eq!(
+        probe_path(liveness).as_deref(),
+        Some("/health?exclude=NOSPACE&serializable=true"),
+        "liveness must not depend on quorum"
+    );
+    assert!(etcd.startup_probe.is_some());
+    let resources = etcd.resources.as_ref().unwrap();
+    assert_eq!(resources.requests.as_ref().unwrap()["cpu"].0, "500m");
+    assert_eq!(resources.limits.as_ref().unwrap()["memory"].0, "2Gi");
+    let mounts: Vec<(&str, &str)> = etcd
+        .volume_mounts
+        .iter()
+        .flatten()
+        .map(|m| (m.name.as_str(), m.mount_path.as_str()))
+        .collect();
+    assert_eq!(
+        mounts,
+        vec![("data", "/var/lib/etcd"), ("etcd-config", "/var/run/dkv")]
+    );
+}
+
+#[test]
+fn etcd_3_4_liveness_does_not_use_the_quorum_health_check() {
+    let mut dkv = fixture("minimal");
+    dkv.spec.image = "quay.io/coreos/etcd:v3.4.23".into();
+    let (_, _, prepared) = prepare(&dkv);
+    let etcd = container(&prepared.statefulset, "etcd");
+    let liveness = etcd.liveness_probe.as_ref().unwrap();
+    assert!(liveness.http_get.is_none());
+    assert_eq!(
+        liveness.tcp_socket.as_ref().unwrap().port,
+        IntOrString::Int(2379)
+    );
+}
+
+#[test]
+fn member_init_gets_the_bootstrap_parameters() {
+    let (cluster, _, prepared) = prepare(&fixture("full"));
+    let init = container(&prepared.statefulset, "member-init");
+    assert_eq!(init.image.as_deref(), Some(OPERATOR_IMAGE));
+    let args = init.args.clone().unwrap();
+    let expected = [
+        "member-init".to_owned(),
+        "--cluster=orders".to_owned(),
+        "--peer-service=orders-peer".to_owned(),
+        "--bootstrap-size=5".to_owned(),
+        format!("--initial-cluster-token=shop-orders-{}", cluster.uid),
+        "--data-dir=/var/lib/etcd/data".to_owned(),
+        "--config-file=/var/run/dkv/etcd.conf.yml".to_owned(),
+        "--quota-backend-bytes=4294967296".to_owned(),
+        "--auto-compaction-mode=revision".to_owned(),
+        "--auto-compaction-retention=5000".to_owned(),
+    ];
+    assert_eq!(args, expected);
+    let env: Vec<(String, String)> = init
+        .env
+        .iter()
+        .flatten()
+        .map(|e| {
+            (
+                e.name.clone(),
+                e.value_from
+                    .as_ref()
+                    .unwrap()
+                    .field_ref
+                    .as_ref()
+                    .unwrap()
+                    .field_path
+                    .clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        env,
+        vec![
+            ("POD_NAME".into(), "metadata.name".into()),
+            ("POD_NAMESPACE".into(), "metadata.namespace".into()),
+            ("POD_IP".into(), "status.podIP".into()),
+        ]
+    );
+}
+
+#[test]
+fn services_give_peers_stable_names_and_clients_ready_members() {
+    let (_, _, prepared) = prepare(&fixture("minimal"));
+    let peer = prepared.peer_service.spec.as_ref().unwrap();
+    assert_eq!(
+        prepared.peer_service.metadata.name.as_deref(),
+        Some("orders-peer")
+    );
+    assert_eq!(peer.cluster_ip.as_deref(), Some("None"));
+    assert_eq!(peer.publish_not_ready_addresses, Some(true));
+    let peer_ports: Vec<(String, i32)> = peer
+        .ports
+        .iter()
+        .flatten()
+        .map(|p| (p.name.clone().unwrap(), p.port))
+        .collect();
+    assert_eq!(
+        peer_ports,
+        vec![("peer".into(), 2380), ("client".into(), 2379)]
+    );
+
+    let client = prepared.client_service.spec.as_ref().unwrap();
+    assert_eq!(
+        prepared.client_service.metadata.name.as_deref(),
+        Some("orders-client")
+    );
+    assert_eq!(client.type_.as_deref(), Some("ClusterIP"));
+    assert_eq!(
+        client.publish_not_ready_addresses, None,
+        "clients only reach ready members"
+    );
+    assert_eq!(client.ports.as_ref().unwrap()[0].port, 2379);
+    assert_eq!(client.selector, peer.selector);
+    assert_eq!(
+        client.selector.clone().unwrap(),
+        prepared
+            .statefulset
+            .spec
+            .selector
+            .match_labels
+            .clone()
+            .unwrap()
+    );
+}
+
+#[test]
+fn pdb_keeps_quorum_for_every_size() {
+    let expected_quorum = [1, 2, 2, 3, 3, 4, 4, 5, 5];
+    for size in 1..=9 {
+        let mut dkv = fixture("minimal");
+        dkv.spec.size = size;
+        let (_, plan, prepared) = prepare(&dkv);
+        assert_eq!(plan.replicas, size);
+        assert_eq!(prepared.statefulset.spec.replicas, Some(size));
+        let pdb = prepared.pdb.spec.as_ref().unwrap();
+        assert_eq!(
+            pdb.min_available,
+            Some(IntOrString::Int(expected_quorum[(size - 1) as usize])),
+            "size {size}"
+        );
+        assert_eq!(pdb.max_unavailable, None);
+        assert_eq!(
+            pdb.selector.as_ref().unwrap().match_labels,
+            prepared.statefulset.spec.selector.match_labels
+        );
+        let init = container(&prepared.statefulset, "member-init");
+        assert!(
+            init.args
+                .as_ref()
+                .unwrap()
+                .contains(&format!("--bootstrap-size={size}")),
+            "size {size}"
+        );
+    }
+}
+
+#[test]
+fn backup_cronjob_exists_only_when_backups_are_configured() {
+    let (_, _, minimal) = prepare(&fixture("minimal"));
+    assert!(minimal.backup_cronjob.is_none());
+
+    let (_, _, full) = prepare(&fixture("full"));
+    let cronjob = full.backup_cronjob.unwrap();
+    assert_eq!(cronjob.metadata.name.as_deref(), Some("orders-backup"));
+    let spec = &cronjob.spec;
+    assert_eq!(spec.schedule, "0 */6 * * *");
+    assert_eq!(spec.concurrency_policy.as_deref(), Some("Forbid"));
+    assert_eq!(spec.time_zone.as_deref(), Some("Etc/UTC"));
+    assert_eq!(spec.successful_jobs_history_limit, Some(3));
+    assert_eq!(spec.failed_jobs_history_limit, Some(3));
+    let pod = spec
+        .job_template
+        .spec
+        .as_ref()
+        .unwrap()
+        .template
+        .spec
+        .as_ref()
+        .unwrap();
+    assert_eq!(pod.restart_policy.as_deref(), Some("Never"));
+    let agent = &pod.containers[0];
+    assert_eq!(
+        agent.image.as_deref(),
+        Some(OPERATOR_IMAGE),
+        "backupImage defaults to the operator image"
+    );
+    assert_eq!(
+        agent.args.clone().unwrap(),
+        vec![
+            "backup".to_owned(),
+            "--cluster=orders".to_owned(),
+            "--destination=s3://dkv-backups/orders/".to_owned(),
+            "--retention-days=7".to_owned(),
+        ]
+    );
+    let env_from = agent.env_from.as_ref().unwrap();
+    assert_eq!(env_from[0].secret_ref.as_ref().unwrap().name, "s3-creds");
+}
+
+#[test]
+fn an_explicit_backup_image_is_used() {
+    let mut dkv = fixture("full");
+    dkv.spec.backup.as_mut().unwrap().backup_image = Some("example.com/dkv:custom".into());
+    let (_, _, prepared) = prepare(&dkv);
+    let cronjob = prepared.backup_cronjob.unwrap();
+    let pod = cronjob
+        .spec
+        .job_template
+        .spec
+        .unwrap()
+        .template
+        .spec
+        .unwrap();
+    assert_eq!(
+        pod.containers[0].image.as_deref(),
+        Some("example.com/dkv:custom")
+    );
+}
+
+#[test]
+fn etcd_defaults_apply_when_spec_etcd_is_absent() {
+    let cluster = validated(&fixture("minimal"));
+    assert_eq!(cluster.etcd.quota_backend_bytes, 2 * 1024 * 1024 * 1024);
+    assert_eq!(cluster.etcd.auto_compaction_mode, "periodic");
+    assert_eq!(cluster.etcd.auto_compaction_retention, "1h");
+    assert_eq!(cluster.version, EtcdVersion::new(3, 5, 16));
+}
+
+#[test]
+fn invalid_spec_names_every_field_and_the_fix() {
+    let err = validate::validate(&fixture("invalid"), &facts(), &defaults()).unwrap_err();
+    let fields: Vec<&str> = err.0.iter().map(|e| e.field.as_str()).collect();
+    assert_eq!(
+        fields,
+        vec![
+            "metadata.name",
+            "spec.size",
+            "spec.version",
+            "spec.storage.storageClassName",
+            "spec.storage.size",
+            "spec.backup.s3Path",
+            "spec.backup.schedule",
+            "spec.etcd.quotaBackendBytes",
+            "spec.etcd.autoCompactionRetention",
+        ]
+    );
+    let text = err.to_string();
+    assert!(text.contains("StorageClass \"missing-class\" does not exist; create it or use one of: standard, fast-ssd"), "{text}");
+    assert!(text.contains("must be between 1 and 9 (got 12)"), "{text}");
+    assert!(text.contains("set spec.version"), "{text}");
+}
+
+#[test]
+fn a_version_change_may_not_skip_a_minor_or_go_down() {
+    let mut dkv = fixture("minimal");
+    let deployed = |v| Facts {
+        deployed_version: Some(v),
+        ..facts()
+    };
+
+    dkv.spec.image = "registry.k8s.io/etcd:3.6.0-0".into();
+    let err =
+        validate::validate(&dkv, &deployed(EtcdVersion::new(3, 4, 23)), &defaults()).unwrap_err();
+    assert_eq!(err.0[0].field, "spec.image");
+    assert!(err.0[0].message.contains("upgrade to 3.5.x first"), "{err}");
+
+    dkv.spec.image = "registry.k8s.io/etcd:3.5.1-0".into();
+    let err =
+        validate::validate(&dkv, &deployed(EtcdVersion::new(3, 5, 16)), &defaults()).unwrap_err();
+    assert!(err.0[0].message.contains("cannot be downgraded"), "{err}");
+
+    dkv.spec.image = "registry.k8s.io/etcd:3.5.16-0".into();
+    assert!(validate::validate(&dkv, &deployed(EtcdVersion::new(3, 4, 23)), &defaults()).is_ok());
+}
+
+#[test]
+fn an_unknown_image_tag_needs_spec_version() {
+    let mut dkv = fixture("minimal");
+    dkv.spec.image = "registry.example/etcd@sha256:0123".into();
+    assert!(validate::validate(&dkv, &facts(), &defaults()).is_err());
+    dkv.spec.version = Some("3.5.16".into());
+    let cluster = validate::validate(&dkv, &facts(), &defaults()).unwrap();
+    assert_eq!(cluster.version, EtcdVersion::new(3, 5, 16));
+}
+
+#[test]
+fn unknown_storage_classes_are_not_rejected_before_they_are_known() {
+    let dkv = fixture("full");
+    let unknown = Facts {
+        storage_classes: None,
+        deployed_version: None,
+    };
+    assert!(validate::validate(&dkv, &unknown, &defaults()).is_ok());
+}
+
+#[test]
+fn the_pause_annotation_is_read() {
+    let mut dkv = fixture("minimal");
+    assert!(!validated(&dkv).paused);
+    dkv.metadata.annotations = Some(labels(&[("dkv.io/reconcile-paused", "true")]));
+    assert!(validated(&dkv).paused);
+}
+
+#[test]
+fn a_running_cluster_keeps_its_size_until_membership_changes_exist() {
+    let (cluster, _, prepared) = prepare(&fixture("minimal"));
+    let mut running = prepared.statefulset.clone();
+    running.status = Some(k8s_openapi::api::apps::v1::StatefulSetStatus {
+        replicas: 3,
+        ready_replicas: Some(3),
+        ..Default::default()
+    });
+    let same = plan::plan(&cluster, Some(&running));
+    assert_eq!(same.replicas, 3);
+    assert_eq!(same.held_back, None);
+    assert!(!same.creating);
+
+    let mut bigger = cluster.clone();
+    bigger.size = 5;
+    let held = plan::plan(&bigger, Some(&running));
+    assert_eq!(
+        held.replicas, 3,
+        "the StatefulSet must not grow behind etcd's back"
+    );
+    assert_eq!(held.bootstrap_size, 3);
+    assert_eq!(
+        held.held_back,
+        Some(HeldBack::Resize {
+            current: 3,
+            requested: 5
+        })
+    );
+    let rebuilt = build::build(&bigger, &held);
+    assert_eq!(rebuilt.statefulset.spec.replicas, Some(3));
+    assert_eq!(
+        rebuilt.pdb.spec.unwrap().min_available,
+        Some(IntOrString::Int(2)),
+        "the PDB protects the members that run"
+    );
+}

@@ -1,0 +1,548 @@
+//! The exact API requests of one reconcile, against a mocked API server:
+//! finalizer add and removal, status written only when it changed, the
+//! permanent-error path, and transient-error backoff.
+//!
+//! These need exact call sequences, which is what a mock is for; behaviour
+//! against a real API server is covered by the kube-local integration tests.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use dkv_api::DistributedKV;
+use dkv_operator::cluster::context::Context;
+use dkv_operator::cluster::validate::{Defaults, Facts};
+use dkv_operator::cluster::watches::{self, Stores};
+use dkv_operator::cluster::{build, plan, reconcile, retry_delay, validate};
+use dkv_operator::metrics::Metrics;
+use http::{Method, Request, Response, StatusCode};
+use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetStatus};
+use k8s_openapi::api::storage::v1::StorageClass;
+use kube::client::Body;
+use kube::runtime::controller::Action;
+use kube::runtime::events::Reporter;
+use kube::runtime::reflector::store::Writer;
+use kube::runtime::watcher::Event;
+use kube::{Client, Resource};
+use serde_json::{Value, json};
+use tower_test::mock::{self, Handle, SendResponse};
+
+type ApiHandle = Handle<Request<Body>, Response<Body>>;
+
+const DKV_PATH: &str = "/apis/dkv.io/v1alpha1/namespaces/shop/distributedkvs/orders";
+
+fn fixture(name: &str) -> DistributedKV {
+    let path = format!("{}/tests/fixtures/{name}.yaml", env!("CARGO_MANIFEST_DIR"));
+    serde_saphyr::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+fn with_finalizer(mut dkv: DistributedKV) -> DistributedKV {
+    dkv.metadata.finalizers = Some(vec!["dkv.io/finalizer".into()]);
+    dkv
+}
+
+fn ready<K>(writer: &mut Writer<K>, objects: Vec<K>)
+where
+    K: Resource<DynamicType = ()> + Clone + 'static,
+{
+    writer.apply_watcher_event(&Event::Init);
+    for obj in objects {
+        writer.apply_watcher_event(&Event::InitApply(obj));
+    }
+    writer.apply_watcher_event(&Event::InitDone);
+}
+
+/// Caches as the watches would fill them: `children` of the cluster, and the
+/// StorageClasses `standard` and `fast-ssd`.
+fn stores(statefulsets: Vec<StatefulSet>, extra: Option<&build::Prepared>) -> Stores {
+    let (sts, mut sts_w) = watches::store();
+    let (services, mut svc_w) = watches::store();
+    let (pdbs, mut pdb_w) = watches::store();
+    let (cronjobs, mut cj_w) = watches::store();
+    let (storage_classes, mut sc_w) = watches::store::<StorageClass>();
+    ready(&mut sts_w, statefulsets);
+    ready(
+        &mut svc_w,
+        extra
+            .map(|p| vec![p.peer_service.clone(), p.client_service.clone()])
+            .unwrap_or_default(),
+    );
+    ready(
+        &mut pdb_w,
+        extra.map(|p| vec![p.pdb.clone()]).unwrap_or_default(),
+    );
+    ready(
+        &mut cj_w,
+        extra
+            .and_then(|p| p.backup_cronjob.clone())
+            .into_iter()
+            .collect(),
+    );
+    let class = |name: &str| StorageClass {
+        metadata: kube::api::ObjectMeta {
+            name: Some(name.into()),
+            ..Default::default()
+        },
+        provisioner: "local".into(),
+        ..Default::default()
+    };
+    ready(&mut sc_w, vec![class("standard"), class("fast-ssd")]);
+    // The writers are dropped here: a store stays readable without them.
+    Stores {
+        statefulsets: sts,
+        services,
+        pdbs,
+        cronjobs,
+        storage_classes,
+    }
+}
+
+fn context(stores: Stores) -> (Arc<Context>, ApiHandle) {
+    let (service, handle) = mock::pair::<Request<Body>, Response<Body>>();
+    let client = Client::new(service, "default");
+    let ctx = Context::new(
+        client,
+        stores,
+        Defaults {
+            operator_image: "ghcr.io/dkv-io/dkv:test".into(),
+        },
+        Arc::new(Metrics::new()),
+        Reporter {
+            controller: "dkv-operator".into(),
+            instance: Some("test".into()),
+        },
+    );
+    (Arc::new(ctx), handle)
+}
+
+/// One request the operator sent.
+struct Sent {
+    method: Method,
+    uri: String,
+    content_type: String,
+    body: Value,
+    respond: SendResponse<Response<Body>>,
+}
+
+impl Sent {
+    fn reply(self, code: StatusCode, body: Value) {
+        let response = Response::builder()
+            .status(code)
+            .header("content-type", "application/json")
+            .body(Body::from(serde_json::to_vec(&body).unwrap()))
+            .unwrap();
+        self.respond.send_response(response);
+    }
+
+    /// Replies with the object the request carried (what an API server
+    /// returns for a successful apply), merged over `base`.
+    fn reply_echo(self, base: Value) {
+        let mut object = base;
+        merge(&mut object, &self.body);
+        self.reply(StatusCode::OK, object);
+    }
+}
+
+fn merge(base: &mut Value, patch: &Value) {
+    match (base, patch) {
+        (Value::Object(b), Value::Object(p)) => {
+            for (k, v) in p {
+                merge(b.entry(k.clone()).or_insert(Value::Null), v);
+            }
+        }
+        (b, p) => *b = p.clone(),
+    }
+}
+
+async fn next(handle: &mut ApiHandle) -> Sent {
+    let (request, respond) = tokio::time::timeout(Duration::from_secs(5), handle.next_request())
+        .await
+        .expect("the operator sent no further request")
+        .expect("the client was dropped");
+    let method = request.method().clone();
+    let uri = request.uri().to_string();
+    let content_type = request
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned();
+    let bytes = request.into_body().collect_bytes().await.unwrap();
+    let body = if bytes.is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_slice(&bytes).unwrap()
+    };
+    Sent {
+        method,
+        uri,
+        content_type,
+        body,
+        respond,
+    }
+}
+
+/// After the reconcile finished and every client handle is gone, the API
+/// server must have received nothing more.
+async fn assert_no_more_requests(ctx: Arc<Context>, mut handle: ApiHandle) {
+    drop(ctx);
+    match tokio::time::timeout(Duration::from_secs(5), handle.next_request()).await {
+        Ok(None) => {}
+        Ok(Some((request, _))) => {
+            panic!("unexpected request {} {}", request.method(), request.uri())
+        }
+        Err(_) => panic!("the client was never dropped"),
+    }
+}
+
+fn expect_event(sent: Sent, reason: &str, type_: &str) {
+    assert_eq!(sent.method, Method::POST);
+    assert_eq!(sent.uri, "/apis/events.k8s.io/v1/namespaces/shop/events?");
+    assert_eq!(sent.body["reason"], reason, "{}", sent.body);
+    assert_eq!(sent.body["type"], type_);
+    assert_eq!(sent.body["regarding"]["kind"], "DistributedKV");
+    assert_eq!(sent.body["regarding"]["name"], "orders");
+    assert_eq!(sent.body["reportingController"], "dkv-operator");
+    let body = sent.body.clone();
+    sent.reply(StatusCode::CREATED, body);
+}
+
+/// The children of `dkv` as an API server would hold them after a converged
+/// creation: everything prepared, and a StatefulSet with all members ready.
+fn converged_children(dkv: &DistributedKV) -> (build::Prepared, StatefulSet) {
+    let facts = Facts {
+        storage_classes: Some(vec!["standard".into(), "fast-ssd".into()]),
+        deployed_version: None,
+    };
+    let cluster = validate::validate(
+        dkv,
+        &facts,
+        &Defaults {
+            operator_image: "ghcr.io/dkv-io/dkv:test".into(),
+        },
+    )
+    .unwrap();
+    let prepared = build::build(&cluster, &plan::plan(&cluster, None));
+    let mut sts = prepared.statefulset.clone();
+    sts.status = Some(StatefulSetStatus {
+        replicas: 3,
+        ready_replicas: Some(3),
+        current_replicas: Some(3),
+        updated_replicas: Some(3),
+        current_revision: Some("orders-abc".into()),
+        update_revision: Some("orders-abc".into()),
+        observed_generation: Some(1),
+        ..Default::default()
+    });
+    (prepared, sts)
+}
+
+#[tokio::test]
+async fn the_finalizer_is_added_before_anything_else() {
+    let dkv = fixture("minimal");
+    let (ctx, mut api) = context(stores(vec![], None));
+    let run = tokio::spawn(reconcile(Arc::new(dkv.clone()), ctx.clone()));
+
+    let sent = next(&mut api).await;
+    assert_eq!(sent.method, Method::PATCH);
+    assert_eq!(sent.uri, format!("{DKV_PATH}?"));
+    assert_eq!(sent.content_type, "application/json-patch+json");
+    assert_eq!(
+        sent.body,
+        json!([
+            {"op": "test", "path": "/metadata/finalizers", "value": null},
+            {"op": "add", "path": "/metadata/finalizers", "value": ["dkv.io/finalizer"]}
+        ])
+    );
+    let mut updated = serde_json::to_value(with_finalizer(dkv)).unwrap();
+    updated["metadata"]["resourceVersion"] = json!("2");
+    sent.reply(StatusCode::OK, updated);
+
+    let action = run.await.unwrap().unwrap();
+    assert_eq!(
+        action,
+        Action::await_change(),
+        "the finalizer patch itself triggers the next pass"
+    );
+    assert_no_more_requests(ctx, api).await;
+}
+
+#[tokio::test]
+async fn deletion_reclaims_volumes_then_removes_the_finalizer() {
+    let mut dkv = with_finalizer(fixture("full"));
+    dkv.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+        jiff::Timestamp::now(),
+    ));
+    let (ctx, mut api) = context(stores(vec![], None));
+    let run = tokio::spawn(reconcile(Arc::new(dkv.clone()), ctx.clone()));
+
+    // finalBackupOnDelete is set, but backups do not exist yet: a Warning
+    // says so instead of pretending.
+    expect_event(next(&mut api).await, "FinalBackupUnavailable", "Warning");
+
+    let sent = next(&mut api).await;
+    assert_eq!(sent.method, Method::DELETE);
+    assert_eq!(
+        sent.uri,
+        "/api/v1/namespaces/shop/persistentvolumeclaims?&labelSelector=dkv.io%2Fcluster%3Dorders"
+    );
+    sent.reply(StatusCode::OK, json!({"apiVersion": "v1", "kind": "PersistentVolumeClaimList", "metadata": {}, "items": []}));
+    expect_event(next(&mut api).await, "VolumesDeleted", "Normal");
+
+    let sent = next(&mut api).await;
+    assert_eq!(sent.method, Method::PATCH);
+    assert_eq!(sent.uri, format!("{DKV_PATH}?"));
+    assert_eq!(sent.content_type, "application/json-patch+json");
+    assert_eq!(
+        sent.body,
+        json!([
+            {"op": "test", "path": "/metadata/finalizers/0", "value": "dkv.io/finalizer"},
+            {"op": "remove", "path": "/metadata/finalizers/0"}
+        ])
+    );
+    let mut released = serde_json::to_value(&dkv).unwrap();
+    released["metadata"]["finalizers"] = json!([]);
+    sent.reply(StatusCode::OK, released);
+
+    run.await.unwrap().unwrap();
+    assert_no_more_requests(ctx, api).await;
+}
+
+#[tokio::test]
+async fn deletion_with_retain_keeps_the_volumes() {
+    let mut dkv = with_finalizer(fixture("minimal"));
+    dkv.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+        jiff::Timestamp::now(),
+    ));
+    let (ctx, mut api) = context(stores(vec![], None));
+    let run = tokio::spawn(reconcile(Arc::new(dkv.clone()), ctx.clone()));
+
+    let sent = next(&mut api).await;
+    assert_eq!(
+        sent.method,
+        Method::PATCH,
+        "only the finalizer removal: {}",
+        sent.uri
+    );
+    assert_eq!(sent.body[1]["op"], "remove");
+    let mut released = serde_json::to_value(&dkv).unwrap();
+    released["metadata"]["finalizers"] = json!([]);
+    sent.reply(StatusCode::OK, released);
+
+    run.await.unwrap().unwrap();
+    assert_no_more_requests(ctx, api).await;
+}
+
+#[tokio::test]
+async fn status_is_written_once_and_not_again_when_nothing_changed() {
+    let dkv = with_finalizer(fixture("minimal"));
+    let (prepared, sts) = converged_children(&dkv);
+
+    // First pass: children exist and match, so the only write is status.
+    let (ctx, mut api) = context(stores(vec![sts.clone()], Some(&prepared)));
+    let run = tokio::spawn(reconcile(Arc::new(dkv.clone()), ctx.clone()));
+    let sent = next(&mut api).await;
+    assert_eq!(sent.method, Method::PATCH);
+    assert_eq!(
+        sent.uri,
+        format!("{DKV_PATH}/status?&force=true&fieldManager=dkv-operator")
+    );
+    assert_eq!(sent.content_type, "application/apply-patch+yaml");
+    let status = sent.body["status"].clone();
+    assert_eq!(sent.body["apiVersion"], "dkv.io/v1alpha1");
+    assert_eq!(sent.body["kind"], "DistributedKV");
+    assert_eq!(status["observedGeneration"], 1);
+    assert_eq!(status["phase"], "Running");
+    assert_eq!(status["replicas"], 3);
+    assert_eq!(status["readyReplicas"], 3);
+    assert_eq!(status["currentVersion"], "3.5.16");
+    assert_eq!(
+        status["selector"],
+        "app.kubernetes.io/instance=orders,app.kubernetes.io/name=distributedkv"
+    );
+    let condition = |t: &str| {
+        status["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["type"] == t)
+            .cloned()
+            .unwrap()
+    };
+    assert_eq!(condition("Available")["status"], "True");
+    assert_eq!(condition("Available")["reason"], "QuorumHealthy");
+    assert_eq!(condition("Progressing")["status"], "False");
+    assert_eq!(condition("Degraded")["status"], "False");
+    let mut written = serde_json::to_value(&dkv).unwrap();
+    written["status"] = status.clone();
+    sent.reply(StatusCode::OK, written.clone());
+    // Each new condition is announced once.
+    expect_event(next(&mut api).await, "QuorumHealthy", "Normal");
+    expect_event(next(&mut api).await, "Converged", "Normal");
+    run.await.unwrap().unwrap();
+    assert_no_more_requests(ctx, api).await;
+
+    // Second pass over the object as it now is: nothing to write at all.
+    let dkv: DistributedKV = serde_json::from_value(written).unwrap();
+    let (ctx, api) = context(stores(vec![sts], Some(&prepared)));
+    reconcile(Arc::new(dkv), ctx.clone()).await.unwrap();
+    assert_no_more_requests(ctx, api).await;
+}
+
+#[tokio::test]
+async fn an_invalid_spec_is_reported_in_status_and_not_retried() {
+    let mut dkv = with_finalizer(fixture("minimal"));
+    dkv.spec.storage = Some(dkv_api::distributedkv::v1alpha1::StorageSpec {
+        storage_class_name: "gold".into(),
+        size: k8s_openapi::apimachinery::pkg::api::resource::Quantity("1Gi".into()),
+        reclaim_policy: Default::default(),
+    });
+    let (ctx, mut api) = context(stores(vec![], None));
+    let run = tokio::spawn(reconcile(Arc::new(dkv.clone()), ctx.clone()));
+
+    let sent = next(&mut api).await;
+    assert_eq!(
+        sent.uri,
+        format!("{DKV_PATH}/status?&force=true&fieldManager=dkv-operator")
+    );
+    let status = sent.body["status"].clone();
+    assert_eq!(status["phase"], "Degraded");
+    let degraded = status["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "Degraded")
+        .cloned()
+        .unwrap();
+    assert_eq!(degraded["status"], "True");
+    assert_eq!(degraded["reason"], "InvalidSpec");
+    let message = degraded["message"].as_str().unwrap();
+    assert!(
+        message.contains("spec.storage.storageClassName: StorageClass \"gold\" does not exist; create it or use one of: standard, fast-ssd"),
+        "{message}"
+    );
+    let mut written = serde_json::to_value(&dkv).unwrap();
+    written["status"] = status;
+    sent.reply(StatusCode::OK, written);
+    expect_event(next(&mut api).await, "InvalidSpec", "Warning");
+
+    let err = run.await.unwrap().unwrap_err();
+    assert_eq!(
+        err.category(),
+        dkv_operator::cluster::error::Category::Permanent
+    );
+    assert_eq!(
+        retry_delay(&dkv, &err, &ctx, 0.5),
+        None,
+        "no requeue until the spec changes"
+    );
+    assert_no_more_requests(ctx, api).await;
+}
+
+#[tokio::test]
+async fn transient_errors_back_off_exponentially_and_reset_on_success() {
+    let dkv = with_finalizer(fixture("minimal"));
+    let (ctx, mut api) = context(stores(vec![], None));
+
+    let mut delays = Vec::new();
+    for _ in 0..3 {
+        let run = tokio::spawn(reconcile(Arc::new(dkv.clone()), ctx.clone()));
+        let sent = next(&mut api).await;
+        assert_eq!(sent.method, Method::PATCH);
+        assert_eq!(
+            sent.uri,
+            "/apis/apps/v1/namespaces/shop/statefulsets/orders?&force=true&fieldManager=dkv-operator"
+        );
+        assert_eq!(sent.content_type, "application/apply-patch+yaml");
+        sent.reply(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": "etcdserver: leader changed", "reason": "InternalError", "code": 500}),
+        );
+        let event = next(&mut api).await;
+        if delays.is_empty() {
+            expect_event(event, "ReconcileFailed", "Warning");
+        } else {
+            // Repeats of one event become a series: the recorder patches it.
+            assert_eq!(event.method, Method::PATCH);
+            assert!(
+                event
+                    .uri
+                    .starts_with("/apis/events.k8s.io/v1/namespaces/shop/events/orders."),
+                "{}",
+                event.uri
+            );
+            assert!(
+                event.body["series"]["count"].as_i64().unwrap() >= 2,
+                "{}",
+                event.body
+            );
+            event.reply(StatusCode::OK, json!({}));
+        }
+        let err = run.await.unwrap().unwrap_err();
+        assert_eq!(
+            err.category(),
+            dkv_operator::cluster::error::Category::Transient
+        );
+        delays.push(retry_delay(&dkv, &err, &ctx, 0.0).unwrap());
+    }
+    assert_eq!(
+        delays,
+        vec![
+            Duration::from_secs(1),
+            Duration::from_secs(2),
+            Duration::from_secs(4)
+        ]
+    );
+
+    // A successful pass (the API server accepts every apply) clears the count.
+    let run = tokio::spawn(reconcile(Arc::new(dkv.clone()), ctx.clone()));
+    for expected in [
+        "statefulsets/orders",
+        "services/orders-peer",
+        "services/orders-client",
+        "poddisruptionbudgets/orders",
+    ] {
+        let sent = next(&mut api).await;
+        assert!(
+            sent.uri.contains(expected),
+            "{} should apply {expected}",
+            sent.uri
+        );
+        sent.reply_echo(json!({"metadata": {"uid": "child", "resourceVersion": "5"}}));
+    }
+    let sent = next(&mut api).await;
+    assert!(
+        sent.uri
+            .ends_with("/status?&force=true&fieldManager=dkv-operator"),
+        "{}",
+        sent.uri
+    );
+    assert_eq!(sent.body["status"]["phase"], "Creating");
+    let mut written = serde_json::to_value(&dkv).unwrap();
+    written["status"] = sent.body["status"].clone();
+    sent.reply(StatusCode::OK, written);
+    expect_event(next(&mut api).await, "Creating", "Normal");
+    expect_event(next(&mut api).await, "CreatingCluster", "Normal");
+    run.await.unwrap().unwrap();
+
+    let err = dkv_operator::cluster::error::Error::CacheNotReady { what: "x" };
+    assert_eq!(
+        retry_delay(&dkv, &err, &ctx, 0.0),
+        Some(Duration::from_secs(2)),
+        "waiting: short fixed delay"
+    );
+    let transient = dkv_operator::cluster::error::Error::Status {
+        name: "orders".into(),
+        source: kube::Error::Api(Box::new(kube::core::Status {
+            code: 503,
+            ..Default::default()
+        })),
+    };
+    assert_eq!(
+        retry_delay(&dkv, &transient, &ctx, 0.0),
+        Some(Duration::from_secs(1)),
+        "backoff restarts after a success"
+    );
+    assert_no_more_requests(ctx, api).await;
+}

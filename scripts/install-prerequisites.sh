@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Installs the system tools dkv's build, tests and local mode need, if they are
+# missing. Idempotent and quiet when everything is there.
+set -euo pipefail
+
+need_apt=()
+command -v kubectl >/dev/null 2>&1 || { echo "kubectl (v1.27+) is required and not on PATH" >&2; exit 1; }
+command -v python3 >/dev/null 2>&1 || need_apt+=(python3 python3-venv)
+command -v cc >/dev/null 2>&1 || need_apt+=(gcc)
+
+if ((${#need_apt[@]})); then
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  echo "installing: ${need_apt[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null
+fi
