@@ -14,7 +14,8 @@ fn main() -> anyhow::Result<()> {
         bail!("usage: plan FILE.yaml");
     };
     let text = std::fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
-    let mut dkv: DistributedKV = serde_saphyr::from_str(&text).with_context(|| format!("parsing {path}"))?;
+    let mut dkv: DistributedKV =
+        serde_saphyr::from_str(&text).with_context(|| format!("parsing {path}"))?;
     // A manifest has no uid yet; the API server would assign one.
     dkv.metadata.uid = Some("00000000-0000-4000-8000-000000000000".into());
     dkv.metadata.generation = Some(1);
@@ -36,7 +37,10 @@ fn main() -> anyhow::Result<()> {
         sts.metadata.name.as_deref().unwrap_or_default(),
         plan.replicas,
         cluster.version,
-        sts.spec.pod_management_policy.as_deref().unwrap_or_default(),
+        sts.spec
+            .pod_management_policy
+            .as_deref()
+            .unwrap_or_default(),
         sts.spec
             .update_strategy
             .as_ref()
@@ -49,7 +53,11 @@ fn main() -> anyhow::Result<()> {
             "   Service/{}: clusterIP {}, ports {:?}",
             svc.metadata.name.as_deref().unwrap_or_default(),
             spec.cluster_ip.as_deref().unwrap_or("(assigned)"),
-            spec.ports.iter().flatten().map(|p| p.port).collect::<Vec<_>>()
+            spec.ports
+                .iter()
+                .flatten()
+                .map(|p| p.port)
+                .collect::<Vec<_>>()
         );
     }
     let pdb = prepared.pdb.spec.clone().unwrap_or_default();
@@ -68,7 +76,11 @@ fn main() -> anyhow::Result<()> {
     }
     println!(
         "   initial cluster: {}",
-        dkv_operator::cluster::naming::initial_cluster(&cluster.name, &cluster.namespace, plan.bootstrap_size)
+        dkv_operator::cluster::naming::initial_cluster(
+            &cluster.name,
+            &cluster.namespace,
+            plan.bootstrap_size
+        )
     );
     Ok(())
 }

@@ -75,3 +75,46 @@ pub async fn serve(
         .with_graceful_shutdown(shutdown)
         .await
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::body::Body;
+    use axum::http::Request;
+    use tower::ServiceExt;
+
+    async fn get(router: Router, path: &str) -> (StatusCode, String) {
+        let response = router
+            .oneshot(Request::get(path).body(Body::empty()).unwrap_or_default())
+            .await
+            .unwrap_or_else(|e| match e {});
+        let status = response.status();
+        let bytes = axum::body::to_bytes(response.into_body(), 1 << 20)
+            .await
+            .unwrap_or_default();
+        (status, String::from_utf8_lossy(&bytes).into_owned())
+    }
+
+    #[tokio::test]
+    async fn probes_and_metrics() {
+        let metrics = Arc::new(Metrics::new());
+        let health = Arc::new(Health::default());
+        let router = router(metrics.clone(), health.clone());
+        assert_eq!(get(router.clone(), "/healthz").await.0, StatusCode::OK);
+        assert_eq!(
+            get(router.clone(), "/readyz").await.0,
+            StatusCode::SERVICE_UNAVAILABLE
+        );
+        health.ready.store(true, Ordering::Relaxed);
+        assert_eq!(get(router.clone(), "/readyz").await.0, StatusCode::OK);
+        metrics.set_leader(true);
+        metrics.observe_reconcile("success", std::time::Duration::from_millis(2));
+        let (status, body) = get(router, "/metrics").await;
+        assert_eq!(status, StatusCode::OK);
+        assert!(body.contains("dkv_leader 1"), "{body}");
+        assert!(
+            body.contains("# TYPE dkv_reconcile_duration_seconds histogram"),
+            "{body}"
+        );
+    }
+}

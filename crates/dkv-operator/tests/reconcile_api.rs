@@ -546,3 +546,128 @@ async fn transient_errors_back_off_exponentially_and_reset_on_success() {
     );
     assert_no_more_requests(ctx, api).await;
 }
+
+#[tokio::test]
+async fn an_edited_child_is_restored_and_nothing_else_is_written() {
+    let dkv = with_finalizer(fixture("minimal"));
+    let (prepared, mut sts) = converged_children(&dkv);
+    // Someone scaled the StatefulSet by hand.
+    sts.spec.replicas = Some(1);
+    let mut written = serde_json::to_value(&dkv).unwrap();
+    written["status"] = json!(null);
+
+    let (ctx, mut api) = context(stores(vec![sts.clone()], Some(&prepared)));
+    let run = tokio::spawn(reconcile(Arc::new(dkv.clone()), ctx.clone()));
+    let sent = next(&mut api).await;
+    assert_eq!(sent.method, Method::PATCH);
+    assert_eq!(
+        sent.uri,
+        "/apis/apps/v1/namespaces/shop/statefulsets/orders?&force=true&fieldManager=dkv-operator"
+    );
+    assert_eq!(
+        sent.body["spec"]["replicas"], 3,
+        "the operator's value wins"
+    );
+    sent.reply_echo(serde_json::to_value(&sts).unwrap());
+    // Status follows (first pass for this object), then its Events.
+    let sent = next(&mut api).await;
+    assert!(
+        sent.uri.starts_with(&format!("{DKV_PATH}/status")),
+        "{}",
+        sent.uri
+    );
+    sent.reply_echo(serde_json::to_value(&dkv).unwrap());
+    while let Ok(Some((request, respond))) =
+        tokio::time::timeout(Duration::from_millis(200), api.next_request()).await
+    {
+        assert!(
+            request.uri().path().contains("/events"),
+            "only events may follow: {}",
+            request.uri()
+        );
+        respond.send_response(
+            Response::builder()
+                .status(201)
+                .body(Body::from(b"{}".to_vec()))
+                .unwrap(),
+        );
+    }
+    run.await.unwrap().unwrap();
+    assert_no_more_requests(ctx, api).await;
+}
+
+#[tokio::test]
+async fn a_deleted_child_is_recreated() {
+    let mut dkv = with_finalizer(fixture("minimal"));
+    let (mut prepared, sts) = converged_children(&dkv);
+    let status_source = {
+        // Converge status first so that only the missing child differs.
+        let (ctx, mut api) = context(stores(vec![sts.clone()], Some(&prepared)));
+        let run = tokio::spawn(reconcile(Arc::new(dkv.clone()), ctx.clone()));
+        let sent = next(&mut api).await;
+        let status = sent.body["status"].clone();
+        sent.reply_echo(serde_json::to_value(&dkv).unwrap());
+        expect_event(next(&mut api).await, "QuorumHealthy", "Normal");
+        expect_event(next(&mut api).await, "Converged", "Normal");
+        run.await.unwrap().unwrap();
+        status
+    };
+    dkv.status = serde_json::from_value(status_source).unwrap();
+
+    // The client Service was deleted by hand: it is missing from the cache.
+    let mut services_without_client = prepared.clone();
+    services_without_client.client_service = prepared.peer_service.clone();
+    prepared = services_without_client;
+    let (ctx, mut api) = context(stores(vec![sts], Some(&prepared)));
+    let run = tokio::spawn(reconcile(Arc::new(dkv.clone()), ctx.clone()));
+    let sent = next(&mut api).await;
+    assert_eq!(
+        sent.uri,
+        "/api/v1/namespaces/shop/services/orders-client?&force=true&fieldManager=dkv-operator"
+    );
+    assert_eq!(sent.body["spec"]["type"], "ClusterIP");
+    sent.reply_echo(json!({}));
+    run.await.unwrap().unwrap();
+    assert_no_more_requests(ctx, api).await;
+}
+
+#[tokio::test]
+async fn a_paused_cluster_gets_status_but_no_changes() {
+    let mut dkv = with_finalizer(fixture("minimal"));
+    dkv.metadata.annotations =
+        Some([("dkv.io/reconcile-paused".to_owned(), "true".to_owned())].into());
+    // Nothing exists yet, so an unpaused pass would create four children.
+    let (ctx, mut api) = context(stores(vec![], None));
+    let run = tokio::spawn(reconcile(Arc::new(dkv.clone()), ctx.clone()));
+    let sent = next(&mut api).await;
+    assert_eq!(
+        sent.uri,
+        format!("{DKV_PATH}/status?&force=true&fieldManager=dkv-operator")
+    );
+    let progressing = sent.body["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "Progressing")
+        .cloned()
+        .unwrap();
+    assert_eq!(progressing["reason"], "ReconcilePaused");
+    sent.reply_echo(serde_json::to_value(&dkv).unwrap());
+    while let Ok(Some((request, respond))) =
+        tokio::time::timeout(Duration::from_millis(200), api.next_request()).await
+    {
+        assert!(
+            request.uri().path().contains("/events"),
+            "paused: only status and events, got {}",
+            request.uri()
+        );
+        respond.send_response(
+            Response::builder()
+                .status(201)
+                .body(Body::from(b"{}".to_vec()))
+                .unwrap(),
+        );
+    }
+    run.await.unwrap().unwrap();
+    assert_no_more_requests(ctx, api).await;
+}

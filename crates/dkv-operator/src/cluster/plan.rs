@@ -55,14 +55,18 @@ pub fn plan(cluster: &ValidatedCluster, existing: Option<&StatefulSet>) -> Plan 
             held_back: None,
         };
     };
-    let current = sts.spec.replicas.unwrap_or(cluster.size);
-    let bootstrap_size = sts
+    // The member count is the operator's own record, never the StatefulSet's
+    // `replicas`: that field is what drift repair restores if someone edits
+    // it, so it cannot also be the truth. Membership never changes in this
+    // version, so the record is the bootstrap size.
+    let recorded = sts
         .metadata
         .annotations
         .as_ref()
         .and_then(|a| a.get(BOOTSTRAP_SIZE_ANNOTATION))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(current);
+        .and_then(|v| v.parse().ok());
+    let bootstrap_size = recorded.or(sts.spec.replicas).unwrap_or(cluster.size);
+    let current = bootstrap_size;
     let ready = sts
         .status
         .as_ref()

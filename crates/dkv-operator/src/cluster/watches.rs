@@ -199,3 +199,78 @@ where
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::apps::v1::{StatefulSetSpec, StatefulSetStatus};
+    use kube::api::ObjectMeta;
+
+    fn sts(generation: i64, ready: i32, observed: i64) -> StatefulSet {
+        StatefulSet {
+            metadata: ObjectMeta {
+                name: Some("orders".into()),
+                generation: Some(generation),
+                resource_version: Some(format!("{generation}{ready}{observed}")),
+                ..ObjectMeta::default()
+            },
+            spec: StatefulSetSpec::default(),
+            status: Some(StatefulSetStatus {
+                replicas: 3,
+                ready_replicas: Some(ready),
+                observed_generation: Some(observed),
+                ..StatefulSetStatus::default()
+            }),
+        }
+    }
+
+    #[test]
+    fn statefulset_triggers_on_spec_and_readiness_only() {
+        let base = statefulset_relevance(&sts(1, 2, 1));
+        assert_eq!(
+            base,
+            statefulset_relevance(&sts(1, 2, 2)),
+            "observedGeneration churn is ignored"
+        );
+        assert_ne!(
+            base,
+            statefulset_relevance(&sts(2, 2, 1)),
+            "a spec change triggers"
+        );
+        assert_ne!(
+            base,
+            statefulset_relevance(&sts(1, 3, 1)),
+            "readiness changes trigger"
+        );
+    }
+
+    #[test]
+    fn services_without_generation_trigger_on_content_not_resource_version() {
+        let mut svc = k8s_openapi::api::core::v1::Service::default();
+        svc.metadata.resource_version = Some("1".into());
+        let a = spec_relevance(&svc);
+        svc.metadata.resource_version = Some("2".into());
+        assert_eq!(a, spec_relevance(&svc));
+        svc.spec = Some(k8s_openapi::api::core::v1::ServiceSpec {
+            type_: Some("NodePort".into()),
+            ..Default::default()
+        });
+        assert_ne!(a, spec_relevance(&svc));
+    }
+
+    #[test]
+    fn cluster_status_writes_do_not_trigger() {
+        let mut dkv = dkv_api::DistributedKV::new(
+            "orders",
+            serde_json::from_value(serde_json::json!({"size": 3, "image": "etcd:3.5.16"}))
+                .unwrap_or_else(|_| unreachable!()),
+        );
+        dkv.metadata.generation = Some(1);
+        let before = cluster_relevance(&dkv);
+        dkv.status = Some(Default::default());
+        dkv.metadata.resource_version = Some("9".into());
+        assert_eq!(before, cluster_relevance(&dkv));
+        dkv.metadata.annotations = Some([("dkv.io/reconcile-paused".into(), "true".into())].into());
+        assert_ne!(before, cluster_relevance(&dkv));
+    }
+}
