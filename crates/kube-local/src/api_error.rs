@@ -21,7 +21,11 @@ pub struct FieldCause {
 }
 
 impl FieldCause {
-    pub fn invalid(field: impl Into<String>, value: &Value, detail: impl std::fmt::Display) -> Self {
+    pub fn invalid(
+        field: impl Into<String>,
+        value: &Value,
+        detail: impl std::fmt::Display,
+    ) -> Self {
         let field = field.into();
         let shown = match value {
             Value::String(s) => format!("{s:?}"),
@@ -38,20 +42,31 @@ impl FieldCause {
         let detail = detail.to_string();
         FieldCause {
             reason: "FieldValueRequired",
-            message: if detail.is_empty() { "Required value".to_string() } else { format!("Required value: {detail}") },
+            message: if detail.is_empty() {
+                "Required value".to_string()
+            } else {
+                format!("Required value: {detail}")
+            },
             field: field.into(),
         }
     }
 
     pub fn forbidden(field: impl Into<String>, detail: impl std::fmt::Display) -> Self {
-        FieldCause { reason: "FieldValueForbidden", message: format!("Forbidden: {detail}"), field: field.into() }
+        FieldCause {
+            reason: "FieldValueForbidden",
+            message: format!("Forbidden: {detail}"),
+            field: field.into(),
+        }
     }
 
     pub fn unsupported(field: impl Into<String>, value: &Value, allowed: &[Value]) -> Self {
         let allowed: Vec<String> = allowed.iter().map(|v| v.to_string()).collect();
         FieldCause {
             reason: "FieldValueNotSupported",
-            message: format!("Unsupported value: {value}: supported values: {}", allowed.join(", ")),
+            message: format!(
+                "Unsupported value: {value}: supported values: {}",
+                allowed.join(", ")
+            ),
             field: field.into(),
         }
     }
@@ -69,7 +84,11 @@ impl FieldCause {
     }
 
     fn rendered(&self) -> String {
-        if self.field.is_empty() { self.message.clone() } else { format!("{}: {}", self.field, self.message) }
+        if self.field.is_empty() {
+            self.message.clone()
+        } else {
+            format!("{}: {}", self.field, self.message)
+        }
     }
 }
 
@@ -84,7 +103,12 @@ pub struct Subject<'a> {
 
 impl ApiError {
     fn new(code: u16, reason: &'static str, message: impl Into<String>) -> Self {
-        ApiError { code, reason, message: message.into(), details: None }
+        ApiError {
+            code,
+            reason,
+            message: message.into(),
+            details: None,
+        }
     }
 
     fn with_details(mut self, details: Value) -> Self {
@@ -93,11 +117,23 @@ impl ApiError {
     }
 
     fn qualified(group: &str, resource: &str) -> String {
-        if group.is_empty() { resource.to_string() } else { format!("{resource}.{group}") }
+        if group.is_empty() {
+            resource.to_string()
+        } else {
+            format!("{resource}.{group}")
+        }
     }
 
     pub fn not_found(s: Subject<'_>) -> Self {
-        let mut e = Self::new(404, "NotFound", format!("{} {:?} not found", Self::qualified(s.group, s.resource), s.name));
+        let mut e = Self::new(
+            404,
+            "NotFound",
+            format!(
+                "{} {:?} not found",
+                Self::qualified(s.group, s.resource),
+                s.name
+            ),
+        );
         if s.name.is_empty() {
             e.message = "the server could not find the requested resource".into();
         }
@@ -105,35 +141,61 @@ impl ApiError {
     }
 
     pub fn already_exists(s: Subject<'_>) -> Self {
-        Self::new(409, "AlreadyExists", format!("{} {:?} already exists", Self::qualified(s.group, s.resource), s.name))
-            .with_details(json!({"name": s.name, "group": s.group, "kind": s.resource}))
+        Self::new(
+            409,
+            "AlreadyExists",
+            format!(
+                "{} {:?} already exists",
+                Self::qualified(s.group, s.resource),
+                s.name
+            ),
+        )
+        .with_details(json!({"name": s.name, "group": s.group, "kind": s.resource}))
     }
 
     pub fn conflict(s: Subject<'_>, why: impl std::fmt::Display) -> Self {
         Self::new(
             409,
             "Conflict",
-            format!("Operation cannot be fulfilled on {} {:?}: {why}", Self::qualified(s.group, s.resource), s.name),
+            format!(
+                "Operation cannot be fulfilled on {} {:?}: {why}",
+                Self::qualified(s.group, s.resource),
+                s.name
+            ),
         )
         .with_details(json!({"name": s.name, "group": s.group, "kind": s.resource}))
     }
 
     pub fn stale(s: Subject<'_>) -> Self {
-        Self::conflict(s, "the object has been modified; please apply your changes to the latest version and try again")
+        Self::conflict(
+            s,
+            "the object has been modified; please apply your changes to the latest version and try again",
+        )
     }
 
     /// 422 with field causes; `kind` is the object's Kind, as upstream reports it.
     pub fn invalid(group: &str, kind: &str, name: &str, causes: Vec<FieldCause>) -> Self {
         let rendered: Vec<String> = causes.iter().map(FieldCause::rendered).collect();
-        let summary =
-            if rendered.len() == 1 { rendered[0].clone() } else { format!("[{}]", rendered.join(", ")) };
-        let gk = if group.is_empty() { kind.to_string() } else { format!("{kind}.{group}") };
+        let summary = if rendered.len() == 1 {
+            rendered[0].clone()
+        } else {
+            format!("[{}]", rendered.join(", "))
+        };
+        let gk = if group.is_empty() {
+            kind.to_string()
+        } else {
+            format!("{kind}.{group}")
+        };
         let causes: Vec<Value> = causes
             .iter()
             .map(|c| json!({"reason": c.reason, "message": c.message, "field": c.field}))
             .collect();
-        Self::new(422, "Invalid", format!("{gk} {name:?} is invalid: {summary}"))
-            .with_details(json!({"name": name, "group": group, "kind": kind, "causes": causes}))
+        Self::new(
+            422,
+            "Invalid",
+            format!("{gk} {name:?} is invalid: {summary}"),
+        )
+        .with_details(json!({"name": name, "group": group, "kind": kind, "causes": causes}))
     }
 
     pub fn bad_request(message: impl Into<String>) -> Self {
@@ -145,7 +207,13 @@ impl ApiError {
     }
 
     pub fn unsupported_media_type(content_type: &str) -> Self {
-        Self::new(415, "UnsupportedMediaType", format!("the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml; got {content_type:?}"))
+        Self::new(
+            415,
+            "UnsupportedMediaType",
+            format!(
+                "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml; got {content_type:?}"
+            ),
+        )
     }
 
     pub fn unsupported_media(message: impl Into<String>) -> Self {
@@ -168,7 +236,11 @@ impl ApiError {
         Self::new(
             403,
             "Forbidden",
-            format!("{} {:?} is forbidden: {why}", Self::qualified(s.group, s.resource), s.name),
+            format!(
+                "{} {:?} is forbidden: {why}",
+                Self::qualified(s.group, s.resource),
+                s.name
+            ),
         )
         .with_details(json!({"name": s.name, "group": s.group, "kind": s.resource}))
     }
@@ -182,7 +254,12 @@ impl ApiError {
     }
 
     pub fn not_found_path() -> Self {
-        Self::new(404, "NotFound", "the server could not find the requested resource").with_details(json!({}))
+        Self::new(
+            404,
+            "NotFound",
+            "the server could not find the requested resource",
+        )
+        .with_details(json!({}))
     }
 
     /// Adds causes to an error (e.g. a 409 field-manager conflict lists the conflicting fields).

@@ -34,7 +34,11 @@ pub struct WriteOptions {
 
 impl WriteOptions {
     pub fn internal(manager: &str) -> Self {
-        WriteOptions { field_manager: manager.to_string(), field_validation: FieldValidation::Ignore, ..Default::default() }
+        WriteOptions {
+            field_manager: manager.to_string(),
+            field_validation: FieldValidation::Ignore,
+            ..Default::default()
+        }
     }
 }
 
@@ -124,20 +128,30 @@ fn without_volatile(obj: &Value) -> Value {
 
 impl Core {
     pub fn new(history_limit: usize) -> Self {
-        Core { store: Store::new(history_limit), registry: Registry::new() }
+        Core {
+            store: Store::new(history_limit),
+            registry: Registry::new(),
+        }
     }
 
     pub fn key(rt: &ResourceType, namespace: &str, name: &str) -> ObjectKey {
         ObjectKey {
             storage: rt.storage.clone(),
-            namespace: if rt.namespaced { namespace.to_string() } else { String::new() },
+            namespace: if rt.namespaced {
+                namespace.to_string()
+            } else {
+                String::new()
+            },
             name: name.to_string(),
         }
     }
 
     pub fn namespace_key(name: &str) -> ObjectKey {
         ObjectKey {
-            storage: StorageResource { group: String::new(), resource: "namespaces".into() },
+            storage: StorageResource {
+                group: String::new(),
+                resource: "namespaces".into(),
+            },
             namespace: String::new(),
             name: name.to_string(),
         }
@@ -155,7 +169,9 @@ impl Core {
             return Ok(());
         }
         if namespace.is_empty() {
-            return Err(ApiError::bad_request("the server could not find the requested resource"));
+            return Err(ApiError::bad_request(
+                "the server could not find the requested resource",
+            ));
         }
         match self.store.get(&Self::namespace_key(namespace)) {
             None => Err(ApiError::not_found(crate::api_error::Subject { group: "", resource: "namespaces", name: namespace })),
@@ -171,13 +187,27 @@ impl Core {
     /// Checks the body's type and namespace against the URL (400s as upstream).
     fn check_identity(rt: &ResourceType, url_namespace: &str, obj: &mut Value) -> ApiResult<()> {
         if !obj.is_object() {
-            return Err(ApiError::bad_request("the body of the request must be a JSON object"));
+            return Err(ApiError::bad_request(
+                "the body of the request must be a JSON object",
+            ));
         }
-        let api_version = obj.get("apiVersion").and_then(Value::as_str).unwrap_or("").to_string();
-        let kind = obj.get("kind").and_then(Value::as_str).unwrap_or("").to_string();
+        let api_version = obj
+            .get("apiVersion")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
+        let kind = obj
+            .get("kind")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
         if !api_version.is_empty() && api_version != rt.api_version() {
             let group_only = api_version.split('/').next().unwrap_or("");
-            let same_group = if rt.group.is_empty() { !api_version.contains('/') } else { group_only == rt.group };
+            let same_group = if rt.group.is_empty() {
+                !api_version.contains('/')
+            } else {
+                group_only == rt.group
+            };
             if !same_group || rt.custom.is_none() {
                 return Err(ApiError::bad_request(format!(
                     "the API version in the data ({api_version}) does not match the expected API version ({})",
@@ -207,7 +237,13 @@ impl Core {
     }
 
     /// Pruning, defaulting and validation of a write; returns warnings for unknown fields.
-    fn admit(&self, rt: &ResourceType, obj: &mut Value, old: Option<&Value>, opts: &WriteOptions) -> ApiResult<Vec<String>> {
+    fn admit(
+        &self,
+        rt: &ResourceType,
+        obj: &mut Value,
+        old: Option<&Value>,
+        opts: &WriteOptions,
+    ) -> ApiResult<Vec<String>> {
         let mut warnings = Vec::new();
         let name = meta::name(obj).to_string();
         let mut causes: Vec<FieldCause> = Vec::new();
@@ -217,10 +253,18 @@ impl Core {
                 if !unknown.is_empty() {
                     match opts.field_validation {
                         FieldValidation::Strict => {
-                            let list: Vec<String> = unknown.iter().map(|u| format!("unknown field {u:?}")).collect();
-                            return Err(ApiError::bad_request(format!("strict decoding error: {}", list.join(", "))));
+                            let list: Vec<String> = unknown
+                                .iter()
+                                .map(|u| format!("unknown field {u:?}"))
+                                .collect();
+                            return Err(ApiError::bad_request(format!(
+                                "strict decoding error: {}",
+                                list.join(", ")
+                            )));
                         }
-                        FieldValidation::Warn => warnings.extend(unknown.iter().map(|u| format!("unknown field {u:?}"))),
+                        FieldValidation::Warn => {
+                            warnings.extend(unknown.iter().map(|u| format!("unknown field {u:?}")))
+                        }
                         FieldValidation::Ignore => {}
                     }
                 }
@@ -250,7 +294,13 @@ impl Core {
     }
 
     /// Create with metadata initialisation. `managed` is set when server-side apply already computed managedFields.
-    pub fn create(&self, rt: &ResourceType, namespace: &str, mut obj: Value, opts: &WriteOptions) -> ApiResult<Written> {
+    pub fn create(
+        &self,
+        rt: &ResourceType,
+        namespace: &str,
+        mut obj: Value,
+        opts: &WriteOptions,
+    ) -> ApiResult<Written> {
         self.create_inner(rt, namespace, &mut obj, opts, false)
     }
 
@@ -265,13 +315,18 @@ impl Core {
         Self::check_identity(rt, namespace, obj)?;
         let mut name = meta::name(obj).to_string();
         if name.is_empty() {
-            let prefix = meta::str_at(obj, &["metadata", "generateName"]).unwrap_or("").to_string();
+            let prefix = meta::str_at(obj, &["metadata", "generateName"])
+                .unwrap_or("")
+                .to_string();
             if prefix.is_empty() {
                 return Err(ApiError::invalid(
                     &rt.group,
                     &rt.kind,
                     "",
-                    vec![FieldCause::required("metadata.name", "name or generateName is required")],
+                    vec![FieldCause::required(
+                        "metadata.name",
+                        "name or generateName is required",
+                    )],
                 ));
             }
             name = format!("{prefix}{}", meta::generated_suffix());
@@ -281,7 +336,12 @@ impl Core {
         let m = meta::meta_mut(obj);
         m.insert("uid".into(), json!(meta::new_uid()));
         m.insert("creationTimestamp".into(), json!(meta::now_time()));
-        for k in ["resourceVersion", "deletionTimestamp", "deletionGracePeriodSeconds", "selfLink"] {
+        for k in [
+            "resourceVersion",
+            "deletionTimestamp",
+            "deletionGracePeriodSeconds",
+            "selfLink",
+        ] {
             m.remove(k);
         }
         if rt.generation || rt.is_custom() {
@@ -298,14 +358,25 @@ impl Core {
         }
         let warnings = self.admit(rt, obj, None, opts)?;
         if !managed {
-            managed_fields::record_update(&type_info(rt), None, obj, &opts.field_manager, &rt.api_version(), None);
+            managed_fields::record_update(
+                &type_info(rt),
+                None,
+                obj,
+                &opts.field_manager,
+                &rt.api_version(),
+                None,
+            );
         }
         let key = Self::key(rt, namespace, &name);
         if opts.dry_run {
             if self.store.get(&key).is_some() {
                 return Err(ApiError::already_exists(rt.subject(&name)));
             }
-            return Ok(Written { object: obj.clone(), created: true, warnings });
+            return Ok(Written {
+                object: obj.clone(),
+                created: true,
+                warnings,
+            });
         }
         let stored = views::from_view(rt, obj.clone());
         let saved = self.store.create(key, stored).map_err(|e| match e {
@@ -313,7 +384,11 @@ impl Core {
             other => ApiError::internal(other.to_string()),
         })?;
         self.after_write(rt, &saved);
-        Ok(Written { object: views::to_view(rt, &saved), created: true, warnings })
+        Ok(Written {
+            object: views::to_view(rt, &saved),
+            created: true,
+            warnings,
+        })
     }
 
     /// Turns a client's candidate into the object to store, applying update rules (identity, status, generation, finalizers).
@@ -335,10 +410,20 @@ impl Core {
                 "the name of the object ({body_name}) does not match the name on the URL ({url_name})"
             )));
         }
-        let old_meta = old.get("metadata").and_then(Value::as_object).cloned().unwrap_or_default();
+        let old_meta = old
+            .get("metadata")
+            .and_then(Value::as_object)
+            .cloned()
+            .unwrap_or_default();
         {
             let m = meta::meta_mut(&mut new);
-            for k in ["uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "generation"] {
+            for k in [
+                "uid",
+                "creationTimestamp",
+                "deletionTimestamp",
+                "deletionGracePeriodSeconds",
+                "generation",
+            ] {
                 match old_meta.get(k) {
                     Some(v) => m.insert(k.to_string(), v.clone()),
                     None => m.remove(k),
@@ -378,7 +463,10 @@ impl Core {
         }
         if meta::is_deleting(old) {
             let before = meta::finalizers(old);
-            let added: Vec<String> = meta::finalizers(&new).into_iter().filter(|f| !before.contains(f)).collect();
+            let added: Vec<String> = meta::finalizers(&new)
+                .into_iter()
+                .filter(|f| !before.contains(f))
+                .collect();
             if !added.is_empty() {
                 return Err(ApiError::invalid(
                     &rt.group,
@@ -386,7 +474,9 @@ impl Core {
                     url_name,
                     vec![FieldCause::forbidden(
                         "metadata.finalizers",
-                        format!("no new finalizers can be added if the object is being deleted, found new finalizers {added:?}"),
+                        format!(
+                            "no new finalizers can be added if the object is being deleted, found new finalizers {added:?}"
+                        ),
                     )],
                 ));
             }
@@ -394,7 +484,10 @@ impl Core {
         if (rt.generation || rt.is_custom())
             && strip_for_generation(old, rt.status) != strip_for_generation(&new, rt.status)
         {
-            let g = old.pointer("/metadata/generation").and_then(Value::as_i64).unwrap_or(0);
+            let g = old
+                .pointer("/metadata/generation")
+                .and_then(Value::as_i64)
+                .unwrap_or(0);
             meta::set_meta(&mut new, "generation", json!(g + 1));
         }
         Ok(new)
@@ -430,7 +523,10 @@ impl Core {
             };
             let current_rv = rv_of(&current);
             let explicit_rv = meta::resource_version(&candidate.object).to_string();
-            if !explicit_rv.is_empty() && explicit_rv != current_rv.to_string() && candidate.rv_is_precondition {
+            if !explicit_rv.is_empty()
+                && explicit_rv != current_rv.to_string()
+                && candidate.rv_is_precondition
+            {
                 return Err(ApiError::stale(rt.subject(name)));
             }
             if explicit_rv.is_empty() && !rt.unconditional_update && candidate.rv_is_precondition {
@@ -438,20 +534,40 @@ impl Core {
                     &rt.group,
                     &rt.kind,
                     name,
-                    vec![FieldCause::invalid("metadata.resourceVersion", &json!(0), "must be specified for an update")],
+                    vec![FieldCause::invalid(
+                        "metadata.resourceVersion",
+                        &json!(0),
+                        "must be specified for an update",
+                    )],
                 ));
             }
-            let mut new = self.prepare_update(rt, sub, &current, candidate.object, namespace, name)?;
+            let mut new =
+                self.prepare_update(rt, sub, &current, candidate.object, namespace, name)?;
             let warnings = self.admit(rt, &mut new, Some(&current), opts)?;
             if !candidate.managed {
-                managed_fields::record_update(&type_info(rt), Some(&current), &mut new, &opts.field_manager, &rt.api_version(), sub.name());
+                managed_fields::record_update(
+                    &type_info(rt),
+                    Some(&current),
+                    &mut new,
+                    &opts.field_manager,
+                    &rt.api_version(),
+                    sub.name(),
+                );
             }
             meta::set_meta(&mut new, "resourceVersion", json!(current_rv.to_string()));
             if without_volatile(&new) == without_volatile(&current) {
-                return Ok(Written { object: current, created: false, warnings });
+                return Ok(Written {
+                    object: current,
+                    created: false,
+                    warnings,
+                });
             }
             if opts.dry_run {
-                return Ok(Written { object: new, created: false, warnings });
+                return Ok(Written {
+                    object: new,
+                    created: false,
+                    warnings,
+                });
             }
             if meta::is_deleting(&new) && meta::finalizers(&new).is_empty() {
                 // Removing the last finalizer of a deleting object deletes it (upstream writes no intermediate update).
@@ -459,32 +575,64 @@ impl Core {
                     Ok(last) => {
                         self.after_delete(rt, &last);
                         let mut shown = new.clone();
-                        meta::set_meta(&mut shown, "resourceVersion", json!(meta::resource_version(&last)));
-                        return Ok(Written { object: shown, created: false, warnings });
+                        meta::set_meta(
+                            &mut shown,
+                            "resourceVersion",
+                            json!(meta::resource_version(&last)),
+                        );
+                        return Ok(Written {
+                            object: shown,
+                            created: false,
+                            warnings,
+                        });
                     }
                     Err(StoreError::Conflict { .. }) | Err(StoreError::NotFound) => continue,
                     Err(e) => return Err(ApiError::internal(e.to_string())),
                 }
             }
-            match self.store.update(&key, current_rv, views::from_view(rt, new)) {
+            match self
+                .store
+                .update(&key, current_rv, views::from_view(rt, new))
+            {
                 Ok(saved) => {
                     self.after_write(rt, &saved);
-                    return Ok(Written { object: views::to_view(rt, &saved), created: false, warnings });
+                    return Ok(Written {
+                        object: views::to_view(rt, &saved),
+                        created: false,
+                        warnings,
+                    });
                 }
-                Err(StoreError::Conflict { .. }) if !explicit_rv.is_empty() && candidate.rv_is_precondition => {
+                Err(StoreError::Conflict { .. })
+                    if !explicit_rv.is_empty() && candidate.rv_is_precondition =>
+                {
                     return Err(ApiError::stale(rt.subject(name)));
                 }
                 Err(StoreError::Conflict { .. }) | Err(StoreError::NotFound) => continue,
                 Err(e) => return Err(ApiError::internal(e.to_string())),
             }
         }
-        Err(ApiError::conflict(rt.subject(name), "too many concurrent writers"))
+        Err(ApiError::conflict(
+            rt.subject(name),
+            "too many concurrent writers",
+        ))
     }
 
     /// PUT.
-    pub fn update(&self, rt: &ResourceType, namespace: &str, name: &str, sub: Subresource, body: Value, opts: &WriteOptions) -> ApiResult<Written> {
+    pub fn update(
+        &self,
+        rt: &ResourceType,
+        namespace: &str,
+        name: &str,
+        sub: Subresource,
+        body: Value,
+        opts: &WriteOptions,
+    ) -> ApiResult<Written> {
         self.write(rt, namespace, name, sub, opts, false, &mut |_| {
-            Ok(Candidate { object: body.clone(), rv_is_precondition: true, managed: false })
+            Ok(Candidate {
+                object: body.clone(),
+                rv_is_precondition: true,
+                managed: false,
+            })
         })
     }
 
@@ -501,14 +649,16 @@ impl Core {
         opts: &WriteOptions,
     ) -> ApiResult<Written> {
         if kind == PatchKind::Strategic && rt.is_custom() {
-            return Err(ApiError::unsupported_media(format!(
-                "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml"
-            )));
+            return Err(ApiError::unsupported_media(
+                "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml",
+            ));
         }
         let ti = type_info(rt);
         if kind == PatchKind::Apply {
             if opts.field_manager.is_empty() {
-                return Err(ApiError::bad_request("PATCH, application/apply-patch+yaml requires fieldManager parameter"));
+                return Err(ApiError::bad_request(
+                    "PATCH, application/apply-patch+yaml requires fieldManager parameter",
+                ));
             }
             let applied: Value = serde_saphyr::from_slice(body)
                 .or_else(|_| serde_json::from_slice(body))
@@ -548,7 +698,11 @@ impl Core {
                     meta::set_meta(&mut merged, "name", json!(name));
                 }
                 let rv_given = !meta::resource_version(&applied).is_empty();
-                Ok(Candidate { object: merged, rv_is_precondition: rv_given, managed: true })
+                Ok(Candidate {
+                    object: merged,
+                    rv_is_precondition: rv_given,
+                    managed: true,
+                })
             });
         }
         self.write(rt, namespace, name, sub, opts, false, &mut |current| {
@@ -558,12 +712,22 @@ impl Core {
             let patched = patch::apply(kind, current, body, &ti)?;
             let changed_rv = meta::resource_version(&patched) != meta::resource_version(current);
             let rv_mentioned = patch_mentions_rv(kind, body);
-            Ok(Candidate { object: patched, rv_is_precondition: changed_rv || rv_mentioned, managed: false })
+            Ok(Candidate {
+                object: patched,
+                rv_is_precondition: changed_rv || rv_mentioned,
+                managed: false,
+            })
         })
     }
 
     /// DELETE of one object.
-    pub fn delete(&self, rt: &ResourceType, namespace: &str, name: &str, opts: &DeleteOptions) -> ApiResult<Deleted> {
+    pub fn delete(
+        &self,
+        rt: &ResourceType,
+        namespace: &str,
+        name: &str,
+        opts: &DeleteOptions,
+    ) -> ApiResult<Deleted> {
         let key = Self::key(rt, namespace, name);
         for _ in 0..32 {
             let Some(stored) = self.store.get(&key) else {
@@ -575,7 +739,10 @@ impl Core {
             {
                 return Err(ApiError::conflict(
                     rt.subject(name),
-                    format!("Precondition failed: UID in precondition: {uid}, UID in object meta: {}", meta::uid(&current)),
+                    format!(
+                        "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
+                        meta::uid(&current)
+                    ),
                 ));
             }
             if let Some(rv) = &opts.precondition_rv
@@ -620,7 +787,11 @@ impl Core {
             let already = meta::is_deleting(&current);
             if !already {
                 meta::set_meta(&mut new, "deletionTimestamp", json!(meta::now_time()));
-                meta::set_meta(&mut new, "deletionGracePeriodSeconds", json!(opts.grace_period_seconds.unwrap_or(0).max(0)));
+                meta::set_meta(
+                    &mut new,
+                    "deletionGracePeriodSeconds",
+                    json!(opts.grace_period_seconds.unwrap_or(0).max(0)),
+                );
                 if let Some(g) = new.pointer("/metadata/generation").and_then(Value::as_i64)
                     && g > 0
                 {
@@ -637,7 +808,10 @@ impl Core {
             if new == current || opts.dry_run {
                 return Ok(Deleted::Pending(new));
             }
-            match self.store.update(&key, rv_of(&stored), views::from_view(rt, new)) {
+            match self
+                .store
+                .update(&key, rv_of(&stored), views::from_view(rt, new))
+            {
                 Ok(saved) => {
                     self.after_write(rt, &saved);
                     return Ok(Deleted::Pending(views::to_view(rt, &saved)));
@@ -647,7 +821,10 @@ impl Core {
                 Err(e) => return Err(ApiError::internal(e.to_string())),
             }
         }
-        Err(ApiError::conflict(rt.subject(name), "too many concurrent writers"))
+        Err(ApiError::conflict(
+            rt.subject(name),
+            "too many concurrent writers",
+        ))
     }
 
     fn after_write(&self, rt: &ResourceType, saved: &Arc<Value>) {
@@ -673,14 +850,26 @@ impl Core {
         f: &mut dyn FnMut(&mut Value) -> bool,
     ) -> ApiResult<Option<Written>> {
         let mut skipped = false;
-        let written = self.write(rt, namespace, name, sub, &WriteOptions::internal(manager), false, &mut |current| {
-            let Some(current) = current else {
-                return Err(ApiError::not_found(rt.subject(name)));
-            };
-            let mut obj = current.clone();
-            skipped = !f(&mut obj);
-            Ok(Candidate { object: obj, rv_is_precondition: false, managed: false })
-        })?;
+        let written = self.write(
+            rt,
+            namespace,
+            name,
+            sub,
+            &WriteOptions::internal(manager),
+            false,
+            &mut |current| {
+                let Some(current) = current else {
+                    return Err(ApiError::not_found(rt.subject(name)));
+                };
+                let mut obj = current.clone();
+                skipped = !f(&mut obj);
+                Ok(Candidate {
+                    object: obj,
+                    rv_is_precondition: false,
+                    managed: false,
+                })
+            },
+        )?;
         Ok(if skipped { None } else { Some(written) })
     }
 }
@@ -704,13 +893,28 @@ fn patch_mentions_rv(kind: PatchKind, body: &[u8]) -> bool {
     }
 }
 
-fn conflict_error(rt: &ResourceType, name: &str, conflicts: &[managed_fields::Conflict]) -> ApiError {
-    let lines: Vec<String> =
-        conflicts.iter().map(|c| format!("conflict with {:?} using {}: {}", c.manager, c.api_version, c.path)).collect();
+fn conflict_error(
+    rt: &ResourceType,
+    name: &str,
+    conflicts: &[managed_fields::Conflict],
+) -> ApiError {
+    let lines: Vec<String> = conflicts
+        .iter()
+        .map(|c| {
+            format!(
+                "conflict with {:?} using {}: {}",
+                c.manager, c.api_version, c.path
+            )
+        })
+        .collect();
     let message = if conflicts.len() == 1 {
         format!("Apply failed with 1 conflict: {}", lines.join("\n"))
     } else {
-        format!("Apply failed with {} conflicts: {}", conflicts.len(), lines.join("\n"))
+        format!(
+            "Apply failed with {} conflicts: {}",
+            conflicts.len(),
+            lines.join("\n")
+        )
     };
     let causes = conflicts
         .iter()

@@ -7,12 +7,18 @@ use serde_json::{Value, json};
 use crate::api_error::FieldCause;
 use crate::core::{Core, Subresource};
 use crate::meta;
-use crate::registry::{CustomVersion, PrinterColumn, ResourceType, ScalePaths, StorageResource, View};
+use crate::registry::{
+    CustomVersion, PrinterColumn, ResourceType, ScalePaths, StorageResource, View,
+};
 use crate::schema;
 
 fn compile_errors(c: &kube::core::cel::CompiledSchema, path: &str, out: &mut Vec<FieldCause>) {
     for e in c.compilation_errors() {
-        out.push(FieldCause::invalid(format!("{path}.x-kubernetes-validations"), &json!(""), format!("compilation failed: {e}")));
+        out.push(FieldCause::invalid(
+            format!("{path}.x-kubernetes-validations"),
+            &json!(""),
+            format!("compilation failed: {e}"),
+        ));
     }
     for (k, child) in &c.properties {
         compile_errors(child, &format!("{path}.properties[{k}]"), out);
@@ -30,8 +36,14 @@ pub fn validate(crd: &Value, old: Option<&Value>) -> Vec<FieldCause> {
     let mut causes = Vec::new();
     let spec = crd.get("spec").cloned().unwrap_or(Value::Null);
     let group = spec.get("group").and_then(Value::as_str).unwrap_or("");
-    let plural = spec.pointer("/names/plural").and_then(Value::as_str).unwrap_or("");
-    let kind = spec.pointer("/names/kind").and_then(Value::as_str).unwrap_or("");
+    let plural = spec
+        .pointer("/names/plural")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    let kind = spec
+        .pointer("/names/kind")
+        .and_then(Value::as_str)
+        .unwrap_or("");
     if group.is_empty() {
         causes.push(FieldCause::required("spec.group", ""));
     }
@@ -43,19 +55,42 @@ pub fn validate(crd: &Value, old: Option<&Value>) -> Vec<FieldCause> {
     }
     let name = meta::name(crd);
     if !group.is_empty() && !plural.is_empty() && name != format!("{plural}.{group}") {
-        causes.push(FieldCause::invalid("metadata.name", &json!(name), "must be spec.names.plural+\".\"+spec.group"));
+        causes.push(FieldCause::invalid(
+            "metadata.name",
+            &json!(name),
+            "must be spec.names.plural+\".\"+spec.group",
+        ));
     }
     match spec.get("scope").and_then(Value::as_str) {
         Some("Namespaced") | Some("Cluster") => {}
-        other => causes.push(FieldCause::unsupported("spec.scope", &json!(other.unwrap_or("")), &[json!("Cluster"), json!("Namespaced")])),
+        other => causes.push(FieldCause::unsupported(
+            "spec.scope",
+            &json!(other.unwrap_or("")),
+            &[json!("Cluster"), json!("Namespaced")],
+        )),
     }
-    let versions = spec.get("versions").and_then(Value::as_array).cloned().unwrap_or_default();
+    let versions = spec
+        .get("versions")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
     if versions.is_empty() {
-        causes.push(FieldCause::invalid("spec.versions", &json!([]), "must have exactly one version marked as storage version"));
+        causes.push(FieldCause::invalid(
+            "spec.versions",
+            &json!([]),
+            "must have exactly one version marked as storage version",
+        ));
     }
-    let storage = versions.iter().filter(|v| v.get("storage").and_then(Value::as_bool) == Some(true)).count();
+    let storage = versions
+        .iter()
+        .filter(|v| v.get("storage").and_then(Value::as_bool) == Some(true))
+        .count();
     if !versions.is_empty() && storage != 1 {
-        causes.push(FieldCause::invalid("spec.versions", &Value::Array(versions.clone()), "must have exactly one version marked as storage version"));
+        causes.push(FieldCause::invalid(
+            "spec.versions",
+            &Value::Array(versions.clone()),
+            "must have exactly one version marked as storage version",
+        ));
     }
     for (i, v) in versions.iter().enumerate() {
         if let Some(s) = v.pointer("/schema/openAPIV3Schema") {
@@ -66,29 +101,65 @@ pub fn validate(crd: &Value, old: Option<&Value>) -> Vec<FieldCause> {
     }
     if let Some(old) = old {
         if old.pointer("/spec/group") != crd.pointer("/spec/group") {
-            causes.push(FieldCause::invalid("spec.group", &json!(group), "field is immutable"));
+            causes.push(FieldCause::invalid(
+                "spec.group",
+                &json!(group),
+                "field is immutable",
+            ));
         }
         if old.pointer("/spec/scope") != crd.pointer("/spec/scope") {
-            causes.push(FieldCause::invalid("spec.scope", spec.get("scope").unwrap_or(&Value::Null), "field is immutable"));
+            causes.push(FieldCause::invalid(
+                "spec.scope",
+                spec.get("scope").unwrap_or(&Value::Null),
+                "field is immutable",
+            ));
         }
     }
     causes
 }
 
 fn strings(v: Option<&Value>) -> Vec<String> {
-    v.and_then(Value::as_array).map(|a| a.iter().filter_map(|s| s.as_str().map(String::from)).collect()).unwrap_or_default()
+    v.and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(|s| s.as_str().map(String::from))
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// Served resource types for a CRD.
 pub fn resource_types(crd: &Value) -> Vec<ResourceType> {
-    let Some(spec) = crd.get("spec") else { return Vec::new() };
-    let group = spec.get("group").and_then(Value::as_str).unwrap_or("").to_string();
+    let Some(spec) = crd.get("spec") else {
+        return Vec::new();
+    };
+    let group = spec
+        .get("group")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
     let names = spec.get("names").cloned().unwrap_or(Value::Null);
-    let plural = names.get("plural").and_then(Value::as_str).unwrap_or("").to_string();
-    let kind = names.get("kind").and_then(Value::as_str).unwrap_or("").to_string();
-    let singular = names.get("singular").and_then(Value::as_str).map(String::from).unwrap_or_else(|| kind.to_ascii_lowercase());
+    let plural = names
+        .get("plural")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
+    let kind = names
+        .get("kind")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
+    let singular = names
+        .get("singular")
+        .and_then(Value::as_str)
+        .map(String::from)
+        .unwrap_or_else(|| kind.to_ascii_lowercase());
     let namespaced = spec.get("scope").and_then(Value::as_str) == Some("Namespaced");
-    let versions = spec.get("versions").and_then(Value::as_array).cloned().unwrap_or_default();
+    let versions = spec
+        .get("versions")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
     let storage_version = versions
         .iter()
         .find(|v| v.get("storage").and_then(Value::as_bool) == Some(true))
@@ -181,53 +252,85 @@ pub fn on_crd_written(core: &Core, crd: &Arc<Value>) {
         return;
     }
     core.registry.set_custom(&name, resource_types(crd));
-    let Some(crd_type) = core.registry.find("apiextensions.k8s.io", "v1", "customresourcedefinitions") else { return };
+    let Some(crd_type) =
+        core.registry
+            .find("apiextensions.k8s.io", "v1", "customresourcedefinitions")
+    else {
+        return;
+    };
     let names = crd.pointer("/spec/names").cloned().unwrap_or(json!({}));
     let storage_version = crd
         .pointer("/spec/versions")
         .and_then(Value::as_array)
-        .and_then(|vs| vs.iter().find(|v| v.get("storage").and_then(Value::as_bool) == Some(true)))
+        .and_then(|vs| {
+            vs.iter()
+                .find(|v| v.get("storage").and_then(Value::as_bool) == Some(true))
+        })
         .and_then(|v| v.get("name").cloned());
-    let result = core.internal_update(&crd_type, "", &name, Subresource::Status, "kube-apiserver", &mut |obj| {
-        let root = meta::object_mut(obj);
-        let status = root.entry("status").or_insert_with(|| json!({}));
-        let Some(st) = status.as_object_mut() else { return false };
-        let mut accepted = names.clone();
-        if let Some(a) = accepted.as_object_mut() {
-            if !a.contains_key("singular") {
-                let kind = a.get("kind").and_then(Value::as_str).unwrap_or("").to_ascii_lowercase();
-                a.insert("singular".into(), json!(kind));
+    let result = core.internal_update(
+        &crd_type,
+        "",
+        &name,
+        Subresource::Status,
+        "kube-apiserver",
+        &mut |obj| {
+            let root = meta::object_mut(obj);
+            let status = root.entry("status").or_insert_with(|| json!({}));
+            let Some(st) = status.as_object_mut() else {
+                return false;
+            };
+            let mut accepted = names.clone();
+            if let Some(a) = accepted.as_object_mut() {
+                if !a.contains_key("singular") {
+                    let kind = a
+                        .get("kind")
+                        .and_then(Value::as_str)
+                        .unwrap_or("")
+                        .to_ascii_lowercase();
+                    a.insert("singular".into(), json!(kind));
+                }
+                if !a.contains_key("listKind") {
+                    let kind = a
+                        .get("kind")
+                        .and_then(Value::as_str)
+                        .unwrap_or("")
+                        .to_string();
+                    a.insert("listKind".into(), json!(format!("{kind}List")));
+                }
             }
-            if !a.contains_key("listKind") {
-                let kind = a.get("kind").and_then(Value::as_str).unwrap_or("").to_string();
-                a.insert("listKind".into(), json!(format!("{kind}List")));
+            let mut changed = st.get("acceptedNames") != Some(&accepted);
+            st.insert("acceptedNames".into(), accepted);
+            let conditions = st.entry("conditions").or_insert_with(|| json!([]));
+            if let Some(cs) = conditions.as_array_mut() {
+                for (t, reason, msg) in [
+                    ("NamesAccepted", "NoConflicts", "no conflicts found"),
+                    (
+                        "Established",
+                        "InitialNamesAccepted",
+                        "the initial names have been accepted",
+                    ),
+                ] {
+                    if !cs
+                        .iter()
+                        .any(|c| c.get("type").and_then(Value::as_str) == Some(t))
+                    {
+                        cs.push(condition(t, reason, msg));
+                        changed = true;
+                    }
+                }
             }
-        }
-        let mut changed = st.get("acceptedNames") != Some(&accepted);
-        st.insert("acceptedNames".into(), accepted);
-        let conditions = st.entry("conditions").or_insert_with(|| json!([]));
-        if let Some(cs) = conditions.as_array_mut() {
-            for (t, reason, msg) in [
-                ("NamesAccepted", "NoConflicts", "no conflicts found"),
-                ("Established", "InitialNamesAccepted", "the initial names have been accepted"),
-            ] {
-                if !cs.iter().any(|c| c.get("type").and_then(Value::as_str) == Some(t)) {
-                    cs.push(condition(t, reason, msg));
+            if let Some(sv) = &storage_version {
+                let stored = st.entry("storedVersions").or_insert_with(|| json!([]));
+                if let Some(list) = stored.as_array_mut()
+                    && !list.contains(sv)
+                {
+                    list.push(sv.clone());
                     changed = true;
                 }
             }
-        }
-        if let Some(sv) = &storage_version {
-            let stored = st.entry("storedVersions").or_insert_with(|| json!([]));
-            if let Some(list) = stored.as_array_mut()
-                && !list.contains(sv)
-            {
-                list.push(sv.clone());
-                changed = true;
-            }
-        }
-        changed
-    });
+            changed
+        },
+    );
     if let Err(e) = result {
         tracing::warn!(crd = %name, error = %e, "could not establish CRD");
     }
@@ -236,11 +339,27 @@ pub fn on_crd_written(core: &Core, crd: &Arc<Value>) {
 /// Deleting a CRD removes its objects and stops serving it.
 pub fn on_crd_deleted(core: &Core, crd: &Arc<Value>) {
     let name = meta::name(crd).to_string();
-    let group = crd.pointer("/spec/group").and_then(Value::as_str).unwrap_or("").to_string();
-    let plural = crd.pointer("/spec/names/plural").and_then(Value::as_str).unwrap_or("").to_string();
+    let group = crd
+        .pointer("/spec/group")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
+    let plural = crd
+        .pointer("/spec/names/plural")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
     core.registry.set_custom(&name, Vec::new());
-    let storage = StorageResource { group, resource: plural };
-    for (key, _) in core.store.all().into_iter().filter(|(k, _)| k.storage == storage) {
+    let storage = StorageResource {
+        group,
+        resource: plural,
+    };
+    for (key, _) in core
+        .store
+        .all()
+        .into_iter()
+        .filter(|(k, _)| k.storage == storage)
+    {
         let _ = core.store.delete(&key, None);
     }
 }

@@ -13,12 +13,30 @@ pub struct FieldSet {
     pub children: BTreeMap<String, FieldSet>,
 }
 
+/// A list-map key field's value, with the schema default upstream's merge logic applies to absent keys
+/// (`protocol` defaults to TCP in container and service ports).
+pub fn key_value<'v>(item: &'v Value, key: &str) -> Option<&'v Value> {
+    match item.get(key) {
+        Some(v) => Some(v),
+        None if key == "protocol" => Some(&DEFAULT_PROTOCOL),
+        None => None,
+    }
+}
+
+static DEFAULT_PROTOCOL: std::sync::LazyLock<Value> =
+    std::sync::LazyLock::new(|| Value::String("TCP".into()));
+
+/// Whether a list item has the given key values.
+pub fn item_has_keys(item: &Value, keys: &Map<String, Value>) -> bool {
+    keys.iter().all(|(k, v)| key_value(item, k) == Some(v))
+}
+
 fn key_element(item: &Value, keys: &[String]) -> String {
     let mut m = Map::new();
     let mut sorted: Vec<&String> = keys.iter().collect();
     sorted.sort();
     for k in sorted {
-        if let Some(v) = item.get(k.as_str()) {
+        if let Some(v) = key_value(item, k) {
             m.insert(k.clone(), v.clone());
         }
     }
@@ -82,7 +100,10 @@ impl FieldSet {
     }
 
     pub fn difference(&self, other: &FieldSet) -> FieldSet {
-        let mut out = FieldSet { member: self.member && !other.member, children: BTreeMap::new() };
+        let mut out = FieldSet {
+            member: self.member && !other.member,
+            children: BTreeMap::new(),
+        };
         for (k, c) in &self.children {
             let d = match other.children.get(k) {
                 Some(o) => c.difference(o),
@@ -96,7 +117,10 @@ impl FieldSet {
     }
 
     pub fn intersection(&self, other: &FieldSet) -> FieldSet {
-        let mut out = FieldSet { member: self.member && other.member, children: BTreeMap::new() };
+        let mut out = FieldSet {
+            member: self.member && other.member,
+            children: BTreeMap::new(),
+        };
         for (k, c) in &self.children {
             if let Some(o) = other.children.get(k) {
                 let i = c.intersection(o);
@@ -112,7 +136,10 @@ impl FieldSet {
     pub fn has_any_under(&self, path: &[String]) -> bool {
         match path.split_first() {
             None => !self.is_empty(),
-            Some((first, rest)) => self.children.get(first).is_some_and(|c| c.has_any_under(rest)),
+            Some((first, rest)) => self
+                .children
+                .get(first)
+                .is_some_and(|c| c.has_any_under(rest)),
         }
     }
 
@@ -155,7 +182,19 @@ impl FieldSet {
         self.children.remove("f:apiVersion");
         self.children.remove("f:kind");
         if let Some(m) = self.children.get_mut("f:metadata") {
-            for f in ["name", "namespace", "creationTimestamp", "selfLink", "uid", "generation", "managedFields", "resourceVersion", "generateName", "deletionTimestamp", "deletionGracePeriodSeconds"] {
+            for f in [
+                "name",
+                "namespace",
+                "creationTimestamp",
+                "selfLink",
+                "uid",
+                "generation",
+                "managedFields",
+                "resourceVersion",
+                "generateName",
+                "deletionTimestamp",
+                "deletionGracePeriodSeconds",
+            ] {
                 m.children.remove(&format!("f:{f}"));
             }
             m.member = false;
@@ -180,7 +219,13 @@ pub fn all_set(obj: &Value, ti: &TypeInfo<'_>) -> FieldSet {
     set
 }
 
-fn walk<'v>(value: &'v Value, names: &mut Vec<&'v str>, set: &mut FieldSet, ti: &TypeInfo<'_>, mode: Mode) {
+fn walk<'v>(
+    value: &'v Value,
+    names: &mut Vec<&'v str>,
+    set: &mut FieldSet,
+    ti: &TypeInfo<'_>,
+    mode: Mode,
+) {
     match value {
         Value::Object(map) if !names.is_empty() && ti.atomic_map(names) => {
             set.member = true;
@@ -195,7 +240,9 @@ fn walk<'v>(value: &'v Value, names: &mut Vec<&'v str>, set: &mut FieldSet, ti: 
                 match v {
                     Value::Object(_) | Value::Array(_) => {
                         walk(v, names, child, ti, mode);
-                        if v.as_object().is_some_and(Map::is_empty) || v.as_array().is_some_and(Vec::is_empty) {
+                        if v.as_object().is_some_and(Map::is_empty)
+                            || v.as_array().is_some_and(Vec::is_empty)
+                        {
                             child.member = true;
                         }
                     }
@@ -237,7 +284,13 @@ pub fn changed_set(old: &Value, new: &Value, ti: &TypeInfo<'_>) -> FieldSet {
     set
 }
 
-fn diff<'v>(old: Option<&Value>, new: &'v Value, names: &mut Vec<&'v str>, set: &mut FieldSet, ti: &TypeInfo<'_>) {
+fn diff<'v>(
+    old: Option<&Value>,
+    new: &'v Value,
+    names: &mut Vec<&'v str>,
+    set: &mut FieldSet,
+    ti: &TypeInfo<'_>,
+) {
     if old == Some(new) {
         return;
     }
@@ -288,7 +341,9 @@ pub fn value_at_path<'v>(obj: &'v Value, path: &[String]) -> Option<&'v Value> {
             cur.get(f)?
         } else if let Some(k) = el.strip_prefix("k:") {
             let keys: Map<String, Value> = serde_json::from_str(k).ok()?;
-            cur.as_array()?.iter().find(|item| keys.iter().all(|(kk, kv)| item.get(kk) == Some(kv)))?
+            cur.as_array()?
+                .iter()
+                .find(|item| item_has_keys(item, &keys))?
         } else if let Some(v) = el.strip_prefix("v:") {
             let want: Value = serde_json::from_str(v).ok()?;
             cur.as_array()?.iter().find(|item| **item == want)?
@@ -303,14 +358,19 @@ pub fn value_at_path<'v>(obj: &'v Value, path: &[String]) -> Option<&'v Value> {
 
 /// Removes the value at a field-set path (a field, a keyed list item, or a set value).
 pub fn remove_at_path(obj: &mut Value, path: &[String]) {
-    let Some((last, parents)) = path.split_last() else { return };
+    let Some((last, parents)) = path.split_last() else {
+        return;
+    };
     let mut cur = obj;
     for el in parents {
         let next = if let Some(f) = el.strip_prefix("f:") {
             cur.get_mut(f)
         } else if let Some(k) = el.strip_prefix("k:") {
-            let Ok(keys) = serde_json::from_str::<Map<String, Value>>(k) else { return };
-            cur.as_array_mut().and_then(|a| a.iter_mut().find(|item| keys.iter().all(|(kk, kv)| item.get(kk) == Some(kv))))
+            let Ok(keys) = serde_json::from_str::<Map<String, Value>>(k) else {
+                return;
+            };
+            cur.as_array_mut()
+                .and_then(|a| a.iter_mut().find(|item| item_has_keys(item, &keys)))
         } else {
             None
         };
@@ -324,8 +384,11 @@ pub fn remove_at_path(obj: &mut Value, path: &[String]) {
             m.remove(f);
         }
     } else if let Some(k) = last.strip_prefix("k:") {
-        if let (Ok(keys), Some(a)) = (serde_json::from_str::<Map<String, Value>>(k), cur.as_array_mut()) {
-            a.retain(|item| !keys.iter().all(|(kk, kv)| item.get(kk) == Some(kv)));
+        if let (Ok(keys), Some(a)) = (
+            serde_json::from_str::<Map<String, Value>>(k),
+            cur.as_array_mut(),
+        ) {
+            a.retain(|item| !item_has_keys(item, &keys));
         }
     } else if let Some(v) = last.strip_prefix("v:")
         && let (Ok(want), Some(a)) = (serde_json::from_str::<Value>(v), cur.as_array_mut())
@@ -380,14 +443,32 @@ mod tests {
         let old = json!({"data": {"a": "1"}});
         let new = json!({"data": {"a": "2"}, "metadata": {"labels": {"x": "y"}}});
         let set = changed_set(&old, &new, &ti);
-        assert_eq!(set.to_fields_v1(), json!({"f:data": {"f:a": {}}, "f:metadata": {".": {}, "f:labels": {".": {}, "f:x": {}}}}));
+        assert_eq!(
+            set.to_fields_v1(),
+            json!({"f:data": {"f:a": {}}, "f:metadata": {".": {}, "f:labels": {".": {}, "f:x": {}}}})
+        );
     }
 
     #[test]
     fn remove_keyed_item() {
         let mut obj = json!({"spec": {"containers": [{"name": "a"}, {"name": "b"}]}});
-        remove_at_path(&mut obj, &["f:spec".into(), "f:containers".into(), "k:{\"name\":\"a\"}".into()]);
+        remove_at_path(
+            &mut obj,
+            &[
+                "f:spec".into(),
+                "f:containers".into(),
+                "k:{\"name\":\"a\"}".into(),
+            ],
+        );
         assert_eq!(obj, json!({"spec": {"containers": [{"name": "b"}]}}));
-        assert_eq!(render_path(&["f:spec".into(), "f:containers".into(), "k:{\"name\":\"b\"}".into(), "f:image".into()]), ".spec.containers[name=\"b\"].image");
+        assert_eq!(
+            render_path(&[
+                "f:spec".into(),
+                "f:containers".into(),
+                "k:{\"name\":\"b\"}".into(),
+                "f:image".into()
+            ]),
+            ".spec.containers[name=\"b\"].image"
+        );
     }
 }

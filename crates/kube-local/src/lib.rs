@@ -1,1 +1,39 @@
-//! kube-local: a local Kubernetes-API-compatible control plane.
+//! kube-local: a local Kubernetes-API-compatible control plane that the real `kube::Client`, kube-runtime and `kubectl` use unmodified.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), kube_local::Error> {
+//! let env = kube_local::Environment::builder().build().await?;
+//! let client = env.client();
+//! println!("KUBECONFIG={}", env.kubeconfig_path().display());
+//! # drop(client); Ok(()) }
+//! ```
+
+pub mod api_error;
+mod controllers;
+pub mod core;
+mod crd;
+mod discovery;
+mod environment;
+mod field_set;
+mod garbage_collector;
+mod list;
+mod managed_fields;
+pub mod meta;
+mod namespace_lifecycle;
+mod openapi;
+mod output;
+mod patch;
+mod registry;
+mod scale;
+mod schema;
+mod selector;
+mod server;
+mod store;
+mod strategic_merge;
+mod strategy;
+mod table;
+mod type_info;
+mod views;
+mod watch;
+
+pub use environment::{Environment, EnvironmentBuilder, Error};

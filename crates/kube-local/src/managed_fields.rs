@@ -20,11 +20,25 @@ impl Entry {
     fn parse(v: &Value) -> Option<Entry> {
         Some(Entry {
             manager: v.get("manager")?.as_str()?.to_string(),
-            operation: v.get("operation").and_then(Value::as_str).unwrap_or("Update").to_string(),
-            api_version: v.get("apiVersion").and_then(Value::as_str).unwrap_or("").to_string(),
+            operation: v
+                .get("operation")
+                .and_then(Value::as_str)
+                .unwrap_or("Update")
+                .to_string(),
+            api_version: v
+                .get("apiVersion")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string(),
             time: v.get("time").cloned().unwrap_or(Value::Null),
-            subresource: v.get("subresource").and_then(Value::as_str).map(String::from),
-            set: v.get("fieldsV1").map(FieldSet::from_fields_v1).unwrap_or_default(),
+            subresource: v
+                .get("subresource")
+                .and_then(Value::as_str)
+                .map(String::from),
+            set: v
+                .get("fieldsV1")
+                .map(FieldSet::from_fields_v1)
+                .unwrap_or_default(),
         })
     }
 
@@ -45,7 +59,9 @@ impl Entry {
     }
 
     fn is(&self, manager: &str, operation: &str, subresource: Option<&str>) -> bool {
-        self.manager == manager && self.operation == operation && self.subresource.as_deref() == subresource
+        self.manager == manager
+            && self.operation == operation
+            && self.subresource.as_deref() == subresource
     }
 }
 
@@ -73,7 +89,11 @@ fn store_entries(obj: &mut Value, ti: &TypeInfo<'_>, mut entries: Vec<Entry>) {
     if entries.is_empty() {
         meta::remove_meta(obj, "managedFields");
     } else {
-        meta::set_meta(obj, "managedFields", Value::Array(entries.iter().map(Entry::render).collect()));
+        meta::set_meta(
+            obj,
+            "managedFields",
+            Value::Array(entries.iter().map(Entry::render).collect()),
+        );
     }
 }
 
@@ -91,11 +111,17 @@ pub fn record_update(
     let mut changed = field_set::changed_set(&old_plain, &without_managed_fields(new), ti);
     changed.strip_meta();
     if !changed.is_empty() {
-        for e in entries.iter_mut().filter(|e| !e.is(manager, "Update", subresource)) {
+        for e in entries
+            .iter_mut()
+            .filter(|e| !e.is(manager, "Update", subresource))
+        {
             e.set = e.set.difference(&changed);
         }
         let now = json!(meta::now_time());
-        match entries.iter_mut().find(|e| e.is(manager, "Update", subresource)) {
+        match entries
+            .iter_mut()
+            .find(|e| e.is(manager, "Update", subresource))
+        {
             Some(e) => {
                 e.set.union(&changed);
                 e.time = now;
@@ -123,6 +149,7 @@ pub struct Conflict {
 }
 
 /// Merges an applied configuration into the live object the way server-side apply does.
+#[allow(clippy::too_many_arguments)]
 pub fn apply(
     ti: &TypeInfo<'_>,
     live: Option<&Value>,
@@ -133,7 +160,9 @@ pub fn apply(
     subresource: Option<&str>,
     restrict: impl Fn(&mut FieldSet),
 ) -> Result<Value, Vec<Conflict>> {
-    let live_plain = live.map(without_managed_fields).unwrap_or_else(|| json!({}));
+    let live_plain = live
+        .map(without_managed_fields)
+        .unwrap_or_else(|| json!({}));
     let mut entries = live.map(entries_of).unwrap_or_default();
     if live.is_some() && entries.is_empty() {
         // Objects written before any field tracking get an owner for what they hold, as upstream does.
@@ -161,7 +190,9 @@ pub fn apply(
             continue;
         }
         for path in e.set.intersection(&new_set).members() {
-            if field_set::value_at_path(&live_plain, &path) != field_set::value_at_path(&merged, &path) {
+            if field_set::value_at_path(&live_plain, &path)
+                != field_set::value_at_path(&merged, &path)
+            {
                 conflicts.push(Conflict {
                     manager: e.manager.clone(),
                     api_version: e.api_version.clone(),
@@ -178,9 +209,16 @@ pub fn apply(
         entries[i].set.remove_path(&path);
     }
 
-    let previous = entries.iter().find(|e| e.is(manager, "Apply", subresource)).map(|e| e.set.clone()).unwrap_or_default();
+    let previous = entries
+        .iter()
+        .find(|e| e.is(manager, "Apply", subresource))
+        .map(|e| e.set.clone())
+        .unwrap_or_default();
     let mut others = FieldSet::default();
-    for e in entries.iter().filter(|e| !e.is(manager, "Apply", subresource)) {
+    for e in entries
+        .iter()
+        .filter(|e| !e.is(manager, "Apply", subresource))
+    {
         others.union(&e.set);
     }
     let mut removed = previous.difference(&new_set).members();
@@ -193,7 +231,10 @@ pub fn apply(
     }
 
     let now = json!(meta::now_time());
-    match entries.iter_mut().find(|e| e.is(manager, "Apply", subresource)) {
+    match entries
+        .iter_mut()
+        .find(|e| e.is(manager, "Apply", subresource))
+    {
         Some(e) => {
             e.set = new_set;
             e.time = now;
@@ -213,10 +254,16 @@ pub fn apply(
 }
 
 fn key_matches(a: &Value, b: &Value, keys: &[String]) -> bool {
-    keys.iter().all(|k| a.get(k) == b.get(k))
+    keys.iter()
+        .all(|k| field_set::key_value(a, k) == field_set::key_value(b, k))
 }
 
-fn merge_applied<'v>(live: &mut Value, applied: &'v Value, names: &mut Vec<&'v str>, ti: &TypeInfo<'_>) {
+fn merge_applied<'v>(
+    live: &mut Value,
+    applied: &'v Value,
+    names: &mut Vec<&'v str>,
+    ti: &TypeInfo<'_>,
+) {
     match applied {
         Value::Object(am) if names.is_empty() || !ti.atomic_map(names) => {
             if !live.is_object() {
@@ -275,36 +322,130 @@ mod tests {
     #[test]
     fn apply_removes_fields_no_longer_applied() {
         let ti = TypeInfo::builtin("ConfigMap");
-        let first = apply(&ti, None, &cm(json!({"a": "1", "b": "2"})), "m", "v1", false, None, |_| {}).unwrap();
-        let second = apply(&ti, Some(&first), &cm(json!({"a": "1"})), "m", "v1", false, None, |_| {}).unwrap();
+        let first = apply(
+            &ti,
+            None,
+            &cm(json!({"a": "1", "b": "2"})),
+            "m",
+            "v1",
+            false,
+            None,
+            |_| {},
+        )
+        .unwrap();
+        let second = apply(
+            &ti,
+            Some(&first),
+            &cm(json!({"a": "1"})),
+            "m",
+            "v1",
+            false,
+            None,
+            |_| {},
+        )
+        .unwrap();
         assert_eq!(second["data"], json!({"a": "1"}));
-        assert_eq!(second["metadata"]["managedFields"][0]["fieldsV1"], json!({"f:data": {"f:a": {}}}));
+        assert_eq!(
+            second["metadata"]["managedFields"][0]["fieldsV1"],
+            json!({"f:data": {"f:a": {}}})
+        );
     }
 
     #[test]
     fn conflicting_managers() {
         let ti = TypeInfo::builtin("ConfigMap");
-        let first = apply(&ti, None, &cm(json!({"a": "1"})), "one", "v1", false, None, |_| {}).unwrap();
-        let conflicts = apply(&ti, Some(&first), &cm(json!({"a": "2"})), "two", "v1", false, None, |_| {}).unwrap_err();
+        let first = apply(
+            &ti,
+            None,
+            &cm(json!({"a": "1"})),
+            "one",
+            "v1",
+            false,
+            None,
+            |_| {},
+        )
+        .unwrap();
+        let conflicts = apply(
+            &ti,
+            Some(&first),
+            &cm(json!({"a": "2"})),
+            "two",
+            "v1",
+            false,
+            None,
+            |_| {},
+        )
+        .unwrap_err();
         assert_eq!(conflicts[0].path, ".data.a");
         assert_eq!(conflicts[0].manager, "one");
         // Same value: shared ownership, no conflict.
-        let shared = apply(&ti, Some(&first), &cm(json!({"a": "1"})), "two", "v1", false, None, |_| {}).unwrap();
-        assert_eq!(shared["metadata"]["managedFields"].as_array().unwrap().len(), 2);
-        let forced = apply(&ti, Some(&first), &cm(json!({"a": "2"})), "two", "v1", true, None, |_| {}).unwrap();
+        let shared = apply(
+            &ti,
+            Some(&first),
+            &cm(json!({"a": "1"})),
+            "two",
+            "v1",
+            false,
+            None,
+            |_| {},
+        )
+        .unwrap();
+        assert_eq!(
+            shared["metadata"]["managedFields"]
+                .as_array()
+                .unwrap()
+                .len(),
+            2
+        );
+        let forced = apply(
+            &ti,
+            Some(&first),
+            &cm(json!({"a": "2"})),
+            "two",
+            "v1",
+            true,
+            None,
+            |_| {},
+        )
+        .unwrap();
         assert_eq!(forced["data"]["a"], "2");
-        let managers: Vec<&str> = forced["metadata"]["managedFields"].as_array().unwrap().iter().map(|e| e["manager"].as_str().unwrap()).collect();
+        let managers: Vec<&str> = forced["metadata"]["managedFields"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["manager"].as_str().unwrap())
+            .collect();
         assert_eq!(managers, vec!["two"]);
     }
 
     #[test]
     fn updates_take_ownership() {
         let ti = TypeInfo::builtin("ConfigMap");
-        let first = apply(&ti, None, &cm(json!({"a": "1"})), "applier", "v1", false, None, |_| {}).unwrap();
+        let first = apply(
+            &ti,
+            None,
+            &cm(json!({"a": "1"})),
+            "applier",
+            "v1",
+            false,
+            None,
+            |_| {},
+        )
+        .unwrap();
         let mut edited = first.clone();
         edited["data"]["a"] = json!("9");
         record_update(&ti, Some(&first), &mut edited, "editor", "v1", None);
-        let conflicts = apply(&ti, Some(&edited), &cm(json!({"a": "1"})), "applier", "v1", false, None, |_| {}).unwrap_err();
+        let conflicts = apply(
+            &ti,
+            Some(&edited),
+            &cm(json!({"a": "1"})),
+            "applier",
+            "v1",
+            false,
+            None,
+            |_| {},
+        )
+        .unwrap_err();
         assert_eq!(conflicts[0].manager, "editor");
     }
 }

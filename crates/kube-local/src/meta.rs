@@ -38,7 +38,11 @@ pub fn is_deleting(obj: &Value) -> bool {
 pub fn finalizers(obj: &Value) -> Vec<String> {
     value_at(obj, &["metadata", "finalizers"])
         .and_then(Value::as_array)
-        .map(|a| a.iter().filter_map(|v| v.as_str().map(str::to_string)).collect())
+        .map(|a| {
+            a.iter()
+                .filter_map(|v| v.as_str().map(str::to_string))
+                .collect()
+        })
         .unwrap_or_default()
 }
 
@@ -55,7 +59,9 @@ pub fn meta_mut(obj: &mut Value) -> &mut Map<String, Value> {
         Value::Object(m) => m,
         _ => unreachable_object(),
     };
-    let meta = root.entry("metadata").or_insert_with(|| Value::Object(Map::new()));
+    let meta = root
+        .entry("metadata")
+        .or_insert_with(|| Value::Object(Map::new()));
     if !meta.is_object() {
         *meta = Value::Object(Map::new());
     }
@@ -93,7 +99,9 @@ pub fn remove_meta(obj: &mut Value, key: &str) {
 /// RFC 3339 with whole seconds, the wire form of `metav1.Time`.
 pub fn now_time() -> String {
     let now = jiff::Timestamp::now();
-    jiff::Timestamp::from_second(now.as_second()).map(|t| t.to_string()).unwrap_or_else(|_| now.to_string())
+    jiff::Timestamp::from_second(now.as_second())
+        .map(|t| t.to_string())
+        .unwrap_or_else(|_| now.to_string())
 }
 
 /// RFC 3339 with microseconds, the wire form of `metav1.MicroTime`.
@@ -111,14 +119,23 @@ pub fn new_uid() -> String {
     b[6] = (b[6] & 0x0f) | 0x40;
     b[8] = (b[8] & 0x3f) | 0x80;
     let h: String = b.iter().map(|x| format!("{x:02x}")).collect();
-    format!("{}-{}-{}-{}-{}", &h[0..8], &h[8..12], &h[12..16], &h[16..20], &h[20..32])
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[0..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..32]
+    )
 }
 
 /// Five characters from the alphabet upstream's `SimpleNameGenerator` uses (no vowels, no confusable digits).
 pub fn generated_suffix() -> String {
     const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
     let mut rng = rand::rng();
-    (0..5).map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char).collect()
+    (0..5)
+        .map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char)
+        .collect()
 }
 
 /// Upstream's `metadata.name` rule for most resources: an RFC 1123 DNS subdomain.
@@ -129,7 +146,9 @@ pub fn dns_subdomain_error(name: &str) -> Option<String> {
     let ok = !name.is_empty()
         && name.split('.').all(|label| {
             !label.is_empty()
-                && label.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+                && label
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
                 && !label.starts_with('-')
                 && !label.ends_with('-')
         });
@@ -144,7 +163,9 @@ pub fn dns_subdomain_error(name: &str) -> Option<String> {
 pub fn dns_label_error(name: &str) -> Option<String> {
     let ok = !name.is_empty()
         && name.len() <= 63
-        && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
         && !name.starts_with('-')
         && !name.ends_with('-');
     if ok {

@@ -31,14 +31,16 @@ impl PatchKind {
 pub fn apply(kind: PatchKind, current: &Value, body: &[u8], ti: &TypeInfo<'_>) -> ApiResult<Value> {
     match kind {
         PatchKind::Merge => {
-            let p: Value = serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
+            let p: Value = serde_json::from_slice(body)
+                .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
             let mut out = current.clone();
             json_patch::merge(&mut out, &p);
             Ok(out)
         }
         PatchKind::Json => json_patch_apply(current, body),
         PatchKind::Strategic => {
-            let p: Value = serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
+            let p: Value = serde_json::from_slice(body)
+                .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
             strategic_merge::apply(current, &p, ti).map_err(|e| {
                 let mut err = ApiError::invalid("", "", "", vec![]);
                 err.message = e;
@@ -46,14 +48,16 @@ pub fn apply(kind: PatchKind, current: &Value, body: &[u8], ti: &TypeInfo<'_>) -
                 err
             })
         }
-        PatchKind::Apply => Err(ApiError::internal("apply patches are handled by server-side apply")),
+        PatchKind::Apply => Err(ApiError::internal(
+            "apply patches are handled by server-side apply",
+        )),
     }
 }
 
 /// RFC 6902, except that `test` of an absent path against `null` passes, as the API server's patch library does.
 fn json_patch_apply(current: &Value, body: &[u8]) -> ApiResult<Value> {
-    let ops: Vec<json_patch::PatchOperation> =
-        serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
+    let ops: Vec<json_patch::PatchOperation> = serde_json::from_slice(body)
+        .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
     let mut doc = current.clone();
     for op in &ops {
         if let json_patch::PatchOperation::Test(t) = op
@@ -64,7 +68,8 @@ fn json_patch_apply(current: &Value, body: &[u8]) -> ApiResult<Value> {
         }
         json_patch::patch(&mut doc, std::slice::from_ref(op)).map_err(|e| {
             let mut err = ApiError::invalid("", "", "", vec![]);
-            err.message = format!("the server rejected our request due to an error in our request: {e}");
+            err.message =
+                format!("the server rejected our request due to an error in our request: {e}");
             err.details = Some(serde_json::json!({}));
             err
         })?;
@@ -85,13 +90,27 @@ mod tests {
         let out = apply(PatchKind::Json, &json!({"metadata": {}}), body, &ti).unwrap();
         assert_eq!(out["metadata"]["finalizers"], json!(["x"]));
         let failing = br#"[{"op":"test","path":"/metadata/name","value":"other"}]"#;
-        let e = apply(PatchKind::Json, &json!({"metadata": {"name": "a"}}), failing, &ti).unwrap_err();
+        let e = apply(
+            PatchKind::Json,
+            &json!({"metadata": {"name": "a"}}),
+            failing,
+            &ti,
+        )
+        .unwrap_err();
         assert_eq!(e.code, 422);
     }
 
     #[test]
     fn content_types() {
-        assert_eq!(PatchKind::from_content_type("application/merge-patch+json; charset=utf-8").unwrap(), PatchKind::Merge);
-        assert_eq!(PatchKind::from_content_type("application/json").unwrap_err().code, 415);
+        assert_eq!(
+            PatchKind::from_content_type("application/merge-patch+json; charset=utf-8").unwrap(),
+            PatchKind::Merge
+        );
+        assert_eq!(
+            PatchKind::from_content_type("application/json")
+                .unwrap_err()
+                .code,
+            415
+        );
     }
 }

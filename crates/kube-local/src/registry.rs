@@ -76,7 +76,11 @@ pub struct ResourceType {
 
 impl ResourceType {
     pub fn api_version(&self) -> String {
-        if self.group.is_empty() { self.version.clone() } else { format!("{}/{}", self.group, self.version) }
+        if self.group.is_empty() {
+            self.version.clone()
+        } else {
+            format!("{}/{}", self.group, self.version)
+        }
     }
 
     pub fn list_kind(&self) -> String {
@@ -88,11 +92,24 @@ impl ResourceType {
     }
 
     pub fn verbs(&self) -> Vec<&'static str> {
-        vec!["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
+        vec![
+            "create",
+            "delete",
+            "deletecollection",
+            "get",
+            "list",
+            "patch",
+            "update",
+            "watch",
+        ]
     }
 
     pub fn subject<'a>(&'a self, name: &'a str) -> crate::api_error::Subject<'a> {
-        crate::api_error::Subject { group: &self.group, resource: &self.plural, name }
+        crate::api_error::Subject {
+            group: &self.group,
+            resource: &self.plural,
+            name,
+        }
     }
 }
 
@@ -118,7 +135,18 @@ const fn b(
     short: &'static [&'static str],
     status: bool,
 ) -> Builtin {
-    Builtin { group, version, plural, kind, namespaced, short, status, scale: false, generation: false, all: false }
+    Builtin {
+        group,
+        version,
+        plural,
+        kind,
+        namespaced,
+        short,
+        status,
+        scale: false,
+        generation: false,
+        all: false,
+    }
 }
 
 impl Builtin {
@@ -138,41 +166,191 @@ impl Builtin {
 
 const BUILTINS: &[Builtin] = &[
     b("", "v1", "namespaces", "Namespace", false, &["ns"], true),
-    b("", "v1", "pods", "Pod", true, &["po"], true).generation().all(),
+    b("", "v1", "pods", "Pod", true, &["po"], true)
+        .generation()
+        .all(),
     b("", "v1", "services", "Service", true, &["svc"], true).all(),
     b("", "v1", "endpoints", "Endpoints", true, &["ep"], false),
     b("", "v1", "configmaps", "ConfigMap", true, &["cm"], false),
     b("", "v1", "secrets", "Secret", true, &[], false),
-    b("", "v1", "serviceaccounts", "ServiceAccount", true, &["sa"], false),
+    b(
+        "",
+        "v1",
+        "serviceaccounts",
+        "ServiceAccount",
+        true,
+        &["sa"],
+        false,
+    ),
     b("", "v1", "events", "Event", true, &["ev"], false),
-    b("", "v1", "persistentvolumeclaims", "PersistentVolumeClaim", true, &["pvc"], true),
-    b("", "v1", "persistentvolumes", "PersistentVolume", false, &["pv"], true),
+    b(
+        "",
+        "v1",
+        "persistentvolumeclaims",
+        "PersistentVolumeClaim",
+        true,
+        &["pvc"],
+        true,
+    ),
+    b(
+        "",
+        "v1",
+        "persistentvolumes",
+        "PersistentVolume",
+        false,
+        &["pv"],
+        true,
+    ),
     b("", "v1", "nodes", "Node", false, &["no"], true),
-    b("apps", "v1", "statefulsets", "StatefulSet", true, &["sts"], true).scale().generation().all(),
-    b("apps", "v1", "deployments", "Deployment", true, &["deploy"], true).scale().generation().all(),
-    b("apps", "v1", "replicasets", "ReplicaSet", true, &["rs"], true).scale().generation().all(),
-    b("apps", "v1", "daemonsets", "DaemonSet", true, &["ds"], true).generation().all(),
-    b("apps", "v1", "controllerrevisions", "ControllerRevision", true, &[], false),
-    b("batch", "v1", "jobs", "Job", true, &[], true).generation().all(),
-    b("batch", "v1", "cronjobs", "CronJob", true, &["cj"], true).generation().all(),
-    b("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", true, &["pdb"], true).generation(),
-    b("coordination.k8s.io", "v1", "leases", "Lease", true, &[], false),
-    b("events.k8s.io", "v1", "events", "Event", true, &["ev"], false),
-    b("discovery.k8s.io", "v1", "endpointslices", "EndpointSlice", true, &[], false),
-    b("storage.k8s.io", "v1", "storageclasses", "StorageClass", false, &["sc"], false),
-    b("apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition", false, &["crd", "crds"], true)
-        .generation(),
-    b("admissionregistration.k8s.io", "v1", "validatingwebhookconfigurations", "ValidatingWebhookConfiguration", false, &[], false)
-        .generation(),
-    b("admissionregistration.k8s.io", "v1", "mutatingwebhookconfigurations", "MutatingWebhookConfiguration", false, &[], false)
-        .generation(),
+    b(
+        "apps",
+        "v1",
+        "statefulsets",
+        "StatefulSet",
+        true,
+        &["sts"],
+        true,
+    )
+    .scale()
+    .generation()
+    .all(),
+    b(
+        "apps",
+        "v1",
+        "deployments",
+        "Deployment",
+        true,
+        &["deploy"],
+        true,
+    )
+    .scale()
+    .generation()
+    .all(),
+    b(
+        "apps",
+        "v1",
+        "replicasets",
+        "ReplicaSet",
+        true,
+        &["rs"],
+        true,
+    )
+    .scale()
+    .generation()
+    .all(),
+    b("apps", "v1", "daemonsets", "DaemonSet", true, &["ds"], true)
+        .generation()
+        .all(),
+    b(
+        "apps",
+        "v1",
+        "controllerrevisions",
+        "ControllerRevision",
+        true,
+        &[],
+        false,
+    ),
+    b("batch", "v1", "jobs", "Job", true, &[], true)
+        .generation()
+        .all(),
+    b("batch", "v1", "cronjobs", "CronJob", true, &["cj"], true)
+        .generation()
+        .all(),
+    b(
+        "policy",
+        "v1",
+        "poddisruptionbudgets",
+        "PodDisruptionBudget",
+        true,
+        &["pdb"],
+        true,
+    )
+    .generation(),
+    b(
+        "coordination.k8s.io",
+        "v1",
+        "leases",
+        "Lease",
+        true,
+        &[],
+        false,
+    ),
+    b(
+        "events.k8s.io",
+        "v1",
+        "events",
+        "Event",
+        true,
+        &["ev"],
+        false,
+    ),
+    b(
+        "discovery.k8s.io",
+        "v1",
+        "endpointslices",
+        "EndpointSlice",
+        true,
+        &[],
+        false,
+    ),
+    b(
+        "storage.k8s.io",
+        "v1",
+        "storageclasses",
+        "StorageClass",
+        false,
+        &["sc"],
+        false,
+    ),
+    b(
+        "apiextensions.k8s.io",
+        "v1",
+        "customresourcedefinitions",
+        "CustomResourceDefinition",
+        false,
+        &["crd", "crds"],
+        true,
+    )
+    .generation(),
+    b(
+        "admissionregistration.k8s.io",
+        "v1",
+        "validatingwebhookconfigurations",
+        "ValidatingWebhookConfiguration",
+        false,
+        &[],
+        false,
+    )
+    .generation(),
+    b(
+        "admissionregistration.k8s.io",
+        "v1",
+        "mutatingwebhookconfigurations",
+        "MutatingWebhookConfiguration",
+        false,
+        &[],
+        false,
+    )
+    .generation(),
 ];
 
 fn builtin_type(bt: &Builtin) -> ResourceType {
     let (storage, view) = if bt.group == "events.k8s.io" {
-        (StorageResource { group: String::new(), resource: "events".into() }, View::EventsV1)
+        (
+            StorageResource {
+                group: String::new(),
+                resource: "events".into(),
+            },
+            View::EventsV1,
+        )
     } else {
-        (StorageResource { group: bt.group.into(), resource: bt.plural.into() }, View::Plain)
+        (
+            StorageResource {
+                group: bt.group.into(),
+                resource: bt.plural.into(),
+            },
+            View::Plain,
+        )
     };
     let scale = bt.scale.then(|| ScalePaths {
         spec_replicas: ".spec.replicas".into(),
@@ -193,7 +371,10 @@ fn builtin_type(bt: &Builtin) -> ResourceType {
         generation: bt.generation,
         storage,
         view,
-        delete_returns_object: matches!(bt.plural, "pods" | "serviceaccounts" | "storageclasses" | "namespaces"),
+        delete_returns_object: matches!(
+            bt.plural,
+            "pods" | "serviceaccounts" | "storageclasses" | "namespaces"
+        ),
         unconditional_update: true,
         custom: None,
     }
@@ -212,11 +393,15 @@ impl Default for Registry {
 
 impl Registry {
     pub fn new() -> Self {
-        Registry { types: RwLock::new(BUILTINS.iter().map(|b| Arc::new(builtin_type(b))).collect()) }
+        Registry {
+            types: RwLock::new(BUILTINS.iter().map(|b| Arc::new(builtin_type(b))).collect()),
+        }
     }
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, Vec<Arc<ResourceType>>> {
-        self.types.read().unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.types
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     pub fn all(&self) -> Vec<Arc<ResourceType>> {
@@ -224,11 +409,17 @@ impl Registry {
     }
 
     pub fn find(&self, group: &str, version: &str, plural: &str) -> Option<Arc<ResourceType>> {
-        self.read().iter().find(|t| t.group == group && t.version == version && t.plural == plural).cloned()
+        self.read()
+            .iter()
+            .find(|t| t.group == group && t.version == version && t.plural == plural)
+            .cloned()
     }
 
     pub fn by_kind(&self, group: &str, version: &str, kind: &str) -> Option<Arc<ResourceType>> {
-        self.read().iter().find(|t| t.group == group && t.version == version && t.kind == kind).cloned()
+        self.read()
+            .iter()
+            .find(|t| t.group == group && t.version == version && t.kind == kind)
+            .cloned()
     }
 
     /// The type objects of a storage resource are kept as (used by controllers that act on stored objects).
@@ -239,7 +430,9 @@ impl Registry {
             .find(|t| {
                 &t.storage == storage
                     && t.view == View::Plain
-                    && t.custom.as_ref().is_none_or(|c| c.storage_version == t.version)
+                    && t.custom
+                        .as_ref()
+                        .is_none_or(|c| c.storage_version == t.version)
             })
             .cloned()
     }
@@ -257,7 +450,10 @@ impl Registry {
 
     /// Replaces every served version of the CRD `crd_name` by `versions` (empty removes them).
     pub fn set_custom(&self, crd_name: &str, versions: Vec<ResourceType>) {
-        let mut types = self.types.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut types = self
+            .types
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         types.retain(|t| t.custom.as_ref().is_none_or(|c| c.crd_name != crd_name));
         types.extend(versions.into_iter().map(Arc::new));
     }

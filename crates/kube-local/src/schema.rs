@@ -23,15 +23,25 @@ const OBJECT_META_FIELDS: &[&str] = &[
 ];
 
 fn join(path: &str, field: &str) -> String {
-    if path.is_empty() { field.to_string() } else { format!("{path}.{field}") }
+    if path.is_empty() {
+        field.to_string()
+    } else {
+        format!("{path}.{field}")
+    }
 }
 
 fn preserves_unknown(schema: &Value) -> bool {
-    schema.get("x-kubernetes-preserve-unknown-fields").and_then(Value::as_bool) == Some(true)
+    schema
+        .get("x-kubernetes-preserve-unknown-fields")
+        .and_then(Value::as_bool)
+        == Some(true)
 }
 
 fn is_embedded(schema: &Value) -> bool {
-    schema.get("x-kubernetes-embedded-resource").and_then(Value::as_bool) == Some(true)
+    schema
+        .get("x-kubernetes-embedded-resource")
+        .and_then(Value::as_bool)
+        == Some(true)
 }
 
 /// Removes fields the schema does not know, returning their paths (for `fieldValidation` warnings or errors).
@@ -41,7 +51,13 @@ pub fn prune(schema: &Value, obj: &mut Value) -> Vec<String> {
     unknown
 }
 
-fn prune_node(schema: &Value, value: &mut Value, path: &str, root: bool, unknown: &mut Vec<String>) {
+fn prune_node(
+    schema: &Value,
+    value: &mut Value,
+    path: &str,
+    root: bool,
+    unknown: &mut Vec<String>,
+) {
     match value {
         Value::Object(map) => {
             let props = schema.get("properties").and_then(Value::as_object);
@@ -97,7 +113,8 @@ pub fn apply_defaults(schema: &Value, value: &mut Value) {
         Value::Object(map) => {
             if let Some(props) = schema.get("properties").and_then(Value::as_object) {
                 for (k, child_schema) in props {
-                    let nullable = child_schema.get("nullable").and_then(Value::as_bool) == Some(true);
+                    let nullable =
+                        child_schema.get("nullable").and_then(Value::as_bool) == Some(true);
                     if map.get(k).is_some_and(Value::is_null) && !nullable {
                         map.remove(k);
                     }
@@ -143,7 +160,9 @@ fn type_name(v: &Value) -> &'static str {
 /// OpenAPI v3 validation of a (pruned, defaulted) custom resource; the root's metadata is validated elsewhere.
 pub fn validate(schema: &Value, obj: &Value) -> Vec<FieldCause> {
     let mut causes = Vec::new();
-    if let (Some(props), Value::Object(map)) = (schema.get("properties").and_then(Value::as_object), obj) {
+    if let (Some(props), Value::Object(map)) =
+        (schema.get("properties").and_then(Value::as_object), obj)
+    {
         for (k, child_schema) in props {
             if matches!(k.as_str(), "apiVersion" | "kind" | "metadata") {
                 continue;
@@ -158,7 +177,8 @@ pub fn validate(schema: &Value, obj: &Value) -> Vec<FieldCause> {
 }
 
 fn validate_required(schema: &Value, obj: &Value, path: &str, causes: &mut Vec<FieldCause>) {
-    if let (Some(req), Value::Object(map)) = (schema.get("required").and_then(Value::as_array), obj) {
+    if let (Some(req), Value::Object(map)) = (schema.get("required").and_then(Value::as_array), obj)
+    {
         for r in req.iter().filter_map(Value::as_str) {
             if !map.contains_key(r) {
                 causes.push(FieldCause::required(join(path, r), ""));
@@ -176,14 +196,20 @@ fn format_num(v: &Value) -> String {
 }
 
 fn validate_node(schema: &Value, v: &Value, path: &str, causes: &mut Vec<FieldCause>) {
-    let int_or_string = schema.get("x-kubernetes-int-or-string").and_then(Value::as_bool) == Some(true);
+    let int_or_string = schema
+        .get("x-kubernetes-int-or-string")
+        .and_then(Value::as_bool)
+        == Some(true);
     let nullable = schema.get("nullable").and_then(Value::as_bool) == Some(true);
     if v.is_null() {
         if !nullable && schema.get("type").is_some() {
             causes.push(FieldCause::type_invalid(
                 path,
                 v,
-                &format!("{path} in body must be of type {}: \"null\"", schema["type"].as_str().unwrap_or("object")),
+                &format!(
+                    "{path} in body must be of type {}: \"null\"",
+                    schema["type"].as_str().unwrap_or("object")
+                ),
             ));
         }
         return;
@@ -191,7 +217,11 @@ fn validate_node(schema: &Value, v: &Value, path: &str, causes: &mut Vec<FieldCa
     let actual = type_name(v);
     if int_or_string {
         if !matches!(actual, "integer" | "string") {
-            causes.push(FieldCause::type_invalid(path, v, &format!("{path} in body must be of type integer,string: {actual:?}")));
+            causes.push(FieldCause::type_invalid(
+                path,
+                v,
+                &format!("{path} in body must be of type integer,string: {actual:?}"),
+            ));
             return;
         }
     } else if let Some(want) = schema.get("type").and_then(Value::as_str) {
@@ -200,7 +230,11 @@ fn validate_node(schema: &Value, v: &Value, path: &str, causes: &mut Vec<FieldCa
             other => other == actual,
         };
         if !ok {
-            causes.push(FieldCause::type_invalid(path, v, &format!("{path} in body must be of type {want}: {actual:?}")));
+            causes.push(FieldCause::type_invalid(
+                path,
+                v,
+                &format!("{path} in body must be of type {want}: {actual:?}"),
+            ));
             return;
         }
     }
@@ -217,22 +251,42 @@ fn validate_node(schema: &Value, v: &Value, path: &str, causes: &mut Vec<FieldCa
             if let Some(max) = schema.get("maximum") {
                 let m = number(max).unwrap_or(f64::MAX);
                 if (excl_max && x >= m) || (!excl_max && x > m) {
-                    let rel = if excl_max { "less than" } else { "less than or equal to" };
-                    causes.push(FieldCause::invalid(path, v, format!("{path} in body should be {rel} {}", format_num(max))));
+                    let rel = if excl_max {
+                        "less than"
+                    } else {
+                        "less than or equal to"
+                    };
+                    causes.push(FieldCause::invalid(
+                        path,
+                        v,
+                        format!("{path} in body should be {rel} {}", format_num(max)),
+                    ));
                 }
             }
             if let Some(min) = schema.get("minimum") {
                 let m = number(min).unwrap_or(f64::MIN);
                 if (excl_min && x <= m) || (!excl_min && x < m) {
-                    let rel = if excl_min { "greater than" } else { "greater than or equal to" };
-                    causes.push(FieldCause::invalid(path, v, format!("{path} in body should be {rel} {}", format_num(min))));
+                    let rel = if excl_min {
+                        "greater than"
+                    } else {
+                        "greater than or equal to"
+                    };
+                    causes.push(FieldCause::invalid(
+                        path,
+                        v,
+                        format!("{path} in body should be {rel} {}", format_num(min)),
+                    ));
                 }
             }
             if let Some(mult) = schema.get("multipleOf").and_then(Value::as_f64)
                 && mult != 0.0
                 && (x / mult).fract() != 0.0
             {
-                causes.push(FieldCause::invalid(path, v, format!("{path} in body should be a multiple of {mult}")));
+                causes.push(FieldCause::invalid(
+                    path,
+                    v,
+                    format!("{path} in body should be a multiple of {mult}"),
+                ));
             }
         }
         Value::String(s) => {
@@ -249,13 +303,19 @@ fn validate_node(schema: &Value, v: &Value, path: &str, causes: &mut Vec<FieldCa
             if let Some(min) = schema.get("minLength").and_then(Value::as_u64)
                 && len < min
             {
-                causes.push(FieldCause::invalid(path, v, format!("{path} in body should be at least {min} chars long")));
+                causes.push(FieldCause::invalid(
+                    path,
+                    v,
+                    format!("{path} in body should be at least {min} chars long"),
+                ));
             }
             if let Some(p) = schema.get("pattern").and_then(Value::as_str) {
                 match regex::Regex::new(p) {
-                    Ok(re) if !re.is_match(s) => {
-                        causes.push(FieldCause::invalid(path, v, format!("{path} in body should match '{p}'")))
-                    }
+                    Ok(re) if !re.is_match(s) => causes.push(FieldCause::invalid(
+                        path,
+                        v,
+                        format!("{path} in body should match '{p}'"),
+                    )),
                     _ => {}
                 }
             }
@@ -263,7 +323,11 @@ fn validate_node(schema: &Value, v: &Value, path: &str, causes: &mut Vec<FieldCa
                 && !int_or_string
                 && let Some(err) = check_format(f, s)
             {
-                causes.push(FieldCause::invalid(path, v, format!("{path} in body must be of type {f}: {s:?}{err}")));
+                causes.push(FieldCause::invalid(
+                    path,
+                    v,
+                    format!("{path} in body must be of type {f}: {s:?}{err}"),
+                ));
             }
         }
         Value::Array(items) => {
@@ -280,10 +344,16 @@ fn validate_node(schema: &Value, v: &Value, path: &str, causes: &mut Vec<FieldCa
             if let Some(min) = schema.get("minItems").and_then(Value::as_u64)
                 && n < min
             {
-                causes.push(FieldCause::invalid(path, v, format!("{path} in body should have at least {min} items")));
+                causes.push(FieldCause::invalid(
+                    path,
+                    v,
+                    format!("{path} in body should have at least {min} items"),
+                ));
             }
             let list_type = schema.get("x-kubernetes-list-type").and_then(Value::as_str);
-            if schema.get("uniqueItems").and_then(Value::as_bool) == Some(true) || list_type == Some("set") {
+            if schema.get("uniqueItems").and_then(Value::as_bool) == Some(true)
+                || list_type == Some("set")
+            {
                 for (i, item) in items.iter().enumerate() {
                     if items[..i].contains(item) {
                         causes.push(FieldCause {
@@ -300,11 +370,19 @@ fn validate_node(schema: &Value, v: &Value, path: &str, causes: &mut Vec<FieldCa
                     .and_then(Value::as_array)
                     .map(|a| a.iter().filter_map(Value::as_str).collect())
                     .unwrap_or_default();
-                let key_of = |item: &Value| -> Vec<Value> { keys.iter().map(|k| item.get(*k).cloned().unwrap_or(Value::Null)).collect() };
+                let key_of = |item: &Value| -> Vec<Value> {
+                    keys.iter()
+                        .map(|k| item.get(*k).cloned().unwrap_or(Value::Null))
+                        .collect()
+                };
                 for (i, item) in items.iter().enumerate() {
                     let k = key_of(item);
                     if items[..i].iter().any(|o| key_of(o) == k) {
-                        let shown: Map<String, Value> = keys.iter().zip(k).map(|(a, b)| (a.to_string(), b)).collect();
+                        let shown: Map<String, Value> = keys
+                            .iter()
+                            .zip(k)
+                            .map(|(a, b)| (a.to_string(), b))
+                            .collect();
                         causes.push(FieldCause {
                             reason: "FieldValueDuplicate",
                             field: format!("{path}[{i}]"),
@@ -333,7 +411,11 @@ fn validate_node(schema: &Value, v: &Value, path: &str, causes: &mut Vec<FieldCa
             if let Some(min) = schema.get("minProperties").and_then(Value::as_u64)
                 && n < min
             {
-                causes.push(FieldCause::invalid(path, v, format!("{path} in body should have at least {min} properties")));
+                causes.push(FieldCause::invalid(
+                    path,
+                    v,
+                    format!("{path} in body should have at least {min} properties"),
+                ));
             }
             let props = schema.get("properties").and_then(Value::as_object);
             let additional = schema.get("additionalProperties").filter(|a| a.is_object());
@@ -362,12 +444,16 @@ fn validate_node(schema: &Value, v: &Value, path: &str, causes: &mut Vec<FieldCa
             let passing = results.iter().filter(|c| c.is_empty()).count();
             match key {
                 "allOf" => causes.extend(results.into_iter().flatten()),
-                "anyOf" if passing < need => {
-                    causes.push(FieldCause::invalid(path, v, format!("{path} in body must match at least one schema (anyOf)")))
-                }
-                "oneOf" if passing != need => {
-                    causes.push(FieldCause::invalid(path, v, format!("{path} in body must match exactly one schema (oneOf)")))
-                }
+                "anyOf" if passing < need => causes.push(FieldCause::invalid(
+                    path,
+                    v,
+                    format!("{path} in body must match at least one schema (anyOf)"),
+                )),
+                "oneOf" if passing != need => causes.push(FieldCause::invalid(
+                    path,
+                    v,
+                    format!("{path} in body must match exactly one schema (oneOf)"),
+                )),
                 _ => {}
             }
         }
@@ -376,7 +462,11 @@ fn validate_node(schema: &Value, v: &Value, path: &str, causes: &mut Vec<FieldCa
         let mut c = Vec::new();
         validate_node(not, v, path, &mut c);
         if c.is_empty() {
-            causes.push(FieldCause::invalid(path, v, format!("{path} in body must not validate the schema (not)")));
+            causes.push(FieldCause::invalid(
+                path,
+                v,
+                format!("{path} in body must not validate the schema (not)"),
+            ));
         }
     }
 }
@@ -387,12 +477,26 @@ fn check_format(format: &str, s: &str) -> Option<String> {
         "date" => s.parse::<jiff::civil::Date>().is_ok(),
         "uuid" => {
             s.len() == 36
-                && s.chars().enumerate().all(|(i, c)| if [8, 13, 18, 23].contains(&i) { c == '-' } else { c.is_ascii_hexdigit() })
+                && s.chars().enumerate().all(|(i, c)| {
+                    if [8, 13, 18, 23].contains(&i) {
+                        c == '-'
+                    } else {
+                        c.is_ascii_hexdigit()
+                    }
+                })
         }
         "ipv4" => s.parse::<std::net::Ipv4Addr>().is_ok(),
         "ipv6" => s.parse::<std::net::Ipv6Addr>().is_ok(),
-        "byte" => s.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '/' | '=')) && s.len() % 4 == 0,
-        "duration" => s.chars().all(|c| c.is_ascii_alphanumeric() || c == '.' || c == '-') && !s.is_empty(),
+        "byte" => {
+            s.chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '/' | '='))
+                && s.len().is_multiple_of(4)
+        }
+        "duration" => {
+            s.chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '.' || c == '-')
+                && !s.is_empty()
+        }
         _ => true,
     };
     if ok { None } else { Some(String::new()) }
@@ -412,13 +516,19 @@ pub fn validate_cel(
             .map(|e| {
                 let field = e.field_path.trim_start_matches('.').to_string();
                 let value_type = cel_value_type(obj, &field);
-                let message = if e.message.is_empty() { format!("failed rule: {}", e.rule) } else { e.message.clone() };
+                let message = if e.message.is_empty() {
+                    format!("failed rule: {}", e.rule)
+                } else {
+                    e.message.clone()
+                };
                 match e.reason.as_deref() {
                     Some("FieldValueForbidden") => FieldCause::forbidden(field, message),
                     Some("FieldValueRequired") => FieldCause::required(field, message),
-                    Some("FieldValueDuplicate") => {
-                        FieldCause { reason: "FieldValueDuplicate", message: format!("Duplicate value: {message}"), field }
-                    }
+                    Some("FieldValueDuplicate") => FieldCause {
+                        reason: "FieldValueDuplicate",
+                        message: format!("Duplicate value: {message}"),
+                        field,
+                    },
                     _ => FieldCause::invalid(field, &Value::String(value_type.into()), message),
                 }
             })
@@ -439,17 +549,38 @@ fn cel_value_type(obj: &Value, dotted: &str) -> &'static str {
 pub fn structural_errors(schema: &Value, path: &str, causes: &mut Vec<FieldCause>) {
     let is_root = path.ends_with("openAPIV3Schema");
     let has_type = schema.get("type").is_some();
-    let int_or_string = schema.get("x-kubernetes-int-or-string").and_then(Value::as_bool) == Some(true);
+    let int_or_string = schema
+        .get("x-kubernetes-int-or-string")
+        .and_then(Value::as_bool)
+        == Some(true);
     let preserve = preserves_unknown(schema);
     if !has_type && !int_or_string && !preserve && !is_root {
-        causes.push(FieldCause::required(join(path, "type"), "must not be empty for specified object fields"));
+        causes.push(FieldCause::required(
+            join(path, "type"),
+            "must not be empty for specified object fields",
+        ));
     }
-    if is_root && schema.get("type").and_then(Value::as_str).is_some_and(|t| t != "object") {
-        causes.push(FieldCause::invalid(join(path, "type"), &schema["type"], "must be object at the root"));
+    if is_root
+        && schema
+            .get("type")
+            .and_then(Value::as_str)
+            .is_some_and(|t| t != "object")
+    {
+        causes.push(FieldCause::invalid(
+            join(path, "type"),
+            &schema["type"],
+            "must be object at the root",
+        ));
     }
     if let Some(props) = schema.get("properties").and_then(Value::as_object) {
-        if schema.get("additionalProperties").is_some_and(|a| a.is_object() || a == &Value::Bool(true)) {
-            causes.push(FieldCause::forbidden(join(path, "additionalProperties"), "additionalProperties and properties are mutual exclusive"));
+        if schema
+            .get("additionalProperties")
+            .is_some_and(|a| a.is_object() || a == &Value::Bool(true))
+        {
+            causes.push(FieldCause::forbidden(
+                join(path, "additionalProperties"),
+                "additionalProperties and properties are mutual exclusive",
+            ));
         }
         for (k, child) in props {
             structural_errors(child, &format!("{path}.properties[{k}]"), causes);
@@ -458,7 +589,10 @@ pub fn structural_errors(schema: &Value, path: &str, causes: &mut Vec<FieldCause
     if let Some(items) = schema.get("items") {
         structural_errors(items, &format!("{path}.items"), causes);
     } else if schema.get("type").and_then(Value::as_str) == Some("array") {
-        causes.push(FieldCause::required(join(path, "items"), "must be specified"));
+        causes.push(FieldCause::required(
+            join(path, "items"),
+            "must be specified",
+        ));
     }
     if let Some(add) = schema.get("additionalProperties").filter(|a| a.is_object()) {
         structural_errors(add, &format!("{path}.additionalProperties"), causes);
@@ -510,7 +644,11 @@ mod tests {
         let o = json!({"spec": {"size": 9, "mode": "c", "tags": ["a", "b", "c"]}});
         let causes = validate(&schema(), &o);
         let fields: Vec<&str> = causes.iter().map(|c| c.field.as_str()).collect();
-        assert_eq!(fields, vec!["spec.size", "spec.mode", "spec.tags"], "{causes:?}");
+        assert_eq!(
+            fields,
+            vec!["spec.size", "spec.mode", "spec.tags"],
+            "{causes:?}"
+        );
         let missing = validate(&schema(), &json!({"spec": {}}));
         assert_eq!(missing[0].field, "spec.size");
         assert_eq!(missing[0].reason, "FieldValueRequired");

@@ -48,17 +48,23 @@ fn split_top_level(s: &str) -> Vec<String> {
         }
     }
     out.push(cur);
-    out.into_iter().map(|p| p.trim().to_string()).filter(|p| !p.is_empty()).collect()
+    out.into_iter()
+        .map(|p| p.trim().to_string())
+        .filter(|p| !p.is_empty())
+        .collect()
 }
 
 fn label_key_ok(k: &str) -> bool {
     !k.is_empty()
         && k.len() <= 316
-        && k.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '/'))
+        && k.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '/'))
 }
 
 fn label_value_ok(v: &str) -> bool {
-    v.len() <= 63 && v.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+    v.len() <= 63
+        && v.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
 }
 
 fn parse_set(rest: &str, raw: &str) -> ApiResult<Vec<String>> {
@@ -66,10 +72,16 @@ fn parse_set(rest: &str, raw: &str) -> ApiResult<Vec<String>> {
     let inner = rest
         .strip_prefix('(')
         .and_then(|r| r.strip_suffix(')'))
-        .ok_or_else(|| ApiError::bad_request(format!("unable to parse requirement: found '{rest}', expected: '(' in {raw:?}")))?;
+        .ok_or_else(|| {
+            ApiError::bad_request(format!(
+                "unable to parse requirement: found '{rest}', expected: '(' in {raw:?}"
+            ))
+        })?;
     let vals: Vec<String> = inner.split(',').map(|v| v.trim().to_string()).collect();
     if vals.iter().any(|v| !label_value_ok(v)) {
-        return Err(ApiError::bad_request(format!("unable to parse requirement: invalid label value in {raw:?}")));
+        return Err(ApiError::bad_request(format!(
+            "unable to parse requirement: invalid label value in {raw:?}"
+        )));
     }
     Ok(vals)
 }
@@ -80,31 +92,63 @@ impl LabelSelector {
         for part in split_top_level(raw) {
             let bad = || ApiError::bad_request(format!("unable to parse requirement: {part:?}"));
             let req = if let Some(key) = part.strip_prefix('!') {
-                LabelRequirement { key: key.trim().to_string(), op: LabelOp::NotExists }
+                LabelRequirement {
+                    key: key.trim().to_string(),
+                    op: LabelOp::NotExists,
+                }
             } else if let Some((k, v)) = part.split_once("!=") {
-                LabelRequirement { key: k.trim().into(), op: LabelOp::NotEq(v.trim().into()) }
+                LabelRequirement {
+                    key: k.trim().into(),
+                    op: LabelOp::NotEq(v.trim().into()),
+                }
             } else if let Some((k, v)) = part.split_once("==") {
-                LabelRequirement { key: k.trim().into(), op: LabelOp::Eq(v.trim().into()) }
+                LabelRequirement {
+                    key: k.trim().into(),
+                    op: LabelOp::Eq(v.trim().into()),
+                }
             } else if let Some((k, v)) = part.split_once('=') {
-                LabelRequirement { key: k.trim().into(), op: LabelOp::Eq(v.trim().into()) }
+                LabelRequirement {
+                    key: k.trim().into(),
+                    op: LabelOp::Eq(v.trim().into()),
+                }
             } else if let Some((k, v)) = part.split_once('>') {
-                LabelRequirement { key: k.trim().into(), op: LabelOp::Gt(v.trim().parse().map_err(|_| bad())?) }
+                LabelRequirement {
+                    key: k.trim().into(),
+                    op: LabelOp::Gt(v.trim().parse().map_err(|_| bad())?),
+                }
             } else if let Some((k, v)) = part.split_once('<') {
-                LabelRequirement { key: k.trim().into(), op: LabelOp::Lt(v.trim().parse().map_err(|_| bad())?) }
+                LabelRequirement {
+                    key: k.trim().into(),
+                    op: LabelOp::Lt(v.trim().parse().map_err(|_| bad())?),
+                }
             } else if let Some((k, rest)) = part.split_once(" notin ") {
-                LabelRequirement { key: k.trim().into(), op: LabelOp::NotIn(parse_set(rest, &part)?) }
+                LabelRequirement {
+                    key: k.trim().into(),
+                    op: LabelOp::NotIn(parse_set(rest, &part)?),
+                }
             } else if let Some((k, rest)) = part.split_once(" in ") {
-                LabelRequirement { key: k.trim().into(), op: LabelOp::In(parse_set(rest, &part)?) }
+                LabelRequirement {
+                    key: k.trim().into(),
+                    op: LabelOp::In(parse_set(rest, &part)?),
+                }
             } else {
-                LabelRequirement { key: part.trim().into(), op: LabelOp::Exists }
+                LabelRequirement {
+                    key: part.trim().into(),
+                    op: LabelOp::Exists,
+                }
             };
             if !label_key_ok(&req.key) {
-                return Err(ApiError::bad_request(format!("unable to parse requirement: invalid label key {:?}", req.key)));
+                return Err(ApiError::bad_request(format!(
+                    "unable to parse requirement: invalid label key {:?}",
+                    req.key
+                )));
             }
             if let LabelOp::Eq(v) | LabelOp::NotEq(v) = &req.op
                 && !label_value_ok(v)
             {
-                return Err(ApiError::bad_request(format!("unable to parse requirement: invalid label value: {v:?}")));
+                return Err(ApiError::bad_request(format!(
+                    "unable to parse requirement: invalid label value: {v:?}"
+                )));
             }
             reqs.push(req);
         }
@@ -116,23 +160,38 @@ impl LabelSelector {
         let mut reqs = Vec::new();
         if let Some(m) = sel.get("matchLabels").and_then(Value::as_object) {
             for (k, v) in m {
-                reqs.push(LabelRequirement { key: k.clone(), op: LabelOp::Eq(v.as_str().unwrap_or("").into()) });
+                reqs.push(LabelRequirement {
+                    key: k.clone(),
+                    op: LabelOp::Eq(v.as_str().unwrap_or("").into()),
+                });
             }
         }
         if let Some(exprs) = sel.get("matchExpressions").and_then(Value::as_array) {
             for e in exprs {
-                let key = e.get("key").and_then(Value::as_str).unwrap_or("").to_string();
+                let key = e
+                    .get("key")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_string();
                 let values: Vec<String> = e
                     .get("values")
                     .and_then(Value::as_array)
-                    .map(|a| a.iter().filter_map(|v| v.as_str().map(String::from)).collect())
+                    .map(|a| {
+                        a.iter()
+                            .filter_map(|v| v.as_str().map(String::from))
+                            .collect()
+                    })
                     .unwrap_or_default();
                 let op = match e.get("operator").and_then(Value::as_str) {
                     Some("In") => LabelOp::In(values),
                     Some("NotIn") => LabelOp::NotIn(values),
                     Some("Exists") => LabelOp::Exists,
                     Some("DoesNotExist") => LabelOp::NotExists,
-                    other => return Err(ApiError::bad_request(format!("{other:?} is not a valid label selector operator"))),
+                    other => {
+                        return Err(ApiError::bad_request(format!(
+                            "{other:?} is not a valid label selector operator"
+                        )));
+                    }
                 };
                 reqs.push(LabelRequirement { key, op });
             }
@@ -154,8 +213,12 @@ impl LabelSelector {
                 LabelOp::NotIn(set) => v.is_none_or(|v| !set.iter().any(|s| s == v)),
                 LabelOp::Exists => v.is_some(),
                 LabelOp::NotExists => v.is_none(),
-                LabelOp::Gt(n) => v.and_then(|v| v.parse::<i64>().ok()).is_some_and(|x| x > *n),
-                LabelOp::Lt(n) => v.and_then(|v| v.parse::<i64>().ok()).is_some_and(|x| x < *n),
+                LabelOp::Gt(n) => v
+                    .and_then(|v| v.parse::<i64>().ok())
+                    .is_some_and(|x| x > *n),
+                LabelOp::Lt(n) => v
+                    .and_then(|v| v.parse::<i64>().ok())
+                    .is_some_and(|x| x < *n),
             }
         })
     }
@@ -250,16 +313,24 @@ impl FieldSelector {
             } else if let Some((k, v)) = part.split_once('=') {
                 (k, v, false)
             } else {
-                return Err(ApiError::bad_request(format!("invalid selector: '{raw}'; can't understand '{part}'")));
+                return Err(ApiError::bad_request(format!(
+                    "invalid selector: '{raw}'; can't understand '{part}'"
+                )));
             };
             let path = path.trim();
             let known = matches!(path, "metadata.name" | "metadata.namespace")
                 || supported_fields(group, resource).contains(&path)
                 || extra.iter().any(|f| f.trim_start_matches('.') == path);
             if !known {
-                return Err(ApiError::bad_request(format!("field label not supported: {path}")));
+                return Err(ApiError::bad_request(format!(
+                    "field label not supported: {path}"
+                )));
             }
-            reqs.push(FieldRequirement { path: path.into(), value: value.trim().into(), negate });
+            reqs.push(FieldRequirement {
+                path: path.into(),
+                value: value.trim().into(),
+                negate,
+            });
         }
         Ok(FieldSelector { reqs })
     }
@@ -274,14 +345,6 @@ impl FieldSelector {
             let actual = field_value(obj, &r.path);
             (actual == r.value) != r.negate
         })
-    }
-
-    /// The single `metadata.name=X` value, if that is all the selector asks (used to narrow a watch).
-    pub fn exact_name(&self) -> Option<&str> {
-        match self.reqs.as_slice() {
-            [r] if r.path == "metadata.name" && !r.negate => Some(&r.value),
-            _ => None,
-        }
     }
 }
 
@@ -329,7 +392,11 @@ mod tests {
             ("app=web,tier=back", false),
             ("", true),
         ] {
-            assert_eq!(LabelSelector::parse(sel).unwrap().matches(&o), want, "{sel}");
+            assert_eq!(
+                LabelSelector::parse(sel).unwrap().matches(&o),
+                want,
+                "{sel}"
+            );
         }
     }
 
@@ -342,7 +409,8 @@ mod tests {
 
     #[test]
     fn field_selector_matches() {
-        let fs = FieldSelector::parse("metadata.name=a,status.phase!=Running", "", "pods", &[]).unwrap();
+        let fs =
+            FieldSelector::parse("metadata.name=a,status.phase!=Running", "", "pods", &[]).unwrap();
         assert!(fs.matches(&json!({"metadata": {"name": "a"}, "status": {"phase": "Pending"}})));
         assert!(!fs.matches(&json!({"metadata": {"name": "a"}, "status": {"phase": "Running"}})));
     }

@@ -89,7 +89,9 @@ impl Store {
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.inner
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     pub fn current_rv(&self) -> u64 {
@@ -118,15 +120,24 @@ impl Store {
         let objects = inner
             .objects
             .range(range_start(storage, namespace)..)
-            .take_while(|(k, _)| &k.storage == storage && namespace.is_none_or(|ns| k.namespace == ns))
+            .take_while(|(k, _)| {
+                &k.storage == storage && namespace.is_none_or(|ns| k.namespace == ns)
+            })
             .map(|(_, v)| v.clone())
             .collect();
-        Snapshot { rv: inner.rv, objects }
+        Snapshot {
+            rv: inner.rv,
+            objects,
+        }
     }
 
     /// Every stored object (controllers scan this).
     pub fn all(&self) -> Vec<(ObjectKey, Arc<Value>)> {
-        self.lock().objects.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
+        self.lock()
+            .objects
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
     }
 
     pub fn create(&self, key: ObjectKey, mut obj: Value) -> Result<Arc<Value>, StoreError> {
@@ -142,14 +153,32 @@ impl Store {
             inner.uids.insert(uid, key.clone());
         }
         inner.objects.insert(key.clone(), obj.clone());
-        self.commit(inner, Change { rv, kind: ChangeKind::Added, key, object: obj.clone(), prev: None });
+        self.commit(
+            inner,
+            Change {
+                rv,
+                kind: ChangeKind::Added,
+                key,
+                object: obj.clone(),
+                prev: None,
+            },
+        );
         Ok(obj)
     }
 
     /// Replaces the object if it is still at `expected_rv`.
-    pub fn update(&self, key: &ObjectKey, expected_rv: u64, mut obj: Value) -> Result<Arc<Value>, StoreError> {
+    pub fn update(
+        &self,
+        key: &ObjectKey,
+        expected_rv: u64,
+        mut obj: Value,
+    ) -> Result<Arc<Value>, StoreError> {
         let mut inner = self.lock();
-        let prev = inner.objects.get(key).cloned().ok_or(StoreError::NotFound)?;
+        let prev = inner
+            .objects
+            .get(key)
+            .cloned()
+            .ok_or(StoreError::NotFound)?;
         let current = rv_of(&prev);
         if current != expected_rv {
             return Err(StoreError::Conflict { current });
@@ -160,15 +189,29 @@ impl Store {
         inner.objects.insert(key.clone(), obj.clone());
         self.commit(
             inner,
-            Change { rv, kind: ChangeKind::Modified, key: key.clone(), object: obj.clone(), prev: Some(prev) },
+            Change {
+                rv,
+                kind: ChangeKind::Modified,
+                key: key.clone(),
+                object: obj.clone(),
+                prev: Some(prev),
+            },
         );
         Ok(obj)
     }
 
     /// Removes the object if it is still at `expected_rv`; the returned object carries the deletion's version.
-    pub fn delete(&self, key: &ObjectKey, expected_rv: Option<u64>) -> Result<Arc<Value>, StoreError> {
+    pub fn delete(
+        &self,
+        key: &ObjectKey,
+        expected_rv: Option<u64>,
+    ) -> Result<Arc<Value>, StoreError> {
         let mut inner = self.lock();
-        let prev = inner.objects.get(key).cloned().ok_or(StoreError::NotFound)?;
+        let prev = inner
+            .objects
+            .get(key)
+            .cloned()
+            .ok_or(StoreError::NotFound)?;
         let current = rv_of(&prev);
         if let Some(expected) = expected_rv
             && expected != current
@@ -183,7 +226,13 @@ impl Store {
         let last = Arc::new(last);
         self.commit(
             inner,
-            Change { rv, kind: ChangeKind::Deleted, key: key.clone(), object: last.clone(), prev: Some(prev) },
+            Change {
+                rv,
+                kind: ChangeKind::Deleted,
+                key: key.clone(),
+                object: last.clone(),
+                prev: Some(prev),
+            },
         );
         Ok(last)
     }
@@ -209,24 +258,77 @@ impl Store {
     }
 
     /// Changes after `rv` matching `filter`, or `Expired` if some are no longer kept.
-    pub fn changes_since(&self, rv: u64, filter: impl Fn(&Change) -> bool) -> Result<(Vec<Change>, u64), Expired> {
+    pub fn changes_since(
+        &self,
+        rv: u64,
+        filter: impl Fn(&Change) -> bool,
+    ) -> Result<(Vec<Change>, u64), Expired> {
         let inner = self.lock();
         if rv < inner.floor {
-            return Err(Expired { requested: rv, oldest: inner.floor + 1 });
+            return Err(Expired {
+                requested: rv,
+                oldest: inner.floor + 1,
+            });
         }
         let start = inner.history.partition_point(|c| c.rv <= rv);
-        let out = inner.history.range(start..).filter(|c| filter(c)).cloned().collect();
+        let out = inner
+            .history
+            .range(start..)
+            .filter(|c| filter(c))
+            .cloned()
+            .collect();
         Ok((out, inner.rv))
     }
 
-    /// The snapshot of a storage resource together with a guarantee that `changes_since(rv)` continues it.
-    pub fn list_for_watch(&self, storage: &StorageResource, namespace: Option<&str>) -> Snapshot {
-        self.list(storage, namespace)
+    /// The state of a storage resource as of `rv`, rebuilt by undoing later changes; `Expired` if history is gone.
+    pub fn list_at(
+        &self,
+        storage: &StorageResource,
+        namespace: Option<&str>,
+        rv: u64,
+    ) -> Result<Snapshot, Expired> {
+        let inner = self.lock();
+        if rv < inner.floor {
+            return Err(Expired {
+                requested: rv,
+                oldest: inner.floor + 1,
+            });
+        }
+        let in_scope =
+            |k: &ObjectKey| &k.storage == storage && namespace.is_none_or(|ns| k.namespace == ns);
+        let mut state: BTreeMap<ObjectKey, Arc<Value>> = inner
+            .objects
+            .range(range_start(storage, namespace)..)
+            .take_while(|(k, _)| in_scope(k))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        for change in inner.history.iter().rev().take_while(|c| c.rv > rv) {
+            if !in_scope(&change.key) {
+                continue;
+            }
+            match (&change.kind, &change.prev) {
+                (ChangeKind::Added, _) => {
+                    state.remove(&change.key);
+                }
+                (_, Some(prev)) => {
+                    state.insert(change.key.clone(), prev.clone());
+                }
+                (_, None) => {}
+            }
+        }
+        Ok(Snapshot {
+            rv: rv.min(inner.rv),
+            objects: state.into_values().collect(),
+        })
     }
 }
 
 fn range_start(storage: &StorageResource, namespace: Option<&str>) -> ObjectKey {
-    ObjectKey { storage: storage.clone(), namespace: namespace.unwrap_or("").to_string(), name: String::new() }
+    ObjectKey {
+        storage: storage.clone(),
+        namespace: namespace.unwrap_or("").to_string(),
+        name: String::new(),
+    }
 }
 
 pub fn rv_of(obj: &Value) -> u64 {
@@ -241,7 +343,10 @@ mod tests {
 
     fn key(name: &str) -> ObjectKey {
         ObjectKey {
-            storage: StorageResource { group: String::new(), resource: "configmaps".into() },
+            storage: StorageResource {
+                group: String::new(),
+                resource: "configmaps".into(),
+            },
             namespace: "default".into(),
             name: name.into(),
         }
@@ -250,12 +355,26 @@ mod tests {
     #[test]
     fn versions_increase_and_conflicts_are_detected() {
         let s = Store::new(10);
-        let a = s.create(key("a"), json!({"metadata": {"name": "a", "uid": "u1"}})).unwrap();
+        let a = s
+            .create(key("a"), json!({"metadata": {"name": "a", "uid": "u1"}}))
+            .unwrap();
         assert_eq!(rv_of(&a), 1);
-        assert_eq!(s.create(key("a"), json!({})).unwrap_err(), StoreError::AlreadyExists);
-        let a2 = s.update(&key("a"), 1, json!({"metadata": {"name": "a", "uid": "u1"}})).unwrap();
+        assert_eq!(
+            s.create(key("a"), json!({})).unwrap_err(),
+            StoreError::AlreadyExists
+        );
+        let a2 = s
+            .update(
+                &key("a"),
+                1,
+                json!({"metadata": {"name": "a", "uid": "u1"}}),
+            )
+            .unwrap();
         assert_eq!(rv_of(&a2), 2);
-        assert_eq!(s.update(&key("a"), 1, json!({})).unwrap_err(), StoreError::Conflict { current: 2 });
+        assert_eq!(
+            s.update(&key("a"), 1, json!({})).unwrap_err(),
+            StoreError::Conflict { current: 2 }
+        );
         assert!(s.contains_uid("u1"));
         s.delete(&key("a"), None).unwrap();
         assert!(!s.contains_uid("u1"));

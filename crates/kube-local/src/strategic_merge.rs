@@ -12,7 +12,9 @@ pub fn apply(original: &Value, patch: &Value, ti: &TypeInfo<'_>) -> Result<Value
     let (Value::Object(o), Value::Object(p)) = (original, patch) else {
         return Err("strategic merge patch must be a JSON object".into());
     };
-    Ok(merge_map(o, p, &mut Vec::new(), ti)?.map(Value::Object).unwrap_or_else(|| Value::Object(Map::new())))
+    Ok(merge_map(o, p, &mut Vec::new(), ti)?
+        .map(Value::Object)
+        .unwrap_or_else(|| Value::Object(Map::new())))
 }
 
 fn directive(p: &Map<String, Value>) -> Option<&str> {
@@ -31,7 +33,7 @@ fn clean(v: &Value) -> Value {
         Value::Array(items) => Value::Array(
             items
                 .iter()
-                .filter(|i| !i.as_object().is_some_and(|m| directive(m).is_some()))
+                .filter(|i| i.as_object().is_none_or(|m| directive(m).is_none()))
                 .map(clean)
                 .collect(),
         ),
@@ -65,8 +67,12 @@ fn merge_map<'p>(
             out.remove(k);
         } else {
             let merged = match (out.get(k), v) {
-                (Some(Value::Object(om)), Value::Object(pm)) => merge_map(om, pm, names, ti)?.map(Value::Object),
-                (Some(Value::Array(oi)), Value::Array(pi)) => Some(Value::Array(merge_list(oi, pi, names, ti)?)),
+                (Some(Value::Object(om)), Value::Object(pm)) => {
+                    merge_map(om, pm, names, ti)?.map(Value::Object)
+                }
+                (Some(Value::Array(oi)), Value::Array(pi)) => {
+                    Some(Value::Array(merge_list(oi, pi, names, ti)?))
+                }
                 (_, Value::Object(pm)) if directive(pm) == Some("delete") => None,
                 _ => Some(clean(v)),
             };
@@ -113,8 +119,18 @@ fn merge_list<'p>(
     names: &mut Vec<&'p str>,
     ti: &TypeInfo<'_>,
 ) -> Result<Vec<Value>, String> {
-    if patch.iter().any(|i| i.as_object().and_then(directive) == Some("replace")) {
-        return Ok(patch.iter().filter(|i| !i.as_object().is_some_and(|m| directive(m) == Some("replace"))).map(clean).collect());
+    if patch
+        .iter()
+        .any(|i| i.as_object().and_then(directive) == Some("replace"))
+    {
+        return Ok(patch
+            .iter()
+            .filter(|i| {
+                i.as_object()
+                    .is_none_or(|m| directive(m) != Some("replace"))
+            })
+            .map(clean)
+            .collect());
     }
     match ti.smp_list(names) {
         SmpList::Replace => Ok(patch.iter().map(clean).collect()),
@@ -131,10 +147,14 @@ fn merge_list<'p>(
             let mut out = orig.to_vec();
             for item in patch {
                 let Value::Object(pm) = item else {
-                    return Err(format!("expected a map with merge key {key:?} in list, got {item}"));
+                    return Err(format!(
+                        "expected a map with merge key {key:?} in list, got {item}"
+                    ));
                 };
                 let Some(kv) = pm.get(&key) else {
-                    return Err(format!("map: {item} does not contain declared merge key: {key}"));
+                    return Err(format!(
+                        "map: {item} does not contain declared merge key: {key}"
+                    ));
                 };
                 let pos = out.iter().position(|o| o.get(&key) == Some(kv));
                 if directive(pm) == Some("delete") {
@@ -203,29 +223,55 @@ mod tests {
         let ti = TypeInfo::builtin("Pod");
         let out = apply(&pod(), &json!({"spec": {"containers": [{"name": "a", "image": "z", "env": [{"name": "F", "value": "2"}]}]}}), &ti).unwrap();
         assert_eq!(out["spec"]["containers"][0]["image"], "z");
-        assert_eq!(out["spec"]["containers"][0]["env"].as_array().unwrap().len(), 2);
+        assert_eq!(
+            out["spec"]["containers"][0]["env"]
+                .as_array()
+                .unwrap()
+                .len(),
+            2
+        );
         assert_eq!(out["spec"]["containers"][1]["name"], "b");
     }
 
     #[test]
     fn directives() {
         let ti = TypeInfo::builtin("Pod");
-        let out = apply(&pod(), &json!({
-            "metadata": {"$deleteFromPrimitiveList/finalizers": ["a"]},
-            "spec": {"containers": [{"name": "b", "$patch": "delete"}]}
-        }), &ti).unwrap();
+        let out = apply(
+            &pod(),
+            &json!({
+                "metadata": {"$deleteFromPrimitiveList/finalizers": ["a"]},
+                "spec": {"containers": [{"name": "b", "$patch": "delete"}]}
+            }),
+            &ti,
+        )
+        .unwrap();
         assert_eq!(out["metadata"]["finalizers"], json!([]));
         assert_eq!(out["spec"]["containers"].as_array().unwrap().len(), 1);
-        let out = apply(&pod(), &json!({"spec": {"$setElementOrder/containers": [{"name": "b"}, {"name": "a"}]}}), &ti).unwrap();
+        let out = apply(
+            &pod(),
+            &json!({"spec": {"$setElementOrder/containers": [{"name": "b"}, {"name": "a"}]}}),
+            &ti,
+        )
+        .unwrap();
         assert_eq!(out["spec"]["containers"][0]["name"], "b");
-        let out = apply(&pod(), &json!({"spec": {"$patch": "replace", "containers": []}}), &ti).unwrap();
+        let out = apply(
+            &pod(),
+            &json!({"spec": {"$patch": "replace", "containers": []}}),
+            &ti,
+        )
+        .unwrap();
         assert_eq!(out["spec"], json!({"containers": []}));
     }
 
     #[test]
     fn finalizers_merge_as_set() {
         let ti = TypeInfo::builtin("Pod");
-        let out = apply(&pod(), &json!({"metadata": {"finalizers": ["b", "a"]}}), &ti).unwrap();
+        let out = apply(
+            &pod(),
+            &json!({"metadata": {"finalizers": ["b", "a"]}}),
+            &ti,
+        )
+        .unwrap();
         assert_eq!(out["metadata"]["finalizers"], json!(["a", "b"]));
     }
 }

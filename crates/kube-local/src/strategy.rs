@@ -18,10 +18,18 @@ fn default_field(m: &mut Map<String, Value>, key: &str, v: Value) {
 
 fn default_container(c: &mut Value) {
     let Some(m) = c.as_object_mut() else { return };
-    let image = m.get("image").and_then(Value::as_str).unwrap_or("").to_string();
+    let image = m
+        .get("image")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
     let last = image.rsplit('/').next().unwrap_or("");
     let tag_latest = !last.contains(':') && !image.contains('@') || last.ends_with(":latest");
-    default_field(m, "imagePullPolicy", json!(if tag_latest { "Always" } else { "IfNotPresent" }));
+    default_field(
+        m,
+        "imagePullPolicy",
+        json!(if tag_latest { "Always" } else { "IfNotPresent" }),
+    );
     default_field(m, "terminationMessagePath", json!("/dev/termination-log"));
     default_field(m, "terminationMessagePolicy", json!("File"));
     default_field(m, "resources", json!({}));
@@ -46,7 +54,9 @@ fn default_container(c: &mut Value) {
 
 /// PodSpec defaults (upstream `SetDefaults_PodSpec` and friends).
 fn default_pod_spec(spec: &mut Value) {
-    let Some(m) = spec.as_object_mut() else { return };
+    let Some(m) = spec.as_object_mut() else {
+        return;
+    };
     default_field(m, "restartPolicy", json!("Always"));
     default_field(m, "terminationGracePeriodSeconds", json!(30));
     default_field(m, "dnsPolicy", json!("ClusterFirst"));
@@ -59,7 +69,11 @@ fn default_pod_spec(spec: &mut Value) {
     }
     if let Some(vols) = m.get_mut("volumes").and_then(Value::as_array_mut) {
         for v in vols.iter_mut().filter_map(Value::as_object_mut) {
-            for (src, mode_key) in [("configMap", "defaultMode"), ("secret", "defaultMode"), ("downwardAPI", "defaultMode")] {
+            for (src, mode_key) in [
+                ("configMap", "defaultMode"),
+                ("secret", "defaultMode"),
+                ("downwardAPI", "defaultMode"),
+            ] {
                 if let Some(s) = v.get_mut(src).and_then(Value::as_object_mut) {
                     default_field(s, mode_key, json!(420));
                 }
@@ -93,8 +107,14 @@ pub fn apply_defaults(rt: &ResourceType, obj: &mut Value) {
                 default_field(spec, "replicas", json!(1));
                 default_field(spec, "podManagementPolicy", json!("OrderedReady"));
                 default_field(spec, "revisionHistoryLimit", json!(10));
-                default_field(spec, "updateStrategy", json!({"type": "RollingUpdate", "rollingUpdate": {"partition": 0}}));
-                if let Some(us) = spec.get_mut("updateStrategy").and_then(Value::as_object_mut)
+                default_field(
+                    spec,
+                    "updateStrategy",
+                    json!({"type": "RollingUpdate", "rollingUpdate": {"partition": 0}}),
+                );
+                if let Some(us) = spec
+                    .get_mut("updateStrategy")
+                    .and_then(Value::as_object_mut)
                     && us.get("type").and_then(Value::as_str) == Some("RollingUpdate")
                 {
                     default_field(us, "rollingUpdate", json!({"partition": 0}));
@@ -102,8 +122,15 @@ pub fn apply_defaults(rt: &ResourceType, obj: &mut Value) {
                         default_field(ru, "partition", json!(0));
                     }
                 }
-                default_field(spec, "persistentVolumeClaimRetentionPolicy", json!({"whenDeleted": "Retain", "whenScaled": "Retain"}));
-                if let Some(vcts) = spec.get_mut("volumeClaimTemplates").and_then(Value::as_array_mut) {
+                default_field(
+                    spec,
+                    "persistentVolumeClaimRetentionPolicy",
+                    json!({"whenDeleted": "Retain", "whenScaled": "Retain"}),
+                );
+                if let Some(vcts) = spec
+                    .get_mut("volumeClaimTemplates")
+                    .and_then(Value::as_array_mut)
+                {
                     for t in vcts.iter_mut().filter_map(Value::as_object_mut) {
                         default_field(t, "apiVersion", json!("v1"));
                         default_field(t, "kind", json!("PersistentVolumeClaim"));
@@ -121,7 +148,11 @@ pub fn apply_defaults(rt: &ResourceType, obj: &mut Value) {
                 default_field(spec, "replicas", json!(1));
                 default_field(spec, "revisionHistoryLimit", json!(10));
                 default_field(spec, "progressDeadlineSeconds", json!(600));
-                default_field(spec, "strategy", json!({"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "25%", "maxSurge": "25%"}}));
+                default_field(
+                    spec,
+                    "strategy",
+                    json!({"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "25%", "maxSurge": "25%"}}),
+                );
                 default_template(spec.get_mut("template"));
             }
         }
@@ -206,7 +237,9 @@ pub fn apply_defaults(rt: &ResourceType, obj: &mut Value) {
 }
 
 fn default_job_spec(spec: Option<&mut Value>) {
-    let Some(spec) = spec.and_then(Value::as_object_mut) else { return };
+    let Some(spec) = spec.and_then(Value::as_object_mut) else {
+        return;
+    };
     default_field(spec, "parallelism", json!(1));
     if spec.get("completionMode").is_none() {
         spec.insert("completionMode".into(), json!("NonIndexed"));
@@ -226,12 +259,24 @@ pub fn base64_encode(data: &[u8]) -> String {
     const T: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     let mut out = String::with_capacity(data.len().div_ceil(3) * 4);
     for chunk in data.chunks(3) {
-        let b = [chunk[0], *chunk.get(1).unwrap_or(&0), *chunk.get(2).unwrap_or(&0)];
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
         let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
         out.push(T[(n >> 18) as usize & 63] as char);
         out.push(T[(n >> 12) as usize & 63] as char);
-        out.push(if chunk.len() > 1 { T[(n >> 6) as usize & 63] as char } else { '=' });
-        out.push(if chunk.len() > 2 { T[n as usize & 63] as char } else { '=' });
+        out.push(if chunk.len() > 1 {
+            T[(n >> 6) as usize & 63] as char
+        } else {
+            '='
+        });
+        out.push(if chunk.len() > 2 {
+            T[n as usize & 63] as char
+        } else {
+            '='
+        });
     }
     out
 }
@@ -246,7 +291,9 @@ pub fn initial_status(rt: &ResourceType, obj: &Value) -> Option<Value> {
         "Namespace" => Some(json!({"phase": "Active"})),
         "PersistentVolumeClaim" => Some(json!({"phase": "Pending"})),
         "PersistentVolume" => Some(json!({"phase": "Pending"})),
-        "CustomResourceDefinition" => Some(json!({"acceptedNames": {"kind": "", "plural": ""}, "conditions": [], "storedVersions": []})),
+        "CustomResourceDefinition" => Some(
+            json!({"acceptedNames": {"kind": "", "plural": ""}, "conditions": [], "storedVersions": []}),
+        ),
         "Node" => obj.get("status").cloned(),
         "Service" => Some(json!({"loadBalancer": {}})),
         _ => Some(json!({})),
@@ -257,8 +304,12 @@ fn qos_class(pod: &Value) -> &'static str {
     let containers = pod.pointer("/spec/containers").and_then(Value::as_array);
     let any_resources = containers.is_some_and(|cs| {
         cs.iter().any(|c| {
-            c.pointer("/resources/requests").and_then(Value::as_object).is_some_and(|m| !m.is_empty())
-                || c.pointer("/resources/limits").and_then(Value::as_object).is_some_and(|m| !m.is_empty())
+            c.pointer("/resources/requests")
+                .and_then(Value::as_object)
+                .is_some_and(|m| !m.is_empty())
+                || c.pointer("/resources/limits")
+                    .and_then(Value::as_object)
+                    .is_some_and(|m| !m.is_empty())
         })
     });
     if !any_resources {
@@ -270,11 +321,18 @@ fn qos_class(pod: &Value) -> &'static str {
             let requests = c.pointer("/resources/requests").and_then(Value::as_object);
             ["cpu", "memory"].iter().all(|r| {
                 let l = limits.and_then(|l| l.get(*r));
-                l.is_some() && requests.and_then(|q| q.get(*r)).is_none_or(|q| Some(q) == l)
+                l.is_some()
+                    && requests
+                        .and_then(|q| q.get(*r))
+                        .is_none_or(|q| Some(q) == l)
             })
         })
     });
-    if guaranteed { "Guaranteed" } else { "Burstable" }
+    if guaranteed {
+        "Guaranteed"
+    } else {
+        "Burstable"
+    }
 }
 
 fn name_rule(rt: &ResourceType) -> fn(&str) -> Option<String> {
@@ -295,26 +353,47 @@ pub fn validate_metadata(rt: &ResourceType, obj: &Value) -> Vec<FieldCause> {
         for (k, v) in labels {
             let value = v.as_str().unwrap_or("");
             let ok = value.len() <= 63
-                && value.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
-                && (value.is_empty() || (value.starts_with(|c: char| c.is_ascii_alphanumeric()) && value.ends_with(|c: char| c.is_ascii_alphanumeric())));
+                && value
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+                && (value.is_empty()
+                    || (value.starts_with(|c: char| c.is_ascii_alphanumeric())
+                        && value.ends_with(|c: char| c.is_ascii_alphanumeric())));
             if !ok {
                 causes.push(FieldCause::invalid("metadata.labels", v, "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')"));
             }
             let key_name = k.rsplit('/').next().unwrap_or("");
             if key_name.is_empty() || key_name.len() > 63 {
-                causes.push(FieldCause::invalid("metadata.labels", &json!(k), "name part must be non-empty and no more than 63 characters"));
+                causes.push(FieldCause::invalid(
+                    "metadata.labels",
+                    &json!(k),
+                    "name part must be non-empty and no more than 63 characters",
+                ));
             }
         }
     }
-    if let Some(refs) = meta::value_at(obj, &["metadata", "ownerReferences"]).and_then(Value::as_array) {
-        let controllers = refs.iter().filter(|r| r.get("controller").and_then(Value::as_bool) == Some(true)).count();
+    if let Some(refs) =
+        meta::value_at(obj, &["metadata", "ownerReferences"]).and_then(Value::as_array)
+    {
+        let controllers = refs
+            .iter()
+            .filter(|r| r.get("controller").and_then(Value::as_bool) == Some(true))
+            .count();
         if controllers > 1 {
-            causes.push(FieldCause::invalid("metadata.ownerReferences", &Value::Array(refs.clone()), "Only one reference can have Controller set to true"));
+            causes.push(FieldCause::invalid(
+                "metadata.ownerReferences",
+                &Value::Array(refs.clone()),
+                "Only one reference can have Controller set to true",
+            ));
         }
         for (i, r) in refs.iter().enumerate() {
             for f in ["apiVersion", "kind", "name", "uid"] {
                 if r.get(f).and_then(Value::as_str).is_none_or(str::is_empty) {
-                    causes.push(FieldCause::invalid(format!("metadata.ownerReferences[{i}].{f}"), &json!(""), format!("{f} must not be empty")));
+                    causes.push(FieldCause::invalid(
+                        format!("metadata.ownerReferences[{i}].{f}"),
+                        &json!(""),
+                        format!("{f} must not be empty"),
+                    ));
                 }
             }
         }
@@ -329,17 +408,33 @@ pub fn validate(rt: &ResourceType, obj: &Value) -> Vec<FieldCause> {
         return causes;
     }
     let containers_at = |causes: &mut Vec<FieldCause>, spec: Option<&Value>, prefix: &str| {
-        let cs = spec.and_then(|s| s.get("containers")).and_then(Value::as_array);
+        let cs = spec
+            .and_then(|s| s.get("containers"))
+            .and_then(Value::as_array);
         match cs {
             None => causes.push(FieldCause::required(format!("{prefix}.containers"), "")),
-            Some(cs) if cs.is_empty() => causes.push(FieldCause::required(format!("{prefix}.containers"), "")),
+            Some(cs) if cs.is_empty() => {
+                causes.push(FieldCause::required(format!("{prefix}.containers"), ""))
+            }
             Some(cs) => {
                 for (i, c) in cs.iter().enumerate() {
-                    if c.get("name").and_then(Value::as_str).is_none_or(str::is_empty) {
-                        causes.push(FieldCause::required(format!("{prefix}.containers[{i}].name"), ""));
+                    if c.get("name")
+                        .and_then(Value::as_str)
+                        .is_none_or(str::is_empty)
+                    {
+                        causes.push(FieldCause::required(
+                            format!("{prefix}.containers[{i}].name"),
+                            "",
+                        ));
                     }
-                    if c.get("image").and_then(Value::as_str).is_none_or(str::is_empty) {
-                        causes.push(FieldCause::required(format!("{prefix}.containers[{i}].image"), ""));
+                    if c.get("image")
+                        .and_then(Value::as_str)
+                        .is_none_or(str::is_empty)
+                    {
+                        causes.push(FieldCause::required(
+                            format!("{prefix}.containers[{i}].image"),
+                            "",
+                        ));
                     }
                 }
             }
@@ -347,44 +442,78 @@ pub fn validate(rt: &ResourceType, obj: &Value) -> Vec<FieldCause> {
     };
     match (rt.group.as_str(), rt.kind.as_str()) {
         ("", "Pod") => containers_at(&mut causes, obj.get("spec"), "spec"),
-        ("apps", "StatefulSet") | ("apps", "Deployment") | ("apps", "ReplicaSet") | ("apps", "DaemonSet") => {
+        ("apps", "StatefulSet")
+        | ("apps", "Deployment")
+        | ("apps", "ReplicaSet")
+        | ("apps", "DaemonSet") => {
             let selector = obj.pointer("/spec/selector");
             match selector {
                 None => causes.push(FieldCause::required("spec.selector", "")),
                 Some(sel) => {
-                    let labels = obj.pointer("/spec/template/metadata/labels").and_then(Value::as_object);
-                    let matches = crate::selector::LabelSelector::from_object(sel).map(|s| !s.is_empty() && s.matches_labels(labels)).unwrap_or(false);
+                    let labels = obj
+                        .pointer("/spec/template/metadata/labels")
+                        .and_then(Value::as_object);
+                    let matches = crate::selector::LabelSelector::from_object(sel)
+                        .map(|s| !s.is_empty() && s.matches_labels(labels))
+                        .unwrap_or(false);
                     if !matches {
                         causes.push(FieldCause::invalid(
                             "spec.template.metadata.labels",
-                            &labels.map(|l| Value::Object(l.clone())).unwrap_or(Value::Null),
+                            &labels
+                                .map(|l| Value::Object(l.clone()))
+                                .unwrap_or(Value::Null),
                             "`selector` does not match template `labels`",
                         ));
                     }
                 }
             }
-            containers_at(&mut causes, obj.pointer("/spec/template/spec"), "spec.template.spec");
+            containers_at(
+                &mut causes,
+                obj.pointer("/spec/template/spec"),
+                "spec.template.spec",
+            );
             if let Some(r) = obj.pointer("/spec/replicas").and_then(Value::as_i64)
                 && r < 0
             {
-                causes.push(FieldCause::invalid("spec.replicas", &json!(r), "must be greater than or equal to 0"));
+                causes.push(FieldCause::invalid(
+                    "spec.replicas",
+                    &json!(r),
+                    "must be greater than or equal to 0",
+                ));
             }
         }
-        ("batch", "Job") => containers_at(&mut causes, obj.pointer("/spec/template/spec"), "spec.template.spec"),
+        ("batch", "Job") => containers_at(
+            &mut causes,
+            obj.pointer("/spec/template/spec"),
+            "spec.template.spec",
+        ),
         ("", "Service") => {
             if let Some(ports) = obj.pointer("/spec/ports").and_then(Value::as_array) {
                 for (i, p) in ports.iter().enumerate() {
-                    if p.get("port").and_then(Value::as_i64).is_none_or(|x| !(1..=65535).contains(&x)) {
-                        causes.push(FieldCause::invalid(format!("spec.ports[{i}].port"), p.get("port").unwrap_or(&Value::Null), "must be between 1 and 65535, inclusive"));
+                    if p.get("port")
+                        .and_then(Value::as_i64)
+                        .is_none_or(|x| !(1..=65535).contains(&x))
+                    {
+                        causes.push(FieldCause::invalid(
+                            format!("spec.ports[{i}].port"),
+                            p.get("port").unwrap_or(&Value::Null),
+                            "must be between 1 and 65535, inclusive",
+                        ));
                     }
                 }
             }
         }
         ("coordination.k8s.io", "Lease") => {
-            if let Some(d) = obj.pointer("/spec/leaseDurationSeconds").and_then(Value::as_i64)
+            if let Some(d) = obj
+                .pointer("/spec/leaseDurationSeconds")
+                .and_then(Value::as_i64)
                 && d <= 0
             {
-                causes.push(FieldCause::invalid("spec.leaseDurationSeconds", &json!(d), "must be greater than 0"));
+                causes.push(FieldCause::invalid(
+                    "spec.leaseDurationSeconds",
+                    &json!(d),
+                    "must be greater than 0",
+                ));
             }
         }
         _ => {}
@@ -410,22 +539,42 @@ pub fn validate_update(rt: &ResourceType, new: &Value, old: &Value) -> Vec<Field
     }
     match (rt.group.as_str(), rt.kind.as_str()) {
         ("apps", "StatefulSet") => {
-            let mutable = ["replicas", "ordinals", "template", "updateStrategy", "persistentVolumeClaimRetentionPolicy", "minReadySeconds", "revisionHistoryLimit"];
+            let mutable = [
+                "replicas",
+                "ordinals",
+                "template",
+                "updateStrategy",
+                "persistentVolumeClaimRetentionPolicy",
+                "minReadySeconds",
+                "revisionHistoryLimit",
+            ];
             if without(new.get("spec"), &mutable) != without(old.get("spec"), &mutable) {
                 causes.push(FieldCause::forbidden("spec", "updates to statefulset spec for fields other than 'replicas', 'ordinals', 'template', 'updateStrategy', 'revisionHistoryLimit', 'persistentVolumeClaimRetentionPolicy' and 'minReadySeconds' are forbidden"));
             }
         }
-        ("apps", "Deployment") | ("apps", "ReplicaSet") | ("apps", "DaemonSet") => {
-            if new.pointer("/spec/selector") != old.pointer("/spec/selector") {
-                causes.push(FieldCause::invalid("spec.selector", new.pointer("/spec/selector").unwrap_or(&Value::Null), "field is immutable"));
-            }
+        ("apps", "Deployment") | ("apps", "ReplicaSet") | ("apps", "DaemonSet")
+            if new.pointer("/spec/selector") != old.pointer("/spec/selector") =>
+        {
+            causes.push(FieldCause::invalid(
+                "spec.selector",
+                new.pointer("/spec/selector").unwrap_or(&Value::Null),
+                "field is immutable",
+            ));
         }
         ("batch", "Job") => {
             if new.pointer("/spec/selector") != old.pointer("/spec/selector") {
-                causes.push(FieldCause::invalid("spec.selector", new.pointer("/spec/selector").unwrap_or(&Value::Null), "field is immutable"));
+                causes.push(FieldCause::invalid(
+                    "spec.selector",
+                    new.pointer("/spec/selector").unwrap_or(&Value::Null),
+                    "field is immutable",
+                ));
             }
             if new.pointer("/spec/template") != old.pointer("/spec/template") {
-                causes.push(FieldCause::invalid("spec.template", new.pointer("/spec/template").unwrap_or(&Value::Null), "field is immutable"));
+                causes.push(FieldCause::invalid(
+                    "spec.template",
+                    new.pointer("/spec/template").unwrap_or(&Value::Null),
+                    "field is immutable",
+                ));
             }
         }
         ("", "Pod") => {
@@ -439,7 +588,12 @@ pub fn validate_update(rt: &ResourceType, new: &Value, old: &Value) -> Vec<Field
                     }
                 }
                 if let Some(m) = s.as_object_mut() {
-                    for k in ["activeDeadlineSeconds", "tolerations", "terminationGracePeriodSeconds", "schedulingGates"] {
+                    for k in [
+                        "activeDeadlineSeconds",
+                        "tolerations",
+                        "terminationGracePeriodSeconds",
+                        "schedulingGates",
+                    ] {
                         m.remove(k);
                     }
                 }
@@ -472,12 +626,15 @@ pub fn validate_update(rt: &ResourceType, new: &Value, old: &Value) -> Vec<Field
                 causes.push(FieldCause::forbidden("spec", "spec is immutable after creation except resources.requests and volumeAttributesClassName for bound claims"));
             }
         }
-        ("", "Secret") | ("", "ConfigMap") => {
-            if old.get("immutable").and_then(Value::as_bool) == Some(true) {
-                for f in ["data", "binaryData", "stringData"] {
-                    if new.get(f) != old.get(f) {
-                        causes.push(FieldCause::forbidden(f, "field is immutable when `immutable` is set"));
-                    }
+        ("", "Secret") | ("", "ConfigMap")
+            if old.get("immutable").and_then(Value::as_bool) == Some(true) =>
+        {
+            for f in ["data", "binaryData", "stringData"] {
+                if new.get(f) != old.get(f) {
+                    causes.push(FieldCause::forbidden(
+                        f,
+                        "field is immutable when `immutable` is set",
+                    ));
                 }
             }
         }

@@ -32,24 +32,96 @@ struct KeyedList {
 }
 
 const KEYED_LISTS: &[KeyedList] = &[
-    KeyedList { suffix: &["containers", "ports"], keys: &["containerPort", "protocol"], smp_key: "containerPort" },
-    KeyedList { suffix: &["initContainers", "ports"], keys: &["containerPort", "protocol"], smp_key: "containerPort" },
-    KeyedList { suffix: &["containers"], keys: &["name"], smp_key: "name" },
-    KeyedList { suffix: &["initContainers"], keys: &["name"], smp_key: "name" },
-    KeyedList { suffix: &["ephemeralContainers"], keys: &["name"], smp_key: "name" },
-    KeyedList { suffix: &["env"], keys: &["name"], smp_key: "name" },
-    KeyedList { suffix: &["volumeMounts"], keys: &["mountPath"], smp_key: "mountPath" },
-    KeyedList { suffix: &["volumeDevices"], keys: &["devicePath"], smp_key: "devicePath" },
-    KeyedList { suffix: &["volumes"], keys: &["name"], smp_key: "name" },
-    KeyedList { suffix: &["imagePullSecrets"], keys: &["name"], smp_key: "name" },
-    KeyedList { suffix: &["hostAliases"], keys: &["ip"], smp_key: "ip" },
-    KeyedList { suffix: &["resizePolicy"], keys: &["resourceName"], smp_key: "resourceName" },
-    KeyedList { suffix: &["topologySpreadConstraints"], keys: &["topologyKey", "whenUnsatisfiable"], smp_key: "topologyKey" },
-    KeyedList { suffix: &["status", "conditions"], keys: &["type"], smp_key: "type" },
-    KeyedList { suffix: &["podIPs"], keys: &["ip"], smp_key: "ip" },
-    KeyedList { suffix: &["hostIPs"], keys: &["ip"], smp_key: "ip" },
-    KeyedList { suffix: &["metadata", "ownerReferences"], keys: &["uid"], smp_key: "uid" },
-    KeyedList { suffix: &["webhooks"], keys: &["name"], smp_key: "name" },
+    KeyedList {
+        suffix: &["containers", "ports"],
+        keys: &["containerPort", "protocol"],
+        smp_key: "containerPort",
+    },
+    KeyedList {
+        suffix: &["initContainers", "ports"],
+        keys: &["containerPort", "protocol"],
+        smp_key: "containerPort",
+    },
+    KeyedList {
+        suffix: &["containers"],
+        keys: &["name"],
+        smp_key: "name",
+    },
+    KeyedList {
+        suffix: &["initContainers"],
+        keys: &["name"],
+        smp_key: "name",
+    },
+    KeyedList {
+        suffix: &["ephemeralContainers"],
+        keys: &["name"],
+        smp_key: "name",
+    },
+    KeyedList {
+        suffix: &["env"],
+        keys: &["name"],
+        smp_key: "name",
+    },
+    KeyedList {
+        suffix: &["volumeMounts"],
+        keys: &["mountPath"],
+        smp_key: "mountPath",
+    },
+    KeyedList {
+        suffix: &["volumeDevices"],
+        keys: &["devicePath"],
+        smp_key: "devicePath",
+    },
+    KeyedList {
+        suffix: &["volumes"],
+        keys: &["name"],
+        smp_key: "name",
+    },
+    KeyedList {
+        suffix: &["imagePullSecrets"],
+        keys: &["name"],
+        smp_key: "name",
+    },
+    KeyedList {
+        suffix: &["hostAliases"],
+        keys: &["ip"],
+        smp_key: "ip",
+    },
+    KeyedList {
+        suffix: &["resizePolicy"],
+        keys: &["resourceName"],
+        smp_key: "resourceName",
+    },
+    KeyedList {
+        suffix: &["topologySpreadConstraints"],
+        keys: &["topologyKey", "whenUnsatisfiable"],
+        smp_key: "topologyKey",
+    },
+    KeyedList {
+        suffix: &["status", "conditions"],
+        keys: &["type"],
+        smp_key: "type",
+    },
+    KeyedList {
+        suffix: &["podIPs"],
+        keys: &["ip"],
+        smp_key: "ip",
+    },
+    KeyedList {
+        suffix: &["hostIPs"],
+        keys: &["ip"],
+        smp_key: "ip",
+    },
+    KeyedList {
+        suffix: &["metadata", "ownerReferences"],
+        keys: &["uid"],
+        smp_key: "uid",
+    },
+    KeyedList {
+        suffix: &["webhooks"],
+        keys: &["name"],
+        smp_key: "name",
+    },
 ];
 
 fn ends_with(path: &[&str], suffix: &[&str]) -> bool {
@@ -62,11 +134,19 @@ fn is_metadata_path(path: &[&str]) -> bool {
 
 impl<'a> TypeInfo<'a> {
     pub fn builtin(kind: &'a str) -> Self {
-        TypeInfo { kind, schema: None, custom: false }
+        TypeInfo {
+            kind,
+            schema: None,
+            custom: false,
+        }
     }
 
     pub fn custom(kind: &'a str, schema: Option<&'a Value>) -> Self {
-        TypeInfo { kind, schema, custom: true }
+        TypeInfo {
+            kind,
+            schema,
+            custom: true,
+        }
     }
 
     fn builtin_list(&self, path: &[&str]) -> Option<(ListKind, SmpList)> {
@@ -74,14 +154,23 @@ impl<'a> TypeInfo<'a> {
             return Some((ListKind::Set, SmpList::MergePrimitives));
         }
         if self.kind == "Service" && path == ["spec", "ports"] {
-            return Some((ListKind::Map(vec!["port".into(), "protocol".into()]), SmpList::MergeKey("port".into())));
+            return Some((
+                ListKind::Map(vec!["port".into(), "protocol".into()]),
+                SmpList::MergeKey("port".into()),
+            ));
         }
         if self.custom && !is_metadata_path(path) {
             return None;
         }
-        KEYED_LISTS.iter().find(|k| ends_with(path, k.suffix)).map(|k| {
-            (ListKind::Map(k.keys.iter().map(|s| s.to_string()).collect()), SmpList::MergeKey(k.smp_key.into()))
-        })
+        KEYED_LISTS
+            .iter()
+            .find(|k| ends_with(path, k.suffix))
+            .map(|k| {
+                (
+                    ListKind::Map(k.keys.iter().map(|s| s.to_string()).collect()),
+                    SmpList::MergeKey(k.smp_key.into()),
+                )
+            })
     }
 
     fn schema_node(&self, path: &[&str]) -> Option<&'a Value> {
@@ -111,7 +200,11 @@ impl<'a> TypeInfo<'a> {
                 Some("map") => ListKind::Map(
                     node.get("x-kubernetes-list-map-keys")
                         .and_then(Value::as_array)
-                        .map(|a| a.iter().filter_map(|k| k.as_str().map(String::from)).collect())
+                        .map(|a| {
+                            a.iter()
+                                .filter_map(|k| k.as_str().map(String::from))
+                                .collect()
+                        })
                         .unwrap_or_default(),
                 ),
                 _ => ListKind::Atomic,
@@ -121,7 +214,9 @@ impl<'a> TypeInfo<'a> {
     }
 
     pub fn smp_list(&self, path: &[&str]) -> SmpList {
-        self.builtin_list(path).map(|(_, s)| s).unwrap_or(SmpList::Replace)
+        self.builtin_list(path)
+            .map(|(_, s)| s)
+            .unwrap_or(SmpList::Replace)
     }
 
     /// Maps/structs that are replaced as a whole (label selectors, service selectors, `x-kubernetes-map-type: atomic`).
@@ -133,8 +228,13 @@ impl<'a> TypeInfo<'a> {
                 .and_then(Value::as_str)
                 == Some("atomic");
         }
-        matches!(path.last(), Some(&"selector") | Some(&"labelSelector") | Some(&"namespaceSelector") | Some(&"objectSelector"))
-            && !is_metadata_path(path)
+        matches!(
+            path.last(),
+            Some(&"selector")
+                | Some(&"labelSelector")
+                | Some(&"namespaceSelector")
+                | Some(&"objectSelector")
+        ) && !is_metadata_path(path)
     }
 }
 
@@ -146,9 +246,18 @@ mod tests {
     #[test]
     fn builtin_keys() {
         let t = TypeInfo::builtin("StatefulSet");
-        assert_eq!(t.list_kind(&["spec", "template", "spec", "containers"]), ListKind::Map(vec!["name".into()]));
-        assert_eq!(t.smp_list(&["spec", "template", "spec", "containers", "ports"]), SmpList::MergeKey("containerPort".into()));
-        assert_eq!(t.list_kind(&["spec", "template", "spec", "containers", "args"]), ListKind::Atomic);
+        assert_eq!(
+            t.list_kind(&["spec", "template", "spec", "containers"]),
+            ListKind::Map(vec!["name".into()])
+        );
+        assert_eq!(
+            t.smp_list(&["spec", "template", "spec", "containers", "ports"]),
+            SmpList::MergeKey("containerPort".into())
+        );
+        assert_eq!(
+            t.list_kind(&["spec", "template", "spec", "containers", "args"]),
+            ListKind::Atomic
+        );
         assert_eq!(t.list_kind(&["metadata", "finalizers"]), ListKind::Set);
         assert!(t.atomic_map(&["spec", "selector"]));
     }
@@ -160,7 +269,10 @@ mod tests {
                       "items": {"type": "object", "properties": {"tags": {"type": "array", "x-kubernetes-list-type": "set", "items": {"type": "string"}}}}}
         }}}});
         let t = TypeInfo::custom("X", Some(&schema));
-        assert_eq!(t.list_kind(&["spec", "items"]), ListKind::Map(vec!["id".into()]));
+        assert_eq!(
+            t.list_kind(&["spec", "items"]),
+            ListKind::Map(vec!["id".into()])
+        );
         assert_eq!(t.list_kind(&["spec", "items", "tags"]), ListKind::Set);
         assert_eq!(t.list_kind(&["spec", "other"]), ListKind::Atomic);
     }

@@ -73,8 +73,16 @@ pub fn from_view(rt: &ResourceType, mut obj: Value) -> Value {
             set_type(&mut obj, "v1".into(), "Event");
         }
         View::Plain => {
-            let version = rt.custom.as_ref().map(|c| c.storage_version.clone()).unwrap_or_else(|| rt.version.clone());
-            let api_version = if rt.group.is_empty() { version } else { format!("{}/{}", rt.group, version) };
+            let version = rt
+                .custom
+                .as_ref()
+                .map(|c| c.storage_version.clone())
+                .unwrap_or_else(|| rt.version.clone());
+            let api_version = if rt.group.is_empty() {
+                version
+            } else {
+                format!("{}/{}", rt.group, version)
+            };
             set_type(&mut obj, api_version, &rt.kind);
         }
     }
@@ -83,6 +91,7 @@ pub fn from_view(rt: &ResourceType, mut obj: Value) -> Value {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::expect_used)]
     use super::*;
     use crate::registry::Registry;
     use serde_json::json;
@@ -90,8 +99,13 @@ mod tests {
     #[test]
     fn events_round_trip_between_groups() {
         let reg = Registry::new();
-        let Some(v1) = reg.find("events.k8s.io", "v1", "events") else { return assert!(false, "type") };
-        let stored = from_view(&v1, json!({"apiVersion": "events.k8s.io/v1", "kind": "Event", "regarding": {"name": "p"}, "note": "hi"}));
+        let v1 = reg
+            .find("events.k8s.io", "v1", "events")
+            .expect("events.k8s.io is served");
+        let stored = from_view(
+            &v1,
+            json!({"apiVersion": "events.k8s.io/v1", "kind": "Event", "regarding": {"name": "p"}, "note": "hi"}),
+        );
         assert_eq!(stored["involvedObject"]["name"], "p");
         assert_eq!(stored["message"], "hi");
         assert_eq!(stored["apiVersion"], "v1");

@@ -1,0 +1,339 @@
+//! `Environment`: a running kube-local API server on a loopback port with a client and a kubeconfig; dropping it stops everything.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use serde_json::{Value, json};
+use tokio::task::JoinHandle;
+
+use crate::api_error::ApiError;
+use crate::core::{Core, WriteOptions};
+use crate::server::{self, Server};
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("binding the API server to {addr}: {source}")]
+    Bind {
+        addr: String,
+        source: std::io::Error,
+    },
+    #[error("creating the data directory {path}: {source}")]
+    DataDir {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("writing the kubeconfig {path}: {source}")]
+    Kubeconfig {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("building a client for {url}: {source}")]
+    Client { url: String, source: kube::Error },
+    #[error("serializing CRD {name}: {source}")]
+    SerializeCrd {
+        name: String,
+        source: serde_json::Error,
+    },
+    #[error("installing CRD {name}: {source}")]
+    InstallCrd { name: String, source: Box<ApiError> },
+    #[error("creating built-in object {what}: {source}")]
+    Bootstrap { what: String, source: Box<ApiError> },
+}
+
+/// Configures an [`Environment`].
+pub struct EnvironmentBuilder {
+    crds: Vec<CustomResourceDefinition>,
+    watch_history: usize,
+    bookmark_interval: Duration,
+    data_dir: Option<PathBuf>,
+    port: u16,
+}
+
+impl Default for EnvironmentBuilder {
+    fn default() -> Self {
+        EnvironmentBuilder {
+            crds: Vec::new(),
+            watch_history: 10_000,
+            bookmark_interval: Duration::from_secs(1),
+            data_dir: None,
+            port: 0,
+        }
+    }
+}
+
+impl EnvironmentBuilder {
+    /// CRDs installed (and established) before `build` returns.
+    pub fn crds(mut self, crds: Vec<CustomResourceDefinition>) -> Self {
+        self.crds.extend(crds);
+        self
+    }
+
+    pub fn crd(mut self, crd: CustomResourceDefinition) -> Self {
+        self.crds.push(crd);
+        self
+    }
+
+    /// How many changes are kept for watches to resume from (older versions get 410 Expired).
+    pub fn watch_history(mut self, events: usize) -> Self {
+        self.watch_history = events;
+        self
+    }
+
+    /// How often idle watches that asked for bookmarks get one.
+    pub fn bookmark_interval(mut self, interval: Duration) -> Self {
+        self.bookmark_interval = interval;
+        self
+    }
+
+    /// Keep the kubeconfig in this directory instead of a temporary one (kept after drop).
+    pub fn data_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.data_dir = Some(dir.into());
+        self
+    }
+
+    /// Listen on this port instead of a random one.
+    pub fn port(mut self, port: u16) -> Self {
+        self.port = port;
+        self
+    }
+
+    pub async fn build(self) -> Result<Environment, Error> {
+        let (dir, temp) = match &self.data_dir {
+            Some(d) => {
+                std::fs::create_dir_all(d).map_err(|source| Error::DataDir {
+                    path: d.clone(),
+                    source,
+                })?;
+                (d.clone(), None)
+            }
+            None => {
+                let t = tempfile::Builder::new()
+                    .prefix("kube-local-")
+                    .tempdir()
+                    .map_err(|source| Error::DataDir {
+                        path: std::env::temp_dir(),
+                        source,
+                    })?;
+                (t.path().to_path_buf(), Some(t))
+            }
+        };
+        let core = Arc::new(Core::new(self.watch_history));
+        bootstrap(&core)?;
+        for crd in &self.crds {
+            let name = crd.metadata.name.clone().unwrap_or_default();
+            let value = serde_json::to_value(crd).map_err(|source| Error::SerializeCrd {
+                name: name.clone(),
+                source,
+            })?;
+            install_crd(&core, value).map_err(|source| Error::InstallCrd {
+                name,
+                source: Box::new(source),
+            })?;
+        }
+        let bind = format!("127.0.0.1:{}", self.port);
+        let listener = tokio::net::TcpListener::bind(&bind)
+            .await
+            .map_err(|source| Error::Bind {
+                addr: bind.clone(),
+                source,
+            })?;
+        let addr = listener
+            .local_addr()
+            .map_err(|source| Error::Bind { addr: bind, source })?;
+        let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
+        let server = Arc::new(Server {
+            core: core.clone(),
+            address: addr.to_string(),
+            bookmark_interval: self.bookmark_interval,
+            shutdown: shutdown_rx.clone(),
+        });
+        let app = server::router(server);
+        let mut serve_shutdown = shutdown_rx.clone();
+        let serve = tokio::spawn(async move {
+            let result = axum::serve(listener, app)
+                .with_graceful_shutdown(async move {
+                    let _ = serve_shutdown.wait_for(|s| *s).await;
+                })
+                .await;
+            if let Err(e) = result {
+                tracing::error!(error = %e, "kube-local server stopped");
+            }
+        });
+        let controllers = tokio::spawn(crate::controllers::run(core.clone(), shutdown_rx));
+        let url = format!("http://{addr}");
+        let kubeconfig = dir.join("kubeconfig");
+        std::fs::write(&kubeconfig, kubeconfig_yaml(&url)).map_err(|source| Error::Kubeconfig {
+            path: kubeconfig.clone(),
+            source,
+        })?;
+        let client = client_for(&url)?;
+        Ok(Environment {
+            addr,
+            url,
+            client,
+            kubeconfig,
+            core,
+            shutdown: shutdown_tx,
+            tasks: vec![serve, controllers],
+            _temp: temp,
+        })
+    }
+}
+
+fn client_for(url: &str) -> Result<kube::Client, Error> {
+    let parsed: http::Uri = url
+        .parse()
+        .map_err(|e: http::uri::InvalidUri| Error::Client {
+            url: url.to_string(),
+            source: kube::Error::Service(Box::new(e)),
+        })?;
+    let mut config = kube::Config::new(parsed);
+    config.default_namespace = "default".into();
+    config.read_timeout = None;
+    kube::Client::try_from(config).map_err(|source| Error::Client {
+        url: url.to_string(),
+        source,
+    })
+}
+
+fn kubeconfig_yaml(url: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: kube-local\n  cluster:\n    server: {url}\ncontexts:\n- name: kube-local\n  context:\n    cluster: kube-local\n    user: kube-local\n    namespace: default\ncurrent-context: kube-local\nusers:\n- name: kube-local\n  user: {{}}\npreferences: {{}}\n"
+    )
+}
+
+fn create(core: &Core, group: &str, plural: &str, ns: &str, obj: Value) -> Result<(), Error> {
+    let what = format!(
+        "{plural}/{}",
+        obj.pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+    );
+    let rt = core
+        .registry
+        .find(group, "v1", plural)
+        .ok_or_else(|| Error::Bootstrap {
+            what: what.clone(),
+            source: Box::new(ApiError::not_found_path()),
+        })?;
+    core.create(&rt, ns, obj, &WriteOptions::internal("kube-apiserver"))
+        .map(|_| ())
+        .map_err(|source| Error::Bootstrap {
+            what,
+            source: Box::new(source),
+        })
+}
+
+/// Objects a fresh cluster has.
+fn bootstrap(core: &Core) -> Result<(), Error> {
+    for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
+        create(
+            core,
+            "",
+            "namespaces",
+            "",
+            json!({"metadata": {"name": ns}, "spec": {"finalizers": ["kubernetes"]}}),
+        )?;
+    }
+    create(
+        core,
+        "",
+        "services",
+        "default",
+        json!({
+            "metadata": {"name": "kubernetes", "labels": {"component": "apiserver", "provider": "kubernetes"}},
+            "spec": {"type": "ClusterIP", "clusterIP": "10.96.0.1", "clusterIPs": ["10.96.0.1"], "ports": [{"name": "https", "port": 443, "protocol": "TCP", "targetPort": 6443}], "sessionAffinity": "None"}
+        }),
+    )?;
+    create(
+        core,
+        "storage.k8s.io",
+        "storageclasses",
+        "",
+        json!({
+            "metadata": {"name": "standard", "annotations": {"storageclass.kubernetes.io/is-default-class": "true"}},
+            "provisioner": "kube-local.io/local-path", "reclaimPolicy": "Delete", "volumeBindingMode": "WaitForFirstConsumer"
+        }),
+    )?;
+    Ok(())
+}
+
+fn install_crd(core: &Core, crd: Value) -> Result<(), ApiError> {
+    let rt = core
+        .registry
+        .find("apiextensions.k8s.io", "v1", "customresourcedefinitions")
+        .ok_or_else(ApiError::not_found_path)?;
+    core.create(&rt, "", crd, &WriteOptions::internal("kube-local"))
+        .map(|_| ())
+}
+
+/// A running local control plane. See the crate docs.
+pub struct Environment {
+    addr: SocketAddr,
+    url: String,
+    client: kube::Client,
+    kubeconfig: PathBuf,
+    core: Arc<Core>,
+    shutdown: tokio::sync::watch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+    _temp: Option<tempfile::TempDir>,
+}
+
+impl Environment {
+    pub fn builder() -> EnvironmentBuilder {
+        EnvironmentBuilder::default()
+    }
+
+    /// A client for this server (default namespace `default`).
+    pub fn client(&self) -> kube::Client {
+        self.client.clone()
+    }
+
+    /// The kubeconfig file (cluster, context and user all named `kube-local`).
+    pub fn kubeconfig_path(&self) -> &Path {
+        &self.kubeconfig
+    }
+
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Discards the watch history, as an etcd compaction does: watches from earlier versions get `410 Expired`.
+    pub fn compact(&self) {
+        self.core.store.compact();
+    }
+
+    /// Installs a CRD through the API (it is established when this returns).
+    pub fn install_crd(&self, crd: &CustomResourceDefinition) -> Result<(), Error> {
+        let name = crd.metadata.name.clone().unwrap_or_default();
+        let value = serde_json::to_value(crd).map_err(|source| Error::SerializeCrd {
+            name: name.clone(),
+            source,
+        })?;
+        install_crd(&self.core, value).map_err(|source| Error::InstallCrd {
+            name,
+            source: Box::new(source),
+        })
+    }
+
+    /// Stops serving (also done on drop).
+    pub fn stop(&self) {
+        self.shutdown.send_replace(true);
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}
+
+impl Drop for Environment {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}

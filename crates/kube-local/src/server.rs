@@ -1,0 +1,594 @@
+//! HTTP front end: routes Kubernetes REST paths to the core, parses query options, and renders responses.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::response::Response;
+use http::{HeaderValue, Method, StatusCode, header};
+use serde_json::{Value, json};
+
+use crate::api_error::{ApiError, ApiResult};
+use crate::core::{
+    Core, DeleteOptions, Deleted, FieldValidation, Propagation, Subresource, WriteOptions, Written,
+};
+use crate::discovery;
+use crate::list::{self, ListQuery};
+use crate::meta;
+use crate::openapi;
+use crate::output::{self, Format};
+use crate::patch::PatchKind;
+use crate::registry::ResourceType;
+use crate::scale;
+use crate::selector::{FieldSelector, LabelSelector};
+use crate::watch::{self, WatchQuery, WatchSettings};
+
+pub const KUBERNETES_VERSION: &str = "v1.32.0";
+const MAX_BODY: usize = 3 * 1024 * 1024;
+
+pub struct Server {
+    pub core: Arc<Core>,
+    pub address: String,
+    pub bookmark_interval: Duration,
+    pub shutdown: tokio::sync::watch::Receiver<bool>,
+}
+
+pub fn router(server: Arc<Server>) -> axum::Router {
+    axum::Router::new().fallback(handle).with_state(server)
+}
+
+fn json_response(code: u16, body: &Value) -> Response {
+    let mut resp = Response::new(Body::from(body.to_string()));
+    *resp.status_mut() = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    resp
+}
+
+fn error_response(e: &ApiError) -> Response {
+    json_response(e.code, &e.to_status())
+}
+
+fn with_warnings(mut resp: Response, warnings: &[String]) -> Response {
+    for w in warnings {
+        let text = format!("299 - {:?}", w);
+        if let Ok(v) = HeaderValue::from_str(&text) {
+            resp.headers_mut().append(header::WARNING, v);
+        }
+    }
+    resp
+}
+
+async fn handle(State(server): State<Arc<Server>>, req: Request) -> Response {
+    let method = req.method().clone();
+    let path = req.uri().path().to_string();
+    let result = dispatch(&server, req).await;
+    let resp = match result {
+        Ok(r) => r,
+        Err(e) => error_response(&e),
+    };
+    tracing::debug!(%method, %path, status = resp.status().as_u16(), "request");
+    resp
+}
+
+fn query_map(req: &Request) -> HashMap<String, String> {
+    req.uri()
+        .query()
+        .map(|q| form_urlencoded::parse(q.as_bytes()).into_owned().collect())
+        .unwrap_or_default()
+}
+
+fn header_str(req: &Request, name: header::HeaderName) -> Option<&str> {
+    req.headers().get(name).and_then(|v| v.to_str().ok())
+}
+
+fn flag(q: &HashMap<String, String>, key: &str) -> bool {
+    matches!(q.get(key).map(String::as_str), Some("true") | Some("1"))
+}
+
+/// A parsed resource path.
+struct Target {
+    rt: Arc<ResourceType>,
+    namespace: Option<String>,
+    name: Option<String>,
+    subresource: Option<String>,
+}
+
+async fn dispatch(server: &Server, req: Request) -> ApiResult<Response> {
+    let path = req.uri().path().to_string();
+    let segs: Vec<&str> = path
+        .trim_matches('/')
+        .split('/')
+        .filter(|s| !s.is_empty())
+        .collect();
+    let accept = header_str(&req, header::ACCEPT).map(String::from);
+    let reg = &server.core.registry;
+    let get_only = || -> ApiResult<()> {
+        if req.method() == Method::GET {
+            Ok(())
+        } else {
+            Err(ApiError::method_not_allowed(
+                "the server does not allow this method on the requested resource",
+            ))
+        }
+    };
+    match segs.as_slice() {
+        ["version"] => {
+            get_only()?;
+            return Ok(json_response(
+                200,
+                &json!({
+                    "major": "1", "minor": "32", "gitVersion": KUBERNETES_VERSION, "gitCommit": "kube-local", "gitTreeState": "clean",
+                    "buildDate": "2025-01-01T00:00:00Z", "goVersion": "go1.23.0", "compiler": "gc", "platform": "linux/amd64"
+                }),
+            ));
+        }
+        ["healthz"] | ["livez"] | ["readyz"] => {
+            let mut r = Response::new(Body::from("ok"));
+            r.headers_mut()
+                .insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain"));
+            return Ok(r);
+        }
+        ["api"] => {
+            get_only()?;
+            if discovery::wants_aggregated(accept.as_deref()) {
+                return Ok(aggregated_response(&discovery::aggregated(reg, true)));
+            }
+            return Ok(json_response(
+                200,
+                &discovery::api_versions(&server.address),
+            ));
+        }
+        ["apis"] => {
+            get_only()?;
+            if discovery::wants_aggregated(accept.as_deref()) {
+                return Ok(aggregated_response(&discovery::aggregated(reg, false)));
+            }
+            return Ok(json_response(200, &discovery::api_group_list(reg)));
+        }
+        ["api", "v1"] => {
+            get_only()?;
+            return discovery::api_resource_list(reg, "", "v1")
+                .map(|d| json_response(200, &d))
+                .ok_or_else(ApiError::not_found_path);
+        }
+        ["apis", group] => {
+            get_only()?;
+            return discovery::api_group(reg, group)
+                .map(|d| json_response(200, &d))
+                .ok_or_else(ApiError::not_found_path);
+        }
+        ["apis", group, version] => {
+            get_only()?;
+            return discovery::api_resource_list(reg, group, version)
+                .map(|d| json_response(200, &d))
+                .ok_or_else(ApiError::not_found_path);
+        }
+        ["openapi", "v3"] => {
+            get_only()?;
+            return Ok(json_response(200, &openapi::index(reg)));
+        }
+        ["openapi", "v3", "api", version] => {
+            get_only()?;
+            return openapi::document(reg, "", version)
+                .map(|d| json_response(200, &d))
+                .ok_or_else(ApiError::not_found_path);
+        }
+        ["openapi", "v3", "apis", group, version] => {
+            get_only()?;
+            return openapi::document(reg, group, version)
+                .map(|d| json_response(200, &d))
+                .ok_or_else(ApiError::not_found_path);
+        }
+        _ => {}
+    }
+    let (group, version, rest) = match segs.as_slice() {
+        ["api", "v1", rest @ ..] if !rest.is_empty() => ("", "v1", rest),
+        ["apis", g, v, rest @ ..] if !rest.is_empty() => (*g, *v, rest),
+        _ => return Err(ApiError::not_found_path()),
+    };
+    let (namespace, plural, name, sub) = match rest {
+        ["namespaces", ns, plural, tail @ ..]
+            if !(group.is_empty()
+                && tail.is_empty()
+                && matches!(*plural, "status" | "finalize")) =>
+        {
+            (
+                Some(ns.to_string()),
+                *plural,
+                tail.first().map(|s| s.to_string()),
+                tail.get(1).map(|s| s.to_string()),
+            )
+        }
+        [plural, tail @ ..] => (
+            None,
+            *plural,
+            tail.first().map(|s| s.to_string()),
+            tail.get(1).map(|s| s.to_string()),
+        ),
+        [] => return Err(ApiError::not_found_path()),
+    };
+    if rest.len() > 5 {
+        return Err(ApiError::not_found_path());
+    }
+    let rt = reg
+        .find(group, version, plural)
+        .ok_or_else(ApiError::not_found_path)?;
+    if namespace.is_some() && !rt.namespaced {
+        return Err(ApiError::not_found_path());
+    }
+    if let Some(s) = &sub {
+        let ok = match s.as_str() {
+            "status" => rt.status,
+            "scale" => rt.scale.is_some(),
+            "finalize" => rt.group.is_empty() && rt.plural == "namespaces",
+            _ => false,
+        };
+        if !ok {
+            return Err(ApiError::not_found_path());
+        }
+    }
+    resource(
+        server,
+        req,
+        Target {
+            rt,
+            namespace,
+            name,
+            subresource: sub,
+        },
+    )
+    .await
+}
+
+fn aggregated_response(body: &Value) -> Response {
+    let mut r = json_response(200, body);
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(discovery::AGGREGATED_CONTENT_TYPE),
+    );
+    r
+}
+
+async fn read_body(req: Request) -> ApiResult<(Option<String>, bytes::Bytes)> {
+    let ct = header_str(&req, header::CONTENT_TYPE).map(String::from);
+    let body = axum::body::to_bytes(req.into_body(), MAX_BODY)
+        .await
+        .map_err(|e| {
+            ApiError::bad_request(format!("unable to read request body: {e}"))
+                .with_reason("RequestEntityTooLarge")
+        })?;
+    Ok((ct, body))
+}
+
+fn decode_object(ct: Option<&str>, body: &[u8]) -> ApiResult<Value> {
+    let base = ct
+        .unwrap_or("application/json")
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    match base.as_str() {
+        "application/json" | "" => serde_json::from_slice(body).map_err(|e| {
+            ApiError::bad_request(format!("the object provided is unrecognized: {e}"))
+        }),
+        "application/yaml" => serde_saphyr::from_slice(body)
+            .map_err(|e| ApiError::bad_request(format!("error converting YAML to JSON: {e}"))),
+        other => Err(ApiError::unsupported_media(format!(
+            "the body of the request was in an unknown format - accepted media types include: application/json, application/yaml; got {other:?}"
+        ))),
+    }
+}
+
+fn write_options(q: &HashMap<String, String>, user_agent: Option<&str>) -> ApiResult<WriteOptions> {
+    let dry_run = match q.get("dryRun").map(String::as_str) {
+        None | Some("") => false,
+        Some("All") => true,
+        Some(other) => {
+            return Err(ApiError::bad_request(format!(
+                "Invalid dry run value: {other:?}: supported values: \"All\""
+            )));
+        }
+    };
+    let field_validation = match q.get("fieldValidation").map(String::as_str) {
+        None | Some("") | Some("Warn") => FieldValidation::Warn,
+        Some("Strict") => FieldValidation::Strict,
+        Some("Ignore") => FieldValidation::Ignore,
+        Some(other) => {
+            return Err(ApiError::bad_request(format!(
+                "fieldValidation must be one of \"Ignore\", \"Warn\", or \"Strict\", got {other:?}"
+            )));
+        }
+    };
+    let field_manager = q.get("fieldManager").cloned().filter(|m| !m.is_empty());
+    Ok(WriteOptions {
+        dry_run,
+        field_manager: field_manager.unwrap_or_else(|| {
+            user_agent
+                .and_then(|ua| ua.split('/').next())
+                .unwrap_or("unknown")
+                .to_string()
+        }),
+        field_validation,
+        force: flag(q, "force"),
+    })
+}
+
+fn explicit_manager(q: &HashMap<String, String>) -> bool {
+    q.get("fieldManager").is_some_and(|m| !m.is_empty())
+}
+
+fn written_response(format: Format, rt: &ResourceType, w: Written) -> Response {
+    let code = if w.created { 201 } else { 200 };
+    with_warnings(
+        json_response(code, &output::object(format, rt, w.object)),
+        &w.warnings,
+    )
+}
+
+fn delete_options(q: &HashMap<String, String>, body: &[u8]) -> ApiResult<DeleteOptions> {
+    let mut opts = DeleteOptions::default();
+    let parsed: Value = if body.iter().all(u8::is_ascii_whitespace) {
+        json!({})
+    } else {
+        serde_json::from_slice(body)
+            .map_err(|e| ApiError::bad_request(format!("unable to decode DeleteOptions: {e}")))?
+    };
+    let get = |k: &str| -> Option<String> {
+        q.get(k).cloned().or_else(|| {
+            parsed.get(k).map(|v| match v {
+                Value::String(s) => s.clone(),
+                other => other.to_string(),
+            })
+        })
+    };
+    opts.propagation = match get("propagationPolicy").as_deref() {
+        None | Some("") | Some("null") => None,
+        Some("Background") => Some(Propagation::Background),
+        Some("Foreground") => Some(Propagation::Foreground),
+        Some("Orphan") => Some(Propagation::Orphan),
+        Some(other) => {
+            return Err(ApiError::invalid(
+                "meta.k8s.io",
+                "DeleteOptions",
+                "",
+                vec![crate::api_error::FieldCause::unsupported(
+                    "propagationPolicy",
+                    &json!(other),
+                    &[
+                        json!("Foreground"),
+                        json!("Background"),
+                        json!("Orphan"),
+                        json!("nil"),
+                    ],
+                )],
+            ));
+        }
+    };
+    if opts.propagation.is_none() {
+        match get("orphanDependents").as_deref() {
+            Some("true") => opts.propagation = Some(Propagation::Orphan),
+            Some("false") => opts.propagation = Some(Propagation::Background),
+            _ => {}
+        }
+    }
+    opts.grace_period_seconds = get("gracePeriodSeconds").and_then(|g| g.parse().ok());
+    opts.dry_run = match get("dryRun").as_deref() {
+        None | Some("") | Some("[]") => false,
+        Some(v) if v.contains("All") => true,
+        Some(other) => {
+            return Err(ApiError::bad_request(format!(
+                "Invalid dry run value: {other}"
+            )));
+        }
+    };
+    if let Some(p) = parsed.get("preconditions") {
+        opts.precondition_uid = p.get("uid").and_then(Value::as_str).map(String::from);
+        opts.precondition_rv = p
+            .get("resourceVersion")
+            .and_then(Value::as_str)
+            .map(String::from);
+    }
+    Ok(opts)
+}
+
+fn selectors(
+    rt: &ResourceType,
+    q: &HashMap<String, String>,
+) -> ApiResult<(LabelSelector, FieldSelector)> {
+    let labels = LabelSelector::parse(q.get("labelSelector").map(String::as_str).unwrap_or(""))?;
+    let extra: Vec<String> = rt
+        .custom
+        .as_ref()
+        .map(|c| c.selectable_fields.clone())
+        .unwrap_or_default();
+    let fields = FieldSelector::parse(
+        q.get("fieldSelector").map(String::as_str).unwrap_or(""),
+        &rt.group,
+        &rt.plural,
+        &extra,
+    )?;
+    Ok((labels, fields))
+}
+
+async fn resource(server: &Server, req: Request, t: Target) -> ApiResult<Response> {
+    let core = &server.core;
+    let rt = t.rt.clone();
+    let q = query_map(&req);
+    let format = output::negotiate(
+        header_str(&req, header::ACCEPT),
+        q.get("includeObject").map(String::as_str),
+    )?;
+    let ua = header_str(&req, header::USER_AGENT).map(String::from);
+    let ns = t.namespace.clone().unwrap_or_default();
+    let method = req.method().clone();
+    let sub = match t.subresource.as_deref() {
+        Some("status") => Subresource::Status,
+        _ => Subresource::Main,
+    };
+    match (method, t.name.clone()) {
+        (Method::GET, None) => {
+            let (labels, fields) = selectors(&rt, &q)?;
+            if flag(&q, "watch") {
+                let wq = WatchQuery {
+                    namespace: t.namespace.clone(),
+                    labels,
+                    fields,
+                    resource_version: q.get("resourceVersion").cloned(),
+                    resource_version_match: q.get("resourceVersionMatch").cloned(),
+                    timeout: q
+                        .get("timeoutSeconds")
+                        .and_then(|s| s.parse::<u64>().ok())
+                        .map(Duration::from_secs),
+                    bookmarks: flag(&q, "allowWatchBookmarks"),
+                    send_initial_events: q.get("sendInitialEvents").map(|v| v == "true"),
+                };
+                watch::validate(&wq)?;
+                let rx = watch::start(
+                    core.clone(),
+                    rt.clone(),
+                    format,
+                    wq,
+                    WatchSettings {
+                        bookmark_interval: server.bookmark_interval,
+                        shutdown: server.shutdown.clone(),
+                    },
+                );
+                let mut resp = Response::new(Body::from_stream(
+                    tokio_stream::wrappers::ReceiverStream::new(rx),
+                ));
+                resp.headers_mut().insert(
+                    header::CONTENT_TYPE,
+                    HeaderValue::from_static("application/json"),
+                );
+                resp.headers_mut().insert(
+                    header::CACHE_CONTROL,
+                    HeaderValue::from_static("no-cache, private"),
+                );
+                return Ok(resp);
+            }
+            let lq = ListQuery {
+                labels,
+                fields,
+                limit: q.get("limit").and_then(|l| l.parse().ok()),
+                continue_token: q.get("continue").cloned().filter(|c| !c.is_empty()),
+                resource_version: q.get("resourceVersion").cloned(),
+                resource_version_match: q.get("resourceVersionMatch").cloned(),
+            };
+            let listed = list::list(core, &rt, t.namespace.as_deref(), &lq)?;
+            Ok(json_response(
+                200,
+                &output::list(
+                    format,
+                    &rt,
+                    listed.items,
+                    listed.resource_version,
+                    listed.continue_token,
+                    listed.remaining,
+                ),
+            ))
+        }
+        (Method::GET, Some(name)) => {
+            if t.subresource.as_deref() == Some("scale") {
+                let obj = core.get(&rt, &ns, &name)?;
+                return Ok(json_response(200, &scale::to_scale(&rt, &obj)));
+            }
+            let obj = core.get(&rt, &ns, &name)?;
+            Ok(json_response(200, &output::object(format, &rt, obj)))
+        }
+        (Method::POST, None) => {
+            let opts = write_options(&q, ua.as_deref())?;
+            let (ct, body) = read_body(req).await?;
+            let obj = decode_object(ct.as_deref(), &body)?;
+            let w = core.create(&rt, &ns, obj, &opts)?;
+            Ok(written_response(format, &rt, w))
+        }
+        (Method::PUT, Some(name)) => {
+            let opts = write_options(&q, ua.as_deref())?;
+            let (ct, body) = read_body(req).await?;
+            let obj = decode_object(ct.as_deref(), &body)?;
+            if t.subresource.as_deref() == Some("scale") {
+                let w = scale::update(core, &rt, &ns, &name, obj, &opts)?;
+                return Ok(json_response(200, &w));
+            }
+            if t.subresource.as_deref() == Some("finalize") {
+                let w = crate::namespace_lifecycle::finalize(core, &rt, &name, obj)?;
+                return Ok(json_response(200, &w));
+            }
+            let w = core.update(&rt, &ns, &name, sub, obj, &opts)?;
+            Ok(written_response(format, &rt, w))
+        }
+        (Method::PATCH, Some(name)) => {
+            let opts = write_options(&q, ua.as_deref())?;
+            let ct = header_str(&req, header::CONTENT_TYPE)
+                .unwrap_or("")
+                .to_string();
+            let kind = PatchKind::from_content_type(&ct)?;
+            if kind == PatchKind::Apply && !explicit_manager(&q) {
+                return Err(ApiError::bad_request(
+                    "PATCH, application/apply-patch+yaml requires fieldManager parameter",
+                ));
+            }
+            let (_, body) = read_body(req).await?;
+            if t.subresource.as_deref() == Some("scale") {
+                let w = scale::patch(core, &rt, &ns, &name, kind, &body, &opts)?;
+                return Ok(json_response(200, &w));
+            }
+            let w = core.patch(&rt, &ns, &name, sub, kind, &body, &opts)?;
+            Ok(written_response(format, &rt, w))
+        }
+        (Method::DELETE, Some(name)) => {
+            let (_, body) = read_body(req).await?;
+            let opts = delete_options(&q, &body)?;
+            match core.delete(&rt, &ns, &name, &opts)? {
+                Deleted::Now(obj) if !rt.delete_returns_object => Ok(json_response(
+                    200,
+                    &json!({
+                        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
+                        "details": {"name": name, "group": rt.group, "kind": rt.plural, "uid": meta::uid(&obj)}
+                    }),
+                )),
+                Deleted::Now(obj) | Deleted::Pending(obj) => {
+                    Ok(json_response(200, &output::object(format, &rt, obj)))
+                }
+            }
+        }
+        (Method::DELETE, None) => {
+            let (labels, fields) = selectors(&rt, &q)?;
+            let (_, body) = read_body(req).await?;
+            let opts = delete_options(&q, &body)?;
+            let lq = ListQuery {
+                labels,
+                fields,
+                ..Default::default()
+            };
+            let listed = list::list(core, &rt, t.namespace.as_deref(), &lq)?;
+            let mut deleted = Vec::new();
+            for item in listed.items {
+                match core.delete(&rt, meta::namespace(&item), meta::name(&item), &opts) {
+                    Ok(Deleted::Now(o)) | Ok(Deleted::Pending(o)) => deleted.push(o),
+                    Err(e) if e.code == 404 => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            let rv = core.store.current_rv();
+            Ok(json_response(
+                200,
+                &output::list(format, &rt, deleted, rv, None, None),
+            ))
+        }
+        (Method::POST, Some(_)) | (Method::PUT, None) | (Method::PATCH, None) => {
+            Err(ApiError::method_not_allowed(
+                "the server does not allow this method on the requested resource",
+            ))
+        }
+        _ => Err(ApiError::method_not_allowed(
+            "the server does not allow this method on the requested resource",
+        )),
+    }
+}
