@@ -15,3 +15,6 @@ if ((${#need_apt[@]})); then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null
 fi
+
+# Real etcd for the tests that run members (3.4 system-wide, 3.5 under .tools/).
+"$(dirname "$0")/install-etcd.sh" >/dev/null

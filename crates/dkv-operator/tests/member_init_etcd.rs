@@ -1,0 +1,282 @@
+//! `dkv member-init` against real etcd: the configuration it writes for the
+//! members of a new cluster forms a working 3-member cluster (etcd 3.4 and
+//! 3.5), and a member restarting from its data rejoins.
+//!
+//! Each member runs as its own process on its own loopback address, inside a
+//! private mount namespace whose `/etc/hosts` resolves the members' stable DNS
+//! names — the same view a pod has through the headless peer Service.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const CLUSTER: &str = "orders";
+const NAMESPACE: &str = "shop";
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// The etcd binary of a minor version, installed by `scripts/install-etcd.sh`.
+fn etcd_binary(minor: &str) -> PathBuf {
+    let path = match minor {
+        "3.4" => PathBuf::from("/usr/bin/etcd"),
+        _ => repo_root().join(format!(".tools/etcd-{minor}/usr/bin/etcd")),
+    };
+    assert!(
+        path.exists(),
+        "{} is missing: run scripts/install-etcd.sh (scripts/test.sh does)",
+        path.display()
+    );
+    path
+}
+
+fn etcdctl() -> PathBuf {
+    repo_root().join(".tools/etcd-3.5/usr/bin/etcdctl")
+}
+
+/// A loopback subnet unlikely to collide with other tests running at once.
+fn member_ip(base: u8, ordinal: usize) -> String {
+    let pid = std::process::id();
+    format!("127.{}.{}.{}", 100 + base, (pid % 250) as u8, ordinal + 1)
+}
+
+struct Member {
+    ip: String,
+    data_dir: PathBuf,
+    config: PathBuf,
+    process: Option<Child>,
+}
+
+struct Cluster {
+    dir: tempfile::TempDir,
+    etcd: PathBuf,
+    hosts: PathBuf,
+    members: Vec<Member>,
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for member in &mut self.members {
+            stop(member);
+        }
+    }
+}
+
+fn stop(member: &mut Member) {
+    if let Some(mut child) = member.process.take() {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+}
+
+impl Cluster {
+    fn new(minor: &str, base: u8) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let members: Vec<Member> = (0..3)
+            .map(|i| Member {
+                ip: member_ip(base, i),
+                data_dir: dir.path().join(format!("member-{i}/data")),
+                config: dir.path().join(format!("member-{i}/etcd.conf.yml")),
+                process: None,
+            })
+            .collect();
+        let mut hosts = String::from("127.0.0.1 localhost\n");
+        for (i, m) in members.iter().enumerate() {
+            hosts.push_str(&format!(
+                "{} {CLUSTER}-{i}.{CLUSTER}-peer.{NAMESPACE}.svc\n",
+                m.ip
+            ));
+        }
+        let hosts_path = dir.path().join("hosts");
+        std::fs::write(&hosts_path, hosts).unwrap();
+        Self {
+            etcd: etcd_binary(minor),
+            hosts: hosts_path,
+            dir,
+            members,
+        }
+    }
+
+    /// Runs `dkv member-init` for member `i`, as its init container would.
+    fn member_init(&self, i: usize) -> std::process::Output {
+        let member = &self.members[i];
+        Command::new(env!("CARGO_BIN_EXE_dkv"))
+            .args([
+                "member-init",
+                &format!("--cluster={CLUSTER}"),
+                &format!("--peer-service={CLUSTER}-peer"),
+                "--bootstrap-size=3",
+                "--initial-cluster-token=shop-orders-test-uid",
+                &format!("--data-dir={}", member.data_dir.display()),
+                &format!("--config-file={}", member.config.display()),
+            ])
+            .env("POD_NAME", format!("{CLUSTER}-{i}"))
+            .env("POD_NAMESPACE", NAMESPACE)
+            .env("POD_IP", &member.ip)
+            .output()
+            .unwrap()
+    }
+
+    fn start(&mut self, i: usize) {
+        let init = self.member_init(i);
+        assert!(
+            init.status.success(),
+            "member-init failed: {}",
+            String::from_utf8_lossy(&init.stderr)
+        );
+        let log = std::fs::File::create(self.dir.path().join(format!("member-{i}.log"))).unwrap();
+        // A private mount namespace with its own /etc/hosts: the member sees
+        // the cluster's DNS names the way a pod would.
+        let unprivileged = !nix_is_root();
+        let mut command = Command::new("unshare");
+        if unprivileged {
+            command.arg("--map-root-user");
+        }
+        let child = command
+            .args(["--mount", "--propagation", "private", "--", "sh", "-c"])
+            .arg(r#"mount --bind "$1" /etc/hosts && exec "$2" --config-file "$3""#)
+            .arg("sh")
+            .arg(&self.hosts)
+            .arg(&self.etcd)
+            .arg(&self.members[i].config)
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        self.members[i].process = Some(child);
+    }
+
+    fn endpoints(&self) -> String {
+        self.members
+            .iter()
+            .map(|m| format!("http://{}:2379", m.ip))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    fn etcdctl(&self, args: &[&str]) -> Result<String, String> {
+        let out = Command::new(etcdctl())
+            .env("ETCDCTL_API", "3")
+            .arg(format!("--endpoints={}", self.endpoints()))
+            .arg("--command-timeout=5s")
+            .args(args)
+            .output()
+            .map_err(|e| e.to_string())?;
+        if out.status.success() {
+            Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        } else {
+            Err(String::from_utf8_lossy(&out.stderr).into_owned())
+        }
+    }
+
+    /// Waits until every member answers `/health` with true (a leader exists
+    /// and each member serves).
+    fn wait_healthy(&self, within: Duration) {
+        let deadline = Instant::now() + within;
+        loop {
+            let healthy = self
+                .members
+                .iter()
+                .all(|m| health(&m.ip).is_some_and(|body| body.contains("\"health\":\"true\"")));
+            if healthy {
+                return;
+            }
+            if Instant::now() > deadline {
+                let logs: Vec<String> = (0..3)
+                    .map(|i| {
+                        std::fs::read_to_string(self.dir.path().join(format!("member-{i}.log")))
+                            .unwrap_or_default()
+                    })
+                    .map(|l| l.lines().rev().take(5).collect::<Vec<_>>().join("\n"))
+                    .collect();
+                panic!(
+                    "cluster not healthy within {within:?}; last log lines:\n{}",
+                    logs.join("\n---\n")
+                );
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+}
+
+fn nix_is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+        .unwrap_or(false)
+}
+
+/// GET http://ip:2381/health with a plain TCP client (no HTTP dependency).
+fn health(ip: &str) -> Option<String> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect_timeout(
+        &format!("{ip}:2381").parse().ok()?,
+        Duration::from_secs(1),
+    )
+    .ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    write!(stream, "GET /health HTTP/1.0\r\nHost: {ip}\r\n\r\n").ok()?;
+    let mut body = String::new();
+    stream.read_to_string(&mut body).ok()?;
+    Some(body)
+}
+
+fn forms_a_cluster_and_survives_a_member_restart(minor: &str, base: u8) {
+    let mut cluster = Cluster::new(minor, base);
+    for i in 0..3 {
+        cluster.start(i);
+    }
+    cluster.wait_healthy(Duration::from_secs(30));
+
+    let members = cluster.etcdctl(&["member", "list"]).unwrap();
+    for i in 0..3 {
+        assert!(
+            members.contains(&format!(
+                "{CLUSTER}-{i}, http://{CLUSTER}-{i}.{CLUSTER}-peer.{NAMESPACE}.svc:2380"
+            )),
+            "member {i} missing or with the wrong peer URL:\n{members}"
+        );
+    }
+    assert_eq!(members.lines().count(), 3, "{members}");
+    cluster.etcdctl(&["put", "greeting", "hello"]).unwrap();
+
+    // Restart member 2 from its data: member-init must see the data and
+    // not bootstrap, and the member rejoins with the write it had.
+    stop(&mut cluster.members[2]);
+    let init = cluster.member_init(2);
+    assert!(String::from_utf8_lossy(&init.stderr).contains("restarts from its existing data"));
+    let config = std::fs::read_to_string(&cluster.members[2].config).unwrap();
+    assert!(
+        config.contains("\"initial-cluster-state\": \"existing\""),
+        "{config}"
+    );
+    cluster.start(2);
+    cluster.wait_healthy(Duration::from_secs(30));
+    let ip = cluster.members[2].ip.clone();
+    let out = Command::new(etcdctl())
+        .env("ETCDCTL_API", "3")
+        .args([
+            &format!("--endpoints=http://{ip}:2379"),
+            "get",
+            "greeting",
+            "--print-value-only",
+            "--consistency=s",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "hello");
+}
+
+#[test]
+fn etcd_3_5_members_configured_by_member_init_form_a_cluster() {
+    forms_a_cluster_and_survives_a_member_restart("3.5", 0);
+}
+
+#[test]
+fn etcd_3_4_members_configured_by_member_init_form_a_cluster() {
+    forms_a_cluster_and_survives_a_member_restart("3.4", 1);
+}
