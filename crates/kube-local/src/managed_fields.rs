@@ -222,11 +222,16 @@ pub fn apply(
         others.union(&e.set);
     }
     let mut removed = previous.difference(&new_set).members();
-    // Deepest first, so removing an item does not hide removals inside it.
-    removed.sort_by_key(|p| std::cmp::Reverse(p.len()));
+    // Shallowest first: removing a list item or map takes its contents with it.
+    removed.sort_by_key(Vec::len);
+    let mut done: Vec<Vec<String>> = Vec::new();
     for path in removed {
+        if done.iter().any(|d| path.starts_with(d)) || is_key_of_parent_item(&path) {
+            continue;
+        }
         if !others.has_any_under(&path) && !new_set.has_any_under(&path) {
             field_set::remove_at_path(&mut merged, &path);
+            done.push(path);
         }
     }
 
@@ -251,6 +256,17 @@ pub fn apply(
     }
     store_entries(&mut merged, ti, entries);
     Ok(merged)
+}
+
+/// A list item's key field stays as long as the item does.
+fn is_key_of_parent_item(path: &[String]) -> bool {
+    let n = path.len();
+    n >= 2
+        && path[n - 2].starts_with("k:")
+        && path[n - 1].strip_prefix("f:").is_some_and(|f| {
+            serde_json::from_str::<Map<String, Value>>(&path[n - 2][2..])
+                .is_ok_and(|keys| keys.contains_key(f))
+        })
 }
 
 fn key_matches(a: &Value, b: &Value, keys: &[String]) -> bool {

@@ -5,3 +5,6 @@ mod common;
 
 mod crud;
 mod kubectl;
+mod lifecycle;
+mod patching;
+mod watching;

@@ -1,0 +1,300 @@
+//! PATCH by content type and server-side apply.
+
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
+
+use crate::common::*;
+
+async fn pod(env: &kube_local::Environment) -> Pod {
+    let api: Api<Pod> = Api::namespaced(env.client(), "default");
+    let p: Pod = serde_json::from_value(json!({"metadata": {"name": "p"}, "spec": {"containers": [
+        {"name": "a", "image": "x:1", "env": [{"name": "A", "value": "1"}]},
+        {"name": "b", "image": "y:1"}
+    ]}}))
+    .unwrap();
+    api.create(&PostParams::default(), &p).await.unwrap()
+}
+
+#[tokio::test]
+async fn merge_patch_sets_and_removes_fields() {
+    let env = env().await;
+    configmap(&env, "m", json!({"a": "1", "b": "2"})).await;
+    let api: Api<ConfigMap> = Api::namespaced(env.client(), "default");
+    let out = api
+        .patch(
+            "m",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"data": {"a": null, "c": "3"}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        serde_json::to_value(out.data).unwrap(),
+        json!({"b": "2", "c": "3"})
+    );
+}
+
+#[tokio::test]
+async fn json_patch_test_of_missing_path_against_null_passes() {
+    let env = env().await;
+    configmap(&env, "j", json!({})).await;
+    let api: Api<ConfigMap> = Api::namespaced(env.client(), "default");
+    // kube-runtime's finalizer helper sends exactly this shape when adding the first finalizer.
+    let patch: json_patch::Patch = serde_json::from_value(json!([
+        {"op": "test", "path": "/metadata/finalizers", "value": null},
+        {"op": "add", "path": "/metadata/finalizers", "value": ["example.com/f"]}
+    ]))
+    .unwrap();
+    let out = api
+        .patch("j", &PatchParams::default(), &Patch::Json::<()>(patch))
+        .await
+        .unwrap();
+    assert_eq!(
+        out.metadata.finalizers,
+        Some(vec!["example.com/f".to_string()])
+    );
+}
+
+#[tokio::test]
+async fn json_patch_failed_test_is_422() {
+    let env = env().await;
+    configmap(&env, "j", json!({"a": "1"})).await;
+    let api: Api<ConfigMap> = Api::namespaced(env.client(), "default");
+    let patch: json_patch::Patch =
+        serde_json::from_value(json!([{"op": "test", "path": "/data/a", "value": "2"}])).unwrap();
+    let (code, reason, _) = api_status(
+        api.patch("j", &PatchParams::default(), &Patch::Json::<()>(patch))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!((code, reason.as_str()), (422, "Invalid"));
+}
+
+#[tokio::test]
+async fn strategic_merge_patch_merges_containers_by_name() {
+    let env = env().await;
+    let api: Api<StatefulSet> = Api::namespaced(env.client(), "default");
+    let sts: StatefulSet = serde_json::from_value(json!({"metadata": {"name": "s"}, "spec": {
+    "selector": {"matchLabels": {"app": "s"}},
+    "template": {"metadata": {"labels": {"app": "s"}}, "spec": {"containers": [
+        {"name": "a", "image": "x:1", "env": [{"name": "A", "value": "1"}]},
+        {"name": "b", "image": "y:1"}
+    ]}}}}))
+    .unwrap();
+    api.create(&PostParams::default(), &sts).await.unwrap();
+    let patch = json!({"spec": {"template": {"spec": {"containers": [{"name": "a", "image": "x:2", "env": [{"name": "B", "value": "2"}]}]}}}});
+    let out = api
+        .patch("s", &PatchParams::default(), &Patch::Strategic(patch))
+        .await
+        .unwrap();
+    let spec = serde_json::to_value(out.spec.template.spec.unwrap()).unwrap();
+    assert_eq!(spec["containers"][0]["image"], "x:2");
+    assert_eq!(spec["containers"][0]["env"].as_array().unwrap().len(), 2);
+    assert_eq!(spec["containers"][1]["name"], "b");
+    // `$patch: delete` removes one container by its merge key.
+    let del = json!({"spec": {"template": {"spec": {"containers": [{"name": "b", "$patch": "delete"}]}}}});
+    let out = api
+        .patch("s", &PatchParams::default(), &Patch::Strategic(del))
+        .await
+        .unwrap();
+    assert_eq!(out.spec.template.spec.unwrap().containers.len(), 1);
+}
+
+#[tokio::test]
+async fn pod_spec_updates_are_limited_like_upstream() {
+    let env = env().await;
+    pod(&env).await;
+    let api: Api<Pod> = Api::namespaced(env.client(), "default");
+    let ok = api
+        .patch(
+            "p",
+            &PatchParams::default(),
+            &Patch::Strategic(json!({"spec": {"containers": [{"name": "a", "image": "x:2"}]}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(ok.spec.unwrap().containers[0].image.as_deref(), Some("x:2"));
+    let (code, _, _) = api_status(api.patch("p", &PatchParams::default(), &Patch::Strategic(json!({"spec": {"containers": [{"name": "a", "env": [{"name": "B", "value": "2"}]}]}}))).await.unwrap_err());
+    assert_eq!(code, 422);
+}
+
+#[tokio::test]
+async fn unknown_patch_content_type_is_415() {
+    let env = env().await;
+    configmap(&env, "u", json!({})).await;
+    let (code, _, body) = raw(
+        &env,
+        "PATCH",
+        "/api/v1/namespaces/default/configmaps/u",
+        Some("application/json"),
+        Some(json!({})),
+    )
+    .await;
+    assert_eq!(
+        (code, body["reason"].as_str()),
+        (415, Some("UnsupportedMediaType"))
+    );
+}
+
+#[tokio::test]
+async fn apply_requires_field_manager() {
+    let env = env().await;
+    let (code, _, body) = raw(
+        &env,
+        "PATCH",
+        "/api/v1/namespaces/default/configmaps/x",
+        Some("application/apply-patch+yaml"),
+        Some(json!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: x\n"
+        )),
+    )
+    .await;
+    assert_eq!(code, 400, "{body}");
+}
+
+fn cm(data: Value) -> Value {
+    json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "ssa"}, "data": data})
+}
+
+#[tokio::test]
+async fn apply_creates_when_absent_and_records_managed_fields() {
+    let env = env().await;
+    let api: Api<ConfigMap> = Api::namespaced(env.client(), "default");
+    let (code, _, body) = raw(
+        &env,
+        "PATCH",
+        "/api/v1/namespaces/default/configmaps/ssa?fieldManager=me",
+        Some("application/apply-patch+yaml"),
+        Some(json!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: ssa\ndata:\n  a: \"1\"\n"
+        )),
+    )
+    .await;
+    assert_eq!(code, 201, "{body}");
+    let got = api.get("ssa").await.unwrap();
+    let mf = got.metadata.managed_fields.unwrap();
+    assert_eq!(mf.len(), 1);
+    assert_eq!(mf[0].manager.as_deref(), Some("me"));
+    assert_eq!(mf[0].operation.as_deref(), Some("Apply"));
+    assert_eq!(
+        serde_json::to_value(&mf[0].fields_v1).unwrap(),
+        json!({"f:data": {"f:a": {}}})
+    );
+}
+
+#[tokio::test]
+async fn apply_conflict_is_409_unless_forced() {
+    let env = env().await;
+    let api: Api<ConfigMap> = Api::namespaced(env.client(), "default");
+    api.patch(
+        "ssa",
+        &PatchParams::apply("one"),
+        &Patch::Apply(cm(json!({"a": "1"}))),
+    )
+    .await
+    .unwrap();
+    let err = api
+        .patch(
+            "ssa",
+            &PatchParams::apply("two"),
+            &Patch::Apply(cm(json!({"a": "2"}))),
+        )
+        .await
+        .unwrap_err();
+    let kube::Error::Api(status) = err else {
+        panic!("expected API error")
+    };
+    assert_eq!((status.code, status.reason.as_str()), (409, "Conflict"));
+    assert_eq!(
+        status.message,
+        "Apply failed with 1 conflict: conflict with \"one\" using v1: .data.a"
+    );
+    let forced = api
+        .patch(
+            "ssa",
+            &PatchParams::apply("two").force(),
+            &Patch::Apply(cm(json!({"a": "2"}))),
+        )
+        .await
+        .unwrap();
+    assert_eq!(forced.data.unwrap()["a"], "2");
+    let managers: Vec<String> = forced
+        .metadata
+        .managed_fields
+        .unwrap()
+        .into_iter()
+        .filter_map(|m| m.manager)
+        .collect();
+    assert_eq!(managers, ["two"]);
+}
+
+#[tokio::test]
+async fn reapply_removes_fields_the_manager_no_longer_sets() {
+    let env = env().await;
+    let api: Api<ConfigMap> = Api::namespaced(env.client(), "default");
+    api.patch(
+        "ssa",
+        &PatchParams::apply("me"),
+        &Patch::Apply(cm(json!({"a": "1", "b": "2"}))),
+    )
+    .await
+    .unwrap();
+    // Another manager's field survives.
+    api.patch(
+        "ssa",
+        &PatchParams::apply("other"),
+        &Patch::Apply(cm(json!({"c": "3"}))),
+    )
+    .await
+    .unwrap();
+    let out = api
+        .patch(
+            "ssa",
+            &PatchParams::apply("me"),
+            &Patch::Apply(cm(json!({"a": "1"}))),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        serde_json::to_value(out.data).unwrap(),
+        json!({"a": "1", "c": "3"})
+    );
+}
+
+#[tokio::test]
+async fn apply_merges_keyed_lists_of_built_ins() {
+    let env = env().await;
+    let api: Api<StatefulSet> = Api::namespaced(env.client(), "default");
+    let sts = |image: &str, extra: bool| {
+        let mut containers =
+            vec![json!({"name": "main", "image": image, "ports": [{"containerPort": 80}]})];
+        if extra {
+            containers.push(json!({"name": "side", "image": "s:1"}));
+        }
+        json!({"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "s"}, "spec": {
+            "selector": {"matchLabels": {"app": "s"}},
+            "template": {"metadata": {"labels": {"app": "s"}}, "spec": {"containers": containers}}}})
+    };
+    api.patch(
+        "s",
+        &PatchParams::apply("me"),
+        &Patch::Apply(sts("m:1", true)),
+    )
+    .await
+    .unwrap();
+    let out = api
+        .patch(
+            "s",
+            &PatchParams::apply("me"),
+            &Patch::Apply(sts("m:2", false)),
+        )
+        .await
+        .unwrap();
+    let containers = out.spec.template.spec.unwrap().containers;
+    assert_eq!(containers.len(), 1);
+    assert_eq!(containers[0].image.as_deref(), Some("m:2"));
+    // Defaulted port protocol does not create a second port entry.
+    assert_eq!(containers[0].ports.as_ref().unwrap().len(), 1);
+}
