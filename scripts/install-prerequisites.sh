@@ -7,6 +7,9 @@ need_apt=()
 command -v kubectl >/dev/null 2>&1 || { echo "kubectl (v1.27+) is required and not on PATH" >&2; exit 1; }
 command -v python3 >/dev/null 2>&1 || need_apt+=(python3 python3-venv)
 command -v cc >/dev/null 2>&1 || need_apt+=(gcc)
+# etcd-client compiles etcd's protobuf definitions at build time.
+command -v protoc >/dev/null 2>&1 || need_apt+=(protobuf-compiler)
+command -v unshare >/dev/null 2>&1 || need_apt+=(util-linux)
 
 if ((${#need_apt[@]})); then
   SUDO=""

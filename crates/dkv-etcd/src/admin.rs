@@ -1,0 +1,51 @@
+//! The administration interface the operator uses.
+
+use std::pin::Pin;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures::Stream;
+
+use crate::error::Result;
+use crate::model::{Alarm, EndpointStatus, Member, MemberId};
+
+/// A snapshot of the backend database, as a stream of chunks.
+pub type SnapshotStream = Pin<Box<dyn Stream<Item = Result<Bytes>> + Send>>;
+
+/// Everything dkv asks of an etcd cluster. Every call has a deadline; none
+/// blocks forever on an unreachable member.
+#[async_trait]
+pub trait EtcdAdmin: Send + Sync {
+    /// The current member list, learners included.
+    async fn member_list(&self) -> Result<Vec<Member>>;
+
+    /// Adds a non-voting learner with these peer URLs. It must be started
+    /// (with `initial-cluster-state=existing`) after this returns.
+    async fn add_learner(&self, peer_urls: &[String]) -> Result<Member>;
+
+    /// Makes a learner a voter once it has caught up.
+    async fn promote(&self, id: MemberId) -> Result<()>;
+
+    /// Removes a member from the cluster.
+    async fn remove(&self, id: MemberId) -> Result<()>;
+
+    /// Status of the member serving `endpoint` (a client URL).
+    async fn status(&self, endpoint: &str) -> Result<EndpointStatus>;
+
+    /// Hands leadership to `target`. `leader_endpoint` must be the current
+    /// leader's client URL: only the leader can transfer leadership.
+    async fn move_leader(&self, leader_endpoint: &str, target: MemberId) -> Result<()>;
+
+    /// Active alarms across the cluster.
+    async fn alarms(&self) -> Result<Vec<Alarm>>;
+
+    /// Clears one alarm (after its cause was fixed).
+    async fn disarm(&self, alarm: Alarm) -> Result<()>;
+
+    /// Defragments the backend of the member serving `endpoint`. Blocks that
+    /// member for the duration: one member at a time.
+    async fn defragment(&self, endpoint: &str) -> Result<()>;
+
+    /// Streams a snapshot of the member serving `endpoint`.
+    async fn snapshot(&self, endpoint: &str) -> Result<SnapshotStream>;
+}

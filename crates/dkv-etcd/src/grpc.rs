@@ -1,0 +1,269 @@
+//! [`EtcdAdmin`] over etcd's v3 gRPC API.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use etcd_client::{AlarmAction, AlarmOptions, AlarmType, Client, ConnectOptions, MemberAddOptions};
+use tokio::sync::Mutex;
+
+use crate::admin::{EtcdAdmin, SnapshotStream};
+use crate::error::{Error, Result};
+use crate::model::{Alarm, AlarmKind, EndpointStatus, Member, MemberId};
+
+/// Talks to one etcd cluster through its client URLs.
+pub struct GrpcAdmin {
+    endpoints: Vec<String>,
+    timeout: Duration,
+    /// Connections by endpoint ("*" = all endpoints, balanced), reused
+    /// across calls.
+    clients: Mutex<HashMap<String, Client>>,
+}
+
+const ALL: &str = "*";
+
+impl GrpcAdmin {
+    /// `endpoints` are client URLs (`http://host:2379`); `timeout` bounds
+    /// every call, connection included.
+    pub fn new(endpoints: Vec<String>, timeout: Duration) -> Self {
+        Self {
+            endpoints,
+            timeout,
+            clients: Mutex::default(),
+        }
+    }
+
+    async fn client(&self, operation: &'static str, endpoint: &str) -> Result<Client> {
+        let mut clients = self.clients.lock().await;
+        if let Some(client) = clients.get(endpoint) {
+            return Ok(client.clone());
+        }
+        let targets = if endpoint == ALL {
+            self.endpoints.clone()
+        } else {
+            vec![endpoint.to_owned()]
+        };
+        let options = ConnectOptions::new()
+            .with_connect_timeout(self.timeout)
+            .with_timeout(self.timeout)
+            .with_keep_alive(Duration::from_secs(10), self.timeout);
+        let client = self
+            .deadline(operation, Client::connect(targets, Some(options)))
+            .await?
+            .map_err(|e| Error::from_client(operation, e, None))?;
+        clients.insert(endpoint.to_owned(), client.clone());
+        Ok(client)
+    }
+
+    /// Forgets a connection after a failure, so the next call reconnects.
+    async fn forget(&self, endpoint: &str) {
+        self.clients.lock().await.remove(endpoint);
+    }
+
+    async fn deadline<T>(
+        &self,
+        operation: &'static str,
+        call: impl Future<Output = T>,
+    ) -> Result<T> {
+        tokio::time::timeout(self.timeout, call)
+            .await
+            .map_err(|_| Error::Timeout {
+                operation,
+                timeout: self.timeout,
+            })
+    }
+
+    /// Runs `call` against the connection for `endpoint`, with the deadline
+    /// and error classification every call gets.
+    async fn run<T, F, Fut>(
+        &self,
+        operation: &'static str,
+        endpoint: &str,
+        member: Option<u64>,
+        call: F,
+    ) -> Result<T>
+    where
+        F: FnOnce(Client) -> Fut,
+        Fut: Future<Output = Result<T, etcd_client::Error>>,
+    {
+        let client = self.client(operation, endpoint).await?;
+        let result = self.deadline(operation, call(client)).await;
+        match result {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(err)) => {
+                let err = Error::from_client(operation, err, member);
+                if matches!(err, Error::Unavailable { .. }) {
+                    self.forget(endpoint).await;
+                }
+                Err(err)
+            }
+            Err(timeout) => {
+                self.forget(endpoint).await;
+                Err(timeout)
+            }
+        }
+    }
+}
+
+fn member_from(m: &etcd_client::Member) -> Member {
+    Member {
+        id: MemberId(m.id()),
+        name: m.name().to_owned(),
+        peer_urls: m.peer_urls().to_vec(),
+        client_urls: m.client_urls().to_vec(),
+        is_learner: m.is_learner(),
+    }
+}
+
+#[async_trait]
+impl EtcdAdmin for GrpcAdmin {
+    async fn member_list(&self) -> Result<Vec<Member>> {
+        let response = self
+            .run("member list", ALL, None, |mut c| async move {
+                c.member_list().await
+            })
+            .await?;
+        Ok(response.members().iter().map(member_from).collect())
+    }
+
+    async fn add_learner(&self, peer_urls: &[String]) -> Result<Member> {
+        let urls = peer_urls.to_vec();
+        let response = self
+            .run("member add", ALL, None, |mut c| async move {
+                c.member_add(urls, Some(MemberAddOptions::new().with_is_learner()))
+                    .await
+            })
+            .await?;
+        response.member().map(member_from).ok_or(Error::Refused {
+            operation: "member add",
+            message: "etcd returned no member".to_owned(),
+        })
+    }
+
+    async fn promote(&self, id: MemberId) -> Result<()> {
+        self.run("member promote", ALL, Some(id.0), |mut c| async move {
+            c.member_promote(id.0).await
+        })
+        .await
+        .map(|_| ())
+    }
+
+    async fn remove(&self, id: MemberId) -> Result<()> {
+        self.run("member remove", ALL, Some(id.0), |mut c| async move {
+            c.member_remove(id.0).await
+        })
+        .await
+        .map(|_| ())
+    }
+
+    async fn status(&self, endpoint: &str) -> Result<EndpointStatus> {
+        let response = self
+            .run(
+                "status",
+                endpoint,
+                None,
+                |mut c| async move { c.status().await },
+            )
+            .await?;
+        let header = response.header();
+        Ok(EndpointStatus {
+            endpoint: endpoint.to_owned(),
+            member_id: MemberId(header.map_or(0, |h| h.member_id())),
+            cluster_id: header.map_or(0, |h| h.cluster_id()),
+            leader: MemberId(response.leader()),
+            version: response.version().to_owned(),
+            db_size: response.db_size(),
+            db_size_in_use: response.raft_used_db_size(),
+            raft_index: response.raft_index(),
+            raft_applied_index: response.raft_applied_index(),
+            raft_term: response.raft_term(),
+            is_learner: response.is_learner(),
+            errors: response.errors().to_vec(),
+        })
+    }
+
+    async fn move_leader(&self, leader_endpoint: &str, target: MemberId) -> Result<()> {
+        self.run(
+            "move leader",
+            leader_endpoint,
+            Some(target.0),
+            |mut c| async move { c.move_leader(target.0).await },
+        )
+        .await
+        .map(|_| ())
+    }
+
+    async fn alarms(&self) -> Result<Vec<Alarm>> {
+        let response = self
+            .run("alarm list", ALL, None, |mut c| async move {
+                c.alarm(AlarmAction::Get, AlarmType::None, None).await
+            })
+            .await?;
+        Ok(response
+            .alarms()
+            .iter()
+            .filter_map(|a| {
+                let kind = match a.alarm() {
+                    AlarmType::Nospace => AlarmKind::NoSpace,
+                    AlarmType::Corrupt => AlarmKind::Corrupt,
+                    AlarmType::None => return None,
+                };
+                Some(Alarm {
+                    member: MemberId(a.member_id()),
+                    kind,
+                })
+            })
+            .collect())
+    }
+
+    async fn disarm(&self, alarm: Alarm) -> Result<()> {
+        let kind = match alarm.kind {
+            AlarmKind::NoSpace => AlarmType::Nospace,
+            AlarmKind::Corrupt => AlarmType::Corrupt,
+        };
+        self.run(
+            "alarm disarm",
+            ALL,
+            Some(alarm.member.0),
+            |mut c| async move {
+                let mut options = AlarmOptions::new();
+                options.with_member(alarm.member.0);
+                c.alarm(AlarmAction::Deactivate, kind, Some(options)).await
+            },
+        )
+        .await
+        .map(|_| ())
+    }
+
+    async fn defragment(&self, endpoint: &str) -> Result<()> {
+        self.run("defragment", endpoint, None, |mut c| async move {
+            c.defragment().await
+        })
+        .await
+        .map(|_| ())
+    }
+
+    async fn snapshot(&self, endpoint: &str) -> Result<SnapshotStream> {
+        let streaming = self
+            .run("snapshot", endpoint, None, |mut c| async move {
+                c.snapshot().await
+            })
+            .await?;
+        let timeout = self.timeout;
+        // The deadline applies to each chunk, not the whole snapshot: a
+        // large database streams for minutes, but never stalls for long.
+        let stream = futures::stream::try_unfold(streaming, move |mut streaming| async move {
+            let next = tokio::time::timeout(timeout, streaming.message())
+                .await
+                .map_err(|_| Error::Timeout {
+                    operation: "snapshot",
+                    timeout,
+                })?
+                .map_err(|e| Error::from_client("snapshot", e, None))?;
+            Ok(next.map(|chunk| (Bytes::copy_from_slice(chunk.blob()), streaming)))
+        });
+        Ok(Box::pin(stream))
+    }
+}

@@ -1,0 +1,74 @@
+//! What etcd reports, in the operator's terms.
+
+use std::fmt;
+
+/// An etcd member ID. etcd prints them in hexadecimal, and so do we.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct MemberId(pub u64);
+
+impl fmt::Display for MemberId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:x}", self.0)
+    }
+}
+
+/// One entry of the member list.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Member {
+    pub id: MemberId,
+    /// Empty until the member has started once (etcd learns the name from
+    /// the member itself).
+    pub name: String,
+    pub peer_urls: Vec<String>,
+    pub client_urls: Vec<String>,
+    pub is_learner: bool,
+}
+
+impl Member {
+    /// Whether the member process has ever started and announced itself.
+    pub fn has_started(&self) -> bool {
+        !self.name.is_empty()
+    }
+}
+
+/// The status one member reports about itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EndpointStatus {
+    pub endpoint: String,
+    pub member_id: MemberId,
+    pub cluster_id: u64,
+    /// The leader this member follows; 0 when it knows none.
+    pub leader: MemberId,
+    pub version: String,
+    pub db_size: i64,
+    pub db_size_in_use: i64,
+    pub raft_index: u64,
+    pub raft_applied_index: u64,
+    pub raft_term: u64,
+    pub is_learner: bool,
+    /// Errors the member reports (e.g. an active alarm).
+    pub errors: Vec<String>,
+}
+
+impl EndpointStatus {
+    pub fn is_leader(&self) -> bool {
+        self.leader == self.member_id && self.leader.0 != 0
+    }
+}
+
+/// The kinds of alarm etcd raises.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum AlarmKind {
+    /// The backend reached its quota: writes are refused until space is
+    /// reclaimed (compact + defragment) and the alarm disarmed.
+    NoSpace,
+    /// A member detected data corruption.
+    Corrupt,
+}
+
+/// An alarm raised by one member.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Alarm {
+    pub member: MemberId,
+    pub kind: AlarmKind,
+}
