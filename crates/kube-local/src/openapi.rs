@@ -189,12 +189,21 @@ fn path_item(t: &ResourceType, schema_ref: &str) -> (String, Value, String, Valu
     ];
     let mut patch_params = writes.clone();
     patch_params.push(json!({"name": "force", "in": "query", "description": "Force is going to \"force\" Apply requests.", "schema": {"type": "boolean", "uniqueItems": true}}));
-    let patch_body = json!({"content": {
-        "application/apply-patch+yaml": {"schema": {"$ref": "#/components/schemas/io.k8s.apimachinery.pkg.apis.meta.v1.Patch"}},
-        "application/json-patch+json": {"schema": {"$ref": "#/components/schemas/io.k8s.apimachinery.pkg.apis.meta.v1.Patch"}},
-        "application/merge-patch+json": {"schema": {"$ref": "#/components/schemas/io.k8s.apimachinery.pkg.apis.meta.v1.Patch"}},
-        "application/strategic-merge-patch+json": {"schema": {"$ref": "#/components/schemas/io.k8s.apimachinery.pkg.apis.meta.v1.Patch"}}
-    }, "required": true});
+    // kubectl decides between strategic merge and JSON merge patch by whether the PATCH operation accepts
+    // strategic merge; custom resources do not (upstream lists it only for built-ins).
+    let patch_ref = json!({"schema": {"$ref": "#/components/schemas/io.k8s.apimachinery.pkg.apis.meta.v1.Patch"}});
+    let mut patch_types = Map::new();
+    for ct in [
+        "application/apply-patch+yaml",
+        "application/json-patch+json",
+        "application/merge-patch+json",
+    ] {
+        patch_types.insert(ct.into(), patch_ref.clone());
+    }
+    if !t.is_custom() {
+        patch_types.insert("application/strategic-merge-patch+json".into(), patch_ref);
+    }
+    let patch_body = json!({"content": patch_types, "required": true});
     let body = json!({"content": {"*/*": {"schema": {"$ref": schema_ref}}}, "required": true});
     let mut path_params = vec![
         json!({"name": "name", "in": "path", "required": true, "schema": {"type": "string", "uniqueItems": true}}),

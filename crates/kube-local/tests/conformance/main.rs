@@ -3,8 +3,11 @@
 
 mod common;
 
+mod crds;
 mod crud;
+mod discovery;
 mod kubectl;
 mod lifecycle;
 mod patching;
+mod runtime;
 mod watching;
