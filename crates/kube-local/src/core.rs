@@ -236,6 +236,43 @@ impl Core {
         Ok(())
     }
 
+    /// Unknown fields under `fieldValidation`: an error (Strict), `Warning` headers (Warn) or nothing.
+    fn report_unknown(
+        unknown: &[String],
+        opts: &WriteOptions,
+        warnings: &mut Vec<String>,
+    ) -> ApiResult<()> {
+        if unknown.is_empty() {
+            return Ok(());
+        }
+        match opts.field_validation {
+            FieldValidation::Strict => {
+                let list: Vec<String> = unknown
+                    .iter()
+                    .map(|u| format!("unknown field {u:?}"))
+                    .collect();
+                Err(ApiError::bad_request(format!(
+                    "strict decoding error: {}",
+                    list.join(", ")
+                )))
+            }
+            FieldValidation::Warn => {
+                warnings.extend(unknown.iter().map(|u| format!("unknown field {u:?}")));
+                Ok(())
+            }
+            FieldValidation::Ignore => Ok(()),
+        }
+    }
+
+    /// The object with its served apiVersion/kind, as typed decoding expects them.
+    fn typed_input(rt: &ResourceType, obj: &Value) -> Value {
+        let mut o = obj.clone();
+        let m = meta::object_mut(&mut o);
+        m.insert("apiVersion".into(), json!(rt.api_version()));
+        m.insert("kind".into(), json!(rt.kind));
+        o
+    }
+
     /// Pruning, defaulting and validation of a write; returns warnings for unknown fields.
     fn admit(
         &self,
@@ -250,24 +287,7 @@ impl Core {
         if let Some(custom) = &rt.custom {
             if let Some(s) = &custom.schema {
                 let unknown = schema::prune(s, obj);
-                if !unknown.is_empty() {
-                    match opts.field_validation {
-                        FieldValidation::Strict => {
-                            let list: Vec<String> = unknown
-                                .iter()
-                                .map(|u| format!("unknown field {u:?}"))
-                                .collect();
-                            return Err(ApiError::bad_request(format!(
-                                "strict decoding error: {}",
-                                list.join(", ")
-                            )));
-                        }
-                        FieldValidation::Warn => {
-                            warnings.extend(unknown.iter().map(|u| format!("unknown field {u:?}")))
-                        }
-                        FieldValidation::Ignore => {}
-                    }
-                }
+                Self::report_unknown(&unknown, opts, &mut warnings)?;
                 schema::apply_defaults(s, obj);
                 causes.extend(schema::validate(s, obj));
                 if causes.is_empty()
@@ -277,6 +297,16 @@ impl Core {
                 }
             }
         } else {
+            if let Some(decoded) = crate::typed::decode(rt, &Self::typed_input(rt, obj)) {
+                let decoded = decoded.map_err(|e| {
+                    ApiError::bad_request(format!(
+                        "{} in version \"{}\" cannot be handled as a {}: {e}",
+                        rt.kind, rt.version, rt.kind
+                    ))
+                })?;
+                Self::report_unknown(&decoded.unknown, opts, &mut warnings)?;
+                *obj = decoded.object;
+            }
             strategy::apply_defaults(rt, obj);
             causes.extend(strategy::validate(rt, obj));
             if let Some(old) = old {
@@ -356,6 +386,7 @@ impl Core {
                 None => root.remove("status"),
             };
         }
+        strategy::prepare_create(rt, obj);
         let warnings = self.admit(rt, obj, None, opts)?;
         if !managed {
             managed_fields::record_update(
@@ -402,6 +433,7 @@ impl Core {
         url_name: &str,
     ) -> ApiResult<Value> {
         Self::check_identity(rt, url_namespace, &mut new)?;
+        strategy::prepare_update(rt, &mut new, old);
         let body_name = meta::name(&new).to_string();
         if body_name.is_empty() {
             meta::set_meta(&mut new, "name", json!(url_name));

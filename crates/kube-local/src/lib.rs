@@ -33,6 +33,7 @@ mod strategic_merge;
 mod strategy;
 mod table;
 mod type_info;
+mod typed;
 mod views;
 mod watch;
 

@@ -296,6 +296,8 @@ pub fn initial_status(rt: &ResourceType, obj: &Value) -> Option<Value> {
         ),
         "Node" => obj.get("status").cloned(),
         "Service" => Some(json!({"loadBalancer": {}})),
+        "StatefulSet" => Some(json!({"replicas": 0, "availableReplicas": 0})),
+        "ReplicaSet" => Some(json!({"replicas": 0})),
         _ => Some(json!({})),
     }
 }
@@ -641,6 +643,86 @@ pub fn validate_update(rt: &ResourceType, new: &Value, old: &Value) -> Vec<Field
         _ => {}
     }
     causes
+}
+
+/// Create-only preparation (after uid is assigned): allocations and generated selectors.
+pub fn prepare_create(rt: &ResourceType, obj: &mut Value) {
+    if rt.is_custom() {
+        return;
+    }
+    match (rt.group.as_str(), rt.kind.as_str()) {
+        ("", "Service") => allocate_cluster_ip(obj),
+        ("batch", "Job") => generate_job_selector(obj),
+        _ => {}
+    }
+}
+
+/// Carries over server-assigned fields a client's update omitted.
+pub fn prepare_update(rt: &ResourceType, new: &mut Value, old: &Value) {
+    if rt.group.is_empty() && rt.kind == "Service" {
+        for f in ["clusterIP", "clusterIPs", "ipFamilies", "ipFamilyPolicy"] {
+            if new.pointer(&format!("/spec/{f}")).is_none()
+                && let Some(v) = old.pointer(&format!("/spec/{f}")).cloned()
+                && let Some(spec) = new.get_mut("spec").and_then(Value::as_object_mut)
+            {
+                spec.insert(f.into(), v);
+            }
+        }
+    }
+}
+
+fn allocate_cluster_ip(obj: &mut Value) {
+    let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut) else {
+        return;
+    };
+    if spec.get("type").and_then(Value::as_str) == Some("ExternalName") {
+        return;
+    }
+    let ip = match spec.get("clusterIP").and_then(Value::as_str) {
+        Some("None") => "None".to_string(),
+        Some(ip) if !ip.is_empty() => ip.to_string(),
+        _ => {
+            use rand::Rng;
+            let mut rng = rand::rng();
+            format!(
+                "10.96.{}.{}",
+                rng.random_range(1..=254),
+                rng.random_range(1..=254)
+            )
+        }
+    };
+    spec.insert("clusterIP".into(), json!(ip));
+    spec.insert("clusterIPs".into(), json!([ip]));
+    default_field(spec, "ipFamilies", json!(["IPv4"]));
+    default_field(spec, "ipFamilyPolicy", json!("SingleStack"));
+}
+
+/// Upstream labels job pods with the job's uid and name and selects on the uid unless `manualSelector` is set.
+fn generate_job_selector(obj: &mut Value) {
+    if obj.pointer("/spec/manualSelector").and_then(Value::as_bool) == Some(true) {
+        return;
+    }
+    let uid = meta::uid(obj).to_string();
+    let name = meta::name(obj).to_string();
+    if let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut) {
+        spec.insert(
+            "selector".into(),
+            json!({"matchLabels": {"batch.kubernetes.io/controller-uid": uid}}),
+        );
+        let template = spec.entry("template").or_insert_with(|| json!({}));
+        let tm = meta::meta_mut(template);
+        let labels = tm.entry("labels").or_insert_with(|| json!({}));
+        if let Some(l) = labels.as_object_mut() {
+            for (k, v) in [
+                ("batch.kubernetes.io/controller-uid", &uid),
+                ("batch.kubernetes.io/job-name", &name),
+                ("controller-uid", &uid),
+                ("job-name", &name),
+            ] {
+                l.insert(k.into(), json!(v));
+            }
+        }
+    }
 }
 
 #[cfg(test)]

@@ -449,3 +449,114 @@ async fn environment_starts_fast() {
     );
     drop(env);
 }
+
+#[tokio::test]
+async fn unknown_fields_of_built_ins_are_dropped_with_a_warning() {
+    let env = env().await;
+    let (code, headers, body) = raw(
+        &env,
+        "POST",
+        "/api/v1/namespaces/default/configmaps",
+        Some("application/json"),
+        Some(json!({"metadata": {"name": "u"}, "data": {"a": "1"}, "dataa": {"b": "2"}})),
+    )
+    .await;
+    assert_eq!(code, 201);
+    assert!(body.get("dataa").is_none(), "{body}");
+    assert_eq!(headers["warning"], "299 - \"unknown field \\\"dataa\\\"\"");
+    let (code, _, body) = raw(
+        &env,
+        "POST",
+        "/api/v1/namespaces/default/configmaps?fieldValidation=Strict",
+        Some("application/json"),
+        Some(json!({"metadata": {"name": "s"}, "dataa": {}})),
+    )
+    .await;
+    assert_eq!(code, 400);
+    assert_eq!(
+        body["message"],
+        "strict decoding error: unknown field \"dataa\""
+    );
+}
+
+#[tokio::test]
+async fn wrongly_typed_fields_are_400() {
+    let env = env().await;
+    let (code, _, body) = raw(
+        &env,
+        "POST",
+        "/apis/apps/v1/namespaces/default/statefulsets",
+        Some("application/json"),
+        Some(json!({"metadata": {"name": "s"}, "spec": {"replicas": "three"}})),
+    )
+    .await;
+    assert_eq!(code, 400, "{body}");
+    assert_eq!(body["reason"], "BadRequest");
+}
+
+#[tokio::test]
+async fn kubectl_apply_rejects_typos_in_built_ins() {
+    let env = env().await;
+    let manifest = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: typo\ndatta:\n  a: \"1\"\n";
+    let out = kubectl_in(&env, &["apply", "-f", "-"], Some(manifest)).await;
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("unknown field \"datta\""),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[tokio::test]
+async fn services_get_a_cluster_ip_that_survives_updates() {
+    let env = env().await;
+    let (code, _, svc) = raw(&env, "POST", "/api/v1/namespaces/default/services", Some("application/json"), Some(json!({"metadata": {"name": "s"}, "spec": {"ports": [{"port": 80}], "selector": {"app": "s"}}}))).await;
+    assert_eq!(code, 201);
+    let ip = svc["spec"]["clusterIP"].as_str().unwrap().to_string();
+    assert!(ip.starts_with("10.96."), "{ip}");
+    assert_eq!(svc["spec"]["ports"][0]["targetPort"], 80);
+    assert_eq!(svc["spec"]["ports"][0]["protocol"], "TCP");
+    let (_, _, after) = raw(
+        &env,
+        "PATCH",
+        "/api/v1/namespaces/default/services/s",
+        Some("application/merge-patch+json"),
+        Some(json!({"spec": {"selector": {"app": "t"}}})),
+    )
+    .await;
+    assert_eq!(after["spec"]["clusterIP"], ip.as_str());
+}
+
+#[tokio::test]
+async fn statefulset_spec_is_immutable_outside_the_allowed_fields() {
+    let env = env().await;
+    let sts = json!({"metadata": {"name": "s"}, "spec": {"serviceName": "a", "selector": {"matchLabels": {"app": "s"}}, "template": {"metadata": {"labels": {"app": "s"}}, "spec": {"containers": [{"name": "c", "image": "i"}]}}}});
+    let (code, _, _) = raw(
+        &env,
+        "POST",
+        "/apis/apps/v1/namespaces/default/statefulsets",
+        Some("application/json"),
+        Some(sts),
+    )
+    .await;
+    assert_eq!(code, 201);
+    let (code, _, body) = raw(
+        &env,
+        "PATCH",
+        "/apis/apps/v1/namespaces/default/statefulsets/s",
+        Some("application/merge-patch+json"),
+        Some(json!({"spec": {"serviceName": "b"}})),
+    )
+    .await;
+    assert_eq!(code, 422, "{body}");
+    assert_eq!(body["details"]["causes"][0]["field"], "spec");
+    let (code, _, _) = raw(
+        &env,
+        "PATCH",
+        "/apis/apps/v1/namespaces/default/statefulsets/s",
+        Some("application/merge-patch+json"),
+        Some(json!({"spec": {"replicas": 3}})),
+    )
+    .await;
+    assert_eq!(code, 200);
+}

@@ -301,12 +301,18 @@ async fn timeout_seconds_ends_the_stream_cleanly() {
         .resource_version
         .unwrap();
     let mut stream = api
-        .watch(&WatchParams::default().timeout(1), &rv)
+        .watch(
+            &WatchParams {
+                bookmarks: false,
+                ..WatchParams::default().timeout(1)
+            },
+            &rv,
+        )
         .await
         .unwrap()
         .boxed();
     let end = tokio::time::timeout(Duration::from_secs(4), stream.next())
         .await
         .expect("stream ends within the timeout");
-    assert!(end.is_none());
+    assert!(end.is_none(), "{:?}", end.map(|e| e.map(|e| describe(&e))));
 }
