@@ -11,8 +11,8 @@ pub async fn run(core: Arc<Core>, mut shutdown: tokio::sync::watch::Receiver<boo
     loop {
         // Settle bursts of writes into one pass; repeat while passes keep acting.
         for _ in 0..100 {
-            let gc = garbage_collector::reconcile(&core);
-            let ns = namespace_lifecycle::reconcile(&core);
+            let gc = garbage_collector::reconcile(&core).await;
+            let ns = namespace_lifecycle::reconcile(&core).await;
             if !gc && !ns {
                 break;
             }

@@ -2,6 +2,8 @@
 
 use std::sync::Arc;
 
+use futures::future::BoxFuture;
+
 use serde_json::{Value, json};
 
 use crate::api_error::{ApiError, ApiResult, FieldCause};
@@ -274,7 +276,7 @@ impl Core {
     }
 
     /// Pruning, defaulting and validation of a write; returns warnings for unknown fields.
-    fn admit(
+    async fn admit(
         &self,
         rt: &ResourceType,
         obj: &mut Value,
@@ -324,7 +326,7 @@ impl Core {
     }
 
     /// Create with metadata initialisation. `managed` is set when server-side apply already computed managedFields.
-    pub fn create(
+    pub async fn create(
         &self,
         rt: &ResourceType,
         namespace: &str,
@@ -332,9 +334,10 @@ impl Core {
         opts: &WriteOptions,
     ) -> ApiResult<Written> {
         self.create_inner(rt, namespace, &mut obj, opts, false)
+            .await
     }
 
-    fn create_inner(
+    async fn create_inner(
         &self,
         rt: &ResourceType,
         namespace: &str,
@@ -387,7 +390,7 @@ impl Core {
             };
         }
         strategy::prepare_create(rt, obj);
-        let warnings = self.admit(rt, obj, None, opts)?;
+        let warnings = self.admit(rt, obj, None, opts).await?;
         if !managed {
             managed_fields::record_update(
                 &type_info(rt),
@@ -414,7 +417,7 @@ impl Core {
             StoreError::AlreadyExists => ApiError::already_exists(rt.subject(&name)),
             other => ApiError::internal(other.to_string()),
         })?;
-        self.after_write(rt, &saved);
+        self.after_write(rt, &saved).await;
         Ok(Written {
             object: views::to_view(rt, &saved),
             created: true,
@@ -528,7 +531,7 @@ impl Core {
     /// Read-modify-write with optimistic concurrency, retried when another writer got in between.
     /// `mutate` gets the current object (client view) and returns the candidate plus whether it carried an explicit resourceVersion.
     #[allow(clippy::too_many_arguments)]
-    pub fn write(
+    pub async fn write(
         &self,
         rt: &ResourceType,
         namespace: &str,
@@ -536,7 +539,7 @@ impl Core {
         sub: Subresource,
         opts: &WriteOptions,
         allow_create: bool,
-        mutate: &mut dyn FnMut(Option<&Value>) -> ApiResult<Candidate>,
+        mutate: &mut (dyn FnMut(Option<&Value>) -> ApiResult<Candidate> + Send),
     ) -> ApiResult<Written> {
         let key = Self::key(rt, namespace, name);
         for _ in 0..32 {
@@ -549,7 +552,9 @@ impl Core {
                     if meta::name(&obj).is_empty() {
                         meta::set_meta(&mut obj, "name", json!(name));
                     }
-                    return self.create_inner(rt, namespace, &mut obj, opts, candidate.managed);
+                    return self
+                        .create_inner(rt, namespace, &mut obj, opts, candidate.managed)
+                        .await;
                 }
                 return Err(ApiError::not_found(rt.subject(name)));
             };
@@ -575,7 +580,7 @@ impl Core {
             }
             let mut new =
                 self.prepare_update(rt, sub, &current, candidate.object, namespace, name)?;
-            let warnings = self.admit(rt, &mut new, Some(&current), opts)?;
+            let warnings = self.admit(rt, &mut new, Some(&current), opts).await?;
             if !candidate.managed {
                 managed_fields::record_update(
                     &type_info(rt),
@@ -605,7 +610,7 @@ impl Core {
                 // Removing the last finalizer of a deleting object deletes it (upstream writes no intermediate update).
                 match self.store.delete(&key, Some(current_rv)) {
                     Ok(last) => {
-                        self.after_delete(rt, &last);
+                        self.after_delete(rt, &last).await;
                         let mut shown = new.clone();
                         meta::set_meta(
                             &mut shown,
@@ -627,7 +632,7 @@ impl Core {
                 .update(&key, current_rv, views::from_view(rt, new))
             {
                 Ok(saved) => {
-                    self.after_write(rt, &saved);
+                    self.after_write(rt, &saved).await;
                     return Ok(Written {
                         object: views::to_view(rt, &saved),
                         created: false,
@@ -650,7 +655,7 @@ impl Core {
     }
 
     /// PUT.
-    pub fn update(
+    pub async fn update(
         &self,
         rt: &ResourceType,
         namespace: &str,
@@ -666,11 +671,12 @@ impl Core {
                 managed: false,
             })
         })
+        .await
     }
 
     /// PATCH of any kind, including server-side apply.
     #[allow(clippy::too_many_arguments)]
-    pub fn patch(
+    pub async fn patch(
         &self,
         rt: &ResourceType,
         namespace: &str,
@@ -704,38 +710,40 @@ impl Core {
                 )));
             }
             let status_sub = rt.status;
-            return self.write(rt, namespace, name, sub, opts, true, &mut |current| {
-                let restrict = |set: &mut FieldSet| match sub {
-                    Subresource::Main if status_sub => {
-                        set.children.remove("f:status");
+            return self
+                .write(rt, namespace, name, sub, opts, true, &mut |current| {
+                    let restrict = |set: &mut FieldSet| match sub {
+                        Subresource::Main if status_sub => {
+                            set.children.remove("f:status");
+                        }
+                        Subresource::Status => {
+                            set.children.retain(|k, _| k == "f:status");
+                        }
+                        Subresource::Main => {}
+                    };
+                    let merged = managed_fields::apply(
+                        &ti,
+                        current,
+                        &applied,
+                        &opts.field_manager,
+                        &rt.api_version(),
+                        opts.force,
+                        sub.name(),
+                        restrict,
+                    )
+                    .map_err(|conflicts| conflict_error(rt, name, &conflicts))?;
+                    let mut merged = merged;
+                    if current.is_none() {
+                        meta::set_meta(&mut merged, "name", json!(name));
                     }
-                    Subresource::Status => {
-                        set.children.retain(|k, _| k == "f:status");
-                    }
-                    Subresource::Main => {}
-                };
-                let merged = managed_fields::apply(
-                    &ti,
-                    current,
-                    &applied,
-                    &opts.field_manager,
-                    &rt.api_version(),
-                    opts.force,
-                    sub.name(),
-                    restrict,
-                )
-                .map_err(|conflicts| conflict_error(rt, name, &conflicts))?;
-                let mut merged = merged;
-                if current.is_none() {
-                    meta::set_meta(&mut merged, "name", json!(name));
-                }
-                let rv_given = !meta::resource_version(&applied).is_empty();
-                Ok(Candidate {
-                    object: merged,
-                    rv_is_precondition: rv_given,
-                    managed: true,
+                    let rv_given = !meta::resource_version(&applied).is_empty();
+                    Ok(Candidate {
+                        object: merged,
+                        rv_is_precondition: rv_given,
+                        managed: true,
+                    })
                 })
-            });
+                .await;
         }
         self.write(rt, namespace, name, sub, opts, false, &mut |current| {
             let Some(current) = current else {
@@ -750,10 +758,11 @@ impl Core {
                 managed: false,
             })
         })
+        .await
     }
 
     /// DELETE of one object.
-    pub fn delete(
+    pub async fn delete(
         &self,
         rt: &ResourceType,
         namespace: &str,
@@ -807,7 +816,7 @@ impl Core {
                 }
                 match self.store.delete(&key, Some(rv_of(&stored))) {
                     Ok(last) => {
-                        self.after_delete(rt, &last);
+                        self.after_delete(rt, &last).await;
                         return Ok(Deleted::Now(views::to_view(rt, &last)));
                     }
                     Err(StoreError::Conflict { .. }) => continue,
@@ -845,7 +854,7 @@ impl Core {
                 .update(&key, rv_of(&stored), views::from_view(rt, new))
             {
                 Ok(saved) => {
-                    self.after_write(rt, &saved);
+                    self.after_write(rt, &saved).await;
                     return Ok(Deleted::Pending(views::to_view(rt, &saved)));
                 }
                 Err(StoreError::Conflict { .. }) => continue,
@@ -859,49 +868,54 @@ impl Core {
         ))
     }
 
-    fn after_write(&self, rt: &ResourceType, saved: &Arc<Value>) {
-        if rt.group == "apiextensions.k8s.io" && rt.plural == "customresourcedefinitions" {
-            crate::crd::on_crd_written(self, saved);
-        }
+    /// Boxed because establishing a CRD writes its status, which comes back here.
+    fn after_write<'a>(&'a self, rt: &'a ResourceType, saved: &'a Arc<Value>) -> BoxFuture<'a, ()> {
+        Box::pin(async move {
+            if rt.group == "apiextensions.k8s.io" && rt.plural == "customresourcedefinitions" {
+                crate::crd::on_crd_written(self, saved).await;
+            }
+        })
     }
 
-    fn after_delete(&self, rt: &ResourceType, last: &Arc<Value>) {
+    async fn after_delete(&self, rt: &ResourceType, last: &Arc<Value>) {
         if rt.group == "apiextensions.k8s.io" && rt.plural == "customresourcedefinitions" {
             crate::crd::on_crd_deleted(self, last);
         }
     }
 
     /// Changes made by the server itself (controllers), bypassing client identity checks but not storage rules.
-    pub fn internal_update(
+    pub async fn internal_update(
         &self,
         rt: &ResourceType,
         namespace: &str,
         name: &str,
         sub: Subresource,
         manager: &str,
-        f: &mut dyn FnMut(&mut Value) -> bool,
+        f: &mut (dyn FnMut(&mut Value) -> bool + Send),
     ) -> ApiResult<Option<Written>> {
         let mut skipped = false;
-        let written = self.write(
-            rt,
-            namespace,
-            name,
-            sub,
-            &WriteOptions::internal(manager),
-            false,
-            &mut |current| {
-                let Some(current) = current else {
-                    return Err(ApiError::not_found(rt.subject(name)));
-                };
-                let mut obj = current.clone();
-                skipped = !f(&mut obj);
-                Ok(Candidate {
-                    object: obj,
-                    rv_is_precondition: false,
-                    managed: false,
-                })
-            },
-        )?;
+        let written = self
+            .write(
+                rt,
+                namespace,
+                name,
+                sub,
+                &WriteOptions::internal(manager),
+                false,
+                &mut |current| {
+                    let Some(current) = current else {
+                        return Err(ApiError::not_found(rt.subject(name)));
+                    };
+                    let mut obj = current.clone();
+                    skipped = !f(&mut obj);
+                    Ok(Candidate {
+                        object: obj,
+                        rv_is_precondition: false,
+                        managed: false,
+                    })
+                },
+            )
+            .await?;
         Ok(if skipped { None } else { Some(written) })
     }
 }

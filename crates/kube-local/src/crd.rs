@@ -246,7 +246,7 @@ fn condition(type_: &str, reason: &str, message: &str) -> Value {
 }
 
 /// Registers the CRD's versions and marks it established, as the apiextensions controllers do.
-pub fn on_crd_written(core: &Core, crd: &Arc<Value>) {
+pub async fn on_crd_written(core: &Core, crd: &Arc<Value>) {
     let name = meta::name(crd).to_string();
     if meta::is_deleting(crd) {
         return;
@@ -267,70 +267,72 @@ pub fn on_crd_written(core: &Core, crd: &Arc<Value>) {
                 .find(|v| v.get("storage").and_then(Value::as_bool) == Some(true))
         })
         .and_then(|v| v.get("name").cloned());
-    let result = core.internal_update(
-        &crd_type,
-        "",
-        &name,
-        Subresource::Status,
-        "kube-apiserver",
-        &mut |obj| {
-            let root = meta::object_mut(obj);
-            let status = root.entry("status").or_insert_with(|| json!({}));
-            let Some(st) = status.as_object_mut() else {
-                return false;
-            };
-            let mut accepted = names.clone();
-            if let Some(a) = accepted.as_object_mut() {
-                if !a.contains_key("singular") {
-                    let kind = a
-                        .get("kind")
-                        .and_then(Value::as_str)
-                        .unwrap_or("")
-                        .to_ascii_lowercase();
-                    a.insert("singular".into(), json!(kind));
+    let result = core
+        .internal_update(
+            &crd_type,
+            "",
+            &name,
+            Subresource::Status,
+            "kube-apiserver",
+            &mut |obj| {
+                let root = meta::object_mut(obj);
+                let status = root.entry("status").or_insert_with(|| json!({}));
+                let Some(st) = status.as_object_mut() else {
+                    return false;
+                };
+                let mut accepted = names.clone();
+                if let Some(a) = accepted.as_object_mut() {
+                    if !a.contains_key("singular") {
+                        let kind = a
+                            .get("kind")
+                            .and_then(Value::as_str)
+                            .unwrap_or("")
+                            .to_ascii_lowercase();
+                        a.insert("singular".into(), json!(kind));
+                    }
+                    if !a.contains_key("listKind") {
+                        let kind = a
+                            .get("kind")
+                            .and_then(Value::as_str)
+                            .unwrap_or("")
+                            .to_string();
+                        a.insert("listKind".into(), json!(format!("{kind}List")));
+                    }
                 }
-                if !a.contains_key("listKind") {
-                    let kind = a
-                        .get("kind")
-                        .and_then(Value::as_str)
-                        .unwrap_or("")
-                        .to_string();
-                    a.insert("listKind".into(), json!(format!("{kind}List")));
+                let mut changed = st.get("acceptedNames") != Some(&accepted);
+                st.insert("acceptedNames".into(), accepted);
+                let conditions = st.entry("conditions").or_insert_with(|| json!([]));
+                if let Some(cs) = conditions.as_array_mut() {
+                    for (t, reason, msg) in [
+                        ("NamesAccepted", "NoConflicts", "no conflicts found"),
+                        (
+                            "Established",
+                            "InitialNamesAccepted",
+                            "the initial names have been accepted",
+                        ),
+                    ] {
+                        if !cs
+                            .iter()
+                            .any(|c| c.get("type").and_then(Value::as_str) == Some(t))
+                        {
+                            cs.push(condition(t, reason, msg));
+                            changed = true;
+                        }
+                    }
                 }
-            }
-            let mut changed = st.get("acceptedNames") != Some(&accepted);
-            st.insert("acceptedNames".into(), accepted);
-            let conditions = st.entry("conditions").or_insert_with(|| json!([]));
-            if let Some(cs) = conditions.as_array_mut() {
-                for (t, reason, msg) in [
-                    ("NamesAccepted", "NoConflicts", "no conflicts found"),
-                    (
-                        "Established",
-                        "InitialNamesAccepted",
-                        "the initial names have been accepted",
-                    ),
-                ] {
-                    if !cs
-                        .iter()
-                        .any(|c| c.get("type").and_then(Value::as_str) == Some(t))
+                if let Some(sv) = &storage_version {
+                    let stored = st.entry("storedVersions").or_insert_with(|| json!([]));
+                    if let Some(list) = stored.as_array_mut()
+                        && !list.contains(sv)
                     {
-                        cs.push(condition(t, reason, msg));
+                        list.push(sv.clone());
                         changed = true;
                     }
                 }
-            }
-            if let Some(sv) = &storage_version {
-                let stored = st.entry("storedVersions").or_insert_with(|| json!([]));
-                if let Some(list) = stored.as_array_mut()
-                    && !list.contains(sv)
-                {
-                    list.push(sv.clone());
-                    changed = true;
-                }
-            }
-            changed
-        },
-    );
+                changed
+            },
+        )
+        .await;
     if let Err(e) = result {
         tracing::warn!(crd = %name, error = %e, "could not establish CRD");
     }

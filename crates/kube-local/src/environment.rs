@@ -121,17 +121,19 @@ impl EnvironmentBuilder {
             }
         };
         let core = Arc::new(Core::new(self.watch_history));
-        bootstrap(&core)?;
+        bootstrap(&core).await?;
         for crd in &self.crds {
             let name = crd.metadata.name.clone().unwrap_or_default();
             let value = serde_json::to_value(crd).map_err(|source| Error::SerializeCrd {
                 name: name.clone(),
                 source,
             })?;
-            install_crd(&core, value).map_err(|source| Error::InstallCrd {
-                name,
-                source: Box::new(source),
-            })?;
+            install_crd(&core, value)
+                .await
+                .map_err(|source| Error::InstallCrd {
+                    name,
+                    source: Box::new(source),
+                })?;
         }
         let bind = format!("127.0.0.1:{}", self.port);
         let listener = tokio::net::TcpListener::bind(&bind)
@@ -205,7 +207,7 @@ fn kubeconfig_yaml(url: &str) -> String {
     )
 }
 
-fn create(core: &Core, group: &str, plural: &str, ns: &str, obj: Value) -> Result<(), Error> {
+async fn create(core: &Core, group: &str, plural: &str, ns: &str, obj: Value) -> Result<(), Error> {
     let what = format!(
         "{plural}/{}",
         obj.pointer("/metadata/name")
@@ -220,6 +222,7 @@ fn create(core: &Core, group: &str, plural: &str, ns: &str, obj: Value) -> Resul
             source: Box::new(ApiError::not_found_path()),
         })?;
     core.create(&rt, ns, obj, &WriteOptions::internal("kube-apiserver"))
+        .await
         .map(|_| ())
         .map_err(|source| Error::Bootstrap {
             what,
@@ -228,7 +231,7 @@ fn create(core: &Core, group: &str, plural: &str, ns: &str, obj: Value) -> Resul
 }
 
 /// Objects a fresh cluster has.
-fn bootstrap(core: &Core) -> Result<(), Error> {
+async fn bootstrap(core: &Core) -> Result<(), Error> {
     for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
         create(
             core,
@@ -236,7 +239,8 @@ fn bootstrap(core: &Core) -> Result<(), Error> {
             "namespaces",
             "",
             json!({"metadata": {"name": ns}, "spec": {"finalizers": ["kubernetes"]}}),
-        )?;
+        )
+        .await?;
     }
     create(
         core,
@@ -247,7 +251,8 @@ fn bootstrap(core: &Core) -> Result<(), Error> {
             "metadata": {"name": "kubernetes", "labels": {"component": "apiserver", "provider": "kubernetes"}},
             "spec": {"type": "ClusterIP", "clusterIP": "10.96.0.1", "clusterIPs": ["10.96.0.1"], "ports": [{"name": "https", "port": 443, "protocol": "TCP", "targetPort": 6443}], "sessionAffinity": "None"}
         }),
-    )?;
+    )
+    .await?;
     create(
         core,
         "storage.k8s.io",
@@ -257,16 +262,18 @@ fn bootstrap(core: &Core) -> Result<(), Error> {
             "metadata": {"name": "standard", "annotations": {"storageclass.kubernetes.io/is-default-class": "true"}},
             "provisioner": "kube-local.io/local-path", "reclaimPolicy": "Delete", "volumeBindingMode": "WaitForFirstConsumer"
         }),
-    )?;
+    )
+    .await?;
     Ok(())
 }
 
-fn install_crd(core: &Core, crd: Value) -> Result<(), ApiError> {
+async fn install_crd(core: &Core, crd: Value) -> Result<(), ApiError> {
     let rt = core
         .registry
         .find("apiextensions.k8s.io", "v1", "customresourcedefinitions")
         .ok_or_else(ApiError::not_found_path)?;
     core.create(&rt, "", crd, &WriteOptions::internal("kube-local"))
+        .await
         .map(|_| ())
 }
 
@@ -311,16 +318,18 @@ impl Environment {
     }
 
     /// Installs a CRD through the API (it is established when this returns).
-    pub fn install_crd(&self, crd: &CustomResourceDefinition) -> Result<(), Error> {
+    pub async fn install_crd(&self, crd: &CustomResourceDefinition) -> Result<(), Error> {
         let name = crd.metadata.name.clone().unwrap_or_default();
         let value = serde_json::to_value(crd).map_err(|source| Error::SerializeCrd {
             name: name.clone(),
             source,
         })?;
-        install_crd(&self.core, value).map_err(|source| Error::InstallCrd {
-            name,
-            source: Box::new(source),
-        })
+        install_crd(&self.core, value)
+            .await
+            .map_err(|source| Error::InstallCrd {
+                name,
+                source: Box::new(source),
+            })
     }
 
     /// Stops serving (also done on drop).

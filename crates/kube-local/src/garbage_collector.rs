@@ -31,7 +31,7 @@ fn owner_uids(obj: &Value) -> Vec<(String, bool)> {
         .unwrap_or_default()
 }
 
-fn delete(core: &Core, key: &ObjectKey, obj: &Value, propagation: Propagation) {
+async fn delete(core: &Core, key: &ObjectKey, obj: &Value, propagation: Propagation) {
     let Some(rt) = core.registry.storage_type(&key.storage) else {
         return;
     };
@@ -41,7 +41,9 @@ fn delete(core: &Core, key: &ObjectKey, obj: &Value, propagation: Propagation) {
         precondition_uid: Some(meta::uid(obj).to_string()),
         ..Default::default()
     };
-    if let Err(e) = core.delete(&rt, meta::namespace(&view), meta::name(&view), &opts)
+    if let Err(e) = core
+        .delete(&rt, meta::namespace(&view), meta::name(&view), &opts)
+        .await
         && e.code != 404
         && e.code != 409
     {
@@ -49,24 +51,27 @@ fn delete(core: &Core, key: &ObjectKey, obj: &Value, propagation: Propagation) {
     }
 }
 
-fn update(core: &Core, key: &ObjectKey, f: &mut dyn FnMut(&mut Value) -> bool) {
+async fn update(core: &Core, key: &ObjectKey, f: &mut (dyn FnMut(&mut Value) -> bool + Send)) {
     let Some(rt) = core.registry.storage_type(&key.storage) else {
         return;
     };
-    if let Err(e) = core.internal_update(
-        &rt,
-        &key.namespace,
-        &key.name,
-        Subresource::Main,
-        MANAGER,
-        f,
-    ) && e.code != 404
+    if let Err(e) = core
+        .internal_update(
+            &rt,
+            &key.namespace,
+            &key.name,
+            Subresource::Main,
+            MANAGER,
+            f,
+        )
+        .await
+        && e.code != 404
     {
         tracing::warn!(name = %key.name, error = %e, "garbage collection update failed");
     }
 }
 
-fn remove_finalizer(core: &Core, key: &ObjectKey, finalizer: &str) {
+async fn remove_finalizer(core: &Core, key: &ObjectKey, finalizer: &str) {
     update(core, key, &mut |obj| {
         let Some(fs) = obj
             .pointer_mut("/metadata/finalizers")
@@ -77,11 +82,12 @@ fn remove_finalizer(core: &Core, key: &ObjectKey, finalizer: &str) {
         let before = fs.len();
         fs.retain(|f| f.as_str() != Some(finalizer));
         fs.len() != before
-    });
+    })
+    .await;
 }
 
 /// One pass over all objects; returns whether anything was done.
-pub fn reconcile(core: &Arc<Core>) -> bool {
+pub async fn reconcile(core: &Arc<Core>) -> bool {
     let all = core.store.all();
     let uids: HashSet<&str> = all.iter().map(|(_, v)| meta::uid(v)).collect();
     let mut acted = false;
@@ -96,7 +102,7 @@ pub fn reconcile(core: &Arc<Core>) -> bool {
             .filter(|u| !uids.contains(u.as_str()))
             .collect();
         if dangling.len() == owners.len() {
-            delete(core, key, obj, Propagation::Background);
+            delete(core, key, obj, Propagation::Background).await;
             acted = true;
         } else if !dangling.is_empty() {
             let gone: Vec<String> = dangling.into_iter().cloned().collect();
@@ -113,7 +119,8 @@ pub fn reconcile(core: &Arc<Core>) -> bool {
                         .any(|g| r.get("uid").and_then(Value::as_str) == Some(g))
                 });
                 true
-            });
+            })
+            .await;
             acted = true;
         }
     }
@@ -144,9 +151,10 @@ pub fn reconcile(core: &Arc<Core>) -> bool {
                         m.remove("ownerReferences");
                     }
                     true
-                });
+                })
+                .await;
             }
-            remove_finalizer(core, key, ORPHAN_FINALIZER);
+            remove_finalizer(core, key, ORPHAN_FINALIZER).await;
             acted = true;
         } else if finalizers.iter().any(|f| f == FOREGROUND_FINALIZER) {
             let blocking = dependents
@@ -167,12 +175,13 @@ pub fn reconcile(core: &Arc<Core>) -> bool {
                         } else {
                             Propagation::Background
                         },
-                    );
+                    )
+                    .await;
                     acted = true;
                 }
             }
             if blocking == 0 {
-                remove_finalizer(core, key, FOREGROUND_FINALIZER);
+                remove_finalizer(core, key, FOREGROUND_FINALIZER).await;
                 acted = true;
             }
         }

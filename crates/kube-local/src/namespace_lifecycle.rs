@@ -14,24 +14,26 @@ use crate::views;
 const FINALIZER: &str = "kubernetes";
 
 /// PUT `namespaces/{name}/finalize`: replaces `spec.finalizers`.
-pub fn finalize(core: &Core, rt: &ResourceType, name: &str, body: Value) -> ApiResult<Value> {
+pub async fn finalize(core: &Core, rt: &ResourceType, name: &str, body: Value) -> ApiResult<Value> {
     let finalizers = body
         .pointer("/spec/finalizers")
         .cloned()
         .unwrap_or(json!([]));
-    let written = core.internal_update(
-        rt,
-        "",
-        name,
-        Subresource::Main,
-        "kube-apiserver",
-        &mut |obj| {
-            let root = meta::object_mut(obj);
-            let spec = root.entry("spec").or_insert_with(|| json!({}));
-            meta::object_mut(spec).insert("finalizers".into(), finalizers.clone());
-            true
-        },
-    )?;
+    let written = core
+        .internal_update(
+            rt,
+            "",
+            name,
+            Subresource::Main,
+            "kube-apiserver",
+            &mut |obj| {
+                let root = meta::object_mut(obj);
+                let spec = root.entry("spec").or_insert_with(|| json!({}));
+                meta::object_mut(spec).insert("finalizers".into(), finalizers.clone());
+                true
+            },
+        )
+        .await?;
     match written {
         Some(w) => {
             remove_if_done(core, name);
@@ -55,7 +57,7 @@ fn remove_if_done(core: &Core, name: &str) {
 }
 
 /// One pass: purge contents of terminating namespaces; returns whether anything was done.
-pub fn reconcile(core: &Arc<Core>) -> bool {
+pub async fn reconcile(core: &Arc<Core>) -> bool {
     let mut acted = false;
     let all = core.store.all();
     let terminating: Vec<String> = all
@@ -75,24 +77,26 @@ pub fn reconcile(core: &Arc<Core>) -> bool {
             let Some(rt) = core.registry.find("", "v1", "namespaces") else {
                 continue;
             };
-            let _ = core.internal_update(
-                &rt,
-                "",
-                &ns,
-                Subresource::Main,
-                "kube-controller-manager",
-                &mut |obj| {
-                    let Some(fs) = obj
-                        .pointer_mut("/spec/finalizers")
-                        .and_then(Value::as_array_mut)
-                    else {
-                        return false;
-                    };
-                    let before = fs.len();
-                    fs.retain(|f| f.as_str() != Some(FINALIZER));
-                    fs.len() != before
-                },
-            );
+            let _ = core
+                .internal_update(
+                    &rt,
+                    "",
+                    &ns,
+                    Subresource::Main,
+                    "kube-controller-manager",
+                    &mut |obj| {
+                        let Some(fs) = obj
+                            .pointer_mut("/spec/finalizers")
+                            .and_then(Value::as_array_mut)
+                        else {
+                            return false;
+                        };
+                        let before = fs.len();
+                        fs.retain(|f| f.as_str() != Some(FINALIZER));
+                        fs.len() != before
+                    },
+                )
+                .await;
             remove_if_done(core, &ns);
             acted = true;
             continue;
@@ -110,7 +114,9 @@ pub fn reconcile(core: &Arc<Core>) -> bool {
                 propagation: Some(Propagation::Background),
                 ..Default::default()
             };
-            if let Err(e) = core.delete(&rt, meta::namespace(&view), meta::name(&view), &opts)
+            if let Err(e) = core
+                .delete(&rt, meta::namespace(&view), meta::name(&view), &opts)
+                .await
                 && e.code != 404
             {
                 tracing::warn!(namespace = %ns, error = %e, "namespace purge failed");

@@ -93,47 +93,49 @@ fn replicas_of(scale: &Value) -> ApiResult<i64> {
     }
 }
 
-fn scaled(
+async fn scaled(
     core: &Core,
     rt: &ResourceType,
     ns: &str,
     name: &str,
     opts: &WriteOptions,
-    mut to_scale_obj: impl FnMut(&Value) -> ApiResult<Value>,
+    mut to_scale_obj: impl FnMut(&Value) -> ApiResult<Value> + Send,
 ) -> ApiResult<Value> {
     let p = paths(rt)?.clone();
-    let w = core.write(
-        rt,
-        ns,
-        name,
-        Subresource::Main,
-        opts,
-        false,
-        &mut |current| {
-            let Some(current) = current else {
-                return Err(ApiError::not_found(rt.subject(name)));
-            };
-            let new_scale = to_scale_obj(&to_scale(rt, current))?;
-            let replicas = replicas_of(&new_scale)?;
-            let wanted_rv = meta::resource_version(&new_scale).to_string();
-            let mut obj = current.clone();
-            set(&mut obj, &p.spec_replicas, json!(replicas));
-            let precondition =
-                !wanted_rv.is_empty() && wanted_rv != meta::resource_version(current);
-            if precondition {
-                meta::set_meta(&mut obj, "resourceVersion", json!(wanted_rv));
-            }
-            Ok(Candidate {
-                object: obj,
-                rv_is_precondition: precondition,
-                managed: false,
-            })
-        },
-    )?;
+    let w = core
+        .write(
+            rt,
+            ns,
+            name,
+            Subresource::Main,
+            opts,
+            false,
+            &mut |current| {
+                let Some(current) = current else {
+                    return Err(ApiError::not_found(rt.subject(name)));
+                };
+                let new_scale = to_scale_obj(&to_scale(rt, current))?;
+                let replicas = replicas_of(&new_scale)?;
+                let wanted_rv = meta::resource_version(&new_scale).to_string();
+                let mut obj = current.clone();
+                set(&mut obj, &p.spec_replicas, json!(replicas));
+                let precondition =
+                    !wanted_rv.is_empty() && wanted_rv != meta::resource_version(current);
+                if precondition {
+                    meta::set_meta(&mut obj, "resourceVersion", json!(wanted_rv));
+                }
+                Ok(Candidate {
+                    object: obj,
+                    rv_is_precondition: precondition,
+                    managed: false,
+                })
+            },
+        )
+        .await?;
     Ok(to_scale(rt, &w.object))
 }
 
-pub fn update(
+pub async fn update(
     core: &Core,
     rt: &ResourceType,
     ns: &str,
@@ -141,10 +143,10 @@ pub fn update(
     body: Value,
     opts: &WriteOptions,
 ) -> ApiResult<Value> {
-    scaled(core, rt, ns, name, opts, |_| Ok(body.clone()))
+    scaled(core, rt, ns, name, opts, |_| Ok(body.clone())).await
 }
 
-pub fn patch(
+pub async fn patch(
     core: &Core,
     rt: &ResourceType,
     ns: &str,
@@ -162,4 +164,5 @@ pub fn patch(
     scaled(core, rt, ns, name, opts, |current| {
         patch::apply(kind, current, body, &ti)
     })
+    .await
 }

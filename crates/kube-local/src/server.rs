@@ -505,7 +505,7 @@ async fn resource(server: &Server, req: Request, t: Target) -> ApiResult<Respons
             let opts = write_options(&q, ua.as_deref())?;
             let (ct, body) = read_body(req).await?;
             let obj = decode_object(ct.as_deref(), &body)?;
-            let w = core.create(&rt, &ns, obj, &opts)?;
+            let w = core.create(&rt, &ns, obj, &opts).await?;
             Ok(written_response(format, &rt, w))
         }
         (Method::PUT, Some(name)) => {
@@ -513,14 +513,14 @@ async fn resource(server: &Server, req: Request, t: Target) -> ApiResult<Respons
             let (ct, body) = read_body(req).await?;
             let obj = decode_object(ct.as_deref(), &body)?;
             if t.subresource.as_deref() == Some("scale") {
-                let w = scale::update(core, &rt, &ns, &name, obj, &opts)?;
+                let w = scale::update(core, &rt, &ns, &name, obj, &opts).await?;
                 return Ok(json_response(200, &w));
             }
             if t.subresource.as_deref() == Some("finalize") {
-                let w = crate::namespace_lifecycle::finalize(core, &rt, &name, obj)?;
+                let w = crate::namespace_lifecycle::finalize(core, &rt, &name, obj).await?;
                 return Ok(json_response(200, &w));
             }
-            let w = core.update(&rt, &ns, &name, sub, obj, &opts)?;
+            let w = core.update(&rt, &ns, &name, sub, obj, &opts).await?;
             Ok(written_response(format, &rt, w))
         }
         (Method::PATCH, Some(name)) => {
@@ -536,16 +536,16 @@ async fn resource(server: &Server, req: Request, t: Target) -> ApiResult<Respons
             }
             let (_, body) = read_body(req).await?;
             if t.subresource.as_deref() == Some("scale") {
-                let w = scale::patch(core, &rt, &ns, &name, kind, &body, &opts)?;
+                let w = scale::patch(core, &rt, &ns, &name, kind, &body, &opts).await?;
                 return Ok(json_response(200, &w));
             }
-            let w = core.patch(&rt, &ns, &name, sub, kind, &body, &opts)?;
+            let w = core.patch(&rt, &ns, &name, sub, kind, &body, &opts).await?;
             Ok(written_response(format, &rt, w))
         }
         (Method::DELETE, Some(name)) => {
             let (_, body) = read_body(req).await?;
             let opts = delete_options(&q, &body)?;
-            match core.delete(&rt, &ns, &name, &opts)? {
+            match core.delete(&rt, &ns, &name, &opts).await? {
                 Deleted::Now(obj) if !rt.delete_returns_object => Ok(json_response(
                     200,
                     &json!({
@@ -570,7 +570,10 @@ async fn resource(server: &Server, req: Request, t: Target) -> ApiResult<Respons
             let listed = list::list(core, &rt, t.namespace.as_deref(), &lq)?;
             let mut deleted = Vec::new();
             for item in listed.items {
-                match core.delete(&rt, meta::namespace(&item), meta::name(&item), &opts) {
+                match core
+                    .delete(&rt, meta::namespace(&item), meta::name(&item), &opts)
+                    .await
+                {
                     Ok(Deleted::Now(o)) | Ok(Deleted::Pending(o)) => deleted.push(o),
                     Err(e) if e.code == 404 => {}
                     Err(e) => return Err(e),

@@ -80,7 +80,7 @@ async fn crd_env() -> kube_local::Environment {
             ]}
     });
     let crd = serde_json::from_value(crd).unwrap();
-    env.install_crd(&crd).unwrap();
+    env.install_crd(&crd).await.unwrap();
     let crd2 = json!({
         "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
         "metadata": {"name": "plains.example.com"},
@@ -90,6 +90,7 @@ async fn crd_env() -> kube_local::Environment {
                  "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]}
     });
     env.install_crd(&serde_json::from_value(crd2).unwrap())
+        .await
         .unwrap();
     env
 }
