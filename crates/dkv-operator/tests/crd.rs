@@ -185,7 +185,7 @@ fn distributedkv_serves_the_documented_api() {
     );
     assert_eq!(
         dkv["spec"]["names"]["categories"],
-        serde_json::json!(["all", "dkv"])
+        serde_json::json!(["all", "dkv-all"])
     );
     let version = &dkv["spec"]["versions"][0];
     assert_eq!(version["name"], "v1alpha1");

@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
     plural = "distributedkvbackups",
     singular = "distributedkvbackup",
     shortname = "dkvbackup",
-    category = "dkv",
+    category = "dkv-all",
     namespaced,
     status = "DistributedKVBackupStatus",
     derive = "PartialEq",

@@ -21,6 +21,10 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// The desired state of one replicated etcd cluster.
+///
+/// The category is `dkv-all`, not `dkv`: kubectl expands categories before
+/// short names, so a category `dkv` would turn `kubectl get dkv NAME` into a
+/// query over every dkv kind ("you must specify only one resource").
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[kube(
     group = "dkv.io",
@@ -30,7 +34,7 @@ use serde::{Deserialize, Serialize};
     singular = "distributedkv",
     shortname = "dkv",
     category = "all",
-    category = "dkv",
+    category = "dkv-all",
     namespaced,
     status = "DistributedKVStatus",
     derive = "PartialEq",

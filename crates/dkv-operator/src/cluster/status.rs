@@ -46,7 +46,14 @@ pub fn compute(dkv: &DistributedKV, obs: &Observation<'_>, now: &Time) -> Distri
     let complete = obs.statefulset.is_some() && ready >= members && replicas == members;
     // A cluster has formed once every member was ready at the same time;
     // after that, fewer ready members is a fault, not creation progress.
-    let formed = complete || old.phase.is_some_and(|p| p != Phase::Creating);
+    // The record of it is the Available condition: once it was
+    // QuorumHealthy, its reason stays QuorumHealthy or QuorumLost. (The phase
+    // cannot tell: it is also Degraded for a spec problem during creation.)
+    let formed_before = old.conditions.iter().any(|c| {
+        c.type_ == types::AVAILABLE
+            && (c.reason == reasons::QUORUM_HEALTHY || c.reason == reasons::QUORUM_LOST)
+    });
+    let formed = complete || formed_before;
 
     let available = if ready >= quorum && obs.statefulset.is_some() {
         Want {
