@@ -7,9 +7,10 @@ use serde_json::{Value, json};
 #[error("{reason} ({code}): {message}")]
 pub struct ApiError {
     pub code: u16,
-    pub reason: &'static str,
+    pub reason: std::borrow::Cow<'static, str>,
     pub message: String,
-    pub details: Option<Value>,
+    /// Boxed: JSON values are large and errors travel in every `Result`.
+    pub details: Option<Box<Value>>,
 }
 
 /// One entry of `details.causes` of an `Invalid` error.
@@ -105,14 +106,14 @@ impl ApiError {
     fn new(code: u16, reason: &'static str, message: impl Into<String>) -> Self {
         ApiError {
             code,
-            reason,
+            reason: reason.into(),
             message: message.into(),
             details: None,
         }
     }
 
     fn with_details(mut self, details: Value) -> Self {
-        self.details = Some(details);
+        self.details = Some(Box::new(details));
         self
     }
 
@@ -264,7 +265,7 @@ impl ApiError {
 
     /// Adds causes to an error (e.g. a 409 field-manager conflict lists the conflicting fields).
     pub fn with_causes(mut self, causes: Vec<Value>) -> Self {
-        let details = self.details.get_or_insert_with(|| json!({}));
+        let details = self.details.get_or_insert_with(|| Box::new(json!({})));
         if let Some(d) = details.as_object_mut() {
             d.insert("causes".into(), Value::Array(causes));
         }
@@ -272,7 +273,7 @@ impl ApiError {
     }
 
     pub fn with_reason(mut self, reason: &'static str) -> Self {
-        self.reason = reason;
+        self.reason = reason.into();
         self
     }
 
@@ -288,7 +289,7 @@ impl ApiError {
             "code": self.code,
         });
         if let (Some(d), Some(obj)) = (&self.details, status.as_object_mut()) {
-            obj.insert("details".into(), d.clone());
+            obj.insert("details".into(), (**d).clone());
         }
         status
     }

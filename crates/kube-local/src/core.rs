@@ -6,6 +6,7 @@ use futures::future::BoxFuture;
 
 use serde_json::{Value, json};
 
+use crate::admission;
 use crate::api_error::{ApiError, ApiResult, FieldCause};
 use crate::field_set::FieldSet;
 use crate::managed_fields;
@@ -32,11 +33,14 @@ pub struct WriteOptions {
     pub field_manager: String,
     pub field_validation: FieldValidation,
     pub force: bool,
+    /// Writes by kube-local's own controllers skip admission webhooks.
+    pub internal: bool,
 }
 
 impl WriteOptions {
     pub fn internal(manager: &str) -> Self {
         WriteOptions {
+            internal: true,
             field_manager: manager.to_string(),
             field_validation: FieldValidation::Ignore,
             ..Default::default()
@@ -81,6 +85,8 @@ pub struct DeleteOptions {
     pub precondition_uid: Option<String>,
     pub precondition_rv: Option<String>,
     pub dry_run: bool,
+    /// Deletes by kube-local's own controllers skip admission webhooks.
+    pub internal: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -275,28 +281,19 @@ impl Core {
         o
     }
 
-    /// Pruning, defaulting and validation of a write; returns warnings for unknown fields.
-    async fn admit(
+    /// Decoding, pruning and defaulting: what the API server does to any object it is handed.
+    fn normalize(
         &self,
         rt: &ResourceType,
         obj: &mut Value,
-        old: Option<&Value>,
         opts: &WriteOptions,
-    ) -> ApiResult<Vec<String>> {
-        let mut warnings = Vec::new();
-        let name = meta::name(obj).to_string();
-        let mut causes: Vec<FieldCause> = Vec::new();
+        warnings: &mut Vec<String>,
+    ) -> ApiResult<()> {
         if let Some(custom) = &rt.custom {
             if let Some(s) = &custom.schema {
                 let unknown = schema::prune(s, obj);
-                Self::report_unknown(&unknown, opts, &mut warnings)?;
+                Self::report_unknown(&unknown, opts, warnings)?;
                 schema::apply_defaults(s, obj);
-                causes.extend(schema::validate(s, obj));
-                if causes.is_empty()
-                    && let Some(cel) = &custom.cel
-                {
-                    causes.extend(schema::validate_cel(cel, obj, old));
-                }
             }
         } else {
             if let Some(decoded) = crate::typed::decode(rt, &Self::typed_input(rt, obj)) {
@@ -306,21 +303,81 @@ impl Core {
                         rt.kind, rt.version, rt.kind
                     ))
                 })?;
-                Self::report_unknown(&decoded.unknown, opts, &mut warnings)?;
+                Self::report_unknown(&decoded.unknown, opts, warnings)?;
                 *obj = decoded.object;
             }
             strategy::apply_defaults(rt, obj);
+        }
+        Ok(())
+    }
+
+    /// The admission chain of a write: normalize → mutating webhooks → validation → validating webhooks.
+    /// Returns `Warning` header texts.
+    async fn admit(
+        &self,
+        rt: &ResourceType,
+        obj: &mut Value,
+        old: Option<&Value>,
+        opts: &WriteOptions,
+        sub: Subresource,
+    ) -> ApiResult<Vec<String>> {
+        let mut warnings = Vec::new();
+        self.normalize(rt, obj, opts, &mut warnings)?;
+        let webhooks = !opts.internal && !admission::exempt(rt);
+        let name = meta::name(obj).to_string();
+        let namespace = meta::namespace(obj).to_string();
+        let operation = if old.is_some() { "UPDATE" } else { "CREATE" };
+        if webhooks {
+            let req = admission::Request {
+                rt,
+                subresource: sub.name(),
+                operation,
+                namespace: &namespace,
+                name: &name,
+                object: None,
+                old_object: old,
+                dry_run: opts.dry_run,
+            };
+            let mut mutated = obj.clone();
+            if admission::mutate(self, &req, &mut mutated, &mut warnings).await? {
+                *obj = mutated;
+                self.normalize(rt, obj, opts, &mut warnings)?;
+            }
+        }
+        let mut causes: Vec<FieldCause> = strategy::validate_metadata(rt, obj);
+        if let Some(custom) = &rt.custom {
+            if let Some(s) = &custom.schema {
+                let schema_causes = schema::validate(s, obj);
+                let valid = schema_causes.is_empty();
+                causes.extend(schema_causes);
+                if valid && let Some(cel) = &custom.cel {
+                    causes.extend(schema::validate_cel(cel, obj, old));
+                }
+            }
+        } else {
             causes.extend(strategy::validate(rt, obj));
             if let Some(old) = old {
                 causes.extend(strategy::validate_update(rt, obj, old));
             }
         }
-        causes.splice(0..0, strategy::validate_metadata(rt, obj));
         if rt.kind == "CustomResourceDefinition" && rt.group == "apiextensions.k8s.io" {
             causes.extend(crate::crd::validate(obj, old));
         }
         if !causes.is_empty() {
             return Err(ApiError::invalid(&rt.group, &rt.kind, &name, causes));
+        }
+        if webhooks {
+            let req = admission::Request {
+                rt,
+                subresource: sub.name(),
+                operation,
+                namespace: &namespace,
+                name: &name,
+                object: Some(obj),
+                old_object: old,
+                dry_run: opts.dry_run,
+            };
+            admission::validate(self, &req, &mut warnings).await?;
         }
         Ok(warnings)
     }
@@ -390,7 +447,7 @@ impl Core {
             };
         }
         strategy::prepare_create(rt, obj);
-        let warnings = self.admit(rt, obj, None, opts).await?;
+        let warnings = self.admit(rt, obj, None, opts, Subresource::Main).await?;
         if !managed {
             managed_fields::record_update(
                 &type_info(rt),
@@ -580,7 +637,7 @@ impl Core {
             }
             let mut new =
                 self.prepare_update(rt, sub, &current, candidate.object, namespace, name)?;
-            let warnings = self.admit(rt, &mut new, Some(&current), opts).await?;
+            let warnings = self.admit(rt, &mut new, Some(&current), opts, sub).await?;
             if !candidate.managed {
                 managed_fields::record_update(
                     &type_info(rt),
@@ -796,6 +853,19 @@ impl Core {
                         meta::resource_version(&current)
                     ),
                 ));
+            }
+            if !opts.internal && !admission::exempt(rt) {
+                let req = admission::Request {
+                    rt,
+                    subresource: None,
+                    operation: "DELETE",
+                    namespace,
+                    name,
+                    object: None,
+                    old_object: Some(&current),
+                    dry_run: opts.dry_run,
+                };
+                admission::validate(self, &req, &mut Vec::new()).await?;
             }
             let mut finalizers = meta::finalizers(&current);
             let mut add = |f: &str| {

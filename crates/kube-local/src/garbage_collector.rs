@@ -39,6 +39,7 @@ async fn delete(core: &Core, key: &ObjectKey, obj: &Value, propagation: Propagat
     let opts = DeleteOptions {
         propagation: Some(propagation),
         precondition_uid: Some(meta::uid(obj).to_string()),
+        internal: true,
         ..Default::default()
     };
     if let Err(e) = core

@@ -8,7 +8,9 @@
 //! # drop(client); Ok(()) }
 //! ```
 
+mod admission;
 pub mod api_error;
+mod base64;
 mod controllers;
 pub mod core;
 mod crd;
@@ -32,9 +34,11 @@ mod store;
 mod strategic_merge;
 mod strategy;
 mod table;
+pub mod tls;
 mod type_info;
 mod typed;
 mod views;
 mod watch;
+mod webhook_client;
 
 pub use environment::{Environment, EnvironmentBuilder, Error};

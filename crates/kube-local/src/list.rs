@@ -30,45 +30,16 @@ pub struct Listed {
 fn encode_token(rv: u64, namespace: &str, name: &str) -> String {
     let raw = json!({"v": "meta.k8s.io/v1", "rv": rv, "start": format!("{namespace}/{name}\u{0}")})
         .to_string();
-    crate::strategy::base64_encode(raw.as_bytes())
+    crate::base64::encode(raw.as_bytes())
 }
 
 fn decode_token(token: &str) -> Option<(u64, String, String)> {
-    let bytes = base64_decode(token)?;
+    let bytes = crate::base64::decode(token)?;
     let v: Value = serde_json::from_slice(&bytes).ok()?;
     let rv = v.get("rv")?.as_u64()?;
     let start = v.get("start")?.as_str()?.trim_end_matches('\u{0}');
     let (ns, name) = start.split_once('/')?;
     Some((rv, ns.to_string(), name.to_string()))
-}
-
-fn base64_decode(s: &str) -> Option<Vec<u8>> {
-    let val = |c: u8| -> Option<u32> {
-        Some(match c {
-            b'A'..=b'Z' => c - b'A',
-            b'a'..=b'z' => c - b'a' + 26,
-            b'0'..=b'9' => c - b'0' + 52,
-            b'+' | b'-' => 62,
-            b'/' | b'_' => 63,
-            _ => return None,
-        } as u32)
-    };
-    let bytes: Vec<u8> = s.bytes().filter(|b| *b != b'=').collect();
-    let mut out = Vec::new();
-    for chunk in bytes.chunks(4) {
-        let mut n = 0u32;
-        for (i, b) in chunk.iter().enumerate() {
-            n |= val(*b)? << (18 - 6 * i);
-        }
-        out.push((n >> 16) as u8);
-        if chunk.len() > 2 {
-            out.push((n >> 8) as u8);
-        }
-        if chunk.len() > 3 {
-            out.push(n as u8);
-        }
-    }
-    Some(out)
 }
 
 fn invalid_list(rt: &ResourceType, field: &str, value: &str, why: &str) -> ApiError {

@@ -112,6 +112,7 @@ pub async fn reconcile(core: &Arc<Core>) -> bool {
             let view = views::to_view(&rt, &obj);
             let opts = DeleteOptions {
                 propagation: Some(Propagation::Background),
+                internal: true,
                 ..Default::default()
             };
             if let Err(e) = core

@@ -70,7 +70,7 @@ fn json_patch_apply(current: &Value, body: &[u8]) -> ApiResult<Value> {
             let mut err = ApiError::invalid("", "", "", vec![]);
             err.message =
                 format!("the server rejected our request due to an error in our request: {e}");
-            err.details = Some(serde_json::json!({}));
+            err.details = Some(Box::new(serde_json::json!({})));
             err
         })?;
     }

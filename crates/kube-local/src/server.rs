@@ -316,6 +316,7 @@ fn write_options(q: &HashMap<String, String>, user_agent: Option<&str>) -> ApiRe
         }),
         field_validation,
         force: flag(q, "force"),
+        internal: false,
     })
 }
 

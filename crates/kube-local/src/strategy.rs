@@ -200,7 +200,10 @@ pub fn apply_defaults(rt: &ResourceType, obj: &mut Value) {
                 let data = m.entry("data").or_insert_with(|| json!({}));
                 if let Some(d) = data.as_object_mut() {
                     for (k, v) in sd {
-                        d.insert(k, json!(base64_encode(v.as_str().unwrap_or("").as_bytes())));
+                        d.insert(
+                            k,
+                            json!(crate::base64::encode(v.as_str().unwrap_or("").as_bytes())),
+                        );
                     }
                 }
             }
@@ -253,32 +256,6 @@ fn default_job_spec(spec: Option<&mut Value>) {
     {
         default_pod_spec(ps);
     }
-}
-
-pub fn base64_encode(data: &[u8]) -> String {
-    const T: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::with_capacity(data.len().div_ceil(3) * 4);
-    for chunk in data.chunks(3) {
-        let b = [
-            chunk[0],
-            *chunk.get(1).unwrap_or(&0),
-            *chunk.get(2).unwrap_or(&0),
-        ];
-        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
-        out.push(T[(n >> 18) as usize & 63] as char);
-        out.push(T[(n >> 12) as usize & 63] as char);
-        out.push(if chunk.len() > 1 {
-            T[(n >> 6) as usize & 63] as char
-        } else {
-            '='
-        });
-        out.push(if chunk.len() > 2 {
-            T[n as usize & 63] as char
-        } else {
-            '='
-        });
-    }
-    out
 }
 
 /// The status a new object starts with (status sent on create is dropped for types with a status subresource).
@@ -728,12 +705,6 @@ fn generate_job_selector(obj: &mut Value) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn base64() {
-        assert_eq!(base64_encode(b"hello"), "aGVsbG8=");
-        assert_eq!(base64_encode(b"hi!"), "aGkh");
-    }
 
     #[test]
     fn image_pull_policy_follows_tag() {

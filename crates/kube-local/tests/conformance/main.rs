@@ -11,3 +11,4 @@ mod lifecycle;
 mod patching;
 mod runtime;
 mod watching;
+mod webhooks;
