@@ -39,6 +39,8 @@ pub enum Error {
     },
     #[error("installing CRD {name}: {source}")]
     InstallCrd { name: String, source: Box<ApiError> },
+    #[error("setting up TLS: {0}")]
+    Tls(crate::tls::TlsError),
     #[error("creating built-in object {what}: {source}")]
     Bootstrap { what: String, source: Box<ApiError> },
 }
@@ -50,6 +52,7 @@ pub struct EnvironmentBuilder {
     bookmark_interval: Duration,
     data_dir: Option<PathBuf>,
     port: u16,
+    tls: bool,
 }
 
 impl Default for EnvironmentBuilder {
@@ -60,6 +63,7 @@ impl Default for EnvironmentBuilder {
             bookmark_interval: Duration::from_secs(1),
             data_dir: None,
             port: 0,
+            tls: false,
         }
     }
 }
@@ -97,6 +101,12 @@ impl EnvironmentBuilder {
     /// Listen on this port instead of a random one.
     pub fn port(mut self, port: u16) -> Self {
         self.port = port;
+        self
+    }
+
+    /// Serve HTTPS with a certificate for 127.0.0.1 and localhost from a fresh CA (trusted by the client and kubeconfig).
+    pub fn tls(mut self, enabled: bool) -> Self {
+        self.tls = enabled;
         self
     }
 
@@ -153,25 +163,43 @@ impl EnvironmentBuilder {
             shutdown: shutdown_rx.clone(),
         });
         let app = server::router(server);
-        let mut serve_shutdown = shutdown_rx.clone();
-        let serve = tokio::spawn(async move {
-            let result = axum::serve(listener, app)
-                .with_graceful_shutdown(async move {
-                    let _ = serve_shutdown.wait_for(|s| *s).await;
+        let ca = if self.tls {
+            Some(crate::tls::CertificateAuthority::new("kube-local-ca").map_err(Error::Tls)?)
+        } else {
+            None
+        };
+        let serve = match &ca {
+            None => {
+                let mut serve_shutdown = shutdown_rx.clone();
+                tokio::spawn(async move {
+                    let result = axum::serve(listener, app)
+                        .with_graceful_shutdown(async move {
+                            let _ = serve_shutdown.wait_for(|s| *s).await;
+                        })
+                        .await;
+                    if let Err(e) = result {
+                        tracing::error!(error = %e, "kube-local server stopped");
+                    }
                 })
-                .await;
-            if let Err(e) = result {
-                tracing::error!(error = %e, "kube-local server stopped");
             }
-        });
+            Some(ca) => {
+                let issued = ca.issue(&["127.0.0.1", "localhost"]).map_err(Error::Tls)?;
+                let config = issued.server_config().map_err(Error::Tls)?;
+                tokio::spawn(serve_tls(listener, app, config, shutdown_rx.clone()))
+            }
+        };
         let controllers = tokio::spawn(crate::controllers::run(core.clone(), shutdown_rx));
-        let url = format!("http://{addr}");
+        let scheme = if ca.is_some() { "https" } else { "http" };
+        let url = format!("{scheme}://{addr}");
         let kubeconfig = dir.join("kubeconfig");
-        std::fs::write(&kubeconfig, kubeconfig_yaml(&url)).map_err(|source| Error::Kubeconfig {
-            path: kubeconfig.clone(),
-            source,
-        })?;
-        let client = client_for(&url)?;
+        let ca_pem = ca.as_ref().map(|c| c.ca_pem());
+        std::fs::write(&kubeconfig, kubeconfig_yaml(&url, ca_pem.as_deref())).map_err(
+            |source| Error::Kubeconfig {
+                path: kubeconfig.clone(),
+                source,
+            },
+        )?;
+        let client = client_for(&url, ca.as_ref().map(|c| c.ca_der()))?;
         Ok(Environment {
             addr,
             url,
@@ -185,7 +213,37 @@ impl EnvironmentBuilder {
     }
 }
 
-fn client_for(url: &str) -> Result<kube::Client, Error> {
+/// Serves HTTPS connections until shutdown.
+async fn serve_tls(
+    listener: tokio::net::TcpListener,
+    app: axum::Router,
+    config: rustls::ServerConfig,
+    mut shutdown: tokio::sync::watch::Receiver<bool>,
+) {
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    loop {
+        let accepted = tokio::select! {
+            a = listener.accept() => a,
+            _ = shutdown.wait_for(|s| *s) => return,
+        };
+        let Ok((tcp, _)) = accepted else { continue };
+        let acceptor = acceptor.clone();
+        let app = app.clone();
+        tokio::spawn(async move {
+            let Ok(tls) = acceptor.accept(tcp).await else {
+                return;
+            };
+            let service = hyper_util::service::TowerToHyperService::new(app);
+            let conn = hyper::server::conn::http1::Builder::new()
+                .serve_connection(hyper_util::rt::TokioIo::new(tls), service);
+            if let Err(e) = conn.await {
+                tracing::debug!(error = %e, "TLS connection ended");
+            }
+        });
+    }
+}
+
+fn client_for(url: &str, ca_der: Option<Vec<u8>>) -> Result<kube::Client, Error> {
     let parsed: http::Uri = url
         .parse()
         .map_err(|e: http::uri::InvalidUri| Error::Client {
@@ -195,15 +253,30 @@ fn client_for(url: &str) -> Result<kube::Client, Error> {
     let mut config = kube::Config::new(parsed);
     config.default_namespace = "default".into();
     config.read_timeout = None;
+    config.root_cert = ca_der.map(|d| vec![d]);
     kube::Client::try_from(config).map_err(|source| Error::Client {
         url: url.to_string(),
         source,
     })
 }
 
-fn kubeconfig_yaml(url: &str) -> String {
+fn kubeconfig_yaml(url: &str, ca_pem: Option<&str>) -> String {
+    let ca = ca_pem
+        .map(|pem| {
+            format!(
+                "\n    certificate-authority-data: {}",
+                crate::base64::encode(pem.as_bytes())
+            )
+        })
+        .unwrap_or_default();
+    // Over HTTPS kubectl prompts for a username when the user has no credentials; kube-local accepts any token.
+    let user = if ca_pem.is_some() {
+        "{token: kube-local}"
+    } else {
+        "{}"
+    };
     format!(
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: kube-local\n  cluster:\n    server: {url}\ncontexts:\n- name: kube-local\n  context:\n    cluster: kube-local\n    user: kube-local\n    namespace: default\ncurrent-context: kube-local\nusers:\n- name: kube-local\n  user: {{}}\npreferences: {{}}\n"
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: kube-local\n  cluster:\n    server: {url}{ca}\ncontexts:\n- name: kube-local\n  context:\n    cluster: kube-local\n    user: kube-local\n    namespace: default\ncurrent-context: kube-local\nusers:\n- name: kube-local\n  user: {user}\npreferences: {{}}\n"
     )
 }
 

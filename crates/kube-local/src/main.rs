@@ -23,6 +23,9 @@ enum Command {
         /// Port on 127.0.0.1 (default: random).
         #[arg(long, default_value_t = 0)]
         port: u16,
+        /// Serve HTTPS (a fresh CA; the kubeconfig trusts it).
+        #[arg(long)]
+        tls: bool,
     },
 }
 
@@ -36,10 +39,15 @@ async fn main() -> std::process::ExitCode {
         .init();
     let cli = Cli::parse();
     match cli.command {
-        Command::Up { data_dir, port } => {
+        Command::Up {
+            data_dir,
+            port,
+            tls,
+        } => {
             let env = match kube_local::Environment::builder()
                 .data_dir(&data_dir)
                 .port(port)
+                .tls(tls)
                 .build()
                 .await
             {

@@ -232,6 +232,17 @@ async fn dispatch(server: &Server, req: Request) -> ApiResult<Response> {
             return Err(ApiError::not_found_path());
         }
     }
+    if let Some(c) = &rt.custom
+        && c.conversion_webhook.is_some()
+        && c.storage_version != rt.version
+    {
+        // Serving a non-storage version needs the CRD's conversion webhook, which kube-local does not call yet:
+        // fail like an unreachable conversion webhook rather than return unconverted objects.
+        return Err(ApiError::internal(format!(
+            "conversion webhook for {}/{}, Kind={} failed: webhook conversion is not supported by kube-local",
+            rt.group, c.storage_version, rt.kind
+        )));
+    }
     resource(
         server,
         req,

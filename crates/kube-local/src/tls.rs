@@ -57,6 +57,11 @@ impl CertificateAuthority {
         Ok(CertificateAuthority { issuer })
     }
 
+    /// The CA certificate (DER).
+    pub fn ca_der(&self) -> Vec<u8> {
+        self.issuer.der().to_vec()
+    }
+
     /// The CA certificate (PEM), e.g. for a `caBundle` (base64 of this) or a kubeconfig.
     pub fn ca_pem(&self) -> String {
         self.issuer.pem()

@@ -531,3 +531,73 @@ async fn kubectl_get_watch_streams_rows() {
         stderr(&out)
     );
 }
+
+fn two_version_crd(strategy: Value) -> CustomResourceDefinition {
+    let schema = json!({"openAPIV3Schema": {"type": "object", "properties": {"spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}});
+    serde_json::from_value(json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "gadgets.example.com"},
+        "spec": {"group": "example.com", "scope": "Namespaced",
+            "names": {"plural": "gadgets", "singular": "gadget", "kind": "Gadget"},
+            "conversion": strategy,
+            "versions": [
+                {"name": "v1beta1", "served": true, "storage": false, "schema": schema},
+                {"name": "v1", "served": true, "storage": true, "schema": schema}
+            ]}
+    }))
+    .unwrap()
+}
+
+#[tokio::test]
+async fn multiple_versions_with_none_conversion_rewrite_api_version() {
+    let env = kube_local::Environment::builder()
+        .crds(vec![two_version_crd(json!({"strategy": "None"}))])
+        .build()
+        .await
+        .unwrap();
+    let (code, _, created) = raw(&env, "POST", "/apis/example.com/v1beta1/namespaces/default/gadgets", Some("application/json"), Some(json!({"apiVersion": "example.com/v1beta1", "kind": "Gadget", "metadata": {"name": "g"}, "spec": {"x": 1}}))).await;
+    assert_eq!(code, 201, "{created}");
+    assert_eq!(created["apiVersion"], "example.com/v1beta1");
+    let (_, _, v1) = raw(
+        &env,
+        "GET",
+        "/apis/example.com/v1/namespaces/default/gadgets/g",
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(v1["apiVersion"], "example.com/v1");
+    assert_eq!(v1["spec"]["x"], 1);
+    let (_, _, group) = raw(&env, "GET", "/apis/example.com", None, None).await;
+    assert_eq!(group["preferredVersion"]["version"], "v1");
+}
+
+#[tokio::test]
+async fn webhook_conversion_of_non_storage_versions_is_refused_not_faked() {
+    let env = kube_local::Environment::builder()
+        .crds(vec![two_version_crd(json!({"strategy": "Webhook", "webhook": {"conversionReviewVersions": ["v1"], "clientConfig": {"url": "https://127.0.0.1:1/convert"}}}))])
+        .build()
+        .await
+        .unwrap();
+    let (code, _, _) = raw(
+        &env,
+        "GET",
+        "/apis/example.com/v1/namespaces/default/gadgets",
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(code, 200);
+    let (code, _, body) = raw(
+        &env,
+        "GET",
+        "/apis/example.com/v1beta1/namespaces/default/gadgets",
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(
+        (code, body["reason"].as_str()),
+        (500, Some("InternalError"))
+    );
+}

@@ -240,3 +240,22 @@ async fn kube_local_up_serves_and_writes_kubeconfig() {
         .unwrap();
     assert!(status.success());
 }
+
+#[tokio::test]
+async fn tls_serving_is_trusted_by_client_and_kubeconfig() {
+    let env = kube_local::Environment::builder()
+        .tls(true)
+        .build()
+        .await
+        .unwrap();
+    assert!(env.url().starts_with("https://127.0.0.1:"));
+    let nss: kube::Api<k8s_openapi::api::core::v1::Namespace> = kube::Api::all(env.client());
+    assert!(nss.get_opt("default").await.unwrap().is_some());
+    let out = kubectl(&env, &["get", "ns", "kube-system", "-o", "name"]).await;
+    assert_eq!(
+        stdout(&out).trim(),
+        "namespace/kube-system",
+        "{}",
+        stderr(&out)
+    );
+}
