@@ -13,6 +13,7 @@ pub mod context;
 pub mod dereference;
 pub mod diff;
 pub mod error;
+pub mod membership;
 pub mod naming;
 pub mod plan;
 pub mod status;

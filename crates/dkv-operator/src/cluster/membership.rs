@@ -1,0 +1,825 @@
+//! The membership planner (pure): from what etcd and the pods report, and the
+//! operation pinned in status, choose the one next step for a cluster.
+//!
+//! It encodes the rules of `design/ETCD.md`:
+//! - at most one disruptive operation at a time; it is pinned in
+//!   `status.operation` before it starts and resumed — never interleaved with
+//!   another — until it is verified complete, whatever the spec says meanwhile;
+//! - no step may leave fewer healthy voters than quorum;
+//! - membership first, pods second: a learner is added before its pod
+//!   exists, a member is removed before its pod goes;
+//! - a leader is never removed or restarted while it leads: leadership moves
+//!   to a healthy follower first;
+//! - a missing or unready pod is waited for, never scaled away.
+//!
+//! Members are identified by ordinal: member `k` is pod `<cluster>-k`, whose
+//! peer URL names it. Ordinals are contiguous from 0; scale-up adds the next
+//! ordinal and scale-down removes the highest, matching the StatefulSet.
+
+use dkv_api::distributedkv::v1alpha1::OperationKind;
+
+use crate::cluster::build::pdb::quorum;
+use crate::etcd_version::EtcdVersion;
+
+/// One etcd member as observed this pass.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObservedMember {
+    pub id: u64,
+    pub ordinal: i32,
+    pub learner: bool,
+    /// The member process has started and announced its name.
+    pub started: bool,
+    /// Its status call succeeded and reported no errors.
+    pub healthy: bool,
+    pub leader: bool,
+    pub raft_index: u64,
+    pub version: Option<EtcdVersion>,
+}
+
+/// One member pod as observed this pass.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObservedPod {
+    pub ordinal: i32,
+    pub ready: bool,
+    /// `member-init` found no data although the cluster lists this member
+    /// as started: its volume was lost and the member must be replaced.
+    pub data_lost: bool,
+    /// The etcd version of the pod's image.
+    pub version: Option<EtcdVersion>,
+}
+
+/// The pinned operation, as stored in status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pinned {
+    pub kind: OperationKind,
+    pub ordinal: i32,
+}
+
+/// Everything the planner looks at.
+#[derive(Debug, Clone)]
+pub struct Observation {
+    /// Member count the spec asks for.
+    pub desired_size: i32,
+    /// etcd version the spec asks for.
+    pub desired_version: EtcdVersion,
+    /// `None` when no member answered (etcd unreachable or not formed yet).
+    pub members: Option<Vec<ObservedMember>>,
+    pub pods: Vec<ObservedPod>,
+    /// `spec.replicas` of the StatefulSet.
+    pub replicas: i32,
+    pub pinned: Option<Pinned>,
+}
+
+/// The one thing to do this pass.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step {
+    /// Pin a new operation in status (the next pass starts executing it).
+    Begin(Pinned),
+    /// The pinned operation is verified complete: clear it from status.
+    Finish(Pinned),
+    /// Add member `ordinal` to etcd as a learner.
+    AddLearner { ordinal: i32 },
+    /// Set the StatefulSet's replicas.
+    SetReplicas(i32),
+    /// Promote a caught-up learner.
+    Promote { id: u64, ordinal: i32 },
+    /// Transfer leadership from `from` to `to` (member IDs).
+    MoveLeader { from: u64, to: u64 },
+    /// Remove a member from etcd.
+    RemoveMember { id: u64, ordinal: i32 },
+    /// Delete the PVC of a removed member (its data is stale).
+    DeleteVolume { ordinal: i32 },
+    /// Delete a pod so that it restarts (on the new template, for upgrades;
+    /// with an empty volume, for replacements).
+    RestartPod { ordinal: i32 },
+    /// Nothing safe to do now; the reason is reported in status.
+    Wait(WaitReason),
+    /// Membership matches the spec.
+    Converged,
+}
+
+/// Why the planner waits.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WaitReason {
+    /// No member answers: the cluster is forming, or quorum is lost.
+    EtcdUnreachable,
+    /// A voter is unhealthy: no disruptive step until it recovers.
+    MemberUnhealthy { ordinal: i32 },
+    /// A learner has not caught up with the leader yet.
+    LearnerCatchingUp { ordinal: i32 },
+    /// A pod has not started or is not ready yet.
+    PodNotReady { ordinal: i32 },
+    /// Removing a member now would leave fewer healthy voters than quorum.
+    WouldBreakQuorum { healthy: usize, needed: usize },
+    /// A member restarted for an upgrade has not reported the new version.
+    UpgradeInProgress { ordinal: i32 },
+    /// The spec asks for fewer than one member.
+    NoMembersRequested,
+}
+
+impl Observation {
+    fn voters(&self) -> Vec<&ObservedMember> {
+        self.members
+            .iter()
+            .flatten()
+            .filter(|m| !m.learner)
+            .collect()
+    }
+
+    fn member(&self, ordinal: i32) -> Option<&ObservedMember> {
+        self.members.iter().flatten().find(|m| m.ordinal == ordinal)
+    }
+
+    fn pod(&self, ordinal: i32) -> Option<&ObservedPod> {
+        self.pods.iter().find(|p| p.ordinal == ordinal)
+    }
+
+    fn leader(&self) -> Option<&ObservedMember> {
+        self.members.iter().flatten().find(|m| m.leader)
+    }
+
+    /// A healthy voter other than `except`, preferring the most caught-up.
+    fn healthy_follower(&self, except: u64) -> Option<&ObservedMember> {
+        self.voters()
+            .into_iter()
+            .filter(|m| m.healthy && m.id != except)
+            .max_by_key(|m| (m.raft_index, -m.ordinal))
+    }
+
+    /// Whether removing (or stopping) voter `id` keeps quorum among the
+    /// healthy voters left.
+    fn safe_to_lose(&self, id: u64, removed_from_membership: bool) -> Result<(), WaitReason> {
+        let voters = self.voters();
+        let is_voter = voters.iter().any(|m| m.id == id);
+        let healthy_left = voters.iter().filter(|m| m.healthy && m.id != id).count();
+        // Removing shrinks the voter set (and its quorum); a restart keeps it.
+        let voters_after = if removed_from_membership && is_voter {
+            voters.len() - 1
+        } else {
+            voters.len()
+        };
+        let needed = quorum(i32::try_from(voters_after).unwrap_or(i32::MAX)) as usize;
+        // A single member cannot stay available through its own restart;
+        // refusing would make it impossible to ever upgrade it. Its data
+        // survives the restart, so the only cost is a short outage.
+        let sole_member_restart = !removed_from_membership && voters.len() == 1;
+        if voters_after == 0 || healthy_left >= needed || sole_member_restart {
+            Ok(())
+        } else {
+            Err(WaitReason::WouldBreakQuorum {
+                healthy: healthy_left,
+                needed,
+            })
+        }
+    }
+}
+
+/// etcd refuses to promote a learner that is not within ~10% of the leader's
+/// log; asking earlier only earns a refusal.
+fn caught_up(learner: &ObservedMember, leader_index: u64) -> bool {
+    learner.started
+        && learner.healthy
+        && learner.raft_index.saturating_mul(10) >= leader_index.saturating_mul(9)
+}
+
+/// Chooses the next step. See the module documentation for the rules.
+pub fn next_step(obs: &Observation) -> Step {
+    if let Some(pinned) = obs.pinned {
+        return continue_operation(obs, pinned);
+    }
+    if obs.desired_size < 1 {
+        return Step::Wait(WaitReason::NoMembersRequested);
+    }
+    let Some(members) = &obs.members else {
+        return Step::Wait(WaitReason::EtcdUnreachable);
+    };
+
+    // A member whose volume was lost is replaced first — it cannot recover by
+    // itself — provided the others keep quorum meanwhile.
+    if let Some(lost) = obs.pods.iter().find(|p| p.data_lost)
+        && let Some(member) = obs.member(lost.ordinal)
+    {
+        return match obs.safe_to_lose(member.id, true) {
+            Ok(()) => Step::Begin(Pinned {
+                kind: OperationKind::ReplaceMember,
+                ordinal: lost.ordinal,
+            }),
+            Err(reason) => Step::Wait(reason),
+        };
+    }
+
+    // No disruptive step while any member is unwell: it may be a pod
+    // restarting, and it must come back, not be scaled away.
+    if let Some(sick) = members
+        .iter()
+        .filter(|m| !m.healthy)
+        .min_by_key(|m| m.ordinal)
+    {
+        return Step::Wait(WaitReason::MemberUnhealthy {
+            ordinal: sick.ordinal,
+        });
+    }
+    // A learner left behind (e.g. a scale-up whose pin was lost) is finished
+    // before anything else.
+    if let Some(learner) = members.iter().find(|m| m.learner) {
+        return Step::Begin(Pinned {
+            kind: OperationKind::PromoteLearner,
+            ordinal: learner.ordinal,
+        });
+    }
+
+    let voters = i32::try_from(obs.voters().len()).unwrap_or(i32::MAX);
+    if voters < obs.desired_size {
+        return Step::Begin(Pinned {
+            kind: OperationKind::AddLearner,
+            ordinal: voters,
+        });
+    }
+    if voters > obs.desired_size {
+        let highest = voters - 1;
+        return match obs.member(highest) {
+            Some(member) => match obs.safe_to_lose(member.id, true) {
+                Ok(()) => Step::Begin(Pinned {
+                    kind: OperationKind::RemoveMember,
+                    ordinal: highest,
+                }),
+                Err(reason) => Step::Wait(reason),
+            },
+            None => Step::Converged,
+        };
+    }
+
+    // Upgrade: followers first (highest ordinal first), the leader last.
+    let outdated = |m: &&ObservedMember| m.version.is_some_and(|v| v != obs.desired_version);
+    let mut candidates: Vec<&ObservedMember> = obs.voters().into_iter().filter(outdated).collect();
+    candidates.sort_by_key(|m| (m.leader, -m.ordinal));
+    if let Some(next) = candidates.first() {
+        return Step::Begin(Pinned {
+            kind: OperationKind::UpgradeMember,
+            ordinal: next.ordinal,
+        });
+    }
+
+    if obs.replicas != voters {
+        // Membership is right but the StatefulSet is not (someone edited it,
+        // or a previous pass stopped between the two): align the pods.
+        return Step::SetReplicas(voters);
+    }
+    Step::Converged
+}
+
+fn continue_operation(obs: &Observation, pinned: Pinned) -> Step {
+    let ordinal = pinned.ordinal;
+    let Some(_) = &obs.members else {
+        return Step::Wait(WaitReason::EtcdUnreachable);
+    };
+    let member = obs.member(ordinal);
+    let leader_index = obs.leader().map_or(0, |l| l.raft_index);
+    match pinned.kind {
+        OperationKind::AddLearner | OperationKind::PromoteLearner => match member {
+            // Crashed between pinning and adding: add now (idempotent: the
+            // member is looked up by ordinal first).
+            None => Step::AddLearner { ordinal },
+            Some(m) if m.learner => {
+                if obs.replicas <= ordinal {
+                    Step::SetReplicas(ordinal + 1)
+                } else if caught_up(m, leader_index) {
+                    Step::Promote { id: m.id, ordinal }
+                } else if obs.pod(ordinal).is_none_or(|p| !p.ready) && !m.started {
+                    Step::Wait(WaitReason::PodNotReady { ordinal })
+                } else {
+                    Step::Wait(WaitReason::LearnerCatchingUp { ordinal })
+                }
+            }
+            Some(m) if m.healthy => Step::Finish(pinned),
+            Some(_) => Step::Wait(WaitReason::MemberUnhealthy { ordinal }),
+        },
+        OperationKind::RemoveMember => match member {
+            Some(m) => match obs.safe_to_lose(m.id, true) {
+                Err(reason) => Step::Wait(reason),
+                Ok(()) => match (m.leader, obs.healthy_follower(m.id)) {
+                    (true, Some(to)) => Step::MoveLeader {
+                        from: m.id,
+                        to: to.id,
+                    },
+                    _ => Step::RemoveMember { id: m.id, ordinal },
+                },
+            },
+            None if obs.replicas > ordinal => Step::SetReplicas(ordinal),
+            None if obs.pod(ordinal).is_some() => Step::Wait(WaitReason::PodNotReady { ordinal }),
+            None => Step::DeleteVolume { ordinal },
+        },
+        OperationKind::UpgradeMember => match member {
+            None => Step::Finish(pinned),
+            Some(m) if m.version == Some(obs.desired_version) && m.healthy => Step::Finish(pinned),
+            Some(m) => {
+                let pod_updated = obs
+                    .pod(ordinal)
+                    .is_some_and(|p| p.version == Some(obs.desired_version));
+                if pod_updated {
+                    // Restarted on the new image: wait until it serves again.
+                    return Step::Wait(WaitReason::UpgradeInProgress { ordinal });
+                }
+                // Every member healthy before a restart; the restarted one
+                // may be down only while all others serve.
+                if let Some(sick) = obs
+                    .voters()
+                    .into_iter()
+                    .find(|v| !v.healthy && v.id != m.id)
+                {
+                    return Step::Wait(WaitReason::MemberUnhealthy {
+                        ordinal: sick.ordinal,
+                    });
+                }
+                match obs.safe_to_lose(m.id, false) {
+                    Err(reason) => Step::Wait(reason),
+                    Ok(()) => match (m.leader, obs.healthy_follower(m.id)) {
+                        (true, Some(to)) => Step::MoveLeader {
+                            from: m.id,
+                            to: to.id,
+                        },
+                        _ => Step::RestartPod { ordinal },
+                    },
+                }
+            }
+        },
+        OperationKind::ReplaceMember => {
+            let lost = obs.pod(ordinal).is_some_and(|p| p.data_lost);
+            match member {
+                // The stale member (its data is gone) is removed first...
+                Some(m) if m.started && !m.learner && lost => match obs.safe_to_lose(m.id, true) {
+                    Ok(()) => Step::RemoveMember { id: m.id, ordinal },
+                    Err(reason) => Step::Wait(reason),
+                },
+                // ...then re-added as a learner, and the pod restarts empty.
+                None => Step::AddLearner { ordinal },
+                Some(m) if m.learner && !m.started && lost => Step::RestartPod { ordinal },
+                Some(m) if m.learner => {
+                    if caught_up(m, leader_index) {
+                        Step::Promote { id: m.id, ordinal }
+                    } else {
+                        Step::Wait(WaitReason::LearnerCatchingUp { ordinal })
+                    }
+                }
+                Some(m) if m.healthy && !lost => Step::Finish(pinned),
+                Some(_) => Step::Wait(WaitReason::MemberUnhealthy { ordinal }),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const V35: EtcdVersion = EtcdVersion::new(3, 5, 16);
+    const V34: EtcdVersion = EtcdVersion::new(3, 4, 23);
+
+    fn member(ordinal: i32) -> ObservedMember {
+        ObservedMember {
+            id: 100 + ordinal as u64,
+            ordinal,
+            learner: false,
+            started: true,
+            healthy: true,
+            leader: ordinal == 0,
+            raft_index: 1000,
+            version: Some(V35),
+        }
+    }
+
+    fn pod(ordinal: i32) -> ObservedPod {
+        ObservedPod {
+            ordinal,
+            ready: true,
+            data_lost: false,
+            version: Some(V35),
+        }
+    }
+
+    fn cluster(size: i32, desired: i32) -> Observation {
+        Observation {
+            desired_size: desired,
+            desired_version: V35,
+            members: Some((0..size).map(member).collect()),
+            pods: (0..size).map(pod).collect(),
+            replicas: size,
+            pinned: None,
+        }
+    }
+
+    fn begin(kind: OperationKind, ordinal: i32) -> Step {
+        Step::Begin(Pinned { kind, ordinal })
+    }
+
+    #[test]
+    fn converged_clusters_of_every_size_do_nothing() {
+        for n in 1..=9 {
+            assert_eq!(next_step(&cluster(n, n)), Step::Converged, "size {n}");
+        }
+    }
+
+    #[test]
+    fn scale_up_adds_the_next_ordinal_as_a_learner_for_every_size() {
+        for n in 1..9 {
+            for desired in (n + 1)..=9 {
+                assert_eq!(
+                    next_step(&cluster(n, desired)),
+                    begin(OperationKind::AddLearner, n),
+                    "{n} -> {desired}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn scale_down_removes_the_highest_ordinal_for_every_size() {
+        for n in 2..=9 {
+            for desired in 1..n {
+                assert_eq!(
+                    next_step(&cluster(n, desired)),
+                    begin(OperationKind::RemoveMember, n - 1),
+                    "{n} -> {desired}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn any_unhealthy_member_blocks_every_disruptive_step() {
+        for n in 1..=9 {
+            for sick in 0..n {
+                for desired in 1..=9 {
+                    let mut obs = cluster(n, desired);
+                    obs.members.as_mut().unwrap()[sick as usize].healthy = false;
+                    obs.pods[sick as usize].ready = false;
+                    assert_eq!(
+                        next_step(&obs),
+                        Step::Wait(WaitReason::MemberUnhealthy { ordinal: sick }),
+                        "size {n}, member {sick} down, desired {desired}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_pinned_removal_never_breaks_quorum() {
+        // Exhaustive over sizes and sets of unhealthy members.
+        for n in 2..=9 {
+            for mask in 0u32..(1 << n) {
+                let mut obs = cluster(n, n - 1);
+                for i in 0..n {
+                    if mask & (1 << i) != 0 {
+                        obs.members.as_mut().unwrap()[i as usize].healthy = false;
+                    }
+                }
+                obs.members
+                    .as_mut()
+                    .unwrap()
+                    .iter_mut()
+                    .for_each(|m| m.leader = false);
+                if let Some(first_healthy) =
+                    obs.members.as_mut().unwrap().iter_mut().find(|m| m.healthy)
+                {
+                    first_healthy.leader = true;
+                }
+                obs.pinned = Some(Pinned {
+                    kind: OperationKind::RemoveMember,
+                    ordinal: n - 1,
+                });
+                let healthy_after = (0..n - 1).filter(|i| mask & (1 << i) == 0).count();
+                let needed = quorum(n - 1) as usize;
+                let expected = if healthy_after >= needed {
+                    Step::RemoveMember {
+                        id: 100 + (n - 1) as u64,
+                        ordinal: n - 1,
+                    }
+                } else {
+                    Step::Wait(WaitReason::WouldBreakQuorum {
+                        healthy: healthy_after,
+                        needed,
+                    })
+                };
+                assert_eq!(
+                    next_step(&obs),
+                    expected,
+                    "size {n}, unhealthy mask {mask:b}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_removal_is_refused_while_it_would_break_quorum() {
+        // 5 members, two down (0 and 1), scale to 4: removing healthy 4
+        // leaves 2 healthy of 4 voters — below quorum 3.
+        let mut obs = cluster(5, 4);
+        obs.pinned = Some(Pinned {
+            kind: OperationKind::RemoveMember,
+            ordinal: 4,
+        });
+        for i in [0, 1] {
+            obs.members.as_mut().unwrap()[i].healthy = false;
+            obs.members.as_mut().unwrap()[i].leader = false;
+        }
+        obs.members.as_mut().unwrap()[2].leader = true;
+        assert_eq!(
+            next_step(&obs),
+            Step::Wait(WaitReason::WouldBreakQuorum {
+                healthy: 2,
+                needed: 3
+            })
+        );
+    }
+
+    #[test]
+    fn scale_up_walks_learner_pod_promotion_then_finishes() {
+        let pinned = Pinned {
+            kind: OperationKind::AddLearner,
+            ordinal: 3,
+        };
+        let mut obs = cluster(3, 4);
+        obs.pinned = Some(pinned);
+        assert_eq!(
+            next_step(&obs),
+            Step::AddLearner { ordinal: 3 },
+            "membership first"
+        );
+
+        let mut learner = member(3);
+        learner.learner = true;
+        learner.started = false;
+        learner.healthy = false;
+        learner.raft_index = 0;
+        learner.leader = false;
+        obs.members.as_mut().unwrap().push(learner.clone());
+        assert_eq!(next_step(&obs), Step::SetReplicas(4), "then the pod");
+
+        obs.replicas = 4;
+        assert_eq!(
+            next_step(&obs),
+            Step::Wait(WaitReason::PodNotReady { ordinal: 3 })
+        );
+
+        let m = obs.members.as_mut().unwrap().last_mut().unwrap();
+        m.started = true;
+        m.healthy = true;
+        m.raft_index = 500;
+        assert_eq!(
+            next_step(&obs),
+            Step::Wait(WaitReason::LearnerCatchingUp { ordinal: 3 })
+        );
+
+        obs.members.as_mut().unwrap().last_mut().unwrap().raft_index = 995;
+        assert_eq!(
+            next_step(&obs),
+            Step::Promote {
+                id: 103,
+                ordinal: 3
+            }
+        );
+
+        obs.members.as_mut().unwrap().last_mut().unwrap().learner = false;
+        assert_eq!(next_step(&obs), Step::Finish(pinned));
+    }
+
+    #[test]
+    fn a_spec_edit_during_an_operation_waits_for_it() {
+        // Scale-up 3 -> 5 in flight at its learner step; the spec now asks
+        // for 3 again. The pinned step is finished first.
+        let mut obs = cluster(3, 3);
+        let mut learner = member(3);
+        learner.learner = true;
+        learner.leader = false;
+        learner.raft_index = 1000;
+        obs.members.as_mut().unwrap().push(learner);
+        obs.replicas = 4;
+        obs.pinned = Some(Pinned {
+            kind: OperationKind::AddLearner,
+            ordinal: 3,
+        });
+        assert_eq!(
+            next_step(&obs),
+            Step::Promote {
+                id: 103,
+                ordinal: 3
+            }
+        );
+    }
+
+    #[test]
+    fn removing_the_leader_moves_leadership_first() {
+        let mut obs = cluster(3, 2);
+        obs.members.as_mut().unwrap()[0].leader = false;
+        obs.members.as_mut().unwrap()[2].leader = true;
+        obs.members.as_mut().unwrap()[1].raft_index = 1001;
+        obs.pinned = Some(Pinned {
+            kind: OperationKind::RemoveMember,
+            ordinal: 2,
+        });
+        assert_eq!(next_step(&obs), Step::MoveLeader { from: 102, to: 101 });
+        obs.members.as_mut().unwrap()[2].leader = false;
+        obs.members.as_mut().unwrap()[1].leader = true;
+        assert_eq!(
+            next_step(&obs),
+            Step::RemoveMember {
+                id: 102,
+                ordinal: 2
+            }
+        );
+        obs.members.as_mut().unwrap().pop();
+        assert_eq!(
+            next_step(&obs),
+            Step::SetReplicas(2),
+            "membership first, then the pod"
+        );
+        obs.replicas = 2;
+        assert_eq!(
+            next_step(&obs),
+            Step::Wait(WaitReason::PodNotReady { ordinal: 2 })
+        );
+        obs.pods.pop();
+        assert_eq!(
+            next_step(&obs),
+            Step::DeleteVolume { ordinal: 2 },
+            "stale data never rejoins"
+        );
+    }
+
+    #[test]
+    fn upgrades_go_followers_first_and_the_leader_last() {
+        let mut obs = cluster(3, 3);
+        obs.desired_version = V35;
+        for m in obs.members.as_mut().unwrap() {
+            m.version = Some(V34);
+        }
+        for p in &mut obs.pods {
+            p.version = Some(V34);
+        }
+        assert_eq!(next_step(&obs), begin(OperationKind::UpgradeMember, 2));
+        obs.members.as_mut().unwrap()[2].version = Some(V35);
+        obs.members.as_mut().unwrap()[1].version = Some(V35);
+        assert_eq!(
+            next_step(&obs),
+            begin(OperationKind::UpgradeMember, 0),
+            "the leader last"
+        );
+
+        obs.pinned = Some(Pinned {
+            kind: OperationKind::UpgradeMember,
+            ordinal: 0,
+        });
+        // Equally caught-up followers: the lowest ordinal takes over.
+        assert_eq!(next_step(&obs), Step::MoveLeader { from: 100, to: 101 });
+    }
+
+    #[test]
+    fn an_upgrade_restarts_one_member_and_waits_for_the_new_version() {
+        let mut obs = cluster(3, 3);
+        for m in obs.members.as_mut().unwrap() {
+            m.version = Some(V34);
+        }
+        for p in &mut obs.pods {
+            p.version = Some(V34);
+        }
+        let pinned = Pinned {
+            kind: OperationKind::UpgradeMember,
+            ordinal: 2,
+        };
+        obs.pinned = Some(pinned);
+        assert_eq!(next_step(&obs), Step::RestartPod { ordinal: 2 });
+        obs.members.as_mut().unwrap()[2].healthy = false;
+        obs.pods[2].version = Some(V35);
+        assert_eq!(
+            next_step(&obs),
+            Step::Wait(WaitReason::UpgradeInProgress { ordinal: 2 })
+        );
+        obs.members.as_mut().unwrap()[2].healthy = true;
+        obs.members.as_mut().unwrap()[2].version = Some(V35);
+        assert_eq!(next_step(&obs), Step::Finish(pinned));
+    }
+
+    #[test]
+    fn an_upgrade_restart_waits_while_another_member_is_down() {
+        let mut obs = cluster(3, 3);
+        for m in obs.members.as_mut().unwrap() {
+            m.version = Some(V34);
+        }
+        for p in &mut obs.pods {
+            p.version = Some(V34);
+        }
+        obs.members.as_mut().unwrap()[1].healthy = false;
+        obs.pinned = Some(Pinned {
+            kind: OperationKind::UpgradeMember,
+            ordinal: 2,
+        });
+        assert_eq!(
+            next_step(&obs),
+            Step::Wait(WaitReason::MemberUnhealthy { ordinal: 1 })
+        );
+    }
+
+    #[test]
+    fn a_lost_volume_is_replaced_remove_add_restart_promote() {
+        let mut obs = cluster(3, 3);
+        obs.members.as_mut().unwrap()[1].healthy = false;
+        obs.pods[1].ready = false;
+        obs.pods[1].data_lost = true;
+        let pinned = Pinned {
+            kind: OperationKind::ReplaceMember,
+            ordinal: 1,
+        };
+        assert_eq!(next_step(&obs), Step::Begin(pinned));
+        obs.pinned = Some(pinned);
+        assert_eq!(
+            next_step(&obs),
+            Step::RemoveMember {
+                id: 101,
+                ordinal: 1
+            }
+        );
+        obs.members.as_mut().unwrap().remove(1);
+        assert_eq!(next_step(&obs), Step::AddLearner { ordinal: 1 });
+        let mut learner = member(1);
+        learner.id = 201;
+        learner.learner = true;
+        learner.started = false;
+        learner.healthy = false;
+        learner.leader = false;
+        obs.members.as_mut().unwrap().insert(1, learner);
+        assert_eq!(next_step(&obs), Step::RestartPod { ordinal: 1 });
+        obs.pods[1].data_lost = false;
+        let m = &mut obs.members.as_mut().unwrap()[1];
+        m.started = true;
+        m.healthy = true;
+        m.raft_index = 1000;
+        assert_eq!(
+            next_step(&obs),
+            Step::Promote {
+                id: 201,
+                ordinal: 1
+            }
+        );
+        obs.members.as_mut().unwrap()[1].learner = false;
+        assert_eq!(next_step(&obs), Step::Finish(pinned));
+    }
+
+    #[test]
+    fn a_lost_volume_is_not_replaced_when_quorum_would_break() {
+        let mut obs = cluster(3, 3);
+        for i in [1, 2] {
+            obs.members.as_mut().unwrap()[i].healthy = false;
+        }
+        obs.pods[1].data_lost = true;
+        assert_eq!(
+            next_step(&obs),
+            Step::Wait(WaitReason::WouldBreakQuorum {
+                healthy: 1,
+                needed: 2
+            })
+        );
+    }
+
+    #[test]
+    fn an_unreachable_cluster_gets_no_step() {
+        let mut obs = cluster(3, 5);
+        obs.members = None;
+        assert_eq!(next_step(&obs), Step::Wait(WaitReason::EtcdUnreachable));
+        obs.pinned = Some(Pinned {
+            kind: OperationKind::AddLearner,
+            ordinal: 3,
+        });
+        assert_eq!(next_step(&obs), Step::Wait(WaitReason::EtcdUnreachable));
+    }
+
+    #[test]
+    fn a_stray_learner_is_finished_before_anything_else() {
+        let mut obs = cluster(3, 1);
+        let mut learner = member(3);
+        learner.learner = true;
+        learner.leader = false;
+        obs.members.as_mut().unwrap().push(learner);
+        assert_eq!(next_step(&obs), begin(OperationKind::PromoteLearner, 3));
+    }
+
+    #[test]
+    fn a_hand_edited_statefulset_is_realigned_to_membership() {
+        let mut obs = cluster(3, 3);
+        obs.replicas = 1;
+        assert_eq!(next_step(&obs), Step::SetReplicas(3));
+    }
+
+    #[test]
+    fn a_single_member_cluster_can_be_upgraded() {
+        let mut obs = cluster(1, 1);
+        obs.members.as_mut().unwrap()[0].version = Some(V34);
+        obs.pods[0].version = Some(V34);
+        assert_eq!(next_step(&obs), begin(OperationKind::UpgradeMember, 0));
+        obs.pinned = Some(Pinned {
+            kind: OperationKind::UpgradeMember,
+            ordinal: 0,
+        });
+        assert_eq!(next_step(&obs), Step::RestartPod { ordinal: 0 });
+    }
+}
