@@ -573,16 +573,21 @@ impl Core {
                 ));
             }
         }
+        Ok(new)
+    }
+
+    /// Bumps `generation` when anything but metadata (and status, with a status subresource) changed.
+    /// Runs after defaulting and mutating admission, so server-filled fields do not count as changes.
+    fn bump_generation(rt: &ResourceType, old: &Value, new: &mut Value) {
         if (rt.generation || rt.is_custom())
-            && strip_for_generation(old, rt.status) != strip_for_generation(&new, rt.status)
+            && strip_for_generation(old, rt.status) != strip_for_generation(new, rt.status)
         {
             let g = old
                 .pointer("/metadata/generation")
                 .and_then(Value::as_i64)
                 .unwrap_or(0);
-            meta::set_meta(&mut new, "generation", json!(g + 1));
+            meta::set_meta(new, "generation", json!(g + 1));
         }
-        Ok(new)
     }
 
     /// Read-modify-write with optimistic concurrency, retried when another writer got in between.
@@ -638,6 +643,7 @@ impl Core {
             let mut new =
                 self.prepare_update(rt, sub, &current, candidate.object, namespace, name)?;
             let warnings = self.admit(rt, &mut new, Some(&current), opts, sub).await?;
+            Self::bump_generation(rt, &current, &mut new);
             if !candidate.managed {
                 managed_fields::record_update(
                     &type_info(rt),

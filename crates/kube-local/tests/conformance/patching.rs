@@ -298,3 +298,56 @@ async fn apply_merges_keyed_lists_of_built_ins() {
     // Defaulted port protocol does not create a second port entry.
     assert_eq!(containers[0].ports.as_ref().unwrap().len(), 1);
 }
+
+#[tokio::test]
+async fn apply_to_status_subresource_changes_only_status() {
+    let env = env().await;
+    let api: Api<StatefulSet> = Api::namespaced(env.client(), "default");
+    let sts = json!({"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "st"}, "spec": {
+        "selector": {"matchLabels": {"app": "st"}},
+        "volumeClaimTemplates": [{"metadata": {"name": "data"}, "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}],
+        "template": {"metadata": {"labels": {"app": "st"}}, "spec": {"containers": [{"name": "c", "image": "i:1"}]}}}});
+    api.patch(
+        "st",
+        &PatchParams::apply("operator").force(),
+        &Patch::Apply(sts.clone()),
+    )
+    .await
+    .unwrap();
+    // Re-applying the same manifest is a no-op even though the server defaulted fields.
+    let first = api.get("st").await.unwrap();
+    let again = api
+        .patch(
+            "st",
+            &PatchParams::apply("operator").force(),
+            &Patch::Apply(sts),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        again.metadata.resource_version,
+        first.metadata.resource_version,
+        "{}\n{}",
+        serde_json::to_string(&first).unwrap(),
+        serde_json::to_string(&again).unwrap()
+    );
+    let status = json!({"apiVersion": "apps/v1", "kind": "StatefulSet", "status": {"replicas": 1, "readyReplicas": 1, "observedGeneration": 1}});
+    let out = api
+        .patch_status(
+            "st",
+            &PatchParams::apply("sts-controller").force(),
+            &Patch::Apply(status),
+        )
+        .await
+        .unwrap();
+    assert_eq!(out.status.as_ref().unwrap().ready_replicas, Some(1));
+    assert_eq!(out.metadata.generation, Some(1));
+    let status_entry = out
+        .metadata
+        .managed_fields
+        .unwrap()
+        .into_iter()
+        .find(|m| m.manager.as_deref() == Some("sts-controller"))
+        .unwrap();
+    assert_eq!(status_entry.subresource.as_deref(), Some("status"));
+}

@@ -1,0 +1,346 @@
+//! Runs one container as a local process with a pod's view of the filesystem.
+//!
+//! The process runs under `unshare --mount --uts` (plus `--map-root-user` when not root) so that, in its private mount
+//! namespace, a per-pod hosts file is bind-mounted over `/etc/hosts` and every volume at its `mountPath`. It leads its
+//! own process group, so stopping a container signals everything it started.
+//!
+//! No process may outlive the environment: every process is recorded in [`Processes`], which kills them all when the
+//! kubelet drops; and each is spawned from one long-lived thread with a parent-death signal, so that even a crashed
+//! test binary takes its processes down with it (the signal fires when the spawning *thread* ends, hence a dedicated
+//! thread rather than tokio's short-lived blocking threads).
+
+use std::collections::HashMap;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, mpsc};
+
+use rustix::process::{Pid, Signal};
+use tokio::sync::oneshot;
+
+/// A bind mount inside the container's mount namespace.
+#[derive(Clone, Debug)]
+pub struct Mount {
+    pub source: PathBuf,
+    pub target: String,
+    pub read_only: bool,
+}
+
+/// Everything needed to start one container process.
+#[derive(Clone, Debug)]
+pub struct Launch {
+    pub program: PathBuf,
+    pub args: Vec<String>,
+    pub env: Vec<(String, String)>,
+    pub hosts_file: PathBuf,
+    pub hostname: String,
+    pub mounts: Vec<Mount>,
+    pub working_dir: Option<String>,
+    /// Where stdout and stderr go (appended).
+    pub log: PathBuf,
+}
+
+pub fn is_root() -> bool {
+    rustix::process::geteuid().is_root()
+}
+
+/// Quotes a string for `sh`.
+pub fn shell_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
+}
+
+/// The `sh` script run inside the namespaces: set up the mounts, then become the container's program.
+fn setup_script(launch: &Launch) -> String {
+    let mut s = String::from("set -e\n");
+    s.push_str(&format!(
+        "mount --bind {} /etc/hosts\n",
+        shell_quote(&launch.hosts_file.display().to_string())
+    ));
+    s.push_str(&format!(
+        "hostname {} 2>/dev/null || true\n",
+        shell_quote(&launch.hostname)
+    ));
+    for m in &launch.mounts {
+        let src = shell_quote(&m.source.display().to_string());
+        let dst = shell_quote(&m.target);
+        if m.source.is_dir() {
+            s.push_str(&format!("mkdir -p {dst}\n"));
+        } else {
+            s.push_str(&format!(
+                "mkdir -p \"$(dirname {dst})\"; [ -e {dst} ] || touch {dst}\n"
+            ));
+        }
+        s.push_str(&format!("mount --bind {src} {dst}\n"));
+        if m.read_only {
+            s.push_str(&format!("mount -o remount,bind,ro {dst}\n"));
+        }
+    }
+    if let Some(dir) = &launch.working_dir {
+        let dir = shell_quote(dir);
+        s.push_str(&format!("mkdir -p {dir}; cd {dir}\n"));
+    }
+    s.push_str("exec \"$@\"\n");
+    s
+}
+
+/// The command line that runs `launch` in its sandbox.
+fn sandbox_command(launch: &Launch) -> std::process::Command {
+    let mut cmd = std::process::Command::new("unshare");
+    if !is_root() {
+        cmd.arg("--map-root-user");
+    }
+    cmd.args(["--mount", "--uts", "--propagation", "private", "--"])
+        .args(["setpriv", "--pdeathsig", "KILL", "--", "/bin/sh", "-c"])
+        .arg(setup_script(launch))
+        .arg("sh")
+        .arg(&launch.program)
+        .args(&launch.args);
+    cmd.env_clear();
+    for (k, v) in &launch.env {
+        cmd.env(k, v);
+    }
+    cmd
+}
+
+type SpawnRequest = (
+    std::process::Command,
+    oneshot::Sender<io::Result<tokio::process::Child>>,
+);
+
+/// The live processes of one kubelet, killed when it drops.
+pub struct Processes {
+    next: AtomicU64,
+    groups: Mutex<HashMap<u64, Pid>>,
+    spawner: Mutex<Option<mpsc::Sender<SpawnRequest>>>,
+}
+
+impl Processes {
+    /// Starts the spawner thread; it lives as long as this value.
+    pub fn new() -> io::Result<Arc<Processes>> {
+        let runtime = tokio::runtime::Handle::current();
+        let (tx, rx) = mpsc::channel::<SpawnRequest>();
+        std::thread::Builder::new()
+            .name("kube-local-spawner".into())
+            .spawn(move || {
+                let _guard = runtime.enter();
+                while let Ok((cmd, reply)) = rx.recv() {
+                    let mut cmd = tokio::process::Command::from(cmd);
+                    let _ = reply.send(cmd.spawn());
+                }
+            })?;
+        Ok(Arc::new(Processes {
+            next: AtomicU64::new(1),
+            groups: Mutex::new(HashMap::new()),
+            spawner: Mutex::new(Some(tx)),
+        }))
+    }
+
+    async fn spawn(
+        self: &Arc<Self>,
+        mut cmd: std::process::Command,
+    ) -> io::Result<ContainerProcess> {
+        use std::os::unix::process::CommandExt;
+        cmd.process_group(0);
+        let (reply_tx, reply_rx) = oneshot::channel();
+        {
+            let spawner = self.spawner.lock().unwrap_or_else(|e| e.into_inner());
+            let tx = spawner
+                .as_ref()
+                .ok_or_else(|| io::Error::other("the kubelet is stopping"))?;
+            tx.send((cmd, reply_tx))
+                .map_err(|_| io::Error::other("the process spawner stopped"))?;
+        }
+        let child = reply_rx
+            .await
+            .map_err(|_| io::Error::other("the process spawner stopped"))??;
+        let pid = child
+            .id()
+            .and_then(|id| i32::try_from(id).ok())
+            .and_then(Pid::from_raw)
+            .ok_or_else(|| io::Error::other("the process exited before it was recorded"))?;
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        self.groups
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(id, pid);
+        Ok(ContainerProcess {
+            child,
+            pid,
+            id,
+            processes: self.clone(),
+        })
+    }
+
+    /// Starts a container process in its sandbox.
+    pub async fn launch(self: &Arc<Self>, launch: &Launch) -> io::Result<ContainerProcess> {
+        if let Some(dir) = launch.log.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&launch.log)?;
+        let mut cmd = sandbox_command(launch);
+        cmd.stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log);
+        self.spawn(cmd).await
+    }
+
+    /// How many processes are running.
+    pub fn count(&self) -> usize {
+        self.groups.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    /// Kills every process and stops spawning.
+    pub fn kill_all(&self) {
+        self.spawner
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        let groups = std::mem::take(&mut *self.groups.lock().unwrap_or_else(|e| e.into_inner()));
+        for pid in groups.values() {
+            let _ = rustix::process::kill_process_group(*pid, Signal::KILL);
+        }
+    }
+}
+
+impl Drop for Processes {
+    fn drop(&mut self) {
+        self.kill_all();
+    }
+}
+
+/// A running container process (the leader of its process group). Dropping it kills the group.
+pub struct ContainerProcess {
+    child: tokio::process::Child,
+    pid: Pid,
+    id: u64,
+    processes: Arc<Processes>,
+}
+
+impl ContainerProcess {
+    pub fn pid(&self) -> i32 {
+        self.pid.as_raw_nonzero().get()
+    }
+
+    /// Signals the whole process group.
+    pub fn signal(&self, signal: Signal) {
+        let _ = rustix::process::kill_process_group(self.pid, signal);
+    }
+
+    /// Waits for the process to exit; returns its exit code (128 + signal when killed by a signal).
+    pub async fn wait(&mut self) -> i32 {
+        use std::os::unix::process::ExitStatusExt;
+        match self.child.wait().await {
+            Ok(status) => status
+                .code()
+                .or_else(|| status.signal().map(|s| 128 + s))
+                .unwrap_or(128),
+            Err(_) => 128,
+        }
+    }
+
+    /// Sends SIGTERM, waits up to `grace`, then SIGKILL; returns the exit code.
+    pub async fn terminate(&mut self, grace: std::time::Duration) -> i32 {
+        self.signal(Signal::TERM);
+        match tokio::time::timeout(grace, self.wait()).await {
+            Ok(code) => {
+                // Children the program left behind go with it.
+                self.signal(Signal::KILL);
+                code
+            }
+            Err(_) => {
+                self.signal(Signal::KILL);
+                self.wait().await
+            }
+        }
+    }
+}
+
+impl Drop for ContainerProcess {
+    fn drop(&mut self) {
+        self.signal(Signal::KILL);
+        self.processes
+            .groups
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&self.id);
+    }
+}
+
+/// Runs a command inside a running container's mount namespace (exec probes), with the container's environment;
+/// returns whether it exited 0 within `timeout`, and its output.
+pub async fn exec_in(
+    pid: i32,
+    command: &[String],
+    env: &[(String, String)],
+    timeout: std::time::Duration,
+) -> (bool, String) {
+    let Some(first) = command.first() else {
+        return (false, "empty command".into());
+    };
+    let mut cmd = tokio::process::Command::new("nsenter");
+    cmd.arg(format!("--target={pid}"));
+    if !is_root() {
+        cmd.args(["--user", "--preserve-credentials"]);
+    }
+    cmd.args(["--mount", "--uts", "--"])
+        .arg(first)
+        .args(&command[1..])
+        .env_clear()
+        .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(true);
+    if !env.iter().any(|(k, _)| k == "PATH") {
+        cmd.env("PATH", DEFAULT_PATH);
+    }
+    let child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => return (false, e.to_string()),
+    };
+    let group = child
+        .id()
+        .and_then(|id| i32::try_from(id).ok())
+        .and_then(Pid::from_raw);
+    match tokio::time::timeout(timeout, child.wait_with_output()).await {
+        Ok(Ok(out)) => {
+            let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
+            text.push_str(&String::from_utf8_lossy(&out.stderr));
+            (out.status.success(), text)
+        }
+        Ok(Err(e)) => (false, e.to_string()),
+        Err(_) => {
+            if let Some(g) = group {
+                let _ = rustix::process::kill_process_group(g, Signal::KILL);
+            }
+            (false, format!("command timed out after {timeout:?}"))
+        }
+    }
+}
+
+/// The `PATH` of a container that sets none (what container runtimes default to).
+pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// Creates `path`'s parent directories.
+pub fn ensure_parent(path: &Path) -> io::Result<()> {
+    match path.parent() {
+        Some(p) => std::fs::create_dir_all(p),
+        None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quoting() {
+        assert_eq!(shell_quote("a b"), "'a b'");
+        assert_eq!(shell_quote("it's"), r"'it'\''s'");
+    }
+}
