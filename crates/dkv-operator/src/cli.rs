@@ -32,6 +32,17 @@ pub enum Command {
     MemberInit(MemberInitArgs),
     /// Take one backup (runs in a backup Job pod).
     Backup(BackupArgs),
+    /// A local control plane with dkv on this machine (no Kubernetes needed).
+    #[command(subcommand)]
+    Local(LocalCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum LocalCommand {
+    /// Start kube-local with dkv's CRDs and the operator; writes DIR/kubeconfig.
+    Up(crate::local::UpArgs),
+    /// Stop a detached `dkv local up`.
+    Down(crate::local::DownArgs),
 }
 
 #[derive(Debug, Args)]

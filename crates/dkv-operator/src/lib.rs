@@ -10,6 +10,7 @@ pub mod cluster;
 pub mod crd;
 pub mod etcd_version;
 pub mod leader;
+pub mod local;
 pub mod member_init;
 pub mod metrics;
 pub mod operator;

@@ -1,7 +1,7 @@
 //! The `dkv` binary: parses the command line and runs the chosen role.
 
 use clap::Parser;
-use dkv_operator::cli::{Cli, Command};
+use dkv_operator::cli::{Cli, Command, LocalCommand};
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
@@ -13,5 +13,7 @@ async fn main() -> anyhow::Result<()> {
         }
         Command::MemberInit(args) => dkv_operator::member_init::run(&args),
         Command::Backup(args) => dkv_operator::backup_agent::run(&args),
+        Command::Local(LocalCommand::Up(args)) => dkv_operator::local::up(args).await,
+        Command::Local(LocalCommand::Down(args)) => dkv_operator::local::down(&args),
     }
 }

@@ -1,0 +1,189 @@
+//! `dkv local up|down`: the embedded default. On a machine without
+//! Kubernetes it starts kube-local (a local Kubernetes-API-compatible control
+//! plane) with dkv's CRDs and the operator, and leaves a kubeconfig so that
+//! `kubectl` works against it as against a real cluster.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail};
+use clap::Args;
+use kube::CustomResourceExt;
+use tokio::sync::watch;
+use tracing::info;
+
+use crate::cli::{DEFAULT_IMAGE, OperatorArgs};
+use crate::telemetry::LogFormat;
+
+const PID_FILE: &str = "dkv-local.pid";
+const LOG_FILE: &str = "dkv-local.log";
+const KUBECONFIG: &str = "kubeconfig";
+
+#[derive(Debug, Args, Clone)]
+pub struct UpArgs {
+    /// Where the kubeconfig, logs and volumes live.
+    #[arg(long, default_value = ".dkv-local")]
+    pub data_dir: PathBuf,
+    /// API server port (0 picks a free one).
+    #[arg(long, default_value_t = 0)]
+    pub port: u16,
+    /// Run in the background; stop with `dkv local down`.
+    #[arg(long)]
+    pub detach: bool,
+    #[arg(long, value_enum, default_value = "text")]
+    pub log_format: LogFormat,
+}
+
+#[derive(Debug, Args, Clone)]
+pub struct DownArgs {
+    #[arg(long, default_value = ".dkv-local")]
+    pub data_dir: PathBuf,
+}
+
+/// Starts the local control plane and operator.
+pub async fn up(args: UpArgs) -> anyhow::Result<()> {
+    std::fs::create_dir_all(&args.data_dir)
+        .with_context(|| format!("creating {}", args.data_dir.display()))?;
+    let data_dir = args
+        .data_dir
+        .canonicalize()
+        .with_context(|| format!("resolving {}", args.data_dir.display()))?;
+    if let Some(pid) = running_pid(&data_dir) {
+        bail!(
+            "dkv local is already running in {} (pid {pid}); stop it with `dkv local down --data-dir {}`",
+            data_dir.display(),
+            args.data_dir.display()
+        );
+    }
+    if args.detach {
+        return detach(&args, &data_dir);
+    }
+
+    crate::telemetry::init(args.log_format);
+    let env = kube_local::Environment::builder()
+        .crds(vec![
+            dkv_api::DistributedKV::crd(),
+            dkv_api::DistributedKVBackup::crd(),
+        ])
+        .data_dir(&data_dir)
+        .port(args.port)
+        .build()
+        .await
+        .context("starting kube-local")?;
+    std::fs::write(data_dir.join(PID_FILE), std::process::id().to_string())
+        .context("writing the pid file")?;
+    print_usage(env.kubeconfig_path(), &args.data_dir);
+
+    let (stop_tx, stop_rx) = watch::channel(false);
+    tokio::spawn(async move {
+        crate::operator::wait_for_signal().await;
+        info!("shutdown requested");
+        let _ = stop_tx.send(true);
+    });
+    let operator = OperatorArgs {
+        metrics_addr: "127.0.0.1:0".parse().context("metrics address")?,
+        log_format: args.log_format,
+        namespace: None,
+        concurrency: 8,
+        operator_image: DEFAULT_IMAGE.to_owned(),
+        // One process owns this control plane: nobody to elect against.
+        leader_election: false,
+        leader_election_lease: "dkv-operator-leader".to_owned(),
+        leader_election_namespace: "default".to_owned(),
+        identity: Some("dkv-local".to_owned()),
+    };
+    let result = crate::operator::run_with(env.client(), operator, stop_rx).await;
+    env.stop();
+    let _ = std::fs::remove_file(data_dir.join(PID_FILE));
+    result
+}
+
+/// Re-runs `dkv local up` in the background and waits until it serves.
+fn detach(args: &UpArgs, data_dir: &Path) -> anyhow::Result<()> {
+    use std::os::unix::process::CommandExt;
+    let exe = std::env::current_exe().context("locating the dkv binary")?;
+    let log = std::fs::File::create(data_dir.join(LOG_FILE)).context("creating the log file")?;
+    let kubeconfig = data_dir.join(KUBECONFIG);
+    let _ = std::fs::remove_file(&kubeconfig);
+    let mut child = Command::new(exe)
+        .args(["local", "up", "--data-dir"])
+        .arg(data_dir)
+        .args(["--port", &args.port.to_string()])
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().context("log file")?)
+        .stderr(log)
+        // Its own process group: a Ctrl-C in this terminal must not stop it.
+        .process_group(0)
+        .spawn()
+        .context("starting dkv local in the background")?;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while running_pid(data_dir).is_none() {
+        if let Some(status) = child
+            .try_wait()
+            .context("watching the background process")?
+        {
+            bail!(
+                "dkv local exited ({status}) before it served; see {}",
+                data_dir.join(LOG_FILE).display()
+            );
+        }
+        if Instant::now() > deadline {
+            bail!(
+                "dkv local did not start within 60 s; see {}",
+                data_dir.join(LOG_FILE).display()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    print_usage(&kubeconfig, &args.data_dir);
+    println!("Logs: {}", data_dir.join(LOG_FILE).display());
+    println!(
+        "Stop: dkv local down --data-dir {}",
+        args.data_dir.display()
+    );
+    Ok(())
+}
+
+/// Stops a detached `dkv local up`.
+pub fn down(args: &DownArgs) -> anyhow::Result<()> {
+    let Some(pid) = running_pid(&args.data_dir) else {
+        println!("dkv local is not running in {}", args.data_dir.display());
+        return Ok(());
+    };
+    let status = Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .context("running kill")?;
+    if !status.success() {
+        bail!("could not signal pid {pid}");
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while Path::new(&format!("/proc/{pid}")).exists() {
+        if Instant::now() > deadline {
+            bail!("pid {pid} did not stop within 60 s");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let _ = std::fs::remove_file(args.data_dir.join(PID_FILE));
+    println!("dkv local stopped");
+    Ok(())
+}
+
+/// The pid of a live `dkv local up` serving from `data_dir`, if any.
+fn running_pid(data_dir: &Path) -> Option<u32> {
+    let pid: u32 = std::fs::read_to_string(data_dir.join(PID_FILE))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    Path::new(&format!("/proc/{pid}")).exists().then_some(pid)
+}
+
+fn print_usage(kubeconfig: &Path, data_dir: &Path) {
+    println!("dkv local is up. Use it with:");
+    println!("  export KUBECONFIG={}", kubeconfig.display());
+    println!("  kubectl apply -f examples/distributedkv.yaml");
+    println!("  kubectl get dkv -w");
+    println!("(state in {})", data_dir.display());
+}
