@@ -107,6 +107,14 @@ pub struct MemberInitArgs {
     pub auto_compaction_mode: String,
     #[arg(long, default_value = "1h")]
     pub auto_compaction_retention: String,
+    /// The operator's membership record (mounted from a ConfigMap). Without
+    /// it, the member set is `--bootstrap-size` members, bootstrapping new.
+    #[arg(long)]
+    pub members_file: Option<PathBuf>,
+    /// Where a refusal is explained for the operator to read (the
+    /// container's terminationMessagePath).
+    #[arg(long, default_value = "/dev/termination-log")]
+    pub termination_log: PathBuf,
 }
 
 #[derive(Debug, Args)]

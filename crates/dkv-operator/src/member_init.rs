@@ -2,12 +2,19 @@
 //! member's etcd configuration file, so the etcd container itself needs no
 //! shell, no templating and no knowledge of dkv.
 //!
-//! What it decides today: a member with data in its volume restarts from
-//! that data; a member without data that belongs to the initial member set
-//! bootstraps with `initial-cluster-state: new`. A member outside the initial
-//! set without data would have to join through a membership change, which
-//! this version does not perform, so it fails with a clear message instead of
-//! bootstrapping a second cluster.
+//! How the member starts is decided from its volume and the operator's
+//! membership record (see [`crate::cluster::membership_record`]):
+//! - data in the volume: restart from it;
+//! - no data, listed, cluster being created: bootstrap with the listed set;
+//! - no data, listed as not yet started, cluster existing: join it (the
+//!   operator added it as a learner first);
+//! - no data but listed as started: its data was lost. Starting it would
+//!   make etcd panic (or, worse, bootstrap anew), so it refuses and says so
+//!   in the termination log, for the operator to replace the member;
+//! - not listed: refuse; the operator has not added it yet.
+//!
+//! Without a record (clusters created before it existed) the initial set is
+//! `--bootstrap-size` members.
 
 use std::path::Path;
 
@@ -15,11 +22,62 @@ use anyhow::{Context as _, bail};
 use serde_json::{Value, json};
 
 use crate::cli::MemberInitArgs;
+use crate::cluster::membership_record::{ClusterState, MembershipRecord};
 use crate::cluster::naming::{self, CLIENT_PORT, METRICS_PORT, PEER_PORT};
+
+/// Prefix of the termination message that tells the operator this member
+/// lost its data.
+pub const DATA_LOST: &str = "dkv:data-lost";
+
+/// How this member starts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Start {
+    /// Restart from the data in the volume.
+    Restart { initial_cluster: String },
+    /// Bootstrap a new cluster together with the other initial members.
+    Bootstrap { initial_cluster: String },
+    /// Join the existing cluster, which already lists this member.
+    Join { initial_cluster: String },
+}
+
+/// Why this member must not start.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    #[error(
+        "{DATA_LOST}: member {0} has run before but its data directory is empty; it must be replaced, not restarted"
+    )]
+    DataLost(String),
+    #[error(
+        "member {0} is not in the cluster's membership record yet; it starts once the operator has added it"
+    )]
+    NotListed(String),
+    #[error(
+        "member {name} has no data and is not one of the {bootstrap_size} initial members; it can only join through a membership change"
+    )]
+    OutsideBootstrapSet { name: String, bootstrap_size: i32 },
+    #[error("the record lists {name} with peer URL {recorded}, but this pod advertises {actual}")]
+    PeerUrlMismatch {
+        name: String,
+        recorded: String,
+        actual: String,
+    },
+}
 
 pub fn run(args: &MemberInitArgs) -> anyhow::Result<()> {
     let has_data = args.data_dir.join("member").is_dir();
-    let config = render_config(args, has_data)?;
+    let record = match &args.members_file {
+        Some(path) => Some(read_record(path)?),
+        None => None,
+    };
+    let start = match decide(args, has_data, record.as_ref()) {
+        Ok(start) => start,
+        Err(refusal) => {
+            // The operator reads this from the pod status.
+            let _ = std::fs::write(&args.termination_log, refusal.to_string());
+            bail!(refusal);
+        }
+    };
+    let config = render_config(args, &start)?;
     std::fs::create_dir_all(&args.data_dir)
         .with_context(|| format!("creating data directory {}", args.data_dir.display()))?;
     restrict_permissions(&args.data_dir)?;
@@ -34,14 +92,21 @@ pub fn run(args: &MemberInitArgs) -> anyhow::Result<()> {
     eprintln!(
         "member-init: {} {} (config {})",
         args.member,
-        if has_data {
-            "restarts from its existing data"
-        } else {
-            "bootstraps as part of the initial cluster"
+        match start {
+            Start::Restart { .. } => "restarts from its existing data",
+            Start::Bootstrap { .. } => "bootstraps as part of the initial cluster",
+            Start::Join { .. } => "joins the existing cluster",
         },
         args.config_file.display()
     );
     Ok(())
+}
+
+fn read_record(path: &Path) -> anyhow::Result<MembershipRecord> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading the membership record {}", path.display()))?;
+    serde_json::from_str(&text)
+        .with_context(|| format!("parsing the membership record {}", path.display()))
 }
 
 /// etcd refuses (3.5+) or warns about a data directory others can read.
@@ -51,21 +116,85 @@ fn restrict_permissions(dir: &Path) -> anyhow::Result<()> {
         .with_context(|| format!("setting permissions of {}", dir.display()))
 }
 
+fn own_peer_url(args: &MemberInitArgs) -> String {
+    format!(
+        "http://{}.{}.{}.svc:{PEER_PORT}",
+        args.member, args.peer_service, args.namespace
+    )
+}
+
+/// The legacy initial set: members `0..bootstrap_size`.
+fn bootstrap_set(args: &MemberInitArgs) -> String {
+    (0..args.bootstrap_size)
+        .map(|i| {
+            let member = naming::member(&args.cluster, i);
+            format!(
+                "{member}=http://{member}.{}.{}.svc:{PEER_PORT}",
+                args.peer_service, args.namespace
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// Decides how this member starts (see the module documentation).
+pub fn decide(
+    args: &MemberInitArgs,
+    has_data: bool,
+    record: Option<&MembershipRecord>,
+) -> Result<Start, Refusal> {
+    let name = args.member.clone();
+    let Some(record) = record else {
+        let ordinal = naming::ordinal_of(&args.cluster, &name).unwrap_or(i32::MAX);
+        return if has_data {
+            Ok(Start::Restart {
+                initial_cluster: bootstrap_set(args),
+            })
+        } else if ordinal < args.bootstrap_size {
+            Ok(Start::Bootstrap {
+                initial_cluster: bootstrap_set(args),
+            })
+        } else {
+            Err(Refusal::OutsideBootstrapSet {
+                name,
+                bootstrap_size: args.bootstrap_size,
+            })
+        };
+    };
+    if has_data {
+        return Ok(Start::Restart {
+            initial_cluster: record.initial_cluster(),
+        });
+    }
+    let Some(entry) = record.member(&name) else {
+        return Err(Refusal::NotListed(name));
+    };
+    let actual = own_peer_url(args);
+    if entry.peer_url != actual {
+        return Err(Refusal::PeerUrlMismatch {
+            name,
+            recorded: entry.peer_url.clone(),
+            actual,
+        });
+    }
+    if entry.started {
+        return Err(Refusal::DataLost(name));
+    }
+    let initial_cluster = record.initial_cluster();
+    Ok(match record.state {
+        ClusterState::New => Start::Bootstrap { initial_cluster },
+        ClusterState::Existing => Start::Join { initial_cluster },
+    })
+}
+
 /// The etcd configuration of one member.
-pub fn render_config(args: &MemberInitArgs, has_data: bool) -> anyhow::Result<Value> {
-    let Some(ordinal) = naming::ordinal_of(&args.cluster, &args.member) else {
+pub fn render_config(args: &MemberInitArgs, start: &Start) -> anyhow::Result<Value> {
+    if naming::ordinal_of(&args.cluster, &args.member).is_none() {
         bail!(
             "pod {:?} is not a member of cluster {:?} (expected {}-<ordinal>)",
             args.member,
             args.cluster,
             args.cluster
-        );
-    };
-    if !has_data && ordinal >= args.bootstrap_size {
-        bail!(
-            "member {} has no data and is not one of the {} initial members; it can only join through a membership change, which this dkv version does not perform",
-            args.member,
-            args.bootstrap_size
         );
     }
     if args.pod_ip.trim().is_empty() {
@@ -76,16 +205,14 @@ pub fn render_config(args: &MemberInitArgs, has_data: bool) -> anyhow::Result<Va
         args.member, args.peer_service, args.namespace
     );
     let listen = |port: i32| format!("http://{}:{port}", args.pod_ip);
-    let initial_cluster = (0..args.bootstrap_size)
-        .map(|i| {
-            let member = naming::member(&args.cluster, i);
-            format!(
-                "{member}=http://{member}.{}.{}.svc:{PEER_PORT}",
-                args.peer_service, args.namespace
-            )
-        })
-        .collect::<Vec<_>>()
-        .join(",");
+    let (initial_cluster, state) = match start {
+        Start::Bootstrap { initial_cluster } => (initial_cluster, "new"),
+        // With data present etcd ignores the initial-* settings; "existing"
+        // documents that this member is not bootstrapping.
+        Start::Restart { initial_cluster } | Start::Join { initial_cluster } => {
+            (initial_cluster, "existing")
+        }
+    };
     Ok(json!({
         "name": args.member,
         "data-dir": args.data_dir,
@@ -95,9 +222,7 @@ pub fn render_config(args: &MemberInitArgs, has_data: bool) -> anyhow::Result<Va
         "initial-advertise-peer-urls": format!("http://{host}:{PEER_PORT}"),
         "advertise-client-urls": format!("http://{host}:{CLIENT_PORT}"),
         "initial-cluster": initial_cluster,
-        // With data present etcd ignores the initial-* settings; "existing"
-        // documents that this member is not bootstrapping.
-        "initial-cluster-state": if has_data { "existing" } else { "new" },
+        "initial-cluster-state": state,
         "initial-cluster-token": args.initial_cluster_token,
         "quota-backend-bytes": args.quota_backend_bytes,
         "auto-compaction-mode": args.auto_compaction_mode,
@@ -113,6 +238,7 @@ pub fn render_config(args: &MemberInitArgs, has_data: bool) -> anyhow::Result<Va
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cluster::membership_record::RecordedMember;
     use std::path::PathBuf;
 
     fn args(member: &str) -> MemberInitArgs {
@@ -129,19 +255,33 @@ mod tests {
             quota_backend_bytes: 1024,
             auto_compaction_mode: "periodic".into(),
             auto_compaction_retention: "1h".into(),
+            members_file: None,
+            termination_log: PathBuf::from("/dev/null"),
         }
     }
 
+    fn recorded(ordinal: i32, started: bool) -> RecordedMember {
+        RecordedMember {
+            name: format!("orders-{ordinal}"),
+            peer_url: format!("http://orders-{ordinal}.orders-peer.shop.svc:2380"),
+            started,
+        }
+    }
+
+    fn record(state: ClusterState, members: Vec<RecordedMember>) -> MembershipRecord {
+        MembershipRecord { state, members }
+    }
+
+    const THREE: &str = "orders-0=http://orders-0.orders-peer.shop.svc:2380,orders-1=http://orders-1.orders-peer.shop.svc:2380,orders-2=http://orders-2.orders-peer.shop.svc:2380";
+
     #[test]
     fn a_fresh_initial_member_bootstraps_with_the_full_member_list() {
-        let config = render_config(&args("orders-1"), false).unwrap_or_default();
+        let start = decide(&args("orders-1"), false, None).unwrap_or_else(|e| panic!("{e}"));
+        let config = render_config(&args("orders-1"), &start).unwrap_or_default();
         assert_eq!(config["name"], "orders-1");
         assert_eq!(config["initial-cluster-state"], "new");
         assert_eq!(config["initial-cluster-token"], "shop-orders-uid1");
-        assert_eq!(
-            config["initial-cluster"],
-            "orders-0=http://orders-0.orders-peer.shop.svc:2380,orders-1=http://orders-1.orders-peer.shop.svc:2380,orders-2=http://orders-2.orders-peer.shop.svc:2380"
-        );
+        assert_eq!(config["initial-cluster"], THREE);
         assert_eq!(config["listen-client-urls"], "http://10.0.0.7:2379");
         assert_eq!(config["listen-peer-urls"], "http://10.0.0.7:2380");
         assert_eq!(config["listen-metrics-urls"], "http://10.0.0.7:2381");
@@ -157,24 +297,95 @@ mod tests {
     }
 
     #[test]
-    fn a_member_with_data_restarts_as_existing() {
-        let config = render_config(&args("orders-2"), true).unwrap_or_default();
+    fn the_record_decides_bootstrap_and_join() {
+        let new = record(
+            ClusterState::New,
+            (0..3).map(|i| recorded(i, false)).collect(),
+        );
+        assert_eq!(
+            decide(&args("orders-2"), false, Some(&new)),
+            Ok(Start::Bootstrap {
+                initial_cluster: THREE.into()
+            })
+        );
+        let mut members: Vec<_> = (0..3).map(|i| recorded(i, true)).collect();
+        members.push(recorded(3, false));
+        let existing = record(ClusterState::Existing, members);
+        let Ok(start) = decide(&args("orders-3"), false, Some(&existing)) else {
+            panic!("a listed learner joins");
+        };
+        let config = render_config(&args("orders-3"), &start).unwrap_or_default();
         assert_eq!(config["initial-cluster-state"], "existing");
+        assert!(
+            config["initial-cluster"]
+                .as_str()
+                .unwrap_or_default()
+                .ends_with("orders-3=http://orders-3.orders-peer.shop.svc:2380")
+        );
     }
 
     #[test]
-    fn a_member_outside_the_initial_set_never_bootstraps() {
-        let err = render_config(&args("orders-3"), false)
-            .err()
-            .map(|e| e.to_string())
-            .unwrap_or_default();
-        assert!(err.contains("not one of the 3 initial members"), "{err}");
-        // With data it is an old member restarting: fine.
-        assert!(render_config(&args("orders-3"), true).is_ok());
+    fn a_member_that_ran_before_but_has_no_data_refuses_to_start() {
+        let existing = record(
+            ClusterState::Existing,
+            (0..3).map(|i| recorded(i, true)).collect(),
+        );
+        let refusal = decide(&args("orders-1"), false, Some(&existing));
+        assert_eq!(refusal, Err(Refusal::DataLost("orders-1".into())));
+        assert!(
+            refusal
+                .err()
+                .map(|r| r.to_string())
+                .unwrap_or_default()
+                .starts_with(DATA_LOST)
+        );
+        // With its data it restarts.
+        assert!(matches!(
+            decide(&args("orders-1"), true, Some(&existing)),
+            Ok(Start::Restart { .. })
+        ));
+    }
+
+    #[test]
+    fn a_member_not_yet_added_waits() {
+        let existing = record(
+            ClusterState::Existing,
+            (0..3).map(|i| recorded(i, true)).collect(),
+        );
+        assert_eq!(
+            decide(&args("orders-4"), false, Some(&existing)),
+            Err(Refusal::NotListed("orders-4".into()))
+        );
+    }
+
+    #[test]
+    fn without_a_record_members_outside_the_bootstrap_set_never_bootstrap() {
+        assert!(matches!(
+            decide(&args("orders-3"), false, None),
+            Err(Refusal::OutsideBootstrapSet { .. })
+        ));
+        assert!(matches!(
+            decide(&args("orders-3"), true, None),
+            Ok(Start::Restart { .. })
+        ));
+    }
+
+    #[test]
+    fn a_peer_url_mismatch_is_refused() {
+        let mut member = recorded(0, false);
+        member.peer_url = "http://elsewhere:2380".into();
+        let bad = record(ClusterState::New, vec![member]);
+        assert!(matches!(
+            decide(&args("orders-0"), false, Some(&bad)),
+            Err(Refusal::PeerUrlMismatch { .. })
+        ));
     }
 
     #[test]
     fn foreign_pod_names_are_rejected() {
-        assert!(render_config(&args("billing-0"), false).is_err());
+        let start = Start::Bootstrap {
+            initial_cluster: String::new(),
+        };
+        assert!(render_config(&args("billing-0"), &start).is_err());
     }
 }

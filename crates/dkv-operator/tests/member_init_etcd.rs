@@ -75,7 +75,7 @@ fn stop(member: &mut Member) {
 impl Cluster {
     fn new(minor: &str, base: u8) -> Self {
         let dir = tempfile::tempdir().unwrap();
-        let members: Vec<Member> = (0..3)
+        let members: Vec<Member> = (0..4)
             .map(|i| Member {
                 ip: member_ip(base, i),
                 data_dir: dir.path().join(format!("member-{i}/data")),
@@ -102,10 +102,15 @@ impl Cluster {
 
     /// Runs `dkv member-init` for member `i`, as its init container would.
     fn member_init(&self, i: usize) -> std::process::Output {
+        self.member_init_with(i, &[])
+    }
+
+    fn member_init_with(&self, i: usize, extra: &[String]) -> std::process::Output {
         let member = &self.members[i];
         Command::new(env!("CARGO_BIN_EXE_dkv"))
+            .arg("member-init")
+            .args(extra)
             .args([
-                "member-init",
                 &format!("--cluster={CLUSTER}"),
                 &format!("--peer-service={CLUSTER}-peer"),
                 "--bootstrap-size=3",
@@ -121,7 +126,11 @@ impl Cluster {
     }
 
     fn start(&mut self, i: usize) {
-        let init = self.member_init(i);
+        self.start_with(i, &[]);
+    }
+
+    fn start_with(&mut self, i: usize, extra: &[String]) {
+        let init = self.member_init_with(i, extra);
         assert!(
             init.status.success(),
             "member-init failed: {}",
@@ -152,6 +161,7 @@ impl Cluster {
     fn endpoints(&self) -> String {
         self.members
             .iter()
+            .filter(|m| m.process.is_some())
             .map(|m| format!("http://{}:2379", m.ip))
             .collect::<Vec<_>>()
             .join(",")
@@ -180,12 +190,13 @@ impl Cluster {
             let healthy = self
                 .members
                 .iter()
+                .filter(|m| m.process.is_some())
                 .all(|m| health(&m.ip).is_some_and(|body| body.contains("\"health\":\"true\"")));
             if healthy {
                 return;
             }
             if Instant::now() > deadline {
-                let logs: Vec<String> = (0..3)
+                let logs: Vec<String> = (0..4)
                     .map(|i| {
                         std::fs::read_to_string(self.dir.path().join(format!("member-{i}.log")))
                             .unwrap_or_default()
@@ -279,4 +290,107 @@ fn etcd_3_5_members_configured_by_member_init_form_a_cluster() {
 #[test]
 fn etcd_3_4_members_configured_by_member_init_form_a_cluster() {
     forms_a_cluster_and_survives_a_member_restart("3.4", 1);
+}
+
+fn write_record(cluster: &Cluster, state: &str, started: &[(usize, bool)]) -> PathBuf {
+    let members: Vec<serde_json::Value> = started
+        .iter()
+        .map(|(i, started)| {
+            serde_json::json!({
+                "name": format!("{CLUSTER}-{i}"),
+                "peerURL": format!("http://{CLUSTER}-{i}.{CLUSTER}-peer.{NAMESPACE}.svc:2380"),
+                "started": started,
+            })
+        })
+        .collect();
+    let path = cluster.dir.path().join("members.json");
+    std::fs::write(
+        &path,
+        serde_json::json!({"state": state, "members": members}).to_string(),
+    )
+    .unwrap();
+    path
+}
+
+/// Scale-up the way the operator drives it: add a learner, list it in the
+/// membership record, start its pod (member-init joins `existing`), promote.
+/// Then a member whose volume was wiped refuses to start and says why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_membership_record_drives_joins_and_refuses_lost_members() {
+    use dkv_etcd::{EtcdAdmin, GrpcAdmin};
+
+    let mut cluster = Cluster::new("3.5", 2);
+    let record = write_record(&cluster, "new", &[(0, false), (1, false), (2, false)]);
+    let members_file = format!("--members-file={}", record.display());
+    for i in 0..3 {
+        cluster.start_with(i, std::slice::from_ref(&members_file));
+    }
+    cluster.wait_healthy(Duration::from_secs(30));
+
+    let endpoints: Vec<String> = (0..3)
+        .map(|i| format!("http://{}:2379", cluster.members[i].ip))
+        .collect();
+    let admin = GrpcAdmin::new(endpoints, Duration::from_secs(3));
+    let peer = format!("http://{CLUSTER}-3.{CLUSTER}-peer.{NAMESPACE}.svc:2380");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let learner = loop {
+        match admin.add_learner(std::slice::from_ref(&peer)).await {
+            Ok(m) => break m,
+            Err(e) if e.is_retryable() && Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(300)).await
+            }
+            Err(e) => panic!("add learner: {e}"),
+        }
+    };
+    write_record(
+        &cluster,
+        "existing",
+        &[(0, true), (1, true), (2, true), (3, false)],
+    );
+    let init = cluster.member_init_with(3, std::slice::from_ref(&members_file));
+    assert!(
+        String::from_utf8_lossy(&init.stderr).contains("joins the existing cluster"),
+        "{}",
+        String::from_utf8_lossy(&init.stderr)
+    );
+    cluster.start_with(3, std::slice::from_ref(&members_file));
+    loop {
+        match admin.promote(learner.id).await {
+            Ok(()) => break,
+            Err(e) if e.is_retryable() && Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(300)).await
+            }
+            Err(e) => panic!("promote: {e}"),
+        }
+    }
+    cluster.wait_healthy(Duration::from_secs(30));
+    let members = admin.member_list().await.unwrap();
+    assert_eq!(members.len(), 4);
+    assert!(
+        members.iter().all(|m| !m.is_learner && m.has_started()),
+        "{members:?}"
+    );
+
+    // Member 1 loses its volume.
+    stop(&mut cluster.members[1]);
+    std::fs::remove_dir_all(&cluster.members[1].data_dir).unwrap();
+    write_record(
+        &cluster,
+        "existing",
+        &[(0, true), (1, true), (2, true), (3, true)],
+    );
+    let termination = cluster.dir.path().join("termination-log");
+    let refused = cluster.member_init_with(
+        1,
+        &[
+            members_file.clone(),
+            format!("--termination-log={}", termination.display()),
+        ],
+    );
+    assert!(
+        !refused.status.success(),
+        "a member without its data must not start"
+    );
+    let message = std::fs::read_to_string(&termination).unwrap();
+    assert!(message.starts_with("dkv:data-lost"), "{message}");
 }

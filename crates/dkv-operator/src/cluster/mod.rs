@@ -14,6 +14,7 @@ pub mod dereference;
 pub mod diff;
 pub mod error;
 pub mod membership;
+pub mod membership_record;
 pub mod naming;
 pub mod plan;
 pub mod status;
