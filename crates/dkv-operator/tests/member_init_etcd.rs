@@ -394,3 +394,61 @@ async fn the_membership_record_drives_joins_and_refuses_lost_members() {
     let message = std::fs::read_to_string(&termination).unwrap();
     assert!(message.starts_with("dkv:data-lost"), "{message}");
 }
+
+/// The operator's view of a real cluster: ordinals, one leader, health —
+/// and a killed member seen as unhealthy while the others still answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_operator_observes_real_members_by_pod_ip() {
+    use dkv_operator::cluster::observe_members::{member_pods, observe_members};
+    use std::sync::Arc;
+
+    let mut cluster = Cluster::new("3.5", 3);
+    for i in 0..3 {
+        cluster.start(i);
+    }
+    cluster.wait_healthy(Duration::from_secs(30));
+    let pods: Vec<Arc<k8s_openapi::api::core::v1::Pod>> = (0..3)
+        .map(|i| {
+            Arc::new(
+                serde_json::from_value(serde_json::json!({
+                    "metadata": {"name": format!("{CLUSTER}-{i}"), "namespace": NAMESPACE},
+                    "spec": {"containers": [{"name": "etcd", "image": "registry.k8s.io/etcd:3.5.16-0"}]},
+                    "status": {"podIP": cluster.members[i].ip, "conditions": [{"type": "Ready", "status": "True"}]}
+                }))
+                .unwrap(),
+            )
+        })
+        .collect();
+    let views = member_pods(CLUSTER, &pods);
+    let endpoints: Vec<String> = views.iter().filter_map(|p| p.endpoint.clone()).collect();
+    let admin = dkv_etcd::GrpcAdmin::new(endpoints, Duration::from_secs(2));
+
+    let observed = observe_members(CLUSTER, &admin, &views).await.unwrap();
+    assert_eq!(
+        observed.iter().map(|m| m.ordinal).collect::<Vec<_>>(),
+        vec![0, 1, 2]
+    );
+    assert!(
+        observed
+            .iter()
+            .all(|m| m.healthy && m.started && !m.learner),
+        "{observed:?}"
+    );
+    assert_eq!(observed.iter().filter(|m| m.leader).count(), 1);
+    assert!(
+        observed
+            .iter()
+            .all(|m| m.version == Some(dkv_operator::etcd_version::EtcdVersion::new(3, 5, 16)))
+    );
+
+    stop(&mut cluster.members[2]);
+    let started = Instant::now();
+    let observed = observe_members(CLUSTER, &admin, &views).await.unwrap();
+    assert!(!observed[2].healthy, "{observed:?}");
+    assert!(observed[0].healthy && observed[1].healthy);
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "one dead member costs one deadline: {:?}",
+        started.elapsed()
+    );
+}

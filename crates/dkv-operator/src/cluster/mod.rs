@@ -16,6 +16,7 @@ pub mod error;
 pub mod membership;
 pub mod membership_record;
 pub mod naming;
+pub mod observe_members;
 pub mod plan;
 pub mod status;
 pub mod validate;

@@ -1,0 +1,251 @@
+//! Turns what the member pods and etcd report into the planner's
+//! [`Observation`](super::membership::Observation).
+//!
+//! The operator reaches members at their pod IPs (`http://<podIP>:2379`):
+//! the peer DNS names members advertise resolve only inside the cluster
+//! network, while pod IPs are reachable from the operator both in-cluster
+//! and in local mode. Every etcd call is bounded by the admin's deadline, and
+//! members are queried concurrently, so one dead member costs one timeout,
+//! not one per member.
+
+use std::sync::Arc;
+
+use dkv_etcd::{EtcdAdmin, Member};
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+
+use super::membership::{ObservedMember, ObservedPod};
+use super::naming::{self, CLIENT_PORT};
+use crate::etcd_version::EtcdVersion;
+use crate::member_init::DATA_LOST;
+
+/// A member pod with the endpoint the operator reaches it at.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemberPod {
+    pub view: ObservedPod,
+    /// `http://<podIP>:2379`, once the pod has an IP.
+    pub endpoint: Option<String>,
+}
+
+/// The member pods of `cluster` among `pods`, by ordinal.
+pub fn member_pods(cluster: &str, pods: &[Arc<Pod>]) -> Vec<MemberPod> {
+    let mut out: Vec<MemberPod> = pods
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter_map(|pod| {
+            let ordinal = naming::ordinal_of(cluster, &pod.name_any())?;
+            let status = pod.status.as_ref();
+            let ready = status
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+            let version = pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.containers.iter().find(|c| c.name == "etcd"))
+                .and_then(|c| c.image.as_deref())
+                .and_then(EtcdVersion::from_image);
+            let endpoint = status
+                .and_then(|s| s.pod_ip.as_deref())
+                .filter(|ip| !ip.is_empty())
+                .map(|ip| format!("http://{ip}:{CLIENT_PORT}"));
+            Some(MemberPod {
+                view: ObservedPod {
+                    ordinal,
+                    ready,
+                    data_lost: reports_data_lost(pod),
+                    version,
+                },
+                endpoint,
+            })
+        })
+        .collect();
+    out.sort_by_key(|p| p.view.ordinal);
+    out
+}
+
+/// Whether member-init refused to start this member because its data is
+/// gone (its termination message, current or last).
+fn reports_data_lost(pod: &Pod) -> bool {
+    let Some(statuses) = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.init_container_statuses.as_ref())
+    else {
+        return false;
+    };
+    statuses
+        .iter()
+        .filter(|s| s.name == "member-init")
+        .any(|s| {
+            [s.state.as_ref(), s.last_state.as_ref()]
+                .into_iter()
+                .flatten()
+                .filter_map(|state| state.terminated.as_ref())
+                .any(|t| {
+                    t.message
+                        .as_deref()
+                        .is_some_and(|m| m.starts_with(DATA_LOST))
+                })
+        })
+}
+
+/// The ordinal of a member, from its name or (for a learner that has not
+/// started, whose name etcd does not know yet) from its peer URL's host.
+fn ordinal_of_member(cluster: &str, member: &Member) -> Option<i32> {
+    if let Some(ordinal) = naming::ordinal_of(cluster, &member.name) {
+        return Some(ordinal);
+    }
+    member.peer_urls.iter().find_map(|url| {
+        let host = url.split("://").nth(1)?.split([':', '/']).next()?;
+        naming::ordinal_of(cluster, host.split('.').next()?)
+    })
+}
+
+/// Asks etcd for the member list (through any reachable member) and each
+/// member for its status. `None` when no member answers at all.
+pub async fn observe_members(
+    cluster: &str,
+    admin: &dyn EtcdAdmin,
+    pods: &[MemberPod],
+) -> Option<Vec<ObservedMember>> {
+    let list = admin.member_list().await.ok()?;
+    let statuses = futures::future::join_all(list.iter().map(|member| async move {
+        let ordinal = ordinal_of_member(cluster, member);
+        let endpoint =
+            ordinal.and_then(|o| pods.iter().find(|p| p.view.ordinal == o)?.endpoint.clone());
+        let status = match &endpoint {
+            Some(endpoint) if member.has_started() => admin.status(endpoint).await.ok(),
+            _ => None,
+        };
+        (member, ordinal, status)
+    }))
+    .await;
+
+    let mut observed: Vec<ObservedMember> = statuses
+        .into_iter()
+        .filter_map(|(member, ordinal, status)| {
+            // A member whose name and peer URL both belong to no pod of this
+            // cluster is not ours to manage; the planner only sees ours.
+            let ordinal = ordinal?;
+            let healthy = status
+                .as_ref()
+                .is_some_and(|s| s.errors.is_empty() && s.leader.0 != 0);
+            Some(ObservedMember {
+                id: member.id.0,
+                ordinal,
+                learner: member.is_learner,
+                started: member.has_started(),
+                healthy,
+                leader: status.as_ref().is_some_and(|s| s.leader == member.id),
+                raft_index: status.as_ref().map_or(0, |s| s.raft_index),
+                version: status.as_ref().and_then(|s| EtcdVersion::parse(&s.version)),
+            })
+        })
+        .collect();
+    observed.sort_by_key(|m| m.ordinal);
+    Some(observed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dkv_etcd::FakeEtcd;
+
+    fn pod(name: &str, ip: &str, ready: bool) -> Arc<Pod> {
+        let value = serde_json::json!({
+            "metadata": {"name": name, "namespace": "shop"},
+            "spec": {"containers": [{"name": "etcd", "image": "registry.k8s.io/etcd:3.5.16-0"}]},
+            "status": {
+                "podIP": ip,
+                "conditions": [{"type": "Ready", "status": if ready { "True" } else { "False" }}],
+            }
+        });
+        Arc::new(serde_json::from_value(value).unwrap_or_default())
+    }
+
+    fn block_on<F: Future>(f: F) -> F::Output {
+        match tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        {
+            Ok(rt) => rt.block_on(f),
+            Err(err) => panic!("runtime: {err}"),
+        }
+    }
+
+    #[test]
+    fn pods_are_read_by_ordinal_with_their_endpoint() {
+        let pods = vec![
+            pod("orders-1", "10.0.0.2", true),
+            pod("orders-0", "10.0.0.1", false),
+            pod("other-0", "10.0.0.9", true),
+        ];
+        let views = member_pods("orders", &pods);
+        assert_eq!(views.len(), 2);
+        assert_eq!(views[0].view.ordinal, 0);
+        assert!(!views[0].view.ready);
+        assert_eq!(views[1].endpoint.as_deref(), Some("http://10.0.0.2:2379"));
+        assert_eq!(views[1].view.version, Some(EtcdVersion::new(3, 5, 16)));
+    }
+
+    #[test]
+    fn a_data_loss_refusal_is_read_from_the_init_container() {
+        let mut p = (*pod("orders-1", "10.0.0.2", false)).clone();
+        let status: k8s_openapi::api::core::v1::ContainerStatus = serde_json::from_value(serde_json::json!({
+            "name": "member-init", "image": "dkv", "imageID": "", "ready": false, "restartCount": 2,
+            "lastState": {"terminated": {"exitCode": 1, "message": "dkv:data-lost: member orders-1 has run before"}}
+        }))
+        .unwrap_or_else(|e| panic!("{e}"));
+        if let Some(s) = p.status.as_mut() {
+            s.init_container_statuses = Some(vec![status]);
+        }
+        let views = member_pods("orders", &[Arc::new(p)]);
+        assert!(views[0].view.data_lost);
+    }
+
+    #[test]
+    fn members_map_to_ordinals_with_health_and_leadership() {
+        // The fake's members answer at http://<name>:2379: give pods those "IPs".
+        let etcd = FakeEtcd::with_members(&["orders-0", "orders-1", "orders-2"], "3.5.16");
+        let pods: Vec<Arc<Pod>> = (0..3)
+            .map(|i| pod(&format!("orders-{i}"), &format!("orders-{i}"), true))
+            .collect();
+        let views = member_pods("orders", &pods);
+        etcd.set_healthy("orders-2", false);
+        let observed = block_on(observe_members("orders", &etcd, &views)).unwrap_or_default();
+        assert_eq!(
+            observed.iter().map(|m| m.ordinal).collect::<Vec<_>>(),
+            vec![0, 1, 2]
+        );
+        assert!(observed[0].leader && observed[0].healthy);
+        assert!(!observed[1].leader && observed[1].healthy);
+        assert!(!observed[2].healthy, "an unreachable member is unhealthy");
+        assert_eq!(observed[0].version, Some(EtcdVersion::new(3, 5, 16)));
+    }
+
+    #[test]
+    fn an_unstarted_learner_is_placed_by_its_peer_url() {
+        let etcd = FakeEtcd::with_members(&["orders-0"], "3.5.16");
+        let learner =
+            block_on(etcd.add_learner(&["http://orders-1.orders-peer.shop.svc:2380".to_owned()]));
+        assert!(learner.is_ok());
+        let views = member_pods("orders", &[pod("orders-0", "orders-0", true)]);
+        let observed = block_on(observe_members("orders", &etcd, &views)).unwrap_or_default();
+        assert_eq!(observed.len(), 2);
+        assert_eq!(observed[1].ordinal, 1);
+        assert!(observed[1].learner && !observed[1].started && !observed[1].healthy);
+    }
+
+    #[test]
+    fn no_answer_means_no_membership() {
+        let etcd = FakeEtcd::with_members(&["orders-0", "orders-1", "orders-2"], "3.5.16");
+        etcd.set_healthy("orders-1", false);
+        etcd.set_healthy("orders-2", false);
+        let views = member_pods("orders", &[]);
+        assert_eq!(
+            block_on(observe_members("orders", &etcd, &views)),
+            None,
+            "no quorum: the member list fails"
+        );
+    }
+}
