@@ -69,6 +69,14 @@ pub enum Error {
         source: kube::Error,
     },
 
+    #[error("etcd refused {step} for member {member}: {source}")]
+    Etcd {
+        step: &'static str,
+        member: String,
+        #[source]
+        source: dkv_etcd::Error,
+    },
+
     #[error("finalizer: {0}")]
     Finalizer(#[source] Box<finalizer::Error<Error>>),
 
@@ -98,6 +106,11 @@ impl Error {
         match self {
             Error::InvalidSpec(_) | Error::MissingNamespace => Category::Permanent,
             Error::CacheNotReady { .. } => Category::Waiting,
+            // etcd asking to wait (cluster settling, learner catching up) is
+            // expected mid-operation; anything else is retried with backoff
+            // and reported, never given up on (the step is pinned).
+            Error::Etcd { source, .. } if source.is_waiting() => Category::Waiting,
+            Error::Etcd { .. } => Category::Transient,
             Error::Apply { source, .. }
             | Error::Delete { source, .. }
             | Error::Status { source, .. }
@@ -121,7 +134,7 @@ impl Error {
         match self {
             Error::InvalidSpec(_) | Error::MissingNamespace => "validate",
             Error::CacheNotReady { .. } => "dereference",
-            Error::Apply { .. } | Error::Delete { .. } => "apply",
+            Error::Apply { .. } | Error::Delete { .. } | Error::Etcd { .. } => "apply",
             Error::Status { .. } => "status",
             Error::Cleanup { .. } => "cleanup",
             Error::Finalizer(inner) => match inner.as_ref() {

@@ -83,8 +83,9 @@ pub enum Step {
     SetReplicas(i32),
     /// Promote a caught-up learner.
     Promote { id: u64, ordinal: i32 },
-    /// Transfer leadership from `from` to `to` (member IDs).
-    MoveLeader { from: u64, to: u64 },
+    /// Transfer leadership from `from` (member `from_ordinal`, the leader)
+    /// to `to` (member IDs).
+    MoveLeader { from: u64, from_ordinal: i32, to: u64 },
     /// Remove a member from etcd.
     RemoveMember { id: u64, ordinal: i32 },
     /// Delete the PVC of a removed member (its data is stale).
@@ -618,7 +619,7 @@ mod tests {
             kind: OperationKind::RemoveMember,
             ordinal: 2,
         });
-        assert_eq!(next_step(&obs), Step::MoveLeader { from: 102, to: 101 });
+        assert_eq!(next_step(&obs), Step::MoveLeader { from: 102, from_ordinal: 2, to: 101 });
         obs.members.as_mut().unwrap()[2].leader = false;
         obs.members.as_mut().unwrap()[1].leader = true;
         assert_eq!(
@@ -671,7 +672,7 @@ mod tests {
             ordinal: 0,
         });
         // Equally caught-up followers: the lowest ordinal takes over.
-        assert_eq!(next_step(&obs), Step::MoveLeader { from: 100, to: 101 });
+        assert_eq!(next_step(&obs), Step::MoveLeader { from: 100, from_ordinal: 0, to: 101 });
     }
 
     #[test]

@@ -13,6 +13,7 @@ pub mod context;
 pub mod dereference;
 pub mod diff;
 pub mod error;
+pub mod execute;
 pub mod membership;
 pub mod membership_record;
 pub mod naming;

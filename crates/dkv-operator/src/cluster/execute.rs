@@ -1,0 +1,195 @@
+//! Carries out one membership [`Step`] chosen by the planner: etcd calls
+//! through [`EtcdAdmin`], and the pod and volume deletions that follow them.
+//!
+//! `Begin`, `Finish`, `SetReplicas`, `Wait` and `Converged` are not executed
+//! here: pinning lives in status, replicas in the built StatefulSet.
+
+use dkv_etcd::{EtcdAdmin, MemberId};
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+use kube::Client;
+use kube::api::{Api, DeleteParams};
+use tracing::info;
+
+use super::build::statefulset::DATA_VOLUME;
+use super::error::{Error, Result};
+use super::membership::Step;
+use super::naming;
+use super::observe_members::MemberPod;
+
+/// Where a step acts.
+pub struct Target<'a> {
+    pub client: &'a Client,
+    pub admin: &'a dyn EtcdAdmin,
+    pub namespace: &'a str,
+    pub cluster: &'a str,
+    pub pods: &'a [MemberPod],
+}
+
+/// Name of the PVC the StatefulSet created for `ordinal`.
+pub fn volume_claim(cluster: &str, ordinal: i32) -> String {
+    format!("{DATA_VOLUME}-{}-{ordinal}", naming::statefulset(cluster))
+}
+
+/// Executes `step`; returns whether it did anything.
+pub async fn execute(step: &Step, target: &Target<'_>) -> Result<bool> {
+    let etcd_error = |step: &'static str, member: String| move |source| Error::Etcd { step, member, source };
+    match step {
+        Step::AddLearner { ordinal } => {
+            let peer = naming::member_peer_url(target.cluster, target.namespace, *ordinal);
+            let member = target
+                .admin
+                .add_learner(std::slice::from_ref(&peer))
+                .await
+                .map_err(etcd_error("add learner", naming::member(target.cluster, *ordinal)))?;
+            info!(member = %naming::member(target.cluster, *ordinal), id = %member.id, "added learner");
+        }
+        Step::Promote { id, ordinal } => {
+            target
+                .admin
+                .promote(MemberId(*id))
+                .await
+                .map_err(etcd_error("promote", naming::member(target.cluster, *ordinal)))?;
+            info!(member = %naming::member(target.cluster, *ordinal), "promoted learner to voter");
+        }
+        Step::MoveLeader { from, from_ordinal, to } => {
+            // Only the leader can hand leadership over: call it directly.
+            let endpoint = target
+                .pods
+                .iter()
+                .find(|p| p.view.ordinal == *from_ordinal)
+                .and_then(|p| p.endpoint.clone())
+                .ok_or_else(|| Error::Etcd {
+                    step: "move leader",
+                    member: naming::member(target.cluster, *from_ordinal),
+                    source: dkv_etcd::Error::Unavailable {
+                        operation: "move leader",
+                        message: "the leader's pod has no IP".to_owned(),
+                    },
+                })?;
+            target
+                .admin
+                .move_leader(&endpoint, MemberId(*to))
+                .await
+                .map_err(etcd_error("move leader", naming::member(target.cluster, *from_ordinal)))?;
+            info!(from = %MemberId(*from), to = %MemberId(*to), "moved leadership");
+        }
+        Step::RemoveMember { id, ordinal } => {
+            target
+                .admin
+                .remove(MemberId(*id))
+                .await
+                .map_err(etcd_error("remove member", naming::member(target.cluster, *ordinal)))?;
+            info!(member = %naming::member(target.cluster, *ordinal), "removed member");
+        }
+        Step::DeleteVolume { ordinal } => {
+            let name = volume_claim(target.cluster, *ordinal);
+            delete::<PersistentVolumeClaim>(target, &name, "PersistentVolumeClaim").await?;
+            info!(%name, "deleted the removed member's volume");
+        }
+        Step::RestartPod { ordinal } => {
+            let name = naming::member(target.cluster, *ordinal);
+            delete::<Pod>(target, &name, "Pod").await?;
+            info!(%name, "restarted member pod");
+        }
+        Step::Begin(_) | Step::Finish(_) | Step::SetReplicas(_) | Step::Wait(_) | Step::Converged => return Ok(false),
+    }
+    Ok(true)
+}
+
+async fn delete<K>(target: &Target<'_>, name: &str, kind: &'static str) -> Result<()>
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+{
+    let api: Api<K> = Api::namespaced(target.client.clone(), target.namespace);
+    match api.delete(name, &DeleteParams::default()).await {
+        Ok(_) => Ok(()),
+        // Already gone: the step's goal holds.
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+        Err(source) => Err(Error::Delete {
+            kind,
+            name: name.to_owned(),
+            source,
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::membership::ObservedPod;
+    use dkv_etcd::FakeEtcd;
+
+    fn pods(n: i32) -> Vec<MemberPod> {
+        (0..n)
+            .map(|i| MemberPod {
+                view: ObservedPod {
+                    ordinal: i,
+                    ready: true,
+                    data_lost: false,
+                    version: None,
+                },
+                endpoint: Some(format!("http://orders-{i}:2379")),
+            })
+            .collect()
+    }
+
+    async fn run(step: Step, etcd: &FakeEtcd) -> Result<bool> {
+        // etcd steps never touch the API: a client to nowhere is enough.
+        let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap_or_else(|_| unreachable!()));
+        let client = Client::try_from(config).unwrap_or_else(|e| panic!("{e}"));
+        let pods = pods(3);
+        let target = Target {
+            client: &client,
+            admin: etcd,
+            namespace: "shop",
+            cluster: "orders",
+            pods: &pods,
+        };
+        execute(&step, &target).await
+    }
+
+    #[tokio::test]
+    async fn etcd_steps_make_the_matching_calls() {
+        let etcd = FakeEtcd::with_members(&["orders-0", "orders-1", "orders-2"], "3.5.16");
+        let ids: Vec<u64> = etcd.members().iter().map(|m| m.id.0).collect();
+        assert!(matches!(run(Step::AddLearner { ordinal: 3 }, &etcd).await, Ok(true)));
+        let learner = etcd.members()[3].id.0;
+        // Not caught up yet: etcd says wait, and so does the error category.
+        let err = run(Step::Promote { id: learner, ordinal: 3 }, &etcd).await.err();
+        assert_eq!(err.map(|e| e.category()), Some(crate::cluster::error::Category::Waiting));
+        etcd.start_and_catch_up("http://orders-3.orders-peer.shop.svc:2380", "orders-3");
+        assert!(matches!(run(Step::Promote { id: learner, ordinal: 3 }, &etcd).await, Ok(true)));
+        assert!(matches!(
+            run(Step::MoveLeader { from: ids[0], from_ordinal: 0, to: ids[1] }, &etcd).await,
+            Ok(true)
+        ));
+        assert_eq!(etcd.leader().map(|l| l.0), Some(ids[1]));
+        assert!(matches!(run(Step::RemoveMember { id: learner, ordinal: 3 }, &etcd).await, Ok(true)));
+        assert_eq!(
+            etcd.calls(),
+            vec![
+                "add learner http://orders-3.orders-peer.shop.svc:2380".to_owned(),
+                format!("promote {:x}", learner),
+                format!("promote {:x}", learner),
+                format!("move leader http://orders-0:2379 -> {:x}", ids[1]),
+                format!("remove {:x}", learner),
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn bookkeeping_steps_do_nothing_here() {
+        let etcd = FakeEtcd::with_members(&["orders-0"], "3.5.16");
+        assert!(matches!(run(Step::SetReplicas(3), &etcd).await, Ok(false)));
+        assert!(matches!(run(Step::Converged, &etcd).await, Ok(false)));
+        assert!(etcd.calls().is_empty());
+    }
+
+    #[test]
+    fn volume_claims_follow_the_statefulset_naming() {
+        assert_eq!(volume_claim("orders", 4), "data-orders-4");
+    }
+}
