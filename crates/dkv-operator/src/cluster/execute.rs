@@ -32,7 +32,13 @@ pub fn volume_claim(cluster: &str, ordinal: i32) -> String {
 
 /// Executes `step`; returns whether it did anything.
 pub async fn execute(step: &Step, target: &Target<'_>) -> Result<bool> {
-    let etcd_error = |step: &'static str, member: String| move |source| Error::Etcd { step, member, source };
+    let etcd_error = |step: &'static str, member: String| {
+        move |source| Error::Etcd {
+            step,
+            member,
+            source,
+        }
+    };
     match step {
         Step::AddLearner { ordinal } => {
             let peer = naming::member_peer_url(target.cluster, target.namespace, *ordinal);
@@ -40,7 +46,10 @@ pub async fn execute(step: &Step, target: &Target<'_>) -> Result<bool> {
                 .admin
                 .add_learner(std::slice::from_ref(&peer))
                 .await
-                .map_err(etcd_error("add learner", naming::member(target.cluster, *ordinal)))?;
+                .map_err(etcd_error(
+                    "add learner",
+                    naming::member(target.cluster, *ordinal),
+                ))?;
             info!(member = %naming::member(target.cluster, *ordinal), id = %member.id, "added learner");
         }
         Step::Promote { id, ordinal } => {
@@ -48,10 +57,17 @@ pub async fn execute(step: &Step, target: &Target<'_>) -> Result<bool> {
                 .admin
                 .promote(MemberId(*id))
                 .await
-                .map_err(etcd_error("promote", naming::member(target.cluster, *ordinal)))?;
+                .map_err(etcd_error(
+                    "promote",
+                    naming::member(target.cluster, *ordinal),
+                ))?;
             info!(member = %naming::member(target.cluster, *ordinal), "promoted learner to voter");
         }
-        Step::MoveLeader { from, from_ordinal, to } => {
+        Step::MoveLeader {
+            from,
+            from_ordinal,
+            to,
+        } => {
             // Only the leader can hand leadership over: call it directly.
             let endpoint = target
                 .pods
@@ -70,7 +86,10 @@ pub async fn execute(step: &Step, target: &Target<'_>) -> Result<bool> {
                 .admin
                 .move_leader(&endpoint, MemberId(*to))
                 .await
-                .map_err(etcd_error("move leader", naming::member(target.cluster, *from_ordinal)))?;
+                .map_err(etcd_error(
+                    "move leader",
+                    naming::member(target.cluster, *from_ordinal),
+                ))?;
             info!(from = %MemberId(*from), to = %MemberId(*to), "moved leadership");
         }
         Step::RemoveMember { id, ordinal } => {
@@ -78,7 +97,10 @@ pub async fn execute(step: &Step, target: &Target<'_>) -> Result<bool> {
                 .admin
                 .remove(MemberId(*id))
                 .await
-                .map_err(etcd_error("remove member", naming::member(target.cluster, *ordinal)))?;
+                .map_err(etcd_error(
+                    "remove member",
+                    naming::member(target.cluster, *ordinal),
+                ))?;
             info!(member = %naming::member(target.cluster, *ordinal), "removed member");
         }
         Step::DeleteVolume { ordinal } => {
@@ -91,7 +113,11 @@ pub async fn execute(step: &Step, target: &Target<'_>) -> Result<bool> {
             delete::<Pod>(target, &name, "Pod").await?;
             info!(%name, "restarted member pod");
         }
-        Step::Begin(_) | Step::Finish(_) | Step::SetReplicas(_) | Step::Wait(_) | Step::Converged => return Ok(false),
+        Step::Begin(_)
+        | Step::Finish(_)
+        | Step::SetReplicas(_)
+        | Step::Wait(_)
+        | Step::Converged => return Ok(false),
     }
     Ok(true)
 }
@@ -138,7 +164,11 @@ mod tests {
 
     async fn run(step: Step, etcd: &FakeEtcd) -> Result<bool> {
         // etcd steps never touch the API: a client to nowhere is enough.
-        let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap_or_else(|_| unreachable!()));
+        let config = kube::Config::new(
+            "http://127.0.0.1:9"
+                .parse()
+                .unwrap_or_else(|_| unreachable!()),
+        );
         let client = Client::try_from(config).unwrap_or_else(|e| panic!("{e}"));
         let pods = pods(3);
         let target = Target {
@@ -155,19 +185,61 @@ mod tests {
     async fn etcd_steps_make_the_matching_calls() {
         let etcd = FakeEtcd::with_members(&["orders-0", "orders-1", "orders-2"], "3.5.16");
         let ids: Vec<u64> = etcd.members().iter().map(|m| m.id.0).collect();
-        assert!(matches!(run(Step::AddLearner { ordinal: 3 }, &etcd).await, Ok(true)));
+        assert!(matches!(
+            run(Step::AddLearner { ordinal: 3 }, &etcd).await,
+            Ok(true)
+        ));
         let learner = etcd.members()[3].id.0;
         // Not caught up yet: etcd says wait, and so does the error category.
-        let err = run(Step::Promote { id: learner, ordinal: 3 }, &etcd).await.err();
-        assert_eq!(err.map(|e| e.category()), Some(crate::cluster::error::Category::Waiting));
+        let err = run(
+            Step::Promote {
+                id: learner,
+                ordinal: 3,
+            },
+            &etcd,
+        )
+        .await
+        .err();
+        assert_eq!(
+            err.map(|e| e.category()),
+            Some(crate::cluster::error::Category::Waiting)
+        );
         etcd.start_and_catch_up("http://orders-3.orders-peer.shop.svc:2380", "orders-3");
-        assert!(matches!(run(Step::Promote { id: learner, ordinal: 3 }, &etcd).await, Ok(true)));
         assert!(matches!(
-            run(Step::MoveLeader { from: ids[0], from_ordinal: 0, to: ids[1] }, &etcd).await,
+            run(
+                Step::Promote {
+                    id: learner,
+                    ordinal: 3
+                },
+                &etcd
+            )
+            .await,
+            Ok(true)
+        ));
+        assert!(matches!(
+            run(
+                Step::MoveLeader {
+                    from: ids[0],
+                    from_ordinal: 0,
+                    to: ids[1]
+                },
+                &etcd
+            )
+            .await,
             Ok(true)
         ));
         assert_eq!(etcd.leader().map(|l| l.0), Some(ids[1]));
-        assert!(matches!(run(Step::RemoveMember { id: learner, ordinal: 3 }, &etcd).await, Ok(true)));
+        assert!(matches!(
+            run(
+                Step::RemoveMember {
+                    id: learner,
+                    ordinal: 3
+                },
+                &etcd
+            )
+            .await,
+            Ok(true)
+        ));
         assert_eq!(
             etcd.calls(),
             vec![

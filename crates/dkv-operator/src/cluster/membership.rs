@@ -85,7 +85,11 @@ pub enum Step {
     Promote { id: u64, ordinal: i32 },
     /// Transfer leadership from `from` (member `from_ordinal`, the leader)
     /// to `to` (member IDs).
-    MoveLeader { from: u64, from_ordinal: i32, to: u64 },
+    MoveLeader {
+        from: u64,
+        from_ordinal: i32,
+        to: u64,
+    },
     /// Remove a member from etcd.
     RemoveMember { id: u64, ordinal: i32 },
     /// Delete the PVC of a removed member (its data is stale).
@@ -619,7 +623,14 @@ mod tests {
             kind: OperationKind::RemoveMember,
             ordinal: 2,
         });
-        assert_eq!(next_step(&obs), Step::MoveLeader { from: 102, from_ordinal: 2, to: 101 });
+        assert_eq!(
+            next_step(&obs),
+            Step::MoveLeader {
+                from: 102,
+                from_ordinal: 2,
+                to: 101
+            }
+        );
         obs.members.as_mut().unwrap()[2].leader = false;
         obs.members.as_mut().unwrap()[1].leader = true;
         assert_eq!(
@@ -672,7 +683,14 @@ mod tests {
             ordinal: 0,
         });
         // Equally caught-up followers: the lowest ordinal takes over.
-        assert_eq!(next_step(&obs), Step::MoveLeader { from: 100, from_ordinal: 0, to: 101 });
+        assert_eq!(
+            next_step(&obs),
+            Step::MoveLeader {
+                from: 100,
+                from_ordinal: 0,
+                to: 101
+            }
+        );
     }
 
     #[test]
