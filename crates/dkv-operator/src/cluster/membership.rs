@@ -305,6 +305,7 @@ fn continue_operation(obs: &Observation, pinned: Pinned) -> Step {
                 Ok(()) => match (m.leader, obs.healthy_follower(m.id)) {
                     (true, Some(to)) => Step::MoveLeader {
                         from: m.id,
+                        from_ordinal: m.ordinal,
                         to: to.id,
                     },
                     _ => Step::RemoveMember { id: m.id, ordinal },
@@ -341,6 +342,7 @@ fn continue_operation(obs: &Observation, pinned: Pinned) -> Step {
                     Ok(()) => match (m.leader, obs.healthy_follower(m.id)) {
                         (true, Some(to)) => Step::MoveLeader {
                             from: m.id,
+                            from_ordinal: m.ordinal,
                             to: to.id,
                         },
                         _ => Step::RestartPod { ordinal },
