@@ -18,6 +18,7 @@ mod discovery;
 mod environment;
 mod field_set;
 mod garbage_collector;
+pub mod kubelet;
 mod list;
 mod managed_fields;
 pub mod meta;
@@ -40,5 +41,6 @@ mod typed;
 mod views;
 mod watch;
 mod webhook_client;
+pub mod workloads;
 
 pub use environment::{Environment, EnvironmentBuilder, Error};

@@ -146,7 +146,11 @@ pub async fn container_env(
         }
         vars.insert(k, v);
     };
-    set(&mut vars, "PATH".into(), super::sandbox::DEFAULT_PATH.into());
+    set(
+        &mut vars,
+        "PATH".into(),
+        super::sandbox::DEFAULT_PATH.into(),
+    );
     let hostname = facts
         .pod
         .spec
@@ -188,9 +192,13 @@ pub async fn container_env(
             expand(v, &vars)
         } else if let Some(from) = &e.value_from {
             if let Some(f) = &from.field_ref {
-                field_ref(facts, &f.field_path).ok_or_else(|| EnvError::Field(f.field_path.clone()))?
+                field_ref(facts, &f.field_path)
+                    .ok_or_else(|| EnvError::Field(f.field_path.clone()))?
             } else if let Some(r) = &from.config_map_key_ref {
-                match config_map(&cms, &r.name).await.and_then(|d| d.get(&r.key).cloned()) {
+                match config_map(&cms, &r.name)
+                    .await
+                    .and_then(|d| d.get(&r.key).cloned())
+                {
                     Some(v) => v,
                     None if r.optional == Some(true) => continue,
                     None => {
@@ -203,7 +211,10 @@ pub async fn container_env(
                     }
                 }
             } else if let Some(r) = &from.secret_key_ref {
-                match secret(&secrets, &r.name).await.and_then(|d| d.get(&r.key).cloned()) {
+                match secret(&secrets, &r.name)
+                    .await
+                    .and_then(|d| d.get(&r.key).cloned())
+                {
                     Some(v) => v,
                     None if r.optional == Some(true) => continue,
                     None => {

@@ -262,9 +262,18 @@ mod tests {
 
     #[test]
     fn globs() {
-        assert!(glob_match("registry.k8s.io/etcd:3.5.*", "registry.k8s.io/etcd:3.5.16-0"));
-        assert!(!glob_match("registry.k8s.io/etcd:3.5.*", "registry.k8s.io/etcd:3.4.16-0"));
-        assert!(glob_match("ghcr.io/dkv-io/dkv:*", "ghcr.io/dkv-io/dkv:test"));
+        assert!(glob_match(
+            "registry.k8s.io/etcd:3.5.*",
+            "registry.k8s.io/etcd:3.5.16-0"
+        ));
+        assert!(!glob_match(
+            "registry.k8s.io/etcd:3.5.*",
+            "registry.k8s.io/etcd:3.4.16-0"
+        ));
+        assert!(glob_match(
+            "ghcr.io/dkv-io/dkv:*",
+            "ghcr.io/dkv-io/dkv:test"
+        ));
         assert!(glob_match("a*b*c", "axxbyyc"));
         assert!(!glob_match("a*b*c", "axxbyy"));
         assert!(glob_match("exact", "exact"));
@@ -274,7 +283,11 @@ mod tests {
     fn defaults_resolve_etcd_and_dkv() {
         let map = ImageMap::defaults(Path::new("/bin/true"));
         let p = map
-            .resolve("registry.k8s.io/etcd:3.4.23-0", &["etcd".into()], &["--x".into()])
+            .resolve(
+                "registry.k8s.io/etcd:3.4.23-0",
+                &["etcd".into()],
+                &["--x".into()],
+            )
             .unwrap();
         assert_eq!(p.path, PathBuf::from("/usr/bin/etcd"));
         assert_eq!(p.args, vec!["--x".to_string()]);

@@ -151,14 +151,6 @@ where
     }
 }
 
-/// Namespace and name of an object, for cache lookups.
-pub fn key<K: Resource>(obj: &K) -> (String, String) {
-    (
-        obj.meta().namespace.clone().unwrap_or_default(),
-        obj.meta().name.clone().unwrap_or_default(),
-    )
-}
-
 pub fn get<K>(store: &Store<K>, namespace: &str, name: &str) -> Option<std::sync::Arc<K>>
 where
     K: Resource + Clone + 'static,

@@ -1,0 +1,57 @@
+//! Events about pods (Scheduled, Pulled, Started, Killing, BackOff, Unhealthy, ...), as `kubectl describe pod` shows.
+
+use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, Time};
+use kube::api::{Api, ObjectMeta, PostParams};
+
+/// Records an event in the background; failures only cost the event.
+pub fn record(
+    client: &kube::Client,
+    pod: &Pod,
+    container: Option<&str>,
+    warning: bool,
+    reason: &str,
+    message: String,
+    component: &str,
+) {
+    let ns = pod.metadata.namespace.clone().unwrap_or_default();
+    let name = pod.metadata.name.clone().unwrap_or_default();
+    let now = jiff::Timestamp::now();
+    let event = Event {
+        metadata: ObjectMeta {
+            generate_name: Some(format!("{name}.")),
+            namespace: Some(ns.clone()),
+            ..ObjectMeta::default()
+        },
+        involved_object: ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Pod".into()),
+            name: Some(name),
+            namespace: Some(ns.clone()),
+            uid: pod.metadata.uid.clone(),
+            resource_version: pod.metadata.resource_version.clone(),
+            field_path: container.map(|c| format!("spec.containers{{{c}}}")),
+        },
+        reason: Some(reason.into()),
+        message: Some(message),
+        type_: Some(if warning { "Warning" } else { "Normal" }.into()),
+        source: Some(EventSource {
+            component: Some(component.into()),
+            host: Some(super::NODE_NAME.into()),
+        }),
+        reporting_component: Some(component.into()),
+        reporting_instance: Some(super::NODE_NAME.into()),
+        first_timestamp: Some(Time(now)),
+        last_timestamp: Some(Time(now)),
+        event_time: Some(MicroTime(now)),
+        action: Some(reason.into()),
+        count: Some(1),
+        ..Event::default()
+    };
+    let api: Api<Event> = Api::namespaced(client.clone(), &ns);
+    tokio::spawn(async move {
+        if let Err(e) = api.create(&PostParams::default(), &event).await {
+            tracing::debug!(error = %e, "recording a pod event");
+        }
+    });
+}

@@ -1,0 +1,182 @@
+//! A user-space service proxy: each ClusterIP Service gets a loopback address on which every Service port listens and
+//! forwards connections to a ready endpoint, round-robin. Pods reach it by the Service's DNS name (see [`super::dns`]);
+//! the host reaches it at [`super::Kubelet::service_address`].
+//!
+//! The Service's own `clusterIP` is not routable on a machine without kube-proxy, hence a separate address.
+
+use std::collections::HashMap;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use k8s_openapi::api::core::v1::{Endpoints, Service};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinHandle;
+
+use super::Shared;
+use crate::workloads::informer::{get, run_loop};
+
+/// The listeners of one Service (aborted when dropped).
+struct Proxy {
+    ip: Ipv4Addr,
+    /// Service port → its listener task; re-created when the ports change.
+    ports: Vec<(i32, String, JoinHandle<()>)>,
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        for (_, _, t) in &self.ports {
+            t.abort();
+        }
+    }
+}
+
+fn wants_proxy(svc: &Service) -> bool {
+    let Some(spec) = &svc.spec else { return false };
+    spec.type_.as_deref() != Some("ExternalName")
+        && spec
+            .cluster_ip
+            .as_deref()
+            .is_some_and(|ip| ip != "None" && !ip.is_empty())
+}
+
+/// Keeps one proxy per ClusterIP Service.
+pub async fn run(shared: Arc<Shared>) {
+    let mut proxies: HashMap<(String, String), Proxy> = HashMap::new();
+    let changes = shared.caches.changes();
+    let shared2 = shared.clone();
+    run_loop(changes, move || {
+        let shared = shared2.clone();
+        let mut changed = false;
+        let services = shared.caches.services.state();
+        let mut live = std::collections::HashSet::new();
+        for svc in services.iter().filter(|s| wants_proxy(s)) {
+            let ns = svc.metadata.namespace.clone().unwrap_or_default();
+            let name = svc.metadata.name.clone().unwrap_or_default();
+            let key = (ns.clone(), name.clone());
+            live.insert(key.clone());
+            let ports: Vec<(i32, String)> = svc
+                .spec
+                .iter()
+                .flat_map(|s| s.ports.iter().flatten())
+                .filter(|p| p.protocol.as_deref().unwrap_or("TCP") == "TCP")
+                .map(|p| (p.port, p.name.clone().unwrap_or_default()))
+                .collect();
+            let proxy = proxies.entry(key.clone()).or_insert_with(|| {
+                changed = true;
+                Proxy {
+                    ip: shared.addresses.allocate(),
+                    ports: Vec::new(),
+                }
+            });
+            let current: Vec<(i32, String)> = proxy
+                .ports
+                .iter()
+                .map(|(p, n, _)| (*p, n.clone()))
+                .collect();
+            if current != ports {
+                for (_, _, t) in proxy.ports.drain(..) {
+                    t.abort();
+                }
+                let counter = Arc::new(AtomicUsize::new(0));
+                for (port, port_name) in ports {
+                    let task = tokio::spawn(listen(
+                        shared.clone(),
+                        proxy.ip,
+                        port,
+                        ns.clone(),
+                        name.clone(),
+                        port_name.clone(),
+                        counter.clone(),
+                    ));
+                    proxy.ports.push((port, port_name, task));
+                }
+            }
+        }
+        let before = proxies.len();
+        proxies.retain(|k, p| {
+            let keep = live.contains(k);
+            if !keep {
+                shared.addresses.release(p.ip);
+            }
+            keep
+        });
+        changed |= before != proxies.len();
+        if changed {
+            let map: HashMap<(String, String), Ipv4Addr> =
+                proxies.iter().map(|(k, p)| (k.clone(), p.ip)).collect();
+            *shared.proxies.lock().unwrap_or_else(|e| e.into_inner()) = map;
+            shared.dns_dirty.send_modify(|n| *n = n.wrapping_add(1));
+            shared.refresh_dns();
+        }
+        async { None }
+    })
+    .await;
+}
+
+/// Ready endpoint addresses of a Service port: (ip, target port).
+fn backends(endpoints: &Endpoints, port_name: &str) -> Vec<SocketAddr> {
+    let mut out = Vec::new();
+    for subset in endpoints.subsets.iter().flatten() {
+        let Some(port) = subset
+            .ports
+            .iter()
+            .flatten()
+            .find(|p| p.name.as_deref().unwrap_or_default() == port_name)
+            .and_then(|p| u16::try_from(p.port).ok())
+        else {
+            continue;
+        };
+        for a in subset.addresses.iter().flatten() {
+            if let Ok(ip) = a.ip.parse::<Ipv4Addr>() {
+                out.push(SocketAddr::from((ip, port)));
+            }
+        }
+    }
+    out
+}
+
+async fn listen(
+    shared: Arc<Shared>,
+    ip: Ipv4Addr,
+    port: i32,
+    namespace: String,
+    service: String,
+    port_name: String,
+    counter: Arc<AtomicUsize>,
+) {
+    let Ok(port) = u16::try_from(port) else {
+        return;
+    };
+    let listener = match TcpListener::bind((ip, port)).await {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::warn!(%ip, port, error = %e, "service proxy cannot listen");
+            return;
+        }
+    };
+    loop {
+        let Ok((inbound, _)) = listener.accept().await else {
+            continue;
+        };
+        let candidates = get(&shared.caches.endpoints, &namespace, &service)
+            .map(|ep| backends(&ep, &port_name))
+            .unwrap_or_default();
+        if candidates.is_empty() {
+            // No ready endpoint: refuse, as kube-proxy's reject rule does.
+            drop(inbound);
+            continue;
+        }
+        let start = counter.fetch_add(1, Ordering::Relaxed);
+        tokio::spawn(async move {
+            for i in 0..candidates.len() {
+                let backend = candidates[(start + i) % candidates.len()];
+                if let Ok(mut outbound) = TcpStream::connect(backend).await {
+                    let mut inbound = inbound;
+                    let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                    return;
+                }
+            }
+        });
+    }
+}

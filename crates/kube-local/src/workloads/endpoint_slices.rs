@@ -1,0 +1,120 @@
+//! The EndpointSlice controller: one IPv4 slice per Service with a selector (`<service>-<suffix>`, owned by the
+//! Service), each pod an endpoint with ready/serving/terminating conditions.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{ObjectReference, Service};
+use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort, EndpointSlice};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::api::{Api, ObjectMeta, PostParams};
+
+use super::Context;
+use super::endpoints::{backends, target_port};
+
+const SERVICE_NAME: &str = "kubernetes.io/service-name";
+const MANAGED_BY: &str = "endpointslice.kubernetes.io/managed-by";
+const CONTROLLER: &str = "endpointslice-controller.k8s.io";
+
+fn desired(svc: &Service, ctx: &Context) -> Option<(Vec<Endpoint>, Vec<EndpointPort>)> {
+    let backends = backends(ctx, svc)?;
+    let spec = svc.spec.clone().unwrap_or_default();
+    let publish_all = spec.publish_not_ready_addresses == Some(true);
+    let endpoints = backends
+        .iter()
+        .map(|b| Endpoint {
+            addresses: vec![b.ip.clone()],
+            conditions: Some(EndpointConditions {
+                ready: Some((b.ready && !b.terminating) || publish_all),
+                serving: Some(b.ready),
+                terminating: Some(b.terminating),
+            }),
+            hostname: b.hostname.clone(),
+            node_name: b.pod.spec.as_ref().and_then(|s| s.node_name.clone()),
+            target_ref: Some(ObjectReference {
+                kind: Some("Pod".into()),
+                name: b.pod.metadata.name.clone(),
+                namespace: b.pod.metadata.namespace.clone(),
+                uid: b.pod.metadata.uid.clone(),
+                ..ObjectReference::default()
+            }),
+            ..Endpoint::default()
+        })
+        .collect();
+    let ports = spec
+        .ports
+        .iter()
+        .flatten()
+        .map(|p| EndpointPort {
+            name: Some(p.name.clone().unwrap_or_default()),
+            port: backends
+                .first()
+                .and_then(|b| target_port(p, &b.pod))
+                .or(Some(p.port)),
+            protocol: Some(p.protocol.clone().unwrap_or_else(|| "TCP".into())),
+            app_protocol: p.app_protocol.clone(),
+        })
+        .collect();
+    Some((endpoints, ports))
+}
+
+pub async fn reconcile(ctx: &Context) -> Option<std::time::Duration> {
+    for svc in ctx.caches.services.state() {
+        let Some((endpoints, ports)) = desired(&svc, ctx) else {
+            continue;
+        };
+        let ns = svc.metadata.namespace.clone().unwrap_or_default();
+        let name = svc.metadata.name.clone().unwrap_or_default();
+        let existing = ctx.caches.endpoint_slices.find(|s| {
+            s.metadata.namespace.as_deref() == Some(ns.as_str())
+                && s.metadata.labels.as_ref().is_some_and(|l| {
+                    l.get(SERVICE_NAME) == Some(&name)
+                        && l.get(MANAGED_BY).is_some_and(|m| m == CONTROLLER)
+                })
+        });
+        let endpoints = (!endpoints.is_empty()).then_some(endpoints);
+        let api: Api<EndpointSlice> = Api::namespaced(ctx.client.clone(), &ns);
+        match existing {
+            Some(s) if s.endpoints == endpoints && s.ports.as_ref() == Some(&ports) => {}
+            Some(s) => {
+                let mut updated = (*s).clone();
+                updated.endpoints = endpoints;
+                updated.ports = Some(ports);
+                let slice_name = updated.metadata.name.clone().unwrap_or_default();
+                if let Err(e) = api
+                    .replace(&slice_name, &PostParams::default(), &updated)
+                    .await
+                {
+                    tracing::debug!(service = %name, error = %e, "updating an EndpointSlice");
+                }
+            }
+            None => {
+                let slice = EndpointSlice {
+                    metadata: ObjectMeta {
+                        generate_name: Some(format!("{name}-")),
+                        namespace: Some(ns.clone()),
+                        labels: Some(BTreeMap::from([
+                            (SERVICE_NAME.to_string(), name.clone()),
+                            (MANAGED_BY.to_string(), CONTROLLER.to_string()),
+                        ])),
+                        owner_references: Some(vec![OwnerReference {
+                            api_version: "v1".into(),
+                            kind: "Service".into(),
+                            name: name.clone(),
+                            uid: svc.metadata.uid.clone().unwrap_or_default(),
+                            controller: Some(true),
+                            block_owner_deletion: Some(true),
+                        }]),
+                        ..ObjectMeta::default()
+                    },
+                    address_type: "IPv4".into(),
+                    endpoints,
+                    ports: Some(ports),
+                };
+                if let Err(e) = api.create(&PostParams::default(), &slice).await {
+                    tracing::debug!(service = %name, error = %e, "creating an EndpointSlice");
+                }
+            }
+        }
+    }
+    None
+}

@@ -1,0 +1,87 @@
+//! Workload controllers, as clients of the API server: StatefulSet, Job, CronJob, the local volume provisioner and
+//! binder, Endpoints and EndpointSlices, and PodDisruptionBudget status. One module per controller.
+
+mod endpoint_slices;
+mod endpoints;
+pub(crate) mod informer;
+mod statefulset;
+mod volume_binder;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use informer::{Caches, Tasks};
+
+/// A clock the CronJob controller reads; tests can move it.
+#[derive(Clone, Default)]
+pub struct Clock {
+    offset: Arc<std::sync::Mutex<jiff::SignedDuration>>,
+    moved: Arc<tokio::sync::Notify>,
+}
+
+impl Clock {
+    pub fn now(&self) -> jiff::Timestamp {
+        let offset = *self.offset.lock().unwrap_or_else(|e| e.into_inner());
+        jiff::Timestamp::now()
+            .checked_add(offset)
+            .unwrap_or_else(|_| jiff::Timestamp::now())
+    }
+
+    /// Moves the clock forward (CronJobs then see the time as later by `by`).
+    pub fn advance(&self, by: std::time::Duration) {
+        let by = jiff::SignedDuration::try_from(by).unwrap_or(jiff::SignedDuration::ZERO);
+        {
+            let mut offset = self.offset.lock().unwrap_or_else(|e| e.into_inner());
+            *offset = offset.saturating_add(by);
+        }
+        self.moved.notify_waiters();
+    }
+
+    #[allow(dead_code)] // The CronJob controller's, next.
+    pub(crate) async fn moved(&self) {
+        self.moved.notified().await;
+    }
+}
+
+/// Shared by the controllers.
+pub(crate) struct Context {
+    pub client: kube::Client,
+    pub caches: Caches,
+    /// Provisioned volumes are directories here.
+    pub volume_dir: PathBuf,
+    #[allow(dead_code)] // The CronJob controller's, next.
+    pub clock: Clock,
+}
+
+/// Running workload controllers; dropping stops them.
+pub struct Controllers {
+    _tasks: Tasks,
+}
+
+impl Controllers {
+    /// Starts every controller against `client`; provisioned volumes go under `dir/volumes`.
+    pub async fn start(client: kube::Client, dir: &Path, clock: Clock) -> Controllers {
+        let mut tasks = Tasks::default();
+        let caches = Caches::start(&client, &mut tasks).await;
+        let ctx = Arc::new(Context {
+            client,
+            caches,
+            volume_dir: dir.join("volumes"),
+            clock,
+        });
+        macro_rules! control_loop {
+            ($reconcile:path) => {{
+                let ctx = ctx.clone();
+                let changes = ctx.caches.changes();
+                tasks.spawn(async move {
+                    informer::run_loop(changes, || $reconcile(&ctx)).await;
+                });
+            }};
+        }
+        control_loop!(statefulset::reconcile);
+        control_loop!(volume_binder::reconcile);
+        control_loop!(endpoints::reconcile);
+        control_loop!(endpoint_slices::reconcile);
+        Controllers { _tasks: tasks }
+    }
+}

@@ -1,0 +1,335 @@
+//! The local volume provisioner and PV/PVC binder.
+//!
+//! A claim of a StorageClass whose provisioner is kube-local's gets a PV backed by a directory under the data
+//! directory, once it may be provisioned (class `Immediate`, or the scheduler annotated `selected-node` for
+//! `WaitForFirstConsumer`). Pre-bound or matching static PVs bind too. When a bound claim is deleted the PV is
+//! `Released`, and its reclaim policy decides: `Delete` removes the PV and its directory, `Retain` keeps both.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{
+    HostPathVolumeSource, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, ObjectReference,
+    PersistentVolume, PersistentVolumeClaim, PersistentVolumeSpec, VolumeNodeAffinity,
+};
+use k8s_openapi::api::storage::v1::StorageClass;
+use kube::api::{Api, DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
+use serde_json::json;
+
+use super::Context;
+
+pub const PROVISIONER: &str = "kube-local.io/local-path";
+const DEFAULT_CLASS_ANNOTATION: &str = "storageclass.kubernetes.io/is-default-class";
+
+fn default_class(ctx: &Context) -> Option<Arc<StorageClass>> {
+    ctx.caches.storage_classes.find(|c| {
+        c.metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(DEFAULT_CLASS_ANNOTATION))
+            .is_some_and(|v| v == "true")
+    })
+}
+
+fn class_of(ctx: &Context, pvc: &PersistentVolumeClaim) -> Option<Arc<StorageClass>> {
+    match pvc
+        .spec
+        .as_ref()
+        .and_then(|s| s.storage_class_name.as_deref())
+    {
+        Some("") => None,
+        Some(name) => ctx
+            .caches
+            .storage_classes
+            .find(|c| c.metadata.name.as_deref() == Some(name)),
+        None => default_class(ctx),
+    }
+}
+
+/// One pass: provision, bind, release, reclaim.
+pub async fn reconcile(ctx: &Context) -> Option<std::time::Duration> {
+    let claims = ctx.caches.claims.state();
+    let volumes = ctx.caches.volumes.state();
+    for pvc in &claims {
+        if pvc.metadata.deletion_timestamp.is_some() {
+            continue;
+        }
+        let bound_name = pvc.spec.as_ref().and_then(|s| s.volume_name.clone());
+        let phase = pvc.status.as_ref().and_then(|s| s.phase.clone());
+        match bound_name {
+            Some(pv_name) => {
+                // Bound by us or pre-bound by the user: finish the binding on both sides.
+                if let Some(pv) = volumes
+                    .iter()
+                    .find(|v| v.metadata.name.as_deref() == Some(&pv_name))
+                {
+                    if phase.as_deref() != Some("Bound") {
+                        mark_claim_bound(ctx, pvc, pv).await;
+                    }
+                    if pv.status.as_ref().and_then(|s| s.phase.as_deref()) != Some("Bound") {
+                        mark_volume_bound(ctx, pv, pvc).await;
+                    }
+                } else if phase.as_deref() == Some("Bound") {
+                    set_claim_phase(ctx, pvc, "Lost").await;
+                }
+            }
+            None => {
+                if let Some(pv) = matching_static_volume(pvc, &volumes) {
+                    bind(ctx, pvc, &pv).await;
+                    continue;
+                }
+                let Some(class) = class_of(ctx, pvc) else {
+                    continue;
+                };
+                if class.provisioner != PROVISIONER {
+                    continue;
+                }
+                let wait = class.volume_binding_mode.as_deref() == Some("WaitForFirstConsumer");
+                let selected = pvc
+                    .metadata
+                    .annotations
+                    .as_ref()
+                    .is_some_and(|a| a.contains_key("volume.kubernetes.io/selected-node"));
+                if wait && !selected {
+                    if phase.is_none() {
+                        set_claim_phase(ctx, pvc, "Pending").await;
+                    }
+                    continue;
+                }
+                if let Some(pv) = provision(ctx, pvc, &class).await {
+                    bind(ctx, pvc, &pv).await;
+                }
+            }
+        }
+    }
+    // Volumes whose claim is gone: Released, then reclaimed.
+    for pv in &volumes {
+        let Some(claim_ref) = pv.spec.as_ref().and_then(|s| s.claim_ref.as_ref()) else {
+            if pv.status.as_ref().and_then(|s| s.phase.as_deref()) != Some("Available") {
+                set_volume_phase(ctx, pv, "Available").await;
+            }
+            continue;
+        };
+        let claim_exists = claims.iter().any(|c| {
+            c.metadata.namespace == claim_ref.namespace
+                && c.metadata.name == claim_ref.name
+                && (claim_ref.uid.is_none() || c.metadata.uid == claim_ref.uid)
+        });
+        if claim_exists || claim_ref.uid.is_none() {
+            continue;
+        }
+        let policy = pv
+            .spec
+            .as_ref()
+            .and_then(|s| s.persistent_volume_reclaim_policy.as_deref())
+            .unwrap_or("Retain");
+        if policy == "Delete" {
+            if let Some(path) = crate::kubelet::volumes::volume_path(pv)
+                && path.starts_with(&ctx.volume_dir)
+            {
+                let _ = std::fs::remove_dir_all(&path);
+            }
+            let _ = Api::<PersistentVolume>::all(ctx.client.clone())
+                .delete(
+                    pv.metadata.name.as_deref().unwrap_or_default(),
+                    &DeleteParams::default(),
+                )
+                .await;
+        } else if pv.status.as_ref().and_then(|s| s.phase.as_deref()) != Some("Released") {
+            set_volume_phase(ctx, pv, "Released").await;
+        }
+    }
+    None
+}
+
+fn requested_storage(
+    pvc: &PersistentVolumeClaim,
+) -> Option<k8s_openapi::apimachinery::pkg::api::resource::Quantity> {
+    pvc.spec
+        .as_ref()?
+        .resources
+        .as_ref()?
+        .requests
+        .as_ref()?
+        .get("storage")
+        .cloned()
+}
+
+/// A static, Available PV pre-bound to this claim by name (claimRef without uid) or with a matching class.
+fn matching_static_volume(
+    pvc: &PersistentVolumeClaim,
+    volumes: &[Arc<PersistentVolume>],
+) -> Option<Arc<PersistentVolume>> {
+    volumes
+        .iter()
+        .find(|pv| {
+            pv.spec
+                .as_ref()
+                .and_then(|s| s.claim_ref.as_ref())
+                .is_some_and(|r| {
+                    r.namespace == pvc.metadata.namespace
+                        && r.name == pvc.metadata.name
+                        && r.uid.is_none()
+                })
+        })
+        .cloned()
+}
+
+async fn provision(
+    ctx: &Context,
+    pvc: &PersistentVolumeClaim,
+    class: &StorageClass,
+) -> Option<PersistentVolume> {
+    let uid = pvc.metadata.uid.clone()?;
+    let name = format!("pvc-{uid}");
+    let path = ctx.volume_dir.join(&name);
+    if let Err(e) = std::fs::create_dir_all(&path) {
+        tracing::warn!(path = %path.display(), error = %e, "provisioning a local volume");
+        return None;
+    }
+    let capacity: BTreeMap<String, _> = requested_storage(pvc)
+        .map(|q| BTreeMap::from([("storage".to_string(), q)]))
+        .unwrap_or_default();
+    let pv = PersistentVolume {
+        metadata: ObjectMeta {
+            name: Some(name.clone()),
+            annotations: Some(BTreeMap::from([(
+                "pv.kubernetes.io/provisioned-by".to_string(),
+                PROVISIONER.to_string(),
+            )])),
+            finalizers: None,
+            ..ObjectMeta::default()
+        },
+        spec: Some(PersistentVolumeSpec {
+            access_modes: pvc.spec.as_ref().and_then(|s| s.access_modes.clone()),
+            capacity: Some(capacity),
+            claim_ref: Some(ObjectReference {
+                api_version: Some("v1".into()),
+                kind: Some("PersistentVolumeClaim".into()),
+                name: pvc.metadata.name.clone(),
+                namespace: pvc.metadata.namespace.clone(),
+                uid: Some(uid),
+                resource_version: pvc.metadata.resource_version.clone(),
+                field_path: None,
+            }),
+            host_path: Some(HostPathVolumeSource {
+                path: path.display().to_string(),
+                type_: Some("DirectoryOrCreate".into()),
+            }),
+            node_affinity: Some(VolumeNodeAffinity {
+                required: Some(NodeSelector {
+                    node_selector_terms: vec![NodeSelectorTerm {
+                        match_expressions: Some(vec![NodeSelectorRequirement {
+                            key: "kubernetes.io/hostname".into(),
+                            operator: "In".into(),
+                            values: Some(vec![crate::kubelet::NODE_NAME.into()]),
+                        }]),
+                        ..NodeSelectorTerm::default()
+                    }],
+                }),
+            }),
+            persistent_volume_reclaim_policy: Some(
+                class
+                    .reclaim_policy
+                    .clone()
+                    .unwrap_or_else(|| "Delete".into()),
+            ),
+            storage_class_name: class.metadata.name.clone(),
+            volume_mode: Some("Filesystem".into()),
+            ..PersistentVolumeSpec::default()
+        }),
+        status: None,
+    };
+    let api: Api<PersistentVolume> = Api::all(ctx.client.clone());
+    match api.create(&PostParams::default(), &pv).await {
+        Ok(created) => Some(created),
+        Err(kube::Error::Api(e)) if e.code == 409 => api.get_opt(&name).await.ok().flatten(),
+        Err(e) => {
+            tracing::warn!(pv = %name, error = %e, "creating a PersistentVolume");
+            None
+        }
+    }
+}
+
+async fn bind(ctx: &Context, pvc: &PersistentVolumeClaim, pv: &PersistentVolume) {
+    let ns = pvc.metadata.namespace.clone().unwrap_or_default();
+    let name = pvc.metadata.name.clone().unwrap_or_default();
+    let pv_name = pv.metadata.name.clone().unwrap_or_default();
+    let api: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
+    let patch = json!({
+        "metadata": {"annotations": {
+            "pv.kubernetes.io/bind-completed": "yes",
+            "pv.kubernetes.io/bound-by-controller": "yes",
+            "volume.kubernetes.io/storage-provisioner": PROVISIONER,
+            "volume.beta.kubernetes.io/storage-provisioner": PROVISIONER,
+        }},
+        "spec": {"volumeName": pv_name},
+    });
+    if let Err(e) = api
+        .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+    {
+        tracing::debug!(claim = %name, error = %e, "binding a claim");
+        return;
+    }
+    mark_volume_bound(ctx, pv, pvc).await;
+    mark_claim_bound(ctx, pvc, pv).await;
+}
+
+async fn mark_claim_bound(ctx: &Context, pvc: &PersistentVolumeClaim, pv: &PersistentVolume) {
+    let ns = pvc.metadata.namespace.clone().unwrap_or_default();
+    let name = pvc.metadata.name.clone().unwrap_or_default();
+    let api: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
+    let spec = pv.spec.clone().unwrap_or_default();
+    let status = json!({"status": {
+        "phase": "Bound",
+        "accessModes": spec.access_modes,
+        "capacity": spec.capacity,
+    }});
+    let _ = api
+        .patch_status(&name, &PatchParams::default(), &Patch::Merge(&status))
+        .await;
+}
+
+async fn mark_volume_bound(ctx: &Context, pv: &PersistentVolume, pvc: &PersistentVolumeClaim) {
+    let api: Api<PersistentVolume> = Api::all(ctx.client.clone());
+    let pv_name = pv.metadata.name.clone().unwrap_or_default();
+    let claim_ref = pv.spec.as_ref().and_then(|s| s.claim_ref.as_ref());
+    if claim_ref.is_none_or(|r| r.uid.is_none()) {
+        let patch = json!({"spec": {"claimRef": {
+            "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "namespace": pvc.metadata.namespace, "name": pvc.metadata.name, "uid": pvc.metadata.uid,
+        }}});
+        let _ = api
+            .patch(&pv_name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await;
+    }
+    set_volume_phase(ctx, pv, "Bound").await;
+}
+
+async fn set_volume_phase(ctx: &Context, pv: &PersistentVolume, phase: &str) {
+    let api: Api<PersistentVolume> = Api::all(ctx.client.clone());
+    let status = json!({"status": {"phase": phase}});
+    let _ = api
+        .patch_status(
+            pv.metadata.name.as_deref().unwrap_or_default(),
+            &PatchParams::default(),
+            &Patch::Merge(&status),
+        )
+        .await;
+}
+
+async fn set_claim_phase(ctx: &Context, pvc: &PersistentVolumeClaim, phase: &str) {
+    let api: Api<PersistentVolumeClaim> = Api::namespaced(
+        ctx.client.clone(),
+        pvc.metadata.namespace.as_deref().unwrap_or_default(),
+    );
+    let status = json!({"status": {"phase": phase}});
+    let _ = api
+        .patch_status(
+            pvc.metadata.name.as_deref().unwrap_or_default(),
+            &PatchParams::default(),
+            &Patch::Merge(&status),
+        )
+        .await;
+}

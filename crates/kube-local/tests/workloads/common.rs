@@ -1,0 +1,164 @@
+//! One environment per test: the API server, the workload controllers and the kubelet, with a test image mapped to
+//! `kube-local-testapp`.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use kube::api::{Api, PostParams};
+use kube_local::kubelet::{ImageTarget, Kubelet, KubeletConfig};
+use kube_local::workloads::{Clock, Controllers};
+use serde_json::{Value, json};
+
+/// The image the test program runs as.
+pub const TESTAPP: &str = "kube-local.test/testapp:1";
+
+#[allow(dead_code)] // Not every test binary module uses every handle.
+pub struct Cluster {
+    pub env: kube_local::Environment,
+    pub kubelet: Kubelet,
+    pub clock: Clock,
+    _controllers: Controllers,
+    _dir: tempfile::TempDir,
+}
+
+pub fn testapp() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_kube-local-testapp"))
+}
+
+impl Cluster {
+    pub async fn start(namespace: &str) -> Cluster {
+        Self::with_config(namespace, |c| c).await
+    }
+
+    pub async fn with_config(
+        namespace: &str,
+        f: impl FnOnce(KubeletConfig) -> KubeletConfig,
+    ) -> Cluster {
+        let env = kube_local::Environment::builder().build().await.unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let config = KubeletConfig::default()
+            .image(
+                "kube-local.test/testapp:*",
+                ImageTarget {
+                    bin_dir: testapp().parent().map(|p| p.to_path_buf()),
+                    entrypoint: vec![testapp().display().to_string()],
+                },
+            )
+            .backoff(Duration::from_millis(500), Duration::from_secs(4));
+        let config = f(config);
+        let clock = Clock::default();
+        let controllers = Controllers::start(env.client(), dir.path(), clock.clone()).await;
+        let kubelet = Kubelet::start(env.client(), config, &dir.path().join("kubelet"))
+            .await
+            .unwrap();
+        let ns: Namespace =
+            serde_json::from_value(json!({"metadata": {"name": namespace}})).unwrap();
+        Api::<Namespace>::all(env.client())
+            .create(&PostParams::default(), &ns)
+            .await
+            .unwrap();
+        Cluster {
+            env,
+            kubelet,
+            clock,
+            _controllers: controllers,
+            _dir: dir,
+        }
+    }
+
+    pub fn client(&self) -> kube::Client {
+        self.env.client()
+    }
+
+    pub fn api<K>(&self, ns: &str) -> Api<K>
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
+    {
+        Api::namespaced(self.client(), ns)
+    }
+
+    /// Creates an object of kind `K` from JSON.
+    pub async fn create<K>(&self, ns: &str, value: Value) -> K
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+            + Clone
+            + serde::de::DeserializeOwned
+            + serde::Serialize
+            + std::fmt::Debug,
+    {
+        let obj: K = serde_json::from_value(value).unwrap();
+        self.api::<K>(ns)
+            .create(&PostParams::default(), &obj)
+            .await
+            .unwrap()
+    }
+
+    pub async fn pod(&self, ns: &str, name: &str) -> Option<Pod> {
+        self.api::<Pod>(ns).get_opt(name).await.unwrap()
+    }
+}
+
+/// Polls `check` until it returns `Some`, or fails with `what` after `within`.
+pub async fn eventually<T, F, Fut>(what: &str, within: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {within:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+pub fn ready(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// GET http://ip:port/path with a plain TCP client; the body, or None on any failure.
+pub fn http_get(ip: &str, port: u16, path: &str) -> Option<String> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect_timeout(
+        &format!("{ip}:{port}").parse().ok()?,
+        Duration::from_secs(1),
+    )
+    .ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: {ip}\r\n\r\n").ok()?;
+    let mut text = String::new();
+    stream.read_to_string(&mut text).ok()?;
+    let (head, body) = text.split_once("\r\n\r\n")?;
+    head.starts_with("HTTP/1.0 200").then(|| body.to_string())
+}
+
+/// A pod template running the test program with an HTTP readiness probe on /healthz.
+pub fn testapp_template(labels: Value, extra_env: Value) -> Value {
+    let mut env =
+        vec![json!({"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}})];
+    if let Some(extra) = extra_env.as_array() {
+        env.extend(extra.iter().cloned());
+    }
+    json!({
+        "metadata": {"labels": labels},
+        "spec": {
+            "terminationGracePeriodSeconds": 2,
+            "containers": [{
+                "name": "app",
+                "image": TESTAPP,
+                "env": env,
+                "ports": [{"name": "http", "containerPort": 8080}],
+                "readinessProbe": {"httpGet": {"path": "/healthz", "port": "http"}, "periodSeconds": 1},
+            }],
+        },
+    })
+}

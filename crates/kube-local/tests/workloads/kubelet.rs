@@ -1,0 +1,1 @@
+//! Pods as processes: images, restarts, probes, init containers, environment, DNS, termination.

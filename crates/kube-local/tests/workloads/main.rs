@@ -1,0 +1,8 @@
+//! The process kubelet and the workload controllers: pods run as local processes under StatefulSets, Jobs and
+//! CronJobs, with volumes, probes, restarts and DNS, driven through `kube::Client` as a user would.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+mod kubelet;
+mod statefulset;
