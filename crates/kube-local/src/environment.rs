@@ -43,6 +43,8 @@ pub enum Error {
     Tls(crate::tls::TlsError),
     #[error("creating built-in object {what}: {source}")]
     Bootstrap { what: String, source: Box<ApiError> },
+    #[error("starting the kubelet: {0}")]
+    Kubelet(#[from] crate::kubelet::KubeletError),
 }
 
 /// Configures an [`Environment`].
@@ -53,6 +55,7 @@ pub struct EnvironmentBuilder {
     data_dir: Option<PathBuf>,
     port: u16,
     tls: bool,
+    kubelet: Option<crate::kubelet::KubeletConfig>,
 }
 
 impl Default for EnvironmentBuilder {
@@ -64,6 +67,7 @@ impl Default for EnvironmentBuilder {
             data_dir: None,
             port: 0,
             tls: false,
+            kubelet: None,
         }
     }
 }
@@ -107,6 +111,19 @@ impl EnvironmentBuilder {
     /// Serve HTTPS with a certificate for 127.0.0.1 and localhost from a fresh CA (trusted by the client and kubeconfig).
     pub fn tls(mut self, enabled: bool) -> Self {
         self.tls = enabled;
+        self
+    }
+
+    /// Run workloads: the workload controllers and the process kubelet (default configuration). Without it only the
+    /// API runs, which keeps API tests fast.
+    pub fn kubelet(mut self, enabled: bool) -> Self {
+        self.kubelet = enabled.then(crate::kubelet::KubeletConfig::default);
+        self
+    }
+
+    /// Run workloads with this kubelet configuration (image map, backoff).
+    pub fn kubelet_config(mut self, config: crate::kubelet::KubeletConfig) -> Self {
+        self.kubelet = Some(config);
         self
     }
 
@@ -200,7 +217,14 @@ impl EnvironmentBuilder {
             },
         )?;
         let client = client_for(&url, ca.as_ref().map(|c| c.ca_der()))?;
+        let workloads = match self.kubelet {
+            Some(config) => {
+                Some(crate::workloads::Workloads::start(client.clone(), &dir, config).await?)
+            }
+            None => None,
+        };
         Ok(Environment {
+            workloads,
             addr,
             url,
             client,
@@ -352,6 +376,8 @@ async fn install_crd(core: &Core, crd: Value) -> Result<(), ApiError> {
 
 /// A running local control plane. See the crate docs.
 pub struct Environment {
+    /// The controllers and kubelet, if enabled; dropping them kills every pod process.
+    workloads: Option<crate::workloads::Workloads>,
     addr: SocketAddr,
     url: String,
     client: kube::Client,
@@ -365,6 +391,16 @@ pub struct Environment {
 impl Environment {
     pub fn builder() -> EnvironmentBuilder {
         EnvironmentBuilder::default()
+    }
+
+    /// The kubelet (fault hooks, pod IPs, Service addresses), when built with [`EnvironmentBuilder::kubelet`].
+    pub fn kubelet(&self) -> Option<&crate::kubelet::Kubelet> {
+        self.workloads.as_ref().map(|w| w.kubelet())
+    }
+
+    /// The clock CronJobs follow, when built with [`EnvironmentBuilder::kubelet`].
+    pub fn clock(&self) -> Option<&crate::workloads::Clock> {
+        self.workloads.as_ref().map(|w| w.clock())
     }
 
     /// A client for this server (default namespace `default`).

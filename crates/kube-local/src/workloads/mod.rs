@@ -85,3 +85,38 @@ impl Controllers {
         Controllers { _tasks: tasks }
     }
 }
+
+/// The workload controllers and the kubelet of one environment (see `EnvironmentBuilder::kubelet`).
+pub struct Workloads {
+    // Field order is drop order: the kubelet stops its processes first.
+    kubelet: crate::kubelet::Kubelet,
+    clock: Clock,
+    _controllers: Controllers,
+}
+
+impl Workloads {
+    /// Starts the controllers and the kubelet against `client`; volumes and pod directories go under `dir`.
+    pub async fn start(
+        client: kube::Client,
+        dir: &Path,
+        config: crate::kubelet::KubeletConfig,
+    ) -> Result<Workloads, crate::kubelet::KubeletError> {
+        let clock = Clock::default();
+        let controllers = Controllers::start(client.clone(), dir, clock.clone()).await;
+        let kubelet = crate::kubelet::Kubelet::start(client, config, &dir.join("kubelet")).await?;
+        Ok(Workloads {
+            kubelet,
+            clock,
+            _controllers: controllers,
+        })
+    }
+
+    pub fn kubelet(&self) -> &crate::kubelet::Kubelet {
+        &self.kubelet
+    }
+
+    /// The clock CronJobs are scheduled by; tests move it forward.
+    pub fn clock(&self) -> &Clock {
+        &self.clock
+    }
+}
