@@ -169,9 +169,19 @@ async fn membership_cycle_leadership_and_snapshot_against_real_etcd() {
     assert!(!learner.has_started());
     etcd.start_member(3, &[0, 1, 2, 3], "existing");
     eventually("promote", || admin.promote(learner.id)).await;
-    let members = admin.member_list().await.unwrap();
+    // MemberList is answered from the responding member's own view, which
+    // may trail the leader's for a moment: poll until the promotion shows.
+    let members = eventually("promotion visible", || async {
+        let members = admin.member_list().await?;
+        if members.iter().any(|m| m.is_learner) {
+            return Err(Error::LearnerNotReady {
+                member: "m3".into(),
+            });
+        }
+        Ok(members)
+    })
+    .await;
     assert_eq!(members.len(), 4);
-    assert!(members.iter().all(|m| !m.is_learner), "{members:?}");
 
     // Leadership moves only through the leader's own endpoint.
     let leader_endpoint = statuses

@@ -31,7 +31,7 @@ fn defaults() -> Defaults {
 
 fn facts() -> Facts {
     Facts {
-        storage_classes: Some(vec!["standard".into(), "fast-ssd".into()]),
+        storage_classes: Some(vec!["fast-ssd".into(), "standard".into()]),
         deployed_version: None,
     }
 }
@@ -42,7 +42,7 @@ fn validated(dkv: &DistributedKV) -> ValidatedCluster {
 
 fn prepare(dkv: &DistributedKV) -> (ValidatedCluster, Plan, Prepared) {
     let cluster = validated(dkv);
-    let plan = plan::plan(&cluster, None);
+    let plan = plan::plan(&cluster, None, None);
     let prepared = build::build(&cluster, &plan);
     (cluster, plan, prepared)
 }
@@ -310,8 +310,19 @@ fn member_init_gets_the_bootstrap_parameters() {
         "--quota-backend-bytes=4294967296".to_owned(),
         "--auto-compaction-mode=revision".to_owned(),
         "--auto-compaction-retention=5000".to_owned(),
+        "--members-file=/etc/dkv/members/members.json".to_owned(),
     ];
     assert_eq!(args, expected);
+    let mounts: Vec<(&str, &str)> = init
+        .volume_mounts
+        .iter()
+        .flatten()
+        .map(|m| (m.name.as_str(), m.mount_path.as_str()))
+        .collect();
+    assert!(
+        mounts.contains(&("members", "/etc/dkv/members")),
+        "{mounts:?}"
+    );
     let env: Vec<(String, String)> = init
         .env
         .iter()
@@ -507,7 +518,7 @@ fn invalid_spec_names_every_field_and_the_fix() {
         ]
     );
     let text = err.to_string();
-    assert!(text.contains("StorageClass \"missing-class\" does not exist; create it or use one of: standard, fast-ssd"), "{text}");
+    assert!(text.contains("StorageClass \"missing-class\" does not exist; create it or use one of: fast-ssd, standard"), "{text}");
     assert!(text.contains("must be between 1 and 9 (got 12)"), "{text}");
     assert!(text.contains("set spec.version"), "{text}");
 }
@@ -572,14 +583,14 @@ fn a_running_cluster_keeps_its_size_until_membership_changes_exist() {
         ready_replicas: Some(3),
         ..Default::default()
     });
-    let same = plan::plan(&cluster, Some(&running));
+    let same = plan::plan(&cluster, Some(&running), None);
     assert_eq!(same.replicas, 3);
     assert_eq!(same.held_back, None);
     assert!(!same.creating);
 
     let mut bigger = cluster.clone();
     bigger.size = 5;
-    let held = plan::plan(&bigger, Some(&running));
+    let held = plan::plan(&bigger, Some(&running), None);
     assert_eq!(
         held.replicas, 3,
         "the StatefulSet must not grow behind etcd's back"
@@ -599,4 +610,36 @@ fn a_running_cluster_keeps_its_size_until_membership_changes_exist() {
         Some(IntOrString::Int(2)),
         "the PDB protects the members that run"
     );
+}
+
+#[test]
+fn a_new_cluster_records_its_initial_members_for_the_pods() {
+    let (_, _, prepared) = prepare(&fixture("minimal"));
+    let cm = &prepared.members;
+    assert_eq!(cm.metadata.name.as_deref(), Some("orders-members"));
+    assert_eq!(
+        cm.metadata.owner_references.as_ref().unwrap()[0].name,
+        "orders"
+    );
+    let record: serde_json::Value =
+        serde_json::from_str(&cm.data.as_ref().unwrap()["members.json"]).unwrap();
+    assert_eq!(
+        record,
+        serde_json::json!({
+            "state": "new",
+            "members": [
+                {"name": "orders-0", "peerURL": "http://orders-0.orders-peer.shop.svc:2380", "started": false},
+                {"name": "orders-1", "peerURL": "http://orders-1.orders-peer.shop.svc:2380", "started": false},
+                {"name": "orders-2", "peerURL": "http://orders-2.orders-peer.shop.svc:2380", "started": false},
+            ]
+        })
+    );
+    let pod = prepared.statefulset.spec.template.spec.as_ref().unwrap();
+    let volume = pod
+        .volumes
+        .iter()
+        .flatten()
+        .find(|v| v.name == "members")
+        .unwrap();
+    assert_eq!(volume.config_map.as_ref().unwrap().name, "orders-members");
 }

@@ -60,6 +60,7 @@ fn stores(statefulsets: Vec<StatefulSet>, extra: Option<&build::Prepared>) -> St
     let (services, mut svc_w) = watches::store();
     let (pdbs, mut pdb_w) = watches::store();
     let (cronjobs, mut cj_w) = watches::store();
+    let (configmaps, mut cm_w) = watches::store();
     let (storage_classes, mut sc_w) = watches::store::<StorageClass>();
     ready(&mut sts_w, statefulsets);
     ready(
@@ -79,6 +80,10 @@ fn stores(statefulsets: Vec<StatefulSet>, extra: Option<&build::Prepared>) -> St
             .into_iter()
             .collect(),
     );
+    ready(
+        &mut cm_w,
+        extra.map(|p| vec![p.members.clone()]).unwrap_or_default(),
+    );
     let class = |name: &str| StorageClass {
         metadata: kube::api::ObjectMeta {
             name: Some(name.into()),
@@ -94,6 +99,7 @@ fn stores(statefulsets: Vec<StatefulSet>, extra: Option<&build::Prepared>) -> St
         services,
         pdbs,
         cronjobs,
+        configmaps,
         storage_classes,
     }
 }
@@ -223,7 +229,7 @@ fn converged_children(dkv: &DistributedKV) -> (build::Prepared, StatefulSet) {
         },
     )
     .unwrap();
-    let prepared = build::build(&cluster, &plan::plan(&cluster, None));
+    let prepared = build::build(&cluster, &plan::plan(&cluster, None, None));
     let mut sts = prepared.statefulset.clone();
     sts.status = Some(StatefulSetStatus {
         replicas: 3,
@@ -419,7 +425,7 @@ async fn an_invalid_spec_is_reported_in_status_and_not_retried() {
     assert_eq!(degraded["reason"], "InvalidSpec");
     let message = degraded["message"].as_str().unwrap();
     assert!(
-        message.contains("spec.storage.storageClassName: StorageClass \"gold\" does not exist; create it or use one of: standard, fast-ssd"),
+        message.contains("spec.storage.storageClassName: StorageClass \"gold\" does not exist; create it or use one of: fast-ssd, standard"),
         "{message}"
     );
     let mut written = serde_json::to_value(&dkv).unwrap();
@@ -450,9 +456,10 @@ async fn transient_errors_back_off_exponentially_and_reset_on_success() {
         let run = tokio::spawn(reconcile(Arc::new(dkv.clone()), ctx.clone()));
         let sent = next(&mut api).await;
         assert_eq!(sent.method, Method::PATCH);
+        // The membership record is always applied first.
         assert_eq!(
             sent.uri,
-            "/apis/apps/v1/namespaces/shop/statefulsets/orders?&force=true&fieldManager=dkv-operator"
+            "/api/v1/namespaces/shop/configmaps/orders-members?&force=true&fieldManager=dkv-operator"
         );
         assert_eq!(sent.content_type, "application/apply-patch+yaml");
         sent.reply(
@@ -498,6 +505,7 @@ async fn transient_errors_back_off_exponentially_and_reset_on_success() {
     // A successful pass (the API server accepts every apply) clears the count.
     let run = tokio::spawn(reconcile(Arc::new(dkv.clone()), ctx.clone()));
     for expected in [
+        "configmaps/orders-members",
         "statefulsets/orders",
         "services/orders-peer",
         "services/orders-client",

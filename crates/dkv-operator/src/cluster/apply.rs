@@ -43,6 +43,15 @@ pub async fn apply(
     observed: &Observed,
 ) -> Result<Applied> {
     let mut writes = 0;
+    // The record first: a pod the StatefulSet starts reads it.
+    apply_one(
+        client,
+        namespace,
+        &prepared.members,
+        observed.members.as_deref(),
+        &mut writes,
+    )
+    .await?;
     let statefulset = apply_one(
         client,
         namespace,

@@ -11,6 +11,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::ResourceExt;
 
 use super::build::statefulset::ETCD_VERSION_ANNOTATION;
+use super::membership_record::{MembershipRecord, RECORD_KEY};
 use super::naming;
 use super::validate::Facts;
 use super::watches::{self, Stores};
@@ -24,6 +25,9 @@ pub struct Observed {
     pub client_service: Option<Arc<Service>>,
     pub pdb: Option<Arc<PodDisruptionBudget>>,
     pub backup_cronjob: Option<Arc<CronJob>>,
+    pub members: Option<Arc<k8s_openapi::api::core::v1::ConfigMap>>,
+    /// The membership record as last applied (parsed from `members`).
+    pub record: Option<MembershipRecord>,
     pub facts: Facts,
 }
 
@@ -35,15 +39,28 @@ pub fn observe(dkv: &DistributedKV, namespace: &str, stores: &Stores) -> Observe
         .as_ref()
         .and_then(|sts| sts.annotations().get(ETCD_VERSION_ANNOTATION).cloned())
         .and_then(|v| EtcdVersion::parse(&v));
-    let storage_classes = Some(
-        stores
-            .storage_classes
-            .state()
-            .iter()
-            .map(|sc| sc.name_any())
-            .collect(),
+    // Sorted: the cache iterates in hash order, and a message that changed
+    // from pass to pass would rewrite status every time.
+    let mut class_names: Vec<String> = stores
+        .storage_classes
+        .state()
+        .iter()
+        .map(|sc| sc.name_any())
+        .collect();
+    class_names.sort();
+    let storage_classes = Some(class_names);
+    let members = watches::get(
+        &stores.configmaps,
+        namespace,
+        &naming::members_configmap(&name),
     );
+    let record = members
+        .as_ref()
+        .and_then(|cm| cm.data.as_ref()?.get(RECORD_KEY).cloned())
+        .and_then(|text| serde_json::from_str(&text).ok());
     Observed {
+        members,
+        record,
         peer_service: watches::get(&stores.services, namespace, &naming::peer_service(&name)),
         client_service: watches::get(&stores.services, namespace, &naming::client_service(&name)),
         pdb: watches::get(&stores.pdbs, namespace, &naming::pdb(&name)),

@@ -31,7 +31,7 @@ use dkv_api::DistributedKV;
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::CronJob;
-use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -111,7 +111,11 @@ async fn reconcile_cluster(dkv: &DistributedKV, ctx: &Context) -> Result<Action>
 
     let observed = dereference::observe(dkv, &namespace, &ctx.stores);
     let cluster = validate::validate(dkv, &observed.facts, &ctx.defaults)?;
-    let plan = plan::plan(&cluster, observed.statefulset.as_deref());
+    let plan = plan::plan(
+        &cluster,
+        observed.statefulset.as_deref(),
+        observed.record.as_ref(),
+    );
     let now = Time(jiff::Timestamp::now());
 
     if cluster.paused {
@@ -242,12 +246,14 @@ pub async fn run(
     let (services, svc_writer) = watches::store::<Service>();
     let (pdbs, pdb_writer) = watches::store::<PodDisruptionBudget>();
     let (cronjobs, cronjob_writer) = watches::store::<CronJob>();
+    let (configmaps, configmap_writer) = watches::store::<ConfigMap>();
     let (storage_classes, sc_writer) = watches::store::<StorageClass>();
     let stores = Stores {
         statefulsets,
         services,
         pdbs,
         cronjobs,
+        configmaps,
         storage_classes,
     };
 
@@ -323,6 +329,11 @@ pub async fn run(
             api_for::<CronJob>(&client, ns),
             cronjob_writer,
             spec_relevance::<CronJob>,
+        ))
+        .owns_stream(child_stream(
+            api_for::<ConfigMap>(&client, ns),
+            configmap_writer,
+            spec_relevance::<ConfigMap>,
         ))
         .watches_stream(sc_stream, by_storage_class)
         .with_config(ControllerConfig::default().concurrency(settings.concurrency))

@@ -29,6 +29,11 @@ pub fn client_service(cluster: &str) -> String {
     format!("{cluster}-client")
 }
 
+/// ConfigMap holding the membership record the member pods read.
+pub fn members_configmap(cluster: &str) -> String {
+    format!("{cluster}-members")
+}
+
 pub fn backup_cronjob(cluster: &str) -> String {
     format!("{cluster}-backup")
 }

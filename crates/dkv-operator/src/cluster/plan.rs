@@ -12,6 +12,8 @@
 use k8s_openapi::api::apps::v1::StatefulSet;
 
 use super::build::statefulset::BOOTSTRAP_SIZE_ANNOTATION;
+use super::membership_record::{ClusterState, MembershipRecord, RecordedMember};
+use super::naming;
 use super::validate::ValidatedCluster;
 
 /// What this reconcile pass will do.
@@ -27,6 +29,9 @@ pub struct Plan {
     pub creating: bool,
     /// A change the spec asks for that this pass does not carry out.
     pub held_back: Option<HeldBack>,
+    /// The membership record every member pod reads (see
+    /// [`super::membership_record`]); applied before the StatefulSet.
+    pub record: MembershipRecord,
 }
 
 /// A requested change the operator is deliberately not making.
@@ -46,13 +51,35 @@ impl HeldBack {
 }
 
 /// Plans one reconcile pass of `cluster`, given the StatefulSet that exists.
-pub fn plan(cluster: &ValidatedCluster, existing: Option<&StatefulSet>) -> Plan {
+/// The record of a cluster being created: its initial members bootstrap
+/// together.
+pub fn bootstrap_record(cluster: &ValidatedCluster, size: i32) -> MembershipRecord {
+    MembershipRecord {
+        state: ClusterState::New,
+        members: (0..size)
+            .map(|i| RecordedMember {
+                name: naming::member(&cluster.name, i),
+                peer_url: naming::member_peer_url(&cluster.name, &cluster.namespace, i),
+                started: false,
+            })
+            .collect(),
+    }
+}
+
+/// Plans one reconcile pass of `cluster`, given the StatefulSet and the
+/// membership record that exist.
+pub fn plan(
+    cluster: &ValidatedCluster,
+    existing: Option<&StatefulSet>,
+    record: Option<&MembershipRecord>,
+) -> Plan {
     let Some(sts) = existing else {
         return Plan {
             replicas: cluster.size,
             bootstrap_size: cluster.size,
             creating: true,
             held_back: None,
+            record: bootstrap_record(cluster, cluster.size),
         };
     };
     // The member count is the operator's own record, never the StatefulSet's
@@ -75,6 +102,9 @@ pub fn plan(cluster: &ValidatedCluster, existing: Option<&StatefulSet>) -> Plan 
     Plan {
         replicas: current,
         bootstrap_size,
+        record: record
+            .cloned()
+            .unwrap_or_else(|| bootstrap_record(cluster, bootstrap_size)),
         creating: ready < current,
         held_back: (cluster.size != current).then_some(HeldBack::Resize {
             current,

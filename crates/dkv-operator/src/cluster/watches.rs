@@ -137,6 +137,7 @@ pub struct Stores {
     pub services: Store<k8s_openapi::api::core::v1::Service>,
     pub pdbs: Store<k8s_openapi::api::policy::v1::PodDisruptionBudget>,
     pub cronjobs: Store<k8s_openapi::api::batch::v1::CronJob>,
+    pub configmaps: Store<k8s_openapi::api::core::v1::ConfigMap>,
     pub storage_classes: Store<k8s_openapi::api::storage::v1::StorageClass>,
 }
 
@@ -146,7 +147,8 @@ impl Stores {
     pub fn ready(&self) -> Result<(), &'static str> {
         // `wait_until_ready` is async; the non-blocking check is whether the
         // ready future resolves immediately.
-        let checks: [(&'static str, bool); 5] = [
+        let checks: [(&'static str, bool); 6] = [
+            ("ConfigMap cache", is_ready(&self.configmaps)),
             ("StatefulSet cache", is_ready(&self.statefulsets)),
             ("Service cache", is_ready(&self.services)),
             ("PodDisruptionBudget cache", is_ready(&self.pdbs)),

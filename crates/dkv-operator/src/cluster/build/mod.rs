@@ -5,6 +5,7 @@
 //! result is [`Prepared`]: objects nobody has applied yet.
 
 pub mod cronjob;
+pub mod members;
 pub mod pdb;
 pub mod services;
 pub mod statefulset;
@@ -24,6 +25,8 @@ use super::validate::ValidatedCluster;
 /// Every child object a cluster should have, not yet applied.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Prepared {
+    /// Applied first: pods read it when they start (membership first).
+    pub members: k8s_openapi::api::core::v1::ConfigMap,
     pub statefulset: StatefulSet,
     pub peer_service: Service,
     pub client_service: Service,
@@ -35,6 +38,7 @@ pub struct Prepared {
 /// Builds all children of `cluster` for this pass.
 pub fn build(cluster: &ValidatedCluster, plan: &Plan) -> Prepared {
     Prepared {
+        members: members::build(cluster, plan),
         statefulset: statefulset::build(cluster, plan),
         peer_service: services::peer(cluster),
         client_service: services::client(cluster),

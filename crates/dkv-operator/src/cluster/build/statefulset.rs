@@ -18,10 +18,11 @@ use k8s_openapi::api::apps::v1::{
     StatefulSetUpdateStrategy,
 };
 use k8s_openapi::api::core::v1::{
-    Affinity, Container, ContainerPort, EmptyDirVolumeSource, EnvVar, EnvVarSource, HTTPGetAction,
-    ObjectFieldSelector, PersistentVolumeClaim, PersistentVolumeClaimSpec, PodAffinityTerm,
-    PodAntiAffinity, PodSpec, PodTemplateSpec, Probe, ResourceRequirements, TCPSocketAction,
-    Volume, VolumeMount, VolumeResourceRequirements, WeightedPodAffinityTerm,
+    Affinity, ConfigMapVolumeSource, Container, ContainerPort, EmptyDirVolumeSource, EnvVar,
+    EnvVarSource, HTTPGetAction, ObjectFieldSelector, PersistentVolumeClaim,
+    PersistentVolumeClaimSpec, PodAffinityTerm, PodAntiAffinity, PodSpec, PodTemplateSpec, Probe,
+    ResourceRequirements, TCPSocketAction, Volume, VolumeMount, VolumeResourceRequirements,
+    WeightedPodAffinityTerm,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
@@ -49,6 +50,8 @@ pub const DATA_DIR: &str = "/var/lib/etcd/data";
 pub const CONFIG_VOLUME: &str = "etcd-config";
 pub const CONFIG_MOUNT: &str = "/var/run/dkv";
 pub const CONFIG_FILE: &str = "/var/run/dkv/etcd.conf.yml";
+pub const MEMBERS_VOLUME: &str = "members";
+pub const MEMBERS_MOUNT: &str = "/etc/dkv/members";
 
 pub fn build(cluster: &ValidatedCluster, plan: &Plan) -> StatefulSet {
     let mut meta = child_meta(cluster, naming::statefulset(&cluster.name), "etcd");
@@ -118,11 +121,22 @@ fn pod_template(cluster: &ValidatedCluster, plan: &Plan) -> PodTemplateSpec {
     let mut labels = cluster.pod.labels.clone().unwrap_or_default();
     labels.extend(child_labels(cluster, "etcd"));
 
-    let mut volumes = vec![Volume {
-        name: CONFIG_VOLUME.to_owned(),
-        empty_dir: Some(EmptyDirVolumeSource::default()),
-        ..Volume::default()
-    }];
+    let mut volumes = vec![
+        Volume {
+            name: CONFIG_VOLUME.to_owned(),
+            empty_dir: Some(EmptyDirVolumeSource::default()),
+            ..Volume::default()
+        },
+        Volume {
+            name: MEMBERS_VOLUME.to_owned(),
+            config_map: Some(ConfigMapVolumeSource {
+                name: naming::members_configmap(&cluster.name),
+                optional: Some(false),
+                ..ConfigMapVolumeSource::default()
+            }),
+            ..Volume::default()
+        },
+    ];
     if cluster.storage.is_none() {
         volumes.push(Volume {
             name: DATA_VOLUME.to_owned(),
@@ -229,6 +243,10 @@ fn member_init_container(cluster: &ValidatedCluster, plan: &Plan) -> Container {
             "--auto-compaction-retention={}",
             cluster.etcd.auto_compaction_retention
         ),
+        format!(
+            "--members-file={MEMBERS_MOUNT}/{}",
+            crate::cluster::membership_record::RECORD_KEY
+        ),
     ];
     Container {
         name: "member-init".to_owned(),
@@ -242,6 +260,7 @@ fn member_init_container(cluster: &ValidatedCluster, plan: &Plan) -> Container {
         volume_mounts: Some(vec![
             mount(DATA_VOLUME, DATA_MOUNT),
             mount(CONFIG_VOLUME, CONFIG_MOUNT),
+            mount(MEMBERS_VOLUME, MEMBERS_MOUNT),
         ]),
         resources: Some(ResourceRequirements {
             requests: Some(BTreeMap::from([
