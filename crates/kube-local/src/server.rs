@@ -25,6 +25,8 @@ use crate::scale;
 use crate::selector::{FieldSelector, LabelSelector};
 use crate::watch::{self, WatchQuery, WatchSettings};
 
+mod protobuf;
+
 pub const KUBERNETES_VERSION: &str = "v1.32.0";
 const MAX_BODY: usize = 3 * 1024 * 1024;
 
@@ -276,7 +278,21 @@ async fn read_body(req: Request) -> ApiResult<(Option<String>, bytes::Bytes)> {
     Ok((ct, body))
 }
 
-fn decode_object(ct: Option<&str>, body: &[u8]) -> ApiResult<Value> {
+/// The apiVersion and kind a write's body is decoded as when it does not say (protobuf envelopes may not).
+fn body_kind(rt: &ResourceType, subresource: Option<&str>) -> (String, String) {
+    match subresource {
+        Some("scale") => ("autoscaling/v1".into(), "Scale".into()),
+        _ if rt.group.is_empty() => (rt.version.clone(), rt.kind.clone()),
+        _ => (format!("{}/{}", rt.group, rt.version), rt.kind.clone()),
+    }
+}
+
+fn decode_object(
+    rt: &ResourceType,
+    subresource: Option<&str>,
+    ct: Option<&str>,
+    body: &[u8],
+) -> ApiResult<Value> {
     let base = ct
         .unwrap_or("application/json")
         .split(';')
@@ -290,8 +306,18 @@ fn decode_object(ct: Option<&str>, body: &[u8]) -> ApiResult<Value> {
         }),
         "application/yaml" => serde_saphyr::from_slice(body)
             .map_err(|e| ApiError::bad_request(format!("error converting YAML to JSON: {e}"))),
+        // Custom resources have no protobuf form upstream either.
+        protobuf::MEDIA_TYPE if !rt.is_custom() => {
+            let (api_version, kind) = body_kind(rt, subresource);
+            protobuf::decode(body, &api_version, &kind)
+        }
         other => Err(ApiError::unsupported_media(format!(
-            "the body of the request was in an unknown format - accepted media types include: application/json, application/yaml; got {other:?}"
+            "the body of the request was in an unknown format - accepted media types include: application/json, application/yaml{}; got {other:?}",
+            if rt.is_custom() {
+                String::new()
+            } else {
+                format!(", {}", protobuf::MEDIA_TYPE)
+            }
         ))),
     }
 }
@@ -516,14 +542,14 @@ async fn resource(server: &Server, req: Request, t: Target) -> ApiResult<Respons
         (Method::POST, None) => {
             let opts = write_options(&q, ua.as_deref())?;
             let (ct, body) = read_body(req).await?;
-            let obj = decode_object(ct.as_deref(), &body)?;
+            let obj = decode_object(&rt, t.subresource.as_deref(), ct.as_deref(), &body)?;
             let w = core.create(&rt, &ns, obj, &opts).await?;
             Ok(written_response(format, &rt, w))
         }
         (Method::PUT, Some(name)) => {
             let opts = write_options(&q, ua.as_deref())?;
             let (ct, body) = read_body(req).await?;
-            let obj = decode_object(ct.as_deref(), &body)?;
+            let obj = decode_object(&rt, t.subresource.as_deref(), ct.as_deref(), &body)?;
             if t.subresource.as_deref() == Some("scale") {
                 let w = scale::update(core, &rt, &ns, &name, obj, &opts).await?;
                 return Ok(json_response(200, &w));

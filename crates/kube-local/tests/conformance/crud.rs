@@ -407,8 +407,21 @@ async fn unsupported_method_is_405_and_unknown_resource_404() {
 }
 
 #[tokio::test]
-async fn protobuf_bodies_are_415() {
+async fn cbor_bodies_are_415_and_malformed_protobuf_400() {
     let env = env().await;
+    let (code, _, body) = raw(
+        &env,
+        "POST",
+        "/api/v1/namespaces/default/configmaps",
+        Some("application/cbor"),
+        Some(json!("x")),
+    )
+    .await;
+    assert_eq!(
+        (code, body["reason"].as_str()),
+        (415, Some("UnsupportedMediaType"))
+    );
+    // Protobuf bodies are decoded (see protobuf.rs); one without the `k8s\0` envelope is a bad request.
     let (code, _, body) = raw(
         &env,
         "POST",
@@ -417,10 +430,7 @@ async fn protobuf_bodies_are_415() {
         Some(json!("x")),
     )
     .await;
-    assert_eq!(
-        (code, body["reason"].as_str()),
-        (415, Some("UnsupportedMediaType"))
-    );
+    assert_eq!((code, body["reason"].as_str()), (400, Some("BadRequest")));
 }
 
 #[tokio::test]

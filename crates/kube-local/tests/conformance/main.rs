@@ -9,6 +9,7 @@ mod discovery;
 mod kubectl;
 mod lifecycle;
 mod patching;
+mod protobuf;
 mod runtime;
 mod watching;
 mod webhooks;

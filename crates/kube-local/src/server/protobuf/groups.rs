@@ -1,0 +1,165 @@
+//! apps/v1 Deployment, batch/v1 Job and CronJob, policy/v1 PodDisruptionBudget, autoscaling/v1 Scale.
+//!
+//! Shapes follow the groups' `types.go`.
+
+use k8s_openapi::api::{
+    apps::v1 as openapi_apps, autoscaling::v1 as openapi_autoscaling, batch::v1 as openapi_batch,
+    policy::v1 as openapi_policy,
+};
+use k8s_pb::api::{
+    apps::v1 as apps, autoscaling::v1 as autoscaling, batch::v1 as batch, policy::v1 as policy,
+};
+
+use super::fields::messages;
+
+messages! {
+    apps::Deployment => openapi_apps::Deployment {
+        metadata: keep,
+        spec: keep,
+        status: keep,
+    }
+    apps::DeploymentSpec => openapi_apps::DeploymentSpec {
+        replicas: ptr,
+        selector: ptr,
+        template: keep,
+        strategy: keep,
+        min_ready_seconds: omit,
+        revision_history_limit: ptr,
+        paused: omit,
+        progress_deadline_seconds: ptr,
+    }
+    apps::DeploymentStrategy => openapi_apps::DeploymentStrategy {
+        r#type: omit,
+        rolling_update: ptr,
+    }
+    apps::RollingUpdateDeployment => openapi_apps::RollingUpdateDeployment {
+        max_unavailable: ptr,
+        max_surge: ptr,
+    }
+    apps::DeploymentStatus => openapi_apps::DeploymentStatus {
+        observed_generation: omit,
+        replicas: omit,
+        updated_replicas: omit,
+        ready_replicas: omit,
+        available_replicas: omit,
+        unavailable_replicas: omit,
+        terminating_replicas: ptr,
+        conditions: omit,
+        collision_count: ptr,
+    }
+    apps::DeploymentCondition => openapi_apps::DeploymentCondition {
+        r#type: keep,
+        status: keep,
+        last_update_time: keep,
+        last_transition_time: keep,
+        reason: omit,
+        message: omit,
+    }
+
+    batch::Job => openapi_batch::Job {
+        metadata: keep,
+        spec: keep,
+        status: keep,
+    }
+    batch::JobSpec => openapi_batch::JobSpec {
+        parallelism: ptr,
+        completions: ptr,
+        active_deadline_seconds: ptr,
+        pod_failure_policy: unsupported_ptr,
+        success_policy: unsupported_ptr,
+        backoff_limit: ptr,
+        backoff_limit_per_index: ptr,
+        max_failed_indexes: ptr,
+        selector: ptr,
+        manual_selector: ptr,
+        template: keep,
+        ttl_seconds_after_finished: ptr,
+        completion_mode: ptr,
+        suspend: ptr,
+        pod_replacement_policy: ptr,
+        managed_by: ptr,
+    }
+    batch::JobStatus => openapi_batch::JobStatus {
+        conditions: omit,
+        start_time: ptr,
+        completion_time: ptr,
+        active: omit,
+        succeeded: omit,
+        failed: omit,
+        terminating: ptr,
+        completed_indexes: omit,
+        failed_indexes: ptr,
+        uncounted_terminated_pods: ptr,
+        ready: ptr,
+    }
+    batch::JobCondition => openapi_batch::JobCondition {
+        r#type: keep,
+        status: keep,
+        last_probe_time: keep,
+        last_transition_time: keep,
+        reason: omit,
+        message: omit,
+    }
+    batch::UncountedTerminatedPods => openapi_batch::UncountedTerminatedPods {
+        succeeded: omit,
+        failed: omit,
+    }
+    batch::CronJob => openapi_batch::CronJob {
+        metadata: keep,
+        spec: keep,
+        status: keep,
+    }
+    batch::CronJobSpec => openapi_batch::CronJobSpec {
+        schedule: keep,
+        time_zone: ptr,
+        starting_deadline_seconds: ptr,
+        concurrency_policy: omit,
+        suspend: ptr,
+        job_template: keep,
+        successful_jobs_history_limit: ptr,
+        failed_jobs_history_limit: ptr,
+    }
+    batch::JobTemplateSpec => openapi_batch::JobTemplateSpec {
+        metadata: keep,
+        spec: keep,
+    }
+    batch::CronJobStatus => openapi_batch::CronJobStatus {
+        active: omit,
+        last_schedule_time: ptr,
+        last_successful_time: ptr,
+    }
+
+    policy::PodDisruptionBudget => openapi_policy::PodDisruptionBudget {
+        metadata: keep,
+        spec: keep,
+        status: keep,
+    }
+    policy::PodDisruptionBudgetSpec => openapi_policy::PodDisruptionBudgetSpec {
+        min_available: ptr,
+        selector: ptr,
+        max_unavailable: ptr,
+        unhealthy_pod_eviction_policy: ptr,
+    }
+    policy::PodDisruptionBudgetStatus => openapi_policy::PodDisruptionBudgetStatus {
+        observed_generation: omit,
+        disrupted_pods: omit,
+        disruptions_allowed: keep,
+        current_healthy: keep,
+        desired_healthy: keep,
+        expected_pods: keep,
+        conditions: omit,
+    }
+
+    autoscaling::Scale => openapi_autoscaling::Scale {
+        metadata: keep,
+        spec: keep,
+        status: keep,
+    }
+    autoscaling::ScaleSpec => openapi_autoscaling::ScaleSpec {
+        replicas: omit,
+    }
+    autoscaling::ScaleStatus => openapi_autoscaling::ScaleStatus {
+        replicas: keep,
+        selector: omit,
+    }
+}
