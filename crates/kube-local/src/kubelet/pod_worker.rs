@@ -877,6 +877,7 @@ async fn run_once(
         mounts,
         working_dir: container.working_dir.clone(),
         log: log.clone(),
+        stage: rt.dir.join("mounts").join(&container.name),
     };
     let mut process = match shared.processes.launch(&launch).await {
         Ok(p) => p,

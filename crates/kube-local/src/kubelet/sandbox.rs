@@ -39,6 +39,8 @@ pub struct Launch {
     pub working_dir: Option<String>,
     /// Where stdout and stderr go (appended).
     pub log: PathBuf,
+    /// A directory of the container's own for staging its mounts.
+    pub stage: PathBuf,
 }
 
 pub fn is_root() -> bool {
@@ -50,19 +52,62 @@ pub fn shell_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', r"'\''"))
 }
 
+/// A staging directory for `launch`'s mounts that no mount target hides: `preferred` unless a target covers it.
+fn stage_dir(launch: &Launch) -> PathBuf {
+    let covered = |p: &Path| {
+        launch
+            .mounts
+            .iter()
+            .any(|m| p.starts_with(&m.target) || Path::new(&m.target).starts_with(p))
+    };
+    if !covered(&launch.stage) {
+        return launch.stage.clone();
+    }
+    let name = launch
+        .stage
+        .components()
+        .rev()
+        .take(3)
+        .map(|c| c.as_os_str().to_string_lossy().into_owned())
+        .collect::<Vec<_>>()
+        .join("-");
+    PathBuf::from("/run/kube-local").join(name)
+}
+
 /// The `sh` script run inside the namespaces: set up the mounts, then become the container's program.
-fn setup_script(launch: &Launch) -> String {
+///
+/// A mount target may hide a source (a volume at `/tmp` hides the kubelet's files under `/tmp`) or the program
+/// itself, so every source and the program are first bind-mounted into a staging directory that no target covers,
+/// and only then moved to their targets.
+fn setup_script(launch: &Launch, stage: &Path) -> String {
+    let q = |p: &Path| shell_quote(&p.display().to_string());
     let mut s = String::from("set -e\n");
     s.push_str(&format!(
         "mount --bind {} /etc/hosts\n",
-        shell_quote(&launch.hosts_file.display().to_string())
+        q(&launch.hosts_file)
     ));
     s.push_str(&format!(
         "hostname {} 2>/dev/null || true\n",
         shell_quote(&launch.hostname)
     ));
-    for m in &launch.mounts {
-        let src = shell_quote(&m.source.display().to_string());
+    s.push_str(&format!("mkdir -p {}\n", q(stage)));
+    let program = stage.join("program");
+    s.push_str(&format!(
+        "touch {p}; mount --bind {} {p}\n",
+        q(&launch.program),
+        p = q(&program)
+    ));
+    for (i, m) in launch.mounts.iter().enumerate() {
+        let staged = q(&stage.join(i.to_string()));
+        if m.source.is_dir() {
+            s.push_str(&format!("mkdir -p {staged}\n"));
+        } else {
+            s.push_str(&format!("touch {staged}\n"));
+        }
+        s.push_str(&format!("mount --bind {} {staged}\n", q(&m.source)));
+    }
+    for (i, m) in launch.mounts.iter().enumerate() {
+        let staged = q(&stage.join(i.to_string()));
         let dst = shell_quote(&m.target);
         if m.source.is_dir() {
             s.push_str(&format!("mkdir -p {dst}\n"));
@@ -71,7 +116,7 @@ fn setup_script(launch: &Launch) -> String {
                 "mkdir -p \"$(dirname {dst})\"; [ -e {dst} ] || touch {dst}\n"
             ));
         }
-        s.push_str(&format!("mount --bind {src} {dst}\n"));
+        s.push_str(&format!("mount --move {staged} {dst}\n"));
         if m.read_only {
             s.push_str(&format!("mount -o remount,bind,ro {dst}\n"));
         }
@@ -80,7 +125,7 @@ fn setup_script(launch: &Launch) -> String {
         let dir = shell_quote(dir);
         s.push_str(&format!("mkdir -p {dir}; cd {dir}\n"));
     }
-    s.push_str("exec \"$@\"\n");
+    s.push_str(&format!("exec {} \"$@\"\n", q(&program)));
     s
 }
 
@@ -92,8 +137,7 @@ fn sandbox_command(launch: &Launch) -> std::process::Command {
     }
     cmd.args(["--mount", "--uts", "--propagation", "private", "--"])
         .args(["setpriv", "--pdeathsig", "KILL", "--", "/bin/sh", "-c"])
-        .arg(setup_script(launch))
-        .arg("sh")
+        .arg(setup_script(launch, &stage_dir(launch)))
         .arg(&launch.program)
         .args(&launch.args);
     cmd.env_clear();

@@ -131,14 +131,29 @@ impl Caches {
 
 /// Runs `pass` whenever the caches change (bursts settle into one pass), and at the latest after the delay the last
 /// pass asked for.
-pub async fn run_loop<F, Fut>(mut changes: watch::Receiver<u64>, mut pass: F)
+pub async fn run_loop<F, Fut>(changes: watch::Receiver<u64>, pass: F)
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<Duration>>,
 {
+    run_loop_or(changes, futures::future::pending::<()>, pass).await;
+}
+
+/// [`run_loop`] that also runs a pass whenever `wake` completes.
+pub async fn run_loop_or<F, Fut, W, WFut>(
+    mut changes: watch::Receiver<u64>,
+    mut wake: W,
+    mut pass: F,
+) where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<Duration>>,
+    W: FnMut() -> WFut,
+    WFut: Future<Output = ()>,
+{
     loop {
         let next = pass().await.unwrap_or(Duration::from_secs(30));
         tokio::select! {
+            _ = wake() => {}
             r = changes.changed() => {
                 if r.is_err() {
                     return;

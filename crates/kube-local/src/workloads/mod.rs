@@ -1,9 +1,12 @@
 //! Workload controllers, as clients of the API server: StatefulSet, Job, CronJob, the local volume provisioner and
 //! binder, Endpoints and EndpointSlices, and PodDisruptionBudget status. One module per controller.
 
+mod cronjob;
+mod disruption;
 mod endpoint_slices;
 mod endpoints;
 pub(crate) mod informer;
+mod job;
 mod statefulset;
 mod volume_binder;
 
@@ -37,7 +40,6 @@ impl Clock {
         self.moved.notify_waiters();
     }
 
-    #[allow(dead_code)] // The CronJob controller's, next.
     pub(crate) async fn moved(&self) {
         self.moved.notified().await;
     }
@@ -49,7 +51,6 @@ pub(crate) struct Context {
     pub caches: Caches,
     /// Provisioned volumes are directories here.
     pub volume_dir: PathBuf,
-    #[allow(dead_code)] // The CronJob controller's, next.
     pub clock: Clock,
 }
 
@@ -82,6 +83,17 @@ impl Controllers {
         control_loop!(volume_binder::reconcile);
         control_loop!(endpoints::reconcile);
         control_loop!(endpoint_slices::reconcile);
+        control_loop!(job::reconcile);
+        control_loop!(disruption::reconcile);
+        // CronJobs also wake when a test moves the clock.
+        {
+            let ctx = ctx.clone();
+            let changes = ctx.caches.changes();
+            tasks.spawn(async move {
+                let clock = ctx.clock.clone();
+                informer::run_loop_or(changes, || clock.moved(), || cronjob::reconcile(&ctx)).await;
+            });
+        }
         Controllers { _tasks: tasks }
     }
 }

@@ -7,19 +7,14 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::api::{Api, PostParams};
 use kube_local::kubelet::{ImageTarget, Kubelet, KubeletConfig};
-use kube_local::workloads::{Clock, Controllers};
+use kube_local::workloads::Clock;
 use serde_json::{Value, json};
 
 /// The image the test program runs as.
 pub const TESTAPP: &str = "kube-local.test/testapp:1";
 
-#[allow(dead_code)] // Not every test binary module uses every handle.
 pub struct Cluster {
     pub env: kube_local::Environment,
-    pub kubelet: Kubelet,
-    pub clock: Clock,
-    _controllers: Controllers,
-    _dir: tempfile::TempDir,
 }
 
 pub fn testapp() -> PathBuf {
@@ -35,8 +30,6 @@ impl Cluster {
         namespace: &str,
         f: impl FnOnce(KubeletConfig) -> KubeletConfig,
     ) -> Cluster {
-        let env = kube_local::Environment::builder().build().await.unwrap();
-        let dir = tempfile::tempdir().unwrap();
         let config = KubeletConfig::default()
             .image(
                 "kube-local.test/testapp:*",
@@ -46,10 +39,9 @@ impl Cluster {
                 },
             )
             .backoff(Duration::from_millis(500), Duration::from_secs(4));
-        let config = f(config);
-        let clock = Clock::default();
-        let controllers = Controllers::start(env.client(), dir.path(), clock.clone()).await;
-        let kubelet = Kubelet::start(env.client(), config, &dir.path().join("kubelet"))
+        let env = kube_local::Environment::builder()
+            .kubelet_config(f(config))
+            .build()
             .await
             .unwrap();
         let ns: Namespace =
@@ -58,13 +50,15 @@ impl Cluster {
             .create(&PostParams::default(), &ns)
             .await
             .unwrap();
-        Cluster {
-            env,
-            kubelet,
-            clock,
-            _controllers: controllers,
-            _dir: dir,
-        }
+        Cluster { env }
+    }
+
+    pub fn kubelet(&self) -> &Kubelet {
+        self.env.kubelet().unwrap()
+    }
+
+    pub fn clock(&self) -> &Clock {
+        self.env.clock().unwrap()
     }
 
     pub fn client(&self) -> kube::Client {
@@ -125,20 +119,27 @@ pub fn ready(pod: &Pod) -> bool {
         .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
-/// GET http://ip:port/path with a plain TCP client; the body, or None on any failure.
-pub fn http_get(ip: &str, port: u16, path: &str) -> Option<String> {
-    use std::io::{Read, Write};
-    let mut stream = std::net::TcpStream::connect_timeout(
-        &format!("{ip}:{port}").parse().ok()?,
-        Duration::from_secs(1),
-    )
-    .ok()?;
-    stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-    write!(stream, "GET {path} HTTP/1.0\r\nHost: {ip}\r\n\r\n").ok()?;
-    let mut text = String::new();
-    stream.read_to_string(&mut text).ok()?;
-    let (head, body) = text.split_once("\r\n\r\n")?;
-    head.starts_with("HTTP/1.0 200").then(|| body.to_string())
+/// GET http://ip:port/path; the body of a 200 answer, or None on any failure. (Async: the kubelet's Service proxy
+/// runs on the test's runtime.)
+pub async fn http_get(ip: &str, port: u16, path: &str) -> Option<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let run = async {
+        let mut stream = tokio::net::TcpStream::connect(format!("{ip}:{port}"))
+            .await
+            .ok()?;
+        stream
+            .write_all(format!("GET {path} HTTP/1.0\r\nHost: {ip}\r\n\r\n").as_bytes())
+            .await
+            .ok()?;
+        let mut text = String::new();
+        stream.read_to_string(&mut text).await.ok()?;
+        let (head, body) = text.split_once("\r\n\r\n")?;
+        head.starts_with("HTTP/1.0 200").then(|| body.to_string())
+    };
+    tokio::time::timeout(Duration::from_secs(3), run)
+        .await
+        .ok()
+        .flatten()
 }
 
 /// A pod template running the test program with an HTTP readiness probe on /healthz.

@@ -1,1 +1,328 @@
 //! Pods as processes: images, restarts, probes, init containers, environment, DNS, termination.
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{ContainerStatus, Pod, Service};
+use kube::api::DeleteParams;
+use serde_json::json;
+
+use crate::common::{Cluster, TESTAPP, eventually, http_get, ready};
+
+const NS: &str = "pods";
+
+fn status_of(pod: &Pod, container: &str) -> Option<ContainerStatus> {
+    pod.status
+        .as_ref()?
+        .container_statuses
+        .as_ref()?
+        .iter()
+        .find(|c| c.name == container)
+        .cloned()
+}
+
+fn waiting_reason(pod: &Pod, container: &str) -> Option<String> {
+    status_of(pod, container)?.state?.waiting?.reason
+}
+
+fn phase(pod: &Pod) -> Option<String> {
+    pod.status.as_ref()?.phase.clone()
+}
+
+#[tokio::test]
+async fn an_unmapped_image_backs_off_like_a_failed_pull() {
+    let c = Cluster::start(NS).await;
+    c.create::<Pod>(
+        NS,
+        json!({
+            "metadata": {"name": "nginx"},
+            "spec": {"containers": [{"name": "web", "image": "docker.io/library/nginx:1.27"}]},
+        }),
+    )
+    .await;
+    let seen_pull_error = std::sync::atomic::AtomicBool::new(false);
+    let pod = eventually("ImagePullBackOff", Duration::from_secs(20), || async {
+        let p = c.pod(NS, "nginx").await?;
+        let reason = waiting_reason(&p, "web");
+        if reason.as_deref() == Some("ErrImagePull") {
+            seen_pull_error.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+        (reason.as_deref() == Some("ImagePullBackOff")).then_some(p)
+    })
+    .await;
+    assert!(seen_pull_error.into_inner(), "ErrImagePull comes first");
+    assert_eq!(phase(&pod).as_deref(), Some("Pending"));
+    assert!(!ready(&pod));
+    assert_eq!(c.kubelet().process_count(), 0);
+}
+
+#[tokio::test]
+async fn a_killed_container_restarts_immediately_then_with_backoff() {
+    let c = Cluster::start(NS).await;
+    c.create::<Pod>(NS, json!({
+        "metadata": {"name": "app"},
+        "spec": {"terminationGracePeriodSeconds": 1, "containers": [{
+            "name": "app", "image": TESTAPP,
+            "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
+            "readinessProbe": {"tcpSocket": {"port": 8080}, "periodSeconds": 1},
+        }]},
+    }))
+    .await;
+    eventually("app ready", Duration::from_secs(20), || async {
+        c.pod(NS, "app").await.filter(ready)
+    })
+    .await;
+
+    c.kubelet().kill_container(NS, "app", "app").unwrap();
+    let pod = eventually("first restart", Duration::from_secs(10), || async {
+        let p = c.pod(NS, "app").await?;
+        let s = status_of(&p, "app")?;
+        (s.restart_count == 1 && s.state.as_ref()?.running.is_some()).then_some(p)
+    })
+    .await;
+    let last = status_of(&pod, "app")
+        .unwrap()
+        .last_state
+        .unwrap()
+        .terminated
+        .unwrap();
+    assert_eq!(last.exit_code, 137, "SIGKILL");
+    assert_eq!(last.signal, Some(9));
+
+    // The second crash waits out the back-off (500ms in these tests) in CrashLoopBackOff.
+    eventually("running again", Duration::from_secs(10), || async {
+        c.kubelet().pod_ip(NS, "app")?;
+        c.pod(NS, "app").await.filter(ready)
+    })
+    .await;
+    c.kubelet().kill_container(NS, "app", "app").unwrap();
+    eventually("CrashLoopBackOff", Duration::from_secs(5), || async {
+        let p = c.pod(NS, "app").await?;
+        (waiting_reason(&p, "app").as_deref() == Some("CrashLoopBackOff")).then_some(())
+    })
+    .await;
+    eventually("second restart", Duration::from_secs(10), || async {
+        let p = c.pod(NS, "app").await?;
+        (status_of(&p, "app")?.restart_count == 2 && ready(&p)).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn init_containers_environment_and_cluster_dns() {
+    let c = Cluster::start(NS).await;
+    // A headless Service publishing the pod under its hostname, as a StatefulSet's governing Service does.
+    c.create::<Service>(NS, json!({
+        "metadata": {"name": "peers"},
+        "spec": {"clusterIP": "None", "publishNotReadyAddresses": true, "selector": {"app": "dns"}, "ports": [{"name": "http", "port": 8080}]},
+    }))
+    .await;
+    c.create::<Service>(NS, json!({
+        "metadata": {"name": "front"},
+        "spec": {"selector": {"app": "dns"}, "ports": [{"name": "http", "port": 80, "targetPort": "http"}]},
+    }))
+    .await;
+    let env = json!([
+        {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+        {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        {"name": "GREETING", "value": "hello-$(POD_NAME)"},
+    ]);
+    c.create::<Pod>(NS, json!({
+        "metadata": {"name": "dns-0", "labels": {"app": "dns"}},
+        "spec": {
+            "hostname": "dns-0", "subdomain": "peers", "terminationGracePeriodSeconds": 1,
+            "volumes": [{"name": "work", "emptyDir": {}}],
+            "initContainers": [
+                {"name": "first", "image": TESTAPP, "command": ["sh", "-c", "echo first > /work/order"],
+                 "volumeMounts": [{"name": "work", "mountPath": "/work"}]},
+                {"name": "second", "image": TESTAPP, "env": env,
+                 "command": ["sh", "-c", "echo second >> /work/order; echo \"$1 $GREETING $POD_IP\" > /work/env"],
+                 "args": ["sh", "$(POD_NAME)"],
+                 "volumeMounts": [{"name": "work", "mountPath": "/work"}]},
+            ],
+            "containers": [{
+                "name": "app", "image": TESTAPP, "env": env,
+                "ports": [{"name": "http", "containerPort": 8080}],
+                "readinessProbe": {"httpGet": {"path": "/healthz", "port": "http"}, "periodSeconds": 1},
+                "volumeMounts": [{"name": "work", "mountPath": "/work"}],
+            }],
+        },
+    }))
+    .await;
+    let pod = eventually("dns-0 ready", Duration::from_secs(20), || async {
+        c.pod(NS, "dns-0").await.filter(ready)
+    })
+    .await;
+    let ip = pod.status.as_ref().unwrap().pod_ip.clone().unwrap();
+    assert_eq!(
+        http_get(&ip, 8080, "/file?path=/work/order").await.unwrap(),
+        "first\nsecond\n"
+    );
+    assert_eq!(
+        http_get(&ip, 8080, "/file?path=/work/env").await.unwrap(),
+        format!("dns-0 hello-dns-0 {ip}\n"),
+        "downward API, $(VAR) in env values and args"
+    );
+    let hosts = eventually(
+        "the Services in the pod's hosts file",
+        Duration::from_secs(10),
+        || async {
+            let hosts = http_get(&ip, 8080, "/file?path=/etc/hosts").await?;
+            (hosts.contains("front.pods.svc")
+                && hosts.contains("dns-0.peers.pods.svc.cluster.local"))
+            .then_some(hosts)
+        },
+    )
+    .await;
+    assert!(
+        hosts.contains(&format!("{ip}\tdns-0.peers.pods.svc.cluster.local")),
+        "{hosts}"
+    );
+    // The ClusterIP Service's name resolves to its proxy, which forwards port 80 to the pod's named port.
+    let front = c.kubelet().service_address(NS, "front").unwrap();
+    assert!(
+        hosts.contains(&format!("{front}\tfront.pods.svc.cluster.local")),
+        "{hosts}"
+    );
+    let answer = eventually(
+        "an answer through the Service",
+        Duration::from_secs(5),
+        || async { http_get(&front.to_string(), 80, "/").await },
+    )
+    .await;
+    assert_eq!(answer, "dns-0");
+    let status = pod.status.unwrap();
+    let inits = status.init_container_statuses.unwrap();
+    assert!(inits.iter().all(|s| {
+        s.state
+            .as_ref()
+            .unwrap()
+            .terminated
+            .as_ref()
+            .unwrap()
+            .exit_code
+            == 0
+    }));
+    assert!(
+        status
+            .conditions
+            .unwrap()
+            .iter()
+            .any(|c| c.type_ == "Initialized" && c.status == "True")
+    );
+}
+
+#[tokio::test]
+async fn a_failed_container_reports_its_exit_code_message_and_logs() {
+    let c = Cluster::start(NS).await;
+    c.create::<Pod>(
+        NS,
+        json!({
+            "metadata": {"name": "once"},
+            "spec": {"restartPolicy": "Never", "containers": [{
+                "name": "job", "image": TESTAPP,
+                "env": [
+                    {"name": "EXIT_AFTER_MS", "value": "50"}, {"name": "EXIT_CODE", "value": "3"},
+                    {"name": "MESSAGE_FILE", "value": "/tmp/kube-local-message"},
+                ],
+                "terminationMessagePath": "/tmp/kube-local-message",
+            }]},
+        }),
+    )
+    .await;
+    let pod = eventually("Failed", Duration::from_secs(20), || async {
+        c.pod(NS, "once")
+            .await
+            .filter(|p| phase(p).as_deref() == Some("Failed"))
+    })
+    .await;
+    let t = status_of(&pod, "job")
+        .unwrap()
+        .state
+        .unwrap()
+        .terminated
+        .unwrap();
+    assert_eq!(t.exit_code, 3);
+    assert_eq!(t.reason.as_deref(), Some("Error"));
+    assert_eq!(t.message.as_deref(), Some("exiting with 3"));
+    let log = std::fs::read_to_string(c.kubelet().log_path(NS, "once", "job").unwrap()).unwrap();
+    assert!(log.contains("testapp exiting with 3"), "{log}");
+    // The host's file at that path was never written: the pod had its own.
+    assert!(
+        std::fs::read_to_string("/tmp/kube-local-message")
+            .map_or(true, |s| !s.contains("exiting with 3"))
+    );
+}
+
+#[tokio::test]
+async fn a_failing_liveness_probe_restarts_the_container() {
+    let c = Cluster::start(NS).await;
+    c.create::<Pod>(NS, json!({
+        "metadata": {"name": "live"},
+        "spec": {"terminationGracePeriodSeconds": 1, "containers": [{
+            "name": "app", "image": TESTAPP,
+            "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
+            "livenessProbe": {"httpGet": {"path": "/healthz", "port": 8080}, "periodSeconds": 1, "failureThreshold": 2},
+        }]},
+    }))
+    .await;
+    let pod = eventually("live ready", Duration::from_secs(20), || async {
+        c.pod(NS, "live").await.filter(ready)
+    })
+    .await;
+    let ip = pod.status.unwrap().pod_ip.unwrap();
+    eventually("the app to answer", Duration::from_secs(5), || async {
+        http_get(&ip, 8080, "/fail").await
+    })
+    .await;
+    eventually("a restart", Duration::from_secs(15), || async {
+        let p = c.pod(NS, "live").await?;
+        (status_of(&p, "app")?.restart_count >= 1).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn deleting_a_pod_stops_its_processes_and_dropping_the_environment_leaves_none() {
+    let c = Cluster::start(NS).await;
+    for name in ["a", "b"] {
+        c.create::<Pod>(NS, json!({
+            "metadata": {"name": name},
+            "spec": {"terminationGracePeriodSeconds": 1, "containers": [{
+                "name": "app", "image": TESTAPP,
+                "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
+            }]},
+        }))
+        .await;
+    }
+    eventually("two processes", Duration::from_secs(20), || async {
+        (c.kubelet().process_count() == 2).then_some(())
+    })
+    .await;
+    let pids: Vec<String> = {
+        let mut pids = Vec::new();
+        for name in ["a", "b"] {
+            let p = eventually("container id", Duration::from_secs(10), || async {
+                status_of(&c.pod(NS, name).await?, "app")?.container_id
+            })
+            .await;
+            pids.push(p.trim_start_matches("kube-local://").to_string());
+        }
+        pids
+    };
+    c.api::<Pod>(NS)
+        .delete("a", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually("a's process gone", Duration::from_secs(10), || async {
+        (!std::path::Path::new(&format!("/proc/{}", pids[0])).exists()).then_some(())
+    })
+    .await;
+    assert!(std::path::Path::new(&format!("/proc/{}", pids[1])).exists());
+    drop(c);
+    eventually("b's process gone", Duration::from_secs(5), || async {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", pids[1])).unwrap_or_default();
+        // Gone, or a zombie waiting to be reaped.
+        (stat.is_empty() || stat.contains(") Z ")).then_some(())
+    })
+    .await;
+}

@@ -4,5 +4,6 @@
 
 mod common;
 
+mod jobs;
 mod kubelet;
 mod statefulset;

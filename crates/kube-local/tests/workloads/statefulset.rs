@@ -98,7 +98,7 @@ async fn three_replicas_become_ready_keep_their_volumes_and_scale_down_from_the_
         );
         // Each pod serves on its own IP, reachable from the host.
         assert_eq!(
-            http_get(&pod_ip(p), 8080, "/").as_deref(),
+            http_get(&pod_ip(p), 8080, "/").await.as_deref(),
             Some(names[i].as_str())
         );
     }
@@ -138,7 +138,9 @@ async fn three_replicas_become_ready_keep_their_volumes_and_scale_down_from_the_
         },
     )
     .await;
-    let starts = http_get(&pod_ip(&back), 8080, "/file?path=/data/starts").unwrap();
+    let starts = http_get(&pod_ip(&back), 8080, "/file?path=/data/starts")
+        .await
+        .unwrap();
     assert_eq!(
         starts, "web-1\nweb-1\n",
         "the recreated pod sees the first run's data"

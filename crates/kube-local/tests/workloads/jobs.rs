@@ -1,0 +1,148 @@
+//! Jobs and CronJobs: completion, failure against the back-off limit, schedules on a test clock, history limits.
+
+use std::time::Duration;
+
+use k8s_openapi::api::batch::v1::{CronJob, Job};
+use kube::api::ListParams;
+use serde_json::json;
+
+use crate::common::{Cluster, TESTAPP, eventually};
+
+const NS: &str = "batch";
+
+fn job_template(exit_code: i32) -> serde_json::Value {
+    json!({"spec": {"restartPolicy": "Never", "containers": [{
+        "name": "work", "image": TESTAPP,
+        "env": [{"name": "EXIT_AFTER_MS", "value": "20"}, {"name": "EXIT_CODE", "value": exit_code.to_string()}],
+    }]}})
+}
+
+fn condition(job: &Job, type_: &str) -> Option<String> {
+    job.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == type_ && c.status == "True")
+        .and_then(|c| c.reason.clone())
+}
+
+#[tokio::test]
+async fn a_job_completes_and_a_failing_one_exceeds_its_backoff_limit() {
+    let c = Cluster::start(NS).await;
+    c.create::<Job>(
+        NS,
+        json!({
+            "metadata": {"name": "ok"},
+            "spec": {"completions": 2, "parallelism": 2, "template": job_template(0)},
+        }),
+    )
+    .await;
+    c.create::<Job>(
+        NS,
+        json!({
+            "metadata": {"name": "bad"},
+            "spec": {"backoffLimit": 0, "template": job_template(1)},
+        }),
+    )
+    .await;
+    let ok = eventually("ok to complete", Duration::from_secs(20), || async {
+        c.api::<Job>(NS)
+            .get("ok")
+            .await
+            .ok()
+            .filter(|j| condition(j, "Complete").is_some())
+    })
+    .await;
+    let status = ok.status.unwrap();
+    assert_eq!(status.succeeded, Some(2));
+    assert!(status.completion_time.is_some());
+    assert_eq!(
+        condition(&ok_again(&c, "ok").await, "SuccessCriteriaMet").as_deref(),
+        Some("CompletionsReached")
+    );
+
+    let bad = eventually("bad to fail", Duration::from_secs(20), || async {
+        c.api::<Job>(NS)
+            .get("bad")
+            .await
+            .ok()
+            .filter(|j| condition(j, "Failed").is_some())
+    })
+    .await;
+    assert_eq!(
+        condition(&bad, "Failed").as_deref(),
+        Some("BackoffLimitExceeded")
+    );
+    assert_eq!(bad.status.unwrap().failed, Some(1));
+}
+
+async fn ok_again(c: &Cluster, name: &str) -> Job {
+    c.api::<Job>(NS).get(name).await.unwrap()
+}
+
+#[tokio::test]
+async fn a_cronjob_runs_jobs_on_schedule_and_keeps_its_history_limit() {
+    let c = Cluster::start(NS).await;
+    c.create::<CronJob>(
+        NS,
+        json!({
+            "metadata": {"name": "tick"},
+            "spec": {
+                "schedule": "* * * * *",
+                "successfulJobsHistoryLimit": 2,
+                "jobTemplate": {"spec": {"template": job_template(0)}},
+            },
+        }),
+    )
+    .await;
+    for round in 1..=3 {
+        c.clock().advance(Duration::from_secs(60));
+        eventually(
+            &format!("job {round} to complete"),
+            Duration::from_secs(20),
+            || async {
+                let cj = c.api::<CronJob>(NS).get("tick").await.ok()?;
+                let st = cj.status?;
+                (st.last_successful_time.is_some()
+                    && st.active.as_ref().is_none_or(|a| a.is_empty())
+                    && c.api::<Job>(NS)
+                        .list(&ListParams::default())
+                        .await
+                        .ok()?
+                        .items
+                        .iter()
+                        .filter(|j| condition(j, "Complete").is_some())
+                        .count()
+                        == round.min(2))
+                .then_some(())
+            },
+        )
+        .await;
+    }
+    // Three ran; the oldest finished one is deleted.
+    let jobs = eventually(
+        "two complete Jobs left",
+        Duration::from_secs(10),
+        || async {
+            let jobs = c
+                .api::<Job>(NS)
+                .list(&ListParams::default())
+                .await
+                .ok()?
+                .items;
+            (jobs.len() == 2 && jobs.iter().all(|j| condition(j, "Complete").is_some()))
+                .then_some(jobs)
+        },
+    )
+    .await;
+    let cj = c.api::<CronJob>(NS).get("tick").await.unwrap();
+    let last = cj.status.unwrap().last_schedule_time.unwrap().0;
+    assert!(jobs.iter().any(|j| j.metadata.name.as_deref() == Some(&format!("tick-{}", last.as_second() / 60))));
+    assert!(
+        jobs.iter()
+            .all(|j| j.metadata.name.as_deref().unwrap().starts_with("tick-"))
+    );
+    let annotations = jobs[0].metadata.annotations.clone().unwrap();
+    assert!(annotations.contains_key("batch.kubernetes.io/cronjob-scheduled-timestamp"));
+}
