@@ -31,6 +31,9 @@ pub mod reasons {
     pub const REPLACING_MEMBER: &str = "ReplacingMember";
     pub const RESTORING: &str = "Restoring";
     pub const PAUSED: &str = "ReconcilePaused";
+    /// A change is due but waits for a safe moment (a member unhealthy,
+    /// quorum at risk); the message says what it waits for.
+    pub const WAITING: &str = "WaitingForSafety";
     // Degraded
     pub const AS_EXPECTED: &str = "AsExpected";
     pub const INVALID_SPEC: &str = "InvalidSpec";

@@ -28,7 +28,7 @@ fn main() -> anyhow::Result<()> {
         },
     )
     .map_err(|invalid| anyhow::anyhow!("invalid DistributedKV: {invalid}"))?;
-    let plan = plan::plan(&cluster, None, None);
+    let plan = plan::plan(&cluster, None, None, &Default::default());
     let prepared = build::build(&cluster, &plan);
 
     let sts = &prepared.statefulset;

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use dkv_api::DistributedKV;
 use dkv_operator::cluster::build::{self, Prepared};
-use dkv_operator::cluster::plan::{self, HeldBack, Plan};
+use dkv_operator::cluster::plan::{self, Plan};
 use dkv_operator::cluster::validate::{self, Defaults, Facts, ValidatedCluster};
 use dkv_operator::etcd_version::EtcdVersion;
 use k8s_openapi::api::apps::v1::StatefulSet;
@@ -42,7 +42,7 @@ fn validated(dkv: &DistributedKV) -> ValidatedCluster {
 
 fn prepare(dkv: &DistributedKV) -> (ValidatedCluster, Plan, Prepared) {
     let cluster = validated(dkv);
-    let plan = plan::plan(&cluster, None, None);
+    let plan = plan::plan(&cluster, None, None, &Default::default());
     let prepared = build::build(&cluster, &plan);
     (cluster, plan, prepared)
 }
@@ -575,7 +575,7 @@ fn the_pause_annotation_is_read() {
 }
 
 #[test]
-fn a_running_cluster_keeps_its_size_until_membership_changes_exist() {
+fn a_running_cluster_changes_size_only_through_membership() {
     let (cluster, _, prepared) = prepare(&fixture("minimal"));
     let mut running = prepared.statefulset.clone();
     running.status = Some(k8s_openapi::api::apps::v1::StatefulSetStatus {
@@ -583,26 +583,19 @@ fn a_running_cluster_keeps_its_size_until_membership_changes_exist() {
         ready_replicas: Some(3),
         ..Default::default()
     });
-    let same = plan::plan(&cluster, Some(&running), None);
-    assert_eq!(same.replicas, 3);
-    assert_eq!(same.held_back, None);
-    assert!(!same.creating);
+    let record = prepared.members.data.as_ref().unwrap()["members.json"].clone();
+    let record: dkv_operator::cluster::membership_record::MembershipRecord =
+        serde_json::from_str(&record).unwrap();
 
+    // etcd cannot be seen (no pods here): a bigger spec changes nothing yet.
     let mut bigger = cluster.clone();
     bigger.size = 5;
-    let held = plan::plan(&bigger, Some(&running), None);
+    let held = plan::plan(&bigger, Some(&running), Some(&record), &Default::default());
     assert_eq!(
         held.replicas, 3,
         "the StatefulSet must not grow behind etcd's back"
     );
     assert_eq!(held.bootstrap_size, 3);
-    assert_eq!(
-        held.held_back,
-        Some(HeldBack::Resize {
-            current: 3,
-            requested: 5
-        })
-    );
     let rebuilt = build::build(&bigger, &held);
     assert_eq!(rebuilt.statefulset.spec.replicas, Some(3));
     assert_eq!(
@@ -610,6 +603,11 @@ fn a_running_cluster_keeps_its_size_until_membership_changes_exist() {
         Some(IntOrString::Int(2)),
         "the PDB protects the members that run"
     );
+
+    // A hand-edited StatefulSet does not change the member count either.
+    running.spec.replicas = Some(1);
+    let same = plan::plan(&cluster, Some(&running), Some(&record), &Default::default());
+    assert_eq!(same.replicas, 3);
 }
 
 #[test]

@@ -61,6 +61,8 @@ fn stores(statefulsets: Vec<StatefulSet>, extra: Option<&build::Prepared>) -> St
     let (pdbs, mut pdb_w) = watches::store();
     let (cronjobs, mut cj_w) = watches::store();
     let (configmaps, mut cm_w) = watches::store();
+    let (pods, mut pod_w) = watches::store();
+    ready(&mut pod_w, Vec::new());
     let (storage_classes, mut sc_w) = watches::store::<StorageClass>();
     ready(&mut sts_w, statefulsets);
     ready(
@@ -100,6 +102,7 @@ fn stores(statefulsets: Vec<StatefulSet>, extra: Option<&build::Prepared>) -> St
         pdbs,
         cronjobs,
         configmaps,
+        pods,
         storage_classes,
     }
 }
@@ -229,7 +232,10 @@ fn converged_children(dkv: &DistributedKV) -> (build::Prepared, StatefulSet) {
         },
     )
     .unwrap();
-    let prepared = build::build(&cluster, &plan::plan(&cluster, None, None));
+    let prepared = build::build(
+        &cluster,
+        &plan::plan(&cluster, None, None, &Default::default()),
+    );
     let mut sts = prepared.statefulset.clone();
     sts.status = Some(StatefulSetStatus {
         replicas: 3,

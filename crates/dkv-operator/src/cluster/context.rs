@@ -9,6 +9,7 @@ use kube::Client;
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::ObjectRef;
 
+use super::etcd_access::{EtcdConnector, GrpcConnector};
 use super::validate::Defaults;
 use super::watches::Stores;
 use crate::metrics::Metrics;
@@ -19,6 +20,8 @@ pub struct Context {
     pub defaults: Defaults,
     pub metrics: Arc<Metrics>,
     pub recorder: Recorder,
+    /// Reaches the clusters' etcd members.
+    pub etcd: Arc<dyn EtcdConnector>,
     /// Consecutive transient failures per cluster, for exponential backoff;
     /// cleared by a successful reconcile.
     failures: Mutex<HashMap<ObjectRef<DistributedKV>, u32>>,
@@ -38,8 +41,15 @@ impl Context {
             stores,
             defaults,
             metrics,
+            etcd: Arc::new(GrpcConnector::default()),
             failures: Mutex::default(),
         }
+    }
+
+    /// Uses `etcd` instead of gRPC connections (tests).
+    pub fn with_etcd(mut self, etcd: Arc<dyn EtcdConnector>) -> Self {
+        self.etcd = etcd;
+        self
     }
 
     /// Records one more consecutive failure of `obj` and returns the count.

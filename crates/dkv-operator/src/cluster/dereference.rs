@@ -28,6 +28,8 @@ pub struct Observed {
     pub members: Option<Arc<k8s_openapi::api::core::v1::ConfigMap>>,
     /// The membership record as last applied (parsed from `members`).
     pub record: Option<MembershipRecord>,
+    /// The cluster's member pods.
+    pub pods: Vec<Arc<k8s_openapi::api::core::v1::Pod>>,
     pub facts: Facts,
 }
 
@@ -58,9 +60,19 @@ pub fn observe(dkv: &DistributedKV, namespace: &str, stores: &Stores) -> Observe
         .as_ref()
         .and_then(|cm| cm.data.as_ref()?.get(RECORD_KEY).cloned())
         .and_then(|text| serde_json::from_str(&text).ok());
+    let pods = stores
+        .pods
+        .state()
+        .into_iter()
+        .filter(|p| {
+            p.namespace().as_deref() == Some(namespace)
+                && p.labels().get(dkv_api::labels::CLUSTER_KEY) == Some(&name)
+        })
+        .collect();
     Observed {
         members,
         record,
+        pods,
         peer_service: watches::get(&stores.services, namespace, &naming::peer_service(&name)),
         client_service: watches::get(&stores.services, namespace, &naming::client_service(&name)),
         pdb: watches::get(&stores.pdbs, namespace, &naming::pdb(&name)),

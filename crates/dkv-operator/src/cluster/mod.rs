@@ -13,6 +13,7 @@ pub mod context;
 pub mod dereference;
 pub mod diff;
 pub mod error;
+pub mod etcd_access;
 pub mod execute;
 pub mod membership;
 pub mod membership_record;
@@ -28,10 +29,11 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use dkv_api::DistributedKV;
+use dkv_api::distributedkv::v1alpha1::Operation;
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::CronJob;
-use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -111,41 +113,112 @@ async fn reconcile_cluster(dkv: &DistributedKV, ctx: &Context) -> Result<Action>
 
     let observed = dereference::observe(dkv, &namespace, &ctx.stores);
     let cluster = validate::validate(dkv, &observed.facts, &ctx.defaults)?;
+
+    // Membership: the member pods, and etcd's view through them.
+    let pods = observe_members::member_pods(&cluster.name, &observed.pods);
+    let endpoints: Vec<String> = pods.iter().filter_map(|p| p.endpoint.clone()).collect();
+    let admin = (!endpoints.is_empty() && observed.statefulset.is_some())
+        .then(|| ctx.etcd.connect(&endpoints));
+    let members = match &admin {
+        Some(admin) => observe_members::observe_members(&cluster.name, admin.as_ref(), &pods).await,
+        None => None,
+    };
+    let pinned = pinned_operation(dkv);
+    let view = plan::MembershipView {
+        members: members.clone(),
+        pods: pods.clone(),
+        pinned,
+    };
     let plan = plan::plan(
         &cluster,
         observed.statefulset.as_deref(),
         observed.record.as_ref(),
+        &view,
     );
     let now = Time(jiff::Timestamp::now());
+    let current_operation = dkv.status.as_ref().and_then(|s| s.operation.clone());
+
+    let status_for =
+        |plan: &plan::Plan, sts: Option<&StatefulSet>, operation: Option<Operation>| {
+            status::compute(
+                dkv,
+                &status::Observation {
+                    cluster: &cluster,
+                    plan,
+                    statefulset: sts,
+                    members: members.as_deref(),
+                    operation,
+                },
+                &now,
+            )
+        };
 
     if cluster.paused {
-        let status = status::compute(
-            dkv,
-            &status::Observation {
-                cluster: &cluster,
-                plan: &plan,
-                statefulset: observed.statefulset.as_deref(),
-            },
-            &now,
-        );
+        let status = status_for(&plan, observed.statefulset.as_deref(), current_operation);
         status::write(dkv, status, ctx).await?;
         return Ok(Action::await_change());
     }
 
+    // A new operation is pinned in status before anything of it happens, so
+    // that a crash or a spec edit resumes it instead of starting another.
+    if let membership::Step::Begin(pin) = &plan.step {
+        let operation = Operation {
+            kind: pin.kind,
+            target: naming::member(&cluster.name, pin.ordinal),
+            started_at: now.clone(),
+        };
+        info!(kind = ?pin.kind, target = %operation.target, "pinning operation");
+        let status = status_for(&plan, observed.statefulset.as_deref(), Some(operation));
+        status::write(dkv, status, ctx).await?;
+        return Ok(Action::requeue(OPERATION_POLL));
+    }
+
     let prepared = build::build(&cluster, &plan);
     let applied = apply::apply(&ctx.client, &namespace, prepared, &observed).await?;
-    let status = status::compute(
-        dkv,
-        &status::Observation {
-            cluster: &cluster,
-            plan: &plan,
-            statefulset: Some(&applied.statefulset),
-        },
-        &now,
-    );
+
+    if let Some(admin) = &admin {
+        execute::execute(
+            &plan.step,
+            &execute::Target {
+                client: &ctx.client,
+                admin: admin.as_ref(),
+                namespace: &namespace,
+                cluster: &cluster.name,
+                pods: &pods,
+            },
+        )
+        .await?;
+    }
+    let operation = match &plan.step {
+        membership::Step::Finish(pin) => {
+            info!(kind = ?pin.kind, ordinal = pin.ordinal, "operation complete");
+            None
+        }
+        _ => current_operation,
+    };
+    let in_flight = operation.is_some() || !matches!(plan.step, membership::Step::Converged);
+    let status = status_for(&plan, Some(&applied.statefulset), operation);
     status::write(dkv, status, ctx).await?;
-    // No timed requeue: every change that matters arrives through a watch.
+    if in_flight && admin.is_some() {
+        // etcd's progress (a learner catching up, a member rejoining) is not
+        // watched: look again soon while something is under way.
+        return Ok(Action::requeue(OPERATION_POLL));
+    }
+    // Otherwise every change that matters arrives through a watch.
     Ok(Action::await_change())
+}
+
+/// How often an operation in flight is re-examined.
+const OPERATION_POLL: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// The operation pinned in status, as the planner reads it.
+fn pinned_operation(dkv: &DistributedKV) -> Option<membership::Pinned> {
+    let op = dkv.status.as_ref()?.operation.as_ref()?;
+    let ordinal = naming::ordinal_of(&dkv.name_any(), &op.target)?;
+    Some(membership::Pinned {
+        kind: op.kind,
+        ordinal,
+    })
 }
 
 /// Makes an error visible where users look. Permanent errors go into status
@@ -247,6 +320,7 @@ pub async fn run(
     let (pdbs, pdb_writer) = watches::store::<PodDisruptionBudget>();
     let (cronjobs, cronjob_writer) = watches::store::<CronJob>();
     let (configmaps, configmap_writer) = watches::store::<ConfigMap>();
+    let (pods, pod_writer) = watches::store::<Pod>();
     let (storage_classes, sc_writer) = watches::store::<StorageClass>();
     let stores = Stores {
         statefulsets,
@@ -254,6 +328,7 @@ pub async fn run(
         pdbs,
         cronjobs,
         configmaps,
+        pods,
         storage_classes,
     };
 
@@ -336,6 +411,22 @@ pub async fn run(
             spec_relevance::<ConfigMap>,
         ))
         .watches_stream(sc_stream, by_storage_class)
+        // Member pods belong to the StatefulSet, not to the cluster: map
+        // them back through their cluster label.
+        .watches_stream(
+            child_stream(
+                api_for::<Pod>(&client, ns),
+                pod_writer,
+                watches::pod_relevance,
+            ),
+            |pod: Pod| {
+                let cluster = pod.labels().get(dkv_api::labels::CLUSTER_KEY).cloned();
+                let namespace = pod.namespace();
+                cluster
+                    .zip(namespace)
+                    .map(|(name, ns)| ObjectRef::new(&name).within(&ns))
+            },
+        )
         .with_config(ControllerConfig::default().concurrency(settings.concurrency))
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, ctx)

@@ -1,19 +1,20 @@
 //! Step 3 of a reconcile (pure): compare the validated spec with what exists
-//! and decide what this pass may change.
+//! and decide what this pass does.
 //!
-//! Today the plan knows two situations: a cluster that does not exist yet is
-//! bootstrapped with all members at once, and an existing cluster keeps its
-//! member count. Changing the member count of a running etcd cluster is only
-//! safe through membership operations (add a learner before its pod exists,
-//! remove a member before its pod goes — `design/ETCD.md`); until those steps
-//! exist, the plan refuses to resize rather than letting the StatefulSet add or
-//! drop pods behind etcd's back, which could lose quorum.
+//! A cluster that does not exist yet is bootstrapped with all members at
+//! once. An existing cluster changes only through the membership planner
+//! ([`super::membership`]): one pinned step at a time, membership before
+//! pods. The StatefulSet's `replicas` always follows etcd's member list (or,
+//! when etcd cannot be seen, the operator's own membership record) — never
+//! the spec directly, and never a value someone edited into the StatefulSet.
 
 use k8s_openapi::api::apps::v1::StatefulSet;
 
 use super::build::statefulset::BOOTSTRAP_SIZE_ANNOTATION;
+use super::membership::{self, Observation, ObservedMember, Pinned, Step};
 use super::membership_record::{ClusterState, MembershipRecord, RecordedMember};
 use super::naming;
+use super::observe_members::MemberPod;
 use super::validate::ValidatedCluster;
 
 /// What this reconcile pass will do.
@@ -21,36 +22,27 @@ use super::validate::ValidatedCluster;
 pub struct Plan {
     /// Members the StatefulSet runs after this pass.
     pub replicas: i32,
-    /// Size of the initial member set (`--initial-cluster`); fixed for the
-    /// life of the cluster because every member's bootstrap config names it.
+    /// Size of the initial member set (`--initial-cluster` of the bootstrap).
     pub bootstrap_size: i32,
-    /// Whether the cluster is being created in this or an earlier pass and
-    /// has not yet been seen whole.
+    /// Whether the cluster has not yet formed (never had all members up).
     pub creating: bool,
-    /// A change the spec asks for that this pass does not carry out.
-    pub held_back: Option<HeldBack>,
     /// The membership record every member pod reads (see
     /// [`super::membership_record`]); applied before the StatefulSet.
     pub record: MembershipRecord,
+    /// The membership step of this pass.
+    pub step: Step,
 }
 
-/// A requested change the operator is deliberately not making.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum HeldBack {
-    Resize { current: i32, requested: i32 },
+/// What the reconcile observed of membership.
+#[derive(Debug, Clone, Default)]
+pub struct MembershipView {
+    /// `None` when no member answered.
+    pub members: Option<Vec<ObservedMember>>,
+    pub pods: Vec<MemberPod>,
+    /// The operation pinned in status.
+    pub pinned: Option<Pinned>,
 }
 
-impl HeldBack {
-    pub fn message(&self) -> String {
-        match self {
-            HeldBack::Resize { current, requested } => format!(
-                "spec.size asks for {requested} members but the cluster has {current}; changing the member count of a running cluster is not supported by this operator version, so it keeps {current} members (set spec.size back to {current} to clear this)"
-            ),
-        }
-    }
-}
-
-/// Plans one reconcile pass of `cluster`, given the StatefulSet that exists.
 /// The record of a cluster being created: its initial members bootstrap
 /// together.
 pub fn bootstrap_record(cluster: &ValidatedCluster, size: i32) -> MembershipRecord {
@@ -66,49 +58,79 @@ pub fn bootstrap_record(cluster: &ValidatedCluster, size: i32) -> MembershipReco
     }
 }
 
+/// The record as etcd's member list states it. Once every member has
+/// started, the cluster exists: members without data then join, never
+/// bootstrap again.
+fn record_from_members(
+    cluster: &ValidatedCluster,
+    members: &[ObservedMember],
+    previous: Option<&MembershipRecord>,
+) -> MembershipRecord {
+    let formed = previous.is_some_and(|r| r.state == ClusterState::Existing)
+        || members.iter().all(|m| m.started);
+    MembershipRecord {
+        state: if formed {
+            ClusterState::Existing
+        } else {
+            ClusterState::New
+        },
+        members: members
+            .iter()
+            .map(|m| RecordedMember {
+                name: naming::member(&cluster.name, m.ordinal),
+                peer_url: naming::member_peer_url(&cluster.name, &cluster.namespace, m.ordinal),
+                started: m.started,
+            })
+            .collect(),
+    }
+}
+
 /// Plans one reconcile pass of `cluster`, given the StatefulSet and the
-/// membership record that exist.
+/// membership record that exist and what etcd and the pods report.
 pub fn plan(
     cluster: &ValidatedCluster,
     existing: Option<&StatefulSet>,
     record: Option<&MembershipRecord>,
+    view: &MembershipView,
 ) -> Plan {
     let Some(sts) = existing else {
         return Plan {
             replicas: cluster.size,
             bootstrap_size: cluster.size,
             creating: true,
-            held_back: None,
             record: bootstrap_record(cluster, cluster.size),
+            step: Step::Converged,
         };
     };
-    // The member count is the operator's own record, never the StatefulSet's
-    // `replicas`: that field is what drift repair restores if someone edits
-    // it, so it cannot also be the truth. Membership never changes in this
-    // version, so the record is the bootstrap size.
-    let recorded = sts
+    let bootstrap_size = sts
         .metadata
         .annotations
         .as_ref()
         .and_then(|a| a.get(BOOTSTRAP_SIZE_ANNOTATION))
-        .and_then(|v| v.parse().ok());
-    let bootstrap_size = recorded.or(sts.spec.replicas).unwrap_or(cluster.size);
-    let current = bootstrap_size;
-    let ready = sts
-        .status
-        .as_ref()
-        .and_then(|s| s.ready_replicas)
-        .unwrap_or(0);
-    Plan {
-        replicas: current,
-        bootstrap_size,
-        record: record
+        .and_then(|v| v.parse().ok())
+        .or(sts.spec.replicas)
+        .unwrap_or(cluster.size);
+
+    let record = match &view.members {
+        Some(members) if !members.is_empty() => record_from_members(cluster, members, record),
+        _ => record
             .cloned()
             .unwrap_or_else(|| bootstrap_record(cluster, bootstrap_size)),
-        creating: ready < current,
-        held_back: (cluster.size != current).then_some(HeldBack::Resize {
-            current,
-            requested: cluster.size,
-        }),
+    };
+    let replicas = i32::try_from(record.members.len()).unwrap_or(bootstrap_size);
+    let step = membership::next_step(&Observation {
+        desired_size: cluster.size,
+        desired_version: cluster.version,
+        members: view.members.clone(),
+        pods: view.pods.iter().map(|p| p.view.clone()).collect(),
+        replicas: sts.spec.replicas.unwrap_or(replicas),
+        pinned: view.pinned,
+    });
+    Plan {
+        replicas,
+        bootstrap_size,
+        creating: record.state == ClusterState::New,
+        record,
+        step,
     }
 }

@@ -3,7 +3,9 @@
 //! differs from what is already there.
 
 use dkv_api::conditions::{reasons, types};
-use dkv_api::distributedkv::v1alpha1::{DistributedKVStatus, Phase};
+use dkv_api::distributedkv::v1alpha1::{
+    DistributedKVStatus, MemberStatus, Operation, OperationKind, Phase,
+};
 use dkv_api::{DistributedKV, labels};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
@@ -17,6 +19,8 @@ use super::apply::FIELD_MANAGER;
 use super::build::pdb::quorum;
 use super::context::Context;
 use super::error::{Error, Result};
+use super::membership::{ObservedMember, Step, WaitReason};
+use super::naming;
 use super::plan::Plan;
 use super::validate::ValidatedCluster;
 
@@ -25,6 +29,10 @@ pub struct Observation<'a> {
     pub cluster: &'a ValidatedCluster,
     pub plan: &'a Plan,
     pub statefulset: Option<&'a StatefulSet>,
+    /// etcd's members as observed this pass (`None`: no member answered).
+    pub members: Option<&'a [ObservedMember]>,
+    /// The operation pinned after this pass.
+    pub operation: Option<Operation>,
 }
 
 /// One condition as the operator wants it now.
@@ -41,9 +49,27 @@ pub fn compute(dkv: &DistributedKV, obs: &Observation<'_>, now: &Time) -> Distri
     let sts_status = obs.statefulset.and_then(|s| s.status.as_ref());
     let replicas = sts_status.map_or(0, |s| s.replicas);
     let ready = sts_status.and_then(|s| s.ready_replicas).unwrap_or(0);
-    let members = obs.plan.replicas;
+    // With etcd's own view, health is etcd's: healthy voters against quorum.
+    // Without it (not formed yet, or unreachable), pod readiness — which is
+    // etcd's /health — stands in.
+    let voters: Vec<&ObservedMember> = obs
+        .members
+        .into_iter()
+        .flatten()
+        .filter(|m| !m.learner)
+        .collect();
+    let (members, ready) = if voters.is_empty() {
+        (obs.plan.replicas, ready)
+    } else {
+        (
+            i32::try_from(voters.len()).unwrap_or(i32::MAX),
+            i32::try_from(voters.iter().filter(|m| m.healthy).count()).unwrap_or(0),
+        )
+    };
     let quorum = quorum(members);
-    let complete = obs.statefulset.is_some() && ready >= members && replicas == members;
+    let complete = obs.statefulset.is_some()
+        && ready >= members
+        && (replicas == members || !voters.is_empty());
     // A cluster has formed once every member was ready at the same time;
     // after that, fewer ready members is a fault, not creation progress.
     // The record of it is the Available condition: once it was
@@ -53,7 +79,9 @@ pub fn compute(dkv: &DistributedKV, obs: &Observation<'_>, now: &Time) -> Distri
         c.type_ == types::AVAILABLE
             && (c.reason == reasons::QUORUM_HEALTHY || c.reason == reasons::QUORUM_LOST)
     });
-    let formed = complete || formed_before;
+    // The membership record knows too: once every member has run, the
+    // record says the cluster exists (even if this status is new).
+    let formed = complete || formed_before || !obs.plan.creating;
 
     let available = if ready >= quorum && obs.statefulset.is_some() {
         Want {
@@ -82,12 +110,31 @@ pub fn compute(dkv: &DistributedKV, obs: &Observation<'_>, now: &Time) -> Distri
             reason: reasons::PAUSED,
             message: format!("{} is set: no changes are made", labels::RECONCILE_PAUSED),
         }
+    } else if let Some(op) = &obs.operation {
+        Want {
+            type_: types::PROGRESSING,
+            status: true,
+            reason: operation_reason(op.kind),
+            message: format!(
+                "{:?} of {} in progress{}",
+                op.kind,
+                op.target,
+                step_detail(&obs.plan.step)
+            ),
+        }
     } else if !formed {
         Want {
             type_: types::PROGRESSING,
             status: true,
             reason: reasons::CREATING_CLUSTER,
             message: format!("{ready}/{members} members ready"),
+        }
+    } else if let (Step::Wait(reason), true) = (&obs.plan.step, change_pending(obs)) {
+        Want {
+            type_: types::PROGRESSING,
+            status: true,
+            reason: reasons::WAITING,
+            message: wait_message(&obs.cluster.name, reason),
         }
     } else {
         Want {
@@ -98,14 +145,7 @@ pub fn compute(dkv: &DistributedKV, obs: &Observation<'_>, now: &Time) -> Distri
         }
     };
 
-    let degraded = if let Some(held) = &obs.plan.held_back {
-        Want {
-            type_: types::DEGRADED,
-            status: true,
-            reason: reasons::UNSUPPORTED_CHANGE,
-            message: held.message(),
-        }
-    } else if formed && ready < quorum {
+    let degraded = if formed && ready < quorum {
         Want {
             type_: types::DEGRADED,
             status: true,
@@ -135,7 +175,15 @@ pub fn compute(dkv: &DistributedKV, obs: &Observation<'_>, now: &Time) -> Distri
     } else if !formed {
         Phase::Creating
     } else {
-        Phase::Running
+        match obs.operation.as_ref().map(|o| o.kind) {
+            Some(
+                OperationKind::AddLearner
+                | OperationKind::PromoteLearner
+                | OperationKind::RemoveMember,
+            ) => Phase::Scaling,
+            Some(OperationKind::UpgradeMember) => Phase::Upgrading,
+            _ => Phase::Running,
+        }
     };
 
     // The running version is the configured one only once every pod runs
@@ -145,11 +193,36 @@ pub fn compute(dkv: &DistributedKV, obs: &Observation<'_>, now: &Time) -> Distri
             && s.current_revision == s.update_revision
             && s.ready_replicas == Some(members)
     });
-    let current_version = if rolled_out {
+    // etcd's own report wins: the version every voter runs.
+    let reported: Vec<_> = voters.iter().filter_map(|m| m.version).collect();
+    let current_version = if !reported.is_empty()
+        && reported.len() == voters.len()
+        && reported.iter().all(|v| *v == reported[0])
+    {
+        Some(reported[0].to_string())
+    } else if rolled_out && voters.is_empty() {
         Some(obs.cluster.version.to_string())
     } else {
         old.current_version.clone()
     };
+    let member_statuses: Option<Vec<MemberStatus>> = obs.members.map(|members| {
+        members
+            .iter()
+            .map(|m| MemberStatus {
+                name: naming::member(&obs.cluster.name, m.ordinal),
+                id: Some(format!("{:x}", m.id)),
+                learner: m.learner,
+                healthy: m.healthy,
+                version: m.version.map(|v| v.to_string()),
+            })
+            .collect()
+    });
+    let leader = obs
+        .members
+        .into_iter()
+        .flatten()
+        .find(|m| m.leader)
+        .map(|m| naming::member(&obs.cluster.name, m.ordinal));
 
     let generation = dkv.meta().generation;
     let mut conditions = old.conditions.clone();
@@ -164,8 +237,73 @@ pub fn compute(dkv: &DistributedKV, obs: &Observation<'_>, now: &Time) -> Distri
         ready_replicas: ready,
         selector: Some(labels::selector_string(&obs.cluster.name)),
         current_version,
+        members: member_statuses.unwrap_or(old.members.clone()),
+        leader: if obs.members.is_some() {
+            leader
+        } else {
+            old.leader.clone()
+        },
+        operation: obs.operation.clone(),
         conditions,
         ..old
+    }
+}
+
+/// Whether the spec asks for something the cluster is not yet: a waiting
+/// planner is news only then (a converged cluster whose members cannot be
+/// seen is not "in progress").
+fn change_pending(obs: &Observation<'_>) -> bool {
+    let size_differs = i32::try_from(obs.plan.record.members.len()).ok() != Some(obs.cluster.size);
+    let version_differs = obs
+        .members
+        .into_iter()
+        .flatten()
+        .any(|m| m.version.is_some_and(|v| v != obs.cluster.version));
+    size_differs || version_differs
+}
+
+fn operation_reason(kind: OperationKind) -> &'static str {
+    match kind {
+        OperationKind::AddLearner => reasons::SCALING_UP,
+        OperationKind::PromoteLearner => reasons::PROMOTING_LEARNER,
+        OperationKind::RemoveMember => reasons::REMOVING_MEMBER,
+        OperationKind::UpgradeMember => reasons::ROLLING_UPGRADE,
+        OperationKind::ReplaceMember => reasons::REPLACING_MEMBER,
+    }
+}
+
+fn step_detail(step: &Step) -> String {
+    match step {
+        Step::Wait(reason) => format!(": waiting ({reason:?})"),
+        Step::Finish(_) | Step::Converged | Step::Begin(_) => String::new(),
+        other => format!(": {other:?}"),
+    }
+}
+
+fn wait_message(cluster: &str, reason: &WaitReason) -> String {
+    match reason {
+        WaitReason::EtcdUnreachable => {
+            "no etcd member answers; waiting before any membership change".to_owned()
+        }
+        WaitReason::MemberUnhealthy { ordinal } => format!(
+            "member {} is unhealthy; no member is added, removed or restarted until it recovers",
+            naming::member(cluster, *ordinal)
+        ),
+        WaitReason::WouldBreakQuorum { healthy, needed } => format!(
+            "the next step would leave {healthy} healthy voting members where quorum needs {needed}; waiting for members to recover"
+        ),
+        WaitReason::LearnerCatchingUp { ordinal } => format!(
+            "learner {} is catching up",
+            naming::member(cluster, *ordinal)
+        ),
+        WaitReason::PodNotReady { ordinal } => {
+            format!("pod {} is not ready", naming::member(cluster, *ordinal))
+        }
+        WaitReason::UpgradeInProgress { ordinal } => format!(
+            "member {} restarted on the new version and is not serving yet",
+            naming::member(cluster, *ordinal)
+        ),
+        WaitReason::NoMembersRequested => "spec.size must be at least 1".to_owned(),
     }
 }
 

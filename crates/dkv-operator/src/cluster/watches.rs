@@ -130,6 +130,39 @@ pub fn cluster_relevance(dkv: &dkv_api::DistributedKV) -> Option<u64> {
     )))
 }
 
+/// Member pods: what the planner reads from them (readiness, IP, image,
+/// member-init's refusals).
+pub fn pod_relevance(pod: &k8s_openapi::api::core::v1::Pod) -> u64 {
+    let status = pod.status.as_ref();
+    let ready = status
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
+        .map(|c| c.status.clone());
+    let init_messages: Vec<Option<String>> = status
+        .and_then(|s| s.init_container_statuses.as_ref())
+        .into_iter()
+        .flatten()
+        .flat_map(|s| [s.state.as_ref(), s.last_state.as_ref()])
+        .map(|state| {
+            state
+                .and_then(|st| st.terminated.as_ref())
+                .and_then(|t| t.message.clone())
+        })
+        .collect();
+    let images: Vec<Option<String>> = pod
+        .spec
+        .as_ref()
+        .map(|s| s.containers.iter().map(|c| c.image.clone()).collect())
+        .unwrap_or_default();
+    hash_of((
+        ready,
+        status.and_then(|s| s.pod_ip.clone()),
+        init_messages,
+        images,
+        pod.metadata.deletion_timestamp.is_some(),
+    ))
+}
+
 /// Read handles on every cache the reconcile needs.
 #[derive(Clone)]
 pub struct Stores {
@@ -138,6 +171,8 @@ pub struct Stores {
     pub pdbs: Store<k8s_openapi::api::policy::v1::PodDisruptionBudget>,
     pub cronjobs: Store<k8s_openapi::api::batch::v1::CronJob>,
     pub configmaps: Store<k8s_openapi::api::core::v1::ConfigMap>,
+    /// Member pods (created by the StatefulSets, labelled by cluster).
+    pub pods: Store<k8s_openapi::api::core::v1::Pod>,
     pub storage_classes: Store<k8s_openapi::api::storage::v1::StorageClass>,
 }
 
@@ -147,7 +182,8 @@ impl Stores {
     pub fn ready(&self) -> Result<(), &'static str> {
         // `wait_until_ready` is async; the non-blocking check is whether the
         // ready future resolves immediately.
-        let checks: [(&'static str, bool); 6] = [
+        let checks: [(&'static str, bool); 7] = [
+            ("Pod cache", is_ready(&self.pods)),
             ("ConfigMap cache", is_ready(&self.configmaps)),
             ("StatefulSet cache", is_ready(&self.statefulsets)),
             ("Service cache", is_ready(&self.services)),
