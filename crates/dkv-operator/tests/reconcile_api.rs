@@ -192,6 +192,26 @@ async fn next(handle: &mut ApiHandle) -> Sent {
     }
 }
 
+/// Answers the Events a pass publishes after its writes; anything else the
+/// operator sends here is a failure.
+async fn answer_remaining_events(api: &mut ApiHandle) {
+    while let Ok(Some((request, respond))) =
+        tokio::time::timeout(Duration::from_millis(200), api.next_request()).await
+    {
+        assert!(
+            request.uri().path().contains("/events"),
+            "only events may follow: {}",
+            request.uri()
+        );
+        respond.send_response(
+            Response::builder()
+                .status(201)
+                .body(Body::from(b"{}".to_vec()))
+                .unwrap(),
+        );
+    }
+}
+
 /// After the reconcile finished and every client handle is gone, the API
 /// server must have received nothing more.
 async fn assert_no_more_requests(ctx: Arc<Context>, mut handle: ApiHandle) {
@@ -591,21 +611,7 @@ async fn an_edited_child_is_restored_and_nothing_else_is_written() {
         sent.uri
     );
     sent.reply_echo(serde_json::to_value(&dkv).unwrap());
-    while let Ok(Some((request, respond))) =
-        tokio::time::timeout(Duration::from_millis(200), api.next_request()).await
-    {
-        assert!(
-            request.uri().path().contains("/events"),
-            "only events may follow: {}",
-            request.uri()
-        );
-        respond.send_response(
-            Response::builder()
-                .status(201)
-                .body(Body::from(b"{}".to_vec()))
-                .unwrap(),
-        );
-    }
+    answer_remaining_events(&mut api).await;
     run.await.unwrap().unwrap();
     assert_no_more_requests(ctx, api).await;
 }
@@ -667,21 +673,7 @@ async fn a_paused_cluster_gets_status_but_no_changes() {
         .unwrap();
     assert_eq!(progressing["reason"], "ReconcilePaused");
     sent.reply_echo(serde_json::to_value(&dkv).unwrap());
-    while let Ok(Some((request, respond))) =
-        tokio::time::timeout(Duration::from_millis(200), api.next_request()).await
-    {
-        assert!(
-            request.uri().path().contains("/events"),
-            "paused: only status and events, got {}",
-            request.uri()
-        );
-        respond.send_response(
-            Response::builder()
-                .status(201)
-                .body(Body::from(b"{}".to_vec()))
-                .unwrap(),
-        );
-    }
+    answer_remaining_events(&mut api).await;
     run.await.unwrap().unwrap();
     assert_no_more_requests(ctx, api).await;
 }
