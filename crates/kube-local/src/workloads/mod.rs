@@ -9,6 +9,7 @@ pub(crate) mod informer;
 mod job;
 mod statefulset;
 mod volume_binder;
+mod volume_protection;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -81,6 +82,7 @@ impl Controllers {
         }
         control_loop!(statefulset::reconcile);
         control_loop!(volume_binder::reconcile);
+        control_loop!(volume_protection::reconcile);
         control_loop!(endpoints::reconcile);
         control_loop!(endpoint_slices::reconcile);
         control_loop!(job::reconcile);

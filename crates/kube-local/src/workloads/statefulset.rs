@@ -455,8 +455,6 @@ async fn sync_set(ctx: &Context, set: &StatefulSet) {
                     blocked |= monotonic;
                     continue;
                 }
-                // A pod whose claim was deleted gets it back.
-                ensure_claims(ctx, set, ordinal).await;
                 if monotonic && (is_terminating(pod) || !is_running_and_ready(pod)) {
                     blocked = true;
                 }
