@@ -38,6 +38,15 @@ fn owner_ref(set: &StatefulSet) -> OwnerReference {
     }
 }
 
+/// Claims reference their owners without `controller`, as upstream's `setOwnerRef` does.
+fn claim_owner(set: &StatefulSet) -> OwnerReference {
+    OwnerReference {
+        controller: None,
+        block_owner_deletion: None,
+        ..owner_ref(set)
+    }
+}
+
 fn controlled_by(meta: &ObjectMeta, uid: &str) -> bool {
     meta.owner_references
         .iter()
@@ -275,7 +284,7 @@ async fn ensure_claims(ctx: &Context, set: &StatefulSet, ordinal: i32) -> bool {
                 namespace: Some(ns.clone()),
                 labels: Some(labels),
                 annotations: template.metadata.annotations.clone(),
-                owner_references: (when_deleted == "Delete").then(|| vec![owner_ref(set)]),
+                owner_references: (when_deleted == "Delete").then(|| vec![claim_owner(set)]),
                 ..ObjectMeta::default()
             },
             spec: template.spec.clone(),
@@ -312,17 +321,20 @@ async fn hand_claims_to_pod(ctx: &Context, set: &StatefulSet, pod: &Pod, ordinal
         let Some(claim) = get(&ctx.caches.claims, &ns, &name) else {
             continue;
         };
+        // The pod becomes the claim's only owner of the two, so the claim goes with the pod, not the set.
         let pod_uid = pod.metadata.uid.clone().unwrap_or_default();
+        let set_uid = set.metadata.uid.clone().unwrap_or_default();
         let mut refs = claim.metadata.owner_references.clone().unwrap_or_default();
-        if refs.iter().any(|r| r.uid == pod_uid) {
+        if refs.iter().any(|r| r.uid == pod_uid) && !refs.iter().any(|r| r.uid == set_uid) {
             continue;
         }
+        refs.retain(|r| r.uid != set_uid && r.uid != pod_uid);
         refs.push(OwnerReference {
             api_version: "v1".into(),
             kind: "Pod".into(),
             name: pod.metadata.name.clone().unwrap_or_default(),
             uid: pod_uid,
-            controller: Some(false),
+            controller: None,
             block_owner_deletion: None,
         });
         let patch = json!({"metadata": {"ownerReferences": refs}});

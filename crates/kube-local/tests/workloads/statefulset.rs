@@ -174,3 +174,287 @@ async fn three_replicas_become_ready_keep_their_volumes_and_scale_down_from_the_
             .is_some()
     );
 }
+
+fn revision(p: &Pod) -> String {
+    p.metadata.labels.as_ref().unwrap()["controller-revision-hash"].clone()
+}
+
+async fn set_template_env(c: &Cluster, name: &str, value: &str) {
+    let set = c.api::<StatefulSet>(NS).get(name).await.unwrap();
+    let mut template = serde_json::to_value(&set.spec.template).unwrap();
+    template["spec"]["containers"][0]["env"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"name": "VERSION", "value": value}));
+    c.api::<StatefulSet>(NS)
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"template": template}})),
+        )
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rolling_update_respects_the_partition_and_on_delete_waits_for_deletions() {
+    let c = Cluster::start(NS).await;
+    c.create::<StatefulSet>(
+        NS,
+        set(
+            "roll",
+            3,
+            "Parallel",
+            json!({
+                "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"partition": 2}},
+            }),
+        ),
+    )
+    .await;
+    c.create::<StatefulSet>(
+        NS,
+        set(
+            "manual",
+            2,
+            "Parallel",
+            json!({"updateStrategy": {"type": "OnDelete"}}),
+        ),
+    )
+    .await;
+    ready_replicas(&c, "roll", 3).await;
+    ready_replicas(&c, "manual", 2).await;
+    let old_roll = revision(&pods_of(&c, "roll").await[0]);
+    let old_manual = revision(&pods_of(&c, "manual").await[0]);
+
+    set_template_env(&c, "roll", "2").await;
+    set_template_env(&c, "manual", "2").await;
+
+    // RollingUpdate with partition 2: only ordinal 2 moves to the new revision.
+    let s = eventually("roll-2 updated", Duration::from_secs(30), || async {
+        let s = c.api::<StatefulSet>(NS).get("roll").await.ok()?;
+        let st = s.status.clone()?;
+        (st.updated_replicas == Some(1)
+            && st.ready_replicas == Some(3)
+            && st.update_revision.as_deref() != Some(&old_roll))
+        .then_some(s)
+    })
+    .await;
+    let status = s.status.unwrap();
+    assert_eq!(status.current_revision.as_deref(), Some(old_roll.as_str()));
+    let update = status.update_revision.unwrap();
+    let revisions: Vec<String> = pods_of(&c, "roll").await.iter().map(revision).collect();
+    assert_eq!(
+        revisions,
+        [old_roll.clone(), old_roll.clone(), update.clone()]
+    );
+    let history = c
+        .api::<k8s_openapi::api::apps::v1::ControllerRevision>(NS)
+        .list(&ListParams::default().labels("app=roll"))
+        .await
+        .unwrap()
+        .items;
+    assert_eq!(history.len(), 2);
+
+    // Partition 0: the rest follow, highest first, and the update revision becomes current.
+    c.api::<StatefulSet>(NS)
+        .patch(
+            "roll",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"updateStrategy": {"rollingUpdate": {"partition": 0}}}})),
+        )
+        .await
+        .unwrap();
+    eventually("roll fully updated", Duration::from_secs(60), || async {
+        let st = c.api::<StatefulSet>(NS).get("roll").await.ok()?.status?;
+        (st.updated_replicas == Some(3)
+            && st.ready_replicas == Some(3)
+            && st.current_revision.as_deref() == Some(&update))
+        .then_some(())
+    })
+    .await;
+
+    // OnDelete: nothing moves until a pod is deleted; the recreated pod gets the new template.
+    let manual = pods_of(&c, "manual").await;
+    assert!(manual.iter().all(|p| revision(p) == old_manual));
+    let old_uid = manual[1].metadata.uid.clone();
+    c.api::<Pod>(NS)
+        .delete("manual-1", &DeleteParams::default())
+        .await
+        .unwrap();
+    let recreated = eventually("manual-1 recreated", Duration::from_secs(30), || async {
+        let p = c.pod(NS, "manual-1").await?;
+        (p.metadata.uid != old_uid && ready(&p)).then_some(p)
+    })
+    .await;
+    assert_ne!(revision(&recreated), old_manual);
+    assert_eq!(revision(&c.pod(NS, "manual-0").await.unwrap()), old_manual);
+    let st = c
+        .api::<StatefulSet>(NS)
+        .get("manual")
+        .await
+        .unwrap()
+        .status
+        .unwrap();
+    assert_eq!(st.updated_replicas, Some(1));
+    assert_eq!(
+        st.current_revision.as_deref(),
+        Some(old_manual.as_str()),
+        "OnDelete never completes a rollout (as upstream)"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claim_retention_delete_removes_claims_on_scale_down_and_with_the_set() {
+    let c = Cluster::start(NS).await;
+    c.create::<StatefulSet>(NS, set("tmp", 2, "Parallel", json!({
+        "persistentVolumeClaimRetentionPolicy": {"whenDeleted": "Delete", "whenScaled": "Delete"},
+    })))
+    .await;
+    ready_replicas(&c, "tmp", 2).await;
+    let claims = || async {
+        let mut names: Vec<String> = c
+            .api::<PersistentVolumeClaim>(NS)
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .map(|c| c.metadata.name.unwrap())
+            .collect();
+        names.sort();
+        names
+    };
+    assert_eq!(claims().await, ["data-tmp-0", "data-tmp-1"]);
+    c.api::<StatefulSet>(NS)
+        .patch(
+            "tmp",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 1}})),
+        )
+        .await
+        .unwrap();
+    eventually("data-tmp-1 gone", Duration::from_secs(30), || async {
+        (claims().await == ["data-tmp-0"]).then_some(())
+    })
+    .await;
+    c.api::<StatefulSet>(NS)
+        .delete("tmp", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually(
+        "every claim and volume gone",
+        Duration::from_secs(30),
+        || async {
+            let volumes =
+                kube::Api::<k8s_openapi::api::core::v1::PersistentVolume>::all(c.client())
+                    .list(&ListParams::default())
+                    .await
+                    .ok()?
+                    .items;
+            (claims().await.is_empty() && volumes.is_empty()).then_some(())
+        },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn endpoints_slices_and_disruption_budgets_follow_ready_pods() {
+    use k8s_openapi::api::core::v1::{Endpoints, Service};
+    use k8s_openapi::api::discovery::v1::EndpointSlice;
+    use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+
+    let c = Cluster::start(NS).await;
+    c.create::<Service>(NS, json!({
+        "metadata": {"name": "api"},
+        "spec": {"selector": {"app": "api"}, "ports": [{"name": "http", "port": 80, "targetPort": "http"}]},
+    }))
+    .await;
+    c.create::<PodDisruptionBudget>(
+        NS,
+        json!({
+            "metadata": {"name": "api"},
+            "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "api"}}},
+        }),
+    )
+    .await;
+    c.create::<StatefulSet>(NS, set("api", 2, "Parallel", json!({})))
+        .await;
+    ready_replicas(&c, "api", 2).await;
+
+    let ips: Vec<String> = pods_of(&c, "api").await.iter().map(pod_ip).collect();
+    let ep = eventually("two ready addresses", Duration::from_secs(10), || async {
+        let ep = c.api::<Endpoints>(NS).get("api").await.ok()?;
+        let subset = ep.subsets.as_ref()?.first()?.clone();
+        (subset.addresses.as_ref()?.len() == 2).then_some(subset)
+    })
+    .await;
+    let mut got: Vec<String> = ep.addresses.unwrap().into_iter().map(|a| a.ip).collect();
+    got.sort();
+    let mut want = ips.clone();
+    want.sort();
+    assert_eq!(got, want);
+    assert_eq!(
+        ep.ports.unwrap()[0].port,
+        8080,
+        "the named target port resolved"
+    );
+    let slices = c
+        .api::<EndpointSlice>(NS)
+        .list(&ListParams::default().labels("kubernetes.io/service-name=api"))
+        .await
+        .unwrap()
+        .items;
+    assert_eq!(slices.len(), 1);
+    assert_eq!(slices[0].endpoints.as_ref().map(Vec::len), Some(2));
+
+    let pdb = eventually("PDB status", Duration::from_secs(10), || async {
+        let st = c
+            .api::<PodDisruptionBudget>(NS)
+            .get("api")
+            .await
+            .ok()?
+            .status?;
+        (st.current_healthy == Some(2)).then_some(st)
+    })
+    .await;
+    assert_eq!(
+        (
+            pdb.expected_pods,
+            pdb.desired_healthy,
+            pdb.disruptions_allowed
+        ),
+        (Some(2), Some(1), Some(1))
+    );
+    let allowed = pdb
+        .conditions
+        .unwrap()
+        .into_iter()
+        .find(|c| c.type_ == "DisruptionAllowed")
+        .unwrap();
+    assert_eq!(
+        (allowed.status.as_str(), allowed.reason.as_str()),
+        ("True", "SufficientPods")
+    );
+
+    // A pod that stops being ready leaves the addresses and the budget.
+    c.kubelet().cut_network(NS, "api-1").unwrap();
+    eventually("api-1 unready", Duration::from_secs(20), || async {
+        let ep = c.api::<Endpoints>(NS).get("api").await.ok()?;
+        let subset = ep.subsets.as_ref()?.first()?.clone();
+        (subset.addresses.as_ref()?.len() == 1 && subset.not_ready_addresses.as_ref()?.len() == 1)
+            .then_some(())
+    })
+    .await;
+    eventually("no disruption allowed", Duration::from_secs(10), || async {
+        let st = c
+            .api::<PodDisruptionBudget>(NS)
+            .get("api")
+            .await
+            .ok()?
+            .status?;
+        (st.disruptions_allowed == Some(0)).then_some(())
+    })
+    .await;
+    c.kubelet().restore_network(NS, "api-1").unwrap();
+    ready_replicas(&c, "api", 2).await;
+}
