@@ -167,22 +167,21 @@ pub async fn container_env(
     };
     for from in container.env_from.iter().flatten() {
         let prefix = from.prefix.clone().unwrap_or_default();
-        let (data, optional) = if let Some(r) = &from.config_map_ref {
+        let data = if let Some(r) = &from.config_map_ref {
             let d = config_map(&cms, &r.name).await;
             if d.is_none() && r.optional != Some(true) {
                 return Err(missing("configmap", &r.name));
             }
-            (d, r.optional)
+            d
         } else if let Some(r) = &from.secret_ref {
             let d = secret(&secrets, &r.name).await;
             if d.is_none() && r.optional != Some(true) {
                 return Err(missing("secret", &r.name));
             }
-            (d, r.optional)
+            d
         } else {
-            (None, Some(true))
+            None
         };
-        let _ = optional;
         for (k, v) in data.unwrap_or_default() {
             set(&mut vars, format!("{prefix}{k}"), v);
         }

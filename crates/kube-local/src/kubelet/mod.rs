@@ -10,6 +10,7 @@ mod dns;
 pub mod environment;
 mod events;
 pub mod image_map;
+mod log_server;
 mod node;
 mod pod_worker;
 pub mod probe;
@@ -172,10 +173,10 @@ pub(crate) struct Shared {
     incarnations: Incarnations,
     /// Addresses whose traffic is cut (fault hook), restored when the kubelet stops.
     cut: Mutex<Vec<Ipv4Addr>>,
+    /// Port of the log endpoint (see [`log_server`]), published in the Node status.
+    kubelet_port: std::sync::OnceLock<u16>,
     /// Proxy addresses of ClusterIP Services.
     proxies: Mutex<HashMap<(String, String), Ipv4Addr>>,
-    /// Bumped when DNS records may have changed outside the caches (proxy addresses).
-    dns_dirty: watch::Sender<u64>,
 }
 
 impl Shared {
@@ -233,7 +234,6 @@ impl Kubelet {
         let processes = Processes::new().map_err(KubeletError::Spawner)?;
         let mut tasks = Tasks::default();
         let caches = Caches::start(&client, &mut tasks).await;
-        let (dns_dirty, _) = watch::channel(0);
         let shared = Arc::new(Shared {
             client: client.clone(),
             config,
@@ -246,8 +246,15 @@ impl Kubelet {
             incarnations: Incarnations::default(),
             cut: Mutex::new(Vec::new()),
             proxies: Mutex::new(HashMap::new()),
-            dns_dirty,
+            kubelet_port: std::sync::OnceLock::new(),
         });
+        let port = log_server::start(shared.clone(), &mut tasks)
+            .await
+            .map_err(|source| KubeletError::Io {
+                what: "starting the log endpoint".into(),
+                source,
+            })?;
+        let _ = shared.kubelet_port.set(port);
         node::register(&shared).await;
         tasks.spawn(node::heartbeat(shared.clone()));
         tasks.spawn(node::schedule(shared.clone()));
@@ -282,7 +289,7 @@ impl Kubelet {
     /// The log file of a container's current (or last) run, as `kubectl logs` would show it.
     pub fn log_path(&self, namespace: &str, pod: &str, container: &str) -> Option<PathBuf> {
         let p = self.shared.running_pod(namespace, pod)?;
-        p.current_log(container)
+        p.log_file(container, false)
     }
 
     /// Fault hook: kills a container's processes with SIGKILL, as an OOM kill or crash would; the kubelet then

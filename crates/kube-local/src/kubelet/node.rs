@@ -9,7 +9,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{
-    Node, NodeAddress, NodeCondition, NodeSpec, NodeStatus, NodeSystemInfo, Pod,
+    DaemonEndpoint, Node, NodeAddress, NodeCondition, NodeDaemonEndpoints, NodeSpec, NodeStatus,
+    NodeSystemInfo, Pod,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -71,6 +72,11 @@ fn node_object(shared: &Shared) -> Node {
                     address: NODE_NAME.into(),
                 },
             ]),
+            daemon_endpoints: Some(NodeDaemonEndpoints {
+                kubelet_endpoint: Some(DaemonEndpoint {
+                    port: i32::from(shared.kubelet_port.get().copied().unwrap_or(0)),
+                }),
+            }),
             allocatable: Some(resources.clone()),
             capacity: Some(resources),
             conditions: Some(vec![ready_condition(now)]),

@@ -78,18 +78,29 @@ impl PodRuntime {
             .join(format!("{restart}.log"))
     }
 
-    /// The newest log file of a container.
-    pub fn current_log(&self, container: &str) -> Option<PathBuf> {
+    /// The log file of a container's current run, or of the run before it.
+    pub fn log_file(&self, container: &str, previous: bool) -> Option<PathBuf> {
         let dir = self.dir.join("logs").join(container);
-        std::fs::read_dir(&dir)
+        let mut runs: Vec<(i32, PathBuf)> = std::fs::read_dir(&dir)
             .ok()?
             .flatten()
             .filter_map(|e| {
                 let n: i32 = e.path().file_stem()?.to_str()?.parse().ok()?;
                 Some((n, e.path()))
             })
-            .max_by_key(|(n, _)| *n)
-            .map(|(_, p)| p)
+            .collect();
+        runs.sort_by_key(|(n, _)| *n);
+        let skip = usize::from(previous);
+        runs.into_iter().rev().nth(skip).map(|(_, p)| p)
+    }
+
+    /// Whether any of the pod's containers is running.
+    pub fn has_processes(&self) -> bool {
+        !self
+            .pids
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_empty()
     }
 
     fn spec_containers(&self, init: bool) -> Vec<Container> {
@@ -296,15 +307,9 @@ pub async fn sync_pods(shared: Arc<Shared>) {
     }
     let mut workers: HashMap<String, Worker> = HashMap::new();
     let changes = shared.caches.changes();
-    let mut dns_dirty = shared.dns_dirty.subscribe();
     let shared_for_loop = shared.clone();
-    let mut last_dns = 0u64;
     run_loop(changes, move || {
         let shared = shared_for_loop.clone();
-        let dns_version = *dns_dirty.borrow_and_update();
-        let dns_changed = dns_version != last_dns;
-        last_dns = dns_version;
-        let _ = dns_changed;
         let pods = shared.caches.pods.state_filter(|p| {
             p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(NODE_NAME)
         });

@@ -106,7 +106,6 @@ pub async fn run(shared: Arc<Shared>) {
             let map: HashMap<(String, String), Ipv4Addr> =
                 proxies.iter().map(|(k, p)| (k.clone(), p.ip)).collect();
             *shared.proxies.lock().unwrap_or_else(|e| e.into_inner()) = map;
-            shared.dns_dirty.send_modify(|n| *n = n.wrapping_add(1));
             shared.refresh_dns();
         }
         async { None }

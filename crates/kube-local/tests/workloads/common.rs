@@ -134,7 +134,7 @@ pub async fn http_get(ip: &str, port: u16, path: &str) -> Option<String> {
         let mut text = String::new();
         stream.read_to_string(&mut text).await.ok()?;
         let (head, body) = text.split_once("\r\n\r\n")?;
-        head.starts_with("HTTP/1.0 200").then(|| body.to_string())
+        (head.split_whitespace().nth(1) == Some("200")).then(|| body.to_string())
     };
     tokio::time::timeout(Duration::from_secs(3), run)
         .await

@@ -246,6 +246,38 @@ async fn a_failed_container_reports_its_exit_code_message_and_logs() {
     assert_eq!(t.message.as_deref(), Some("exiting with 3"));
     let log = std::fs::read_to_string(c.kubelet().log_path(NS, "once", "job").unwrap()).unwrap();
     assert!(log.contains("testapp exiting with 3"), "{log}");
+    // `kubectl logs` goes through the kubelet's log endpoint, published in the Node status.
+    let node = kube::Api::<k8s_openapi::api::core::v1::Node>::all(c.client())
+        .get("kube-local")
+        .await
+        .unwrap();
+    let status = node.status.unwrap();
+    let port = status
+        .daemon_endpoints
+        .unwrap()
+        .kubelet_endpoint
+        .unwrap()
+        .port;
+    let address = status.addresses.unwrap()[0].address.clone();
+    let served = http_get(
+        &address,
+        port as u16,
+        &format!("/containerLogs/{NS}/once/job?tailLines=1"),
+    )
+    .await
+    .unwrap();
+    assert_eq!(served, "testapp exiting with 3\n");
+    let events = c
+        .api::<k8s_openapi::api::core::v1::Event>(NS)
+        .list(&kube::api::ListParams::default().fields("involvedObject.name=once"))
+        .await
+        .unwrap()
+        .items;
+    let reasons: Vec<String> = events.into_iter().filter_map(|e| e.reason).collect();
+    assert!(
+        reasons.contains(&"Scheduled".to_string()) && reasons.contains(&"Started".to_string()),
+        "{reasons:?}"
+    );
     // The host's file at that path was never written: the pod had its own.
     assert!(
         std::fs::read_to_string("/tmp/kube-local-message")
