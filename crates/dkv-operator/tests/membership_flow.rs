@@ -98,9 +98,13 @@ fn dkv(size: i32, status: Option<Value>) -> DistributedKV {
 /// Pods as the kubelet reports them; the fake etcd's members answer at
 /// `http://orders-N:2379`, so the "pod IP" is the member name.
 fn pod(ordinal: i32) -> Pod {
+    pod_on(ordinal, "registry.k8s.io/etcd:3.5.16-0")
+}
+
+fn pod_on(ordinal: i32, image: &str) -> Pod {
     serde_json::from_value(json!({
         "metadata": {"name": format!("orders-{ordinal}"), "namespace": "shop", "labels": {"dkv.io/cluster": "orders"}},
-        "spec": {"containers": [{"name": "etcd", "image": "registry.k8s.io/etcd:3.5.16-0"}]},
+        "spec": {"containers": [{"name": "etcd", "image": image}]},
         "status": {"podIP": format!("orders-{ordinal}"), "conditions": [{"type": "Ready", "status": "True"}]}
     }))
     .unwrap()
@@ -354,5 +358,60 @@ async fn a_scale_down_that_would_break_quorum_waits_and_says_why() {
         etcd.calls().iter().all(|c| !c.starts_with("remove")),
         "{:?}",
         etcd.calls()
+    );
+}
+
+#[tokio::test]
+async fn a_rolling_upgrade_restarts_followers_first_after_the_template_changed() {
+    // Members run 3.4; the spec (and so the StatefulSet template) asks for 3.5.
+    let etcd = Arc::new(FakeEtcd::with_members(
+        &["orders-0", "orders-1", "orders-2"],
+        "3.4.23",
+    ));
+    let pods: Vec<Pod> = (0..3)
+        .map(|i| pod_on(i, "registry.k8s.io/etcd:3.4.23-0"))
+        .collect();
+
+    let (ctx, log) = world(etcd.clone(), pods.clone(), 3, 3);
+    reconcile(Arc::new(dkv(3, None)), ctx).await.unwrap();
+    settle().await;
+    let status = status_patch(&log).unwrap();
+    assert_eq!(status["operation"]["kind"], "UpgradeMember");
+    assert_eq!(
+        status["operation"]["target"], "orders-2",
+        "highest-ordinal follower first"
+    );
+
+    let (ctx, log) = world(etcd.clone(), pods.clone(), 3, 3);
+    reconcile(Arc::new(dkv(3, Some(status.clone()))), ctx)
+        .await
+        .unwrap();
+    settle().await;
+    let sent = writes(&log);
+    let deleted = sent
+        .iter()
+        .position(|(m, p, _)| m == "DELETE" && p.ends_with("/pods/orders-2"))
+        .expect("the member's pod is restarted");
+    if let Some(sts) = sent
+        .iter()
+        .position(|(_, p, _)| p.ends_with("/statefulsets/orders"))
+    {
+        assert!(
+            sts < deleted,
+            "the template changes before the pod restarts: {sent:#?}"
+        );
+    }
+    assert!(
+        sent.iter().all(|(m, p, _)| !(m == "DELETE"
+            && (p.ends_with("/pods/orders-0") || p.ends_with("/pods/orders-1")))),
+        "one member at a time: {sent:#?}"
+    );
+    assert_eq!(
+        etcd.calls()
+            .iter()
+            .filter(|c| c.starts_with("move leader"))
+            .count(),
+        0,
+        "a follower needs no leader move"
     );
 }
