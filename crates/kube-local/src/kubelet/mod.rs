@@ -227,13 +227,24 @@ impl Kubelet {
         config: KubeletConfig,
         dir: &Path,
     ) -> Result<Kubelet, KubeletError> {
+        let mut tasks = Tasks::default();
+        let caches = Caches::start(&client, &mut tasks).await;
+        Self::start_with(client, config, dir, caches, tasks).await
+    }
+
+    /// [`Kubelet::start`] on caches shared with the workload controllers.
+    pub(crate) async fn start_with(
+        client: kube::Client,
+        config: KubeletConfig,
+        dir: &Path,
+        caches: Caches,
+        mut tasks: Tasks,
+    ) -> Result<Kubelet, KubeletError> {
         std::fs::create_dir_all(dir).map_err(|source| KubeletError::Dir {
             path: dir.to_path_buf(),
             source,
         })?;
         let processes = Processes::new().map_err(KubeletError::Spawner)?;
-        let mut tasks = Tasks::default();
-        let caches = Caches::start(&client, &mut tasks).await;
         let shared = Arc::new(Shared {
             client: client.clone(),
             config,

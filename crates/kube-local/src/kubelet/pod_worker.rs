@@ -477,6 +477,39 @@ impl Shared {
     }
 }
 
+/// Guaranteed when every container limits CPU and memory with requests equal to the limits, BestEffort when none
+/// requests or limits anything, Burstable otherwise (upstream's `GetPodQOS`).
+fn qos_class(spec: &k8s_openapi::api::core::v1::PodSpec) -> &'static str {
+    let containers: Vec<&Container> = spec
+        .containers
+        .iter()
+        .chain(spec.init_containers.iter().flatten())
+        .collect();
+    let resources = |c: &Container| c.resources.clone().unwrap_or_default();
+    let any = containers.iter().any(|c| {
+        let r = resources(c);
+        r.requests.is_some_and(|m| !m.is_empty()) || r.limits.is_some_and(|m| !m.is_empty())
+    });
+    if !any {
+        return "BestEffort";
+    }
+    let guaranteed = containers.iter().all(|c| {
+        let r = resources(c);
+        let limits = r.limits.unwrap_or_default();
+        // Requests default to limits.
+        let requests = r.requests.unwrap_or_else(|| limits.clone());
+        ["cpu", "memory"].iter().all(|k| match limits.get(*k) {
+            Some(limit) => requests.get(*k).unwrap_or(limit) == limit,
+            None => false,
+        })
+    });
+    if guaranteed {
+        "Guaranteed"
+    } else {
+        "Burstable"
+    }
+}
+
 fn initial_status(pod: &Pod, ip: Ipv4Addr, host_ip: &str) -> PodStatus {
     let spec = pod.spec.clone().unwrap_or_default();
     let fresh = |c: &Container, reason: &str| ContainerStatus {
@@ -511,7 +544,7 @@ fn initial_status(pod: &Pod, ip: Ipv4Addr, host_ip: &str) -> PodStatus {
         pod_ip: Some(ip.to_string()),
         pod_ips: Some(vec![PodIP { ip: ip.to_string() }]),
         start_time: Some(now()),
-        qos_class: Some("BestEffort".into()),
+        qos_class: Some(qos_class(&spec).into()),
         conditions: Some(conditions),
         init_container_statuses: has_init.then(|| {
             spec.init_containers

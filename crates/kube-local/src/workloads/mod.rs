@@ -65,6 +65,16 @@ impl Controllers {
     pub async fn start(client: kube::Client, dir: &Path, clock: Clock) -> Controllers {
         let mut tasks = Tasks::default();
         let caches = Caches::start(&client, &mut tasks).await;
+        Self::start_with(client, dir, clock, caches, tasks)
+    }
+
+    fn start_with(
+        client: kube::Client,
+        dir: &Path,
+        clock: Clock,
+        caches: Caches,
+        mut tasks: Tasks,
+    ) -> Controllers {
         let ctx = Arc::new(Context {
             client,
             caches,
@@ -116,8 +126,24 @@ impl Workloads {
         config: crate::kubelet::KubeletConfig,
     ) -> Result<Workloads, crate::kubelet::KubeletError> {
         let clock = Clock::default();
-        let controllers = Controllers::start(client.clone(), dir, clock.clone()).await;
-        let kubelet = crate::kubelet::Kubelet::start(client, config, &dir.join("kubelet")).await?;
+        // One set of watches serves both.
+        let mut cache_tasks = Tasks::default();
+        let caches = Caches::start(&client, &mut cache_tasks).await;
+        let controllers = Controllers::start_with(
+            client.clone(),
+            dir,
+            clock.clone(),
+            caches.clone(),
+            Tasks::default(),
+        );
+        let kubelet = crate::kubelet::Kubelet::start_with(
+            client,
+            config,
+            &dir.join("kubelet"),
+            caches,
+            cache_tasks,
+        )
+        .await?;
         Ok(Workloads {
             kubelet,
             clock,

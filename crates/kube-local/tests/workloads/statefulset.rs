@@ -146,6 +146,27 @@ async fn three_replicas_become_ready_keep_their_volumes_and_scale_down_from_the_
         "the recreated pod sees the first run's data"
     );
 
+    // A lost disk: the volume's data is wiped; the next pod of that ordinal starts on an empty volume.
+    c.kubelet().wipe_volume(NS, "data-web-1").await.unwrap();
+    let old_uid = back.metadata.uid.clone();
+    c.api::<Pod>(NS)
+        .delete("web-1", &DeleteParams::default())
+        .await
+        .unwrap();
+    let fresh = eventually(
+        "web-1 back on an empty volume",
+        Duration::from_secs(30),
+        || async {
+            let p = c.pod(NS, "web-1").await?;
+            (p.metadata.uid != old_uid && ready(&p)).then_some(p)
+        },
+    )
+    .await;
+    let starts = http_get(&pod_ip(&fresh), 8080, "/file?path=/data/starts")
+        .await
+        .unwrap();
+    assert_eq!(starts, "web-1\n");
+
     // Scaling down removes the highest ordinal; its claim stays (whenScaled: Retain).
     c.api::<StatefulSet>(NS)
         .patch(
