@@ -1,7 +1,8 @@
 //! The Job controller: runs pods from the template until `completions` succeed (`parallelism` at a time), counts
 //! failures against `backoffLimit` (container restarts count for `restartPolicy: OnFailure`), enforces
 //! `activeDeadlineSeconds`, and reports `SuccessCriteriaMet`/`Complete` or `FailureTarget`/`Failed` as upstream does
-//! (1.31+). Finished Jobs with `ttlSecondsAfterFinished` are deleted when it expires. Failed pods are replaced after
+//! (1.31+). `completionMode: Indexed` gives each pod an index (annotation, label, `JOB_COMPLETION_INDEX`, hostname
+//! `<job>-<index>`) and completes when every index has succeeded. Finished Jobs with `ttlSecondsAfterFinished` are deleted when it expires. Failed pods are replaced after
 //! upstream's back-off (10s doubling, at most 6 minutes).
 
 use std::sync::Arc;
@@ -134,7 +135,18 @@ async fn sync_job(ctx: &Context, job: &Arc<Job>) -> Option<Duration> {
             !matches!(phase(p), "Succeeded" | "Failed") && p.metadata.deletion_timestamp.is_none()
         })
         .collect();
-    let succeeded = pods.iter().filter(|p| phase(p) == "Succeeded").count() as i32;
+    let indexed = spec.completion_mode.as_deref() == Some("Indexed");
+    // Indexed Jobs count an index once however many of its pods succeeded.
+    let succeeded_indexes: std::collections::BTreeSet<i32> = pods
+        .iter()
+        .filter(|p| phase(p) == "Succeeded")
+        .filter_map(|p| completion_index(p))
+        .collect();
+    let succeeded = if indexed {
+        succeeded_indexes.len() as i32
+    } else {
+        pods.iter().filter(|p| phase(p) == "Succeeded").count() as i32
+    };
     let failed_pods: Vec<&Arc<Pod>> = pods.iter().filter(|p| phase(p) == "Failed").collect();
     let mut failed = failed_pods.len() as i32;
     if on_failure {
@@ -232,8 +244,19 @@ async fn sync_job(ctx: &Context, job: &Arc<Job>) -> Option<Duration> {
         if want > 0 && !wait.is_zero() {
             wake = Some(wait);
         } else if want > 0 {
-            for _ in 0..want {
-                create_pod(ctx, job, &uid).await;
+            if indexed {
+                let busy: std::collections::BTreeSet<i32> =
+                    active.iter().filter_map(|p| completion_index(p)).collect();
+                let pending = (0..completions.unwrap_or(0))
+                    .filter(|i| !succeeded_indexes.contains(i) && !busy.contains(i))
+                    .take(want as usize);
+                for index in pending {
+                    create_pod(ctx, job, &uid, Some(index)).await;
+                }
+            } else {
+                for _ in 0..want {
+                    create_pod(ctx, job, &uid, None).await;
+                }
             }
             // Wait for the cache to show them, so the next pass does not create them again.
             let expected = pods.len() + want as usize;
@@ -275,6 +298,7 @@ async fn sync_job(ctx: &Context, job: &Arc<Job>) -> Option<Duration> {
         "conditions": if conditions.is_empty() { serde_json::Value::Null } else { json!(conditions) },
         "completionTime": completion_time,
         "uncountedTerminatedPods": {},
+        "completedIndexes": indexed.then(|| compress_indexes(&succeeded_indexes)),
     });
     let old = serde_json::to_value(&job.status).unwrap_or_default();
     let changed = status.as_object().is_some_and(|m| {
@@ -296,18 +320,86 @@ async fn sync_job(ctx: &Context, job: &Arc<Job>) -> Option<Duration> {
     wake
 }
 
-async fn create_pod(ctx: &Context, job: &Job, uid: &str) {
+const COMPLETION_INDEX: &str = "batch.kubernetes.io/job-completion-index";
+
+fn completion_index(pod: &Pod) -> Option<i32> {
+    pod.metadata
+        .annotations
+        .as_ref()?
+        .get(COMPLETION_INDEX)?
+        .parse()
+        .ok()
+}
+
+/// `1,3-5,7`: the format of `status.completedIndexes`.
+fn compress_indexes(indexes: &std::collections::BTreeSet<i32>) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut run: Option<(i32, i32)> = None;
+    for &i in indexes {
+        run = match run {
+            Some((start, end)) if i == end + 1 => Some((start, i)),
+            Some((start, end)) => {
+                parts.push(if start == end {
+                    start.to_string()
+                } else {
+                    format!("{start}-{end}")
+                });
+                Some((i, i))
+            }
+            None => Some((i, i)),
+        };
+    }
+    if let Some((start, end)) = run {
+        parts.push(if start == end {
+            start.to_string()
+        } else {
+            format!("{start}-{end}")
+        });
+    }
+    parts.join(",")
+}
+
+async fn create_pod(ctx: &Context, job: &Job, uid: &str, index: Option<i32>) {
     let ns = job.metadata.namespace.clone().unwrap_or_default();
     let name = job.metadata.name.clone().unwrap_or_default();
     let Some(spec) = &job.spec else { return };
     let template = spec.template.clone();
     let tmeta = template.metadata.unwrap_or_default();
+    let mut labels = tmeta.labels.unwrap_or_default();
+    let mut annotations = tmeta.annotations.unwrap_or_default();
+    let mut pod_spec = template.spec;
+    if let Some(index) = index {
+        // Indexed pods: the index as annotation, label and JOB_COMPLETION_INDEX, and a stable hostname.
+        labels.insert(COMPLETION_INDEX.into(), index.to_string());
+        annotations.insert(COMPLETION_INDEX.into(), index.to_string());
+        if let Some(spec) = pod_spec.as_mut() {
+            spec.hostname = Some(format!("{name}-{index}"));
+            for c in spec
+                .containers
+                .iter_mut()
+                .chain(spec.init_containers.iter_mut().flatten())
+            {
+                c.env.get_or_insert_with(Vec::new).insert(
+                    0,
+                    k8s_openapi::api::core::v1::EnvVar {
+                        name: "JOB_COMPLETION_INDEX".into(),
+                        value: Some(index.to_string()),
+                        value_from: None,
+                    },
+                );
+            }
+        }
+    }
+    let generate_name = match index {
+        Some(i) => format!("{name}-{i}-"),
+        None => format!("{name}-"),
+    };
     let pod = Pod {
         metadata: ObjectMeta {
-            generate_name: Some(format!("{name}-")),
+            generate_name: Some(generate_name),
             namespace: Some(ns.clone()),
-            labels: tmeta.labels,
-            annotations: tmeta.annotations,
+            labels: Some(labels),
+            annotations: (!annotations.is_empty()).then_some(annotations),
             owner_references: Some(vec![OwnerReference {
                 api_version: "batch/v1".into(),
                 kind: "Job".into(),
@@ -318,7 +410,7 @@ async fn create_pod(ctx: &Context, job: &Job, uid: &str) {
             }]),
             ..ObjectMeta::default()
         },
-        spec: template.spec,
+        spec: pod_spec,
         status: None,
     };
     if let Err(e) = Api::<Pod>::namespaced(ctx.client.clone(), &ns)

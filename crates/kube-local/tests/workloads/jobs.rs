@@ -146,3 +146,52 @@ async fn a_cronjob_runs_jobs_on_schedule_and_keeps_its_history_limit() {
     let annotations = jobs[0].metadata.annotations.clone().unwrap();
     assert!(annotations.contains_key("batch.kubernetes.io/cronjob-scheduled-timestamp"));
 }
+
+#[tokio::test]
+async fn an_indexed_job_runs_each_index_once() {
+    let c = Cluster::start(NS).await;
+    let mut template = job_template(0);
+    template["spec"]["containers"][0]["command"] = json!([
+        "sh",
+        "-c",
+        "echo index=$JOB_COMPLETION_INDEX host=$HOSTNAME"
+    ]);
+    c.create::<Job>(NS, json!({
+        "metadata": {"name": "idx"},
+        "spec": {"completions": 3, "parallelism": 2, "completionMode": "Indexed", "template": template},
+    }))
+    .await;
+    let job = eventually("idx to complete", Duration::from_secs(20), || async {
+        c.api::<Job>(NS)
+            .get("idx")
+            .await
+            .ok()
+            .filter(|j| condition(j, "Complete").is_some())
+    })
+    .await;
+    let status = job.status.unwrap();
+    assert_eq!(status.completed_indexes.as_deref(), Some("0-2"));
+    assert_eq!(status.succeeded, Some(3));
+    let pods = c
+        .api::<k8s_openapi::api::core::v1::Pod>(NS)
+        .list(&ListParams::default().labels("batch.kubernetes.io/job-name=idx"))
+        .await
+        .unwrap()
+        .items;
+    let mut indexes: Vec<String> = pods
+        .iter()
+        .map(|p| {
+            p.metadata.labels.as_ref().unwrap()["batch.kubernetes.io/job-completion-index"].clone()
+        })
+        .collect();
+    indexes.sort();
+    assert_eq!(indexes, ["0", "1", "2"]);
+    let hostnames: Vec<String> = pods
+        .iter()
+        .map(|p| p.spec.as_ref().unwrap().hostname.clone().unwrap())
+        .collect();
+    assert!(
+        hostnames.iter().all(|h| h.starts_with("idx-")),
+        "{hostnames:?}"
+    );
+}
