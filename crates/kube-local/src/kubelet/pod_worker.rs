@@ -587,27 +587,39 @@ async fn write_status(shared: Arc<Shared>, rt: Arc<PodRuntime>, mut changed: wat
         tokio::time::sleep(Duration::from_millis(15)).await;
         changed.borrow_and_update();
         let status = rt.status.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        let Ok(mut value) = serde_json::to_value(&status) else {
+        let Ok(value) = serde_json::to_value(&status) else {
             continue;
         };
         if last.as_ref() == Some(&value) {
             continue;
         }
-        // A merge patch keeps keys it does not mention: clear the ones this status no longer has.
-        if let Some(m) = value.as_object_mut() {
-            for k in ["reason", "message", "nominatedNodeName"] {
-                m.entry(k).or_insert(Value::Null);
-            }
-        }
-        let patch = json!({"metadata": {"uid": rt.uid}, "status": value});
+        // The uid test makes the write conditional: a pod recreated under the same name (a StatefulSet pod) is a
+        // different pod, which this worker must not touch.
+        let patch: json_patch::Patch = match serde_json::from_value(json!([
+            {"op": "test", "path": "/metadata/uid", "value": rt.uid},
+            {"op": "add", "path": "/status", "value": value},
+        ])) {
+            Ok(p) => p,
+            Err(_) => continue,
+        };
         match api
-            .patch_status(&rt.name, &params, &Patch::Merge(&patch))
+            .patch_status(&rt.name, &params, &Patch::<()>::Json(patch))
             .await
         {
             Ok(_) => {
-                last = serde_json::to_value(&status).ok();
+                last = Some(value);
             }
-            Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => return,
+            Err(kube::Error::Api(e)) if (400..500).contains(&e.code) => {
+                // Gone or replaced by a namesake: this pod's status has nowhere to go.
+                let current = api.get_opt(&rt.name).await;
+                if matches!(&current, Ok(None))
+                    || matches!(&current, Ok(Some(p)) if p.metadata.uid.as_deref() != Some(rt.uid.as_str()))
+                {
+                    return;
+                }
+                tracing::warn!(pod = %rt.name, error = %e, "the API refused a pod status");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
             Err(e) => {
                 tracing::debug!(pod = %rt.name, error = %e, "writing pod status");
                 tokio::time::sleep(Duration::from_millis(200)).await;
