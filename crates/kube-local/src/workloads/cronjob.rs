@@ -71,7 +71,17 @@ async fn sync_cronjob(ctx: &Context, cj: &Arc<CronJob>) -> Option<Duration> {
     let mut jobs: Vec<Arc<Job>> = ctx.caches.jobs.state_filter(|j| {
         j.metadata.namespace.as_deref() == Some(ns.as_str()) && controlled_by(j, &uid)
     });
-    jobs.sort_by_key(|j| j.metadata.creation_timestamp.clone().map(|t| t.0));
+    // Oldest first: by the time they were scheduled for (creation times have only second resolution).
+    jobs.sort_by_key(|j| {
+        (
+            j.metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(SCHEDULED_TIMESTAMP))
+                .and_then(|t| t.parse::<jiff::Timestamp>().ok()),
+            j.metadata.creation_timestamp.clone().map(|t| t.0),
+        )
+    });
 
     // History: finished Jobs beyond the limits go, oldest first.
     let background = DeleteParams {

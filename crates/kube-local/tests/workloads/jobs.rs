@@ -96,53 +96,60 @@ async fn a_cronjob_runs_jobs_on_schedule_and_keeps_its_history_limit() {
         }),
     )
     .await;
+    let mut names = Vec::new();
     for round in 1..=3 {
+        let before = c
+            .api::<CronJob>(NS)
+            .get("tick")
+            .await
+            .unwrap()
+            .status
+            .and_then(|s| s.last_schedule_time);
         c.clock().advance(Duration::from_secs(60));
-        eventually(
+        // A new schedule time, and its Job (named after it) completes.
+        let name = eventually(
             &format!("job {round} to complete"),
             Duration::from_secs(20),
             || async {
-                let cj = c.api::<CronJob>(NS).get("tick").await.ok()?;
-                let st = cj.status?;
-                (st.last_successful_time.is_some()
-                    && st.active.as_ref().is_none_or(|a| a.is_empty())
-                    && c.api::<Job>(NS)
-                        .list(&ListParams::default())
-                        .await
-                        .ok()?
-                        .items
-                        .iter()
-                        .filter(|j| condition(j, "Complete").is_some())
-                        .count()
-                        == round.min(2))
-                .then_some(())
+                let st = c.api::<CronJob>(NS).get("tick").await.ok()?.status?;
+                let last = st
+                    .last_schedule_time
+                    .clone()
+                    .filter(|t| Some(t) != before.as_ref())?;
+                let name = format!("tick-{}", last.0.as_second() / 60);
+                let job = c.api::<Job>(NS).get_opt(&name).await.ok()??;
+                condition(&job, "Complete").map(|_| name)
             },
         )
         .await;
+        names.push(name);
     }
     // Three ran; the oldest finished one is deleted.
     let jobs = eventually(
-        "two complete Jobs left",
+        "the two newest Jobs left",
         Duration::from_secs(10),
         || async {
-            let jobs = c
+            let mut left: Vec<String> = c
                 .api::<Job>(NS)
                 .list(&ListParams::default())
                 .await
                 .ok()?
-                .items;
-            (jobs.len() == 2 && jobs.iter().all(|j| condition(j, "Complete").is_some()))
-                .then_some(jobs)
+                .items
+                .into_iter()
+                .filter_map(|j| j.metadata.name)
+                .collect();
+            left.sort();
+            (left == names[1..]).then_some(left)
         },
     )
     .await;
-    let cj = c.api::<CronJob>(NS).get("tick").await.unwrap();
-    let last = cj.status.unwrap().last_schedule_time.unwrap().0;
-    assert!(jobs.iter().any(|j| j.metadata.name.as_deref() == Some(&format!("tick-{}", last.as_second() / 60))));
-    assert!(
-        jobs.iter()
-            .all(|j| j.metadata.name.as_deref().unwrap().starts_with("tick-"))
-    );
+    let jobs: Vec<Job> = {
+        let mut out = Vec::new();
+        for name in &jobs {
+            out.push(c.api::<Job>(NS).get(name).await.unwrap());
+        }
+        out
+    };
     let annotations = jobs[0].metadata.annotations.clone().unwrap();
     assert!(annotations.contains_key("batch.kubernetes.io/cronjob-scheduled-timestamp"));
 }
