@@ -40,6 +40,8 @@ pub mod reasons {
     pub const QUORUM_LOST: &str = "QuorumLost";
     pub const MEMBER_UNHEALTHY: &str = "MemberUnhealthy";
     pub const BACKUP_FAILED: &str = "BackupFailed";
+    /// etcd's backend reached its quota and refuses writes.
+    pub const NO_SPACE: &str = "NoSpace";
     pub const RECONCILE_ERROR: &str = "ReconcileError";
     pub const UNSUPPORTED_CHANGE: &str = "UnsupportedChange";
 }

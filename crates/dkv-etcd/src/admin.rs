@@ -42,6 +42,10 @@ pub trait EtcdAdmin: Send + Sync {
     /// Clears one alarm (after its cause was fixed).
     async fn disarm(&self, alarm: Alarm) -> Result<()>;
 
+    /// Discards the key-value history before `revision` (cluster-wide),
+    /// physically, so a following defragment can return the space.
+    async fn compact(&self, revision: i64) -> Result<()>;
+
     /// Defragments the backend of the member serving `endpoint`. Blocks that
     /// member for the duration: one member at a time.
     async fn defragment(&self, endpoint: &str) -> Result<()>;

@@ -354,6 +354,7 @@ impl EtcdAdmin for FakeEtcd {
             raft_index: member.raft_index,
             raft_applied_index: member.raft_index,
             raft_term: 2,
+            revision: 1000,
             is_learner: member.member.is_learner,
             errors: Vec::new(),
         })
@@ -391,6 +392,11 @@ impl EtcdAdmin for FakeEtcd {
     async fn disarm(&self, alarm: Alarm) -> Result<()> {
         self.record(format!("disarm {:?} {}", alarm.kind, alarm.member));
         self.lock().alarms.retain(|a| *a != alarm);
+        Ok(())
+    }
+
+    async fn compact(&self, revision: i64) -> Result<()> {
+        self.record(format!("compact {revision}"));
         Ok(())
     }
 

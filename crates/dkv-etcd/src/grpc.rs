@@ -6,7 +6,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use etcd_client::{AlarmAction, AlarmOptions, AlarmType, Client, ConnectOptions, MemberAddOptions};
+use etcd_client::{
+    AlarmAction, AlarmOptions, AlarmType, Client, CompactionOptions, ConnectOptions,
+    MemberAddOptions,
+};
 use tokio::sync::Mutex;
 
 use crate::admin::{EtcdAdmin, SnapshotStream};
@@ -76,7 +79,10 @@ impl GrpcAdmin {
     }
 
     /// Runs `call` against the connection for `endpoint`, with the deadline
-    /// and error classification every call gets.
+    /// and error classification every call gets. A cluster-wide call
+    /// ([`ALL`]) that fails to reach a member is retried against each
+    /// endpoint in turn: the balanced connection may have picked a dead one,
+    /// and one live member is enough to answer.
     async fn run<T, F, Fut>(
         &self,
         operation: &'static str,
@@ -85,7 +91,36 @@ impl GrpcAdmin {
         call: F,
     ) -> Result<T>
     where
-        F: FnOnce(Client) -> Fut,
+        F: Fn(Client) -> Fut,
+        Fut: Future<Output = Result<T, etcd_client::Error>>,
+    {
+        let first = self.run_once(operation, endpoint, member, &call).await;
+        match first {
+            Err(Error::Unavailable { .. } | Error::Timeout { .. })
+                if endpoint == ALL && self.endpoints.len() > 1 =>
+            {
+                let mut last = first;
+                for single in &self.endpoints {
+                    last = self.run_once(operation, single, member, &call).await;
+                    if !matches!(last, Err(Error::Unavailable { .. } | Error::Timeout { .. })) {
+                        return last;
+                    }
+                }
+                last
+            }
+            other => other,
+        }
+    }
+
+    async fn run_once<T, F, Fut>(
+        &self,
+        operation: &'static str,
+        endpoint: &str,
+        member: Option<u64>,
+        call: &F,
+    ) -> Result<T>
+    where
+        F: Fn(Client) -> Fut,
         Fut: Future<Output = Result<T, etcd_client::Error>>,
     {
         let client = self.client(operation, endpoint).await?;
@@ -131,9 +166,12 @@ impl EtcdAdmin for GrpcAdmin {
     async fn add_learner(&self, peer_urls: &[String]) -> Result<Member> {
         let urls = peer_urls.to_vec();
         let response = self
-            .run("member add", ALL, None, |mut c| async move {
-                c.member_add(urls, Some(MemberAddOptions::new().with_is_learner()))
-                    .await
+            .run("member add", ALL, None, |mut c| {
+                let urls = urls.clone();
+                async move {
+                    c.member_add(urls, Some(MemberAddOptions::new().with_is_learner()))
+                        .await
+                }
             })
             .await?;
         response.member().map(member_from).ok_or(Error::Refused {
@@ -179,6 +217,7 @@ impl EtcdAdmin for GrpcAdmin {
             raft_index: response.raft_index(),
             raft_applied_index: response.raft_applied_index(),
             raft_term: response.raft_term(),
+            revision: header.map_or(0, |h| h.revision()),
             is_learner: response.is_learner(),
             errors: response.errors().to_vec(),
         })
@@ -233,6 +272,15 @@ impl EtcdAdmin for GrpcAdmin {
                 c.alarm(AlarmAction::Deactivate, kind, Some(options)).await
             },
         )
+        .await
+        .map(|_| ())
+    }
+
+    async fn compact(&self, revision: i64) -> Result<()> {
+        self.run("compact", ALL, None, |mut c| async move {
+            c.compact(revision, Some(CompactionOptions::new().with_physical()))
+                .await
+        })
         .await
         .map(|_| ())
     }

@@ -45,6 +45,8 @@ pub struct EndpointStatus {
     pub raft_index: u64,
     pub raft_applied_index: u64,
     pub raft_term: u64,
+    /// The key-value store's current revision as this member sees it.
+    pub revision: i64,
     pub is_learner: bool,
     /// Errors the member reports (e.g. an active alarm).
     pub errors: Vec<String>,

@@ -253,3 +253,78 @@ async fn membership_cycle_leadership_and_snapshot_against_real_etcd() {
         started.elapsed()
     );
 }
+
+/// NOSPACE, the way it happens in production: history of a hot key fills the
+/// backend quota, etcd raises the alarm and refuses writes; compaction,
+/// defragmentation and disarming bring writes back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nospace_is_cleared_by_compact_defragment_disarm() {
+    use std::io::Write;
+
+    let dir = tempfile::tempdir().unwrap();
+    let ip = format!("127.91.{}.1", (std::process::id() % 250) as u8);
+    let client = format!("http://{ip}:2379");
+    let log = std::fs::File::create(dir.path().join("etcd.log")).unwrap();
+    let mut child = Command::new(etcd_dir().join("etcd"))
+        .args([
+            "--name=solo",
+            &format!("--data-dir={}", dir.path().join("data").display()),
+            &format!("--listen-peer-urls=http://{ip}:2380"),
+            &format!("--initial-advertise-peer-urls=http://{ip}:2380"),
+            &format!("--listen-client-urls={client}"),
+            &format!("--advertise-client-urls={client}"),
+            &format!("--initial-cluster=solo=http://{ip}:2380"),
+            "--quota-backend-bytes=4194304",
+        ])
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    let admin = GrpcAdmin::new(vec![client.clone()], Duration::from_secs(3));
+    eventually("status", || admin.status(&client)).await;
+
+    let put = || {
+        let mut cmd = Command::new(etcd_dir().join("etcdctl"))
+            .env("ETCDCTL_API", "3")
+            .args([&format!("--endpoints={client}"), "put", "hot-key"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        cmd.stdin
+            .take()
+            .unwrap()
+            .write_all(&vec![b'x'; 100 * 1024])
+            .unwrap();
+        let out = cmd.wait_with_output().unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let mut refused = None;
+    for _ in 0..400 {
+        let (ok, err) = put();
+        if !ok {
+            refused = Some(err);
+            break;
+        }
+    }
+    let refused = refused.expect("the quota was never reached");
+    assert!(refused.contains("database space exceeded"), "{refused}");
+    let alarms = admin.alarms().await.unwrap();
+    assert_eq!(alarms.len(), 1);
+    assert_eq!(alarms[0].kind, dkv_etcd::AlarmKind::NoSpace);
+
+    let revision = admin.status(&client).await.unwrap().revision;
+    admin.compact(revision).await.unwrap();
+    admin.defragment(&client).await.unwrap();
+    admin.disarm(alarms[0]).await.unwrap();
+    assert!(admin.alarms().await.unwrap().is_empty());
+    let (ok, err) = put();
+    assert!(ok, "writes are accepted again: {err}");
+
+    let _ = child.kill();
+    let _ = child.wait();
+}

@@ -6,6 +6,7 @@
 
 use dkv_api::DistributedKV;
 use dkv_api::distributedkv::v1alpha1::ReclaimPolicy;
+use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams};
@@ -16,6 +17,7 @@ use tracing::info;
 use super::context::Context;
 use super::error::{Error, Result};
 use super::status::publish;
+use super::{naming, watches};
 
 pub async fn cleanup(dkv: &DistributedKV, ctx: &Context) -> Result<Action> {
     let name = dkv.name_any();
@@ -38,6 +40,43 @@ pub async fn cleanup(dkv: &DistributedKV, ctx: &Context) -> Result<Action> {
         .map(|s| s.reclaim_policy)
         .unwrap_or_default();
     if reclaim == ReclaimPolicy::Delete {
+        // Volumes go last: while the StatefulSet exists it would recreate a
+        // deleted claim for a pod it restarts, leaving an orphan volume. So:
+        // StatefulSet first, then wait for its pods, then the claims.
+        // (Returning an error keeps the finalizer; kube-runtime's helper
+        // releases it on any success.)
+        let sts_name = naming::statefulset(&name);
+        if watches::get(&ctx.stores.statefulsets, &namespace, &sts_name).is_some() {
+            let sets: Api<StatefulSet> = Api::namespaced(ctx.client.clone(), &namespace);
+            match sets.delete(&sts_name, &DeleteParams::background()).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(status)) if status.code == 404 => {}
+                Err(source) => {
+                    return Err(Error::Cleanup {
+                        name: name.clone(),
+                        source,
+                    });
+                }
+            }
+            return Err(Error::CleanupWaiting {
+                what: format!("StatefulSet {sts_name} to be deleted before the volumes"),
+            });
+        }
+        let pods_left = ctx
+            .stores
+            .pods
+            .state()
+            .iter()
+            .filter(|p| {
+                p.namespace().as_deref() == Some(namespace.as_str())
+                    && p.labels().get(dkv_api::labels::CLUSTER_KEY) == Some(&name)
+            })
+            .count();
+        if pods_left > 0 {
+            return Err(Error::CleanupWaiting {
+                what: format!("{pods_left} member pods to stop before the volumes are deleted"),
+            });
+        }
         let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &namespace);
         let selector = format!("{}={name}", dkv_api::labels::CLUSTER_KEY);
         pvcs.delete_collection(

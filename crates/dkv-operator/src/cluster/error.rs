@@ -39,6 +39,10 @@ pub enum Error {
     #[error("{what} not synced yet")]
     CacheNotReady { what: &'static str },
 
+    /// Deletion waits for something to finish first (its finalizer stays).
+    #[error("waiting for {what}")]
+    CleanupWaiting { what: String },
+
     #[error("failed to apply {kind} {name}: {source}")]
     Apply {
         kind: String,
@@ -105,7 +109,7 @@ impl Error {
     pub fn category(&self) -> Category {
         match self {
             Error::InvalidSpec(_) | Error::MissingNamespace => Category::Permanent,
-            Error::CacheNotReady { .. } => Category::Waiting,
+            Error::CacheNotReady { .. } | Error::CleanupWaiting { .. } => Category::Waiting,
             // etcd asking to wait (cluster settling, learner catching up) is
             // expected mid-operation; anything else is retried with backoff
             // and reported, never given up on (the step is pinned).
@@ -136,7 +140,7 @@ impl Error {
             Error::CacheNotReady { .. } => "dereference",
             Error::Apply { .. } | Error::Delete { .. } | Error::Etcd { .. } => "apply",
             Error::Status { .. } => "status",
-            Error::Cleanup { .. } => "cleanup",
+            Error::Cleanup { .. } | Error::CleanupWaiting { .. } => "cleanup",
             Error::Finalizer(inner) => match inner.as_ref() {
                 finalizer::Error::ApplyFailed(e) | finalizer::Error::CleanupFailed(e) => e.step(),
                 _ => "finalizer",

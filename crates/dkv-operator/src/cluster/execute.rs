@@ -103,6 +103,7 @@ pub async fn execute(step: &Step, target: &Target<'_>) -> Result<bool> {
                 ))?;
             info!(member = %naming::member(target.cluster, *ordinal), "removed member");
         }
+        Step::ReclaimSpace => reclaim_space(target).await?,
         Step::DeleteVolume { ordinal } => {
             let name = volume_claim(target.cluster, *ordinal);
             delete::<PersistentVolumeClaim>(target, &name, "PersistentVolumeClaim").await?;
@@ -120,6 +121,62 @@ pub async fn execute(step: &Step, target: &Target<'_>) -> Result<bool> {
         | Step::Converged => return Ok(false),
     }
     Ok(true)
+}
+
+/// NOSPACE runbook: compact to the current revision (the history is what
+/// usually fills the backend), defragment each reachable member one after
+/// the other (each defragment blocks its member), then disarm.
+async fn reclaim_space(target: &Target<'_>) -> Result<()> {
+    let endpoints: Vec<String> = target
+        .pods
+        .iter()
+        .filter_map(|p| p.endpoint.clone())
+        .collect();
+    let etcd_error = |step: &'static str| {
+        move |source| Error::Etcd {
+            step,
+            member: target.cluster.to_owned(),
+            source,
+        }
+    };
+    let mut revision = None;
+    for endpoint in &endpoints {
+        if let Ok(status) = target.admin.status(endpoint).await {
+            revision = Some(status.revision);
+            break;
+        }
+    }
+    if let Some(revision) = revision {
+        match target.admin.compact(revision).await {
+            Ok(()) => {}
+            // Already compacted at or past it: the goal holds.
+            Err(dkv_etcd::Error::Refused { message, .. }) if message.contains("compacted") => {}
+            Err(err) => return Err(etcd_error("compact")(err)),
+        }
+    }
+    for endpoint in &endpoints {
+        target
+            .admin
+            .defragment(endpoint)
+            .await
+            .map_err(etcd_error("defragment"))?;
+    }
+    for alarm in target
+        .admin
+        .alarms()
+        .await
+        .map_err(etcd_error("alarm list"))?
+    {
+        if alarm.kind == dkv_etcd::AlarmKind::NoSpace {
+            target
+                .admin
+                .disarm(alarm)
+                .await
+                .map_err(etcd_error("alarm disarm"))?;
+        }
+    }
+    info!(cluster = %target.cluster, "reclaimed backend space and disarmed NOSPACE");
+    Ok(())
 }
 
 async fn delete<K>(target: &Target<'_>, name: &str, kind: &'static str) -> Result<()>
@@ -258,6 +315,29 @@ mod tests {
         assert!(matches!(run(Step::SetReplicas(3), &etcd).await, Ok(false)));
         assert!(matches!(run(Step::Converged, &etcd).await, Ok(false)));
         assert!(etcd.calls().is_empty());
+    }
+
+    #[tokio::test]
+    async fn nospace_is_reclaimed_member_by_member_then_disarmed() {
+        let etcd = FakeEtcd::with_members(&["orders-0", "orders-1", "orders-2"], "3.5.16");
+        let alarm = dkv_etcd::Alarm {
+            member: etcd.members()[0].id,
+            kind: dkv_etcd::AlarmKind::NoSpace,
+        };
+        etcd.raise_alarm(alarm);
+        assert!(matches!(run(Step::ReclaimSpace, &etcd).await, Ok(true)));
+        assert_eq!(
+            etcd.calls(),
+            vec![
+                "status http://orders-0:2379".to_owned(),
+                "compact 1000".to_owned(),
+                "defragment http://orders-0:2379".to_owned(),
+                "defragment http://orders-1:2379".to_owned(),
+                "defragment http://orders-2:2379".to_owned(),
+                "alarm list".to_owned(),
+                format!("disarm NoSpace {}", alarm.member),
+            ]
+        );
     }
 
     #[test]

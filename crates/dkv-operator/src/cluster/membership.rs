@@ -68,6 +68,8 @@ pub struct Observation {
     /// `spec.replicas` of the StatefulSet.
     pub replicas: i32,
     pub pinned: Option<Pinned>,
+    /// etcd raised NOSPACE: the backend hit its quota and writes are refused.
+    pub space_alarm: bool,
 }
 
 /// The one thing to do this pass.
@@ -94,6 +96,9 @@ pub enum Step {
     RemoveMember { id: u64, ordinal: i32 },
     /// Delete the PVC of a removed member (its data is stale).
     DeleteVolume { ordinal: i32 },
+    /// Reclaim backend space after a NOSPACE alarm: compact the history,
+    /// defragment each member in turn, disarm the alarm.
+    ReclaimSpace,
     /// Delete a pod so that it restarts (on the new template, for upgrades;
     /// with an empty volume, for replacements).
     RestartPod { ordinal: i32 },
@@ -198,6 +203,12 @@ pub fn next_step(obs: &Observation) -> Step {
     let Some(members) = &obs.members else {
         return Step::Wait(WaitReason::EtcdUnreachable);
     };
+
+    // A full backend refuses every write: restoring service comes before
+    // any membership change (which would itself need writes to succeed).
+    if obs.space_alarm {
+        return Step::ReclaimSpace;
+    }
 
     // A member whose volume was lost is replaced first — it cannot recover by
     // itself — provided the others keep quorum meanwhile.
@@ -412,6 +423,7 @@ mod tests {
             pods: (0..size).map(pod).collect(),
             replicas: size,
             pinned: None,
+            space_alarm: false,
         }
     }
 
@@ -842,5 +854,18 @@ mod tests {
             ordinal: 0,
         });
         assert_eq!(next_step(&obs), Step::RestartPod { ordinal: 0 });
+    }
+
+    #[test]
+    fn a_full_backend_is_reclaimed_before_anything_else() {
+        let mut obs = cluster(3, 5);
+        obs.space_alarm = true;
+        assert_eq!(next_step(&obs), Step::ReclaimSpace);
+        obs.members = None;
+        assert_eq!(
+            next_step(&obs),
+            Step::Wait(WaitReason::EtcdUnreachable),
+            "not without quorum"
+        );
     }
 }

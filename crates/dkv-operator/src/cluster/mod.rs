@@ -123,11 +123,24 @@ async fn reconcile_cluster(dkv: &DistributedKV, ctx: &Context) -> Result<Action>
         Some(admin) => observe_members::observe_members(&cluster.name, admin.as_ref(), &pods).await,
         None => None,
     };
+    let space_alarm = match (&admin, &members) {
+        (Some(admin), Some(_)) => admin
+            .alarms()
+            .await
+            .map(|alarms| {
+                alarms
+                    .iter()
+                    .any(|a| a.kind == dkv_etcd::AlarmKind::NoSpace)
+            })
+            .unwrap_or(false),
+        _ => false,
+    };
     let pinned = pinned_operation(dkv);
     let view = plan::MembershipView {
         members: members.clone(),
         pods: pods.clone(),
         pinned,
+        space_alarm,
     };
     let plan = plan::plan(
         &cluster,

@@ -41,6 +41,8 @@ pub struct MembershipView {
     pub pods: Vec<MemberPod>,
     /// The operation pinned in status.
     pub pinned: Option<Pinned>,
+    /// etcd reports a NOSPACE alarm.
+    pub space_alarm: bool,
 }
 
 /// The record of a cluster being created: its initial members bootstrap
@@ -125,6 +127,7 @@ pub fn plan(
         pods: view.pods.iter().map(|p| p.view.clone()).collect(),
         replicas: sts.spec.replicas.unwrap_or(replicas),
         pinned: view.pinned,
+        space_alarm: view.space_alarm,
     });
     Plan {
         replicas,

@@ -145,7 +145,14 @@ pub fn compute(dkv: &DistributedKV, obs: &Observation<'_>, now: &Time) -> Distri
         }
     };
 
-    let degraded = if formed && ready < quorum {
+    let degraded = if obs.plan.step == Step::ReclaimSpace {
+        Want {
+            type_: types::DEGRADED,
+            status: true,
+            reason: reasons::NO_SPACE,
+            message: "the etcd backend reached its quota (NOSPACE alarm) and refuses writes; compacting, defragmenting and disarming".to_owned(),
+        }
+    } else if formed && ready < quorum {
         Want {
             type_: types::DEGRADED,
             status: true,
