@@ -2,6 +2,8 @@
 //! forwards connections to a ready endpoint, round-robin. Pods reach it by the Service's DNS name (see [`super::dns`]);
 //! the host reaches it at [`super::Kubelet::service_address`].
 //!
+//! LoadBalancer Services get the proxy address as their `status.loadBalancer.ingress`.
+//!
 //! The Service's own `clusterIP` is not routable on a machine without kube-proxy, hence a separate address.
 
 use std::collections::HashMap;
@@ -69,6 +71,9 @@ pub async fn run(shared: Arc<Shared>) {
                     ports: Vec::new(),
                 }
             });
+            if svc.spec.as_ref().and_then(|s| s.type_.as_deref()) == Some("LoadBalancer") {
+                publish_ingress(&shared, svc, proxy.ip);
+            }
             let current: Vec<(i32, String)> = proxy
                 .ports
                 .iter()
@@ -111,6 +116,37 @@ pub async fn run(shared: Arc<Shared>) {
         async { None }
     })
     .await;
+}
+
+/// A LoadBalancer Service's external address is its proxy's, as a cloud load balancer's would be.
+fn publish_ingress(shared: &Arc<Shared>, svc: &Service, ip: Ipv4Addr) {
+    let published = svc
+        .status
+        .as_ref()
+        .and_then(|s| s.load_balancer.as_ref())
+        .and_then(|lb| lb.ingress.as_ref())
+        .is_some_and(|i| {
+            i.iter()
+                .any(|i| i.ip.as_deref() == Some(ip.to_string().as_str()))
+        });
+    if published {
+        return;
+    }
+    let api: kube::Api<Service> = kube::Api::namespaced(
+        shared.client.clone(),
+        svc.metadata.namespace.as_deref().unwrap_or_default(),
+    );
+    let name = svc.metadata.name.clone().unwrap_or_default();
+    let patch = serde_json::json!({"status": {"loadBalancer": {"ingress": [{"ip": ip.to_string(), "ipMode": "VIP"}]}}});
+    tokio::spawn(async move {
+        let _ = api
+            .patch_status(
+                &name,
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(&patch),
+            )
+            .await;
+    });
 }
 
 /// Ready endpoint addresses of a Service port: (ip, target port).

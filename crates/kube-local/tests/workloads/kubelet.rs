@@ -190,6 +190,37 @@ async fn init_containers_environment_and_cluster_dns() {
     )
     .await;
     assert_eq!(answer, "dns-0");
+    // A LoadBalancer Service publishes its proxy address as its ingress.
+    c.create::<Service>(
+        NS,
+        json!({
+            "metadata": {"name": "public"},
+            "spec": {"type": "LoadBalancer", "selector": {"app": "dns"}, "ports": [{"port": 8080}]},
+        }),
+    )
+    .await;
+    let ingress = eventually(
+        "the load balancer's ingress",
+        Duration::from_secs(10),
+        || async {
+            let svc = c.api::<Service>(NS).get("public").await.ok()?;
+            svc.status?.load_balancer?.ingress?.first()?.ip.clone()
+        },
+    )
+    .await;
+    assert_eq!(
+        Some(ingress.clone()),
+        c.kubelet()
+            .service_address(NS, "public")
+            .map(|ip| ip.to_string())
+    );
+    let answer = eventually(
+        "an answer through the load balancer",
+        Duration::from_secs(5),
+        || async { http_get(&ingress, 8080, "/").await },
+    )
+    .await;
+    assert_eq!(answer, "dns-0");
     let status = pod.status.unwrap();
     let inits = status.init_container_statuses.unwrap();
     assert!(inits.iter().all(|s| {
