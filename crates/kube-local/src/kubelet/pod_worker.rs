@@ -103,6 +103,16 @@ impl PodRuntime {
             .is_empty()
     }
 
+    /// Whether an init container (a sidecar) has started.
+    fn init_started(&self, name: &str) -> bool {
+        let status = self.status.lock().unwrap_or_else(|e| e.into_inner());
+        status
+            .init_container_statuses
+            .iter()
+            .flatten()
+            .any(|c| c.name == name && c.started == Some(true))
+    }
+
     fn spec_containers(&self, init: bool) -> Vec<Container> {
         let pod = self.pod.lock().unwrap_or_else(|e| e.into_inner());
         let spec = pod.spec.clone().unwrap_or_default();
@@ -146,6 +156,11 @@ impl PodRuntime {
             }
         });
     }
+}
+
+/// An init container with `restartPolicy: Always` runs beside the containers (Kubernetes 1.29+ sidecars).
+fn is_sidecar(c: &Container) -> bool {
+    c.restart_policy.as_deref() == Some("Always")
 }
 
 fn waiting(reason: &str, message: Option<String>) -> ContainerState {
@@ -247,6 +262,7 @@ fn derive_phase_and_conditions(
     let inits = status.init_container_statuses.clone().unwrap_or_default();
     let pending_inits: Vec<String> = inits
         .iter()
+        .filter(|c| !(c.started == Some(true) && sidecar_names_of(pod).contains(&c.name)))
         .filter(|c| {
             c.state
                 .as_ref()
@@ -269,8 +285,17 @@ fn derive_phase_and_conditions(
             )),
         );
     }
-    let unready: Vec<String> = containers
+    let sidecar_names: Vec<&str> = pod
+        .spec
         .iter()
+        .flat_map(|s| s.init_containers.iter().flatten())
+        .filter(|c| is_sidecar(c))
+        .map(|c| c.name.as_str())
+        .collect();
+    let unready: Vec<String> = inits
+        .iter()
+        .filter(|c| sidecar_names.contains(&c.name.as_str()))
+        .chain(containers.iter())
         .filter(|c| !c.ready)
         .map(|c| c.name.clone())
         .collect();
@@ -296,6 +321,15 @@ fn derive_phase_and_conditions(
         );
         set_condition(status, "Ready", false, Some(reason), Some(message));
     }
+}
+
+fn sidecar_names_of(pod: &Pod) -> Vec<String> {
+    pod.spec
+        .iter()
+        .flat_map(|s| s.init_containers.iter().flatten())
+        .filter(|c| is_sidecar(c))
+        .map(|c| c.name.clone())
+        .collect()
 }
 
 /// Starts a worker for every pod bound to this node and stops the workers of pods that are deleted.
@@ -668,12 +702,46 @@ async fn lifecycle(shared: &Arc<Shared>, rt: &Arc<PodRuntime>, stop: &mut Stop) 
     rt.update(|s| set_condition(s, "PodReadyToStartContainers", true, None, None));
 
     let policy = rt.restart_policy();
+    // Sidecars (init containers with restartPolicy Always) keep running beside the containers; they stop with the
+    // pod, or once the containers of a pod that does not restart them have finished.
+    let (sidecar_stop, sidecar_stop_rx) = watch::channel(None);
+    let mut sidecars = Vec::new();
     for c in rt.spec_containers(true) {
+        if is_sidecar(&c) {
+            let (task_shared, task_rt, task_volumes, task_stop) = (
+                shared.clone(),
+                rt.clone(),
+                volumes.clone(),
+                sidecar_stop_rx.clone(),
+            );
+            let name = c.name.clone();
+            sidecars.push(tokio::spawn(async move {
+                supervise(&task_shared, &task_rt, &c, true, &task_volumes, task_stop).await;
+            }));
+            // The next init container starts once the sidecar has started (its startup probe passed).
+            loop {
+                if rt.init_started(&name) {
+                    break;
+                }
+                if !sleep_unless_stopped(Duration::from_millis(50), stop).await {
+                    sidecar_stop.send_replace(stop.borrow().or(Some(Duration::ZERO)));
+                    join_all(sidecars).await;
+                    return;
+                }
+            }
+            continue;
+        }
         match supervise(shared, rt, &c, true, &volumes, stop.clone()).await {
-            Outcome::Stopped => return,
+            Outcome::Stopped => {
+                sidecar_stop.send_replace(stop.borrow().or(Some(Duration::ZERO)));
+                join_all(sidecars).await;
+                return;
+            }
             Outcome::Exited(0) => {}
             Outcome::Exited(_) => {
                 // Only reached with restartPolicy Never: the pod fails.
+                sidecar_stop.send_replace(Some(Duration::ZERO));
+                join_all(sidecars).await;
                 *rt.terminal.lock().unwrap_or_else(|e| e.into_inner()) = Some("Failed");
                 rt.update(|_| {});
                 return;
@@ -690,6 +758,15 @@ async fn lifecycle(shared: &Arc<Shared>, rt: &Arc<PodRuntime>, stop: &mut Stop) 
             .map(|c| supervise(shared, rt, c, false, &volumes, stop.clone())),
     )
     .await;
+    let grace = stop.borrow().or(Some(Duration::from_secs(
+        pod.spec
+            .as_ref()
+            .and_then(|s| s.termination_grace_period_seconds)
+            .unwrap_or(30)
+            .max(0) as u64,
+    )));
+    sidecar_stop.send_replace(grace);
+    join_all(sidecars).await;
     if outcomes.iter().any(|o| matches!(o, Outcome::Stopped)) {
         return;
     }
@@ -782,6 +859,7 @@ async fn supervise(
             }
             RunEnd::Exited { code, ran } => {
                 let restart = match (init, policy.as_str()) {
+                    _ if is_sidecar(container) => true,
                     (_, "Never") => false,
                     (true, _) | (false, "OnFailure") => code != 0,
                     _ => true,
@@ -939,8 +1017,10 @@ async fn run_once(
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .insert(container.name.clone(), process.pid());
-    let has_startup = container.startup_probe.is_some() && !init;
-    let has_readiness = container.readiness_probe.is_some() && !init;
+    // Plain init containers have no probes; sidecars probe like containers.
+    let probed = !init || is_sidecar(container);
+    let has_startup = container.startup_probe.is_some() && probed;
+    let has_readiness = container.readiness_probe.is_some() && probed;
     rt.container_status(init, &container.name, |cs| {
         if restarts > cs.restart_count {
             cs.last_state = cs
@@ -959,7 +1039,7 @@ async fn run_once(
             ..ContainerState::default()
         });
         cs.started = Some(!has_startup);
-        cs.ready = !has_startup && !has_readiness && !init;
+        cs.ready = !has_startup && !has_readiness && probed;
     });
     events::record(
         &shared.client,
@@ -977,7 +1057,7 @@ async fn run_once(
         pid: process.pid(),
         env: env.clone(),
     };
-    let mut probes = ProbeSet::start(shared, &pod, container, &target, init);
+    let mut probes = ProbeSet::start(shared, &pod, container, &target, !probed);
     let end = loop {
         tokio::select! {
             code = process.wait() => break Some(code),

@@ -389,3 +389,61 @@ async fn deleting_a_pod_stops_its_processes_and_dropping_the_environment_leaves_
     })
     .await;
 }
+
+#[tokio::test]
+async fn a_sidecar_runs_beside_the_containers_and_stops_when_they_finish() {
+    let c = Cluster::start(NS).await;
+    let pod_ip =
+        json!({"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}});
+    c.create::<Pod>(NS, json!({
+        "metadata": {"name": "with-sidecar"},
+        "spec": {
+            "restartPolicy": "Never", "terminationGracePeriodSeconds": 1,
+            "initContainers": [{
+                "name": "proxy", "image": TESTAPP, "restartPolicy": "Always",
+                "env": [pod_ip, {"name": "LISTEN", "value": "$(POD_IP):8081"}],
+                "startupProbe": {"tcpSocket": {"port": 8081}, "periodSeconds": 1},
+            }],
+            "containers": [{
+                "name": "main", "image": TESTAPP,
+                "command": ["sh", "-c", "sleep 1; exec kube-local-testapp"],
+                "env": [{"name": "EXIT_AFTER_MS", "value": "200"}, {"name": "PATH", "value": crate::common::testapp().parent().unwrap().display().to_string() + ":/usr/bin:/bin"}],
+            }],
+        },
+    }))
+    .await;
+    eventually("both running", Duration::from_secs(20), || async {
+        let p = c.pod(NS, "with-sidecar").await?;
+        let st = p.status?;
+        let sidecar = st
+            .init_container_statuses?
+            .into_iter()
+            .find(|s| s.name == "proxy")?;
+        let main = st
+            .container_statuses?
+            .into_iter()
+            .find(|s| s.name == "main")?;
+        (sidecar.started == Some(true) && main.state?.running.is_some()).then_some(())
+    })
+    .await;
+    let pod = eventually("Succeeded", Duration::from_secs(20), || async {
+        c.pod(NS, "with-sidecar")
+            .await
+            .filter(|p| phase(p).as_deref() == Some("Succeeded"))
+    })
+    .await;
+    assert_eq!(
+        status_of(&pod, "main")
+            .unwrap()
+            .state
+            .unwrap()
+            .terminated
+            .unwrap()
+            .exit_code,
+        0
+    );
+    eventually("the sidecar stopped", Duration::from_secs(10), || async {
+        (c.kubelet().process_count() == 0).then_some(())
+    })
+    .await;
+}
