@@ -15,6 +15,22 @@ pub struct Addresses {
     used: Mutex<BTreeSet<Ipv4Addr>>,
 }
 
+/// Blocks go round-robin from a random start, so the environments of one process (parallel tests) never share one.
+fn next_block() -> u8 {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    // 127.0.x.x stays the host's; 127.251-255.x.x are left alone.
+    const FIRST: u32 = 16;
+    const COUNT: u32 = 235;
+    static NEXT: AtomicU32 = AtomicU32::new(u32::MAX);
+    let start = {
+        use rand::Rng;
+        rand::rng().random_range(0..COUNT)
+    };
+    let _ = NEXT.compare_exchange(u32::MAX, start, Ordering::Relaxed, Ordering::Relaxed);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    (FIRST + n % COUNT) as u8
+}
+
 impl Default for Addresses {
     fn default() -> Self {
         Self::new()
@@ -26,8 +42,7 @@ impl Addresses {
         use rand::Rng;
         let mut rng = rand::rng();
         Addresses {
-            // 127.0.x.x stays the host's; 127.255.x.x is avoided as broadcast-like.
-            block: rng.random_range(16..=250),
+            block: next_block(),
             next: Mutex::new(rng.random_range(0..200) * 256),
             used: Mutex::new(BTreeSet::new()),
         }

@@ -10,6 +10,7 @@ use kube::api::{Api, ObjectMeta, PostParams};
 
 use super::Context;
 use super::endpoints::{backends, target_port};
+use super::informer::get;
 
 const SERVICE_NAME: &str = "kubernetes.io/service-name";
 const MANAGED_BY: &str = "endpointslice.kubernetes.io/managed-by";
@@ -64,15 +65,26 @@ pub async fn reconcile(ctx: &Context) -> Option<std::time::Duration> {
         };
         let ns = svc.metadata.namespace.clone().unwrap_or_default();
         let name = svc.metadata.name.clone().unwrap_or_default();
-        let existing = ctx.caches.endpoint_slices.find(|s| {
+        let mut ours = ctx.caches.endpoint_slices.state_filter(|s| {
             s.metadata.namespace.as_deref() == Some(ns.as_str())
                 && s.metadata.labels.as_ref().is_some_and(|l| {
                     l.get(SERVICE_NAME) == Some(&name)
                         && l.get(MANAGED_BY).is_some_and(|m| m == CONTROLLER)
                 })
         });
+        ours.sort_by_key(|s| s.metadata.name.clone());
         let endpoints = (!endpoints.is_empty()).then_some(endpoints);
         let api: Api<EndpointSlice> = Api::namespaced(ctx.client.clone(), &ns);
+        // One slice per Service holds every endpoint here; extras are removed.
+        for extra in ours.iter().skip(1) {
+            let _ = api
+                .delete(
+                    extra.metadata.name.as_deref().unwrap_or_default(),
+                    &Default::default(),
+                )
+                .await;
+        }
+        let existing = ours.first().cloned();
         match existing {
             Some(s) if s.endpoints == endpoints && s.ports.as_ref() == Some(&ports) => {}
             Some(s) => {
@@ -110,8 +122,20 @@ pub async fn reconcile(ctx: &Context) -> Option<std::time::Duration> {
                     endpoints,
                     ports: Some(ports),
                 };
-                if let Err(e) = api.create(&PostParams::default(), &slice).await {
-                    tracing::debug!(service = %name, error = %e, "creating an EndpointSlice");
+                match api.create(&PostParams::default(), &slice).await {
+                    // A generated name: wait for the cache to know it, or the next pass would create another.
+                    Ok(created) => {
+                        let created = created.metadata.name.unwrap_or_default();
+                        for _ in 0..50 {
+                            if get(&ctx.caches.endpoint_slices, &ns, &created).is_some() {
+                                break;
+                            }
+                            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                        }
+                    }
+                    Err(e) => {
+                        tracing::debug!(service = %name, error = %e, "creating an EndpointSlice")
+                    }
                 }
             }
         }

@@ -372,25 +372,25 @@ async fn create_pod(ctx: &Context, pod: &Pod) {
 }
 
 pub async fn reconcile(ctx: &Context) -> Option<std::time::Duration> {
+    let mut next = None;
     for set in ctx.caches.statefulsets.state() {
         if set.metadata.deletion_timestamp.is_some() {
             continue;
         }
-        sync_set(ctx, &set).await;
+        if let Some(wake) = sync_set(ctx, &set).await {
+            next = Some(next.map_or(wake, |n: std::time::Duration| n.min(wake)));
+        }
     }
-    None
+    next
 }
 
-async fn sync_set(ctx: &Context, set: &StatefulSet) {
-    let Some(uid) = set.metadata.uid.clone() else {
-        return;
-    };
+/// Returns when to look again (a pod becoming available after `minReadySeconds`).
+async fn sync_set(ctx: &Context, set: &StatefulSet) -> Option<std::time::Duration> {
+    let uid = set.metadata.uid.clone()?;
     let ns = set.metadata.namespace.clone().unwrap_or_default();
     let set_name = set.metadata.name.clone().unwrap_or_default();
     let spec = set.spec.clone();
-    let Some((revisions, update_rev)) = sync_revisions(ctx, set).await else {
-        return;
-    };
+    let (revisions, update_rev) = sync_revisions(ctx, set).await?;
     let update_name = update_rev.metadata.name.clone().unwrap_or_default();
     let current_rev = set
         .status
@@ -517,7 +517,7 @@ async fn sync_set(ctx: &Context, set: &StatefulSet) {
         }
     }
 
-    update_status(
+    let wake = update_status(
         ctx,
         set,
         &pods,
@@ -528,6 +528,27 @@ async fn sync_set(ctx: &Context, set: &StatefulSet) {
     )
     .await;
     truncate_history(ctx, set, &revisions, &pods, &current_name, &update_name).await;
+    wake
+}
+
+/// Whether a ready pod has been ready for `min_ready` seconds (else how long until it has).
+fn available_in(pod: &Pod, min_ready: i32) -> Result<(), std::time::Duration> {
+    if min_ready <= 0 {
+        return Ok(());
+    }
+    let since = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"))
+        .and_then(|c| c.last_transition_time.as_ref())
+        .map(|t| t.0);
+    let Some(since) = since else { return Ok(()) };
+    let at = since + jiff::SignedDuration::from_secs(i64::from(min_ready));
+    match std::time::Duration::try_from(at.duration_since(jiff::Timestamp::now())) {
+        Ok(left) if !left.is_zero() => Err(left),
+        _ => Ok(()),
+    }
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -539,14 +560,20 @@ async fn update_status(
     update: &str,
     strategy: &str,
     replicas: i32,
-) {
-    let (mut created, mut ready, mut current_n, mut updated_n) = (0, 0, 0, 0);
+) -> Option<std::time::Duration> {
+    let min_ready = set.spec.min_ready_seconds.unwrap_or(0);
+    let (mut created, mut ready, mut available, mut current_n, mut updated_n) = (0, 0, 0, 0, 0);
+    let mut wake: Option<std::time::Duration> = None;
     for (_, p) in pods {
         if is_created(p) {
             created += 1;
         }
         if is_running_and_ready(p) {
             ready += 1;
+            match available_in(p, min_ready) {
+                Ok(()) => available += 1,
+                Err(left) => wake = Some(wake.map_or(left, |w| w.min(left))),
+            }
         }
         if is_created(p) && !is_terminating(p) {
             if pod_revision(p) == Some(current) {
@@ -571,7 +598,7 @@ async fn update_status(
         "observedGeneration": set.metadata.generation,
         "replicas": created,
         "readyReplicas": ready,
-        "availableReplicas": ready,
+        "availableReplicas": available,
         "currentReplicas": current_n,
         "updatedReplicas": updated_n,
         "currentRevision": current_revision,
@@ -583,7 +610,7 @@ async fn update_status(
         .as_object()
         .is_some_and(|m| m.iter().all(|(k, v)| old.get(k).unwrap_or(&json!(0)) == v));
     if unchanged {
-        return;
+        return wake;
     }
     let api: Api<StatefulSet> = Api::namespaced(
         ctx.client.clone(),
@@ -596,6 +623,7 @@ async fn update_status(
             &Patch::Merge(&json!({"status": status})),
         )
         .await;
+    wake
 }
 
 /// Deletes the oldest revisions no pod uses beyond `revisionHistoryLimit`.

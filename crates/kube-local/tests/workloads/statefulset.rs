@@ -329,9 +329,16 @@ async fn claim_retention_delete_removes_claims_on_scale_down_and_with_the_set() 
     let c = Cluster::start(NS).await;
     c.create::<StatefulSet>(NS, set("tmp", 2, "Parallel", json!({
         "persistentVolumeClaimRetentionPolicy": {"whenDeleted": "Delete", "whenScaled": "Delete"},
+                "minReadySeconds": 2,
     })))
     .await;
     ready_replicas(&c, "tmp", 2).await;
+    // Available once ready for minReadySeconds.
+    eventually("two available", Duration::from_secs(10), || async {
+        let st = c.api::<StatefulSet>(NS).get("tmp").await.ok()?.status?;
+        (st.available_replicas == Some(2)).then_some(())
+    })
+    .await;
     let claims = || async {
         let mut names: Vec<String> = c
             .api::<PersistentVolumeClaim>(NS)
