@@ -1057,12 +1057,59 @@ async fn run_once(
         pid: process.pid(),
         env: env.clone(),
     };
+    let lifecycle = container.lifecycle.clone().unwrap_or_default();
+    if let Some(hook) = &lifecycle.post_start
+        && process.wait_exec(Duration::from_secs(10)).await
+    {
+        let (ok, message) = probe::run_hook(hook, &target, Duration::from_secs(30)).await;
+        if !ok {
+            events::record(
+                &shared.client,
+                &pod,
+                Some(&container.name),
+                true,
+                "FailedPostStartHook",
+                message,
+                "kubelet",
+            );
+            let code = process.terminate(Duration::from_secs(2)).await;
+            rt.pids
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(&container.name);
+            finish(
+                rt,
+                container,
+                init,
+                code,
+                &started_at,
+                &termination_file,
+                &log,
+            );
+            return RunEnd::Exited {
+                code,
+                ran: began.elapsed(),
+            };
+        }
+    }
+    // preStop runs within the grace period; the signals get what is left of it.
+    let pre_stop = |grace: Duration| {
+        let hook = lifecycle.pre_stop.clone();
+        let target = target.clone();
+        async move {
+            let Some(hook) = hook else { return grace };
+            let began = Instant::now();
+            let _ = probe::run_hook(&hook, &target, grace).await;
+            grace.saturating_sub(began.elapsed())
+        }
+    };
     let mut probes = ProbeSet::start(shared, &pod, container, &target, !probed);
     let end = loop {
         tokio::select! {
             code = process.wait() => break Some(code),
             grace = stopped(stop) => {
                 events::record(&shared.client, &pod, Some(&container.name), false, "Killing", format!("Stopping container {}", container.name), "kubelet");
+                let grace = pre_stop(grace).await;
                 let code = process.terminate(grace).await;
                 finish(rt, container, init, code, &started_at, &termination_file, &log);
                 break None;
@@ -1082,6 +1129,7 @@ async fn run_once(
                 ProbeVerdict::Restart(which) => {
                     events::record(&shared.client, &pod, Some(&container.name), false, "Killing", format!("Container {} failed {which} probe, will be restarted", container.name), "kubelet");
                     let grace = Duration::from_secs(pod.spec.as_ref().and_then(|s| s.termination_grace_period_seconds).unwrap_or(30).max(0) as u64);
+                    let grace = pre_stop(grace).await;
                     break Some(process.terminate(grace).await);
                 }
             }

@@ -174,3 +174,23 @@ pub async fn run(
         tokio::time::sleep(period).await;
     }
 }
+
+/// Runs a lifecycle hook (`postStart` / `preStop`): exec, HTTP GET or sleep, within `timeout`.
+pub async fn run_hook(
+    handler: &k8s_openapi::api::core::v1::LifecycleHandler,
+    target: &Target,
+    timeout: Duration,
+) -> (bool, String) {
+    if let Some(sleep) = &handler.sleep {
+        tokio::time::sleep(Duration::from_secs(sleep.seconds.max(0) as u64).min(timeout)).await;
+        return (true, String::new());
+    }
+    let probe = Probe {
+        exec: handler.exec.clone(),
+        http_get: handler.http_get.clone(),
+        tcp_socket: handler.tcp_socket.clone(),
+        timeout_seconds: Some(timeout.as_secs().clamp(1, i32::MAX as u64) as i32),
+        ..Probe::default()
+    };
+    attempt(&probe, target).await
+}

@@ -74,6 +74,16 @@ fn stage_dir(launch: &Launch) -> PathBuf {
     PathBuf::from("/run/kube-local").join(name)
 }
 
+/// Where the program is staged: under its own name, so the process shows as that name.
+fn staged_program(launch: &Launch, stage: &Path) -> PathBuf {
+    let name = launch
+        .program
+        .file_name()
+        .map(|n| n.to_os_string())
+        .unwrap_or_else(|| "program".into());
+    stage.join("bin").join(name)
+}
+
 /// The `sh` script run inside the namespaces: set up the mounts, then become the container's program.
 ///
 /// A mount target may hide a source (a volume at `/tmp` hides the kubelet's files under `/tmp`) or the program
@@ -91,7 +101,8 @@ fn setup_script(launch: &Launch, stage: &Path) -> String {
         shell_quote(&launch.hostname)
     ));
     s.push_str(&format!("mkdir -p {}\n", q(stage)));
-    let program = stage.join("program");
+    let program = staged_program(launch, stage);
+    s.push_str(&format!("mkdir -p {}\n", q(&stage.join("bin"))));
     s.push_str(&format!(
         "touch {p}; mount --bind {} {p}\n",
         q(&launch.program),
@@ -130,14 +141,14 @@ fn setup_script(launch: &Launch, stage: &Path) -> String {
 }
 
 /// The command line that runs `launch` in its sandbox.
-fn sandbox_command(launch: &Launch) -> std::process::Command {
+fn sandbox_command(launch: &Launch, stage: &Path) -> std::process::Command {
     let mut cmd = std::process::Command::new("unshare");
     if !is_root() {
         cmd.arg("--map-root-user");
     }
     cmd.args(["--mount", "--uts", "--propagation", "private", "--"])
         .args(["setpriv", "--pdeathsig", "KILL", "--", "/bin/sh", "-c"])
-        .arg(setup_script(launch, &stage_dir(launch)))
+        .arg(setup_script(launch, stage))
         .arg(&launch.program)
         .args(&launch.args);
     cmd.env_clear();
@@ -213,6 +224,7 @@ impl Processes {
             pid,
             id,
             processes: self.clone(),
+            exec_path: None,
         })
     }
 
@@ -225,11 +237,14 @@ impl Processes {
             .create(true)
             .append(true)
             .open(&launch.log)?;
-        let mut cmd = sandbox_command(launch);
+        let stage = stage_dir(launch);
+        let mut cmd = sandbox_command(launch, &stage);
         cmd.stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log);
-        self.spawn(cmd).await
+        let mut process = self.spawn(cmd).await?;
+        process.exec_path = Some(staged_program(launch, &stage));
+        Ok(process)
     }
 
     /// How many processes are running.
@@ -262,11 +277,34 @@ pub struct ContainerProcess {
     pid: Pid,
     id: u64,
     processes: Arc<Processes>,
+    /// The program's path once the sandbox setup has exec'd it.
+    exec_path: Option<PathBuf>,
 }
 
 impl ContainerProcess {
     pub fn pid(&self) -> i32 {
         self.pid.as_raw_nonzero().get()
+    }
+
+    /// Waits until the sandbox setup is done and the container's program runs (hooks and exec probes must see the
+    /// mounts); false if the process ended or `timeout` passed first.
+    pub async fn wait_exec(&mut self, timeout: std::time::Duration) -> bool {
+        let Some(expected) = self.exec_path.clone() else {
+            return true;
+        };
+        let exe = format!("/proc/{}/exe", self.pid());
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            if std::fs::read_link(&exe).is_ok_and(|p| p == expected) {
+                return true;
+            }
+            if matches!(self.child.try_wait(), Ok(Some(_)) | Err(_))
+                || tokio::time::Instant::now() > deadline
+            {
+                return false;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
     }
 
     /// Signals the whole process group.

@@ -447,3 +447,44 @@ async fn a_sidecar_runs_beside_the_containers_and_stops_when_they_finish() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn lifecycle_hooks_run_after_start_and_before_stop() {
+    let c = Cluster::start(NS).await;
+    let out = tempfile::tempdir().unwrap();
+    c.create::<Pod>(NS, json!({
+        "metadata": {"name": "hooks"},
+        "spec": {
+            "terminationGracePeriodSeconds": 5,
+            "volumes": [{"name": "out", "hostPath": {"path": out.path().display().to_string()}}],
+            "containers": [{
+                "name": "app", "image": TESTAPP,
+                "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
+                "volumeMounts": [{"name": "out", "mountPath": "/out"}],
+                "lifecycle": {
+                    "postStart": {"exec": {"command": ["sh", "-c", "echo started > /out/post-start"]}},
+                    "preStop": {"exec": {"command": ["sh", "-c", "echo stopping > /out/pre-stop"]}},
+                },
+            }],
+        },
+    }))
+    .await;
+    eventually("hooks ready", Duration::from_secs(20), || async {
+        c.pod(NS, "hooks").await.filter(ready)
+    })
+    .await;
+    assert_eq!(
+        std::fs::read_to_string(out.path().join("post-start")).unwrap(),
+        "started\n"
+    );
+    c.api::<Pod>(NS)
+        .delete("hooks", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually("preStop ran", Duration::from_secs(10), || async {
+        std::fs::read_to_string(out.path().join("pre-stop"))
+            .ok()
+            .filter(|s| s == "stopping\n")
+    })
+    .await;
+}
