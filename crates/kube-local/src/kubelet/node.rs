@@ -163,10 +163,82 @@ pub async fn schedule(shared: Arc<Shared>) {
     .await;
 }
 
-/// Binds one pod; false when it has to wait (claims missing).
+/// Whether the node's labels satisfy a node selector term (matchExpressions; matchFields on `metadata.name`).
+fn term_matches(
+    term: &k8s_openapi::api::core::v1::NodeSelectorTerm,
+    labels: &BTreeMap<String, String>,
+) -> bool {
+    let requirement = |r: &k8s_openapi::api::core::v1::NodeSelectorRequirement,
+                       value: Option<&String>| {
+        let values = r.values.clone().unwrap_or_default();
+        let number = |v: &str| v.parse::<i64>().ok();
+        match r.operator.as_str() {
+            "In" => value.is_some_and(|v| values.contains(v)),
+            "NotIn" => value.is_none_or(|v| !values.contains(v)),
+            "Exists" => value.is_some(),
+            "DoesNotExist" => value.is_none(),
+            "Gt" => value
+                .and_then(|v| number(v))
+                .zip(values.first().and_then(|v| number(v)))
+                .is_some_and(|(a, b)| a > b),
+            "Lt" => value
+                .and_then(|v| number(v))
+                .zip(values.first().and_then(|v| number(v)))
+                .is_some_and(|(a, b)| a < b),
+            _ => false,
+        }
+    };
+    let name = NODE_NAME.to_string();
+    term.match_expressions
+        .iter()
+        .flatten()
+        .all(|r| requirement(r, labels.get(&r.key)))
+        && term
+            .match_fields
+            .iter()
+            .flatten()
+            .all(|r| requirement(r, (r.key == "metadata.name").then_some(&name)))
+}
+
+/// Whether the pod's nodeSelector and required node affinity admit this node.
+fn fits(pod: &Pod, labels: &BTreeMap<String, String>) -> bool {
+    let Some(spec) = &pod.spec else { return true };
+    let selector_ok = spec
+        .node_selector
+        .iter()
+        .flatten()
+        .all(|(k, v)| labels.get(k) == Some(v));
+    let affinity_ok = spec
+        .affinity
+        .as_ref()
+        .and_then(|a| a.node_affinity.as_ref())
+        .and_then(|n| {
+            n.required_during_scheduling_ignored_during_execution
+                .as_ref()
+        })
+        .is_none_or(|required| {
+            required
+                .node_selector_terms
+                .iter()
+                .any(|t| term_matches(t, labels))
+        });
+    selector_ok && affinity_ok
+}
+
+/// Binds one pod; false when it has to wait (claims missing, or the node does not fit).
 async fn bind(shared: &Shared, pod: &Pod) -> bool {
     let ns = pod.metadata.namespace.clone().unwrap_or_default();
     let name = pod.metadata.name.clone().unwrap_or_default();
+    let node_labels = node_object(shared).metadata.labels.unwrap_or_default();
+    if !fits(pod, &node_labels) {
+        set_unschedulable(
+            shared,
+            pod,
+            "0/1 nodes are available: 1 node(s) didn't match Pod's node affinity/selector. preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling.",
+        )
+        .await;
+        return false;
+    }
     let claims: Vec<String> = pod
         .spec
         .iter()

@@ -488,3 +488,39 @@ async fn lifecycle_hooks_run_after_start_and_before_stop() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn the_scheduler_honours_node_selectors() {
+    let c = Cluster::start(NS).await;
+    for (name, selector) in [("fits", "kube-local"), ("nowhere", "elsewhere")] {
+        c.create::<Pod>(NS, json!({
+            "metadata": {"name": name},
+            "spec": {
+                "nodeSelector": {"kubernetes.io/hostname": selector},
+                "containers": [{"name": "app", "image": TESTAPP, "env": [{"name": "EXIT_AFTER_MS", "value": "0"}]}],
+                "restartPolicy": "Never",
+            },
+        }))
+        .await;
+    }
+    eventually("fits to run", Duration::from_secs(10), || async {
+        let p = c.pod(NS, "fits").await?;
+        (p.spec?.node_name.as_deref() == Some("kube-local")).then_some(())
+    })
+    .await;
+    let pod = eventually("nowhere unschedulable", Duration::from_secs(10), || async {
+        let p = c.pod(NS, "nowhere").await?;
+        let scheduled = p
+            .status
+            .as_ref()?
+            .conditions
+            .as_ref()?
+            .iter()
+            .find(|c| c.type_ == "PodScheduled")?
+            .clone();
+        (scheduled.status == "False").then_some((p, scheduled))
+    })
+    .await;
+    assert_eq!(pod.1.reason.as_deref(), Some("Unschedulable"));
+    assert!(pod.0.spec.unwrap().node_name.is_none());
+}
