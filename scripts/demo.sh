@@ -21,25 +21,36 @@ export KUBECONFIG="$PWD/.dkv-local/kubeconfig"
 
 echo "== kubectl apply -f examples/distributedkv.yaml"
 kubectl apply -f examples/distributedkv.yaml
-for _ in $(seq 1 50); do
-  reason=$(kubectl get dkv example -o 'jsonpath={.status.conditions[?(@.type=="Progressing")].reason}' 2>/dev/null || true)
-  [ -n "$reason" ] && break
-  sleep 0.2
+echo "== waiting for the three etcd members to form a cluster"
+for _ in $(seq 1 120); do
+  [ "$(kubectl get dkv example -o 'jsonpath={.status.readyReplicas}/{.status.phase}' 2>/dev/null)" = "3/Running" ] && break
+  sleep 0.5
 done
+kubectl get dkv,pods,pvc
 
-echo "== kubectl get dkv,statefulset,service,pdb"
-kubectl get dkv,statefulset,service,poddisruptionbudget
-echo "== kubectl describe dkv example (events)"
+echo "== a write through member 0, read back from member 2 (real etcd, pod IPs)"
+ETCDCTL=".tools/etcd-3.5/usr/bin/etcdctl"
+ip0=$(kubectl get pod example-0 -o 'jsonpath={.status.podIP}')
+ip2=$(kubectl get pod example-2 -o 'jsonpath={.status.podIP}')
+ETCDCTL_API=3 "$ETCDCTL" --endpoints="http://$ip0:2379" put greeting "hello from dkv"
+ETCDCTL_API=3 "$ETCDCTL" --endpoints="http://$ip2:2379" get greeting --print-value-only
+ETCDCTL_API=3 "$ETCDCTL" --endpoints="http://$ip0:2379" member list -w table
+
+echo "== scaling to 5 members (learner -> promote, one at a time)"
+kubectl scale dkv example --replicas=5
+for _ in $(seq 1 120); do
+  [ "$(kubectl get dkv example -o 'jsonpath={.status.readyReplicas}/{.status.phase}')" = "5/Running" ] && break
+  sleep 1
+done
+kubectl get dkv example
 kubectl describe dkv example | sed -n '/^Events:/,$p'
 
 cat <<'TXT'
 
-dkv created the etcd StatefulSet, the peer and client Services and the
-quorum-keeping PodDisruptionBudget, and reports the cluster as Creating.
-kube-local does not run pods yet (its process kubelet is being built), so the
-members stay at 0/3 ready here; on a real cluster they start and the cluster
-turns Available.
-
-Keep exploring:   export KUBECONFIG=$PWD/.dkv-local/kubeconfig; kubectl get dkv -w
-Stop:             target/debug/dkv local down
+That was a real etcd cluster (local processes started by kube-local's
+kubelet) managed by dkv. Keep exploring:
+  export KUBECONFIG=$PWD/.dkv-local/kubeconfig
+  kubectl get dkv -w              # in another terminal
+  kubectl scale dkv example --replicas=3
+Stop:  target/debug/dkv local down
 TXT

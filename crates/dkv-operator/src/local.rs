@@ -61,6 +61,13 @@ pub async fn up(args: UpArgs) -> anyhow::Result<()> {
     }
 
     crate::telemetry::init(args.log_format);
+    // Pods run as local processes: etcd images map to the locally installed
+    // etcd, the dkv image to this very binary (member-init, backups).
+    let dkv_binary = std::env::current_exe().context("locating the dkv binary")?;
+    let kubelet = kube_local::kubelet::KubeletConfig {
+        image_map: kube_local::kubelet::ImageMap::defaults(&dkv_binary),
+        ..kube_local::kubelet::KubeletConfig::default()
+    };
     let env = kube_local::Environment::builder()
         .crds(vec![
             dkv_api::DistributedKV::crd(),
@@ -68,6 +75,7 @@ pub async fn up(args: UpArgs) -> anyhow::Result<()> {
         ])
         .data_dir(&data_dir)
         .port(args.port)
+        .kubelet_config(kubelet)
         .build()
         .await
         .context("starting kube-local")?;

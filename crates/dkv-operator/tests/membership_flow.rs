@@ -415,3 +415,28 @@ async fn a_rolling_upgrade_restarts_followers_first_after_the_template_changed()
         "a follower needs no leader move"
     );
 }
+
+#[tokio::test]
+async fn a_removal_ends_with_the_stale_volume_and_clears_the_pin() {
+    // Member 3 already left etcd and its pod is gone: what remains is its
+    // volume, then the operation is complete.
+    let etcd = Arc::new(FakeEtcd::with_members(
+        &["orders-0", "orders-1", "orders-2"],
+        "3.5.16",
+    ));
+    let pods: Vec<Pod> = (0..3).map(pod).collect();
+    let pinned = json!({"operation": {"kind": "RemoveMember", "target": "orders-3", "startedAt": "2026-11-22T06:00:00Z"}});
+    let (ctx, log) = world(etcd, pods, 3, 3);
+    reconcile(Arc::new(dkv(3, Some(pinned))), ctx)
+        .await
+        .unwrap();
+    settle().await;
+    let sent = writes(&log);
+    assert!(
+        sent.iter()
+            .any(|(m, p, _)| m == "DELETE" && p.ends_with("/persistentvolumeclaims/data-orders-3")),
+        "{sent:#?}"
+    );
+    let status = status_patch(&log).unwrap();
+    assert_eq!(status["operation"], Value::Null, "{status:#}");
+}

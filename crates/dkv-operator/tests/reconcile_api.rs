@@ -376,14 +376,9 @@ async fn status_is_written_once_and_not_again_when_nothing_changed() {
     let run = tokio::spawn(reconcile(Arc::new(dkv.clone()), ctx.clone()));
     let sent = next(&mut api).await;
     assert_eq!(sent.method, Method::PATCH);
-    assert_eq!(
-        sent.uri,
-        format!("{DKV_PATH}/status?&force=true&fieldManager=dkv-operator")
-    );
-    assert_eq!(sent.content_type, "application/apply-patch+yaml");
+    assert_eq!(sent.uri, format!("{DKV_PATH}/status?"));
+    assert_eq!(sent.content_type, "application/merge-patch+json");
     let status = sent.body["status"].clone();
-    assert_eq!(sent.body["apiVersion"], "dkv.io/v1alpha1");
-    assert_eq!(sent.body["kind"], "DistributedKV");
     assert_eq!(status["observedGeneration"], 1);
     assert_eq!(status["phase"], "Running");
     assert_eq!(status["replicas"], 3);
@@ -434,10 +429,7 @@ async fn an_invalid_spec_is_reported_in_status_and_not_retried() {
     let run = tokio::spawn(reconcile(Arc::new(dkv.clone()), ctx.clone()));
 
     let sent = next(&mut api).await;
-    assert_eq!(
-        sent.uri,
-        format!("{DKV_PATH}/status?&force=true&fieldManager=dkv-operator")
-    );
+    assert_eq!(sent.uri, format!("{DKV_PATH}/status?"));
     let status = sent.body["status"].clone();
     assert_eq!(status["phase"], "Degraded");
     let degraded = status["conditions"]
@@ -546,12 +538,7 @@ async fn transient_errors_back_off_exponentially_and_reset_on_success() {
         sent.reply_echo(json!({"metadata": {"uid": "child", "resourceVersion": "5"}}));
     }
     let sent = next(&mut api).await;
-    assert!(
-        sent.uri
-            .ends_with("/status?&force=true&fieldManager=dkv-operator"),
-        "{}",
-        sent.uri
-    );
+    assert!(sent.uri.ends_with("/status?"), "{}", sent.uri);
     assert_eq!(sent.body["status"]["phase"], "Creating");
     let mut written = serde_json::to_value(&dkv).unwrap();
     written["status"] = sent.body["status"].clone();
@@ -660,10 +647,7 @@ async fn a_paused_cluster_gets_status_but_no_changes() {
     let (ctx, mut api) = context(stores(vec![], None));
     let run = tokio::spawn(reconcile(Arc::new(dkv.clone()), ctx.clone()));
     let sent = next(&mut api).await;
-    assert_eq!(
-        sent.uri,
-        format!("{DKV_PATH}/status?&force=true&fieldManager=dkv-operator")
-    );
+    assert_eq!(sent.uri, format!("{DKV_PATH}/status?"));
     let progressing = sent.body["status"]["conditions"]
         .as_array()
         .unwrap()

@@ -207,6 +207,12 @@ async fn reconcile_cluster(dkv: &DistributedKV, ctx: &Context) -> Result<Action>
             info!(kind = ?pin.kind, ordinal = pin.ordinal, "operation complete");
             None
         }
+        // Deleting the removed member's volume is the last step of a
+        // removal, and it has just succeeded (or the volume was gone).
+        membership::Step::DeleteVolume { ordinal } if admin.is_some() => {
+            info!(ordinal, "member removal complete");
+            None
+        }
         _ => current_operation,
     };
     let in_flight = operation.is_some() || !matches!(plan.step, membership::Step::Converged);

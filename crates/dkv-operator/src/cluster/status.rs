@@ -15,7 +15,6 @@ use kube::{Resource, ResourceExt};
 use serde_json::json;
 use tracing::warn;
 
-use super::apply::FIELD_MANAGER;
 use super::build::pdb::quorum;
 use super::context::Context;
 use super::error::{Error, Result};
@@ -378,23 +377,16 @@ pub async fn write(dkv: &DistributedKV, new: DistributedKVStatus, ctx: &Context)
     let name = dkv.name_any();
     let api: Api<DistributedKV> =
         Api::namespaced(ctx.client.clone(), &dkv.namespace().unwrap_or_default());
-    // Server-side apply of the whole status: fields the operator stops
-    // setting are removed, and nobody else's fields are touched.
-    let patch = json!({
-        "apiVersion": DistributedKV::api_version(&()),
-        "kind": DistributedKV::kind(&()),
-        "status": new,
-    });
-    api.patch_status(
-        &name,
-        &PatchParams::apply(FIELD_MANAGER).force(),
-        &Patch::Apply(&patch),
-    )
-    .await
-    .map_err(|source| Error::Status {
+    let patch = status_merge_patch(&old, &new).map_err(|source| Error::Status {
         name: name.clone(),
-        source,
+        source: kube::Error::SerdeError(source),
     })?;
+    api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map_err(|source| Error::Status {
+            name: name.clone(),
+            source,
+        })?;
     ctx.metrics.set_phase(
         &kube::runtime::reflector::ObjectRef::from_obj(dkv),
         new.phase,
@@ -403,6 +395,27 @@ pub async fn write(dkv: &DistributedKV, new: DistributedKVStatus, ctx: &Context)
         publish(dkv, event, ctx).await;
     }
     Ok(true)
+}
+
+/// A merge patch that turns status `old` into `new`: every field of `new`,
+/// and an explicit `null` for each top-level field `old` has and `new` does
+/// not (a cleared `operation`, say). Arrays and the nested objects are
+/// replaced whole by a merge patch, so top-level nulls are all it takes.
+/// (Server-side apply would depend on how each server prunes a struct its
+/// manager stopped applying; an explicit null does not.)
+fn status_merge_patch(
+    old: &DistributedKVStatus,
+    new: &DistributedKVStatus,
+) -> Result<serde_json::Value, serde_json::Error> {
+    let mut status = serde_json::to_value(new)?;
+    if let (Some(fields), serde_json::Value::Object(old_fields)) =
+        (status.as_object_mut(), serde_json::to_value(old)?)
+    {
+        for key in old_fields.keys() {
+            fields.entry(key.clone()).or_insert(serde_json::Value::Null);
+        }
+    }
+    Ok(json!({ "status": status }))
 }
 
 /// Events for conditions whose status or reason changed.
@@ -442,5 +455,40 @@ fn transitions(old: &[Condition], new: &[Condition]) -> Vec<Event> {
 pub async fn publish(dkv: &DistributedKV, event: Event, ctx: &Context) {
     if let Err(err) = ctx.recorder.publish(&event, &dkv.object_ref(&())).await {
         warn!(name = %dkv.name_any(), reason = %event.reason, error = %err, "failed to publish event");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dkv_api::distributedkv::v1alpha1::OperationKind;
+
+    #[test]
+    fn fields_no_longer_set_are_nulled_in_the_status_patch() {
+        let old = DistributedKVStatus {
+            operation: Some(Operation {
+                kind: OperationKind::AddLearner,
+                target: "orders-3".into(),
+                started_at: Time(jiff::Timestamp::UNIX_EPOCH),
+            }),
+            leader: Some("orders-0".into()),
+            ready_replicas: 3,
+            ..DistributedKVStatus::default()
+        };
+        let new = DistributedKVStatus {
+            leader: Some("orders-1".into()),
+            ready_replicas: 4,
+            ..DistributedKVStatus::default()
+        };
+        let patch = status_merge_patch(&old, &new).unwrap();
+        assert_eq!(patch["status"]["operation"], serde_json::Value::Null);
+        assert!(
+            patch["status"]
+                .as_object()
+                .unwrap()
+                .contains_key("operation")
+        );
+        assert_eq!(patch["status"]["leader"], "orders-1");
+        assert_eq!(patch["status"]["readyReplicas"], 4);
     }
 }
