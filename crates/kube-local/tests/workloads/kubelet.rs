@@ -524,3 +524,42 @@ async fn the_scheduler_honours_node_selectors() {
     assert_eq!(pod.1.reason.as_deref(), Some("Unschedulable"));
     assert!(pod.0.spec.unwrap().node_name.is_none());
 }
+
+#[tokio::test]
+async fn a_failing_init_container_reports_its_termination_message_and_backs_off() {
+    let c = Cluster::start(NS).await;
+    c.create::<Pod>(NS, json!({
+        "metadata": {"name": "refuses"},
+        "spec": {
+            "initContainers": [{
+                "name": "check", "image": TESTAPP,
+                "command": ["sh", "-c", "echo 'data lost: replace me' > /dev/termination-log; exit 2"],
+            }],
+            "containers": [{"name": "app", "image": TESTAPP}],
+        },
+    }))
+    .await;
+    let status = eventually(
+        "the init container in back-off",
+        Duration::from_secs(15),
+        || async {
+            let p = c.pod(NS, "refuses").await?;
+            let st = p.status?;
+            let init = st.init_container_statuses.as_ref()?.first()?.clone();
+            let waiting = init.state.as_ref()?.waiting.as_ref()?.reason.clone()?;
+            (waiting == "CrashLoopBackOff").then_some((st, init))
+        },
+    )
+    .await;
+    let (pod_status, init) = status;
+    assert_eq!(pod_status.phase.as_deref(), Some("Pending"));
+    let last = init.last_state.unwrap().terminated.unwrap();
+    assert_eq!(last.exit_code, 2);
+    assert_eq!(last.message.as_deref(), Some("data lost: replace me\n"));
+    assert!(init.restart_count >= 1);
+    let app = status_of(&c.pod(NS, "refuses").await.unwrap(), "app").unwrap();
+    assert_eq!(
+        app.state.unwrap().waiting.unwrap().reason.as_deref(),
+        Some("PodInitializing")
+    );
+}
