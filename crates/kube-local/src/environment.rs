@@ -218,7 +218,11 @@ impl EnvironmentBuilder {
         )?;
         let client = client_for(&url, ca.as_ref().map(|c| c.ca_der()))?;
         let workloads = match self.kubelet {
-            Some(config) => {
+            Some(mut config) => {
+                config.api_server = Some(crate::kubelet::ApiServerAccess {
+                    address: addr,
+                    ca_pem: ca_pem.clone(),
+                });
                 Some(crate::workloads::Workloads::start(client.clone(), &dir, config).await?)
             }
             None => None,

@@ -12,6 +12,8 @@ pub struct PodFacts<'a> {
     pub pod_ip: String,
     pub host_ip: String,
     pub node_name: &'a str,
+    /// Where the API server listens, when pods may reach it.
+    pub api_server: Option<std::net::SocketAddr>,
 }
 
 /// Resolves `metadata.name`, `status.podIP`, `metadata.labels['x']`, ...
@@ -160,6 +162,31 @@ pub async fn container_env(
         .unwrap_or_default();
     set(&mut vars, "HOSTNAME".into(), hostname);
     set(&mut vars, "HOME".into(), "/root".into());
+    // The API server's variables are in every container, service links or not (as upstream's master service).
+    if let Some(api) = facts.api_server {
+        let (host, port) = (api.ip().to_string(), api.port());
+        for (k, v) in [
+            ("KUBERNETES_SERVICE_HOST", host.clone()),
+            ("KUBERNETES_SERVICE_PORT", port.to_string()),
+            ("KUBERNETES_SERVICE_PORT_HTTPS", port.to_string()),
+            ("KUBERNETES_PORT", format!("tcp://{host}:{port}")),
+            (
+                &*format!("KUBERNETES_PORT_{port}_TCP"),
+                format!("tcp://{host}:{port}"),
+            ),
+            (
+                &*format!("KUBERNETES_PORT_{port}_TCP_PROTO"),
+                "tcp".to_string(),
+            ),
+            (
+                &*format!("KUBERNETES_PORT_{port}_TCP_PORT"),
+                port.to_string(),
+            ),
+            (&*format!("KUBERNETES_PORT_{port}_TCP_ADDR"), host.clone()),
+        ] {
+            set(&mut vars, k.to_string(), v);
+        }
+    }
     let missing = |kind: &'static str, name: &str| EnvError::Missing {
         kind,
         namespace: namespace.clone(),

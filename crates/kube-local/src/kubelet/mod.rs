@@ -46,6 +46,17 @@ pub struct KubeletConfig {
     pub backoff_initial: Duration,
     /// Longest delay (upstream: 5 minutes).
     pub backoff_max: Duration,
+    /// How pods reach the API server (set by the Environment): the `kubernetes` Service, `KUBERNETES_SERVICE_*`
+    /// and the service account files.
+    pub api_server: Option<ApiServerAccess>,
+}
+
+/// The API server as pods see it.
+#[derive(Clone, Debug)]
+pub struct ApiServerAccess {
+    pub address: std::net::SocketAddr,
+    /// The CA of a TLS API server (written as the service account's `ca.crt`).
+    pub ca_pem: Option<String>,
 }
 
 impl Default for KubeletConfig {
@@ -54,6 +65,7 @@ impl Default for KubeletConfig {
             image_map: ImageMap::defaults(&image_map::default_dkv_binary()),
             backoff_initial: Duration::from_secs(10),
             backoff_max: Duration::from_secs(300),
+            api_server: None,
         }
     }
 }

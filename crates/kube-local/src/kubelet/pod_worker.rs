@@ -669,6 +669,7 @@ fn facts<'a>(shared: &'a Shared, pod: &'a Pod, ip: Ipv4Addr) -> PodFacts<'a> {
         pod_ip: ip.to_string(),
         host_ip: shared.host_ip.clone(),
         node_name: NODE_NAME,
+        api_server: shared.config.api_server.as_ref().map(|a| a.address),
     }
 }
 
@@ -967,6 +968,20 @@ async fn run_once(
             read_only: vm.read_only == Some(true),
         });
     }
+    // The API credentials, unless the pod opted out or mounts something there itself.
+    let api = shared.config.api_server.as_ref();
+    let sa_taken = mounts
+        .iter()
+        .any(|m| m.target == volumes::SERVICE_ACCOUNT_PATH);
+    if let (Some(api), false) = (api, sa_taken)
+        && let Ok(Some(dir)) = volumes::service_account_dir(&pod, &rt.dir, api.ca_pem.as_deref())
+    {
+        mounts.push(Mount {
+            source: dir,
+            target: volumes::SERVICE_ACCOUNT_PATH.into(),
+            read_only: true,
+        });
+    }
     let termination_path = container
         .termination_message_path
         .clone()
@@ -1017,40 +1032,6 @@ async fn run_once(
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .insert(container.name.clone(), process.pid());
-    // Plain init containers have no probes; sidecars probe like containers.
-    let probed = !init || is_sidecar(container);
-    let has_startup = container.startup_probe.is_some() && probed;
-    let has_readiness = container.readiness_probe.is_some() && probed;
-    rt.container_status(init, &container.name, |cs| {
-        if restarts > cs.restart_count {
-            cs.last_state = cs
-                .state
-                .take()
-                .filter(|s| s.terminated.is_some())
-                .or(cs.last_state.take());
-        }
-        cs.restart_count = restarts;
-        cs.container_id = Some(format!("kube-local://{}", process.pid()));
-        cs.image_id = format!("kube-local://{}", program.path.display());
-        cs.state = Some(ContainerState {
-            running: Some(ContainerStateRunning {
-                started_at: Some(started_at.clone()),
-            }),
-            ..ContainerState::default()
-        });
-        cs.started = Some(!has_startup);
-        cs.ready = !has_startup && !has_readiness && probed;
-    });
-    events::record(
-        &shared.client,
-        &pod,
-        Some(&container.name),
-        false,
-        "Started",
-        format!("Started container {}", container.name),
-        "kubelet",
-    );
-
     let target = probe::Target {
         pod_ip: IpAddr::V4(rt.ip),
         ports: container.ports.clone().unwrap_or_default(),
@@ -1058,6 +1039,7 @@ async fn run_once(
         env: env.clone(),
     };
     let lifecycle = container.lifecycle.clone().unwrap_or_default();
+    // A container is Running only once its postStart hook has completed.
     if let Some(hook) = &lifecycle.post_start
         && process.wait_exec(Duration::from_secs(10)).await
     {
@@ -1092,6 +1074,40 @@ async fn run_once(
             };
         }
     }
+    // Plain init containers have no probes; sidecars probe like containers.
+    let probed = !init || is_sidecar(container);
+    let has_startup = container.startup_probe.is_some() && probed;
+    let has_readiness = container.readiness_probe.is_some() && probed;
+    rt.container_status(init, &container.name, |cs| {
+        if restarts > cs.restart_count {
+            cs.last_state = cs
+                .state
+                .take()
+                .filter(|s| s.terminated.is_some())
+                .or(cs.last_state.take());
+        }
+        cs.restart_count = restarts;
+        cs.container_id = Some(format!("kube-local://{}", process.pid()));
+        cs.image_id = format!("kube-local://{}", program.path.display());
+        cs.state = Some(ContainerState {
+            running: Some(ContainerStateRunning {
+                started_at: Some(started_at.clone()),
+            }),
+            ..ContainerState::default()
+        });
+        cs.started = Some(!has_startup);
+        cs.ready = !has_startup && !has_readiness && probed;
+    });
+    events::record(
+        &shared.client,
+        &pod,
+        Some(&container.name),
+        false,
+        "Started",
+        format!("Started container {}", container.name),
+        "kubelet",
+    );
+
     // preStop runs within the grace period; the signals get what is left of it.
     let pre_stop = |grace: Duration| {
         let hook = lifecycle.pre_stop.clone();

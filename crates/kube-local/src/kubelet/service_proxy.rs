@@ -194,9 +194,16 @@ async fn listen(
         let Ok((inbound, _)) = listener.accept().await else {
             continue;
         };
-        let candidates = get(&shared.caches.endpoints, &namespace, &service)
-            .map(|ep| backends(&ep, &port_name))
-            .unwrap_or_default();
+        // The `kubernetes` Service leads to the API server, whose endpoint the API server itself would publish.
+        let api = (namespace == "default" && service == "kubernetes")
+            .then(|| shared.config.api_server.as_ref().map(|a| a.address))
+            .flatten();
+        let candidates = match api {
+            Some(address) => vec![address],
+            None => get(&shared.caches.endpoints, &namespace, &service)
+                .map(|ep| backends(&ep, &port_name))
+                .unwrap_or_default(),
+        };
         if candidates.is_empty() {
             // No ready endpoint: refuse, as kube-proxy's reject rule does.
             drop(inbound);

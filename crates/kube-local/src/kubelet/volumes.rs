@@ -161,6 +161,35 @@ async fn secret_data(
     Some(data)
 }
 
+/// Where upstream's service account admission mounts the API credentials.
+pub const SERVICE_ACCOUNT_PATH: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
+
+/// Writes the service account files (`token`, `ca.crt`, `namespace`) a pod mounts at [`SERVICE_ACCOUNT_PATH`],
+/// unless `automountServiceAccountToken` is false. kube-local does not authenticate, so the token is opaque.
+pub fn service_account_dir(
+    pod: &Pod,
+    pod_dir: &Path,
+    ca_pem: Option<&str>,
+) -> std::io::Result<Option<PathBuf>> {
+    if pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.automount_service_account_token)
+        == Some(false)
+    {
+        return Ok(None);
+    }
+    let dir = pod_dir.join("volumes").join("kube-api-access");
+    std::fs::create_dir_all(&dir)?;
+    std::fs::write(dir.join("token"), b"kube-local")?;
+    std::fs::write(
+        dir.join("namespace"),
+        pod.metadata.namespace.as_deref().unwrap_or_default(),
+    )?;
+    std::fs::write(dir.join("ca.crt"), ca_pem.unwrap_or_default())?;
+    Ok(Some(dir))
+}
+
 /// Prepares every volume of the pod; returns volume name → host path.
 pub async fn prepare(
     client: &kube::Client,

@@ -563,3 +563,44 @@ async fn a_failing_init_container_reports_its_termination_message_and_backs_off(
         Some("PodInitializing")
     );
 }
+
+#[tokio::test]
+async fn pods_reach_the_api_server_through_the_kubernetes_service() {
+    if !std::path::Path::new("/usr/bin/curl").exists() {
+        eprintln!("skipped: needs /usr/bin/curl");
+        return;
+    }
+    let c = Cluster::start(NS).await;
+    let script = "ns=$(cat /var/run/secrets/kubernetes.io/serviceaccount/namespace); \
+        a=$(curl -sf http://kubernetes.default.svc:443/api/v1/namespaces/$ns) || exit 3; \
+        b=$(curl -sf http://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT/version) || exit 4; \
+        printf '%s\\n%s' \"$a\" \"$b\" > /dev/termination-log";
+    c.create::<Pod>(
+        NS,
+        json!({
+            "metadata": {"name": "client"},
+            "spec": {"restartPolicy": "Never", "containers": [{
+                "name": "curl", "image": TESTAPP, "command": ["sh", "-c", script],
+            }]},
+        }),
+    )
+    .await;
+    let pod = eventually("the client to finish", Duration::from_secs(20), || async {
+        c.pod(NS, "client")
+            .await
+            .filter(|p| matches!(phase(p).as_deref(), Some("Succeeded" | "Failed")))
+    })
+    .await;
+    let t = status_of(&pod, "curl")
+        .unwrap()
+        .state
+        .unwrap()
+        .terminated
+        .unwrap();
+    assert_eq!(t.exit_code, 0, "{t:?}");
+    let message = t.message.unwrap();
+    assert!(
+        message.contains("\"kind\":\"Namespace\"") && message.contains("gitVersion"),
+        "{message}"
+    );
+}
