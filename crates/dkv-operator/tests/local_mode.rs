@@ -50,34 +50,41 @@ fn local_up_serves_kubectl_with_dkv_installed_and_down_stops_it() {
         "{names}"
     );
 
-    // The operator runs: a DistributedKV gets its finalizer.
-    let manifest = dir.path().join("dkv.yaml");
-    std::fs::write(
-        &manifest,
-        "apiVersion: dkv.io/v1alpha1\nkind: DistributedKV\nmetadata: {name: demo, namespace: default}\nspec: {size: 1, image: registry.k8s.io/etcd:3.5.16-0}\n",
-    )
-    .unwrap();
-    let applied = kubectl(&["apply", "-f", manifest.to_str().unwrap()]);
+    // The README quick-start: the example cluster forms from real etcd
+    // processes run by kube-local's kubelet.
+    let example =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/distributedkv.yaml");
+    let applied = kubectl(&["apply", "-f", example.to_str().unwrap()]);
     assert!(
         applied.status.success(),
         "{}",
         String::from_utf8_lossy(&applied.stderr)
     );
-    let deadline = Instant::now() + Duration::from_secs(30);
+    let deadline = Instant::now() + Duration::from_secs(90);
     loop {
         let out = kubectl(&[
             "get",
             "dkv",
-            "demo",
+            "example",
             "-o",
-            "jsonpath={.metadata.finalizers}",
+            "jsonpath={.status.readyReplicas}/{.status.conditions[?(@.type==\"Available\")].status}",
         ]);
-        if String::from_utf8_lossy(&out.stdout).contains("dkv.io/finalizer") {
+        if String::from_utf8_lossy(&out.stdout) == "3/True" {
             break;
         }
-        assert!(Instant::now() < deadline, "the operator never reconciled");
-        std::thread::sleep(Duration::from_millis(200));
+        assert!(
+            Instant::now() < deadline,
+            "the example never became Available: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        std::thread::sleep(Duration::from_millis(500));
     }
+    let table = kubectl(&["get", "dkv", "example"]);
+    let table = String::from_utf8_lossy(&table.stdout);
+    assert!(
+        table.contains("QuorumHealthy") && table.contains("3.5.16"),
+        "{table}"
+    );
 
     let down = dkv(&["local", "down"], &state);
     assert!(
