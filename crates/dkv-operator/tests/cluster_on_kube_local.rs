@@ -11,14 +11,12 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use dkv_api::DistributedKV;
-use dkv_operator::cli::OperatorArgs;
-use dkv_operator::telemetry::LogFormat;
-use k8s_openapi::api::core::v1::{Namespace, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
+use kube::Client;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
-use kube::{Client, CustomResourceExt};
-use kube_local::kubelet::KubeletConfig;
 use serde_json::json;
-use tokio::sync::watch;
+
+mod support;
 
 const NS: &str = "shop";
 
@@ -102,38 +100,10 @@ async fn three_members_form_a_cluster_serve_through_the_client_service_and_go_wi
         "{} is missing: run scripts/install-etcd.sh",
         etcdctl_binary().display()
     );
-    let env = kube_local::Environment::builder()
-        .crds(vec![
-            DistributedKV::crd(),
-            dkv_api::DistributedKVBackup::crd(),
-        ])
-        .kubelet_config(KubeletConfig::with_dkv_binary(env!("CARGO_BIN_EXE_dkv")))
-        .build()
-        .await
-        .unwrap();
+    let env = support::environment(true).await;
     let client: Client = env.client();
-    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": NS}})).unwrap();
-    Api::<Namespace>::all(client.clone())
-        .create(&PostParams::default(), &ns)
-        .await
-        .unwrap();
-    let (stop, stop_rx) = watch::channel(false);
-    let args = OperatorArgs {
-        metrics_addr: "127.0.0.1:0".parse().unwrap(),
-        log_format: LogFormat::Text,
-        namespace: None,
-        concurrency: 4,
-        operator_image: "ghcr.io/dkv-io/dkv:test".into(),
-        leader_election: false,
-        leader_election_lease: "dkv-operator-leader".into(),
-        leader_election_namespace: "default".into(),
-        identity: Some("test-operator".into()),
-    };
-    let operator = tokio::spawn(dkv_operator::operator::run_with(
-        client.clone(),
-        args,
-        stop_rx,
-    ));
+    support::create_namespace(&client, NS).await;
+    let operator = support::RunningOperator::start(client.clone(), false);
 
     let dkvs: Api<DistributedKV> = Api::namespaced(client.clone(), NS);
     let dkv: DistributedKV = serde_json::from_value(json!({
@@ -276,10 +246,5 @@ async fn three_members_form_a_cluster_serve_through_the_client_service_and_go_wi
     })
     .await;
 
-    let _ = stop.send(true);
-    tokio::time::timeout(Duration::from_secs(20), operator)
-        .await
-        .expect("operator did not shut down")
-        .unwrap()
-        .unwrap();
+    operator.stop().await;
 }

@@ -9,66 +9,31 @@ use std::process::Output;
 use std::time::{Duration, Instant};
 
 use dkv_api::DistributedKV;
-use dkv_operator::cli::OperatorArgs;
-use dkv_operator::telemetry::LogFormat;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::CronJob;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::Client;
 use kube::api::{Api, ListParams};
-use kube::{Client, CustomResourceExt};
-use tokio::sync::watch;
+
+mod support;
 
 struct Harness {
     env: kube_local::Environment,
-    stop: watch::Sender<bool>,
-    operator: tokio::task::JoinHandle<anyhow::Result<()>>,
+    operator: support::RunningOperator,
     namespace: String,
 }
 
 impl Harness {
     async fn start(namespace: &str) -> Self {
-        let env = kube_local::Environment::builder()
-            .crds(vec![
-                DistributedKV::crd(),
-                dkv_api::DistributedKVBackup::crd(),
-            ])
-            .build()
-            .await
-            .unwrap();
-        let harness_ns = namespace.to_owned();
-        let (stop, stop_rx) = watch::channel(false);
-        let args = OperatorArgs {
-            metrics_addr: "127.0.0.1:0".parse().unwrap(),
-            log_format: LogFormat::Text,
-            namespace: None,
-            concurrency: 4,
-            operator_image: "ghcr.io/dkv-io/dkv:test".into(),
-            leader_election: true,
-            leader_election_lease: "dkv-operator-leader".into(),
-            leader_election_namespace: "default".into(),
-            identity: Some("test-operator".into()),
-        };
-        let operator = tokio::spawn(dkv_operator::operator::run_with(
-            env.client(),
-            args,
-            stop_rx,
-        ));
-        let harness = Self {
+        let env = support::environment(false).await;
+        support::create_namespace(&env.client(), namespace).await;
+        let operator = support::RunningOperator::start(env.client(), true);
+        Self {
             env,
-            stop,
             operator,
-            namespace: harness_ns,
-        };
-        // (`kubectl create namespace` sends protobuf, which kube-local does
-        // not decode yet; the namespace is created through the API instead.)
-        let ns: k8s_openapi::api::core::v1::Namespace =
-            serde_json::from_value(serde_json::json!({"metadata": {"name": namespace}})).unwrap();
-        Api::<k8s_openapi::api::core::v1::Namespace>::all(harness.client())
-            .create(&Default::default(), &ns)
-            .await
-            .unwrap();
-        harness
+            namespace: namespace.to_owned(),
+        }
     }
 
     fn client(&self) -> Client {
@@ -114,12 +79,7 @@ impl Harness {
     }
 
     async fn stop(self) {
-        let _ = self.stop.send(true);
-        tokio::time::timeout(Duration::from_secs(20), self.operator)
-            .await
-            .expect("operator did not shut down")
-            .unwrap()
-            .unwrap();
+        self.operator.stop().await;
     }
 }
 

@@ -10,14 +10,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use dkv_api::DistributedKV;
-use dkv_operator::cli::OperatorArgs;
-use dkv_operator::telemetry::LogFormat;
-use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::api::core::v1::Pod;
+use kube::Client;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
-use kube::{Client, CustomResourceExt};
-use kube_local::kubelet::KubeletConfig;
 use serde_json::json;
-use tokio::sync::{Mutex, watch};
+use tokio::sync::Mutex;
+
+mod support;
 
 const NS: &str = "scaling";
 
@@ -113,38 +112,10 @@ async fn wait_for_size(dkvs: &Api<DistributedKV>, size: usize) -> Duration {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn scale_1_3_5_3_1_without_losing_an_acknowledged_write() {
-    let env = kube_local::Environment::builder()
-        .crds(vec![
-            DistributedKV::crd(),
-            dkv_api::DistributedKVBackup::crd(),
-        ])
-        .kubelet_config(KubeletConfig::with_dkv_binary(env!("CARGO_BIN_EXE_dkv")))
-        .build()
-        .await
-        .unwrap();
+    let env = support::environment(true).await;
     let client = env.client();
-    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": NS}})).unwrap();
-    Api::<Namespace>::all(client.clone())
-        .create(&PostParams::default(), &ns)
-        .await
-        .unwrap();
-    let (stop_operator, stop_rx) = watch::channel(false);
-    let args = OperatorArgs {
-        metrics_addr: "127.0.0.1:0".parse().unwrap(),
-        log_format: LogFormat::Text,
-        namespace: None,
-        concurrency: 4,
-        operator_image: "ghcr.io/dkv-io/dkv:test".into(),
-        leader_election: false,
-        leader_election_lease: "dkv-operator-leader".into(),
-        leader_election_namespace: "default".into(),
-        identity: Some("test-operator".into()),
-    };
-    let operator = tokio::spawn(dkv_operator::operator::run_with(
-        client.clone(),
-        args,
-        stop_rx,
-    ));
+    support::create_namespace(&client, NS).await;
+    let operator = support::RunningOperator::start(client.clone(), false);
 
     let dkvs: Api<DistributedKV> = Api::namespaced(client.clone(), NS);
     let cluster: DistributedKV = serde_json::from_value(json!({
@@ -212,6 +183,5 @@ async fn scale_1_3_5_3_1_without_losing_an_acknowledged_write() {
     assert_eq!(written as usize, acked.len());
     assert!(lost.is_empty(), "acknowledged writes lost: {lost:?}");
 
-    let _ = stop_operator.send(true);
-    operator.await.unwrap().unwrap();
+    operator.stop().await;
 }

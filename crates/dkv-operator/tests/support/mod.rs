@@ -1,0 +1,77 @@
+//! What the integration tests share: kube-local environments with dkv's CRDs
+//! and the real operator running in-process against them.
+
+// Each test binary uses its own part of this module.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use dkv_api::{DistributedKV, DistributedKVBackup};
+use dkv_operator::cli::OperatorArgs;
+use dkv_operator::telemetry::LogFormat;
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{Api, PostParams};
+use kube::{Client, CustomResourceExt};
+use kube_local::kubelet::KubeletConfig;
+use tokio::sync::watch;
+
+/// kube-local with dkv's CRDs; with `kubelet`, pods run as local processes
+/// (etcd images → local etcd, the dkv image → this build's `dkv`).
+pub async fn environment(kubelet: bool) -> kube_local::Environment {
+    let mut builder = kube_local::Environment::builder()
+        .crds(vec![DistributedKV::crd(), DistributedKVBackup::crd()]);
+    if kubelet {
+        builder = builder.kubelet_config(KubeletConfig::with_dkv_binary(env!("CARGO_BIN_EXE_dkv")));
+    }
+    builder.build().await.unwrap()
+}
+
+pub async fn create_namespace(client: &Client, name: &str) {
+    let ns: Namespace =
+        serde_json::from_value(serde_json::json!({"metadata": {"name": name}})).unwrap();
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+        .unwrap();
+}
+
+/// Operator settings for tests: metrics on a free port, leader election as asked.
+pub fn operator_args(leader_election: bool) -> OperatorArgs {
+    OperatorArgs {
+        metrics_addr: "127.0.0.1:0".parse().unwrap(),
+        log_format: LogFormat::Text,
+        namespace: None,
+        concurrency: 4,
+        operator_image: "ghcr.io/dkv-io/dkv:test".into(),
+        leader_election,
+        leader_election_lease: "dkv-operator-leader".into(),
+        leader_election_namespace: "default".into(),
+        identity: Some("test-operator".into()),
+    }
+}
+
+/// The operator, running in this process until [`RunningOperator::stop`].
+pub struct RunningOperator {
+    stop: watch::Sender<bool>,
+    task: tokio::task::JoinHandle<anyhow::Result<()>>,
+}
+
+impl RunningOperator {
+    pub fn start(client: Client, leader_election: bool) -> Self {
+        let (stop, stop_rx) = watch::channel(false);
+        let task = tokio::spawn(dkv_operator::operator::run_with(
+            client,
+            operator_args(leader_election),
+            stop_rx,
+        ));
+        Self { stop, task }
+    }
+
+    /// Stops it gracefully and checks it shut down cleanly.
+    pub async fn stop(self) {
+        let _ = self.stop.send(true);
+        tokio::time::timeout(std::time::Duration::from_secs(20), self.task)
+            .await
+            .expect("operator did not shut down")
+            .unwrap()
+            .unwrap();
+    }
+}
