@@ -121,6 +121,18 @@ pub async fn observe_members(
     }))
     .await;
 
+    // Leaders that answered and say so themselves. Right after a leader
+    // dies its followers still name it for up to an election timeout; they
+    // are not healthy until they follow a leader that is alive.
+    let live_leaders: Vec<u64> = statuses
+        .iter()
+        .filter_map(|(member, _, status)| {
+            status
+                .as_ref()
+                .filter(|s| s.leader == member.id)
+                .map(|_| member.id.0)
+        })
+        .collect();
     let mut observed: Vec<ObservedMember> = statuses
         .into_iter()
         .filter_map(|(member, ordinal, status)| {
@@ -129,7 +141,7 @@ pub async fn observe_members(
             let ordinal = ordinal?;
             let healthy = status
                 .as_ref()
-                .is_some_and(|s| s.errors.is_empty() && s.leader.0 != 0);
+                .is_some_and(|s| s.errors.is_empty() && live_leaders.contains(&s.leader.0));
             Some(ObservedMember {
                 id: member.id.0,
                 ordinal,
