@@ -148,6 +148,20 @@ impl Observation {
         self.members.iter().flatten().find(|m| m.leader)
     }
 
+    /// Whether a member runs the version the spec asks for: its pod runs the
+    /// desired image and etcd reports the desired minor line. The patch level
+    /// etcd reports is not compared: an image tag need not name the exact
+    /// binary version, and restarting a member cannot change it.
+    fn runs_desired_version(&self, m: &ObservedMember) -> bool {
+        let pod_current = self
+            .pod(m.ordinal)
+            .is_none_or(|p| p.version.is_none_or(|v| v == self.desired_version));
+        let member_current = m
+            .version
+            .is_none_or(|v| v.minor_line() == self.desired_version.minor_line());
+        pod_current && member_current
+    }
+
     /// A healthy voter other than `except`, preferring the most caught-up.
     fn healthy_follower(&self, except: u64) -> Option<&ObservedMember> {
         self.voters()
@@ -266,7 +280,7 @@ pub fn next_step(obs: &Observation) -> Step {
     }
 
     // Upgrade: followers first (highest ordinal first), the leader last.
-    let outdated = |m: &&ObservedMember| m.version.is_some_and(|v| v != obs.desired_version);
+    let outdated = |m: &&ObservedMember| !obs.runs_desired_version(m);
     let mut candidates: Vec<&ObservedMember> = obs.voters().into_iter().filter(outdated).collect();
     candidates.sort_by_key(|m| (m.leader, -m.ordinal));
     if let Some(next) = candidates.first() {
@@ -328,7 +342,7 @@ fn continue_operation(obs: &Observation, pinned: Pinned) -> Step {
         },
         OperationKind::UpgradeMember => match member {
             None => Step::Finish(pinned),
-            Some(m) if m.version == Some(obs.desired_version) && m.healthy => Step::Finish(pinned),
+            Some(m) if m.healthy && obs.runs_desired_version(m) => Step::Finish(pinned),
             Some(m) => {
                 let pod_updated = obs
                     .pod(ordinal)
@@ -684,8 +698,10 @@ mod tests {
             p.version = Some(V34);
         }
         assert_eq!(next_step(&obs), begin(OperationKind::UpgradeMember, 2));
-        obs.members.as_mut().unwrap()[2].version = Some(V35);
-        obs.members.as_mut().unwrap()[1].version = Some(V35);
+        for i in [1, 2] {
+            obs.members.as_mut().unwrap()[i].version = Some(V35);
+            obs.pods[i].version = Some(V35);
+        }
         assert_eq!(
             next_step(&obs),
             begin(OperationKind::UpgradeMember, 0),
@@ -731,6 +747,28 @@ mod tests {
         obs.members.as_mut().unwrap()[2].healthy = true;
         obs.members.as_mut().unwrap()[2].version = Some(V35);
         assert_eq!(next_step(&obs), Step::Finish(pinned));
+    }
+
+    #[test]
+    fn an_image_tag_naming_another_patch_level_than_the_binary_does_not_loop() {
+        // The pod runs the image the spec names (3.5.17), the binary in it
+        // reports 3.5.16: restarting it again could never change that.
+        let mut obs = cluster(3, 3);
+        obs.desired_version = EtcdVersion::new(3, 5, 17);
+        for p in &mut obs.pods {
+            p.version = Some(EtcdVersion::new(3, 5, 17));
+        }
+        assert_eq!(next_step(&obs), Step::Converged);
+        let pinned = Pinned {
+            kind: OperationKind::UpgradeMember,
+            ordinal: 1,
+        };
+        obs.pinned = Some(pinned);
+        assert_eq!(next_step(&obs), Step::Finish(pinned));
+        // A pod still on the old image is outdated whatever etcd reports.
+        obs.pinned = None;
+        obs.pods[2].version = Some(V35);
+        assert_eq!(next_step(&obs), begin(OperationKind::UpgradeMember, 2));
     }
 
     #[test]

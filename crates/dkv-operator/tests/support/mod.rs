@@ -13,6 +13,8 @@ use kube::{Client, CustomResourceExt};
 use kube_local::kubelet::KubeletConfig;
 use tokio::sync::watch;
 
+pub mod etcd_cluster;
+
 /// kube-local with dkv's CRDs; with `kubelet`, pods run as local processes
 /// (etcd images → local etcd, the dkv image → this build's `dkv`).
 pub async fn environment(kubelet: bool) -> kube_local::Environment {
@@ -74,4 +76,29 @@ impl RunningOperator {
             .unwrap()
             .unwrap();
     }
+}
+
+/// A `DistributedKV` named `name` in `ns` with `size` members on `image`,
+/// storage in the `standard` class reclaimed on delete, plus `extra_spec`
+/// merged into the spec.
+pub fn cluster(
+    ns: &str,
+    name: &str,
+    size: i32,
+    image: &str,
+    extra_spec: serde_json::Value,
+) -> DistributedKV {
+    let mut spec = serde_json::json!({
+        "size": size, "image": image,
+        "storage": {"storageClassName": "standard", "size": "1Gi", "reclaimPolicy": "Delete"}
+    });
+    if let (Some(spec), serde_json::Value::Object(extra)) = (spec.as_object_mut(), extra_spec) {
+        spec.extend(extra);
+    }
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "dkv.io/v1alpha1", "kind": "DistributedKV",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": spec
+    }))
+    .unwrap()
 }

@@ -1,0 +1,228 @@
+//! Talking to a dkv-managed etcd cluster from a test: its members' endpoints,
+//! a writer that records every acknowledged write and the check that reads
+//! them all back, and waiting for the custom resource to settle.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use dkv_api::DistributedKV;
+use k8s_openapi::api::core::v1::Pod;
+use kube::Client;
+use kube::api::{Api, ListParams};
+use tokio::sync::Mutex;
+
+/// Client URLs of a cluster's member pods that have an IP, sorted.
+pub async fn member_endpoints(client: &Client, ns: &str, cluster: &str) -> Vec<String> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let list = pods
+        .list(&ListParams::default().labels(&format!("dkv.io/cluster={cluster}")))
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default();
+    let mut endpoints: Vec<String> = list
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter_map(|p| p.status.as_ref()?.pod_ip.clone())
+        .filter(|ip| !ip.is_empty())
+        .map(|ip| format!("http://{ip}:2379"))
+        .collect();
+    endpoints.sort();
+    endpoints
+}
+
+/// The client URL of one member pod.
+pub async fn member_endpoint(client: &Client, ns: &str, pod: &str) -> Option<String> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let ip = pods.get(pod).await.ok()?.status?.pod_ip?;
+    Some(format!("http://{ip}:2379"))
+}
+
+pub async fn connect(endpoints: Vec<String>) -> Option<etcd_client::Client> {
+    let options = etcd_client::ConnectOptions::new()
+        .with_connect_timeout(Duration::from_secs(1))
+        .with_timeout(Duration::from_secs(2));
+    etcd_client::Client::connect(endpoints, Some(options))
+        .await
+        .ok()
+}
+
+/// What the writer did.
+#[derive(Debug, Clone)]
+pub struct WriterReport {
+    /// Sequence numbers etcd acknowledged, in order.
+    pub acked: Vec<u64>,
+    /// Attempts that failed (each was retried).
+    pub failures: u64,
+    /// The longest stretch without an acknowledged write.
+    pub longest_gap: Duration,
+}
+
+/// Writes `key-00000`, `key-00001`, ... one after the other through the
+/// members' client URLs, each retried until etcd acknowledges it.
+pub struct Writer {
+    stop: Arc<AtomicBool>,
+    acked: Arc<Mutex<Vec<u64>>>,
+    task: tokio::task::JoinHandle<(u64, Duration)>,
+}
+
+impl Writer {
+    pub fn start(client: Client, ns: &str, cluster: &str) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let acked = Arc::new(Mutex::new(Vec::new()));
+        let task = tokio::spawn(write_loop(
+            client,
+            ns.to_owned(),
+            cluster.to_owned(),
+            stop.clone(),
+            acked.clone(),
+        ));
+        Self { stop, acked, task }
+    }
+
+    /// How many writes have been acknowledged so far.
+    pub async fn acknowledged(&self) -> usize {
+        self.acked.lock().await.len()
+    }
+
+    pub async fn stop(self) -> WriterReport {
+        self.stop.store(true, Ordering::Relaxed);
+        let (failures, longest_gap) = self.task.await.unwrap();
+        let acked = self.acked.lock().await.clone();
+        WriterReport {
+            acked,
+            failures,
+            longest_gap,
+        }
+    }
+}
+
+async fn write_loop(
+    client: Client,
+    ns: String,
+    cluster: String,
+    stop: Arc<AtomicBool>,
+    acked: Arc<Mutex<Vec<u64>>>,
+) -> (u64, Duration) {
+    let mut etcd: Option<(Vec<String>, etcd_client::Client)> = None;
+    let mut next = 0u64;
+    let mut failures = 0u64;
+    let mut last_refresh = Instant::now() - Duration::from_secs(10);
+    let mut last_ack: Option<Instant> = None;
+    let mut longest_gap = Duration::ZERO;
+    while !stop.load(Ordering::Relaxed) {
+        if last_refresh.elapsed() > Duration::from_millis(500) || etcd.is_none() {
+            last_refresh = Instant::now();
+            let endpoints = member_endpoints(&client, &ns, &cluster).await;
+            if !endpoints.is_empty()
+                && etcd.as_ref().is_none_or(|(e, _)| *e != endpoints)
+                && let Some(c) = connect(endpoints.clone()).await
+            {
+                etcd = Some((endpoints, c));
+            }
+        }
+        let Some((_, c)) = etcd.as_mut() else {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            continue;
+        };
+        let key = format!("key-{next:05}");
+        match c.put(key, next.to_string(), None).await {
+            Ok(_) => {
+                acked.lock().await.push(next);
+                next += 1;
+                let now = Instant::now();
+                if let Some(previous) = last_ack {
+                    longest_gap = longest_gap.max(now - previous);
+                }
+                last_ack = Some(now);
+            }
+            Err(_) => {
+                failures += 1;
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    (failures, longest_gap)
+}
+
+/// Reads every acknowledged write back (linearizable reads) and returns the
+/// sequence numbers whose key is missing or holds another value.
+pub async fn lost_writes(client: &Client, ns: &str, cluster: &str, acked: &[u64]) -> Vec<u64> {
+    let endpoints = member_endpoints(client, ns, cluster).await;
+    let mut reader = etcd_client::Client::connect(endpoints, None).await.unwrap();
+    let mut lost = Vec::new();
+    for i in acked {
+        let response = reader.get(format!("key-{i:05}"), None).await.unwrap();
+        match response.kvs().first() {
+            Some(kv) if kv.value_str().unwrap() == i.to_string() => {}
+            _ => lost.push(*i),
+        }
+    }
+    lost
+}
+
+/// Whether the cluster reports `size` healthy voters, no operation in flight
+/// and `Available=True`, with `spec.size == size`.
+pub fn settled_at(d: &DistributedKV, size: usize) -> bool {
+    let Some(status) = &d.status else {
+        return false;
+    };
+    let voters = status
+        .members
+        .iter()
+        .filter(|m| !m.learner && m.healthy)
+        .count();
+    let available = status
+        .conditions
+        .iter()
+        .any(|c| c.type_ == "Available" && c.status == "True");
+    voters == size
+        && status.members.len() == size
+        && status.operation.is_none()
+        && available
+        && d.spec.size as usize == size
+}
+
+/// Waits until [`settled_at`] holds; returns how long it took.
+pub async fn wait_settled(dkvs: &Api<DistributedKV>, name: &str, size: usize) -> Duration {
+    wait_for(dkvs, name, &format!("{size} healthy voters"), |d| {
+        settled_at(d, size)
+    })
+    .await
+}
+
+/// Waits (up to two minutes) until `check` holds for the custom resource.
+pub async fn wait_for(
+    dkvs: &Api<DistributedKV>,
+    name: &str,
+    what: &str,
+    check: impl Fn(&DistributedKV) -> bool,
+) -> Duration {
+    let started = Instant::now();
+    let mut last = None;
+    loop {
+        if let Ok(d) = dkvs.get(name).await {
+            if check(&d) {
+                return started.elapsed();
+            }
+            last = d.status;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "{name} did not reach: {what}; last status: {}",
+            serde_json::to_string_pretty(&last).unwrap_or_default()
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// The reason of a condition, when it has the given status.
+pub fn condition_reason(d: &DistributedKV, type_: &str, status: &str) -> Option<String> {
+    d.status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_ && c.status == status)
+        .map(|c| c.reason.clone())
+}
