@@ -50,12 +50,12 @@ pub async fn run_with(
     let metrics = Arc::new(Metrics::new());
     let health = Arc::new(Health::default());
 
-    let server = tokio::spawn(server::serve(
+    let server = TaskGuard(tokio::spawn(server::serve(
         args.metrics_addr,
         metrics.clone(),
         health.clone(),
         stopped(stop.clone()),
-    ));
+    )));
 
     // Fail fast with a clear message when the API is unreachable or the CRDs
     // are missing, instead of retrying watches forever.
@@ -112,14 +112,14 @@ pub async fn run_with(
             }
         }
     };
-    let controller = tokio::spawn(cluster::run(
+    let mut controller = TaskGuard(tokio::spawn(cluster::run(
         client.clone(),
         settings,
         defaults,
         metrics.clone(),
         reporter,
         controller_stop,
-    ));
+    )));
 
     let mut lost = false;
     if let Some(elector) = elector.as_mut() {
@@ -130,7 +130,9 @@ pub async fn run_with(
             let _ = lost_tx.send(true);
         }
     }
-    controller.await.context("the controller task panicked")?;
+    (&mut controller.0)
+        .await
+        .context("the controller task panicked")?;
     metrics.set_leader(false);
     if let Some(elector) = elector.as_mut()
         && !lost
@@ -144,8 +146,19 @@ pub async fn run_with(
     finish(server).await
 }
 
-async fn finish(server: tokio::task::JoinHandle<std::io::Result<()>>) -> anyhow::Result<()> {
-    server
+/// A spawned task that is aborted when its guard is dropped: when the
+/// operator's own future is dropped (its runtime shuts down, or an embedding
+/// program cancels it), nothing it started keeps acting on clusters.
+struct TaskGuard<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for TaskGuard<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+async fn finish(mut server: TaskGuard<std::io::Result<()>>) -> anyhow::Result<()> {
+    (&mut server.0)
         .await
         .context("the HTTP server task panicked")?
         .context("the HTTP server failed")?;

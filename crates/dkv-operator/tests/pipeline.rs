@@ -641,3 +641,39 @@ fn a_new_cluster_records_its_initial_members_for_the_pods() {
         .unwrap();
     assert_eq!(volume.config_map.as_ref().unwrap().name, "orders-members");
 }
+
+#[test]
+fn a_member_being_replaced_in_the_middle_keeps_the_highest_pod() {
+    use dkv_operator::cluster::membership::ObservedMember;
+    use dkv_operator::cluster::plan::MembershipView;
+
+    let (cluster, _, prepared) = prepare(&fixture("minimal"));
+    let running = prepared.statefulset.clone();
+    let member = |ordinal: i32| ObservedMember {
+        id: 100 + ordinal as u64,
+        ordinal,
+        learner: false,
+        started: true,
+        healthy: true,
+        leader: ordinal == 0,
+        raft_index: 10,
+        version: None,
+    };
+    // orders-1 lost its volume and was removed; it is not re-added yet.
+    let view = MembershipView {
+        members: Some(vec![member(0), member(2)]),
+        ..Default::default()
+    };
+    let plan = plan::plan(&cluster, Some(&running), None, &view);
+    assert_eq!(
+        plan.replicas, 3,
+        "shrinking to 2 pods would stop orders-2, a healthy voter"
+    );
+    let names: Vec<&str> = plan
+        .record
+        .members
+        .iter()
+        .map(|m| m.name.as_str())
+        .collect();
+    assert_eq!(names, vec!["orders-0", "orders-2"]);
+}

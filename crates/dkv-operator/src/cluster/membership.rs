@@ -290,10 +290,16 @@ pub fn next_step(obs: &Observation) -> Step {
         });
     }
 
-    if obs.replicas != voters {
+    let pods_needed = obs
+        .voters()
+        .iter()
+        .map(|m| m.ordinal + 1)
+        .max()
+        .unwrap_or(0);
+    if obs.replicas != pods_needed {
         // Membership is right but the StatefulSet is not (someone edited it,
         // or a previous pass stopped between the two): align the pods.
-        return Step::SetReplicas(voters);
+        return Step::SetReplicas(pods_needed);
     }
     Step::Converged
 }

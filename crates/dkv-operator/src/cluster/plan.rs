@@ -119,7 +119,16 @@ pub fn plan(
             .cloned()
             .unwrap_or_else(|| bootstrap_record(cluster, bootstrap_size)),
     };
-    let replicas = i32::try_from(record.members.len()).unwrap_or(bootstrap_size);
+    // Pods are ordinals 0..replicas: the StatefulSet must reach the highest
+    // recorded member. Counting members instead would, while a member in
+    // the middle is being replaced (removed, not yet re-added), shrink the
+    // StatefulSet and take down the highest member — a healthy voter.
+    let replicas = record
+        .members
+        .iter()
+        .filter_map(|m| naming::ordinal_of(&cluster.name, &m.name))
+        .max()
+        .map_or(bootstrap_size, |highest| highest + 1);
     let step = membership::next_step(&Observation {
         desired_size: cluster.size,
         desired_version: cluster.version,

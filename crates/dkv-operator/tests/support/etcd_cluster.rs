@@ -226,3 +226,89 @@ pub fn condition_reason(d: &DistributedKV, type_: &str, status: &str) -> Option<
         .find(|c| c.type_ == type_ && c.status == status)
         .map(|c| c.reason.clone())
 }
+
+/// What [`Observer`] saw while it ran.
+#[derive(Debug, Clone, Default)]
+pub struct Observed {
+    /// Each distinct pinned operation, `Kind/target`, in the order seen
+    /// (consecutive repeats collapsed).
+    pub operations: Vec<String>,
+    /// The most learners etcd listed at one time.
+    pub max_learners: usize,
+    /// The most members etcd listed at one time.
+    pub max_members: usize,
+}
+
+/// Samples a cluster's pinned operation (from its status) and etcd's member
+/// list (directly) every 50 ms.
+pub struct Observer {
+    stop: Arc<AtomicBool>,
+    seen: Arc<Mutex<Observed>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Observer {
+    pub fn start(client: Client, ns: &str, cluster: &str) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let seen = Arc::new(Mutex::new(Observed::default()));
+        let dkvs: Api<DistributedKV> = Api::namespaced(client.clone(), ns);
+        let (flag, out, ns, cluster) = (
+            stop.clone(),
+            seen.clone(),
+            ns.to_owned(),
+            cluster.to_owned(),
+        );
+        let task = tokio::spawn(async move {
+            let mut etcd: Option<(Vec<String>, etcd_client::Client)> = None;
+            while !flag.load(Ordering::Relaxed) {
+                if let Ok(d) = dkvs.get(&cluster).await
+                    && let Some(op) = d.status.and_then(|s| s.operation)
+                {
+                    let op = format!("{:?}/{}", op.kind, op.target);
+                    let mut seen = out.lock().await;
+                    if seen.operations.last() != Some(&op) {
+                        seen.operations.push(op);
+                    }
+                }
+                let endpoints = member_endpoints(&client, &ns, &cluster).await;
+                if etcd.as_ref().is_none_or(|(e, _)| *e != endpoints)
+                    && let Some(c) = connect(endpoints.clone()).await
+                {
+                    etcd = Some((endpoints, c));
+                }
+                if let Some((_, c)) = etcd.as_mut()
+                    && let Ok(list) = c.member_list().await
+                {
+                    let learners = list.members().iter().filter(|m| m.is_learner()).count();
+                    let mut seen = out.lock().await;
+                    seen.max_learners = seen.max_learners.max(learners);
+                    seen.max_members = seen.max_members.max(list.members().len());
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        });
+        Self { stop, seen, task }
+    }
+
+    pub async fn snapshot(&self) -> Observed {
+        self.seen.lock().await.clone()
+    }
+
+    pub async fn stop(self) -> Observed {
+        self.stop.store(true, Ordering::Relaxed);
+        self.task.await.unwrap();
+        self.seen.lock().await.clone()
+    }
+}
+
+/// Whether etcd lists member `name` (or, before it started, a member whose
+/// peer URL names it) as a learner.
+pub async fn is_learner(client: &Client, ns: &str, cluster: &str, name: &str) -> Option<bool> {
+    let mut c = connect(member_endpoints(client, ns, cluster).await).await?;
+    let list = c.member_list().await.ok()?;
+    let peer_host = format!("//{name}.");
+    list.members()
+        .iter()
+        .find(|m| m.name() == name || m.peer_urls().iter().any(|u| u.contains(&peer_host)))
+        .map(|m| m.is_learner())
+}

@@ -17,7 +17,13 @@ pub mod etcd_cluster;
 
 /// kube-local with dkv's CRDs; with `kubelet`, pods run as local processes
 /// (etcd images → local etcd, the dkv image → this build's `dkv`).
+///
+/// With `DKV_TEST_LOG` set, the operator's logs go to stderr (`RUST_LOG`
+/// filters them).
 pub async fn environment(kubelet: bool) -> kube_local::Environment {
+    if std::env::var_os("DKV_TEST_LOG").is_some() {
+        dkv_operator::telemetry::init(LogFormat::Text);
+    }
     let mut builder = kube_local::Environment::builder()
         .crds(vec![DistributedKV::crd(), DistributedKVBackup::crd()]);
     if kubelet {
@@ -65,6 +71,12 @@ impl RunningOperator {
             stop_rx,
         ));
         Self { stop, task }
+    }
+
+    /// Kills it as a crash would: its task is dropped wherever it was.
+    pub async fn kill(self) {
+        self.task.abort();
+        let _ = self.task.await;
     }
 
     /// Stops it gracefully and checks it shut down cleanly.

@@ -1,0 +1,260 @@
+//! Faults under a real 3-member etcd cluster managed by dkv on kube-local,
+//! each with a writer recording every acknowledged write that is read back
+//! at the end (none may be lost):
+//! - an etcd process killed: the kubelet restarts it, the member rejoins with
+//!   its data, the operator only observes (same member, same pod);
+//! - a member's volume wiped (a lost disk): the operator replaces the member
+//!   (remove, re-add as a learner, restart empty, promote), size unchanged;
+//! - a scale-down that would break quorum while a member is cut off is
+//!   refused, with the reason in status, until the member is back.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::{Duration, Instant};
+
+use dkv_api::DistributedKV;
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::{Client, ResourceExt};
+use serde_json::json;
+
+mod support;
+
+use support::etcd_cluster::{
+    Writer, WriterReport, condition_reason, lost_writes, settled_at, wait_for, wait_settled,
+};
+
+const IMAGE: &str = "registry.k8s.io/etcd:3.5.16-0";
+
+/// A settled 3-member cluster `orders` in `ns`, with the operator running.
+async fn three_members(
+    ns: &str,
+) -> (
+    kube_local::Environment,
+    support::RunningOperator,
+    Api<DistributedKV>,
+) {
+    let env = support::environment(true).await;
+    let client = env.client();
+    support::create_namespace(&client, ns).await;
+    let operator = support::RunningOperator::start(client.clone(), false);
+    let dkvs: Api<DistributedKV> = Api::namespaced(client.clone(), ns);
+    dkvs.create(
+        &PostParams::default(),
+        &support::cluster(ns, "orders", 3, IMAGE, json!({})),
+    )
+    .await
+    .unwrap();
+    let formed = wait_settled(&dkvs, "orders", 3).await;
+    eprintln!("[{ns}] 3 healthy voters after {formed:?}");
+    (env, operator, dkvs)
+}
+
+fn member_ids(d: &DistributedKV) -> Vec<(String, Option<String>)> {
+    d.status
+        .iter()
+        .flat_map(|s| &s.members)
+        .map(|m| (m.name.clone(), m.id.clone()))
+        .collect()
+}
+
+async fn assert_nothing_lost(client: &Client, ns: &str, report: &WriterReport) {
+    let lost = lost_writes(client, ns, "orders", &report.acked).await;
+    eprintln!(
+        "[{ns}] writer: {} acknowledged, {} failed attempts, longest gap {:?}, {} lost",
+        report.acked.len(),
+        report.failures,
+        report.longest_gap,
+        lost.len()
+    );
+    assert!(report.acked.len() > 20, "the writer wrote throughout");
+    assert!(lost.is_empty(), "acknowledged writes lost: {lost:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_killed_etcd_process_comes_back_by_itself() {
+    const NS: &str = "fault-kill";
+    let (env, operator, dkvs) = three_members(NS).await;
+    let client = env.client();
+    let before = dkvs.get("orders").await.unwrap();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    let pod_uid = pods.get("orders-1").await.unwrap().uid();
+
+    let writer = Writer::start(client.clone(), NS, "orders");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let started = Instant::now();
+    env.kubelet()
+        .unwrap()
+        .kill_container(NS, "orders-1", "etcd")
+        .unwrap();
+    // The kubelet restarts it (the operator may or may not catch the short
+    // moment it is down; it must not act either way).
+    let etcd_restarts = |pod: &Pod| {
+        pod.status
+            .as_ref()
+            .and_then(|s| s.container_statuses.as_ref())
+            .and_then(|cs| cs.iter().find(|c| c.name == "etcd"))
+            .map_or(0, |c| c.restart_count)
+    };
+    loop {
+        let pod = pods.get("orders-1").await.unwrap();
+        if etcd_restarts(&pod) >= 1 {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "etcd was not restarted"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    wait_settled(&dkvs, "orders", 3).await;
+    eprintln!(
+        "[{NS}] killed etcd in orders-1 -> restarted, 3 healthy voters after {:?}",
+        started.elapsed()
+    );
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let report = writer.stop().await;
+
+    let after = dkvs.get("orders").await.unwrap();
+    assert_eq!(
+        member_ids(&before),
+        member_ids(&after),
+        "the same members: nothing was replaced"
+    );
+    let pod = pods.get("orders-1").await.unwrap();
+    assert_eq!(
+        pod.uid(),
+        pod_uid,
+        "the kubelet restarted the container in place"
+    );
+    assert!(
+        after.status.as_ref().is_some_and(|s| s.operation.is_none()),
+        "no operation was started"
+    );
+    assert_nothing_lost(&client, NS, &report).await;
+    operator.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_member_whose_volume_is_lost_is_replaced() {
+    const NS: &str = "fault-wipe";
+    let (env, operator, dkvs) = three_members(NS).await;
+    let client = env.client();
+    let before = dkvs.get("orders").await.unwrap();
+    let old_id = member_ids(&before)
+        .into_iter()
+        .find(|(name, _)| name == "orders-1")
+        .and_then(|(_, id)| id)
+        .unwrap();
+
+    let writer = Writer::start(client.clone(), NS, "orders");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let started = Instant::now();
+    // A lost disk: the volume comes back empty under a new pod.
+    let kubelet = env.kubelet().unwrap();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    kubelet.kill_container(NS, "orders-1", "etcd").unwrap();
+    kubelet.wipe_volume(NS, "data-orders-1").await.unwrap();
+    pods.delete("orders-1", &DeleteParams::default())
+        .await
+        .unwrap();
+
+    wait_for(&dkvs, "orders", "a replacement in progress", |d| {
+        d.status
+            .as_ref()
+            .and_then(|s| s.operation.as_ref())
+            .is_some_and(|op| op.target == "orders-1")
+    })
+    .await;
+    let healed = wait_for(
+        &dkvs,
+        "orders",
+        "3 healthy voters with orders-1 replaced",
+        |d| {
+            settled_at(d, 3)
+                && member_ids(d)
+                    .iter()
+                    .any(|(name, id)| name == "orders-1" && id.as_deref() != Some(&old_id))
+        },
+    )
+    .await;
+    eprintln!(
+        "[{NS}] wiped orders-1's volume -> replaced, 3 healthy voters after {:?}",
+        started.elapsed()
+    );
+    let _ = healed;
+    let report = writer.stop().await;
+    let after = dkvs.get("orders").await.unwrap();
+    assert_eq!(after.spec.size, 3, "the cluster size did not change");
+    assert_nothing_lost(&client, NS, &report).await;
+    operator.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_scale_down_that_would_break_quorum_waits_for_health() {
+    const NS: &str = "fault-refuse";
+    let (env, operator, dkvs) = three_members(NS).await;
+    let client = env.client();
+    let writer = Writer::start(client.clone(), NS, "orders");
+    let kubelet = env.kubelet().unwrap();
+
+    kubelet.cut_network(NS, "orders-1").unwrap();
+    wait_for(&dkvs, "orders", "orders-1 seen unhealthy", |d| {
+        d.status
+            .iter()
+            .flat_map(|s| &s.members)
+            .any(|m| m.name == "orders-1" && !m.healthy)
+    })
+    .await;
+    // Removing orders-2 now would leave orders-0 alone of two voters.
+    dkvs.patch(
+        "orders",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"size": 2}})),
+    )
+    .await
+    .unwrap();
+    wait_for(
+        &dkvs,
+        "orders",
+        "the scale-down refused with a reason",
+        |d| {
+            condition_reason(d, "Progressing", "True").as_deref() == Some("WaitingForSafety")
+                && condition_reason(d, "Degraded", "True").as_deref() == Some("MemberUnhealthy")
+        },
+    )
+    .await;
+    // It stays refused while the member is cut off.
+    let statefulsets: Api<StatefulSet> = Api::namespaced(client.clone(), NS);
+    for _ in 0..8 {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let d = dkvs.get("orders").await.unwrap();
+        let status = d.status.clone().unwrap();
+        assert_eq!(status.members.len(), 3, "no member was removed");
+        assert!(status.operation.is_none(), "no operation started");
+        let sts = statefulsets.get("orders").await.unwrap();
+        assert_eq!(sts.spec.replicas, Some(3));
+    }
+    let d = dkvs.get("orders").await.unwrap();
+    let message = d
+        .status
+        .iter()
+        .flat_map(|s| &s.conditions)
+        .find(|c| c.type_ == "Progressing")
+        .map(|c| c.message.clone())
+        .unwrap_or_default();
+    eprintln!("[{NS}] while orders-1 is cut off: Progressing says {message:?}");
+    assert!(message.contains("orders-1"), "the reason names the member");
+
+    let started = Instant::now();
+    kubelet.restore_network(NS, "orders-1").unwrap();
+    let took = wait_settled(&dkvs, "orders", 2).await;
+    eprintln!(
+        "[{NS}] network restored -> scaled to 2 after {took:?} ({:?})",
+        started.elapsed()
+    );
+    let report = writer.stop().await;
+    assert_nothing_lost(&client, NS, &report).await;
+    operator.stop().await;
+}
