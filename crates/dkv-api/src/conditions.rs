@@ -29,6 +29,7 @@ pub mod reasons {
     pub const REMOVING_MEMBER: &str = "RemovingMember";
     pub const ROLLING_UPGRADE: &str = "RollingUpgrade";
     pub const REPLACING_MEMBER: &str = "ReplacingMember";
+    pub const RECOVERING_QUORUM: &str = "RecoveringQuorum";
     pub const RESTORING: &str = "Restoring";
     pub const PAUSED: &str = "ReconcilePaused";
     /// A change is due but waits for a safe moment (a member unhealthy,

@@ -63,12 +63,87 @@ pub enum Refusal {
     },
 }
 
+/// Prefix of the termination message of a member-init that configured its
+/// member to restart alone with `--force-new-cluster` (quorum recovery).
+pub const FORCED_NEW_CLUSTER: &str = "dkv:force-new-cluster";
+
+/// What a quorum recovery asks of this member (see
+/// [`MembershipRecord::epoch`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Recovery {
+    /// Nothing: no recovery concerns this member's data.
+    None,
+    /// This member is the survivor and has not yet restarted alone under the
+    /// record's epoch: start once with `--force-new-cluster`.
+    ForceNewCluster { epoch: String },
+    /// The data predates the recovery: move it aside and start without it.
+    StaleData { epoch: String },
+}
+
+/// The epoch marker lives beside the data directory, on the same volume.
+fn epoch_file(data_dir: &Path) -> std::path::PathBuf {
+    data_dir.with_file_name("dkv-epoch")
+}
+
+/// Decides what a recovery recorded in `record` means for this member.
+pub fn recovery(
+    member: &str,
+    has_data: bool,
+    data_epoch: Option<&str>,
+    record: Option<&MembershipRecord>,
+) -> Recovery {
+    let Some(epoch) = record.and_then(|r| r.epoch.as_deref()) else {
+        return Recovery::None;
+    };
+    if !has_data || data_epoch == Some(epoch) {
+        return Recovery::None;
+    }
+    if record.and_then(|r| r.recover_from.as_deref()) == Some(member) {
+        Recovery::ForceNewCluster {
+            epoch: epoch.to_owned(),
+        }
+    } else {
+        Recovery::StaleData {
+            epoch: epoch.to_owned(),
+        }
+    }
+}
+
 pub fn run(args: &MemberInitArgs) -> anyhow::Result<()> {
-    let has_data = args.data_dir.join("member").is_dir();
+    let mut has_data = args.data_dir.join("member").is_dir();
     let record = match &args.members_file {
         Some(path) => Some(read_record(path)?),
         None => None,
     };
+    let marker = epoch_file(&args.data_dir);
+    let data_epoch = std::fs::read_to_string(&marker)
+        .ok()
+        .map(|e| e.trim().to_owned());
+    let recovery = recovery(
+        &args.member,
+        has_data,
+        data_epoch.as_deref(),
+        record.as_ref(),
+    );
+    if let Recovery::StaleData { epoch } = &recovery {
+        // Kept, not deleted: it is the only copy of whatever it held.
+        let aside = args.data_dir.with_file_name(format!(
+            "data.before-{epoch}-{}",
+            data_epoch.as_deref().unwrap_or("unrecorded")
+        ));
+        std::fs::rename(&args.data_dir, &aside).with_context(|| {
+            format!(
+                "moving data that predates recovery {epoch} aside to {}",
+                aside.display()
+            )
+        })?;
+        eprintln!(
+            "member-init: {}'s data predates the quorum recovery {epoch}; moved to {} and starting without it",
+            args.member,
+            aside.display()
+        );
+        has_data = false;
+    }
     let start = match decide(args, has_data, record.as_ref()) {
         Ok(start) => start,
         Err(refusal) => {
@@ -77,10 +152,20 @@ pub fn run(args: &MemberInitArgs) -> anyhow::Result<()> {
             bail!(refusal);
         }
     };
-    let config = render_config(args, &start)?;
+    let mut config = render_config(args, &start)?;
     std::fs::create_dir_all(&args.data_dir)
         .with_context(|| format!("creating data directory {}", args.data_dir.display()))?;
     restrict_permissions(&args.data_dir)?;
+    let forced = matches!(recovery, Recovery::ForceNewCluster { .. });
+    if forced {
+        config["force-new-cluster"] = json!(true);
+    }
+    // Every member that starts under an epoch records it with its data.
+    if let Some(epoch) = record.as_ref().and_then(|r| r.epoch.as_deref())
+        && data_epoch.as_deref() != Some(epoch)
+    {
+        std::fs::write(&marker, epoch).with_context(|| format!("writing {}", marker.display()))?;
+    }
     if let Some(parent) = args.config_file.parent() {
         std::fs::create_dir_all(parent)
             .with_context(|| format!("creating {}", parent.display()))?;
@@ -89,6 +174,16 @@ pub fn run(args: &MemberInitArgs) -> anyhow::Result<()> {
     let text = serde_json::to_string_pretty(&config).context("encoding the etcd configuration")?;
     std::fs::write(&args.config_file, text)
         .with_context(|| format!("writing {}", args.config_file.display()))?;
+    if let Recovery::ForceNewCluster { epoch } = &recovery {
+        let message = format!(
+            "{FORCED_NEW_CLUSTER}: {} restarts alone from its data (quorum recovery {epoch})",
+            args.member
+        );
+        eprintln!("member-init: {message}");
+        // The operator reads this to know the running etcd was forced.
+        std::fs::write(&args.termination_log, &message)
+            .with_context(|| format!("writing {}", args.termination_log.display()))?;
+    }
     eprintln!(
         "member-init: {} {} (config {})",
         args.member,
@@ -269,7 +364,12 @@ mod tests {
     }
 
     fn record(state: ClusterState, members: Vec<RecordedMember>) -> MembershipRecord {
-        MembershipRecord { state, members }
+        MembershipRecord {
+            state,
+            members,
+            epoch: None,
+            recover_from: None,
+        }
     }
 
     const THREE: &str = "orders-0=http://orders-0.orders-peer.shop.svc:2380,orders-1=http://orders-1.orders-peer.shop.svc:2380,orders-2=http://orders-2.orders-peer.shop.svc:2380";
@@ -344,6 +444,35 @@ mod tests {
             decide(&args("orders-1"), true, Some(&existing)),
             Ok(Start::Restart { .. })
         ));
+    }
+
+    #[test]
+    fn a_recovery_forces_the_survivor_once_and_sets_stale_data_aside() {
+        let mut r = record(ClusterState::Existing, vec![recorded(0, true)]);
+        assert_eq!(recovery("orders-0", true, None, Some(&r)), Recovery::None);
+        r.epoch = Some("e1".into());
+        r.recover_from = Some("orders-0".into());
+        let force = Recovery::ForceNewCluster { epoch: "e1".into() };
+        let stale = Recovery::StaleData { epoch: "e1".into() };
+        assert_eq!(recovery("orders-0", true, None, Some(&r)), force);
+        assert_eq!(recovery("orders-0", true, Some("e0"), Some(&r)), force);
+        assert_eq!(
+            recovery("orders-0", true, Some("e1"), Some(&r)),
+            Recovery::None,
+            "forced once: a restart under the same epoch starts normally"
+        );
+        assert_eq!(recovery("orders-1", true, None, Some(&r)), stale);
+        assert_eq!(
+            recovery("orders-1", true, Some("e1"), Some(&r)),
+            Recovery::None
+        );
+        assert_eq!(
+            recovery("orders-1", false, None, Some(&r)),
+            Recovery::None,
+            "nothing to set aside"
+        );
+        r.recover_from = None;
+        assert_eq!(recovery("orders-0", true, Some("e0"), Some(&r)), stale);
     }
 
     #[test]

@@ -655,6 +655,7 @@ fn a_member_being_replaced_in_the_middle_keeps_the_highest_pod() {
         learner: false,
         started: true,
         healthy: true,
+        reachable: true,
         leader: ordinal == 0,
         raft_index: 10,
         version: None,

@@ -121,6 +121,39 @@ pub struct DistributedKVSpec {
     /// Scheduling and metadata for the member pods.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod: Option<PodOverrides>,
+
+    /// What the operator may do when a majority of members is lost for good.
+    /// Without it the cluster is reported `Degraded/QuorumLost` and left for
+    /// a human to decide.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recovery: Option<RecoverySpec>,
+}
+
+/// Opt-in recovery from permanent quorum loss.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct RecoverySpec {
+    pub policy: RecoveryPolicy,
+    /// How long quorum must have been lost before the operator acts. Members
+    /// that come back within this time rejoin with their data instead.
+    #[serde(default = "default_recovery_after_seconds")]
+    #[schemars(range(min = 10))]
+    pub after_seconds: i32,
+}
+
+fn default_recovery_after_seconds() -> i32 {
+    300
+}
+
+/// How a cluster that lost quorum for good is brought back.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RecoveryPolicy {
+    /// Report `QuorumLost` and wait for a human.
+    Manual,
+    /// Restart the most up-to-date reachable member alone with etcd's
+    /// `--force-new-cluster` (it keeps what it had: writes only the lost
+    /// members held are gone), then grow back to `size`.
+    ForceNewCluster,
 }
 
 /// Persistent volumes for members.
@@ -346,6 +379,9 @@ pub enum OperationKind {
     RemoveMember,
     UpgradeMember,
     ReplaceMember,
+    /// Restart the target (the most up-to-date survivor) alone with
+    /// `--force-new-cluster` after permanent quorum loss.
+    RecoverQuorum,
 }
 
 /// Where the newest successful backup went.

@@ -213,6 +213,9 @@ mod tests {
                     ready: true,
                     data_lost: false,
                     version: None,
+                    init_done: true,
+                    forced_new_cluster: false,
+                    init_refused: false,
                 },
                 endpoint: Some(format!("http://orders-{i}:2379")),
             })

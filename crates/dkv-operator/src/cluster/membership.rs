@@ -29,8 +29,11 @@ pub struct ObservedMember {
     pub learner: bool,
     /// The member process has started and announced its name.
     pub started: bool,
-    /// Its status call succeeded and reported no errors.
+    /// Its status call succeeded and reported no errors, and it follows a
+    /// leader that is alive.
     pub healthy: bool,
+    /// Its status call succeeded (it runs and answers, leader or not).
+    pub reachable: bool,
     pub leader: bool,
     pub raft_index: u64,
     pub version: Option<EtcdVersion>,
@@ -46,6 +49,13 @@ pub struct ObservedPod {
     pub data_lost: bool,
     /// The etcd version of the pod's image.
     pub version: Option<EtcdVersion>,
+    /// `member-init` finished for the pod's current run.
+    pub init_done: bool,
+    /// ... and configured etcd to restart alone with `--force-new-cluster`.
+    pub forced_new_cluster: bool,
+    /// `member-init` refuses to start the member (it is retried with backoff;
+    /// a restart makes it read the current membership record at once).
+    pub init_refused: bool,
 }
 
 /// The pinned operation, as stored in status.
@@ -70,6 +80,9 @@ pub struct Observation {
     pub pinned: Option<Pinned>,
     /// etcd raised NOSPACE: the backend hit its quota and writes are refused.
     pub space_alarm: bool,
+    /// The recovery policy allows forcing a new cluster from a survivor now
+    /// (quorum has been lost for longer than the policy's grace period).
+    pub recovery_allowed: bool,
 }
 
 /// The one thing to do this pass.
@@ -125,6 +138,11 @@ pub enum WaitReason {
     UpgradeInProgress { ordinal: i32 },
     /// The spec asks for fewer than one member.
     NoMembersRequested,
+    /// Fewer voters answer than quorum needs: no step is possible; only a
+    /// recovery policy (or a human) can bring the cluster back.
+    QuorumLost { reachable: usize, needed: usize },
+    /// A quorum recovery waits for its survivor to restart alone.
+    RecoveryInProgress { ordinal: i32 },
 }
 
 impl Observation {
@@ -160,6 +178,14 @@ impl Observation {
             .version
             .is_none_or(|v| v.minor_line() == self.desired_version.minor_line());
         pod_current && member_current
+    }
+
+    /// The reachable voter with the most of the log (lowest ordinal on a tie).
+    fn survivor(&self) -> Option<&ObservedMember> {
+        self.voters()
+            .into_iter()
+            .filter(|m| m.reachable)
+            .max_by_key(|m| (m.raft_index, -m.ordinal))
     }
 
     /// A healthy voter other than `except`, preferring the most caught-up.
@@ -198,6 +224,19 @@ impl Observation {
     }
 }
 
+/// Whether quorum is lost: no voter follows a live leader and fewer voters
+/// answer than quorum needs (so none can be elected either). A leader
+/// election in progress is not quorum loss: its voters still answer.
+fn quorum_lost(obs: &Observation) -> Option<WaitReason> {
+    let voters = obs.voters();
+    if voters.is_empty() || voters.iter().any(|m| m.healthy) {
+        return None;
+    }
+    let reachable = voters.iter().filter(|m| m.reachable).count();
+    let needed = quorum(i32::try_from(voters.len()).unwrap_or(i32::MAX)) as usize;
+    (reachable < needed).then_some(WaitReason::QuorumLost { reachable, needed })
+}
+
 /// etcd refuses to promote a learner that is not within ~10% of the leader's
 /// log; asking earlier only earns a refusal.
 fn caught_up(learner: &ObservedMember, leader_index: u64) -> bool {
@@ -217,6 +256,19 @@ pub fn next_step(obs: &Observation) -> Step {
     let Some(members) = &obs.members else {
         return Step::Wait(WaitReason::EtcdUnreachable);
     };
+
+    // Quorum lost: no leader, and too few voters answer for one to be
+    // elected. Nothing can change membership; a recovery policy may force
+    // a new cluster from the most up-to-date survivor.
+    if let Some(lost) = quorum_lost(obs) {
+        return match (obs.recovery_allowed, obs.survivor()) {
+            (true, Some(survivor)) => Step::Begin(Pinned {
+                kind: OperationKind::RecoverQuorum,
+                ordinal: survivor.ordinal,
+            }),
+            _ => Step::Wait(lost),
+        };
+    }
 
     // A full backend refuses every write: restoring service comes before
     // any membership change (which would itself need writes to succeed).
@@ -260,9 +312,12 @@ pub fn next_step(obs: &Observation) -> Step {
 
     let voters = i32::try_from(obs.voters().len()).unwrap_or(i32::MAX);
     if voters < obs.desired_size {
+        // The lowest free ordinal: after a quorum recovery from a survivor
+        // other than member 0, the members below it are re-added.
+        let ordinal = (0..).find(|o| obs.member(*o).is_none()).unwrap_or(voters);
         return Step::Begin(Pinned {
             kind: OperationKind::AddLearner,
-            ordinal: voters,
+            ordinal,
         });
     }
     if voters > obs.desired_size {
@@ -319,6 +374,12 @@ fn continue_operation(obs: &Observation, pinned: Pinned) -> Step {
             Some(m) if m.learner => {
                 if obs.replicas <= ordinal {
                     Step::SetReplicas(ordinal + 1)
+                } else if !m.started && obs.pod(ordinal).is_some_and(|p| p.init_refused) {
+                    // Its pod refused to start before the member was added
+                    // (e.g. a member re-added after a quorum recovery): a
+                    // restart makes it read the record now, not after its
+                    // backoff.
+                    Step::RestartPod { ordinal }
                 } else if caught_up(m, leader_index) {
                     Step::Promote { id: m.id, ordinal }
                 } else if obs.pod(ordinal).is_none_or(|p| !p.ready) && !m.started {
@@ -384,6 +445,32 @@ fn continue_operation(obs: &Observation, pinned: Pinned) -> Step {
                 }
             }
         },
+        OperationKind::RecoverQuorum => {
+            let Some(m) = member else {
+                return Step::Wait(WaitReason::RecoveryInProgress { ordinal });
+            };
+            let Some(pod) = obs.pod(ordinal).filter(|p| p.init_done) else {
+                // The survivor's pod is (re)starting.
+                return Step::Wait(WaitReason::RecoveryInProgress { ordinal });
+            };
+            let others = obs.voters().iter().filter(|v| v.id != m.id).count();
+            if others > 0 {
+                // 1. Restart the survivor so that it starts alone...
+                if pod.forced_new_cluster {
+                    Step::Wait(WaitReason::RecoveryInProgress { ordinal })
+                } else {
+                    Step::RestartPod { ordinal }
+                }
+            } else if pod.forced_new_cluster {
+                // 2. ...then once more without the flag: if etcd restarted
+                //    with it after members rejoined, it would drop them again.
+                Step::RestartPod { ordinal }
+            } else if m.healthy {
+                Step::Finish(pinned)
+            } else {
+                Step::Wait(WaitReason::RecoveryInProgress { ordinal })
+            }
+        }
         OperationKind::ReplaceMember => {
             let lost = obs.pod(ordinal).is_some_and(|p| p.data_lost);
             match member {
@@ -423,6 +510,7 @@ mod tests {
             learner: false,
             started: true,
             healthy: true,
+            reachable: true,
             leader: ordinal == 0,
             raft_index: 1000,
             version: Some(V35),
@@ -435,6 +523,9 @@ mod tests {
             ready: true,
             data_lost: false,
             version: Some(V35),
+            init_done: true,
+            forced_new_cluster: false,
+            init_refused: false,
         }
     }
 
@@ -447,6 +538,7 @@ mod tests {
             replicas: size,
             pinned: None,
             space_alarm: false,
+            recovery_allowed: false,
         }
     }
 
@@ -1007,6 +1099,123 @@ mod tests {
             | Step::Wait(_)
             | Step::Converged => {}
         }
+    }
+
+    /// Members 1 and 2 of 3 gone for good: 0 answers but has no leader.
+    fn quorum_lost_cluster() -> Observation {
+        let mut obs = cluster(3, 3);
+        for m in obs.members.as_mut().unwrap() {
+            m.healthy = false;
+            m.leader = false;
+            m.reachable = m.ordinal == 0;
+        }
+        for p in &mut obs.pods {
+            p.ready = false;
+        }
+        obs
+    }
+
+    #[test]
+    fn quorum_loss_is_reported_and_only_a_policy_recovers() {
+        let mut obs = quorum_lost_cluster();
+        let lost = Step::Wait(WaitReason::QuorumLost {
+            reachable: 1,
+            needed: 2,
+        });
+        assert_eq!(next_step(&obs), lost);
+        obs.desired_size = 1;
+        assert_eq!(next_step(&obs), lost, "not even a scale-down");
+        obs.recovery_allowed = true;
+        assert_eq!(next_step(&obs), begin(OperationKind::RecoverQuorum, 0));
+        // The survivor is the one with the most of the log.
+        let members = obs.members.as_mut().unwrap();
+        members[2].reachable = true;
+        members[2].raft_index = 2000;
+        obs.members.as_mut().unwrap()[0].reachable = false;
+        assert_eq!(next_step(&obs), begin(OperationKind::RecoverQuorum, 2));
+    }
+
+    #[test]
+    fn an_election_is_not_quorum_loss() {
+        // Nobody follows a live leader yet, but every voter answers.
+        let mut obs = quorum_lost_cluster();
+        for m in obs.members.as_mut().unwrap() {
+            m.reachable = true;
+        }
+        obs.recovery_allowed = true;
+        assert_eq!(
+            next_step(&obs),
+            Step::Wait(WaitReason::MemberUnhealthy { ordinal: 0 })
+        );
+    }
+
+    #[test]
+    fn a_recovery_restarts_the_survivor_alone_then_once_more_without_the_flag() {
+        let mut obs = quorum_lost_cluster();
+        let pinned = Pinned {
+            kind: OperationKind::RecoverQuorum,
+            ordinal: 0,
+        };
+        obs.pinned = Some(pinned);
+        assert_eq!(next_step(&obs), Step::RestartPod { ordinal: 0 });
+        // The new pod is starting: never deleted again meanwhile.
+        obs.pods[0].init_done = false;
+        assert_eq!(
+            next_step(&obs),
+            Step::Wait(WaitReason::RecoveryInProgress { ordinal: 0 })
+        );
+        obs.pods[0].init_done = true;
+        obs.pods[0].forced_new_cluster = true;
+        assert_eq!(
+            next_step(&obs),
+            Step::Wait(WaitReason::RecoveryInProgress { ordinal: 0 })
+        );
+        // etcd lists the survivor alone, leading itself.
+        let mut survivor = obs.members.as_ref().unwrap()[0].clone();
+        survivor.healthy = true;
+        survivor.leader = true;
+        obs.members = Some(vec![survivor]);
+        assert_eq!(next_step(&obs), Step::RestartPod { ordinal: 0 });
+        obs.pods[0].forced_new_cluster = false;
+        assert_eq!(next_step(&obs), Step::Finish(pinned));
+        // Then it grows back, re-adding the lost ordinals.
+        obs.pinned = None;
+        assert_eq!(next_step(&obs), begin(OperationKind::AddLearner, 1));
+    }
+
+    #[test]
+    fn after_a_recovery_from_a_higher_member_the_lower_ordinals_are_re_added() {
+        let mut obs = cluster(3, 3);
+        let mut survivor = member(2);
+        survivor.leader = true;
+        obs.members = Some(vec![survivor]);
+        assert_eq!(next_step(&obs), begin(OperationKind::AddLearner, 0));
+    }
+
+    #[test]
+    fn a_learner_whose_pod_refused_to_start_gets_its_pod_restarted() {
+        let mut obs = cluster(1, 2);
+        let mut learner = member(1);
+        learner.learner = true;
+        learner.started = false;
+        learner.healthy = false;
+        learner.leader = false;
+        obs.members.as_mut().unwrap().push(learner);
+        obs.pods.push(pod(1));
+        obs.pods[1].init_refused = true;
+        obs.pods[1].init_done = false;
+        obs.pods[1].ready = false;
+        obs.replicas = 2;
+        obs.pinned = Some(Pinned {
+            kind: OperationKind::AddLearner,
+            ordinal: 1,
+        });
+        assert_eq!(next_step(&obs), Step::RestartPod { ordinal: 1 });
+        obs.pods[1].init_refused = false;
+        assert_eq!(
+            next_step(&obs),
+            Step::Wait(WaitReason::PodNotReady { ordinal: 1 })
+        );
     }
 
     #[test]

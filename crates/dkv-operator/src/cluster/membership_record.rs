@@ -34,9 +34,20 @@ pub struct RecordedMember {
 
 /// The record as stored under [`RECORD_KEY`] in the ConfigMap.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct MembershipRecord {
     pub state: ClusterState,
     pub members: Vec<RecordedMember>,
+    /// Set by a quorum recovery: the generation of the cluster's data. A
+    /// member whose data was written under another epoch belongs to the
+    /// cluster as it was before the recovery; `member-init` moves that data
+    /// aside (never deletes it) and the member joins afresh.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub epoch: Option<String>,
+    /// During a quorum recovery: the survivor that restarts alone with
+    /// `--force-new-cluster`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recover_from: Option<String>,
 }
 
 /// Key of the record in the ConfigMap (and file name in the mount).

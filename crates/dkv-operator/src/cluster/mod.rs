@@ -29,7 +29,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use dkv_api::DistributedKV;
-use dkv_api::distributedkv::v1alpha1::Operation;
+use dkv_api::distributedkv::v1alpha1::{Operation, OperationKind, RecoveryPolicy};
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::CronJob;
@@ -141,6 +141,8 @@ async fn reconcile_cluster(dkv: &DistributedKV, ctx: &Context) -> Result<Action>
         pods: pods.clone(),
         pinned,
         space_alarm,
+        recovery_allowed: recovery_allowed(dkv, jiff::Timestamp::now()),
+        recovery_epoch: recovery_epoch(dkv),
     };
     let plan = plan::plan(
         &cluster,
@@ -229,6 +231,39 @@ async fn reconcile_cluster(dkv: &DistributedKV, ctx: &Context) -> Result<Action>
 
 /// How often an operation in flight is re-examined.
 const OPERATION_POLL: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Whether `spec.recovery` allows forcing a new cluster now: its policy says
+/// so, and quorum has been lost (the `Degraded/QuorumLost` condition) for at
+/// least its grace period.
+fn recovery_allowed(dkv: &DistributedKV, now: jiff::Timestamp) -> bool {
+    let Some(recovery) = &dkv.spec.recovery else {
+        return false;
+    };
+    if recovery.policy != RecoveryPolicy::ForceNewCluster {
+        return false;
+    }
+    let lost_since = dkv
+        .status
+        .iter()
+        .flat_map(|s| &s.conditions)
+        .find(|c| {
+            c.type_ == dkv_api::conditions::types::DEGRADED
+                && c.status == "True"
+                && c.reason == dkv_api::conditions::reasons::QUORUM_LOST
+        })
+        .map(|c| c.last_transition_time.0);
+    lost_since.is_some_and(|since| {
+        now.duration_since(since).as_secs() >= i64::from(recovery.after_seconds)
+    })
+}
+
+/// The epoch of the quorum recovery pinned in status, derived from when it
+/// was pinned so that every pass of it agrees.
+fn recovery_epoch(dkv: &DistributedKV) -> Option<String> {
+    let op = dkv.status.as_ref()?.operation.as_ref()?;
+    (op.kind == OperationKind::RecoverQuorum)
+        .then(|| format!("recovery-{}", op.started_at.0.as_second()))
+}
 
 /// The operation pinned in status, as the planner reads it.
 fn pinned_operation(dkv: &DistributedKV) -> Option<membership::Pinned> {

@@ -11,13 +11,13 @@
 use std::sync::Arc;
 
 use dkv_etcd::{EtcdAdmin, Member};
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{ContainerStateTerminated, ContainerStatus, Pod};
 use kube::ResourceExt;
 
 use super::membership::{ObservedMember, ObservedPod};
 use super::naming::{self, CLIENT_PORT};
 use crate::etcd_version::EtcdVersion;
-use crate::member_init::DATA_LOST;
+use crate::member_init::{DATA_LOST, FORCED_NEW_CLUSTER};
 
 /// A member pod with the endpoint the operator reaches it at.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -54,6 +54,20 @@ pub fn member_pods(cluster: &str, pods: &[Arc<Pod>]) -> Vec<MemberPod> {
                     ready,
                     data_lost: reports_data_lost(pod),
                     version,
+                    init_done: member_init(pod)
+                        .is_some_and(|s| current_termination(s).is_some_and(|t| t.exit_code == 0)),
+                    forced_new_cluster: member_init(pod)
+                        .and_then(current_termination)
+                        .and_then(|t| t.message.as_deref())
+                        .is_some_and(|m| m.starts_with(FORCED_NEW_CLUSTER)),
+                    init_refused: member_init(pod).is_some_and(|s| {
+                        [s.state.as_ref(), s.last_state.as_ref()]
+                            .into_iter()
+                            .flatten()
+                            .filter_map(|state| state.terminated.as_ref())
+                            .any(|t| t.exit_code != 0)
+                            && current_termination(s).is_none_or(|t| t.exit_code != 0)
+                    }),
                 },
                 endpoint,
             })
@@ -61,6 +75,21 @@ pub fn member_pods(cluster: &str, pods: &[Arc<Pod>]) -> Vec<MemberPod> {
         .collect();
     out.sort_by_key(|p| p.view.ordinal);
     out
+}
+
+/// The status of the pod's `member-init` container.
+fn member_init(pod: &Pod) -> Option<&ContainerStatus> {
+    pod.status
+        .as_ref()?
+        .init_container_statuses
+        .as_ref()?
+        .iter()
+        .find(|s| s.name == "member-init")
+}
+
+/// How the container's current run ended, if it has.
+fn current_termination(status: &ContainerStatus) -> Option<&ContainerStateTerminated> {
+    status.state.as_ref()?.terminated.as_ref()
 }
 
 /// Whether member-init refused to start this member because its data is
@@ -148,6 +177,7 @@ pub async fn observe_members(
                 learner: member.is_learner,
                 started: member.has_started(),
                 healthy,
+                reachable: status.is_some(),
                 leader: status.as_ref().is_some_and(|s| s.leader == member.id),
                 raft_index: status.as_ref().map_or(0, |s| s.raft_index),
                 version: status.as_ref().and_then(|s| EtcdVersion::parse(&s.version)),
@@ -203,7 +233,7 @@ mod tests {
     #[test]
     fn a_data_loss_refusal_is_read_from_the_init_container() {
         let mut p = (*pod("orders-1", "10.0.0.2", false)).clone();
-        let status: k8s_openapi::api::core::v1::ContainerStatus = serde_json::from_value(serde_json::json!({
+        let status: ContainerStatus = serde_json::from_value(serde_json::json!({
             "name": "member-init", "image": "dkv", "imageID": "", "ready": false, "restartCount": 2,
             "lastState": {"terminated": {"exitCode": 1, "message": "dkv:data-lost: member orders-1 has run before"}}
         }))

@@ -43,6 +43,11 @@ pub struct MembershipView {
     pub pinned: Option<Pinned>,
     /// etcd reports a NOSPACE alarm.
     pub space_alarm: bool,
+    /// The recovery policy allows forcing a new cluster now.
+    pub recovery_allowed: bool,
+    /// While a quorum recovery is pinned: its epoch (see
+    /// [`MembershipRecord::epoch`]), stable for the whole operation.
+    pub recovery_epoch: Option<String>,
 }
 
 /// The record of a cluster being created: its initial members bootstrap
@@ -57,6 +62,8 @@ pub fn bootstrap_record(cluster: &ValidatedCluster, size: i32) -> MembershipReco
                 started: false,
             })
             .collect(),
+        epoch: None,
+        recover_from: None,
     }
 }
 
@@ -84,6 +91,8 @@ fn record_from_members(
                 started: m.started,
             })
             .collect(),
+        epoch: previous.and_then(|r| r.epoch.clone()),
+        recover_from: None,
     }
 }
 
@@ -113,12 +122,32 @@ pub fn plan(
         .or(sts.spec.replicas)
         .unwrap_or(cluster.size);
 
-    let record = match &view.members {
+    let previous_epoch = record.and_then(|r| r.epoch.clone());
+    let mut record = match &view.members {
         Some(members) if !members.is_empty() => record_from_members(cluster, members, record),
         _ => record
             .cloned()
             .unwrap_or_else(|| bootstrap_record(cluster, bootstrap_size)),
     };
+    if let (Some(epoch), Some(pinned)) = (&view.recovery_epoch, view.pinned) {
+        // The survivor restarts alone under a new epoch: until etcd lists it
+        // alone, the record names it; every other member's data now
+        // predates the epoch and is set aside when it restarts.
+        let survivor = naming::member(&cluster.name, pinned.ordinal);
+        let first_pass = previous_epoch.as_deref() != Some(epoch.as_str());
+        record.epoch = Some(epoch.clone());
+        record.recover_from = match &view.members {
+            Some(members) if !members.is_empty() => members
+                .iter()
+                .any(|m| !m.learner && m.ordinal != pinned.ordinal)
+                .then_some(survivor),
+            // etcd cannot be seen (the survivor is restarting): what the
+            // record said stands. Dropping the survivor's name now would make
+            // its member-init set its data aside as predating the epoch.
+            _ if first_pass => Some(survivor),
+            _ => record.recover_from.clone(),
+        };
+    }
     // Pods are ordinals 0..replicas: the StatefulSet must reach the highest
     // recorded member. Counting members instead would, while a member in
     // the middle is being replaced (removed, not yet re-added), shrink the
@@ -137,6 +166,7 @@ pub fn plan(
         replicas: sts.spec.replicas.unwrap_or(replicas),
         pinned: view.pinned,
         space_alarm: view.space_alarm,
+        recovery_allowed: view.recovery_allowed,
     });
     Plan {
         replicas,

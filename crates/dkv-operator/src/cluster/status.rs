@@ -156,9 +156,15 @@ pub fn compute(dkv: &DistributedKV, obs: &Observation<'_>, now: &Time) -> Distri
             type_: types::DEGRADED,
             status: true,
             reason: reasons::QUORUM_LOST,
-            message: format!(
-                "only {ready}/{members} members ready, quorum needs {quorum}: the cluster cannot serve writes"
-            ),
+            message: match &obs.plan.step {
+                // Lost for good as far as etcd can tell: say what can be done.
+                Step::Wait(lost @ WaitReason::QuorumLost { .. }) => {
+                    wait_message(&obs.cluster.name, lost)
+                }
+                _ => format!(
+                    "only {ready}/{members} members ready, quorum needs {quorum}: the cluster cannot serve writes"
+                ),
+            },
         }
     } else if formed && ready < members {
         Want {
@@ -188,6 +194,7 @@ pub fn compute(dkv: &DistributedKV, obs: &Observation<'_>, now: &Time) -> Distri
                 | OperationKind::RemoveMember,
             ) => Phase::Scaling,
             Some(OperationKind::UpgradeMember) => Phase::Upgrading,
+            Some(OperationKind::RecoverQuorum) => Phase::Restoring,
             _ => Phase::Running,
         }
     };
@@ -275,6 +282,7 @@ fn operation_reason(kind: OperationKind) -> &'static str {
         OperationKind::RemoveMember => reasons::REMOVING_MEMBER,
         OperationKind::UpgradeMember => reasons::ROLLING_UPGRADE,
         OperationKind::ReplaceMember => reasons::REPLACING_MEMBER,
+        OperationKind::RecoverQuorum => reasons::RECOVERING_QUORUM,
     }
 }
 
@@ -310,6 +318,13 @@ fn wait_message(cluster: &str, reason: &WaitReason) -> String {
             naming::member(cluster, *ordinal)
         ),
         WaitReason::NoMembersRequested => "spec.size must be at least 1".to_owned(),
+        WaitReason::QuorumLost { reachable, needed } => format!(
+            "quorum lost: {reachable} voter(s) answer, {needed} needed; no member can be added, removed or restarted. Bring lost members back, or set spec.recovery.policy=ForceNewCluster to restart the most up-to-date survivor alone (writes only the lost members held are lost)"
+        ),
+        WaitReason::RecoveryInProgress { ordinal } => format!(
+            "quorum recovery: waiting for {} to restart alone",
+            naming::member(cluster, *ordinal)
+        ),
     }
 }
 
