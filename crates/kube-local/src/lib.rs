@@ -26,6 +26,7 @@ mod namespace_lifecycle;
 mod openapi;
 mod output;
 mod patch;
+mod pod_log;
 mod registry;
 mod scale;
 mod schema;

@@ -228,6 +228,7 @@ async fn dispatch(server: &Server, req: Request) -> ApiResult<Response> {
             "status" => rt.status,
             "scale" => rt.scale.is_some(),
             "finalize" => rt.group.is_empty() && rt.plural == "namespaces",
+            "log" => rt.has_log() && name.is_some(),
             _ => false,
         };
         if !ok {
@@ -458,6 +459,15 @@ async fn resource(server: &Server, req: Request, t: Target) -> ApiResult<Respons
     let core = &server.core;
     let rt = t.rt.clone();
     let q = query_map(&req);
+    if let (Some("log"), Some(name)) = (t.subresource.as_deref(), t.name.as_deref()) {
+        if req.method() != Method::GET {
+            return Err(ApiError::method_not_allowed(
+                "the server does not allow this method on the requested resource",
+            ));
+        }
+        let ns = t.namespace.as_deref().unwrap_or_default();
+        return crate::pod_log::get(core, &rt, ns, name, &q).await;
+    }
     let format = output::negotiate(
         header_str(&req, header::ACCEPT),
         q.get("includeObject").map(String::as_str),
