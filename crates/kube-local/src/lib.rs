@@ -12,6 +12,7 @@ mod admission;
 pub mod api_error;
 mod base64;
 mod controllers;
+mod conversion;
 pub mod core;
 mod crd;
 mod discovery;

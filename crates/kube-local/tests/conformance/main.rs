@@ -3,6 +3,7 @@
 
 mod common;
 
+mod conversion;
 mod crds;
 mod crud;
 mod discovery;
