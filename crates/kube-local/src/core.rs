@@ -143,6 +143,25 @@ impl Core {
         }
     }
 
+    /// A core over a store kept in `dir`; the custom resource types of stored CRDs are served again.
+    pub async fn open(
+        history_limit: usize,
+        dir: &std::path::Path,
+    ) -> Result<Self, crate::persistence::PersistError> {
+        let core = Core {
+            store: Store::open(history_limit, dir)?,
+            registry: Registry::new(),
+        };
+        let crds = StorageResource {
+            group: "apiextensions.k8s.io".into(),
+            resource: "customresourcedefinitions".into(),
+        };
+        for crd in core.store.list(&crds, None).objects {
+            crate::crd::on_crd_written(&core, &crd).await;
+        }
+        Ok(core)
+    }
+
     pub fn key(rt: &ResourceType, namespace: &str, name: &str) -> ObjectKey {
         ObjectKey {
             storage: rt.storage.clone(),

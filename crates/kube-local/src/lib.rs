@@ -27,6 +27,7 @@ mod namespace_lifecycle;
 mod openapi;
 mod output;
 mod patch;
+mod persistence;
 mod pod_log;
 mod registry;
 mod scale;

@@ -10,6 +10,7 @@ mod discovery;
 mod kubectl;
 mod lifecycle;
 mod patching;
+mod persistence;
 mod protobuf;
 mod runtime;
 mod watching;
