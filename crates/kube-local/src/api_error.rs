@@ -288,6 +288,12 @@ impl ApiError {
             "reason": self.reason,
             "code": self.code,
         });
+        // An error of unknown reason has none on the wire (upstream's `StatusReasonUnknown` is omitted).
+        if self.reason.is_empty()
+            && let Some(obj) = status.as_object_mut()
+        {
+            obj.remove("reason");
+        }
         if let (Some(d), Some(obj)) = (&self.details, status.as_object_mut()) {
             obj.insert("details".into(), (**d).clone());
         }

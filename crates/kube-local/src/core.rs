@@ -8,6 +8,7 @@ use serde_json::{Value, json};
 
 use crate::admission;
 use crate::api_error::{ApiError, ApiResult, FieldCause};
+use crate::conversion;
 use crate::field_set::FieldSet;
 use crate::managed_fields;
 use crate::meta;
@@ -142,6 +143,25 @@ impl Core {
         }
     }
 
+    /// A core over a store kept in `dir`; the custom resource types of stored CRDs are served again.
+    pub async fn open(
+        history_limit: usize,
+        dir: &std::path::Path,
+    ) -> Result<Self, crate::persistence::PersistError> {
+        let core = Core {
+            store: Store::open(history_limit, dir)?,
+            registry: Registry::new(),
+        };
+        let crds = StorageResource {
+            group: "apiextensions.k8s.io".into(),
+            resource: "customresourcedefinitions".into(),
+        };
+        for crd in core.store.list(&crds, None).objects {
+            crate::crd::on_crd_written(&core, &crd).await;
+        }
+        Ok(core)
+    }
+
     pub fn key(rt: &ResourceType, namespace: &str, name: &str) -> ObjectKey {
         ObjectKey {
             storage: rt.storage.clone(),
@@ -170,6 +190,75 @@ impl Core {
             .get(&Self::key(rt, namespace, name))
             .map(|o| views::to_view(rt, &o))
             .ok_or_else(|| ApiError::not_found(rt.subject(name)))
+    }
+
+    /// GET as a client of `rt` sees it: like [`Core::get`], converted by the CRD's webhook when `rt` is not the
+    /// version the object is stored in.
+    pub async fn read(&self, rt: &ResourceType, namespace: &str, name: &str) -> ApiResult<Value> {
+        let stored = self
+            .store
+            .get(&Self::key(rt, namespace, name))
+            .ok_or_else(|| ApiError::not_found(rt.subject(name)))?;
+        self.served(rt, &stored, false).await
+    }
+
+    /// Stored objects (of any version of `rt`'s type) as a client of `rt` sees them. For CRDs converted by a
+    /// webhook, objects in another version go to the webhook in one review (with the defaults of their own version
+    /// applied first, and those of `rt` after). `write` says whether the read is part of a write (how a failing
+    /// webhook is reported).
+    pub async fn served_all(
+        &self,
+        rt: &ResourceType,
+        stored: Vec<Value>,
+        write: bool,
+    ) -> ApiResult<Vec<Value>> {
+        if !conversion::uses_webhook(rt) {
+            return Ok(stored.iter().map(|o| views::to_view(rt, o)).collect());
+        }
+        let defaulted: Vec<Value> = stored
+            .into_iter()
+            .map(|o| {
+                let version = o
+                    .get("apiVersion")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .rsplit('/')
+                    .next()
+                    .unwrap_or_default()
+                    .to_string();
+                match self.registry.find(&rt.group, &version, &rt.plural) {
+                    Some(own) => views::to_view(&own, &o),
+                    None => o,
+                }
+            })
+            .collect();
+        let converted = conversion::convert(self, rt, defaulted, &rt.api_version(), write).await?;
+        Ok(converted.iter().map(|o| views::to_view(rt, o)).collect())
+    }
+
+    async fn served(&self, rt: &ResourceType, stored: &Value, write: bool) -> ApiResult<Value> {
+        self.served_all(rt, vec![stored.clone()], write)
+            .await?
+            .pop()
+            .ok_or_else(|| ApiError::internal("conversion returned no object"))
+    }
+
+    /// A client's object of `rt` in the form it is stored in (converted by the CRD's webhook when needed).
+    async fn storable(&self, rt: &ResourceType, mut view: Value) -> ApiResult<Value> {
+        let Some(storage_version) = rt
+            .custom
+            .as_ref()
+            .filter(|_| conversion::uses_webhook(rt))
+            .map(|c| format!("{}/{}", rt.group, c.storage_version))
+        else {
+            return Ok(views::from_view(rt, view));
+        };
+        meta::object_mut(&mut view).insert("apiVersion".into(), json!(rt.api_version()));
+        meta::object_mut(&mut view).insert("kind".into(), json!(rt.kind));
+        conversion::convert(self, rt, vec![view], &storage_version, true)
+            .await?
+            .pop()
+            .ok_or_else(|| ApiError::internal("conversion returned no object"))
     }
 
     fn check_namespace(&self, rt: &ResourceType, namespace: &str, name: &str) -> ApiResult<()> {
@@ -469,14 +558,14 @@ impl Core {
                 warnings,
             });
         }
-        let stored = views::from_view(rt, obj.clone());
+        let stored = self.storable(rt, obj.clone()).await?;
         let saved = self.store.create(key, stored).map_err(|e| match e {
             StoreError::AlreadyExists => ApiError::already_exists(rt.subject(&name)),
             other => ApiError::internal(other.to_string()),
         })?;
         self.after_write(rt, &saved).await;
         Ok(Written {
-            object: views::to_view(rt, &saved),
+            object: self.served(rt, &saved, true).await?,
             created: true,
             warnings,
         })
@@ -606,7 +695,10 @@ impl Core {
         let key = Self::key(rt, namespace, name);
         for _ in 0..32 {
             let stored = self.store.get(&key);
-            let current = stored.as_ref().map(|s| views::to_view(rt, s));
+            let current = match &stored {
+                Some(s) => Some(self.served(rt, s, true).await?),
+                None => None,
+            };
             let candidate = mutate(current.as_ref())?;
             let Some(current) = current else {
                 if allow_create && sub == Subresource::Main {
@@ -690,14 +782,12 @@ impl Core {
                     Err(e) => return Err(ApiError::internal(e.to_string())),
                 }
             }
-            match self
-                .store
-                .update(&key, current_rv, views::from_view(rt, new))
-            {
+            let to_store = self.storable(rt, new).await?;
+            match self.store.update(&key, current_rv, to_store) {
                 Ok(saved) => {
                     self.after_write(rt, &saved).await;
                     return Ok(Written {
-                        object: views::to_view(rt, &saved),
+                        object: self.served(rt, &saved, true).await?,
                         created: false,
                         warnings,
                     });
@@ -837,7 +927,7 @@ impl Core {
             let Some(stored) = self.store.get(&key) else {
                 return Err(ApiError::not_found(rt.subject(name)));
             };
-            let current = views::to_view(rt, &stored);
+            let current = self.served(rt, &stored, true).await?;
             if let Some(uid) = &opts.precondition_uid
                 && uid != meta::uid(&current)
             {
@@ -893,7 +983,7 @@ impl Core {
                 match self.store.delete(&key, Some(rv_of(&stored))) {
                     Ok(last) => {
                         self.after_delete(rt, &last).await;
-                        return Ok(Deleted::Now(views::to_view(rt, &last)));
+                        return Ok(Deleted::Now(self.served(rt, &last, true).await?));
                     }
                     Err(StoreError::Conflict { .. }) => continue,
                     Err(StoreError::NotFound) => return Err(ApiError::not_found(rt.subject(name))),
@@ -925,13 +1015,11 @@ impl Core {
             if new == current || opts.dry_run {
                 return Ok(Deleted::Pending(new));
             }
-            match self
-                .store
-                .update(&key, rv_of(&stored), views::from_view(rt, new))
-            {
+            let to_store = self.storable(rt, new).await?;
+            match self.store.update(&key, rv_of(&stored), to_store) {
                 Ok(saved) => {
                     self.after_write(rt, &saved).await;
-                    return Ok(Deleted::Pending(views::to_view(rt, &saved)));
+                    return Ok(Deleted::Pending(self.served(rt, &saved, true).await?));
                 }
                 Err(StoreError::Conflict { .. }) => continue,
                 Err(StoreError::NotFound) => return Err(ApiError::not_found(rt.subject(name))),

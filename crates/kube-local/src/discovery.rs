@@ -135,6 +135,9 @@ pub fn api_resource_list(reg: &Registry, group: &str, version: &str) -> Option<V
             r["categories"] = json!(t.categories);
         }
         resources.push(r);
+        if t.has_log() {
+            resources.push(json!({"name": format!("{}/log", t.plural), "singularName": "", "namespaced": t.namespaced, "kind": t.kind, "verbs": ["get"]}));
+        }
         if t.status {
             resources.push(json!({"name": format!("{}/status", t.plural), "singularName": "", "namespaced": t.namespaced, "kind": t.kind, "verbs": ["get", "patch", "update"]}));
         }
@@ -162,6 +165,9 @@ fn aggregated_resource(t: &ResourceType) -> Value {
         r["categories"] = json!(t.categories);
     }
     let mut subs = Vec::new();
+    if t.has_log() {
+        subs.push(json!({"subresource": "log", "responseKind": {"group": t.group, "version": t.version, "kind": t.kind}, "verbs": ["get"]}));
+    }
     if t.status {
         subs.push(json!({"subresource": "status", "responseKind": {"group": t.group, "version": t.version, "kind": t.kind}, "verbs": ["get", "patch", "update"]}));
     }

@@ -43,6 +43,11 @@ pub enum Error {
     Tls(crate::tls::TlsError),
     #[error("creating built-in object {what}: {source}")]
     Bootstrap { what: String, source: Box<ApiError> },
+    #[error("opening the store in {path}: {source}")]
+    Store {
+        path: PathBuf,
+        source: crate::persistence::PersistError,
+    },
     #[error("starting the kubelet: {0}")]
     Kubelet(#[from] crate::kubelet::KubeletError),
 }
@@ -96,7 +101,9 @@ impl EnvironmentBuilder {
         self
     }
 
-    /// Keep the kubeconfig in this directory instead of a temporary one (kept after drop).
+    /// Keep state in this directory instead of a temporary one (kept after drop): the kubeconfig, the store
+    /// (`store/`: every object survives a restart with the same directory, see the crate README for the durability
+    /// guarantee), and the kubelet's pod directories and volumes.
     pub fn data_dir(mut self, dir: impl Into<PathBuf>) -> Self {
         self.data_dir = Some(dir.into());
         self
@@ -147,7 +154,16 @@ impl EnvironmentBuilder {
                 (t.path().to_path_buf(), Some(t))
             }
         };
-        let core = Arc::new(Core::new(self.watch_history));
+        let core = match &self.data_dir {
+            Some(d) => {
+                let path = d.join("store");
+                Core::open(self.watch_history, &path)
+                    .await
+                    .map_err(|source| Error::Store { path, source })?
+            }
+            None => Core::new(self.watch_history),
+        };
+        let core = Arc::new(core);
         bootstrap(&core).await?;
         for crd in &self.crds {
             let name = crd.metadata.name.clone().unwrap_or_default();
@@ -322,13 +338,17 @@ async fn create(core: &Core, group: &str, plural: &str, ns: &str, obj: Value) ->
             what: what.clone(),
             source: Box::new(ApiError::not_found_path()),
         })?;
-    core.create(&rt, ns, obj, &WriteOptions::internal("kube-apiserver"))
+    match core
+        .create(&rt, ns, obj, &WriteOptions::internal("kube-apiserver"))
         .await
-        .map(|_| ())
-        .map_err(|source| Error::Bootstrap {
+    {
+        // Kept from an earlier run in the same data directory.
+        Err(e) if e.reason == "AlreadyExists" => Ok(()),
+        other => other.map(|_| ()).map_err(|source| Error::Bootstrap {
             what,
             source: Box::new(source),
-        })
+        }),
+    }
 }
 
 /// Objects a fresh cluster has.
@@ -368,14 +388,28 @@ async fn bootstrap(core: &Core) -> Result<(), Error> {
     Ok(())
 }
 
-async fn install_crd(core: &Core, crd: Value) -> Result<(), ApiError> {
+/// Creates the CRD, or (when an earlier run in the same data directory left one) replaces its definition.
+async fn install_crd(core: &Core, mut crd: Value) -> Result<(), ApiError> {
     let rt = core
         .registry
         .find("apiextensions.k8s.io", "v1", "customresourcedefinitions")
         .ok_or_else(ApiError::not_found_path)?;
-    core.create(&rt, "", crd, &WriteOptions::internal("kube-local"))
-        .await
-        .map(|_| ())
+    let opts = WriteOptions::internal("kube-local");
+    match core.create(&rt, "", crd.clone(), &opts).await {
+        Err(e) if e.reason == "AlreadyExists" => {
+            let name = crate::meta::name(&crd).to_string();
+            let current = core.get(&rt, "", &name)?;
+            crate::meta::set_meta(
+                &mut crd,
+                "resourceVersion",
+                json!(crate::meta::resource_version(&current)),
+            );
+            core.update(&rt, "", &name, crate::core::Subresource::Main, crd, &opts)
+                .await
+                .map(|_| ())
+        }
+        other => other.map(|_| ()),
+    }
 }
 
 /// A running local control plane. See the crate docs.
@@ -445,12 +479,13 @@ impl Environment {
             })
     }
 
-    /// Stops serving (also done on drop).
+    /// Stops serving (also done on drop); a persistent store writes a fresh snapshot.
     pub fn stop(&self) {
         self.shutdown.send_replace(true);
         for t in &self.tasks {
             t.abort();
         }
+        self.core.store.flush();
     }
 }
 

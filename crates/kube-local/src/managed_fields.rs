@@ -222,6 +222,17 @@ pub fn apply(
         others.union(&e.set);
     }
     let mut removed = previous.difference(&new_set).members();
+    // Like structured-merge-diff, the applier also owned the declared fields on the way to its fields (not map keys
+    // or list items): one it no longer applies anything under, and that nobody else owns anything under, goes too
+    // instead of staying behind empty.
+    for member in previous.members() {
+        for depth in 1..member.len() {
+            let path = &member[..depth];
+            if !removed.iter().any(|r| r.as_slice() == path) && declared_field(ti, path) {
+                removed.push(path.to_vec());
+            }
+        }
+    }
     // Shallowest first: removing a list item or map takes its contents with it.
     removed.sort_by_key(Vec::len);
     let mut done: Vec<Vec<String>> = Vec::new();
@@ -256,6 +267,17 @@ pub fn apply(
     }
     store_entries(&mut merged, ti, entries);
     Ok(merged)
+}
+
+/// Whether a field-set path ends in a field its parent's type declares (`f:` elements; list items are stepped into).
+fn declared_field(ti: &TypeInfo<'_>, path: &[String]) -> bool {
+    // `metadata` itself is always owned upstream (every applied configuration names the object); kube-local strips
+    // identity fields from field sets, so it must not look unowned here.
+    if path == ["f:metadata"] || !path.last().is_some_and(|p| p.starts_with("f:")) {
+        return false;
+    }
+    let names: Vec<&str> = path.iter().filter_map(|p| p.strip_prefix("f:")).collect();
+    ti.declares(&names)
 }
 
 /// A list item's key field stays as long as the item does.

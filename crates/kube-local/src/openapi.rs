@@ -102,6 +102,62 @@ fn builtin_defs() -> &'static (Defs, KindDefs) {
     })
 }
 
+/// Follows `$ref` (also wrapped in a one-element `allOf`) to the definition it names.
+fn resolve<'a>(defs: &'a Defs, mut node: &'a Value) -> Option<&'a Value> {
+    for _ in 0..8 {
+        if let Some(r) = node.get("$ref").and_then(Value::as_str) {
+            node = defs.get(r.rsplit('/').next()?)?;
+        } else if let Some([only]) = node
+            .get("allOf")
+            .and_then(Value::as_array)
+            .map(Vec::as_slice)
+        {
+            node = only;
+        } else {
+            return Some(node);
+        }
+    }
+    None
+}
+
+/// Whether `field` is a property declared by the type found at `parent` in built-in `kind` (a struct field, not a
+/// map key); list items along `parent` are stepped into. Unknown kinds or paths: false.
+pub fn builtin_declares(kind: &str, parent: &[&str], field: &str) -> bool {
+    let (defs, kinds) = builtin_defs();
+    let Some(mut node) = kinds
+        .iter()
+        .find(|(_, _, k, _)| *k == kind)
+        .and_then(|(_, _, _, def)| defs.get(def))
+    else {
+        return false;
+    };
+    let step_into_items = |mut n: &'static Value| -> Option<&'static Value> {
+        loop {
+            n = resolve(defs, n)?;
+            match n.get("items") {
+                Some(items) if n.get("type").and_then(Value::as_str) == Some("array") => n = items,
+                _ => return Some(n),
+            }
+        }
+    };
+    for name in parent {
+        let Some(n) = step_into_items(node) else {
+            return false;
+        };
+        let next = n
+            .get("properties")
+            .and_then(|p| p.get(*name))
+            .or_else(|| n.get("additionalProperties").filter(|a| a.is_object()));
+        match next {
+            Some(v) => node = v,
+            None => return false,
+        }
+    }
+    step_into_items(node)
+        .and_then(|n| n.get("properties"))
+        .is_some_and(|p| p.get(field).is_some())
+}
+
 /// Adds the `x-kubernetes-patch-*`/`x-kubernetes-list-*` markers kubectl uses to build strategic merge patches.
 fn add_patch_metadata(defs: &mut Defs) {
     let keyed: &[(&str, &str, &[&str])] = &[
@@ -352,4 +408,27 @@ pub fn document(reg: &Registry, group: &str, version: &str) -> Option<Value> {
         "paths": paths,
         "components": {"schemas": schemas},
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::builtin_declares;
+
+    #[test]
+    fn struct_fields_are_declared_and_map_keys_are_not() {
+        assert!(builtin_declares("Pod", &["spec"], "containers"));
+        assert!(builtin_declares(
+            "Pod",
+            &["spec", "containers"],
+            "resources"
+        ));
+        assert!(!builtin_declares("Pod", &["spec", "nodeSelector"], "disk"));
+        assert!(builtin_declares("ConfigMap", &["metadata"], "labels"));
+        assert!(!builtin_declares(
+            "ConfigMap",
+            &["metadata", "labels"],
+            "app"
+        ));
+        assert!(!builtin_declares("ConfigMap", &["data"], "key"));
+    }
 }

@@ -91,6 +91,11 @@ impl ResourceType {
         self.custom.is_some()
     }
 
+    /// Whether the type has the `log` subresource (core pods only, streamed from the kubelet).
+    pub fn has_log(&self) -> bool {
+        self.group.is_empty() && self.plural == "pods"
+    }
+
     pub fn verbs(&self) -> Vec<&'static str> {
         vec![
             "create",

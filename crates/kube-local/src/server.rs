@@ -228,22 +228,12 @@ async fn dispatch(server: &Server, req: Request) -> ApiResult<Response> {
             "status" => rt.status,
             "scale" => rt.scale.is_some(),
             "finalize" => rt.group.is_empty() && rt.plural == "namespaces",
+            "log" => rt.has_log() && name.is_some(),
             _ => false,
         };
         if !ok {
             return Err(ApiError::not_found_path());
         }
-    }
-    if let Some(c) = &rt.custom
-        && c.conversion_webhook.is_some()
-        && c.storage_version != rt.version
-    {
-        // Serving a non-storage version needs the CRD's conversion webhook, which kube-local does not call yet:
-        // fail like an unreachable conversion webhook rather than return unconverted objects.
-        return Err(ApiError::internal(format!(
-            "conversion webhook for {}/{}, Kind={} failed: webhook conversion is not supported by kube-local",
-            rt.group, c.storage_version, rt.kind
-        )));
     }
     resource(
         server,
@@ -458,6 +448,15 @@ async fn resource(server: &Server, req: Request, t: Target) -> ApiResult<Respons
     let core = &server.core;
     let rt = t.rt.clone();
     let q = query_map(&req);
+    if let (Some("log"), Some(name)) = (t.subresource.as_deref(), t.name.as_deref()) {
+        if req.method() != Method::GET {
+            return Err(ApiError::method_not_allowed(
+                "the server does not allow this method on the requested resource",
+            ));
+        }
+        let ns = t.namespace.as_deref().unwrap_or_default();
+        return crate::pod_log::get(core, &rt, ns, name, &q).await;
+    }
     let format = output::negotiate(
         header_str(&req, header::ACCEPT),
         q.get("includeObject").map(String::as_str),
@@ -518,13 +517,26 @@ async fn resource(server: &Server, req: Request, t: Target) -> ApiResult<Respons
                 resource_version: q.get("resourceVersion").cloned(),
                 resource_version_match: q.get("resourceVersionMatch").cloned(),
             };
-            let listed = list::list(core, &rt, t.namespace.as_deref(), &lq)?;
+            // A CRD converted by a webhook lists its stored version, then converts the page in one review.
+            let listed_as = match &rt.custom {
+                Some(c) if crate::conversion::uses_webhook(&rt) => core
+                    .registry
+                    .find(&rt.group, &c.storage_version, &rt.plural)
+                    .unwrap_or_else(|| rt.clone()),
+                _ => rt.clone(),
+            };
+            let listed = list::list(core, &listed_as, t.namespace.as_deref(), &lq)?;
+            let items = if Arc::ptr_eq(&listed_as, &rt) {
+                listed.items
+            } else {
+                core.served_all(&rt, listed.items, false).await?
+            };
             Ok(json_response(
                 200,
                 &output::list(
                     format,
                     &rt,
-                    listed.items,
+                    items,
                     listed.resource_version,
                     listed.continue_token,
                     listed.remaining,
@@ -536,7 +548,7 @@ async fn resource(server: &Server, req: Request, t: Target) -> ApiResult<Respons
                 let obj = core.get(&rt, &ns, &name)?;
                 return Ok(json_response(200, &scale::to_scale(&rt, &obj)));
             }
-            let obj = core.get(&rt, &ns, &name)?;
+            let obj = core.read(&rt, &ns, &name).await?;
             Ok(json_response(200, &output::object(format, &rt, obj)))
         }
         (Method::POST, None) => {

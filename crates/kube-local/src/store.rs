@@ -1,4 +1,5 @@
-//! In-memory object storage with one global, increasing resourceVersion and a bounded history of changes for watches.
+//! Object storage with one global, increasing resourceVersion and a bounded history of changes for watches: in
+//! memory, and with a data directory also on disk (see [`crate::persistence`]).
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -7,6 +8,7 @@ use serde_json::Value;
 use tokio::sync::watch;
 
 use crate::meta;
+use crate::persistence::{Journal, PersistError};
 use crate::registry::StorageResource;
 
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -41,6 +43,8 @@ pub enum StoreError {
     NotFound,
     #[error("object was modified (have resourceVersion {current})")]
     Conflict { current: u64 },
+    #[error("persisting the change: {0}")]
+    Persist(String),
 }
 
 /// Too old to replay: the history no longer holds every change after the requested version.
@@ -59,6 +63,44 @@ struct Inner {
     history_limit: usize,
     /// Every change with a version above this one is still in `history`.
     floor: u64,
+    /// Where changes are written before they are applied, for a persistent store.
+    journal: Option<Journal>,
+}
+
+impl Inner {
+    /// Writes a change to the journal (a no-op in memory); it must succeed before the change is applied.
+    fn persist(
+        &mut self,
+        rv: u64,
+        key: &ObjectKey,
+        object: Option<&Value>,
+    ) -> Result<(), StoreError> {
+        match &mut self.journal {
+            Some(j) => j
+                .append(rv, key, object)
+                .map_err(|e| StoreError::Persist(e.to_string())),
+            None => Ok(()),
+        }
+    }
+
+    /// Rewrites the snapshot when the journal has grown (or `force`); failures are logged, the journal stays valid.
+    fn compact_journal(&mut self, force: bool) {
+        let Inner {
+            journal: Some(journal),
+            objects,
+            rv,
+            ..
+        } = self
+        else {
+            return;
+        };
+        if !force && !journal.wants_compaction() {
+            return;
+        }
+        if let Err(e) = journal.compact(*rv, objects.iter()) {
+            tracing::error!(error = %e, "writing the store snapshot; the journal keeps every change");
+        }
+    }
 }
 
 pub struct Store {
@@ -83,9 +125,40 @@ impl Store {
                 history: VecDeque::new(),
                 history_limit: history_limit.max(1),
                 floor: 0,
+                journal: None,
             }),
             latest,
         }
+    }
+
+    /// A store kept in `dir`: what was there is loaded, and resourceVersions continue after the last one used. The
+    /// change history starts empty (as after an etcd compaction): watches from earlier versions get 410.
+    pub fn open(history_limit: usize, dir: &std::path::Path) -> Result<Self, PersistError> {
+        let (journal, loaded) = Journal::open(dir)?;
+        let uids = loaded
+            .objects
+            .iter()
+            .filter(|(_, o)| !meta::uid(o).is_empty())
+            .map(|(k, o)| (meta::uid(o).to_string(), k.clone()))
+            .collect();
+        let (latest, _) = watch::channel(loaded.rv);
+        Ok(Store {
+            inner: Mutex::new(Inner {
+                rv: loaded.rv,
+                objects: loaded.objects,
+                uids,
+                history: VecDeque::new(),
+                history_limit: history_limit.max(1),
+                floor: loaded.rv,
+                journal: Some(journal),
+            }),
+            latest,
+        })
+    }
+
+    /// Writes a fresh snapshot of a persistent store (on shutdown).
+    pub fn flush(&self) {
+        self.lock().compact_journal(true);
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
@@ -147,6 +220,7 @@ impl Store {
         }
         let rv = inner.rv + 1;
         meta::set_meta(&mut obj, "resourceVersion", Value::String(rv.to_string()));
+        inner.persist(rv, &key, Some(&obj))?;
         let obj = Arc::new(obj);
         let uid = meta::uid(&obj).to_string();
         if !uid.is_empty() {
@@ -185,6 +259,7 @@ impl Store {
         }
         let rv = inner.rv + 1;
         meta::set_meta(&mut obj, "resourceVersion", Value::String(rv.to_string()));
+        inner.persist(rv, key, Some(&obj))?;
         let obj = Arc::new(obj);
         inner.objects.insert(key.clone(), obj.clone());
         self.commit(
@@ -218,9 +293,10 @@ impl Store {
         {
             return Err(StoreError::Conflict { current });
         }
+        let rv = inner.rv + 1;
+        inner.persist(rv, key, None)?;
         inner.objects.remove(key);
         inner.uids.remove(meta::uid(&prev));
-        let rv = inner.rv + 1;
         let mut last = (*prev).clone();
         meta::set_meta(&mut last, "resourceVersion", Value::String(rv.to_string()));
         let last = Arc::new(last);
@@ -246,6 +322,7 @@ impl Store {
                 inner.floor = dropped.rv;
             }
         }
+        inner.compact_journal(false);
         drop(inner);
         self.latest.send_replace(rv);
     }
@@ -378,6 +455,32 @@ mod tests {
         assert!(s.contains_uid("u1"));
         s.delete(&key("a"), None).unwrap();
         assert!(!s.contains_uid("u1"));
+    }
+
+    #[test]
+    fn a_reopened_store_has_its_objects_and_never_reuses_a_version() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let s = Store::open(10, dir.path()).unwrap();
+            s.create(key("a"), json!({"metadata": {"name": "a", "uid": "u1"}}))
+                .unwrap();
+            s.create(key("b"), json!({"metadata": {"name": "b"}}))
+                .unwrap();
+            // The deletion uses version 3: the next store must not hand it out again.
+            s.delete(&key("b"), None).unwrap();
+        }
+        let s = Store::open(10, dir.path()).unwrap();
+        assert_eq!(s.current_rv(), 3);
+        assert!(s.get(&key("b")).is_none());
+        assert_eq!(rv_of(&s.get(&key("a")).unwrap()), 1);
+        assert!(s.contains_uid("u1"));
+        let c = s
+            .create(key("c"), json!({"metadata": {"name": "c"}}))
+            .unwrap();
+        assert_eq!(rv_of(&c), 4);
+        // History restarts at the loaded version.
+        assert!(s.changes_since(2, |_| true).is_err());
+        assert_eq!(s.changes_since(3, |_| true).unwrap().0.len(), 1);
     }
 
     #[test]

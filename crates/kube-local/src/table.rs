@@ -118,6 +118,151 @@ fn count(v: Option<&Value>) -> i64 {
 /// Column definitions and the function computing a row's cells.
 type Printer = (Vec<Col>, fn(&Value) -> Vec<Value>);
 
+/// upstream `layoutContainerCells`: container names and images, comma-separated.
+fn containers_and_images(o: &Value, template: &str) -> (Value, Value) {
+    let containers = o
+        .pointer(template)
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let field = |f: &str| -> Vec<String> { containers.iter().map(|c| s(c.get(f))).collect() };
+    (
+        json!(field("name").join(",")),
+        json!(field("image").join(",")),
+    )
+}
+
+/// upstream `metav1.FormatLabelSelector`.
+fn format_label_selector(sel: Option<&Value>) -> Value {
+    let mut parts: Vec<String> = Vec::new();
+    if let Some(m) = sel
+        .and_then(|s| s.get("matchLabels"))
+        .and_then(Value::as_object)
+    {
+        let mut labels: Vec<(&String, &Value)> = m.iter().collect();
+        labels.sort_by(|a, b| a.0.cmp(b.0));
+        parts.extend(
+            labels
+                .into_iter()
+                .map(|(k, v)| format!("{k}={}", s(Some(v)))),
+        );
+    }
+    for e in sel
+        .and_then(|s| s.get("matchExpressions"))
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let key = s(e.get("key"));
+        let mut values: Vec<String> = e
+            .get("values")
+            .and_then(Value::as_array)
+            .map(|vs| vs.iter().map(|v| s(Some(v))).collect())
+            .unwrap_or_default();
+        values.sort();
+        parts.push(match s(e.get("operator")).as_str() {
+            "In" => format!("{key} in ({})", values.join(",")),
+            "NotIn" => format!("{key} notin ({})", values.join(",")),
+            "Exists" => key,
+            "DoesNotExist" => format!("!{key}"),
+            other => format!("{key} {other}"),
+        });
+    }
+    or_none(parts.join(","))
+}
+
+/// upstream `GetAccessModesAsString`.
+fn access_modes(modes: Option<&Value>) -> String {
+    let have = |m: &str| {
+        modes
+            .and_then(Value::as_array)
+            .is_some_and(|a| a.iter().any(|x| x.as_str() == Some(m)))
+    };
+    [
+        ("ReadWriteOnce", "RWO"),
+        ("ReadOnlyMany", "ROX"),
+        ("ReadWriteMany", "RWX"),
+        ("ReadWriteOncePod", "RWOP"),
+    ]
+    .into_iter()
+    .filter(|(m, _)| have(m))
+    .map(|(_, short)| short)
+    .collect::<Vec<_>>()
+    .join(",")
+}
+
+fn int_or_string(v: Option<&Value>) -> String {
+    match v {
+        None | Some(Value::Null) => "N/A".into(),
+        Some(other) => s(Some(other)),
+    }
+}
+
+fn unset_or(v: Option<&Value>) -> Value {
+    match v {
+        None | Some(Value::Null) => json!("<unset>"),
+        some => json!(s(some)),
+    }
+}
+
+/// upstream `formatEndpoints`: up to three `ip:port`, then `+ N more...`.
+fn format_endpoints(o: &Value) -> Value {
+    const MAX: usize = 3;
+    let mut shown: Vec<String> = Vec::new();
+    let mut total = 0;
+    for subset in o
+        .get("subsets")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let ips: Vec<String> = subset
+            .get("addresses")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .map(|a| s(a.get("ip")))
+            .collect();
+        let ports: Vec<Option<i64>> = match subset.get("ports").and_then(Value::as_array) {
+            Some(ps) if !ps.is_empty() => ps
+                .iter()
+                .map(|p| p.get("port").and_then(Value::as_i64))
+                .collect(),
+            _ => vec![None],
+        };
+        for port in ports {
+            for ip in &ips {
+                total += 1;
+                if shown.len() < MAX {
+                    shown.push(match port {
+                        Some(p) if ip.contains(':') => format!("[{ip}]:{p}"),
+                        Some(p) => format!("{ip}:{p}"),
+                        None => ip.clone(),
+                    });
+                }
+            }
+        }
+    }
+    if shown.is_empty() {
+        return json!("<none>");
+    }
+    let list = shown.join(",");
+    if total > MAX {
+        json!(format!("{list} + {} more...", total - MAX))
+    } else {
+        json!(list)
+    }
+}
+
+fn seconds_between(from: Option<&str>, to: Option<&str>) -> Option<i64> {
+    let from = meta::parse_time(from?)?;
+    let to = match to {
+        Some(t) => meta::parse_time(t)?,
+        None => jiff::Timestamp::now(),
+    };
+    Some(to.as_second() - from.as_second())
+}
+
 fn builtin_columns(rt: &ResourceType) -> Option<Printer> {
     Some(match (rt.group.as_str(), rt.plural.as_str()) {
         ("", "pods") => (
@@ -244,11 +389,23 @@ fn builtin_columns(rt: &ResourceType) -> Option<Printer> {
                     .and_then(Value::as_array)
                     .map(|ps| {
                         ps.iter()
-                            .map(|p| format!("{}/{}", s(p.get("port")), s(p.get("protocol"))))
+                            .map(|p| {
+                                let node_port =
+                                    p.get("nodePort").and_then(Value::as_i64).unwrap_or(0);
+                                if node_port > 0 {
+                                    format!(
+                                        "{}:{node_port}/{}",
+                                        s(p.get("port")),
+                                        s(p.get("protocol"))
+                                    )
+                                } else {
+                                    format!("{}/{}", s(p.get("port")), s(p.get("protocol")))
+                                }
+                            })
                             .collect()
                     })
                     .unwrap_or_default();
-                let selector: Vec<String> = o
+                let mut selector: Vec<String> = o
                     .pointer("/spec/selector")
                     .and_then(Value::as_object)
                     .map(|m| {
@@ -257,11 +414,57 @@ fn builtin_columns(rt: &ResourceType) -> Option<Printer> {
                             .collect()
                     })
                     .unwrap_or_default();
+                selector.sort();
+                let strings = |p: &str| -> Vec<String> {
+                    o.pointer(p)
+                        .and_then(Value::as_array)
+                        .map(|a| a.iter().map(|v| s(Some(v))).collect())
+                        .unwrap_or_default()
+                };
+                let external_ips = strings("/spec/externalIPs");
+                // upstream `getServiceExternalIP`
+                let external = match s(o.pointer("/spec/type")).as_str() {
+                    "ClusterIP" | "NodePort" if !external_ips.is_empty() => external_ips.join(","),
+                    "ClusterIP" | "NodePort" => "<none>".into(),
+                    "LoadBalancer" => {
+                        let mut all: Vec<String> = o
+                            .pointer("/status/loadBalancer/ingress")
+                            .and_then(Value::as_array)
+                            .map(|a| {
+                                a.iter()
+                                    .map(|i| {
+                                        let ip = s(i.get("ip"));
+                                        if ip.is_empty() {
+                                            s(i.get("hostname"))
+                                        } else {
+                                            ip
+                                        }
+                                    })
+                                    .filter(|x| !x.is_empty())
+                                    .collect()
+                            })
+                            .unwrap_or_default();
+                        all.sort();
+                        all.dedup();
+                        all.extend(external_ips);
+                        if all.is_empty() {
+                            "<pending>".into()
+                        } else {
+                            all.join(",")
+                        }
+                    }
+                    "ExternalName" => s(o.pointer("/spec/externalName")),
+                    _ => "<unknown>".into(),
+                };
+                let cluster_ip = strings("/spec/clusterIPs")
+                    .into_iter()
+                    .next()
+                    .unwrap_or_else(|| "<none>".into());
                 vec![
                     json!(meta::name(o)),
                     json!(s(o.pointer("/spec/type"))),
-                    or_none(s(o.pointer("/spec/clusterIP"))),
-                    json!("<none>"),
+                    json!(cluster_ip),
+                    json!(external),
                     or_none(ports.join(",")),
                     age(o),
                     or_none(selector.join(",")),
@@ -273,8 +476,11 @@ fn builtin_columns(rt: &ResourceType) -> Option<Printer> {
                 c("Name", "string"),
                 c("Ready", "string"),
                 c("Age", "string"),
+                wide("Containers", "string"),
+                wide("Images", "string"),
             ],
             |o| {
+                let (names, images) = containers_and_images(o, "/spec/template/spec/containers");
                 vec![
                     json!(meta::name(o)),
                     json!(format!(
@@ -287,6 +493,8 @@ fn builtin_columns(rt: &ResourceType) -> Option<Printer> {
                             .unwrap_or(0)
                     )),
                     age(o),
+                    names,
+                    images,
                 ]
             },
         ),
@@ -320,6 +528,9 @@ fn builtin_columns(rt: &ResourceType) -> Option<Printer> {
                 c("Completions", "string"),
                 c("Duration", "string"),
                 c("Age", "string"),
+                wide("Containers", "string"),
+                wide("Images", "string"),
+                wide("Selector", "string"),
             ],
             |o| {
                 let conds = o
@@ -337,25 +548,152 @@ fn builtin_columns(rt: &ResourceType) -> Option<Printer> {
                     "Complete"
                 } else if has("Failed") {
                     "Failed"
+                } else if meta::is_deleting(o) {
+                    "Terminating"
                 } else if has("Suspended") {
                     "Suspended"
+                } else if has("FailureTarget") {
+                    "FailureTarget"
                 } else {
                     "Running"
                 };
+                let succeeded = o
+                    .pointer("/status/succeeded")
+                    .and_then(Value::as_i64)
+                    .unwrap_or(0);
+                let completions = match o.pointer("/spec/completions").and_then(Value::as_i64) {
+                    Some(n) => format!("{succeeded}/{n}"),
+                    None => match o.pointer("/spec/parallelism").and_then(Value::as_i64) {
+                        Some(p) if p > 1 => format!("{succeeded}/1 of {p}"),
+                        _ => format!("{succeeded}/1"),
+                    },
+                };
+                let duration = seconds_between(
+                    meta::str_at(o, &["status", "startTime"]),
+                    meta::str_at(o, &["status", "completionTime"]),
+                )
+                .map(human_duration)
+                .unwrap_or_default();
+                let (names, images) = containers_and_images(o, "/spec/template/spec/containers");
                 vec![
                     json!(meta::name(o)),
                     json!(status),
-                    json!(format!(
-                        "{}/{}",
-                        o.pointer("/status/succeeded")
-                            .and_then(Value::as_i64)
-                            .unwrap_or(0),
-                        o.pointer("/spec/completions")
-                            .and_then(Value::as_i64)
-                            .unwrap_or(1)
-                    )),
-                    json!(""),
+                    json!(completions),
+                    json!(duration),
                     age(o),
+                    names,
+                    images,
+                    format_label_selector(o.pointer("/spec/selector")),
+                ]
+            },
+        ),
+        ("batch", "cronjobs") => (
+            vec![
+                c("Name", "string"),
+                c("Schedule", "string"),
+                c("Timezone", "string"),
+                c("Suspend", "boolean"),
+                c("Active", "integer"),
+                c("Last Schedule", "string"),
+                c("Age", "string"),
+                wide("Containers", "string"),
+                wide("Images", "string"),
+                wide("Selector", "string"),
+            ],
+            |o| {
+                let last = match meta::str_at(o, &["status", "lastScheduleTime"]) {
+                    Some(t) => age_of(Some(t)),
+                    None => "<none>".into(),
+                };
+                let suspend = match o.pointer("/spec/suspend").and_then(Value::as_bool) {
+                    Some(true) => "True",
+                    Some(false) => "False",
+                    None => "<unset>",
+                };
+                let (names, images) =
+                    containers_and_images(o, "/spec/jobTemplate/spec/template/spec/containers");
+                vec![
+                    json!(meta::name(o)),
+                    json!(s(o.pointer("/spec/schedule"))),
+                    json!(meta::str_at(o, &["spec", "timeZone"]).unwrap_or("<none>")),
+                    json!(suspend),
+                    json!(count(o.pointer("/status/active"))),
+                    json!(last),
+                    age(o),
+                    names,
+                    images,
+                    format_label_selector(o.pointer("/spec/jobTemplate/spec/selector")),
+                ]
+            },
+        ),
+        ("policy", "poddisruptionbudgets") => (
+            vec![
+                c("Name", "string"),
+                c("Min Available", "string"),
+                c("Max Unavailable", "string"),
+                c("Allowed Disruptions", "integer"),
+                c("Age", "string"),
+            ],
+            |o| {
+                vec![
+                    json!(meta::name(o)),
+                    json!(int_or_string(o.pointer("/spec/minAvailable"))),
+                    json!(int_or_string(o.pointer("/spec/maxUnavailable"))),
+                    json!(
+                        o.pointer("/status/disruptionsAllowed")
+                            .and_then(Value::as_i64)
+                            .unwrap_or(0)
+                    ),
+                    age(o),
+                ]
+            },
+        ),
+        ("", "endpoints") => (
+            vec![
+                c("Name", "string"),
+                c("Endpoints", "string"),
+                c("Age", "string"),
+            ],
+            |o| vec![json!(meta::name(o)), format_endpoints(o), age(o)],
+        ),
+        ("", "persistentvolumes") => (
+            vec![
+                c("Name", "string"),
+                c("Capacity", "string"),
+                c("Access Modes", "string"),
+                c("Reclaim Policy", "string"),
+                c("Status", "string"),
+                c("Claim", "string"),
+                c("StorageClass", "string"),
+                c("VolumeAttributesClass", "string"),
+                c("Reason", "string"),
+                c("Age", "string"),
+                wide("VolumeMode", "string"),
+            ],
+            |o| {
+                let claim = match o.pointer("/spec/claimRef") {
+                    Some(r) if !r.is_null() => {
+                        format!("{}/{}", s(r.get("namespace")), s(r.get("name")))
+                    }
+                    _ => String::new(),
+                };
+                let phase = if meta::is_deleting(o) {
+                    "Terminating".to_string()
+                } else {
+                    s(o.pointer("/status/phase"))
+                };
+                vec![
+                    json!(meta::name(o)),
+                    json!(s(o.pointer("/spec/capacity/storage"))),
+                    json!(access_modes(o.pointer("/spec/accessModes"))),
+                    json!(s(o.pointer("/spec/persistentVolumeReclaimPolicy"))),
+                    json!(phase),
+                    json!(claim),
+                    json!(s(o.pointer("/spec/storageClassName"))),
+                    unset_or(o.pointer("/spec/volumeAttributesClassName")),
+                    json!(s(o.pointer("/status/reason"))),
+                    age(o),
+                    unset_or(o.pointer("/spec/volumeMode")),
                 ]
             },
         ),
@@ -408,17 +746,34 @@ fn builtin_columns(rt: &ResourceType) -> Option<Printer> {
                 c("StorageClass", "string"),
                 c("VolumeAttributesClass", "string"),
                 c("Age", "string"),
+                wide("VolumeMode", "string"),
             ],
             |o| {
+                let phase = if meta::is_deleting(o) {
+                    "Terminating".to_string()
+                } else {
+                    s(o.pointer("/status/phase"))
+                };
+                // Capacity and access modes are shown once the claim names its volume.
+                let bound = !s(o.pointer("/spec/volumeName")).is_empty();
+                let (capacity, modes) = if bound {
+                    (
+                        s(o.pointer("/status/capacity/storage")),
+                        access_modes(o.pointer("/status/accessModes")),
+                    )
+                } else {
+                    (String::new(), String::new())
+                };
                 vec![
                     json!(meta::name(o)),
-                    json!(s(o.pointer("/status/phase"))),
+                    json!(phase),
                     json!(s(o.pointer("/spec/volumeName"))),
-                    json!(s(o.pointer("/status/capacity/storage"))),
-                    json!(""),
-                    or_none(s(o.pointer("/spec/storageClassName"))),
-                    json!("<unset>"),
+                    json!(capacity),
+                    json!(modes),
+                    json!(s(o.pointer("/spec/storageClassName"))),
+                    unset_or(o.pointer("/spec/volumeAttributesClassName")),
                     age(o),
+                    unset_or(o.pointer("/spec/volumeMode")),
                 ]
             },
         ),

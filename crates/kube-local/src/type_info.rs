@@ -219,6 +219,30 @@ impl<'a> TypeInfo<'a> {
             .unwrap_or(SmpList::Replace)
     }
 
+    /// Whether the last element of `path` (field names; list items are stepped into) is a field its parent's type
+    /// declares (structured-merge-diff's "named field"), not a key of a map. Server-side apply owns such fields along
+    /// with what is under them.
+    pub fn declares(&self, path: &[&str]) -> bool {
+        let Some((field, parent)) = path.split_last() else {
+            return false;
+        };
+        if !self.custom || is_metadata_path(path) {
+            // Custom resources share ObjectMeta with every built-in kind.
+            let kind = if self.custom { "ConfigMap" } else { self.kind };
+            return crate::openapi::builtin_declares(kind, parent, field);
+        }
+        let Some(mut node) = self.schema_node(parent) else {
+            return false;
+        };
+        while node.get("type").and_then(Value::as_str) == Some("array") {
+            let Some(items) = node.get("items") else {
+                return false;
+            };
+            node = items;
+        }
+        node.get("properties").and_then(|p| p.get(*field)).is_some()
+    }
+
     /// Maps/structs that are replaced as a whole (label selectors, service selectors, `x-kubernetes-map-type: atomic`).
     pub fn atomic_map(&self, path: &[&str]) -> bool {
         if self.custom && !is_metadata_path(path) {
@@ -275,5 +299,9 @@ mod tests {
         );
         assert_eq!(t.list_kind(&["spec", "items", "tags"]), ListKind::Set);
         assert_eq!(t.list_kind(&["spec", "other"]), ListKind::Atomic);
+        assert!(t.declares(&["spec", "items", "tags"]));
+        assert!(!t.declares(&["spec", "undeclared"]));
+        assert!(t.declares(&["metadata", "labels"]));
+        assert!(!t.declares(&["metadata", "labels", "app"]));
     }
 }

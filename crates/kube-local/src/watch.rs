@@ -15,7 +15,6 @@ use crate::output::{self, Format};
 use crate::registry::ResourceType;
 use crate::selector::{FieldSelector, LabelSelector};
 use crate::store::{Change, ChangeKind};
-use crate::views;
 
 #[derive(Debug, Clone, Default)]
 pub struct WatchQuery {
@@ -80,6 +79,7 @@ pub fn validate(q: &WatchQuery) -> ApiResult<()> {
 }
 
 struct Emitter {
+    core: Arc<Core>,
     rt: Arc<ResourceType>,
     format: Format,
     tx: mpsc::Sender<Result<Bytes, std::io::Error>>,
@@ -92,10 +92,25 @@ impl Emitter {
         self.tx.send(Ok(Bytes::from(line))).await.is_ok()
     }
 
+    /// Sends one object event; a failing conversion webhook ends the watch with an ERROR event, as upstream's
+    /// watch does when it cannot decode an object.
     async fn object(&self, kind: &str, stored: &Value) -> bool {
-        let view = views::to_view(&self.rt, stored);
-        self.send(kind, output::object(self.format, &self.rt, view))
+        match self
+            .core
+            .served_all(&self.rt, vec![stored.clone()], false)
             .await
+            .map(|mut v| v.pop())
+        {
+            Ok(Some(view)) => {
+                self.send(kind, output::object(self.format, &self.rt, view))
+                    .await
+            }
+            Ok(None) => false,
+            Err(e) => {
+                let _ = self.send("ERROR", e.to_status()).await;
+                false
+            }
+        }
     }
 
     async fn bookmark(&self, rv: u64, initial_end: bool) -> bool {
@@ -137,6 +152,7 @@ pub fn start(
     let (tx, rx) = mpsc::channel(256);
     tokio::spawn(async move {
         let emitter = Emitter {
+            core: core.clone(),
             rt: rt.clone(),
             format,
             tx,

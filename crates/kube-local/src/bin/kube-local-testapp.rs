@@ -1,7 +1,8 @@
 //! A tiny workload for kube-local's kubelet tests: serves HTTP on the pod's address and can record its starts in a
 //! file (to show a volume's data surviving a pod's re-creation).
 //!
-//! Environment: `LISTEN` (default `$POD_IP:8080`), `RECORD_FILE` (append `$HOSTNAME` and a newline at start),
+//! Environment: `LISTEN` (default `$POD_IP:8080`), `RECORD_FILE` (append `$HOSTNAME` and a newline at start, and
+//! print `testapp start N`, N counting the starts recorded there),
 //! `EXIT_AFTER_MS` (exit with `EXIT_CODE`, default 0, after that long instead of serving forever).
 //! `GET /file?path=P` answers with the file's content, `GET /fail` makes later `/healthz` answer 500, anything else
 //! answers 200 with the hostname.
@@ -14,18 +15,26 @@ static FAILING: AtomicBool = AtomicBool::new(false);
 
 fn main() {
     let hostname = std::env::var("HOSTNAME").unwrap_or_default();
+    let mut start = None;
     if let Ok(file) = std::env::var("RECORD_FILE") {
         let appended = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(&file)
-            .and_then(|mut f| writeln!(f, "{hostname}"));
-        if let Err(e) = appended {
-            eprintln!("recording the start in {file}: {e}");
-            std::process::exit(1);
+            .and_then(|mut f| writeln!(f, "{hostname}"))
+            .and_then(|()| std::fs::read_to_string(&file));
+        match appended {
+            Ok(record) => start = Some(record.lines().count()),
+            Err(e) => {
+                eprintln!("recording the start in {file}: {e}");
+                std::process::exit(1);
+            }
         }
     }
     println!("testapp {hostname} starting");
+    if let Some(n) = start {
+        println!("testapp start {n}");
+    }
     if let Ok(ms) = std::env::var("EXIT_AFTER_MS") {
         let ms: u64 = ms.parse().unwrap_or(0);
         std::thread::sleep(std::time::Duration::from_millis(ms));

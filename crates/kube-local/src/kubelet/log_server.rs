@@ -36,11 +36,14 @@ pub async fn start(
     Ok(port)
 }
 
-fn not_found(message: String) -> Response {
-    (StatusCode::NOT_FOUND, message).into_response()
+fn error(code: StatusCode, message: String) -> Response {
+    (code, message).into_response()
 }
 
 fn tail(text: &[u8], lines: usize) -> &[u8] {
+    if lines == 0 {
+        return &[];
+    }
     let mut count = 0;
     let end = if text.ends_with(b"\n") {
         text.len() - 1
@@ -58,52 +61,108 @@ fn tail(text: &[u8], lines: usize) -> &[u8] {
     text
 }
 
+fn flag(query: &HashMap<String, String>, key: &str) -> bool {
+    query.get(key).is_some_and(|v| v == "true" || v == "1")
+}
+
+/// A non-negative integer parameter; a malformed one is a 400 like upstream's query decoding.
+fn number(query: &HashMap<String, String>, key: &str) -> Result<Option<u64>, String> {
+    query
+        .get(key)
+        .map(|v| {
+            v.parse::<u64>()
+                .map_err(|e| format!("invalid {key} value {v:?}: {e}"))
+        })
+        .transpose()
+}
+
 async fn container_logs(
     State(shared): State<Arc<Shared>>,
     Path((namespace, pod, container)): Path<(String, String, String)>,
     Query(query): Query<HashMap<String, String>>,
 ) -> Response {
     let Some(rt) = shared.running_pod(&namespace, &pod) else {
-        return not_found(format!("pod {namespace}/{pod} is not running on this node"));
+        return error(
+            StatusCode::NOT_FOUND,
+            format!("pod \"{namespace}/{pod}\" does not exist"),
+        );
     };
-    let previous = query
-        .get("previous")
-        .is_some_and(|v| v == "true" || v == "1");
-    let Some(path) = rt.log_file(&container, previous) else {
-        let what = if previous {
-            "previous terminated container"
-        } else {
-            "container"
+    let known = rt.pod().spec.is_some_and(|s| {
+        s.containers
+            .iter()
+            .chain(s.init_containers.iter().flatten())
+            .any(|c| c.name == container)
+    });
+    if !known {
+        return error(
+            StatusCode::BAD_REQUEST,
+            format!("container {container:?} in pod {pod:?} is not available"),
+        );
+    }
+    // Timestamps need per-line capture times, which this kubelet does not record (processes write their log files
+    // directly): refuse rather than answer without them.
+    let unsupported = if flag(&query, "timestamps") {
+        Some("timestamps")
+    } else {
+        ["sinceSeconds", "sinceTime"]
+            .into_iter()
+            .find(|k| query.contains_key(*k))
+    };
+    if let Some(option) = unsupported {
+        return error(
+            StatusCode::BAD_REQUEST,
+            format!(
+                "{option} is not supported by the kube-local kubelet: container logs carry no per-line timestamps"
+            ),
+        );
+    }
+    let previous = flag(&query, "previous");
+    let (tail_lines, limit_bytes) =
+        match (number(&query, "tailLines"), number(&query, "limitBytes")) {
+            (Ok(t), Ok(l)) => (t, l),
+            (Err(message), _) | (_, Err(message)) => {
+                return error(StatusCode::BAD_REQUEST, message);
+            }
         };
-        return not_found(format!("{what} \"{container}\" in pod \"{pod}\" not found"));
+    let path = match rt.container_log(&container, previous) {
+        Ok(p) => p,
+        Err(message) => return error(StatusCode::BAD_REQUEST, message),
     };
-    let mut text = tokio::fs::read(&path).await.unwrap_or_default();
-    if let Some(lines) = query.get("tailLines").and_then(|l| l.parse::<usize>().ok()) {
-        text = tail(&text, lines).to_vec();
+    let mut text = match tokio::fs::read(&path).await {
+        Ok(t) => t,
+        Err(e) => {
+            return error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("reading the log of container {container:?} in pod {pod:?}: {e}"),
+            );
+        }
+    };
+    let offset = text.len() as u64;
+    if let Some(lines) = tail_lines {
+        text = tail(&text, usize::try_from(lines).unwrap_or(usize::MAX)).to_vec();
     }
-    if let Some(limit) = query
-        .get("limitBytes")
-        .and_then(|l| l.parse::<usize>().ok())
-    {
+    let mut budget = limit_bytes.map(|l| usize::try_from(l).unwrap_or(usize::MAX));
+    if let Some(limit) = budget {
         text.truncate(limit);
+        budget = Some(limit - text.len());
     }
-    let follow = query.get("follow").is_some_and(|v| v == "true" || v == "1");
-    if !follow || previous {
+    if !flag(&query, "follow") || previous || budget == Some(0) {
         return (StatusCode::OK, text).into_response();
     }
     // Follow: what is there, then what gets appended while this run of the container lasts.
-    let offset = tokio::fs::metadata(&path)
-        .await
-        .map(|m| m.len())
-        .unwrap_or(0);
     let first =
         futures::stream::once(async move { Ok::<_, std::io::Error>(bytes::Bytes::from(text)) });
     let rest = futures::stream::unfold(
-        (path, offset, rt, container),
-        |(path, mut offset, rt, container)| async move {
+        (path, offset, rt, container, budget),
+        |(path, mut offset, rt, container, mut budget)| async move {
+            if budget == Some(0) {
+                return None;
+            }
             loop {
-                let still_current =
-                    rt.log_file(&container, false).as_ref() == Some(&path) && shared_alive(&rt);
+                // Checked before reading: whatever the run wrote before it ended is still sent.
+                let still_current = rt.container_log(&container, false).ok().as_ref()
+                    == Some(&path)
+                    && rt.container_running(&container);
                 let mut chunk = Vec::new();
                 if let Ok(mut f) = tokio::fs::File::open(&path).await
                     && f.seek(std::io::SeekFrom::Start(offset)).await.is_ok()
@@ -112,7 +171,14 @@ async fn container_logs(
                 }
                 if !chunk.is_empty() {
                     offset += chunk.len() as u64;
-                    return Some((Ok(bytes::Bytes::from(chunk)), (path, offset, rt, container)));
+                    if let Some(left) = budget {
+                        chunk.truncate(left);
+                        budget = Some(left - chunk.len());
+                    }
+                    return Some((
+                        Ok(bytes::Bytes::from(chunk)),
+                        (path, offset, rt, container, budget),
+                    ));
                 }
                 if !still_current {
                     return None;
@@ -123,9 +189,4 @@ async fn container_logs(
     );
     use futures::StreamExt;
     Response::new(Body::from_stream(first.chain(rest)))
-}
-
-/// Whether the pod's container still runs (its process is recorded).
-fn shared_alive(rt: &super::pod_worker::PodRuntime) -> bool {
-    rt.has_processes()
 }

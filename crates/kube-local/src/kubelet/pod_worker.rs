@@ -80,9 +80,19 @@ impl PodRuntime {
 
     /// The log file of a container's current run, or of the run before it.
     pub fn log_file(&self, container: &str, previous: bool) -> Option<PathBuf> {
+        self.log_runs(container)
+            .into_iter()
+            .rev()
+            .nth(usize::from(previous))
+    }
+
+    /// Every run's log file of a container, oldest first.
+    fn log_runs(&self, container: &str) -> Vec<PathBuf> {
         let dir = self.dir.join("logs").join(container);
-        let mut runs: Vec<(i32, PathBuf)> = std::fs::read_dir(&dir)
-            .ok()?
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            return Vec::new();
+        };
+        let mut runs: Vec<(i32, PathBuf)> = entries
             .flatten()
             .filter_map(|e| {
                 let n: i32 = e.path().file_stem()?.to_str()?.parse().ok()?;
@@ -90,17 +100,78 @@ impl PodRuntime {
             })
             .collect();
         runs.sort_by_key(|(n, _)| *n);
-        let skip = usize::from(previous);
-        runs.into_iter().rev().nth(skip).map(|(_, p)| p)
+        runs.into_iter().map(|(_, p)| p).collect()
     }
 
-    /// Whether any of the pod's containers is running.
-    pub fn has_processes(&self) -> bool {
-        !self
-            .pids
+    /// The log a `containerLogs` request reads, chosen as a real kubelet chooses the container instance: the current
+    /// one is the running (or last terminated) run; `previous` is the run before it — except while the container
+    /// waits to restart, when its last terminated run is both.
+    pub fn container_log(&self, container: &str, previous: bool) -> Result<PathBuf, String> {
+        let status = self.container_state(container);
+        let waiting_reason = status
+            .as_ref()
+            .and_then(|s| s.waiting.as_ref())
+            .map(|w| w.reason.clone().unwrap_or_default());
+        let runs = self.log_runs(container);
+        let chosen = match (previous, &waiting_reason) {
+            // Waiting after a run: both the current and the previous instance are that run.
+            (_, Some(_)) if self.restarted(container) => runs.last(),
+            (false, Some(reason)) => {
+                return Err(format!(
+                    "container {container:?} in pod {:?} is waiting to start: {reason}",
+                    self.name
+                ));
+            }
+            (false, None) => runs.last(),
+            (true, _) => runs.iter().rev().nth(1),
+        };
+        match chosen {
+            Some(p) => Ok(p.clone()),
+            None if previous => Err(format!(
+                "previous terminated container {container:?} in pod {:?} not found",
+                self.name
+            )),
+            None => Err(format!(
+                "container {container:?} in pod {:?} is waiting to start: ContainerCreating",
+                self.name
+            )),
+        }
+    }
+
+    /// The container's current state in the pod status (containers and init containers).
+    fn container_state(&self, container: &str) -> Option<ContainerState> {
+        let status = self.status.lock().unwrap_or_else(|e| e.into_inner());
+        status
+            .container_statuses
+            .iter()
+            .chain(status.init_container_statuses.iter())
+            .flatten()
+            .find(|c| c.name == container)
+            .and_then(|c| c.state.clone())
+    }
+
+    /// Whether the container has a terminated run behind it (its status has a last terminated state).
+    fn restarted(&self, container: &str) -> bool {
+        let status = self.status.lock().unwrap_or_else(|e| e.into_inner());
+        status
+            .container_statuses
+            .iter()
+            .chain(status.init_container_statuses.iter())
+            .flatten()
+            .find(|c| c.name == container)
+            .is_some_and(|c| {
+                c.last_state
+                    .as_ref()
+                    .is_some_and(|s| s.terminated.is_some())
+            })
+    }
+
+    /// Whether this container's process runs now.
+    pub fn container_running(&self, container: &str) -> bool {
+        self.pids
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .is_empty()
+            .contains_key(container)
     }
 
     /// Whether an init container (a sidecar) has started.

@@ -571,33 +571,3 @@ async fn multiple_versions_with_none_conversion_rewrite_api_version() {
     let (_, _, group) = raw(&env, "GET", "/apis/example.com", None, None).await;
     assert_eq!(group["preferredVersion"]["version"], "v1");
 }
-
-#[tokio::test]
-async fn webhook_conversion_of_non_storage_versions_is_refused_not_faked() {
-    let env = kube_local::Environment::builder()
-        .crds(vec![two_version_crd(json!({"strategy": "Webhook", "webhook": {"conversionReviewVersions": ["v1"], "clientConfig": {"url": "https://127.0.0.1:1/convert"}}}))])
-        .build()
-        .await
-        .unwrap();
-    let (code, _, _) = raw(
-        &env,
-        "GET",
-        "/apis/example.com/v1/namespaces/default/gadgets",
-        None,
-        None,
-    )
-    .await;
-    assert_eq!(code, 200);
-    let (code, _, body) = raw(
-        &env,
-        "GET",
-        "/apis/example.com/v1beta1/namespaces/default/gadgets",
-        None,
-        None,
-    )
-    .await;
-    assert_eq!(
-        (code, body["reason"].as_str()),
-        (500, Some("InternalError"))
-    );
-}

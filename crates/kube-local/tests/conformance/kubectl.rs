@@ -229,3 +229,206 @@ async fn get_yaml_has_type_meta() {
     assert!(text.starts_with("apiVersion: v1\n"), "{text}");
     assert!(text.contains("kind: ConfigMap"), "{text}");
 }
+
+const WORKLOAD_OBJECTS: &str = r#"
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata: {name: quorum}
+spec:
+  minAvailable: 2
+  selector: {matchLabels: {app: db}}
+---
+apiVersion: v1
+kind: PersistentVolume
+metadata: {name: pv-a}
+spec:
+  capacity: {storage: 1Gi}
+  accessModes: [ReadWriteOnce]
+  persistentVolumeReclaimPolicy: Delete
+  storageClassName: standard
+  hostPath: {path: /tmp/pv-a}
+---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {name: data}
+spec:
+  accessModes: [ReadWriteOnce]
+  storageClassName: standard
+  resources: {requests: {storage: 1Gi}}
+---
+apiVersion: batch/v1
+kind: CronJob
+metadata: {name: backup}
+spec:
+  schedule: "*/5 * * * *"
+  jobTemplate:
+    spec:
+      template:
+        spec:
+          restartPolicy: Never
+          containers: [{name: b, image: busybox:1}]
+---
+apiVersion: batch/v1
+kind: Job
+metadata: {name: once}
+spec:
+  template:
+    spec:
+      restartPolicy: Never
+      containers: [{name: j, image: busybox:1}]
+---
+apiVersion: v1
+kind: Endpoints
+metadata: {name: db}
+subsets:
+- addresses: [{ip: 10.0.0.1}, {ip: 10.0.0.2}, {ip: 10.0.0.3}, {ip: 10.0.0.4}]
+  ports: [{port: 2379}]
+"#;
+
+/// `kubectl get` shows upstream's columns (and their values) for the built-in kinds dkv uses.
+#[tokio::test]
+async fn get_shows_upstream_columns_for_workload_kinds() {
+    let env = env().await;
+    let out = kubectl_in(&env, &["apply", "-f", "-"], Some(WORKLOAD_OBJECTS)).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = kubectl_in(&env, &["apply", "-f", "-"], Some(STS)).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    let table = |args: &'static [&'static str]| {
+        let env = &env;
+        async move {
+            let out = kubectl(env, args).await;
+            assert!(out.status.success(), "{args:?}: {}", stderr(&out));
+            let text = stdout(&out);
+            let mut lines = text.lines();
+            // Columns are separated by at least two spaces (header names contain single spaces).
+            let split = |l: &str| -> Vec<String> {
+                l.split("  ")
+                    .map(str::trim)
+                    .filter(|c| !c.is_empty())
+                    .map(String::from)
+                    .collect()
+            };
+            let header = split(lines.next().unwrap_or_default());
+            let rows: Vec<Vec<String>> = lines.map(split).collect();
+            (header, rows)
+        }
+    };
+
+    let (header, rows) = table(&["get", "pdb"]).await;
+    assert_eq!(
+        header,
+        [
+            "NAME",
+            "MIN AVAILABLE",
+            "MAX UNAVAILABLE",
+            "ALLOWED DISRUPTIONS",
+            "AGE"
+        ]
+    );
+    assert_eq!(rows[0][..4], ["quorum", "2", "N/A", "0"]);
+
+    let (header, rows) = table(&["get", "pv"]).await;
+    assert_eq!(
+        header,
+        [
+            "NAME",
+            "CAPACITY",
+            "ACCESS MODES",
+            "RECLAIM POLICY",
+            "STATUS",
+            "CLAIM",
+            "STORAGECLASS",
+            "VOLUMEATTRIBUTESCLASS",
+            "REASON",
+            "AGE"
+        ]
+    );
+    assert_eq!(rows[0][..4], ["pv-a", "1Gi", "RWO", "Delete"]);
+
+    let (header, _) = table(&["get", "pvc"]).await;
+    assert_eq!(
+        header,
+        [
+            "NAME",
+            "STATUS",
+            "VOLUME",
+            "CAPACITY",
+            "ACCESS MODES",
+            "STORAGECLASS",
+            "VOLUMEATTRIBUTESCLASS",
+            "AGE"
+        ]
+    );
+
+    let (header, rows) = table(&["get", "cronjobs", "-o", "wide"]).await;
+    assert_eq!(
+        header,
+        [
+            "NAME",
+            "SCHEDULE",
+            "TIMEZONE",
+            "SUSPEND",
+            "ACTIVE",
+            "LAST SCHEDULE",
+            "AGE",
+            "CONTAINERS",
+            "IMAGES",
+            "SELECTOR"
+        ]
+    );
+    assert_eq!(
+        rows[0][..6],
+        ["backup", "*/5 * * * *", "<none>", "False", "0", "<none>"]
+    );
+
+    let (header, rows) = table(&["get", "jobs", "-o", "wide"]).await;
+    assert_eq!(
+        header,
+        [
+            "NAME",
+            "STATUS",
+            "COMPLETIONS",
+            "DURATION",
+            "AGE",
+            "CONTAINERS",
+            "IMAGES",
+            "SELECTOR"
+        ]
+    );
+    assert_eq!(rows[0][..3], ["once", "Running", "0/1"]);
+    assert!(
+        rows[0]
+            .last()
+            .unwrap()
+            .starts_with("batch.kubernetes.io/controller-uid="),
+        "{rows:?}"
+    );
+
+    let (header, rows) = table(&["get", "endpoints", "db"]).await;
+    assert_eq!(header, ["NAME", "ENDPOINTS", "AGE"]);
+    assert_eq!(
+        rows[0][1],
+        "10.0.0.1:2379,10.0.0.2:2379,10.0.0.3:2379 + 1 more..."
+    );
+
+    let (header, rows) = table(&["get", "sts", "-o", "wide"]).await;
+    assert_eq!(header, ["NAME", "READY", "AGE", "CONTAINERS", "IMAGES"]);
+    assert_eq!(rows[0][3..], ["c", "nginx:1.25"]);
+
+    let (header, rows) = table(&["get", "svc", "kubernetes"]).await;
+    assert_eq!(
+        header,
+        [
+            "NAME",
+            "TYPE",
+            "CLUSTER-IP",
+            "EXTERNAL-IP",
+            "PORT(S)",
+            "AGE"
+        ]
+    );
+    assert_eq!(
+        rows[0][..5],
+        ["kubernetes", "ClusterIP", "10.96.0.1", "<none>", "443/TCP"]
+    );
+}

@@ -3,12 +3,14 @@
 
 mod common;
 
+mod conversion;
 mod crds;
 mod crud;
 mod discovery;
 mod kubectl;
 mod lifecycle;
 mod patching;
+mod persistence;
 mod protobuf;
 mod runtime;
 mod watching;

@@ -351,3 +351,141 @@ async fn apply_to_status_subresource_changes_only_status() {
         .unwrap();
     assert_eq!(status_entry.subresource.as_deref(), Some("status"));
 }
+
+fn task_crd()
+-> k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition {
+    serde_json::from_value(json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "tasks.example.com"},
+        "spec": {"group": "example.com", "scope": "Namespaced",
+            "names": {"plural": "tasks", "singular": "task", "kind": "Task"},
+            "versions": [{"name": "v1", "served": true, "storage": true, "subresources": {"status": {}},
+                "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+                    "spec": {"type": "object", "properties": {
+                        "tags": {"type": "object", "additionalProperties": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}},
+                    "status": {"type": "object", "properties": {
+                        "phase": {"type": "string"},
+                        "operation": {"type": "object", "properties": {
+                            "name": {"type": "string"}, "note": {"type": "string"}}}}}}}}}]}
+    }))
+    .unwrap()
+}
+
+async fn apply_task(
+    env: &kube_local::Environment,
+    manager: &str,
+    status: bool,
+    body: Value,
+) -> Value {
+    let sub = if status { "/status" } else { "" };
+    let mut applied =
+        json!({"apiVersion": "example.com/v1", "kind": "Task", "metadata": {"name": "t"}});
+    for (k, v) in body.as_object().unwrap() {
+        applied[k] = v.clone();
+    }
+    let (code, _, out) = raw(
+        env,
+        "PATCH",
+        &format!("/apis/example.com/v1/namespaces/default/tasks/t{sub}?fieldManager={manager}"),
+        Some("application/apply-patch+yaml"),
+        Some(applied),
+    )
+    .await;
+    assert!(code == 200 || code == 201, "{out}");
+    out
+}
+
+/// structured-merge-diff owns the declared struct fields on the way to an applied field: when the manager stops
+/// applying everything under one (and nobody else owns anything there), the field goes instead of staying `{}`.
+#[tokio::test]
+async fn a_struct_field_no_longer_applied_is_removed_not_left_empty() {
+    let env = kube_local::Environment::builder()
+        .crd(task_crd())
+        .build()
+        .await
+        .unwrap();
+    apply_task(&env, "op", false, json!({"spec": {}})).await;
+    let first = apply_task(
+        &env,
+        "op",
+        true,
+        json!({"status": {"phase": "Running", "operation": {"name": "backup"}}}),
+    )
+    .await;
+    assert_eq!(first["status"]["operation"], json!({"name": "backup"}));
+    let second = apply_task(&env, "op", true, json!({"status": {"phase": "Idle"}})).await;
+    assert_eq!(second["status"], json!({"phase": "Idle"}), "{second}");
+
+    // Another manager owning a field under it keeps the struct (with only that field).
+    apply_task(
+        &env,
+        "op",
+        true,
+        json!({"status": {"phase": "Running", "operation": {"name": "restore"}}}),
+    )
+    .await;
+    apply_task(
+        &env,
+        "watcher",
+        true,
+        json!({"status": {"operation": {"note": "seen"}}}),
+    )
+    .await;
+    let shared = apply_task(&env, "op", true, json!({"status": {"phase": "Idle"}})).await;
+    assert_eq!(
+        shared["status"],
+        json!({"phase": "Idle", "operation": {"note": "seen"}}),
+        "{shared}"
+    );
+
+    // Keys of a map are not declared fields: the map (a declared field) goes with its last key, but an empty value
+    // under a key that another manager still owns stays.
+    apply_task(
+        &env,
+        "op",
+        false,
+        json!({"spec": {"tags": {"a": {"x": 1}}}}),
+    )
+    .await;
+    let dropped = apply_task(&env, "op", false, json!({"spec": {}})).await;
+    assert!(dropped["spec"].get("tags").is_none(), "{dropped}");
+}
+
+/// The same for built-ins: a ConfigMap's `data` goes when its manager stops applying every key of it.
+#[tokio::test]
+async fn a_built_in_map_field_no_longer_applied_is_removed() {
+    let env = env().await;
+    let api: Api<ConfigMap> = Api::namespaced(env.client(), "default");
+    api.patch(
+        "gone",
+        &PatchParams::apply("me"),
+        &Patch::Apply(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "gone"}, "data": {"a": "1"}})),
+    )
+    .await
+    .unwrap();
+    let out = api
+        .patch(
+            "gone",
+            &PatchParams::apply("me"),
+            &Patch::Apply(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "gone", "labels": {"kept": "yes"}}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(out.data, None, "{out:?}");
+    assert_eq!(
+        out.metadata.labels.unwrap().get("kept").map(String::as_str),
+        Some("yes")
+    );
+    let out = api
+        .patch(
+            "gone",
+            &PatchParams::apply("me"),
+            &Patch::Apply(
+                json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "gone"}}),
+            ),
+        )
+        .await
+        .unwrap();
+    assert_eq!(out.metadata.labels, None, "{out:?}");
+    assert_eq!(out.metadata.name.as_deref(), Some("gone"));
+}

@@ -13,10 +13,13 @@ use crate::common::*;
 
 type Handler = fn(&str, &Value) -> Value;
 
-struct WebhookServer {
-    url: String,
-    ca_bundle: String,
-    reviews: Arc<Mutex<Vec<(String, Value)>>>,
+/// Answers a whole review (the request path and body) with a whole response body.
+pub type Respond = Arc<dyn Fn(&str, &Value) -> Value + Send + Sync>;
+
+pub struct WebhookServer {
+    pub url: String,
+    pub ca_bundle: String,
+    pub reviews: Arc<Mutex<Vec<(String, Value)>>>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -26,7 +29,7 @@ impl Drop for WebhookServer {
     }
 }
 
-fn b64(data: &[u8]) -> String {
+pub fn b64(data: &[u8]) -> String {
     const T: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     let mut out = String::new();
     for c in data.chunks(3) {
@@ -49,7 +52,18 @@ fn b64(data: &[u8]) -> String {
     out
 }
 
+/// An admission webhook: `handler` answers the AdmissionReview's request with its response.
 async fn webhook_server(handler: Handler) -> WebhookServer {
+    https_server(Arc::new(move |path: &str, review: &Value| {
+        let mut response = handler(path, &review["request"]);
+        response["uid"] = review["request"]["uid"].clone();
+        json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response})
+    }))
+    .await
+}
+
+/// An HTTPS server with a certificate from its own CA (`ca_bundle`) that records every review it receives.
+pub async fn https_server(respond: Respond) -> WebhookServer {
     let ca = kube_local::tls::CertificateAuthority::new("webhook-ca").unwrap();
     let issued = ca.issue(&["127.0.0.1", "localhost"]).unwrap();
     let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(issued.server_config().unwrap()));
@@ -64,6 +78,7 @@ async fn webhook_server(handler: Handler) -> WebhookServer {
             };
             let acceptor = acceptor.clone();
             let recorded = recorded.clone();
+            let respond = respond.clone();
             tokio::spawn(async move {
                 let Ok(tls) = acceptor.accept(tcp).await else {
                     return;
@@ -71,6 +86,7 @@ async fn webhook_server(handler: Handler) -> WebhookServer {
                 let service = hyper::service::service_fn(
                     move |req: hyper::Request<hyper::body::Incoming>| {
                         let recorded = recorded.clone();
+                        let respond = respond.clone();
                         async move {
                             let path = req.uri().path().to_string();
                             let body = req.into_body().collect().await.unwrap().to_bytes();
@@ -79,9 +95,7 @@ async fn webhook_server(handler: Handler) -> WebhookServer {
                                 .lock()
                                 .unwrap()
                                 .push((path.clone(), review.clone()));
-                            let mut response = handler(&path, &review["request"]);
-                            response["uid"] = review["request"]["uid"].clone();
-                            let answer = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response});
+                            let answer = respond(&path, &review);
                             Ok::<_, std::convert::Infallible>(hyper::Response::new(Full::new(
                                 Bytes::from(answer.to_string()),
                             )))

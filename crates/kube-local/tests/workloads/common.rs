@@ -163,3 +163,26 @@ pub fn testapp_template(labels: Value, extra_env: Value) -> Value {
         },
     })
 }
+
+/// Runs `kubectl` against the cluster; returns (success, stdout, stderr). Blocking, so it runs off the runtime.
+pub async fn kubectl(env: &kube_local::Environment, args: &[&str]) -> (bool, String, String) {
+    let kubeconfig = env.kubeconfig_path().to_path_buf();
+    let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+    tokio::task::spawn_blocking(move || {
+        let out = std::process::Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .arg("--cache-dir")
+            .arg(kubeconfig.parent().unwrap().join("kubectl-cache"))
+            .args(&args)
+            .output()
+            .expect("kubectl runs");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    })
+    .await
+    .unwrap()
+}

@@ -6,4 +6,5 @@ mod common;
 
 mod jobs;
 mod kubelet;
+mod logs;
 mod statefulset;
