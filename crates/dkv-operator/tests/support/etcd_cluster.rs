@@ -104,24 +104,34 @@ async fn write_loop(
     stop: Arc<AtomicBool>,
     acked: Arc<Mutex<Vec<u64>>>,
 ) -> (u64, Duration) {
-    let mut etcd: Option<(Vec<String>, etcd_client::Client)> = None;
+    // One member at a time, moving to the next on a failure, as a client
+    // with failover does: a client balancing over all endpoints keeps
+    // sending to a member that is cut off until its requests time out.
+    let mut endpoints: Vec<String> = Vec::new();
+    let mut current: Option<(String, etcd_client::Client)> = None;
+    let mut turn = 0usize;
     let mut next = 0u64;
     let mut failures = 0u64;
     let mut last_refresh = Instant::now() - Duration::from_secs(10);
     let mut last_ack: Option<Instant> = None;
     let mut longest_gap = Duration::ZERO;
     while !stop.load(Ordering::Relaxed) {
-        if last_refresh.elapsed() > Duration::from_millis(500) || etcd.is_none() {
+        if last_refresh.elapsed() > Duration::from_millis(500) || endpoints.is_empty() {
             last_refresh = Instant::now();
-            let endpoints = member_endpoints(&client, &ns, &cluster).await;
-            if !endpoints.is_empty()
-                && etcd.as_ref().is_none_or(|(e, _)| *e != endpoints)
-                && let Some(c) = connect(endpoints.clone()).await
+            endpoints = member_endpoints(&client, &ns, &cluster).await;
+            if current
+                .as_ref()
+                .is_some_and(|(e, _)| !endpoints.contains(e))
             {
-                etcd = Some((endpoints, c));
+                current = None;
             }
         }
-        let Some((_, c)) = etcd.as_mut() else {
+        if current.is_none() && !endpoints.is_empty() {
+            let endpoint = endpoints[turn % endpoints.len()].clone();
+            turn += 1;
+            current = connect(vec![endpoint.clone()]).await.map(|c| (endpoint, c));
+        }
+        let Some((_, c)) = current.as_mut() else {
             tokio::time::sleep(Duration::from_millis(100)).await;
             continue;
         };
@@ -138,6 +148,7 @@ async fn write_loop(
             }
             Err(_) => {
                 failures += 1;
+                current = None;
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
         }

@@ -114,3 +114,36 @@ pub fn cluster(
     }))
     .unwrap()
 }
+
+/// Diagnostics for a test that may hang: after `after`, prints the etcd log
+/// lines of the named member pods that say something about leadership,
+/// peers or refusals (the test's own timeout then reports the failure).
+pub fn dump_etcd_logs_after(
+    env: &kube_local::Environment,
+    ns: &str,
+    pods: &[&str],
+    after: std::time::Duration,
+) -> tokio::task::JoinHandle<()> {
+    let paths: Vec<std::path::PathBuf> = env
+        .kubelet()
+        .map(|k| {
+            pods.iter()
+                .filter_map(|p| k.log_path(ns, p, "etcd"))
+                .collect()
+        })
+        .unwrap_or_default();
+    tokio::spawn(async move {
+        tokio::time::sleep(after).await;
+        for path in paths {
+            let text = std::fs::read_to_string(&path).unwrap_or_default();
+            let interesting = text.lines().filter(|l| {
+                ["leader", "inactive", "reject", "elect", "term", "removed"]
+                    .iter()
+                    .any(|w| l.contains(w))
+            });
+            for line in interesting.take(60) {
+                eprintln!("[log {}] {}", path.display(), &line[..line.len().min(300)]);
+            }
+        }
+    })
+}

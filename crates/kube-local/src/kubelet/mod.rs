@@ -337,6 +337,49 @@ impl Kubelet {
         }
     }
 
+    /// Fault hook: freezes a container's processes (SIGSTOP) until [`Kubelet::resume_container`], as a hung
+    /// process or a host that stopped scheduling it would: nothing it serves answers, in either direction, yet it is
+    /// not restarted (until a liveness probe gives up on it).
+    pub fn pause_container(
+        &self,
+        namespace: &str,
+        pod: &str,
+        container: &str,
+    ) -> Result<(), KubeletError> {
+        self.signal_container(namespace, pod, container, rustix::process::Signal::STOP)
+    }
+
+    /// Undoes [`Kubelet::pause_container`] (SIGCONT).
+    pub fn resume_container(
+        &self,
+        namespace: &str,
+        pod: &str,
+        container: &str,
+    ) -> Result<(), KubeletError> {
+        self.signal_container(namespace, pod, container, rustix::process::Signal::CONT)
+    }
+
+    fn signal_container(
+        &self,
+        namespace: &str,
+        pod: &str,
+        container: &str,
+        signal: rustix::process::Signal,
+    ) -> Result<(), KubeletError> {
+        let p = self
+            .shared
+            .running_pod(namespace, pod)
+            .ok_or_else(|| KubeletError::NoPod(format!("{namespace}/{pod}")))?;
+        if p.signal_container(container, signal) {
+            Ok(())
+        } else {
+            Err(KubeletError::NoContainer {
+                pod: format!("{namespace}/{pod}"),
+                container: container.into(),
+            })
+        }
+    }
+
     /// Fault hook: deletes everything in the volume bound to a claim, as a lost disk would.
     pub async fn wipe_volume(&self, namespace: &str, claim: &str) -> Result<(), KubeletError> {
         let client = &self.shared.client;

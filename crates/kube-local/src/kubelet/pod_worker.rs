@@ -57,6 +57,11 @@ impl PodRuntime {
 
     /// Kills a container's processes (fault hook).
     pub fn kill(&self, container: &str) -> bool {
+        self.signal_container(container, rustix::process::Signal::KILL)
+    }
+
+    /// Sends `signal` to a container's process group (fault hooks).
+    pub fn signal_container(&self, container: &str, signal: rustix::process::Signal) -> bool {
         let pid = self
             .pids
             .lock()
@@ -64,9 +69,7 @@ impl PodRuntime {
             .get(container)
             .copied();
         match pid.and_then(rustix::process::Pid::from_raw) {
-            Some(pid) => {
-                rustix::process::kill_process_group(pid, rustix::process::Signal::KILL).is_ok()
-            }
+            Some(pid) => rustix::process::kill_process_group(pid, signal).is_ok(),
             None => false,
         }
     }

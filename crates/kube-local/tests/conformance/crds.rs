@@ -498,19 +498,36 @@ async fn kubectl_get_watch_streams_rows() {
         .await
         .unwrap();
     let kubeconfig = env.kubeconfig_path().to_path_buf();
-    let watcher = tokio::task::spawn_blocking(move || {
-        std::process::Command::new("timeout")
-            .arg("3")
-            .arg("kubectl")
-            .arg("--kubeconfig")
-            .arg(&kubeconfig)
-            .arg("--cache-dir")
-            .arg(kubeconfig.parent().unwrap().join("kubectl-cache"))
-            .args(["get", "databases", "-w"])
-            .output()
-            .unwrap()
+    // Rows are read as kubectl prints them: the second object is created only
+    // once the watch shows the first (a loaded machine may take seconds to
+    // start kubectl), and kubectl is stopped once the second row arrives.
+    let mut child = std::process::Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .arg("--cache-dir")
+        .arg(kubeconfig.parent().unwrap().join("kubectl-cache"))
+        .args(["get", "databases", "-w"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, mut rows) = tokio::sync::mpsc::unbounded_channel::<String>();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
     });
-    tokio::time::sleep(std::time::Duration::from_millis(1200)).await;
+    let mut names = Vec::new();
+    for _ in 0..2 {
+        names.push(next_row(&mut rows).await);
+    }
     dbs(&env)
         .create(
             &PostParams::default(),
@@ -518,18 +535,28 @@ async fn kubectl_get_watch_streams_rows() {
         )
         .await
         .unwrap();
-    let out = watcher.await.unwrap();
-    let text = stdout(&out);
-    let names: Vec<&str> = text
-        .lines()
+    names.push(next_row(&mut rows).await);
+    let _ = child.kill();
+    let output = child.wait_with_output().unwrap();
+    let names: Vec<&str> = names
+        .iter()
         .map(|l| l.split_whitespace().next().unwrap_or(""))
         .collect();
     assert_eq!(
         names,
         ["NAME", "first", "second"],
-        "{text}\n{}",
-        stderr(&out)
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
     );
+}
+
+/// The next line kubectl printed (empty after 30 s without one).
+async fn next_row(rows: &mut tokio::sync::mpsc::UnboundedReceiver<String>) -> String {
+    tokio::time::timeout(std::time::Duration::from_secs(30), rows.recv())
+        .await
+        .ok()
+        .flatten()
+        .unwrap_or_default()
 }
 
 fn two_version_crd(strategy: Value) -> CustomResourceDefinition {

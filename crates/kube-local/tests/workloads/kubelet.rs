@@ -604,3 +604,50 @@ async fn pods_reach_the_api_server_through_the_kubernetes_service() {
         "{message}"
     );
 }
+
+#[tokio::test]
+async fn a_paused_container_stops_answering_until_resumed_without_a_restart() {
+    let c = Cluster::start(NS).await;
+    c.create::<Pod>(NS, json!({
+        "metadata": {"name": "frozen"},
+        "spec": {"containers": [{
+            "name": "app", "image": TESTAPP,
+            "ports": [{"name": "http", "containerPort": 8080}],
+            "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
+            "readinessProbe": {"httpGet": {"path": "/healthz", "port": "http"}, "periodSeconds": 1, "timeoutSeconds": 1},
+        }]},
+    }))
+    .await;
+    eventually("ready", Duration::from_secs(20), || async {
+        c.pod(NS, "frozen").await.filter(ready)
+    })
+    .await;
+    let ip = c.kubelet().pod_ip(NS, "frozen").unwrap().to_string();
+
+    c.kubelet().pause_container(NS, "frozen", "app").unwrap();
+    eventually("unready while paused", Duration::from_secs(20), || async {
+        c.pod(NS, "frozen").await.filter(|p| !ready(p))
+    })
+    .await;
+    let answer =
+        tokio::time::timeout(Duration::from_secs(2), http_get(&ip, 8080, "/healthz")).await;
+    assert!(
+        answer.is_err() || answer.is_ok_and(|a| a.is_none()),
+        "a paused process does not answer"
+    );
+
+    c.kubelet().resume_container(NS, "frozen", "app").unwrap();
+    let pod = eventually("ready again", Duration::from_secs(20), || async {
+        c.pod(NS, "frozen").await.filter(ready)
+    })
+    .await;
+    assert_eq!(
+        status_of(&pod, "app").unwrap().restart_count,
+        0,
+        "not restarted"
+    );
+    assert!(
+        c.kubelet().pause_container(NS, "frozen", "nope").is_err(),
+        "an unknown container is an error"
+    );
+}

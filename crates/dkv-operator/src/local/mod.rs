@@ -14,6 +14,8 @@ use tokio::sync::watch;
 use tracing::info;
 
 use crate::cli::{DEFAULT_IMAGE, OperatorArgs};
+
+pub mod prerequisites;
 use crate::telemetry::LogFormat;
 
 const PID_FILE: &str = "dkv-local.pid";
@@ -61,6 +63,7 @@ pub async fn up(args: UpArgs) -> anyhow::Result<()> {
     }
 
     crate::telemetry::init(args.log_format);
+    prerequisites::ensure_etcd()?;
     // Pods run as local processes: etcd images map to the locally installed
     // etcd, the dkv image to this very binary (member-init, backups).
     let dkv_binary = std::env::current_exe().context("locating the dkv binary")?;
