@@ -31,6 +31,8 @@ pub mod retention;
 mod snapshot_check;
 mod source;
 mod store;
+#[cfg(feature = "testing")]
+pub mod testing;
 
 pub use artifact::{
     Artifact, SIDECAR_SUFFIX, artifact_file_name, artifact_location, delete_artifact, read_sidecar,

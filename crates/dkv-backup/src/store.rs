@@ -209,11 +209,19 @@ impl Store {
                 }
             }
         };
+        let mut message = self.redactor.scrub(&error_chain(err));
+        if kind == StoreErrorKind::AccessDenied {
+            message.push_str(&format!(
+                "; check the credentials ({}) and what they are allowed to do in {}",
+                credential_variables(self.root.scheme()),
+                self.root
+            ));
+        }
         Error::Store {
             operation,
             uri: self.location(path).to_string(),
             kind,
-            message: self.redactor.scrub(&error_chain(err)),
+            message,
         }
     }
 
@@ -290,6 +298,18 @@ impl Store {
             Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
             Err(e) => Err(self.error("delete", path, &e)),
         }
+    }
+}
+
+/// The variables credentials for `scheme` come from, for messages.
+fn credential_variables(scheme: Scheme) -> &'static str {
+    match scheme {
+        Scheme::S3 => "AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN",
+        Scheme::Gcs => "GOOGLE_SERVICE_ACCOUNT_KEY or GOOGLE_APPLICATION_CREDENTIALS",
+        Scheme::Azure => {
+            "AZURE_STORAGE_ACCOUNT_NAME with AZURE_STORAGE_ACCOUNT_KEY or AZURE_STORAGE_SAS_TOKEN"
+        }
+        Scheme::File => "file permissions",
     }
 }
 
