@@ -109,14 +109,14 @@ pub async fn take_backup(
     let snapshot = admin
         .snapshot(&source.endpoint)
         .await
-        .map_err(|source| Error::Etcd {
+        .map_err(|cause| Error::Etcd {
             operation: "snapshot",
-            source,
+            cause,
         })?;
     let snapshot = snapshot.map(|chunk| {
-        chunk.map_err(|source| Error::Etcd {
+        chunk.map_err(|cause| Error::Etcd {
             operation: "snapshot",
-            source,
+            cause,
         })
     });
     let uploaded = upload_snapshot(

@@ -3,6 +3,10 @@
 //!
 //! No variant carries a credential: messages from store clients pass
 //! through the [`crate::credentials`] redactor before they are stored here.
+//!
+//! Each message is the whole story (the underlying error included), so
+//! variants expose their cause as a field, not as an error `source()`:
+//! printing a chain would repeat it.
 
 use std::path::PathBuf;
 
@@ -41,11 +45,10 @@ pub enum Error {
     #[error("{uri} already exists; a backup of this cluster was taken in the same second")]
     AlreadyExists { uri: String },
 
-    #[error("etcd {operation} failed: {source}")]
+    #[error("etcd {operation} failed: {cause}")]
     Etcd {
         operation: &'static str,
-        #[source]
-        source: dkv_etcd::Error,
+        cause: dkv_etcd::Error,
     },
 
     #[error("no etcd member can serve a snapshot: {}", reasons.join("; "))]
@@ -75,12 +78,11 @@ pub enum Error {
     #[error("the artifact record {uri} is unreadable: {message}")]
     BadSidecar { uri: String, message: String },
 
-    #[error("{operation} {}: {source}", path.display())]
+    #[error("{operation} {}: {cause}", path.display())]
     Io {
         operation: &'static str,
         path: PathBuf,
-        #[source]
-        source: std::io::Error,
+        cause: std::io::Error,
     },
 
     #[error("{tool} snapshot restore failed ({status}): {stderr}")]
@@ -115,8 +117,8 @@ impl Error {
                 StoreErrorKind::NotFound | StoreErrorKind::AccessDenied => Category::Configuration,
                 StoreErrorKind::Other => Category::Transient,
             },
-            Error::Etcd { source, .. } => {
-                if source.is_retryable() {
+            Error::Etcd { cause, .. } => {
+                if cause.is_retryable() {
                     Category::Transient
                 } else {
                     Category::Configuration
@@ -135,10 +137,10 @@ impl Error {
         path: impl Into<PathBuf>,
     ) -> impl FnOnce(std::io::Error) -> Self {
         let path = path.into();
-        move |source| Error::Io {
+        move |cause| Error::Io {
             operation,
             path,
-            source,
+            cause,
         }
     }
 }

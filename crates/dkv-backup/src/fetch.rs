@@ -62,12 +62,12 @@ pub async fn fetch_artifact(
             actual,
         });
     }
-    if let Err(source) = tokio::fs::rename(&partial, destination).await {
+    if let Err(cause) = tokio::fs::rename(&partial, destination).await {
         remove_quietly(&partial).await;
         return Err(Error::Io {
             operation: "moving the verified snapshot to",
             path: destination.to_path_buf(),
-            source,
+            cause,
         });
     }
     tracing::info!(uri = %location, path = %destination.display(), size = size_bytes, "artifact fetched and verified");

@@ -155,10 +155,10 @@ async fn has_entries(dir: &Path) -> Result<bool> {
             .map_err(Error::io("reading", dir))?
             .is_some()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
-        Err(source) => Err(Error::Io {
+        Err(cause) => Err(Error::Io {
             operation: "reading",
             path: dir.to_path_buf(),
-            source,
+            cause,
         }),
     }
 }

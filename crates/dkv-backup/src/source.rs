@@ -27,9 +27,9 @@ pub async fn choose_snapshot_source(
     admin: &dyn EtcdAdmin,
     seed_endpoints: &[String],
 ) -> Result<SnapshotSource> {
-    let members = admin.member_list().await.map_err(|source| Error::Etcd {
+    let members = admin.member_list().await.map_err(|cause| Error::Etcd {
         operation: "member list",
-        source,
+        cause,
     })?;
     let voters: Vec<MemberId> = members
         .iter()

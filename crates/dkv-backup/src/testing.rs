@@ -308,6 +308,20 @@ impl EtcdProcess {
     /// Starts a single-member cluster `name` at `ip` with `data_dir`
     /// (created, or restored into by the caller first).
     pub fn start(bin_dir: &Path, name: &str, ip: &str, data_dir: &Path, token: &str) -> Self {
+        let initial_cluster = format!("{name}=http://{ip}:2380");
+        Self::start_member(bin_dir, name, ip, data_dir, token, &initial_cluster)
+    }
+
+    /// Starts member `name` of a new cluster `initial_cluster`
+    /// (`name=http://ip:2380,...`).
+    pub fn start_member(
+        bin_dir: &Path,
+        name: &str,
+        ip: &str,
+        data_dir: &Path,
+        token: &str,
+        initial_cluster: &str,
+    ) -> Self {
         let client_url = format!("http://{ip}:2379");
         let peer_url = format!("http://{ip}:2380");
         let log_path = data_dir.with_extension("log");
@@ -321,7 +335,7 @@ impl EtcdProcess {
                 format!("--advertise-client-urls={client_url}"),
                 format!("--listen-peer-urls={peer_url}"),
                 format!("--initial-advertise-peer-urls={peer_url}"),
-                format!("--initial-cluster={name}={peer_url}"),
+                format!("--initial-cluster={initial_cluster}"),
                 format!("--initial-cluster-token={token}"),
                 "--initial-cluster-state=new".to_owned(),
                 // Room for the large-database tests.

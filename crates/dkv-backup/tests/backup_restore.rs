@@ -14,7 +14,8 @@ use bytes::Bytes;
 use dkv_backup::testing::{EtcdProcess, MotoServer, etcd_bin_dir, loopback_ip, test_key};
 use dkv_backup::{
     Artifact, BackupRequest, Category, Error, Location, MemberRestore, RestoreTool, StoreErrorKind,
-    UploadOptions, delete_artifact, fetch_artifact, restore_member, take_backup, upload_snapshot,
+    UploadOptions, choose_snapshot_source, delete_artifact, fetch_artifact, restore_member,
+    take_backup, upload_snapshot,
 };
 use dkv_etcd::GrpcAdmin;
 
@@ -285,7 +286,7 @@ async fn a_stream_broken_midway_leaves_no_object_and_no_open_upload() {
         .collect();
     chunks.push(Err(Error::Etcd {
         operation: "snapshot",
-        source: dkv_etcd::Error::Unavailable {
+        cause: dkv_etcd::Error::Unavailable {
             operation: "snapshot",
             message: "connection reset".to_owned(),
         },
@@ -330,4 +331,59 @@ async fn a_file_destination_works_end_to_end() {
     let (keys, cluster_id) = restore_and_read("3.5", &fetched.path, dir.path(), 5).await;
     assert_eq!(keys, expected_keys(KEYS));
     assert_ne!(cluster_id, source.cluster_id);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_three_member_cluster_is_backed_up_from_a_follower() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = etcd_bin_dir("3.5");
+    let ips: Vec<String> = (0..3).map(|i| loopback_ip(6, i)).collect();
+    let initial_cluster = (0..3)
+        .map(|i| format!("m{i}=http://{}:2380", ips[i]))
+        .collect::<Vec<_>>()
+        .join(",");
+    let members: Vec<EtcdProcess> = (0..3)
+        .map(|i| {
+            EtcdProcess::start_member(
+                &bin,
+                &format!("m{i}"),
+                &ips[i],
+                &dir.path().join(format!("m{i}")),
+                "three",
+                &initial_cluster,
+            )
+        })
+        .collect();
+    for member in &members {
+        member.wait_ready().await;
+    }
+    members[0].put_keys(50).await;
+    // Through one seed URL, as through the client Service.
+    let seed = vec![members[0].client_url.clone()];
+    let admin = GrpcAdmin::new(seed.clone(), Duration::from_secs(5));
+    let leader = members[0].wait_ready().await.leader;
+    let chosen = choose_snapshot_source(&admin, &seed).await.unwrap();
+    assert!(!chosen.is_leader, "{chosen:?}");
+    assert_ne!(chosen.member, leader);
+    assert!(
+        members.iter().any(|m| m.client_url == chosen.endpoint),
+        "{chosen:?}"
+    );
+
+    let destination = format!("file://{}/backups", dir.path().display());
+    let artifact = take_backup(
+        &admin,
+        &dkv_backup::StoreConfig::default(),
+        &BackupRequest {
+            namespace: "shop".to_owned(),
+            cluster: "orders".to_owned(),
+            destination: Location::parse(&destination).unwrap(),
+            seed_endpoints: seed,
+            taken_at: jiff::Timestamp::now(),
+            upload: UploadOptions::default(),
+        },
+    )
+    .await
+    .unwrap();
+    assert!(artifact.revision > 50, "{artifact:?}");
 }
