@@ -66,6 +66,14 @@ elif op == "flip":
     data[int(offset)] ^= 0xFF
     s3.put_object(Bucket=bucket, Key=key, Body=bytes(data))
     print("{}")
+elif op == "upload":
+    import time
+    from boto3.s3.transfer import TransferConfig
+    bucket, key, path = args
+    started = time.monotonic()
+    s3.upload_file(path, bucket, key, Config=TransferConfig(
+        multipart_chunksize=8 << 20, max_concurrency=2))
+    print(json.dumps({"seconds": time.monotonic() - started}))
 elif op == "list":
     bucket, = args
     objects = [o["Key"] for p in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket)
@@ -219,6 +227,15 @@ impl MotoServer {
     /// Flips every bit of the byte at `offset` of an object, in place.
     pub fn corrupt(&self, key: &str, offset: u64) {
         self.client(&["flip", &self.bucket, key, &offset.to_string()]);
+    }
+
+    /// Seconds boto3 (AWS's own Python client, 8 MiB parts, 2 at a time)
+    /// takes to upload a local file: what this server can take in.
+    pub fn boto3_upload_seconds(&self, path: &Path, key: &str) -> f64 {
+        let out = self.client(&["upload", &self.bucket, key, &path.to_string_lossy()]);
+        let value: serde_json::Value =
+            serde_json::from_str(&out).unwrap_or_else(|e| panic!("upload printed {out:?}: {e}"));
+        value["seconds"].as_f64().unwrap_or(f64::NAN)
     }
 
     pub fn list(&self) -> BucketListing {
