@@ -2,7 +2,10 @@
 //! memory bounded by the part size whatever the database size, its sha256
 //! and size computed on the way, and nothing left behind on failure.
 
-use futures::{Stream, StreamExt};
+use std::future::Future;
+use std::pin::Pin;
+
+use futures::{FutureExt, Stream, StreamExt};
 use jiff::Timestamp;
 use object_store::WriteMultipart;
 use sha2::{Digest, Sha256};
@@ -82,6 +85,77 @@ pub async fn take_backup(
     config: &StoreConfig,
     request: &BackupRequest,
 ) -> Result<Artifact> {
+    take_backup_until(admin, config, request, std::future::pending()).await
+}
+
+/// [`take_backup`], given up cleanly when `stop` completes first (the Job
+/// pod is being terminated: deleted, or past its deadline): the upload is
+/// aborted and [`Error::Cancelled`] returned, so nothing is left behind.
+pub async fn take_backup_until(
+    admin: &dyn EtcdAdmin,
+    config: &StoreConfig,
+    request: &BackupRequest,
+    stop: impl Future<Output = ()>,
+) -> Result<Artifact> {
+    let mut stop = std::pin::pin!(stop.fuse());
+    // Until the upload starts nothing has been written: dropping the work
+    // is enough.
+    let prepared = tokio::select! {
+        biased;
+        () = stop.as_mut() => return Err(Error::Cancelled),
+        prepared = prepare(admin, config, request) => prepared?,
+    };
+    let Prepared {
+        store,
+        location,
+        source,
+        snapshot,
+        taken_at,
+    } = prepared;
+    let uploaded = upload(
+        &store,
+        &location,
+        &source.endpoint,
+        snapshot,
+        request.upload,
+        stop.as_mut(),
+    )
+    .await?;
+
+    let artifact = Artifact {
+        uri: location.to_string(),
+        size_bytes: uploaded.size_bytes,
+        sha256: uploaded.sha256,
+        revision: source.revision,
+        etcd_version: source.etcd_version,
+        taken_at,
+    };
+    if let Err(err) = artifact::write_sidecar(&store, &artifact).await {
+        // An unrecorded artifact would be orphaned: no record, no retention.
+        if let Err(cleanup) = store.delete(location.path()).await {
+            tracing::warn!(uri = %location, error = %cleanup, "could not remove the artifact after its record failed");
+        }
+        return Err(err);
+    }
+    tracing::info!(uri = %artifact.uri, size = artifact.size_bytes, sha256 = %artifact.sha256, "backup complete");
+    Ok(artifact)
+}
+
+struct Prepared {
+    store: Store,
+    location: Location,
+    source: crate::source::SnapshotSource,
+    snapshot: Pin<Box<dyn Stream<Item = Result<Bytes>> + Send>>,
+    taken_at: Timestamp,
+}
+
+/// Everything up to an open snapshot stream: the name, the store, the
+/// source member.
+async fn prepare(
+    admin: &dyn EtcdAdmin,
+    config: &StoreConfig,
+    request: &BackupRequest,
+) -> Result<Prepared> {
     request.upload.check()?;
     let taken_at = artifact::whole_seconds(request.taken_at);
     let location = artifact::artifact_location(
@@ -113,38 +187,21 @@ pub async fn take_backup(
             operation: "snapshot",
             cause,
         })?;
-    let snapshot = snapshot.map(|chunk| {
-        chunk.map_err(|cause| Error::Etcd {
-            operation: "snapshot",
-            cause,
+    let snapshot = snapshot
+        .map(|chunk| {
+            chunk.map_err(|cause| Error::Etcd {
+                operation: "snapshot",
+                cause,
+            })
         })
-    });
-    let uploaded = upload_snapshot(
-        &store,
-        &location,
-        &source.endpoint,
+        .boxed();
+    Ok(Prepared {
+        store,
+        location,
+        source,
         snapshot,
-        request.upload,
-    )
-    .await?;
-
-    let artifact = Artifact {
-        uri: location.to_string(),
-        size_bytes: uploaded.size_bytes,
-        sha256: uploaded.sha256,
-        revision: source.revision,
-        etcd_version: source.etcd_version,
         taken_at,
-    };
-    if let Err(err) = artifact::write_sidecar(&store, &artifact).await {
-        // An unrecorded artifact would be orphaned: no record, no retention.
-        if let Err(cleanup) = store.delete(location.path()).await {
-            tracing::warn!(uri = %location, error = %cleanup, "could not remove the artifact after its record failed");
-        }
-        return Err(err);
-    }
-    tracing::info!(uri = %artifact.uri, size = artifact.size_bytes, sha256 = %artifact.sha256, "backup complete");
-    Ok(artifact)
+    })
 }
 
 /// Streams `snapshot` (as produced by etcd, `source` naming where from)
@@ -158,13 +215,34 @@ pub async fn upload_snapshot(
     snapshot: impl Stream<Item = Result<Bytes>>,
     options: UploadOptions,
 ) -> Result<Uploaded> {
+    let never = std::pin::pin!(std::future::pending::<()>().fuse());
+    upload(store, location, source, snapshot, options, never).await
+}
+
+async fn upload<S: Future<Output = ()>>(
+    store: &Store,
+    location: &Location,
+    source: &str,
+    snapshot: impl Stream<Item = Result<Bytes>>,
+    options: UploadOptions,
+    stop: Pin<&mut futures::future::Fuse<S>>,
+) -> Result<Uploaded> {
     options.check()?;
     store.check_same_bucket(location)?;
     let path = location.path();
     let upload = store.start_multipart(path).await?;
     let mut writer = WriteMultipart::new_with_chunk_size(upload, options.part_size);
     let mut digest = Digest256::default();
-    let streamed = stream_into(&mut writer, snapshot, &mut digest, store, location, options).await;
+    let streamed = stream_into(
+        &mut writer,
+        snapshot,
+        &mut digest,
+        store,
+        location,
+        options,
+        stop,
+    )
+    .await;
     let streamed = streamed.and_then(|()| {
         std::mem::take(&mut digest.check)
             .finish()
@@ -197,29 +275,40 @@ struct Digest256 {
     size: u64,
 }
 
-async fn stream_into(
+async fn stream_into<S: Future<Output = ()>>(
     writer: &mut WriteMultipart,
     snapshot: impl Stream<Item = Result<Bytes>>,
     digest: &mut Digest256,
     store: &Store,
     location: &Location,
     options: UploadOptions,
+    mut stop: Pin<&mut futures::future::Fuse<S>>,
 ) -> Result<()> {
     let mut snapshot = std::pin::pin!(snapshot);
-    while let Some(chunk) = snapshot.next().await {
+    loop {
+        let chunk = tokio::select! {
+            biased;
+            () = stop.as_mut() => return Err(Error::Cancelled),
+            chunk = snapshot.next() => chunk,
+        };
+        let Some(chunk) = chunk else {
+            return Ok(());
+        };
         let chunk = chunk?;
         digest.sha256.update(&chunk);
         digest.check.update(&chunk);
         digest.size += chunk.len() as u64;
         // Back-pressure: the next part only starts filling once fewer than
         // `parts_in_flight` uploads are running, which bounds memory.
-        writer
-            .wait_for_capacity(options.parts_in_flight)
-            .await
-            .map_err(|e| store.error("multipart upload", location.path(), &e))?;
+        tokio::select! {
+            biased;
+            () = stop.as_mut() => return Err(Error::Cancelled),
+            room = writer.wait_for_capacity(options.parts_in_flight) => {
+                room.map_err(|e| store.error("multipart upload", location.path(), &e))?;
+            }
+        }
         writer.put(chunk);
     }
-    Ok(())
 }
 
 #[cfg(test)]
@@ -239,6 +328,7 @@ mod tests {
         data: Vec<u8>,
         chunk: usize,
         fail_after: Option<usize>,
+        stall_after: Option<usize>,
         snapshots: Mutex<usize>,
     }
 
@@ -248,6 +338,7 @@ mod tests {
                 data,
                 chunk: 32 * 1024,
                 fail_after: None,
+                stall_after: None,
                 snapshots: Mutex::new(0),
             }
         }
@@ -325,6 +416,11 @@ mod tests {
                     operation: "snapshot",
                     message: "connection reset".to_owned(),
                 }));
+            }
+            if let Some(n) = self.stall_after {
+                chunks.truncate(n);
+                let stalled = futures::stream::iter(chunks).chain(futures::stream::pending());
+                return Ok(Box::pin(stalled));
             }
             let stream: Pin<Box<_>> = Box::pin(futures::stream::iter(chunks));
             Ok(stream)
@@ -406,6 +502,30 @@ mod tests {
             .unwrap_err();
         assert!(matches!(err, Error::Etcd { .. }), "{err}");
         assert_eq!(files_under(dir.path()), Vec::<String>::new());
+    }
+
+    #[tokio::test]
+    async fn a_stop_request_mid_stream_aborts_and_leaves_nothing_behind() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut admin = OneMember::new(fake_snapshot(24 * 1024));
+        // 6 MiB arrive, then etcd goes quiet; the pod is told to stop.
+        admin.stall_after = Some(192);
+        let stop = tokio::time::sleep(std::time::Duration::from_millis(300));
+        let err = take_backup_until(&admin, &StoreConfig::default(), &request(dir.path()), stop)
+            .await
+            .unwrap_err();
+        assert!(matches!(err, Error::Cancelled), "{err}");
+        assert_eq!(files_under(dir.path()), Vec::<String>::new());
+        // A stop that never comes changes nothing.
+        let admin = OneMember::new(fake_snapshot(64));
+        take_backup_until(
+            &admin,
+            &StoreConfig::default(),
+            &request(dir.path()),
+            std::future::pending(),
+        )
+        .await
+        .unwrap();
     }
 
     #[tokio::test]

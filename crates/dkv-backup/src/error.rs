@@ -94,6 +94,11 @@ pub enum Error {
 
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+
+    /// Asked to stop (the pod is terminating) before the backup completed;
+    /// the upload was aborted.
+    #[error("stopped before the backup completed; the upload was aborted and nothing was stored")]
+    Cancelled,
 }
 
 /// The store failures callers treat differently.
@@ -124,7 +129,9 @@ impl Error {
                     Category::Configuration
                 }
             }
-            Error::NoHealthyMember { .. } | Error::Io { .. } => Category::Transient,
+            Error::NoHealthyMember { .. } | Error::Io { .. } | Error::Cancelled => {
+                Category::Transient
+            }
             Error::CorruptSnapshot { .. }
             | Error::ChecksumMismatch { .. }
             | Error::BadSidecar { .. }

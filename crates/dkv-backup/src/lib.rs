@@ -39,7 +39,8 @@ pub use artifact::{
     sidecar_location,
 };
 pub use backup::{
-    BackupRequest, MIN_PART_SIZE, UploadOptions, Uploaded, take_backup, upload_snapshot,
+    BackupRequest, MIN_PART_SIZE, UploadOptions, Uploaded, take_backup, take_backup_until,
+    upload_snapshot,
 };
 pub use credentials::{
     AwsCredentials, AzureCredentials, AzureKey, Credentials, GcpCredentials, Secret,

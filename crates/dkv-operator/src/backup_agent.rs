@@ -73,7 +73,15 @@ async fn backup(args: &BackupArgs) -> anyhow::Result<String> {
             parts_in_flight: args.parts_in_flight,
         },
     };
-    let artifact = dkv_backup::take_backup(&admin, &args.store.store_config(), &request).await?;
+    // Job deletion or its deadline sends SIGTERM: abort the upload rather
+    // than leave it half done.
+    let artifact = dkv_backup::take_backup_until(
+        &admin,
+        &args.store.store_config(),
+        &request,
+        crate::operator::wait_for_signal(),
+    )
+    .await?;
     serde_json::to_string(&artifact).context("encoding the artifact")
 }
 

@@ -5,8 +5,10 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
 
 use dkv_backup::Artifact;
 use dkv_backup::testing::{EtcdProcess, MotoServer, etcd_bin_dir, loopback_ip, test_key};
@@ -292,5 +294,52 @@ async fn peak_memory_of_a_64_mib_backup_is_reported() {
         db_size >> 20,
         artifact.size_bytes >> 20,
         time_peak.trim()
+    );
+
+    // The same backup, terminated (Job deleted or past its deadline) once
+    // the snapshot is streaming: it aborts the upload and says so.
+    let before = moto.list();
+    let mut args = backup_args(&member, &moto.uri("terminated"), &termination_log);
+    args.push("--log-format=json".to_owned());
+    let mut child = Command::new(env!("CARGO_BIN_EXE_dkv"))
+        .args(&args)
+        .envs(moto.env())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    while !line.contains("streaming snapshot") {
+        line.clear();
+        assert_ne!(
+            stderr.read_line(&mut line).unwrap(),
+            0,
+            "dkv backup ended early"
+        );
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let kill = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    let mut rest = String::new();
+    stderr.read_to_string(&mut rest).unwrap();
+    let status = child.wait().unwrap();
+    assert!(
+        !status.success(),
+        "the backup finished within 300 ms of streaming; nothing was interrupted: {rest}"
+    );
+    let message = std::fs::read_to_string(&termination_log).unwrap();
+    assert!(
+        message.contains("stopped before the backup completed"),
+        "{message}"
+    );
+    let after = moto.list();
+    assert_eq!(after.objects, before.objects, "no new object");
+    assert!(
+        after.uploads.is_empty(),
+        "the multipart upload was aborted: {after:?}"
     );
 }
