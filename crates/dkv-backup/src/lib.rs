@@ -17,6 +17,23 @@
 //! (AWS and S3-compatible servers), `gs://`, `az://` and `file://`
 //! ([`Location`]). Credentials ([`Credentials`]) never appear in logs or
 //! error messages.
+//!
+//! # For the operator
+//!
+//! - The backup Job runs `dkv backup`; its termination message is an
+//!   [`Artifact`] as JSON (`serde_json::from_str::<Artifact>`), copied into
+//!   the `DistributedKVBackup` status (`size_bytes` is `u64` here, `i64`
+//!   in the API type). A failed Job's message is the error text.
+//! - Retention: build a [`BackupRecord`] per `DistributedKVBackup`
+//!   (`Outcome` from its phase), call [`select_for_pruning`] with
+//!   [`RetentionPolicy::from_retention_days`] (v1alpha1) or the v1beta1
+//!   `retention`, then for each [`Prune`]: [`delete_artifact`] (idempotent)
+//!   and delete the record.
+//! - Restore: `dkv restore-fetch --uri <artifact> [--sha256 <hex>] --output
+//!   <file>` then `dkv restore-member ...` (or [`fetch_artifact`] and
+//!   [`restore_member`]); the new cluster needs its own token.
+//! - [`Error::category`] tells transient failures (retry) from
+//!   configuration and integrity ones (report, do not retry blindly).
 
 #![forbid(unsafe_code)]
 
