@@ -200,9 +200,17 @@ impl Store {
             object_store::Error::PermissionDenied { .. }
             | object_store::Error::Unauthenticated { .. } => StoreErrorKind::AccessDenied,
             _ => {
-                // S3 reports a bad key or signature as a generic 403.
+                // Some requests report a refused key or signature as a
+                // generic error carrying the HTTP status or S3's code.
                 let text = error_chain(err);
-                if text.contains("403") || text.contains("AccessDenied") {
+                let denied = [
+                    "403 Forbidden",
+                    "401 Unauthorized",
+                    "<Code>AccessDenied</Code>",
+                    "<Code>SignatureDoesNotMatch</Code>",
+                    "<Code>InvalidAccessKeyId</Code>",
+                ];
+                if denied.iter().any(|marker| text.contains(marker)) {
                     StoreErrorKind::AccessDenied
                 } else {
                     StoreErrorKind::Other

@@ -261,8 +261,19 @@ async fn wrong_credentials_fail_clearly_without_revealing_the_secret() {
         .await
         .unwrap_err();
     let text = err.to_string();
+    println!("wrong credentials, upload: {text}");
     assert!(!text.contains(wrong_secret), "{text}");
     assert!(text.contains("multipart upload"), "{text}");
+    assert!(
+        matches!(
+            err,
+            Error::Store {
+                kind: StoreErrorKind::AccessDenied,
+                ..
+            }
+        ),
+        "{text}"
+    );
 
     let err = fetch_artifact(
         &config,
@@ -272,7 +283,9 @@ async fn wrong_credentials_fail_clearly_without_revealing_the_secret() {
     )
     .await
     .unwrap_err();
+    println!("wrong credentials, fetch: {err}");
     assert!(!err.to_string().contains(wrong_secret), "{err}");
+    assert_eq!(err.category(), Category::Configuration, "{err}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
