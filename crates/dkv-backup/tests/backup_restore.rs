@@ -400,3 +400,80 @@ async fn a_three_member_cluster_is_backed_up_from_a_follower() {
     .unwrap();
     assert!(artifact.revision > 50, "{artifact:?}");
 }
+
+/// What a restored cluster of three does at bootstrap: every member
+/// restores the same verified snapshot with its own name and the new
+/// cluster's membership, and they start together as one new cluster.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_members_restored_from_one_snapshot_form_one_new_cluster() {
+    let dir = tempfile::tempdir().unwrap();
+    let source = source_cluster("3.5", dir.path(), 7).await;
+    let destination = format!("file://{}/backups", dir.path().display());
+    let config = dkv_backup::StoreConfig::default();
+    let artifact = take_backup(&source.admin, &config, &request(&source, &destination))
+        .await
+        .unwrap();
+    let snapshot = fetch_artifact(
+        &config,
+        &artifact.uri,
+        Some(&artifact.sha256),
+        &dir.path().join("snapshot.db"),
+    )
+    .await
+    .unwrap()
+    .path;
+
+    let bin = etcd_bin_dir("3.5");
+    let tool = RestoreTool::for_version("3.5.16", &bin).unwrap();
+    let ips: Vec<String> = (1..4).map(|i| loopback_ip(7, i)).collect();
+    let initial_cluster = (0..3)
+        .map(|i| format!("r{i}=http://{}:2380", ips[i]))
+        .collect::<Vec<_>>()
+        .join(",");
+    for (i, ip) in ips.iter().enumerate() {
+        restore_member(
+            &tool,
+            &MemberRestore {
+                snapshot: snapshot.clone(),
+                name: format!("r{i}"),
+                initial_cluster: initial_cluster.clone(),
+                initial_advertise_peer_urls: format!("http://{ip}:2380"),
+                initial_cluster_token: "restored-three".to_owned(),
+                data_dir: dir.path().join(format!("r{i}")),
+            },
+        )
+        .await
+        .unwrap();
+    }
+    let members: Vec<EtcdProcess> = ips
+        .iter()
+        .enumerate()
+        .map(|(i, ip)| {
+            EtcdProcess::start_member(
+                &bin,
+                &format!("r{i}"),
+                ip,
+                &dir.path().join(format!("r{i}")),
+                "restored-three",
+                &initial_cluster,
+            )
+        })
+        .collect();
+    let mut cluster_ids = Vec::new();
+    for member in &members {
+        cluster_ids.push(member.wait_ready().await.cluster_id);
+    }
+    assert!(
+        cluster_ids.iter().all(|id| *id == cluster_ids[0]),
+        "{cluster_ids:?}"
+    );
+    assert_ne!(cluster_ids[0], source.cluster_id);
+    let admin = GrpcAdmin::new(vec![members[0].client_url.clone()], Duration::from_secs(5));
+    let listed = dkv_etcd::EtcdAdmin::member_list(&admin).await.unwrap();
+    assert_eq!(listed.len(), 3, "{listed:?}");
+    // Every member serves exactly the snapshot's keys.
+    for member in &members {
+        assert_eq!(member.key_count().await, KEYS as i64);
+        assert_eq!(member.test_keys().await, expected_keys(KEYS));
+    }
+}
