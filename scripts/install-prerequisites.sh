@@ -5,7 +5,9 @@ set -euo pipefail
 
 need_apt=()
 command -v kubectl >/dev/null 2>&1 || { echo "kubectl (v1.27+) is required and not on PATH" >&2; exit 1; }
-command -v python3 >/dev/null 2>&1 || need_apt+=(python3 python3-venv)
+# python3 with venv (ensurepip): the .venv below and validate-manifests.sh need it.
+{ command -v python3 >/dev/null 2>&1 && python3 -c 'import ensurepip, venv' >/dev/null 2>&1; } ||
+  need_apt+=(python3 python3-venv)
 command -v cc >/dev/null 2>&1 || need_apt+=(gcc)
 # etcd-client compiles etcd's protobuf definitions at build time.
 command -v protoc >/dev/null 2>&1 || need_apt+=(protobuf-compiler)
@@ -21,3 +23,20 @@ fi
 
 # Real etcd for the tests that run members (3.4 system-wide, 3.5 under .tools/).
 "$(dirname "$0")/install-etcd.sh" >/dev/null
+
+# An S3-compatible server for the backup tests: moto's server mode, in the
+# repository's Python venv (the one scripts/validate-manifests.sh uses;
+# DKV_VENV overrides it). Pinned so test runs are reproducible.
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="${DKV_VENV:-$ROOT/.venv}"
+MOTO_PIN="${MOTO_PIN:-5.2.5}"
+if [[ ! -x "$VENV/bin/python" ]]; then
+  echo "creating venv $VENV"
+  python3 -m venv "$VENV"
+fi
+moto_installed="$("$VENV/bin/python" -c \
+  'from importlib.metadata import version; print(version("moto"))' 2>/dev/null || true)"
+if [[ "$moto_installed" != "$MOTO_PIN" || ! -x "$VENV/bin/moto_server" ]]; then
+  echo "installing moto[server]==$MOTO_PIN into $VENV"
+  "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "moto[server]==$MOTO_PIN"
+fi

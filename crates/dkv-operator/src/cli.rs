@@ -32,6 +32,11 @@ pub enum Command {
     MemberInit(MemberInitArgs),
     /// Take one backup (runs in a backup Job pod).
     Backup(BackupArgs),
+    /// Download a backup artifact and verify its sha256 (restore init step).
+    RestoreFetch(RestoreFetchArgs),
+    /// Turn a verified snapshot into this member's data directory with the
+    /// etcd version's restore tool (restore init step, after restore-fetch).
+    RestoreMember(RestoreMemberArgs),
     /// A local control plane with dkv on this machine (no Kubernetes needed).
     #[command(subcommand)]
     Local(LocalCommand),
@@ -117,12 +122,126 @@ pub struct MemberInitArgs {
     pub termination_log: PathBuf,
 }
 
+/// `dkv backup`. Object store credentials come only from the environment
+/// (the Secret named in the spec, through `envFrom`): `AWS_ACCESS_KEY_ID`,
+/// `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`; `GOOGLE_SERVICE_ACCOUNT_KEY`
+/// or `GOOGLE_APPLICATION_CREDENTIALS`; `AZURE_STORAGE_ACCOUNT_NAME` with
+/// `AZURE_STORAGE_ACCOUNT_KEY` or `AZURE_STORAGE_SAS_TOKEN`. Never flags:
+/// those show in the pod spec and the process list.
 #[derive(Debug, Args)]
 pub struct BackupArgs {
+    /// Name of the DistributedKV.
     #[arg(long)]
     pub cluster: String,
+    #[arg(long, env = "POD_NAMESPACE")]
+    pub namespace: String,
+    /// Where snapshots go: s3://bucket/prefix, gs://bucket/prefix,
+    /// az://container/prefix or file:///path. The artifact is
+    /// <destination>/<namespace>/<cluster>/<cluster>-<YYYYMMDD-HHMMSS>.db.
     #[arg(long)]
     pub destination: String,
+    /// etcd client URLs (comma-separated); default: the cluster's client
+    /// Service, http://<cluster>-client.<namespace>.svc:2379.
+    #[arg(long, value_delimiter = ',')]
+    pub endpoints: Vec<String>,
+    #[command(flatten)]
+    pub store: ObjectStoreArgs,
+    /// Size of each uploaded part; memory use is about
+    /// part size x (parts in flight + 1). S3 needs at least 5.
+    #[arg(long, default_value_t = 8)]
+    pub part_size_mib: usize,
+    #[arg(long, default_value_t = 2)]
+    pub parts_in_flight: usize,
+    /// Deadline of each etcd call (and of each snapshot chunk).
+    #[arg(long, default_value_t = 10)]
+    pub etcd_timeout_seconds: u64,
+    /// Where the artifact (JSON) or the failure is written for the operator
+    /// to read (the container's terminationMessagePath).
+    #[arg(long, default_value = "/dev/termination-log")]
+    pub termination_log: PathBuf,
+    #[arg(long, value_enum, default_value = "text", env = "DKV_LOG_FORMAT")]
+    pub log_format: LogFormat,
+    /// Accepted for the CronJobs the operator builds; the agent takes one
+    /// backup and prunes nothing. Retention is applied by the operator to
+    /// the DistributedKVBackup records (dkv_backup::select_for_pruning).
     #[arg(long)]
     pub retention_days: Option<i32>,
+}
+
+/// Non-secret object store settings (S3 and S3-compatible servers).
+#[derive(Debug, Args)]
+pub struct ObjectStoreArgs {
+    /// S3-compatible server URL (MinIO, Ceph, ...); AWS when unset.
+    #[arg(long, env = "AWS_ENDPOINT_URL")]
+    pub s3_endpoint: Option<String>,
+    /// S3 region; us-east-1 when unset.
+    #[arg(long, env = "AWS_REGION")]
+    pub s3_region: Option<String>,
+    /// Path-style requests (endpoint/bucket/key); false for virtual-hosted
+    /// style (bucket.endpoint/key).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub s3_path_style: bool,
+    /// Allow a plain-HTTP S3 endpoint (a server inside the cluster).
+    #[arg(
+        long,
+        env = "AWS_ALLOW_HTTP",
+        default_value_t = false,
+        action = clap::ArgAction::Set,
+        value_parser = clap::builder::BoolishValueParser::new()
+    )]
+    pub s3_allow_http: bool,
+}
+
+/// `dkv restore-fetch`: credentials as for `dkv backup`.
+#[derive(Debug, Args)]
+pub struct RestoreFetchArgs {
+    /// The artifact, e.g. s3://bucket/prefix/shop/orders/orders-20261122-060012.db.
+    #[arg(long)]
+    pub uri: String,
+    /// Expected sha256 (hex), from the DistributedKVBackup; default: the
+    /// record dkv wrote beside the artifact (<uri>.json).
+    #[arg(long)]
+    pub sha256: Option<String>,
+    /// Where the verified snapshot is written; nothing is there unless it
+    /// verified.
+    #[arg(long)]
+    pub output: PathBuf,
+    #[command(flatten)]
+    pub store: ObjectStoreArgs,
+    #[arg(long, default_value = "/dev/termination-log")]
+    pub termination_log: PathBuf,
+    #[arg(long, value_enum, default_value = "text", env = "DKV_LOG_FORMAT")]
+    pub log_format: LogFormat,
+}
+
+/// `dkv restore-member`.
+#[derive(Debug, Args)]
+pub struct RestoreMemberArgs {
+    /// A snapshot verified by `dkv restore-fetch`.
+    #[arg(long)]
+    pub snapshot: PathBuf,
+    /// This member's name (= pod name).
+    #[arg(long, env = "POD_NAME")]
+    pub name: String,
+    /// name=peerURL,... of every member of the new cluster.
+    #[arg(long)]
+    pub initial_cluster: String,
+    #[arg(long)]
+    pub initial_advertise_peer_urls: String,
+    /// The new cluster's token (not the backed-up cluster's).
+    #[arg(long)]
+    pub initial_cluster_token: String,
+    /// Must not exist or be empty; not the volume's mount point itself.
+    #[arg(long)]
+    pub data_dir: PathBuf,
+    /// etcd version of the members: 3.4 restores with etcdctl, 3.5+ with etcdutl.
+    #[arg(long)]
+    pub etcd_version: String,
+    /// Directory holding etcdutl/etcdctl.
+    #[arg(long, default_value = "/usr/local/bin")]
+    pub etcd_bin_dir: PathBuf,
+    #[arg(long, default_value = "/dev/termination-log")]
+    pub termination_log: PathBuf,
+    #[arg(long, value_enum, default_value = "text", env = "DKV_LOG_FORMAT")]
+    pub log_format: LogFormat,
 }

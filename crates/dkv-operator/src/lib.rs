@@ -15,5 +15,6 @@ pub mod member_init;
 pub mod metrics;
 pub mod operator;
 pub mod quantity;
+pub mod restore_agent;
 pub mod server;
 pub mod telemetry;

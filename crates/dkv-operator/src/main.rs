@@ -12,7 +12,9 @@ async fn main() -> anyhow::Result<()> {
             Ok(())
         }
         Command::MemberInit(args) => dkv_operator::member_init::run(&args),
-        Command::Backup(args) => dkv_operator::backup_agent::run(&args),
+        Command::Backup(args) => dkv_operator::backup_agent::run(&args).await,
+        Command::RestoreFetch(args) => dkv_operator::restore_agent::fetch(&args).await,
+        Command::RestoreMember(args) => dkv_operator::restore_agent::restore_member(&args).await,
         Command::Local(LocalCommand::Up(args)) => dkv_operator::local::up(args).await,
         Command::Local(LocalCommand::Down(args)) => dkv_operator::local::down(&args),
     }

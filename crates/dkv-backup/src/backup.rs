@@ -1,0 +1,565 @@
+//! Taking a backup: one etcd snapshot streamed into a multipart upload, with
+//! memory bounded by the part size whatever the database size, its sha256
+//! and size computed on the way, and nothing left behind on failure.
+
+use std::future::Future;
+use std::pin::Pin;
+
+use futures::{FutureExt, Stream, StreamExt};
+use jiff::Timestamp;
+use object_store::WriteMultipart;
+use sha2::{Digest, Sha256};
+
+use bytes::Bytes;
+use dkv_etcd::EtcdAdmin;
+
+use crate::artifact::{self, Artifact};
+use crate::error::{Error, Result};
+use crate::location::Location;
+use crate::snapshot_check::SnapshotCheck;
+use crate::source::choose_snapshot_source;
+use crate::store::{Store, StoreConfig};
+
+/// S3 refuses parts under 5 MiB (except the last).
+pub const MIN_PART_SIZE: usize = 5 * 1024 * 1024;
+
+/// How the upload is cut up. Peak memory is about
+/// `part_size * (parts_in_flight + 1)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UploadOptions {
+    pub part_size: usize,
+    /// Parts uploaded concurrently while the next one fills.
+    pub parts_in_flight: usize,
+}
+
+impl Default for UploadOptions {
+    fn default() -> Self {
+        Self {
+            part_size: 8 * 1024 * 1024,
+            parts_in_flight: 2,
+        }
+    }
+}
+
+impl UploadOptions {
+    fn check(&self) -> Result<()> {
+        if self.part_size < MIN_PART_SIZE || self.parts_in_flight == 0 {
+            return Err(Error::InvalidArgument(format!(
+                "parts must be at least {MIN_PART_SIZE} bytes with at least one in flight (got {} bytes, {} in flight)",
+                self.part_size, self.parts_in_flight
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// One backup to take.
+#[derive(Debug, Clone)]
+pub struct BackupRequest {
+    pub namespace: String,
+    pub cluster: String,
+    /// The destination prefix (`s3://bucket/prefix`, ...).
+    pub destination: Location,
+    /// Client URLs to reach the cluster through (its client Service).
+    pub seed_endpoints: Vec<String>,
+    /// The time the backup is named after; the caller's clock, so the name
+    /// is known (and testable) before anything runs. Truncated to seconds.
+    pub taken_at: Timestamp,
+    pub upload: UploadOptions,
+}
+
+/// What [`upload_snapshot`] stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Uploaded {
+    pub size_bytes: u64,
+    pub sha256: String,
+}
+
+/// Takes one backup: picks a member ([`choose_snapshot_source`]), streams
+/// its snapshot to `<destination>/<namespace>/<cluster>/<cluster>-<time>.db`,
+/// writes the `.json` record beside it, and returns the [`Artifact`].
+/// Refuses to overwrite an existing artifact. On failure nothing is left
+/// in the store.
+pub async fn take_backup(
+    admin: &dyn EtcdAdmin,
+    config: &StoreConfig,
+    request: &BackupRequest,
+) -> Result<Artifact> {
+    take_backup_until(admin, config, request, std::future::pending()).await
+}
+
+/// [`take_backup`], given up cleanly when `stop` completes first (the Job
+/// pod is being terminated: deleted, or past its deadline): the upload is
+/// aborted and [`Error::Cancelled`] returned, so nothing is left behind.
+pub async fn take_backup_until(
+    admin: &dyn EtcdAdmin,
+    config: &StoreConfig,
+    request: &BackupRequest,
+    stop: impl Future<Output = ()>,
+) -> Result<Artifact> {
+    let mut stop = std::pin::pin!(stop.fuse());
+    // Until the upload starts nothing has been written: dropping the work
+    // is enough.
+    let prepared = tokio::select! {
+        biased;
+        () = stop.as_mut() => return Err(Error::Cancelled),
+        prepared = prepare(admin, config, request) => prepared?,
+    };
+    let Prepared {
+        store,
+        location,
+        source,
+        snapshot,
+        taken_at,
+    } = prepared;
+    let uploaded = upload(
+        &store,
+        &location,
+        &source.endpoint,
+        snapshot,
+        request.upload,
+        stop.as_mut(),
+    )
+    .await?;
+
+    let artifact = Artifact {
+        uri: location.to_string(),
+        size_bytes: uploaded.size_bytes,
+        sha256: uploaded.sha256,
+        revision: source.revision,
+        etcd_version: source.etcd_version,
+        taken_at,
+    };
+    if let Err(err) = artifact::write_sidecar(&store, &artifact).await {
+        // An unrecorded artifact would be orphaned: no record, no retention.
+        if let Err(cleanup) = store.delete(location.path()).await {
+            tracing::warn!(uri = %location, error = %cleanup, "could not remove the artifact after its record failed");
+        }
+        return Err(err);
+    }
+    tracing::info!(uri = %artifact.uri, size = artifact.size_bytes, sha256 = %artifact.sha256, "backup complete");
+    Ok(artifact)
+}
+
+struct Prepared {
+    store: Store,
+    location: Location,
+    source: crate::source::SnapshotSource,
+    snapshot: Pin<Box<dyn Stream<Item = Result<Bytes>> + Send>>,
+    taken_at: Timestamp,
+}
+
+/// Everything up to an open snapshot stream: the name, the store, the
+/// source member.
+async fn prepare(
+    admin: &dyn EtcdAdmin,
+    config: &StoreConfig,
+    request: &BackupRequest,
+) -> Result<Prepared> {
+    request.upload.check()?;
+    let taken_at = artifact::whole_seconds(request.taken_at);
+    let location = artifact::artifact_location(
+        &request.destination,
+        &request.namespace,
+        &request.cluster,
+        taken_at,
+    );
+    let store = Store::open(&location, config)?;
+    if store.exists(location.path()).await? {
+        return Err(Error::AlreadyExists {
+            uri: location.to_string(),
+        });
+    }
+
+    let source = choose_snapshot_source(admin, &request.seed_endpoints).await?;
+    tracing::info!(
+        endpoint = %source.endpoint,
+        member = %source.member,
+        leader = source.is_leader,
+        revision = source.revision,
+        uri = %location,
+        "streaming snapshot"
+    );
+    let snapshot = admin
+        .snapshot(&source.endpoint)
+        .await
+        .map_err(|cause| Error::Etcd {
+            operation: "snapshot",
+            cause,
+        })?;
+    let snapshot = snapshot
+        .map(|chunk| {
+            chunk.map_err(|cause| Error::Etcd {
+                operation: "snapshot",
+                cause,
+            })
+        })
+        .boxed();
+    Ok(Prepared {
+        store,
+        location,
+        source,
+        snapshot,
+        taken_at,
+    })
+}
+
+/// Streams `snapshot` (as produced by etcd, `source` naming where from)
+/// into a multipart upload at `location`, checking etcd's trailing sha256
+/// and computing the object's own. The upload is aborted on any failure,
+/// so no partial object becomes visible.
+pub async fn upload_snapshot(
+    store: &Store,
+    location: &Location,
+    source: &str,
+    snapshot: impl Stream<Item = Result<Bytes>>,
+    options: UploadOptions,
+) -> Result<Uploaded> {
+    let never = std::pin::pin!(std::future::pending::<()>().fuse());
+    upload(store, location, source, snapshot, options, never).await
+}
+
+async fn upload<S: Future<Output = ()>>(
+    store: &Store,
+    location: &Location,
+    source: &str,
+    snapshot: impl Stream<Item = Result<Bytes>>,
+    options: UploadOptions,
+    stop: Pin<&mut futures::future::Fuse<S>>,
+) -> Result<Uploaded> {
+    options.check()?;
+    store.check_same_bucket(location)?;
+    let path = location.path();
+    let upload = store.start_multipart(path).await?;
+    let mut writer = WriteMultipart::new_with_chunk_size(upload, options.part_size);
+    let mut digest = Digest256::default();
+    let streamed = stream_into(
+        &mut writer,
+        snapshot,
+        &mut digest,
+        store,
+        location,
+        options,
+        stop,
+    )
+    .await;
+    let streamed = streamed.and_then(|()| {
+        std::mem::take(&mut digest.check)
+            .finish()
+            .map_err(|reason| Error::CorruptSnapshot {
+                endpoint: source.to_owned(),
+                reason,
+            })
+    });
+    if let Err(err) = streamed {
+        if let Err(abort) = writer.abort().await {
+            tracing::warn!(uri = %location, error = %store.scrub(&abort.to_string()), "could not abort the multipart upload; the store's lifecycle rule for incomplete uploads must clean it up");
+        }
+        return Err(err);
+    }
+    // `finish` aborts the upload itself when completing fails.
+    writer
+        .finish()
+        .await
+        .map_err(|e| store.error("multipart upload", path, &e))?;
+    Ok(Uploaded {
+        size_bytes: digest.size,
+        sha256: format!("{:x}", digest.sha256.finalize()),
+    })
+}
+
+#[derive(Default)]
+struct Digest256 {
+    sha256: Sha256,
+    check: SnapshotCheck,
+    size: u64,
+}
+
+async fn stream_into<S: Future<Output = ()>>(
+    writer: &mut WriteMultipart,
+    snapshot: impl Stream<Item = Result<Bytes>>,
+    digest: &mut Digest256,
+    store: &Store,
+    location: &Location,
+    options: UploadOptions,
+    mut stop: Pin<&mut futures::future::Fuse<S>>,
+) -> Result<()> {
+    let mut snapshot = std::pin::pin!(snapshot);
+    loop {
+        let chunk = tokio::select! {
+            biased;
+            () = stop.as_mut() => return Err(Error::Cancelled),
+            chunk = snapshot.next() => chunk,
+        };
+        let Some(chunk) = chunk else {
+            return Ok(());
+        };
+        let chunk = chunk?;
+        digest.sha256.update(&chunk);
+        digest.check.update(&chunk);
+        digest.size += chunk.len() as u64;
+        // Back-pressure: the next part only starts filling once fewer than
+        // `parts_in_flight` uploads are running, which bounds memory.
+        tokio::select! {
+            biased;
+            () = stop.as_mut() => return Err(Error::Cancelled),
+            room = writer.wait_for_capacity(options.parts_in_flight) => {
+                room.map_err(|e| store.error("multipart upload", location.path(), &e))?;
+            }
+        }
+        writer.put(chunk);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::pin::Pin;
+    use std::sync::Mutex;
+
+    use async_trait::async_trait;
+    use dkv_etcd::{Alarm, EndpointStatus, FakeEtcd, Member, MemberId, SnapshotStream};
+
+    use super::*;
+    use crate::snapshot_check::fake_snapshot;
+
+    /// A one-member cluster whose snapshot is `data`, optionally failing
+    /// after `fail_after` chunks.
+    struct OneMember {
+        data: Vec<u8>,
+        chunk: usize,
+        fail_after: Option<usize>,
+        stall_after: Option<usize>,
+        snapshots: Mutex<usize>,
+    }
+
+    impl OneMember {
+        fn new(data: Vec<u8>) -> Self {
+            Self {
+                data,
+                chunk: 32 * 1024,
+                fail_after: None,
+                stall_after: None,
+                snapshots: Mutex::new(0),
+            }
+        }
+    }
+
+    fn refused() -> dkv_etcd::Error {
+        dkv_etcd::Error::Refused {
+            operation: "test",
+            message: "not used".to_owned(),
+        }
+    }
+
+    #[async_trait]
+    impl EtcdAdmin for OneMember {
+        async fn member_list(&self) -> dkv_etcd::Result<Vec<Member>> {
+            Ok(vec![Member {
+                id: MemberId(1),
+                name: "m0".to_owned(),
+                peer_urls: vec!["http://m0:2380".to_owned()],
+                client_urls: vec!["http://m0:2379".to_owned()],
+                is_learner: false,
+            }])
+        }
+        async fn add_learner(&self, _: &[String]) -> dkv_etcd::Result<Member> {
+            Err(refused())
+        }
+        async fn promote(&self, _: MemberId) -> dkv_etcd::Result<()> {
+            Err(refused())
+        }
+        async fn remove(&self, _: MemberId) -> dkv_etcd::Result<()> {
+            Err(refused())
+        }
+        async fn status(&self, endpoint: &str) -> dkv_etcd::Result<EndpointStatus> {
+            Ok(EndpointStatus {
+                endpoint: endpoint.to_owned(),
+                member_id: MemberId(1),
+                cluster_id: 7,
+                leader: MemberId(1),
+                version: "3.5.16".to_owned(),
+                db_size: self.data.len() as i64,
+                db_size_in_use: 0,
+                raft_index: 10,
+                raft_applied_index: 10,
+                raft_term: 2,
+                revision: 42,
+                is_learner: false,
+                errors: Vec::new(),
+            })
+        }
+        async fn move_leader(&self, _: &str, _: MemberId) -> dkv_etcd::Result<()> {
+            Err(refused())
+        }
+        async fn alarms(&self) -> dkv_etcd::Result<Vec<Alarm>> {
+            Ok(Vec::new())
+        }
+        async fn disarm(&self, _: Alarm) -> dkv_etcd::Result<()> {
+            Err(refused())
+        }
+        async fn compact(&self, _: i64) -> dkv_etcd::Result<()> {
+            Err(refused())
+        }
+        async fn defragment(&self, _: &str) -> dkv_etcd::Result<()> {
+            Err(refused())
+        }
+        async fn snapshot(&self, _: &str) -> dkv_etcd::Result<SnapshotStream> {
+            *self.snapshots.lock().unwrap() += 1;
+            let mut chunks: Vec<dkv_etcd::Result<Bytes>> = self
+                .data
+                .chunks(self.chunk)
+                .map(|c| Ok(Bytes::copy_from_slice(c)))
+                .collect();
+            if let Some(n) = self.fail_after {
+                chunks.truncate(n);
+                chunks.push(Err(dkv_etcd::Error::Unavailable {
+                    operation: "snapshot",
+                    message: "connection reset".to_owned(),
+                }));
+            }
+            if let Some(n) = self.stall_after {
+                chunks.truncate(n);
+                let stalled = futures::stream::iter(chunks).chain(futures::stream::pending());
+                return Ok(Box::pin(stalled));
+            }
+            let stream: Pin<Box<_>> = Box::pin(futures::stream::iter(chunks));
+            Ok(stream)
+        }
+    }
+
+    fn request(dir: &std::path::Path) -> BackupRequest {
+        BackupRequest {
+            namespace: "shop".to_owned(),
+            cluster: "orders".to_owned(),
+            destination: Location::parse(&format!("file://{}/backups", dir.display())).unwrap(),
+            seed_endpoints: vec!["http://orders-client.shop.svc:2379".to_owned()],
+            taken_at: "2026-11-22T06:00:12.5Z".parse().unwrap(),
+            upload: UploadOptions {
+                part_size: MIN_PART_SIZE,
+                parts_in_flight: 2,
+            },
+        }
+    }
+
+    fn files_under(dir: &std::path::Path) -> Vec<String> {
+        let mut found = Vec::new();
+        let mut stack = vec![dir.to_path_buf()];
+        while let Some(d) = stack.pop() {
+            for entry in std::fs::read_dir(&d).unwrap() {
+                let path = entry.unwrap().path();
+                if path.is_dir() {
+                    stack.push(path);
+                } else {
+                    found.push(path.strip_prefix(dir).unwrap().display().to_string());
+                }
+            }
+        }
+        found.sort();
+        found
+    }
+
+    #[tokio::test]
+    async fn a_backup_is_the_snapshot_bytes_with_their_record() {
+        let dir = tempfile::tempdir().unwrap();
+        // Spans three parts of 5 MiB.
+        let data = fake_snapshot(24 * 1024);
+        let admin = OneMember::new(data.clone());
+        let artifact = take_backup(&admin, &StoreConfig::default(), &request(dir.path()))
+            .await
+            .unwrap();
+        let object = dir
+            .path()
+            .join("backups/shop/orders/orders-20261122-060012.db");
+        assert_eq!(artifact.uri, format!("file://{}", object.display()));
+        assert_eq!(std::fs::read(&object).unwrap(), data);
+        assert_eq!(artifact.size_bytes, data.len() as u64);
+        assert_eq!(artifact.sha256, format!("{:x}", Sha256::digest(&data)));
+        assert_eq!(artifact.revision, 42);
+        assert_eq!(artifact.etcd_version, "3.5.16");
+        assert_eq!(artifact.taken_at, "2026-11-22T06:00:12Z".parse().unwrap());
+        let record: Artifact =
+            serde_json::from_slice(&std::fs::read(object.with_extension("db.json")).unwrap())
+                .unwrap();
+        assert_eq!(record, artifact);
+
+        // Same second again: refused, the first artifact untouched.
+        let err = take_backup(&admin, &StoreConfig::default(), &request(dir.path()))
+            .await
+            .unwrap_err();
+        assert!(matches!(err, Error::AlreadyExists { .. }), "{err}");
+        assert_eq!(*admin.snapshots.lock().unwrap(), 1);
+        assert_eq!(std::fs::read(&object).unwrap(), data);
+    }
+
+    #[tokio::test]
+    async fn a_stream_broken_midway_leaves_nothing_behind() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut admin = OneMember::new(fake_snapshot(24 * 1024));
+        // After 6 MiB: one part uploaded, the next one filling.
+        admin.fail_after = Some(192);
+        let err = take_backup(&admin, &StoreConfig::default(), &request(dir.path()))
+            .await
+            .unwrap_err();
+        assert!(matches!(err, Error::Etcd { .. }), "{err}");
+        assert_eq!(files_under(dir.path()), Vec::<String>::new());
+    }
+
+    #[tokio::test]
+    async fn a_stop_request_mid_stream_aborts_and_leaves_nothing_behind() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut admin = OneMember::new(fake_snapshot(24 * 1024));
+        // 6 MiB arrive, then etcd goes quiet; the pod is told to stop.
+        admin.stall_after = Some(192);
+        let stop = tokio::time::sleep(std::time::Duration::from_millis(300));
+        let err = take_backup_until(&admin, &StoreConfig::default(), &request(dir.path()), stop)
+            .await
+            .unwrap_err();
+        assert!(matches!(err, Error::Cancelled), "{err}");
+        assert_eq!(files_under(dir.path()), Vec::<String>::new());
+        // A stop that never comes changes nothing.
+        let admin = OneMember::new(fake_snapshot(64));
+        take_backup_until(
+            &admin,
+            &StoreConfig::default(),
+            &request(dir.path()),
+            std::future::pending(),
+        )
+        .await
+        .unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_snapshot_failing_etcds_own_check_is_not_stored() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut data = fake_snapshot(64);
+        data[1000] ^= 0x40;
+        let admin = OneMember::new(data);
+        let err = take_backup(&admin, &StoreConfig::default(), &request(dir.path()))
+            .await
+            .unwrap_err();
+        assert!(matches!(err, Error::CorruptSnapshot { .. }), "{err}");
+        assert_eq!(err.category(), crate::Category::Integrity);
+        assert_eq!(files_under(dir.path()), Vec::<String>::new());
+
+        // FakeEtcd's placeholder snapshot is no etcd snapshot either.
+        let fake = FakeEtcd::with_members(&["m0"], "3.5.16");
+        let err = take_backup(&fake, &StoreConfig::default(), &request(dir.path()))
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("truncated"), "{err}");
+        assert_eq!(files_under(dir.path()), Vec::<String>::new());
+    }
+
+    #[tokio::test]
+    async fn parts_below_the_s3_minimum_are_refused_up_front() {
+        let dir = tempfile::tempdir().unwrap();
+        let admin = OneMember::new(fake_snapshot(8));
+        let mut request = request(dir.path());
+        request.upload.part_size = 1024 * 1024;
+        let err = take_backup(&admin, &StoreConfig::default(), &request)
+            .await
+            .unwrap_err();
+        assert!(matches!(err, Error::InvalidArgument(_)), "{err}");
+        assert_eq!(*admin.snapshots.lock().unwrap(), 0);
+    }
+}

@@ -1,0 +1,408 @@
+//! Opening an object store for a [`Location`], and the few object
+//! operations backups need, with every error scrubbed of credentials.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use futures::stream::BoxStream;
+use futures::{StreamExt, TryStreamExt};
+use object_store::aws::AmazonS3Builder;
+use object_store::azure::MicrosoftAzureBuilder;
+use object_store::gcp::GoogleCloudStorageBuilder;
+use object_store::local::LocalFileSystem;
+use object_store::path::Path;
+use object_store::{MultipartUpload, ObjectStore, ObjectStoreExt, PutPayload};
+
+use crate::credentials::{AzureKey, Credentials, GcpCredentials, Redactor};
+use crate::error::{Error, Result, StoreErrorKind};
+use crate::location::{Location, Scheme};
+
+/// Non-secret S3 settings, for AWS and for S3-compatible servers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct S3Options {
+    /// The server's URL (`AWS_ENDPOINT_URL`), e.g. `http://minio.storage:9000`;
+    /// AWS itself when unset.
+    pub endpoint: Option<String>,
+    /// `AWS_REGION`; `us-east-1` when unset.
+    pub region: Option<String>,
+    /// Path-style requests (`endpoint/bucket/key`), which every
+    /// S3-compatible server understands; off means virtual-hosted style
+    /// (`bucket.endpoint/key`).
+    pub path_style: bool,
+    /// Allow a plain-HTTP endpoint (`AWS_ALLOW_HTTP=true`): a server inside
+    /// the cluster or on loopback in tests.
+    pub allow_http: bool,
+}
+
+impl Default for S3Options {
+    fn default() -> Self {
+        Self {
+            endpoint: None,
+            region: None,
+            path_style: true,
+            allow_http: false,
+        }
+    }
+}
+
+pub const AWS_REGION: &str = "AWS_REGION";
+pub const AWS_ENDPOINT_URL: &str = "AWS_ENDPOINT_URL";
+pub const AWS_ALLOW_HTTP: &str = "AWS_ALLOW_HTTP";
+
+/// Everything needed to open the store a URI names.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StoreConfig {
+    pub credentials: Credentials,
+    pub s3: S3Options,
+}
+
+impl StoreConfig {
+    /// Credentials and S3 settings from the standard environment variables
+    /// (see [`crate::credentials`]).
+    pub fn from_env() -> Self {
+        Self::from_lookup(|name| std::env::var(name).ok())
+    }
+
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Self {
+        let get = |name: &str| lookup(name).filter(|v| !v.is_empty());
+        Self {
+            s3: S3Options {
+                endpoint: get(AWS_ENDPOINT_URL),
+                region: get(AWS_REGION),
+                path_style: true,
+                allow_http: get(AWS_ALLOW_HTTP).is_some_and(|v| is_true(&v)),
+            },
+            credentials: Credentials::from_lookup(lookup),
+        }
+    }
+}
+
+fn is_true(value: &str) -> bool {
+    matches!(
+        value.trim().to_ascii_lowercase().as_str(),
+        "1" | "true" | "yes" | "on"
+    )
+}
+
+/// One bucket (or the local file system) opened with its credentials.
+#[derive(Debug, Clone)]
+pub struct Store {
+    inner: Arc<dyn ObjectStore>,
+    /// The bucket, for naming objects in messages and results.
+    root: Location,
+    redactor: Redactor,
+}
+
+impl Store {
+    /// Opens the store holding `location`. Nothing is contacted yet.
+    pub fn open(location: &Location, config: &StoreConfig) -> Result<Self> {
+        let root = location.with_path(Path::default());
+        let redactor = Redactor::new(&config.credentials);
+        let open_error = |e: object_store::Error| Error::Open {
+            uri: root.to_string(),
+            message: redactor.scrub(&error_chain(&e)),
+        };
+        if location.scheme() != Scheme::File {
+            // reqwest is built without a crypto provider of its own: use
+            // ring, the one kube uses, unless the process already chose one.
+            let _ = rustls::crypto::ring::default_provider().install_default();
+        }
+        let credentials = &config.credentials;
+        let inner: Arc<dyn ObjectStore> = match location.scheme() {
+            Scheme::S3 => {
+                let s3 = &config.s3;
+                let mut builder = AmazonS3Builder::new()
+                    .with_bucket_name(location.bucket())
+                    .with_region(s3.region.as_deref().unwrap_or("us-east-1"))
+                    .with_virtual_hosted_style_request(!s3.path_style)
+                    .with_allow_http(s3.allow_http);
+                if let Some(endpoint) = &s3.endpoint {
+                    builder = builder.with_endpoint(endpoint);
+                }
+                if let Some(aws) = &credentials.aws {
+                    builder = builder
+                        .with_access_key_id(&aws.access_key_id)
+                        .with_secret_access_key(aws.secret_access_key.expose());
+                    if let Some(token) = &aws.session_token {
+                        builder = builder.with_token(token.expose());
+                    }
+                }
+                Arc::new(builder.build().map_err(open_error)?)
+            }
+            Scheme::Gcs => {
+                let mut builder =
+                    GoogleCloudStorageBuilder::new().with_bucket_name(location.bucket());
+                match &credentials.gcp {
+                    Some(GcpCredentials::ServiceAccountKey(key)) => {
+                        builder = builder.with_service_account_key(key.expose());
+                    }
+                    Some(GcpCredentials::ServiceAccountFile(path)) => {
+                        builder = builder.with_service_account_path(path.to_string_lossy());
+                    }
+                    None => {}
+                }
+                Arc::new(builder.build().map_err(open_error)?)
+            }
+            Scheme::Azure => {
+                let mut builder =
+                    MicrosoftAzureBuilder::new().with_container_name(location.bucket());
+                if let Some(azure) = &credentials.azure {
+                    builder = builder.with_account(&azure.account);
+                    builder = match &azure.key {
+                        AzureKey::AccessKey(key) => builder.with_access_key(key.expose()),
+                        AzureKey::SasToken(token) => builder.with_config(
+                            object_store::azure::AzureConfigKey::SasKey,
+                            token.expose(),
+                        ),
+                    };
+                }
+                Arc::new(builder.build().map_err(open_error)?)
+            }
+            // Durable before it is reported: an artifact is only worth its
+            // record if it survives a crash right after.
+            Scheme::File => Arc::new(LocalFileSystem::new().with_fsync(true)),
+        };
+        Ok(Self {
+            inner,
+            root,
+            redactor,
+        })
+    }
+
+    /// The location of `path` in this store.
+    pub fn location(&self, path: &Path) -> Location {
+        self.root.with_path(path.clone())
+    }
+
+    /// Refuses a location in another bucket (a programming error that
+    /// would otherwise write to the wrong place).
+    pub(crate) fn check_same_bucket(&self, location: &Location) -> Result<()> {
+        if location.scheme() == self.root.scheme() && location.bucket() == self.root.bucket() {
+            Ok(())
+        } else {
+            Err(Error::InvalidArgument(format!(
+                "{location} is not in {}",
+                self.root
+            )))
+        }
+    }
+
+    /// Builds the error for a failed store operation; the message never
+    /// contains a credential.
+    pub(crate) fn error(
+        &self,
+        operation: &'static str,
+        path: &Path,
+        err: &object_store::Error,
+    ) -> Error {
+        let kind = match err {
+            object_store::Error::NotFound { .. } => StoreErrorKind::NotFound,
+            object_store::Error::PermissionDenied { .. }
+            | object_store::Error::Unauthenticated { .. } => StoreErrorKind::AccessDenied,
+            _ => {
+                // Some requests report a refused key or signature as a
+                // generic error carrying the HTTP status or S3's code.
+                let text = error_chain(err);
+                let denied = [
+                    "403 Forbidden",
+                    "401 Unauthorized",
+                    "<Code>AccessDenied</Code>",
+                    "<Code>SignatureDoesNotMatch</Code>",
+                    "<Code>InvalidAccessKeyId</Code>",
+                ];
+                if denied.iter().any(|marker| text.contains(marker)) {
+                    StoreErrorKind::AccessDenied
+                } else {
+                    StoreErrorKind::Other
+                }
+            }
+        };
+        let mut message = self.redactor.scrub(&error_chain(err));
+        if kind == StoreErrorKind::AccessDenied {
+            message.push_str(&format!(
+                "; check the credentials ({}) and what they are allowed to do in {}",
+                credential_variables(self.root.scheme()),
+                self.root
+            ));
+        }
+        Error::Store {
+            operation,
+            uri: self.location(path).to_string(),
+            kind,
+            message,
+        }
+    }
+
+    /// Scrubs text from this store for logging.
+    pub(crate) fn scrub(&self, text: &str) -> String {
+        self.redactor.scrub(text)
+    }
+
+    pub async fn exists(&self, path: &Path) -> Result<bool> {
+        match self.inner.head(path).await {
+            Ok(_) => Ok(true),
+            Err(object_store::Error::NotFound { .. }) => Ok(false),
+            Err(e) => Err(self.error("head", path, &e)),
+        }
+    }
+
+    /// Size of an object in bytes.
+    pub async fn size(&self, path: &Path) -> Result<u64> {
+        self.inner
+            .head(path)
+            .await
+            .map(|meta| meta.size)
+            .map_err(|e| self.error("head", path, &e))
+    }
+
+    /// Writes a small object in one request.
+    pub async fn put_small(&self, path: &Path, bytes: Bytes) -> Result<()> {
+        self.inner
+            .put(path, PutPayload::from_bytes(bytes))
+            .await
+            .map(|_| ())
+            .map_err(|e| self.error("put", path, &e))
+    }
+
+    /// Reads a small object whole.
+    pub async fn get_small(&self, path: &Path) -> Result<Bytes> {
+        let result = self
+            .inner
+            .get(path)
+            .await
+            .map_err(|e| self.error("get", path, &e))?;
+        result
+            .bytes()
+            .await
+            .map_err(|e| self.error("get", path, &e))
+    }
+
+    /// Streams an object's content.
+    pub async fn get_stream(&self, path: &Path) -> Result<BoxStream<'static, Result<Bytes>>> {
+        let result = self
+            .inner
+            .get(path)
+            .await
+            .map_err(|e| self.error("get", path, &e))?;
+        let this = self.clone();
+        let path = path.clone();
+        Ok(result
+            .into_stream()
+            .map_err(move |e| this.error("get", &path, &e))
+            .boxed())
+    }
+
+    pub(crate) async fn start_multipart(&self, path: &Path) -> Result<Box<dyn MultipartUpload>> {
+        self.inner
+            .put_multipart(path)
+            .await
+            .map_err(|e| self.error("multipart upload start", path, &e))
+    }
+
+    /// Deletes an object; an object that is already gone is not an error
+    /// (deletion is retried by callers after partial failures).
+    pub async fn delete(&self, path: &Path) -> Result<()> {
+        match self.inner.delete(path).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(self.error("delete", path, &e)),
+        }
+    }
+}
+
+/// The variables credentials for `scheme` come from, for messages.
+fn credential_variables(scheme: Scheme) -> &'static str {
+    match scheme {
+        Scheme::S3 => "AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN",
+        Scheme::Gcs => "GOOGLE_SERVICE_ACCOUNT_KEY or GOOGLE_APPLICATION_CREDENTIALS",
+        Scheme::Azure => {
+            "AZURE_STORAGE_ACCOUNT_NAME with AZURE_STORAGE_ACCOUNT_KEY or AZURE_STORAGE_SAS_TOKEN"
+        }
+        Scheme::File => "file permissions",
+    }
+}
+
+/// An error and its sources, on one line.
+pub(crate) fn error_chain(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+
+    #[test]
+    fn config_from_the_standard_variables() {
+        let vars: HashMap<&str, &str> = [
+            ("AWS_ACCESS_KEY_ID", "AKID"),
+            ("AWS_SECRET_ACCESS_KEY", "s3cret"),
+            ("AWS_REGION", "eu-west-1"),
+            ("AWS_ENDPOINT_URL", "http://127.0.0.1:9000"),
+            ("AWS_ALLOW_HTTP", "true"),
+        ]
+        .into();
+        let config = StoreConfig::from_lookup(|name| vars.get(name).map(|v| (*v).to_owned()));
+        assert_eq!(
+            config.s3,
+            S3Options {
+                endpoint: Some("http://127.0.0.1:9000".to_owned()),
+                region: Some("eu-west-1".to_owned()),
+                path_style: true,
+                allow_http: true,
+            }
+        );
+        assert_eq!(config.credentials.aws.unwrap().access_key_id, "AKID");
+    }
+
+    #[test]
+    fn opens_every_scheme_without_contacting_anything() {
+        let config = StoreConfig::default();
+        for uri in ["s3://b/p", "gs://b/p", "file:///tmp/p"] {
+            let location = Location::parse(uri).unwrap();
+            Store::open(&location, &config).unwrap();
+        }
+        // Azure needs an account name before anything else.
+        let err = Store::open(&Location::parse("az://c/p").unwrap(), &config).unwrap_err();
+        assert!(matches!(err, Error::Open { .. }), "{err}");
+    }
+
+    #[tokio::test]
+    async fn file_store_objects_round_trip() {
+        let dir = tempfile::tempdir().unwrap();
+        let uri = format!("file://{}/sub/x.json", dir.path().display());
+        let location = Location::parse(&uri).unwrap();
+        let store = Store::open(&location, &StoreConfig::default()).unwrap();
+        assert!(!store.exists(location.path()).await.unwrap());
+        store
+            .put_small(location.path(), Bytes::from_static(b"{}"))
+            .await
+            .unwrap();
+        assert!(store.exists(location.path()).await.unwrap());
+        assert_eq!(store.size(location.path()).await.unwrap(), 2);
+        assert_eq!(&store.get_small(location.path()).await.unwrap()[..], b"{}");
+        store.delete(location.path()).await.unwrap();
+        store.delete(location.path()).await.unwrap();
+        let err = store.get_small(location.path()).await.unwrap_err();
+        assert!(
+            matches!(
+                err,
+                Error::Store {
+                    kind: StoreErrorKind::NotFound,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+    }
+}

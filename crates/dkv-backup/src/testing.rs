@@ -1,0 +1,484 @@
+//! Test harness (feature `testing`): a real S3-compatible server (moto) and
+//! real etcd processes on loopback, for this crate's integration tests and
+//! the `dkv backup` binary's.
+//!
+//! Nothing here skips: a missing moto or etcd fails the test with the
+//! command that installs it (`scripts/install-prerequisites.sh`).
+
+use std::io::Read;
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use dkv_etcd::{EndpointStatus, EtcdAdmin, GrpcAdmin};
+use etcd_client::{Client, GetOptions};
+
+use crate::credentials::{AwsCredentials, Credentials, Secret};
+use crate::store::{S3Options, StoreConfig};
+
+/// The repository root (this crate is `crates/dkv-backup`).
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+const INSTALL: &str =
+    "run scripts/install-prerequisites.sh (it installs moto[server] into .venv and etcd 3.4/3.5)";
+
+fn venv() -> PathBuf {
+    std::env::var_os("DKV_VENV")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join(".venv"))
+}
+
+/// Operations on the moto server done with boto3 (moto's own dependency),
+/// independently of the code under test.
+const MOTO_CLIENT: &str = r#"
+import hashlib, json, sys
+import boto3
+endpoint, key_id, secret, op = sys.argv[1:5]
+args = sys.argv[5:]
+kw = dict(endpoint_url=endpoint, region_name="us-east-1",
+          aws_access_key_id=key_id, aws_secret_access_key=secret)
+if op == "setup":
+    bucket, user = args
+    iam = boto3.client("iam", **kw)
+    iam.create_user(UserName=user)
+    iam.put_user_policy(UserName=user, PolicyName="s3", PolicyDocument=json.dumps(
+        {"Version": "2012-10-17",
+         "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}]}))
+    key = iam.create_access_key(UserName=user)["AccessKey"]
+    boto3.client("s3", **kw).create_bucket(Bucket=bucket)
+    print(json.dumps({"id": key["AccessKeyId"], "secret": key["SecretAccessKey"]}))
+    sys.exit(0)
+s3 = boto3.client("s3", **kw)
+if op == "digest":
+    bucket, key = args
+    h, size = hashlib.sha256(), 0
+    body = s3.get_object(Bucket=bucket, Key=key)["Body"]
+    for chunk in iter(lambda: body.read(1 << 20), b""):
+        h.update(chunk)
+        size += len(chunk)
+    print(json.dumps({"size": size, "sha256": h.hexdigest()}))
+elif op == "flip":
+    bucket, key, offset = args
+    data = bytearray(s3.get_object(Bucket=bucket, Key=key)["Body"].read())
+    data[int(offset)] ^= 0xFF
+    s3.put_object(Bucket=bucket, Key=key, Body=bytes(data))
+    print("{}")
+elif op == "upload":
+    import time
+    from boto3.s3.transfer import TransferConfig
+    bucket, key, path = args
+    started = time.monotonic()
+    s3.upload_file(path, bucket, key, Config=TransferConfig(
+        multipart_chunksize=8 << 20, max_concurrency=2))
+    print(json.dumps({"seconds": time.monotonic() - started}))
+elif op == "list":
+    bucket, = args
+    objects = [o["Key"] for p in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket)
+               for o in p.get("Contents", [])]
+    uploads = [u["Key"] for u in s3.list_multipart_uploads(Bucket=bucket).get("Uploads", [])]
+    print(json.dumps({"objects": sorted(objects), "uploads": sorted(uploads)}))
+else:
+    sys.exit("unknown op " + op)
+"#;
+
+/// A moto S3 server on a free loopback port with one bucket and one IAM
+/// user allowed everything on S3. Signatures are checked (moto's IAM
+/// authentication is on), so wrong credentials fail as on AWS. Killed on
+/// drop.
+pub struct MotoServer {
+    child: Child,
+    endpoint: String,
+    pub bucket: String,
+    pub access_key_id: String,
+    pub secret_access_key: String,
+}
+
+/// Digest of an object as the S3 server has it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
+pub struct ObjectDigest {
+    pub size: u64,
+    pub sha256: String,
+}
+
+/// What a bucket holds.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
+pub struct BucketListing {
+    pub objects: Vec<String>,
+    /// Multipart uploads started and neither completed nor aborted.
+    pub uploads: Vec<String>,
+}
+
+impl MotoServer {
+    pub fn start(bucket: &str) -> Self {
+        let moto = venv().join("bin/moto_server");
+        assert!(
+            moto.exists(),
+            "{} is missing: the backup tests need a real S3 server; {INSTALL}",
+            moto.display()
+        );
+        let port = free_port();
+        let mut child = Command::new(&moto)
+            .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+            // The first 4 requests (the set-up below) need no signature;
+            // every later one is authenticated.
+            .env("INITIAL_NO_AUTH_ACTION_COUNT", "4")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting {}: {e}", moto.display()));
+        let address = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+        let deadline = Instant::now() + Duration::from_secs(30);
+        // A TCP connection, not an HTTP request: requests count against the
+        // unauthenticated allowance.
+        while TcpStream::connect_timeout(&address, Duration::from_millis(200)).is_err() {
+            if let Ok(Some(status)) = child.try_wait() {
+                let mut stderr = String::new();
+                if let Some(mut pipe) = child.stderr.take() {
+                    let _ = pipe.read_to_string(&mut stderr);
+                }
+                panic!("moto_server exited ({status}): {stderr}");
+            }
+            assert!(
+                Instant::now() < deadline,
+                "moto_server did not listen on {address} within 30 s"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        // Its log is not needed, and a full pipe would block it.
+        drop(child.stderr.take());
+        let mut server = Self {
+            child,
+            endpoint: format!("http://{address}"),
+            bucket: bucket.to_owned(),
+            access_key_id: "bootstrap".to_owned(),
+            secret_access_key: "bootstrap".to_owned(),
+        };
+        let out = server.client(&["setup", bucket, "dkv-backup"]);
+        let key: serde_json::Value = serde_json::from_str(&out)
+            .unwrap_or_else(|e| panic!("moto setup printed {out:?}: {e}"));
+        server.access_key_id = key["id"].as_str().unwrap_or_default().to_owned();
+        server.secret_access_key = key["secret"].as_str().unwrap_or_default().to_owned();
+        assert!(
+            !server.secret_access_key.is_empty(),
+            "moto setup printed {out:?}"
+        );
+        server
+    }
+
+    /// `http://127.0.0.1:PORT`
+    pub fn endpoint(&self) -> &str {
+        &self.endpoint
+    }
+
+    /// `s3://<bucket>/<prefix>`
+    pub fn uri(&self, prefix: &str) -> String {
+        format!("s3://{}/{prefix}", self.bucket)
+    }
+
+    /// A store configuration for this server with its valid credentials.
+    pub fn config(&self) -> StoreConfig {
+        self.config_with_secret(&self.secret_access_key)
+    }
+
+    /// The same with another secret key (for wrong-credential tests).
+    pub fn config_with_secret(&self, secret: &str) -> StoreConfig {
+        StoreConfig {
+            credentials: Credentials {
+                aws: Some(AwsCredentials {
+                    access_key_id: self.access_key_id.clone(),
+                    secret_access_key: Secret::new(secret),
+                    session_token: None,
+                }),
+                ..Credentials::default()
+            },
+            s3: S3Options {
+                endpoint: Some(self.endpoint.clone()),
+                region: Some("us-east-1".to_owned()),
+                path_style: true,
+                allow_http: true,
+            },
+        }
+    }
+
+    /// The environment a backup Job pod would get from its Secret.
+    pub fn env(&self) -> Vec<(String, String)> {
+        [
+            ("AWS_ACCESS_KEY_ID", self.access_key_id.as_str()),
+            ("AWS_SECRET_ACCESS_KEY", self.secret_access_key.as_str()),
+            ("AWS_REGION", "us-east-1"),
+            ("AWS_ENDPOINT_URL", self.endpoint.as_str()),
+            ("AWS_ALLOW_HTTP", "true"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect()
+    }
+
+    /// Size and sha256 of an object, downloaded and hashed by boto3.
+    pub fn digest(&self, key: &str) -> ObjectDigest {
+        let out = self.client(&["digest", &self.bucket, key]);
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("digest printed {out:?}: {e}"))
+    }
+
+    /// Flips every bit of the byte at `offset` of an object, in place.
+    pub fn corrupt(&self, key: &str, offset: u64) {
+        self.client(&["flip", &self.bucket, key, &offset.to_string()]);
+    }
+
+    /// Seconds boto3 (AWS's own Python client, 8 MiB parts, 2 at a time)
+    /// takes to upload a local file: what this server can take in.
+    pub fn boto3_upload_seconds(&self, path: &Path, key: &str) -> f64 {
+        let out = self.client(&["upload", &self.bucket, key, &path.to_string_lossy()]);
+        let value: serde_json::Value =
+            serde_json::from_str(&out).unwrap_or_else(|e| panic!("upload printed {out:?}: {e}"));
+        value["seconds"].as_f64().unwrap_or(f64::NAN)
+    }
+
+    pub fn list(&self) -> BucketListing {
+        let out = self.client(&["list", &self.bucket]);
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("list printed {out:?}: {e}"))
+    }
+
+    fn client(&self, args: &[&str]) -> String {
+        let python = venv().join("bin/python");
+        let output = Command::new(&python)
+            .arg("-c")
+            .arg(MOTO_CLIENT)
+            .args([
+                self.endpoint.as_str(),
+                &self.access_key_id,
+                &self.secret_access_key,
+            ])
+            .args(args)
+            .output()
+            .unwrap_or_else(|e| panic!("running {}: {e}; {INSTALL}", python.display()));
+        assert!(
+            output.status.success(),
+            "boto3 {args:?} failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8_lossy(&output.stdout).trim().to_owned()
+    }
+}
+
+impl Drop for MotoServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+        .unwrap_or_else(|e| panic!("binding a free port: {e}"));
+    listener
+        .local_addr()
+        .unwrap_or_else(|e| panic!("reading the free port: {e}"))
+        .port()
+}
+
+/// The directory holding `etcd`, `etcdctl` (and from 3.5 `etcdutl`) of a
+/// minor version, as `scripts/install-etcd.sh` installs them.
+pub fn etcd_bin_dir(minor: &str) -> PathBuf {
+    let dir = match minor {
+        "3.4" => PathBuf::from("/usr/bin"),
+        other => repo_root().join(format!(".tools/etcd-{other}/usr/bin")),
+    };
+    assert!(
+        dir.join("etcd").exists(),
+        "etcd {minor} is missing from {}: {INSTALL}",
+        dir.display()
+    );
+    dir
+}
+
+/// A loopback address for member `ordinal` of test group `group`, distinct
+/// per test process so tests can run side by side.
+pub fn loopback_ip(group: u8, ordinal: u8) -> String {
+    format!(
+        "127.{}.{}.{}",
+        150 + group % 100,
+        std::process::id() % 250,
+        ordinal + 1
+    )
+}
+
+/// Key and value number `i` written by [`EtcdProcess::put_keys`].
+pub fn test_key(i: usize) -> (String, String) {
+    (format!("/dkv-test/key-{i:05}"), format!("value-{i}"))
+}
+
+/// One etcd member process, killed on drop.
+pub struct EtcdProcess {
+    child: Option<Child>,
+    pub name: String,
+    pub client_url: String,
+    pub peer_url: String,
+    pub data_dir: PathBuf,
+}
+
+impl EtcdProcess {
+    /// Starts a single-member cluster `name` at `ip` with `data_dir`
+    /// (created, or restored into by the caller first).
+    pub fn start(bin_dir: &Path, name: &str, ip: &str, data_dir: &Path, token: &str) -> Self {
+        let initial_cluster = format!("{name}=http://{ip}:2380");
+        Self::start_member(bin_dir, name, ip, data_dir, token, &initial_cluster)
+    }
+
+    /// Starts member `name` of a new cluster `initial_cluster`
+    /// (`name=http://ip:2380,...`).
+    pub fn start_member(
+        bin_dir: &Path,
+        name: &str,
+        ip: &str,
+        data_dir: &Path,
+        token: &str,
+        initial_cluster: &str,
+    ) -> Self {
+        let client_url = format!("http://{ip}:2379");
+        let peer_url = format!("http://{ip}:2380");
+        let log_path = data_dir.with_extension("log");
+        let log = std::fs::File::create(&log_path)
+            .unwrap_or_else(|e| panic!("creating {}: {e}", log_path.display()));
+        let child = Command::new(bin_dir.join("etcd"))
+            .args([
+                format!("--name={name}"),
+                format!("--data-dir={}", data_dir.display()),
+                format!("--listen-client-urls={client_url}"),
+                format!("--advertise-client-urls={client_url}"),
+                format!("--listen-peer-urls={peer_url}"),
+                format!("--initial-advertise-peer-urls={peer_url}"),
+                format!("--initial-cluster={initial_cluster}"),
+                format!("--initial-cluster-token={token}"),
+                "--initial-cluster-state=new".to_owned(),
+                // Room for the large-database tests.
+                "--quota-backend-bytes=4294967296".to_owned(),
+                "--max-request-bytes=4194304".to_owned(),
+            ])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting etcd from {}: {e}", bin_dir.display()));
+        Self {
+            child: Some(child),
+            name: name.to_owned(),
+            client_url,
+            peer_url,
+            data_dir: data_dir.to_path_buf(),
+        }
+    }
+
+    /// Waits until the member serves and knows a leader; its status.
+    pub async fn wait_ready(&self) -> EndpointStatus {
+        let admin = GrpcAdmin::new(vec![self.client_url.clone()], Duration::from_secs(5));
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            match admin.status(&self.client_url).await {
+                Ok(status) if status.leader.0 != 0 => return status,
+                _ if Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                other => panic!(
+                    "etcd {} never became ready: {other:?}\n{}",
+                    self.name,
+                    self.log()
+                ),
+            }
+        }
+    }
+
+    pub async fn client(&self) -> Client {
+        Client::connect([self.client_url.as_str()], None)
+            .await
+            .unwrap_or_else(|e| panic!("connecting to {}: {e}", self.client_url))
+    }
+
+    /// Writes `count` keys `/dkv-test/key-NNNNN` = `value-N`.
+    pub async fn put_keys(&self, count: usize) {
+        let mut client = self.client().await;
+        for i in 0..count {
+            let (key, value) = test_key(i);
+            client
+                .put(key, value, None)
+                .await
+                .unwrap_or_else(|e| panic!("put {i}: {e}"));
+        }
+    }
+
+    /// Grows the database by about `bytes` with incompressible 1 MiB values
+    /// under `/dkv-fill/`.
+    pub async fn fill(&self, bytes: usize) {
+        let mut client = self.client().await;
+        let mut state = 0x2545_f491_4f6c_dd1d_u64;
+        for i in 0..bytes.div_ceil(1 << 20) {
+            let value: Vec<u8> = (0..(1 << 20))
+                .map(|_| {
+                    // xorshift: cheap, and nothing a page could compress.
+                    state ^= state << 13;
+                    state ^= state >> 7;
+                    state ^= state << 17;
+                    state as u8
+                })
+                .collect();
+            client
+                .put(format!("/dkv-fill/{i:05}"), value, None)
+                .await
+                .unwrap_or_else(|e| panic!("fill {i}: {e}"));
+        }
+    }
+
+    /// Every key and value under `/dkv-test/`.
+    pub async fn test_keys(&self) -> Vec<(String, String)> {
+        let mut client = self.client().await;
+        let response = client
+            .get("/dkv-test/", Some(GetOptions::new().with_prefix()))
+            .await
+            .unwrap_or_else(|e| panic!("get: {e}"));
+        response
+            .kvs()
+            .iter()
+            .map(|kv| {
+                (
+                    String::from_utf8_lossy(kv.key()).into_owned(),
+                    String::from_utf8_lossy(kv.value()).into_owned(),
+                )
+            })
+            .collect()
+    }
+
+    /// How many keys the member holds in all.
+    pub async fn key_count(&self) -> i64 {
+        let mut client = self.client().await;
+        client
+            .get(
+                "",
+                Some(GetOptions::new().with_all_keys().with_count_only()),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("count: {e}"))
+            .count()
+    }
+
+    /// The member's log so far (for assertion messages).
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.data_dir.with_extension("log")).unwrap_or_default()
+    }
+
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for EtcdProcess {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
