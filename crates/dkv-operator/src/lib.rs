@@ -4,6 +4,7 @@
 //! The binary `dkv` has one subcommand per role ([`cli::Command`]); this
 //! library holds them so integration tests can run the same code in-process.
 
+pub mod backup;
 pub mod backup_agent;
 pub mod cli;
 pub mod cluster;

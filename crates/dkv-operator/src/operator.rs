@@ -112,6 +112,22 @@ pub async fn run_with(
             }
         }
     };
+    let backup_stop = {
+        let stop = stop.clone();
+        let lost = lost_rx.clone();
+        async move {
+            tokio::select! {
+                _ = stopped(stop) => {}
+                _ = stopped(lost) => {}
+            }
+        }
+    };
+    let mut backups = TaskGuard(tokio::spawn(crate::backup::run(
+        client.clone(),
+        args.namespace.clone(),
+        args.operator_image.clone(),
+        backup_stop,
+    )));
     let mut controller = TaskGuard(tokio::spawn(cluster::run(
         client.clone(),
         settings,
@@ -133,6 +149,9 @@ pub async fn run_with(
     (&mut controller.0)
         .await
         .context("the controller task panicked")?;
+    (&mut backups.0)
+        .await
+        .context("the backup controller task panicked")?;
     metrics.set_leader(false);
     if let Some(elector) = elector.as_mut()
         && !lost

@@ -12,22 +12,29 @@ use super::{child_labels, child_meta};
 use crate::cluster::naming;
 use crate::cluster::validate::ValidatedCluster;
 
-pub fn build(cluster: &ValidatedCluster) -> Option<CronJob> {
-    let backup = cluster.backup.as_ref()?;
-    let labels = child_labels(cluster, "backup");
+/// What one run of the backup agent needs.
+pub struct AgentRun<'a> {
+    pub image: &'a str,
+    pub cluster: &'a str,
+    pub destination: &'a str,
+    pub credentials_secret: Option<&'a str>,
+    pub retention_days: Option<i32>,
+}
 
+/// The container that runs `dkv backup` once (in a CronJob's or an
+/// on-demand backup's Job).
+pub fn agent_container(run: &AgentRun<'_>) -> Container {
     let mut args = vec![
         "backup".to_owned(),
-        format!("--cluster={}", cluster.name),
-        format!("--destination={}", backup.s3_path),
+        format!("--cluster={}", run.cluster),
+        format!("--destination={}", run.destination),
     ];
-    if let Some(days) = backup.retention_days {
+    if let Some(days) = run.retention_days {
         args.push(format!("--retention-days={days}"));
     }
-
-    let container = Container {
+    Container {
         name: "backup".to_owned(),
-        image: Some(backup.image.clone()),
+        image: Some(run.image.to_owned()),
         args: Some(args),
         env: Some(vec![EnvVar {
             name: "POD_NAMESPACE".to_owned(),
@@ -42,17 +49,29 @@ pub fn build(cluster: &ValidatedCluster) -> Option<CronJob> {
         }]),
         // Credentials reach the agent only as environment from the Secret;
         // they are never part of any object the operator writes.
-        env_from: backup.credentials_secret.as_ref().map(|secret| {
+        env_from: run.credentials_secret.map(|secret| {
             vec![EnvFromSource {
                 secret_ref: Some(SecretEnvSource {
-                    name: secret.clone(),
+                    name: secret.to_owned(),
                     optional: Some(false),
                 }),
                 ..EnvFromSource::default()
             }]
         }),
         ..Container::default()
-    };
+    }
+}
+
+pub fn build(cluster: &ValidatedCluster) -> Option<CronJob> {
+    let backup = cluster.backup.as_ref()?;
+    let labels = child_labels(cluster, "backup");
+    let container = agent_container(&AgentRun {
+        image: &backup.image,
+        cluster: &cluster.name,
+        destination: &backup.s3_path,
+        credentials_secret: backup.credentials_secret.as_deref(),
+        retention_days: backup.retention_days,
+    });
 
     Some(CronJob {
         metadata: child_meta(cluster, naming::backup_cronjob(&cluster.name), "backup"),

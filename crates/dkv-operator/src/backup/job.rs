@@ -1,0 +1,154 @@
+//! The Job of one on-demand backup (pure).
+
+use dkv_api::DistributedKVBackup;
+use k8s_openapi::api::batch::v1::{Job, JobSpec};
+use k8s_openapi::api::core::v1::{PodSpec, PodTemplateSpec};
+use kube::api::ObjectMeta;
+use kube::{Resource, ResourceExt};
+
+use crate::cluster::build::cronjob::{AgentRun, agent_container};
+
+/// Where and how one backup runs, resolved from the backup and its cluster.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resolved {
+    pub cluster: String,
+    pub destination: String,
+    pub credentials_secret: Option<String>,
+    pub image: String,
+}
+
+/// Job names are label values (`job-name`): at most 63 characters.
+pub fn job_name(backup: &DistributedKVBackup) -> String {
+    let name = backup.name_any();
+    if name.len() <= 63 {
+        return name;
+    }
+    // FNV-1a: stable across builds, so a restarted operator finds its Job.
+    let hash = name.bytes().fold(0x811c_9dc5_u32, |h, b| {
+        (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
+    });
+    let prefix: String = name.chars().take(54).collect();
+    format!("{prefix}-{hash:08x}")
+}
+
+pub fn build(backup: &DistributedKVBackup, resolved: &Resolved) -> Job {
+    let labels = std::collections::BTreeMap::from([
+        (
+            "app.kubernetes.io/name".to_owned(),
+            "distributedkv".to_owned(),
+        ),
+        (
+            "app.kubernetes.io/instance".to_owned(),
+            resolved.cluster.clone(),
+        ),
+        (
+            "app.kubernetes.io/managed-by".to_owned(),
+            "dkv-operator".to_owned(),
+        ),
+        (
+            "app.kubernetes.io/component".to_owned(),
+            "backup".to_owned(),
+        ),
+        (
+            dkv_api::labels::CLUSTER_KEY.to_owned(),
+            resolved.cluster.clone(),
+        ),
+        ("dkv.io/backup".to_owned(), job_name(backup)),
+    ]);
+    let container = agent_container(&AgentRun {
+        image: &resolved.image,
+        cluster: &resolved.cluster,
+        destination: &resolved.destination,
+        credentials_secret: resolved.credentials_secret.as_deref(),
+        retention_days: None,
+    });
+    Job {
+        metadata: ObjectMeta {
+            name: Some(job_name(backup)),
+            namespace: backup.namespace(),
+            labels: Some(labels.clone()),
+            owner_references: backup.controller_owner_ref(&()).map(|o| vec![o]),
+            ..ObjectMeta::default()
+        },
+        spec: Some(JobSpec {
+            // The agent never overwrites an object and names each by its
+            // start time, so a retry is a new, complete attempt.
+            backoff_limit: Some(1),
+            active_deadline_seconds: Some(3600),
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(labels),
+                    ..ObjectMeta::default()
+                }),
+                spec: Some(PodSpec {
+                    restart_policy: Some("Never".to_owned()),
+                    enable_service_links: Some(false),
+                    containers: vec![container],
+                    ..PodSpec::default()
+                }),
+            },
+            ..JobSpec::default()
+        }),
+        status: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn backup(name: &str) -> DistributedKVBackup {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "dkv.io/v1alpha1", "kind": "DistributedKVBackup",
+            "metadata": {"name": name, "namespace": "shop", "uid": "u-1"},
+            "spec": {"cluster": "orders"}
+        }))
+        .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn the_job_runs_the_agent_once_with_credentials_from_the_secret() {
+        let resolved = Resolved {
+            cluster: "orders".into(),
+            destination: "s3://bucket/prefix".into(),
+            credentials_secret: Some("s3-creds".into()),
+            image: "ghcr.io/dkv-io/dkv:1".into(),
+        };
+        let job = build(&backup("nightly"), &resolved);
+        assert_eq!(job.metadata.name.as_deref(), Some("nightly"));
+        let owner = &job
+            .metadata
+            .owner_references
+            .as_ref()
+            .unwrap_or_else(|| panic!("owner"))[0];
+        assert_eq!(
+            (owner.kind.as_str(), owner.controller),
+            ("DistributedKVBackup", Some(true))
+        );
+        let spec = job.spec.unwrap_or_default();
+        let pod = spec.template.spec.unwrap_or_default();
+        assert_eq!(pod.restart_policy.as_deref(), Some("Never"));
+        let c = &pod.containers[0];
+        assert_eq!(
+            c.args.clone().unwrap_or_default(),
+            vec![
+                "backup",
+                "--cluster=orders",
+                "--destination=s3://bucket/prefix"
+            ]
+        );
+        let secret = c.env_from.as_ref().and_then(|e| e[0].secret_ref.as_ref());
+        assert_eq!(secret.map(|s| s.name.as_str()), Some("s3-creds"));
+    }
+
+    #[test]
+    fn long_backup_names_give_valid_job_names() {
+        let long = "b".repeat(100);
+        let name = job_name(&backup(&long));
+        assert!(name.len() <= 63, "{name}");
+        assert_ne!(
+            job_name(&backup(&long)),
+            job_name(&backup(&format!("{long}x")))
+        );
+    }
+}

@@ -1,0 +1,271 @@
+//! The backup controller: each `DistributedKVBackup` runs `dkv backup` once
+//! in a Job and records the outcome (`Pending → Running → Completed |
+//! Failed`, times, the artifact); a completed backup becomes its cluster's
+//! `status.lastBackup`.
+//!
+//! The destination is the backup's `spec.destination`, else the cluster's
+//! `spec.backup`; credentials reach the Job only as environment from the
+//! named Secret.
+
+pub mod job;
+pub mod progress;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use dkv_api::backup::v1alpha1::{BackupPhase, DistributedKVBackupStatus};
+use dkv_api::{DistributedKV, DistributedKVBackup};
+use futures::StreamExt;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::watcher;
+use kube::{Client, ResourceExt};
+use serde_json::json;
+use tracing::{info, warn};
+
+use self::job::Resolved;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{what}: {source}")]
+    Kube {
+        what: String,
+        #[source]
+        source: kube::Error,
+    },
+}
+
+fn kube_error(what: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
+    let what = what.into();
+    move |source| Error::Kube { what, source }
+}
+
+struct Context {
+    client: Client,
+    /// The image that runs the agent when the cluster names none.
+    operator_image: String,
+}
+
+/// How often a backup in flight is looked at besides its Job's events.
+const POLL: Duration = Duration::from_secs(5);
+
+pub async fn run(
+    client: Client,
+    namespace: Option<String>,
+    operator_image: String,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+) {
+    let backups: Api<DistributedKVBackup> = match &namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    };
+    let jobs: Api<Job> = match &namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    };
+    let ctx = Arc::new(Context {
+        client,
+        operator_image,
+    });
+    info!("starting DistributedKVBackup controller");
+    Controller::new(backups, watcher::Config::default())
+        .owns(jobs, watcher::Config::default())
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile, error_policy, ctx)
+        .for_each(|_| futures::future::ready(()))
+        .await;
+}
+
+fn error_policy(backup: Arc<DistributedKVBackup>, err: &Error, _: Arc<Context>) -> Action {
+    warn!(backup = %backup.name_any(), error = %err, "backup reconcile failed");
+    Action::requeue(POLL)
+}
+
+async fn reconcile(backup: Arc<DistributedKVBackup>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let ns = backup.namespace().unwrap_or_default();
+    let name = backup.name_any();
+    let old = backup.status.clone().unwrap_or_default();
+    if matches!(
+        old.phase,
+        Some(BackupPhase::Completed | BackupPhase::Failed)
+    ) {
+        return Ok(Action::await_change());
+    }
+    let now = Time(jiff::Timestamp::now());
+    let resolved = match resolve(&backup, &ctx).await? {
+        Ok(resolved) => resolved,
+        Err(why) => {
+            let status = DistributedKVBackupStatus {
+                phase: Some(BackupPhase::Failed),
+                start_time: old.start_time.clone().or(Some(now.clone())),
+                completion_time: Some(now),
+                artifact: None,
+                message: Some(why),
+            };
+            write_status(&ctx.client, &ns, &name, &old, status).await?;
+            return Ok(Action::await_change());
+        }
+    };
+
+    let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), &ns);
+    let job_name = job::job_name(&backup);
+    let Some(existing) = jobs
+        .get_opt(&job_name)
+        .await
+        .map_err(kube_error(format!("reading Job {ns}/{job_name}")))?
+    else {
+        let built = job::build(&backup, &resolved);
+        jobs.create(&PostParams::default(), &built)
+            .await
+            .map_err(kube_error(format!("creating Job {ns}/{job_name}")))?;
+        info!(backup = %name, cluster = %resolved.cluster, destination = %resolved.destination, "started backup Job");
+        let status = DistributedKVBackupStatus {
+            phase: Some(BackupPhase::Pending),
+            start_time: Some(now),
+            ..DistributedKVBackupStatus::default()
+        };
+        write_status(&ctx.client, &ns, &name, &old, status).await?;
+        return Ok(Action::requeue(POLL));
+    };
+
+    let pods = job_pods(&ctx.client, &ns, &existing).await?;
+    let progress = progress::of(&existing, &pods);
+    let finished = matches!(progress.phase, BackupPhase::Completed | BackupPhase::Failed);
+    let status = DistributedKVBackupStatus {
+        phase: Some(progress.phase),
+        start_time: old.start_time.clone().or(Some(now.clone())),
+        completion_time: finished.then_some(now.clone()),
+        artifact: progress.artifact.clone(),
+        message: progress.message.clone(),
+    };
+    if progress.phase == BackupPhase::Completed
+        && let Some(artifact) = &progress.artifact
+    {
+        // The cluster's catalogue pointer: newest completed backup.
+        let clusters: Api<DistributedKV> = Api::namespaced(ctx.client.clone(), &ns);
+        let patch = json!({"status": {
+            "lastBackupTime": now,
+            "lastBackup": {"name": name, "uri": artifact.uri, "sizeBytes": artifact.size_bytes, "sha256": artifact.sha256},
+        }});
+        clusters
+            .patch_status(
+                &resolved.cluster,
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await
+            .map_err(kube_error(format!(
+                "recording the backup in DistributedKV {ns}/{}",
+                resolved.cluster
+            )))?;
+        info!(backup = %name, uri = %artifact.uri, size = artifact.size_bytes, "backup completed");
+    }
+    if progress.phase == BackupPhase::Failed {
+        warn!(backup = %name, message = ?progress.message, "backup failed");
+    }
+    write_status(&ctx.client, &ns, &name, &old, status).await?;
+    Ok(if finished {
+        Action::await_change()
+    } else {
+        Action::requeue(POLL)
+    })
+}
+
+/// The cluster, destination and image of a backup; `Ok(Err(why))` when the
+/// backup cannot run as specified.
+async fn resolve(
+    backup: &DistributedKVBackup,
+    ctx: &Context,
+) -> Result<Result<Resolved, String>, Error> {
+    let ns = backup.namespace().unwrap_or_default();
+    let clusters: Api<DistributedKV> = Api::namespaced(ctx.client.clone(), &ns);
+    let Some(cluster) = clusters
+        .get_opt(&backup.spec.cluster)
+        .await
+        .map_err(kube_error(format!(
+            "reading DistributedKV {ns}/{}",
+            backup.spec.cluster
+        )))?
+    else {
+        return Ok(Err(format!(
+            "spec.cluster: DistributedKV {:?} does not exist in namespace {ns}",
+            backup.spec.cluster
+        )));
+    };
+    let scheduled = cluster.spec.backup.as_ref();
+    let (destination, credentials_secret) = match &backup.spec.destination {
+        Some(d) => (d.uri.clone(), d.credentials_secret.clone()),
+        None => match scheduled {
+            Some(b) => (b.s3_path.clone(), b.credentials_secret.clone()),
+            None => {
+                return Ok(Err(format!(
+                    "no destination: set spec.destination.uri, or spec.backup.s3Path on DistributedKV {:?}",
+                    backup.spec.cluster
+                )));
+            }
+        },
+    };
+    let image = scheduled
+        .and_then(|b| b.backup_image.clone())
+        .filter(|i| !i.is_empty())
+        .unwrap_or_else(|| ctx.operator_image.clone());
+    Ok(Ok(Resolved {
+        cluster: backup.spec.cluster.clone(),
+        destination,
+        credentials_secret,
+        image,
+    }))
+}
+
+/// The pods of a Job, by its selector.
+async fn job_pods(client: &Client, ns: &str, job: &Job) -> Result<Vec<Pod>, Error> {
+    let Some(labels) = job
+        .spec
+        .as_ref()
+        .and_then(|s| s.selector.as_ref())
+        .and_then(|s| s.match_labels.as_ref())
+    else {
+        return Ok(Vec::new());
+    };
+    let selector = labels
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    Ok(pods
+        .list(&ListParams::default().labels(&selector))
+        .await
+        .map_err(kube_error(format!(
+            "listing the pods of Job {ns}/{}",
+            job.name_any()
+        )))?
+        .items)
+}
+
+async fn write_status(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    old: &DistributedKVBackupStatus,
+    new: DistributedKVBackupStatus,
+) -> Result<(), Error> {
+    if *old == new {
+        return Ok(());
+    }
+    let api: Api<DistributedKVBackup> = Api::namespaced(client.clone(), ns);
+    api.patch_status(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(&json!({ "status": new })),
+    )
+    .await
+    .map_err(kube_error(format!(
+        "updating the status of DistributedKVBackup {ns}/{name}"
+    )))?;
+    Ok(())
+}
