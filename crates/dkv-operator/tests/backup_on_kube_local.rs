@@ -14,6 +14,7 @@ use dkv_api::{DistributedKV, DistributedKVBackup};
 use dkv_backup::testing::{EtcdProcess, MotoServer, etcd_bin_dir, loopback_ip, test_key};
 use dkv_backup::{Location, MemberRestore, RestoreTool, fetch_artifact, restore_member};
 use k8s_openapi::api::core::v1::Secret;
+use kube::ResourceExt;
 use kube::api::{Api, PostParams};
 use serde_json::json;
 
@@ -207,5 +208,80 @@ async fn an_on_demand_backup_lands_in_the_bucket_and_restores_the_same_keys() {
         "a failed backup does not replace the last good one"
     );
 
+    operator.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_scheduled_run_is_recorded_in_the_catalogue_and_on_the_cluster() {
+    let moto = MotoServer::start("dkv-backups");
+    let env = support::environment(true).await;
+    let client = env.client();
+    support::create_namespace(&client, NS).await;
+    let operator = support::RunningOperator::start(client.clone(), false);
+    secret(&client, "s3-creds", moto.env()).await;
+    let dkvs: Api<DistributedKV> = Api::namespaced(client.clone(), NS);
+    dkvs.create(
+        &PostParams::default(),
+        &support::cluster(
+            NS,
+            "orders",
+            1,
+            "registry.k8s.io/etcd:3.5.16-0",
+            json!({"backup": {"s3Path": moto.uri("scheduled"), "schedule": "*/5 * * * *", "credentialsSecret": "s3-creds"}}),
+        ),
+    )
+    .await
+    .unwrap();
+    wait_settled(&dkvs, "orders", 1).await;
+
+    // The next scheduled time arrives (kube-local's CronJob clock).
+    let started = Instant::now();
+    env.clock().unwrap().advance(Duration::from_secs(300));
+    let backups: Api<DistributedKVBackup> = Api::namespaced(client.clone(), NS);
+    let record = loop {
+        let list = backups.list(&Default::default()).await.unwrap().items;
+        if let Some(record) = list.into_iter().next() {
+            break record;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "no record of the scheduled run"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    let name = record.name_any();
+    assert!(
+        name.starts_with("orders-backup"),
+        "named after the Job: {name}"
+    );
+    let owner = &record.metadata.owner_references.clone().unwrap()[0];
+    assert_eq!(
+        (owner.kind.as_str(), owner.name.as_str()),
+        ("DistributedKV", "orders")
+    );
+
+    let done = wait_finished(&backups, &name).await;
+    let status = done.status.unwrap();
+    eprintln!(
+        "scheduled backup {name}: {:?} after {:?}: {:?}",
+        status.phase,
+        started.elapsed(),
+        status.artifact
+    );
+    assert_eq!(
+        status.phase,
+        Some(BackupPhase::Completed),
+        "{:?}",
+        status.message
+    );
+    let artifact = status.artifact.unwrap();
+    assert!(
+        artifact
+            .uri
+            .starts_with("s3://dkv-backups/scheduled/backups/orders/")
+    );
+    let cluster = dkvs.get("orders").await.unwrap().status.unwrap();
+    assert!(cluster.last_backup_time.is_some());
+    assert_eq!(cluster.last_backup.map(|b| b.name), Some(name));
     operator.stop().await;
 }

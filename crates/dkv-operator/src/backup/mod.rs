@@ -6,9 +6,19 @@
 //! The destination is the backup's `spec.destination`, else the cluster's
 //! `spec.backup`; credentials reach the Job only as environment from the
 //! named Secret.
+//!
+//! Scheduled runs: each Job the cluster's backup CronJob starts gets a
+//! `DistributedKVBackup` record (named after the Job, owned by the cluster,
+//! annotated with [`JOB_ANNOTATION`]) whose status follows that Job, so
+//! `kubectl get dkvbackup` is the whole catalogue.
 
 pub mod job;
 pub mod progress;
+pub mod scheduled;
+
+/// On a backup record: the Job (started by the schedule) it follows, instead
+/// of starting one of its own.
+pub const JOB_ANNOTATION: &str = "dkv.io/job";
 
 use std::future::Future;
 use std::sync::Arc;
@@ -72,12 +82,33 @@ pub async fn run(
         operator_image,
     });
     info!("starting DistributedKVBackup controller");
-    Controller::new(backups, watcher::Config::default())
-        .owns(jobs, watcher::Config::default())
-        .graceful_shutdown_on(shutdown)
+    let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
+    let records = scheduled::run(jobs.clone(), ctx.client.clone(), {
+        let mut rx = shutdown_rx.clone();
+        async move {
+            let _ = rx.wait_for(|stop| *stop).await;
+        }
+    });
+    let backups_done = Controller::new(backups, watcher::Config::default())
+        .owns(jobs.clone(), watcher::Config::default())
+        // Jobs the schedule started belong to the CronJob, not to the
+        // record: map them to the record named after them.
+        .watches(
+            jobs,
+            watcher::Config::default()
+                .labels(&format!("{}=backup", dkv_api::labels::COMPONENT_KEY)),
+            |job: Job| {
+                let ns = job.namespace()?;
+                Some(kube::runtime::reflector::ObjectRef::new(&job.name_any()).within(&ns))
+            },
+        )
+        .graceful_shutdown_on(async move {
+            shutdown.await;
+            let _ = shutdown_tx.send(true);
+        })
         .run(reconcile, error_policy, ctx)
-        .for_each(|_| futures::future::ready(()))
-        .await;
+        .for_each(|_| futures::future::ready(()));
+    futures::join!(backups_done, records);
 }
 
 fn error_policy(backup: Arc<DistributedKVBackup>, err: &Error, _: Arc<Context>) -> Action {
@@ -112,12 +143,26 @@ async fn reconcile(backup: Arc<DistributedKVBackup>, ctx: Arc<Context>) -> Resul
     };
 
     let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), &ns);
-    let job_name = job::job_name(&backup);
+    let adopted = backup.annotations().get(JOB_ANNOTATION).cloned();
+    let job_name = adopted.clone().unwrap_or_else(|| job::job_name(&backup));
     let Some(existing) = jobs
         .get_opt(&job_name)
         .await
         .map_err(kube_error(format!("reading Job {ns}/{job_name}")))?
     else {
+        if adopted.is_some() {
+            // The schedule's Job is gone (history limits) before its
+            // outcome was recorded.
+            let status = DistributedKVBackupStatus {
+                phase: Some(BackupPhase::Failed),
+                start_time: old.start_time.clone().or(Some(now.clone())),
+                completion_time: Some(now),
+                artifact: None,
+                message: Some(format!("the scheduled Job {job_name} no longer exists")),
+            };
+            write_status(&ctx.client, &ns, &name, &old, status).await?;
+            return Ok(Action::await_change());
+        }
         let built = job::build(&backup, &resolved);
         jobs.create(&PostParams::default(), &built)
             .await
