@@ -207,6 +207,32 @@ async fn an_on_demand_backup_lands_in_the_bucket_and_restores_the_same_keys() {
         Some("orders-manual".to_owned()),
         "a failed backup does not replace the last good one"
     );
+    // Events on the backup and on the cluster, the secret in none of them.
+    let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(client.clone(), NS);
+    let started = Instant::now();
+    let failed_events = loop {
+        let all = events.list(&Default::default()).await.unwrap().items;
+        for e in &all {
+            assert!(
+                !e.message.clone().unwrap_or_default().contains(wrong_secret),
+                "{e:?}"
+            );
+        }
+        let failed: Vec<String> = all
+            .iter()
+            .filter(|e| e.reason.as_deref() == Some("BackupFailed"))
+            .map(|e| e.involved_object.kind.clone().unwrap_or_default())
+            .collect();
+        if failed.len() >= 2 || started.elapsed() > Duration::from_secs(10) {
+            break failed;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    assert!(
+        failed_events.contains(&"DistributedKVBackup".to_owned())
+            && failed_events.contains(&"DistributedKV".to_owned()),
+        "BackupFailed on the backup and on the cluster: {failed_events:?}"
+    );
 
     operator.stop().await;
 }

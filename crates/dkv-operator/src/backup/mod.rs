@@ -30,8 +30,10 @@ use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::Resource;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 use serde_json::json;
@@ -56,6 +58,7 @@ fn kube_error(what: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
 
 struct Context {
     client: Client,
+    recorder: Recorder,
     /// The image that runs the agent when the cluster names none.
     operator_image: String,
 }
@@ -77,8 +80,16 @@ pub async fn run(
         Some(ns) => Api::namespaced(client.clone(), ns),
         None => Api::all(client.clone()),
     };
+    let recorder = Recorder::new(
+        client.clone(),
+        Reporter {
+            controller: "dkv-operator".into(),
+            instance: None,
+        },
+    );
     let ctx = Arc::new(Context {
         client,
+        recorder,
         operator_image,
     });
     info!("starting DistributedKVBackup controller");
@@ -212,12 +223,61 @@ async fn reconcile(backup: Arc<DistributedKVBackup>, ctx: Arc<Context>) -> Resul
     if progress.phase == BackupPhase::Failed {
         warn!(backup = %name, message = ?progress.message, "backup failed");
     }
+    let changed_phase = old.phase != status.phase;
     write_status(&ctx.client, &ns, &name, &old, status).await?;
+    if changed_phase && finished {
+        announce(&ctx, &backup, &resolved.cluster, &progress).await;
+    }
     Ok(if finished {
         Action::await_change()
     } else {
         Action::requeue(POLL)
     })
+}
+
+/// One Event on the backup and one on its cluster, for `kubectl describe`
+/// of either: `BackupCompleted` (Normal) or `BackupFailed` (Warning).
+async fn announce(
+    ctx: &Context,
+    backup: &DistributedKVBackup,
+    cluster: &str,
+    progress: &progress::Progress,
+) {
+    let (type_, reason, note) = match (&progress.phase, &progress.artifact) {
+        (BackupPhase::Completed, Some(a)) => (
+            EventType::Normal,
+            "BackupCompleted",
+            format!("{} bytes to {} (sha256 {})", a.size_bytes, a.uri, a.sha256),
+        ),
+        _ => (
+            EventType::Warning,
+            "BackupFailed",
+            progress
+                .message
+                .clone()
+                .unwrap_or_else(|| "the backup failed".to_owned()),
+        ),
+    };
+    let event = Event {
+        type_,
+        reason: reason.to_owned(),
+        note: Some(format!("backup {}: {note}", backup.name_any())),
+        action: "Backup".to_owned(),
+        secondary: None,
+    };
+    let mut targets = vec![backup.object_ref(&())];
+    let ns = backup.namespace().unwrap_or_default();
+    if let Ok(Some(owner)) = Api::<DistributedKV>::namespaced(ctx.client.clone(), &ns)
+        .get_opt(cluster)
+        .await
+    {
+        targets.push(owner.object_ref(&()));
+    }
+    for target in targets {
+        if let Err(err) = ctx.recorder.publish(&event, &target).await {
+            warn!(backup = %backup.name_any(), error = %err, "failed to publish event");
+        }
+    }
 }
 
 /// The cluster, destination and image of a backup; `Ok(Err(why))` when the
