@@ -53,6 +53,25 @@ async fn three_members(
     (env, operator, dkvs)
 }
 
+/// A member's disk is lost: its etcd is frozen (so nothing writes while the
+/// volume is emptied), the volume wiped, and the pod replaced at once, as
+/// when its node and disk go and the pod is rescheduled.
+async fn lose_disk(
+    kubelet: &kube_local::kubelet::Kubelet,
+    pods: &Api<Pod>,
+    ns: &str,
+    member: &str,
+) {
+    kubelet.pause_container(ns, member, "etcd").unwrap();
+    kubelet
+        .wipe_volume(ns, &format!("data-{member}"))
+        .await
+        .unwrap();
+    pods.delete(member, &DeleteParams::default().grace_period(0))
+        .await
+        .unwrap();
+}
+
 fn member_ids(d: &DistributedKV) -> Vec<(String, Option<String>)> {
     d.status
         .iter()
@@ -156,11 +175,7 @@ async fn a_member_whose_volume_is_lost_is_replaced() {
     // A lost disk: the volume comes back empty under a new pod.
     let kubelet = env.kubelet().unwrap();
     let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
-    kubelet.kill_container(NS, "orders-1", "etcd").unwrap();
-    kubelet.wipe_volume(NS, "data-orders-1").await.unwrap();
-    pods.delete("orders-1", &DeleteParams::default())
-        .await
-        .unwrap();
+    lose_disk(kubelet, &pods, NS, "orders-1").await;
 
     wait_for(&dkvs, "orders", "a replacement in progress", |d| {
         d.status
@@ -283,12 +298,7 @@ async fn quorum_lost_for_good_is_reported_and_recovered_by_policy() {
     let kubelet = env.kubelet().unwrap();
     let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
     for member in ["orders-1", "orders-2"] {
-        kubelet.kill_container(NS, member, "etcd").unwrap();
-        kubelet
-            .wipe_volume(NS, &format!("data-{member}"))
-            .await
-            .unwrap();
-        pods.delete(member, &DeleteParams::default()).await.unwrap();
+        lose_disk(kubelet, &pods, NS, member).await;
     }
     wait_for(
         &dkvs,
