@@ -15,6 +15,13 @@ cargo build -q -p dkv-operator --bin dkv
 DKV=target/debug/dkv
 
 "$DKV" local down >/dev/null 2>&1 || true
+# kube-local keeps its state in .dkv-local/ across restarts; the demo starts
+# from a clean local cluster and keeps the previous one's state aside.
+if [ -d .dkv-local ]; then
+  rm -rf .dkv-local.previous
+  mv .dkv-local .dkv-local.previous
+  echo "== previous local cluster state moved to .dkv-local.previous/"
+fi
 echo "== starting dkv local (kube-local + dkv CRDs + operator)"
 "$DKV" local up --detach
 export KUBECONFIG="$PWD/.dkv-local/kubeconfig"
