@@ -311,3 +311,134 @@ async fn a_scheduled_run_is_recorded_in_the_catalogue_and_on_the_cluster() {
     assert_eq!(cluster.last_backup.map(|b| b.name), Some(name));
     operator.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn deletion_takes_a_verified_final_backup_and_a_failing_one_blocks_it() {
+    let moto = MotoServer::start("dkv-backups");
+    let env = support::environment(true).await;
+    let client = env.client();
+    support::create_namespace(&client, NS).await;
+    let operator = support::RunningOperator::start(client.clone(), false);
+    secret(&client, "s3-creds", moto.env()).await;
+    let mut wrong = moto.env();
+    for (k, v) in &mut wrong {
+        if k == "AWS_SECRET_ACCESS_KEY" {
+            *v = "not-the-secret".to_owned();
+        }
+    }
+    secret(&client, "bad-creds", wrong).await;
+    let dkvs: Api<DistributedKV> = Api::namespaced(client.clone(), NS);
+    for (name, creds) in [("orders", "s3-creds"), ("ledger", "bad-creds")] {
+        dkvs.create(
+            &PostParams::default(),
+            &support::cluster(
+                NS,
+                name,
+                1,
+                "registry.k8s.io/etcd:3.5.16-0",
+                json!({"backup": {"s3Path": moto.uri("final"), "schedule": "0 0 1 1 *",
+                                  "credentialsSecret": creds, "finalBackupOnDelete": true}}),
+            ),
+        )
+        .await
+        .unwrap();
+    }
+    wait_settled(&dkvs, "orders", 1).await;
+    wait_settled(&dkvs, "ledger", 1).await;
+
+    // orders: the final backup is taken, verified, and the cluster goes.
+    let started = Instant::now();
+    dkvs.delete("orders", &Default::default()).await.unwrap();
+    loop {
+        if dkvs.get_opt("orders").await.unwrap().is_none() {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "orders was not deleted"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    eprintln!(
+        "delete with final backup: gone after {:?}",
+        started.elapsed()
+    );
+    let backups: Api<DistributedKVBackup> = Api::namespaced(client.clone(), NS);
+    let finals: Vec<DistributedKVBackup> = backups
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|b| b.name_any().starts_with("orders-final-"))
+        .collect();
+    assert_eq!(
+        finals.len(),
+        1,
+        "one final backup record, kept after the cluster"
+    );
+    let status = finals[0].status.clone().unwrap();
+    assert_eq!(
+        status.phase,
+        Some(BackupPhase::Completed),
+        "{:?}",
+        status.message
+    );
+    let artifact = status.artifact.unwrap();
+    let key = Location::parse(&artifact.uri)
+        .unwrap()
+        .path()
+        .as_ref()
+        .to_owned();
+    let digest = moto.digest(&key);
+    assert_eq!(
+        (digest.size as i64, digest.sha256),
+        (artifact.size_bytes, artifact.sha256)
+    );
+
+    // ledger: the final backup fails; deletion is blocked with the reason
+    // until the user waives the backup.
+    dkvs.delete("ledger", &Default::default()).await.unwrap();
+    let blocked = support::etcd_cluster::wait_for(&dkvs, "ledger", "Degraded/BackupFailed", |d| {
+        support::etcd_cluster::condition_reason(d, "Degraded", "True").as_deref()
+            == Some("BackupFailed")
+    })
+    .await;
+    let d = dkvs.get("ledger").await.unwrap();
+    let message = d
+        .status
+        .iter()
+        .flat_map(|s| &s.conditions)
+        .find(|c| c.type_ == "Degraded")
+        .map(|c| c.message.clone())
+        .unwrap_or_default();
+    eprintln!("blocked deletion after {blocked:?}: {message}");
+    assert!(message.contains("dkv.io/skip-final-backup"), "{message}");
+    assert!(!message.contains("not-the-secret"), "{message}");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(
+        dkvs.get_opt("ledger").await.unwrap().is_some(),
+        "still blocked"
+    );
+    dkvs.patch(
+        "ledger",
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(
+            json!({"metadata": {"annotations": {"dkv.io/skip-final-backup": "true"}}}),
+        ),
+    )
+    .await
+    .unwrap();
+    let started = Instant::now();
+    loop {
+        if dkvs.get_opt("ledger").await.unwrap().is_none() {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "ledger was not deleted after the waiver"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    operator.stop().await;
+}

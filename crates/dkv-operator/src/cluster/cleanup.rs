@@ -4,12 +4,13 @@
 //! Children other than volumes need no work here: they carry owner
 //! references and the garbage collector removes them.
 
-use dkv_api::DistributedKV;
+use dkv_api::backup::v1alpha1::BackupPhase;
 use dkv_api::distributedkv::v1alpha1::ReclaimPolicy;
+use dkv_api::{DistributedKV, DistributedKVBackup};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, ListParams};
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
 use tracing::info;
@@ -30,7 +31,7 @@ pub async fn cleanup(dkv: &DistributedKV, ctx: &Context) -> Result<Action> {
         .and_then(|b| b.final_backup_on_delete)
         .unwrap_or(false)
     {
-        final_backup(dkv, ctx).await;
+        final_backup(dkv, &namespace, ctx).await?;
     }
 
     let reclaim = dkv
@@ -67,9 +68,13 @@ pub async fn cleanup(dkv: &DistributedKV, ctx: &Context) -> Result<Action> {
             .pods
             .state()
             .iter()
+            // Member pods only: backup Job pods carry the cluster label too,
+            // and a finished one stays (its Job's history) without holding
+            // any volume.
             .filter(|p| {
                 p.namespace().as_deref() == Some(namespace.as_str())
                     && p.labels().get(dkv_api::labels::CLUSTER_KEY) == Some(&name)
+                    && naming::ordinal_of(&name, &p.name_any()).is_some()
             })
             .count();
         if pods_left > 0 {
@@ -110,20 +115,66 @@ pub async fn cleanup(dkv: &DistributedKV, ctx: &Context) -> Result<Action> {
     Ok(Action::await_change())
 }
 
-/// The hook for `backup.finalBackupOnDelete`. The backup agent does not
-/// exist yet in this version, so deletion proceeds without one — and says so
-/// loudly rather than pretending a backup was taken.
-async fn final_backup(dkv: &DistributedKV, ctx: &Context) {
-    publish(
-        dkv,
-        Event {
-            type_: EventType::Warning,
-            reason: "FinalBackupUnavailable".to_owned(),
-            note: Some("backup.finalBackupOnDelete is set, but this operator version cannot take backups yet; no final backup was taken".to_owned()),
-            action: "Cleanup".to_owned(),
-            secondary: None,
-        },
-        ctx,
-    )
-    .await;
+/// Annotation on a `DistributedKV` being deleted that waives its final
+/// backup (after one failed).
+pub const SKIP_FINAL_BACKUP: &str = "dkv.io/skip-final-backup";
+
+/// `backup.finalBackupOnDelete`: one last backup, taken through a
+/// `DistributedKVBackup` record (the backup controller runs and verifies it)
+/// before anything is torn down. The record is not owned by the cluster, so
+/// it stays in the catalogue after the cluster is gone. Deletion waits while
+/// it runs and is blocked if it fails, until the user waives it with
+/// [`SKIP_FINAL_BACKUP`].
+async fn final_backup(dkv: &DistributedKV, namespace: &str, ctx: &Context) -> Result<()> {
+    let cluster = dkv.name_any();
+    if dkv.annotations().get(SKIP_FINAL_BACKUP).map(String::as_str) == Some("true") {
+        info!(%cluster, "final backup waived by annotation");
+        return Ok(());
+    }
+    let uid = dkv.uid().unwrap_or_default();
+    let name = format!("{cluster}-final-{}", uid.split('-').next().unwrap_or("0"));
+    let backups: Api<DistributedKVBackup> = Api::namespaced(ctx.client.clone(), namespace);
+    let existing = backups
+        .get_opt(&name)
+        .await
+        .map_err(|source| Error::Cleanup {
+            name: cluster.clone(),
+            source,
+        })?;
+    let Some(existing) = existing else {
+        let record: DistributedKVBackup = serde_json::from_value(serde_json::json!({
+            "apiVersion": "dkv.io/v1alpha1", "kind": "DistributedKVBackup",
+            "metadata": {"name": name, "namespace": namespace,
+                         "labels": {dkv_api::labels::CLUSTER_KEY: cluster, "dkv.io/final-backup": "true"}},
+            "spec": {"cluster": cluster},
+        }))
+        .map_err(|e| Error::CleanupWaiting {
+            what: format!("building the final backup record: {e}"),
+        })?;
+        backups
+            .create(&PostParams::default(), &record)
+            .await
+            .map_err(|source| Error::Cleanup {
+                name: cluster.clone(),
+                source,
+            })?;
+        info!(%cluster, backup = %name, "taking the final backup before deletion");
+        return Err(Error::CleanupWaiting {
+            what: format!("the final backup {name}"),
+        });
+    };
+    match existing.status.as_ref().and_then(|s| s.phase) {
+        Some(BackupPhase::Completed) => Ok(()),
+        Some(BackupPhase::Failed) => Err(Error::FinalBackupFailed {
+            backup: name,
+            message: existing
+                .status
+                .and_then(|s| s.message)
+                .unwrap_or_else(|| "no reason given".to_owned()),
+            annotation: SKIP_FINAL_BACKUP,
+        }),
+        _ => Err(Error::CleanupWaiting {
+            what: format!("the final backup {name}"),
+        }),
+    }
 }

@@ -86,6 +86,17 @@ pub enum Error {
 
     #[error("object has no namespace")]
     MissingNamespace,
+
+    /// `finalBackupOnDelete`: the final backup failed; deletion is blocked
+    /// until it succeeds or the user waives it.
+    #[error(
+        "the final backup {backup} failed ({message}); the cluster is kept. Fix the cause and delete {backup} to retry, or annotate the DistributedKV {annotation}=true to delete without a final backup"
+    )]
+    FinalBackupFailed {
+        backup: String,
+        message: String,
+        annotation: &'static str,
+    },
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -108,7 +119,9 @@ fn api_error_category(err: &kube::Error) -> Category {
 impl Error {
     pub fn category(&self) -> Category {
         match self {
-            Error::InvalidSpec(_) | Error::MissingNamespace => Category::Permanent,
+            Error::InvalidSpec(_) | Error::MissingNamespace | Error::FinalBackupFailed { .. } => {
+                Category::Permanent
+            }
             Error::CacheNotReady { .. } | Error::CleanupWaiting { .. } => Category::Waiting,
             // etcd asking to wait (cluster settling, learner catching up) is
             // expected mid-operation; anything else is retried with backoff
@@ -140,7 +153,9 @@ impl Error {
             Error::CacheNotReady { .. } => "dereference",
             Error::Apply { .. } | Error::Delete { .. } | Error::Etcd { .. } => "apply",
             Error::Status { .. } => "status",
-            Error::Cleanup { .. } | Error::CleanupWaiting { .. } => "cleanup",
+            Error::Cleanup { .. }
+            | Error::CleanupWaiting { .. }
+            | Error::FinalBackupFailed { .. } => "cleanup",
             Error::Finalizer(inner) => match inner.as_ref() {
                 finalizer::Error::ApplyFailed(e) | finalizer::Error::CleanupFailed(e) => e.step(),
                 _ => "finalizer",

@@ -283,9 +283,13 @@ async fn report_error(dkv: &DistributedKV, err: &Error, ctx: &Context) {
     let category = err.category();
     warn!(error = %err, category = category.as_str(), step = err.step(), "reconcile failed");
     match category {
-        Category::Permanent if dkv.meta().deletion_timestamp.is_none() => {
+        Category::Permanent
+            if dkv.meta().deletion_timestamp.is_none()
+                || matches!(err, Error::FinalBackupFailed { .. }) =>
+        {
             let reason = match err {
                 Error::InvalidSpec(_) => dkv_api::conditions::reasons::INVALID_SPEC,
+                Error::FinalBackupFailed { .. } => dkv_api::conditions::reasons::BACKUP_FAILED,
                 _ => dkv_api::conditions::reasons::RECONCILE_ERROR,
             };
             let now = Time(jiff::Timestamp::now());
