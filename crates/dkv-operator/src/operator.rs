@@ -102,26 +102,8 @@ pub async fn run_with(
         instance: Some(identity),
     };
     let (lost_tx, lost_rx) = watch::channel(false);
-    let controller_stop = {
-        let stop = stop.clone();
-        let lost = lost_rx.clone();
-        async move {
-            tokio::select! {
-                _ = stopped(stop) => {}
-                _ = stopped(lost) => {}
-            }
-        }
-    };
-    let backup_stop = {
-        let stop = stop.clone();
-        let lost = lost_rx.clone();
-        async move {
-            tokio::select! {
-                _ = stopped(stop) => {}
-                _ = stopped(lost) => {}
-            }
-        }
-    };
+    let controller_stop = stopped_or_lost(stop.clone(), lost_rx.clone());
+    let backup_stop = stopped_or_lost(stop.clone(), lost_rx.clone());
     let mut backups = TaskGuard(tokio::spawn(crate::backup::run(
         client.clone(),
         args.namespace.clone(),
@@ -183,6 +165,14 @@ async fn finish(mut server: TaskGuard<std::io::Result<()>>) -> anyhow::Result<()
         .context("the HTTP server failed")?;
     info!("operator stopped");
     Ok(())
+}
+
+/// Resolves on a requested stop or when the leader lease is lost.
+async fn stopped_or_lost(stop: watch::Receiver<bool>, lost: watch::Receiver<bool>) {
+    tokio::select! {
+        _ = stopped(stop) => {}
+        _ = stopped(lost) => {}
+    }
 }
 
 /// Resolves once `rx` holds `true`.

@@ -57,6 +57,24 @@ async fn secret(client: &kube::Client, name: &str, data: Vec<(String, String)>) 
         .unwrap();
 }
 
+/// The S3 environment with another secret access key.
+fn with_secret_key(mut env: Vec<(String, String)>, key: &str) -> Vec<(String, String)> {
+    for (name, value) in &mut env {
+        if name == "AWS_SECRET_ACCESS_KEY" {
+            *value = key.to_owned();
+        }
+    }
+    env
+}
+
+async fn wait_gone(dkvs: &Api<DistributedKV>, name: &str, within: Duration) {
+    let started = Instant::now();
+    while dkvs.get_opt(name).await.unwrap().is_some() {
+        assert!(started.elapsed() < within, "{name} was not deleted");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
 fn backup(name: &str, uri: &str, secret: &str) -> DistributedKVBackup {
     serde_json::from_value(json!({
         "apiVersion": "dkv.io/v1alpha1", "kind": "DistributedKVBackup",
@@ -180,13 +198,12 @@ async fn an_on_demand_backup_lands_in_the_bucket_and_restores_the_same_keys() {
 
     // Wrong credentials: Failed, with the reason, and the secret nowhere.
     let wrong_secret = "wrong-secret-key-do-not-print";
-    let mut wrong = moto.env();
-    for (k, v) in &mut wrong {
-        if k == "AWS_SECRET_ACCESS_KEY" {
-            *v = wrong_secret.to_owned();
-        }
-    }
-    secret(&client, "bad-creds", wrong).await;
+    secret(
+        &client,
+        "bad-creds",
+        with_secret_key(moto.env(), wrong_secret),
+    )
+    .await;
     backups
         .create(
             &PostParams::default(),
@@ -320,13 +337,12 @@ async fn deletion_takes_a_verified_final_backup_and_a_failing_one_blocks_it() {
     support::create_namespace(&client, NS).await;
     let operator = support::RunningOperator::start(client.clone(), false);
     secret(&client, "s3-creds", moto.env()).await;
-    let mut wrong = moto.env();
-    for (k, v) in &mut wrong {
-        if k == "AWS_SECRET_ACCESS_KEY" {
-            *v = "not-the-secret".to_owned();
-        }
-    }
-    secret(&client, "bad-creds", wrong).await;
+    secret(
+        &client,
+        "bad-creds",
+        with_secret_key(moto.env(), "not-the-secret"),
+    )
+    .await;
     let dkvs: Api<DistributedKV> = Api::namespaced(client.clone(), NS);
     for (name, creds) in [("orders", "s3-creds"), ("ledger", "bad-creds")] {
         dkvs.create(
@@ -349,16 +365,7 @@ async fn deletion_takes_a_verified_final_backup_and_a_failing_one_blocks_it() {
     // orders: the final backup is taken, verified, and the cluster goes.
     let started = Instant::now();
     dkvs.delete("orders", &Default::default()).await.unwrap();
-    loop {
-        if dkvs.get_opt("orders").await.unwrap().is_none() {
-            break;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(120),
-            "orders was not deleted"
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    wait_gone(&dkvs, "orders", Duration::from_secs(120)).await;
     eprintln!(
         "delete with final backup: gone after {:?}",
         started.elapsed()
@@ -429,16 +436,6 @@ async fn deletion_takes_a_verified_final_backup_and_a_failing_one_blocks_it() {
     )
     .await
     .unwrap();
-    let started = Instant::now();
-    loop {
-        if dkvs.get_opt("ledger").await.unwrap().is_none() {
-            break;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "ledger was not deleted after the waiver"
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    wait_gone(&dkvs, "ledger", Duration::from_secs(60)).await;
     operator.stop().await;
 }

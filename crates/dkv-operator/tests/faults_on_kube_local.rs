@@ -81,16 +81,7 @@ fn member_ids(d: &DistributedKV) -> Vec<(String, Option<String>)> {
 }
 
 async fn assert_nothing_lost(client: &Client, ns: &str, report: &WriterReport) {
-    let lost = lost_writes(client, ns, "orders", &report.acked).await;
-    eprintln!(
-        "[{ns}] writer: {} acknowledged, {} failed attempts, longest gap {:?}, {} lost",
-        report.acked.len(),
-        report.failures,
-        report.longest_gap,
-        lost.len()
-    );
-    assert!(report.acked.len() > 20, "the writer wrote throughout");
-    assert!(lost.is_empty(), "acknowledged writes lost: {lost:?}");
+    support::etcd_cluster::assert_no_write_lost(client, ns, report).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -21,7 +21,7 @@ use serde_json::json;
 mod support;
 
 use support::etcd_cluster::{
-    Observed, Observer, Writer, is_learner, lost_writes, settled_at, wait_for, wait_settled,
+    Observed, Observer, Writer, is_learner, settled_at, wait_for, wait_settled,
 };
 
 const V34: &str = "registry.k8s.io/etcd:3.4.23-0";
@@ -66,17 +66,7 @@ fn assert_one_at_a_time(observed: &Observed) {
 }
 
 async fn check_writes(client: &Client, ns: &str, writer: Writer) {
-    let report = writer.stop().await;
-    let lost = lost_writes(client, ns, "orders", &report.acked).await;
-    eprintln!(
-        "[{ns}] writer: {} acknowledged, {} failed attempts, longest gap {:?}, {} lost",
-        report.acked.len(),
-        report.failures,
-        report.longest_gap,
-        lost.len()
-    );
-    assert!(report.acked.len() > 20, "the writer wrote throughout");
-    assert!(lost.is_empty(), "acknowledged writes lost: {lost:?}");
+    support::etcd_cluster::assert_no_write_lost(client, ns, &writer.stop().await).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

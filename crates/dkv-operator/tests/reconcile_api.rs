@@ -309,9 +309,32 @@ async fn deletion_reclaims_volumes_then_removes_the_finalizer() {
     let (ctx, mut api) = context(stores(vec![], None));
     let run = tokio::spawn(reconcile(Arc::new(dkv.clone()), ctx.clone()));
 
-    // finalBackupOnDelete is set, but backups do not exist yet: a Warning
-    // says so instead of pretending.
-    expect_event(next(&mut api).await, "FinalBackupUnavailable", "Warning");
+    // finalBackupOnDelete is set: the final backup record is looked up, and
+    // only once it has completed does anything get torn down.
+    let sent = next(&mut api).await;
+    assert_eq!(sent.method, Method::GET);
+    assert!(
+        sent.uri.starts_with(
+            "/apis/dkv.io/v1alpha1/namespaces/shop/distributedkvbackups/orders-final-"
+        ),
+        "{}",
+        sent.uri
+    );
+    let record = sent
+        .uri
+        .split('/')
+        .next_back()
+        .unwrap_or_default()
+        .to_owned();
+    sent.reply(
+        StatusCode::OK,
+        json!({
+            "apiVersion": "dkv.io/v1alpha1", "kind": "DistributedKVBackup",
+            "metadata": {"name": record, "namespace": "shop"},
+            "spec": {"cluster": "orders"},
+            "status": {"phase": "Completed", "artifact": {"uri": "s3://b/p/shop/orders/orders-1.db", "sizeBytes": 1, "sha256": "ab", "revision": 1}}
+        }),
+    );
 
     let sent = next(&mut api).await;
     assert_eq!(sent.method, Method::DELETE);

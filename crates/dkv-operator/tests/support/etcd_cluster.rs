@@ -323,3 +323,18 @@ pub async fn is_learner(client: &Client, ns: &str, cluster: &str, name: &str) ->
         .find(|m| m.name() == name || m.peer_urls().iter().any(|u| u.contains(&peer_host)))
         .map(|m| m.is_learner())
 }
+
+/// Reads back every write the writer had acknowledged and fails the test if
+/// any is missing (or if the writer barely wrote), printing the numbers.
+pub async fn assert_no_write_lost(client: &Client, ns: &str, report: &WriterReport) {
+    let lost = lost_writes(client, ns, "orders", &report.acked).await;
+    eprintln!(
+        "[{ns}] writer: {} acknowledged, {} failed attempts, longest gap {:?}, {} lost",
+        report.acked.len(),
+        report.failures,
+        report.longest_gap,
+        lost.len()
+    );
+    assert!(report.acked.len() > 20, "the writer wrote throughout");
+    assert!(lost.is_empty(), "acknowledged writes lost: {lost:?}");
+}
