@@ -30,6 +30,21 @@ struct PhaseLabels {
     phase: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ClusterLabels {
+    namespace: String,
+    cluster: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BackupOutcomeLabels {
+    namespace: String,
+    cluster: String,
+    outcome: String,
+}
+
+type IntGauge = Gauge<i64, std::sync::atomic::AtomicI64>;
+
 /// The operator's metrics and the registry that exposes them.
 pub struct Metrics {
     registry: Registry,
@@ -37,6 +52,10 @@ pub struct Metrics {
     errors: Family<ErrorLabels, Counter>,
     clusters: Family<PhaseLabels, Gauge<i64, std::sync::atomic::AtomicI64>>,
     leader: Gauge<i64, std::sync::atomic::AtomicI64>,
+    backups: Family<BackupOutcomeLabels, Counter>,
+    backup_duration: Family<ClusterLabels, Histogram>,
+    backup_size: Family<ClusterLabels, IntGauge>,
+    backup_last_success: Family<ClusterLabels, IntGauge>,
     /// Last phase counted per cluster, so a change moves one unit between
     /// phases instead of recounting every cluster.
     phases: Mutex<HashMap<ObjectRef<DistributedKV>, Phase>>,
@@ -77,12 +96,42 @@ impl Metrics {
             "1 while this replica holds the leader lease and runs the controllers",
             leader.clone(),
         );
+        let backups = Family::<BackupOutcomeLabels, Counter>::default();
+        registry.register(
+            "backups",
+            "Finished backups, by cluster and outcome (completed, failed)",
+            backups.clone(),
+        );
+        let backup_duration = Family::<ClusterLabels, Histogram>::new_with_constructor(|| {
+            Histogram::new(exponential_buckets(1.0, 2.0, 12))
+        });
+        registry.register(
+            "backup_duration_seconds",
+            "Duration of completed backups, from the record's start to its completion",
+            backup_duration.clone(),
+        );
+        let backup_size = Family::<ClusterLabels, IntGauge>::default();
+        registry.register(
+            "backup_size_bytes",
+            "Size of the newest completed backup of each cluster",
+            backup_size.clone(),
+        );
+        let backup_last_success = Family::<ClusterLabels, IntGauge>::default();
+        registry.register(
+            "backup_last_success_timestamp_seconds",
+            "Unix time of the newest completed backup of each cluster",
+            backup_last_success.clone(),
+        );
         Self {
             registry,
             reconcile_duration,
             errors,
             clusters,
             leader,
+            backups,
+            backup_duration,
+            backup_size,
+            backup_last_success,
             phases: Mutex::default(),
         }
     }
@@ -135,6 +184,42 @@ impl Metrics {
             .clone()
     }
 
+    /// Records a backup that completed (`Some(size)`) or failed (`None`).
+    pub fn observe_backup(
+        &self,
+        namespace: &str,
+        cluster: &str,
+        took: Duration,
+        size_bytes: Option<i64>,
+        finished_at: jiff::Timestamp,
+    ) {
+        let labels = ClusterLabels {
+            namespace: namespace.to_owned(),
+            cluster: cluster.to_owned(),
+        };
+        self.backups
+            .get_or_create(&BackupOutcomeLabels {
+                namespace: namespace.to_owned(),
+                cluster: cluster.to_owned(),
+                outcome: if size_bytes.is_some() {
+                    "completed"
+                } else {
+                    "failed"
+                }
+                .to_owned(),
+            })
+            .inc();
+        if let Some(size) = size_bytes {
+            self.backup_duration
+                .get_or_create(&labels)
+                .observe(took.as_secs_f64());
+            self.backup_size.get_or_create(&labels).set(size);
+            self.backup_last_success
+                .get_or_create(&labels)
+                .set(finished_at.as_second());
+        }
+    }
+
     pub fn set_leader(&self, leader: bool) {
         self.leader.set(i64::from(leader));
     }
@@ -167,6 +252,24 @@ mod tests {
         metrics.forget(&a);
         let text = metrics.encode().unwrap_or_default();
         assert!(text.contains("dkv_clusters{phase=\"Running\"} 0"), "{text}");
+    }
+
+    #[test]
+    fn backups_are_counted_with_size_duration_and_last_success() {
+        let metrics = Metrics::new();
+        let at = jiff::Timestamp::from_second(1_800_000_000).unwrap_or_default();
+        metrics.observe_backup("shop", "orders", Duration::from_secs(3), Some(1234), at);
+        metrics.observe_backup("shop", "orders", Duration::from_secs(1), None, at);
+        let text = metrics.encode().unwrap_or_default();
+        for line in [
+            "dkv_backups_total{namespace=\"shop\",cluster=\"orders\",outcome=\"completed\"} 1",
+            "dkv_backups_total{namespace=\"shop\",cluster=\"orders\",outcome=\"failed\"} 1",
+            "dkv_backup_size_bytes{namespace=\"shop\",cluster=\"orders\"} 1234",
+            "dkv_backup_last_success_timestamp_seconds{namespace=\"shop\",cluster=\"orders\"} 1800000000",
+            "dkv_backup_duration_seconds_count{namespace=\"shop\",cluster=\"orders\"} 1",
+        ] {
+            assert!(text.contains(line), "{line} missing in:\n{text}");
+        }
     }
 
     #[test]

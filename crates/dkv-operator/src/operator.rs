@@ -108,6 +108,7 @@ pub async fn run_with(
         client.clone(),
         args.namespace.clone(),
         args.operator_image.clone(),
+        metrics.clone(),
         backup_stop,
     )));
     let mut controller = TaskGuard(tokio::spawn(cluster::run(

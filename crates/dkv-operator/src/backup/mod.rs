@@ -59,6 +59,7 @@ fn kube_error(what: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
 struct Context {
     client: Client,
     recorder: Recorder,
+    metrics: Arc<crate::metrics::Metrics>,
     /// The image that runs the agent when the cluster names none.
     operator_image: String,
 }
@@ -70,6 +71,7 @@ pub async fn run(
     client: Client,
     namespace: Option<String>,
     operator_image: String,
+    metrics: Arc<crate::metrics::Metrics>,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) {
     let backups: Api<DistributedKVBackup> = match &namespace {
@@ -90,6 +92,7 @@ pub async fn run(
     let ctx = Arc::new(Context {
         client,
         recorder,
+        metrics,
         operator_image,
     });
     info!("starting DistributedKVBackup controller");
@@ -226,6 +229,15 @@ async fn reconcile(backup: Arc<DistributedKVBackup>, ctx: Arc<Context>) -> Resul
     let changed_phase = old.phase != status.phase;
     write_status(&ctx.client, &ns, &name, &old, status).await?;
     if changed_phase && finished {
+        let started = old.start_time.as_ref().map_or(now.0, |t| t.0);
+        let took = now.0.duration_since(started).unsigned_abs();
+        ctx.metrics.observe_backup(
+            &ns,
+            &resolved.cluster,
+            took,
+            progress.artifact.as_ref().map(|a| a.size_bytes),
+            now.0,
+        );
         announce(&ctx, &backup, &resolved.cluster, &progress).await;
     }
     Ok(if finished {
