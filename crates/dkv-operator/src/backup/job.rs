@@ -1,12 +1,11 @@
 //! The Job of one on-demand backup (pure).
 
 use dkv_api::DistributedKVBackup;
-use k8s_openapi::api::batch::v1::{Job, JobSpec};
-use k8s_openapi::api::core::v1::{PodSpec, PodTemplateSpec};
+use k8s_openapi::api::batch::v1::Job;
 use kube::api::ObjectMeta;
 use kube::{Resource, ResourceExt};
 
-use crate::cluster::build::cronjob::{AgentRun, agent_container};
+use crate::cluster::build::cronjob::{AgentRun, agent_container, agent_job_spec};
 
 /// Where and how one backup runs, resolved from the backup and its cluster.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -70,25 +69,9 @@ pub fn build(backup: &DistributedKVBackup, resolved: &Resolved) -> Job {
             owner_references: backup.controller_owner_ref(&()).map(|o| vec![o]),
             ..ObjectMeta::default()
         },
-        spec: Some(JobSpec {
-            // The agent never overwrites an object and names each by its
-            // start time, so a retry is a new, complete attempt.
-            backoff_limit: Some(1),
-            active_deadline_seconds: Some(3600),
-            template: PodTemplateSpec {
-                metadata: Some(ObjectMeta {
-                    labels: Some(labels),
-                    ..ObjectMeta::default()
-                }),
-                spec: Some(PodSpec {
-                    restart_policy: Some("Never".to_owned()),
-                    enable_service_links: Some(false),
-                    containers: vec![container],
-                    ..PodSpec::default()
-                }),
-            },
-            ..JobSpec::default()
-        }),
+        // The agent never overwrites an object and names each by its start
+        // time, so a retry is a new, complete attempt.
+        spec: Some(agent_job_spec(labels, container, 1)),
         status: None,
     }
 }

@@ -62,6 +62,33 @@ pub fn agent_container(run: &AgentRun<'_>) -> Container {
     }
 }
 
+/// The Job that runs the agent once: never restarted in place (a retry is a
+/// new pod, and the agent names each artifact by its start time), at most an
+/// hour.
+pub fn agent_job_spec(
+    labels: std::collections::BTreeMap<String, String>,
+    container: Container,
+    backoff_limit: i32,
+) -> JobSpec {
+    JobSpec {
+        backoff_limit: Some(backoff_limit),
+        active_deadline_seconds: Some(3600),
+        template: PodTemplateSpec {
+            metadata: Some(ObjectMeta {
+                labels: Some(labels),
+                ..ObjectMeta::default()
+            }),
+            spec: Some(PodSpec {
+                restart_policy: Some("Never".to_owned()),
+                enable_service_links: Some(false),
+                containers: vec![container],
+                ..PodSpec::default()
+            }),
+        },
+        ..JobSpec::default()
+    }
+}
+
 pub fn build(cluster: &ValidatedCluster) -> Option<CronJob> {
     let backup = cluster.backup.as_ref()?;
     let labels = child_labels(cluster, "backup");
@@ -89,23 +116,7 @@ pub fn build(cluster: &ValidatedCluster) -> Option<CronJob> {
                     labels: Some(labels.clone()),
                     ..ObjectMeta::default()
                 }),
-                spec: Some(JobSpec {
-                    backoff_limit: Some(2),
-                    active_deadline_seconds: Some(3600),
-                    template: PodTemplateSpec {
-                        metadata: Some(ObjectMeta {
-                            labels: Some(labels),
-                            ..ObjectMeta::default()
-                        }),
-                        spec: Some(PodSpec {
-                            restart_policy: Some("Never".to_owned()),
-                            enable_service_links: Some(false),
-                            containers: vec![container],
-                            ..PodSpec::default()
-                        }),
-                    },
-                    ..JobSpec::default()
-                }),
+                spec: Some(agent_job_spec(labels, container, 2)),
             },
             ..CronJobSpec::default()
         },
