@@ -41,6 +41,10 @@ pub mod reasons {
     pub const QUORUM_LOST: &str = "QuorumLost";
     pub const MEMBER_UNHEALTHY: &str = "MemberUnhealthy";
     pub const BACKUP_FAILED: &str = "BackupFailed";
+    /// `spec.bootstrap.restore` cannot be carried out: the source is missing
+    /// or incomplete, or a member's restore step failed (a checksum mismatch,
+    /// unreadable credentials, ...). Nothing is started from the artifact.
+    pub const RESTORE_FAILED: &str = "RestoreFailed";
     /// etcd's backend reached its quota and refuses writes.
     pub const NO_SPACE: &str = "NoSpace";
     pub const RECONCILE_ERROR: &str = "ReconcileError";

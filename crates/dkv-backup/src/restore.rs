@@ -47,6 +47,23 @@ impl RestoreTool {
             Self::Etcdutl(p) | Self::Etcdctl(p) => p,
         }
     }
+
+    /// The program's name, for running it from the `PATH` of an etcd image.
+    pub fn file_name(&self) -> &'static str {
+        match self {
+            Self::Etcdutl(_) => "etcdutl",
+            Self::Etcdctl(_) => "etcdctl",
+        }
+    }
+
+    /// Environment the tool needs: etcdctl of 3.4 restores only through
+    /// its v3 API.
+    pub fn env(&self) -> Option<(&'static str, &'static str)> {
+        match self {
+            Self::Etcdutl(_) => None,
+            Self::Etcdctl(_) => Some(("ETCDCTL_API", "3")),
+        }
+    }
 }
 
 /// One member's restore.
@@ -66,6 +83,26 @@ pub struct MemberRestore {
     /// The member's data directory; must not exist or be empty. Not a
     /// volume's mount point itself (it is replaced by a rename).
     pub data_dir: PathBuf,
+}
+
+impl MemberRestore {
+    /// Arguments of the restore tool that writes this member's data into
+    /// `into` (which must not exist).
+    pub fn tool_args(&self, into: &Path) -> Vec<String> {
+        vec![
+            "snapshot".to_owned(),
+            "restore".to_owned(),
+            self.snapshot.display().to_string(),
+            format!("--name={}", self.name),
+            format!("--initial-cluster={}", self.initial_cluster),
+            format!(
+                "--initial-advertise-peer-urls={}",
+                self.initial_advertise_peer_urls
+            ),
+            format!("--initial-cluster-token={}", self.initial_cluster_token),
+            format!("--data-dir={}", into.display()),
+        ]
+    }
 }
 
 /// Runs the restore for one member. Fails without touching `data_dir` if it
@@ -96,24 +133,11 @@ pub async fn restore_member(tool: &RestoreTool, member: &MemberRestore) -> Resul
 
     let program = tool.program();
     let mut command = tokio::process::Command::new(program);
-    if let RestoreTool::Etcdctl(_) = tool {
-        command.env("ETCDCTL_API", "3");
+    if let Some((name, value)) = tool.env() {
+        command.env(name, value);
     }
     command
-        .arg("snapshot")
-        .arg("restore")
-        .arg(&member.snapshot)
-        .arg(format!("--name={}", member.name))
-        .arg(format!("--initial-cluster={}", member.initial_cluster))
-        .arg(format!(
-            "--initial-advertise-peer-urls={}",
-            member.initial_advertise_peer_urls
-        ))
-        .arg(format!(
-            "--initial-cluster-token={}",
-            member.initial_cluster_token
-        ))
-        .arg(format!("--data-dir={}", staging.display()))
+        .args(member.tool_args(&staging))
         .stdin(Stdio::null())
         .kill_on_drop(true);
     let output = command

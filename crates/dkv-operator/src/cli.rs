@@ -206,6 +206,10 @@ pub struct RestoreFetchArgs {
     /// verified.
     #[arg(long)]
     pub output: PathBuf,
+    /// A directory removed before the fetch: the restore step that follows
+    /// writes there and refuses one left by an earlier attempt.
+    #[arg(long)]
+    pub clear: Option<PathBuf>,
     #[command(flatten)]
     pub store: ObjectStoreArgs,
     #[arg(long, default_value = "/dev/termination-log")]

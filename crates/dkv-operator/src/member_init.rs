@@ -109,12 +109,63 @@ pub fn recovery(
     }
 }
 
+/// Where the restore steps of a cluster created from a backup leave their
+/// work, beside the data directory on the same volume (see
+/// [`crate::cluster::restore`]).
+pub fn restore_dir(data_dir: &Path) -> std::path::PathBuf {
+    data_dir.with_file_name("dkv-restore")
+}
+
+/// Takes the data directory the restore steps staged, if there is one: it
+/// becomes the member's data only when the member has none (a member that
+/// already started keeps what it has). Once the cluster exists, the
+/// restore's leftovers (the snapshot) are removed.
+fn adopt_restored_data(
+    member: &str,
+    data_dir: &Path,
+    record: Option<&MembershipRecord>,
+) -> anyhow::Result<()> {
+    let work = restore_dir(data_dir);
+    let staged = work.join("data");
+    if staged.join("member").is_dir() {
+        if data_dir.join("member").is_dir() {
+            std::fs::remove_dir_all(&staged)
+                .with_context(|| format!("removing {}", staged.display()))?;
+            eprintln!("member-init: {member} already has data; the restored copy is not used");
+        } else {
+            if data_dir.exists() {
+                // No etcd data in it (checked above): set aside, never lost.
+                let aside = data_dir.with_file_name("data.before-restore");
+                std::fs::rename(data_dir, &aside).with_context(|| {
+                    format!("moving {} aside to {}", data_dir.display(), aside.display())
+                })?;
+            }
+            std::fs::rename(&staged, data_dir).with_context(|| {
+                format!(
+                    "moving the restored data {} to {}",
+                    staged.display(),
+                    data_dir.display()
+                )
+            })?;
+            eprintln!(
+                "member-init: {member} starts from the restored backup ({})",
+                data_dir.display()
+            );
+        }
+    }
+    if record.is_some_and(|r| r.state == ClusterState::Existing) && work.exists() {
+        std::fs::remove_dir_all(&work).with_context(|| format!("removing {}", work.display()))?;
+    }
+    Ok(())
+}
+
 pub fn run(args: &MemberInitArgs) -> anyhow::Result<()> {
-    let mut has_data = args.data_dir.join("member").is_dir();
     let record = match &args.members_file {
         Some(path) => Some(read_record(path)?),
         None => None,
     };
+    adopt_restored_data(&args.member, &args.data_dir, record.as_ref())?;
+    let mut has_data = args.data_dir.join("member").is_dir();
     let marker = epoch_file(&args.data_dir);
     let data_epoch = std::fs::read_to_string(&marker)
         .ok()
@@ -373,6 +424,77 @@ mod tests {
     }
 
     const THREE: &str = "orders-0=http://orders-0.orders-peer.shop.svc:2380,orders-1=http://orders-1.orders-peer.shop.svc:2380,orders-2=http://orders-2.orders-peer.shop.svc:2380";
+
+    #[test]
+    fn the_restore_steps_stage_where_member_init_looks() {
+        use crate::cluster::build::statefulset::DATA_DIR;
+        use crate::cluster::restore::{RESTORE_DIR, STAGING_DIR};
+        assert_eq!(restore_dir(Path::new(DATA_DIR)), Path::new(RESTORE_DIR));
+        assert_eq!(
+            restore_dir(Path::new(DATA_DIR)).join("data"),
+            Path::new(STAGING_DIR)
+        );
+    }
+
+    /// A volume laid out as the restore steps leave it.
+    fn volume(staged: bool, data: bool) -> tempfile::TempDir {
+        let volume = tempfile::tempdir().unwrap();
+        if staged {
+            std::fs::create_dir_all(volume.path().join("dkv-restore/data/member/snap")).unwrap();
+            std::fs::write(volume.path().join("dkv-restore/data/member/restored"), "r").unwrap();
+            std::fs::write(volume.path().join("dkv-restore/snapshot.db"), "s").unwrap();
+        }
+        if data {
+            std::fs::create_dir_all(volume.path().join("data/member/snap")).unwrap();
+            std::fs::write(volume.path().join("data/member/own"), "o").unwrap();
+        }
+        volume
+    }
+
+    #[test]
+    fn restored_data_becomes_the_data_of_a_member_without_any() {
+        let v = volume(true, false);
+        let data = v.path().join("data");
+        let new = record(ClusterState::New, vec![recorded(0, false)]);
+        adopt_restored_data("orders-0", &data, Some(&new)).unwrap();
+        assert!(data.join("member/restored").is_file());
+        assert!(!v.path().join("dkv-restore/data").exists());
+        // Still creating: the snapshot stays for a pod that restarts.
+        assert!(v.path().join("dkv-restore/snapshot.db").is_file());
+    }
+
+    #[test]
+    fn a_member_that_has_data_keeps_it_and_the_restored_copy_goes() {
+        let v = volume(true, true);
+        let data = v.path().join("data");
+        let new = record(ClusterState::New, vec![recorded(0, true)]);
+        adopt_restored_data("orders-0", &data, Some(&new)).unwrap();
+        assert!(data.join("member/own").is_file());
+        assert!(!data.join("member/restored").exists());
+        assert!(!v.path().join("dkv-restore/data").exists());
+    }
+
+    #[test]
+    fn once_the_cluster_exists_the_restore_leftovers_are_removed() {
+        let v = volume(false, true);
+        std::fs::create_dir_all(v.path().join("dkv-restore")).unwrap();
+        std::fs::write(v.path().join("dkv-restore/snapshot.db"), "s").unwrap();
+        let data = v.path().join("data");
+        let existing = record(ClusterState::Existing, vec![recorded(0, true)]);
+        adopt_restored_data("orders-0", &data, Some(&existing)).unwrap();
+        assert!(!v.path().join("dkv-restore").exists());
+        assert!(data.join("member/own").is_file());
+    }
+
+    #[test]
+    fn an_unfinished_staging_directory_is_never_adopted() {
+        // The restore tool failed halfway: no member/ directory in staging.
+        let v = volume(false, false);
+        std::fs::create_dir_all(v.path().join("dkv-restore/data/partial")).unwrap();
+        let data = v.path().join("data");
+        adopt_restored_data("orders-0", &data, None).unwrap();
+        assert!(!data.exists());
+    }
 
     #[test]
     fn a_fresh_initial_member_bootstraps_with_the_full_member_list() {

@@ -13,6 +13,17 @@ use crate::cli::{RestoreFetchArgs, RestoreMemberArgs};
 
 pub async fn fetch(args: &RestoreFetchArgs) -> anyhow::Result<()> {
     crate::telemetry::init(args.log_format);
+    if let Some(dir) = &args.clear {
+        match tokio::fs::remove_dir_all(dir).await {
+            Ok(()) => println!("removed {} (left by an earlier attempt)", dir.display()),
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
+            Err(err) => {
+                let message = format!("restore fetch: removing {}: {err}", dir.display());
+                report(&args.termination_log, &message);
+                anyhow::bail!(message);
+            }
+        }
+    }
     let config = args.store.store_config();
     match dkv_backup::fetch_artifact(&config, &args.uri, args.sha256.as_deref(), &args.output).await
     {

@@ -678,3 +678,114 @@ fn a_member_being_replaced_in_the_middle_keeps_the_highest_pod() {
         .collect();
     assert_eq!(names, vec!["orders-0", "orders-2"]);
 }
+
+#[test]
+fn a_cluster_restored_from_a_backup_fetches_verifies_and_restores_before_member_init() {
+    use dkv_operator::cluster::restore::{self, ResolvedRestore};
+    for (image, tool, api_env) in [
+        ("registry.k8s.io/etcd:3.5.16-0", "etcdutl", None),
+        ("registry.k8s.io/etcd:3.4.23-0", "etcdctl", Some("3")),
+    ] {
+        let mut dkv = fixture("minimal");
+        dkv.spec.image = image.to_owned();
+        dkv.spec.bootstrap = Some(
+            serde_json::from_value(serde_json::json!({
+                "restore": {"backupName": "orders-manual", "credentialsSecret": "s3-creds"}
+            }))
+            .unwrap(),
+        );
+        let cluster = validated(&dkv);
+        let mut plan = plan::plan(&cluster, None, None, &Default::default());
+        let source = ResolvedRestore {
+            backup: Some("orders-manual".to_owned()),
+            uri: "s3://b/prod/shop/orders/orders-20261122-060012.db".to_owned(),
+            sha256: Some("ab".repeat(32)),
+            credentials_secret: Some("s3-creds".to_owned()),
+        };
+        plan.restore = Some(source.clone());
+        let sts = build::build(&cluster, &plan).statefulset;
+
+        let pod = sts.spec.template.spec.as_ref().unwrap();
+        let order: Vec<&str> = pod
+            .init_containers
+            .iter()
+            .flatten()
+            .map(|c| c.name.as_str())
+            .collect();
+        assert_eq!(order, ["restore-fetch", "restore", "member-init"]);
+
+        let fetch = container(&sts, "restore-fetch");
+        assert_eq!(fetch.image.as_deref(), Some(OPERATOR_IMAGE));
+        let args = fetch.args.clone().unwrap();
+        assert!(args.contains(&format!("--uri={}", source.uri)), "{args:?}");
+        assert!(
+            args.contains(&format!("--sha256={}", "ab".repeat(32))),
+            "{args:?}"
+        );
+        assert!(args.contains(&"--output=/var/lib/etcd/dkv-restore/snapshot.db".to_owned()));
+        assert!(args.contains(&"--clear=/var/lib/etcd/dkv-restore/data".to_owned()));
+        let secret = fetch.env_from.as_ref().unwrap()[0]
+            .secret_ref
+            .as_ref()
+            .unwrap();
+        assert_eq!(secret.name, "s3-creds");
+
+        let restore_step = container(&sts, "restore");
+        assert_eq!(restore_step.image.as_deref(), Some(image));
+        assert_eq!(restore_step.command, Some(vec![tool.to_owned()]));
+        let args = restore_step.args.clone().unwrap();
+        let name = dkv.metadata.name.clone().unwrap();
+        let ns = dkv.metadata.namespace.clone().unwrap();
+        assert_eq!(
+            &args[..3],
+            [
+                "snapshot",
+                "restore",
+                "/var/lib/etcd/dkv-restore/snapshot.db"
+            ]
+        );
+        assert!(args.contains(&"--name=$(POD_NAME)".to_owned()), "{args:?}");
+        assert!(
+            args.contains(&format!(
+                "--initial-advertise-peer-urls=http://$(POD_NAME).{name}-peer.{ns}.svc:2380"
+            )),
+            "{args:?}"
+        );
+        assert!(args.contains(&"--data-dir=/var/lib/etcd/dkv-restore/data".to_owned()));
+        // The new cluster's token (its own uid): a new cluster ID.
+        let uid = dkv.metadata.uid.clone().unwrap();
+        assert!(
+            args.contains(&format!("--initial-cluster-token={ns}-{name}-{uid}")),
+            "{args:?}"
+        );
+        let env: Vec<(String, Option<String>)> = restore_step
+            .env
+            .iter()
+            .flatten()
+            .map(|e| (e.name.clone(), e.value.clone()))
+            .collect();
+        assert_eq!(
+            env.iter()
+                .find(|(n, _)| n == "ETCDCTL_API")
+                .and_then(|(_, v)| v.as_deref()),
+            api_env
+        );
+        // The source is recorded for the passes that follow.
+        assert_eq!(restore::from_statefulset(&sts), Some(source));
+
+        // Once the cluster has formed, the template no longer restores.
+        plan.restore = None;
+        let sts = build::build(&cluster, &plan).statefulset;
+        let names: Vec<String> = sts
+            .spec
+            .template
+            .spec
+            .unwrap()
+            .init_containers
+            .unwrap()
+            .into_iter()
+            .map(|c| c.name)
+            .collect();
+        assert_eq!(names, ["member-init"]);
+    }
+}

@@ -236,8 +236,13 @@ pub struct RestoreSource {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backup_name: Option<String>,
     /// URI of a snapshot artifact, e.g. `s3://bucket/prefix/orders-20261122-0600.db`.
+    /// Its sha256 is read from the `.json` record dkv wrote beside it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub uri: Option<String>,
+    /// Secret with the object store credentials (same keys as
+    /// `spec.backup.credentialsSecret`, which is the default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credentials_secret: Option<String>,
 }
 
 /// etcd tuning knobs.

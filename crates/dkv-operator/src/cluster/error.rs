@@ -51,6 +51,22 @@ pub enum Error {
         source: kube::Error,
     },
 
+    #[error("failed to read {kind} {name}: {source}")]
+    Read {
+        kind: &'static str,
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
+
+    /// `spec.bootstrap.restore` names a backup that cannot be restored (yet).
+    #[error("{message}")]
+    RestoreSource {
+        message: String,
+        /// The backup is still being taken: the restore starts when it is done.
+        waiting: bool,
+    },
+
     #[error("failed to delete {kind} {name}: {source}")]
     Delete {
         kind: &'static str,
@@ -128,7 +144,10 @@ impl Error {
             // and reported, never given up on (the step is pinned).
             Error::Etcd { source, .. } if source.is_waiting() => Category::Waiting,
             Error::Etcd { .. } => Category::Transient,
+            Error::RestoreSource { waiting: true, .. } => Category::Waiting,
+            Error::RestoreSource { waiting: false, .. } => Category::Permanent,
             Error::Apply { source, .. }
+            | Error::Read { source, .. }
             | Error::Delete { source, .. }
             | Error::Status { source, .. }
             | Error::Cleanup { source, .. } => api_error_category(source),
@@ -150,7 +169,9 @@ impl Error {
     pub fn step(&self) -> &'static str {
         match self {
             Error::InvalidSpec(_) | Error::MissingNamespace => "validate",
-            Error::CacheNotReady { .. } => "dereference",
+            Error::CacheNotReady { .. } | Error::Read { .. } | Error::RestoreSource { .. } => {
+                "dereference"
+            }
             Error::Apply { .. } | Error::Delete { .. } | Error::Etcd { .. } => "apply",
             Error::Status { .. } => "status",
             Error::Cleanup { .. }

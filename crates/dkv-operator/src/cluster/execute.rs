@@ -218,6 +218,7 @@ mod tests {
                     init_refused: false,
                 },
                 endpoint: Some(format!("http://orders-{i}:2379")),
+                restore_failure: None,
             })
             .collect()
     }

@@ -20,6 +20,7 @@ pub mod membership_record;
 pub mod naming;
 pub mod observe_members;
 pub mod plan;
+pub mod restore;
 pub mod status;
 pub mod validate;
 pub mod watches;
@@ -144,12 +145,14 @@ async fn reconcile_cluster(dkv: &DistributedKV, ctx: &Context) -> Result<Action>
         recovery_allowed: recovery_allowed(dkv, jiff::Timestamp::now()),
         recovery_epoch: recovery_epoch(dkv),
     };
-    let plan = plan::plan(
+    let mut plan = plan::plan(
         &cluster,
         observed.statefulset.as_deref(),
         observed.record.as_ref(),
         &view,
     );
+    plan.restore =
+        restore_source(dkv, &cluster, &plan, observed.statefulset.as_deref(), ctx).await?;
     let now = Time(jiff::Timestamp::now());
     let current_operation = dkv.status.as_ref().and_then(|s| s.operation.clone());
 
@@ -163,6 +166,7 @@ async fn reconcile_cluster(dkv: &DistributedKV, ctx: &Context) -> Result<Action>
                     statefulset: sts,
                     members: members.as_deref(),
                     operation,
+                    restore_failure: pods.iter().find_map(|p| p.restore_failure.as_deref()),
                 },
                 &now,
             )
@@ -229,6 +233,31 @@ async fn reconcile_cluster(dkv: &DistributedKV, ctx: &Context) -> Result<Action>
     Ok(Action::await_change())
 }
 
+/// The backup a cluster being created from `spec.bootstrap.restore` starts
+/// from: resolved when its StatefulSet is first created, then read back
+/// from it; `None` once the cluster has formed (its template then drops the
+/// restore steps) and for clusters that do not restore.
+async fn restore_source(
+    dkv: &DistributedKV,
+    cluster: &validate::ValidatedCluster,
+    plan: &plan::Plan,
+    statefulset: Option<&StatefulSet>,
+    ctx: &Context,
+) -> Result<Option<restore::ResolvedRestore>> {
+    let Some(wanted) = &cluster.restore else {
+        return Ok(None);
+    };
+    if !plan.creating || status::formed_before(dkv) {
+        return Ok(None);
+    }
+    match statefulset {
+        Some(sts) => Ok(restore::from_statefulset(sts)),
+        None => restore::resolve(&ctx.client, &cluster.namespace, wanted)
+            .await
+            .map(Some),
+    }
+}
+
 /// How often an operation in flight is re-examined.
 const OPERATION_POLL: std::time::Duration = std::time::Duration::from_secs(2);
 
@@ -290,6 +319,7 @@ async fn report_error(dkv: &DistributedKV, err: &Error, ctx: &Context) {
             let reason = match err {
                 Error::InvalidSpec(_) => dkv_api::conditions::reasons::INVALID_SPEC,
                 Error::FinalBackupFailed { .. } => dkv_api::conditions::reasons::BACKUP_FAILED,
+                Error::RestoreSource { .. } => dkv_api::conditions::reasons::RESTORE_FAILED,
                 _ => dkv_api::conditions::reasons::RECONCILE_ERROR,
             };
             let now = Time(jiff::Timestamp::now());
@@ -334,6 +364,11 @@ pub fn retry_delay(
     jitter: f64,
 ) -> Option<std::time::Duration> {
     match err.category() {
+        // The backup a restore names may still be created: look again
+        // now and then (backups are not watched by this controller).
+        Category::Permanent if matches!(err, Error::RestoreSource { .. }) => {
+            Some(RESTORE_SOURCE_RECHECK)
+        }
         Category::Permanent => None,
         Category::Waiting => Some(WAITING_DELAY),
         Category::Transient => {
@@ -342,6 +377,9 @@ pub fn retry_delay(
         }
     }
 }
+
+/// How often a restore source that does not exist is looked for again.
+const RESTORE_SOURCE_RECHECK: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// Settings of the cluster controller.
 #[derive(Debug, Clone)]

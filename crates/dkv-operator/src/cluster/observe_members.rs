@@ -16,6 +16,7 @@ use kube::ResourceExt;
 
 use super::membership::{ObservedMember, ObservedPod};
 use super::naming::{self, CLIENT_PORT};
+use super::restore::{FETCH_CONTAINER, RESTORE_CONTAINER};
 use crate::etcd_version::EtcdVersion;
 use crate::member_init::{DATA_LOST, FORCED_NEW_CLUSTER};
 
@@ -25,6 +26,9 @@ pub struct MemberPod {
     pub view: ObservedPod,
     /// `http://<podIP>:2379`, once the pod has an IP.
     pub endpoint: Option<String>,
+    /// The termination message of a failed restore step
+    /// (`spec.bootstrap.restore`) that has not succeeded since.
+    pub restore_failure: Option<String>,
 }
 
 /// The member pods of `cluster` among `pods`, by ordinal.
@@ -70,6 +74,7 @@ pub fn member_pods(cluster: &str, pods: &[Arc<Pod>]) -> Vec<MemberPod> {
                     }),
                 },
                 endpoint,
+                restore_failure: restore_failure(pod),
             })
         })
         .collect();
@@ -85,6 +90,37 @@ fn member_init(pod: &Pod) -> Option<&ContainerStatus> {
         .as_ref()?
         .iter()
         .find(|s| s.name == "member-init")
+}
+
+/// Why this pod's restore steps fail: the message of the last failed run
+/// of `restore-fetch` or `restore`, unless it has succeeded since.
+fn restore_failure(pod: &Pod) -> Option<String> {
+    let statuses = pod.status.as_ref()?.init_container_statuses.as_ref()?;
+    statuses
+        .iter()
+        .filter(|s| s.name == RESTORE_CONTAINER || s.name == FETCH_CONTAINER)
+        .filter(|s| current_termination(s).is_none_or(|t| t.exit_code != 0))
+        .find_map(|s| {
+            [s.state.as_ref(), s.last_state.as_ref()]
+                .into_iter()
+                .flatten()
+                .filter_map(|state| state.terminated.as_ref())
+                .find(|t| t.exit_code != 0)
+                .map(|t| {
+                    let message = t.message.as_deref().unwrap_or_default().trim();
+                    if message.is_empty() {
+                        format!(
+                            "{} of {} exited with {} ({})",
+                            s.name,
+                            pod.name_any(),
+                            t.exit_code,
+                            t.reason.as_deref().unwrap_or("Error")
+                        )
+                    } else {
+                        format!("{} of {}: {message}", s.name, pod.name_any())
+                    }
+                })
+        })
 }
 
 /// How the container's current run ended, if it has.

@@ -31,6 +31,10 @@ pub struct Plan {
     pub record: MembershipRecord,
     /// The membership step of this pass.
     pub step: Step,
+    /// The backup the members of a cluster being created start from
+    /// (`spec.bootstrap.restore`, resolved by the reconcile; see
+    /// [`super::restore`]).
+    pub restore: Option<super::restore::ResolvedRestore>,
 }
 
 /// What the reconcile observed of membership.
@@ -111,6 +115,7 @@ pub fn plan(
             creating: true,
             record: bootstrap_record(cluster, cluster.size),
             step: Step::Converged,
+            restore: None,
         };
     };
     let bootstrap_size = sts
@@ -174,5 +179,6 @@ pub fn plan(
         creating: record.state == ClusterState::New,
         record,
         step,
+        restore: None,
     }
 }

@@ -32,6 +32,8 @@ pub struct Observation<'a> {
     pub members: Option<&'a [ObservedMember]>,
     /// The operation pinned after this pass.
     pub operation: Option<Operation>,
+    /// Why a member's restore step failed (`spec.bootstrap.restore`).
+    pub restore_failure: Option<&'a str>,
 }
 
 /// One condition as the operator wants it now.
@@ -40,6 +42,15 @@ struct Want {
     status: bool,
     reason: &'static str,
     message: String,
+}
+
+/// Whether the cluster's status records that it has formed: its Available
+/// condition was once QuorumHealthy, and stays QuorumHealthy or QuorumLost.
+pub fn formed_before(dkv: &DistributedKV) -> bool {
+    dkv.status.iter().flat_map(|s| &s.conditions).any(|c| {
+        c.type_ == types::AVAILABLE
+            && (c.reason == reasons::QUORUM_HEALTHY || c.reason == reasons::QUORUM_LOST)
+    })
 }
 
 /// The status after a successful pass.
@@ -74,10 +85,7 @@ pub fn compute(dkv: &DistributedKV, obs: &Observation<'_>, now: &Time) -> Distri
     // The record of it is the Available condition: once it was
     // QuorumHealthy, its reason stays QuorumHealthy or QuorumLost. (The phase
     // cannot tell: it is also Degraded for a spec problem during creation.)
-    let formed_before = old.conditions.iter().any(|c| {
-        c.type_ == types::AVAILABLE
-            && (c.reason == reasons::QUORUM_HEALTHY || c.reason == reasons::QUORUM_LOST)
-    });
+    let formed_before = formed_before(dkv);
     // The membership record knows too: once every member has run, the
     // record says the cluster exists (even if this status is new).
     let formed = complete || formed_before || !obs.plan.creating;
@@ -121,6 +129,19 @@ pub fn compute(dkv: &DistributedKV, obs: &Observation<'_>, now: &Time) -> Distri
                 step_detail(&obs.plan.step)
             ),
         }
+    } else if let (false, Some(source)) = (formed, &obs.plan.restore) {
+        Want {
+            type_: types::PROGRESSING,
+            status: true,
+            reason: reasons::RESTORING,
+            message: format!(
+                "restoring {members} members from {}; {ready}/{members} ready",
+                source.backup.as_ref().map_or_else(
+                    || source.uri.clone(),
+                    |b| format!("backup {b} ({})", source.uri)
+                )
+            ),
+        }
     } else if !formed {
         Want {
             type_: types::PROGRESSING,
@@ -150,6 +171,15 @@ pub fn compute(dkv: &DistributedKV, obs: &Observation<'_>, now: &Time) -> Distri
             status: true,
             reason: reasons::NO_SPACE,
             message: "the etcd backend reached its quota (NOSPACE alarm) and refuses writes; compacting, defragmenting and disarming".to_owned(),
+        }
+    } else if let (false, Some(why)) = (formed, obs.restore_failure) {
+        Want {
+            type_: types::DEGRADED,
+            status: true,
+            reason: reasons::RESTORE_FAILED,
+            message: format!(
+                "{why}; no member starts until its restore succeeds (the step is retried with backoff)"
+            ),
         }
     } else if formed && ready < quorum {
         Want {
@@ -184,6 +214,8 @@ pub fn compute(dkv: &DistributedKV, obs: &Observation<'_>, now: &Time) -> Distri
 
     let phase = if degraded.status {
         Phase::Degraded
+    } else if !formed && obs.plan.restore.is_some() {
+        Phase::Restoring
     } else if !formed {
         Phase::Creating
     } else {

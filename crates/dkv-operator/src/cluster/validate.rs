@@ -55,6 +55,8 @@ pub struct ValidatedCluster {
     pub resources: Option<ResourceRequirements>,
     pub storage: Option<ValidatedStorage>,
     pub backup: Option<ValidatedBackup>,
+    /// `spec.bootstrap.restore`: create the cluster from this backup.
+    pub restore: Option<ValidatedRestore>,
     pub etcd: EtcdSettings,
     pub pod: PodOverrides,
     pub operator_image: String,
@@ -77,6 +79,25 @@ pub struct ValidatedBackup {
     pub retention_days: Option<i32>,
     pub credentials_secret: Option<String>,
     pub final_backup_on_delete: bool,
+}
+
+/// Where a cluster created from a backup gets its data.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ValidatedRestore {
+    pub source: RestoreRef,
+    /// `spec.bootstrap.restore.credentialsSecret`, else the cluster's
+    /// `spec.backup.credentialsSecret`; `None` lets the backup record's own
+    /// destination name it.
+    pub credentials_secret: Option<String>,
+}
+
+/// The backup a restore names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RestoreRef {
+    /// A `DistributedKVBackup` in the cluster's namespace.
+    Backup(String),
+    /// An artifact URI; its sha256 comes from the record beside it.
+    Uri(String),
 }
 
 /// etcd flags derived from `spec.etcd`, defaults applied.
@@ -227,6 +248,40 @@ pub fn validate(
         }
     });
 
+    let restore = spec
+        .bootstrap
+        .as_ref()
+        .and_then(|b| b.restore.as_ref())
+        .and_then(|restore| {
+            let source = match (&restore.backup_name, &restore.uri) {
+                (Some(name), None) if !name.trim().is_empty() => {
+                    RestoreRef::Backup(name.trim().to_owned())
+                }
+                (None, Some(uri)) => match dkv_backup::Location::parse(uri.trim()) {
+                    Ok(_) => RestoreRef::Uri(uri.trim().to_owned()),
+                    Err(err) => {
+                        problems.add("spec.bootstrap.restore.uri", format!("{err}; write e.g. s3://bucket/prefix/shop/orders/orders-20261122-060012.db"));
+                        return None;
+                    }
+                },
+                _ => {
+                    problems.add(
+                        "spec.bootstrap.restore",
+                        "set exactly one of backupName (a DistributedKVBackup in this namespace) or uri (an artifact)",
+                    );
+                    return None;
+                }
+            };
+            Some(ValidatedRestore {
+                source,
+                credentials_secret: restore
+                    .credentials_secret
+                    .clone()
+                    .or_else(|| backup.as_ref().and_then(|b| b.credentials_secret.clone()))
+                    .filter(|s| !s.is_empty()),
+            })
+        });
+
     let etcd = etcd_settings(spec.etcd.as_ref(), &mut problems);
 
     // blockOwnerDeletion: a foreground deletion of the cluster waits until
@@ -256,6 +311,7 @@ pub fn validate(
             resources: spec.resources.clone(),
             storage,
             backup,
+            restore,
             etcd,
             pod: spec.pod.clone().unwrap_or_default(),
             operator_image: defaults.operator_image.clone(),

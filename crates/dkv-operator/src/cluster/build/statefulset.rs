@@ -32,6 +32,7 @@ use kube::api::ObjectMeta;
 use super::{child_labels, child_meta};
 use crate::cluster::naming::{self, CLIENT_PORT, METRICS_PORT, PEER_PORT};
 use crate::cluster::plan::Plan;
+use crate::cluster::restore;
 use crate::cluster::validate::ValidatedCluster;
 use crate::etcd_version::EtcdVersion;
 
@@ -55,7 +56,7 @@ pub const MEMBERS_MOUNT: &str = "/etc/dkv/members";
 
 pub fn build(cluster: &ValidatedCluster, plan: &Plan) -> StatefulSet {
     let mut meta = child_meta(cluster, naming::statefulset(&cluster.name), "etcd");
-    meta.annotations = Some(BTreeMap::from([
+    let mut annotations = BTreeMap::from([
         (
             BOOTSTRAP_SIZE_ANNOTATION.to_owned(),
             plan.bootstrap_size.to_string(),
@@ -64,7 +65,14 @@ pub fn build(cluster: &ValidatedCluster, plan: &Plan) -> StatefulSet {
             ETCD_VERSION_ANNOTATION.to_owned(),
             cluster.version.to_string(),
         ),
-    ]));
+    ]);
+    if let Some(source) = &plan.restore {
+        annotations.insert(
+            restore::SOURCE_ANNOTATION.to_owned(),
+            restore::annotation_value(source),
+        );
+    }
+    meta.annotations = Some(annotations);
 
     StatefulSet {
         metadata: meta,
@@ -152,7 +160,7 @@ fn pod_template(cluster: &ValidatedCluster, plan: &Plan) -> PodTemplateSpec {
             ..ObjectMeta::default()
         }),
         spec: Some(PodSpec {
-            init_containers: Some(vec![member_init_container(cluster, plan)]),
+            init_containers: Some(init_containers(cluster, plan)),
             containers: vec![etcd_container(cluster)],
             volumes: Some(volumes),
             // Service environment variables are useless to etcd and
@@ -220,6 +228,18 @@ fn mount(name: &str, path: &str) -> VolumeMount {
         mount_path: path.to_owned(),
         ..VolumeMount::default()
     }
+}
+
+/// `member-init`, preceded while a cluster is created from a backup by the
+/// restore steps (see [`crate::cluster::restore`]).
+fn init_containers(cluster: &ValidatedCluster, plan: &Plan) -> Vec<Container> {
+    let mut containers = Vec::with_capacity(3);
+    if let Some(source) = &plan.restore {
+        containers.push(restore::fetch_container(cluster, source));
+        containers.push(restore::restore_container(cluster));
+    }
+    containers.push(member_init_container(cluster, plan));
+    containers
 }
 
 fn member_init_container(cluster: &ValidatedCluster, plan: &Plan) -> Container {

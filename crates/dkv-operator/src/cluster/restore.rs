@@ -1,0 +1,365 @@
+//! `spec.bootstrap.restore`: a new cluster whose members start from a
+//! backup instead of empty.
+//!
+//! While such a cluster is being created, every member pod runs two more
+//! init containers before `member-init`:
+//! 1. `restore-fetch` (the dkv image) downloads the artifact into the
+//!    member's volume and verifies its sha256 — only a verified snapshot is
+//!    ever written — after clearing what an earlier attempt left;
+//! 2. `restore` (the cluster's etcd image, so the restore tool matches the
+//!    version: `etcdutl` from 3.5, `etcdctl` for 3.4) turns it into a data
+//!    directory for this member, with its own name and the new cluster's
+//!    `--initial-cluster` and token (a new cluster ID), in a staging
+//!    directory beside the real one.
+//!
+//! `member-init` then moves the staged directory into place only if the
+//! member has no data yet, so a pod that restarts after its member started
+//! keeps what it has. A failed fetch (a checksum mismatch, credentials)
+//! stops the pod before etcd: nothing is ever started from a bad artifact,
+//! and the cluster reports `Degraded/RestoreFailed` with the reason.
+//!
+//! The source is resolved once, when the StatefulSet is first created, and
+//! kept in an annotation on it; once every member has started, the
+//! template drops the restore steps (pods are replaced only by the
+//! operator, `OnDelete`, so running members are not disturbed).
+
+use dkv_api::DistributedKVBackup;
+use dkv_api::backup::v1alpha1::BackupPhase;
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{Container, EnvFromSource, EnvVar, SecretEnvSource, VolumeMount};
+use kube::Api;
+use kube::Client;
+use serde::{Deserialize, Serialize};
+
+use super::error::{Error, Result};
+use super::naming::{self, PEER_PORT};
+use super::validate::{RestoreRef, ValidatedCluster, ValidatedRestore};
+
+/// Annotation on the StatefulSet of a cluster being restored: the resolved
+/// source (JSON of [`ResolvedRestore`]).
+pub const SOURCE_ANNOTATION: &str = "dkv.io/restore-source";
+
+/// Working directory of the restore steps, in the member's volume.
+pub const RESTORE_DIR: &str = "/var/lib/etcd/dkv-restore";
+/// The verified snapshot.
+pub const SNAPSHOT_FILE: &str = "/var/lib/etcd/dkv-restore/snapshot.db";
+/// Where the restore tool writes the member's data directory; `member-init`
+/// moves it into place.
+pub const STAGING_DIR: &str = "/var/lib/etcd/dkv-restore/data";
+
+pub const FETCH_CONTAINER: &str = "restore-fetch";
+pub const RESTORE_CONTAINER: &str = "restore";
+
+/// A restore source with everything the member pods need.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ResolvedRestore {
+    /// The `DistributedKVBackup` it came from, when one was named.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backup: Option<String>,
+    pub uri: String,
+    /// The expected sha256; `None`: the record beside the artifact says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credentials_secret: Option<String>,
+}
+
+/// Looks up what `restore` names: a completed `DistributedKVBackup` (its
+/// artifact and digest), or an artifact URI as given.
+pub async fn resolve(
+    client: &Client,
+    namespace: &str,
+    restore: &ValidatedRestore,
+) -> Result<ResolvedRestore> {
+    let name = match &restore.source {
+        RestoreRef::Uri(uri) => {
+            return Ok(ResolvedRestore {
+                backup: None,
+                uri: uri.clone(),
+                sha256: None,
+                credentials_secret: restore.credentials_secret.clone(),
+            });
+        }
+        RestoreRef::Backup(name) => name,
+    };
+    let api: Api<DistributedKVBackup> = Api::namespaced(client.clone(), namespace);
+    let backup = api.get_opt(name).await.map_err(|source| Error::Read {
+        kind: "DistributedKVBackup",
+        name: name.clone(),
+        source,
+    })?;
+    resolve_backup(name, backup.as_ref(), restore)
+}
+
+/// The pure half of [`resolve`] for a named backup.
+pub fn resolve_backup(
+    name: &str,
+    backup: Option<&DistributedKVBackup>,
+    restore: &ValidatedRestore,
+) -> Result<ResolvedRestore> {
+    let unavailable = |message: String, waiting: bool| Error::RestoreSource { message, waiting };
+    let Some(backup) = backup else {
+        return Err(unavailable(
+            format!(
+                "spec.bootstrap.restore.backupName: DistributedKVBackup {name:?} does not exist in this namespace; create it or delete this cluster and name an existing one (kubectl get dkvbackup)"
+            ),
+            false,
+        ));
+    };
+    let status = backup.status.as_ref();
+    match status.and_then(|s| s.phase) {
+        Some(BackupPhase::Completed) => {}
+        Some(BackupPhase::Failed) => {
+            return Err(unavailable(
+                format!(
+                    "spec.bootstrap.restore.backupName: backup {name:?} failed and has no artifact; delete this cluster and restore from a completed backup"
+                ),
+                false,
+            ));
+        }
+        phase => {
+            return Err(unavailable(
+                format!(
+                    "spec.bootstrap.restore.backupName: backup {name:?} is {}; the restore starts once it is Completed",
+                    phase.map_or("not started yet".to_owned(), |p| format!("{p:?}"))
+                ),
+                true,
+            ));
+        }
+    }
+    let Some(artifact) = status.and_then(|s| s.artifact.as_ref()) else {
+        return Err(unavailable(
+            format!(
+                "spec.bootstrap.restore.backupName: backup {name:?} is Completed but records no artifact; restore from its uri instead"
+            ),
+            false,
+        ));
+    };
+    let credentials_secret = restore.credentials_secret.clone().or_else(|| {
+        backup
+            .spec
+            .destination
+            .as_ref()
+            .and_then(|d| d.credentials_secret.clone())
+    });
+    Ok(ResolvedRestore {
+        backup: Some(name.to_owned()),
+        uri: artifact.uri.clone(),
+        sha256: (!artifact.sha256.is_empty()).then(|| artifact.sha256.clone()),
+        credentials_secret,
+    })
+}
+
+/// The source recorded on a StatefulSet created for a restore.
+pub fn from_statefulset(sts: &StatefulSet) -> Option<ResolvedRestore> {
+    let text = sts.metadata.annotations.as_ref()?.get(SOURCE_ANNOTATION)?;
+    serde_json::from_str(text).ok()
+}
+
+/// The annotation value recording `source`.
+pub fn annotation_value(source: &ResolvedRestore) -> String {
+    // A struct of strings always serializes.
+    serde_json::to_string(source).unwrap_or_default()
+}
+
+fn data_mount() -> VolumeMount {
+    VolumeMount {
+        name: super::build::statefulset::DATA_VOLUME.to_owned(),
+        mount_path: super::build::statefulset::DATA_MOUNT.to_owned(),
+        ..VolumeMount::default()
+    }
+}
+
+/// Init step 1: fetch and verify the artifact into the member's volume.
+pub fn fetch_container(cluster: &ValidatedCluster, source: &ResolvedRestore) -> Container {
+    let mut args = vec![
+        "restore-fetch".to_owned(),
+        format!("--uri={}", source.uri),
+        format!("--output={SNAPSHOT_FILE}"),
+        format!("--clear={STAGING_DIR}"),
+    ];
+    if let Some(sha) = &source.sha256 {
+        args.push(format!("--sha256={sha}"));
+    }
+    Container {
+        name: FETCH_CONTAINER.to_owned(),
+        image: Some(cluster.operator_image.clone()),
+        args: Some(args),
+        // Credentials only as environment from the Secret.
+        env_from: source.credentials_secret.as_ref().map(|secret| {
+            vec![EnvFromSource {
+                secret_ref: Some(SecretEnvSource {
+                    name: secret.clone(),
+                    optional: Some(false),
+                }),
+                ..EnvFromSource::default()
+            }]
+        }),
+        volume_mounts: Some(vec![data_mount()]),
+        ..Container::default()
+    }
+}
+
+/// Init step 2: the etcd image's own restore tool writes this member's data
+/// directory (staged) from the verified snapshot.
+pub fn restore_container(cluster: &ValidatedCluster) -> Container {
+    let tool = dkv_backup::RestoreTool::for_version(
+        &cluster.version.to_string(),
+        std::path::Path::new(""),
+    )
+    // Validated versions are 3.x with x >= 4; etcdutl is the safe default.
+    .unwrap_or(dkv_backup::RestoreTool::Etcdutl("etcdutl".into()));
+    let member = dkv_backup::MemberRestore {
+        snapshot: SNAPSHOT_FILE.into(),
+        name: "$(POD_NAME)".to_owned(),
+        initial_cluster: naming::initial_cluster(&cluster.name, &cluster.namespace, cluster.size),
+        initial_advertise_peer_urls: format!(
+            "http://$(POD_NAME).{}.{}.svc:{PEER_PORT}",
+            naming::peer_service(&cluster.name),
+            cluster.namespace
+        ),
+        initial_cluster_token: naming::cluster_token(
+            &cluster.name,
+            &cluster.namespace,
+            &cluster.uid,
+        ),
+        data_dir: STAGING_DIR.into(),
+    };
+    let mut env = vec![EnvVar {
+        name: "POD_NAME".to_owned(),
+        value_from: Some(k8s_openapi::api::core::v1::EnvVarSource {
+            field_ref: Some(k8s_openapi::api::core::v1::ObjectFieldSelector {
+                field_path: "metadata.name".to_owned(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..EnvVar::default()
+    }];
+    if let Some((name, value)) = tool.env() {
+        env.push(EnvVar {
+            name: name.to_owned(),
+            value: Some(value.to_owned()),
+            ..EnvVar::default()
+        });
+    }
+    Container {
+        name: RESTORE_CONTAINER.to_owned(),
+        image: Some(cluster.image.clone()),
+        command: Some(vec![tool.file_name().to_owned()]),
+        args: Some(member.tool_args(std::path::Path::new(STAGING_DIR))),
+        env: Some(env),
+        volume_mounts: Some(vec![data_mount()]),
+        ..Container::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use dkv_api::backup::v1alpha1::{
+        BackupArtifact, BackupDestination, DistributedKVBackupSpec, DistributedKVBackupStatus,
+    };
+
+    use super::*;
+
+    fn restore(secret: Option<&str>) -> ValidatedRestore {
+        ValidatedRestore {
+            source: RestoreRef::Backup("orders-manual".to_owned()),
+            credentials_secret: secret.map(str::to_owned),
+        }
+    }
+
+    fn backup(phase: Option<BackupPhase>, artifact: bool) -> DistributedKVBackup {
+        let mut b = DistributedKVBackup::new(
+            "orders-manual",
+            DistributedKVBackupSpec {
+                cluster: "orders".to_owned(),
+                destination: Some(BackupDestination {
+                    uri: "s3://b/prod/".to_owned(),
+                    credentials_secret: Some("writer-creds".to_owned()),
+                }),
+            },
+        );
+        b.status = Some(DistributedKVBackupStatus {
+            phase,
+            artifact: artifact.then(|| BackupArtifact {
+                uri: "s3://b/prod/shop/orders/orders-20261122-060012.db".to_owned(),
+                size_bytes: 10,
+                sha256: "ab".repeat(32),
+                revision: 7,
+                etcd_version: Some("3.5.16".to_owned()),
+            }),
+            ..DistributedKVBackupStatus::default()
+        });
+        b
+    }
+
+    #[test]
+    fn a_completed_backup_gives_its_artifact_and_digest() {
+        let resolved = resolve_backup(
+            "orders-manual",
+            Some(&backup(Some(BackupPhase::Completed), true)),
+            &restore(None),
+        )
+        .unwrap();
+        assert_eq!(
+            resolved,
+            ResolvedRestore {
+                backup: Some("orders-manual".to_owned()),
+                uri: "s3://b/prod/shop/orders/orders-20261122-060012.db".to_owned(),
+                sha256: Some("ab".repeat(32)),
+                // The record's own destination secret, when none is named.
+                credentials_secret: Some("writer-creds".to_owned()),
+            }
+        );
+        let explicit = resolve_backup(
+            "orders-manual",
+            Some(&backup(Some(BackupPhase::Completed), true)),
+            &restore(Some("reader-creds")),
+        )
+        .unwrap();
+        assert_eq!(explicit.credentials_secret.as_deref(), Some("reader-creds"));
+    }
+
+    #[test]
+    fn missing_failed_or_unfinished_backups_are_refused_with_the_field() {
+        let cases = [
+            (None, false),
+            (Some(backup(Some(BackupPhase::Failed), false)), false),
+            (Some(backup(Some(BackupPhase::Completed), false)), false),
+            (Some(backup(Some(BackupPhase::Running), false)), true),
+            (Some(backup(None, false)), true),
+        ];
+        for (b, expect_waiting) in cases {
+            match resolve_backup("orders-manual", b.as_ref(), &restore(None)) {
+                Err(Error::RestoreSource { message, waiting }) => {
+                    assert!(
+                        message.starts_with("spec.bootstrap.restore.backupName"),
+                        "{message}"
+                    );
+                    assert_eq!(waiting, expect_waiting, "{message}");
+                }
+                other => panic!("expected a refusal, got {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn the_source_survives_the_annotation_round_trip() {
+        let source = ResolvedRestore {
+            backup: None,
+            uri: "s3://b/x.db".to_owned(),
+            sha256: None,
+            credentials_secret: Some("c".to_owned()),
+        };
+        let mut sts = StatefulSet::default();
+        sts.metadata.annotations = Some(
+            [(SOURCE_ANNOTATION.to_owned(), annotation_value(&source))]
+                .into_iter()
+                .collect(),
+        );
+        assert_eq!(from_statefulset(&sts), Some(source));
+        assert_eq!(from_statefulset(&StatefulSet::default()), None);
+    }
+}
