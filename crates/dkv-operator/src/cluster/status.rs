@@ -208,7 +208,11 @@ pub fn compute(dkv: &DistributedKV, obs: &Observation<'_>, now: &Time) -> Distri
             type_: types::DEGRADED,
             status: false,
             reason: reasons::AS_EXPECTED,
-            message: "all members ready".to_owned(),
+            message: if formed {
+                "all members ready".to_owned()
+            } else {
+                "no fault seen while the cluster forms".to_owned()
+            },
         }
     };
 

@@ -1,0 +1,387 @@
+//! `spec.bootstrap.restore` end to end, on kube-local with real etcd and a
+//! real S3 server (moto): a backup of a running cluster becomes a new
+//! cluster whose members run their etcd image's own restore tool — exactly
+//! the keys of the backup, a new cluster ID — and a corrupted artifact is
+//! refused before any etcd starts, with `Degraded/RestoreFailed` saying why.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::{Duration, Instant};
+
+use dkv_api::backup::v1alpha1::BackupPhase;
+use dkv_api::distributedkv::v1alpha1::Phase;
+use dkv_api::{DistributedKV, DistributedKVBackup};
+use dkv_backup::Location;
+use dkv_backup::testing::{MotoServer, test_key};
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{Pod, Secret};
+use kube::api::{Api, ListParams, PostParams};
+use serde_json::json;
+
+mod support;
+
+use support::etcd_cluster::{condition_reason, connect, member_endpoints, wait_for, wait_settled};
+
+const NS: &str = "restores";
+const KEYS: usize = 300;
+
+async fn create_secret(client: &kube::Client, name: &str, data: Vec<(String, String)>) {
+    let data: serde_json::Map<String, serde_json::Value> =
+        data.into_iter().map(|(k, v)| (k, json!(v))).collect();
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": {"name": name, "namespace": NS}, "stringData": data
+    }))
+    .unwrap();
+    Api::<Secret>::namespaced(client.clone(), NS)
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
+}
+
+async fn wait_completed(backups: &Api<DistributedKVBackup>, name: &str) -> DistributedKVBackup {
+    let started = Instant::now();
+    loop {
+        let b = backups.get(name).await.unwrap();
+        match b.status.as_ref().and_then(|s| s.phase) {
+            Some(BackupPhase::Completed) => return b,
+            Some(BackupPhase::Failed) => panic!("backup {name} failed: {:?}", b.status),
+            _ => {}
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "backup {name} did not finish: {:?}",
+            b.status
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// Every key the test wrote (under `/dkv-test/`), read linearizably.
+async fn test_keys(client: &kube::Client, cluster: &str) -> Vec<(String, String)> {
+    let mut etcd = connect(member_endpoints(client, NS, cluster).await)
+        .await
+        .unwrap();
+    // etcd returns a range in key order.
+    let response = etcd
+        .get(
+            "/dkv-test/",
+            Some(etcd_client::GetOptions::new().with_prefix()),
+        )
+        .await
+        .unwrap();
+    response
+        .kvs()
+        .iter()
+        .map(|kv| {
+            (
+                String::from_utf8_lossy(kv.key()).into_owned(),
+                String::from_utf8_lossy(kv.value()).into_owned(),
+            )
+        })
+        .collect()
+}
+
+async fn cluster_id(client: &kube::Client, cluster: &str) -> u64 {
+    let mut etcd = connect(member_endpoints(client, NS, cluster).await)
+        .await
+        .unwrap();
+    etcd.status().await.unwrap().header().unwrap().cluster_id()
+}
+
+fn init_container_names(sts: &StatefulSet) -> Vec<String> {
+    sts.spec
+        .template
+        .spec
+        .as_ref()
+        .and_then(|p| p.init_containers.as_ref())
+        .map(|c| c.iter().map(|c| c.name.clone()).collect())
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_backup_restores_into_a_new_cluster_and_a_corrupted_one_starts_nothing() {
+    let moto = MotoServer::start("dkv-restores");
+    let env = support::environment(true).await;
+    let client = env.client();
+    support::create_namespace(&client, NS).await;
+    let operator = support::RunningOperator::start(client.clone(), false);
+    let dkvs: Api<DistributedKV> = Api::namespaced(client.clone(), NS);
+    let image = "registry.k8s.io/etcd:3.5.16-0";
+    dkvs.create(
+        &PostParams::default(),
+        &support::cluster(NS, "orders", 3, image, json!({})),
+    )
+    .await
+    .unwrap();
+    wait_settled(&dkvs, "orders", 3).await;
+
+    let mut etcd = connect(member_endpoints(&client, NS, "orders").await)
+        .await
+        .unwrap();
+    for i in 0..KEYS {
+        let (key, value) = test_key(i);
+        etcd.put(key, value, None).await.unwrap();
+    }
+    let expected: Vec<(String, String)> = (0..KEYS).map(test_key).collect();
+    assert_eq!(test_keys(&client, "orders").await, expected);
+    let source_id = cluster_id(&client, "orders").await;
+
+    create_secret(&client, "s3-creds", moto.env()).await;
+    let backups: Api<DistributedKVBackup> = Api::namespaced(client.clone(), NS);
+    let backup: DistributedKVBackup = serde_json::from_value(json!({
+        "apiVersion": "dkv.io/v1alpha1", "kind": "DistributedKVBackup",
+        "metadata": {"name": "orders-manual", "namespace": NS},
+        "spec": {"cluster": "orders", "destination": {"uri": moto.uri("prod"), "credentialsSecret": "s3-creds"}}
+    }))
+    .unwrap();
+    backups
+        .create(&PostParams::default(), &backup)
+        .await
+        .unwrap();
+    let artifact = wait_completed(&backups, "orders-manual")
+        .await
+        .status
+        .unwrap()
+        .artifact
+        .unwrap();
+    // Writes after the backup are not in it.
+    etcd.put("after-the-backup", "x", None).await.unwrap();
+
+    // A new cluster from the backup record (credentials: the record's own).
+    let started = Instant::now();
+    dkvs.create(
+        &PostParams::default(),
+        &support::cluster(
+            NS,
+            "copy",
+            3,
+            image,
+            json!({"bootstrap": {"restore": {"backupName": "orders-manual"}}}),
+        ),
+    )
+    .await
+    .unwrap();
+    let restoring = wait_for(&dkvs, "copy", "phase Restoring", |d| {
+        d.status.as_ref().and_then(|s| s.phase) == Some(Phase::Restoring)
+    })
+    .await;
+    let copy = dkvs.get("copy").await.unwrap();
+    eprintln!(
+        "copy Restoring after {restoring:?}: {:?}",
+        copy.status.as_ref().map(|s| s
+            .conditions
+            .iter()
+            .map(|c| (&c.type_, &c.reason, &c.message))
+            .collect::<Vec<_>>())
+    );
+    assert_eq!(
+        condition_reason(&copy, "Progressing", "True").as_deref(),
+        Some("Restoring")
+    );
+    let statefulsets: Api<StatefulSet> = Api::namespaced(client.clone(), NS);
+    assert_eq!(
+        init_container_names(&statefulsets.get("copy").await.unwrap()),
+        ["restore-fetch", "restore", "member-init"]
+    );
+    wait_settled(&dkvs, "copy", 3).await;
+    eprintln!("copy restored and settled after {:?}", started.elapsed());
+
+    assert_eq!(
+        test_keys(&client, "copy").await,
+        expected,
+        "exactly the keys of the backup"
+    );
+    let mut restored = connect(member_endpoints(&client, NS, "copy").await)
+        .await
+        .unwrap();
+    assert_eq!(
+        restored
+            .get("after-the-backup", None)
+            .await
+            .unwrap()
+            .count(),
+        0,
+        "a write after the backup is not in it"
+    );
+    let restored_id = cluster_id(&client, "copy").await;
+    assert_ne!(restored_id, source_id, "a new cluster ID");
+    let members = restored.member_list().await.unwrap();
+    let mut names: Vec<&str> = members.members().iter().map(|m| m.name()).collect();
+    names.sort_unstable();
+    assert_eq!(names, ["copy-0", "copy-1", "copy-2"]);
+    restored
+        .put("written-to-the-copy", "y", None)
+        .await
+        .unwrap();
+    assert_eq!(
+        etcd.get("written-to-the-copy", None).await.unwrap().count(),
+        0,
+        "the copy is a separate cluster"
+    );
+
+    // Once formed, the template no longer restores and the record of the
+    // source is gone from the StatefulSet.
+    let started = Instant::now();
+    loop {
+        let sts = statefulsets.get("copy").await.unwrap();
+        let annotated = sts
+            .metadata
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key("dkv.io/restore-source"));
+        if init_container_names(&sts) == ["member-init"] && !annotated {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the restore steps stay in the template: {:?}",
+            init_container_names(&sts)
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+
+    // A corrupted artifact: refused by the fetch step, no etcd ever starts.
+    let key = Location::parse(&artifact.uri)
+        .unwrap()
+        .path()
+        .as_ref()
+        .to_owned();
+    moto.corrupt(&key, 4096);
+    dkvs.create(
+        &PostParams::default(),
+        &support::cluster(
+            NS,
+            "broken",
+            3,
+            image,
+            json!({"bootstrap": {"restore": {"backupName": "orders-manual"}}}),
+        ),
+    )
+    .await
+    .unwrap();
+    wait_for(&dkvs, "broken", "Degraded/RestoreFailed", |d| {
+        condition_reason(d, "Degraded", "True").as_deref() == Some("RestoreFailed")
+    })
+    .await;
+    let broken = dkvs.get("broken").await.unwrap();
+    let message = broken
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.iter().find(|c| c.type_ == "Degraded"))
+        .map(|c| c.message.clone())
+        .unwrap_or_default();
+    eprintln!("broken: {message}");
+    assert!(
+        message.contains("sha256") && message.contains(&artifact.sha256),
+        "the mismatch is named: {message}"
+    );
+    // Give the pods time to (wrongly) get further, then check that no etcd
+    // container has run in any of them.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    let broken_pods = pods
+        .list(&ListParams::default().labels("dkv.io/cluster=broken"))
+        .await
+        .unwrap()
+        .items;
+    assert!(!broken_pods.is_empty());
+    for pod in &broken_pods {
+        let status = pod.status.as_ref().unwrap();
+        for c in status.container_statuses.iter().flatten() {
+            let ran = [c.state.as_ref(), c.last_state.as_ref()]
+                .into_iter()
+                .flatten()
+                .any(|s| s.running.is_some() || s.terminated.is_some());
+            assert!(!ran, "{} ran in {:?}", c.name, pod.metadata.name);
+        }
+        let restore_step = status
+            .init_container_statuses
+            .iter()
+            .flatten()
+            .find(|c| c.name == "restore")
+            .unwrap();
+        assert!(
+            [
+                restore_step.state.as_ref(),
+                restore_step.last_state.as_ref()
+            ]
+            .into_iter()
+            .flatten()
+            .all(|s| s.running.is_none() && s.terminated.is_none()),
+            "the restore tool never ran on the corrupt artifact: {restore_step:?}"
+        );
+    }
+    assert_eq!(
+        broken.status.as_ref().and_then(|s| s.phase),
+        Some(Phase::Degraded)
+    );
+
+    operator.stop().await;
+}
+
+/// etcd 3.4 restores with its etcdctl (no etcdutl yet), and a restore can
+/// name an artifact by URI: its sha256 then comes from the record beside it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_etcd_3_4_cluster_restores_from_an_artifact_uri() {
+    let moto = MotoServer::start("dkv-restores-34");
+    let env = support::environment(true).await;
+    let client = env.client();
+    support::create_namespace(&client, NS).await;
+    let operator = support::RunningOperator::start(client.clone(), false);
+    let dkvs: Api<DistributedKV> = Api::namespaced(client.clone(), NS);
+    let image = "registry.k8s.io/etcd:3.4.23-0";
+    dkvs.create(
+        &PostParams::default(),
+        &support::cluster(NS, "legacy", 1, image, json!({})),
+    )
+    .await
+    .unwrap();
+    wait_settled(&dkvs, "legacy", 1).await;
+    let mut etcd = connect(member_endpoints(&client, NS, "legacy").await)
+        .await
+        .unwrap();
+    for i in 0..KEYS {
+        let (key, value) = test_key(i);
+        etcd.put(key, value, None).await.unwrap();
+    }
+    let source_id = cluster_id(&client, "legacy").await;
+
+    create_secret(&client, "s3-creds", moto.env()).await;
+    let backups: Api<DistributedKVBackup> = Api::namespaced(client.clone(), NS);
+    let backup: DistributedKVBackup = serde_json::from_value(json!({
+        "apiVersion": "dkv.io/v1alpha1", "kind": "DistributedKVBackup",
+        "metadata": {"name": "legacy-manual", "namespace": NS},
+        "spec": {"cluster": "legacy", "destination": {"uri": moto.uri("old"), "credentialsSecret": "s3-creds"}}
+    }))
+    .unwrap();
+    backups
+        .create(&PostParams::default(), &backup)
+        .await
+        .unwrap();
+    let artifact = wait_completed(&backups, "legacy-manual")
+        .await
+        .status
+        .unwrap()
+        .artifact
+        .unwrap();
+    assert_eq!(artifact.etcd_version.as_deref(), Some("3.4.23"));
+
+    dkvs.create(
+        &PostParams::default(),
+        &support::cluster(
+            NS,
+            "legacy-copy",
+            3,
+            image,
+            json!({"bootstrap": {"restore": {"uri": artifact.uri, "credentialsSecret": "s3-creds"}}}),
+        ),
+    )
+    .await
+    .unwrap();
+    wait_settled(&dkvs, "legacy-copy", 3).await;
+    let expected: Vec<(String, String)> = (0..KEYS).map(test_key).collect();
+    assert_eq!(test_keys(&client, "legacy-copy").await, expected);
+    assert_ne!(cluster_id(&client, "legacy-copy").await, source_id);
+
+    operator.stop().await;
+}
