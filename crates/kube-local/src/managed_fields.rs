@@ -325,22 +325,30 @@ fn merge_applied<'v>(
                 *live = applied.clone();
                 return;
             };
+            // As the API server (structured-merge-diff 4.2+, Kubernetes
+            // 1.22+): the merged list follows the applied order, then the
+            // live items the applier did not mention, in their order. Order
+            // matters (init containers run in it).
             match kind {
                 ListKind::Atomic => *li = ai.clone(),
                 ListKind::Set => {
-                    for item in ai {
-                        if !li.contains(item) {
-                            li.push(item.clone());
-                        }
-                    }
+                    let rest: Vec<Value> = li.drain(..).filter(|l| !ai.contains(l)).collect();
+                    li.extend(ai.iter().cloned());
+                    li.extend(rest);
                 }
                 ListKind::Map(keys) => {
+                    let mut rest = std::mem::take(li);
                     for item in ai {
-                        match li.iter_mut().find(|l| key_matches(l, item, &keys)) {
-                            Some(existing) => merge_applied(existing, item, names, ti),
+                        match rest.iter().position(|l| key_matches(l, item, &keys)) {
+                            Some(i) => {
+                                let mut existing = rest.remove(i);
+                                merge_applied(&mut existing, item, names, ti);
+                                li.push(existing);
+                            }
                             None => li.push(item.clone()),
                         }
                     }
+                    li.extend(rest);
                 }
             }
         }
@@ -387,6 +395,38 @@ mod tests {
             second["metadata"]["managedFields"][0]["fieldsV1"],
             json!({"f:data": {"f:a": {}}})
         );
+    }
+
+    #[test]
+    fn merged_lists_follow_the_applied_order() {
+        let ti = TypeInfo::builtin("Pod");
+        let pod = |names: &[&str]| {
+            let inits: Vec<Value> = names
+                .iter()
+                .map(|n| json!({"name": n, "image": "i"}))
+                .collect();
+            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+                   "spec": {"initContainers": inits, "containers": [{"name": "c", "image": "i"}]}})
+        };
+        let first = apply(&ti, None, &pod(&["init"]), "m", "v1", false, None, |_| {}).unwrap();
+        let second = apply(
+            &ti,
+            Some(&first),
+            &pod(&["fetch", "restore", "init"]),
+            "m",
+            "v1",
+            false,
+            None,
+            |_| {},
+        )
+        .unwrap();
+        let names: Vec<&str> = second["spec"]["initContainers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|c| c["name"].as_str())
+            .collect();
+        assert_eq!(names, ["fetch", "restore", "init"]);
     }
 
     #[test]
