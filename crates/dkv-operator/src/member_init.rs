@@ -55,6 +55,10 @@ pub enum Refusal {
         "member {name} has no data and is not one of the {bootstrap_size} initial members; it can only join through a membership change"
     )]
     OutsideBootstrapSet { name: String, bootstrap_size: i32 },
+    #[error(
+        "member {0} has no data while the cluster is being recreated from a backup; it starts once its restore steps have run"
+    )]
+    AwaitingRestore(String),
     #[error("the record lists {name} with peer URL {recorded}, but this pod advertises {actual}")]
     PeerUrlMismatch {
         name: String,
@@ -66,6 +70,14 @@ pub enum Refusal {
 /// Prefix of the termination message of a member-init that configured its
 /// member to restart alone with `--force-new-cluster` (quorum recovery).
 pub const FORCED_NEW_CLUSTER: &str = "dkv:force-new-cluster";
+
+/// Prefix of the termination message of a member-init that started its
+/// member with data of the record's epoch: `dkv:epoch <epoch> ...`.
+pub const STARTED_UNDER_EPOCH: &str = "dkv:epoch ";
+
+/// Epochs of recoveries that recreate the cluster from a backup start with
+/// this: during one, a member only ever starts from the restored data.
+pub const RESTORE_EPOCH_PREFIX: &str = "restore-";
 
 /// What a quorum recovery asks of this member (see
 /// [`MembershipRecord::epoch`]).
@@ -164,7 +176,6 @@ pub fn run(args: &MemberInitArgs) -> anyhow::Result<()> {
         Some(path) => Some(read_record(path)?),
         None => None,
     };
-    adopt_restored_data(&args.member, &args.data_dir, record.as_ref())?;
     let mut has_data = args.data_dir.join("member").is_dir();
     let marker = epoch_file(&args.data_dir);
     let data_epoch = std::fs::read_to_string(&marker)
@@ -193,8 +204,10 @@ pub fn run(args: &MemberInitArgs) -> anyhow::Result<()> {
             args.member,
             aside.display()
         );
-        has_data = false;
     }
+    // After setting stale data aside: a restored backup may replace it.
+    adopt_restored_data(&args.member, &args.data_dir, record.as_ref())?;
+    has_data = args.data_dir.join("member").is_dir();
     let start = match decide(args, has_data, record.as_ref()) {
         Ok(start) => start,
         Err(refusal) => {
@@ -232,6 +245,16 @@ pub fn run(args: &MemberInitArgs) -> anyhow::Result<()> {
         );
         eprintln!("member-init: {message}");
         // The operator reads this to know the running etcd was forced.
+        std::fs::write(&args.termination_log, &message)
+            .with_context(|| format!("writing {}", args.termination_log.display()))?;
+    } else if let (true, Some(epoch)) = (has_data, record.as_ref().and_then(|r| r.epoch.as_deref()))
+    {
+        // The operator reads this to know the member runs this epoch's data
+        // (for a restore from backup: the restored data).
+        let message = format!(
+            "{STARTED_UNDER_EPOCH}{epoch} {} starts from data of this epoch",
+            args.member
+        );
         std::fs::write(&args.termination_log, &message)
             .with_context(|| format!("writing {}", args.termination_log.display()))?;
     }
@@ -325,6 +348,16 @@ pub fn decide(
     }
     if entry.started {
         return Err(Refusal::DataLost(name));
+    }
+    if record.state == ClusterState::New
+        && record
+            .epoch
+            .as_deref()
+            .is_some_and(|e| e.starts_with(RESTORE_EPOCH_PREFIX))
+    {
+        // Never bootstrap an empty member into a cluster that is being
+        // recreated from a backup.
+        return Err(Refusal::AwaitingRestore(name));
     }
     let initial_cluster = record.initial_cluster();
     Ok(match record.state {

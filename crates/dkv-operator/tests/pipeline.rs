@@ -701,6 +701,7 @@ fn a_cluster_restored_from_a_backup_fetches_verifies_and_restores_before_member_
             uri: "s3://b/prod/shop/orders/orders-20261122-060012.db".to_owned(),
             sha256: Some("ab".repeat(32)),
             credentials_secret: Some("s3-creds".to_owned()),
+            epoch: None,
         };
         plan.restore = Some(source.clone());
         let sts = build::build(&cluster, &plan).statefulset;

@@ -385,3 +385,116 @@ async fn an_etcd_3_4_cluster_restores_from_an_artifact_uri() {
 
     operator.stop().await;
 }
+
+/// `spec.recovery.policy: RestoreFromBackup`: when a majority is lost for
+/// good, the cluster is recreated from its newest backup — every member
+/// restarts from it as a new cluster; writes after the backup are gone (the
+/// policy's documented price), everything in the backup is there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn quorum_lost_for_good_is_recovered_from_the_newest_backup_by_policy() {
+    let moto = MotoServer::start("dkv-recovery");
+    let env = support::environment(true).await;
+    let client = env.client();
+    support::create_namespace(&client, NS).await;
+    let operator = support::RunningOperator::start(client.clone(), false);
+    create_secret(&client, "s3-creds", moto.env()).await;
+    let dkvs: Api<DistributedKV> = Api::namespaced(client.clone(), NS);
+    dkvs.create(
+        &PostParams::default(),
+        &support::cluster(
+            NS,
+            "ledger",
+            3,
+            "registry.k8s.io/etcd:3.5.16-0",
+            json!({
+                "backup": {"s3Path": moto.uri("ledger"), "schedule": "0 0 1 1 *", "credentialsSecret": "s3-creds"},
+                "recovery": {"policy": "RestoreFromBackup", "afterSeconds": 10}
+            }),
+        ),
+    )
+    .await
+    .unwrap();
+    wait_settled(&dkvs, "ledger", 3).await;
+    let mut etcd = connect(member_endpoints(&client, NS, "ledger").await)
+        .await
+        .unwrap();
+    for i in 0..KEYS {
+        let (key, value) = test_key(i);
+        etcd.put(key, value, None).await.unwrap();
+    }
+    let old_id = cluster_id(&client, "ledger").await;
+
+    let backups: Api<DistributedKVBackup> = Api::namespaced(client.clone(), NS);
+    let backup: DistributedKVBackup = serde_json::from_value(json!({
+        "apiVersion": "dkv.io/v1alpha1", "kind": "DistributedKVBackup",
+        "metadata": {"name": "ledger-manual", "namespace": NS},
+        "spec": {"cluster": "ledger"}
+    }))
+    .unwrap();
+    backups
+        .create(&PostParams::default(), &backup)
+        .await
+        .unwrap();
+    wait_completed(&backups, "ledger-manual").await;
+    wait_for(&dkvs, "ledger", "lastBackup", |d| {
+        d.status
+            .as_ref()
+            .and_then(|s| s.last_backup.as_ref())
+            .is_some_and(|b| b.name == "ledger-manual")
+    })
+    .await;
+    // Acknowledged after the backup: the policy gives these up.
+    etcd.put("after-the-backup", "lost", None).await.unwrap();
+
+    // Two of three members hang for good.
+    let kubelet = env.kubelet().unwrap();
+    for member in ["ledger-1", "ledger-2"] {
+        kubelet.pause_container(NS, member, "etcd").unwrap();
+    }
+    let started = Instant::now();
+    wait_for(&dkvs, "ledger", "a restore from backup", |d| {
+        d.status
+            .as_ref()
+            .and_then(|s| s.operation.as_ref())
+            .is_some_and(|op| format!("{:?}", op.kind) == "RestoreFromBackup")
+    })
+    .await;
+    eprintln!("restore from backup began after {:?}", started.elapsed());
+    let restoring = dkvs.get("ledger").await.unwrap();
+    assert_eq!(
+        condition_reason(&restoring, "Progressing", "True").as_deref(),
+        Some("Restoring")
+    );
+    wait_settled(&dkvs, "ledger", 3).await;
+    eprintln!(
+        "recreated from the backup, 3 healthy voters after {:?}",
+        started.elapsed()
+    );
+
+    let expected: Vec<(String, String)> = (0..KEYS).map(test_key).collect();
+    assert_eq!(test_keys(&client, "ledger").await, expected);
+    let mut etcd = connect(member_endpoints(&client, NS, "ledger").await)
+        .await
+        .unwrap();
+    assert_eq!(
+        etcd.get("after-the-backup", None).await.unwrap().count(),
+        0,
+        "what came after the backup is not in it"
+    );
+    assert_ne!(
+        cluster_id(&client, "ledger").await,
+        old_id,
+        "a new cluster: no member of the lost one can talk to it"
+    );
+    etcd.put("after-the-restore", "kept", None).await.unwrap();
+    let d = dkvs.get("ledger").await.unwrap();
+    assert!(d.status.as_ref().is_some_and(|s| s.operation.is_none()));
+    // The template no longer restores once the cluster serves again.
+    let statefulsets: Api<StatefulSet> = Api::namespaced(client.clone(), NS);
+    let started = Instant::now();
+    while init_container_names(&statefulsets.get("ledger").await.unwrap()) != ["member-init"] {
+        assert!(started.elapsed() < Duration::from_secs(30));
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    operator.stop().await;
+}

@@ -154,6 +154,12 @@ pub enum RecoveryPolicy {
     /// `--force-new-cluster` (it keeps what it had: writes only the lost
     /// members held are gone), then grow back to `size`.
     ForceNewCluster,
+    /// Recreate the cluster from its newest completed backup
+    /// (`status.lastBackup`): every member's data is moved aside (never
+    /// deleted) and all members start from the backup, as a new cluster.
+    /// Writes made after that backup are lost; for clusters whose data can
+    /// be rebuilt or whose last backup is recent enough.
+    RestoreFromBackup,
 }
 
 /// Persistent volumes for members.
@@ -387,6 +393,9 @@ pub enum OperationKind {
     /// Restart the target (the most up-to-date survivor) alone with
     /// `--force-new-cluster` after permanent quorum loss.
     RecoverQuorum,
+    /// Recreate every member from the newest backup after permanent quorum
+    /// loss (the target is member 0; the step concerns them all).
+    RestoreFromBackup,
 }
 
 /// Where the newest successful backup went.

@@ -216,6 +216,7 @@ mod tests {
                     init_done: true,
                     forced_new_cluster: false,
                     init_refused: false,
+                    restored: false,
                 },
                 endpoint: Some(format!("http://orders-{i}:2379")),
                 restore_failure: None,

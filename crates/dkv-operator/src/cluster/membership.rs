@@ -56,6 +56,9 @@ pub struct ObservedPod {
     /// `member-init` refuses to start the member (it is retried with backoff;
     /// a restart makes it read the current membership record at once).
     pub init_refused: bool,
+    /// `member-init` started this member from the backup of the restore
+    /// pinned now (`RestoreFromBackup`).
+    pub restored: bool,
 }
 
 /// The pinned operation, as stored in status.
@@ -83,6 +86,41 @@ pub struct Observation {
     /// The recovery policy allows forcing a new cluster from a survivor now
     /// (quorum has been lost for longer than the policy's grace period).
     pub recovery_allowed: bool,
+    /// The recovery policy allows recreating the cluster from its newest
+    /// backup now (quorum lost for longer than the grace period, and a
+    /// completed backup exists).
+    pub restore_allowed: bool,
+}
+
+/// `RestoreFromBackup`: every member pod restarts once onto the restore
+/// template (its old data is set aside by `member-init`, the backup becomes
+/// its data); the operation is done when all members of the new cluster
+/// serve. Quorum is already lost, so no restart here can cost any.
+fn continue_restore(obs: &Observation, pinned: Pinned) -> Step {
+    // A pod that ran member-init before this restore (or whose member-init
+    // refuses) restarts; one still initialising is left to finish.
+    if let Some(stale) = obs
+        .pods
+        .iter()
+        .filter(|p| p.ordinal < obs.desired_size)
+        .find(|p| !p.restored && (p.init_done || p.init_refused))
+    {
+        return Step::RestartPod {
+            ordinal: stale.ordinal,
+        };
+    }
+    let restored = |ordinal: i32| obs.pod(ordinal).is_some_and(|p| p.restored);
+    let serving = obs.members.as_ref().is_some_and(|members| {
+        members.len() == usize::try_from(obs.desired_size).unwrap_or(0)
+            && members
+                .iter()
+                .all(|m| m.started && m.healthy && !m.learner && restored(m.ordinal))
+    });
+    if serving {
+        Step::Finish(pinned)
+    } else {
+        Step::Wait(WaitReason::RestoreInProgress)
+    }
 }
 
 /// The one thing to do this pass.
@@ -143,6 +181,8 @@ pub enum WaitReason {
     QuorumLost { reachable: usize, needed: usize },
     /// A quorum recovery waits for its survivor to restart alone.
     RecoveryInProgress { ordinal: i32 },
+    /// A restore from backup waits for every member to start from it.
+    RestoreInProgress,
 }
 
 impl Observation {
@@ -249,6 +289,14 @@ fn caught_up(learner: &ObservedMember, leader_index: u64) -> bool {
 pub fn next_step(obs: &Observation) -> Step {
     if let Some(pinned) = obs.pinned {
         return continue_operation(obs, pinned);
+    }
+    // Quorum lost for good and the policy says to restore: etcd need not
+    // answer at all (every member may be gone).
+    if obs.restore_allowed && obs.desired_size >= 1 {
+        return Step::Begin(Pinned {
+            kind: OperationKind::RestoreFromBackup,
+            ordinal: 0,
+        });
     }
     if obs.desired_size < 1 {
         return Step::Wait(WaitReason::NoMembersRequested);
@@ -361,6 +409,9 @@ pub fn next_step(obs: &Observation) -> Step {
 
 fn continue_operation(obs: &Observation, pinned: Pinned) -> Step {
     let ordinal = pinned.ordinal;
+    if pinned.kind == OperationKind::RestoreFromBackup {
+        return continue_restore(obs, pinned);
+    }
     let Some(_) = &obs.members else {
         return Step::Wait(WaitReason::EtcdUnreachable);
     };
@@ -471,6 +522,8 @@ fn continue_operation(obs: &Observation, pinned: Pinned) -> Step {
                 Step::Wait(WaitReason::RecoveryInProgress { ordinal })
             }
         }
+        // Handled before etcd's view is required (see the top).
+        OperationKind::RestoreFromBackup => continue_restore(obs, pinned),
         OperationKind::ReplaceMember => {
             let lost = obs.pod(ordinal).is_some_and(|p| p.data_lost);
             match member {
@@ -526,6 +579,7 @@ mod tests {
             init_done: true,
             forced_new_cluster: false,
             init_refused: false,
+            restored: false,
         }
     }
 
@@ -539,6 +593,7 @@ mod tests {
             pinned: None,
             space_alarm: false,
             recovery_allowed: false,
+            restore_allowed: false,
         }
     }
 
@@ -1133,6 +1188,50 @@ mod tests {
         members[2].raft_index = 2000;
         obs.members.as_mut().unwrap()[0].reachable = false;
         assert_eq!(next_step(&obs), begin(OperationKind::RecoverQuorum, 2));
+    }
+
+    #[test]
+    fn a_restore_from_backup_restarts_every_member_once_then_waits_for_all_to_serve() {
+        let mut obs = quorum_lost_cluster();
+        obs.restore_allowed = true;
+        assert_eq!(next_step(&obs), begin(OperationKind::RestoreFromBackup, 0));
+        // Even when no member answers at all.
+        obs.members = None;
+        assert_eq!(next_step(&obs), begin(OperationKind::RestoreFromBackup, 0));
+
+        let pinned = Pinned {
+            kind: OperationKind::RestoreFromBackup,
+            ordinal: 0,
+        };
+        obs.pinned = Some(pinned);
+        obs.restore_allowed = false;
+        // Pods that ran before the restore restart, lowest first; a pod
+        // still initialising (its restore steps running) is left alone.
+        obs.pods[0].init_done = false;
+        assert_eq!(next_step(&obs), Step::RestartPod { ordinal: 1 });
+        obs.pods[1].init_done = false;
+        obs.pods[2].init_done = false;
+        obs.pods[2].init_refused = true;
+        assert_eq!(next_step(&obs), Step::RestartPod { ordinal: 2 });
+        let waiting = Step::Wait(WaitReason::RestoreInProgress);
+        obs.pods[2].init_refused = false;
+        assert_eq!(next_step(&obs), waiting);
+
+        // The restored members come up as the new cluster.
+        for p in &mut obs.pods {
+            p.init_done = true;
+            p.restored = true;
+            p.ready = true;
+        }
+        let mut members: Vec<ObservedMember> = (0..3).map(member).collect();
+        members[2].healthy = false;
+        obs.members = Some(members);
+        assert_eq!(next_step(&obs), waiting, "one member does not serve yet");
+        obs.members.as_mut().unwrap()[2].healthy = true;
+        assert_eq!(next_step(&obs), Step::Finish(pinned));
+        // A member still running old data (not restored) keeps it open.
+        obs.pods[1].restored = false;
+        assert_eq!(next_step(&obs), Step::RestartPod { ordinal: 1 });
     }
 
     #[test]

@@ -116,7 +116,8 @@ async fn reconcile_cluster(dkv: &DistributedKV, ctx: &Context) -> Result<Action>
     let cluster = validate::validate(dkv, &observed.facts, &ctx.defaults)?;
 
     // Membership: the member pods, and etcd's view through them.
-    let pods = observe_members::member_pods(&cluster.name, &observed.pods);
+    let epoch = recovery_epoch(dkv);
+    let pods = observe_members::member_pods(&cluster.name, &observed.pods, epoch.as_deref());
     let endpoints: Vec<String> = pods.iter().filter_map(|p| p.endpoint.clone()).collect();
     let admin = (!endpoints.is_empty() && observed.statefulset.is_some())
         .then(|| ctx.etcd.connect(&endpoints));
@@ -142,8 +143,18 @@ async fn reconcile_cluster(dkv: &DistributedKV, ctx: &Context) -> Result<Action>
         pods: pods.clone(),
         pinned,
         space_alarm,
-        recovery_allowed: recovery_allowed(dkv, jiff::Timestamp::now()),
-        recovery_epoch: recovery_epoch(dkv),
+        recovery_allowed: recovery_allowed(
+            dkv,
+            RecoveryPolicy::ForceNewCluster,
+            jiff::Timestamp::now(),
+        ),
+        // Only with a backup to restore from.
+        restore_allowed: recovery_allowed(
+            dkv,
+            RecoveryPolicy::RestoreFromBackup,
+            jiff::Timestamp::now(),
+        ) && dkv.status.as_ref().is_some_and(|s| s.last_backup.is_some()),
+        recovery_epoch: epoch,
     };
     let mut plan = plan::plan(
         &cluster,
@@ -244,6 +255,26 @@ async fn restore_source(
     statefulset: Option<&StatefulSet>,
     ctx: &Context,
 ) -> Result<Option<restore::ResolvedRestore>> {
+    let restoring = dkv
+        .status
+        .as_ref()
+        .and_then(|s| s.operation.as_ref())
+        .filter(|op| op.kind == OperationKind::RestoreFromBackup);
+    if let Some(op) = restoring {
+        // Recovery from the newest backup: resolved at the first pass of
+        // the operation, then read back from the StatefulSet.
+        let epoch = format!("restore-{}", op.started_at.0.as_second());
+        if let Some(source) = statefulset
+            .and_then(restore::from_statefulset)
+            .filter(|s| s.epoch.as_deref() == Some(epoch.as_str()))
+        {
+            return Ok(Some(source));
+        }
+        let last = dkv.status.as_ref().and_then(|s| s.last_backup.as_ref());
+        return restore::resolve_latest(&ctx.client, cluster, last, epoch)
+            .await
+            .map(Some);
+    }
     let Some(wanted) = &cluster.restore else {
         return Ok(None);
     };
@@ -261,14 +292,14 @@ async fn restore_source(
 /// How often an operation in flight is re-examined.
 const OPERATION_POLL: std::time::Duration = std::time::Duration::from_secs(2);
 
-/// Whether `spec.recovery` allows forcing a new cluster now: its policy says
-/// so, and quorum has been lost (the `Degraded/QuorumLost` condition) for at
-/// least its grace period.
-fn recovery_allowed(dkv: &DistributedKV, now: jiff::Timestamp) -> bool {
+/// Whether `spec.recovery` allows its `policy` now: it is the configured
+/// one, and quorum has been lost (the `Degraded/QuorumLost` condition) for
+/// at least its grace period.
+fn recovery_allowed(dkv: &DistributedKV, policy: RecoveryPolicy, now: jiff::Timestamp) -> bool {
     let Some(recovery) = &dkv.spec.recovery else {
         return false;
     };
-    if recovery.policy != RecoveryPolicy::ForceNewCluster {
+    if recovery.policy != policy {
         return false;
     }
     let lost_since = dkv
@@ -290,8 +321,12 @@ fn recovery_allowed(dkv: &DistributedKV, now: jiff::Timestamp) -> bool {
 /// was pinned so that every pass of it agrees.
 fn recovery_epoch(dkv: &DistributedKV) -> Option<String> {
     let op = dkv.status.as_ref()?.operation.as_ref()?;
-    (op.kind == OperationKind::RecoverQuorum)
-        .then(|| format!("recovery-{}", op.started_at.0.as_second()))
+    let prefix = match op.kind {
+        OperationKind::RecoverQuorum => "recovery",
+        OperationKind::RestoreFromBackup => "restore",
+        _ => return None,
+    };
+    Some(format!("{prefix}-{}", op.started_at.0.as_second()))
 }
 
 /// The operation pinned in status, as the planner reads it.

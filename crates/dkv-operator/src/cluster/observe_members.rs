@@ -18,7 +18,7 @@ use super::membership::{ObservedMember, ObservedPod};
 use super::naming::{self, CLIENT_PORT};
 use super::restore::{FETCH_CONTAINER, RESTORE_CONTAINER};
 use crate::etcd_version::EtcdVersion;
-use crate::member_init::{DATA_LOST, FORCED_NEW_CLUSTER};
+use crate::member_init::{DATA_LOST, FORCED_NEW_CLUSTER, STARTED_UNDER_EPOCH};
 
 /// A member pod with the endpoint the operator reaches it at.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -31,8 +31,9 @@ pub struct MemberPod {
     pub restore_failure: Option<String>,
 }
 
-/// The member pods of `cluster` among `pods`, by ordinal.
-pub fn member_pods(cluster: &str, pods: &[Arc<Pod>]) -> Vec<MemberPod> {
+/// The member pods of `cluster` among `pods`, by ordinal. `epoch`: that of
+/// the recovery pinned now, if any.
+pub fn member_pods(cluster: &str, pods: &[Arc<Pod>], epoch: Option<&str>) -> Vec<MemberPod> {
     let mut out: Vec<MemberPod> = pods
         .iter()
         .filter(|p| p.metadata.deletion_timestamp.is_none())
@@ -71,6 +72,14 @@ pub fn member_pods(cluster: &str, pods: &[Arc<Pod>]) -> Vec<MemberPod> {
                             .filter_map(|state| state.terminated.as_ref())
                             .any(|t| t.exit_code != 0)
                             && current_termination(s).is_none_or(|t| t.exit_code != 0)
+                    }),
+                    restored: epoch.is_some_and(|epoch| {
+                        member_init(pod)
+                            .and_then(current_termination)
+                            .filter(|t| t.exit_code == 0)
+                            .and_then(|t| t.message.as_deref())
+                            .and_then(|m| m.strip_prefix(STARTED_UNDER_EPOCH))
+                            .is_some_and(|rest| rest.split_whitespace().next() == Some(epoch))
                     }),
                 },
                 endpoint,
@@ -258,7 +267,7 @@ mod tests {
             pod("orders-0", "10.0.0.1", false),
             pod("other-0", "10.0.0.9", true),
         ];
-        let views = member_pods("orders", &pods);
+        let views = member_pods("orders", &pods, None);
         assert_eq!(views.len(), 2);
         assert_eq!(views[0].view.ordinal, 0);
         assert!(!views[0].view.ready);
@@ -277,7 +286,7 @@ mod tests {
         if let Some(s) = p.status.as_mut() {
             s.init_container_statuses = Some(vec![status]);
         }
-        let views = member_pods("orders", &[Arc::new(p)]);
+        let views = member_pods("orders", &[Arc::new(p)], None);
         assert!(views[0].view.data_lost);
     }
 
@@ -288,7 +297,7 @@ mod tests {
         let pods: Vec<Arc<Pod>> = (0..3)
             .map(|i| pod(&format!("orders-{i}"), &format!("orders-{i}"), true))
             .collect();
-        let views = member_pods("orders", &pods);
+        let views = member_pods("orders", &pods, None);
         etcd.set_healthy("orders-2", false);
         let observed = block_on(observe_members("orders", &etcd, &views)).unwrap_or_default();
         assert_eq!(
@@ -307,7 +316,7 @@ mod tests {
         let learner =
             block_on(etcd.add_learner(&["http://orders-1.orders-peer.shop.svc:2380".to_owned()]));
         assert!(learner.is_ok());
-        let views = member_pods("orders", &[pod("orders-0", "orders-0", true)]);
+        let views = member_pods("orders", &[pod("orders-0", "orders-0", true)], None);
         let observed = block_on(observe_members("orders", &etcd, &views)).unwrap_or_default();
         assert_eq!(observed.len(), 2);
         assert_eq!(observed[1].ordinal, 1);
@@ -319,7 +328,7 @@ mod tests {
         let etcd = FakeEtcd::with_members(&["orders-0", "orders-1", "orders-2"], "3.5.16");
         etcd.set_healthy("orders-1", false);
         etcd.set_healthy("orders-2", false);
-        let views = member_pods("orders", &[]);
+        let views = member_pods("orders", &[], None);
         assert_eq!(
             block_on(observe_members("orders", &etcd, &views)),
             None,

@@ -8,6 +8,7 @@
 //! when etcd cannot be seen, the operator's own membership record) — never
 //! the spec directly, and never a value someone edited into the StatefulSet.
 
+use dkv_api::distributedkv::v1alpha1::OperationKind;
 use k8s_openapi::api::apps::v1::StatefulSet;
 
 use super::build::statefulset::BOOTSTRAP_SIZE_ANNOTATION;
@@ -49,6 +50,9 @@ pub struct MembershipView {
     pub space_alarm: bool,
     /// The recovery policy allows forcing a new cluster now.
     pub recovery_allowed: bool,
+    /// The recovery policy allows recreating the cluster from its newest
+    /// backup now.
+    pub restore_allowed: bool,
     /// While a quorum recovery is pinned: its epoch (see
     /// [`MembershipRecord::epoch`]), stable for the whole operation.
     pub recovery_epoch: Option<String>,
@@ -134,7 +138,14 @@ pub fn plan(
             .cloned()
             .unwrap_or_else(|| bootstrap_record(cluster, bootstrap_size)),
     };
-    if let (Some(epoch), Some(pinned)) = (&view.recovery_epoch, view.pinned) {
+    if let (Some(epoch), Some(pinned)) = (&view.recovery_epoch, view.pinned)
+        && pinned.kind == OperationKind::RestoreFromBackup
+    {
+        // Every member starts again from the backup, as the initial members
+        // of a new cluster; whatever data they hold predates the epoch.
+        record = bootstrap_record(cluster, cluster.size);
+        record.epoch = Some(epoch.clone());
+    } else if let (Some(epoch), Some(pinned)) = (&view.recovery_epoch, view.pinned) {
         // The survivor restarts alone under a new epoch: until etcd lists it
         // alone, the record names it; every other member's data now
         // predates the epoch and is set aside when it restarts.
@@ -172,6 +183,7 @@ pub fn plan(
         pinned: view.pinned,
         space_alarm: view.space_alarm,
         recovery_allowed: view.recovery_allowed,
+        restore_allowed: view.restore_allowed,
     });
     Plan {
         replicas,

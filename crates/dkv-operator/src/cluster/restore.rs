@@ -25,6 +25,7 @@
 
 use dkv_api::DistributedKVBackup;
 use dkv_api::backup::v1alpha1::BackupPhase;
+use dkv_api::distributedkv::v1alpha1::BackupArtifactRef;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{Container, EnvFromSource, EnvVar, SecretEnvSource, VolumeMount};
 use kube::Api;
@@ -63,6 +64,12 @@ pub struct ResolvedRestore {
     pub sha256: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub credentials_secret: Option<String>,
+    /// Set when an existing cluster is recreated from its newest backup
+    /// after losing quorum (`RestoreFromBackup`): the epoch of that
+    /// recovery, which also goes into the new cluster's token so that no
+    /// member of the lost cluster can ever talk to the new one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub epoch: Option<String>,
 }
 
 /// Looks up what `restore` names: a completed `DistributedKVBackup` (its
@@ -79,6 +86,7 @@ pub async fn resolve(
                 uri: uri.clone(),
                 sha256: None,
                 credentials_secret: restore.credentials_secret.clone(),
+                epoch: None,
             });
         }
         RestoreRef::Backup(name) => name,
@@ -148,7 +156,53 @@ pub fn resolve_backup(
         uri: artifact.uri.clone(),
         sha256: (!artifact.sha256.is_empty()).then(|| artifact.sha256.clone()),
         credentials_secret,
+        epoch: None,
     })
+}
+
+/// The newest completed backup of an existing cluster (its
+/// `status.lastBackup`), for recreating it under `epoch`. The backup's
+/// record supplies the digest and credentials when it still exists; else
+/// what the status recorded, with the cluster's backup credentials.
+pub async fn resolve_latest(
+    client: &Client,
+    cluster: &ValidatedCluster,
+    last: Option<&BackupArtifactRef>,
+    epoch: String,
+) -> Result<ResolvedRestore> {
+    let Some(last) = last else {
+        return Err(Error::RestoreSource {
+            message: "spec.recovery.policy RestoreFromBackup: the cluster has no completed backup to restore from; restore one by hand or choose another policy".to_owned(),
+            waiting: false,
+        });
+    };
+    let credentials_secret = cluster
+        .backup
+        .as_ref()
+        .and_then(|b| b.credentials_secret.clone());
+    let api: Api<DistributedKVBackup> = Api::namespaced(client.clone(), &cluster.namespace);
+    let record = api
+        .get_opt(&last.name)
+        .await
+        .map_err(|source| Error::Read {
+            kind: "DistributedKVBackup",
+            name: last.name.clone(),
+            source,
+        })?;
+    let wanted = ValidatedRestore {
+        source: RestoreRef::Backup(last.name.clone()),
+        credentials_secret: credentials_secret.clone(),
+    };
+    let mut source =
+        resolve_backup(&last.name, record.as_ref(), &wanted).unwrap_or_else(|_| ResolvedRestore {
+            backup: Some(last.name.clone()),
+            uri: last.uri.clone(),
+            sha256: (!last.sha256.is_empty()).then(|| last.sha256.clone()),
+            credentials_secret,
+            epoch: None,
+        });
+    source.epoch = Some(epoch);
+    Ok(source)
 }
 
 /// The source recorded on a StatefulSet created for a restore.
@@ -203,7 +257,11 @@ pub fn fetch_container(cluster: &ValidatedCluster, source: &ResolvedRestore) -> 
 
 /// Init step 2: the etcd image's own restore tool writes this member's data
 /// directory (staged) from the verified snapshot.
-pub fn restore_container(cluster: &ValidatedCluster) -> Container {
+pub fn restore_container(cluster: &ValidatedCluster, source: &ResolvedRestore) -> Container {
+    let mut token = naming::cluster_token(&cluster.name, &cluster.namespace, &cluster.uid);
+    if let Some(epoch) = &source.epoch {
+        token = format!("{token}-{epoch}");
+    }
     let tool = dkv_backup::RestoreTool::for_version(
         &cluster.version.to_string(),
         std::path::Path::new(""),
@@ -219,11 +277,7 @@ pub fn restore_container(cluster: &ValidatedCluster) -> Container {
             naming::peer_service(&cluster.name),
             cluster.namespace
         ),
-        initial_cluster_token: naming::cluster_token(
-            &cluster.name,
-            &cluster.namespace,
-            &cluster.uid,
-        ),
+        initial_cluster_token: token,
         data_dir: STAGING_DIR.into(),
     };
     let mut env = vec![EnvVar {
@@ -311,6 +365,7 @@ mod tests {
                 sha256: Some("ab".repeat(32)),
                 // The record's own destination secret, when none is named.
                 credentials_secret: Some("writer-creds".to_owned()),
+                epoch: None,
             }
         );
         let explicit = resolve_backup(
@@ -352,6 +407,7 @@ mod tests {
             uri: "s3://b/x.db".to_owned(),
             sha256: None,
             credentials_secret: Some("c".to_owned()),
+            epoch: Some("restore-1".to_owned()),
         };
         let mut sts = StatefulSet::default();
         sts.metadata.annotations = Some(

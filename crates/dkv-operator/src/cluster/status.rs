@@ -230,7 +230,9 @@ pub fn compute(dkv: &DistributedKV, obs: &Observation<'_>, now: &Time) -> Distri
                 | OperationKind::RemoveMember,
             ) => Phase::Scaling,
             Some(OperationKind::UpgradeMember) => Phase::Upgrading,
-            Some(OperationKind::RecoverQuorum) => Phase::Restoring,
+            Some(OperationKind::RecoverQuorum | OperationKind::RestoreFromBackup) => {
+                Phase::Restoring
+            }
             _ => Phase::Running,
         }
     };
@@ -319,6 +321,7 @@ fn operation_reason(kind: OperationKind) -> &'static str {
         OperationKind::UpgradeMember => reasons::ROLLING_UPGRADE,
         OperationKind::ReplaceMember => reasons::REPLACING_MEMBER,
         OperationKind::RecoverQuorum => reasons::RECOVERING_QUORUM,
+        OperationKind::RestoreFromBackup => reasons::RESTORING,
     }
 }
 
@@ -355,12 +358,15 @@ fn wait_message(cluster: &str, reason: &WaitReason) -> String {
         ),
         WaitReason::NoMembersRequested => "spec.size must be at least 1".to_owned(),
         WaitReason::QuorumLost { reachable, needed } => format!(
-            "quorum lost: {reachable} voter(s) answer, {needed} needed; no member can be added, removed or restarted. Bring lost members back, or set spec.recovery.policy=ForceNewCluster to restart the most up-to-date survivor alone (writes only the lost members held are lost)"
+            "quorum lost: {reachable} voter(s) answer, {needed} needed; no member can be added, removed or restarted. Bring lost members back, or set spec.recovery.policy=ForceNewCluster to restart the most up-to-date survivor alone (writes only the lost members held are lost), or RestoreFromBackup to recreate the cluster from its newest backup (writes after it are lost)"
         ),
         WaitReason::RecoveryInProgress { ordinal } => format!(
             "quorum recovery: waiting for {} to restart alone",
             naming::member(cluster, *ordinal)
         ),
+        WaitReason::RestoreInProgress => {
+            "recreating the cluster from its newest backup: waiting for every member to start from it (old data is moved aside, not deleted)".to_owned()
+        }
     }
 }
 

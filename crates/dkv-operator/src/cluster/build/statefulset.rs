@@ -236,7 +236,7 @@ fn init_containers(cluster: &ValidatedCluster, plan: &Plan) -> Vec<Container> {
     let mut containers = Vec::with_capacity(3);
     if let Some(source) = &plan.restore {
         containers.push(restore::fetch_container(cluster, source));
-        containers.push(restore::restore_container(cluster));
+        containers.push(restore::restore_container(cluster, source));
     }
     containers.push(member_init_container(cluster, plan));
     containers
