@@ -249,3 +249,37 @@ fn set_ca(config: &mut WebhookClientConfig, ca_bundle: &ByteString) -> bool {
     config.ca_bundle = Some(ca_bundle.clone());
     true
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn service() -> Endpoint {
+        Endpoint::Service {
+            namespace: "dkv-system".into(),
+            name: "dkv-operator-webhook".into(),
+            port: 443,
+        }
+    }
+
+    /// deploy/webhook installs what the code would register: one definition.
+    #[test]
+    fn deploy_manifests_match_the_generated_configurations() {
+        let deployed: ValidatingWebhookConfiguration = serde_saphyr::from_str(include_str!(
+            "../../../../deploy/webhook/validating_webhook_configuration.yaml"
+        ))
+        .unwrap_or_else(|e| panic!("validating manifest: {e}"));
+        assert_eq!(
+            deployed.webhooks,
+            validating("dkv-operator", &service(), None).webhooks
+        );
+        let deployed: MutatingWebhookConfiguration = serde_saphyr::from_str(include_str!(
+            "../../../../deploy/webhook/mutating_webhook_configuration.yaml"
+        ))
+        .unwrap_or_else(|e| panic!("mutating manifest: {e}"));
+        assert_eq!(
+            deployed.webhooks,
+            mutating("dkv-operator", &service(), None).webhooks
+        );
+    }
+}
