@@ -119,7 +119,6 @@ pub fn validating(
                 &["distributedkvbackups"],
             ),
         ]),
-        ..ValidatingWebhookConfiguration::default()
     }
 }
 
@@ -157,7 +156,6 @@ pub fn mutating(
                 &["distributedkvbackups"],
             ),
         ]),
-        ..MutatingWebhookConfiguration::default()
     }
 }
 

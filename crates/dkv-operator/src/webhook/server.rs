@@ -10,6 +10,7 @@ use std::sync::Arc;
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::State;
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Json};
 use axum::routing::{get, post};
 use base64::Engine as _;
@@ -94,13 +95,13 @@ pub async fn serve(
     }
 }
 
-/// Decodes the review; the error is the response for a malformed one.
-fn decode(body: &[u8]) -> Result<AdmissionRequest<DynamicObject>, AdmissionResponse> {
-    let review: AdmissionReview<DynamicObject> = serde_json::from_slice(body)
-        .map_err(|e| AdmissionResponse::invalid(format!("not an AdmissionReview: {e}")))?;
+/// Decodes the review; the error says why a malformed one is invalid.
+fn decode(body: &[u8]) -> Result<AdmissionRequest<DynamicObject>, String> {
+    let review: AdmissionReview<DynamicObject> =
+        serde_json::from_slice(body).map_err(|e| format!("not an AdmissionReview: {e}"))?;
     review
         .try_into()
-        .map_err(|_| AdmissionResponse::invalid("the AdmissionReview has no request"))
+        .map_err(|_| "the AdmissionReview has no request".to_owned())
 }
 
 fn typed<K: DeserializeOwned>(object: &DynamicObject, what: &str) -> Result<K, String> {
@@ -134,7 +135,7 @@ fn respond(response: AdmissionResponse) -> axum::response::Response {
         Ok(review) => review,
         Err(err) => {
             return (
-                axum::http::StatusCode::INTERNAL_SERVER_ERROR,
+                StatusCode::INTERNAL_SERVER_ERROR,
                 format!("encoding the AdmissionReview: {err}"),
             )
                 .into_response();
@@ -154,7 +155,7 @@ async fn validate_cluster_handler(
 ) -> axum::response::Response {
     let request = match decode(&body) {
         Ok(request) => request,
-        Err(invalid) => return respond(invalid),
+        Err(invalid) => return respond(AdmissionResponse::invalid(invalid)),
     };
     let response = AdmissionResponse::from(&request);
     respond(match validate_cluster(&state, &request).await {
@@ -241,7 +242,7 @@ async fn validate_backup_handler(
 ) -> axum::response::Response {
     let request = match decode(&body) {
         Ok(request) => request,
-        Err(invalid) => return respond(invalid),
+        Err(invalid) => return respond(AdmissionResponse::invalid(invalid)),
     };
     let response = AdmissionResponse::from(&request);
     respond(match validate_backup(&state, &request).await {
@@ -283,7 +284,7 @@ async fn default_cluster_handler(
 ) -> axum::response::Response {
     let request = match decode(&body) {
         Ok(request) => request,
-        Err(invalid) => return respond(invalid),
+        Err(invalid) => return respond(AdmissionResponse::invalid(invalid)),
     };
     let response = AdmissionResponse::from(&request);
     let patch = (|| {
@@ -304,7 +305,7 @@ async fn default_cluster_handler(
 async fn default_backup_handler(body: Bytes) -> axum::response::Response {
     let request = match decode(&body) {
         Ok(request) => request,
-        Err(invalid) => return respond(invalid),
+        Err(invalid) => return respond(AdmissionResponse::invalid(invalid)),
     };
     let response = AdmissionResponse::from(&request);
     let patch = (|| {
