@@ -19,3 +19,4 @@ pub mod quantity;
 pub mod restore_agent;
 pub mod server;
 pub mod telemetry;
+pub mod webhook;

@@ -63,6 +63,24 @@ pub async fn run_with(
         .apiserver_version()
         .await
         .context("the Kubernetes API server does not answer")?;
+
+    let defaults = Defaults {
+        operator_image: args.operator_image.clone(),
+    };
+    // Admission is served by every replica, standby or leader: the API
+    // server calls whichever pod the webhook Service picks.
+    let _webhooks = if args.webhook.enabled {
+        let listener = crate::webhook::bind(&args.webhook).await?;
+        Some(TaskGuard(tokio::spawn(crate::webhook::run(
+            client.clone(),
+            args.webhook.clone(),
+            listener,
+            defaults.clone(),
+            stop.clone(),
+        ))))
+    } else {
+        None
+    };
     health.ready.store(true, Ordering::Relaxed);
 
     let identity = args
@@ -90,9 +108,6 @@ pub async fn run_with(
     }
     metrics.set_leader(true);
 
-    let defaults = Defaults {
-        operator_image: args.operator_image.clone(),
-    };
     let settings = cluster::Settings {
         namespace: args.namespace.clone(),
         concurrency: args.concurrency,

@@ -85,6 +85,13 @@ fn local_up_serves_kubectl_with_dkv_installed_and_down_stops_it() {
         table.contains("QuorumHealthy") && table.contains("3.5.16"),
         "{table}"
     );
+    // Local mode runs the admission webhooks: losing quorum in one step is refused.
+    let scaled = kubectl(&["scale", "dkv/example", "--replicas=1"]);
+    let stderr = String::from_utf8_lossy(&scaled.stderr);
+    assert!(
+        !scaled.status.success() && stderr.contains("drops below the current quorum of 2"),
+        "{stderr}"
+    );
 
     let down = dkv(&["local", "down"], &state);
     assert!(

@@ -8,7 +8,9 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use dkv_api::distributedkv::v1alpha1::{AutoCompactionMode, PodOverrides, ReclaimPolicy};
+use dkv_api::distributedkv::v1alpha1::{
+    AutoCompactionMode, DistributedKVSpec, EtcdTuning, PodOverrides, ReclaimPolicy,
+};
 use dkv_api::{DistributedKV, labels};
 use k8s_openapi::api::core::v1::ResourceRequirements;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
@@ -156,8 +158,89 @@ pub fn validate(
     let name = dkv.name_any();
     let namespace = dkv.namespace().unwrap_or_default();
     let spec = &dkv.spec;
+    let CheckedSpec {
+        version,
+        storage,
+        backup,
+        restore,
+        etcd,
+    } = check_spec(dkv, facts, defaults, &mut problems);
 
-    check_cluster_name(&name, &mut problems);
+    // blockOwnerDeletion: a foreground deletion of the cluster waits until
+    // its members are gone.
+    let owner = dkv.controller_owner_ref(&()).map(|mut owner| {
+        owner.block_owner_deletion = Some(true);
+        owner
+    });
+    let uid = dkv.uid();
+    if owner.is_none() || uid.is_none() {
+        problems.add(
+            "metadata.uid",
+            "the object has no uid; it was not read from the API server",
+        );
+    }
+
+    match (problems.0.is_empty(), owner, uid, version) {
+        (true, Some(owner), Some(uid), Some(version)) => Ok(ValidatedCluster {
+            name,
+            namespace,
+            uid,
+            generation: dkv.meta().generation,
+            owner,
+            size: spec.size,
+            image: spec.image.trim().to_owned(),
+            version,
+            resources: spec.resources.clone(),
+            storage,
+            backup,
+            restore,
+            etcd,
+            pod: spec.pod.clone().unwrap_or_default(),
+            operator_image: defaults.operator_image.clone(),
+            paused: is_paused(dkv.annotations()),
+        }),
+        _ => Err(InvalidSpec(problems.0)),
+    }
+}
+
+/// Every problem [`validate`] finds in the spec and name of `dkv`, without
+/// the checks that need an object read from the API server (its uid). The
+/// admission webhook runs these on objects that are about to be written.
+pub fn spec_problems(dkv: &DistributedKV, facts: &Facts, defaults: &Defaults) -> Vec<FieldError> {
+    let mut problems = Problems::default();
+    check_spec(dkv, facts, defaults, &mut problems);
+    problems.0
+}
+
+/// The etcd version a spec asks for: `spec.version`, else the image tag.
+/// `None` when neither names one.
+pub fn spec_version(spec: &DistributedKVSpec) -> Option<EtcdVersion> {
+    match &spec.version {
+        Some(text) => EtcdVersion::parse(text),
+        None => EtcdVersion::from_image(spec.image.trim()),
+    }
+}
+
+/// What [`check_spec`] derived from a spec, each part `None`/defaulted when
+/// it had problems (which are in the [`Problems`] passed along).
+struct CheckedSpec {
+    version: Option<EtcdVersion>,
+    storage: Option<ValidatedStorage>,
+    backup: Option<ValidatedBackup>,
+    restore: Option<ValidatedRestore>,
+    etcd: EtcdSettings,
+}
+
+fn check_spec(
+    dkv: &DistributedKV,
+    facts: &Facts,
+    defaults: &Defaults,
+    problems: &mut Problems,
+) -> CheckedSpec {
+    let name = dkv.name_any();
+    let spec = &dkv.spec;
+
+    check_cluster_name(&name, problems);
 
     if !(1..=9).contains(&spec.size) {
         problems.add(
@@ -169,7 +252,7 @@ pub fn validate(
         );
     }
 
-    let version = resolve_version(spec.image.as_str(), spec.version.as_deref(), &mut problems);
+    let version = resolve_version(spec.image.as_str(), spec.version.as_deref(), problems);
     if let (Some(version), Some(deployed)) = (version, facts.deployed_version)
         && let Err(err) = check_version_change(deployed, version)
     {
@@ -222,7 +305,7 @@ pub fn validate(
     });
 
     let backup = spec.backup.as_ref().map(|backup| {
-        check_s3_path(&backup.s3_path, &mut problems);
+        check_s3_path(&backup.s3_path, problems);
         if let Err(message) = check_cron(&backup.schedule) {
             problems.add("spec.backup.schedule", message);
         }
@@ -282,42 +365,13 @@ pub fn validate(
             })
         });
 
-    let etcd = etcd_settings(spec.etcd.as_ref(), &mut problems);
-
-    // blockOwnerDeletion: a foreground deletion of the cluster waits until
-    // its members are gone.
-    let owner = dkv.controller_owner_ref(&()).map(|mut owner| {
-        owner.block_owner_deletion = Some(true);
-        owner
-    });
-    let uid = dkv.uid();
-    if owner.is_none() || uid.is_none() {
-        problems.add(
-            "metadata.uid",
-            "the object has no uid; it was not read from the API server",
-        );
-    }
-
-    match (problems.0.is_empty(), owner, uid, version) {
-        (true, Some(owner), Some(uid), Some(version)) => Ok(ValidatedCluster {
-            name,
-            namespace,
-            uid,
-            generation: dkv.meta().generation,
-            owner,
-            size: spec.size,
-            image: spec.image.trim().to_owned(),
-            version,
-            resources: spec.resources.clone(),
-            storage,
-            backup,
-            restore,
-            etcd,
-            pod: spec.pod.clone().unwrap_or_default(),
-            operator_image: defaults.operator_image.clone(),
-            paused: is_paused(dkv.annotations()),
-        }),
-        _ => Err(InvalidSpec(problems.0)),
+    let etcd = etcd_settings(spec.etcd.as_ref(), problems);
+    CheckedSpec {
+        version,
+        storage,
+        backup,
+        restore,
+        etcd,
     }
 }
 
@@ -457,11 +511,32 @@ pub fn check_cron(schedule: &str) -> Result<(), String> {
         .map_err(|err| format!("{schedule:?} is not a valid cron schedule: {err}"))
 }
 
-fn etcd_settings(
-    tuning: Option<&dkv_api::distributedkv::v1alpha1::EtcdTuning>,
-    problems: &mut Problems,
-) -> EtcdSettings {
-    let tuning = tuning.cloned().unwrap_or_default();
+/// `spec.etcd` with every field the operator defaults filled in; fields that
+/// are set stay as they are (valid or not).
+pub fn etcd_tuning_with_defaults(tuning: Option<&EtcdTuning>) -> EtcdTuning {
+    let mut tuning = tuning.cloned().unwrap_or_default();
+    let mode = *tuning
+        .auto_compaction_mode
+        .get_or_insert(AutoCompactionMode::Periodic);
+    tuning
+        .quota_backend_bytes
+        .get_or_insert(DEFAULT_QUOTA_BACKEND_BYTES);
+    tuning
+        .auto_compaction_retention
+        .get_or_insert_with(|| default_compaction_retention(mode).to_owned());
+    tuning
+}
+
+/// etcd's own default retention per compaction mode.
+fn default_compaction_retention(mode: AutoCompactionMode) -> &'static str {
+    match mode {
+        AutoCompactionMode::Periodic => "1h",
+        AutoCompactionMode::Revision => "1000",
+    }
+}
+
+fn etcd_settings(tuning: Option<&EtcdTuning>, problems: &mut Problems) -> EtcdSettings {
+    let tuning = etcd_tuning_with_defaults(tuning);
     let quota = tuning
         .quota_backend_bytes
         .unwrap_or(DEFAULT_QUOTA_BACKEND_BYTES);
@@ -474,13 +549,13 @@ fn etcd_settings(
     let mode = tuning
         .auto_compaction_mode
         .unwrap_or(AutoCompactionMode::Periodic);
-    let (mode_name, default_retention) = match mode {
-        AutoCompactionMode::Periodic => ("periodic", "1h"),
-        AutoCompactionMode::Revision => ("revision", "1000"),
+    let mode_name = match mode {
+        AutoCompactionMode::Periodic => "periodic",
+        AutoCompactionMode::Revision => "revision",
     };
     let retention = tuning
         .auto_compaction_retention
-        .unwrap_or_else(|| default_retention.to_owned());
+        .unwrap_or_else(|| default_compaction_retention(mode).to_owned());
     let retention_ok = match mode {
         // etcd reads a bare number as hours in periodic mode.
         AutoCompactionMode::Periodic => {

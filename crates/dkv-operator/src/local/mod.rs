@@ -13,7 +13,7 @@ use kube::CustomResourceExt;
 use tokio::sync::watch;
 use tracing::info;
 
-use crate::cli::{DEFAULT_IMAGE, OperatorArgs};
+use crate::cli::{DEFAULT_IMAGE, OperatorArgs, WebhookArgs};
 
 pub mod prerequisites;
 use crate::telemetry::LogFormat;
@@ -103,11 +103,28 @@ pub async fn up(args: UpArgs) -> anyhow::Result<()> {
         leader_election_lease: "dkv-operator-leader".to_owned(),
         leader_election_namespace: "default".to_owned(),
         identity: Some("dkv-local".to_owned()),
+        webhook: local_webhooks()?,
     };
     let result = crate::operator::run_with(env.client(), operator, stop_rx).await;
     env.stop();
     let _ = std::fs::remove_file(data_dir.join(PID_FILE));
     result
+}
+
+/// Admission as on a cluster, reached by URL: kube-local runs on this
+/// machine and calls the operator's webhook server on loopback.
+pub fn local_webhooks() -> anyhow::Result<WebhookArgs> {
+    Ok(WebhookArgs {
+        enabled: true,
+        addr: "127.0.0.1:0".parse().context("webhook address")?,
+        namespace: "default".to_owned(),
+        service: "dkv-operator-webhook".to_owned(),
+        secret: "dkv-operator-webhook-tls".to_owned(),
+        configuration: "dkv-operator".to_owned(),
+        register_url: true,
+        cert_validity_seconds: 90 * 24 * 3600,
+        cert_renew_before_seconds: 30 * 24 * 3600,
+    })
 }
 
 /// Re-runs `dkv local up` in the background and waits until it serves.

@@ -5,7 +5,7 @@
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 use dkv_api::{DistributedKV, DistributedKVBackup};
-use dkv_operator::cli::OperatorArgs;
+use dkv_operator::cli::{OperatorArgs, WebhookArgs};
 use dkv_operator::telemetry::LogFormat;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, PostParams};
@@ -53,7 +53,19 @@ pub fn operator_args(leader_election: bool) -> OperatorArgs {
         leader_election_lease: "dkv-operator-leader".into(),
         leader_election_namespace: "default".into(),
         identity: Some("test-operator".into()),
+        // Opt-in (see `webhook_args`): tests that do not exercise admission
+        // keep writing straight to the API.
+        webhook: WebhookArgs {
+            enabled: false,
+            ..webhook_args()
+        },
     }
+}
+
+/// The admission webhooks as `dkv local up` runs them: a server on a free
+/// loopback port that registers the configurations with kube-local by URL.
+pub fn webhook_args() -> WebhookArgs {
+    dkv_operator::local::local_webhooks().unwrap()
 }
 
 /// The operator, running in this process until [`RunningOperator::stop`].
@@ -64,12 +76,12 @@ pub struct RunningOperator {
 
 impl RunningOperator {
     pub fn start(client: Client, leader_election: bool) -> Self {
+        Self::start_with(client, operator_args(leader_election))
+    }
+
+    pub fn start_with(client: Client, args: OperatorArgs) -> Self {
         let (stop, stop_rx) = watch::channel(false);
-        let task = tokio::spawn(dkv_operator::operator::run_with(
-            client,
-            operator_args(leader_election),
-            stop_rx,
-        ));
+        let task = tokio::spawn(dkv_operator::operator::run_with(client, args, stop_rx));
         Self { stop, task }
     }
 

@@ -1,0 +1,197 @@
+//! The admission webhooks of `dkv operator`: validation the schema and CEL
+//! cannot express, defaulting, and the TLS that lets the API server call us.
+//!
+//! Modules: [`validate`] and [`default`] decide (pure), [`server`] speaks
+//! AdmissionReview over HTTPS, [`certs`] owns the CA, the serving certificate
+//! and its renewal, [`configurations`] the webhook configurations and their
+//! `caBundle`. Every replica serves admission, leader or not.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use k8s_openapi::ByteString;
+use kube::Client;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tracing::{info, warn};
+
+use crate::cli::WebhookArgs;
+use crate::cluster::validate::Defaults;
+
+pub mod certs;
+pub mod configurations;
+pub mod default;
+pub mod server;
+pub mod validate;
+
+use certs::{CertPolicy, CertSecret, ServingCertResolver};
+use configurations::{CaBundleTarget, Endpoint};
+
+/// Port of the webhook Service (`deploy/webhook/service.yaml`).
+pub const SERVICE_PORT: i32 = 443;
+
+/// Binds the webhook's address, so a port conflict stops the operator at start.
+pub async fn bind(args: &WebhookArgs) -> anyhow::Result<TcpListener> {
+    TcpListener::bind(args.addr)
+        .await
+        .with_context(|| format!("binding the webhook server to {}", args.addr))
+}
+
+/// Serves admission on `listener` until `stop`, keeping the certificate
+/// fresh and the configurations' `caBundle` in step with the CA.
+pub async fn run(
+    client: Client,
+    args: WebhookArgs,
+    listener: TcpListener,
+    defaults: Defaults,
+    mut stop: watch::Receiver<bool>,
+) -> anyhow::Result<()> {
+    let local = listener
+        .local_addr()
+        .context("reading the webhook server's address")?;
+    let (endpoint, policy) = endpoint_and_policy(&args, local);
+    let secret = CertSecret::new(client.clone(), &args.namespace, &args.secret);
+    let retry = check_interval(&policy);
+
+    // The API may still be starting: retry, but give up when told to stop.
+    let mut current = loop {
+        match secret.load_or_issue(&policy).await {
+            Ok(certs) => break certs,
+            Err(err) => warn!(error = %err, "obtaining the webhook certificate; retrying"),
+        }
+        if sleep_or_stop(&mut stop, retry).await {
+            return Ok(());
+        }
+    };
+    let resolver = Arc::new(ServingCertResolver::new(
+        current
+            .certified_key()
+            .context("loading the webhook serving certificate")?,
+    ));
+    let mut tls = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .context("configuring TLS for the webhook server")?
+    .with_no_client_auth()
+    .with_cert_resolver(resolver.clone());
+    tls.alpn_protocols = vec![b"http/1.1".to_vec()];
+
+    info!(addr = %local, ?endpoint, "serving admission webhooks");
+    let serving = tokio::spawn(server::serve(
+        listener,
+        server::router(client.clone(), defaults),
+        tls,
+        stop.clone(),
+    ));
+
+    let mut published: Option<ByteString> = None;
+    loop {
+        let ca_bundle = current.ca_bundle();
+        if published.as_ref() != Some(&ca_bundle) {
+            match publish(&client, &args, &endpoint, &ca_bundle).await {
+                Ok(()) => published = Some(ca_bundle),
+                Err(err) => warn!(error = %err, "publishing the webhook caBundle; retrying"),
+            }
+        }
+        if sleep_or_stop(&mut stop, check_interval(&policy)).await {
+            break;
+        }
+        // Renews when due; picks up a renewal another replica wrote.
+        match secret.load_or_issue(&policy).await {
+            Ok(certs) if certs.cert_pem != current.cert_pem => match certs.certified_key() {
+                Ok(key) => {
+                    resolver.set(key);
+                    info!(not_after = %certs.not_after, "serving the renewed webhook certificate");
+                    current = certs;
+                }
+                Err(err) => warn!(error = %err, "the renewed webhook certificate is unusable"),
+            },
+            Ok(_) => {}
+            Err(err) => warn!(error = %err, "checking the webhook certificate"),
+        }
+    }
+    serving.await.context("the webhook server task panicked")?;
+    Ok(())
+}
+
+/// Where callers reach us and the names our certificate must carry.
+fn endpoint_and_policy(args: &WebhookArgs, local: SocketAddr) -> (Endpoint, CertPolicy) {
+    let service_host = format!("{}.{}.svc", args.service, args.namespace);
+    let mut hosts = vec![
+        service_host.clone(),
+        format!("{service_host}.cluster.local"),
+        args.service.clone(),
+        format!("{}.{}", args.service, args.namespace),
+    ];
+    let endpoint = if args.register_url {
+        let ip = match local.ip() {
+            ip if ip.is_unspecified() => IpAddr::V4(Ipv4Addr::LOCALHOST),
+            ip => ip,
+        };
+        hosts.insert(0, ip.to_string());
+        Endpoint::Url(format!("https://{}", SocketAddr::new(ip, local.port())))
+    } else {
+        Endpoint::Service {
+            namespace: args.namespace.clone(),
+            name: args.service.clone(),
+            port: SERVICE_PORT,
+        }
+    };
+    let policy = CertPolicy {
+        hosts,
+        validity: Duration::from_secs(args.cert_validity_seconds),
+        renew_before: Duration::from_secs(args.cert_renew_before_seconds),
+    };
+    (endpoint, policy)
+}
+
+/// Often enough that a renewal happens well before expiry, rarely enough
+/// not to load the API server.
+fn check_interval(policy: &CertPolicy) -> Duration {
+    (policy.renew_before / 4).clamp(Duration::from_millis(500), Duration::from_secs(60))
+}
+
+async fn publish(
+    client: &Client,
+    args: &WebhookArgs,
+    endpoint: &Endpoint,
+    ca_bundle: &ByteString,
+) -> anyhow::Result<()> {
+    if args.register_url {
+        configurations::register(client, &args.configuration, endpoint, ca_bundle)
+            .await
+            .with_context(|| {
+                format!(
+                    "registering the webhook configurations {:?}",
+                    args.configuration
+                )
+            })?;
+        return Ok(());
+    }
+    for target in [
+        CaBundleTarget::ValidatingWebhookConfiguration(args.configuration.clone()),
+        CaBundleTarget::MutatingWebhookConfiguration(args.configuration.clone()),
+    ] {
+        let found = configurations::inject_ca_bundle(client, &target, ca_bundle)
+            .await
+            .with_context(|| format!("setting the caBundle of {target:?}"))?;
+        if !found {
+            anyhow::bail!(
+                "{target:?} does not exist; apply deploy/webhook (kubectl apply -k deploy/default)"
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Sleeps `period`; `true` when `stop` turned true meanwhile.
+async fn sleep_or_stop(stop: &mut watch::Receiver<bool>, period: Duration) -> bool {
+    let stopped = tokio::select! {
+        _ = tokio::time::sleep(period) => false,
+        _ = stop.wait_for(|stop| *stop) => true,
+    };
+    stopped || *stop.borrow()
+}

@@ -1,0 +1,334 @@
+//! The HTTPS endpoints the API server calls with AdmissionReview v1: decoding
+//! a review, the lookups a decision needs, and encoding the answer.
+//!
+//! Decisions themselves are pure ([`super::validate`], [`super::default`]);
+//! this module only reads what they need from the API (the restore source,
+//! the cluster a backup names).
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Json};
+use axum::routing::{get, post};
+use base64::Engine as _;
+use dkv_api::{DistributedKV, DistributedKVBackup};
+use kube::api::Api;
+use kube::core::DynamicObject;
+use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
+use kube::{Client, ResourceExt};
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use super::configurations::{
+    DEFAULT_BACKUP_PATH, DEFAULT_CLUSTER_PATH, VALIDATE_BACKUP_PATH, VALIDATE_CLUSTER_PATH,
+};
+use super::default::{default_backup, default_cluster};
+use super::validate::{
+    BackupTarget, ClusterWrite, RestoreSource, Verdict, restore_backup_name, review_backup,
+    review_cluster,
+};
+use crate::cluster::validate::Defaults;
+
+#[derive(Clone)]
+struct AdmissionState {
+    client: Client,
+    defaults: Arc<Defaults>,
+}
+
+pub fn router(client: Client, defaults: Defaults) -> Router {
+    Router::new()
+        .route(VALIDATE_CLUSTER_PATH, post(validate_cluster_handler))
+        .route(VALIDATE_BACKUP_PATH, post(validate_backup_handler))
+        .route(DEFAULT_CLUSTER_PATH, post(default_cluster_handler))
+        .route(DEFAULT_BACKUP_PATH, post(default_backup_handler))
+        .route("/healthz", get(|| async { "ok" }))
+        .with_state(AdmissionState {
+            client,
+            defaults: Arc::new(defaults),
+        })
+}
+
+/// Serves HTTPS on `listener` until `shutdown` turns true. Each connection's
+/// handshake asks `tls`'s resolver for the certificate, so a renewed one is
+/// used from the next connection on.
+pub async fn serve(
+    listener: TcpListener,
+    app: Router,
+    tls: rustls::ServerConfig,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
+    loop {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            _ = shutdown.wait_for(|stop| *stop) => return,
+        };
+        let (tcp, peer) = match accepted {
+            Ok(accepted) => accepted,
+            Err(err) => {
+                tracing::warn!(error = %err, "accepting a webhook connection");
+                continue;
+            }
+        };
+        let acceptor = acceptor.clone();
+        let app = app.clone();
+        tokio::spawn(async move {
+            let tls = match acceptor.accept(tcp).await {
+                Ok(tls) => tls,
+                Err(err) => {
+                    tracing::debug!(%peer, error = %err, "webhook TLS handshake failed");
+                    return;
+                }
+            };
+            let service = hyper_util::service::TowerToHyperService::new(app);
+            let connection = hyper::server::conn::http1::Builder::new()
+                .serve_connection(hyper_util::rt::TokioIo::new(tls), service);
+            if let Err(err) = connection.await {
+                tracing::debug!(%peer, error = %err, "webhook connection ended");
+            }
+        });
+    }
+}
+
+/// Decodes the review; the error says why a malformed one is invalid.
+fn decode(body: &[u8]) -> Result<AdmissionRequest<DynamicObject>, String> {
+    let review: AdmissionReview<DynamicObject> =
+        serde_json::from_slice(body).map_err(|e| format!("not an AdmissionReview: {e}"))?;
+    review
+        .try_into()
+        .map_err(|_| "the AdmissionReview has no request".to_owned())
+}
+
+fn typed<K: DeserializeOwned>(object: &DynamicObject, what: &str) -> Result<K, String> {
+    serde_json::to_value(object)
+        .and_then(serde_json::from_value)
+        .map_err(|e| format!("the {what} cannot be read: {e}"))
+}
+
+/// The review answered: `response` with `verdict` applied.
+fn answer(mut response: AdmissionResponse, verdict: &Verdict) -> AdmissionResponse {
+    if !verdict.warnings.is_empty() {
+        response.warnings = Some(verdict.warnings.clone());
+    }
+    if !verdict.allowed() {
+        response = refuse(response, verdict.message());
+    }
+    response
+}
+
+/// A refusal as Kubernetes webhooks phrase one: 403 Forbidden with the reason.
+fn refuse(response: AdmissionResponse, message: String) -> AdmissionResponse {
+    let mut response = response.deny(&message);
+    response.result.code = 403;
+    response.result.reason = "Forbidden".to_owned();
+    response
+}
+
+fn respond(response: AdmissionResponse) -> axum::response::Response {
+    let patch = response.patch.clone();
+    let mut review = match serde_json::to_value(response.into_review()) {
+        Ok(review) => review,
+        Err(err) => {
+            return (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("encoding the AdmissionReview: {err}"),
+            )
+                .into_response();
+        }
+    };
+    // The wire form of `patch` is base64 ([]byte in Go); kube's type would
+    // write an array of numbers.
+    if let (Some(patch), Some(response)) = (patch, review.get_mut("response")) {
+        response["patch"] = Value::String(base64::engine::general_purpose::STANDARD.encode(patch));
+    }
+    Json(review).into_response()
+}
+
+async fn validate_cluster_handler(
+    State(state): State<AdmissionState>,
+    body: Bytes,
+) -> axum::response::Response {
+    let request = match decode(&body) {
+        Ok(request) => request,
+        Err(invalid) => return respond(AdmissionResponse::invalid(invalid)),
+    };
+    let response = AdmissionResponse::from(&request);
+    respond(match validate_cluster(&state, &request).await {
+        Ok(verdict) => answer(response, &verdict),
+        Err(message) => refuse(response, message),
+    })
+}
+
+async fn validate_cluster(
+    state: &AdmissionState,
+    request: &AdmissionRequest<DynamicObject>,
+) -> Result<Verdict, String> {
+    let Some(object) = &request.object else {
+        return Ok(Verdict::default());
+    };
+    if request.sub_resource.as_deref() == Some("scale") {
+        let replicas = |scale: Option<&DynamicObject>| {
+            scale
+                .and_then(|s| s.data.pointer("/spec/replicas"))
+                .and_then(Value::as_i64)
+                .and_then(|r| i32::try_from(r).ok())
+        };
+        return Ok(
+            match (
+                replicas(request.old_object.as_ref()),
+                replicas(Some(object)),
+            ) {
+                (Some(old), Some(new)) => review_cluster(
+                    ClusterWrite::Scale { old, new },
+                    &RestoreSource::NotAsked,
+                    &state.defaults,
+                ),
+                _ => Verdict::default(),
+            },
+        );
+    }
+    let new: DistributedKV = typed(object, "DistributedKV")?;
+    match (&request.operation, &request.old_object) {
+        (Operation::Update, Some(old)) => {
+            let old: DistributedKV = typed(old, "previous DistributedKV")?;
+            Ok(review_cluster(
+                ClusterWrite::Update {
+                    old: &old,
+                    new: &new,
+                },
+                &RestoreSource::NotAsked,
+                &state.defaults,
+            ))
+        }
+        (Operation::Create, _) => {
+            let restore = match restore_backup_name(&new) {
+                None => RestoreSource::NotAsked,
+                Some(name) => {
+                    let namespace = request.namespace.clone().unwrap_or_default();
+                    let api: Api<DistributedKVBackup> =
+                        Api::namespaced(state.client.clone(), &namespace);
+                    match api.get_opt(name).await {
+                        Ok(Some(backup)) => RestoreSource::Found {
+                            completed: backup.status.and_then(|s| s.phase)
+                                == Some(dkv_api::backup::v1alpha1::BackupPhase::Completed),
+                        },
+                        Ok(None) => RestoreSource::Missing,
+                        Err(err) => {
+                            return Err(format!(
+                                "spec.bootstrap.restore.backupName: could not check that DistributedKVBackup {namespace}/{name} exists ({err}); retry"
+                            ));
+                        }
+                    }
+                }
+            };
+            Ok(review_cluster(
+                ClusterWrite::Create(&new),
+                &restore,
+                &state.defaults,
+            ))
+        }
+        _ => Ok(Verdict::default()),
+    }
+}
+
+async fn validate_backup_handler(
+    State(state): State<AdmissionState>,
+    body: Bytes,
+) -> axum::response::Response {
+    let request = match decode(&body) {
+        Ok(request) => request,
+        Err(invalid) => return respond(AdmissionResponse::invalid(invalid)),
+    };
+    let response = AdmissionResponse::from(&request);
+    respond(match validate_backup(&state, &request).await {
+        Ok(verdict) => answer(response, &verdict),
+        Err(message) => refuse(response, message),
+    })
+}
+
+async fn validate_backup(
+    state: &AdmissionState,
+    request: &AdmissionRequest<DynamicObject>,
+) -> Result<Verdict, String> {
+    // The spec is immutable (CEL); later writes are the operator's
+    // bookkeeping and always pass.
+    let (Operation::Create, Some(object)) = (&request.operation, &request.object) else {
+        return Ok(Verdict::default());
+    };
+    let backup: DistributedKVBackup = typed(object, "DistributedKVBackup")?;
+    let namespace = request.namespace.clone().unwrap_or_default();
+    let cluster = backup.spec.cluster.trim();
+    let api: Api<DistributedKV> = Api::namespaced(state.client.clone(), &namespace);
+    let target = match api.get_opt(cluster).await {
+        Ok(Some(found)) => BackupTarget::Found {
+            has_destination: found.spec.backup.is_some(),
+        },
+        Ok(None) => BackupTarget::Missing,
+        Err(err) => {
+            return Err(format!(
+                "spec.cluster: could not check that DistributedKV {namespace}/{cluster} exists ({err}); retry"
+            ));
+        }
+    };
+    Ok(review_backup(&backup, &target))
+}
+
+async fn default_cluster_handler(
+    State(state): State<AdmissionState>,
+    body: Bytes,
+) -> axum::response::Response {
+    let request = match decode(&body) {
+        Ok(request) => request,
+        Err(invalid) => return respond(AdmissionResponse::invalid(invalid)),
+    };
+    let response = AdmissionResponse::from(&request);
+    let patch = (|| {
+        let Some(object) = &request.object else {
+            return Ok(json_patch::Patch(Vec::new()));
+        };
+        let new: DistributedKV = typed(object, "DistributedKV")?;
+        let old: Option<DistributedKV> = match &request.old_object {
+            Some(old) => Some(typed(old, "previous DistributedKV")?),
+            None => None,
+        };
+        default_cluster(&new, old.as_ref(), &state.defaults)
+            .map_err(|e| format!("computing the defaults of {}: {e}", new.name_any()))
+    })();
+    respond(patched(response, patch))
+}
+
+async fn default_backup_handler(body: Bytes) -> axum::response::Response {
+    let request = match decode(&body) {
+        Ok(request) => request,
+        Err(invalid) => return respond(AdmissionResponse::invalid(invalid)),
+    };
+    let response = AdmissionResponse::from(&request);
+    let patch = (|| {
+        let Some(object) = &request.object else {
+            return Ok(json_patch::Patch(Vec::new()));
+        };
+        let backup: DistributedKVBackup = typed(object, "DistributedKVBackup")?;
+        default_backup(&backup)
+            .map_err(|e| format!("computing the defaults of {}: {e}", backup.name_any()))
+    })();
+    respond(patched(response, patch))
+}
+
+fn patched(
+    response: AdmissionResponse,
+    patch: Result<json_patch::Patch, String>,
+) -> AdmissionResponse {
+    match patch {
+        Ok(patch) if patch.0.is_empty() => response,
+        Ok(patch) => match response.clone().with_patch(patch) {
+            Ok(response) => response,
+            Err(err) => refuse(response, err.to_string()),
+        },
+        Err(message) => refuse(response, message),
+    }
+}

@@ -1,0 +1,359 @@
+//! The validating webhook's decisions (pure): what the schema and CEL cannot
+//! express about a `DistributedKV` or `DistributedKVBackup` write.
+//!
+//! The spec checks are the reconcile's own ([`cluster::validate`]), so an
+//! object admitted here is one the controller accepts; this module adds the
+//! rules that only make sense against the previous object (one-step quorum
+//! loss, version moves) or against other objects (the restore source).
+
+use dkv_api::{DistributedKV, DistributedKVBackup};
+
+use crate::cluster::validate::{self as cluster, Defaults, Facts, FieldError};
+
+/// The answer to one admission request.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Verdict {
+    /// Why the write is refused; empty when it is allowed.
+    pub denials: Vec<FieldError>,
+    /// Shown to the client whether or not the write is allowed.
+    pub warnings: Vec<String>,
+}
+
+impl Verdict {
+    pub fn allowed(&self) -> bool {
+        self.denials.is_empty()
+    }
+
+    /// One line naming every refused field and its fix.
+    pub fn message(&self) -> String {
+        cluster::InvalidSpec(self.denials.clone()).to_string()
+    }
+
+    fn deny(&mut self, field: &str, message: impl Into<String>) {
+        self.denials.push(FieldError {
+            field: field.to_owned(),
+            message: message.into(),
+        });
+    }
+}
+
+/// A write of a `DistributedKV`, as admission sees it.
+#[derive(Debug, Clone, Copy)]
+pub enum ClusterWrite<'a> {
+    Create(&'a DistributedKV),
+    Update {
+        old: &'a DistributedKV,
+        new: &'a DistributedKV,
+    },
+    /// A write through the `scale` subresource: only the member count moves.
+    Scale {
+        old: i32,
+        new: i32,
+    },
+}
+
+/// What the webhook looked up for a restore from a `DistributedKVBackup`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RestoreSource {
+    /// No `spec.bootstrap.restore.backupName` to look up.
+    NotAsked,
+    /// The named backup exists; `completed` tells whether it has an artifact yet.
+    Found {
+        completed: bool,
+    },
+    Missing,
+}
+
+/// Decides a `DistributedKV` write.
+pub fn review_cluster(
+    write: ClusterWrite<'_>,
+    restore: &RestoreSource,
+    defaults: &Defaults,
+) -> Verdict {
+    let mut verdict = Verdict::default();
+    match write {
+        ClusterWrite::Create(new) => {
+            verdict.denials = cluster::spec_problems(new, &Facts::default(), defaults);
+            check_restore_source(new, restore, &mut verdict);
+            warn_even_size(new.spec.size, &mut verdict);
+        }
+        ClusterWrite::Update { old, new } => {
+            // Metadata-only writes (finalizers, labels, the deletion itself)
+            // must go through even for an object stored before a rule existed.
+            if old.spec == new.spec {
+                return verdict;
+            }
+            let facts = Facts {
+                deployed_version: cluster::spec_version(&old.spec),
+                ..Facts::default()
+            };
+            verdict.denials = cluster::spec_problems(new, &facts, defaults);
+            check_scale_down(old.spec.size, new.spec.size, &mut verdict);
+            if old.spec.size != new.spec.size {
+                warn_even_size(new.spec.size, &mut verdict);
+            }
+        }
+        ClusterWrite::Scale { old, new } => {
+            if !(1..=9).contains(&new) {
+                verdict.deny(
+                    "spec.size",
+                    format!("must be between 1 and 9 (got {new}); 3 or 5 suit most clusters"),
+                );
+            }
+            check_scale_down(old, new, &mut verdict);
+            if old != new {
+                warn_even_size(new, &mut verdict);
+            }
+        }
+    }
+    verdict
+}
+
+/// The majority of `members`: how many must agree for etcd to make progress.
+pub fn quorum(members: i32) -> i32 {
+    members / 2 + 1
+}
+
+/// Removing more than a quorum's worth of members at once leaves a cluster
+/// that may not be able to agree on the removals themselves; dkv removes one
+/// member at a time, so the request is refused rather than executed unsafely.
+fn check_scale_down(old: i32, new: i32, verdict: &mut Verdict) {
+    let floor = quorum(old);
+    if new < old && new < floor {
+        verdict.deny(
+            "spec.size",
+            format!(
+                "scaling from {old} to {new} members in one step drops below the current quorum of {floor}; \
+                 scale down to {floor} first and continue once the cluster is Available again"
+            ),
+        );
+    }
+}
+
+fn warn_even_size(size: i32, verdict: &mut Verdict) {
+    if size > 0 && size % 2 == 0 {
+        verdict.warnings.push(format!(
+            "spec.size: {size} members tolerate no more failures than {}; an odd size ({} or {}) is recommended",
+            size - 1,
+            size - 1,
+            size + 1
+        ));
+    }
+}
+
+fn check_restore_source(dkv: &DistributedKV, restore: &RestoreSource, verdict: &mut Verdict) {
+    let Some(name) = restore_backup_name(dkv) else {
+        return;
+    };
+    match restore {
+        RestoreSource::Missing => verdict.deny(
+            "spec.bootstrap.restore.backupName",
+            format!(
+                "DistributedKVBackup {name:?} does not exist in this namespace; name one that `kubectl get dkvbackup` lists, or restore from an artifact with spec.bootstrap.restore.uri"
+            ),
+        ),
+        RestoreSource::Found { completed: false } => verdict.warnings.push(format!(
+            "spec.bootstrap.restore.backupName: DistributedKVBackup {name:?} has not completed yet; the restore waits for its artifact"
+        )),
+        RestoreSource::Found { completed: true } | RestoreSource::NotAsked => {}
+    }
+}
+
+/// The `DistributedKVBackup` a new cluster restores from, if it names one.
+pub fn restore_backup_name(dkv: &DistributedKV) -> Option<&str> {
+    dkv.spec
+        .bootstrap
+        .as_ref()?
+        .restore
+        .as_ref()?
+        .backup_name
+        .as_deref()
+        .map(str::trim)
+        .filter(|name| !name.is_empty())
+}
+
+/// What the webhook looked up for a new `DistributedKVBackup`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BackupTarget {
+    /// The cluster exists; `has_destination` tells whether its spec.backup
+    /// says where backups go.
+    Found {
+        has_destination: bool,
+    },
+    Missing,
+}
+
+/// Decides the creation of a `DistributedKVBackup` (its spec is immutable by CEL).
+pub fn review_backup(backup: &DistributedKVBackup, target: &BackupTarget) -> Verdict {
+    let mut verdict = Verdict::default();
+    let cluster = backup.spec.cluster.trim();
+    if let Some(destination) = &backup.spec.destination
+        && let Err(err) = dkv_backup::Location::parse(destination.uri.trim())
+    {
+        verdict.deny(
+            "spec.destination.uri",
+            format!("{err}; write e.g. s3://bucket/prefix/"),
+        );
+    }
+    match target {
+        BackupTarget::Missing => verdict.deny(
+            "spec.cluster",
+            format!(
+                "DistributedKV {cluster:?} does not exist in this namespace; name one that `kubectl get dkv` lists"
+            ),
+        ),
+        BackupTarget::Found {
+            has_destination: false,
+        } if backup.spec.destination.is_none() => verdict.deny(
+            "spec.destination",
+            format!(
+                "DistributedKV {cluster:?} has no spec.backup, so nothing says where this backup goes; set spec.destination.uri or configure spec.backup on the cluster"
+            ),
+        ),
+        BackupTarget::Found { .. } => {}
+    }
+    verdict
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dkv(size: i32, image: &str, extra: serde_json::Value) -> DistributedKV {
+        let mut spec = serde_json::json!({"size": size, "image": image});
+        if let (Some(spec), serde_json::Value::Object(extra)) = (spec.as_object_mut(), extra) {
+            spec.extend(extra);
+        }
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "dkv.io/v1alpha1", "kind": "DistributedKV",
+            "metadata": {"name": "orders", "namespace": "shop"},
+            "spec": spec,
+        }))
+        .unwrap_or_else(|e| panic!("test object: {e}"))
+    }
+
+    fn defaults() -> Defaults {
+        Defaults {
+            operator_image: "ghcr.io/dkv-io/dkv:test".into(),
+        }
+    }
+
+    const ETCD_35: &str = "registry.k8s.io/etcd:3.5.16-0";
+
+    #[test]
+    fn scale_down_keeps_a_quorum_of_the_old_size() {
+        let old = dkv(5, ETCD_35, serde_json::json!({}));
+        for (new, allowed) in [(4, true), (3, true), (2, false), (1, false), (7, true)] {
+            let verdict = review_cluster(
+                ClusterWrite::Update {
+                    old: &old,
+                    new: &dkv(new, ETCD_35, serde_json::json!({})),
+                },
+                &RestoreSource::NotAsked,
+                &defaults(),
+            );
+            assert_eq!(verdict.allowed(), allowed, "5 -> {new}: {verdict:?}");
+            if !allowed {
+                assert!(verdict.message().contains("spec.size"), "{verdict:?}");
+                assert!(verdict.message().contains("quorum of 3"), "{verdict:?}");
+            }
+        }
+        let scale = review_cluster(
+            ClusterWrite::Scale { old: 5, new: 1 },
+            &RestoreSource::NotAsked,
+            &defaults(),
+        );
+        assert!(
+            scale.message().contains("scale down to 3 first"),
+            "{scale:?}"
+        );
+    }
+
+    #[test]
+    fn even_sizes_are_warned_about_not_refused() {
+        let verdict = review_cluster(
+            ClusterWrite::Create(&dkv(4, ETCD_35, serde_json::json!({}))),
+            &RestoreSource::NotAsked,
+            &defaults(),
+        );
+        assert!(verdict.allowed(), "{verdict:?}");
+        assert_eq!(verdict.warnings.len(), 1);
+        assert!(verdict.warnings[0].starts_with("spec.size: 4 members"));
+    }
+
+    #[test]
+    fn version_moves_one_minor_up_never_down() {
+        let old = dkv(3, "registry.k8s.io/etcd:3.4.23-0", serde_json::json!({}));
+        let to = |image| {
+            review_cluster(
+                ClusterWrite::Update {
+                    old: &old,
+                    new: &dkv(3, image, serde_json::json!({})),
+                },
+                &RestoreSource::NotAsked,
+                &defaults(),
+            )
+        };
+        assert!(to(ETCD_35).allowed());
+        let skip = to("registry.k8s.io/etcd:3.6.1-0");
+        assert!(
+            skip.message()
+                .starts_with("spec.image: etcd upgrades move one minor"),
+            "{skip:?}"
+        );
+        let down = to("registry.k8s.io/etcd:3.4.1-0");
+        assert!(
+            down.message()
+                .starts_with("spec.image: etcd cannot be downgraded"),
+            "{down:?}"
+        );
+    }
+
+    #[test]
+    fn metadata_only_updates_pass_even_when_the_spec_is_invalid() {
+        let stored = dkv(
+            3,
+            ETCD_35,
+            serde_json::json!({"backup": {"s3Path": "s3://b", "schedule": "never"}}),
+        );
+        let mut deleting = stored.clone();
+        deleting.metadata.finalizers = Some(vec![]);
+        let verdict = review_cluster(
+            ClusterWrite::Update {
+                old: &stored,
+                new: &deleting,
+            },
+            &RestoreSource::NotAsked,
+            &defaults(),
+        );
+        assert!(verdict.allowed(), "{verdict:?}");
+    }
+
+    #[test]
+    fn restore_source_must_exist() {
+        let new = dkv(
+            3,
+            ETCD_35,
+            serde_json::json!({"bootstrap": {"restore": {"backupName": "nightly"}}}),
+        );
+        let verdict = review_cluster(
+            ClusterWrite::Create(&new),
+            &RestoreSource::Missing,
+            &defaults(),
+        );
+        assert!(
+            verdict.message().starts_with(
+                "spec.bootstrap.restore.backupName: DistributedKVBackup \"nightly\" does not exist"
+            ),
+            "{verdict:?}"
+        );
+        assert!(
+            review_cluster(
+                ClusterWrite::Create(&new),
+                &RestoreSource::Found { completed: true },
+                &defaults()
+            )
+            .allowed()
+        );
+    }
+}
