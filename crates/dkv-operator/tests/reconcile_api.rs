@@ -95,6 +95,8 @@ fn stores(statefulsets: Vec<StatefulSet>, extra: Option<&build::Prepared>) -> St
         ..Default::default()
     };
     ready(&mut sc_w, vec![class("standard"), class("fast-ssd")]);
+    let (backups, mut backup_w) = watches::store();
+    ready(&mut backup_w, Vec::new());
     // The writers are dropped here: a store stays readable without them.
     Stores {
         statefulsets: sts,
@@ -104,6 +106,7 @@ fn stores(statefulsets: Vec<StatefulSet>, extra: Option<&build::Prepared>) -> St
         configmaps,
         pods,
         storage_classes,
+        backups,
     }
 }
 

@@ -7,6 +7,7 @@
 //! Deletion runs [`cleanup`] behind the `dkv.io/finalizer` finalizer.
 
 pub mod apply;
+pub mod backup_catalogue;
 pub mod build;
 pub mod cleanup;
 pub mod context;
@@ -28,8 +29,8 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Instant;
 
-use dkv_api::DistributedKV;
 use dkv_api::distributedkv::v1alpha1::{Operation, OperationKind, RecoveryPolicy};
+use dkv_api::{DistributedKV, DistributedKVBackup};
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::CronJob;
@@ -152,6 +153,7 @@ async fn reconcile_cluster(dkv: &DistributedKV, ctx: &Context) -> Result<Action>
     );
     let now = Time(jiff::Timestamp::now());
     let current_operation = dkv.status.as_ref().and_then(|s| s.operation.clone());
+    let backups = backup_catalogue::observe(dkv, &ctx.stores);
 
     let status_for =
         |plan: &plan::Plan, sts: Option<&StatefulSet>, operation: Option<Operation>| {
@@ -163,6 +165,7 @@ async fn reconcile_cluster(dkv: &DistributedKV, ctx: &Context) -> Result<Action>
                     statefulset: sts,
                     members: members.as_deref(),
                     operation,
+                    backups: &backups,
                 },
                 &now,
             )
@@ -293,7 +296,8 @@ async fn report_error(dkv: &DistributedKV, err: &Error, ctx: &Context) {
                 _ => dkv_api::conditions::reasons::RECONCILE_ERROR,
             };
             let now = Time(jiff::Timestamp::now());
-            let status = status::degraded(dkv, reason, &err.to_string(), &now);
+            let backups = backup_catalogue::observe(dkv, &ctx.stores);
+            let status = status::degraded(dkv, reason, &err.to_string(), &backups, &now);
             if let Err(status_err) = status::write(dkv, status, ctx).await {
                 warn!(error = %status_err, "failed to report the error in status");
             }
@@ -380,6 +384,7 @@ pub async fn run(
     let (configmaps, configmap_writer) = watches::store::<ConfigMap>();
     let (pods, pod_writer) = watches::store::<Pod>();
     let (storage_classes, sc_writer) = watches::store::<StorageClass>();
+    let (backups, backup_writer) = watches::store::<DistributedKVBackup>();
     let stores = Stores {
         statefulsets,
         services,
@@ -388,6 +393,7 @@ pub async fn run(
         configmaps,
         pods,
         storage_classes,
+        backups,
     };
 
     // The cluster watch ignores status-only updates (our own status writes
@@ -483,6 +489,21 @@ pub async fn run(
                 cluster
                     .zip(namespace)
                     .map(|(name, ns)| ObjectRef::new(&name).within(&ns))
+            },
+        )
+        // The status's backup facts come from the records: a record that
+        // finishes, or goes, re-derives its cluster's.
+        .watches_stream(
+            watches::relevant_stream(
+                api_for::<DistributedKVBackup>(&client, ns),
+                watcher::Config::default(),
+                backup_writer,
+                watches::backup_relevance,
+            ),
+            |backup: DistributedKVBackup| {
+                backup
+                    .namespace()
+                    .map(|ns| ObjectRef::new(&backup.spec.cluster).within(&ns))
             },
         )
         .with_config(ControllerConfig::default().concurrency(settings.concurrency))
