@@ -399,10 +399,11 @@ async fn retention_prunes_the_oldest_artifacts_and_records_and_keeps_the_newest(
             // Runs 1 and 2 are now 3 and 2 days old (and so is the failure):
             // all older than retentionDays 1. Run 1 and the failure go; run
             // 2 is the newest success and stays until a newer one exists.
-            // Run 2 first, so the pass that prunes the last of the others
-            // has seen it old too.
-            backdate(&backups, "orders-old-2", 2).await;
+            // In this order: while run 1 alone is old, it goes; once run 2
+            // is old too, it is the newest success; the pass that prunes
+            // the failure (backdated last) has seen run 2 old and kept it.
             backdate(&backups, "orders-old-1", 3).await;
+            backdate(&backups, "orders-old-2", 2).await;
             backdate(&backups, "orders-failed", 3).await;
             wait_records_gone(&backups, &["orders-old-1", "orders-failed"]).await;
             let left: Vec<String> = backups
@@ -422,6 +423,8 @@ async fn retention_prunes_the_oldest_artifacts_and_records_and_keeps_the_newest(
                 assert!(objects.contains(&key), "{key} missing from {objects:?}");
             }
         }
+        // Artifacts are named to the second: one backup per second.
+        tokio::time::sleep(Duration::from_millis(1100)).await;
         backups
             .create(&PostParams::default(), &on_cluster(name))
             .await
@@ -489,16 +492,20 @@ async fn retention_prunes_the_oldest_artifacts_and_records_and_keeps_the_newest(
             .unwrap()
             .items
             .into_iter()
-            .filter(|e| e.reason.as_deref() == Some("BackupsPruned"))
+            .filter(|e| e.reason.as_deref() == Some("BackupPruned"))
             .filter_map(|e| e.message)
             .collect();
-        if pruned.iter().any(|m| m.contains("orders-old-2")) {
+        let mentions = |name: &str| pruned.iter().any(|m| m.contains(name));
+        if ["orders-old-1", "orders-old-2", "orders-failed"]
+            .iter()
+            .all(|n| mentions(n))
+        {
             eprintln!("pruning events: {pruned:?}");
             break;
         }
         assert!(
             started.elapsed() < Duration::from_secs(30),
-            "no BackupsPruned event for orders-old-2: {pruned:?}"
+            "a BackupPruned Event per pruned backup: {pruned:?}"
         );
         tokio::time::sleep(Duration::from_millis(250)).await;
     }

@@ -18,9 +18,10 @@
 //!
 //! A pass runs per cluster after any of its backups finishes or is deleted,
 //! when its spec changes, and every [`PERIOD`] so that old backups go even
-//! when backups stop. An artifact that cannot be deleted keeps its record
-//! (records and artifacts go together); the failure is logged, published as
-//! a `RetentionFailed` Event on the cluster, and retried with backoff.
+//! when backups stop. Each pruned backup is a `BackupPruned` Event on the
+//! cluster. An artifact that cannot be deleted keeps its record (records
+//! and artifacts go together); the failure is logged, published as a
+//! `RetentionFailed` Event on the cluster, and retried with backoff.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -32,7 +33,7 @@ use dkv_api::{DistributedKV, DistributedKVBackup};
 use dkv_backup::{BackupRecord, Outcome, PruneReason, RetentionPolicy, StoreConfig};
 use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::core::v1::{ObjectReference, Secret};
 use kube::api::{Api, DeleteParams, ListParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Event, EventType, Recorder};
@@ -51,10 +52,12 @@ pub const PERIOD: Duration = Duration::from_secs(3600);
 const FINAL_BACKUP_LABEL: &str = "dkv.io/final-backup";
 
 /// One backup retention removes.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Pruning {
     /// The `DistributedKVBackup` record.
     pub record: String,
+    /// The same, as the related object of the Events about it.
+    pub record_ref: ObjectReference,
     /// Its artifact, when it has one.
     pub uri: Option<String>,
     /// The Secret holding the credentials of the artifact's store.
@@ -123,6 +126,7 @@ pub fn plan(
             };
             Some(Pruning {
                 record: prune.key,
+                record_ref: record.object_ref(&()),
                 uri: record
                     .status
                     .as_ref()
@@ -264,44 +268,52 @@ async fn reconcile(cluster: Arc<DistributedKV>, ctx: Arc<Context>) -> Result<Act
         .items;
     let prunings = plan(&cluster, &records, jiff::Timestamp::now());
     let mut configs: HashMap<Option<String>, StoreConfig> = HashMap::new();
-    let mut pruned = Vec::new();
+    let days = retention_days.unwrap_or_default();
     let mut failures = Vec::new();
+    // One Event per backup, related to its record: the recorder folds
+    // Events with the same reason and objects into one series, keeping the
+    // first note.
     for pruning in prunings {
         match prune(&ctx.client, &ns, &pruning, &mut configs).await {
             Ok(()) => {
                 info!(cluster = %name, backup = %pruning.record, uri = ?pruning.uri, reason = ?pruning.reason, "pruned backup");
-                pruned.push(pruning.record);
+                let artifact = pruning
+                    .uri
+                    .as_deref()
+                    .map_or_else(|| " (no artifact)".to_owned(), |uri| format!(" and {uri}"));
+                publish(
+                    &ctx,
+                    &cluster,
+                    &pruning,
+                    EventType::Normal,
+                    "BackupPruned",
+                    format!(
+                        "deleted backup {}{artifact}: {} (retentionDays {days})",
+                        pruning.record,
+                        match pruning.reason {
+                            PruneReason::OlderThanMaxAge => "older than the retention",
+                            PruneReason::BeyondMaxBackups => "beyond the number kept",
+                        }
+                    ),
+                )
+                .await;
             }
             Err(why) => {
                 warn!(cluster = %name, backup = %pruning.record, error = %why, "pruning a backup failed");
+                publish(
+                    &ctx,
+                    &cluster,
+                    &pruning,
+                    EventType::Warning,
+                    "RetentionFailed",
+                    format!("backup {} kept for now: {why} (will retry)", pruning.record),
+                )
+                .await;
                 failures.push(format!("{}: {why}", pruning.record));
             }
         }
     }
-    if !pruned.is_empty() {
-        let days = retention_days.unwrap_or_default();
-        publish(
-            &ctx,
-            &cluster,
-            EventType::Normal,
-            "BackupsPruned",
-            format!(
-                "retentionDays {days}: deleted {} backup(s) and their artifacts: {}",
-                pruned.len(),
-                pruned.join(", ")
-            ),
-        )
-        .await;
-    }
     if !failures.is_empty() {
-        publish(
-            &ctx,
-            &cluster,
-            EventType::Warning,
-            "RetentionFailed",
-            format!("{} (will retry)", failures.join("; ")),
-        )
-        .await;
         return Err(Error::Prune {
             cluster: name,
             failures,
@@ -374,6 +386,7 @@ fn ignore_not_found<T>(result: Result<T, kube::Error>) -> Result<(), kube::Error
 async fn publish(
     ctx: &Context,
     cluster: &DistributedKV,
+    pruning: &Pruning,
     type_: EventType,
     reason: &str,
     note: String,
@@ -383,7 +396,7 @@ async fn publish(
         reason: reason.to_owned(),
         note: Some(note),
         action: "Retention".to_owned(),
-        secondary: None,
+        secondary: Some(pruning.record_ref.clone()),
     };
     if let Err(err) = ctx.recorder.publish(&event, &cluster.object_ref(&())).await {
         warn!(cluster = %cluster.name_any(), error = %err, "failed to publish event");

@@ -34,56 +34,75 @@ pub struct BackupSummary {
     pub failed: Option<FailedRun>,
 }
 
-/// When a finished record finished (its completion, else its start, else
-/// its creation); `None` for a run still in flight.
-fn finished_at(record: &DistributedKVBackup) -> Option<(jiff::Timestamp, bool)> {
+/// Orders finished runs: when each finished (its completion, else its
+/// start, else its creation), then when it started. Times have whole-second
+/// precision, so ties happen; at a tie a success counts as the later run (a
+/// good backup of that moment exists), then the name decides, so the answer
+/// never depends on the cache's order.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct Recency {
+    finished: jiff::Timestamp,
+    started: Option<jiff::Timestamp>,
+    created: Option<jiff::Timestamp>,
+    succeeded: bool,
+    name: String,
+}
+
+/// How recent a finished record is; `None` for a run still in flight.
+fn recency(record: &DistributedKVBackup) -> Option<Recency> {
     let status = record.status.as_ref()?;
     let succeeded = match status.phase? {
         BackupPhase::Completed => status.artifact.is_some(),
         BackupPhase::Failed => false,
         BackupPhase::Pending | BackupPhase::Running => return None,
     };
-    let time = status
+    let created = record.metadata.creation_timestamp.as_ref().map(|t| t.0);
+    let started = status.start_time.as_ref().map(|t| t.0);
+    let finished = status
         .completion_time
         .as_ref()
-        .or(status.start_time.as_ref())
-        .or(record.metadata.creation_timestamp.as_ref())?;
-    Some((time.0, succeeded))
+        .map(|t| t.0)
+        .or(started)
+        .or(created)?;
+    Some(Recency {
+        finished,
+        started,
+        created,
+        succeeded,
+        name: record.name_any(),
+    })
 }
 
 /// The summary of `cluster`'s backups among `records` (all in its
-/// namespace). Ties in time are broken by name, so the answer does not
-/// depend on the cache's order.
+/// namespace).
 pub fn summarize(cluster: &str, records: &[Arc<DistributedKVBackup>]) -> BackupSummary {
-    let mut finished: Vec<(jiff::Timestamp, String, bool, &DistributedKVBackup)> = records
+    let mut finished: Vec<(Recency, &DistributedKVBackup)> = records
         .iter()
         .filter(|r| r.spec.cluster == cluster)
-        .filter_map(|r| {
-            finished_at(r).map(|(time, succeeded)| (time, r.name_any(), succeeded, r.as_ref()))
-        })
+        .filter_map(|r| recency(r).map(|rank| (rank, r.as_ref())))
         .collect();
     // Newest first.
-    finished.sort_by(|a, b| (b.0, &b.1).cmp(&(a.0, &a.1)));
+    finished.sort_by(|a, b| b.0.cmp(&a.0));
     let last = finished
         .iter()
-        .find(|(_, _, succeeded, _)| *succeeded)
-        .and_then(|(time, name, _, record)| {
+        .find(|(rank, _)| rank.succeeded)
+        .and_then(|(rank, record)| {
             let artifact = record.status.as_ref()?.artifact.as_ref()?;
             Some((
                 BackupArtifactRef {
-                    name: name.clone(),
+                    name: rank.name.clone(),
                     uri: artifact.uri.clone(),
                     size_bytes: artifact.size_bytes,
                     sha256: artifact.sha256.clone(),
                 },
-                Time(*time),
+                Time(rank.finished),
             ))
         });
     let failed = finished
         .first()
-        .filter(|(_, _, succeeded, _)| !*succeeded)
-        .map(|(_, name, _, record)| FailedRun {
-            name: name.clone(),
+        .filter(|(rank, _)| !rank.succeeded)
+        .map(|(rank, record)| FailedRun {
+            name: rank.name.clone(),
             message: record
                 .status
                 .as_ref()
@@ -190,6 +209,22 @@ mod tests {
             record("good", "orders", "Completed", "2026-11-22T06:00:00Z"),
         ];
         assert_eq!(summarize("orders", &records).failed, None);
+    }
+
+    #[test]
+    fn at_the_same_second_a_success_is_the_later_run() {
+        // Whole-second times: a failed run and a good one can finish in the
+        // same second; the good backup exists, so nothing is degraded.
+        let records = [
+            record("zz-denied", "orders", "Failed", "2026-11-22T06:00:00Z"),
+            record("aa-good", "orders", "Completed", "2026-11-22T06:00:00Z"),
+        ];
+        let summary = summarize("orders", &records);
+        assert_eq!(summary.failed, None);
+        assert_eq!(
+            summary.last.map(|(b, _)| b.name),
+            Some("aa-good".to_owned())
+        );
     }
 
     #[test]
