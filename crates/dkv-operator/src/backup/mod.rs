@@ -269,22 +269,25 @@ async fn announce(
                 .unwrap_or_else(|| "the backup failed".to_owned()),
         ),
     };
-    let event = Event {
+    let event = |secondary| Event {
         type_,
         reason: reason.to_owned(),
         note: Some(format!("backup {}: {note}", backup.name_any())),
         action: "Backup".to_owned(),
-        secondary: None,
+        secondary,
     };
-    let mut targets = vec![backup.object_ref(&())];
+    let mut targets = vec![(backup.object_ref(&()), event(None))];
     let ns = backup.namespace().unwrap_or_default();
     if let Ok(Some(owner)) = Api::<DistributedKV>::namespaced(ctx.client.clone(), &ns)
         .get_opt(cluster)
         .await
     {
-        targets.push(owner.object_ref(&()));
+        // Related to the backup: the recorder folds Events with the same
+        // reason and objects into one series that keeps the first note, so
+        // without it a cluster's second failure would read as its first.
+        targets.push((owner.object_ref(&()), event(Some(backup.object_ref(&())))));
     }
-    for target in targets {
+    for (target, event) in targets {
         if let Err(err) = ctx.recorder.publish(&event, &target).await {
             warn!(backup = %backup.name_any(), error = %err, "failed to publish event");
         }
