@@ -153,16 +153,18 @@ async fn an_on_demand_backup_lands_in_the_bucket_and_restores_the_same_keys() {
         (artifact.size_bytes, artifact.sha256.as_str())
     );
 
-    // The cluster's catalogue pointer.
-    let cluster = dkvs.get("orders").await.unwrap().status.unwrap();
-    assert_eq!(
-        cluster
-            .last_backup
+    // The cluster's catalogue pointer, derived from the record by the
+    // cluster controller.
+    wait_for(&dkvs, "orders", "lastBackup orders-manual", |d| {
+        d.status
             .as_ref()
-            .map(|b| (b.name.as_str(), b.uri.as_str())),
-        Some(("orders-manual", artifact.uri.as_str()))
-    );
-    assert!(cluster.last_backup_time.is_some());
+            .and_then(|s| s.last_backup.as_ref())
+            .map(|b| (b.name.as_str(), b.uri.as_str()))
+            == Some(("orders-manual", artifact.uri.as_str()))
+    })
+    .await;
+    let cluster = dkvs.get("orders").await.unwrap().status.unwrap();
+    assert_eq!(cluster.last_backup_time, status.completion_time);
 
     // Restore it into a new single-member etcd: exactly the keys written.
     let dir = tempfile::tempdir().unwrap();
@@ -581,9 +583,28 @@ async fn a_scheduled_run_is_recorded_in_the_catalogue_and_on_the_cluster() {
             .uri
             .starts_with("s3://dkv-backups/scheduled/backups/orders/")
     );
+    // The run fired before the member passed its readiness probe (the
+    // client Service had no endpoint yet): the agent waits for the cluster
+    // instead of failing its first attempt.
+    let job = Api::<k8s_openapi::api::batch::v1::Job>::namespaced(client.clone(), NS)
+        .get(&name)
+        .await
+        .unwrap();
+    assert_eq!(
+        job.status.and_then(|s| s.failed).unwrap_or(0),
+        0,
+        "no failed attempt"
+    );
+    wait_for(&dkvs, "orders", "lastBackup from the scheduled run", |d| {
+        d.status
+            .as_ref()
+            .and_then(|s| s.last_backup.as_ref())
+            .map(|b| b.name.as_str())
+            == Some(name.as_str())
+    })
+    .await;
     let cluster = dkvs.get("orders").await.unwrap().status.unwrap();
-    assert!(cluster.last_backup_time.is_some());
-    assert_eq!(cluster.last_backup.map(|b| b.name), Some(name));
+    assert_eq!(cluster.last_backup_time, status.completion_time);
     operator.stop().await;
 }
 
