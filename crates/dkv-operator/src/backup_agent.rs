@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use dkv_backup::{BackupRequest, Credentials, Location, S3Options, StoreConfig, UploadOptions};
-use dkv_etcd::GrpcAdmin;
+use dkv_etcd::{EtcdAdmin, GrpcAdmin};
 
 use crate::cli::{BackupArgs, ObjectStoreArgs};
 use crate::cluster::naming::{CLIENT_PORT, client_service};
@@ -62,6 +62,7 @@ async fn backup(args: &BackupArgs) -> anyhow::Result<String> {
         endpoints.clone(),
         Duration::from_secs(args.etcd_timeout_seconds.max(1)),
     );
+    wait_for_cluster(&admin, Duration::from_secs(args.wait_for_cluster_seconds)).await;
     let request = BackupRequest {
         namespace: args.namespace.clone(),
         cluster: args.cluster.clone(),
@@ -83,6 +84,25 @@ async fn backup(args: &BackupArgs) -> anyhow::Result<String> {
     )
     .await?;
     serde_json::to_string(&artifact).context("encoding the artifact")
+}
+
+/// Waits up to `patience` for the cluster to list its members. A schedule
+/// can fire while no member is ready yet (just created, restarting), and
+/// the client Service then refuses connections; without this the attempt
+/// fails at once and the Job retries only after its backoff. Whatever the
+/// outcome, the backup then runs and reports its own error.
+async fn wait_for_cluster(admin: &GrpcAdmin, patience: Duration) {
+    let deadline = std::time::Instant::now() + patience;
+    loop {
+        match admin.member_list().await {
+            Ok(_) => return,
+            Err(err) if std::time::Instant::now() < deadline => {
+                tracing::info!(error = %err, "etcd does not answer yet; retrying");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+            Err(_) => return,
+        }
+    }
 }
 
 impl ObjectStoreArgs {

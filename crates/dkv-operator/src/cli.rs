@@ -200,6 +200,11 @@ pub struct BackupArgs {
     /// Deadline of each etcd call (and of each snapshot chunk).
     #[arg(long, default_value_t = 10)]
     pub etcd_timeout_seconds: u64,
+    /// How long to wait for the cluster to answer at all before the backup
+    /// fails: a member that just started (not yet through its readiness
+    /// probe, so the client Service has no endpoint) or is restarting.
+    #[arg(long, default_value_t = 30)]
+    pub wait_for_cluster_seconds: u64,
     /// Where the artifact (JSON) or the failure is written for the operator
     /// to read (the container's terminationMessagePath).
     #[arg(long, default_value = "/dev/termination-log")]

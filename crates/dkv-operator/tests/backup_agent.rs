@@ -217,6 +217,7 @@ async fn failures_exit_non_zero_with_the_reason_and_without_the_secret() {
             format!("--destination={}", moto.uri("prod")),
             format!("--endpoints=http://{}:2379", loopback_ip(12, 9)),
             "--etcd-timeout-seconds=2".to_owned(),
+            "--wait-for-cluster-seconds=0".to_owned(),
             format!("--termination-log={}", termination_log.display()),
         ],
         &moto.env(),

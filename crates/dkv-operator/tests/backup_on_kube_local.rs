@@ -3,7 +3,9 @@
 //! `dkv backup` in a Job, its status ends `Completed` with the artifact the
 //! bucket really holds, the cluster records it as `lastBackup`, and the
 //! artifact restores into a new etcd with exactly the keys written. Wrong
-//! credentials end `Failed` with the reason and without the secret.
+//! credentials end `Failed` with the reason and without the secret, and
+//! leave the cluster `Degraded/BackupFailed` until a later backup completes.
+//! Retention prunes old records with their artifacts and keeps the newest.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -14,13 +16,14 @@ use dkv_api::{DistributedKV, DistributedKVBackup};
 use dkv_backup::testing::{EtcdProcess, MotoServer, etcd_bin_dir, loopback_ip, test_key};
 use dkv_backup::{Location, MemberRestore, RestoreTool, fetch_artifact, restore_member};
 use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
-use kube::api::{Api, PostParams};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
 
 mod support;
 
-use support::etcd_cluster::{connect, member_endpoints, wait_settled};
+use support::etcd_cluster::{condition_reason, connect, member_endpoints, wait_for, wait_settled};
 
 const NS: &str = "backups";
 const KEYS: usize = 300;
@@ -150,16 +153,18 @@ async fn an_on_demand_backup_lands_in_the_bucket_and_restores_the_same_keys() {
         (artifact.size_bytes, artifact.sha256.as_str())
     );
 
-    // The cluster's catalogue pointer.
-    let cluster = dkvs.get("orders").await.unwrap().status.unwrap();
-    assert_eq!(
-        cluster
-            .last_backup
+    // The cluster's catalogue pointer, derived from the record by the
+    // cluster controller.
+    wait_for(&dkvs, "orders", "lastBackup orders-manual", |d| {
+        d.status
             .as_ref()
-            .map(|b| (b.name.as_str(), b.uri.as_str())),
-        Some(("orders-manual", artifact.uri.as_str()))
-    );
-    assert!(cluster.last_backup_time.is_some());
+            .and_then(|s| s.last_backup.as_ref())
+            .map(|b| (b.name.as_str(), b.uri.as_str()))
+            == Some(("orders-manual", artifact.uri.as_str()))
+    })
+    .await;
+    let cluster = dkvs.get("orders").await.unwrap().status.unwrap();
+    assert_eq!(cluster.last_backup_time, status.completion_time);
 
     // Restore it into a new single-member etcd: exactly the keys written.
     let dir = tempfile::tempdir().unwrap();
@@ -251,6 +256,261 @@ async fn an_on_demand_backup_lands_in_the_bucket_and_restores_the_same_keys() {
         "BackupFailed on the backup and on the cluster: {failed_events:?}"
     );
 
+    // The cluster is Degraded/BackupFailed, naming the run, not the secret.
+    wait_for(&dkvs, "orders", "Degraded/BackupFailed", |d| {
+        condition_reason(d, "Degraded", "True").as_deref() == Some("BackupFailed")
+    })
+    .await;
+    let degraded = degraded_message(&dkvs.get("orders").await.unwrap());
+    eprintln!("cluster after the denied backup: {degraded}");
+    assert!(degraded.contains("orders-denied"), "{degraded}");
+    assert!(!degraded.contains(wrong_secret), "{degraded}");
+    let status_text = serde_json::to_string(&dkvs.get("orders").await.unwrap().status).unwrap();
+    assert!(!status_text.contains(wrong_secret), "{status_text}");
+
+    // A later successful backup clears it and becomes the last backup.
+    backups
+        .create(
+            &PostParams::default(),
+            &backup("orders-again", &moto.uri("prod"), "s3-creds"),
+        )
+        .await
+        .unwrap();
+    let again = wait_finished(&backups, "orders-again").await;
+    assert_eq!(
+        again.status.as_ref().and_then(|s| s.phase),
+        Some(BackupPhase::Completed),
+        "{:?}",
+        again.status
+    );
+    wait_for(&dkvs, "orders", "Degraded=False after a good backup", |d| {
+        condition_reason(d, "Degraded", "False").is_some()
+            && d.status
+                .as_ref()
+                .and_then(|s| s.last_backup.as_ref())
+                .map(|b| b.name.as_str())
+                == Some("orders-again")
+    })
+    .await;
+    for e in events.list(&Default::default()).await.unwrap().items {
+        assert!(
+            !e.message.clone().unwrap_or_default().contains(wrong_secret),
+            "{e:?}"
+        );
+    }
+
+    operator.stop().await;
+}
+
+/// The message of a cluster's Degraded condition.
+fn degraded_message(d: &DistributedKV) -> String {
+    d.status
+        .iter()
+        .flat_map(|s| &s.conditions)
+        .find(|c| c.type_ == "Degraded")
+        .map(|c| c.message.clone())
+        .unwrap_or_default()
+}
+
+/// Waits until no record named in `names` exists.
+async fn wait_records_gone(backups: &Api<DistributedKVBackup>, names: &[&str]) {
+    let started = Instant::now();
+    loop {
+        let left: Vec<String> = backups
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .iter()
+            .map(|b| b.name_any())
+            .filter(|n| names.contains(&n.as_str()))
+            .collect();
+        if left.is_empty() {
+            return;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "records not pruned: {left:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// The bucket keys (snapshot and sidecar) of an artifact URI.
+fn artifact_keys(uri: &str) -> [String; 2] {
+    let key = Location::parse(uri).unwrap().path().as_ref().to_owned();
+    [key.clone(), format!("{key}.json")]
+}
+
+/// Moves a finished record's times `days` into the past, as if it had run
+/// then.
+async fn backdate(backups: &Api<DistributedKVBackup>, name: &str, days: i64) {
+    let then = Time(jiff::Timestamp::now() - jiff::SignedDuration::from_hours(days * 24));
+    backups
+        .patch_status(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"startTime": then, "completionTime": then}})),
+        )
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn retention_prunes_the_oldest_artifacts_and_records_and_keeps_the_newest() {
+    let moto = MotoServer::start("dkv-backups");
+    let env = support::environment(true).await;
+    let client = env.client();
+    support::create_namespace(&client, NS).await;
+    let operator = support::RunningOperator::start(client.clone(), false);
+    secret(&client, "s3-creds", moto.env()).await;
+    secret(
+        &client,
+        "bad-creds",
+        with_secret_key(moto.env(), "not-the-secret"),
+    )
+    .await;
+    let dkvs: Api<DistributedKV> = Api::namespaced(client.clone(), NS);
+    dkvs.create(
+        &PostParams::default(),
+        &support::cluster(
+            NS,
+            "orders",
+            1,
+            "registry.k8s.io/etcd:3.5.16-0",
+            json!({"backup": {"s3Path": moto.uri("kept"), "schedule": "0 0 1 1 *",
+                              "credentialsSecret": "s3-creds", "retentionDays": 1}}),
+        ),
+    )
+    .await
+    .unwrap();
+    wait_settled(&dkvs, "orders", 1).await;
+    let backups: Api<DistributedKVBackup> = Api::namespaced(client.clone(), NS);
+
+    // Two real backups and a failed run, all recent: nothing is pruned.
+    let on_cluster = |name: &str| -> DistributedKVBackup {
+        serde_json::from_value(json!({
+            "apiVersion": "dkv.io/v1alpha1", "kind": "DistributedKVBackup",
+            "metadata": {"name": name, "namespace": NS}, "spec": {"cluster": "orders"}
+        }))
+        .unwrap()
+    };
+    let mut uris: std::collections::BTreeMap<&str, String> = std::collections::BTreeMap::new();
+    for name in ["orders-old-1", "orders-old-2", "orders-new"] {
+        if name == "orders-new" {
+            // Runs 1 and 2 are now 3 and 2 days old (and so is the failure):
+            // all older than retentionDays 1. Run 1 and the failure go; run
+            // 2 is the newest success and stays until a newer one exists.
+            // In this order: while run 1 alone is old, it goes; once run 2
+            // is old too, it is the newest success; the pass that prunes
+            // the failure (backdated last) has seen run 2 old and kept it.
+            backdate(&backups, "orders-old-1", 3).await;
+            backdate(&backups, "orders-old-2", 2).await;
+            backdate(&backups, "orders-failed", 3).await;
+            wait_records_gone(&backups, &["orders-old-1", "orders-failed"]).await;
+            let left: Vec<String> = backups
+                .list(&Default::default())
+                .await
+                .unwrap()
+                .items
+                .iter()
+                .map(|b| b.name_any())
+                .collect();
+            assert_eq!(left, ["orders-old-2"], "the newest success is kept");
+            let objects = moto.list().objects;
+            for key in artifact_keys(&uris["orders-old-1"]) {
+                assert!(!objects.contains(&key), "{key} still in {objects:?}");
+            }
+            for key in artifact_keys(&uris["orders-old-2"]) {
+                assert!(objects.contains(&key), "{key} missing from {objects:?}");
+            }
+        }
+        // Artifacts are named to the second: one backup per second.
+        tokio::time::sleep(Duration::from_millis(1100)).await;
+        backups
+            .create(&PostParams::default(), &on_cluster(name))
+            .await
+            .unwrap();
+        let done = wait_finished(&backups, name).await;
+        let status = done.status.unwrap();
+        assert_eq!(
+            status.phase,
+            Some(BackupPhase::Completed),
+            "{:?}",
+            status.message
+        );
+        uris.insert(name, status.artifact.unwrap().uri);
+        if name == "orders-old-2" {
+            backups
+                .create(
+                    &PostParams::default(),
+                    &backup("orders-failed", &moto.uri("kept"), "bad-creds"),
+                )
+                .await
+                .unwrap();
+            let failed = wait_finished(&backups, "orders-failed").await;
+            assert_eq!(
+                failed.status.and_then(|s| s.phase),
+                Some(BackupPhase::Failed)
+            );
+            assert_eq!(
+                backups.list(&Default::default()).await.unwrap().items.len(),
+                3
+            );
+        }
+    }
+
+    // The new backup completes: run 2 goes too, with its artifact; the
+    // bucket holds exactly the new backup and its sidecar.
+    wait_records_gone(&backups, &["orders-old-2"]).await;
+    let left: Vec<String> = backups
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .map(|b| b.name_any())
+        .collect();
+    assert_eq!(left, ["orders-new"]);
+    let objects: Vec<String> = moto
+        .list()
+        .objects
+        .into_iter()
+        .filter(|k| k.starts_with("kept/"))
+        .collect();
+    assert_eq!(objects, artifact_keys(&uris["orders-new"]).to_vec());
+    let cluster = dkvs.get("orders").await.unwrap();
+    assert_eq!(
+        cluster.status.and_then(|s| s.last_backup).map(|b| b.name),
+        Some("orders-new".to_owned())
+    );
+    // Reported on the cluster.
+    let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(client.clone(), NS);
+    let started = Instant::now();
+    loop {
+        let pruned: Vec<String> = events
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|e| e.reason.as_deref() == Some("BackupPruned"))
+            .filter_map(|e| e.message)
+            .collect();
+        let mentions = |name: &str| pruned.iter().any(|m| m.contains(name));
+        if ["orders-old-1", "orders-old-2", "orders-failed"]
+            .iter()
+            .all(|n| mentions(n))
+        {
+            eprintln!("pruning events: {pruned:?}");
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "a BackupPruned Event per pruned backup: {pruned:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
     operator.stop().await;
 }
 
@@ -323,9 +583,28 @@ async fn a_scheduled_run_is_recorded_in_the_catalogue_and_on_the_cluster() {
             .uri
             .starts_with("s3://dkv-backups/scheduled/backups/orders/")
     );
+    // The run fired before the member passed its readiness probe (the
+    // client Service had no endpoint yet): the agent waits for the cluster
+    // instead of failing its first attempt.
+    let job = Api::<k8s_openapi::api::batch::v1::Job>::namespaced(client.clone(), NS)
+        .get(&name)
+        .await
+        .unwrap();
+    assert_eq!(
+        job.status.and_then(|s| s.failed).unwrap_or(0),
+        0,
+        "no failed attempt"
+    );
+    wait_for(&dkvs, "orders", "lastBackup from the scheduled run", |d| {
+        d.status
+            .as_ref()
+            .and_then(|s| s.last_backup.as_ref())
+            .map(|b| b.name.as_str())
+            == Some(name.as_str())
+    })
+    .await;
     let cluster = dkvs.get("orders").await.unwrap().status.unwrap();
-    assert!(cluster.last_backup_time.is_some());
-    assert_eq!(cluster.last_backup.map(|b| b.name), Some(name));
+    assert_eq!(cluster.last_backup_time, status.completion_time);
     operator.stop().await;
 }
 
@@ -406,9 +685,8 @@ async fn deletion_takes_a_verified_final_backup_and_a_failing_one_blocks_it() {
     // ledger: the final backup fails; deletion is blocked with the reason
     // until the user waives the backup.
     dkvs.delete("ledger", &Default::default()).await.unwrap();
-    let blocked = support::etcd_cluster::wait_for(&dkvs, "ledger", "Degraded/BackupFailed", |d| {
-        support::etcd_cluster::condition_reason(d, "Degraded", "True").as_deref()
-            == Some("BackupFailed")
+    let blocked = wait_for(&dkvs, "ledger", "Degraded/BackupFailed", |d| {
+        condition_reason(d, "Degraded", "True").as_deref() == Some("BackupFailed")
     })
     .await;
     let d = dkvs.get("ledger").await.unwrap();
@@ -429,10 +707,8 @@ async fn deletion_takes_a_verified_final_backup_and_a_failing_one_blocks_it() {
     );
     dkvs.patch(
         "ledger",
-        &kube::api::PatchParams::default(),
-        &kube::api::Patch::Merge(
-            json!({"metadata": {"annotations": {"dkv.io/skip-final-backup": "true"}}}),
-        ),
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"annotations": {"dkv.io/skip-final-backup": "true"}}})),
     )
     .await
     .unwrap();

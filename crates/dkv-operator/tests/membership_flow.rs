@@ -171,6 +171,8 @@ fn world(
             .unwrap(),
         ],
     );
+    let (backups, mut w8) = watches::store();
+    ready(&mut w8, vec![]);
     let stores = Stores {
         statefulsets,
         services,
@@ -179,6 +181,7 @@ fn world(
         configmaps,
         pods: pod_store,
         storage_classes,
+        backups,
     };
     let (client, log) = recording_api();
     let ctx = Context::new(

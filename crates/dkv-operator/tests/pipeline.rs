@@ -468,6 +468,27 @@ fn backup_cronjob_exists_only_when_backups_are_configured() {
     );
     let env_from = agent.env_from.as_ref().unwrap();
     assert_eq!(env_from[0].secret_ref.as_ref().unwrap().name, "s3-creds");
+    // The agent's pods are not members: the members' selector (Services,
+    // PDB, StatefulSet, anti-affinity) must not match them.
+    let pod_labels = spec
+        .job_template
+        .spec
+        .as_ref()
+        .unwrap()
+        .template
+        .metadata
+        .as_ref()
+        .unwrap()
+        .labels
+        .clone()
+        .unwrap();
+    let selector = dkv_api::labels::selector_labels("orders");
+    assert!(
+        !selector.iter().all(|(k, v)| pod_labels.get(k) == Some(v)),
+        "{pod_labels:?}"
+    );
+    assert_eq!(pod_labels["app.kubernetes.io/component"], "backup");
+    assert_eq!(pod_labels["dkv.io/cluster"], "orders");
 }
 
 #[test]

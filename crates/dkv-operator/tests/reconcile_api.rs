@@ -10,7 +10,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use dkv_api::DistributedKV;
+use dkv_api::{DistributedKV, DistributedKVBackup};
 use dkv_operator::cluster::context::Context;
 use dkv_operator::cluster::validate::{Defaults, Facts};
 use dkv_operator::cluster::watches::{self, Stores};
@@ -56,6 +56,16 @@ where
 /// Caches as the watches would fill them: `children` of the cluster, and the
 /// StorageClasses `standard` and `fast-ssd`.
 fn stores(statefulsets: Vec<StatefulSet>, extra: Option<&build::Prepared>) -> Stores {
+    stores_with_backups(statefulsets, extra, Vec::new())
+}
+
+/// The same, with `backups` in the DistributedKVBackup cache.
+fn stores_with_backups(
+    statefulsets: Vec<StatefulSet>,
+    extra: Option<&build::Prepared>,
+    backups: Vec<DistributedKVBackup>,
+) -> Stores {
+    let records = backups;
     let (sts, mut sts_w) = watches::store();
     let (services, mut svc_w) = watches::store();
     let (pdbs, mut pdb_w) = watches::store();
@@ -95,6 +105,8 @@ fn stores(statefulsets: Vec<StatefulSet>, extra: Option<&build::Prepared>) -> St
         ..Default::default()
     };
     ready(&mut sc_w, vec![class("standard"), class("fast-ssd")]);
+    let (backups, mut backup_w) = watches::store();
+    ready(&mut backup_w, records);
     // The writers are dropped here: a store stays readable without them.
     Stores {
         statefulsets: sts,
@@ -104,6 +116,7 @@ fn stores(statefulsets: Vec<StatefulSet>, extra: Option<&build::Prepared>) -> St
         configmaps,
         pods,
         storage_classes,
+        backups,
     }
 }
 
@@ -437,6 +450,71 @@ async fn status_is_written_once_and_not_again_when_nothing_changed() {
     let dkv: DistributedKV = serde_json::from_value(written).unwrap();
     let (ctx, api) = context(stores(vec![sts], Some(&prepared)));
     reconcile(Arc::new(dkv), ctx.clone()).await.unwrap();
+    assert_no_more_requests(ctx, api).await;
+}
+
+#[tokio::test]
+async fn backup_facts_in_status_come_from_the_records_not_from_the_cached_status() {
+    let mut dkv = with_finalizer(fixture("minimal"));
+    // What a stale cache might hold: an older last backup.
+    dkv.status = Some(
+        serde_json::from_value(json!({
+            "lastBackup": {"name": "orders-older", "uri": "s3://b/p/shop/orders/orders-20261122-050000.db"},
+            "lastBackupTime": "2026-11-22T05:00:00Z"
+        }))
+        .unwrap(),
+    );
+    let (prepared, sts) = converged_children(&dkv);
+    let record = |name: &str, phase: &str, at: &str| -> DistributedKVBackup {
+        let artifact = (phase == "Completed").then(|| {
+            json!({"uri": format!("s3://b/p/shop/orders/{name}.db"), "sizeBytes": 7, "sha256": "ab", "revision": 3})
+        });
+        serde_json::from_value(json!({
+            "apiVersion": "dkv.io/v1alpha1", "kind": "DistributedKVBackup",
+            "metadata": {"name": name, "namespace": "shop"},
+            "spec": {"cluster": "orders"},
+            "status": {"phase": phase, "completionTime": at, "artifact": artifact,
+                       "message": (phase == "Failed").then_some("access denied")}
+        }))
+        .unwrap()
+    };
+    let records = vec![
+        record("orders-older", "Completed", "2026-11-22T05:00:00Z"),
+        record("orders-good", "Completed", "2026-11-22T06:00:00Z"),
+        record("orders-denied", "Failed", "2026-11-22T07:00:00Z"),
+    ];
+    let (ctx, mut api) = context(stores_with_backups(vec![sts], Some(&prepared), records));
+    let run = tokio::spawn(reconcile(Arc::new(dkv.clone()), ctx.clone()));
+    let sent = next(&mut api).await;
+    assert_eq!(sent.uri, format!("{DKV_PATH}/status?"));
+    let status = sent.body["status"].clone();
+    assert_eq!(status["lastBackup"]["name"], "orders-good");
+    assert_eq!(status["lastBackup"]["sizeBytes"], 7);
+    assert_eq!(status["lastBackupTime"], "2026-11-22T06:00:00Z");
+    assert_eq!(status["phase"], "Degraded");
+    let degraded = status["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "Degraded")
+        .cloned()
+        .unwrap();
+    assert_eq!(
+        (degraded["status"].as_str(), degraded["reason"].as_str()),
+        (Some("True"), Some("BackupFailed"))
+    );
+    let message = degraded["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("orders-denied") && message.contains("access denied"),
+        "{message}"
+    );
+    let mut written = serde_json::to_value(&dkv).unwrap();
+    written["status"] = status;
+    sent.reply(StatusCode::OK, written);
+    expect_event(next(&mut api).await, "QuorumHealthy", "Normal");
+    expect_event(next(&mut api).await, "Converged", "Normal");
+    expect_event(next(&mut api).await, "BackupFailed", "Warning");
+    run.await.unwrap().unwrap();
     assert_no_more_requests(ctx, api).await;
 }
 

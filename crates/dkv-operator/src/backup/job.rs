@@ -5,7 +5,7 @@ use k8s_openapi::api::batch::v1::Job;
 use kube::api::ObjectMeta;
 use kube::{Resource, ResourceExt};
 
-use crate::cluster::build::cronjob::{AgentRun, agent_container, agent_job_spec};
+use crate::cluster::build::cronjob::{AgentRun, agent_container, agent_job_spec, agent_labels};
 
 /// Where and how one backup runs, resolved from the backup and its cluster.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -31,29 +31,8 @@ pub fn job_name(backup: &DistributedKVBackup) -> String {
 }
 
 pub fn build(backup: &DistributedKVBackup, resolved: &Resolved) -> Job {
-    let labels = std::collections::BTreeMap::from([
-        (
-            "app.kubernetes.io/name".to_owned(),
-            "distributedkv".to_owned(),
-        ),
-        (
-            "app.kubernetes.io/instance".to_owned(),
-            resolved.cluster.clone(),
-        ),
-        (
-            "app.kubernetes.io/managed-by".to_owned(),
-            "dkv-operator".to_owned(),
-        ),
-        (
-            "app.kubernetes.io/component".to_owned(),
-            "backup".to_owned(),
-        ),
-        (
-            dkv_api::labels::CLUSTER_KEY.to_owned(),
-            resolved.cluster.clone(),
-        ),
-        ("dkv.io/backup".to_owned(), job_name(backup)),
-    ]);
+    let mut labels = agent_labels(&resolved.cluster);
+    labels.insert("dkv.io/backup".to_owned(), job_name(backup));
     let container = agent_container(&AgentRun {
         image: &resolved.image,
         cluster: &resolved.cluster,
@@ -122,6 +101,31 @@ mod tests {
         );
         let secret = c.env_from.as_ref().and_then(|e| e[0].secret_ref.as_ref());
         assert_eq!(secret.map(|s| s.name.as_str()), Some("s3-creds"));
+    }
+
+    #[test]
+    fn the_members_selector_never_matches_a_backup_pod() {
+        let resolved = Resolved {
+            cluster: "orders".into(),
+            destination: "s3://bucket/prefix".into(),
+            credentials_secret: None,
+            image: "ghcr.io/dkv-io/dkv:1".into(),
+        };
+        let job = build(&backup("nightly"), &resolved);
+        let pod_labels = job
+            .spec
+            .and_then(|s| s.template.metadata)
+            .and_then(|m| m.labels)
+            .unwrap_or_default();
+        let selector = dkv_api::labels::selector_labels("orders");
+        assert!(
+            !selector.iter().all(|(k, v)| pod_labels.get(k) == Some(v)),
+            "{pod_labels:?} matches {selector:?}"
+        );
+        // What the operator finds backup Jobs and their cluster by.
+        assert_eq!(pod_labels["app.kubernetes.io/component"], "backup");
+        assert_eq!(pod_labels["app.kubernetes.io/managed-by"], "dkv-operator");
+        assert_eq!(pod_labels[dkv_api::labels::CLUSTER_KEY], "orders");
     }
 
     #[test]

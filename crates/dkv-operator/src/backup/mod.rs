@@ -1,7 +1,9 @@
 //! The backup controller: each `DistributedKVBackup` runs `dkv backup` once
 //! in a Job and records the outcome (`Pending → Running → Completed |
-//! Failed`, times, the artifact); a completed backup becomes its cluster's
-//! `status.lastBackup`.
+//! Failed`, times, the artifact). The record is all it writes: the cluster
+//! controller derives the cluster's `status.lastBackup` and its
+//! `Degraded/BackupFailed` condition from the records, and [`retention`]
+//! prunes old records with their artifacts.
 //!
 //! The destination is the backup's `spec.destination`, else the cluster's
 //! `spec.backup`; credentials reach the Job only as environment from the
@@ -14,6 +16,7 @@
 
 pub mod job;
 pub mod progress;
+pub mod retention;
 pub mod scheduled;
 
 /// On a backup record: the Job (started by the schedule) it follows, instead
@@ -103,6 +106,17 @@ pub async fn run(
             let _ = rx.wait_for(|stop| *stop).await;
         }
     });
+    let pruning = retention::run(
+        ctx.client.clone(),
+        namespace.clone(),
+        ctx.recorder.clone(),
+        {
+            let mut rx = shutdown_rx.clone();
+            async move {
+                let _ = rx.wait_for(|stop| *stop).await;
+            }
+        },
+    );
     let backups_done = Controller::new(backups, watcher::Config::default())
         .owns(jobs.clone(), watcher::Config::default())
         // Jobs the schedule started belong to the CronJob, not to the
@@ -122,7 +136,7 @@ pub async fn run(
         })
         .run(reconcile, error_policy, ctx)
         .for_each(|_| futures::future::ready(()));
-    futures::join!(backups_done, records);
+    futures::join!(backups_done, records, pruning);
 }
 
 fn error_policy(backup: Arc<DistributedKVBackup>, err: &Error, _: Arc<Context>) -> Action {
@@ -201,26 +215,11 @@ async fn reconcile(backup: Arc<DistributedKVBackup>, ctx: Arc<Context>) -> Resul
         artifact: progress.artifact.clone(),
         message: progress.message.clone(),
     };
+    // The cluster's status (lastBackup, Degraded/BackupFailed) is derived
+    // from this record by the cluster controller, its only writer.
     if progress.phase == BackupPhase::Completed
         && let Some(artifact) = &progress.artifact
     {
-        // The cluster's catalogue pointer: newest completed backup.
-        let clusters: Api<DistributedKV> = Api::namespaced(ctx.client.clone(), &ns);
-        let patch = json!({"status": {
-            "lastBackupTime": now,
-            "lastBackup": {"name": name, "uri": artifact.uri, "sizeBytes": artifact.size_bytes, "sha256": artifact.sha256},
-        }});
-        clusters
-            .patch_status(
-                &resolved.cluster,
-                &PatchParams::default(),
-                &Patch::Merge(&patch),
-            )
-            .await
-            .map_err(kube_error(format!(
-                "recording the backup in DistributedKV {ns}/{}",
-                resolved.cluster
-            )))?;
         info!(backup = %name, uri = %artifact.uri, size = artifact.size_bytes, "backup completed");
     }
     if progress.phase == BackupPhase::Failed {
@@ -270,22 +269,25 @@ async fn announce(
                 .unwrap_or_else(|| "the backup failed".to_owned()),
         ),
     };
-    let event = Event {
+    let event = |secondary| Event {
         type_,
         reason: reason.to_owned(),
         note: Some(format!("backup {}: {note}", backup.name_any())),
         action: "Backup".to_owned(),
-        secondary: None,
+        secondary,
     };
-    let mut targets = vec![backup.object_ref(&())];
+    let mut targets = vec![(backup.object_ref(&()), event(None))];
     let ns = backup.namespace().unwrap_or_default();
     if let Ok(Some(owner)) = Api::<DistributedKV>::namespaced(ctx.client.clone(), &ns)
         .get_opt(cluster)
         .await
     {
-        targets.push(owner.object_ref(&()));
+        // Related to the backup: the recorder folds Events with the same
+        // reason and objects into one series that keeps the first note, so
+        // without it a cluster's second failure would read as its first.
+        targets.push((owner.object_ref(&()), event(Some(backup.object_ref(&())))));
     }
-    for target in targets {
+    for (target, event) in targets {
         if let Err(err) = ctx.recorder.publish(&event, &target).await {
             warn!(backup = %backup.name_any(), error = %err, "failed to publish event");
         }

@@ -54,7 +54,9 @@ async fn record(client: &Client, job: &Job) -> Result<(), kube::Error> {
     ) else {
         return Ok(());
     };
-    if !scheduled {
+    // A Job being deleted (retention prunes a record with its Job) must not
+    // bring its record back.
+    if !scheduled || job.metadata.deletion_timestamp.is_some() {
         return Ok(());
     }
     let name = job.name_any();

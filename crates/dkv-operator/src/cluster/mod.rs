@@ -7,6 +7,7 @@
 //! Deletion runs [`cleanup`] behind the `dkv.io/finalizer` finalizer.
 
 pub mod apply;
+pub mod backup_catalogue;
 pub mod build;
 pub mod cleanup;
 pub mod context;
@@ -29,8 +30,8 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Instant;
 
-use dkv_api::DistributedKV;
 use dkv_api::distributedkv::v1alpha1::{Operation, OperationKind, RecoveryPolicy};
+use dkv_api::{DistributedKV, DistributedKVBackup};
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::CronJob;
@@ -166,6 +167,7 @@ async fn reconcile_cluster(dkv: &DistributedKV, ctx: &Context) -> Result<Action>
         restore_source(dkv, &cluster, &plan, observed.statefulset.as_deref(), ctx).await?;
     let now = Time(jiff::Timestamp::now());
     let current_operation = dkv.status.as_ref().and_then(|s| s.operation.clone());
+    let backups = backup_catalogue::observe(dkv, &ctx.stores);
 
     let status_for =
         |plan: &plan::Plan, sts: Option<&StatefulSet>, operation: Option<Operation>| {
@@ -178,6 +180,7 @@ async fn reconcile_cluster(dkv: &DistributedKV, ctx: &Context) -> Result<Action>
                     members: members.as_deref(),
                     operation,
                     restore_failure: pods.iter().find_map(|p| p.restore_failure.as_deref()),
+                    backups: &backups,
                 },
                 &now,
             )
@@ -358,7 +361,8 @@ async fn report_error(dkv: &DistributedKV, err: &Error, ctx: &Context) {
                 _ => dkv_api::conditions::reasons::RECONCILE_ERROR,
             };
             let now = Time(jiff::Timestamp::now());
-            let status = status::degraded(dkv, reason, &err.to_string(), &now);
+            let backups = backup_catalogue::observe(dkv, &ctx.stores);
+            let status = status::degraded(dkv, reason, &err.to_string(), &backups, &now);
             if let Err(status_err) = status::write(dkv, status, ctx).await {
                 warn!(error = %status_err, "failed to report the error in status");
             }
@@ -453,6 +457,7 @@ pub async fn run(
     let (configmaps, configmap_writer) = watches::store::<ConfigMap>();
     let (pods, pod_writer) = watches::store::<Pod>();
     let (storage_classes, sc_writer) = watches::store::<StorageClass>();
+    let (backups, backup_writer) = watches::store::<DistributedKVBackup>();
     let stores = Stores {
         statefulsets,
         services,
@@ -461,6 +466,7 @@ pub async fn run(
         configmaps,
         pods,
         storage_classes,
+        backups,
     };
 
     // The cluster watch ignores status-only updates (our own status writes
@@ -556,6 +562,21 @@ pub async fn run(
                 cluster
                     .zip(namespace)
                     .map(|(name, ns)| ObjectRef::new(&name).within(&ns))
+            },
+        )
+        // The status's backup facts come from the records: a record that
+        // finishes, or goes, re-derives its cluster's.
+        .watches_stream(
+            watches::relevant_stream(
+                api_for::<DistributedKVBackup>(&client, ns),
+                watcher::Config::default(),
+                backup_writer,
+                watches::backup_relevance,
+            ),
+            |backup: DistributedKVBackup| {
+                backup
+                    .namespace()
+                    .map(|ns| ObjectRef::new(&backup.spec.cluster).within(&ns))
             },
         )
         .with_config(ControllerConfig::default().concurrency(settings.concurrency))

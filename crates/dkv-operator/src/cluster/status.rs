@@ -15,6 +15,7 @@ use kube::{Resource, ResourceExt};
 use serde_json::json;
 use tracing::warn;
 
+use super::backup_catalogue::{BackupSummary, FailedRun};
 use super::build::pdb::quorum;
 use super::context::Context;
 use super::error::{Error, Result};
@@ -34,6 +35,8 @@ pub struct Observation<'a> {
     pub operation: Option<Operation>,
     /// Why a member's restore step failed (`spec.bootstrap.restore`).
     pub restore_failure: Option<&'a str>,
+    /// What the cluster's backup records say.
+    pub backups: &'a BackupSummary,
 }
 
 /// One condition as the operator wants it now.
@@ -203,6 +206,13 @@ pub fn compute(dkv: &DistributedKV, obs: &Observation<'_>, now: &Time) -> Distri
             reason: reasons::MEMBER_UNHEALTHY,
             message: format!("{}/{members} members not ready", members - ready),
         }
+    } else if let Some(failed) = &obs.backups.failed {
+        Want {
+            type_: types::DEGRADED,
+            status: true,
+            reason: reasons::BACKUP_FAILED,
+            message: backup_failed_message(failed),
+        }
     } else {
         Want {
             type_: types::DEGRADED,
@@ -296,8 +306,28 @@ pub fn compute(dkv: &DistributedKV, obs: &Observation<'_>, now: &Time) -> Distri
         },
         operation: obs.operation.clone(),
         conditions,
-        ..old
+        ..with_backups(old, obs.backups)
     }
+}
+
+/// `status` with the backup facts derived from the records.
+fn with_backups(status: DistributedKVStatus, backups: &BackupSummary) -> DistributedKVStatus {
+    let (last_backup, last_backup_time) = match &backups.last {
+        Some((backup, time)) => (Some(backup.clone()), Some(time.clone())),
+        None => (None, None),
+    };
+    DistributedKVStatus {
+        last_backup,
+        last_backup_time,
+        ..status
+    }
+}
+
+fn backup_failed_message(failed: &FailedRun) -> String {
+    format!(
+        "the latest backup, {}, failed: {}; the next successful backup clears this",
+        failed.name, failed.message
+    )
 }
 
 /// Whether the spec asks for something the cluster is not yet: a waiting
@@ -376,6 +406,7 @@ pub fn degraded(
     dkv: &DistributedKV,
     reason: &'static str,
     message: &str,
+    backups: &BackupSummary,
     now: &Time,
 ) -> DistributedKVStatus {
     let old = dkv.status.clone().unwrap_or_default();
@@ -397,7 +428,7 @@ pub fn degraded(
         phase: Some(Phase::Degraded),
         selector: Some(labels::selector_string(&dkv.name_any())),
         conditions,
-        ..old
+        ..with_backups(old, backups)
     }
 }
 

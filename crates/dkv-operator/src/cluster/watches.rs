@@ -35,6 +35,19 @@ where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
 {
     let config = watcher::Config::default().labels(&dkv_api::labels::managed_selector());
+    relevant_stream(api, config, writer, relevance)
+}
+
+/// The same for every object `config` selects.
+pub fn relevant_stream<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    writer: Writer<K>,
+    relevance: Relevance<K>,
+) -> impl Stream<Item = Result<K, watcher::Error>> + Send + 'static
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+{
     let mut seen: HashMap<ObjectRef<K>, u64> = HashMap::new();
     watcher(api, config)
         .default_backoff()
@@ -130,6 +143,19 @@ pub fn cluster_relevance(dkv: &dkv_api::DistributedKV) -> Option<u64> {
     )))
 }
 
+/// Backup records (created by users too, so not label-selected): what the
+/// cluster's status derives from them (see `backup_catalogue`).
+pub fn backup_relevance(backup: &dkv_api::DistributedKVBackup) -> u64 {
+    let status = backup.status.as_ref();
+    hash_of((
+        &backup.spec.cluster,
+        status.and_then(|s| s.phase).map(|p| format!("{p:?}")),
+        status.and_then(|s| s.completion_time.as_ref()).map(|t| t.0),
+        status.and_then(|s| s.artifact.as_ref()).map(|a| &a.uri),
+        status.and_then(|s| s.message.as_ref()),
+    ))
+}
+
 /// Member pods: what the planner reads from them (readiness, IP, image,
 /// member-init's refusals).
 pub fn pod_relevance(pod: &k8s_openapi::api::core::v1::Pod) -> u64 {
@@ -174,6 +200,9 @@ pub struct Stores {
     /// Member pods (created by the StatefulSets, labelled by cluster).
     pub pods: Store<k8s_openapi::api::core::v1::Pod>,
     pub storage_classes: Store<k8s_openapi::api::storage::v1::StorageClass>,
+    /// Every `DistributedKVBackup` (the cluster's status derives its backup
+    /// facts from them).
+    pub backups: Store<dkv_api::DistributedKVBackup>,
 }
 
 impl Stores {
@@ -182,7 +211,7 @@ impl Stores {
     pub fn ready(&self) -> Result<(), &'static str> {
         // `wait_until_ready` is async; the non-blocking check is whether the
         // ready future resolves immediately.
-        let checks: [(&'static str, bool); 7] = [
+        let checks: [(&'static str, bool); 8] = [
             ("Pod cache", is_ready(&self.pods)),
             ("ConfigMap cache", is_ready(&self.configmaps)),
             ("StatefulSet cache", is_ready(&self.statefulsets)),
@@ -190,6 +219,7 @@ impl Stores {
             ("PodDisruptionBudget cache", is_ready(&self.pdbs)),
             ("CronJob cache", is_ready(&self.cronjobs)),
             ("StorageClass cache", is_ready(&self.storage_classes)),
+            ("DistributedKVBackup cache", is_ready(&self.backups)),
         ];
         match checks.into_iter().find(|(_, ready)| !ready) {
             Some((what, _)) => Err(what),

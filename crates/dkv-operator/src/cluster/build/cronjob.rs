@@ -8,7 +8,7 @@ use k8s_openapi::api::core::v1::{
 };
 use kube::api::ObjectMeta;
 
-use super::{child_labels, child_meta};
+use super::child_meta;
 use crate::cluster::naming;
 use crate::cluster::validate::ValidatedCluster;
 
@@ -19,6 +19,28 @@ pub struct AgentRun<'a> {
     pub destination: &'a str,
     pub credentials_secret: Option<&'a str>,
     pub retention_days: Option<i32>,
+}
+
+/// `app.kubernetes.io/name` of backup agent pods.
+pub const AGENT_APP_NAME: &str = "distributedkv-backup";
+
+/// The labels of a backup agent's Job and pod. Not the members' labels: the
+/// members' selector (`app.kubernetes.io/name=distributedkv` with the
+/// instance) is the client and peer Services', the PodDisruptionBudget's
+/// and the StatefulSet's, and an agent pod it matched would be a client
+/// endpoint that refuses etcd traffic, count as a healthy member towards
+/// the PDB's quorum, and repel members through their anti-affinity.
+pub fn agent_labels(cluster: &str) -> std::collections::BTreeMap<String, String> {
+    let mut labels = dkv_api::labels::cluster_labels(cluster);
+    labels.insert(
+        dkv_api::labels::NAME_KEY.to_owned(),
+        AGENT_APP_NAME.to_owned(),
+    );
+    labels.insert(
+        dkv_api::labels::COMPONENT_KEY.to_owned(),
+        "backup".to_owned(),
+    );
+    labels
 }
 
 /// The container that runs `dkv backup` once (in a CronJob's or an
@@ -91,7 +113,7 @@ pub fn agent_job_spec(
 
 pub fn build(cluster: &ValidatedCluster) -> Option<CronJob> {
     let backup = cluster.backup.as_ref()?;
-    let labels = child_labels(cluster, "backup");
+    let labels = agent_labels(&cluster.name);
     let container = agent_container(&AgentRun {
         image: &backup.image,
         cluster: &cluster.name,
