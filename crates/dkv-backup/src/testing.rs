@@ -403,10 +403,20 @@ impl EtcdProcess {
         let mut client = self.client().await;
         for i in 0..count {
             let (key, value) = test_key(i);
-            client
-                .put(key, value, None)
-                .await
-                .unwrap_or_else(|e| panic!("put {i}: {e}"));
+            // A loaded machine makes etcd time a request out now and then;
+            // a put is idempotent, so try again.
+            let mut attempt = 0;
+            loop {
+                match client.put(key.clone(), value.clone(), None).await {
+                    Ok(_) => break,
+                    Err(e) if attempt < 5 => {
+                        attempt += 1;
+                        eprintln!("put {i} (attempt {attempt}): {e}; retrying");
+                        tokio::time::sleep(Duration::from_millis(500)).await;
+                    }
+                    Err(e) => panic!("put {i}: {e}"),
+                }
+            }
         }
     }
 

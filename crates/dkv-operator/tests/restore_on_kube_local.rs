@@ -20,7 +20,9 @@ use serde_json::json;
 
 mod support;
 
-use support::etcd_cluster::{condition_reason, connect, member_endpoints, wait_for, wait_settled};
+use support::etcd_cluster::{
+    condition_reason, connect, member_endpoints, put_retrying, wait_for, wait_settled,
+};
 
 const NS: &str = "restores";
 const KEYS: usize = 300;
@@ -120,7 +122,7 @@ async fn a_backup_restores_into_a_new_cluster_and_a_corrupted_one_starts_nothing
         .unwrap();
     for i in 0..KEYS {
         let (key, value) = test_key(i);
-        etcd.put(key, value, None).await.unwrap();
+        put_retrying(&mut etcd, &key, &value).await;
     }
     let expected: Vec<(String, String)> = (0..KEYS).map(test_key).collect();
     assert_eq!(test_keys(&client, "orders").await, expected);
@@ -145,7 +147,7 @@ async fn a_backup_restores_into_a_new_cluster_and_a_corrupted_one_starts_nothing
         .artifact
         .unwrap();
     // Writes after the backup are not in it.
-    etcd.put("after-the-backup", "x", None).await.unwrap();
+    put_retrying(&mut etcd, "after-the-backup", "x").await;
 
     // A new cluster from the backup record (credentials: the record's own).
     let started = Instant::now();
@@ -209,10 +211,7 @@ async fn a_backup_restores_into_a_new_cluster_and_a_corrupted_one_starts_nothing
     let mut names: Vec<&str> = members.members().iter().map(|m| m.name()).collect();
     names.sort_unstable();
     assert_eq!(names, ["copy-0", "copy-1", "copy-2"]);
-    restored
-        .put("written-to-the-copy", "y", None)
-        .await
-        .unwrap();
+    put_retrying(&mut restored, "written-to-the-copy", "y").await;
     assert_eq!(
         etcd.get("written-to-the-copy", None).await.unwrap().count(),
         0,
@@ -342,7 +341,7 @@ async fn an_etcd_3_4_cluster_restores_from_an_artifact_uri() {
         .unwrap();
     for i in 0..KEYS {
         let (key, value) = test_key(i);
-        etcd.put(key, value, None).await.unwrap();
+        put_retrying(&mut etcd, &key, &value).await;
     }
     let source_id = cluster_id(&client, "legacy").await;
 
@@ -420,7 +419,7 @@ async fn quorum_lost_for_good_is_recovered_from_the_newest_backup_by_policy() {
         .unwrap();
     for i in 0..KEYS {
         let (key, value) = test_key(i);
-        etcd.put(key, value, None).await.unwrap();
+        put_retrying(&mut etcd, &key, &value).await;
     }
     let old_id = cluster_id(&client, "ledger").await;
 
@@ -444,7 +443,7 @@ async fn quorum_lost_for_good_is_recovered_from_the_newest_backup_by_policy() {
     })
     .await;
     // Acknowledged after the backup: the policy gives these up.
-    etcd.put("after-the-backup", "lost", None).await.unwrap();
+    put_retrying(&mut etcd, "after-the-backup", "lost").await;
 
     // Two of three members hang for good.
     let kubelet = env.kubelet().unwrap();
@@ -486,7 +485,7 @@ async fn quorum_lost_for_good_is_recovered_from_the_newest_backup_by_policy() {
         old_id,
         "a new cluster: no member of the lost one can talk to it"
     );
-    etcd.put("after-the-restore", "kept", None).await.unwrap();
+    put_retrying(&mut etcd, "after-the-restore", "kept").await;
     let d = dkvs.get("ledger").await.unwrap();
     assert!(d.status.as_ref().is_some_and(|s| s.operation.is_none()));
     // The template no longer restores once the cluster serves again.

@@ -173,6 +173,24 @@ pub async fn lost_writes(client: &Client, ns: &str, cluster: &str, acked: &[u64]
     lost
 }
 
+/// Puts `key` = `value`, retrying a few times: on a loaded machine etcd (or
+/// the client's deadline) times a request out now and then, and a put is
+/// idempotent.
+pub async fn put_retrying(etcd: &mut etcd_client::Client, key: &str, value: &str) {
+    let mut attempt = 0;
+    loop {
+        match etcd.put(key, value, None).await {
+            Ok(_) => return,
+            Err(e) if attempt < 5 => {
+                attempt += 1;
+                eprintln!("put {key} (attempt {attempt}): {e}; retrying");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            Err(e) => panic!("put {key}: {e}"),
+        }
+    }
+}
+
 /// Whether the cluster reports `size` healthy voters, no operation in flight
 /// and `Available=True`, with `spec.size == size`.
 pub fn settled_at(d: &DistributedKV, size: usize) -> bool {
@@ -335,6 +353,12 @@ pub async fn assert_no_write_lost(client: &Client, ns: &str, report: &WriterRepo
         report.longest_gap,
         lost.len()
     );
-    assert!(report.acked.len() > 20, "the writer wrote throughout");
+    // A floor, not a rate: on a loaded 2-core machine a few seconds of
+    // writing can be as few as ~10 writes (seen in a full-suite run).
+    assert!(
+        report.acked.len() >= 5,
+        "the writer wrote throughout: only {} acknowledged",
+        report.acked.len()
+    );
     assert!(lost.is_empty(), "acknowledged writes lost: {lost:?}");
 }
