@@ -6,6 +6,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use std::future::Future;
 use std::time::{Duration, Instant};
 
 use dkv_api::backup::v1alpha1::BackupPhase;
@@ -58,36 +59,66 @@ async fn wait_completed(backups: &Api<DistributedKVBackup>, name: &str) -> Distr
     }
 }
 
+/// Runs `read` against the cluster's members, reconnecting and trying again
+/// for a while: right after a cluster settles, one endpoint may still be a
+/// pod that is (re)starting.
+async fn read_cluster<T, F, Fut>(client: &kube::Client, cluster: &str, read: F) -> T
+where
+    F: Fn(etcd_client::Client) -> Fut,
+    Fut: Future<Output = Result<T, etcd_client::Error>>,
+{
+    let started = Instant::now();
+    loop {
+        let endpoints = member_endpoints(client, NS, cluster).await;
+        let error = match connect(endpoints.clone()).await {
+            Some(etcd) => match read(etcd).await {
+                Ok(value) => return value,
+                Err(e) => e.to_string(),
+            },
+            None => "no member answered".to_owned(),
+        };
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "reading {cluster} ({endpoints:?}): {error}"
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
 /// Every key the test wrote (under `/dkv-test/`), read linearizably.
 async fn test_keys(client: &kube::Client, cluster: &str) -> Vec<(String, String)> {
-    let mut etcd = connect(member_endpoints(client, NS, cluster).await)
-        .await
-        .unwrap();
-    // etcd returns a range in key order.
-    let response = etcd
-        .get(
-            "/dkv-test/",
-            Some(etcd_client::GetOptions::new().with_prefix()),
-        )
-        .await
-        .unwrap();
-    response
-        .kvs()
-        .iter()
-        .map(|kv| {
-            (
-                String::from_utf8_lossy(kv.key()).into_owned(),
-                String::from_utf8_lossy(kv.value()).into_owned(),
+    read_cluster(client, cluster, |mut etcd| async move {
+        // etcd returns a range in key order.
+        let response = etcd
+            .get(
+                "/dkv-test/",
+                Some(etcd_client::GetOptions::new().with_prefix()),
             )
-        })
-        .collect()
+            .await?;
+        Ok(response
+            .kvs()
+            .iter()
+            .map(|kv| {
+                (
+                    String::from_utf8_lossy(kv.key()).into_owned(),
+                    String::from_utf8_lossy(kv.value()).into_owned(),
+                )
+            })
+            .collect())
+    })
+    .await
 }
 
 async fn cluster_id(client: &kube::Client, cluster: &str) -> u64 {
-    let mut etcd = connect(member_endpoints(client, NS, cluster).await)
-        .await
-        .unwrap();
-    etcd.status().await.unwrap().header().unwrap().cluster_id()
+    read_cluster(client, cluster, |mut etcd| async move {
+        Ok(etcd
+            .status()
+            .await?
+            .header()
+            .expect("a status has a header")
+            .cluster_id())
+    })
+    .await
 }
 
 fn init_container_names(sts: &StatefulSet) -> Vec<String> {
