@@ -1,0 +1,261 @@
+//! `dkv.io/v1beta1` `DistributedKV`: the storage version.
+//!
+//! The same as [`super::v1alpha1`] except `spec.backup`: a
+//! [`BackupDestination`] URI of any supported scheme replaces `s3Path` and
+//! `credentialsSecret`, and [`BackupRetention`] (`maxBackups`, `maxAge`)
+//! replaces `retentionDays`. Every other type is v1alpha1's, re-exported, so
+//! the two versions cannot drift apart; [`super::convert`] converts between
+//! them without loss.
+
+// Several `printcolumn(...)` entries repeat the same keys (`type_`,
+// `json_path`), which clippy mistakes for duplicated attributes.
+#![allow(clippy::duplicated_attributes)]
+
+use k8s_openapi::api::core::v1::ResourceRequirements;
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+pub use super::v1alpha1::{
+    AutoCompactionMode, BackupArtifactRef, BootstrapSpec, DistributedKVStatus, EtcdTuning,
+    MemberStatus, Operation, OperationKind, Phase, PodOverrides, ReclaimPolicy, RecoveryPolicy,
+    RecoverySpec, RestoreSource, StorageSpec,
+};
+
+/// The desired state of one replicated etcd cluster.
+///
+/// The category is `dkv-all`, not `dkv`: kubectl expands categories before
+/// short names, so a category `dkv` would turn `kubectl get dkv NAME` into a
+/// query over every dkv kind ("you must specify only one resource").
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "dkv.io",
+    version = "v1beta1",
+    kind = "DistributedKV",
+    plural = "distributedkvs",
+    singular = "distributedkv",
+    shortname = "dkv",
+    category = "all",
+    category = "dkv-all",
+    namespaced,
+    status = "DistributedKVStatus",
+    derive = "PartialEq",
+    doc = "A replicated etcd key-value cluster managed by dkv.",
+    scale(
+        spec_replicas_path = ".spec.size",
+        status_replicas_path = ".status.readyReplicas",
+        label_selector_path = ".status.selector"
+    ),
+    printcolumn(
+        name = "Size",
+        type_ = "integer",
+        json_path = ".spec.size",
+        description = "Desired number of members"
+    ),
+    printcolumn(
+        name = "Ready",
+        type_ = "integer",
+        json_path = ".status.readyReplicas",
+        description = "Members that are ready"
+    ),
+    printcolumn(
+        name = "Version",
+        type_ = "string",
+        json_path = ".status.currentVersion",
+        description = "Running etcd version"
+    ),
+    printcolumn(
+        name = "Status",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Available\")].reason",
+        description = "Reason of the Available condition"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[x_kube(
+    validation = Rule::new("has(self.storage) == has(oldSelf.storage)")
+        .message("spec.storage cannot be added or removed after creation; create a new cluster and restore a backup into it"),
+    validation = Rule::new("has(self.bootstrap) == has(oldSelf.bootstrap) && (!has(self.bootstrap) || self.bootstrap == oldSelf.bootstrap)")
+        .message("spec.bootstrap is used only at creation and cannot change afterwards; remove your edit to spec.bootstrap")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct DistributedKVSpec {
+    /// Number of etcd members (1 to 9). Odd sizes tolerate the most failures
+    /// per member: 3 tolerate one failure, 5 tolerate two.
+    #[schemars(range(min = 1, max = 9))]
+    pub size: i32,
+
+    /// The etcd container image, e.g. `registry.k8s.io/etcd:3.5.16-0`.
+    #[schemars(length(min = 1))]
+    pub image: String,
+
+    /// The etcd version the image runs (`MAJOR.MINOR.PATCH`). Needed only when
+    /// the image tag is not a version (a digest, `latest`, ...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^3\.[0-9]+\.[0-9]+$"))]
+    pub version: Option<String>,
+
+    /// Compute resources of the etcd container.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<ResourceRequirements>,
+
+    /// Persistent storage for each member. Without it members keep their data
+    /// in an emptyDir and a pod deletion loses that member's copy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage: Option<StorageSpec>,
+
+    /// Scheduled backups to object storage (or a directory); presence enables them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backup: Option<BackupSpec>,
+
+    /// How the cluster is first populated. Read only at creation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bootstrap: Option<BootstrapSpec>,
+
+    /// etcd tuning; every field has a safe default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub etcd: Option<EtcdTuning>,
+
+    /// Scheduling and metadata for the member pods.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod: Option<PodOverrides>,
+
+    /// What the operator may do when a majority of members is lost for good.
+    /// Without it the cluster is reported `Degraded/QuorumLost` and left for
+    /// a human to decide.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recovery: Option<RecoverySpec>,
+}
+
+/// Scheduled backups.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct BackupSpec {
+    /// Where snapshots go.
+    pub destination: BackupDestination,
+
+    /// When to take a backup, in cron syntax (five fields, UTC).
+    #[schemars(length(min = 1))]
+    pub schedule: String,
+
+    /// The image that runs the backup agent; defaults to the operator's own image.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backup_image: Option<String>,
+
+    /// Which backups to delete; without it every backup is kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retention: Option<BackupRetention>,
+
+    /// Take one last backup before the cluster is deleted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub final_backup_on_delete: Option<bool>,
+}
+
+/// An object store location (or a directory) for snapshots.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct BackupDestination {
+    /// `s3://bucket/prefix/`, `gs://bucket/prefix/`, `az://container/prefix/`
+    /// or `file:///absolute/directory/`.
+    #[schemars(regex(
+        pattern = r"^((s3|gs|az)://[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9](/.*)?|file:///.+)$"
+    ))]
+    pub uri: String,
+
+    /// Secret with the object store credentials: for `s3://`
+    /// `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY` and optionally
+    /// `AWS_REGION`, `AWS_ENDPOINT_URL`, `AWS_ALLOW_HTTP`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credentials_secret: Option<String>,
+}
+
+/// Which backups retention deletes. Both limits apply; the newest successful
+/// backup is always kept.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct BackupRetention {
+    /// Keep at most this many backups.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub max_backups: Option<i32>,
+
+    /// Delete backups older than this: a whole number of hours or days,
+    /// `168h` or `7d` (see [`MaxAge`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^[1-9][0-9]{0,5}[hd]$"))]
+    pub max_age: Option<String>,
+}
+
+/// A parsed `retention.maxAge`: a positive whole number of hours (`36h`) or
+/// days (`7d`, 24 hours each), at most six digits. Minutes and compound
+/// durations (`1d12h`) are not accepted: backups run at most every few
+/// minutes and are kept for hours or days, and one unit keeps the value
+/// readable and its conversion to v1alpha1's `retentionDays` exact.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MaxAge {
+    hours: u32,
+}
+
+impl MaxAge {
+    pub fn from_days(days: u32) -> Self {
+        Self { hours: days * 24 }
+    }
+
+    pub fn hours(self) -> u32 {
+        self.hours
+    }
+
+    /// Whole days when the age is one, else `None`.
+    pub fn whole_days(self) -> Option<u32> {
+        (self.hours % 24 == 0).then_some(self.hours / 24)
+    }
+}
+
+impl std::str::FromStr for MaxAge {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let invalid = || {
+            format!(
+                "{text:?} is not a duration like 168h or 7d (a whole number of hours or days, 1 to 6 digits)"
+            )
+        };
+        let (digits, unit) = text.split_at(text.len().saturating_sub(1));
+        let valid_digits = (1..=6).contains(&digits.len())
+            && !digits.starts_with('0')
+            && digits.bytes().all(|b| b.is_ascii_digit());
+        if !valid_digits {
+            return Err(invalid());
+        }
+        let number: u32 = digits.parse().map_err(|_| invalid())?;
+        match unit {
+            "h" => Ok(Self { hours: number }),
+            "d" => Ok(Self::from_days(number)),
+            _ => Err(invalid()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn max_age_accepts_hours_and_days_only() {
+        let parse = |s: &str| s.parse::<MaxAge>().map(MaxAge::hours);
+        assert_eq!(parse("168h"), Ok(168));
+        assert_eq!(parse("7d"), Ok(168));
+        assert_eq!(parse("999999d"), Ok(999_999 * 24));
+        for bad in [
+            "", "h", "0h", "07d", "1.5h", "30m", "1d12h", "-1d", "1w", "1234567h", "d7",
+        ] {
+            assert!(parse(bad).is_err(), "{bad:?} was accepted");
+        }
+        assert_eq!("36h".parse::<MaxAge>().map(MaxAge::whole_days), Ok(None));
+        assert_eq!("48h".parse::<MaxAge>().map(MaxAge::whole_days), Ok(Some(2)));
+    }
+}
