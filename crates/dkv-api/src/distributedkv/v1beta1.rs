@@ -211,7 +211,7 @@ impl MaxAge {
 
     /// Whole days when the age is one, else `None`.
     pub fn whole_days(self) -> Option<u32> {
-        (self.hours % 24 == 0).then_some(self.hours / 24)
+        self.hours.is_multiple_of(24).then_some(self.hours / 24)
     }
 }
 

@@ -1,5 +1,6 @@
-//! The HTTPS endpoints the API server calls with AdmissionReview v1: decoding
-//! a review, the lookups a decision needs, and encoding the answer.
+//! The HTTPS endpoints the API server calls with AdmissionReview v1 and
+//! ConversionReview v1: decoding a review, the lookups a decision needs, and
+//! encoding the answer.
 //!
 //! Decisions themselves are pure ([`super::validate`], [`super::default`]);
 //! this module only reads what they need from the API (the restore source,
@@ -14,10 +15,13 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Json};
 use axum::routing::{get, post};
 use base64::Engine as _;
+use dkv_api::distributedkv::convert;
 use dkv_api::{DistributedKV, DistributedKVBackup};
 use kube::api::Api;
 use kube::core::DynamicObject;
+use kube::core::Status;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
+use kube::core::conversion::{ConversionRequest, ConversionResponse, ConversionReview};
 use kube::{Client, ResourceExt};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -25,7 +29,8 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use super::configurations::{
-    DEFAULT_BACKUP_PATH, DEFAULT_CLUSTER_PATH, VALIDATE_BACKUP_PATH, VALIDATE_CLUSTER_PATH,
+    CONVERT_PATH, DEFAULT_BACKUP_PATH, DEFAULT_CLUSTER_PATH, VALIDATE_BACKUP_PATH,
+    VALIDATE_CLUSTER_PATH,
 };
 use super::default::{default_backup, default_cluster};
 use super::validate::{
@@ -46,6 +51,7 @@ pub fn router(client: Client, defaults: Defaults) -> Router {
         .route(VALIDATE_BACKUP_PATH, post(validate_backup_handler))
         .route(DEFAULT_CLUSTER_PATH, post(default_cluster_handler))
         .route(DEFAULT_BACKUP_PATH, post(default_backup_handler))
+        .route(CONVERT_PATH, post(convert_handler))
         .route("/healthz", get(|| async { "ok" }))
         .with_state(AdmissionState {
             client,
@@ -317,6 +323,56 @@ async fn default_backup_handler(body: Bytes) -> axum::response::Response {
             .map_err(|e| format!("computing the defaults of {}: {e}", backup.name_any()))
     })();
     respond(patched(response, patch))
+}
+
+/// ConversionReview v1 for `DistributedKV`: every object to the desired
+/// version, or a failure naming the object that could not be converted.
+async fn convert_handler(body: Bytes) -> axum::response::Response {
+    Json(conversion_review(&body)).into_response()
+}
+
+fn conversion_review(body: &[u8]) -> ConversionReview {
+    let review: ConversionReview = match serde_json::from_slice(body) {
+        Ok(review) => review,
+        Err(err) => {
+            return ConversionResponse::invalid(Status::failure(
+                &format!("not a ConversionReview: {err}"),
+                "BadRequest",
+            ))
+            .into_review();
+        }
+    };
+    let request = match ConversionRequest::try_from(review) {
+        Ok(request) => request,
+        Err(err) => {
+            return ConversionResponse::invalid(Status::failure(&err.to_string(), "BadRequest"))
+                .into_review();
+        }
+    };
+    let converted: Result<Vec<Value>, String> = request
+        .objects
+        .iter()
+        .map(|object| {
+            convert::convert(object, &request.desired_api_version).map_err(|e| {
+                let name = object.pointer("/metadata/name").and_then(Value::as_str);
+                let namespace = object
+                    .pointer("/metadata/namespace")
+                    .and_then(Value::as_str);
+                format!(
+                    "converting DistributedKV {}/{} to {}: {e}",
+                    namespace.unwrap_or_default(),
+                    name.unwrap_or_default(),
+                    request.desired_api_version
+                )
+            })
+        })
+        .collect();
+    let response = ConversionResponse::for_request(request);
+    match converted {
+        Ok(objects) => response.success(objects),
+        Err(message) => response.failure(Status::failure(&message, "BadRequest")),
+    }
+    .into_review()
 }
 
 fn patched(
