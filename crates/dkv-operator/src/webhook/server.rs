@@ -116,6 +116,45 @@ fn typed<K: DeserializeOwned>(object: &DynamicObject, what: &str) -> Result<K, S
         .map_err(|e| format!("the {what} cannot be read: {e}"))
 }
 
+/// A `DistributedKV` as v1alpha1, the version the decisions are written in.
+/// A v1beta1 write arrives as written (upstream's `matchPolicy: Equivalent`
+/// only converts for rules that do not list the version) and is converted
+/// here as the API server would.
+fn cluster(object: &DynamicObject, what: &str) -> Result<DistributedKV, String> {
+    serde_json::from_value(cluster_json(object, what)?)
+        .map_err(|e| format!("the {what} cannot be read: {e}"))
+}
+
+fn cluster_json(object: &DynamicObject, what: &str) -> Result<Value, String> {
+    let value =
+        serde_json::to_value(object).map_err(|e| format!("the {what} cannot be read: {e}"))?;
+    convert::convert(&value, convert::V1ALPHA1)
+        .map_err(|e| format!("the {what} cannot be read as {}: {e}", convert::V1ALPHA1))
+}
+
+/// `patch` (against the v1alpha1 form of `written`) as a patch against
+/// `written` in the version it was written in.
+fn in_written_version(
+    written: &DynamicObject,
+    patch: &json_patch::Patch,
+) -> Result<json_patch::Patch, String> {
+    let written_object = written;
+    let written = serde_json::to_value(written).map_err(|e| e.to_string())?;
+    let version = written
+        .get("apiVersion")
+        .and_then(Value::as_str)
+        .unwrap_or(convert::V1ALPHA1)
+        .to_owned();
+    if version == convert::V1ALPHA1 || patch.0.is_empty() {
+        return Ok(patch.clone());
+    }
+    let mut defaulted = cluster_json(written_object, "DistributedKV")?;
+    json_patch::patch(&mut defaulted, patch)
+        .map_err(|e| format!("applying the defaults to the v1alpha1 form: {e}"))?;
+    let defaulted = convert::convert(&defaulted, &version).map_err(|e| e.to_string())?;
+    Ok(json_patch::diff(&written, &defaulted))
+}
+
 /// The review answered: `response` with `verdict` applied.
 fn answer(mut response: AdmissionResponse, verdict: &Verdict) -> AdmissionResponse {
     if !verdict.warnings.is_empty() {
@@ -198,10 +237,10 @@ async fn validate_cluster(
             },
         );
     }
-    let new: DistributedKV = typed(object, "DistributedKV")?;
+    let new = cluster(object, "DistributedKV")?;
     match (&request.operation, &request.old_object) {
         (Operation::Update, Some(old)) => {
-            let old: DistributedKV = typed(old, "previous DistributedKV")?;
+            let old = cluster(old, "previous DistributedKV")?;
             Ok(review_cluster(
                 ClusterWrite::Update {
                     old: &old,
@@ -297,13 +336,14 @@ async fn default_cluster_handler(
         let Some(object) = &request.object else {
             return Ok(json_patch::Patch(Vec::new()));
         };
-        let new: DistributedKV = typed(object, "DistributedKV")?;
-        let old: Option<DistributedKV> = match &request.old_object {
-            Some(old) => Some(typed(old, "previous DistributedKV")?),
+        let new = cluster(object, "DistributedKV")?;
+        let old = match &request.old_object {
+            Some(old) => Some(cluster(old, "previous DistributedKV")?),
             None => None,
         };
-        default_cluster(&new, old.as_ref(), &state.defaults)
-            .map_err(|e| format!("computing the defaults of {}: {e}", new.name_any()))
+        let patch = default_cluster(&new, old.as_ref(), &state.defaults)
+            .map_err(|e| format!("computing the defaults of {}: {e}", new.name_any()))?;
+        in_written_version(object, &patch)
     })();
     respond(patched(response, patch))
 }
