@@ -428,3 +428,62 @@ fn patched(
         Err(message) => refuse(response, message),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn review(objects: Value, desired: &str) -> Value {
+        let body = serde_json::json!({
+            "apiVersion": "apiextensions.k8s.io/v1", "kind": "ConversionReview",
+            "request": {"uid": "abc", "desiredAPIVersion": desired, "objects": objects}
+        });
+        serde_json::to_value(conversion_review(
+            &serde_json::to_vec(&body).unwrap_or_default(),
+        ))
+        .unwrap_or_default()
+    }
+
+    #[test]
+    fn conversion_review_converts_every_object_and_echoes_the_uid() {
+        let objects = serde_json::json!([
+            {"apiVersion": "dkv.io/v1alpha1", "kind": "DistributedKV", "metadata": {"name": "a", "namespace": "shop"},
+             "spec": {"size": 3, "image": "etcd", "backup": {"s3Path": "s3://b/x/", "schedule": "@daily", "retentionDays": 2}}},
+            {"apiVersion": "dkv.io/v1beta1", "kind": "DistributedKV", "metadata": {"name": "b", "namespace": "shop"},
+             "spec": {"size": 1, "image": "etcd"}}
+        ]);
+        let answer = review(objects, "dkv.io/v1beta1");
+        assert_eq!(answer["apiVersion"], "apiextensions.k8s.io/v1");
+        assert_eq!(answer["kind"], "ConversionReview");
+        assert_eq!(answer["response"]["uid"], "abc");
+        assert_eq!(answer["response"]["result"]["status"], "Success");
+        let converted = &answer["response"]["convertedObjects"];
+        assert_eq!(converted[0]["apiVersion"], "dkv.io/v1beta1");
+        assert_eq!(converted[0]["spec"]["backup"]["retention"]["maxAge"], "2d");
+        assert_eq!(converted[1]["metadata"]["name"], "b");
+    }
+
+    #[test]
+    fn a_failed_conversion_names_the_object() {
+        let objects = serde_json::json!([
+            {"apiVersion": "dkv.io/v1beta1", "kind": "DistributedKV", "metadata": {"name": "b", "namespace": "shop"},
+             "spec": {"size": 1, "image": "etcd", "backup": {"schedule": "@daily"}}}
+        ]);
+        let answer = review(objects, "dkv.io/v1alpha1");
+        assert_eq!(answer["response"]["uid"], "abc");
+        assert_eq!(answer["response"]["result"]["status"], "Failure");
+        let message = answer["response"]["result"]["message"]
+            .as_str()
+            .unwrap_or_default();
+        assert!(
+            message.starts_with("converting DistributedKV shop/b to dkv.io/v1alpha1: spec.backup is not a v1beta1 backup spec"),
+            "{message}"
+        );
+        let garbage = conversion_review(b"{");
+        assert!(
+            garbage
+                .response
+                .is_some_and(|r| r.result.message.contains("not a ConversionReview"))
+        );
+    }
+}
