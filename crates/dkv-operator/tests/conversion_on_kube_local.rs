@@ -339,5 +339,26 @@ async fn the_operator_reconciles_a_cluster_created_as_v1beta1() {
     let c = beta_api(&client).get("c").await.unwrap();
     assert_eq!(backup_of(&c).retention, retention(None, "48h"));
 
+    // The operator backs up to s3:// only (it works in v1alpha1): another
+    // destination is refused at admission, in v1beta1's terms.
+    let refused = beta_api(&client)
+        .create(
+            &PostParams::default(),
+            &beta(
+                "gcs",
+                json!({"destination": {"uri": "gs://bucket/gcs/"}, "schedule": "@daily"}),
+            ),
+        )
+        .await;
+    match refused {
+        Err(kube::Error::Api(status)) => assert!(
+            status.code == 403
+                && status.message.contains("spec.backup.destination.uri")
+                && !status.message.contains("s3Path"),
+            "{status:?}"
+        ),
+        other => panic!("a gs:// destination was not refused: {other:?}"),
+    }
+
     operator.stop().await;
 }

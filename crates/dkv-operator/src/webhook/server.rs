@@ -203,8 +203,14 @@ async fn validate_cluster_handler(
         Err(invalid) => return respond(AdmissionResponse::invalid(invalid)),
     };
     let response = AdmissionResponse::from(&request);
+    let written = request
+        .object
+        .as_ref()
+        .and_then(|o| o.types.as_ref())
+        .map(|t| t.api_version.clone())
+        .unwrap_or_default();
     respond(match validate_cluster(&state, &request).await {
-        Ok(verdict) => answer(response, &verdict),
+        Ok(verdict) => answer(response, &verdict.for_written_version(&written)),
         Err(message) => refuse(response, message),
     })
 }
