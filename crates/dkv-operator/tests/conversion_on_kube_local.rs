@@ -242,7 +242,9 @@ async fn objects_written_in_either_version_read_back_in_the_other() {
         );
     }
 
-    // kubectl, naming the version.
+    // kubectl, naming the version. With the short name kubectl resolves
+    // the preferred version whatever version is written (`dkv.v1alpha1.dkv.io`
+    // requests v1beta1), so v1alpha1 needs the plural.
     let yaml = kubectl(&env, &["get", "dkv.v1beta1.dkv.io/a", "-o", "yaml"]);
     assert!(yaml.contains("apiVersion: dkv.io/v1beta1"), "{yaml}");
     assert!(yaml.contains("maxAge: 7d"), "{yaml}");
