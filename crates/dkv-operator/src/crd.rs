@@ -1,16 +1,78 @@
 //! The CustomResourceDefinitions, generated from the Rust types; `dkv crd`
 //! prints them and `deploy/crds/` holds the checked-in copy.
 
-use dkv_api::{DistributedKV, DistributedKVBackup};
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use dkv_api::DistributedKVBackup;
+use dkv_api::distributedkv::{v1alpha1, v1beta1};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
+    CustomResourceConversion, CustomResourceDefinition, ServiceReference, WebhookClientConfig,
+    WebhookConversion,
+};
 use kube::CustomResourceExt;
+
+use crate::webhook::configurations::CONVERT_PATH;
 
 /// Every CRD dkv serves, with the file name it has under `deploy/crds/`.
 pub fn all() -> Vec<(&'static str, CustomResourceDefinition)> {
     vec![
-        ("distributedkv.yaml", DistributedKV::crd()),
+        (
+            "distributedkv.yaml",
+            distributedkv(&ConversionService::default()),
+        ),
         ("distributedkvbackup.yaml", DistributedKVBackup::crd()),
     ]
+}
+
+/// The Service the API server calls to convert `DistributedKV` objects
+/// (`deploy/webhook/service.yaml`). Its `caBundle` is the operator's to set.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConversionService {
+    pub namespace: String,
+    pub name: String,
+    pub port: i32,
+}
+
+impl Default for ConversionService {
+    fn default() -> Self {
+        Self {
+            namespace: "dkv-system".to_owned(),
+            name: "dkv-operator-webhook".to_owned(),
+            port: crate::webhook::SERVICE_PORT,
+        }
+    }
+}
+
+/// `distributedkvs.dkv.io` serving `v1alpha1` and `v1beta1`, storing
+/// `v1beta1`, converting through the operator's webhook at `service`.
+///
+/// Without the webhook nothing stored can be read, so the operator's tests
+/// that run without webhooks install `v1alpha1::DistributedKV::crd()` (one
+/// version, no conversion) instead.
+pub fn distributedkv(service: &ConversionService) -> CustomResourceDefinition {
+    let mut crd = v1beta1::DistributedKV::crd();
+    // Served versions listed oldest first, as `kubectl explain` and humans expect.
+    let mut versions = v1alpha1::DistributedKV::crd().spec.versions;
+    for version in &mut versions {
+        version.storage = false;
+    }
+    versions.append(&mut crd.spec.versions);
+    crd.spec.versions = versions;
+    crd.spec.conversion = Some(CustomResourceConversion {
+        strategy: "Webhook".to_owned(),
+        webhook: Some(WebhookConversion {
+            client_config: Some(WebhookClientConfig {
+                ca_bundle: None,
+                service: Some(ServiceReference {
+                    namespace: service.namespace.clone(),
+                    name: service.name.clone(),
+                    path: Some(CONVERT_PATH.to_owned()),
+                    port: Some(service.port),
+                }),
+                url: None,
+            }),
+            conversion_review_versions: vec!["v1".to_owned()],
+        }),
+    });
+    crd
 }
 
 /// One CRD as the YAML document checked in under `deploy/crds/`. Keys are

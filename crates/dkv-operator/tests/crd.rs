@@ -187,61 +187,100 @@ fn distributedkv_serves_the_documented_api() {
         dkv["spec"]["names"]["categories"],
         serde_json::json!(["all", "dkv-all"])
     );
-    let version = &dkv["spec"]["versions"][0];
-    assert_eq!(version["name"], "v1alpha1");
-    assert_eq!(version["served"], true);
-    assert_eq!(version["storage"], true);
-    assert_eq!(version["subresources"]["status"], serde_json::json!({}));
-    assert_eq!(
-        version["subresources"]["scale"],
-        serde_json::json!({
-            "specReplicasPath": ".spec.size",
-            "statusReplicasPath": ".status.readyReplicas",
-            "labelSelectorPath": ".status.selector"
-        })
-    );
-    let columns: Vec<&str> = version["additionalPrinterColumns"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| c["name"].as_str().unwrap())
-        .collect();
-    assert_eq!(columns, vec!["Size", "Ready", "Version", "Status", "Age"]);
-    let spec = &version["schema"]["openAPIV3Schema"]["properties"]["spec"];
-    assert_eq!(spec["required"], serde_json::json!(["image", "size"]));
-    assert_eq!(spec["properties"]["size"]["minimum"], 1.0);
-    assert_eq!(spec["properties"]["size"]["maximum"], 9.0);
-    assert_eq!(
-        spec["properties"]["storage"]["properties"]["reclaimPolicy"]["enum"],
-        serde_json::json!(["Retain", "Delete"])
-    );
-    let rules: Vec<&str> = spec["x-kubernetes-validations"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| r["rule"].as_str().unwrap())
-        .collect();
-    assert!(
-        rules.iter().any(|r| r.contains("oldSelf.bootstrap")),
-        "{rules:?}"
-    );
-    let storage = &spec["properties"]["storage"]["properties"];
-    assert_eq!(
-        storage["storageClassName"]["x-kubernetes-validations"][0]["rule"],
-        "self == oldSelf"
-    );
-    assert!(
-        storage["size"]["x-kubernetes-validations"][0]["rule"]
-            .as_str()
+    // Both versions serve the same API but for spec.backup; v1beta1 is stored.
+    for (index, name, stored) in [(0, "v1alpha1", false), (1, "v1beta1", true)] {
+        let version = &dkv["spec"]["versions"][index];
+        assert_eq!(version["name"], name);
+        assert_eq!(version["served"], true);
+        assert_eq!(version["storage"], stored);
+        assert_eq!(version["subresources"]["status"], serde_json::json!({}));
+        assert_eq!(
+            version["subresources"]["scale"],
+            serde_json::json!({
+                "specReplicasPath": ".spec.size",
+                "statusReplicasPath": ".status.readyReplicas",
+                "labelSelectorPath": ".status.selector"
+            })
+        );
+        let columns: Vec<&str> = version["additionalPrinterColumns"]
+            .as_array()
             .unwrap()
-            .contains("compareTo"),
-        "storage never shrinks"
-    );
-    let conditions =
-        &version["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]["conditions"];
-    assert_eq!(conditions["x-kubernetes-list-type"], "map");
+            .iter()
+            .map(|c| c["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(columns, vec!["Size", "Ready", "Version", "Status", "Age"]);
+        let spec = &version["schema"]["openAPIV3Schema"]["properties"]["spec"];
+        assert_eq!(spec["required"], serde_json::json!(["image", "size"]));
+        assert_eq!(spec["properties"]["size"]["minimum"], 1.0);
+        assert_eq!(spec["properties"]["size"]["maximum"], 9.0);
+        assert_eq!(
+            spec["properties"]["storage"]["properties"]["reclaimPolicy"]["enum"],
+            serde_json::json!(["Retain", "Delete"])
+        );
+        let rules: Vec<&str> = spec["x-kubernetes-validations"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["rule"].as_str().unwrap())
+            .collect();
+        assert!(
+            rules.iter().any(|r| r.contains("oldSelf.bootstrap")),
+            "{rules:?}"
+        );
+        let storage = &spec["properties"]["storage"]["properties"];
+        assert_eq!(
+            storage["storageClassName"]["x-kubernetes-validations"][0]["rule"],
+            "self == oldSelf"
+        );
+        assert!(
+            storage["size"]["x-kubernetes-validations"][0]["rule"]
+                .as_str()
+                .unwrap()
+                .contains("compareTo"),
+            "storage never shrinks"
+        );
+        let conditions = &version["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]
+            ["conditions"];
+        assert_eq!(conditions["x-kubernetes-list-type"], "map");
+        assert_eq!(
+            conditions["x-kubernetes-list-map-keys"],
+            serde_json::json!(["type"])
+        );
+    }
+    assert_eq!(dkv["spec"]["versions"].as_array().unwrap().len(), 2);
+    let backup = |index: usize| {
+        dkv["spec"]["versions"][index]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+            ["properties"]["backup"]
+            .clone()
+    };
     assert_eq!(
-        conditions["x-kubernetes-list-map-keys"],
-        serde_json::json!(["type"])
+        backup(0)["required"],
+        serde_json::json!(["s3Path", "schedule"])
+    );
+    let beta = backup(1);
+    assert_eq!(
+        beta["required"],
+        serde_json::json!(["destination", "schedule"])
+    );
+    assert_eq!(
+        beta["properties"]["destination"]["required"],
+        serde_json::json!(["uri"])
+    );
+    assert_eq!(
+        beta["properties"]["retention"]["properties"]["maxAge"]["pattern"],
+        "^[1-9][0-9]{0,5}[hd]$"
+    );
+    assert_eq!(
+        dkv["spec"]["conversion"],
+        serde_json::json!({
+            "strategy": "Webhook",
+            "webhook": {
+                "conversionReviewVersions": ["v1"],
+                "clientConfig": {"service": {
+                    "namespace": "dkv-system", "name": "dkv-operator-webhook",
+                    "path": "/convert", "port": 443
+                }}
+            }
+        })
     );
 }

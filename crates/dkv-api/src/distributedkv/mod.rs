@@ -1,3 +1,125 @@
 //! The `DistributedKV` resource: one replicated etcd cluster.
+//!
+//! Served as [`v1alpha1`] and [`v1beta1`] (the storage version); [`convert`]
+//! turns one into the other for the conversion webhook.
 
+/// Defines `DistributedKVSpec` (and, through the derive, `DistributedKV`) of
+/// API version `$version` with `spec.backup` of type `$backup`, the one
+/// field in which the versions differ. One definition for both keeps their
+/// schema, validation rules, printer columns and docs from drifting apart.
+macro_rules! distributedkv_spec {
+    ($version:tt, $backup:ty) => {
+        /// The desired state of one replicated etcd cluster.
+        ///
+        /// The category is `dkv-all`, not `dkv`: kubectl expands categories before
+        /// short names, so a category `dkv` would turn `kubectl get dkv NAME` into a
+        /// query over every dkv kind ("you must specify only one resource").
+        #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+        #[kube(
+            group = "dkv.io",
+            version = $version,
+            kind = "DistributedKV",
+            plural = "distributedkvs",
+            singular = "distributedkv",
+            shortname = "dkv",
+            category = "all",
+            category = "dkv-all",
+            namespaced,
+            status = "DistributedKVStatus",
+            derive = "PartialEq",
+            doc = "A replicated etcd key-value cluster managed by dkv.",
+            scale(
+                spec_replicas_path = ".spec.size",
+                status_replicas_path = ".status.readyReplicas",
+                label_selector_path = ".status.selector"
+            ),
+            printcolumn(
+                name = "Size",
+                type_ = "integer",
+                json_path = ".spec.size",
+                description = "Desired number of members"
+            ),
+            printcolumn(
+                name = "Ready",
+                type_ = "integer",
+                json_path = ".status.readyReplicas",
+                description = "Members that are ready"
+            ),
+            printcolumn(
+                name = "Version",
+                type_ = "string",
+                json_path = ".status.currentVersion",
+                description = "Running etcd version"
+            ),
+            printcolumn(
+                name = "Status",
+                type_ = "string",
+                json_path = ".status.conditions[?(@.type==\"Available\")].reason",
+                description = "Reason of the Available condition"
+            ),
+            printcolumn(
+                name = "Age",
+                type_ = "date",
+                json_path = ".metadata.creationTimestamp"
+            )
+        )]
+        #[x_kube(
+            validation = Rule::new("has(self.storage) == has(oldSelf.storage)")
+                .message("spec.storage cannot be added or removed after creation; create a new cluster and restore a backup into it"),
+            validation = Rule::new("has(self.bootstrap) == has(oldSelf.bootstrap) && (!has(self.bootstrap) || self.bootstrap == oldSelf.bootstrap)")
+                .message("spec.bootstrap is used only at creation and cannot change afterwards; remove your edit to spec.bootstrap")
+        )]
+        #[serde(rename_all = "camelCase")]
+        pub struct DistributedKVSpec {
+            /// Number of etcd members (1 to 9). Odd sizes tolerate the most failures
+            /// per member: 3 tolerate one failure, 5 tolerate two.
+            #[schemars(range(min = 1, max = 9))]
+            pub size: i32,
+
+            /// The etcd container image, e.g. `registry.k8s.io/etcd:3.5.16-0`.
+            #[schemars(length(min = 1))]
+            pub image: String,
+
+            /// The etcd version the image runs (`MAJOR.MINOR.PATCH`). Needed only when
+            /// the image tag is not a version (a digest, `latest`, ...).
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            #[schemars(regex(pattern = r"^3\.[0-9]+\.[0-9]+$"))]
+            pub version: Option<String>,
+
+            /// Compute resources of the etcd container.
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub resources: Option<ResourceRequirements>,
+
+            /// Persistent storage for each member. Without it members keep their data
+            /// in an emptyDir and a pod deletion loses that member's copy.
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub storage: Option<StorageSpec>,
+
+            /// Scheduled backups to object storage; presence enables them.
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub backup: Option<$backup>,
+
+            /// How the cluster is first populated. Read only at creation.
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub bootstrap: Option<BootstrapSpec>,
+
+            /// etcd tuning; every field has a safe default.
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub etcd: Option<EtcdTuning>,
+
+            /// Scheduling and metadata for the member pods.
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub pod: Option<PodOverrides>,
+
+            /// What the operator may do when a majority of members is lost for good.
+            /// Without it the cluster is reported `Degraded/QuorumLost` and left for
+            /// a human to decide.
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub recovery: Option<RecoverySpec>,
+        }
+    };
+}
+
+pub mod convert;
 pub mod v1alpha1;
+pub mod v1beta1;

@@ -13,6 +13,9 @@ use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhook, MutatingWebhookConfiguration, RuleWithOperations, ServiceReference,
     ValidatingWebhook, ValidatingWebhookConfiguration, WebhookClientConfig,
 };
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
+    CustomResourceDefinition, WebhookClientConfig as CrdWebhookClientConfig,
+};
 use kube::api::{Api, ObjectMeta, Patch, PatchParams};
 use kube::{Client, Resource};
 use serde::Serialize;
@@ -23,6 +26,10 @@ pub const VALIDATE_CLUSTER_PATH: &str = "/validate/distributedkv";
 pub const VALIDATE_BACKUP_PATH: &str = "/validate/distributedkvbackup";
 pub const DEFAULT_CLUSTER_PATH: &str = "/default/distributedkv";
 pub const DEFAULT_BACKUP_PATH: &str = "/default/distributedkvbackup";
+/// Path of the CRD conversion webhook (ConversionReview).
+pub const CONVERT_PATH: &str = "/convert";
+/// The CRD whose `spec.conversion` calls [`CONVERT_PATH`].
+pub const CONVERTED_CRD: &str = "distributedkvs.dkv.io";
 
 const FIELD_MANAGER: &str = "dkv-operator";
 
@@ -159,7 +166,8 @@ pub fn mutating(
     }
 }
 
-/// Creates or updates both configurations (local mode).
+/// Creates or updates both configurations and points the conversion of
+/// [`CONVERTED_CRD`] at us (local mode).
 pub async fn register(
     client: &Client,
     name: &str,
@@ -167,7 +175,53 @@ pub async fn register(
     ca_bundle: &ByteString,
 ) -> Result<(), kube::Error> {
     apply(client, &validating(name, endpoint, Some(ca_bundle))).await?;
-    apply(client, &mutating(name, endpoint, Some(ca_bundle))).await
+    apply(client, &mutating(name, endpoint, Some(ca_bundle))).await?;
+    if let Endpoint::Url(base) = endpoint {
+        let url = format!("{}{CONVERT_PATH}", base.trim_end_matches('/'));
+        set_conversion_client(client, CONVERTED_CRD, |config| {
+            let changed = config.url.as_deref() != Some(url.as_str())
+                || config.service.is_some()
+                || config.ca_bundle.as_ref() != Some(ca_bundle);
+            config.url = Some(url.clone());
+            config.service = None;
+            config.ca_bundle = Some(ca_bundle.clone());
+            changed
+        })
+        .await?;
+    }
+    Ok(())
+}
+
+/// Edits the conversion webhook's client config of CRD `name` with `edit`
+/// (which says whether it changed anything) and writes it back when it did.
+/// A CRD that does not exist, or converts without a webhook (a single
+/// version, as the operator's tests install it), is left alone: there is
+/// nothing to point at us. Returns `false` when the CRD does not exist.
+async fn set_conversion_client(
+    client: &Client,
+    name: &str,
+    edit: impl FnOnce(&mut CrdWebhookClientConfig) -> bool,
+) -> Result<bool, kube::Error> {
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let Some(mut crd) = api.get_opt(name).await? else {
+        return Ok(false);
+    };
+    let Some(conversion) = crd
+        .spec
+        .conversion
+        .as_mut()
+        .filter(|c| c.strategy == "Webhook")
+    else {
+        return Ok(true);
+    };
+    let webhook = conversion.webhook.get_or_insert_with(Default::default);
+    if webhook.conversion_review_versions.is_empty() {
+        webhook.conversion_review_versions = vec!["v1".to_owned()];
+    }
+    if edit(webhook.client_config.get_or_insert_with(Default::default)) {
+        api.replace(name, &Default::default(), &crd).await?;
+    }
+    Ok(true)
 }
 
 async fn apply<K>(client: &Client, object: &K) -> Result<(), kube::Error>
@@ -197,9 +251,8 @@ where
 pub enum CaBundleTarget {
     ValidatingWebhookConfiguration(String),
     MutatingWebhookConfiguration(String),
-    // The CRD conversion webhook (v1beta1) joins here:
-    // `CustomResourceDefinition(name)` with
-    // `spec.conversion.webhook.clientConfig.caBundle`.
+    /// `spec.conversion.webhook.clientConfig.caBundle` of a CRD.
+    CustomResourceDefinition(String),
 }
 
 /// Sets `caBundle` in every webhook of `target`; a no-op when it already is.
@@ -235,6 +288,16 @@ pub async fn inject_ca_bundle(
             if changed {
                 api.replace(name, &Default::default(), &config).await?;
             }
+        }
+        CaBundleTarget::CustomResourceDefinition(name) => {
+            return set_conversion_client(client, name, |config| {
+                if config.ca_bundle.as_ref() == Some(ca_bundle) {
+                    return false;
+                }
+                config.ca_bundle = Some(ca_bundle.clone());
+                true
+            })
+            .await;
         }
     }
     Ok(true)

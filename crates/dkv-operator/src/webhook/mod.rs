@@ -1,8 +1,9 @@
-//! The admission webhooks of `dkv operator`: validation the schema and CEL
+//! The webhooks of `dkv operator`: CRD version conversion, validation the schema and CEL
 //! cannot express, defaulting, and the TLS that lets the API server call us.
 //!
 //! Modules: [`validate`] and [`default`] decide (pure), [`server`] speaks
-//! AdmissionReview over HTTPS, [`certs`] owns the CA, the serving certificate
+//! AdmissionReview and ConversionReview (`DistributedKV` v1alpha1 ⇄ v1beta1,
+//! by [`dkv_api::distributedkv::convert`]) over HTTPS, [`certs`] owns the CA, the serving certificate
 //! and its renewal, [`configurations`] the webhook configurations and their
 //! `caBundle`. Every replica serves admission, leader or not.
 
@@ -87,14 +88,13 @@ pub async fn run(
         stop.clone(),
     ));
 
-    let mut published: Option<ByteString> = None;
     loop {
-        let ca_bundle = current.ca_bundle();
-        if published.as_ref() != Some(&ca_bundle) {
-            match publish(&client, &args, &endpoint, &ca_bundle).await {
-                Ok(()) => published = Some(ca_bundle),
-                Err(err) => warn!(error = %err, "publishing the webhook caBundle; retrying"),
-            }
+        // Every round, not only when the CA changes: re-applying
+        // deploy/crds or deploy/webhook resets the caBundle (and a CRD
+        // installed after us needs its conversion pointed at us); each
+        // target is only written when it differs.
+        if let Err(err) = publish(&client, &args, &endpoint, &current.ca_bundle()).await {
+            warn!(error = %err, "publishing the webhook caBundle; retrying");
         }
         if sleep_or_stop(&mut stop, check_interval(&policy)).await {
             break;
@@ -174,13 +174,14 @@ async fn publish(
     for target in [
         CaBundleTarget::ValidatingWebhookConfiguration(args.configuration.clone()),
         CaBundleTarget::MutatingWebhookConfiguration(args.configuration.clone()),
+        CaBundleTarget::CustomResourceDefinition(configurations::CONVERTED_CRD.to_owned()),
     ] {
         let found = configurations::inject_ca_bundle(client, &target, ca_bundle)
             .await
             .with_context(|| format!("setting the caBundle of {target:?}"))?;
         if !found {
             anyhow::bail!(
-                "{target:?} does not exist; apply deploy/webhook (kubectl apply -k deploy/default)"
+                "{target:?} does not exist; apply deploy/webhook and deploy/crds (kubectl apply -k deploy/default)"
             );
         }
     }

@@ -1,5 +1,6 @@
-//! The HTTPS endpoints the API server calls with AdmissionReview v1: decoding
-//! a review, the lookups a decision needs, and encoding the answer.
+//! The HTTPS endpoints the API server calls with AdmissionReview v1 and
+//! ConversionReview v1: decoding a review, the lookups a decision needs, and
+//! encoding the answer.
 //!
 //! Decisions themselves are pure ([`super::validate`], [`super::default`]);
 //! this module only reads what they need from the API (the restore source,
@@ -14,10 +15,13 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Json};
 use axum::routing::{get, post};
 use base64::Engine as _;
+use dkv_api::distributedkv::convert;
 use dkv_api::{DistributedKV, DistributedKVBackup};
 use kube::api::Api;
 use kube::core::DynamicObject;
+use kube::core::Status;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
+use kube::core::conversion::{ConversionRequest, ConversionResponse, ConversionReview};
 use kube::{Client, ResourceExt};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -25,7 +29,8 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use super::configurations::{
-    DEFAULT_BACKUP_PATH, DEFAULT_CLUSTER_PATH, VALIDATE_BACKUP_PATH, VALIDATE_CLUSTER_PATH,
+    CONVERT_PATH, DEFAULT_BACKUP_PATH, DEFAULT_CLUSTER_PATH, VALIDATE_BACKUP_PATH,
+    VALIDATE_CLUSTER_PATH,
 };
 use super::default::{default_backup, default_cluster};
 use super::validate::{
@@ -46,6 +51,7 @@ pub fn router(client: Client, defaults: Defaults) -> Router {
         .route(VALIDATE_BACKUP_PATH, post(validate_backup_handler))
         .route(DEFAULT_CLUSTER_PATH, post(default_cluster_handler))
         .route(DEFAULT_BACKUP_PATH, post(default_backup_handler))
+        .route(CONVERT_PATH, post(convert_handler))
         .route("/healthz", get(|| async { "ok" }))
         .with_state(AdmissionState {
             client,
@@ -110,6 +116,45 @@ fn typed<K: DeserializeOwned>(object: &DynamicObject, what: &str) -> Result<K, S
         .map_err(|e| format!("the {what} cannot be read: {e}"))
 }
 
+/// A `DistributedKV` as v1alpha1, the version the decisions are written in.
+/// A v1beta1 write arrives as written (upstream's `matchPolicy: Equivalent`
+/// only converts for rules that do not list the version) and is converted
+/// here as the API server would.
+fn cluster(object: &DynamicObject, what: &str) -> Result<DistributedKV, String> {
+    serde_json::from_value(cluster_json(object, what)?)
+        .map_err(|e| format!("the {what} cannot be read: {e}"))
+}
+
+fn cluster_json(object: &DynamicObject, what: &str) -> Result<Value, String> {
+    let value =
+        serde_json::to_value(object).map_err(|e| format!("the {what} cannot be read: {e}"))?;
+    convert::convert(&value, convert::V1ALPHA1)
+        .map_err(|e| format!("the {what} cannot be read as {}: {e}", convert::V1ALPHA1))
+}
+
+/// `patch` (against the v1alpha1 form of `written`) as a patch against
+/// `written` in the version it was written in.
+fn in_written_version(
+    written: &DynamicObject,
+    patch: &json_patch::Patch,
+) -> Result<json_patch::Patch, String> {
+    let written_object = written;
+    let written = serde_json::to_value(written).map_err(|e| e.to_string())?;
+    let version = written
+        .get("apiVersion")
+        .and_then(Value::as_str)
+        .unwrap_or(convert::V1ALPHA1)
+        .to_owned();
+    if version == convert::V1ALPHA1 || patch.0.is_empty() {
+        return Ok(patch.clone());
+    }
+    let mut defaulted = cluster_json(written_object, "DistributedKV")?;
+    json_patch::patch(&mut defaulted, patch)
+        .map_err(|e| format!("applying the defaults to the v1alpha1 form: {e}"))?;
+    let defaulted = convert::convert(&defaulted, &version).map_err(|e| e.to_string())?;
+    Ok(json_patch::diff(&written, &defaulted))
+}
+
 /// The review answered: `response` with `verdict` applied.
 fn answer(mut response: AdmissionResponse, verdict: &Verdict) -> AdmissionResponse {
     if !verdict.warnings.is_empty() {
@@ -158,8 +203,14 @@ async fn validate_cluster_handler(
         Err(invalid) => return respond(AdmissionResponse::invalid(invalid)),
     };
     let response = AdmissionResponse::from(&request);
+    let written = request
+        .object
+        .as_ref()
+        .and_then(|o| o.types.as_ref())
+        .map(|t| t.api_version.clone())
+        .unwrap_or_default();
     respond(match validate_cluster(&state, &request).await {
-        Ok(verdict) => answer(response, &verdict),
+        Ok(verdict) => answer(response, &verdict.for_written_version(&written)),
         Err(message) => refuse(response, message),
     })
 }
@@ -192,10 +243,10 @@ async fn validate_cluster(
             },
         );
     }
-    let new: DistributedKV = typed(object, "DistributedKV")?;
+    let new = cluster(object, "DistributedKV")?;
     match (&request.operation, &request.old_object) {
         (Operation::Update, Some(old)) => {
-            let old: DistributedKV = typed(old, "previous DistributedKV")?;
+            let old = cluster(old, "previous DistributedKV")?;
             Ok(review_cluster(
                 ClusterWrite::Update {
                     old: &old,
@@ -291,13 +342,14 @@ async fn default_cluster_handler(
         let Some(object) = &request.object else {
             return Ok(json_patch::Patch(Vec::new()));
         };
-        let new: DistributedKV = typed(object, "DistributedKV")?;
-        let old: Option<DistributedKV> = match &request.old_object {
-            Some(old) => Some(typed(old, "previous DistributedKV")?),
+        let new = cluster(object, "DistributedKV")?;
+        let old = match &request.old_object {
+            Some(old) => Some(cluster(old, "previous DistributedKV")?),
             None => None,
         };
-        default_cluster(&new, old.as_ref(), &state.defaults)
-            .map_err(|e| format!("computing the defaults of {}: {e}", new.name_any()))
+        let patch = default_cluster(&new, old.as_ref(), &state.defaults)
+            .map_err(|e| format!("computing the defaults of {}: {e}", new.name_any()))?;
+        in_written_version(object, &patch)
     })();
     respond(patched(response, patch))
 }
@@ -319,6 +371,56 @@ async fn default_backup_handler(body: Bytes) -> axum::response::Response {
     respond(patched(response, patch))
 }
 
+/// ConversionReview v1 for `DistributedKV`: every object to the desired
+/// version, or a failure naming the object that could not be converted.
+async fn convert_handler(body: Bytes) -> axum::response::Response {
+    Json(conversion_review(&body)).into_response()
+}
+
+fn conversion_review(body: &[u8]) -> ConversionReview {
+    let review: ConversionReview = match serde_json::from_slice(body) {
+        Ok(review) => review,
+        Err(err) => {
+            return ConversionResponse::invalid(Status::failure(
+                &format!("not a ConversionReview: {err}"),
+                "BadRequest",
+            ))
+            .into_review();
+        }
+    };
+    let request = match ConversionRequest::try_from(review) {
+        Ok(request) => request,
+        Err(err) => {
+            return ConversionResponse::invalid(Status::failure(&err.to_string(), "BadRequest"))
+                .into_review();
+        }
+    };
+    let converted: Result<Vec<Value>, String> = request
+        .objects
+        .iter()
+        .map(|object| {
+            convert::convert(object, &request.desired_api_version).map_err(|e| {
+                let name = object.pointer("/metadata/name").and_then(Value::as_str);
+                let namespace = object
+                    .pointer("/metadata/namespace")
+                    .and_then(Value::as_str);
+                format!(
+                    "converting DistributedKV {}/{} to {}: {e}",
+                    namespace.unwrap_or_default(),
+                    name.unwrap_or_default(),
+                    request.desired_api_version
+                )
+            })
+        })
+        .collect();
+    let response = ConversionResponse::for_request(request);
+    match converted {
+        Ok(objects) => response.success(objects),
+        Err(message) => response.failure(Status::failure(&message, "BadRequest")),
+    }
+    .into_review()
+}
+
 fn patched(
     response: AdmissionResponse,
     patch: Result<json_patch::Patch, String>,
@@ -330,5 +432,64 @@ fn patched(
             Err(err) => refuse(response, err.to_string()),
         },
         Err(message) => refuse(response, message),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn review(objects: Value, desired: &str) -> Value {
+        let body = serde_json::json!({
+            "apiVersion": "apiextensions.k8s.io/v1", "kind": "ConversionReview",
+            "request": {"uid": "abc", "desiredAPIVersion": desired, "objects": objects}
+        });
+        serde_json::to_value(conversion_review(
+            &serde_json::to_vec(&body).unwrap_or_default(),
+        ))
+        .unwrap_or_default()
+    }
+
+    #[test]
+    fn conversion_review_converts_every_object_and_echoes_the_uid() {
+        let objects = serde_json::json!([
+            {"apiVersion": "dkv.io/v1alpha1", "kind": "DistributedKV", "metadata": {"name": "a", "namespace": "shop"},
+             "spec": {"size": 3, "image": "etcd", "backup": {"s3Path": "s3://b/x/", "schedule": "@daily", "retentionDays": 2}}},
+            {"apiVersion": "dkv.io/v1beta1", "kind": "DistributedKV", "metadata": {"name": "b", "namespace": "shop"},
+             "spec": {"size": 1, "image": "etcd"}}
+        ]);
+        let answer = review(objects, "dkv.io/v1beta1");
+        assert_eq!(answer["apiVersion"], "apiextensions.k8s.io/v1");
+        assert_eq!(answer["kind"], "ConversionReview");
+        assert_eq!(answer["response"]["uid"], "abc");
+        assert_eq!(answer["response"]["result"]["status"], "Success");
+        let converted = &answer["response"]["convertedObjects"];
+        assert_eq!(converted[0]["apiVersion"], "dkv.io/v1beta1");
+        assert_eq!(converted[0]["spec"]["backup"]["retention"]["maxAge"], "2d");
+        assert_eq!(converted[1]["metadata"]["name"], "b");
+    }
+
+    #[test]
+    fn a_failed_conversion_names_the_object() {
+        let objects = serde_json::json!([
+            {"apiVersion": "dkv.io/v1beta1", "kind": "DistributedKV", "metadata": {"name": "b", "namespace": "shop"},
+             "spec": {"size": 1, "image": "etcd", "backup": {"schedule": "@daily"}}}
+        ]);
+        let answer = review(objects, "dkv.io/v1alpha1");
+        assert_eq!(answer["response"]["uid"], "abc");
+        assert_eq!(answer["response"]["result"]["status"], "Failure");
+        let message = answer["response"]["result"]["message"]
+            .as_str()
+            .unwrap_or_default();
+        assert!(
+            message.starts_with("converting DistributedKV shop/b to dkv.io/v1alpha1: spec.backup is not a v1beta1 backup spec"),
+            "{message}"
+        );
+        let garbage = conversion_review(b"{");
+        assert!(
+            garbage
+                .response
+                .is_some_and(|r| r.result.message.contains("not a ConversionReview"))
+        );
     }
 }

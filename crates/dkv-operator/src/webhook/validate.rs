@@ -29,6 +29,24 @@ impl Verdict {
         cluster::InvalidSpec(self.denials.clone()).to_string()
     }
 
+    /// The verdict as told to a client that wrote `api_version`. Decisions
+    /// are made on the v1alpha1 form of the object, so a v1beta1 writer is
+    /// told the v1beta1 names of the backup fields.
+    pub fn for_written_version(mut self, api_version: &str) -> Self {
+        if api_version == dkv_api::distributedkv::convert::V1BETA1 {
+            for denial in &mut self.denials {
+                let renamed = match denial.field.as_str() {
+                    "spec.backup.s3Path" => "spec.backup.destination.uri",
+                    "spec.backup.credentialsSecret" => "spec.backup.destination.credentialsSecret",
+                    "spec.backup.retentionDays" => "spec.backup.retention.maxAge",
+                    _ => continue,
+                };
+                denial.field = renamed.to_owned();
+            }
+        }
+        self
+    }
+
     fn deny(&mut self, field: &str, message: impl Into<String>) {
         self.denials.push(FieldError {
             field: field.to_owned(),
@@ -239,6 +257,39 @@ mod tests {
     }
 
     const ETCD_35: &str = "registry.k8s.io/etcd:3.5.16-0";
+
+    #[test]
+    fn a_v1beta1_writer_is_told_the_v1beta1_field_names() {
+        let gcs = dkv(
+            3,
+            "registry.k8s.io/etcd:3.5.16-0",
+            serde_json::json!({"backup": {"s3Path": "gs://bucket/dkv/", "schedule": "@daily"}}),
+        );
+        let verdict = review_cluster(
+            ClusterWrite::Create(&gcs),
+            &RestoreSource::NotAsked,
+            &defaults(),
+        );
+        assert!(
+            verdict.message().contains("spec.backup.s3Path"),
+            "{}",
+            verdict.message()
+        );
+        let v1beta1 = verdict.clone().for_written_version("dkv.io/v1beta1");
+        assert!(
+            v1beta1.message().contains("spec.backup.destination.uri")
+                && !v1beta1.message().contains("s3Path"),
+            "{}",
+            v1beta1.message()
+        );
+        assert_eq!(
+            verdict
+                .clone()
+                .for_written_version("dkv.io/v1alpha1")
+                .message(),
+            verdict.message()
+        );
+    }
 
     #[test]
     fn scale_down_keeps_a_quorum_of_the_old_size() {

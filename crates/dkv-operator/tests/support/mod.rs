@@ -24,6 +24,12 @@ pub async fn environment(kubelet: bool) -> kube_local::Environment {
     if std::env::var_os("DKV_TEST_LOG").is_some() {
         dkv_operator::telemetry::init(LogFormat::Text);
     }
+    // DistributedKV as v1alpha1 only, with no conversion: the CRD `dkv crd`
+    // generates stores v1beta1 and converts through the operator's webhook,
+    // so without webhooks (the default here) nothing stored could be read
+    // (kube-local answers 500 "conversion webhook ... failed", as upstream
+    // does). Tests of conversion install that CRD themselves
+    // (`conversion_on_kube_local.rs`).
     let mut builder = kube_local::Environment::builder()
         .crds(vec![DistributedKV::crd(), DistributedKVBackup::crd()]);
     if kubelet {

@@ -1,0 +1,154 @@
+//! `dkv.io/v1beta1` `DistributedKV`: the storage version.
+//!
+//! The same as [`super::v1alpha1`] except `spec.backup`: a
+//! [`BackupDestination`] URI of any supported scheme replaces `s3Path` and
+//! `credentialsSecret`, and [`BackupRetention`] (`maxBackups`, `maxAge`)
+//! replaces `retentionDays`. Every other type is v1alpha1's, re-exported, so
+//! the two versions cannot drift apart; [`super::convert`] converts between
+//! them without loss.
+
+// Several `printcolumn(...)` entries repeat the same keys (`type_`,
+// `json_path`), which clippy mistakes for duplicated attributes.
+#![allow(clippy::duplicated_attributes)]
+
+use k8s_openapi::api::core::v1::ResourceRequirements;
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+pub use super::v1alpha1::{
+    AutoCompactionMode, BackupArtifactRef, BootstrapSpec, DistributedKVStatus, EtcdTuning,
+    MemberStatus, Operation, OperationKind, Phase, PodOverrides, ReclaimPolicy, RecoveryPolicy,
+    RecoverySpec, RestoreSource, StorageSpec,
+};
+
+distributedkv_spec!("v1beta1", BackupSpec);
+
+/// Scheduled backups.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct BackupSpec {
+    /// Where snapshots go.
+    pub destination: BackupDestination,
+
+    /// When to take a backup, in cron syntax (five fields, UTC).
+    #[schemars(length(min = 1))]
+    pub schedule: String,
+
+    /// The image that runs the backup agent; defaults to the operator's own image.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backup_image: Option<String>,
+
+    /// Which backups to delete; without it every backup is kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retention: Option<BackupRetention>,
+
+    /// Take one last backup before the cluster is deleted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub final_backup_on_delete: Option<bool>,
+}
+
+/// An object store location (or a directory) for snapshots.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct BackupDestination {
+    /// `s3://bucket/prefix/`, `gs://bucket/prefix/`, `az://container/prefix/`
+    /// or `file:///absolute/directory/`.
+    #[schemars(regex(
+        pattern = r"^((s3|gs|az)://[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9](/.*)?|file:///.+)$"
+    ))]
+    pub uri: String,
+
+    /// Secret with the object store credentials: for `s3://`
+    /// `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY` and optionally
+    /// `AWS_REGION`, `AWS_ENDPOINT_URL`, `AWS_ALLOW_HTTP`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credentials_secret: Option<String>,
+}
+
+/// Which backups retention deletes. Both limits apply; the newest successful
+/// backup is always kept.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct BackupRetention {
+    /// Keep at most this many backups.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub max_backups: Option<i32>,
+
+    /// Delete backups older than this: a whole number of hours or days,
+    /// `168h` or `7d` (see [`MaxAge`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^[1-9][0-9]{0,5}[hd]$"))]
+    pub max_age: Option<String>,
+}
+
+/// A parsed `retention.maxAge`: a positive whole number of hours (`36h`) or
+/// days (`7d`, 24 hours each), at most six digits. Minutes and compound
+/// durations (`1d12h`) are not accepted: backups run at most every few
+/// minutes and are kept for hours or days, and one unit keeps the value
+/// readable and its conversion to v1alpha1's `retentionDays` exact.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MaxAge {
+    hours: u32,
+}
+
+impl MaxAge {
+    pub fn from_days(days: u32) -> Self {
+        Self { hours: days * 24 }
+    }
+
+    pub fn hours(self) -> u32 {
+        self.hours
+    }
+
+    /// Whole days when the age is one, else `None`.
+    pub fn whole_days(self) -> Option<u32> {
+        self.hours.is_multiple_of(24).then_some(self.hours / 24)
+    }
+}
+
+impl std::str::FromStr for MaxAge {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let invalid = || {
+            format!(
+                "{text:?} is not a duration like 168h or 7d (a whole number of hours or days, 1 to 6 digits)"
+            )
+        };
+        let (digits, unit) = text.split_at(text.len().saturating_sub(1));
+        let valid_digits = (1..=6).contains(&digits.len())
+            && !digits.starts_with('0')
+            && digits.bytes().all(|b| b.is_ascii_digit());
+        if !valid_digits {
+            return Err(invalid());
+        }
+        let number: u32 = digits.parse().map_err(|_| invalid())?;
+        match unit {
+            "h" => Ok(Self { hours: number }),
+            "d" => Ok(Self::from_days(number)),
+            _ => Err(invalid()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn max_age_accepts_hours_and_days_only() {
+        let parse = |s: &str| s.parse::<MaxAge>().map(MaxAge::hours);
+        assert_eq!(parse("168h"), Ok(168));
+        assert_eq!(parse("7d"), Ok(168));
+        assert_eq!(parse("999999d"), Ok(999_999 * 24));
+        for bad in [
+            "", "h", "0h", "07d", "1.5h", "30m", "1d12h", "-1d", "1w", "1234567h", "d7",
+        ] {
+            assert!(parse(bad).is_err(), "{bad:?} was accepted");
+        }
+        assert_eq!("36h".parse::<MaxAge>().map(MaxAge::whole_days), Ok(None));
+        assert_eq!("48h".parse::<MaxAge>().map(MaxAge::whole_days), Ok(Some(2)));
+    }
+}
