@@ -9,6 +9,7 @@
 //! longer be leader must not write anything, and a restart is the simplest
 //! way to be sure.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
@@ -16,7 +17,7 @@ use anyhow::Context as _;
 use kube::Client;
 use kube::runtime::events::Reporter;
 use tokio::sync::watch;
-use tracing::{error, info};
+use tracing::{error, info, warn};
 
 use crate::cli::OperatorArgs;
 use crate::cluster::{self, validate::Defaults};
@@ -144,12 +145,18 @@ pub async fn run_with(
             let _ = lost_tx.send(true);
         }
     }
-    (&mut controller.0)
-        .await
-        .context("the controller task panicked")?;
-    (&mut backups.0)
-        .await
-        .context("the backup controller task panicked")?;
+    join_after_stop(
+        &mut controller,
+        stopped_or_lost(stop.clone(), lost_rx.clone()),
+        "cluster controller",
+    )
+    .await?;
+    join_after_stop(
+        &mut backups,
+        stopped_or_lost(stop.clone(), lost_rx.clone()),
+        "backup controller",
+    )
+    .await?;
     metrics.set_leader(false);
     if let Some(elector) = elector.as_mut()
         && !lost
@@ -171,6 +178,37 @@ struct TaskGuard<T>(tokio::task::JoinHandle<T>);
 impl<T> Drop for TaskGuard<T> {
     fn drop(&mut self) {
         self.0.abort();
+    }
+}
+
+/// How long a controller may take to finish its reconciles after a stop.
+/// (Every step is pinned in status before it acts, so one cut short is
+/// resumed by the next leader.)
+const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(15);
+
+/// Waits for a controller task until it ends or, once `stop` resolved, for
+/// at most [`SHUTDOWN_GRACE`]; then aborts it. kube-runtime's controller
+/// cannot stop before its first list succeeded (it waits for its caches), so
+/// without this an operator stopped while the API server refuses the list
+/// (e.g. a conversion webhook not answering yet) would never exit.
+async fn join_after_stop(
+    task: &mut TaskGuard<()>,
+    stop: impl Future<Output = ()>,
+    what: &str,
+) -> anyhow::Result<()> {
+    tokio::select! {
+        joined = &mut task.0 => {
+            return joined.with_context(|| format!("the {what} task panicked"));
+        }
+        () = stop => {}
+    }
+    match tokio::time::timeout(SHUTDOWN_GRACE, &mut task.0).await {
+        Ok(joined) => joined.with_context(|| format!("the {what} task panicked")),
+        Err(_) => {
+            warn!(what, grace = ?SHUTDOWN_GRACE, "did not stop in time; aborting it");
+            task.0.abort();
+            Ok(())
+        }
     }
 }
 
@@ -216,5 +254,36 @@ pub async fn wait_for_signal() {
     #[cfg(not(unix))]
     {
         let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_controller_that_cannot_stop_is_aborted_after_the_grace_period() {
+        let mut task = TaskGuard(tokio::spawn(std::future::pending::<()>()));
+        let started = tokio::time::Instant::now();
+        let joined = join_after_stop(&mut task, async {}, "stuck controller").await;
+        assert!(joined.is_ok());
+        assert_eq!(started.elapsed(), SHUTDOWN_GRACE);
+        let ended = (&mut task.0).await;
+        assert!(ended.is_err_and(|e| e.is_cancelled()));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_controller_that_stops_is_joined_without_waiting() {
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let mut rx = stop_rx.clone();
+        let mut task = TaskGuard(tokio::spawn(async move {
+            let _ = rx.wait_for(|s| *s).await;
+        }));
+        let started = tokio::time::Instant::now();
+        let _ = stop_tx.send(true);
+        join_after_stop(&mut task, stopped(stop_rx), "controller")
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(started.elapsed() < SHUTDOWN_GRACE);
     }
 }
