@@ -15,7 +15,6 @@ use dkv_api::backup::v1alpha1::BackupPhase;
 use dkv_api::{DistributedKV, DistributedKVBackup};
 use dkv_backup::testing::{EtcdProcess, MotoServer, etcd_bin_dir, loopback_ip, test_key};
 use dkv_backup::{Location, MemberRestore, RestoreTool, fetch_artifact, restore_member};
-use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams, PostParams};
@@ -23,42 +22,12 @@ use serde_json::json;
 
 mod support;
 
+use support::backups::{create_secret, wait_backup_finished};
+
 use support::etcd_cluster::{condition_reason, connect, member_endpoints, wait_for, wait_settled};
 
 const NS: &str = "backups";
 const KEYS: usize = 300;
-
-async fn wait_finished(backups: &Api<DistributedKVBackup>, name: &str) -> DistributedKVBackup {
-    let started = Instant::now();
-    loop {
-        let b = backups.get(name).await.unwrap();
-        if matches!(
-            b.status.as_ref().and_then(|s| s.phase),
-            Some(BackupPhase::Completed | BackupPhase::Failed)
-        ) {
-            return b;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(120),
-            "backup {name} did not finish: {:?}",
-            b.status
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-}
-
-async fn secret(client: &kube::Client, name: &str, data: Vec<(String, String)>) {
-    let data: serde_json::Map<String, serde_json::Value> =
-        data.into_iter().map(|(k, v)| (k, json!(v))).collect();
-    let secret: Secret = serde_json::from_value(json!({
-        "metadata": {"name": name, "namespace": NS}, "stringData": data
-    }))
-    .unwrap();
-    Api::<Secret>::namespaced(client.clone(), NS)
-        .create(&PostParams::default(), &secret)
-        .await
-        .unwrap();
-}
 
 /// The S3 environment with another secret access key.
 fn with_secret_key(mut env: Vec<(String, String)>, key: &str) -> Vec<(String, String)> {
@@ -112,7 +81,7 @@ async fn an_on_demand_backup_lands_in_the_bucket_and_restores_the_same_keys() {
     }
     let source_cluster_id = etcd.status().await.unwrap().header().unwrap().cluster_id();
 
-    secret(&client, "s3-creds", moto.env()).await;
+    create_secret(&client, NS, "s3-creds", moto.env()).await;
     let backups: Api<DistributedKVBackup> = Api::namespaced(client.clone(), NS);
     let started = Instant::now();
     backups
@@ -122,7 +91,7 @@ async fn an_on_demand_backup_lands_in_the_bucket_and_restores_the_same_keys() {
         )
         .await
         .unwrap();
-    let done = wait_finished(&backups, "orders-manual").await;
+    let done = wait_backup_finished(&backups, "orders-manual").await;
     let status = done.status.clone().unwrap();
     eprintln!(
         "on-demand backup: {:?} after {:?}: {:?}",
@@ -203,8 +172,9 @@ async fn an_on_demand_backup_lands_in_the_bucket_and_restores_the_same_keys() {
 
     // Wrong credentials: Failed, with the reason, and the secret nowhere.
     let wrong_secret = "wrong-secret-key-do-not-print";
-    secret(
+    create_secret(
         &client,
+        NS,
         "bad-creds",
         with_secret_key(moto.env(), wrong_secret),
     )
@@ -216,7 +186,7 @@ async fn an_on_demand_backup_lands_in_the_bucket_and_restores_the_same_keys() {
         )
         .await
         .unwrap();
-    let denied = wait_finished(&backups, "orders-denied").await;
+    let denied = wait_backup_finished(&backups, "orders-denied").await;
     let status = denied.status.unwrap();
     eprintln!("denied backup: {:?}", status.message);
     assert_eq!(status.phase, Some(BackupPhase::Failed));
@@ -276,7 +246,7 @@ async fn an_on_demand_backup_lands_in_the_bucket_and_restores_the_same_keys() {
         )
         .await
         .unwrap();
-    let again = wait_finished(&backups, "orders-again").await;
+    let again = wait_backup_finished(&backups, "orders-again").await;
     assert_eq!(
         again.status.as_ref().and_then(|s| s.phase),
         Some(BackupPhase::Completed),
@@ -363,9 +333,10 @@ async fn retention_prunes_the_oldest_artifacts_and_records_and_keeps_the_newest(
     let client = env.client();
     support::create_namespace(&client, NS).await;
     let operator = support::RunningOperator::start(client.clone(), false);
-    secret(&client, "s3-creds", moto.env()).await;
-    secret(
+    create_secret(&client, NS, "s3-creds", moto.env()).await;
+    create_secret(
         &client,
+        NS,
         "bad-creds",
         with_secret_key(moto.env(), "not-the-secret"),
     )
@@ -431,7 +402,7 @@ async fn retention_prunes_the_oldest_artifacts_and_records_and_keeps_the_newest(
             .create(&PostParams::default(), &on_cluster(name))
             .await
             .unwrap();
-        let done = wait_finished(&backups, name).await;
+        let done = wait_backup_finished(&backups, name).await;
         let status = done.status.unwrap();
         assert_eq!(
             status.phase,
@@ -448,7 +419,7 @@ async fn retention_prunes_the_oldest_artifacts_and_records_and_keeps_the_newest(
                 )
                 .await
                 .unwrap();
-            let failed = wait_finished(&backups, "orders-failed").await;
+            let failed = wait_backup_finished(&backups, "orders-failed").await;
             assert_eq!(
                 failed.status.and_then(|s| s.phase),
                 Some(BackupPhase::Failed)
@@ -521,7 +492,7 @@ async fn a_scheduled_run_is_recorded_in_the_catalogue_and_on_the_cluster() {
     let client = env.client();
     support::create_namespace(&client, NS).await;
     let operator = support::RunningOperator::start(client.clone(), false);
-    secret(&client, "s3-creds", moto.env()).await;
+    create_secret(&client, NS, "s3-creds", moto.env()).await;
     let dkvs: Api<DistributedKV> = Api::namespaced(client.clone(), NS);
     dkvs.create(
         &PostParams::default(),
@@ -563,7 +534,7 @@ async fn a_scheduled_run_is_recorded_in_the_catalogue_and_on_the_cluster() {
         ("DistributedKV", "orders")
     );
 
-    let done = wait_finished(&backups, &name).await;
+    let done = wait_backup_finished(&backups, &name).await;
     let status = done.status.unwrap();
     eprintln!(
         "scheduled backup {name}: {:?} after {:?}: {:?}",
@@ -615,9 +586,10 @@ async fn deletion_takes_a_verified_final_backup_and_a_failing_one_blocks_it() {
     let client = env.client();
     support::create_namespace(&client, NS).await;
     let operator = support::RunningOperator::start(client.clone(), false);
-    secret(&client, "s3-creds", moto.env()).await;
-    secret(
+    create_secret(&client, NS, "s3-creds", moto.env()).await;
+    create_secret(
         &client,
+        NS,
         "bad-creds",
         with_secret_key(moto.env(), "not-the-secret"),
     )

@@ -9,17 +9,18 @@
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-use dkv_api::backup::v1alpha1::BackupPhase;
 use dkv_api::distributedkv::v1alpha1::Phase;
 use dkv_api::{DistributedKV, DistributedKVBackup};
 use dkv_backup::Location;
 use dkv_backup::testing::{MotoServer, test_key};
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{Pod, Secret};
+use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams, PostParams};
 use serde_json::json;
 
 mod support;
+
+use support::backups::{create_secret, wait_backup_completed};
 
 use support::etcd_cluster::{
     condition_reason, connect, member_endpoints, put_retrying, wait_for, wait_settled,
@@ -27,37 +28,6 @@ use support::etcd_cluster::{
 
 const NS: &str = "restores";
 const KEYS: usize = 300;
-
-async fn create_secret(client: &kube::Client, name: &str, data: Vec<(String, String)>) {
-    let data: serde_json::Map<String, serde_json::Value> =
-        data.into_iter().map(|(k, v)| (k, json!(v))).collect();
-    let secret: Secret = serde_json::from_value(json!({
-        "metadata": {"name": name, "namespace": NS}, "stringData": data
-    }))
-    .unwrap();
-    Api::<Secret>::namespaced(client.clone(), NS)
-        .create(&PostParams::default(), &secret)
-        .await
-        .unwrap();
-}
-
-async fn wait_completed(backups: &Api<DistributedKVBackup>, name: &str) -> DistributedKVBackup {
-    let started = Instant::now();
-    loop {
-        let b = backups.get(name).await.unwrap();
-        match b.status.as_ref().and_then(|s| s.phase) {
-            Some(BackupPhase::Completed) => return b,
-            Some(BackupPhase::Failed) => panic!("backup {name} failed: {:?}", b.status),
-            _ => {}
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(120),
-            "backup {name} did not finish: {:?}",
-            b.status
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-}
 
 /// Runs `read` against the cluster's members, reconnecting and trying again
 /// for a while: right after a cluster settles, one endpoint may still be a
@@ -159,7 +129,7 @@ async fn a_backup_restores_into_a_new_cluster_and_a_corrupted_one_starts_nothing
     assert_eq!(test_keys(&client, "orders").await, expected);
     let source_id = cluster_id(&client, "orders").await;
 
-    create_secret(&client, "s3-creds", moto.env()).await;
+    create_secret(&client, NS, "s3-creds", moto.env()).await;
     let backups: Api<DistributedKVBackup> = Api::namespaced(client.clone(), NS);
     let backup: DistributedKVBackup = serde_json::from_value(json!({
         "apiVersion": "dkv.io/v1alpha1", "kind": "DistributedKVBackup",
@@ -171,7 +141,7 @@ async fn a_backup_restores_into_a_new_cluster_and_a_corrupted_one_starts_nothing
         .create(&PostParams::default(), &backup)
         .await
         .unwrap();
-    let artifact = wait_completed(&backups, "orders-manual")
+    let artifact = wait_backup_completed(&backups, "orders-manual")
         .await
         .status
         .unwrap()
@@ -376,7 +346,7 @@ async fn an_etcd_3_4_cluster_restores_from_an_artifact_uri() {
     }
     let source_id = cluster_id(&client, "legacy").await;
 
-    create_secret(&client, "s3-creds", moto.env()).await;
+    create_secret(&client, NS, "s3-creds", moto.env()).await;
     let backups: Api<DistributedKVBackup> = Api::namespaced(client.clone(), NS);
     let backup: DistributedKVBackup = serde_json::from_value(json!({
         "apiVersion": "dkv.io/v1alpha1", "kind": "DistributedKVBackup",
@@ -388,7 +358,7 @@ async fn an_etcd_3_4_cluster_restores_from_an_artifact_uri() {
         .create(&PostParams::default(), &backup)
         .await
         .unwrap();
-    let artifact = wait_completed(&backups, "legacy-manual")
+    let artifact = wait_backup_completed(&backups, "legacy-manual")
         .await
         .status
         .unwrap()
@@ -427,7 +397,7 @@ async fn quorum_lost_for_good_is_recovered_from_the_newest_backup_by_policy() {
     let client = env.client();
     support::create_namespace(&client, NS).await;
     let operator = support::RunningOperator::start(client.clone(), false);
-    create_secret(&client, "s3-creds", moto.env()).await;
+    create_secret(&client, NS, "s3-creds", moto.env()).await;
     let dkvs: Api<DistributedKV> = Api::namespaced(client.clone(), NS);
     dkvs.create(
         &PostParams::default(),
@@ -465,7 +435,7 @@ async fn quorum_lost_for_good_is_recovered_from_the_newest_backup_by_policy() {
         .create(&PostParams::default(), &backup)
         .await
         .unwrap();
-    wait_completed(&backups, "ledger-manual").await;
+    wait_backup_completed(&backups, "ledger-manual").await;
     wait_for(&dkvs, "ledger", "lastBackup", |d| {
         d.status
             .as_ref()

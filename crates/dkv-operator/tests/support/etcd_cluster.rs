@@ -12,11 +12,16 @@ use kube::Client;
 use kube::api::{Api, ListParams};
 use tokio::sync::Mutex;
 
-/// Client URLs of a cluster's member pods that have an IP, sorted.
+/// Client URLs of a cluster's member pods that have an IP, sorted. (Only
+/// the etcd members: backup Job pods carry the cluster label too, and a
+/// finished one keeps its IP.)
 pub async fn member_endpoints(client: &Client, ns: &str, cluster: &str) -> Vec<String> {
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
     let list = pods
-        .list(&ListParams::default().labels(&format!("dkv.io/cluster={cluster}")))
+        .list(&ListParams::default().labels(&format!(
+            "dkv.io/cluster={cluster},{}=etcd",
+            dkv_api::labels::COMPONENT_KEY
+        )))
         .await
         .map(|l| l.items)
         .unwrap_or_default();

@@ -13,6 +13,7 @@ use kube::{Client, CustomResourceExt};
 use kube_local::kubelet::KubeletConfig;
 use tokio::sync::watch;
 
+pub mod backups;
 pub mod etcd_cluster;
 
 /// kube-local with dkv's CRDs; with `kubelet`, pods run as local processes
