@@ -15,4 +15,5 @@ pub const GROUP: &str = "dkv.io";
 pub use backup::v1alpha1::{
     DistributedKVBackup, DistributedKVBackupSpec, DistributedKVBackupStatus,
 };
-pub use distributedkv::v1alpha1::{DistributedKV, DistributedKVSpec, DistributedKVStatus};
+/// The version dkv works in: the storage version.
+pub use distributedkv::v1beta1::{DistributedKV, DistributedKVSpec, DistributedKVStatus};

@@ -211,10 +211,11 @@ pub struct BackupArgs {
     pub termination_log: PathBuf,
     #[arg(long, value_enum, default_value = "text", env = "DKV_LOG_FORMAT")]
     pub log_format: LogFormat,
-    /// Accepted for the CronJobs the operator builds; the agent takes one
-    /// backup and prunes nothing. Retention is applied by the operator to
-    /// the DistributedKVBackup records (dkv_backup::select_for_pruning).
-    #[arg(long)]
+    /// Accepted (and ignored) for CronJobs built by operators before 0.2,
+    /// which passed it; the agent takes one backup and prunes nothing.
+    /// Retention is applied by the operator to the DistributedKVBackup
+    /// records (dkv_backup::select_for_pruning).
+    #[arg(long, hide = true)]
     pub retention_days: Option<i32>,
 }
 

@@ -44,9 +44,10 @@ impl Default for ConversionService {
 /// `distributedkvs.dkv.io` serving `v1alpha1` and `v1beta1`, storing
 /// `v1beta1`, converting through the operator's webhook at `service`.
 ///
-/// Without the webhook nothing stored can be read, so the operator's tests
-/// that run without webhooks install `v1alpha1::DistributedKV::crd()` (one
-/// version, no conversion) instead.
+/// Without the webhook a v1alpha1 read of a v1beta1-stored object fails, so
+/// the operator's tests that run without webhooks install
+/// `v1beta1::DistributedKV::crd()` (the one version the operator reads, no
+/// conversion) instead.
 pub fn distributedkv(service: &ConversionService) -> CustomResourceDefinition {
     let mut crd = v1beta1::DistributedKV::crd();
     // Served versions listed oldest first, as `kubectl explain` and humans expect.

@@ -5,7 +5,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use dkv_api::DistributedKV;
-use dkv_api::distributedkv::v1alpha1::Phase;
+use dkv_api::distributedkv::v1beta1::Phase;
 use kube::runtime::reflector::ObjectRef;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;

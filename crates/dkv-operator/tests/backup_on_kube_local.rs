@@ -349,8 +349,8 @@ async fn retention_prunes_the_oldest_artifacts_and_records_and_keeps_the_newest(
             "orders",
             1,
             "registry.k8s.io/etcd:3.5.16-0",
-            json!({"backup": {"s3Path": moto.uri("kept"), "schedule": "0 0 1 1 *",
-                              "credentialsSecret": "s3-creds", "retentionDays": 1}}),
+            json!({"backup": {"destination": {"uri": moto.uri("kept"), "credentialsSecret": "s3-creds"},
+                              "schedule": "0 0 1 1 *", "retention": {"maxAge": "1d"}}}),
         ),
     )
     .await
@@ -485,6 +485,101 @@ async fn retention_prunes_the_oldest_artifacts_and_records_and_keeps_the_newest(
     operator.stop().await;
 }
 
+/// Every file under `dir`, as absolute paths, sorted.
+fn files_under(dir: &std::path::Path) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(next) = pending.pop() {
+        for entry in std::fs::read_dir(&next).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                pending.push(path);
+            } else {
+                found.push(path.display().to_string());
+            }
+        }
+    }
+    found.sort();
+    found
+}
+
+/// v1beta1 destinations beyond S3, and `retention.maxBackups`: backups go to
+/// a `file://` directory (on kube-local the agent pod sees the host's
+/// filesystem), and with `maxBackups: 2` the third backup prunes the first,
+/// its record and both of its files.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_file_destination_keeps_at_most_max_backups() {
+    let dir = tempfile::tempdir().unwrap();
+    let env = support::environment(true).await;
+    let client = env.client();
+    support::create_namespace(&client, NS).await;
+    let operator = support::RunningOperator::start(client.clone(), false);
+    let dkvs: Api<DistributedKV> = Api::namespaced(client.clone(), NS);
+    dkvs.create(
+        &PostParams::default(),
+        &support::cluster(
+            NS,
+            "orders",
+            1,
+            "registry.k8s.io/etcd:3.5.16-0",
+            json!({"backup": {"destination": {"uri": format!("file://{}/", dir.path().display())},
+                              "schedule": "0 0 1 1 *", "retention": {"maxBackups": 2}}}),
+        ),
+    )
+    .await
+    .unwrap();
+    wait_settled(&dkvs, "orders", 1).await;
+    let backups: Api<DistributedKVBackup> = Api::namespaced(client.clone(), NS);
+    let mut files = std::collections::BTreeMap::new();
+    for name in ["orders-1", "orders-2", "orders-3"] {
+        // Artifacts are named to the second: one backup per second.
+        tokio::time::sleep(Duration::from_millis(1100)).await;
+        let record: DistributedKVBackup = serde_json::from_value(json!({
+            "apiVersion": "dkv.io/v1alpha1", "kind": "DistributedKVBackup",
+            "metadata": {"name": name, "namespace": NS}, "spec": {"cluster": "orders"}
+        }))
+        .unwrap();
+        backups
+            .create(&PostParams::default(), &record)
+            .await
+            .unwrap();
+        let status = wait_backup_finished(&backups, name).await.status.unwrap();
+        assert_eq!(
+            status.phase,
+            Some(BackupPhase::Completed),
+            "{:?}",
+            status.message
+        );
+        let artifact = status.artifact.unwrap();
+        let keys = artifact_keys(&artifact.uri).map(|key| format!("/{key}"));
+        assert_eq!(
+            std::fs::metadata(&keys[0]).unwrap().len(),
+            artifact.size_bytes as u64,
+            "{keys:?}"
+        );
+        files.insert(name, keys);
+    }
+    wait_records_gone(&backups, &["orders-1"]).await;
+    let mut left: Vec<String> = backups
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .map(|b| b.name_any())
+        .collect();
+    left.sort();
+    assert_eq!(left, ["orders-2", "orders-3"]);
+    let mut kept: Vec<String> = files["orders-2"]
+        .iter()
+        .chain(&files["orders-3"])
+        .cloned()
+        .collect();
+    kept.sort();
+    assert_eq!(files_under(dir.path()), kept);
+    operator.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_scheduled_run_is_recorded_in_the_catalogue_and_on_the_cluster() {
     let moto = MotoServer::start("dkv-backups");
@@ -501,7 +596,7 @@ async fn a_scheduled_run_is_recorded_in_the_catalogue_and_on_the_cluster() {
             "orders",
             1,
             "registry.k8s.io/etcd:3.5.16-0",
-            json!({"backup": {"s3Path": moto.uri("scheduled"), "schedule": "*/5 * * * *", "credentialsSecret": "s3-creds"}}),
+            json!({"backup": {"destination": {"uri": moto.uri("scheduled"), "credentialsSecret": "s3-creds"}, "schedule": "*/5 * * * *"}}),
         ),
     )
     .await
@@ -603,8 +698,8 @@ async fn deletion_takes_a_verified_final_backup_and_a_failing_one_blocks_it() {
                 name,
                 1,
                 "registry.k8s.io/etcd:3.5.16-0",
-                json!({"backup": {"s3Path": moto.uri("final"), "schedule": "0 0 1 1 *",
-                                  "credentialsSecret": creds, "finalBackupOnDelete": true}}),
+                json!({"backup": {"destination": {"uri": moto.uri("final"), "credentialsSecret": creds},
+                                  "schedule": "0 0 1 1 *", "finalBackupOnDelete": true}}),
             ),
         )
         .await

@@ -107,7 +107,7 @@ async fn three_members_form_a_cluster_serve_through_the_client_service_and_go_wi
 
     let dkvs: Api<DistributedKV> = Api::namespaced(client.clone(), NS);
     let dkv: DistributedKV = serde_json::from_value(json!({
-        "apiVersion": "dkv.io/v1alpha1", "kind": "DistributedKV",
+        "apiVersion": "dkv.io/v1beta1", "kind": "DistributedKV",
         "metadata": {"name": "orders", "namespace": NS},
         "spec": {
             "size": 3,

@@ -2,7 +2,8 @@
 //! kube-local calls the operator's conversion webhook (registered by URL with
 //! the operator's CA, as `dkv local up` does) whenever a read or write is in
 //! the other version, from `kube::Client` (typed and dynamic) and `kubectl`.
-//! The operator keeps working in v1alpha1. No pods run.
+//! The operator works in v1beta1 (the storage version), so its own reads
+//! never need the webhook. No pods run.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -18,7 +19,7 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 use kube::api::{
     Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
 };
-use kube::{Client, ResourceExt};
+use kube::{Client, CustomResourceExt, ResourceExt};
 use serde_json::json;
 use tokio::time::Instant;
 
@@ -27,7 +28,14 @@ const ETCD: &str = "registry.k8s.io/etcd:3.5.16-0";
 
 /// kube-local with only v1alpha1 (as before v1beta1 existed) and a namespace.
 async fn v1alpha1_only() -> kube_local::Environment {
-    let env = support::environment(false).await;
+    let env = support::environment_with(
+        vec![
+            v1alpha1::DistributedKV::crd(),
+            dkv_api::DistributedKVBackup::crd(),
+        ],
+        false,
+    )
+    .await;
     support::create_namespace(&env.client(), NS).await;
     env
 }
@@ -71,7 +79,14 @@ fn beta_api(client: &Client) -> Api<v1beta1::DistributedKV> {
 }
 
 fn alpha(name: &str, backup: serde_json::Value) -> v1alpha1::DistributedKV {
-    support::cluster(NS, name, 3, ETCD, json!({ "backup": backup }))
+    serde_json::from_value(json!({
+        "apiVersion": "dkv.io/v1alpha1", "kind": "DistributedKV",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {"size": 3, "image": ETCD,
+            "storage": {"storageClassName": "standard", "size": "1Gi", "reclaimPolicy": "Delete"},
+            "backup": backup}
+    }))
+    .unwrap()
 }
 
 fn beta(name: &str, backup: serde_json::Value) -> v1beta1::DistributedKV {
@@ -303,7 +318,7 @@ async fn objects_stored_before_v1beta1_stay_readable_and_editable() {
     assert_eq!(alpha_backup_of(&old_alpha).retention_days, Some(3));
     assert!(old_alpha.annotations().contains_key(BACKUP_ANNOTATION));
 
-    // The operator, reading v1alpha1, manages it at its new size.
+    // The operator, reading v1beta1, manages it at its new size.
     let sts = statefulset_of(&client, "old").await;
     assert_eq!(sts.spec.replicas, Some(5));
     operator.stop().await;
@@ -325,7 +340,7 @@ async fn the_operator_reconciles_a_cluster_created_as_v1beta1() {
 
     let sts = statefulset_of(&client, "c").await;
     assert_eq!(sts.spec.replicas, Some(3));
-    // The status the operator wrote through v1alpha1 reads back in v1beta1.
+    // The status the operator wrote reads back in v1beta1.
     let status = eventually("status", || async {
         beta_api(&client)
             .get_status("c")
@@ -337,29 +352,58 @@ async fn the_operator_reconciles_a_cluster_created_as_v1beta1() {
     })
     .await;
     assert!(status.selector.is_some(), "{status:?}");
-    // Its spec survived the operator's writes in v1alpha1.
+    // Its spec survived the operator's writes.
     let c = beta_api(&client).get("c").await.unwrap();
     assert_eq!(backup_of(&c).retention, retention(None, "48h"));
 
-    // The operator backs up to s3:// only (it works in v1alpha1): another
-    // destination is refused at admission, in v1beta1's terms.
-    let refused = beta_api(&client)
+    // The operator works in v1beta1: any destination scheme reaches the
+    // backup CronJob.
+    eventually("a v1beta1 create with a gs:// destination", || async {
+        beta_api(&client)
+            .create(
+                &PostParams::default(),
+                &beta(
+                    "gcs",
+                    json!({"destination": {"uri": "gs://bucket/gcs/"}, "schedule": "@daily"}),
+                ),
+            )
+            .await
+    })
+    .await;
+    let cronjobs: Api<k8s_openapi::api::batch::v1::CronJob> = Api::namespaced(client.clone(), NS);
+    let name = dkv_operator::cluster::naming::backup_cronjob("gcs");
+    let cronjob = eventually("the backup CronJob", || cronjobs.get(&name)).await;
+    let args = cronjob
+        .spec
+        .job_template
+        .spec
+        .and_then(|j| j.template.spec)
+        .and_then(|p| p.containers.into_iter().next())
+        .and_then(|c| c.args)
+        .unwrap_or_default();
+    assert!(
+        args.contains(&"--destination=gs://bucket/gcs/".to_owned()),
+        "{args:?}"
+    );
+
+    // A mistake written through v1alpha1 is refused in v1alpha1's terms.
+    let refused = alpha_api(&client)
         .create(
             &PostParams::default(),
-            &beta(
-                "gcs",
-                json!({"destination": {"uri": "gs://bucket/gcs/"}, "schedule": "@daily"}),
+            &alpha(
+                "bad",
+                json!({"s3Path": "s3://bucket/x/?versionId=1", "schedule": "@daily"}),
             ),
         )
         .await;
     match refused {
         Err(kube::Error::Api(status)) => assert!(
             status.code == 403
-                && status.message.contains("spec.backup.destination.uri")
-                && !status.message.contains("s3Path"),
+                && status.message.contains("spec.backup.s3Path")
+                && !status.message.contains("destination"),
             "{status:?}"
         ),
-        other => panic!("a gs:// destination was not refused: {other:?}"),
+        other => panic!("a URI with a query was not refused: {other:?}"),
     }
 
     operator.stop().await;

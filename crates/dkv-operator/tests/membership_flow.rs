@@ -85,7 +85,7 @@ fn ready<K: kube::Resource<DynamicType = ()> + Clone + 'static>(
 
 fn dkv(size: i32, status: Option<Value>) -> DistributedKV {
     let mut value = json!({
-        "apiVersion": "dkv.io/v1alpha1", "kind": "DistributedKV",
+        "apiVersion": "dkv.io/v1beta1", "kind": "DistributedKV",
         "metadata": {"name": "orders", "namespace": "shop", "uid": "uid-1", "generation": 2, "finalizers": ["dkv.io/finalizer"]},
         "spec": {"size": size, "image": "registry.k8s.io/etcd:3.5.16-0"}
     });

@@ -101,7 +101,7 @@ where
 
 fn cluster_yaml(namespace: &str, extra: &str) -> String {
     format!(
-        "apiVersion: dkv.io/v1alpha1\nkind: DistributedKV\nmetadata:\n  name: orders\n  namespace: {namespace}\nspec:\n  size: 3\n  image: registry.k8s.io/etcd:3.5.16-0\n  storage:\n    storageClassName: standard\n    size: 1Gi\n    reclaimPolicy: Delete\n{extra}"
+        "apiVersion: dkv.io/v1beta1\nkind: DistributedKV\nmetadata:\n  name: orders\n  namespace: {namespace}\nspec:\n  size: 3\n  image: registry.k8s.io/etcd:3.5.16-0\n  storage:\n    storageClassName: standard\n    size: 1Gi\n    reclaimPolicy: Delete\n{extra}"
     )
 }
 
@@ -281,7 +281,7 @@ async fn invalid_spec_backups_pause_and_deletion() {
     .await;
 
     // Backups on: a CronJob; off again: it goes away.
-    let backup = "  backup:\n    s3Path: s3://dkv-backups/orders/\n    schedule: \"0 */6 * * *\"\n    credentialsSecret: s3-creds\n";
+    let backup = "  backup:\n    destination:\n      uri: s3://dkv-backups/orders/\n      credentialsSecret: s3-creds\n    schedule: \"0 */6 * * *\"\n";
     h.apply(
         &cluster_yaml("billing", backup)
             .replace("storageClassName: standard", "storageClassName: gold"),

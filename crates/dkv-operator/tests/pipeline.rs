@@ -84,7 +84,7 @@ fn every_child_is_owned_by_the_cluster_and_labelled() {
         let owners = meta.owner_references.as_ref().unwrap();
         assert_eq!(owners.len(), 1, "{name}");
         let owner = &owners[0];
-        assert_eq!(owner.api_version, "dkv.io/v1alpha1");
+        assert_eq!(owner.api_version, "dkv.io/v1beta1");
         assert_eq!(owner.kind, "DistributedKV");
         assert_eq!(owner.name, "orders");
         assert_eq!(owner.uid, "7d3c4f1e-0000-4000-8000-000000000002");
@@ -463,8 +463,8 @@ fn backup_cronjob_exists_only_when_backups_are_configured() {
             "backup".to_owned(),
             "--cluster=orders".to_owned(),
             "--destination=s3://dkv-backups/orders/".to_owned(),
-            "--retention-days=7".to_owned(),
-        ]
+        ],
+        "retention is the operator's job, not the agent's"
     );
     let env_from = agent.env_from.as_ref().unwrap();
     assert_eq!(env_from[0].secret_ref.as_ref().unwrap().name, "s3-creds");
@@ -532,7 +532,7 @@ fn invalid_spec_names_every_field_and_the_fix() {
             "spec.version",
             "spec.storage.storageClassName",
             "spec.storage.size",
-            "spec.backup.s3Path",
+            "spec.backup.destination.uri",
             "spec.backup.schedule",
             "spec.etcd.quotaBackendBytes",
             "spec.etcd.autoCompactionRetention",

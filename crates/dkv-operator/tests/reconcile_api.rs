@@ -30,7 +30,7 @@ use tower_test::mock::{self, Handle, SendResponse};
 
 type ApiHandle = Handle<Request<Body>, Response<Body>>;
 
-const DKV_PATH: &str = "/apis/dkv.io/v1alpha1/namespaces/shop/distributedkvs/orders";
+const DKV_PATH: &str = "/apis/dkv.io/v1beta1/namespaces/shop/distributedkvs/orders";
 
 fn fixture(name: &str) -> DistributedKV {
     let path = format!("{}/tests/fixtures/{name}.yaml", env!("CARGO_MANIFEST_DIR"));

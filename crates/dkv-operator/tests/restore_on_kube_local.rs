@@ -407,7 +407,7 @@ async fn quorum_lost_for_good_is_recovered_from_the_newest_backup_by_policy() {
             3,
             "registry.k8s.io/etcd:3.5.16-0",
             json!({
-                "backup": {"s3Path": moto.uri("ledger"), "schedule": "0 0 1 1 *", "credentialsSecret": "s3-creds"},
+                "backup": {"destination": {"uri": moto.uri("ledger"), "credentialsSecret": "s3-creds"}, "schedule": "0 0 1 1 *"},
                 "recovery": {"policy": "RestoreFromBackup", "afterSeconds": 10}
             }),
         ),

@@ -80,7 +80,7 @@ fn bad_cron(name: &str) -> DistributedKV {
         name,
         3,
         ETCD_35,
-        json!({"backup": {"s3Path": "s3://bucket/dkv/", "schedule": "every day"}}),
+        json!({"backup": {"destination": {"uri": "s3://bucket/dkv/"}, "schedule": "every day"}}),
     )
 }
 
@@ -138,6 +138,17 @@ async fn kubectl_scale_below_quorum_is_refused_and_to_quorum_accepted() {
         String::from_utf8_lossy(&accepted.stderr)
     );
     assert_eq!(h.clusters().get("x").await.unwrap().spec.size, 3);
+
+    // The scale subresource is admitted as a Scale (kube-local sends what
+    // upstream sends), and its warnings reach kubectl.
+    let even = h.kubectl(&["scale", "dkv/x", "--replicas=4"]);
+    let stderr = String::from_utf8_lossy(&even.stderr);
+    assert!(even.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("Warning: spec.size: 4 members tolerate no more failures than 3"),
+        "{stderr}"
+    );
+    assert_eq!(h.clusters().get("x").await.unwrap().spec.size, 4);
 
     // An even size is allowed, with a warning kubectl shows.
     let path = std::env::temp_dir().join(format!("dkv-webhooks-{}.json", std::process::id()));
@@ -250,7 +261,7 @@ async fn valid_objects_are_defaulted() {
             "orders",
             3,
             ETCD_35,
-            json!({"backup": {"s3Path": "s3://bucket/dkv/", "schedule": "0 */6 * * *"}}),
+            json!({"backup": {"destination": {"uri": "s3://bucket/dkv/"}, "schedule": "0 */6 * * *"}}),
         ))
         .await
         .unwrap();

@@ -103,7 +103,11 @@ fn webhook_applies(core: &Core, hook: &Value, req: &Request<'_>) -> bool {
 }
 
 fn review(req: &Request<'_>, uid: &str) -> Value {
-    let kind = json!({"group": req.rt.group, "version": req.rt.version, "kind": req.rt.kind});
+    let kind = if req.subresource == Some("scale") {
+        json!({"group": "autoscaling", "version": "v1", "kind": "Scale"})
+    } else {
+        json!({"group": req.rt.group, "version": req.rt.version, "kind": req.rt.kind})
+    };
     let resource =
         json!({"group": req.rt.group, "version": req.rt.version, "resource": req.rt.plural});
     let options_kind = match req.operation {

@@ -53,6 +53,9 @@ impl WriteOptions {
 pub enum Subresource {
     Main,
     Status,
+    /// A write through `/scale`: stored like the main resource, admitted as
+    /// an autoscaling/v1 `Scale` (what webhooks on `<plural>/scale` see).
+    Scale,
 }
 
 impl Subresource {
@@ -60,6 +63,7 @@ impl Subresource {
         match self {
             Subresource::Main => None,
             Subresource::Status => Some("status"),
+            Subresource::Scale => Some("scale"),
         }
     }
 }
@@ -416,6 +420,12 @@ impl Core {
         let name = meta::name(obj).to_string();
         let namespace = meta::namespace(obj).to_string();
         let operation = if old.is_some() { "UPDATE" } else { "CREATE" };
+        // Webhooks on `/scale` see Scale objects, as upstream sends them.
+        let as_scale = sub == Subresource::Scale;
+        let old_scale = old
+            .filter(|_| as_scale)
+            .map(|o| crate::scale::to_scale(rt, o));
+        let old_for_hooks = if as_scale { old_scale.as_ref() } else { old };
         if webhooks {
             let req = admission::Request {
                 rt,
@@ -424,13 +434,20 @@ impl Core {
                 namespace: &namespace,
                 name: &name,
                 object: None,
-                old_object: old,
+                old_object: old_for_hooks,
                 dry_run: opts.dry_run,
             };
-            let mut mutated = obj.clone();
-            if admission::mutate(self, &req, &mut mutated, &mut warnings).await? {
-                *obj = mutated;
-                self.normalize(rt, obj, opts, &mut warnings)?;
+            if as_scale {
+                let mut scale = crate::scale::to_scale(rt, obj);
+                if admission::mutate(self, &req, &mut scale, &mut warnings).await? {
+                    crate::scale::set_replicas(rt, obj, &scale)?;
+                }
+            } else {
+                let mut mutated = obj.clone();
+                if admission::mutate(self, &req, &mut mutated, &mut warnings).await? {
+                    *obj = mutated;
+                    self.normalize(rt, obj, opts, &mut warnings)?;
+                }
             }
         }
         let mut causes: Vec<FieldCause> = strategy::validate_metadata(rt, obj);
@@ -456,14 +473,15 @@ impl Core {
             return Err(ApiError::invalid(&rt.group, &rt.kind, &name, causes));
         }
         if webhooks {
+            let scale = as_scale.then(|| crate::scale::to_scale(rt, obj));
             let req = admission::Request {
                 rt,
                 subresource: sub.name(),
                 operation,
                 namespace: &namespace,
                 name: &name,
-                object: Some(obj),
-                old_object: old,
+                object: Some(scale.as_ref().unwrap_or(obj)),
+                old_object: old_for_hooks,
                 dry_run: opts.dry_run,
             };
             admission::validate(self, &req, &mut warnings).await?;
@@ -618,7 +636,7 @@ impl Core {
             }
         }
         match sub {
-            Subresource::Main => {
+            Subresource::Main | Subresource::Scale => {
                 if rt.status {
                     let root = meta::object_mut(&mut new);
                     match old.get("status") {
@@ -872,7 +890,7 @@ impl Core {
                         Subresource::Status => {
                             set.children.retain(|k, _| k == "f:status");
                         }
-                        Subresource::Main => {}
+                        Subresource::Main | Subresource::Scale => {}
                     };
                     let merged = managed_fields::apply(
                         &ti,

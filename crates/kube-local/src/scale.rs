@@ -3,7 +3,7 @@
 use serde_json::{Value, json};
 
 use crate::api_error::{ApiError, ApiResult};
-use crate::core::{Candidate, Core, Subresource, WriteOptions};
+use crate::core::{Candidate, Core, Subresource, WriteOptions, Written};
 use crate::meta;
 use crate::patch::{self, PatchKind};
 use crate::registry::{ResourceType, ScalePaths};
@@ -75,6 +75,14 @@ pub fn to_scale(rt: &ResourceType, obj: &Value) -> Value {
     })
 }
 
+/// Writes the replicas of `scale` (e.g. as a mutating webhook changed them)
+/// into `obj`.
+pub fn set_replicas(rt: &ResourceType, obj: &mut Value, scale: &Value) -> ApiResult<()> {
+    let replicas = replicas_of(scale)?;
+    set(obj, &paths(rt)?.spec_replicas, json!(replicas));
+    Ok(())
+}
+
 fn replicas_of(scale: &Value) -> ApiResult<i64> {
     match scale.pointer("/spec/replicas") {
         None | Some(Value::Null) => Ok(0),
@@ -100,14 +108,14 @@ async fn scaled(
     name: &str,
     opts: &WriteOptions,
     mut to_scale_obj: impl FnMut(&Value) -> ApiResult<Value> + Send,
-) -> ApiResult<Value> {
+) -> ApiResult<Written> {
     let p = paths(rt)?.clone();
     let w = core
         .write(
             rt,
             ns,
             name,
-            Subresource::Main,
+            Subresource::Scale,
             opts,
             false,
             &mut |current| {
@@ -132,7 +140,10 @@ async fn scaled(
             },
         )
         .await?;
-    Ok(to_scale(rt, &w.object))
+    Ok(Written {
+        object: to_scale(rt, &w.object),
+        ..w
+    })
 }
 
 pub async fn update(
@@ -142,7 +153,7 @@ pub async fn update(
     name: &str,
     body: Value,
     opts: &WriteOptions,
-) -> ApiResult<Value> {
+) -> ApiResult<Written> {
     scaled(core, rt, ns, name, opts, |_| Ok(body.clone())).await
 }
 
@@ -154,7 +165,7 @@ pub async fn patch(
     kind: PatchKind,
     body: &[u8],
     opts: &WriteOptions,
-) -> ApiResult<Value> {
+) -> ApiResult<Written> {
     if kind == PatchKind::Apply {
         return Err(ApiError::unsupported_media(
             "server-side apply of /scale is not supported by kube-local",

@@ -564,7 +564,7 @@ async fn resource(server: &Server, req: Request, t: Target) -> ApiResult<Respons
             let obj = decode_object(&rt, t.subresource.as_deref(), ct.as_deref(), &body)?;
             if t.subresource.as_deref() == Some("scale") {
                 let w = scale::update(core, &rt, &ns, &name, obj, &opts).await?;
-                return Ok(json_response(200, &w));
+                return Ok(with_warnings(json_response(200, &w.object), &w.warnings));
             }
             if t.subresource.as_deref() == Some("finalize") {
                 let w = crate::namespace_lifecycle::finalize(core, &rt, &name, obj).await?;
@@ -587,7 +587,7 @@ async fn resource(server: &Server, req: Request, t: Target) -> ApiResult<Respons
             let (_, body) = read_body(req).await?;
             if t.subresource.as_deref() == Some("scale") {
                 let w = scale::patch(core, &rt, &ns, &name, kind, &body, &opts).await?;
-                return Ok(json_response(200, &w));
+                return Ok(with_warnings(json_response(200, &w.object), &w.warnings));
             }
             let w = core.patch(&rt, &ns, &name, sub, kind, &body, &opts).await?;
             Ok(written_response(format, &rt, w))

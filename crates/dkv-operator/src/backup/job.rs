@@ -38,7 +38,6 @@ pub fn build(backup: &DistributedKVBackup, resolved: &Resolved) -> Job {
         cluster: &resolved.cluster,
         destination: &resolved.destination,
         credentials_secret: resolved.credentials_secret.as_deref(),
-        retention_days: None,
     });
     Job {
         metadata: ObjectMeta {

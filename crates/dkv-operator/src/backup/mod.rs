@@ -319,10 +319,13 @@ async fn resolve(
     let (destination, credentials_secret) = match &backup.spec.destination {
         Some(d) => (d.uri.clone(), d.credentials_secret.clone()),
         None => match scheduled {
-            Some(b) => (b.s3_path.clone(), b.credentials_secret.clone()),
+            Some(b) => (
+                b.destination.uri.clone(),
+                b.destination.credentials_secret.clone(),
+            ),
             None => {
                 return Ok(Err(format!(
-                    "no destination: set spec.destination.uri, or spec.backup.s3Path on DistributedKV {:?}",
+                    "no destination: set spec.destination.uri, or spec.backup.destination.uri on DistributedKV {:?}",
                     backup.spec.cluster
                 )));
             }

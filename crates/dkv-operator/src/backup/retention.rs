@@ -1,4 +1,5 @@
-//! Retention of a cluster's backups (`spec.backup.retentionDays`): which
+//! Retention of a cluster's backups (`spec.backup.retention`: `maxBackups`,
+//! `maxAge`): which
 //! ones go ([`plan`], pure) and removing them ([`run`], thin I/O): for each,
 //! the artifact and its sidecar are deleted from the bucket, then its
 //! `DistributedKVBackup` record (and the Job a scheduled record follows).
@@ -105,7 +106,7 @@ pub fn plan(
     now: jiff::Timestamp,
 ) -> Vec<Pruning> {
     let backup = cluster.spec.backup.as_ref();
-    let policy = RetentionPolicy::from_retention_days(backup.and_then(|b| b.retention_days));
+    let policy = crate::cluster::validate::retention_of(backup);
     if policy == RetentionPolicy::default() {
         return Vec::new();
     }
@@ -122,7 +123,7 @@ pub fn plan(
             // backup ran with.
             let credentials_secret = match &record.spec.destination {
                 Some(destination) => destination.credentials_secret.clone(),
-                None => backup.and_then(|b| b.credentials_secret.clone()),
+                None => backup.and_then(|b| b.destination.credentials_secret.clone()),
             };
             Some(Pruning {
                 record: prune.key,
@@ -244,6 +245,23 @@ fn error_policy(cluster: Arc<DistributedKV>, err: &Error, ctx: Arc<Context>) -> 
     Action::requeue(delay)
 }
 
+/// The limits of `policy` as a user wrote them, e.g. `maxBackups 5, maxAge 168h`.
+fn describe(policy: &RetentionPolicy) -> String {
+    let mut limits = Vec::new();
+    if let Some(n) = policy.max_backups {
+        limits.push(format!("maxBackups {n}"));
+    }
+    if let Some(age) = policy.max_age {
+        let hours = age.as_hours();
+        limits.push(if hours % 24 == 0 {
+            format!("maxAge {}d", hours / 24)
+        } else {
+            format!("maxAge {hours}h")
+        });
+    }
+    limits.join(", ")
+}
+
 async fn reconcile(cluster: Arc<DistributedKV>, ctx: Arc<Context>) -> Result<Action, Error> {
     let name = cluster.name_any();
     let Some(ns) = cluster.namespace() else {
@@ -253,8 +271,8 @@ async fn reconcile(cluster: Arc<DistributedKV>, ctx: Arc<Context>) -> Result<Act
     if cluster.meta().deletion_timestamp.is_some() {
         return Ok(Action::await_change());
     }
-    let retention_days = cluster.spec.backup.as_ref().and_then(|b| b.retention_days);
-    if RetentionPolicy::from_retention_days(retention_days) == RetentionPolicy::default() {
+    let policy = crate::cluster::validate::retention_of(cluster.spec.backup.as_ref());
+    if policy == RetentionPolicy::default() {
         return Ok(Action::await_change());
     }
     let backups: Api<DistributedKVBackup> = Api::namespaced(ctx.client.clone(), &ns);
@@ -268,7 +286,7 @@ async fn reconcile(cluster: Arc<DistributedKV>, ctx: Arc<Context>) -> Result<Act
         .items;
     let prunings = plan(&cluster, &records, jiff::Timestamp::now());
     let mut configs: HashMap<Option<String>, StoreConfig> = HashMap::new();
-    let days = retention_days.unwrap_or_default();
+    let limits = describe(&policy);
     let mut failures = Vec::new();
     // One Event per backup, related to its record: the recorder folds
     // Events with the same reason and objects into one series, keeping the
@@ -288,7 +306,7 @@ async fn reconcile(cluster: Arc<DistributedKV>, ctx: Arc<Context>) -> Result<Act
                     EventType::Normal,
                     "BackupPruned",
                     format!(
-                        "deleted backup {}{artifact}: {} (retentionDays {days})",
+                        "deleted backup {}{artifact}: {} (retention: {limits})",
                         pruning.record,
                         match pruning.reason {
                             PruneReason::OlderThanMaxAge => "older than the retention",
@@ -408,15 +426,20 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn cluster(retention_days: Option<i32>) -> DistributedKV {
+    /// A cluster whose `spec.backup.retention` is `retention` (`null`: none).
+    fn cluster(retention: serde_json::Value) -> DistributedKV {
         serde_json::from_value(json!({
-            "apiVersion": "dkv.io/v1alpha1", "kind": "DistributedKV",
+            "apiVersion": "dkv.io/v1beta1", "kind": "DistributedKV",
             "metadata": {"name": "orders", "namespace": "shop"},
             "spec": {"size": 1, "image": "etcd:3.5.16", "backup": {
-                "s3Path": "s3://bucket/prod", "schedule": "0 * * * *",
-                "credentialsSecret": "s3-creds", "retentionDays": retention_days}}
+                "destination": {"uri": "s3://bucket/prod", "credentialsSecret": "s3-creds"},
+                "schedule": "0 * * * *", "retention": retention}}
         }))
         .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn one_day() -> serde_json::Value {
+        json!({"maxAge": "1d"})
     }
 
     fn at(days_ago: i64) -> String {
@@ -454,7 +477,7 @@ mod tests {
             record("failed-new", "Failed", 0),
             record("running", "Running", 9),
         ];
-        let prunings = plan(&cluster(Some(1)), &records, now());
+        let prunings = plan(&cluster(one_day()), &records, now());
         assert_eq!(names(&prunings), ["old-1", "failed-old"]);
         // old-2 is too old as well, but the newest success: kept.
         assert_eq!(
@@ -468,15 +491,62 @@ mod tests {
         let mut with_new = records.to_vec();
         with_new.push(record("new", "Completed", 0));
         assert_eq!(
-            names(&plan(&cluster(Some(1)), &with_new, now())),
+            names(&plan(&cluster(one_day()), &with_new, now())),
             ["old-1", "failed-old", "old-2"]
+        );
+    }
+
+    #[test]
+    fn max_backups_keeps_the_newest_of_each_outcome_and_both_limits_apply() {
+        let records = [
+            record("d4", "Completed", 4),
+            record("d3", "Completed", 3),
+            record("d2", "Completed", 2),
+            record("d1", "Completed", 1),
+            record("f3", "Failed", 3),
+            record("f0", "Failed", 0),
+            record("running", "Running", 9),
+        ];
+        // Failed runs are counted among themselves: two kept of two.
+        assert_eq!(
+            names(&plan(&cluster(json!({"maxBackups": 2})), &records, now())),
+            ["d4", "d3"]
+        );
+        assert_eq!(
+            names(&plan(&cluster(json!({"maxBackups": 1})), &records, now())),
+            ["d4", "d3", "f3", "d2"]
+        );
+        // maxAge 60h: d4, d3 and f3 are older; maxBackups 3 alone would
+        // keep d3.
+        assert_eq!(
+            names(&plan(
+                &cluster(json!({"maxBackups": 3, "maxAge": "60h"})),
+                &records,
+                now()
+            )),
+            ["d4", "d3", "f3"]
+        );
+        assert_eq!(
+            describe(&crate::cluster::validate::retention_of(
+                cluster(json!({"maxBackups": 3, "maxAge": "60h"}))
+                    .spec
+                    .backup
+                    .as_ref()
+            )),
+            "maxBackups 3, maxAge 60h"
+        );
+        assert_eq!(
+            describe(&crate::cluster::validate::retention_of(
+                cluster(json!({"maxAge": "7d"})).spec.backup.as_ref()
+            )),
+            "maxAge 7d"
         );
     }
 
     #[test]
     fn no_retention_other_clusters_and_final_backups_are_left_alone() {
         let records = [record("a", "Completed", 9), record("b", "Completed", 0)];
-        assert!(plan(&cluster(None), &records, now()).is_empty());
+        assert!(plan(&cluster(serde_json::Value::Null), &records, now()).is_empty());
 
         let mut other = record("other", "Completed", 9);
         other.spec.cluster = "ledger".into();
@@ -488,7 +558,7 @@ mod tests {
             record("a", "Completed", 9),
             record("b", "Completed", 0),
         ];
-        assert_eq!(names(&plan(&cluster(Some(1)), &records, now())), ["a"]);
+        assert_eq!(names(&plan(&cluster(one_day()), &records, now())), ["a"]);
     }
 
     #[test]
@@ -509,7 +579,7 @@ mod tests {
             .into(),
         );
         let records = [own, scheduled, record("newest", "Completed", 0)];
-        let prunings = plan(&cluster(Some(1)), &records, now());
+        let prunings = plan(&cluster(one_day()), &records, now());
         assert_eq!(
             prunings
                 .iter()
@@ -527,7 +597,7 @@ mod tests {
         let mut undated = record("undated", "Completed", 0);
         undated.status = Some(Default::default());
         let records = [undated, record("pending", "Pending", 30)];
-        assert!(plan(&cluster(Some(1)), &records, now()).is_empty());
+        assert!(plan(&cluster(one_day()), &records, now()).is_empty());
     }
 
     #[test]

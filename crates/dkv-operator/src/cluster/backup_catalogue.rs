@@ -11,7 +11,7 @@
 use std::sync::Arc;
 
 use dkv_api::backup::v1alpha1::BackupPhase;
-use dkv_api::distributedkv::v1alpha1::BackupArtifactRef;
+use dkv_api::distributedkv::v1beta1::BackupArtifactRef;
 use dkv_api::{DistributedKV, DistributedKVBackup};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;

@@ -5,7 +5,7 @@
 //! references and the garbage collector removes them.
 
 use dkv_api::backup::v1alpha1::BackupPhase;
-use dkv_api::distributedkv::v1alpha1::ReclaimPolicy;
+use dkv_api::distributedkv::v1beta1::ReclaimPolicy;
 use dkv_api::{DistributedKV, DistributedKVBackup};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;

@@ -16,7 +16,7 @@
 //! peer URL names it. Ordinals are contiguous from 0; scale-up adds the next
 //! ordinal and scale-down removes the highest, matching the StatefulSet.
 
-use dkv_api::distributedkv::v1alpha1::OperationKind;
+use dkv_api::distributedkv::v1beta1::OperationKind;
 
 use crate::cluster::build::pdb::quorum;
 use crate::etcd_version::EtcdVersion;

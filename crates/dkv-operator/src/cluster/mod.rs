@@ -30,7 +30,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Instant;
 
-use dkv_api::distributedkv::v1alpha1::{Operation, OperationKind, RecoveryPolicy};
+use dkv_api::distributedkv::v1beta1::{Operation, OperationKind, RecoveryPolicy};
 use dkv_api::{DistributedKV, DistributedKVBackup};
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::StatefulSet;

@@ -8,7 +8,7 @@
 //! when etcd cannot be seen, the operator's own membership record) — never
 //! the spec directly, and never a value someone edited into the StatefulSet.
 
-use dkv_api::distributedkv::v1alpha1::OperationKind;
+use dkv_api::distributedkv::v1beta1::OperationKind;
 use k8s_openapi::api::apps::v1::StatefulSet;
 
 use super::build::statefulset::BOOTSTRAP_SIZE_ANNOTATION;

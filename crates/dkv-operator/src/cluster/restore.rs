@@ -25,7 +25,7 @@
 
 use dkv_api::DistributedKVBackup;
 use dkv_api::backup::v1alpha1::BackupPhase;
-use dkv_api::distributedkv::v1alpha1::BackupArtifactRef;
+use dkv_api::distributedkv::v1beta1::BackupArtifactRef;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{Container, EnvFromSource, EnvVar, SecretEnvSource, VolumeMount};
 use kube::Api;

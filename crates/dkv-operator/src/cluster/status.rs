@@ -3,7 +3,7 @@
 //! differs from what is already there.
 
 use dkv_api::conditions::{reasons, types};
-use dkv_api::distributedkv::v1alpha1::{
+use dkv_api::distributedkv::v1beta1::{
     DistributedKVStatus, MemberStatus, Operation, OperationKind, Phase,
 };
 use dkv_api::{DistributedKV, labels};
@@ -549,7 +549,7 @@ pub async fn publish(dkv: &DistributedKV, event: Event, ctx: &Context) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use dkv_api::distributedkv::v1alpha1::OperationKind;
+    use dkv_api::distributedkv::v1beta1::OperationKind;
 
     #[test]
     fn fields_no_longer_set_are_nulled_in_the_status_patch() {

@@ -8,10 +8,13 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use dkv_api::distributedkv::v1alpha1::{
-    AutoCompactionMode, DistributedKVSpec, EtcdTuning, PodOverrides, ReclaimPolicy,
+use dkv_api::distributedkv::v1beta1::{
+    AutoCompactionMode, BackupRetention, BackupSpec, EtcdTuning, MaxAge, PodOverrides,
+    ReclaimPolicy,
 };
-use dkv_api::{DistributedKV, labels};
+use dkv_api::{DistributedKV, DistributedKVSpec, labels};
+use dkv_backup::RetentionPolicy;
+use jiff::SignedDuration;
 use k8s_openapi::api::core::v1::ResourceRequirements;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::{Resource, ResourceExt};
@@ -75,10 +78,12 @@ pub struct ValidatedStorage {
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct ValidatedBackup {
-    pub s3_path: String,
+    /// `spec.backup.destination.uri`: `s3://`, `gs://`, `az://` or `file://`.
+    pub destination: String,
     pub schedule: String,
     pub image: String,
-    pub retention_days: Option<i32>,
+    /// `spec.backup.retention`; the default keeps every backup.
+    pub retention: RetentionPolicy,
     pub credentials_secret: Option<String>,
     pub final_backup_on_delete: bool,
 }
@@ -305,28 +310,24 @@ fn check_spec(
     });
 
     let backup = spec.backup.as_ref().map(|backup| {
-        check_s3_path(&backup.s3_path, problems);
+        check_destination(&backup.destination.uri, problems);
         if let Err(message) = check_cron(&backup.schedule) {
             problems.add("spec.backup.schedule", message);
         }
-        if let Some(days) = backup.retention_days
-            && days < 1
-        {
-            problems.add(
-                "spec.backup.retentionDays",
-                format!("must be at least 1 (got {days}); omit it to keep every backup"),
-            );
-        }
         ValidatedBackup {
-            s3_path: backup.s3_path.clone(),
+            destination: backup.destination.uri.trim().to_owned(),
             schedule: backup.schedule.trim().to_owned(),
             image: backup
                 .backup_image
                 .clone()
                 .filter(|i| !i.trim().is_empty())
                 .unwrap_or_else(|| defaults.operator_image.clone()),
-            retention_days: backup.retention_days,
-            credentials_secret: backup.credentials_secret.clone().filter(|s| !s.is_empty()),
+            retention: retention_policy(backup.retention.as_ref(), problems),
+            credentials_secret: backup
+                .destination
+                .credentials_secret
+                .clone()
+                .filter(|s| !s.is_empty()),
             final_backup_on_delete: backup.final_backup_on_delete.unwrap_or(false),
         }
     });
@@ -463,26 +464,81 @@ fn resolve_version(
     Some(version)
 }
 
-fn check_s3_path(path: &str, problems: &mut Problems) {
-    let Some(rest) = path.strip_prefix("s3://") else {
-        problems.add(
-            "spec.backup.s3Path",
-            format!("{path:?} must start with s3://, e.g. s3://my-bucket/backups/"),
-        );
-        return;
+fn check_destination(uri: &str, problems: &mut Problems) {
+    const FIELD: &str = "spec.backup.destination.uri";
+    let uri = uri.trim();
+    let location = match dkv_backup::Location::parse(uri) {
+        Ok(location) => location,
+        Err(err) => {
+            problems.add(
+                FIELD,
+                format!("{err}; write e.g. s3://my-bucket/backups/ or file:///var/backups/dkv/"),
+            );
+            return;
+        }
     };
-    let bucket = rest.split('/').next().unwrap_or_default();
-    let bucket_ok = (3..=63).contains(&bucket.len())
-        && bucket
-            .chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.')
-        && !bucket.starts_with(['-', '.'])
-        && !bucket.ends_with(['-', '.']);
-    if !bucket_ok {
-        problems.add(
-            "spec.backup.s3Path",
-            format!("{bucket:?} is not a valid S3 bucket name (3-63 lowercase letters, digits, '-' or '.')"),
-        );
+    if location.scheme() == dkv_backup::Scheme::S3 {
+        let bucket = location.bucket();
+        let bucket_ok = (3..=63).contains(&bucket.len())
+            && bucket
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.')
+            && !bucket.starts_with(['-', '.'])
+            && !bucket.ends_with(['-', '.']);
+        if !bucket_ok {
+            problems.add(
+                FIELD,
+                format!("{bucket:?} is not a valid S3 bucket name (3-63 lowercase letters, digits, '-' or '.')"),
+            );
+        }
+    }
+}
+
+/// The retention `backup` asks for; a limit that does not validate prunes
+/// nothing (validation reports it).
+pub fn retention_of(backup: Option<&BackupSpec>) -> RetentionPolicy {
+    retention_policy(
+        backup.and_then(|b| b.retention.as_ref()),
+        &mut Problems::default(),
+    )
+}
+
+/// `spec.backup.retention` as the policy retention applies.
+fn retention_policy(
+    retention: Option<&BackupRetention>,
+    problems: &mut Problems,
+) -> RetentionPolicy {
+    let Some(retention) = retention else {
+        return RetentionPolicy::default();
+    };
+    let max_backups = match retention.max_backups {
+        None => None,
+        Some(n) if n >= 1 => u32::try_from(n).ok(),
+        Some(n) => {
+            problems.add(
+                "spec.backup.retention.maxBackups",
+                format!("must be at least 1 (got {n}); omit it to keep any number of backups"),
+            );
+            None
+        }
+    };
+    let max_age =
+        retention
+            .max_age
+            .as_deref()
+            .and_then(|text| match text.trim().parse::<MaxAge>() {
+                Ok(age) => Some(SignedDuration::from_hours(i64::from(age.hours()))),
+                Err(message) => {
+                    problems.add(
+                        "spec.backup.retention.maxAge",
+                        format!("{message}; omit it to keep backups of any age"),
+                    );
+                    None
+                }
+            });
+    RetentionPolicy {
+        max_age,
+        max_backups,
     }
 }
 

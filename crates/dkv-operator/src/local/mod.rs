@@ -72,8 +72,10 @@ pub async fn up(args: UpArgs) -> anyhow::Result<()> {
         ..kube_local::kubelet::KubeletConfig::default()
     };
     let env = kube_local::Environment::builder()
+        // Both served versions, as `dkv crd` installs them; the operator
+        // points the conversion at its webhook once that serves.
         .crds(vec![
-            dkv_api::DistributedKV::crd(),
+            crate::crd::distributedkv(&crate::crd::ConversionService::default()),
             dkv_api::DistributedKVBackup::crd(),
         ])
         .data_dir(&data_dir)

@@ -88,7 +88,7 @@ mod tests {
 
     fn dkv(spec: Value) -> DistributedKV {
         serde_json::from_value(serde_json::json!({
-            "apiVersion": "dkv.io/v1alpha1", "kind": "DistributedKV",
+            "apiVersion": "dkv.io/v1beta1", "kind": "DistributedKV",
             "metadata": {"name": "orders", "namespace": "shop"},
             "spec": spec,
         }))
@@ -111,7 +111,7 @@ mod tests {
     fn fills_backup_image_version_and_tuning_once() {
         let new = dkv(serde_json::json!({
             "size": 3, "image": "registry.k8s.io/etcd:3.5.16-0",
-            "backup": {"s3Path": "s3://bucket/x/", "schedule": "@daily", "backupImage": ""}
+            "backup": {"destination": {"uri": "s3://bucket/x/"}, "schedule": "@daily", "backupImage": ""}
         }));
         let patch = default_cluster(&new, None, &defaults()).unwrap_or_else(|e| panic!("{e}"));
         let defaulted = apply(&new, &patch);

@@ -3,7 +3,7 @@
 //!
 //! Modules: [`validate`] and [`default`] decide (pure), [`server`] speaks
 //! AdmissionReview and ConversionReview (`DistributedKV` v1alpha1 ⇄ v1beta1,
-//! by [`dkv_api::distributedkv::convert`]) over HTTPS, [`certs`] owns the CA, the serving certificate
+//! by [`dkv_api::distributedkv::convert`]; decisions are made on v1beta1) over HTTPS, [`certs`] owns the CA, the serving certificate
 //! and its renewal, [`configurations`] the webhook configurations and their
 //! `caBundle`. Every replica serves admission, leader or not.
 

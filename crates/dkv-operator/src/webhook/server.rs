@@ -116,8 +116,11 @@ fn typed<K: DeserializeOwned>(object: &DynamicObject, what: &str) -> Result<K, S
         .map_err(|e| format!("the {what} cannot be read: {e}"))
 }
 
-/// A `DistributedKV` as v1alpha1, the version the decisions are written in.
-/// A v1beta1 write arrives as written (upstream's `matchPolicy: Equivalent`
+/// The version the decisions are made in: the one the operator works in.
+const DECIDED_IN: &str = convert::V1BETA1;
+
+/// A `DistributedKV` as v1beta1, the version the decisions are made in.
+/// A v1alpha1 write arrives as written (upstream's `matchPolicy: Equivalent`
 /// only converts for rules that do not list the version) and is converted
 /// here as the API server would.
 fn cluster(object: &DynamicObject, what: &str) -> Result<DistributedKV, String> {
@@ -128,11 +131,11 @@ fn cluster(object: &DynamicObject, what: &str) -> Result<DistributedKV, String> 
 fn cluster_json(object: &DynamicObject, what: &str) -> Result<Value, String> {
     let value =
         serde_json::to_value(object).map_err(|e| format!("the {what} cannot be read: {e}"))?;
-    convert::convert(&value, convert::V1ALPHA1)
-        .map_err(|e| format!("the {what} cannot be read as {}: {e}", convert::V1ALPHA1))
+    convert::convert(&value, DECIDED_IN)
+        .map_err(|e| format!("the {what} cannot be read as {DECIDED_IN}: {e}"))
 }
 
-/// `patch` (against the v1alpha1 form of `written`) as a patch against
+/// `patch` (against the v1beta1 form of `written`) as a patch against
 /// `written` in the version it was written in.
 fn in_written_version(
     written: &DynamicObject,
@@ -143,14 +146,14 @@ fn in_written_version(
     let version = written
         .get("apiVersion")
         .and_then(Value::as_str)
-        .unwrap_or(convert::V1ALPHA1)
+        .unwrap_or(DECIDED_IN)
         .to_owned();
-    if version == convert::V1ALPHA1 || patch.0.is_empty() {
+    if version == DECIDED_IN || patch.0.is_empty() {
         return Ok(patch.clone());
     }
     let mut defaulted = cluster_json(written_object, "DistributedKV")?;
     json_patch::patch(&mut defaulted, patch)
-        .map_err(|e| format!("applying the defaults to the v1alpha1 form: {e}"))?;
+        .map_err(|e| format!("applying the defaults to the {DECIDED_IN} form: {e}"))?;
     let defaulted = convert::convert(&defaulted, &version).map_err(|e| e.to_string())?;
     Ok(json_patch::diff(&written, &defaulted))
 }

@@ -30,15 +30,15 @@ impl Verdict {
     }
 
     /// The verdict as told to a client that wrote `api_version`. Decisions
-    /// are made on the v1alpha1 form of the object, so a v1beta1 writer is
-    /// told the v1beta1 names of the backup fields.
+    /// are made on the v1beta1 form of the object, so a v1alpha1 writer is
+    /// told the v1alpha1 names of the backup fields.
     pub fn for_written_version(mut self, api_version: &str) -> Self {
-        if api_version == dkv_api::distributedkv::convert::V1BETA1 {
+        if api_version == dkv_api::distributedkv::convert::V1ALPHA1 {
             for denial in &mut self.denials {
                 let renamed = match denial.field.as_str() {
-                    "spec.backup.s3Path" => "spec.backup.destination.uri",
-                    "spec.backup.credentialsSecret" => "spec.backup.destination.credentialsSecret",
-                    "spec.backup.retentionDays" => "spec.backup.retention.maxAge",
+                    "spec.backup.destination.uri" => "spec.backup.s3Path",
+                    "spec.backup.destination.credentialsSecret" => "spec.backup.credentialsSecret",
+                    "spec.backup.retention.maxAge" => "spec.backup.retentionDays",
                     _ => continue,
                 };
                 denial.field = renamed.to_owned();
@@ -82,6 +82,22 @@ pub enum RestoreSource {
     Missing,
 }
 
+/// A `file://` backup destination is a path inside the backup Job's pod,
+/// which mounts no volume for it: on a real cluster the snapshot would
+/// vanish with the pod. Allowed (with `dkv local` the pod sees the host's
+/// filesystem), but said once, when the destination is set.
+fn warn_file_destination(new: &DistributedKV, old: Option<&DistributedKV>, verdict: &mut Verdict) {
+    let uri = |d: &DistributedKV| d.spec.backup.as_ref().map(|b| b.destination.uri.clone());
+    let Some(new_uri) = uri(new) else { return };
+    if new_uri.trim().starts_with("file://") && old.and_then(uri) != Some(new_uri) {
+        verdict.warnings.push(
+            "spec.backup.destination.uri: a file:// destination is written inside the backup pod, which mounts no volume for it; \
+             use it with dkv local (the pod sees the host's filesystem) and use s3://, gs:// or az:// on a real cluster"
+                .to_owned(),
+        );
+    }
+}
+
 /// Decides a `DistributedKV` write.
 pub fn review_cluster(
     write: ClusterWrite<'_>,
@@ -94,6 +110,7 @@ pub fn review_cluster(
             verdict.denials = cluster::spec_problems(new, &Facts::default(), defaults);
             check_restore_source(new, restore, &mut verdict);
             warn_even_size(new.spec.size, &mut verdict);
+            warn_file_destination(new, None, &mut verdict);
         }
         ClusterWrite::Update { old, new } => {
             // Metadata-only writes (finalizers, labels, the deletion itself)
@@ -110,6 +127,7 @@ pub fn review_cluster(
             if old.spec.size != new.spec.size {
                 warn_even_size(new.spec.size, &mut verdict);
             }
+            warn_file_destination(new, Some(old), &mut verdict);
         }
         ClusterWrite::Scale { old, new } => {
             if !(1..=9).contains(&new) {
@@ -243,7 +261,7 @@ mod tests {
             spec.extend(extra);
         }
         serde_json::from_value(serde_json::json!({
-            "apiVersion": "dkv.io/v1alpha1", "kind": "DistributedKV",
+            "apiVersion": "dkv.io/v1beta1", "kind": "DistributedKV",
             "metadata": {"name": "orders", "namespace": "shop"},
             "spec": spec,
         }))
@@ -259,36 +277,93 @@ mod tests {
     const ETCD_35: &str = "registry.k8s.io/etcd:3.5.16-0";
 
     #[test]
-    fn a_v1beta1_writer_is_told_the_v1beta1_field_names() {
-        let gcs = dkv(
+    fn a_v1alpha1_writer_is_told_the_v1alpha1_field_names() {
+        let bad_bucket = dkv(
             3,
-            "registry.k8s.io/etcd:3.5.16-0",
-            serde_json::json!({"backup": {"s3Path": "gs://bucket/dkv/", "schedule": "@daily"}}),
+            ETCD_35,
+            serde_json::json!({"backup": {"destination": {"uri": "s3://Bad_Bucket/dkv/"}, "schedule": "@daily"}}),
         );
         let verdict = review_cluster(
-            ClusterWrite::Create(&gcs),
+            ClusterWrite::Create(&bad_bucket),
             &RestoreSource::NotAsked,
             &defaults(),
         );
         assert!(
-            verdict.message().contains("spec.backup.s3Path"),
+            verdict.message().contains("spec.backup.destination.uri"),
             "{}",
             verdict.message()
         );
-        let v1beta1 = verdict.clone().for_written_version("dkv.io/v1beta1");
+        let v1alpha1 = verdict.clone().for_written_version("dkv.io/v1alpha1");
         assert!(
-            v1beta1.message().contains("spec.backup.destination.uri")
-                && !v1beta1.message().contains("s3Path"),
+            v1alpha1.message().contains("spec.backup.s3Path")
+                && !v1alpha1.message().contains("destination"),
             "{}",
-            v1beta1.message()
+            v1alpha1.message()
         );
         assert_eq!(
             verdict
                 .clone()
-                .for_written_version("dkv.io/v1alpha1")
+                .for_written_version("dkv.io/v1beta1")
                 .message(),
             verdict.message()
         );
+    }
+
+    #[test]
+    fn every_destination_scheme_and_retention_limit_is_checked() {
+        let verdict_for = |backup: serde_json::Value| {
+            let cluster = dkv(3, ETCD_35, serde_json::json!({ "backup": backup }));
+            review_cluster(
+                ClusterWrite::Create(&cluster),
+                &RestoreSource::NotAsked,
+                &defaults(),
+            )
+        };
+        for uri in [
+            "s3://bucket/dkv/",
+            "gs://bucket/dkv/",
+            "az://container/dkv/",
+            "file:///var/backups/dkv/",
+        ] {
+            let verdict = verdict_for(serde_json::json!({
+                "destination": {"uri": uri}, "schedule": "@daily",
+                "retention": {"maxBackups": 5, "maxAge": "36h"}
+            }));
+            assert!(verdict.allowed(), "{uri}: {}", verdict.message());
+            assert_eq!(
+                verdict.warnings.len(),
+                usize::from(uri.starts_with("file:")),
+                "{uri}: {:?}",
+                verdict.warnings
+            );
+        }
+        for (backup, field) in [
+            (
+                serde_json::json!({"destination": {"uri": "ftp://host/dkv/"}, "schedule": "@daily"}),
+                "spec.backup.destination.uri",
+            ),
+            (
+                serde_json::json!({"destination": {"uri": "file://relative/dkv/"}, "schedule": "@daily"}),
+                "spec.backup.destination.uri",
+            ),
+            (
+                serde_json::json!({"destination": {"uri": "s3://b/"}, "schedule": "@daily",
+                                   "retention": {"maxBackups": 0}}),
+                "spec.backup.retention.maxBackups",
+            ),
+            (
+                serde_json::json!({"destination": {"uri": "s3://bucket/"}, "schedule": "@daily",
+                                   "retention": {"maxAge": "30m"}}),
+                "spec.backup.retention.maxAge",
+            ),
+        ] {
+            let verdict = verdict_for(backup.clone());
+            assert!(
+                verdict.denials.iter().any(|d| d.field == field),
+                "{backup}: {}",
+                verdict.message()
+            );
+        }
     }
 
     #[test]
@@ -365,7 +440,7 @@ mod tests {
         let stored = dkv(
             3,
             ETCD_35,
-            serde_json::json!({"backup": {"s3Path": "s3://b", "schedule": "never"}}),
+            serde_json::json!({"backup": {"destination": {"uri": "s3://bucket/"}, "schedule": "never"}}),
         );
         let mut deleting = stored.clone();
         deleting.metadata.finalizers = Some(vec![]);

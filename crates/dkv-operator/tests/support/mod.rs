@@ -22,17 +22,28 @@ pub mod etcd_cluster;
 /// With `DKV_TEST_LOG` set, the operator's logs go to stderr (`RUST_LOG`
 /// filters them).
 pub async fn environment(kubelet: bool) -> kube_local::Environment {
+    // DistributedKV as v1beta1 only (the version the operator works in),
+    // with no conversion: the CRD `dkv crd` generates also serves v1alpha1
+    // and converts through the operator's webhook, so without webhooks (the
+    // default here) a v1alpha1 read would fail (kube-local answers 500
+    // "conversion webhook ... failed", as upstream does). Tests of
+    // conversion install that CRD themselves (`conversion_on_kube_local.rs`).
+    environment_with(
+        vec![DistributedKV::crd(), DistributedKVBackup::crd()],
+        kubelet,
+    )
+    .await
+}
+
+/// kube-local with `crds` installed at start.
+pub async fn environment_with(
+    crds: Vec<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>,
+    kubelet: bool,
+) -> kube_local::Environment {
     if std::env::var_os("DKV_TEST_LOG").is_some() {
         dkv_operator::telemetry::init(LogFormat::Text);
     }
-    // DistributedKV as v1alpha1 only, with no conversion: the CRD `dkv crd`
-    // generates stores v1beta1 and converts through the operator's webhook,
-    // so without webhooks (the default here) nothing stored could be read
-    // (kube-local answers 500 "conversion webhook ... failed", as upstream
-    // does). Tests of conversion install that CRD themselves
-    // (`conversion_on_kube_local.rs`).
-    let mut builder = kube_local::Environment::builder()
-        .crds(vec![DistributedKV::crd(), DistributedKVBackup::crd()]);
+    let mut builder = kube_local::Environment::builder().crds(crds);
     if kubelet {
         builder = builder.kubelet_config(KubeletConfig::with_dkv_binary(env!("CARGO_BIN_EXE_dkv")));
     }
@@ -127,7 +138,7 @@ pub fn cluster(
         spec.extend(extra);
     }
     serde_json::from_value(serde_json::json!({
-        "apiVersion": "dkv.io/v1alpha1", "kind": "DistributedKV",
+        "apiVersion": "dkv.io/v1beta1", "kind": "DistributedKV",
         "metadata": {"name": name, "namespace": ns},
         "spec": spec
     }))

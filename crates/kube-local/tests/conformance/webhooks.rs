@@ -347,3 +347,121 @@ async fn kubectl_shows_the_denial() {
     assert!(!out.status.success());
     assert!(stderr(&out).contains("admission webhook \"policy.example.com\" denied the request: the key \"forbidden\" is not allowed"), "{}", stderr(&out));
 }
+
+/// Webhooks on `statefulsets/scale`: a Scale-kind review with the old and
+/// new replicas; at most 5 replicas, a warning otherwise.
+fn scale_handler(path: &str, request: &Value) -> Value {
+    match path {
+        "/validate-scale" if request["object"]["spec"]["replicas"].as_i64() > Some(5) => {
+            json!({"allowed": false, "status": {"code": 403, "message": "at most 5 replicas"}})
+        }
+        "/validate-scale" => json!({"allowed": true, "warnings": ["scaled"]}),
+        // Rounds 4 up to 5, as a defaulting webhook on /scale might.
+        "/mutate-scale" if request["object"]["spec"]["replicas"] == 4 => {
+            let patch = json!([{"op": "replace", "path": "/spec/replicas", "value": 5}]);
+            json!({"allowed": true, "patchType": "JSONPatch", "patch": b64(patch.to_string().as_bytes())})
+        }
+        "/mutate-scale" => json!({"allowed": true}),
+        // Registered on the main resource only: must not see /scale writes.
+        _ => {
+            json!({"allowed": false, "status": {"code": 403, "message": "main-resource hook called"}})
+        }
+    }
+}
+
+#[tokio::test]
+async fn scale_writes_are_admitted_as_scale_objects() {
+    let env = env().await;
+    let server = webhook_server(scale_handler).await;
+    let (code, _, body) = raw(
+        &env,
+        "POST",
+        "/apis/apps/v1/namespaces/default/statefulsets",
+        Some("application/json"),
+        Some(json!({"metadata": {"name": "s"}, "spec": {"replicas": 1, "serviceName": "s",
+            "selector": {"matchLabels": {"app": "s"}},
+            "template": {"metadata": {"labels": {"app": "s"}}, "spec": {"containers": [{"name": "c", "image": "etcd"}]}}}})),
+    )
+    .await;
+    assert_eq!(code, 201, "{body}");
+    let on = |name: &str, path: &str, resource: &str| {
+        let mut h = hook(name, &server, path);
+        h["rules"] = json!([{"operations": ["UPDATE"], "apiGroups": ["apps"], "apiVersions": ["v1"], "resources": [resource]}]);
+        h
+    };
+    for (kind, h) in [
+        (
+            "ValidatingWebhookConfiguration",
+            on("scale.example.com", "/validate-scale", "statefulsets/scale"),
+        ),
+        (
+            "MutatingWebhookConfiguration",
+            on("round.example.com", "/mutate-scale", "statefulsets/scale"),
+        ),
+        (
+            "ValidatingWebhookConfiguration",
+            on("main.example.com", "/main", "statefulsets"),
+        ),
+    ] {
+        register(&env, kind, h).await;
+    }
+    let scale = |replicas: i64| {
+        raw(
+            &env,
+            "PATCH",
+            "/apis/apps/v1/namespaces/default/statefulsets/s/scale",
+            Some("application/merge-patch+json"),
+            Some(json!({"spec": {"replicas": replicas}})),
+        )
+    };
+
+    let (code, headers, body) = scale(3).await;
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(headers["warning"], "299 - \"scaled\"");
+    assert_eq!(body["kind"], "Scale");
+    assert_eq!(body["spec"]["replicas"], 3);
+    let reviews = server.reviews.lock().unwrap().clone();
+    assert!(
+        reviews.iter().all(|(path, _)| path != "/main"),
+        "{reviews:?}"
+    );
+    let (_, validated) = reviews
+        .iter()
+        .find(|(path, _)| path == "/validate-scale")
+        .unwrap();
+    let request = &validated["request"];
+    assert_eq!(
+        request["kind"],
+        json!({"group": "autoscaling", "version": "v1", "kind": "Scale"})
+    );
+    assert_eq!(request["resource"]["resource"], "statefulsets");
+    assert_eq!(request["subResource"], "scale");
+    assert_eq!(request["oldObject"]["spec"]["replicas"], 1);
+    assert_eq!(request["object"]["spec"]["replicas"], 3);
+
+    let (code, _, body) = scale(9).await;
+    assert_eq!(code, 403, "{body}");
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .contains("at most 5 replicas"),
+        "{body}"
+    );
+
+    let (code, _, body) = scale(4).await;
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(
+        body["spec"]["replicas"], 5,
+        "the mutating webhook's patch applies"
+    );
+    let (_, _, sts) = raw(
+        &env,
+        "GET",
+        "/apis/apps/v1/namespaces/default/statefulsets/s",
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(sts["spec"]["replicas"], 5);
+}

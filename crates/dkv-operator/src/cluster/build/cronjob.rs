@@ -18,7 +18,6 @@ pub struct AgentRun<'a> {
     pub cluster: &'a str,
     pub destination: &'a str,
     pub credentials_secret: Option<&'a str>,
-    pub retention_days: Option<i32>,
 }
 
 /// `app.kubernetes.io/name` of backup agent pods.
@@ -46,14 +45,11 @@ pub fn agent_labels(cluster: &str) -> std::collections::BTreeMap<String, String>
 /// The container that runs `dkv backup` once (in a CronJob's or an
 /// on-demand backup's Job).
 pub fn agent_container(run: &AgentRun<'_>) -> Container {
-    let mut args = vec![
+    let args = vec![
         "backup".to_owned(),
         format!("--cluster={}", run.cluster),
         format!("--destination={}", run.destination),
     ];
-    if let Some(days) = run.retention_days {
-        args.push(format!("--retention-days={days}"));
-    }
     Container {
         name: "backup".to_owned(),
         image: Some(run.image.to_owned()),
@@ -117,9 +113,8 @@ pub fn build(cluster: &ValidatedCluster) -> Option<CronJob> {
     let container = agent_container(&AgentRun {
         image: &backup.image,
         cluster: &cluster.name,
-        destination: &backup.s3_path,
+        destination: &backup.destination,
         credentials_secret: backup.credentials_secret.as_deref(),
-        retention_days: backup.retention_days,
     });
 
     Some(CronJob {
