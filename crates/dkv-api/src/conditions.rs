@@ -45,6 +45,8 @@ pub mod reasons {
     /// or incomplete, or a member's restore step failed (a checksum mismatch,
     /// unreadable credentials, ...). Nothing is started from the artifact.
     pub const RESTORE_FAILED: &str = "RestoreFailed";
+    /// A TLS Secret the members need is missing or unreadable.
+    pub const TLS_FAILED: &str = "TLSFailed";
     /// etcd's backend reached its quota and refuses writes.
     pub const NO_SPACE: &str = "NoSpace";
     pub const RECONCILE_ERROR: &str = "ReconcileError";

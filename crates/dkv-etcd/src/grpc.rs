@@ -7,8 +7,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use bytes::Bytes;
 use etcd_client::{
-    AlarmAction, AlarmOptions, AlarmType, Client, CompactionOptions, ConnectOptions,
-    MemberAddOptions,
+    AlarmAction, AlarmOptions, AlarmType, Certificate, Client, CompactionOptions, ConnectOptions,
+    Identity, MemberAddOptions, TlsOptions,
 };
 use tokio::sync::Mutex;
 
@@ -16,10 +16,41 @@ use crate::admin::{EtcdAdmin, SnapshotStream};
 use crate::error::{Error, Result};
 use crate::model::{Alarm, AlarmKind, EndpointStatus, Member, MemberId};
 
+/// What a client presents to an etcd cluster with client TLS: the CA that
+/// signed the members' certificate, its own certificate and key (PEM), and
+/// the name the members' certificate is checked against (endpoints may be
+/// IP addresses the certificate does not list).
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct ClientTls {
+    pub ca_pem: String,
+    pub cert_pem: String,
+    pub key_pem: String,
+    pub server_name: String,
+}
+
+impl std::fmt::Debug for ClientTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the key.
+        f.debug_struct("ClientTls")
+            .field("server_name", &self.server_name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ClientTls {
+    fn options(&self) -> TlsOptions {
+        TlsOptions::new()
+            .ca_certificate(Certificate::from_pem(&self.ca_pem))
+            .identity(Identity::from_pem(&self.cert_pem, &self.key_pem))
+            .domain_name(self.server_name.clone())
+    }
+}
+
 /// Talks to one etcd cluster through its client URLs.
 pub struct GrpcAdmin {
     endpoints: Vec<String>,
     timeout: Duration,
+    tls: Option<ClientTls>,
     /// Connections by endpoint ("*" = all endpoints, balanced), reused
     /// across calls.
     clients: Mutex<HashMap<String, Client>>,
@@ -34,8 +65,15 @@ impl GrpcAdmin {
         Self {
             endpoints,
             timeout,
+            tls: None,
             clients: Mutex::default(),
         }
+    }
+
+    /// Connects with TLS (the endpoints are `https://` URLs).
+    pub fn with_tls(mut self, tls: ClientTls) -> Self {
+        self.tls = Some(tls);
+        self
     }
 
     async fn client(&self, operation: &'static str, endpoint: &str) -> Result<Client> {
@@ -48,10 +86,13 @@ impl GrpcAdmin {
         } else {
             vec![endpoint.to_owned()]
         };
-        let options = ConnectOptions::new()
+        let mut options = ConnectOptions::new()
             .with_connect_timeout(self.timeout)
             .with_timeout(self.timeout)
             .with_keep_alive(Duration::from_secs(10), self.timeout);
+        if let Some(tls) = &self.tls {
+            options = options.with_tls(tls.options());
+        }
         let client = self
             .deadline(operation, Client::connect(targets, Some(options)))
             .await?

@@ -77,6 +77,7 @@ fn main() -> anyhow::Result<()> {
     println!(
         "   initial cluster: {}",
         dkv_operator::cluster::naming::initial_cluster(
+            cluster.tls.peer_scheme(),
             &cluster.name,
             &cluster.namespace,
             plan.bootstrap_size

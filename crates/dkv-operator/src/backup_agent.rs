@@ -10,10 +10,11 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use dkv_backup::{BackupRequest, Credentials, Location, S3Options, StoreConfig, UploadOptions};
-use dkv_etcd::{EtcdAdmin, GrpcAdmin};
+use dkv_etcd::{ClientTls, EtcdAdmin, GrpcAdmin};
 
 use crate::cli::{BackupArgs, ObjectStoreArgs};
 use crate::cluster::naming::{CLIENT_PORT, client_service};
+use crate::cluster::tls;
 
 /// Kubernetes keeps at most this much of a termination message.
 const TERMINATION_MESSAGE_LIMIT: usize = 4096;
@@ -49,9 +50,15 @@ pub async fn run(args: &BackupArgs) -> anyhow::Result<()> {
 
 async fn backup(args: &BackupArgs) -> anyhow::Result<String> {
     let destination = Location::parse(&args.destination)?;
+    let tls = args
+        .client_tls_dir
+        .as_deref()
+        .map(|dir| client_tls(dir, &args.cluster, &args.namespace))
+        .transpose()?;
     let endpoints = if args.endpoints.is_empty() {
         vec![format!(
-            "http://{}.{}.svc:{CLIENT_PORT}",
+            "{}://{}.{}.svc:{CLIENT_PORT}",
+            if tls.is_some() { "https" } else { "http" },
             client_service(&args.cluster),
             args.namespace
         )]
@@ -62,6 +69,10 @@ async fn backup(args: &BackupArgs) -> anyhow::Result<String> {
         endpoints.clone(),
         Duration::from_secs(args.etcd_timeout_seconds.max(1)),
     );
+    let admin = match tls {
+        Some(tls) => admin.with_tls(tls),
+        None => admin,
+    };
     wait_for_cluster(&admin, Duration::from_secs(args.wait_for_cluster_seconds)).await;
     let request = BackupRequest {
         namespace: args.namespace.clone(),
@@ -84,6 +95,21 @@ async fn backup(args: &BackupArgs) -> anyhow::Result<String> {
     )
     .await?;
     serde_json::to_string(&artifact).context("encoding the artifact")
+}
+
+/// The client certificate mounted in `dir`, verifying members by the name
+/// of the client Service (which their certificate lists).
+fn client_tls(dir: &Path, cluster: &str, namespace: &str) -> anyhow::Result<ClientTls> {
+    let read = |file: &str| {
+        std::fs::read_to_string(dir.join(file))
+            .with_context(|| format!("reading {}", dir.join(file).display()))
+    };
+    Ok(ClientTls {
+        ca_pem: read(tls::CA_CERT)?,
+        cert_pem: read(tls::TLS_CERT)?,
+        key_pem: read(tls::TLS_KEY)?,
+        server_name: tls::server_name(cluster, namespace),
+    })
 }
 
 /// Waits up to `patience` for the cluster to list its members. A schedule

@@ -165,6 +165,16 @@ pub struct MemberInitArgs {
     /// container's terminationMessagePath).
     #[arg(long, default_value = "/dev/termination-log")]
     pub termination_log: PathBuf,
+    /// Peers talk TLS (`https://` peer URLs, certificates required).
+    #[arg(long)]
+    pub peer_tls: bool,
+    /// Clients talk TLS and must present a certificate.
+    #[arg(long)]
+    pub client_tls: bool,
+    /// The member certificate (`tls.crt`, `tls.key`, `ca.crt`) as mounted
+    /// in the etcd container.
+    #[arg(long, default_value = crate::cluster::tls::MEMBER_TLS_DIR)]
+    pub tls_dir: PathBuf,
 }
 
 /// `dkv backup`. Object store credentials come only from the environment
@@ -186,7 +196,7 @@ pub struct BackupArgs {
     #[arg(long)]
     pub destination: String,
     /// etcd client URLs (comma-separated); default: the cluster's client
-    /// Service, http://<cluster>-client.<namespace>.svc:2379.
+    /// Service, http(s)://<cluster>-client.<namespace>.svc:2379.
     #[arg(long, value_delimiter = ',')]
     pub endpoints: Vec<String>,
     #[command(flatten)]
@@ -205,6 +215,11 @@ pub struct BackupArgs {
     /// probe, so the client Service has no endpoint) or is restarting.
     #[arg(long, default_value_t = 30)]
     pub wait_for_cluster_seconds: u64,
+    /// The cluster has client TLS: connect over https, presenting the
+    /// client certificate in this directory (`tls.crt`, `tls.key`, and the
+    /// cluster's CA as `ca.crt`).
+    #[arg(long)]
+    pub client_tls_dir: Option<PathBuf>,
     /// Where the artifact (JSON) or the failure is written for the operator
     /// to read (the container's terminationMessagePath).
     #[arg(long, default_value = "/dev/termination-log")]

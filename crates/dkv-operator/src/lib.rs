@@ -15,6 +15,7 @@ pub mod local;
 pub mod member_init;
 pub mod metrics;
 pub mod operator;
+pub mod pki;
 pub mod quantity;
 pub mod restore_agent;
 pub mod server;

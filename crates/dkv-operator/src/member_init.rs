@@ -285,10 +285,17 @@ fn restrict_permissions(dir: &Path) -> anyhow::Result<()> {
         .with_context(|| format!("setting permissions of {}", dir.display()))
 }
 
+fn scheme(tls: bool) -> &'static str {
+    if tls { "https" } else { "http" }
+}
+
 fn own_peer_url(args: &MemberInitArgs) -> String {
     format!(
-        "http://{}.{}.{}.svc:{PEER_PORT}",
-        args.member, args.peer_service, args.namespace
+        "{}://{}.{}.{}.svc:{PEER_PORT}",
+        scheme(args.peer_tls),
+        args.member,
+        args.peer_service,
+        args.namespace
     )
 }
 
@@ -298,8 +305,10 @@ fn bootstrap_set(args: &MemberInitArgs) -> String {
         .map(|i| {
             let member = naming::member(&args.cluster, i);
             format!(
-                "{member}=http://{member}.{}.{}.svc:{PEER_PORT}",
-                args.peer_service, args.namespace
+                "{member}={}://{member}.{}.{}.svc:{PEER_PORT}",
+                scheme(args.peer_tls),
+                args.peer_service,
+                args.namespace
             )
         })
         .collect::<Vec<_>>()
@@ -383,7 +392,7 @@ pub fn render_config(args: &MemberInitArgs, start: &Start) -> anyhow::Result<Val
         "{}.{}.{}.svc",
         args.member, args.peer_service, args.namespace
     );
-    let listen = |port: i32| format!("http://{}:{port}", args.pod_ip);
+    let listen = |tls: bool, port: i32| format!("{}://{}:{port}", scheme(tls), args.pod_ip);
     let (initial_cluster, state) = match start {
         Start::Bootstrap { initial_cluster } => (initial_cluster, "new"),
         // With data present etcd ignores the initial-* settings; "existing"
@@ -392,14 +401,15 @@ pub fn render_config(args: &MemberInitArgs, start: &Start) -> anyhow::Result<Val
             (initial_cluster, "existing")
         }
     };
-    Ok(json!({
+    let mut config = json!({
         "name": args.member,
         "data-dir": args.data_dir,
-        "listen-peer-urls": listen(PEER_PORT),
-        "listen-client-urls": listen(CLIENT_PORT),
-        "listen-metrics-urls": listen(METRICS_PORT),
-        "initial-advertise-peer-urls": format!("http://{host}:{PEER_PORT}"),
-        "advertise-client-urls": format!("http://{host}:{CLIENT_PORT}"),
+        "listen-peer-urls": listen(args.peer_tls, PEER_PORT),
+        "listen-client-urls": listen(args.client_tls, CLIENT_PORT),
+        // Plaintext whatever the client TLS: the kubelet probes /health here.
+        "listen-metrics-urls": listen(false, METRICS_PORT),
+        "initial-advertise-peer-urls": format!("{}://{host}:{PEER_PORT}", scheme(args.peer_tls)),
+        "advertise-client-urls": format!("{}://{host}:{CLIENT_PORT}", scheme(args.client_tls)),
         "initial-cluster": initial_cluster,
         "initial-cluster-state": state,
         "initial-cluster-token": args.initial_cluster_token,
@@ -411,7 +421,23 @@ pub fn render_config(args: &MemberInitArgs, start: &Start) -> anyhow::Result<Val
         "pre-vote": true,
         "logger": "zap",
         "log-outputs": ["stderr"],
-    }))
+    });
+    // One certificate (server and client usage) for both transports; the
+    // other side must present a certificate signed by the cluster's CA.
+    let dir = &args.tls_dir;
+    let security = json!({
+        "cert-file": dir.join(crate::cluster::tls::TLS_CERT),
+        "key-file": dir.join(crate::cluster::tls::TLS_KEY),
+        "trusted-ca-file": dir.join(crate::cluster::tls::CA_CERT),
+        "client-cert-auth": true,
+    });
+    if args.peer_tls {
+        config["peer-transport-security"] = security.clone();
+    }
+    if args.client_tls {
+        config["client-transport-security"] = security;
+    }
+    Ok(config)
 }
 
 #[cfg(test)]
@@ -436,7 +462,44 @@ mod tests {
             auto_compaction_retention: "1h".into(),
             members_file: None,
             termination_log: PathBuf::from("/dev/null"),
+            peer_tls: false,
+            client_tls: false,
+            tls_dir: PathBuf::from("/etc/dkv/tls/member"),
         }
+    }
+
+    #[test]
+    fn tls_transports_get_https_urls_and_require_certificates() {
+        let mut tls = args("orders-1");
+        tls.peer_tls = true;
+        tls.client_tls = true;
+        let start = decide(&tls, false, None).unwrap_or_else(|e| panic!("{e}"));
+        let config = render_config(&tls, &start).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(config["listen-peer-urls"], "https://10.0.0.7:2380");
+        assert_eq!(config["listen-client-urls"], "https://10.0.0.7:2379");
+        assert_eq!(config["listen-metrics-urls"], "http://10.0.0.7:2381");
+        assert_eq!(
+            config["initial-advertise-peer-urls"],
+            "https://orders-1.orders-peer.shop.svc:2380"
+        );
+        assert!(
+            config["initial-cluster"].as_str().is_some_and(
+                |c| c.starts_with("orders-0=https://orders-0.orders-peer.shop.svc:2380,")
+            ),
+            "{config}"
+        );
+        for side in ["peer-transport-security", "client-transport-security"] {
+            assert_eq!(config[side]["client-cert-auth"], true, "{side}");
+            assert_eq!(config[side]["cert-file"], "/etc/dkv/tls/member/tls.crt");
+            assert_eq!(
+                config[side]["trusted-ca-file"],
+                "/etc/dkv/tls/member/ca.crt"
+            );
+        }
+
+        let plain = render_config(&args("orders-1"), &start).unwrap_or_else(|e| panic!("{e}"));
+        assert!(plain.get("peer-transport-security").is_none());
+        assert!(plain.get("client-transport-security").is_none());
     }
 
     fn recorded(ordinal: i32, started: bool) -> RecordedMember {

@@ -67,7 +67,9 @@ macro_rules! distributedkv_spec {
             validation = Rule::new("has(self.storage) == has(oldSelf.storage)")
                 .message("spec.storage cannot be added or removed after creation; create a new cluster and restore a backup into it"),
             validation = Rule::new("has(self.bootstrap) == has(oldSelf.bootstrap) && (!has(self.bootstrap) || self.bootstrap == oldSelf.bootstrap)")
-                .message("spec.bootstrap is used only at creation and cannot change afterwards; remove your edit to spec.bootstrap")
+                .message("spec.bootstrap is used only at creation and cannot change afterwards; remove your edit to spec.bootstrap"),
+            validation = Rule::new("has(self.tls) == has(oldSelf.tls) && (!has(self.tls) || self.tls == oldSelf.tls)")
+                .message("spec.tls is fixed at creation: members cannot switch between plaintext and TLS in place; create a new cluster with the spec.tls you want and restore a backup into it")
         )]
         #[serde(rename_all = "camelCase")]
         pub struct DistributedKVSpec {
@@ -110,6 +112,11 @@ macro_rules! distributedkv_spec {
             /// Scheduling and metadata for the member pods.
             #[serde(default, skip_serializing_if = "Option::is_none")]
             pub pod: Option<PodOverrides>,
+
+            /// Transport security of member-to-member (peer) and client traffic.
+            /// Without it both are plaintext. Fixed at creation.
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub tls: Option<TlsSpec>,
 
             /// What the operator may do when a majority of members is lost for good.
             /// Without it the cluster is reported `Degraded/QuorumLost` and left for

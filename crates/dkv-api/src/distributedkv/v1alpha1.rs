@@ -116,6 +116,42 @@ pub struct BackupSpec {
     pub final_backup_on_delete: Option<bool>,
 }
 
+/// TLS for the cluster's two kinds of traffic.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct TlsSpec {
+    /// Member-to-member traffic (port 2380).
+    #[serde(default)]
+    pub peer: TlsTransport,
+    /// Client traffic (port 2379): the operator, backup agents and
+    /// applications. With TLS on, clients authenticate with a certificate
+    /// signed by the cluster's CA: the Secret `<name>-tls-client` holds one
+    /// (`tls.crt`, `tls.key`) and the CA (`ca.crt`).
+    #[serde(default)]
+    pub client: TlsTransport,
+}
+
+/// TLS for one kind of traffic.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct TlsTransport {
+    #[serde(default)]
+    pub mode: TlsMode,
+}
+
+/// Where a transport's certificates come from.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum TlsMode {
+    /// dkv runs a CA for the cluster (Secret `<name>-tls-ca`) and issues the
+    /// member certificate (`<name>-tls-member`) and a client certificate
+    /// (`<name>-tls-client`); peers and clients must present a certificate
+    /// signed by that CA.
+    #[default]
+    Auto,
+    /// Plaintext: anyone who reaches the port can read and write.
+    Disabled,
+}
+
 /// Create-time population of a new cluster.
 #[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]

@@ -5,7 +5,9 @@ use k8s_openapi::api::batch::v1::Job;
 use kube::api::ObjectMeta;
 use kube::{Resource, ResourceExt};
 
-use crate::cluster::build::cronjob::{AgentRun, agent_container, agent_job_spec, agent_labels};
+use crate::cluster::build::cronjob::{
+    AgentRun, agent_container, agent_job_spec, agent_labels, agent_volumes,
+};
 
 /// Where and how one backup runs, resolved from the backup and its cluster.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -14,6 +16,8 @@ pub struct Resolved {
     pub destination: String,
     pub credentials_secret: Option<String>,
     pub image: String,
+    /// The cluster has client TLS.
+    pub client_tls: bool,
 }
 
 /// Job names are label values (`job-name`): at most 63 characters.
@@ -33,12 +37,14 @@ pub fn job_name(backup: &DistributedKVBackup) -> String {
 pub fn build(backup: &DistributedKVBackup, resolved: &Resolved) -> Job {
     let mut labels = agent_labels(&resolved.cluster);
     labels.insert("dkv.io/backup".to_owned(), job_name(backup));
-    let container = agent_container(&AgentRun {
+    let run = AgentRun {
         image: &resolved.image,
         cluster: &resolved.cluster,
         destination: &resolved.destination,
         credentials_secret: resolved.credentials_secret.as_deref(),
-    });
+        client_tls: resolved.client_tls,
+    };
+    let container = agent_container(&run);
     Job {
         metadata: ObjectMeta {
             name: Some(job_name(backup)),
@@ -49,7 +55,7 @@ pub fn build(backup: &DistributedKVBackup, resolved: &Resolved) -> Job {
         },
         // The agent never overwrites an object and names each by its start
         // time, so a retry is a new, complete attempt.
-        spec: Some(agent_job_spec(labels, container, 1)),
+        spec: Some(agent_job_spec(labels, container, agent_volumes(&run), 1)),
         status: None,
     }
 }
@@ -74,6 +80,7 @@ mod tests {
             destination: "s3://bucket/prefix".into(),
             credentials_secret: Some("s3-creds".into()),
             image: "ghcr.io/dkv-io/dkv:1".into(),
+            client_tls: false,
         };
         let job = build(&backup("nightly"), &resolved);
         assert_eq!(job.metadata.name.as_deref(), Some("nightly"));
@@ -109,6 +116,7 @@ mod tests {
             destination: "s3://bucket/prefix".into(),
             credentials_secret: None,
             image: "ghcr.io/dkv-io/dkv:1".into(),
+            client_tls: false,
         };
         let job = build(&backup("nightly"), &resolved);
         let pod_labels = job

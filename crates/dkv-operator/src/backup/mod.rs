@@ -340,6 +340,7 @@ async fn resolve(
         destination,
         credentials_secret,
         image,
+        client_tls: crate::cluster::tls::TlsSettings::from_spec(cluster.spec.tls.as_ref()).client,
     }))
 }
 

@@ -97,6 +97,21 @@ pub enum Error {
         source: dkv_etcd::Error,
     },
 
+    /// The cluster runs with TLS but its CA Secret is gone: a new CA would
+    /// make the members refuse each other, so it is not replaced.
+    #[error(
+        "the TLS CA Secret {secret} is missing; restore it (e.g. from your Secret backups) — dkv does not issue a new CA for running members, which would then refuse each other"
+    )]
+    TlsCaMissing { secret: String },
+
+    #[error(
+        "the TLS Secret {secret} has no valid {key:?}; delete it and dkv issues a new one from the cluster's CA"
+    )]
+    TlsSecretInvalid { secret: String, key: &'static str },
+
+    #[error(transparent)]
+    Pki(#[from] crate::pki::PkiError),
+
     #[error("finalizer: {0}")]
     Finalizer(#[source] Box<finalizer::Error<Error>>),
 
@@ -146,6 +161,9 @@ impl Error {
             Error::Etcd { .. } => Category::Transient,
             Error::RestoreSource { waiting: true, .. } => Category::Waiting,
             Error::RestoreSource { waiting: false, .. } => Category::Permanent,
+            // Secrets are not watched: looked at again now and then.
+            Error::TlsCaMissing { .. } | Error::TlsSecretInvalid { .. } => Category::Permanent,
+            Error::Pki(_) => Category::Transient,
             Error::Apply { source, .. }
             | Error::Read { source, .. }
             | Error::Delete { source, .. }
@@ -173,6 +191,7 @@ impl Error {
                 "dereference"
             }
             Error::Apply { .. } | Error::Delete { .. } | Error::Etcd { .. } => "apply",
+            Error::TlsCaMissing { .. } | Error::TlsSecretInvalid { .. } | Error::Pki(_) => "tls",
             Error::Status { .. } => "status",
             Error::Cleanup { .. }
             | Error::CleanupWaiting { .. }

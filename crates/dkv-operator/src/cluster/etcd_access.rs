@@ -6,28 +6,33 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use dkv_etcd::{EtcdAdmin, GrpcAdmin};
+use dkv_etcd::{ClientTls, EtcdAdmin, GrpcAdmin};
 
 /// Deadline of every etcd call the controller makes: a reconcile must not
 /// hang on a member that does not answer.
 pub const ETCD_CALL_TIMEOUT: Duration = Duration::from_secs(3);
 
 pub trait EtcdConnector: Send + Sync {
-    /// An admin for the members at `endpoints` (client URLs).
-    fn connect(&self, endpoints: &[String]) -> Arc<dyn EtcdAdmin>;
+    /// An admin for the members at `endpoints` (client URLs), presenting
+    /// `tls` to a cluster with client TLS.
+    fn connect(&self, endpoints: &[String], tls: Option<&ClientTls>) -> Arc<dyn EtcdAdmin>;
 }
 
-/// gRPC connections, cached by endpoint set (a member restarting with a new
-/// IP changes the set, and with it the connection).
+/// gRPC connections, cached by endpoint set and identity (a member
+/// restarting with a new IP changes the set, and with it the connection).
 #[derive(Default)]
 pub struct GrpcConnector {
-    cache: Mutex<HashMap<Vec<String>, Arc<GrpcAdmin>>>,
+    cache: Mutex<HashMap<ConnectionKey, Arc<GrpcAdmin>>>,
 }
 
+/// The sorted endpoints and the identity presented to them.
+type ConnectionKey = (Vec<String>, Option<ClientTls>);
+
 impl EtcdConnector for GrpcConnector {
-    fn connect(&self, endpoints: &[String]) -> Arc<dyn EtcdAdmin> {
-        let mut key = endpoints.to_vec();
-        key.sort();
+    fn connect(&self, endpoints: &[String], tls: Option<&ClientTls>) -> Arc<dyn EtcdAdmin> {
+        let mut endpoints = endpoints.to_vec();
+        endpoints.sort();
+        let key = (endpoints, tls.cloned());
         let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
         // Bounded: one entry per cluster in the steady state; stale sets
         // (after IP changes) are dropped wholesale when the cache grows.
@@ -36,7 +41,14 @@ impl EtcdConnector for GrpcConnector {
         }
         cache
             .entry(key.clone())
-            .or_insert_with(|| Arc::new(GrpcAdmin::new(key, ETCD_CALL_TIMEOUT)))
+            .or_insert_with(|| {
+                let (endpoints, tls) = key;
+                let admin = GrpcAdmin::new(endpoints, ETCD_CALL_TIMEOUT);
+                Arc::new(match tls {
+                    Some(tls) => admin.with_tls(tls),
+                    None => admin,
+                })
+            })
             .clone()
     }
 }
@@ -45,7 +57,7 @@ impl EtcdConnector for GrpcConnector {
 pub struct FixedConnector(pub Arc<dyn EtcdAdmin>);
 
 impl EtcdConnector for FixedConnector {
-    fn connect(&self, _endpoints: &[String]) -> Arc<dyn EtcdAdmin> {
+    fn connect(&self, _endpoints: &[String], _tls: Option<&ClientTls>) -> Arc<dyn EtcdAdmin> {
         self.0.clone()
     }
 }

@@ -23,6 +23,8 @@ pub struct Target<'a> {
     pub namespace: &'a str,
     pub cluster: &'a str,
     pub pods: &'a [MemberPod],
+    /// `https` with peer TLS: the scheme of the peer URLs members are added with.
+    pub peer_scheme: &'a str,
 }
 
 /// Name of the PVC the StatefulSet created for `ordinal`.
@@ -41,7 +43,12 @@ pub async fn execute(step: &Step, target: &Target<'_>) -> Result<bool> {
     };
     match step {
         Step::AddLearner { ordinal } => {
-            let peer = naming::member_peer_url(target.cluster, target.namespace, *ordinal);
+            let peer = naming::member_peer_url(
+                target.peer_scheme,
+                target.cluster,
+                target.namespace,
+                *ordinal,
+            );
             let member = target
                 .admin
                 .add_learner(std::slice::from_ref(&peer))
@@ -239,6 +246,7 @@ mod tests {
             namespace: "shop",
             cluster: "orders",
             pods: &pods,
+            peer_scheme: "http",
         };
         execute(&step, &target).await
     }

@@ -23,6 +23,7 @@ pub mod observe_members;
 pub mod plan;
 pub mod restore;
 pub mod status;
+pub mod tls;
 pub mod validate;
 pub mod watches;
 
@@ -116,12 +117,27 @@ async fn reconcile_cluster(dkv: &DistributedKV, ctx: &Context) -> Result<Action>
     let observed = dereference::observe(dkv, &namespace, &ctx.stores);
     let cluster = validate::validate(dkv, &observed.facts, &ctx.defaults)?;
 
+    // TLS: the cluster's CA and certificates exist before any pod needs
+    // them; the operator's own client identity comes from them.
+    let identity = if cluster.tls.any() {
+        let may_create_ca = observed.statefulset.is_none() && !cluster.paused;
+        Some(tls::ensure(&ctx.client, &cluster, may_create_ca).await?)
+    } else {
+        None
+    };
+    let client_identity = identity.as_ref().filter(|_| cluster.tls.client);
+
     // Membership: the member pods, and etcd's view through them.
     let epoch = recovery_epoch(dkv);
-    let pods = observe_members::member_pods(&cluster.name, &observed.pods, epoch.as_deref());
+    let pods = observe_members::member_pods(
+        &cluster.name,
+        &observed.pods,
+        epoch.as_deref(),
+        cluster.tls.client_scheme(),
+    );
     let endpoints: Vec<String> = pods.iter().filter_map(|p| p.endpoint.clone()).collect();
     let admin = (!endpoints.is_empty() && observed.statefulset.is_some())
-        .then(|| ctx.etcd.connect(&endpoints));
+        .then(|| ctx.etcd.connect(&endpoints, client_identity));
     let members = match &admin {
         Some(admin) => observe_members::observe_members(&cluster.name, admin.as_ref(), &pods).await,
         None => None,
@@ -218,6 +234,7 @@ async fn reconcile_cluster(dkv: &DistributedKV, ctx: &Context) -> Result<Action>
                 namespace: &namespace,
                 cluster: &cluster.name,
                 pods: &pods,
+                peer_scheme: cluster.tls.peer_scheme(),
             },
         )
         .await?;
@@ -358,6 +375,9 @@ async fn report_error(dkv: &DistributedKV, err: &Error, ctx: &Context) {
                 Error::InvalidSpec(_) => dkv_api::conditions::reasons::INVALID_SPEC,
                 Error::FinalBackupFailed { .. } => dkv_api::conditions::reasons::BACKUP_FAILED,
                 Error::RestoreSource { .. } => dkv_api::conditions::reasons::RESTORE_FAILED,
+                Error::TlsCaMissing { .. } | Error::TlsSecretInvalid { .. } => {
+                    dkv_api::conditions::reasons::TLS_FAILED
+                }
                 _ => dkv_api::conditions::reasons::RECONCILE_ERROR,
             };
             let now = Time(jiff::Timestamp::now());
@@ -405,7 +425,14 @@ pub fn retry_delay(
     match err.category() {
         // The backup a restore names may still be created: look again
         // now and then (backups are not watched by this controller).
-        Category::Permanent if matches!(err, Error::RestoreSource { .. }) => {
+        Category::Permanent
+            if matches!(
+                err,
+                Error::RestoreSource { .. }
+                    | Error::TlsCaMissing { .. }
+                    | Error::TlsSecretInvalid { .. }
+            ) =>
+        {
             Some(RESTORE_SOURCE_RECHECK)
         }
         Category::Permanent => None,

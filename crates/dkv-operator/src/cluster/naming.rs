@@ -34,6 +34,21 @@ pub fn members_configmap(cluster: &str) -> String {
     format!("{cluster}-members")
 }
 
+/// The cluster's CA (`spec.tls` mode `Auto`).
+pub fn tls_ca_secret(cluster: &str) -> String {
+    format!("{cluster}-tls-ca")
+}
+
+/// The certificate every member presents.
+pub fn tls_member_secret(cluster: &str) -> String {
+    format!("{cluster}-tls-member")
+}
+
+/// The client certificate for the operator, backup agents and applications.
+pub fn tls_client_secret(cluster: &str) -> String {
+    format!("{cluster}-tls-client")
+}
+
 pub fn backup_cronjob(cluster: &str) -> String {
     format!("{cluster}-backup")
 }
@@ -52,21 +67,22 @@ pub fn member_host(cluster: &str, namespace: &str, ordinal: i32) -> String {
     )
 }
 
-pub fn member_peer_url(cluster: &str, namespace: &str, ordinal: i32) -> String {
+/// A member's peer URL; `scheme` is `https` with peer TLS.
+pub fn member_peer_url(scheme: &str, cluster: &str, namespace: &str, ordinal: i32) -> String {
     format!(
-        "http://{}:{PEER_PORT}",
+        "{scheme}://{}:{PEER_PORT}",
         member_host(cluster, namespace, ordinal)
     )
 }
 
 /// etcd's `--initial-cluster` for members `0..size`.
-pub fn initial_cluster(cluster: &str, namespace: &str, size: i32) -> String {
+pub fn initial_cluster(scheme: &str, cluster: &str, namespace: &str, size: i32) -> String {
     (0..size)
         .map(|i| {
             format!(
                 "{}={}",
                 member(cluster, i),
-                member_peer_url(cluster, namespace, i)
+                member_peer_url(scheme, cluster, namespace, i)
             )
         })
         .collect::<Vec<_>>()
@@ -91,7 +107,7 @@ mod tests {
     #[test]
     fn initial_cluster_lists_every_member_with_its_peer_url() {
         assert_eq!(
-            initial_cluster("orders", "shop", 3),
+            initial_cluster("http", "orders", "shop", 3),
             "orders-0=http://orders-0.orders-peer.shop.svc:2380,\
              orders-1=http://orders-1.orders-peer.shop.svc:2380,\
              orders-2=http://orders-2.orders-peer.shop.svc:2380"

@@ -24,7 +24,7 @@ use crate::member_init::{DATA_LOST, FORCED_NEW_CLUSTER, STARTED_UNDER_EPOCH};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MemberPod {
     pub view: ObservedPod,
-    /// `http://<podIP>:2379`, once the pod has an IP.
+    /// `http(s)://<podIP>:2379`, once the pod has an IP.
     pub endpoint: Option<String>,
     /// The termination message of a failed restore step
     /// (`spec.bootstrap.restore`) that has not succeeded since.
@@ -32,8 +32,13 @@ pub struct MemberPod {
 }
 
 /// The member pods of `cluster` among `pods`, by ordinal. `epoch`: that of
-/// the recovery pinned now, if any.
-pub fn member_pods(cluster: &str, pods: &[Arc<Pod>], epoch: Option<&str>) -> Vec<MemberPod> {
+/// the recovery pinned now, if any; `scheme`: of the client URLs.
+pub fn member_pods(
+    cluster: &str,
+    pods: &[Arc<Pod>],
+    epoch: Option<&str>,
+    scheme: &str,
+) -> Vec<MemberPod> {
     let mut out: Vec<MemberPod> = pods
         .iter()
         .filter(|p| p.metadata.deletion_timestamp.is_none())
@@ -52,7 +57,7 @@ pub fn member_pods(cluster: &str, pods: &[Arc<Pod>], epoch: Option<&str>) -> Vec
             let endpoint = status
                 .and_then(|s| s.pod_ip.as_deref())
                 .filter(|ip| !ip.is_empty())
-                .map(|ip| format!("http://{ip}:{CLIENT_PORT}"));
+                .map(|ip| format!("{scheme}://{ip}:{CLIENT_PORT}"));
             Some(MemberPod {
                 view: ObservedPod {
                     ordinal,
@@ -267,7 +272,7 @@ mod tests {
             pod("orders-0", "10.0.0.1", false),
             pod("other-0", "10.0.0.9", true),
         ];
-        let views = member_pods("orders", &pods, None);
+        let views = member_pods("orders", &pods, None, "http");
         assert_eq!(views.len(), 2);
         assert_eq!(views[0].view.ordinal, 0);
         assert!(!views[0].view.ready);
@@ -286,7 +291,7 @@ mod tests {
         if let Some(s) = p.status.as_mut() {
             s.init_container_statuses = Some(vec![status]);
         }
-        let views = member_pods("orders", &[Arc::new(p)], None);
+        let views = member_pods("orders", &[Arc::new(p)], None, "http");
         assert!(views[0].view.data_lost);
     }
 
@@ -297,7 +302,7 @@ mod tests {
         let pods: Vec<Arc<Pod>> = (0..3)
             .map(|i| pod(&format!("orders-{i}"), &format!("orders-{i}"), true))
             .collect();
-        let views = member_pods("orders", &pods, None);
+        let views = member_pods("orders", &pods, None, "http");
         etcd.set_healthy("orders-2", false);
         let observed = block_on(observe_members("orders", &etcd, &views)).unwrap_or_default();
         assert_eq!(
@@ -316,7 +321,7 @@ mod tests {
         let learner =
             block_on(etcd.add_learner(&["http://orders-1.orders-peer.shop.svc:2380".to_owned()]));
         assert!(learner.is_ok());
-        let views = member_pods("orders", &[pod("orders-0", "orders-0", true)], None);
+        let views = member_pods("orders", &[pod("orders-0", "orders-0", true)], None, "http");
         let observed = block_on(observe_members("orders", &etcd, &views)).unwrap_or_default();
         assert_eq!(observed.len(), 2);
         assert_eq!(observed[1].ordinal, 1);
@@ -328,7 +333,7 @@ mod tests {
         let etcd = FakeEtcd::with_members(&["orders-0", "orders-1", "orders-2"], "3.5.16");
         etcd.set_healthy("orders-1", false);
         etcd.set_healthy("orders-2", false);
-        let views = member_pods("orders", &[], None);
+        let views = member_pods("orders", &[], None, "http");
         assert_eq!(
             block_on(observe_members("orders", &etcd, &views)),
             None,

@@ -66,7 +66,12 @@ pub fn bootstrap_record(cluster: &ValidatedCluster, size: i32) -> MembershipReco
         members: (0..size)
             .map(|i| RecordedMember {
                 name: naming::member(&cluster.name, i),
-                peer_url: naming::member_peer_url(&cluster.name, &cluster.namespace, i),
+                peer_url: naming::member_peer_url(
+                    cluster.tls.peer_scheme(),
+                    &cluster.name,
+                    &cluster.namespace,
+                    i,
+                ),
                 started: false,
             })
             .collect(),
@@ -95,7 +100,12 @@ fn record_from_members(
             .iter()
             .map(|m| RecordedMember {
                 name: naming::member(&cluster.name, m.ordinal),
-                peer_url: naming::member_peer_url(&cluster.name, &cluster.namespace, m.ordinal),
+                peer_url: naming::member_peer_url(
+                    cluster.tls.peer_scheme(),
+                    &cluster.name,
+                    &cluster.namespace,
+                    m.ordinal,
+                ),
                 started: m.started,
             })
             .collect(),

@@ -271,9 +271,15 @@ pub fn restore_container(cluster: &ValidatedCluster, source: &ResolvedRestore) -
     let member = dkv_backup::MemberRestore {
         snapshot: SNAPSHOT_FILE.into(),
         name: "$(POD_NAME)".to_owned(),
-        initial_cluster: naming::initial_cluster(&cluster.name, &cluster.namespace, cluster.size),
+        initial_cluster: naming::initial_cluster(
+            cluster.tls.peer_scheme(),
+            &cluster.name,
+            &cluster.namespace,
+            cluster.size,
+        ),
         initial_advertise_peer_urls: format!(
-            "http://$(POD_NAME).{}.{}.svc:{PEER_PORT}",
+            "{}://$(POD_NAME).{}.{}.svc:{PEER_PORT}",
+            cluster.tls.peer_scheme(),
             naming::peer_service(&cluster.name),
             cluster.namespace
         ),

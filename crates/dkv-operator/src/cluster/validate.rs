@@ -20,6 +20,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::{Resource, ResourceExt};
 
 use super::naming::MAX_CLUSTER_NAME_LEN;
+use super::tls::TlsSettings;
 use crate::etcd_version::{self, EtcdVersion, check_version_change};
 use crate::quantity::parse_quantity;
 
@@ -67,6 +68,8 @@ pub struct ValidatedCluster {
     pub operator_image: String,
     /// `dkv.io/reconcile-paused: "true"`: report status, change nothing.
     pub paused: bool,
+    /// Which transports use TLS (`spec.tls`).
+    pub tls: TlsSettings,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -203,6 +206,7 @@ pub fn validate(
             pod: spec.pod.clone().unwrap_or_default(),
             operator_image: defaults.operator_image.clone(),
             paused: is_paused(dkv.annotations()),
+            tls: TlsSettings::from_spec(spec.tls.as_ref()),
         }),
         _ => Err(InvalidSpec(problems.0)),
     }

@@ -17,15 +17,13 @@ use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, ObjectMeta, PostParams};
 use kube::{Client, ResourceExt};
-use rcgen::{
-    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
-    KeyUsagePurpose,
-};
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
+
+use crate::pki::{Authority, Leaf, PkiError, Usage};
 
 const CA_CERT: &str = "ca.crt";
 const CA_KEY: &str = "ca.key";
@@ -40,13 +38,11 @@ pub const HOSTS_ANNOTATION: &str = "dkv.io/serving-cert-hosts";
 const CA_COMMON_NAME: &str = "dkv-operator-webhook-ca";
 /// The CA outlives many serving certificates; rotating it is not automated.
 const CA_VALIDITY: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
-/// Tolerated clock skew between us and the API server.
-const BACKDATE: Duration = Duration::from_secs(5 * 60);
 
 #[derive(Debug, thiserror::Error)]
 pub enum CertError {
-    #[error("generating a certificate: {0}")]
-    Generate(#[from] rcgen::Error),
+    #[error(transparent)]
+    Pki(#[from] PkiError),
     #[error("the webhook certificates: {0}")]
     Invalid(String),
     #[error("{action} the webhook certificate Secret {secret}: {source}")]
@@ -84,15 +80,10 @@ pub struct WebhookCerts {
 impl WebhookCerts {
     /// A new CA and a serving certificate signed by it.
     pub fn generate(policy: &CertPolicy) -> Result<Self, CertError> {
-        let ca_key = KeyPair::generate()?;
-        let (not_before, not_after) = validity_window(CA_VALIDITY)?;
-        let mut params = ca_params();
-        params.not_before = not_before;
-        params.not_after = not_after;
-        let ca_cert = params.self_signed(&ca_key)?;
+        let ca = Authority::generate(CA_COMMON_NAME, CA_VALIDITY)?;
         let mut certs = WebhookCerts {
-            ca_cert_pem: ca_cert.pem(),
-            ca_key_pem: ca_key.serialize_pem(),
+            ca_cert_pem: ca.cert_pem,
+            ca_key_pem: ca.key_pem,
             cert_pem: String::new(),
             key_pem: String::new(),
             not_after: jiff::Timestamp::UNIX_EPOCH,
@@ -104,33 +95,26 @@ impl WebhookCerts {
 
     /// Issues a new serving certificate with the same CA.
     pub fn renew(&mut self, policy: &CertPolicy) -> Result<(), CertError> {
-        let ca_key = KeyPair::from_pem(&self.ca_key_pem)?;
-        // Our own CA's parameters rebuilt, not parsed: the name and key
-        // identifier (derived from the key) match the stored CA certificate.
-        let issuer = Issuer::new(ca_params(), ca_key);
-        let key = KeyPair::generate()?;
-        let mut params = CertificateParams::new(policy.hosts.clone())?;
-        params.distinguished_name.push(
-            DnType::CommonName,
-            policy
+        let ca = Authority {
+            common_name: CA_COMMON_NAME.to_owned(),
+            cert_pem: self.ca_cert_pem.clone(),
+            key_pem: self.ca_key_pem.clone(),
+            // Not read when issuing.
+            not_after: jiff::Timestamp::UNIX_EPOCH,
+        };
+        let issued = ca.issue(&Leaf {
+            common_name: policy
                 .hosts
                 .first()
                 .map(String::as_str)
                 .unwrap_or("dkv-operator-webhook"),
-        );
-        params.key_usages = vec![
-            KeyUsagePurpose::DigitalSignature,
-            KeyUsagePurpose::KeyEncipherment,
-        ];
-        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-        let (not_before, not_after) = validity_window(policy.validity)?;
-        params.not_before = not_before;
-        params.not_after = not_after;
-        let cert = params.signed_by(&key, &issuer)?;
-        self.cert_pem = cert.pem();
-        self.key_pem = key.serialize_pem();
-        self.not_after = jiff::Timestamp::from_second(not_after.unix_timestamp())
-            .map_err(|e| CertError::Invalid(format!("expiry out of range: {e}")))?;
+            hosts: &policy.hosts,
+            usage: Usage::Server,
+            validity: policy.validity,
+        })?;
+        self.cert_pem = issued.cert_pem;
+        self.key_pem = issued.key_pem;
+        self.not_after = issued.not_after;
         self.hosts = policy.hosts.clone();
         Ok(())
     }
@@ -217,32 +201,6 @@ impl WebhookCerts {
                 .collect(),
         })
     }
-}
-
-fn ca_params() -> CertificateParams {
-    let mut params = CertificateParams::default();
-    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    params
-        .distinguished_name
-        .push(DnType::CommonName, CA_COMMON_NAME);
-    params.key_usages = vec![
-        KeyUsagePurpose::KeyCertSign,
-        KeyUsagePurpose::CrlSign,
-        KeyUsagePurpose::DigitalSignature,
-    ];
-    params
-}
-
-fn validity_window(
-    validity: Duration,
-) -> Result<(time::OffsetDateTime, time::OffsetDateTime), CertError> {
-    let now = time::OffsetDateTime::now_utc();
-    let to_time = |d: Duration| time::Duration::try_from(d).unwrap_or(time::Duration::MAX);
-    let not_before = now.checked_sub(to_time(BACKDATE)).unwrap_or(now);
-    let not_after = now
-        .checked_add(to_time(validity))
-        .ok_or_else(|| CertError::Invalid(format!("validity {validity:?} is out of range")))?;
-    Ok((not_before, not_after))
 }
 
 /// The Secret that holds the webhook's certificates.

@@ -4,13 +4,13 @@
 use k8s_openapi::api::batch::v1::{CronJob, CronJobSpec, JobSpec, JobTemplateSpec};
 use k8s_openapi::api::core::v1::{
     Container, EnvFromSource, EnvVar, EnvVarSource, ObjectFieldSelector, PodSpec, PodTemplateSpec,
-    SecretEnvSource,
+    SecretEnvSource, Volume,
 };
 use kube::api::ObjectMeta;
 
 use super::child_meta;
-use crate::cluster::naming;
 use crate::cluster::validate::ValidatedCluster;
+use crate::cluster::{naming, tls};
 
 /// What one run of the backup agent needs.
 pub struct AgentRun<'a> {
@@ -18,6 +18,8 @@ pub struct AgentRun<'a> {
     pub cluster: &'a str,
     pub destination: &'a str,
     pub credentials_secret: Option<&'a str>,
+    /// The cluster has client TLS: the agent mounts its client certificate.
+    pub client_tls: bool,
 }
 
 /// `app.kubernetes.io/name` of backup agent pods.
@@ -45,11 +47,14 @@ pub fn agent_labels(cluster: &str) -> std::collections::BTreeMap<String, String>
 /// The container that runs `dkv backup` once (in a CronJob's or an
 /// on-demand backup's Job).
 pub fn agent_container(run: &AgentRun<'_>) -> Container {
-    let args = vec![
+    let mut args = vec![
         "backup".to_owned(),
         format!("--cluster={}", run.cluster),
         format!("--destination={}", run.destination),
     ];
+    if run.client_tls {
+        args.push(format!("--client-tls-dir={}", tls::CLIENT_TLS_DIR));
+    }
     Container {
         name: "backup".to_owned(),
         image: Some(run.image.to_owned()),
@@ -76,8 +81,15 @@ pub fn agent_container(run: &AgentRun<'_>) -> Container {
                 ..EnvFromSource::default()
             }]
         }),
+        volume_mounts: run.client_tls.then(|| vec![tls::client_mount()]),
         ..Container::default()
     }
+}
+
+/// The pod volumes `run` needs.
+pub fn agent_volumes(run: &AgentRun<'_>) -> Option<Vec<Volume>> {
+    run.client_tls
+        .then(|| vec![tls::client_volume(run.cluster)])
 }
 
 /// The Job that runs the agent once: never restarted in place (a retry is a
@@ -86,6 +98,7 @@ pub fn agent_container(run: &AgentRun<'_>) -> Container {
 pub fn agent_job_spec(
     labels: std::collections::BTreeMap<String, String>,
     container: Container,
+    volumes: Option<Vec<Volume>>,
     backoff_limit: i32,
 ) -> JobSpec {
     JobSpec {
@@ -100,6 +113,7 @@ pub fn agent_job_spec(
                 restart_policy: Some("Never".to_owned()),
                 enable_service_links: Some(false),
                 containers: vec![container],
+                volumes,
                 ..PodSpec::default()
             }),
         },
@@ -110,12 +124,14 @@ pub fn agent_job_spec(
 pub fn build(cluster: &ValidatedCluster) -> Option<CronJob> {
     let backup = cluster.backup.as_ref()?;
     let labels = agent_labels(&cluster.name);
-    let container = agent_container(&AgentRun {
+    let run = AgentRun {
         image: &backup.image,
         cluster: &cluster.name,
         destination: &backup.destination,
         credentials_secret: backup.credentials_secret.as_deref(),
-    });
+        client_tls: cluster.tls.client,
+    };
+    let container = agent_container(&run);
 
     Some(CronJob {
         metadata: child_meta(cluster, naming::backup_cronjob(&cluster.name), "backup"),
@@ -133,7 +149,7 @@ pub fn build(cluster: &ValidatedCluster) -> Option<CronJob> {
                     labels: Some(labels.clone()),
                     ..ObjectMeta::default()
                 }),
-                spec: Some(agent_job_spec(labels, container, 2)),
+                spec: Some(agent_job_spec(labels, container, agent_volumes(&run), 2)),
             },
             ..CronJobSpec::default()
         },

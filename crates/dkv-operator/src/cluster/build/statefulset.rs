@@ -32,8 +32,8 @@ use kube::api::ObjectMeta;
 use super::{child_labels, child_meta};
 use crate::cluster::naming::{self, CLIENT_PORT, METRICS_PORT, PEER_PORT};
 use crate::cluster::plan::Plan;
-use crate::cluster::restore;
 use crate::cluster::validate::ValidatedCluster;
+use crate::cluster::{restore, tls};
 use crate::etcd_version::EtcdVersion;
 
 /// Annotation on the StatefulSet recording the initial member count, which
@@ -152,6 +152,9 @@ fn pod_template(cluster: &ValidatedCluster, plan: &Plan) -> PodTemplateSpec {
             ..Volume::default()
         });
     }
+    if cluster.tls.any() {
+        volumes.push(tls::member_volume(&cluster.name));
+    }
 
     PodTemplateSpec {
         metadata: Some(ObjectMeta {
@@ -268,10 +271,23 @@ fn member_init_container(cluster: &ValidatedCluster, plan: &Plan) -> Container {
             crate::cluster::membership_record::RECORD_KEY
         ),
     ];
+    let tls_flags = [
+        (cluster.tls.peer, "--peer-tls"),
+        (cluster.tls.client, "--client-tls"),
+    ];
+    let args: Vec<String> = args
+        .into_iter()
+        .chain(
+            tls_flags
+                .into_iter()
+                .filter(|(on, _)| *on)
+                .map(|(_, flag)| flag.to_owned()),
+        )
+        .collect();
     Container {
         name: "member-init".to_owned(),
         image: Some(cluster.operator_image.clone()),
-        args: Some(args.into()),
+        args: Some(args),
         env: Some(vec![
             field_env("POD_NAME", "metadata.name"),
             field_env("POD_NAMESPACE", "metadata.namespace"),
@@ -354,10 +370,15 @@ fn etcd_container(cluster: &ValidatedCluster) -> Container {
             container_port("peer", PEER_PORT),
             container_port("metrics", METRICS_PORT),
         ]),
-        volume_mounts: Some(vec![
-            mount(DATA_VOLUME, DATA_MOUNT),
-            mount(CONFIG_VOLUME, CONFIG_MOUNT),
-        ]),
+        volume_mounts: Some(
+            [
+                mount(DATA_VOLUME, DATA_MOUNT),
+                mount(CONFIG_VOLUME, CONFIG_MOUNT),
+            ]
+            .into_iter()
+            .chain(cluster.tls.any().then(tls::member_mount))
+            .collect(),
+        ),
         resources: cluster.resources.clone(),
         // Ready only when this member sees a leader and can serve a
         // linearizable read: only such members get client traffic.

@@ -1,0 +1,247 @@
+//! `spec.tls` end to end on kube-local with real etcd: a cluster whose peer
+//! and client traffic is TLS with certificates from the cluster's own CA
+//! forms, refuses plaintext and certificate-less clients, serves a client
+//! holding the documented Secret, scales (members join over https peer
+//! URLs) and is backed up by an agent that presents the client certificate.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::time::Duration;
+
+use dkv_api::backup::v1alpha1::BackupPhase;
+use dkv_api::{DistributedKV, DistributedKVBackup};
+use dkv_backup::testing::MotoServer;
+use k8s_openapi::api::core::v1::{Event, Secret};
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::{Client, ResourceExt};
+use serde_json::json;
+use support::backups::{create_secret, wait_backup_finished};
+use support::etcd_cluster::{member_endpoints, wait_settled};
+
+const NS: &str = "vault";
+const CLUSTER: &str = "secrets";
+
+/// `key` of Secret `name`, as text.
+async fn secret_text(client: &Client, name: &str, key: &str) -> String {
+    let secret = Api::<Secret>::namespaced(client.clone(), NS)
+        .get(name)
+        .await
+        .unwrap();
+    String::from_utf8(secret.data.unwrap()[key].0.clone()).unwrap()
+}
+
+/// The members' client URLs over https.
+async fn tls_endpoints(client: &Client) -> Vec<String> {
+    member_endpoints(client, NS, CLUSTER)
+        .await
+        .into_iter()
+        .map(|e| e.replacen("http://", "https://", 1))
+        .collect()
+}
+
+fn options(tls: Option<etcd_client::TlsOptions>) -> etcd_client::ConnectOptions {
+    let options = etcd_client::ConnectOptions::new()
+        .with_connect_timeout(Duration::from_secs(2))
+        .with_timeout(Duration::from_secs(3));
+    match tls {
+        Some(tls) => options.with_tls(tls),
+        None => options,
+    }
+}
+
+/// Whether a client with `options` can read from `endpoint`.
+async fn can_read(endpoint: &str, options: etcd_client::ConnectOptions) -> Result<(), String> {
+    let mut etcd = etcd_client::Client::connect([endpoint], Some(options))
+        .await
+        .map_err(|e| e.to_string())?;
+    etcd.get("probe", None)
+        .await
+        .map(|_| ())
+        .map_err(|e| e.to_string())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_tls_cluster_refuses_plaintext_and_serves_the_documented_client_secret() {
+    let moto = MotoServer::start("dkv-backups");
+    let env = support::environment(true).await;
+    let client = env.client();
+    support::create_namespace(&client, NS).await;
+    let operator = support::RunningOperator::start(client.clone(), false);
+    create_secret(&client, NS, "s3-creds", moto.env()).await;
+    let dkvs: Api<DistributedKV> = Api::namespaced(client.clone(), NS);
+    dkvs.create(
+        &PostParams::default(),
+        &support::cluster(
+            NS,
+            CLUSTER,
+            3,
+            "registry.k8s.io/etcd:3.5.16-0",
+            json!({"tls": {},
+                   "backup": {"destination": {"uri": moto.uri("tls"), "credentialsSecret": "s3-creds"},
+                              "schedule": "0 0 1 1 *"}}),
+        ),
+    )
+    .await
+    .unwrap();
+    let formed = wait_settled(&dkvs, CLUSTER, 3).await;
+    eprintln!("3 TLS members settled {formed:?} after creation");
+
+    // The documented Secret: a client certificate and the cluster's CA.
+    let client_secret = format!("{CLUSTER}-tls-client");
+    let ca = secret_text(&client, &client_secret, "ca.crt").await;
+    let cert = secret_text(&client, &client_secret, "tls.crt").await;
+    let key = secret_text(&client, &client_secret, "tls.key").await;
+    let with_identity = || {
+        etcd_client::TlsOptions::new()
+            .ca_certificate(etcd_client::Certificate::from_pem(&ca))
+            .identity(etcd_client::Identity::from_pem(&cert, &key))
+            .domain_name(format!("{CLUSTER}-client.{NS}.svc"))
+    };
+    let endpoints = tls_endpoints(&client).await;
+    assert_eq!(endpoints.len(), 3, "{endpoints:?}");
+    for endpoint in &endpoints {
+        let plaintext = endpoint.replacen("https://", "http://", 1);
+        assert!(
+            can_read(&plaintext, options(None)).await.is_err(),
+            "{plaintext} answered a plaintext client"
+        );
+        let anonymous = etcd_client::TlsOptions::new()
+            .ca_certificate(etcd_client::Certificate::from_pem(&ca))
+            .domain_name(format!("{CLUSTER}-client.{NS}.svc"));
+        assert!(
+            can_read(endpoint, options(Some(anonymous))).await.is_err(),
+            "{endpoint} answered a client without a certificate"
+        );
+        can_read(endpoint, options(Some(with_identity())))
+            .await
+            .unwrap_or_else(|e| panic!("{endpoint} refused the documented client: {e}"));
+    }
+    let mut etcd = etcd_client::Client::connect(&endpoints, Some(options(Some(with_identity()))))
+        .await
+        .unwrap();
+    support::etcd_cluster::put_retrying(&mut etcd, "greeting", "over tls").await;
+    let members = etcd.member_list().await.unwrap();
+    for member in members.members() {
+        assert!(
+            member.peer_urls().iter().all(|u| u.starts_with("https://")),
+            "{:?}",
+            member.peer_urls()
+        );
+    }
+
+    // Scaling adds members over https peer URLs.
+    dkvs.patch(
+        CLUSTER,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"size": 5}})),
+    )
+    .await
+    .unwrap();
+    let scaled = wait_settled(&dkvs, CLUSTER, 5).await;
+    eprintln!("scaled 3 -> 5 in {scaled:?}");
+    let mut etcd = etcd_client::Client::connect(
+        tls_endpoints(&client).await,
+        Some(options(Some(with_identity()))),
+    )
+    .await
+    .unwrap();
+    let value = etcd.get("greeting", None).await.unwrap();
+    assert_eq!(value.kvs()[0].value_str().unwrap(), "over tls");
+
+    // A backup: the agent presents the client certificate.
+    let backups: Api<DistributedKVBackup> = Api::namespaced(client.clone(), NS);
+    let backup: DistributedKVBackup = serde_json::from_value(json!({
+        "apiVersion": "dkv.io/v1alpha1", "kind": "DistributedKVBackup",
+        "metadata": {"name": "over-tls", "namespace": NS}, "spec": {"cluster": CLUSTER}
+    }))
+    .unwrap();
+    backups
+        .create(&PostParams::default(), &backup)
+        .await
+        .unwrap();
+    let status = wait_backup_finished(&backups, "over-tls")
+        .await
+        .status
+        .unwrap();
+    assert_eq!(
+        status.phase,
+        Some(BackupPhase::Completed),
+        "{:?}",
+        status.message
+    );
+
+    // No key material where users (and log collectors) look.
+    let events = Api::<Event>::namespaced(client.clone(), NS)
+        .list(&Default::default())
+        .await
+        .unwrap();
+    let cluster = dkvs.get(CLUSTER).await.unwrap();
+    let visible = format!(
+        "{} {}",
+        serde_json::to_string(&events.items).unwrap(),
+        serde_json::to_string(&cluster.status).unwrap()
+    );
+    for secret in [&key, &cert] {
+        let body = secret.lines().nth(1).unwrap();
+        assert!(
+            !visible.contains(body),
+            "certificate material in Events or status"
+        );
+    }
+    assert!(!visible.contains("PRIVATE KEY"));
+    assert!(cluster.annotations().get("dkv.io/v1beta1-backup").is_none());
+    operator.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn switching_an_existing_cluster_to_tls_is_refused() {
+    let env = support::environment(false).await;
+    let client = env.client();
+    support::create_namespace(&client, NS).await;
+    let dkvs: Api<DistributedKV> = Api::namespaced(client.clone(), NS);
+    dkvs.create(
+        &PostParams::default(),
+        &support::cluster(NS, "plain", 3, "registry.k8s.io/etcd:3.5.16-0", json!({})),
+    )
+    .await
+    .unwrap();
+    let refused = dkvs
+        .patch(
+            "plain",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"tls": {}}})),
+        )
+        .await;
+    match refused {
+        Err(kube::Error::Api(status)) => assert!(
+            status.code == 422 && status.message.contains("spec.tls is fixed at creation"),
+            "{status:?}"
+        ),
+        other => panic!("switching a plaintext cluster to TLS was accepted: {other:?}"),
+    }
+    dkvs.create(
+        &PostParams::default(),
+        &support::cluster(
+            NS,
+            "secure",
+            3,
+            "registry.k8s.io/etcd:3.5.16-0",
+            json!({"tls": {}}),
+        ),
+    )
+    .await
+    .unwrap();
+    let refused = dkvs
+        .patch(
+            "secure",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"tls": {"client": {"mode": "Disabled"}}}})),
+        )
+        .await;
+    assert!(
+        matches!(&refused, Err(kube::Error::Api(s)) if s.code == 422),
+        "{refused:?}"
+    );
+}
