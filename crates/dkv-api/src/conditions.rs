@@ -28,6 +28,8 @@ pub mod reasons {
     pub const PROMOTING_LEARNER: &str = "PromotingLearner";
     pub const REMOVING_MEMBER: &str = "RemovingMember";
     pub const ROLLING_UPGRADE: &str = "RollingUpgrade";
+    /// Members restart one at a time onto a reissued TLS certificate.
+    pub const RENEWING_CERTIFICATES: &str = "RenewingCertificates";
     pub const REPLACING_MEMBER: &str = "ReplacingMember";
     pub const RECOVERING_QUORUM: &str = "RecoveringQuorum";
     pub const RESTORING: &str = "Restoring";

@@ -78,6 +78,10 @@ pub struct OperatorArgs {
     /// This replica's identity in the lease; defaults to the pod name.
     #[arg(long, env = "POD_NAME")]
     pub identity: Option<String>,
+    /// Validity of the member and client certificates issued for clusters
+    /// with `spec.tls` (renewed when a third is left; at least 60).
+    #[arg(long, default_value_t = 365 * 24 * 3600)]
+    pub tls_certificate_validity_seconds: u64,
     #[command(flatten)]
     pub webhook: WebhookArgs,
 }

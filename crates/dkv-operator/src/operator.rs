@@ -112,6 +112,9 @@ pub async fn run_with(
     let settings = cluster::Settings {
         namespace: args.namespace.clone(),
         concurrency: args.concurrency,
+        certificate_lifetime: cluster::tls::CertificateLifetime {
+            leaf: std::time::Duration::from_secs(args.tls_certificate_validity_seconds.max(60)),
+        },
     };
     let reporter = Reporter {
         controller: "dkv-operator".into(),

@@ -811,3 +811,105 @@ fn a_cluster_restored_from_a_backup_fetches_verifies_and_restores_before_member_
         assert_eq!(names, ["member-init"]);
     }
 }
+
+#[test]
+fn every_pod_runs_hardened_and_tls_certificates_are_mounted_read_only() {
+    let mut dkv = fixture("full");
+    dkv.spec.tls = Some(dkv_api::distributedkv::v1beta1::TlsSpec::default());
+    let (_, _, prepared) = prepare(&dkv);
+    let pod = prepared.statefulset.spec.template.spec.clone().unwrap();
+    let agent_pod = prepared
+        .backup_cronjob
+        .unwrap()
+        .spec
+        .job_template
+        .spec
+        .unwrap()
+        .template
+        .spec
+        .unwrap();
+    for spec in [&pod, &agent_pod] {
+        let context = spec.security_context.as_ref().unwrap();
+        assert_eq!(context.run_as_non_root, Some(true));
+        assert_eq!(context.run_as_user, Some(65532));
+        assert_eq!(context.fs_group, Some(65532));
+        assert_eq!(
+            context.seccomp_profile.as_ref().map(|p| p.type_.as_str()),
+            Some("RuntimeDefault")
+        );
+        for c in spec
+            .containers
+            .iter()
+            .chain(spec.init_containers.iter().flatten())
+        {
+            let sc = c.security_context.as_ref().unwrap();
+            assert_eq!(sc.allow_privilege_escalation, Some(false), "{}", c.name);
+            assert_eq!(sc.read_only_root_filesystem, Some(true), "{}", c.name);
+            assert_eq!(
+                sc.capabilities.as_ref().and_then(|c| c.drop.clone()),
+                Some(vec!["ALL".to_owned()]),
+                "{}",
+                c.name
+            );
+        }
+        // Every Secret is mounted read-only.
+        let secret_volumes: Vec<&str> = spec
+            .volumes
+            .iter()
+            .flatten()
+            .filter(|v| v.secret.is_some())
+            .map(|v| v.name.as_str())
+            .collect();
+        assert!(!secret_volumes.is_empty());
+        for c in spec
+            .containers
+            .iter()
+            .chain(spec.init_containers.iter().flatten())
+        {
+            for m in c.volume_mounts.iter().flatten() {
+                if secret_volumes.contains(&m.name.as_str()) {
+                    assert_eq!(m.read_only, Some(true), "{} mounts {}", c.name, m.name);
+                }
+            }
+        }
+    }
+    let member_tls = pod
+        .volumes
+        .iter()
+        .flatten()
+        .find_map(|v| v.secret.as_ref())
+        .unwrap();
+    assert_eq!(member_tls.secret_name.as_deref(), Some("orders-tls-member"));
+    let etcd = &pod.containers[0];
+    assert!(
+        etcd.volume_mounts
+            .iter()
+            .flatten()
+            .any(|m| m.mount_path == "/etc/dkv/tls/member")
+    );
+    let init = pod.init_containers.as_ref().unwrap().last().unwrap();
+    let init_args = init.args.clone().unwrap();
+    assert!(
+        init_args.contains(&"--peer-tls".to_owned()),
+        "{init_args:?}"
+    );
+    assert!(
+        init_args.contains(&"--client-tls".to_owned()),
+        "{init_args:?}"
+    );
+    let agent = &agent_pod.containers[0];
+    assert!(
+        agent
+            .args
+            .clone()
+            .unwrap()
+            .contains(&"--client-tls-dir=/etc/dkv/tls/client".to_owned())
+    );
+    assert_eq!(
+        agent_pod.volumes.as_ref().unwrap()[0]
+            .secret
+            .as_ref()
+            .and_then(|s| s.secret_name.as_deref()),
+        Some("orders-tls-client")
+    );
+}

@@ -245,3 +245,194 @@ async fn switching_an_existing_cluster_to_tls_is_refused() {
         "{refused:?}"
     );
 }
+
+/// The documented client Secret as etcd-client TLS options (read anew:
+/// the operator renews it).
+async fn client_tls(client: &Client) -> etcd_client::TlsOptions {
+    let name = format!("{CLUSTER}-tls-client");
+    let ca = secret_text(client, &name, "ca.crt").await;
+    let cert = secret_text(client, &name, "tls.crt").await;
+    let key = secret_text(client, &name, "tls.key").await;
+    etcd_client::TlsOptions::new()
+        .ca_certificate(etcd_client::Certificate::from_pem(ca))
+        .identity(etcd_client::Identity::from_pem(cert, key))
+        .domain_name(format!("{CLUSTER}-client.{NS}.svc"))
+}
+
+/// Writes `key-N` = N one after the other over TLS, each until etcd
+/// acknowledges it (a put is idempotent); reconnects with the current
+/// client certificate after a failure. Returns the acknowledged N.
+fn tls_writer(
+    client: Client,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> tokio::task::JoinHandle<Vec<u64>> {
+    tokio::spawn(async move {
+        let mut acked = Vec::new();
+        let mut etcd: Option<etcd_client::Client> = None;
+        let mut next = 0u64;
+        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            if etcd.is_none() {
+                let endpoints = tls_endpoints(&client).await;
+                let tls = client_tls(&client).await;
+                etcd = etcd_client::Client::connect(endpoints, Some(options(Some(tls))))
+                    .await
+                    .ok();
+            }
+            let Some(c) = etcd.as_mut() else {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                continue;
+            };
+            match c
+                .put(format!("key-{next:05}"), next.to_string(), None)
+                .await
+            {
+                Ok(_) => {
+                    acked.push(next);
+                    next += 1;
+                }
+                Err(_) => {
+                    etcd = None;
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        acked
+    })
+}
+
+/// The member certificate's expiry (its serial) and the serials the
+/// member pods were started with.
+async fn serials(client: &Client) -> (String, Vec<String>) {
+    let secret = Api::<Secret>::namespaced(client.clone(), NS)
+        .get(&format!("{CLUSTER}-tls-member"))
+        .await
+        .unwrap();
+    let current = secret.annotations()["dkv.io/not-after"].clone();
+    let pods = Api::<k8s_openapi::api::core::v1::Pod>::namespaced(client.clone(), NS)
+        .list(&kube::api::ListParams::default().labels(&format!(
+            "dkv.io/cluster={CLUSTER},{}=etcd",
+            dkv_api::labels::COMPONENT_KEY
+        )))
+        .await
+        .unwrap();
+    let started = pods
+        .items
+        .iter()
+        .map(|p| {
+            p.annotations()
+                .get("dkv.io/tls-member-serial")
+                .cloned()
+                .unwrap_or_default()
+        })
+        .collect();
+    (current, started)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn certificates_are_renewed_before_expiry_one_member_at_a_time_without_losing_a_write() {
+    let env = support::environment(true).await;
+    let client = env.client();
+    support::create_namespace(&client, NS).await;
+    // Certificates valid for two minutes: renewed 80 s after issue.
+    let mut args = support::operator_args(false);
+    args.tls_certificate_validity_seconds = 120;
+    let operator = support::RunningOperator::start_with(client.clone(), args);
+    let dkvs: Api<DistributedKV> = Api::namespaced(client.clone(), NS);
+    dkvs.create(
+        &PostParams::default(),
+        &support::cluster(
+            NS,
+            CLUSTER,
+            3,
+            "registry.k8s.io/etcd:3.5.16-0",
+            json!({"tls": {}}),
+        ),
+    )
+    .await
+    .unwrap();
+    wait_settled(&dkvs, CLUSTER, 3).await;
+    let (first, started) = serials(&client).await;
+    assert!(
+        started.iter().all(|s| *s == first),
+        "{first} vs {started:?}"
+    );
+
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = tls_writer(client.clone(), stop.clone());
+    let began = std::time::Instant::now();
+    // Renewed (a new serial), and every member restarted onto it.
+    let mut renewed_at = None;
+    loop {
+        let (current, started) = serials(&client).await;
+        if current != first && renewed_at.is_none() {
+            renewed_at = Some(began.elapsed());
+        }
+        let cluster = dkvs.get(CLUSTER).await.unwrap();
+        if current != first
+            && started.len() == 3
+            && started.iter().all(|s| *s == current)
+            && support::etcd_cluster::settled_at(&cluster, 3)
+        {
+            break;
+        }
+        assert!(
+            began.elapsed() < Duration::from_secs(240),
+            "not renewed: {first} -> {current}, pods {started:?}, status {:?}",
+            cluster.status
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    eprintln!(
+        "member certificate renewed after {renewed_at:?}; all members on it after {:?}",
+        began.elapsed()
+    );
+    // Keep writing a little on the new certificates, then check every
+    // acknowledged write with a client holding the renewed certificate.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let acked = writer.await.unwrap();
+    assert!(
+        acked.len() >= 5,
+        "the writer wrote throughout: {}",
+        acked.len()
+    );
+    let mut reader = etcd_client::Client::connect(
+        tls_endpoints(&client).await,
+        Some(options(Some(client_tls(&client).await))),
+    )
+    .await
+    .unwrap();
+    let mut lost = Vec::new();
+    for i in &acked {
+        let response = reader.get(format!("key-{i:05}"), None).await.unwrap();
+        if response.kvs().first().and_then(|kv| kv.value_str().ok()) != Some(&i.to_string()) {
+            lost.push(*i);
+        }
+    }
+    eprintln!(
+        "{} writes acknowledged across the renewal, {} lost",
+        acked.len(),
+        lost.len()
+    );
+    assert!(lost.is_empty(), "acknowledged writes lost: {lost:?}");
+    // The renewal is visible: an Event per restart, reason RenewingCertificates.
+    let events = Api::<Event>::namespaced(client.clone(), NS)
+        .list(&Default::default())
+        .await
+        .unwrap();
+    assert!(
+        events.items.iter().any(|e| e
+            .message
+            .as_deref()
+            .is_some_and(|m| m.contains("RenewCertificate"))
+            || e.reason.as_deref() == Some("RenewingCertificates")),
+        "{:?}",
+        events
+            .items
+            .iter()
+            .map(|e| (e.reason.clone(), e.message.clone()))
+            .collect::<Vec<_>>()
+    );
+    operator.stop().await;
+}

@@ -325,6 +325,9 @@ pub enum OperationKind {
     /// Recreate every member from the newest backup after permanent quorum
     /// loss (the target is member 0; the step concerns them all).
     RestoreFromBackup,
+    /// Restart the target so that it loads the reissued member certificate
+    /// (`spec.tls` rotation before expiry), one member at a time.
+    RenewCertificate,
 }
 
 /// Where the newest successful backup went.

@@ -10,6 +10,7 @@ use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::ObjectRef;
 
 use super::etcd_access::{EtcdConnector, GrpcConnector};
+use super::tls::CertificateLifetime;
 use super::validate::Defaults;
 use super::watches::Stores;
 use crate::metrics::Metrics;
@@ -22,6 +23,8 @@ pub struct Context {
     pub recorder: Recorder,
     /// Reaches the clusters' etcd members.
     pub etcd: Arc<dyn EtcdConnector>,
+    /// Validity of the TLS certificates issued for clusters.
+    pub certificate_lifetime: CertificateLifetime,
     /// Consecutive transient failures per cluster, for exponential backoff;
     /// cleared by a successful reconcile.
     failures: Mutex<HashMap<ObjectRef<DistributedKV>, u32>>,
@@ -42,8 +45,14 @@ impl Context {
             defaults,
             metrics,
             etcd: Arc::new(GrpcConnector::default()),
+            certificate_lifetime: CertificateLifetime::default(),
             failures: Mutex::default(),
         }
+    }
+
+    pub fn with_certificate_lifetime(mut self, lifetime: CertificateLifetime) -> Self {
+        self.certificate_lifetime = lifetime;
+        self
     }
 
     /// Uses `etcd` instead of gRPC connections (tests).

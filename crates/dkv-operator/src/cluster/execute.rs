@@ -224,6 +224,7 @@ mod tests {
                     forced_new_cluster: false,
                     init_refused: false,
                     restored: false,
+                    tls_serial: None,
                 },
                 endpoint: Some(format!("http://orders-{i}:2379")),
                 restore_failure: None,

@@ -59,6 +59,9 @@ pub struct ObservedPod {
     /// `member-init` started this member from the backup of the restore
     /// pinned now (`RestoreFromBackup`).
     pub restored: bool,
+    /// The member certificate the pod was started with (the serial of its
+    /// template); `None` without TLS.
+    pub tls_serial: Option<String>,
 }
 
 /// The pinned operation, as stored in status.
@@ -90,6 +93,9 @@ pub struct Observation {
     /// backup now (quorum lost for longer than the grace period, and a
     /// completed backup exists).
     pub restore_allowed: bool,
+    /// The serial of the current member certificate (`spec.tls`); pods
+    /// started with another restart onto it, one at a time.
+    pub desired_tls_serial: Option<String>,
 }
 
 /// `RestoreFromBackup`: every member pod restarts once onto the restore
@@ -210,6 +216,15 @@ impl Observation {
     /// desired image and etcd reports the desired minor line. The patch level
     /// etcd reports is not compared: an image tag need not name the exact
     /// binary version, and restarting a member cannot change it.
+    /// Whether the pod of `ordinal` (if any) was started with the current
+    /// member certificate.
+    fn has_current_certificate(&self, ordinal: i32) -> bool {
+        self.desired_tls_serial.is_none()
+            || self
+                .pod(ordinal)
+                .is_none_or(|p| p.tls_serial == self.desired_tls_serial)
+    }
+
     fn runs_desired_version(&self, m: &ObservedMember) -> bool {
         let pod_current = self
             .pod(m.ordinal)
@@ -393,6 +408,21 @@ pub fn next_step(obs: &Observation) -> Step {
         });
     }
 
+    // Certificate renewal: the same order and the same one-restart-at-a-time
+    // rule as an upgrade.
+    let mut stale: Vec<&ObservedMember> = obs
+        .voters()
+        .into_iter()
+        .filter(|m| !obs.has_current_certificate(m.ordinal))
+        .collect();
+    stale.sort_by_key(|m| (m.leader, -m.ordinal));
+    if let Some(next) = stale.first() {
+        return Step::Begin(Pinned {
+            kind: OperationKind::RenewCertificate,
+            ordinal: next.ordinal,
+        });
+    }
+
     let pods_needed = obs
         .voters()
         .iter()
@@ -461,13 +491,21 @@ fn continue_operation(obs: &Observation, pinned: Pinned) -> Step {
             None if obs.pod(ordinal).is_some() => Step::Wait(WaitReason::PodNotReady { ordinal }),
             None => Step::DeleteVolume { ordinal },
         },
-        OperationKind::UpgradeMember => match member {
+        // A restart onto the current template: a new image (upgrade) or a
+        // reissued certificate.
+        OperationKind::UpgradeMember | OperationKind::RenewCertificate => match member {
             None => Step::Finish(pinned),
-            Some(m) if m.healthy && obs.runs_desired_version(m) => Step::Finish(pinned),
+            Some(m)
+                if m.healthy
+                    && obs.runs_desired_version(m)
+                    && obs.has_current_certificate(ordinal) =>
+            {
+                Step::Finish(pinned)
+            }
             Some(m) => {
-                let pod_updated = obs
-                    .pod(ordinal)
-                    .is_some_and(|p| p.version == Some(obs.desired_version));
+                let pod_updated = obs.pod(ordinal).is_some_and(|p| {
+                    p.version == Some(obs.desired_version) && obs.has_current_certificate(ordinal)
+                });
                 if pod_updated {
                     // Restarted on the new image: wait until it serves again.
                     return Step::Wait(WaitReason::UpgradeInProgress { ordinal });
@@ -580,6 +618,7 @@ mod tests {
             forced_new_cluster: false,
             init_refused: false,
             restored: false,
+            tls_serial: None,
         }
     }
 
@@ -594,6 +633,7 @@ mod tests {
             space_alarm: false,
             recovery_allowed: false,
             restore_allowed: false,
+            desired_tls_serial: None,
         }
     }
 
@@ -903,6 +943,55 @@ mod tests {
         obs.members.as_mut().unwrap()[2].healthy = true;
         obs.members.as_mut().unwrap()[2].version = Some(V35);
         assert_eq!(next_step(&obs), Step::Finish(pinned));
+    }
+
+    #[test]
+    fn a_reissued_certificate_restarts_members_one_at_a_time_leader_last() {
+        let mut obs = cluster(3, 3);
+        obs.desired_tls_serial = Some("new".to_owned());
+        for p in &mut obs.pods {
+            p.tls_serial = Some("old".to_owned());
+        }
+        // Member 0 leads (see `member`): followers first, highest first.
+        assert_eq!(next_step(&obs), begin(OperationKind::RenewCertificate, 2));
+        let pinned = Pinned {
+            kind: OperationKind::RenewCertificate,
+            ordinal: 2,
+        };
+        obs.pinned = Some(pinned);
+        assert_eq!(next_step(&obs), Step::RestartPod { ordinal: 2 });
+        // Restarted onto the new certificate, not serving yet: wait.
+        obs.pods[2].tls_serial = Some("new".to_owned());
+        obs.members.as_mut().unwrap()[2].healthy = false;
+        assert_eq!(
+            next_step(&obs),
+            Step::Wait(WaitReason::UpgradeInProgress { ordinal: 2 })
+        );
+        obs.members.as_mut().unwrap()[2].healthy = true;
+        assert_eq!(next_step(&obs), Step::Finish(pinned));
+        obs.pinned = None;
+        assert_eq!(next_step(&obs), begin(OperationKind::RenewCertificate, 1));
+        obs.pods[1].tls_serial = Some("new".to_owned());
+        assert_eq!(next_step(&obs), begin(OperationKind::RenewCertificate, 0));
+        // The leader hands leadership over before its restart.
+        obs.pinned = Some(Pinned {
+            kind: OperationKind::RenewCertificate,
+            ordinal: 0,
+        });
+        assert!(
+            matches!(
+                next_step(&obs),
+                Step::MoveLeader {
+                    from_ordinal: 0,
+                    ..
+                }
+            ),
+            "{:?}",
+            next_step(&obs)
+        );
+        obs.pinned = None;
+        obs.pods[0].tls_serial = Some("new".to_owned());
+        assert_eq!(next_step(&obs), Step::Converged);
     }
 
     #[test]

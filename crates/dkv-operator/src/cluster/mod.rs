@@ -119,13 +119,24 @@ async fn reconcile_cluster(dkv: &DistributedKV, ctx: &Context) -> Result<Action>
 
     // TLS: the cluster's CA and certificates exist before any pod needs
     // them; the operator's own client identity comes from them.
-    let identity = if cluster.tls.any() {
+    let tls_state = if cluster.tls.any() {
         let may_create_ca = observed.statefulset.is_none() && !cluster.paused;
-        Some(tls::ensure(&ctx.client, &cluster, may_create_ca).await?)
+        Some(
+            tls::ensure(
+                &ctx.client,
+                &cluster,
+                ctx.certificate_lifetime,
+                may_create_ca,
+            )
+            .await?,
+        )
     } else {
         None
     };
-    let client_identity = identity.as_ref().filter(|_| cluster.tls.client);
+    let client_identity = tls_state
+        .as_ref()
+        .filter(|_| cluster.tls.client)
+        .map(|t| &t.client);
 
     // Membership: the member pods, and etcd's view through them.
     let epoch = recovery_epoch(dkv);
@@ -172,6 +183,7 @@ async fn reconcile_cluster(dkv: &DistributedKV, ctx: &Context) -> Result<Action>
             jiff::Timestamp::now(),
         ) && dkv.status.as_ref().is_some_and(|s| s.last_backup.is_some()),
         recovery_epoch: epoch,
+        tls_serial: tls_state.as_ref().map(|t| t.member_serial.clone()),
     };
     let mut plan = plan::plan(
         &cluster,
@@ -260,8 +272,20 @@ async fn reconcile_cluster(dkv: &DistributedKV, ctx: &Context) -> Result<Action>
         // watched: look again soon while something is under way.
         return Ok(Action::requeue(OPERATION_POLL));
     }
-    // Otherwise every change that matters arrives through a watch.
-    Ok(Action::await_change())
+    // Otherwise every change that matters arrives through a watch, except
+    // time: certificates come due for renewal.
+    Ok(match tls_state.as_ref().map(|t| t.renew_at) {
+        Some(at) => {
+            let wait = at
+                .as_second()
+                .saturating_sub(jiff::Timestamp::now().as_second());
+            // At least a second; at most a day (the clock may jump).
+            Action::requeue(std::time::Duration::from_secs(
+                wait.clamp(1, 86_400).unsigned_abs(),
+            ))
+        }
+        None => Action::await_change(),
+    })
 }
 
 /// The backup a cluster being created from `spec.bootstrap.restore` starts
@@ -454,6 +478,8 @@ pub struct Settings {
     pub namespace: Option<String>,
     /// Reconciles running at once.
     pub concurrency: u16,
+    /// Validity of the TLS certificates the operator issues.
+    pub certificate_lifetime: tls::CertificateLifetime,
 }
 
 fn api_for<K>(client: &Client, namespace: Option<&str>) -> Api<K>
@@ -536,13 +562,10 @@ pub async fn run(
             .collect::<Vec<_>>()
     };
 
-    let ctx = Arc::new(Context::new(
-        client.clone(),
-        stores,
-        defaults,
-        metrics,
-        reporter,
-    ));
+    let ctx = Arc::new(
+        Context::new(client.clone(), stores, defaults, metrics, reporter)
+            .with_certificate_lifetime(settings.certificate_lifetime),
+    );
     info!(
         namespace = ns.unwrap_or("(all)"),
         concurrency = settings.concurrency,

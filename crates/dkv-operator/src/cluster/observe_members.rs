@@ -86,6 +86,10 @@ pub fn member_pods(
                             .and_then(|m| m.strip_prefix(STARTED_UNDER_EPOCH))
                             .is_some_and(|rest| rest.split_whitespace().next() == Some(epoch))
                     }),
+                    tls_serial: pod
+                        .annotations()
+                        .get(super::tls::SERIAL_ANNOTATION)
+                        .cloned(),
                 },
                 endpoint,
                 restore_failure: restore_failure(pod),

@@ -36,6 +36,9 @@ pub struct Plan {
     /// (`spec.bootstrap.restore`, resolved by the reconcile; see
     /// [`super::restore`]).
     pub restore: Option<super::restore::ResolvedRestore>,
+    /// The serial of the current member certificate (`spec.tls`), carried
+    /// by the pod template: pods started with another restart onto it.
+    pub tls_serial: Option<String>,
 }
 
 /// What the reconcile observed of membership.
@@ -56,6 +59,8 @@ pub struct MembershipView {
     /// While a quorum recovery is pinned: its epoch (see
     /// [`MembershipRecord::epoch`]), stable for the whole operation.
     pub recovery_epoch: Option<String>,
+    /// The serial of the current member certificate, with `spec.tls`.
+    pub tls_serial: Option<String>,
 }
 
 /// The record of a cluster being created: its initial members bootstrap
@@ -130,6 +135,7 @@ pub fn plan(
             record: bootstrap_record(cluster, cluster.size),
             step: Step::Converged,
             restore: None,
+            tls_serial: view.tls_serial.clone(),
         };
     };
     let bootstrap_size = sts
@@ -194,6 +200,7 @@ pub fn plan(
         space_alarm: view.space_alarm,
         recovery_allowed: view.recovery_allowed,
         restore_allowed: view.restore_allowed,
+        desired_tls_serial: view.tls_serial.clone(),
     });
     Plan {
         replicas,
@@ -202,5 +209,6 @@ pub fn plan(
         record,
         step,
         restore: None,
+        tls_serial: view.tls_serial.clone(),
     }
 }

@@ -349,6 +349,7 @@ fn operation_reason(kind: OperationKind) -> &'static str {
         OperationKind::PromoteLearner => reasons::PROMOTING_LEARNER,
         OperationKind::RemoveMember => reasons::REMOVING_MEMBER,
         OperationKind::UpgradeMember => reasons::ROLLING_UPGRADE,
+        OperationKind::RenewCertificate => reasons::RENEWING_CERTIFICATES,
         OperationKind::ReplaceMember => reasons::REPLACING_MEMBER,
         OperationKind::RecoverQuorum => reasons::RECOVERING_QUORUM,
         OperationKind::RestoreFromBackup => reasons::RESTORING,

@@ -46,7 +46,9 @@ const CA_KEY: &str = "ca.key";
 /// parsing X.509.
 pub const NOT_AFTER_ANNOTATION: &str = "dkv.io/not-after";
 const CA_VALIDITY: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
-const LEAF_VALIDITY: Duration = Duration::from_secs(365 * 24 * 3600);
+/// On member pods (from their template): the serial of the member
+/// certificate they were started with.
+pub const SERIAL_ANNOTATION: &str = "dkv.io/tls-member-serial";
 /// Common name of the client certificate (what etcd's auth would map to a
 /// user, were it on).
 pub const CLIENT_COMMON_NAME: &str = "dkv-client";
@@ -106,14 +108,57 @@ pub fn server_name(cluster: &str, namespace: &str) -> String {
     format!("{}.{namespace}.svc", naming::client_service(cluster))
 }
 
-/// Makes sure the cluster's CA and certificates exist, creating what is
-/// missing (the CA only when `may_create_ca`), and returns the operator's
-/// client identity.
+/// How long issued certificates are valid; each is reissued once a third
+/// of its validity is left.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CertificateLifetime {
+    pub leaf: Duration,
+}
+
+impl Default for CertificateLifetime {
+    fn default() -> Self {
+        Self {
+            leaf: Duration::from_secs(365 * 24 * 3600),
+        }
+    }
+}
+
+impl CertificateLifetime {
+    fn renew_before(&self) -> i64 {
+        i64::try_from(self.leaf.as_secs() / 3).unwrap_or(i64::MAX)
+    }
+
+    fn due(&self, not_after: jiff::Timestamp, now: jiff::Timestamp) -> bool {
+        not_after.as_second().saturating_sub(now.as_second()) <= self.renew_before()
+    }
+
+    /// When a certificate valid until `not_after` is renewed.
+    fn renew_at(&self, not_after: jiff::Timestamp) -> jiff::Timestamp {
+        jiff::Timestamp::from_second(not_after.as_second().saturating_sub(self.renew_before()))
+            .unwrap_or(jiff::Timestamp::UNIX_EPOCH)
+    }
+}
+
+/// What a TLS cluster's reconcile needs: the operator's client identity and
+/// the serial of the current member certificate (its expiry, carried by the
+/// pod template).
+#[derive(Debug, Clone)]
+pub struct TlsState {
+    pub client: ClientTls,
+    pub member_serial: String,
+    /// When the first of the certificates comes due for renewal.
+    pub renew_at: jiff::Timestamp,
+}
+
+/// Makes sure the cluster's CA and certificates exist and are not due for
+/// renewal, issuing what is missing or due (the CA only when
+/// `may_create_ca`).
 pub async fn ensure(
     client: &Client,
     cluster: &ValidatedCluster,
+    lifetime: CertificateLifetime,
     may_create_ca: bool,
-) -> Result<ClientTls> {
+) -> Result<TlsState> {
     let secrets: Api<Secret> = Api::namespaced(client.clone(), &cluster.namespace);
     let ca_name = naming::tls_ca_secret(&cluster.name);
     let ca = match read(&secrets, &ca_name).await? {
@@ -127,35 +172,97 @@ pub async fn ensure(
         None => return Err(Error::TlsCaMissing { secret: ca_name }),
     };
     let hosts = member_hosts(&cluster.name, &cluster.namespace);
-    let member_name = naming::tls_member_secret(&cluster.name);
-    if read(&secrets, &member_name).await?.is_none() {
-        let member = ca.issue(&Leaf {
+    let member = current_leaf(
+        &secrets,
+        cluster,
+        &ca,
+        &Leaf {
             common_name: &cluster.name,
             hosts: &hosts,
             usage: Usage::ServerAndClient,
-            validity: LEAF_VALIDITY,
-        })?;
-        create_leaf(&secrets, cluster, &member_name, &ca, &member).await?;
-    }
+            validity: lifetime.leaf,
+        },
+        &naming::tls_member_secret(&cluster.name),
+        lifetime,
+    )
+    .await?;
     let client_name = naming::tls_client_secret(&cluster.name);
-    let client_secret = match read(&secrets, &client_name).await? {
-        Some(secret) => secret,
-        None => {
-            let issued = ca.issue(&Leaf {
-                common_name: CLIENT_COMMON_NAME,
-                hosts: &[],
-                usage: Usage::Client,
-                validity: LEAF_VALIDITY,
-            })?;
-            create_leaf(&secrets, cluster, &client_name, &ca, &issued).await?
-        }
-    };
-    Ok(ClientTls {
-        ca_pem: ca.cert_pem,
-        cert_pem: text(&client_secret, TLS_CERT, &client_name)?,
-        key_pem: text(&client_secret, TLS_KEY, &client_name)?,
-        server_name: server_name(&cluster.name, &cluster.namespace),
+    let client_secret = current_leaf(
+        &secrets,
+        cluster,
+        &ca,
+        &Leaf {
+            common_name: CLIENT_COMMON_NAME,
+            hosts: &[],
+            usage: Usage::Client,
+            validity: lifetime.leaf,
+        },
+        &client_name,
+        lifetime,
+    )
+    .await?;
+    Ok(TlsState {
+        client: ClientTls {
+            ca_pem: ca.cert_pem,
+            cert_pem: text(&client_secret, TLS_CERT, &client_name)?,
+            key_pem: text(&client_secret, TLS_KEY, &client_name)?,
+            server_name: server_name(&cluster.name, &cluster.namespace),
+        },
+        member_serial: not_after(&member).unwrap_or_default(),
+        renew_at: [&member, &client_secret]
+            .into_iter()
+            .map(|s| {
+                not_after(s)
+                    .and_then(|t| t.parse().ok())
+                    .map_or(jiff::Timestamp::UNIX_EPOCH, |t| lifetime.renew_at(t))
+            })
+            .min()
+            .unwrap_or(jiff::Timestamp::UNIX_EPOCH),
     })
+}
+
+fn not_after(secret: &Secret) -> Option<String> {
+    secret.annotations().get(NOT_AFTER_ANNOTATION).cloned()
+}
+
+/// The Secret `name` holding `leaf`, issued now if it is missing or due for
+/// renewal (replaced only if nobody changed it since it was read).
+async fn current_leaf(
+    secrets: &Api<Secret>,
+    cluster: &ValidatedCluster,
+    ca: &Authority,
+    leaf: &Leaf<'_>,
+    name: &str,
+    lifetime: CertificateLifetime,
+) -> Result<Secret> {
+    let existing = read(secrets, name).await?;
+    let due = existing.as_ref().map(|secret| {
+        not_after(secret)
+            .and_then(|t| t.parse::<jiff::Timestamp>().ok())
+            .is_none_or(|t| lifetime.due(t, jiff::Timestamp::now()))
+    });
+    match (existing, due) {
+        (Some(secret), Some(false)) => Ok(secret),
+        (existing, _) => {
+            let issued = ca.issue(leaf)?;
+            let mut secret = leaf_secret(cluster, name, ca, &issued);
+            match existing {
+                None => create_secret(secrets, name, &secret).await,
+                Some(old) => {
+                    tracing::info!(secret = %name, not_after = %issued.not_after, "renewed certificate");
+                    secret.metadata.resource_version = old.metadata.resource_version;
+                    secrets
+                        .replace(name, &PostParams::default(), &secret)
+                        .await
+                        .map_err(|source| Error::Apply {
+                            kind: "Secret".to_owned(),
+                            name: name.to_owned(),
+                            source,
+                        })
+                }
+            }
+        }
+    }
 }
 
 fn ca_common_name(cluster: &ValidatedCluster) -> String {
@@ -196,27 +303,13 @@ fn authority_from(secret: &Secret, cluster: &ValidatedCluster) -> Result<Authori
     })
 }
 
-async fn create_leaf(
-    secrets: &Api<Secret>,
-    cluster: &ValidatedCluster,
-    name: &str,
-    ca: &Authority,
-    issued: &Issued,
-) -> Result<Secret> {
+fn leaf_secret(cluster: &ValidatedCluster, name: &str, ca: &Authority, issued: &Issued) -> Secret {
     let data = [
         (TLS_CERT, &issued.cert_pem),
         (TLS_KEY, &issued.key_pem),
         (CA_CERT, &ca.cert_pem),
     ];
-    create(
-        secrets,
-        cluster,
-        name,
-        "kubernetes.io/tls",
-        &data,
-        issued.not_after,
-    )
-    .await
+    secret(cluster, name, "kubernetes.io/tls", &data, issued.not_after)
 }
 
 async fn create(
@@ -227,9 +320,24 @@ async fn create(
     data: &[(&str, &String)],
     not_after: jiff::Timestamp,
 ) -> Result<Secret> {
+    create_secret(
+        secrets,
+        name,
+        &secret(cluster, name, type_, data, not_after),
+    )
+    .await
+}
+
+fn secret(
+    cluster: &ValidatedCluster,
+    name: &str,
+    type_: &str,
+    data: &[(&str, &String)],
+    not_after: jiff::Timestamp,
+) -> Secret {
     let mut labels = dkv_api::labels::cluster_labels(&cluster.name);
     labels.insert(dkv_api::labels::COMPONENT_KEY.to_owned(), "tls".to_owned());
-    let secret = Secret {
+    Secret {
         metadata: ObjectMeta {
             name: Some(name.to_owned()),
             namespace: Some(cluster.namespace.clone()),
@@ -248,11 +356,14 @@ async fn create(
                 .collect(),
         ),
         ..Secret::default()
-    };
-    // A conflict (the Secret appeared since it was read) is transient: the
-    // next pass reads it.
+    }
+}
+
+/// A conflict (the Secret appeared since it was read) is transient: the
+/// next pass reads it.
+async fn create_secret(secrets: &Api<Secret>, name: &str, secret: &Secret) -> Result<Secret> {
     secrets
-        .create(&PostParams::default(), &secret)
+        .create(&PostParams::default(), secret)
         .await
         .map_err(|source| Error::Apply {
             kind: "Secret".to_owned(),
@@ -266,8 +377,9 @@ fn secret_volume(volume: &str, secret: String) -> Volume {
         name: volume.to_owned(),
         secret: Some(SecretVolumeSource {
             secret_name: Some(secret),
-            // Owner-readable only; etcd runs as the pod's user.
-            default_mode: Some(0o400),
+            // Readable by the owner and the pod's fsGroup (the user etcd and
+            // the agents run as), nobody else.
+            default_mode: Some(0o440),
             items: Some(
                 [TLS_CERT, TLS_KEY, CA_CERT]
                     .into_iter()

@@ -105,6 +105,7 @@ pub async fn up(args: UpArgs) -> anyhow::Result<()> {
         leader_election_lease: "dkv-operator-leader".to_owned(),
         leader_election_namespace: "default".to_owned(),
         identity: Some("dkv-local".to_owned()),
+        tls_certificate_validity_seconds: 365 * 24 * 3600,
         webhook: local_webhooks()?,
     };
     let result = crate::operator::run_with(env.client(), operator, stop_rx).await;

@@ -71,6 +71,7 @@ pub fn operator_args(leader_election: bool) -> OperatorArgs {
         leader_election_lease: "dkv-operator-leader".into(),
         leader_election_namespace: "default".into(),
         identity: Some("test-operator".into()),
+        tls_certificate_validity_seconds: 365 * 24 * 3600,
         // Opt-in (see `webhook_args`): tests that do not exercise admission
         // keep writing straight to the API.
         webhook: WebhookArgs {

@@ -8,7 +8,7 @@ use k8s_openapi::api::core::v1::{
 };
 use kube::api::ObjectMeta;
 
-use super::child_meta;
+use super::{child_meta, security};
 use crate::cluster::validate::ValidatedCluster;
 use crate::cluster::{naming, tls};
 
@@ -112,8 +112,9 @@ pub fn agent_job_spec(
             spec: Some(PodSpec {
                 restart_policy: Some("Never".to_owned()),
                 enable_service_links: Some(false),
-                containers: vec![container],
+                containers: security::harden(vec![container]),
                 volumes,
+                security_context: Some(security::pod()),
                 ..PodSpec::default()
             }),
         },

@@ -7,6 +7,7 @@
 pub mod cronjob;
 pub mod members;
 pub mod pdb;
+pub mod security;
 pub mod services;
 pub mod statefulset;
 

@@ -29,7 +29,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::ObjectMeta;
 
-use super::{child_labels, child_meta};
+use super::{child_labels, child_meta, security};
 use crate::cluster::naming::{self, CLIENT_PORT, METRICS_PORT, PEER_PORT};
 use crate::cluster::plan::Plan;
 use crate::cluster::validate::ValidatedCluster;
@@ -159,13 +159,14 @@ fn pod_template(cluster: &ValidatedCluster, plan: &Plan) -> PodTemplateSpec {
     PodTemplateSpec {
         metadata: Some(ObjectMeta {
             labels: Some(labels),
-            annotations: cluster.pod.annotations.clone(),
+            annotations: pod_annotations(cluster, plan),
             ..ObjectMeta::default()
         }),
         spec: Some(PodSpec {
-            init_containers: Some(init_containers(cluster, plan)),
-            containers: vec![etcd_container(cluster)],
+            init_containers: Some(security::harden(init_containers(cluster, plan))),
+            containers: security::harden(vec![etcd_container(cluster)]),
             volumes: Some(volumes),
+            security_context: Some(security::pod()),
             // Service environment variables are useless to etcd and
             // dangerous: etcd reads every `ETCD_*` variable as a flag, and a
             // Service named `etcd` would inject `ETCD_PORT=tcp://...`.
@@ -185,6 +186,17 @@ fn pod_template(cluster: &ValidatedCluster, plan: &Plan) -> PodTemplateSpec {
             ..PodSpec::default()
         }),
     }
+}
+
+/// The user's pod annotations and, with TLS, the serial of the member
+/// certificate the pods start with (a reissued certificate changes the
+/// template; the operator then restarts members one at a time).
+fn pod_annotations(cluster: &ValidatedCluster, plan: &Plan) -> Option<BTreeMap<String, String>> {
+    let mut annotations = cluster.pod.annotations.clone().unwrap_or_default();
+    if let Some(serial) = &plan.tls_serial {
+        annotations.insert(tls::SERIAL_ANNOTATION.to_owned(), serial.clone());
+    }
+    (!annotations.is_empty()).then_some(annotations)
 }
 
 /// Default affinity: members prefer distinct nodes, so one node failure
