@@ -403,6 +403,9 @@ mod tests {
         async fn defragment(&self, _: &str) -> dkv_etcd::Result<()> {
             Err(refused())
         }
+        async fn enable_auth(&self, _: &str) -> dkv_etcd::Result<()> {
+            Err(refused())
+        }
         async fn snapshot(&self, _: &str) -> dkv_etcd::Result<SnapshotStream> {
             *self.snapshots.lock().unwrap() += 1;
             let mut chunks: Vec<dkv_etcd::Result<Bytes>> = self

@@ -52,4 +52,9 @@ pub trait EtcdAdmin: Send + Sync {
 
     /// Streams a snapshot of the member serving `endpoint`.
     async fn snapshot(&self, endpoint: &str) -> Result<SnapshotStream>;
+
+    /// Turns on authentication: the user `root` (with `root_password` and
+    /// the `root` role) is created if missing, then auth is enabled. Safe to
+    /// repeat; once it has succeeded, clients need credentials.
+    async fn enable_auth(&self, root_password: &str) -> Result<()>;
 }

@@ -417,6 +417,13 @@ impl EtcdAdmin for FakeEtcd {
             .collect();
         Ok(Box::pin(futures::stream::iter(chunks)))
     }
+
+    async fn enable_auth(&self, _root_password: &str) -> Result<()> {
+        // The password is not recorded: calls are test assertions' input.
+        self.record("enable auth".to_owned());
+        let state = self.lock();
+        require_quorum(&state, "enable auth")
+    }
 }
 
 #[cfg(test)]

@@ -37,6 +37,22 @@ impl std::fmt::Debug for ClientTls {
     }
 }
 
+/// A user name and password for an etcd cluster with authentication on.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct UserCredentials {
+    pub name: String,
+    pub password: String,
+}
+
+impl std::fmt::Debug for UserCredentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the password.
+        f.debug_struct("UserCredentials")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
 impl ClientTls {
     fn options(&self) -> TlsOptions {
         TlsOptions::new()
@@ -51,12 +67,14 @@ pub struct GrpcAdmin {
     endpoints: Vec<String>,
     timeout: Duration,
     tls: Option<ClientTls>,
+    user: Option<UserCredentials>,
     /// Connections by endpoint ("*" = all endpoints, balanced), reused
     /// across calls.
     clients: Mutex<HashMap<String, Client>>,
 }
 
 const ALL: &str = "*";
+const STATUS: &str = "status";
 
 impl GrpcAdmin {
     /// `endpoints` are client URLs (`http://host:2379`); `timeout` bounds
@@ -66,6 +84,7 @@ impl GrpcAdmin {
             endpoints,
             timeout,
             tls: None,
+            user: None,
             clients: Mutex::default(),
         }
     }
@@ -76,9 +95,35 @@ impl GrpcAdmin {
         self
     }
 
+    /// The same endpoints, TLS and credentials, without its connections.
+    pub fn clone_unconnected(&self) -> Self {
+        Self {
+            endpoints: self.endpoints.clone(),
+            timeout: self.timeout,
+            tls: self.tls.clone(),
+            user: self.user.clone(),
+            clients: Mutex::default(),
+        }
+    }
+
+    /// Authenticates as `user` (the cluster has authentication on).
+    pub fn with_user(mut self, user: UserCredentials) -> Self {
+        self.user = Some(user);
+        self
+    }
+
     async fn client(&self, operation: &'static str, endpoint: &str) -> Result<Client> {
+        // A member's status needs no credentials, and a learner refuses to
+        // authenticate anyone ("rpc not supported for learner"): status
+        // calls connect without the user.
+        let authenticate = self.user.is_some() && operation != STATUS;
+        let key = if authenticate {
+            endpoint.to_owned()
+        } else {
+            format!("{endpoint} (anonymous)")
+        };
         let mut clients = self.clients.lock().await;
-        if let Some(client) = clients.get(endpoint) {
+        if let Some(client) = clients.get(&key) {
             return Ok(client.clone());
         }
         let targets = if endpoint == ALL {
@@ -93,17 +138,23 @@ impl GrpcAdmin {
         if let Some(tls) = &self.tls {
             options = options.with_tls(tls.options());
         }
+        if let Some(user) = self.user.as_ref().filter(|_| authenticate) {
+            options = options.with_user(user.name.clone(), user.password.clone());
+        }
         let client = self
             .deadline(operation, Client::connect(targets, Some(options)))
             .await?
             .map_err(|e| Error::from_client(operation, e, None))?;
-        clients.insert(endpoint.to_owned(), client.clone());
+        clients.insert(key, client.clone());
         Ok(client)
     }
 
-    /// Forgets a connection after a failure, so the next call reconnects.
+    /// Forgets the connections to `endpoint` after a failure, so the next
+    /// call reconnects.
     async fn forget(&self, endpoint: &str) {
-        self.clients.lock().await.remove(endpoint);
+        let mut clients = self.clients.lock().await;
+        clients.remove(endpoint);
+        clients.remove(&format!("{endpoint} (anonymous)"));
     }
 
     async fn deadline<T>(
@@ -240,7 +291,7 @@ impl EtcdAdmin for GrpcAdmin {
     async fn status(&self, endpoint: &str) -> Result<EndpointStatus> {
         let response = self
             .run(
-                "status",
+                STATUS,
                 endpoint,
                 None,
                 |mut c| async move { c.status().await },
@@ -354,5 +405,35 @@ impl EtcdAdmin for GrpcAdmin {
             Ok(next.map(|chunk| (Bytes::copy_from_slice(chunk.blob()), streaming)))
         });
         Ok(Box::pin(stream))
+    }
+
+    async fn enable_auth(&self, root_password: &str) -> Result<()> {
+        // Each step tolerates having been done by an earlier attempt.
+        let password = root_password.to_owned();
+        let done = |e: &etcd_client::Error| {
+            let text = e.to_string();
+            text.contains("already exists") || text.contains("already granted")
+        };
+        self.run("add user root", ALL, None, |mut c| {
+            let password = password.clone();
+            async move {
+                match c.user_add("root", password, None).await {
+                    Err(e) if done(&e) => Ok(()),
+                    other => other.map(|_| ()),
+                }
+            }
+        })
+        .await?;
+        self.run("grant role root", ALL, None, |mut c| async move {
+            match c.user_grant_role("root", "root").await {
+                Err(e) if done(&e) => Ok(()),
+                other => other.map(|_| ()),
+            }
+        })
+        .await?;
+        self.run("enable auth", ALL, None, |mut c| async move {
+            c.auth_enable().await.map(|_| ())
+        })
+        .await
     }
 }

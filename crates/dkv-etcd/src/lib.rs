@@ -18,5 +18,5 @@ mod model;
 pub use admin::{EtcdAdmin, SnapshotStream};
 pub use error::{Error, Result};
 pub use fake::FakeEtcd;
-pub use grpc::{ClientTls, GrpcAdmin};
+pub use grpc::{ClientTls, GrpcAdmin, UserCredentials};
 pub use model::{Alarm, AlarmKind, EndpointStatus, Member, MemberId};

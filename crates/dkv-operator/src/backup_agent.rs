@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use dkv_backup::{BackupRequest, Credentials, Location, S3Options, StoreConfig, UploadOptions};
-use dkv_etcd::{ClientTls, EtcdAdmin, GrpcAdmin};
+use dkv_etcd::{ClientTls, EtcdAdmin, GrpcAdmin, UserCredentials};
 
 use crate::cli::{BackupArgs, ObjectStoreArgs};
 use crate::cluster::naming::{CLIENT_PORT, client_service};
@@ -73,6 +73,7 @@ async fn backup(args: &BackupArgs) -> anyhow::Result<String> {
         Some(tls) => admin.with_tls(tls),
         None => admin,
     };
+    let admin = authenticated(admin, args).await;
     wait_for_cluster(&admin, Duration::from_secs(args.wait_for_cluster_seconds)).await;
     let request = BackupRequest {
         namespace: args.namespace.clone(),
@@ -95,6 +96,27 @@ async fn backup(args: &BackupArgs) -> anyhow::Result<String> {
     )
     .await?;
     serde_json::to_string(&artifact).context("encoding the artifact")
+}
+
+/// `admin` authenticating with the agent's credentials, if it has any and
+/// the cluster has authentication on: a cluster whose authentication is not
+/// on yet refuses a client that authenticates.
+async fn authenticated(admin: GrpcAdmin, args: &BackupArgs) -> GrpcAdmin {
+    let (Some(name), Some(password)) = (&args.etcd_username, &args.etcd_password) else {
+        return admin;
+    };
+    let user = UserCredentials {
+        name: name.clone(),
+        password: password.clone(),
+    };
+    let with_user = admin.clone_unconnected().with_user(user);
+    match with_user.member_list().await {
+        Err(err) if err.to_string().contains("authentication is not enabled") => {
+            tracing::info!("the cluster has no authentication yet; connecting without credentials");
+            admin
+        }
+        _ => with_user,
+    }
 }
 
 /// The client certificate mounted in `dir`, verifying members by the name

@@ -224,6 +224,13 @@ pub struct BackupArgs {
     /// cluster's CA as `ca.crt`).
     #[arg(long)]
     pub client_tls_dir: Option<PathBuf>,
+    /// etcd user to authenticate as, once the cluster has authentication
+    /// on (before, the agent connects without).
+    #[arg(long, env = "DKV_ETCD_USERNAME")]
+    pub etcd_username: Option<String>,
+    /// That user's password (from the environment, never an argument).
+    #[arg(skip = std::env::var("DKV_ETCD_PASSWORD").ok())]
+    pub etcd_password: Option<String>,
     /// Where the artifact (JSON) or the failure is written for the operator
     /// to read (the container's terminationMessagePath).
     #[arg(long, default_value = "/dev/termination-log")]

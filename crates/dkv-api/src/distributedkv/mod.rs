@@ -69,7 +69,9 @@ macro_rules! distributedkv_spec {
             validation = Rule::new("has(self.bootstrap) == has(oldSelf.bootstrap) && (!has(self.bootstrap) || self.bootstrap == oldSelf.bootstrap)")
                 .message("spec.bootstrap is used only at creation and cannot change afterwards; remove your edit to spec.bootstrap"),
             validation = Rule::new("has(self.tls) == has(oldSelf.tls) && (!has(self.tls) || self.tls == oldSelf.tls)")
-                .message("spec.tls is fixed at creation: members cannot switch between plaintext and TLS in place; create a new cluster with the spec.tls you want and restore a backup into it")
+                .message("spec.tls is fixed at creation: members cannot switch between plaintext and TLS in place; create a new cluster with the spec.tls you want and restore a backup into it"),
+            validation = Rule::new("!has(oldSelf.auth) || !oldSelf.auth.enabled || (has(self.auth) && self.auth.enabled)")
+                .message("spec.auth.enabled cannot be turned off once on: dkv does not disable etcd authentication; set it back to true")
         )]
         #[serde(rename_all = "camelCase")]
         pub struct DistributedKVSpec {
@@ -117,6 +119,10 @@ macro_rules! distributedkv_spec {
             /// Without it both are plaintext. Fixed at creation.
             #[serde(default, skip_serializing_if = "Option::is_none")]
             pub tls: Option<TlsSpec>,
+
+            /// etcd authentication (role-based access control).
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub auth: Option<AuthSpec>,
 
             /// What the operator may do when a majority of members is lost for good.
             /// Without it the cluster is reported `Degraded/QuorumLost` and left for

@@ -116,6 +116,19 @@ pub struct BackupSpec {
     pub final_backup_on_delete: Option<bool>,
 }
 
+/// etcd authentication.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct AuthSpec {
+    /// Turn etcd authentication on: once the cluster has formed, dkv creates
+    /// the user `root` (role `root`) with a generated password, kept in the
+    /// Secret `<name>-etcd-root` (`username`, `password`), and enables
+    /// authentication; clients then need those credentials (or a user the
+    /// root user creates for them). Can be turned on later, never off.
+    #[serde(default)]
+    pub enabled: bool,
+}
+
 /// TLS for the cluster's two kinds of traffic.
 #[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]

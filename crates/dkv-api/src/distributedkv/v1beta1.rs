@@ -17,9 +17,9 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 pub use super::v1alpha1::{
-    AutoCompactionMode, BackupArtifactRef, BootstrapSpec, DistributedKVStatus, EtcdTuning,
-    MemberStatus, Operation, OperationKind, Phase, PodOverrides, ReclaimPolicy, RecoveryPolicy,
-    RecoverySpec, RestoreSource, StorageSpec, TlsMode, TlsSpec, TlsTransport,
+    AuthSpec, AutoCompactionMode, BackupArtifactRef, BootstrapSpec, DistributedKVStatus,
+    EtcdTuning, MemberStatus, Operation, OperationKind, Phase, PodOverrides, ReclaimPolicy,
+    RecoveryPolicy, RecoverySpec, RestoreSource, StorageSpec, TlsMode, TlsSpec, TlsTransport,
 };
 
 distributedkv_spec!("v1beta1", BackupSpec);

@@ -18,6 +18,8 @@ pub struct Resolved {
     pub image: String,
     /// The cluster has client TLS.
     pub client_tls: bool,
+    /// The cluster has authentication on (or asks for it).
+    pub auth: bool,
 }
 
 /// Job names are label values (`job-name`): at most 63 characters.
@@ -43,6 +45,7 @@ pub fn build(backup: &DistributedKVBackup, resolved: &Resolved) -> Job {
         destination: &resolved.destination,
         credentials_secret: resolved.credentials_secret.as_deref(),
         client_tls: resolved.client_tls,
+        auth: resolved.auth,
     };
     let container = agent_container(&run);
     Job {
@@ -81,6 +84,7 @@ mod tests {
             credentials_secret: Some("s3-creds".into()),
             image: "ghcr.io/dkv-io/dkv:1".into(),
             client_tls: false,
+            auth: false,
         };
         let job = build(&backup("nightly"), &resolved);
         assert_eq!(job.metadata.name.as_deref(), Some("nightly"));
@@ -117,6 +121,7 @@ mod tests {
             credentials_secret: None,
             image: "ghcr.io/dkv-io/dkv:1".into(),
             client_tls: false,
+            auth: false,
         };
         let job = build(&backup("nightly"), &resolved);
         let pod_labels = job

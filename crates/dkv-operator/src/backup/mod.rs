@@ -341,6 +341,7 @@ async fn resolve(
         credentials_secret,
         image,
         client_tls: crate::cluster::tls::TlsSettings::from_spec(cluster.spec.tls.as_ref()).client,
+        auth: cluster.spec.auth.as_ref().is_some_and(|a| a.enabled),
     }))
 }
 

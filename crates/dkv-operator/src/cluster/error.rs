@@ -104,10 +104,12 @@ pub enum Error {
     )]
     TlsCaMissing { secret: String },
 
-    #[error(
-        "the TLS Secret {secret} has no valid {key:?}; delete it and dkv issues a new one from the cluster's CA"
-    )]
-    TlsSecretInvalid { secret: String, key: &'static str },
+    #[error("the Secret {secret} has no valid {key:?}; {fix}")]
+    SecretInvalid {
+        secret: String,
+        key: &'static str,
+        fix: &'static str,
+    },
 
     #[error(transparent)]
     Pki(#[from] crate::pki::PkiError),
@@ -162,7 +164,7 @@ impl Error {
             Error::RestoreSource { waiting: true, .. } => Category::Waiting,
             Error::RestoreSource { waiting: false, .. } => Category::Permanent,
             // Secrets are not watched: looked at again now and then.
-            Error::TlsCaMissing { .. } | Error::TlsSecretInvalid { .. } => Category::Permanent,
+            Error::TlsCaMissing { .. } | Error::SecretInvalid { .. } => Category::Permanent,
             Error::Pki(_) => Category::Transient,
             Error::Apply { source, .. }
             | Error::Read { source, .. }
@@ -191,7 +193,7 @@ impl Error {
                 "dereference"
             }
             Error::Apply { .. } | Error::Delete { .. } | Error::Etcd { .. } => "apply",
-            Error::TlsCaMissing { .. } | Error::TlsSecretInvalid { .. } | Error::Pki(_) => "tls",
+            Error::TlsCaMissing { .. } | Error::SecretInvalid { .. } | Error::Pki(_) => "secrets",
             Error::Status { .. } => "status",
             Error::Cleanup { .. }
             | Error::CleanupWaiting { .. }

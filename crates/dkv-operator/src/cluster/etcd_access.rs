@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use dkv_etcd::{ClientTls, EtcdAdmin, GrpcAdmin};
+use dkv_etcd::{ClientTls, EtcdAdmin, GrpcAdmin, UserCredentials};
 
 /// Deadline of every etcd call the controller makes: a reconcile must not
 /// hang on a member that does not answer.
@@ -14,8 +14,14 @@ pub const ETCD_CALL_TIMEOUT: Duration = Duration::from_secs(3);
 
 pub trait EtcdConnector: Send + Sync {
     /// An admin for the members at `endpoints` (client URLs), presenting
-    /// `tls` to a cluster with client TLS.
-    fn connect(&self, endpoints: &[String], tls: Option<&ClientTls>) -> Arc<dyn EtcdAdmin>;
+    /// `tls` to a cluster with client TLS and authenticating as `user` to
+    /// one with authentication on.
+    fn connect(
+        &self,
+        endpoints: &[String],
+        tls: Option<&ClientTls>,
+        user: Option<&UserCredentials>,
+    ) -> Arc<dyn EtcdAdmin>;
 }
 
 /// gRPC connections, cached by endpoint set and identity (a member
@@ -26,13 +32,18 @@ pub struct GrpcConnector {
 }
 
 /// The sorted endpoints and the identity presented to them.
-type ConnectionKey = (Vec<String>, Option<ClientTls>);
+type ConnectionKey = (Vec<String>, Option<ClientTls>, Option<UserCredentials>);
 
 impl EtcdConnector for GrpcConnector {
-    fn connect(&self, endpoints: &[String], tls: Option<&ClientTls>) -> Arc<dyn EtcdAdmin> {
+    fn connect(
+        &self,
+        endpoints: &[String],
+        tls: Option<&ClientTls>,
+        user: Option<&UserCredentials>,
+    ) -> Arc<dyn EtcdAdmin> {
         let mut endpoints = endpoints.to_vec();
         endpoints.sort();
-        let key = (endpoints, tls.cloned());
+        let key = (endpoints, tls.cloned(), user.cloned());
         let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
         // Bounded: one entry per cluster in the steady state; stale sets
         // (after IP changes) are dropped wholesale when the cache grows.
@@ -42,12 +53,15 @@ impl EtcdConnector for GrpcConnector {
         cache
             .entry(key.clone())
             .or_insert_with(|| {
-                let (endpoints, tls) = key;
-                let admin = GrpcAdmin::new(endpoints, ETCD_CALL_TIMEOUT);
-                Arc::new(match tls {
-                    Some(tls) => admin.with_tls(tls),
-                    None => admin,
-                })
+                let (endpoints, tls, user) = key;
+                let mut admin = GrpcAdmin::new(endpoints, ETCD_CALL_TIMEOUT);
+                if let Some(tls) = tls {
+                    admin = admin.with_tls(tls);
+                }
+                if let Some(user) = user {
+                    admin = admin.with_user(user);
+                }
+                Arc::new(admin)
             })
             .clone()
     }
@@ -57,7 +71,12 @@ impl EtcdConnector for GrpcConnector {
 pub struct FixedConnector(pub Arc<dyn EtcdAdmin>);
 
 impl EtcdConnector for FixedConnector {
-    fn connect(&self, _endpoints: &[String], _tls: Option<&ClientTls>) -> Arc<dyn EtcdAdmin> {
+    fn connect(
+        &self,
+        _endpoints: &[String],
+        _tls: Option<&ClientTls>,
+        _user: Option<&UserCredentials>,
+    ) -> Arc<dyn EtcdAdmin> {
         self.0.clone()
     }
 }

@@ -7,6 +7,7 @@
 //! Deletion runs [`cleanup`] behind the `dkv.io/finalizer` finalizer.
 
 pub mod apply;
+pub mod auth;
 pub mod backup_catalogue;
 pub mod build;
 pub mod cleanup;
@@ -137,6 +138,12 @@ async fn reconcile_cluster(dkv: &DistributedKV, ctx: &Context) -> Result<Action>
         .as_ref()
         .filter(|_| cluster.tls.client)
         .map(|t| &t.client);
+    let auth_state = if cluster.auth {
+        Some(auth::ensure(&ctx.client, &cluster).await?)
+    } else {
+        None
+    };
+    let user = auth_state.as_ref().filter(|a| a.enabled).map(|a| &a.root);
 
     // Membership: the member pods, and etcd's view through them.
     let epoch = recovery_epoch(dkv);
@@ -148,7 +155,7 @@ async fn reconcile_cluster(dkv: &DistributedKV, ctx: &Context) -> Result<Action>
     );
     let endpoints: Vec<String> = pods.iter().filter_map(|p| p.endpoint.clone()).collect();
     let admin = (!endpoints.is_empty() && observed.statefulset.is_some())
-        .then(|| ctx.etcd.connect(&endpoints, client_identity));
+        .then(|| ctx.etcd.connect(&endpoints, client_identity, user));
     let members = match &admin {
         Some(admin) => observe_members::observe_members(&cluster.name, admin.as_ref(), &pods).await,
         None => None,
@@ -250,6 +257,39 @@ async fn reconcile_cluster(dkv: &DistributedKV, ctx: &Context) -> Result<Action>
             },
         )
         .await?;
+        // Authentication goes on once the cluster has formed and nothing
+        // else is under way; the root user exists before it does.
+        if let Some(auth) = auth_state.as_ref().filter(|a| !a.enabled)
+            && matches!(plan.step, membership::Step::Converged)
+            && !plan.creating
+        {
+            admin
+                .enable_auth(&auth.root.password)
+                .await
+                .map_err(|source| Error::Etcd {
+                    step: "enable authentication",
+                    member: cluster.name.clone(),
+                    source,
+                })?;
+            auth::mark_enabled(&ctx.client, &cluster).await?;
+            info!("etcd authentication enabled");
+            status::publish(
+                dkv,
+                Event {
+                    type_: EventType::Normal,
+                    reason: "AuthenticationEnabled".to_owned(),
+                    note: Some(format!(
+                        "etcd authentication is on; the root credentials are in the Secret {}",
+                        naming::auth_secret(&cluster.name)
+                    )),
+                    action: "EnableAuthentication".to_owned(),
+                    secondary: None,
+                },
+                ctx,
+            )
+            .await;
+            return Ok(Action::requeue(OPERATION_POLL));
+        }
     }
     let operation = match &plan.step {
         membership::Step::Finish(pin) => {
@@ -399,7 +439,7 @@ async fn report_error(dkv: &DistributedKV, err: &Error, ctx: &Context) {
                 Error::InvalidSpec(_) => dkv_api::conditions::reasons::INVALID_SPEC,
                 Error::FinalBackupFailed { .. } => dkv_api::conditions::reasons::BACKUP_FAILED,
                 Error::RestoreSource { .. } => dkv_api::conditions::reasons::RESTORE_FAILED,
-                Error::TlsCaMissing { .. } | Error::TlsSecretInvalid { .. } => {
+                Error::TlsCaMissing { .. } | Error::SecretInvalid { .. } => {
                     dkv_api::conditions::reasons::TLS_FAILED
                 }
                 _ => dkv_api::conditions::reasons::RECONCILE_ERROR,
@@ -454,7 +494,7 @@ pub fn retry_delay(
                 err,
                 Error::RestoreSource { .. }
                     | Error::TlsCaMissing { .. }
-                    | Error::TlsSecretInvalid { .. }
+                    | Error::SecretInvalid { .. }
             ) =>
         {
             Some(RESTORE_SOURCE_RECHECK)

@@ -34,6 +34,11 @@ pub fn members_configmap(cluster: &str) -> String {
     format!("{cluster}-members")
 }
 
+/// The etcd root user's credentials (`spec.auth.enabled`).
+pub fn auth_secret(cluster: &str) -> String {
+    format!("{cluster}-etcd-root")
+}
+
 /// The cluster's CA (`spec.tls` mode `Auto`).
 pub fn tls_ca_secret(cluster: &str) -> String {
     format!("{cluster}-tls-ca")

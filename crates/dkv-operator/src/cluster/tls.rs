@@ -283,9 +283,10 @@ fn text(secret: &Secret, key: &'static str, name: &str) -> Result<String> {
         .as_ref()
         .and_then(|d| d.get(key))
         .and_then(|bytes| String::from_utf8(bytes.0.clone()).ok())
-        .ok_or_else(|| Error::TlsSecretInvalid {
+        .ok_or_else(|| Error::SecretInvalid {
             secret: name.to_owned(),
             key,
+            fix: "delete it and dkv issues a new one from the cluster's CA (a CA Secret must be restored, not deleted)",
         })
 }
 

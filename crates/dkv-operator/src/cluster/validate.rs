@@ -70,6 +70,8 @@ pub struct ValidatedCluster {
     pub paused: bool,
     /// Which transports use TLS (`spec.tls`).
     pub tls: TlsSettings,
+    /// `spec.auth.enabled`: etcd authentication is (to be) on.
+    pub auth: bool,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -207,6 +209,7 @@ pub fn validate(
             operator_image: defaults.operator_image.clone(),
             paused: is_paused(dkv.annotations()),
             tls: TlsSettings::from_spec(spec.tls.as_ref()),
+            auth: spec.auth.as_ref().is_some_and(|a| a.enabled),
         }),
         _ => Err(InvalidSpec(problems.0)),
     }

@@ -10,7 +10,7 @@ use kube::api::ObjectMeta;
 
 use super::{child_meta, security};
 use crate::cluster::validate::ValidatedCluster;
-use crate::cluster::{naming, tls};
+use crate::cluster::{auth, naming, tls};
 
 /// What one run of the backup agent needs.
 pub struct AgentRun<'a> {
@@ -20,6 +20,9 @@ pub struct AgentRun<'a> {
     pub credentials_secret: Option<&'a str>,
     /// The cluster has client TLS: the agent mounts its client certificate.
     pub client_tls: bool,
+    /// The cluster has (or will have) authentication on: the agent gets the
+    /// root credentials from their Secret.
+    pub auth: bool,
 }
 
 /// `app.kubernetes.io/name` of backup agent pods.
@@ -59,17 +62,26 @@ pub fn agent_container(run: &AgentRun<'_>) -> Container {
         name: "backup".to_owned(),
         image: Some(run.image.to_owned()),
         args: Some(args),
-        env: Some(vec![EnvVar {
-            name: "POD_NAMESPACE".to_owned(),
-            value_from: Some(EnvVarSource {
-                field_ref: Some(ObjectFieldSelector {
-                    field_path: "metadata.namespace".to_owned(),
-                    ..ObjectFieldSelector::default()
+        env: Some(
+            std::iter::once(EnvVar {
+                name: "POD_NAMESPACE".to_owned(),
+                value_from: Some(EnvVarSource {
+                    field_ref: Some(ObjectFieldSelector {
+                        field_path: "metadata.namespace".to_owned(),
+                        ..ObjectFieldSelector::default()
+                    }),
+                    ..EnvVarSource::default()
                 }),
-                ..EnvVarSource::default()
-            }),
-            ..EnvVar::default()
-        }]),
+                ..EnvVar::default()
+            })
+            .chain(
+                run.auth
+                    .then(|| auth::credentials_env(run.cluster))
+                    .into_iter()
+                    .flatten(),
+            )
+            .collect(),
+        ),
         // Credentials reach the agent only as environment from the Secret;
         // they are never part of any object the operator writes.
         env_from: run.credentials_secret.map(|secret| {
@@ -131,6 +143,7 @@ pub fn build(cluster: &ValidatedCluster) -> Option<CronJob> {
         destination: &backup.destination,
         credentials_secret: backup.credentials_secret.as_deref(),
         client_tls: cluster.tls.client,
+        auth: cluster.auth,
     };
     let container = agent_container(&run);
 
