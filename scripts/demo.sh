@@ -35,13 +35,46 @@ for _ in $(seq 1 120); do
 done
 kubectl get dkv,pods,pvc
 
-echo "== a write through member 0, read back from member 2 (real etcd, pod IPs)"
-ETCDCTL=".tools/etcd-3.5/usr/bin/etcdctl"
+# A client pod: etcdctl with the cluster's client certificate (the Secret
+# example-tls-client, as examples/etcd-client.yaml mounts it), through the
+# client Service. Prints the command's output.
+etcdctl_pod() {
+  local name=$1; shift
+  local args="" a
+  for a in "$@"; do args="$args, \"$a\""; done
+  kubectl apply -f - >/dev/null <<YAML
+apiVersion: v1
+kind: Pod
+metadata: {name: $name}
+spec:
+  restartPolicy: Never
+  containers:
+  - name: etcdctl
+    image: registry.k8s.io/etcd:3.5.16-0
+    command: ["etcdctl", "--endpoints=https://example-client.default.svc:2379",
+              "--cacert=/etc/etcd-client/ca.crt", "--cert=/etc/etcd-client/tls.crt",
+              "--key=/etc/etcd-client/tls.key" $args]
+    volumeMounts: [{name: client-tls, mountPath: /etc/etcd-client, readOnly: true}]
+  volumes: [{name: client-tls, secret: {secretName: example-tls-client}}]
+YAML
+  kubectl wait --for=jsonpath='{.status.phase}'=Succeeded "pod/$name" --timeout=90s >/dev/null
+  kubectl logs "$name"
+}
+
+echo "== TLS: the members' certificates come from the cluster's own CA"
+kubectl get secrets -l dkv.io/cluster=example
+echo "== a write and a read over TLS, from client pods holding example-tls-client"
+etcdctl_pod demo-put put greeting "hello from dkv"
+etcdctl_pod demo-get get greeting --print-value-only
+etcdctl_pod demo-members member list --write-out=table
+echo "== plaintext is refused"
 ip0=$(kubectl get pod example-0 -o 'jsonpath={.status.podIP}')
-ip2=$(kubectl get pod example-2 -o 'jsonpath={.status.podIP}')
-ETCDCTL_API=3 "$ETCDCTL" --endpoints="http://$ip0:2379" put greeting "hello from dkv"
-ETCDCTL_API=3 "$ETCDCTL" --endpoints="http://$ip2:2379" get greeting --print-value-only
-ETCDCTL_API=3 "$ETCDCTL" --endpoints="http://$ip0:2379" member list -w table
+if ETCDCTL_API=3 .tools/etcd-3.5/usr/bin/etcdctl --endpoints="http://$ip0:2379" \
+     --dial-timeout=2s --command-timeout=3s get greeting >/dev/null 2>&1; then
+  echo "a plaintext client was answered" >&2
+  exit 1
+fi
+echo "plaintext client refused, as it should be"
 
 echo "== scaling to 5 members (learner -> promote, one at a time)"
 kubectl scale dkv example --replicas=5

@@ -4,8 +4,10 @@
 //! `spec.backup.backupImage` becomes the operator's image, `spec.version` the
 //! etcd version of the image tag, `spec.etcd` etcd's tuning defaults (the
 //! values the controller would use anyway, so defaulting never changes what
-//! runs). Defaulting an already defaulted object yields an empty patch.
+//! runs), and a cluster being created without `spec.tls` gets TLS for peers
+//! and clients. Defaulting an already defaulted object yields an empty patch.
 
+use dkv_api::distributedkv::v1beta1::TlsSpec;
 use dkv_api::{DistributedKV, DistributedKVBackup, labels};
 use serde_json::Value;
 
@@ -50,6 +52,13 @@ pub fn default_cluster(
     }
 
     spec.etcd = Some(etcd_tuning_with_defaults(spec.etcd.as_ref()));
+
+    // New clusters speak TLS unless they opt out (`mode: Disabled`). Only at
+    // creation: `spec.tls` is fixed afterwards, and a cluster created
+    // without it runs plaintext.
+    if old.is_none() && spec.tls.is_none() {
+        spec.tls = Some(TlsSpec::default());
+    }
 
     diff(new, &defaulted)
 }
@@ -124,9 +133,34 @@ mod tests {
         let etcd = spec.etcd.clone().unwrap_or_default();
         assert_eq!(etcd.quota_backend_bytes, Some(2 * 1024 * 1024 * 1024));
         assert_eq!(etcd.auto_compaction_retention.as_deref(), Some("1h"));
+        let tls = crate::cluster::tls::TlsSettings::from_spec(spec.tls.as_ref());
+        assert!(tls.peer && tls.client, "new clusters default to TLS");
         let again =
             default_cluster(&defaulted, None, &defaults()).unwrap_or_else(|e| panic!("{e}"));
         assert!(again.0.is_empty(), "not idempotent: {again:?}");
+    }
+
+    #[test]
+    fn tls_defaults_on_at_creation_only_and_an_opt_out_stays() {
+        let plaintext_opt_out = dkv(serde_json::json!({
+            "size": 3, "image": "registry.k8s.io/etcd:3.5.16-0",
+            "tls": {"peer": {"mode": "Disabled"}, "client": {"mode": "Disabled"}}
+        }));
+        let patched = apply(
+            &plaintext_opt_out,
+            &default_cluster(&plaintext_opt_out, None, &defaults())
+                .unwrap_or_else(|e| panic!("{e}")),
+        );
+        assert!(!crate::cluster::tls::TlsSettings::from_spec(patched.spec.tls.as_ref()).any());
+        // An existing cluster without spec.tls (created plaintext) stays so.
+        let existing =
+            dkv(serde_json::json!({"size": 3, "image": "registry.k8s.io/etcd:3.5.16-0"}));
+        let patched = apply(
+            &existing,
+            &default_cluster(&existing, Some(&existing), &defaults())
+                .unwrap_or_else(|e| panic!("{e}")),
+        );
+        assert_eq!(patched.spec.tls, None);
     }
 
     #[test]
