@@ -301,14 +301,25 @@ fn tls_writer(
     })
 }
 
-/// The member certificate's expiry (its serial) and the serials the
-/// member pods were started with.
-async fn serials(client: &Client) -> (String, Vec<String>) {
+/// The member certificate's expiry, the serial the pod template carries,
+/// and the serials the member pods were started with.
+async fn serials(client: &Client) -> (String, String, Vec<String>) {
     let secret = Api::<Secret>::namespaced(client.clone(), NS)
         .get(&format!("{CLUSTER}-tls-member"))
         .await
         .unwrap();
-    let current = secret.annotations()["dkv.io/not-after"].clone();
+    let not_after = secret.annotations()["dkv.io/not-after"].clone();
+    let sts = Api::<k8s_openapi::api::apps::v1::StatefulSet>::namespaced(client.clone(), NS)
+        .get(CLUSTER)
+        .await
+        .unwrap();
+    let template = sts
+        .spec
+        .template
+        .metadata
+        .and_then(|m| m.annotations)
+        .and_then(|a| a.get("dkv.io/tls-member-serial").cloned())
+        .unwrap_or_default();
     let pods = Api::<k8s_openapi::api::core::v1::Pod>::namespaced(client.clone(), NS)
         .list(&kube::api::ListParams::default().labels(&format!(
             "dkv.io/cluster={CLUSTER},{}=etcd",
@@ -326,7 +337,139 @@ async fn serials(client: &Client) -> (String, Vec<String>) {
                 .unwrap_or_default()
         })
         .collect();
-    (current, started)
+    (not_after, template, started)
+}
+
+/// Reads back every acknowledged write over TLS with the current client
+/// Secret; returns the missing ones.
+async fn lost_over_tls(client: &Client, acked: &[u64]) -> Vec<u64> {
+    let mut reader = etcd_client::Client::connect(
+        tls_endpoints(client).await,
+        Some(options(Some(client_tls(client).await))),
+    )
+    .await
+    .unwrap();
+    let mut lost = Vec::new();
+    for i in acked {
+        // A read may time out on a loaded machine: retried, it is idempotent.
+        let mut attempt = 0;
+        let response = loop {
+            match reader.get(format!("key-{i:05}"), None).await {
+                Ok(response) => break response,
+                Err(e) if attempt < 5 => {
+                    attempt += 1;
+                    eprintln!("reading key-{i:05} (attempt {attempt}): {e}; retrying");
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+                Err(e) => panic!("reading key-{i:05}: {e}"),
+            }
+        };
+        if response.kvs().first().and_then(|kv| kv.value_str().ok()) != Some(&i.to_string()) {
+            lost.push(*i);
+        }
+    }
+    lost
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_ca_rotation_overlaps_both_cas_and_loses_no_write() {
+    let env = support::environment(true).await;
+    let client = env.client();
+    support::create_namespace(&client, NS).await;
+    let operator = support::RunningOperator::start(client.clone(), false);
+    let dkvs: Api<DistributedKV> = Api::namespaced(client.clone(), NS);
+    dkvs.create(
+        &PostParams::default(),
+        &support::cluster(
+            NS,
+            CLUSTER,
+            3,
+            "registry.k8s.io/etcd:3.5.16-0",
+            json!({"tls": {}}),
+        ),
+    )
+    .await
+    .unwrap();
+    wait_settled(&dkvs, CLUSTER, 3).await;
+    let ca_secret = || async {
+        Api::<Secret>::namespaced(client.clone(), NS)
+            .get(&format!("{CLUSTER}-tls-ca"))
+            .await
+            .unwrap()
+    };
+    let first_ca = secret_text(&client, &format!("{CLUSTER}-tls-ca"), "ca.crt").await;
+
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = tls_writer(client.clone(), stop.clone());
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    dkvs.patch(
+        CLUSTER,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"annotations": {"dkv.io/rotate-ca": "first"}}})),
+    )
+    .await
+    .unwrap();
+    let began = std::time::Instant::now();
+    let mut phases: Vec<String> = Vec::new();
+    loop {
+        let secret = ca_secret().await;
+        let phase = secret
+            .annotations()
+            .get("dkv.io/ca-rotation")
+            .cloned()
+            .unwrap_or_else(|| "-".to_owned());
+        if phases.last() != Some(&phase) {
+            eprintln!("{:?}: CA rotation phase {phase}", began.elapsed());
+            phases.push(phase);
+        }
+        let done = secret
+            .annotations()
+            .get("dkv.io/ca-rotated-for")
+            .map(String::as_str)
+            == Some("first");
+        let (_, template, started) = serials(&client).await;
+        let cluster = dkvs.get(CLUSTER).await.unwrap();
+        if done
+            && started.len() == 3
+            && started.iter().all(|s| *s == template)
+            && support::etcd_cluster::settled_at(&cluster, 3)
+        {
+            break;
+        }
+        assert!(
+            began.elapsed() < Duration::from_secs(240),
+            "rotation did not finish: phases {phases:?}, status {:?}",
+            cluster.status
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    eprintln!("CA rotated in {:?}: {phases:?}", began.elapsed());
+    assert_eq!(phases, ["-", "Trust", "Issue", "Finish", "-"]);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let acked = writer.await.unwrap();
+    assert!(
+        acked.len() >= 5,
+        "the writer wrote throughout: {}",
+        acked.len()
+    );
+    let lost = lost_over_tls(&client, &acked).await;
+    eprintln!(
+        "{} writes acknowledged across the CA rotation, {} lost",
+        acked.len(),
+        lost.len()
+    );
+    assert!(lost.is_empty(), "acknowledged writes lost: {lost:?}");
+
+    // Only the new CA is trusted now, and the old one is gone.
+    let new_ca = secret_text(&client, &format!("{CLUSTER}-tls-ca"), "ca.crt").await;
+    assert_ne!(new_ca, first_ca);
+    for secret in ["tls-member", "tls-client"] {
+        let trusted = secret_text(&client, &format!("{CLUSTER}-{secret}"), "ca.crt").await;
+        assert_eq!(trusted, new_ca, "{secret} trusts exactly the new CA");
+    }
+    assert!(!ca_secret().await.data.unwrap().contains_key("next-ca.key"));
+    operator.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -334,9 +477,10 @@ async fn certificates_are_renewed_before_expiry_one_member_at_a_time_without_los
     let env = support::environment(true).await;
     let client = env.client();
     support::create_namespace(&client, NS).await;
-    // Certificates valid for two minutes: renewed 80 s after issue.
+    // Certificates valid for 150 s: renewed 100 s after issue, which leaves
+    // 50 s to restart the members before the old ones expire.
     let mut args = support::operator_args(false);
-    args.tls_certificate_validity_seconds = 120;
+    args.tls_certificate_validity_seconds = 150;
     let operator = support::RunningOperator::start_with(client.clone(), args);
     let dkvs: Api<DistributedKV> = Api::namespaced(client.clone(), NS);
     dkvs.create(
@@ -352,10 +496,10 @@ async fn certificates_are_renewed_before_expiry_one_member_at_a_time_without_los
     .await
     .unwrap();
     wait_settled(&dkvs, CLUSTER, 3).await;
-    let (first, started) = serials(&client).await;
+    let (first, template, started) = serials(&client).await;
     assert!(
-        started.iter().all(|s| *s == first),
-        "{first} vs {started:?}"
+        started.iter().all(|s| *s == template),
+        "{template} vs {started:?}"
     );
 
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -364,14 +508,14 @@ async fn certificates_are_renewed_before_expiry_one_member_at_a_time_without_los
     // Renewed (a new serial), and every member restarted onto it.
     let mut renewed_at = None;
     loop {
-        let (current, started) = serials(&client).await;
+        let (current, template, started) = serials(&client).await;
         if current != first && renewed_at.is_none() {
             renewed_at = Some(began.elapsed());
         }
         let cluster = dkvs.get(CLUSTER).await.unwrap();
         if current != first
             && started.len() == 3
-            && started.iter().all(|s| *s == current)
+            && started.iter().all(|s| *s == template)
             && support::etcd_cluster::settled_at(&cluster, 3)
         {
             break;
@@ -397,19 +541,7 @@ async fn certificates_are_renewed_before_expiry_one_member_at_a_time_without_los
         "the writer wrote throughout: {}",
         acked.len()
     );
-    let mut reader = etcd_client::Client::connect(
-        tls_endpoints(&client).await,
-        Some(options(Some(client_tls(&client).await))),
-    )
-    .await
-    .unwrap();
-    let mut lost = Vec::new();
-    for i in &acked {
-        let response = reader.get(format!("key-{i:05}"), None).await.unwrap();
-        if response.kvs().first().and_then(|kv| kv.value_str().ok()) != Some(&i.to_string()) {
-            lost.push(*i);
-        }
-    }
+    let lost = lost_over_tls(&client, &acked).await;
     eprintln!(
         "{} writes acknowledged across the renewal, {} lost",
         acked.len(),

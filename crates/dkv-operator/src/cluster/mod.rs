@@ -10,6 +10,7 @@ pub mod apply;
 pub mod auth;
 pub mod backup_catalogue;
 pub mod build;
+pub mod ca_rotation;
 pub mod cleanup;
 pub mod context;
 pub mod dereference;
@@ -118,16 +119,34 @@ async fn reconcile_cluster(dkv: &DistributedKV, ctx: &Context) -> Result<Action>
     let observed = dereference::observe(dkv, &namespace, &ctx.stores);
     let cluster = validate::validate(dkv, &observed.facts, &ctx.defaults)?;
 
+    // Membership: the member pods, and etcd's view through them.
+    let epoch = recovery_epoch(dkv);
+    let pods = observe_members::member_pods(
+        &cluster.name,
+        &observed.pods,
+        epoch.as_deref(),
+        cluster.tls.client_scheme(),
+    );
+
     // TLS: the cluster's CA and certificates exist before any pod needs
     // them; the operator's own client identity comes from them.
     let tls_state = if cluster.tls.any() {
         let may_create_ca = observed.statefulset.is_none() && !cluster.paused;
+        let seen = tls::Observed {
+            rotation_requested: dkv
+                .annotations()
+                .get(ca_rotation::ROTATE_ANNOTATION)
+                .map(String::as_str),
+            pod_serials: pods.iter().map(|p| p.view.tls_serial.clone()).collect(),
+            idle: dkv.status.as_ref().is_none_or(|s| s.operation.is_none()),
+        };
         Some(
             tls::ensure(
                 &ctx.client,
                 &cluster,
                 ctx.certificate_lifetime,
                 may_create_ca,
+                &seen,
             )
             .await?,
         )
@@ -145,14 +164,6 @@ async fn reconcile_cluster(dkv: &DistributedKV, ctx: &Context) -> Result<Action>
     };
     let user = auth_state.as_ref().filter(|a| a.enabled).map(|a| &a.root);
 
-    // Membership: the member pods, and etcd's view through them.
-    let epoch = recovery_epoch(dkv);
-    let pods = observe_members::member_pods(
-        &cluster.name,
-        &observed.pods,
-        epoch.as_deref(),
-        cluster.tls.client_scheme(),
-    );
     let endpoints: Vec<String> = pods.iter().filter_map(|p| p.endpoint.clone()).collect();
     let admin = (!endpoints.is_empty() && observed.statefulset.is_some())
         .then(|| ctx.etcd.connect(&endpoints, client_identity, user));
@@ -310,6 +321,10 @@ async fn reconcile_cluster(dkv: &DistributedKV, ctx: &Context) -> Result<Action>
     if in_flight && admin.is_some() {
         // etcd's progress (a learner catching up, a member rejoining) is not
         // watched: look again soon while something is under way.
+        return Ok(Action::requeue(OPERATION_POLL));
+    }
+    // A CA rotation advances once members have rolled out its phase.
+    if tls_state.as_ref().is_some_and(|t| t.rotating.is_some()) {
         return Ok(Action::requeue(OPERATION_POLL));
     }
     // Otherwise every change that matters arrives through a watch, except
