@@ -13,9 +13,7 @@ mod support;
 
 use std::io::Write;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
 
-use dkv_api::backup::v1alpha1::BackupPhase;
 use dkv_api::{DistributedKV, DistributedKVBackup};
 use dkv_backup::testing::MotoServer;
 use k8s_openapi::api::apps::v1::StatefulSet;
@@ -24,7 +22,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Event, Pod, Secret};
 use kube::api::{Api, ListParams, LogParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
-use support::backups::{create_secret, wait_backup_finished};
+use support::backups::{backup_now, create_secret};
 use support::etcd_cluster::wait_settled;
 
 const NS: &str = "vault";
@@ -81,22 +79,6 @@ fn needles(values: &[String]) -> Vec<String> {
     out
 }
 
-async fn all_text<K>(client: &Client) -> String
-where
-    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
-        + Clone
-        + serde::de::DeserializeOwned
-        + serde::Serialize
-        + std::fmt::Debug,
-{
-    let items = Api::<K>::namespaced(client.clone(), NS)
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items;
-    serde_json::to_string(&items).unwrap()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn no_key_password_or_token_reaches_logs_events_or_status() {
     let captured = Captured::default();
@@ -130,41 +112,9 @@ async fn no_key_password_or_token_reaches_logs_events_or_status() {
     .await
     .unwrap();
     wait_settled(&dkvs, CLUSTER, 3).await;
-    let started = Instant::now();
-    while !Api::<Secret>::namespaced(client.clone(), NS)
-        .get(&format!("{CLUSTER}-etcd-root"))
-        .await
-        .unwrap()
-        .annotations()
-        .contains_key("dkv.io/auth-enabled")
-    {
-        assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "auth never enabled"
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    support::wait_auth_enabled(&client, NS, CLUSTER).await;
 
-    let backups: Api<DistributedKVBackup> = Api::namespaced(client.clone(), NS);
-    let backup: DistributedKVBackup = serde_json::from_value(json!({
-        "apiVersion": "dkv.io/v1alpha1", "kind": "DistributedKVBackup",
-        "metadata": {"name": "scanned", "namespace": NS}, "spec": {"cluster": CLUSTER}
-    }))
-    .unwrap();
-    backups
-        .create(&PostParams::default(), &backup)
-        .await
-        .unwrap();
-    let status = wait_backup_finished(&backups, "scanned")
-        .await
-        .status
-        .unwrap();
-    assert_eq!(
-        status.phase,
-        Some(BackupPhase::Completed),
-        "{:?}",
-        status.message
-    );
+    backup_now(&client, NS, CLUSTER, "scanned").await;
     dkvs.patch(
         CLUSTER,
         &PatchParams::default(),
@@ -200,14 +150,14 @@ async fn no_key_password_or_token_reaches_logs_events_or_status() {
         }
     }
     for objects in [
-        all_text::<Event>(&client).await,
-        all_text::<DistributedKV>(&client).await,
-        all_text::<DistributedKVBackup>(&client).await,
-        all_text::<StatefulSet>(&client).await,
-        all_text::<CronJob>(&client).await,
-        all_text::<Job>(&client).await,
-        all_text::<Pod>(&client).await,
-        all_text::<ConfigMap>(&client).await,
+        support::objects_text::<Event>(&client, NS).await,
+        support::objects_text::<DistributedKV>(&client, NS).await,
+        support::objects_text::<DistributedKVBackup>(&client, NS).await,
+        support::objects_text::<StatefulSet>(&client, NS).await,
+        support::objects_text::<CronJob>(&client, NS).await,
+        support::objects_text::<Job>(&client, NS).await,
+        support::objects_text::<Pod>(&client, NS).await,
+        support::objects_text::<ConfigMap>(&client, NS).await,
     ] {
         haystack.push_str(&objects);
     }

@@ -10,14 +10,13 @@ mod support;
 
 use std::time::Duration;
 
-use dkv_api::backup::v1alpha1::BackupPhase;
-use dkv_api::{DistributedKV, DistributedKVBackup};
+use dkv_api::DistributedKV;
 use dkv_backup::testing::MotoServer;
 use k8s_openapi::api::core::v1::{Event, Secret};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
-use support::backups::{create_secret, wait_backup_finished};
+use support::backups::{backup_now, create_secret};
 use support::etcd_cluster::{member_endpoints, wait_settled};
 
 const NS: &str = "vault";
@@ -151,26 +150,7 @@ async fn a_tls_cluster_refuses_plaintext_and_serves_the_documented_client_secret
     assert_eq!(value.kvs()[0].value_str().unwrap(), "over tls");
 
     // A backup: the agent presents the client certificate.
-    let backups: Api<DistributedKVBackup> = Api::namespaced(client.clone(), NS);
-    let backup: DistributedKVBackup = serde_json::from_value(json!({
-        "apiVersion": "dkv.io/v1alpha1", "kind": "DistributedKVBackup",
-        "metadata": {"name": "over-tls", "namespace": NS}, "spec": {"cluster": CLUSTER}
-    }))
-    .unwrap();
-    backups
-        .create(&PostParams::default(), &backup)
-        .await
-        .unwrap();
-    let status = wait_backup_finished(&backups, "over-tls")
-        .await
-        .status
-        .unwrap();
-    assert_eq!(
-        status.phase,
-        Some(BackupPhase::Completed),
-        "{:?}",
-        status.message
-    );
+    backup_now(&client, NS, CLUSTER, "over-tls").await;
 
     // No key material where users (and log collectors) look.
     let events = Api::<Event>::namespaced(client.clone(), NS)

@@ -241,7 +241,8 @@ pub async fn ensure(
             .due(current.not_after, jiff::Timestamp::now()),
         settled,
     });
-    if movement != ca_rotation::Move::Stay {
+    // A paused cluster is reported on, never changed.
+    if movement != ca_rotation::Move::Stay && !cluster.paused {
         ca_secret = rotate(&secrets, cluster, ca_secret, &current, movement, observed).await?;
     }
     let current = authority_from(&ca_secret, cluster, CA_CERT, CA_KEY, CA_NAME_ANNOTATION)?;
@@ -450,6 +451,13 @@ async fn current_leaf(
     lifetime: CertificateLifetime,
 ) -> Result<Secret> {
     let Some(old) = existing else {
+        if cluster.paused {
+            return Err(Error::SecretInvalid {
+                secret: name.to_owned(),
+                key: TLS_CERT,
+                fix: "it is missing; dkv issues it once the cluster is no longer paused (dkv.io/reconcile-paused)",
+            });
+        }
         let issued = signer.issuer.issue(leaf)?;
         let secret = leaf_secret(cluster, name, signer, &issued);
         return create_secret(secrets, name, &secret).await;
@@ -461,6 +469,9 @@ async fn current_leaf(
         .annotations()
         .get(ISSUER_ANNOTATION)
         .is_some_and(|issuer| *issuer != signer.issuer.common_name);
+    if cluster.paused {
+        return Ok(old);
+    }
     let mut updated = if due || signed_by_other {
         let issued = signer.issuer.issue(leaf)?;
         tracing::info!(secret = %name, not_after = %issued.not_after, issuer = %signer.issuer.common_name, "issued certificate");

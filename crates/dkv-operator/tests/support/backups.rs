@@ -61,3 +61,24 @@ pub async fn wait_backup_completed(
     );
     b
 }
+
+/// Takes an on-demand backup `name` of `cluster` (a `DistributedKVBackup`
+/// to the cluster's own destination) and checks that it completed.
+pub async fn backup_now(
+    client: &Client,
+    ns: &str,
+    cluster: &str,
+    name: &str,
+) -> DistributedKVBackup {
+    let backups: Api<DistributedKVBackup> = Api::namespaced(client.clone(), ns);
+    let backup: DistributedKVBackup = serde_json::from_value(json!({
+        "apiVersion": "dkv.io/v1alpha1", "kind": "DistributedKVBackup",
+        "metadata": {"name": name, "namespace": ns}, "spec": {"cluster": cluster}
+    }))
+    .unwrap();
+    backups
+        .create(&PostParams::default(), &backup)
+        .await
+        .unwrap();
+    wait_backup_completed(&backups, name).await
+}

@@ -178,3 +178,50 @@ pub fn dump_etcd_logs_after(
         }
     })
 }
+
+/// Every object of kind `K` in `ns`, as JSON text (for scans of what the
+/// operator wrote).
+pub async fn objects_text<K>(client: &Client, ns: &str) -> String
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + serde::Serialize
+        + std::fmt::Debug,
+{
+    let items = Api::<K>::namespaced(client.clone(), ns)
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items;
+    serde_json::to_string(&items).unwrap()
+}
+
+/// Waits (up to a minute) until the cluster's root Secret says etcd
+/// authentication is on; returns the Secret.
+pub async fn wait_auth_enabled(
+    client: &Client,
+    ns: &str,
+    cluster: &str,
+) -> k8s_openapi::api::core::v1::Secret {
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(client.clone(), ns);
+    let started = std::time::Instant::now();
+    loop {
+        let secret = secrets.get(&format!("{cluster}-etcd-root")).await.unwrap();
+        if secret
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get("dkv.io/auth-enabled"))
+            .is_some_and(|v| v == "true")
+        {
+            return secret;
+        }
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(60),
+            "authentication not enabled: {:?}",
+            secret.metadata.annotations
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    }
+}
