@@ -166,3 +166,22 @@ pub fn dump_etcd_logs_after(
         }
     })
 }
+
+/// A member's disk is lost: its etcd is frozen (so nothing writes while the
+/// volume is emptied), the volume wiped, and the pod replaced at once, as
+/// when its node and disk go and the pod is rescheduled.
+pub async fn lose_disk(
+    kubelet: &kube_local::kubelet::Kubelet,
+    pods: &Api<k8s_openapi::api::core::v1::Pod>,
+    ns: &str,
+    member: &str,
+) {
+    kubelet.pause_container(ns, member, "etcd").unwrap();
+    kubelet
+        .wipe_volume(ns, &format!("data-{member}"))
+        .await
+        .unwrap();
+    pods.delete(member, &kube::api::DeleteParams::default().grace_period(0))
+        .await
+        .unwrap();
+}
