@@ -37,6 +37,7 @@ fn name(i: usize) -> String {
 }
 
 pub async fn run(settings: Settings<'_>) -> anyhow::Result<(Vec<Metric>, Vec<(String, String)>)> {
+    eprintln!("bench: footprint: idle");
     let env = support::environment(false).await;
     let client = env.client();
     support::create_namespace(&client, NS).await;
@@ -64,6 +65,7 @@ pub async fn run(settings: Settings<'_>) -> anyhow::Result<(Vec<Metric>, Vec<(St
     let dkvs: Api<DistributedKV> = Api::namespaced(client.clone(), NS);
     let mut created = 0usize;
     for (step, &count) in settings.counts.iter().enumerate() {
+        eprintln!("bench: footprint: {count} clusters");
         let started = Instant::now();
         create_clusters(&dkvs, created, count).await?;
         created = count;
@@ -128,6 +130,7 @@ pub async fn run(settings: Settings<'_>) -> anyhow::Result<(Vec<Metric>, Vec<(St
 
     // A restarted operator re-examines every cluster once: each of those
     // reconciles finds nothing to do.
+    eprintln!("bench: footprint: no-op resync after a restart");
     operator.kill().await?;
     let before_writes = env.requests();
     operator = OperatorProcess::start(settings.dkv, env.kubeconfig_path(), &log).await?;

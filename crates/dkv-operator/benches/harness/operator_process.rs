@@ -42,6 +42,7 @@ impl OperatorProcess {
             ])
             .env("KUBECONFIG", kubeconfig)
             .env("RUST_LOG", "info")
+            .env("NO_COLOR", "1")
             .stdin(Stdio::null())
             .stdout(log_file)
             .stderr(err_file)
