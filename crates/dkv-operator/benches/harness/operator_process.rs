@@ -80,8 +80,12 @@ impl OperatorProcess {
     pub fn rss_breakdown(&self) -> anyhow::Result<String> {
         let pid = self.pid()?;
         let mib = |field: &str| proc_status_kib(pid, field).map(|k| k as f64 / 1024.0);
+        let binary = binary_rss_kib(pid).map_or_else(
+            |e| format!("unknown ({e:#})"),
+            |k| format!("{:.1}", k as f64 / 1024.0),
+        );
         Ok(format!(
-            "VmRSS {:.1} MiB = anonymous {:.1} + file-backed {:.1} + shmem {:.1}; {} threads",
+            "VmRSS {:.1} MiB = anonymous {:.1} + file-backed {:.1} (of which the dkv binary's own pages {binary}) + shmem {:.1}; {} threads",
             mib("VmRSS:")?,
             mib("RssAnon:")?,
             mib("RssFile:")?,
@@ -119,6 +123,30 @@ pub fn proc_status_kib(pid: u32, field: &str) -> anyhow::Result<u64> {
         .and_then(|rest| rest.split_whitespace().next())
         .and_then(|n| n.parse().ok())
         .with_context(|| format!("no {field} in {path}"))
+}
+
+/// Resident KiB of the mappings of the process's own executable
+/// (`/proc/<pid>/smaps`).
+fn binary_rss_kib(pid: u32) -> anyhow::Result<u64> {
+    let exe = std::fs::read_link(format!("/proc/{pid}/exe")).context("reading the exe link")?;
+    let exe = exe.to_string_lossy().into_owned();
+    let path = format!("/proc/{pid}/smaps");
+    let text = std::fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
+    let mut in_binary = false;
+    let mut total = 0;
+    for line in text.lines() {
+        let first = line.split_whitespace().next().unwrap_or("");
+        if first.contains('-') && first.chars().all(|c| c.is_ascii_hexdigit() || c == '-') {
+            in_binary = line.ends_with(exe.as_str());
+        } else if in_binary && let Some(rest) = line.strip_prefix("Rss:") {
+            total += rest
+                .split_whitespace()
+                .next()
+                .and_then(|n| n.parse::<u64>().ok())
+                .unwrap_or(0);
+        }
+    }
+    Ok(total)
 }
 
 /// `MemTotal` of `/proc/meminfo`, in KiB.
