@@ -22,6 +22,6 @@ cargo bench --locked -p dkv-operator --bench harness --no-run
 echo "== running"
 rustc_version="$(rustc --version)"
 cargo bench --locked -p dkv-operator --bench harness -- \
-  --backup-example target/release/examples/backup_throughput \
+  --backup-example "$PWD/target/release/examples/backup_throughput" \
   --build "cargo bench profile (release: opt-level 3, no debug info), $rustc_version, commit $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- crates Cargo.toml Cargo.lock || echo ' + uncommitted changes')" \
   "$@"
