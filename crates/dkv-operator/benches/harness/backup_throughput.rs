@@ -18,27 +18,62 @@ pub struct Settings<'a> {
     pub size_mib: usize,
 }
 
+/// The example keeps up to ~5 copies of the database on disk at once (the
+/// member's data, etcdctl's snapshot, the S3 server's objects, the fetched
+/// snapshot, a restored member).
+const DISK_COPIES: u64 = 5;
+
+/// Free bytes of the filesystem holding `dir` (`df -Pk`).
+fn free_bytes(dir: &Path) -> anyhow::Result<u64> {
+    let out = std::process::Command::new("df")
+        .arg("-Pk")
+        .arg(dir)
+        .output()
+        .context("running df")?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.lines()
+        .nth(1)
+        .and_then(|l| l.split_whitespace().nth(3))
+        .and_then(|k| k.parse::<u64>().ok())
+        .map(|k| k * 1024)
+        .with_context(|| format!("parsing df's answer: {text}"))
+}
+
 pub async fn run(settings: Settings<'_>) -> anyhow::Result<(Vec<Metric>, Vec<(String, String)>)> {
+    // A smaller database than asked when the disk cannot hold the copies
+    // (said in the results), rather than etcd dying of a full disk midway.
+    let free = free_bytes(&std::env::temp_dir())?;
+    let mut size_mib = settings.size_mib;
+    while size_mib > 64 && (size_mib as u64) << 20 > free / (DISK_COPIES + 1) {
+        size_mib /= 2;
+    }
+    let size_note = (size_mib != settings.size_mib).then(|| {
+        format!(
+            "measured on {size_mib} MiB instead of {} MiB: {:.1} GiB of disk were free, the run needs ~{DISK_COPIES} copies of the database",
+            settings.size_mib,
+            free as f64 / f64::from(1 << 30)
+        )
+    });
     let output = tokio::process::Command::new(settings.example)
-        .args([
-            "--size-mib",
-            &settings.size_mib.to_string(),
-            "--runs",
-            "1",
-            "--dkv",
-        ])
+        .args(["--size-mib", &size_mib.to_string(), "--runs", "1", "--dkv"])
         .arg(settings.dkv)
         .stdin(Stdio::null())
-        .stderr(Stdio::inherit())
         .output()
         .await
         .with_context(|| format!("running {}", settings.example.display()))?;
     let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    eprint!("{stderr}");
     if !output.status.success() {
+        let why: Vec<&str> = stderr
+            .lines()
+            .filter(|l| !l.starts_with(' ') && !l.trim().is_empty())
+            .collect();
         bail!(
-            "{} failed ({}): {stdout}",
+            "{} failed ({}): {}",
             settings.example.display(),
-            output.status
+            output.status,
+            why[why.len().saturating_sub(4)..].join(" / ")
         );
     }
     let line = stdout
@@ -137,6 +172,15 @@ pub async fn run(settings: Settings<'_>) -> anyhow::Result<(Vec<Metric>, Vec<(St
                 boto / dkv_backup
             ),
         ));
+    }
+    if let Some(note) = size_note {
+        for m in &mut metrics {
+            m.note = if m.note.is_empty() {
+                note.clone()
+            } else {
+                format!("{}; {note}", m.note)
+            };
+        }
     }
     Ok((metrics, context))
 }
