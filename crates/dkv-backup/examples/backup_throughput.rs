@@ -191,6 +191,8 @@ async fn main() -> Result<(), Error> {
             ),
         ]))?;
         dkv_backup_file.push(seconds);
+        // Each copy is as large as the database: keep at most a few on disk.
+        std::fs::remove_dir_all(work.join("file-dest"))?;
         boto3_upload.push(moto.boto3_upload_seconds(&local, &format!("boto3-{round}.db")));
 
         // Baseline: etcdutl from local disk.
@@ -206,6 +208,7 @@ async fn main() -> Result<(), Error> {
                 &format!("--data-dir={}", work.join("etcdutl-data").display()),
             ]))?;
         baseline_restore.push(seconds);
+        std::fs::remove_dir_all(work.join("etcdutl-data"))?;
 
         // dkv: fetch + verify from S3, then restore-member.
         let fetched = work.join("fetched.db");

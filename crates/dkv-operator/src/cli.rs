@@ -101,6 +101,8 @@ pub struct WebhookArgs {
     pub addr: SocketAddr,
     /// Namespace of the webhook Service and the certificate Secret.
     #[arg(
+        id = "webhook_namespace",
+        value_name = "NAMESPACE",
         long = "webhook-namespace",
         env = "POD_NAMESPACE",
         default_value = "dkv-system"
@@ -325,4 +327,20 @@ pub struct RestoreMemberArgs {
     pub termination_log: PathBuf,
     #[arg(long, value_enum, default_value = "text", env = "DKV_LOG_FORMAT")]
     pub log_format: LogFormat,
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::*;
+
+    /// clap checks argument definitions only in debug builds, at parse
+    /// time: two arguments with the same id (`--namespace` and
+    /// `--webhook-namespace` both were `namespace`) made every debug-built
+    /// `dkv operator` panic at start.
+    #[test]
+    fn argument_definitions_are_consistent() {
+        Cli::command().debug_assert();
+    }
 }

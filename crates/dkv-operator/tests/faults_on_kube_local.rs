@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use dkv_api::DistributedKV;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
 
@@ -51,25 +51,6 @@ async fn three_members(
     let formed = wait_settled(&dkvs, "orders", 3).await;
     eprintln!("[{ns}] 3 healthy voters after {formed:?}");
     (env, operator, dkvs)
-}
-
-/// A member's disk is lost: its etcd is frozen (so nothing writes while the
-/// volume is emptied), the volume wiped, and the pod replaced at once, as
-/// when its node and disk go and the pod is rescheduled.
-async fn lose_disk(
-    kubelet: &kube_local::kubelet::Kubelet,
-    pods: &Api<Pod>,
-    ns: &str,
-    member: &str,
-) {
-    kubelet.pause_container(ns, member, "etcd").unwrap();
-    kubelet
-        .wipe_volume(ns, &format!("data-{member}"))
-        .await
-        .unwrap();
-    pods.delete(member, &DeleteParams::default().grace_period(0))
-        .await
-        .unwrap();
 }
 
 fn member_ids(d: &DistributedKV) -> Vec<(String, Option<String>)> {
@@ -166,7 +147,7 @@ async fn a_member_whose_volume_is_lost_is_replaced() {
     // A lost disk: the volume comes back empty under a new pod.
     let kubelet = env.kubelet().unwrap();
     let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
-    lose_disk(kubelet, &pods, NS, "orders-1").await;
+    support::lose_disk(kubelet, &pods, NS, "orders-1").await;
 
     wait_for(&dkvs, "orders", "a replacement in progress", |d| {
         d.status
@@ -299,7 +280,7 @@ async fn quorum_lost_for_good_is_reported_and_recovered_by_policy() {
     let kubelet = env.kubelet().unwrap();
     let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
     for member in ["orders-1", "orders-2"] {
-        lose_disk(kubelet, &pods, NS, member).await;
+        support::lose_disk(kubelet, &pods, NS, member).await;
     }
     wait_for(
         &dkvs,

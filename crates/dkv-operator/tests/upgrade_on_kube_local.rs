@@ -6,8 +6,6 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use dkv_api::DistributedKV;
@@ -18,59 +16,11 @@ use serde_json::json;
 
 mod support;
 
-use support::etcd_cluster::{Writer, connect, lost_writes, member_endpoints, wait_for};
+use support::etcd_cluster::{LeaderMonitor, Writer, lost_writes, wait_for};
 
 const NS: &str = "upgrade";
 const V34: &str = "registry.k8s.io/etcd:3.4.23-0";
 const V35: &str = "registry.k8s.io/etcd:3.5.16-0";
-
-/// Watches who leads: polls every member's status and records each change of
-/// the leader seen by the members that answer, plus the highest raft term.
-struct LeaderMonitor {
-    stop: Arc<AtomicBool>,
-    task: tokio::task::JoinHandle<(Vec<u64>, u64)>,
-}
-
-impl LeaderMonitor {
-    fn start(client: Client) -> Self {
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = stop.clone();
-        let task = tokio::spawn(async move {
-            let mut leaders: Vec<u64> = Vec::new();
-            let mut term = 0;
-            while !flag.load(Ordering::Relaxed) {
-                for endpoint in member_endpoints(&client, NS, "orders").await {
-                    let Some(mut c) = connect(vec![endpoint]).await else {
-                        continue;
-                    };
-                    let Ok(status) = c.status().await else {
-                        continue;
-                    };
-                    term = term.max(status.raft_term());
-                    let leader = status.leader();
-                    // 0 = no leader known (an election is running).
-                    if leader != 0 && leaders.last() != Some(&leader) {
-                        // A restarted member may still name the old leader
-                        // for a moment; count a change only when the term
-                        // it reports is current.
-                        if status.raft_term() >= term {
-                            leaders.push(leader);
-                        }
-                    }
-                }
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            (leaders, term)
-        });
-        Self { stop, task }
-    }
-
-    /// The sequence of leaders seen and the last raft term.
-    async fn stop(self) -> (Vec<u64>, u64) {
-        self.stop.store(true, Ordering::Relaxed);
-        self.task.await.unwrap()
-    }
-}
 
 fn versions(d: &DistributedKV) -> Vec<String> {
     d.status
@@ -123,7 +73,7 @@ async fn rolling_upgrade_3_4_to_3_5_keeps_the_cluster_serving() {
     eprintln!("create 3 members on 3.4: {formed:?}");
 
     let writer = Writer::start(client.clone(), NS, "orders");
-    let monitor = LeaderMonitor::start(client.clone());
+    let monitor = LeaderMonitor::start(client.clone(), NS, "orders");
     tokio::time::sleep(Duration::from_secs(2)).await;
 
     let started = Instant::now();

@@ -10,6 +10,7 @@ use serde_json::{Value, json};
 use tokio::task::JoinHandle;
 
 use crate::api_error::ApiError;
+use crate::api_traffic::{ApiTraffic, Fault, RequestCounts};
 use crate::core::{Core, WriteOptions};
 use crate::server::{self, Server};
 
@@ -189,11 +190,13 @@ impl EnvironmentBuilder {
             .local_addr()
             .map_err(|source| Error::Bind { addr: bind, source })?;
         let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
+        let traffic = Arc::new(ApiTraffic::default());
         let server = Arc::new(Server {
             core: core.clone(),
             address: addr.to_string(),
             bookmark_interval: self.bookmark_interval,
             shutdown: shutdown_rx.clone(),
+            traffic: traffic.clone(),
         });
         let app = server::router(server);
         let ca = if self.tls {
@@ -250,6 +253,7 @@ impl EnvironmentBuilder {
             client,
             kubeconfig,
             core,
+            traffic,
             shutdown: shutdown_tx,
             tasks: vec![serve, controllers],
             _temp: temp,
@@ -421,6 +425,7 @@ pub struct Environment {
     client: kube::Client,
     kubeconfig: PathBuf,
     core: Arc<Core>,
+    traffic: Arc<ApiTraffic>,
     shutdown: tokio::sync::watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
     _temp: Option<tempfile::TempDir>,
@@ -457,6 +462,26 @@ impl Environment {
 
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// The requests the API server received so far, per verb and resource (also served as `GET /metrics`).
+    pub fn requests(&self) -> RequestCounts {
+        self.traffic.counts()
+    }
+
+    /// Answers the next requests matching `fault` with its error instead of serving them.
+    pub fn inject_fault(&self, fault: Fault) {
+        self.traffic.inject(fault);
+    }
+
+    /// Requests answered by injected faults so far.
+    pub fn injected_faults(&self) -> u64 {
+        self.traffic.injected()
+    }
+
+    /// Drops the faults not used up yet.
+    pub fn clear_faults(&self) {
+        self.traffic.clear_faults();
     }
 
     /// Discards the watch history, as an etcd compaction does: watches from earlier versions get `410 Expired`.

@@ -10,6 +10,7 @@
 
 mod admission;
 pub mod api_error;
+pub mod api_traffic;
 mod base64;
 mod controllers;
 mod conversion;

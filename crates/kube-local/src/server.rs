@@ -11,6 +11,7 @@ use http::{HeaderValue, Method, StatusCode, header};
 use serde_json::{Value, json};
 
 use crate::api_error::{ApiError, ApiResult};
+use crate::api_traffic::{ApiTraffic, Verb};
 use crate::core::{
     Core, DeleteOptions, Deleted, FieldValidation, Propagation, Subresource, WriteOptions, Written,
 };
@@ -35,6 +36,8 @@ pub struct Server {
     pub address: String,
     pub bookmark_interval: Duration,
     pub shutdown: tokio::sync::watch::Receiver<bool>,
+    /// Request counters and injected faults (see [`crate::api_traffic`]).
+    pub traffic: Arc<ApiTraffic>,
 }
 
 pub fn router(server: Arc<Server>) -> axum::Router {
@@ -128,6 +131,15 @@ async fn dispatch(server: &Server, req: Request) -> ApiResult<Response> {
                     "buildDate": "2025-01-01T00:00:00Z", "goVersion": "go1.23.0", "compiler": "gc", "platform": "linux/amd64"
                 }),
             ));
+        }
+        ["metrics"] => {
+            get_only()?;
+            let mut r = Response::new(Body::from(server.traffic.counts().to_prometheus()));
+            r.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("text/plain; version=0.0.4"),
+            );
+            return Ok(r);
         }
         ["healthz"] | ["livez"] | ["readyz"] => {
             let mut r = Response::new(Body::from("ok"));
@@ -234,6 +246,18 @@ async fn dispatch(server: &Server, req: Request) -> ApiResult<Response> {
         if !ok {
             return Err(ApiError::not_found_path());
         }
+    }
+    if let Some(verb) = Verb::of(
+        req.method(),
+        name.is_some(),
+        flag(&query_map(&req), "watch"),
+        header_str(&req, header::CONTENT_TYPE),
+    ) {
+        let counted = match &sub {
+            Some(s) => format!("{}/{s}", rt.plural),
+            None => rt.plural.clone(),
+        };
+        server.traffic.record(verb, &counted)?;
     }
     resource(
         server,

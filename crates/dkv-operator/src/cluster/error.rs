@@ -218,8 +218,9 @@ pub fn backoff_delay(failures: u32, jitter_fraction: f64) -> Duration {
     Duration::from_millis(base + jitter)
 }
 
-/// Requeue delay for [`Category::Waiting`].
-pub const WAITING_DELAY: Duration = Duration::from_secs(2);
+/// Requeue delay for [`Category::Waiting`] (a pod starting, a member not
+/// answering yet): as often as an operation in flight is looked at.
+pub const WAITING_DELAY: Duration = Duration::from_secs(1);
 
 #[cfg(test)]
 mod tests {

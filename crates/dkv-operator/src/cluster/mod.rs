@@ -388,8 +388,12 @@ async fn restore_source(
     }
 }
 
-/// How often an operation in flight is re-examined.
-const OPERATION_POLL: std::time::Duration = std::time::Duration::from_secs(2);
+/// How often an operation in flight is re-examined. Each membership step
+/// (pin, add learner, start, promote) waits for the next look, so this paces
+/// a member add: at 2 s it cost ~9 s per member on a 2-core machine against
+/// etcd's own ~5 s (bench/results.md, scale 3 → 5 → 3). A look is a few
+/// etcd status calls and no API write unless something changed.
+const OPERATION_POLL: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Whether `spec.recovery` allows its `policy` now: it is the configured
 /// one, and quorum has been lost (the `Degraded/QuorumLost` condition) for

@@ -367,3 +367,53 @@ pub async fn assert_no_write_lost(client: &Client, ns: &str, report: &WriterRepo
     );
     assert!(lost.is_empty(), "acknowledged writes lost: {lost:?}");
 }
+
+/// Watches who leads a cluster: polls every member's status and records
+/// each change of the leader seen by the members that answer, plus the
+/// highest raft term.
+pub struct LeaderMonitor {
+    stop: Arc<AtomicBool>,
+    task: tokio::task::JoinHandle<(Vec<u64>, u64)>,
+}
+
+impl LeaderMonitor {
+    pub fn start(client: Client, ns: &str, cluster: &str) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let (ns, cluster) = (ns.to_owned(), cluster.to_owned());
+        let task = tokio::spawn(async move {
+            let mut leaders: Vec<u64> = Vec::new();
+            let mut term = 0;
+            while !flag.load(Ordering::Relaxed) {
+                for endpoint in member_endpoints(&client, &ns, &cluster).await {
+                    let Some(mut c) = connect(vec![endpoint]).await else {
+                        continue;
+                    };
+                    let Ok(status) = c.status().await else {
+                        continue;
+                    };
+                    term = term.max(status.raft_term());
+                    let leader = status.leader();
+                    // 0 = no leader known (an election is running).
+                    if leader != 0 && leaders.last() != Some(&leader) {
+                        // A restarted member may still name the old leader
+                        // for a moment; count a change only when the term
+                        // it reports is current.
+                        if status.raft_term() >= term {
+                            leaders.push(leader);
+                        }
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            (leaders, term)
+        });
+        Self { stop, task }
+    }
+
+    /// The sequence of leaders seen and the last raft term.
+    pub async fn stop(self) -> (Vec<u64>, u64) {
+        self.stop.store(true, Ordering::Relaxed);
+        self.task.await.unwrap()
+    }
+}

@@ -225,3 +225,22 @@ pub async fn wait_auth_enabled(
         tokio::time::sleep(std::time::Duration::from_millis(250)).await;
     }
 }
+
+/// A member's disk is lost: its etcd is frozen (so nothing writes while the
+/// volume is emptied), the volume wiped, and the pod replaced at once, as
+/// when its node and disk go and the pod is rescheduled.
+pub async fn lose_disk(
+    kubelet: &kube_local::kubelet::Kubelet,
+    pods: &Api<k8s_openapi::api::core::v1::Pod>,
+    ns: &str,
+    member: &str,
+) {
+    kubelet.pause_container(ns, member, "etcd").unwrap();
+    kubelet
+        .wipe_volume(ns, &format!("data-{member}"))
+        .await
+        .unwrap();
+    pods.delete(member, &kube::api::DeleteParams::default().grace_period(0))
+        .await
+        .unwrap();
+}

@@ -411,7 +411,6 @@ pub async fn sync_pods(shared: Arc<Shared>) {
     struct Worker {
         stop: watch::Sender<Option<Duration>>,
         task: tokio::task::JoinHandle<()>,
-        grace: Duration,
     }
     let mut workers: HashMap<String, Worker> = HashMap::new();
     let changes = shared.caches.changes();
@@ -437,7 +436,7 @@ pub async fn sync_pods(shared: Arc<Shared>) {
             let worker = workers.entry(uid.clone()).or_insert_with(|| {
                 let (stop, stop_rx) = watch::channel(None);
                 let task = tokio::spawn(run_pod(shared.clone(), (**pod).clone(), stop_rx));
-                Worker { stop, task, grace }
+                Worker { stop, task }
             });
             if let Some(rt) = shared
                 .running
@@ -456,9 +455,13 @@ pub async fn sync_pods(shared: Arc<Shared>) {
                 worker.stop.send_replace(Some(deletion_grace.min(grace)));
             }
         }
+        // A pod gone from the API before it was seen terminating was deleted with grace period 0 (a force delete,
+        // e.g. `kubectl delete --grace-period=0 --force`): like upstream's kubelet, which takes the deleted object's
+        // deletionGracePeriodSeconds, kill it at once instead of waiting the spec's grace period (30 s by default,
+        // all of it for a process that ignores or cannot take SIGTERM).
         for (uid, worker) in &workers {
             if !seen.contains(uid) && worker.stop.borrow().is_none() {
-                worker.stop.send_replace(Some(worker.grace));
+                worker.stop.send_replace(Some(Duration::ZERO));
             }
         }
         workers.retain(|uid, w| seen.contains(uid) || !w.task.is_finished());

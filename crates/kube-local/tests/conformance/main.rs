@@ -13,5 +13,6 @@ mod patching;
 mod persistence;
 mod protobuf;
 mod runtime;
+mod traffic;
 mod watching;
 mod webhooks;

@@ -651,3 +651,34 @@ async fn a_paused_container_stops_answering_until_resumed_without_a_restart() {
         "an unknown container is an error"
     );
 }
+
+#[tokio::test]
+async fn a_force_deleted_pod_is_killed_without_waiting_its_grace_period() {
+    let c = Cluster::start(NS).await;
+    c.create::<Pod>(NS, json!({
+        "metadata": {"name": "stuck"},
+        "spec": {"terminationGracePeriodSeconds": 120, "containers": [{
+            "name": "app", "image": TESTAPP,
+            "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
+        }]},
+    }))
+    .await;
+    let pid = eventually("container id", Duration::from_secs(20), || async {
+        status_of(&c.pod(NS, "stuck").await?, "app")?.container_id
+    })
+    .await
+    .trim_start_matches("kube-local://")
+    .to_string();
+    // Frozen, it cannot act on SIGTERM: only SIGKILL ends it.
+    c.kubelet().pause_container(NS, "stuck", "app").unwrap();
+    c.api::<Pod>(NS)
+        .delete("stuck", &DeleteParams::default().grace_period(0))
+        .await
+        .unwrap();
+    // Well within the 120 s the pod's own grace period would allow.
+    eventually("the process killed", Duration::from_secs(30), || async {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        (stat.is_empty() || stat.contains(") Z ")).then_some(())
+    })
+    .await;
+}

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# dkv's benchmarks, one command: installs what they need (etcd 3.4/3.5, moto),
+# builds the operator and the harness with cargo's `bench` profile (release:
+# optimized, no debug info; a second build next to target/debug, ~2-3 GB),
+# runs every section and writes bench/results.md and bench/results.json.
+#
+#   bench/run.sh                       # everything (~15-20 min on 2 cores)
+#   bench/run.sh --only footprint      # one section (footprint, ops, backup)
+#   bench/run.sh --counts 100 --backup-size-mib 256   # smaller, quicker
+#
+# Extra arguments go to the harness (`--help` lists them). Results of a
+# partial run overwrite the files too: commit only full runs.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+scripts/install-prerequisites.sh
+
+echo "== building (release profile)"
+cargo build --release --locked -p dkv-backup --features testing --example backup_throughput
+cargo bench --locked -p dkv-operator --bench harness --no-run
+
+echo "== running"
+rustc_version="$(rustc --version)"
+cargo bench --locked -p dkv-operator --bench harness -- \
+  --backup-example "$PWD/target/release/examples/backup_throughput" \
+  --build "cargo bench profile (release: opt-level 3, no debug info), $rustc_version, commit $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- crates Cargo.toml Cargo.lock || echo ' + uncommitted changes')" \
+  "$@"

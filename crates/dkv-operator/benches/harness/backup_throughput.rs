@@ -1,0 +1,186 @@
+//! Backup and restore throughput against etcd's own tools: runs dkv-backup's
+//! `backup_throughput` example (one etcd 3.5 member filled to the size asked,
+//! `dkv backup` to moto S3 vs `etcdctl snapshot save` to local disk, `dkv
+//! restore-fetch` + `restore-member` vs `etcdutl snapshot restore`) and turns
+//! its JSON line into metrics.
+
+use std::path::Path;
+use std::process::Stdio;
+
+use anyhow::{Context as _, bail};
+use serde_json::Value;
+
+use crate::report::{Baseline, Goal, Metric};
+
+pub struct Settings<'a> {
+    pub example: &'a Path,
+    pub dkv: &'a Path,
+    pub size_mib: usize,
+}
+
+/// The example keeps up to ~5 copies of the database on disk at once (the
+/// member's data, etcdctl's snapshot, the S3 server's objects, the fetched
+/// snapshot, a restored member).
+const DISK_COPIES: u64 = 5;
+
+/// Free bytes of the filesystem holding `dir` (`df -Pk`).
+fn free_bytes(dir: &Path) -> anyhow::Result<u64> {
+    let out = std::process::Command::new("df")
+        .arg("-Pk")
+        .arg(dir)
+        .output()
+        .context("running df")?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.lines()
+        .nth(1)
+        .and_then(|l| l.split_whitespace().nth(3))
+        .and_then(|k| k.parse::<u64>().ok())
+        .map(|k| k * 1024)
+        .with_context(|| format!("parsing df's answer: {text}"))
+}
+
+pub async fn run(settings: Settings<'_>) -> anyhow::Result<(Vec<Metric>, Vec<(String, String)>)> {
+    // A smaller database than asked when the disk cannot hold the copies
+    // (said in the results), rather than etcd dying of a full disk midway.
+    let free = free_bytes(&std::env::temp_dir())?;
+    let mut size_mib = settings.size_mib;
+    while size_mib > 64 && (size_mib as u64) << 20 > free / (DISK_COPIES + 1) {
+        size_mib /= 2;
+    }
+    let size_note = (size_mib != settings.size_mib).then(|| {
+        format!(
+            "measured on {size_mib} MiB instead of {} MiB: {:.1} GiB of disk were free, the run needs ~{DISK_COPIES} copies of the database",
+            settings.size_mib,
+            free as f64 / f64::from(1 << 30)
+        )
+    });
+    let output = tokio::process::Command::new(settings.example)
+        .args(["--size-mib", &size_mib.to_string(), "--runs", "1", "--dkv"])
+        .arg(settings.dkv)
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .with_context(|| format!("running {}", settings.example.display()))?;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    eprint!("{stderr}");
+    if !output.status.success() {
+        let why: Vec<&str> = stderr
+            .lines()
+            .filter(|l| !l.starts_with(' ') && !l.trim().is_empty())
+            .collect();
+        bail!(
+            "{} failed ({}): {}",
+            settings.example.display(),
+            output.status,
+            why[why.len().saturating_sub(4)..].join(" / ")
+        );
+    }
+    let line = stdout
+        .lines()
+        .rev()
+        .find(|l| l.trim_start().starts_with('{'))
+        .context("the example printed no JSON line")?;
+    let v: Value = serde_json::from_str(line).context("parsing the example's JSON line")?;
+    let num = |pointer: &str| -> anyhow::Result<f64> {
+        v.pointer(pointer)
+            .and_then(Value::as_f64)
+            .with_context(|| format!("no {pointer} in {line}"))
+    };
+    let mib = num("/snapshotBytes")? / f64::from(1 << 20);
+    let (dkv_backup, etcdctl) = (
+        num("/backupSeconds/dkv")?,
+        num("/backupSeconds/etcdctlSnapshotSave")?,
+    );
+    let (dkv_restore, etcdutl) = (
+        num("/restoreSeconds/dkv")?,
+        num("/restoreSeconds/etcdutlSnapshotRestore")?,
+    );
+    let mut metrics = vec![
+        Metric::measured(
+            "backupMiBPerSecond",
+            &format!(
+                "snapshot → object store throughput ({mib:.0} MiB snapshot, `dkv backup` → moto S3)"
+            ),
+            mib / dkv_backup,
+            "MiB/s",
+            Some(Baseline {
+                what: "`etcdctl snapshot save` → local disk".into(),
+                value: mib / etcdctl,
+            }),
+            etcdctl / dkv_backup,
+            Goal::at_least(0.8),
+            "≥ 0.8 × etcdctl snapshot save to local disk",
+        )
+        .with_note(format!("dkv {dkv_backup:.2} s, etcdctl {etcdctl:.2} s")),
+        Metric::measured(
+            "restoreMiBPerSecond",
+            "restore throughput (`dkv restore-fetch` from moto S3 + `restore-member`)",
+            mib / dkv_restore,
+            "MiB/s",
+            Some(Baseline {
+                what: "`etcdutl snapshot restore` from local disk".into(),
+                value: mib / etcdutl,
+            }),
+            etcdutl / dkv_restore,
+            Goal::at_least(0.8),
+            "≥ 0.8 × etcdutl snapshot restore from local disk",
+        )
+        .with_note(format!(
+            "dkv {dkv_restore:.2} s (download + sha256 alone {:.2} s), etcdutl {etcdutl:.2} s",
+            num("/restoreSeconds/dkvFetchOnly").unwrap_or(f64::NAN)
+        )),
+    ];
+    metrics.push(
+        match v.pointer("/dkvBackupPeakRssMiB").and_then(Value::as_f64) {
+            Some(rss) => Metric::against_target(
+                "backupPeakRssMiB",
+                "peak RSS of the backup process (`dkv backup`)",
+                rss,
+                "MiB",
+                64.0,
+                "≤ 64 MiB",
+            ),
+            None => Metric::not_measured(
+                "backupPeakRssMiB",
+                "peak RSS of the backup process (`dkv backup`)",
+                "≤ 64 MiB",
+                "neither /usr/bin/time nor the agent's peak_rss_kib log line was available",
+            ),
+        },
+    );
+    let mut context = vec![(
+        "backup database size".to_owned(),
+        format!(
+            "{:.0} MiB database, {mib:.0} MiB snapshot",
+            num("/databaseBytes").unwrap_or(f64::NAN) / f64::from(1 << 20)
+        ),
+    )];
+    if let (Ok(file), Ok(boto)) = (
+        num("/backupToFileSeconds"),
+        num("/boto3UploadToMotoSeconds"),
+    ) {
+        context.push((
+            "`dkv backup` → file:// (vs etcdctl to local disk)".to_owned(),
+            format!("{file:.2} s, ratio {:.2}", etcdctl / file),
+        ));
+        context.push((
+            "boto3 upload of the same snapshot → the same moto (what moto itself takes in)"
+                .to_owned(),
+            format!(
+                "{boto:.2} s; dkv → moto vs boto3 → moto ratio {:.2}",
+                boto / dkv_backup
+            ),
+        ));
+    }
+    if let Some(note) = size_note {
+        for m in &mut metrics {
+            m.note = if m.note.is_empty() {
+                note.clone()
+            } else {
+                format!("{}; {note}", m.note)
+            };
+        }
+    }
+    Ok((metrics, context))
+}

@@ -1,0 +1,376 @@
+//! dkv's benchmark harness: every metric of BENCHMARKS.md, each beside a
+//! baseline measured in the same run, and the reliability table; writes
+//! `bench/results.md` and `bench/results.json`. Run it through
+//! `bench/run.sh` (which installs etcd and moto and builds what it needs).
+//!
+//! Sections, in order (each runs even when an earlier one failed; a failed
+//! section's metrics are reported "not measured" with the error):
+//! - `footprint`: the operator process with 0 / 100 / 1,000 clusters on
+//!   kube-local without a kubelet;
+//! - `ops`: real etcd on kube-local: create, scale, faults, upgrade;
+//! - `backup`: backup and restore throughput against etcdctl/etcdutl.
+
+mod backup_throughput;
+mod bare_etcd;
+mod cluster_ops;
+mod footprint;
+mod operator_process;
+mod report;
+#[path = "../../tests/support/mod.rs"]
+mod support;
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::Context as _;
+use clap::Parser;
+
+use crate::report::{Metric, Results};
+
+#[derive(Debug, Parser)]
+#[command(about = "dkv benchmark harness (see bench/README.md)")]
+struct Args {
+    /// Where results.md and results.json go.
+    #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/../../bench"))]
+    out: PathBuf,
+    /// Cluster counts of the footprint section (ascending).
+    #[arg(long, value_delimiter = ',', default_value = "100,1000")]
+    counts: Vec<usize>,
+    /// Seconds of API writes counted after convergence (BENCHMARKS.md: 60).
+    #[arg(long, default_value_t = 60)]
+    quiet_seconds: u64,
+    /// The built `backup_throughput` example of dkv-backup; without it the
+    /// backup metrics are not measured.
+    #[arg(long)]
+    backup_example: Option<PathBuf>,
+    /// Database size of the backup measurement.
+    #[arg(long, default_value_t = 1024)]
+    backup_size_mib: usize,
+    /// Sections to run (footprint, ops, backup).
+    #[arg(long, value_delimiter = ',', default_value = "footprint,ops,backup")]
+    only: Vec<String>,
+    /// Passed by `cargo bench` to every bench target; nothing to do with it.
+    #[arg(long, hide = true)]
+    bench: bool,
+    /// How the binaries were built, for the record.
+    #[arg(long, default_value = "unknown")]
+    build: String,
+}
+
+/// The metrics in BENCHMARKS.md's order: (id, name, target).
+const METRICS: &[(&str, &str, &str)] = &[
+    ("rssIdleMiB", "operator RSS, idle, 0 clusters", "≤ 15 MiB"),
+    (
+        "rss100MiB",
+        "operator RSS with 100 DistributedKVs",
+        "≤ 25 MiB",
+    ),
+    (
+        "rss1000MiB",
+        "operator RSS with 1000 DistributedKVs",
+        "≤ 60 MiB",
+    ),
+    (
+        "apiWritesAfterConvergence100",
+        "API writes in the 60 s after 100 clusters converged",
+        "0",
+    ),
+    (
+        "apiWritesAfterConvergence1000",
+        "API writes in the 60 s after 1000 clusters converged",
+        "0",
+    ),
+    (
+        "reconcilesPerSpecChange",
+        "reconciles per spec change",
+        "≤ 1.0 (≤ 2 incl. the status echo)",
+    ),
+    (
+        "noopReconcilesPerSecond",
+        "no-op reconcile throughput",
+        "≥ 500 /s",
+    ),
+    (
+        "noopReconcileP99Ms",
+        "no-op reconcile p99 latency",
+        "≤ 10 ms",
+    ),
+    (
+        "createToAvailableSeconds",
+        "create → Available, 3 members",
+        "≤ 1.5 × the bare script",
+    ),
+    (
+        "scale3to5to3Seconds",
+        "scale 3 → 5 → 3",
+        "≤ 2 × etcd's own minimum",
+    ),
+    (
+        "memberKillToHealthySeconds",
+        "killed etcd process → 3/3 voters healthy",
+        "≤ 10 s",
+    ),
+    (
+        "pvcLossToHealthySeconds",
+        "lost volume → 3/3 voters healthy",
+        "≤ 30 s (small db)",
+    ),
+    (
+        "leaderChangesPerUpgrade",
+        "leader changes per rolling upgrade 3.4 → 3.5",
+        "≤ 1",
+    ),
+    (
+        "backupMiBPerSecond",
+        "snapshot → object store throughput",
+        "≥ 0.8 × etcdctl snapshot save",
+    ),
+    (
+        "restoreMiBPerSecond",
+        "restore throughput",
+        "≥ 0.8 × etcdutl snapshot restore",
+    ),
+    (
+        "backupPeakRssMiB",
+        "peak RSS of the backup process",
+        "≤ 64 MiB",
+    ),
+    (
+        "acknowledgedWritesLost",
+        "acknowledged writes lost in fault scenarios (outside deliberate quorum loss)",
+        "0",
+    ),
+];
+
+/// Which section measures a metric (to say why it is missing).
+fn section_of(id: &str) -> &'static str {
+    match id {
+        "createToAvailableSeconds"
+        | "scale3to5to3Seconds"
+        | "memberKillToHealthySeconds"
+        | "pvcLossToHealthySeconds"
+        | "leaderChangesPerUpgrade"
+        | "acknowledgedWritesLost" => "ops",
+        "backupMiBPerSecond" | "restoreMiBPerSecond" | "backupPeakRssMiB" => "backup",
+        _ => "footprint",
+    }
+}
+
+fn machine() -> String {
+    let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let model = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find_map(|l| l.strip_prefix("model name"))
+                .map(|l| l.trim_start_matches([' ', '\t', ':']).to_owned())
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    let mem_gib = operator_process::proc_meminfo_total_kib().map_or(0.0, |k| k as f64 / 1048576.0);
+    format!("{cpus} CPUs ({model}), {mem_gib:.0} GiB RAM")
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(4)
+        .enable_all()
+        .build()
+        .context("starting the tokio runtime")?;
+    runtime.block_on(run(args))
+}
+
+async fn run(args: Args) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let started_at = jiff::Timestamp::now()
+        .round(jiff::Unit::Second)?
+        .to_string();
+    let dkv = PathBuf::from(env!("CARGO_BIN_EXE_dkv"));
+    let work = PathBuf::from(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../target/bench-work"
+    ));
+    if work.exists() {
+        std::fs::remove_dir_all(&work).with_context(|| format!("clearing {}", work.display()))?;
+    }
+    std::fs::create_dir_all(&work).with_context(|| format!("creating {}", work.display()))?;
+    eprintln!("bench: work directory (operator logs) {}", work.display());
+
+    let mut metrics: Vec<Metric> = Vec::new();
+    let mut reliability = Vec::new();
+    let mut context = Vec::new();
+    let mut failures: Vec<(&'static str, String)> = Vec::new();
+    let wanted = |s: &str| args.only.iter().any(|o| o == s);
+
+    if wanted("footprint") {
+        eprintln!("bench: footprint ({:?} clusters)", args.counts);
+        let (dkv, work, counts) = (dkv.clone(), work.clone(), args.counts.clone());
+        let quiet_window = std::time::Duration::from_secs(args.quiet_seconds);
+        let section = tokio::spawn(async move {
+            footprint::run(footprint::Settings {
+                dkv: &dkv,
+                work: &work,
+                counts,
+                quiet_window,
+            })
+            .await
+        });
+        match flatten(section.await) {
+            Ok((m, c)) => {
+                metrics.extend(m);
+                context.extend(c);
+            }
+            Err(e) => failures.push(("footprint", e)),
+        }
+    } else {
+        failures.push(("footprint", "not selected (--only)".into()));
+    }
+
+    if wanted("ops") {
+        eprintln!("bench: cluster operations and faults");
+        let (dkv, work) = (dkv.clone(), work.clone());
+        let section = tokio::spawn(async move {
+            let mut out = cluster_ops::Output::default();
+            let result = cluster_ops::run(
+                cluster_ops::Settings {
+                    dkv: &dkv,
+                    work: &work,
+                },
+                &mut out,
+            )
+            .await;
+            (out, result)
+        });
+        match section.await {
+            Ok((out, result)) => {
+                metrics.extend(out.metrics);
+                reliability.extend(out.reliability);
+                context.extend(out.context);
+                if let Err(e) = result {
+                    failures.push(("ops", format!("{e:#}")));
+                }
+            }
+            Err(e) => failures.push(("ops", panic_message(e))),
+        }
+    } else {
+        failures.push(("ops", "not selected (--only)".into()));
+    }
+
+    if !wanted("backup") {
+        failures.push(("backup", "not selected (--only)".into()));
+    } else if let Some(example) = args.backup_example.clone() {
+        eprintln!(
+            "bench: backup and restore throughput ({} MiB)",
+            args.backup_size_mib
+        );
+        let (dkv, size_mib) = (dkv.clone(), args.backup_size_mib);
+        let section = tokio::spawn(async move {
+            backup_throughput::run(backup_throughput::Settings {
+                example: &example,
+                dkv: &dkv,
+                size_mib,
+            })
+            .await
+        });
+        match flatten(section.await) {
+            Ok((m, c)) => {
+                metrics.extend(m);
+                context.extend(c);
+            }
+            Err(e) => failures.push(("backup", e)),
+        }
+    } else {
+        failures.push(("backup", "no --backup-example given".into()));
+    }
+
+    // The invariant, summed over the fault scenarios that ran.
+    let faults: Vec<_> = reliability
+        .iter()
+        .filter(|r: &&report::Reliability| !r.scenario.starts_with("quorum loss"))
+        .collect();
+    if !faults.is_empty() {
+        let lost: u64 = faults.iter().filter_map(|r| r.lost_writes).sum();
+        let acked: u64 = faults.iter().filter_map(|r| r.acknowledged_writes).sum();
+        metrics.push(
+            Metric::against_target(
+                "acknowledgedWritesLost",
+                "acknowledged writes lost in fault scenarios (outside deliberate quorum loss)",
+                lost as f64,
+                "writes",
+                0.0,
+                "0",
+            )
+            .with_note(format!(
+                "{acked} acknowledged writes over {} scenarios",
+                faults.len()
+            )),
+        );
+    }
+
+    // BENCHMARKS.md's order; whatever is missing says why.
+    let mut ordered = Vec::new();
+    for (id, name, target) in METRICS {
+        match metrics.iter().position(|m| m.id == *id) {
+            Some(i) => ordered.push(metrics.remove(i)),
+            None => {
+                let section = section_of(id);
+                let why = failures
+                    .iter()
+                    .find(|(s, _)| *s == section)
+                    .map(|(s, e)| format!("section {s} failed or was skipped: {e}"))
+                    .unwrap_or_else(|| "the section ended before measuring it".into());
+                ordered.push(Metric::not_measured(id, name, target, &why));
+            }
+        }
+    }
+    ordered.extend(metrics);
+
+    let results = Results {
+        started_at,
+        machine: machine(),
+        build: args.build.clone(),
+        total_seconds: started.elapsed().as_secs_f64(),
+        metrics: ordered,
+        reliability,
+        sections_not_run: failures.iter().map(|(s, e)| format!("{s}: {e}")).collect(),
+        context,
+    };
+    std::fs::create_dir_all(&args.out)
+        .with_context(|| format!("creating {}", args.out.display()))?;
+    let md = args.out.join("results.md");
+    let json = args.out.join("results.json");
+    std::fs::write(&md, results.to_markdown())
+        .with_context(|| format!("writing {}", md.display()))?;
+    let mut text = serde_json::to_string_pretty(&results).context("serializing the results")?;
+    text.push('\n');
+    std::fs::write(&json, text).with_context(|| format!("writing {}", json.display()))?;
+    eprintln!(
+        "bench: wrote {} and {} in {:.0} s",
+        md.display(),
+        json.display(),
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+/// A section's result, with a panic (the shared test helpers assert) or an
+/// error turned into its message.
+fn flatten<T>(joined: Result<anyhow::Result<T>, tokio::task::JoinError>) -> Result<T, String> {
+    match joined {
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(e)) => Err(format!("{e:#}")),
+        Err(e) => Err(panic_message(e)),
+    }
+}
+
+fn panic_message(e: tokio::task::JoinError) -> String {
+    match e.try_into_panic() {
+        Ok(payload) => payload
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| payload.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+            .map(|m| format!("panicked: {m}"))
+            .unwrap_or_else(|| "panicked".into()),
+        Err(e) => format!("cancelled: {e}"),
+    }
+}
