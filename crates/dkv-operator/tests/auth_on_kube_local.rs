@@ -10,10 +10,9 @@ mod support;
 
 use std::time::Duration;
 
-use dkv_api::DistributedKV;
 use dkv_backup::testing::MotoServer;
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Patch, PatchParams};
 use serde_json::json;
 use support::backups::{backup_now, create_secret};
 use support::etcd_cluster::{member_endpoints, wait_for, wait_settled};
@@ -34,15 +33,10 @@ fn options() -> etcd_client::ConnectOptions {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn with_auth_on_strangers_are_refused_and_the_operator_still_backs_up_upgrades_and_scales() {
     let moto = MotoServer::start("dkv-backups");
-    let env = support::environment(true).await;
-    let client = env.client();
-    support::create_namespace(&client, NS).await;
-    let operator = support::RunningOperator::start(client.clone(), false);
+    let (_env, client, operator) = support::running_operator(NS).await;
     create_secret(&client, NS, "s3-creds", moto.env()).await;
-    let dkvs: Api<DistributedKV> = Api::namespaced(client.clone(), NS);
-    dkvs.create(
-        &PostParams::default(),
-        &support::cluster(
+    let dkvs = support::create_cluster(
+        &client,
             NS,
             CLUSTER,
             3,
@@ -50,10 +44,8 @@ async fn with_auth_on_strangers_are_refused_and_the_operator_still_backs_up_upgr
             json!({"auth": {"enabled": true},
                    "backup": {"destination": {"uri": moto.uri("auth"), "credentialsSecret": "s3-creds"},
                               "schedule": "0 0 1 1 *"}}),
-        ),
     )
-    .await
-    .unwrap();
+    .await;
     wait_settled(&dkvs, CLUSTER, 3).await;
 
     // Authentication goes on after the cluster formed.

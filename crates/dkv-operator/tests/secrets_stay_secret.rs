@@ -19,7 +19,7 @@ use dkv_backup::testing::MotoServer;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::core::v1::{ConfigMap, Event, Pod, Secret};
-use kube::api::{Api, ListParams, LogParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, ListParams, LogParams, Patch, PatchParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
 use support::backups::{backup_now, create_secret};
@@ -91,15 +91,10 @@ async fn no_key_password_or_token_reaches_logs_events_or_status() {
         .expect("this test binary's only subscriber");
 
     let moto = MotoServer::start("dkv-backups");
-    let env = support::environment(true).await;
-    let client = env.client();
-    support::create_namespace(&client, NS).await;
-    let operator = support::RunningOperator::start(client.clone(), false);
+    let (_env, client, operator) = support::running_operator(NS).await;
     create_secret(&client, NS, "s3-creds", moto.env()).await;
-    let dkvs: Api<DistributedKV> = Api::namespaced(client.clone(), NS);
-    dkvs.create(
-        &PostParams::default(),
-        &support::cluster(
+    let dkvs = support::create_cluster(
+        &client,
             NS,
             CLUSTER,
             3,
@@ -107,10 +102,8 @@ async fn no_key_password_or_token_reaches_logs_events_or_status() {
             json!({"tls": {}, "auth": {"enabled": true},
                    "backup": {"destination": {"uri": moto.uri("scan"), "credentialsSecret": "s3-creds"},
                               "schedule": "0 0 1 1 *"}}),
-        ),
     )
-    .await
-    .unwrap();
+    .await;
     wait_settled(&dkvs, CLUSTER, 3).await;
     support::wait_auth_enabled(&client, NS, CLUSTER).await;
 

@@ -64,15 +64,10 @@ async fn can_read(endpoint: &str, options: etcd_client::ConnectOptions) -> Resul
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_tls_cluster_refuses_plaintext_and_serves_the_documented_client_secret() {
     let moto = MotoServer::start("dkv-backups");
-    let env = support::environment(true).await;
-    let client = env.client();
-    support::create_namespace(&client, NS).await;
-    let operator = support::RunningOperator::start(client.clone(), false);
+    let (_env, client, operator) = support::running_operator(NS).await;
     create_secret(&client, NS, "s3-creds", moto.env()).await;
-    let dkvs: Api<DistributedKV> = Api::namespaced(client.clone(), NS);
-    dkvs.create(
-        &PostParams::default(),
-        &support::cluster(
+    let dkvs = support::create_cluster(
+        &client,
             NS,
             CLUSTER,
             3,
@@ -80,10 +75,8 @@ async fn a_tls_cluster_refuses_plaintext_and_serves_the_documented_client_secret
             json!({"tls": {},
                    "backup": {"destination": {"uri": moto.uri("tls"), "credentialsSecret": "s3-creds"},
                               "schedule": "0 0 1 1 *"}}),
-        ),
     )
-    .await
-    .unwrap();
+    .await;
     let formed = wait_settled(&dkvs, CLUSTER, 3).await;
     eprintln!("3 TLS members settled {formed:?} after creation");
 
@@ -353,23 +346,16 @@ async fn lost_over_tls(client: &Client, acked: &[u64]) -> Vec<u64> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_ca_rotation_overlaps_both_cas_and_loses_no_write() {
-    let env = support::environment(true).await;
-    let client = env.client();
-    support::create_namespace(&client, NS).await;
-    let operator = support::RunningOperator::start(client.clone(), false);
-    let dkvs: Api<DistributedKV> = Api::namespaced(client.clone(), NS);
-    dkvs.create(
-        &PostParams::default(),
-        &support::cluster(
-            NS,
-            CLUSTER,
-            3,
-            "registry.k8s.io/etcd:3.5.16-0",
-            json!({"tls": {}}),
-        ),
+    let (_env, client, operator) = support::running_operator(NS).await;
+    let dkvs = support::create_cluster(
+        &client,
+        NS,
+        CLUSTER,
+        3,
+        "registry.k8s.io/etcd:3.5.16-0",
+        json!({"tls": {}}),
     )
-    .await
-    .unwrap();
+    .await;
     wait_settled(&dkvs, CLUSTER, 3).await;
     let ca_secret = || async {
         Api::<Secret>::namespaced(client.clone(), NS)

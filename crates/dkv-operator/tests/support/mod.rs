@@ -244,3 +244,32 @@ pub async fn lose_disk(
         .await
         .unwrap();
 }
+
+/// kube-local with the process kubelet, the namespace `ns`, and the
+/// operator running against it.
+pub async fn running_operator(ns: &str) -> (kube_local::Environment, Client, RunningOperator) {
+    let env = environment(true).await;
+    let client = env.client();
+    create_namespace(&client, ns).await;
+    let operator = RunningOperator::start(client.clone(), false);
+    (env, client, operator)
+}
+
+/// Creates the cluster [`cluster`] describes; returns the API of `ns`.
+pub async fn create_cluster(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    size: i32,
+    image: &str,
+    extra_spec: serde_json::Value,
+) -> Api<DistributedKV> {
+    let dkvs: Api<DistributedKV> = Api::namespaced(client.clone(), ns);
+    dkvs.create(
+        &PostParams::default(),
+        &cluster(ns, name, size, image, extra_spec),
+    )
+    .await
+    .unwrap();
+    dkvs
+}
