@@ -15,6 +15,7 @@ use tokio::sync::watch;
 
 pub mod backups;
 pub mod etcd_cluster;
+pub mod tls;
 
 /// kube-local with dkv's CRDs; with `kubelet`, pods run as local processes
 /// (etcd images → local etcd, the dkv image → this build's `dkv`).
