@@ -2,7 +2,8 @@
 //! and client traffic is TLS with certificates from the cluster's own CA
 //! forms, refuses plaintext and certificate-less clients, serves a client
 //! holding the documented Secret, scales (members join over https peer
-//! URLs) and is backed up by an agent that presents the client certificate.
+//! URLs), is backed up by an agent that presents the client certificate,
+//! and upgrades from etcd 3.4 to 3.5 over TLS.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -386,5 +387,52 @@ async fn certificates_are_renewed_before_expiry_one_member_at_a_time_without_los
             .map(|e| (e.reason.clone(), e.message.clone()))
             .collect::<Vec<_>>()
     );
+    operator.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_tls_cluster_on_etcd_3_4_upgrades_to_3_5_without_losing_a_write() {
+    let (_env, client, operator) = support::running_operator(NS).await;
+    let dkvs = support::create_cluster(
+        &client,
+        NS,
+        CLUSTER,
+        3,
+        "registry.k8s.io/etcd:3.4.23-0",
+        json!({"tls": {}}),
+    )
+    .await;
+    wait_settled(&dkvs, CLUSTER, 3).await;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = target().writer(client.clone(), stop.clone());
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    dkvs.patch(
+        CLUSTER,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"image": "registry.k8s.io/etcd:3.5.16-0"}})),
+    )
+    .await
+    .unwrap();
+    let upgraded = support::etcd_cluster::wait_for(&dkvs, CLUSTER, "all members on 3.5.16", |d| {
+        support::etcd_cluster::settled_at(d, 3)
+            && d.status.as_ref().and_then(|s| s.current_version.as_deref()) == Some("3.5.16")
+    })
+    .await;
+    eprintln!("TLS cluster upgraded 3.4.23 -> 3.5.16 in {upgraded:?}");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let acked = writer.await.unwrap();
+    assert!(
+        acked.len() >= 5,
+        "the writer wrote throughout: {}",
+        acked.len()
+    );
+    let lost = target().lost(&client, &acked).await;
+    eprintln!(
+        "{} writes acknowledged across the upgrade, {} lost",
+        acked.len(),
+        lost.len()
+    );
+    assert!(lost.is_empty(), "acknowledged writes lost: {lost:?}");
     operator.stop().await;
 }
