@@ -403,6 +403,13 @@ async fn cert_manager_mode_reports_a_missing_cert_manager_then_runs_on_its_certi
     // cert-manager arrives: dkv asks it for three Certificates (looked at
     // again within 30 s), runs on the Secrets it writes.
     install_certificate_crd(&client).await;
+    // Until cert-manager issues them, the cluster says it waits for them.
+    wait_for(&dkvs, CLUSTER, "Progressing/WaitingForCertificates", |d| {
+        condition_reason(d, "Progressing", "True").as_deref() == Some("WaitingForCertificates")
+            && condition_reason(d, "Degraded", "False").is_some()
+    })
+    .await;
+    assert!(no_statefulset(&client, CLUSTER).await);
     let stop = Arc::new(AtomicBool::new(false));
     let ca = authority("internal-ca");
     let issuing = ca_issuer(client.clone(), ca.clone(), stop.clone());

@@ -484,6 +484,20 @@ async fn report_error(dkv: &DistributedKV, err: &Error, ctx: &Context) {
                 warn!(error = %status_err, "failed to report the error in status");
             }
         }
+        Category::Waiting if matches!(err, Error::CertificatePending { .. }) => {
+            let now = Time(jiff::Timestamp::now());
+            let backups = backup_catalogue::observe(dkv, &ctx.stores);
+            let status = status::waiting(
+                dkv,
+                dkv_api::conditions::reasons::WAITING_FOR_CERTIFICATES,
+                &err.to_string(),
+                &backups,
+                &now,
+            );
+            if let Err(status_err) = status::write(dkv, status, ctx).await {
+                warn!(error = %status_err, "failed to report the wait in status");
+            }
+        }
         Category::Waiting | Category::Permanent => {}
         Category::Transient => {
             status::publish(
