@@ -504,12 +504,19 @@ fn files_under(dir: &std::path::Path) -> Vec<String> {
 }
 
 /// v1beta1 destinations beyond S3, and `retention.maxBackups`: backups go to
-/// a `file://` directory (on kube-local the agent pod sees the host's
-/// filesystem), and with `maxBackups: 2` the third backup prunes the first,
+/// a `file://` directory (the agent pod mounts it from the node, here this
+/// machine), and with `maxBackups: 2` the third backup prunes the first,
 /// its record and both of its files.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_file_destination_keeps_at_most_max_backups() {
     let dir = tempfile::tempdir().unwrap();
+    // The agent runs as user 65532 and mounts the directory from the node:
+    // it must be writable by that user, as on a real node.
+    std::fs::set_permissions(
+        dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o777),
+    )
+    .unwrap();
     let env = support::environment(true).await;
     let client = env.client();
     support::create_namespace(&client, NS).await;

@@ -32,6 +32,7 @@ use kube::Api;
 use kube::Client;
 use serde::{Deserialize, Serialize};
 
+use super::build::node_directory;
 use super::error::{Error, Result};
 use super::naming::{self, PEER_PORT};
 use super::validate::{RestoreRef, ValidatedCluster, ValidatedRestore};
@@ -250,7 +251,14 @@ pub fn fetch_container(cluster: &ValidatedCluster, source: &ResolvedRestore) -> 
                 ..EnvFromSource::default()
             }]
         }),
-        volume_mounts: Some(vec![data_mount()]),
+        volume_mounts: Some(
+            std::iter::once(data_mount())
+                .chain(
+                    node_directory::of_artifact(&source.uri)
+                        .map(|dir| node_directory::mount(&dir, false)),
+                )
+                .collect(),
+        ),
         ..Container::default()
     }
 }

@@ -82,17 +82,18 @@ pub enum RestoreSource {
     Missing,
 }
 
-/// A `file://` backup destination is a path inside the backup Job's pod,
-/// which mounts no volume for it: on a real cluster the snapshot would
-/// vanish with the pod. Allowed (with `dkv local` the pod sees the host's
-/// filesystem), but said once, when the destination is set.
+/// A `file://` backup destination is a directory on whichever node the
+/// backup pod lands on (mounted from the node): on a cluster of several
+/// nodes, backups scatter and a restore may not find them. Allowed (with
+/// `dkv local` the node is this machine), but said once, when the
+/// destination is set.
 fn warn_file_destination(new: &DistributedKV, old: Option<&DistributedKV>, verdict: &mut Verdict) {
     let uri = |d: &DistributedKV| d.spec.backup.as_ref().map(|b| b.destination.uri.clone());
     let Some(new_uri) = uri(new) else { return };
     if new_uri.trim().starts_with("file://") && old.and_then(uri) != Some(new_uri) {
         verdict.warnings.push(
-            "spec.backup.destination.uri: a file:// destination is written inside the backup pod, which mounts no volume for it; \
-             use it with dkv local (the pod sees the host's filesystem) and use s3://, gs:// or az:// on a real cluster"
+            "spec.backup.destination.uri: a file:// destination is a directory on the node each backup pod runs on (writable by user 65532); \
+             use it with dkv local or a single-node cluster, and s3://, gs:// or az:// on a real cluster"
                 .to_owned(),
         );
     }

@@ -37,17 +37,35 @@ pub async fn environment(kubelet: bool) -> kube_local::Environment {
     .await
 }
 
-/// kube-local with `crds` installed at start.
+/// kube-local with `crds` installed at start. Its kubelet runs containers
+/// as their security context says (non-root user, read-only root
+/// filesystem, no capabilities, `fsGroup` on volumes), so every test that
+/// runs pods exercises the hardening dkv puts on them.
 pub async fn environment_with(
     crds: Vec<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>,
     kubelet: bool,
+) -> kube_local::Environment {
+    environment_configured(crds, kubelet.then(kubelet_config)).await
+}
+
+/// The kubelet the tests use (see [`environment_with`]).
+pub fn kubelet_config() -> KubeletConfig {
+    let mut config = KubeletConfig::with_dkv_binary(env!("CARGO_BIN_EXE_dkv"));
+    config.enforce_security_context = true;
+    config
+}
+
+/// kube-local with `crds` and, if given, a kubelet configured so.
+pub async fn environment_configured(
+    crds: Vec<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>,
+    kubelet: Option<KubeletConfig>,
 ) -> kube_local::Environment {
     if std::env::var_os("DKV_TEST_LOG").is_some() {
         dkv_operator::telemetry::init(LogFormat::Text);
     }
     let mut builder = kube_local::Environment::builder().crds(crds);
-    if kubelet {
-        builder = builder.kubelet_config(KubeletConfig::with_dkv_binary(env!("CARGO_BIN_EXE_dkv")));
+    if let Some(config) = kubelet {
+        builder = builder.kubelet_config(config);
     }
     builder.build().await.unwrap()
 }

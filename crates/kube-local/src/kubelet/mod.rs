@@ -15,6 +15,7 @@ mod node;
 mod pod_worker;
 pub mod probe;
 pub mod sandbox;
+pub mod security;
 mod service_proxy;
 pub mod volumes;
 
@@ -49,6 +50,12 @@ pub struct KubeletConfig {
     /// How pods reach the API server (set by the Environment): the `kubernetes` Service, `KUBERNETES_SERVICE_*`
     /// and the service account files.
     pub api_server: Option<ApiServerAccess>,
+    /// Run containers as their security context says (user, groups,
+    /// `runAsNonRoot`, read-only root filesystem, no new privileges, no
+    /// capabilities; `fsGroup` on volumes) — see [`security`]. Needs root;
+    /// off by default because pods here see the host's filesystem, which a
+    /// non-root user may not write (a `file://` backup directory).
+    pub enforce_security_context: bool,
 }
 
 /// The API server as pods see it.
@@ -66,6 +73,7 @@ impl Default for KubeletConfig {
             backoff_initial: Duration::from_secs(10),
             backoff_max: Duration::from_secs(300),
             api_server: None,
+            enforce_security_context: false,
         }
     }
 }
@@ -313,6 +321,11 @@ impl Kubelet {
     pub fn log_path(&self, namespace: &str, pod: &str, container: &str) -> Option<PathBuf> {
         let p = self.shared.running_pod(namespace, pod)?;
         p.log_file(container, false)
+    }
+
+    /// The process id of a container's current run (to inspect what it runs as).
+    pub fn container_pid(&self, namespace: &str, pod: &str, container: &str) -> Option<i32> {
+        self.shared.running_pod(namespace, pod)?.pid(container)
     }
 
     /// Fault hook: kills a container's processes with SIGKILL, as an OOM kill or crash would; the kubelet then

@@ -55,6 +55,15 @@ impl PodRuntime {
         self.pod.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
+    /// The process id of a container's current run.
+    pub fn pid(&self, container: &str) -> Option<i32> {
+        self.pids
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(container)
+            .copied()
+    }
+
     /// Kills a container's processes (fault hook).
     pub fn kill(&self, container: &str) -> bool {
         self.signal_container(container, rustix::process::Signal::KILL)
@@ -750,6 +759,12 @@ fn facts<'a>(shared: &'a Shared, pod: &'a Pod, ip: Ipv4Addr) -> PodFacts<'a> {
     }
 }
 
+/// Whether containers run as their security context says (see
+/// [`super::security`]): asked for, and possible (the kubelet is root).
+fn enforcing(shared: &Shared) -> bool {
+    shared.config.enforce_security_context && super::sandbox::is_root()
+}
+
 async fn lifecycle(shared: &Arc<Shared>, rt: &Arc<PodRuntime>, stop: &mut Stop) {
     let pod = rt.pod();
     // Volumes: retried until they can be set up (claims bound, ConfigMaps present), as the kubelet's volume manager.
@@ -777,6 +792,26 @@ async fn lifecycle(shared: &Arc<Shared>, rt: &Arc<PodRuntime>, stop: &mut Stop) 
             }
         }
     };
+    if enforcing(shared)
+        && let Some(spec) = pod.spec.as_ref()
+        && let Some(group) = super::security::fs_group(spec)
+    {
+        for volume in spec.volumes.iter().flatten() {
+            if let Some(path) = volumes.get(&volume.name)
+                && let Err(e) = super::security::apply_fs_group(volume, path, group)
+            {
+                events::record(
+                    &shared.client,
+                    &pod,
+                    None,
+                    true,
+                    "FailedMount",
+                    format!("setting fsGroup {group} on volume {}: {e}", volume.name),
+                    "kubelet",
+                );
+            }
+        }
+    }
     rt.update(|s| set_condition(s, "PodReadyToStartContainers", true, None, None));
 
     let policy = rt.restart_policy();
@@ -1006,6 +1041,20 @@ async fn run_once(
             ),
         );
     }
+    let security = if enforcing(shared) {
+        let spec = pod.spec.clone().unwrap_or_default();
+        let pod_ref = format!(
+            "{}_{}",
+            rt.name,
+            pod.metadata.namespace.as_deref().unwrap_or_default()
+        );
+        match super::security::resolve(&spec, container, &pod_ref) {
+            Ok(enforced) => enforced,
+            Err(message) => return RunEnd::NotStarted("CreateContainerConfigError", message),
+        }
+    } else {
+        super::security::Enforced::default()
+    };
     let env = match container_env(&shared.client, &facts(shared, &pod, rt.ip), container).await {
         Ok(env) => env,
         Err(e) => return RunEnd::NotStarted("CreateContainerConfigError", e.to_string()),
@@ -1069,6 +1118,11 @@ async fn run_once(
         .join(format!("{}-{restarts}", container.name));
     let termination_ok = super::sandbox::ensure_parent(&termination_file)
         .and_then(|_| std::fs::write(&termination_file, b""))
+        // Writable by whatever user the container runs as, as upstream's.
+        .and_then(|_| {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&termination_file, std::fs::Permissions::from_mode(0o666))
+        })
         .is_ok();
     // /dev/termination-log must exist to be mounted over; only root may create it on the host.
     if termination_ok
@@ -1098,6 +1152,7 @@ async fn run_once(
         working_dir: container.working_dir.clone(),
         log: log.clone(),
         stage: rt.dir.join("mounts").join(&container.name),
+        security,
     };
     let mut process = match shared.processes.launch(&launch).await {
         Ok(p) => p,

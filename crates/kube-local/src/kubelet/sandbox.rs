@@ -41,6 +41,8 @@ pub struct Launch {
     pub log: PathBuf,
     /// A directory of the container's own for staging its mounts.
     pub stage: PathBuf,
+    /// What of the container's security context the process gets.
+    pub security: super::security::Enforced,
 }
 
 pub fn is_root() -> bool {
@@ -60,7 +62,10 @@ fn stage_dir(launch: &Launch) -> PathBuf {
             .iter()
             .any(|m| p.starts_with(&m.target) || Path::new(&m.target).starts_with(p))
     };
-    if !covered(&launch.stage) {
+    // A process that drops root execs its program from the staging
+    // directory, so every directory above it must be searchable: the
+    // kubelet's own directory may not be.
+    if !covered(&launch.stage) && launch.security.identity.is_none() {
         return launch.stage.clone();
     }
     let name = launch
@@ -136,7 +141,16 @@ fn setup_script(launch: &Launch, stage: &Path) -> String {
         let dir = shell_quote(dir);
         s.push_str(&format!("mkdir -p {dir}; cd {dir}\n"));
     }
-    s.push_str(&format!("exec {} \"$@\"\n", q(&program)));
+    if launch.security.read_only_root {
+        // Only the root mount: volumes, /etc/hosts and /dev are mounts of
+        // their own and keep their flags.
+        s.push_str("mount -o remount,bind,ro /\n");
+    }
+    s.push_str(&format!(
+        "exec {}{} \"$@\"\n",
+        super::security::exec_prefix(&launch.security),
+        q(&program)
+    ));
     s
 }
 

@@ -682,3 +682,92 @@ async fn a_force_deleted_pod_is_killed_without_waiting_its_grace_period() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn a_security_context_is_enforced_on_the_process_and_its_volumes() {
+    if !kube_local::kubelet::sandbox::is_root() {
+        eprintln!("skipped: security contexts are enforced only by a root kubelet");
+        return;
+    }
+    let c = Cluster::with_config(NS, |mut config| {
+        config.enforce_security_context = true;
+        config
+    })
+    .await;
+    // A root image (every host program here) with runAsNonRoot and no user:
+    // refused, as upstream refuses it.
+    c.create::<Pod>(
+        NS,
+        json!({
+            "metadata": {"name": "wants-root"},
+            "spec": {"securityContext": {"runAsNonRoot": true},
+                     "containers": [{"name": "app", "image": TESTAPP}]},
+        }),
+    )
+    .await;
+    let refused = eventually(
+        "CreateContainerConfigError",
+        Duration::from_secs(20),
+        || async {
+            let p = c.pod(NS, "wants-root").await?;
+            let waiting = status_of(&p, "app")?.state?.waiting?;
+            (waiting.reason.as_deref() == Some("CreateContainerConfigError")).then_some(waiting)
+        },
+    )
+    .await;
+    assert!(
+        refused
+            .message
+            .unwrap_or_default()
+            .contains("runAsNonRoot and image will run as root")
+    );
+    assert_eq!(c.kubelet().process_count(), 0);
+
+    // A hardened pod: its process runs as 65532, may not write `/`, and
+    // writes its emptyDir (given to the fsGroup).
+    c.create::<Pod>(
+        NS,
+        json!({
+            "metadata": {"name": "nobody"},
+            "spec": {
+                "restartPolicy": "Never",
+                "securityContext": {"runAsNonRoot": true, "runAsUser": 65532,
+                                    "runAsGroup": 65532, "fsGroup": 65532},
+                "volumes": [{"name": "data", "emptyDir": {}}],
+                "containers": [{
+                    "name": "app", "image": TESTAPP,
+                    "command": ["sh", "-c",
+                        "id -u; id -G; touch /kube-local-probe 2>&1 || true; \
+                         echo written > /data/file && ls -ln /data/file; grep NoNewPrivs /proc/self/status"],
+                    "volumeMounts": [{"name": "data", "mountPath": "/data"}],
+                    "securityContext": {"readOnlyRootFilesystem": true,
+                                        "allowPrivilegeEscalation": false,
+                                        "capabilities": {"drop": ["ALL"]}},
+                }],
+            },
+        }),
+    )
+    .await;
+    eventually("Succeeded", Duration::from_secs(20), || async {
+        c.pod(NS, "nobody")
+            .await
+            .filter(|p| phase(p).as_deref() == Some("Succeeded"))
+    })
+    .await;
+    let log = std::fs::read_to_string(c.kubelet().log_path(NS, "nobody", "app").unwrap()).unwrap();
+    let lines: Vec<&str> = log.lines().collect();
+    assert_eq!(lines.first().copied(), Some("65532"), "{log}");
+    assert!(
+        lines
+            .get(1)
+            .is_some_and(|g| g.split(' ').any(|g| g == "65532")),
+        "{log}"
+    );
+    assert!(log.contains("Read-only file system"), "{log}");
+    assert!(
+        log.contains(" 65532 65532 "),
+        "the file is the user's: {log}"
+    );
+    assert!(log.contains("NoNewPrivs:\t1"), "{log}");
+    assert!(!std::path::Path::new("/kube-local-probe").exists());
+}

@@ -8,6 +8,7 @@ use k8s_openapi::api::core::v1::{
 };
 use kube::api::ObjectMeta;
 
+use super::node_directory;
 use super::{child_meta, security};
 use crate::cluster::validate::ValidatedCluster;
 use crate::cluster::{auth, naming, tls};
@@ -94,16 +95,35 @@ pub fn agent_container(run: &AgentRun<'_>) -> Container {
                 ..EnvFromSource::default()
             }]
         }),
-        volume_mounts: run.client_tls.as_ref().map(|_| vec![tls::client_mount()]),
+        volume_mounts: Some(
+            run.client_tls
+                .as_ref()
+                .map(|_| tls::client_mount())
+                .into_iter()
+                .chain(
+                    node_directory::of_destination(run.destination)
+                        .map(|dir| node_directory::mount(&dir, true)),
+                )
+                .collect(),
+        )
+        .filter(|m: &Vec<_>| !m.is_empty()),
         ..Container::default()
     }
 }
 
 /// The pod volumes `run` needs.
 pub fn agent_volumes(run: &AgentRun<'_>) -> Option<Vec<Volume>> {
-    run.client_tls
+    let volumes: Vec<Volume> = run
+        .client_tls
         .as_deref()
-        .map(|secret| vec![tls::client_volume(secret)])
+        .map(tls::client_volume)
+        .into_iter()
+        .chain(
+            node_directory::of_destination(run.destination)
+                .map(|dir| node_directory::volume(&dir, true)),
+        )
+        .collect();
+    (!volumes.is_empty()).then_some(volumes)
 }
 
 /// The Job that runs the agent once: never restarted in place (a retry is a

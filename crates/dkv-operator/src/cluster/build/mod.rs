@@ -6,6 +6,7 @@
 
 pub mod cronjob;
 pub mod members;
+pub mod node_directory;
 pub mod pdb;
 pub mod security;
 pub mod services;

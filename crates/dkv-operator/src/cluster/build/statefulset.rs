@@ -153,6 +153,14 @@ fn pod_template(cluster: &ValidatedCluster, plan: &Plan) -> PodTemplateSpec {
         });
     }
     volumes.extend(tls::member_mounts(&cluster.name, &cluster.tls_sources).volumes);
+    // A restore from a `file://` artifact reads it from the node.
+    if let Some(dir) = plan
+        .restore
+        .as_ref()
+        .and_then(|source| super::node_directory::of_artifact(&source.uri))
+    {
+        volumes.push(super::node_directory::volume(&dir, false));
+    }
 
     PodTemplateSpec {
         metadata: Some(ObjectMeta {
