@@ -69,6 +69,9 @@ pub async fn up(args: UpArgs) -> anyhow::Result<()> {
     let dkv_binary = std::env::current_exe().context("locating the dkv binary")?;
     let kubelet = kube_local::kubelet::KubeletConfig {
         image_map: kube_local::kubelet::ImageMap::defaults(&dkv_binary),
+        // Pods run as their security context says (when this runs as root),
+        // as on a real node: dkv's members as user 65532, read-only root.
+        enforce_security_context: true,
         ..kube_local::kubelet::KubeletConfig::default()
     };
     let env = kube_local::Environment::builder()
