@@ -221,8 +221,7 @@ async fn a_ca_rotation_overlaps_both_cas_and_loses_no_write() {
     };
     let first_ca = secret_text(&client, &format!("{CLUSTER}-tls-ca"), "ca.crt").await;
 
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let writer = target().writer(client.clone(), stop.clone());
+    let writer = target().start_writer(&client);
     tokio::time::sleep(Duration::from_secs(2)).await;
     dkvs.patch(
         CLUSTER,
@@ -266,20 +265,7 @@ async fn a_ca_rotation_overlaps_both_cas_and_loses_no_write() {
     eprintln!("CA rotated in {:?}: {phases:?}", began.elapsed());
     assert_eq!(phases, ["-", "Trust", "Issue", "Finish", "-"]);
     tokio::time::sleep(Duration::from_secs(2)).await;
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    let acked = writer.await.unwrap();
-    assert!(
-        acked.len() >= 5,
-        "the writer wrote throughout: {}",
-        acked.len()
-    );
-    let lost = target().lost(&client, &acked).await;
-    eprintln!(
-        "{} writes acknowledged across the CA rotation, {} lost",
-        acked.len(),
-        lost.len()
-    );
-    assert!(lost.is_empty(), "acknowledged writes lost: {lost:?}");
+    writer.finish("the CA rotation").await;
 
     // Only the new CA is trusted now, and the old one is gone.
     let new_ca = secret_text(&client, &format!("{CLUSTER}-tls-ca"), "ca.crt").await;
@@ -323,8 +309,7 @@ async fn certificates_are_renewed_before_expiry_one_member_at_a_time_without_los
         target().serials(&client).await
     );
 
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let writer = target().writer(client.clone(), stop.clone());
+    let writer = target().start_writer(&client);
     let began = std::time::Instant::now();
     // Renewed (a new serial), and every member restarted onto it.
     let mut renewed_at = None;
@@ -355,20 +340,7 @@ async fn certificates_are_renewed_before_expiry_one_member_at_a_time_without_los
     // Keep writing a little on the new certificates, then check every
     // acknowledged write with a client holding the renewed certificate.
     tokio::time::sleep(Duration::from_secs(3)).await;
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    let acked = writer.await.unwrap();
-    assert!(
-        acked.len() >= 5,
-        "the writer wrote throughout: {}",
-        acked.len()
-    );
-    let lost = target().lost(&client, &acked).await;
-    eprintln!(
-        "{} writes acknowledged across the renewal, {} lost",
-        acked.len(),
-        lost.len()
-    );
-    assert!(lost.is_empty(), "acknowledged writes lost: {lost:?}");
+    writer.finish("the renewal").await;
     // The renewal is visible: an Event per restart, reason RenewingCertificates.
     let events = Api::<Event>::namespaced(client.clone(), NS)
         .list(&Default::default())
@@ -403,8 +375,7 @@ async fn a_tls_cluster_on_etcd_3_4_upgrades_to_3_5_without_losing_a_write() {
     )
     .await;
     wait_settled(&dkvs, CLUSTER, 3).await;
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let writer = target().writer(client.clone(), stop.clone());
+    let writer = target().start_writer(&client);
     tokio::time::sleep(Duration::from_secs(2)).await;
     dkvs.patch(
         CLUSTER,
@@ -420,19 +391,6 @@ async fn a_tls_cluster_on_etcd_3_4_upgrades_to_3_5_without_losing_a_write() {
     .await;
     eprintln!("TLS cluster upgraded 3.4.23 -> 3.5.16 in {upgraded:?}");
     tokio::time::sleep(Duration::from_secs(2)).await;
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    let acked = writer.await.unwrap();
-    assert!(
-        acked.len() >= 5,
-        "the writer wrote throughout: {}",
-        acked.len()
-    );
-    let lost = target().lost(&client, &acked).await;
-    eprintln!(
-        "{} writes acknowledged across the upgrade, {} lost",
-        acked.len(),
-        lost.len()
-    );
-    assert!(lost.is_empty(), "acknowledged writes lost: {lost:?}");
+    writer.finish("the upgrade").await;
     operator.stop().await;
 }

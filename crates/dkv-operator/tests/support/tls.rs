@@ -116,6 +116,18 @@ impl Target {
         })
     }
 
+    /// Starts [`Self::writer`]; [`Writer::finish`] stops it and checks that
+    /// no acknowledged write was lost.
+    pub fn start_writer(&self, client: &Client) -> Writer {
+        let stop = Arc::new(AtomicBool::new(false));
+        Writer {
+            handle: self.writer(client.clone(), stop.clone()),
+            stop,
+            target: self.clone(),
+            client: client.clone(),
+        }
+    }
+
     /// Reads back every acknowledged write with the current client Secret;
     /// returns the missing ones.
     pub async fn lost(&self, client: &Client, acked: &[u64]) -> Vec<u64> {
@@ -177,6 +189,37 @@ impl Target {
     pub async fn members_on_template(&self, client: &Client, size: usize) -> bool {
         let (template, started) = self.serials(client).await;
         !template.is_empty() && started.len() == size && started.iter().all(|s| *s == template)
+    }
+}
+
+/// A running [`Target::writer`].
+pub struct Writer {
+    stop: Arc<AtomicBool>,
+    handle: tokio::task::JoinHandle<Vec<u64>>,
+    target: Target,
+    client: Client,
+}
+
+impl Writer {
+    /// Stops the writer, checks it wrote throughout and that every write
+    /// etcd acknowledged reads back (`across` names what happened
+    /// meanwhile, for the report). Returns how many were acknowledged.
+    pub async fn finish(self, across: &str) -> usize {
+        self.stop.store(true, Ordering::Relaxed);
+        let acked = self.handle.await.unwrap_or_default();
+        assert!(
+            acked.len() >= 5,
+            "the writer wrote throughout: {}",
+            acked.len()
+        );
+        let lost = self.target.lost(&self.client, &acked).await;
+        eprintln!(
+            "{} writes acknowledged across {across}, {} lost",
+            acked.len(),
+            lost.len()
+        );
+        assert!(lost.is_empty(), "acknowledged writes lost: {lost:?}");
+        acked.len()
     }
 }
 
