@@ -752,4 +752,48 @@ mod tests {
             assert!(!is_go_duration(bad), "{bad}");
         }
     }
+
+    #[test]
+    fn tls_references_belong_to_their_mode_and_transport() {
+        let spec = |tls: serde_json::Value| -> dkv_api::distributedkv::v1beta1::TlsSpec {
+            serde_json::from_value(tls).unwrap_or_else(|e| panic!("{e}"))
+        };
+        let fields = |tls: serde_json::Value| {
+            let mut problems = Problems::default();
+            check_tls(&spec(tls), &mut problems);
+            problems.0.into_iter().map(|p| p.field).collect::<Vec<_>>()
+        };
+        assert!(fields(serde_json::json!({})).is_empty());
+        assert!(
+            fields(serde_json::json!({
+                "peer": {"mode": "Provided", "secretRef": {"name": "p"}},
+                "client": {"mode": "Provided", "secretRef": {"name": "s"}, "clientSecretRef": {"name": "c"}}
+            }))
+            .is_empty()
+        );
+        assert_eq!(
+            fields(serde_json::json!({"peer": {"mode": "Provided"}})),
+            ["spec.tls.peer.secretRef"]
+        );
+        assert_eq!(
+            fields(serde_json::json!({"client": {"mode": "Provided", "secretRef": {"name": "s"}}})),
+            ["spec.tls.client.clientSecretRef"]
+        );
+        assert_eq!(
+            fields(
+                serde_json::json!({"peer": {"secretRef": {"name": "p"}, "clientSecretRef": {"name": "c"}}})
+            ),
+            ["spec.tls.peer.secretRef", "spec.tls.peer.clientSecretRef"]
+        );
+        assert_eq!(
+            fields(
+                serde_json::json!({"client": {"mode": "CertManager", "issuerRef": {"name": "ca", "kind": "Vault"}}})
+            ),
+            ["spec.tls.client.issuerRef.kind"]
+        );
+        assert_eq!(
+            fields(serde_json::json!({"client": {"mode": "CertManager"}})),
+            ["spec.tls.client.issuerRef"]
+        );
+    }
 }
