@@ -410,26 +410,17 @@ pub fn degraded(
     backups: &BackupSummary,
     now: &Time,
 ) -> DistributedKVStatus {
-    let old = dkv.status.clone().unwrap_or_default();
-    let generation = dkv.meta().generation;
-    let mut conditions = old.conditions.clone();
-    set_condition(
-        &mut conditions,
-        Want {
-            type_: types::DEGRADED,
-            status: true,
-            reason,
-            message: message.to_owned(),
-        },
-        generation,
-        now,
-    );
+    let want = Want {
+        type_: types::DEGRADED,
+        status: true,
+        reason,
+        message: message.to_owned(),
+    };
+    let status = with_conditions(dkv, vec![want], backups, now);
     DistributedKVStatus {
-        observed_generation: generation,
         phase: Some(Phase::Degraded),
         selector: Some(labels::selector_string(&dkv.name_any())),
-        conditions,
-        ..with_backups(old, backups)
+        ..status
     }
 }
 
@@ -443,31 +434,36 @@ pub fn waiting(
     backups: &BackupSummary,
     now: &Time,
 ) -> DistributedKVStatus {
-    let old = dkv.status.clone().unwrap_or_default();
-    let generation = dkv.meta().generation;
-    let mut conditions = old.conditions.clone();
-    set_condition(
-        &mut conditions,
+    let wants = vec![
         Want {
             type_: types::PROGRESSING,
             status: true,
             reason,
             message: message.to_owned(),
         },
-        generation,
-        now,
-    );
-    set_condition(
-        &mut conditions,
         Want {
             type_: types::DEGRADED,
             status: false,
             reason: reasons::AS_EXPECTED,
             message: message.to_owned(),
         },
-        generation,
-        now,
-    );
+    ];
+    with_conditions(dkv, wants, backups, now)
+}
+
+/// The cluster's status with `wants` set and everything else kept.
+fn with_conditions(
+    dkv: &DistributedKV,
+    wants: Vec<Want>,
+    backups: &BackupSummary,
+    now: &Time,
+) -> DistributedKVStatus {
+    let old = dkv.status.clone().unwrap_or_default();
+    let generation = dkv.meta().generation;
+    let mut conditions = old.conditions.clone();
+    for want in wants {
+        set_condition(&mut conditions, want, generation, now);
+    }
     DistributedKVStatus {
         observed_generation: generation,
         conditions,
