@@ -72,8 +72,8 @@ fn convert<M: Message + ToJson>(raw: &[u8]) -> Result<Value, Failure> {
 /// The kinds whose protobuf form kube-local decodes, by (apiVersion, kind).
 const KINDS: &[(&str, &str, Converter)] = {
     use k8s_pb::api::{
-        apps::v1 as apps, autoscaling::v1 as autoscaling, batch::v1 as batch, core::v1 as core,
-        policy::v1 as policy,
+        apps::v1 as apps, authentication::v1 as authentication, autoscaling::v1 as autoscaling,
+        batch::v1 as batch, core::v1 as core, policy::v1 as policy,
     };
     &[
         ("v1", "Namespace", convert::<core::Namespace>),
@@ -90,6 +90,11 @@ const KINDS: &[(&str, &str, Converter)] = {
             convert::<policy::PodDisruptionBudget>,
         ),
         ("autoscaling/v1", "Scale", convert::<autoscaling::Scale>),
+        (
+            "authentication.k8s.io/v1",
+            "TokenRequest",
+            convert::<authentication::TokenRequest>,
+        ),
     ]
 };
 

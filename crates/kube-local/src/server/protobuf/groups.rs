@@ -1,13 +1,16 @@
-//! apps/v1 Deployment, batch/v1 Job and CronJob, policy/v1 PodDisruptionBudget, autoscaling/v1 Scale.
+//! apps/v1 Deployment, batch/v1 Job and CronJob, policy/v1 PodDisruptionBudget, autoscaling/v1 Scale,
+//! authentication.k8s.io/v1 TokenRequest.
 //!
 //! Shapes follow the groups' `types.go`.
 
 use k8s_openapi::api::{
-    apps::v1 as openapi_apps, autoscaling::v1 as openapi_autoscaling, batch::v1 as openapi_batch,
+    apps::v1 as openapi_apps, authentication::v1 as openapi_authentication,
+    autoscaling::v1 as openapi_autoscaling, batch::v1 as openapi_batch,
     policy::v1 as openapi_policy,
 };
 use k8s_pb::api::{
-    apps::v1 as apps, autoscaling::v1 as autoscaling, batch::v1 as batch, policy::v1 as policy,
+    apps::v1 as apps, authentication::v1 as authentication, autoscaling::v1 as autoscaling,
+    batch::v1 as batch, policy::v1 as policy,
 };
 
 use super::fields::messages;
@@ -161,5 +164,21 @@ messages! {
     autoscaling::ScaleStatus => openapi_autoscaling::ScaleStatus {
         replicas: keep,
         selector: omit,
+    }
+
+    // `kubectl create token` sends its TokenRequest as protobuf.
+    authentication::TokenRequest => openapi_authentication::TokenRequest {
+        metadata: keep,
+        spec: keep,
+        status: keep,
+    }
+    authentication::TokenRequestSpec => openapi_authentication::TokenRequestSpec {
+        audiences: keep,
+        expiration_seconds: ptr,
+        bound_object_ref: unsupported_ptr,
+    }
+    authentication::TokenRequestStatus => openapi_authentication::TokenRequestStatus {
+        token: keep,
+        expiration_timestamp: keep,
     }
 }
