@@ -1,16 +1,37 @@
 //! The operator's HTTP endpoints: `/metrics`, `/healthz`, `/readyz`.
+//!
+//! Plain mode (the CLI's default, used by `dkv local up` and the tests):
+//! all three in plaintext HTTP on `--metrics-addr`, readable by anyone who
+//! reaches the port. Secure mode (`--metrics-secure`, what `deploy/` runs):
+//! `/metrics` over HTTPS ([`certificate`]) and only for callers whose bearer
+//! token the API server authenticates and authorizes ([`access`]).
+//!
+//! The probes never ask for credentials: the kubelet has none to give. With
+//! `--health-addr` they move to a plaintext listener of their own (what
+//! `deploy/` does, so the kubelet's plain `httpGet` works and the metrics
+//! port serves metrics only); without it they stay on the metrics listener.
 
-use std::net::SocketAddr;
+pub mod access;
+pub mod certificate;
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use anyhow::Context as _;
 use axum::Router;
 use axum::extract::State;
-use axum::http::{StatusCode, header};
-use axum::response::IntoResponse;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use kube::Client;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
 
+use crate::cli::OperatorArgs;
 use crate::metrics::Metrics;
+use access::{ScraperAccess, Verdict, bearer_token};
+use certificate::CertificateSource;
 
 /// Health the probes report.
 #[derive(Default)]
@@ -22,20 +43,61 @@ pub struct Health {
 }
 
 #[derive(Clone)]
-struct ServerState {
+struct MetricsState {
     metrics: Arc<Metrics>,
-    health: Arc<Health>,
+    /// Who may scrape; None: anyone (plain mode).
+    access: Option<Arc<ScraperAccess>>,
 }
 
-pub fn router(metrics: Arc<Metrics>, health: Arc<Health>) -> Router {
+/// `/healthz` and `/readyz`.
+pub fn health_router(health: Arc<Health>) -> Router {
     Router::new()
-        .route("/metrics", get(metrics_handler))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(ready_handler))
-        .with_state(ServerState { metrics, health })
+        .with_state(health)
 }
 
-async fn metrics_handler(State(state): State<ServerState>) -> impl IntoResponse {
+/// `/metrics`, guarded by `access` when given.
+pub fn metrics_router(metrics: Arc<Metrics>, access: Option<Arc<ScraperAccess>>) -> Router {
+    Router::new()
+        .route("/metrics", get(metrics_handler))
+        .with_state(MetricsState { metrics, access })
+}
+
+/// Everything on one listener (plain mode).
+pub fn router(metrics: Arc<Metrics>, health: Arc<Health>) -> Router {
+    metrics_router(metrics, None).merge(health_router(health))
+}
+
+async fn metrics_handler(State(state): State<MetricsState>, headers: HeaderMap) -> Response {
+    if let Some(access) = &state.access {
+        let authorization = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok());
+        match access.check(bearer_token(authorization)).await {
+            Ok(Verdict::Allowed) => {}
+            Ok(Verdict::Unauthenticated) => {
+                return (
+                    StatusCode::UNAUTHORIZED,
+                    [(header::WWW_AUTHENTICATE, "Bearer")],
+                    "Unauthorized",
+                )
+                    .into_response();
+            }
+            Ok(Verdict::Forbidden { user }) => {
+                tracing::debug!(%user, "refused a metrics scrape");
+                return (StatusCode::FORBIDDEN, "Forbidden").into_response();
+            }
+            Err(err) => {
+                tracing::warn!(error = %err, "could not decide a metrics scrape");
+                return (
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "Authorization check failed",
+                )
+                    .into_response();
+            }
+        }
+    }
     match state.metrics.encode() {
         Ok(body) => (
             StatusCode::OK,
@@ -54,26 +116,127 @@ async fn metrics_handler(State(state): State<ServerState>) -> impl IntoResponse 
     }
 }
 
-async fn ready_handler(State(state): State<ServerState>) -> impl IntoResponse {
-    if state.health.ready.load(Ordering::Relaxed) {
+async fn ready_handler(State(health): State<Arc<Health>>) -> impl IntoResponse {
+    if health.ready.load(Ordering::Relaxed) {
         (StatusCode::OK, "ok")
     } else {
         (StatusCode::SERVICE_UNAVAILABLE, "not ready")
     }
 }
 
-/// Serves until `shutdown` resolves.
-pub async fn serve(
-    addr: SocketAddr,
-    metrics: Arc<Metrics>,
-    health: Arc<Health>,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
-    let listener = tokio::net::TcpListener::bind(addr).await?;
-    tracing::info!(%addr, "serving /metrics, /healthz, /readyz");
-    axum::serve(listener, router(metrics, health))
-        .with_graceful_shutdown(shutdown)
+/// How `/metrics` is served.
+#[derive(Debug, Clone)]
+enum Mode {
+    Plain,
+    Secure(CertificateSource),
+}
+
+/// The operator's bound HTTP listeners, ready to serve.
+pub struct Endpoints {
+    metrics: TcpListener,
+    health: Option<TcpListener>,
+    mode: Mode,
+}
+
+async fn bind(addr: SocketAddr, what: &str) -> anyhow::Result<TcpListener> {
+    TcpListener::bind(addr)
         .await
+        .with_context(|| format!("binding the {what} endpoint to {addr}"))
+}
+
+impl Endpoints {
+    /// Binds the listeners `args` ask for, so a port conflict stops the operator at start.
+    pub async fn bind(args: &OperatorArgs) -> anyhow::Result<Self> {
+        let metrics = bind(args.metrics_addr, "metrics").await?;
+        let health = match args.health_addr {
+            Some(addr) => Some(bind(addr, "health").await?),
+            None => None,
+        };
+        let mode = if !args.metrics_secure {
+            Mode::Plain
+        } else if let Some(dir) = &args.metrics_cert_dir {
+            Mode::Secure(CertificateSource::Directory(dir.clone()))
+        } else {
+            let mut hosts = vec!["localhost".to_owned(), "127.0.0.1".to_owned()];
+            match args.metrics_addr.ip() {
+                ip if ip.is_unspecified() || ip == IpAddr::V4(Ipv4Addr::LOCALHOST) => {}
+                ip => hosts.push(ip.to_string()),
+            }
+            Mode::Secure(CertificateSource::SelfSigned { hosts })
+        };
+        Ok(Self {
+            metrics,
+            health,
+            mode,
+        })
+    }
+
+    /// Serves until `stop` turns true.
+    pub async fn serve(
+        self,
+        client: Client,
+        metrics: Arc<Metrics>,
+        health: Arc<Health>,
+        stop: watch::Receiver<bool>,
+    ) -> anyhow::Result<()> {
+        let metrics_addr = self
+            .metrics
+            .local_addr()
+            .context("reading the metrics endpoint's address")?;
+        let health_server = match self.health {
+            Some(listener) => {
+                tracing::info!(addr = %listener.local_addr().context("reading the health endpoint's address")?, "serving /healthz, /readyz");
+                let app = health_router(health.clone());
+                let stop = stop.clone();
+                Some(tokio::spawn(async move {
+                    axum::serve(listener, app)
+                        .with_graceful_shutdown(stopped(stop))
+                        .await
+                }))
+            }
+            None => None,
+        };
+        // Probes stay next to /metrics unless they have their own listener.
+        let with_probes = |app: Router| match health_server {
+            Some(_) => app,
+            None => app.merge(health_router(health.clone())),
+        };
+        match self.mode {
+            Mode::Plain => {
+                tracing::info!(addr = %metrics_addr, "serving /metrics over plain HTTP");
+                axum::serve(self.metrics, with_probes(metrics_router(metrics, None)))
+                    .with_graceful_shutdown(stopped(stop))
+                    .await
+                    .context("serving /metrics")?;
+            }
+            Mode::Secure(source) => {
+                let resolver = source.start(stop.clone())?;
+                let tls = crate::tls_serving::server_config(resolver)
+                    .context("configuring TLS for /metrics")?;
+                let access = Arc::new(ScraperAccess::new(client));
+                tracing::info!(addr = %metrics_addr, "serving /metrics over HTTPS to authorized scrapers");
+                crate::tls_serving::serve(
+                    self.metrics,
+                    with_probes(metrics_router(metrics, Some(access))),
+                    tls,
+                    stop,
+                )
+                .await;
+            }
+        }
+        if let Some(server) = health_server {
+            server
+                .await
+                .context("the health endpoint task panicked")?
+                .context("serving /healthz, /readyz")?;
+        }
+        Ok(())
+    }
+}
+
+/// Resolves once `rx` holds `true`.
+async fn stopped(mut rx: watch::Receiver<bool>) {
+    let _ = rx.wait_for(|stop| *stop).await;
 }
 
 #[cfg(test)]
