@@ -549,3 +549,96 @@ async fn discovery_lists_the_review_apis_and_the_token_subresource() {
         assert!(names.contains(&kind), "{names:?}");
     }
 }
+
+#[tokio::test]
+async fn kubectl_create_rbac_objects_grant_what_reviews_then_allow() {
+    let env = env().await;
+    service_account(&env, "default", "prometheus").await;
+    let out = kubectl(
+        &env,
+        &[
+            "create",
+            "clusterrole",
+            "metrics-reader",
+            "--verb=get",
+            "--non-resource-url=/metrics",
+        ],
+    )
+    .await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = kubectl(
+        &env,
+        &[
+            "create",
+            "clusterrolebinding",
+            "prometheus-metrics",
+            "--clusterrole=metrics-reader",
+            "--serviceaccount=default:prometheus",
+        ],
+    )
+    .await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = kubectl(
+        &env,
+        &[
+            "create",
+            "role",
+            "pod-reader",
+            "--verb=get,list",
+            "--resource=pods",
+            "--resource-name=web",
+        ],
+    )
+    .await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = kubectl(
+        &env,
+        &[
+            "create",
+            "rolebinding",
+            "alice-pods",
+            "--role=pod-reader",
+            "--user=alice",
+            "--group=ops",
+        ],
+    )
+    .await;
+    assert!(out.status.success(), "{}", stderr(&out));
+
+    let out = kubectl(
+        &env,
+        &[
+            "get",
+            "clusterrolebinding",
+            "prometheus-metrics",
+            "-o",
+            "json",
+        ],
+    )
+    .await;
+    let binding: Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(
+        binding["subjects"],
+        json!([{"kind": "ServiceAccount", "name": "prometheus", "namespace": "default"}])
+    );
+    assert_eq!(
+        binding["roleRef"],
+        json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "metrics-reader"})
+    );
+
+    let metrics = |user: &str| json!({"user": user, "groups": sa_groups("default"), "nonResourceAttributes": {"path": "/metrics", "verb": "get"}});
+    assert!(
+        access(&env, metrics("system:serviceaccount:default:prometheus"))
+            .await
+            .0
+    );
+    assert!(
+        !access(&env, metrics("system:serviceaccount:default:other"))
+            .await
+            .0
+    );
+    let pods = |user: &str, groups: Value, name: &str| json!({"user": user, "groups": groups, "resourceAttributes": {"namespace": "default", "verb": "list", "resource": "pods", "name": name}});
+    assert!(access(&env, pods("alice", json!([]), "web")).await.0);
+    assert!(access(&env, pods("carol", json!(["ops"]), "web")).await.0);
+    assert!(!access(&env, pods("alice", json!([]), "db")).await.0);
+}
