@@ -371,3 +371,52 @@ async fn https_get_unverified(
     parse_response(&raw)
         .ok_or_else(|| format!("no HTTP answer: {:?}", String::from_utf8_lossy(&raw)))
 }
+
+/// A manifest of `deploy/rbac`, created in kube-local.
+async fn create_shipped<K>(client: &Client, file: &str)
+where
+    K: kube::Resource<Scope = k8s_openapi::ClusterResourceScope, DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + serde::Serialize
+        + std::fmt::Debug,
+{
+    let path = format!("{}/../../deploy/rbac/{file}", env!("CARGO_MANIFEST_DIR"));
+    let object: K = serde_saphyr::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    Api::<K>::all(client.clone())
+        .create(&PostParams::default(), &object)
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn the_shipped_rbac_lets_the_operator_review_scrapers_and_nothing_more() {
+    use k8s_openapi::api::authorization::v1::SubjectAccessReview;
+
+    let env = support::environment(false).await;
+    let client = env.client();
+    create_shipped::<ClusterRole>(&client, "metrics_auth_role.yaml").await;
+    create_shipped::<ClusterRoleBinding>(&client, "metrics_auth_role_binding.yaml").await;
+    let may = |group: &str, resource: &str, verb: &str| {
+        let client = client.clone();
+        let review: SubjectAccessReview = serde_json::from_value(serde_json::json!({"spec": {
+            "user": "system:serviceaccount:dkv-system:dkv-operator",
+            "groups": ["system:serviceaccounts", "system:serviceaccounts:dkv-system", "system:authenticated"],
+            "resourceAttributes": {"group": group, "resource": resource, "verb": verb},
+        }}))
+        .unwrap();
+        async move {
+            Api::<SubjectAccessReview>::all(client)
+                .create(&PostParams::default(), &review)
+                .await
+                .unwrap()
+                .status
+                .unwrap()
+                .allowed
+        }
+    };
+    assert!(may("authentication.k8s.io", "tokenreviews", "create").await);
+    assert!(may("authorization.k8s.io", "subjectaccessreviews", "create").await);
+    assert!(!may("authorization.k8s.io", "subjectaccessreviews", "list").await);
+    assert!(!may("", "secrets", "get").await);
+}
