@@ -420,3 +420,21 @@ async fn the_shipped_rbac_lets_the_operator_review_scrapers_and_nothing_more() {
     assert!(!may("authorization.k8s.io", "subjectaccessreviews", "list").await);
     assert!(!may("", "secrets", "get").await);
 }
+
+#[tokio::test]
+async fn a_missing_certificate_stops_the_operator_at_start() {
+    let env = support::environment(false).await;
+    let empty = tempfile::tempdir().unwrap();
+    let mut args = support::operator_args(false);
+    args.metrics_secure = true;
+    args.metrics_cert_dir = Some(empty.path().to_path_buf());
+    let (_stop, stop_rx) = tokio::sync::watch::channel(false);
+    let result = tokio::time::timeout(
+        Duration::from_secs(10),
+        dkv_operator::operator::run_with(env.client(), args, stop_rx),
+    )
+    .await
+    .expect("the operator gives up at once");
+    let err = format!("{:#}", result.unwrap_err());
+    assert!(err.contains("tls.crt"), "{err}");
+}

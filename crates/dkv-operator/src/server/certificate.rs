@@ -66,22 +66,47 @@ pub enum CertificateSource {
     SelfSigned { hosts: Vec<String> },
 }
 
+/// A loaded certificate, served through its resolver.
+pub struct ServingCertificate {
+    pub resolver: Arc<ServingCertResolver>,
+    /// The directory it came from and what was read there.
+    watched: Option<(PathBuf, PemPair)>,
+}
+
 impl CertificateSource {
-    /// The resolver to serve with, and for a directory, a task that keeps it
-    /// current until `stop`.
-    pub fn start(&self, stop: watch::Receiver<bool>) -> anyhow::Result<Arc<ServingCertResolver>> {
+    /// Reads or generates the certificate now, so a missing or broken one
+    /// stops the operator at start rather than leaving it without metrics.
+    pub fn load(&self) -> anyhow::Result<ServingCertificate> {
         match self {
             CertificateSource::SelfSigned { hosts } => {
                 tracing::info!(?hosts, "serving metrics with a self-signed certificate");
-                Ok(Arc::new(ServingCertResolver::new(self_signed(hosts)?)))
+                Ok(ServingCertificate {
+                    resolver: Arc::new(ServingCertResolver::new(self_signed(hosts)?)),
+                    watched: None,
+                })
             }
             CertificateSource::Directory(dir) => {
                 let (pair, key) = load(dir)?;
                 tracing::info!(dir = %dir.display(), "serving metrics with the mounted certificate");
-                let resolver = Arc::new(ServingCertResolver::new(key));
-                tokio::spawn(reload(dir.clone(), pair, resolver.clone(), stop));
-                Ok(resolver)
+                Ok(ServingCertificate {
+                    resolver: Arc::new(ServingCertResolver::new(key)),
+                    watched: Some((dir.clone(), pair)),
+                })
             }
+        }
+    }
+}
+
+impl ServingCertificate {
+    /// Keeps a directory's certificate current until `stop`.
+    pub fn watch(&self, stop: watch::Receiver<bool>) {
+        if let Some((dir, pair)) = &self.watched {
+            tokio::spawn(reload(
+                dir.clone(),
+                pair.clone(),
+                self.resolver.clone(),
+                stop,
+            ));
         }
     }
 }

@@ -31,7 +31,7 @@ use tokio::sync::watch;
 use crate::cli::OperatorArgs;
 use crate::metrics::Metrics;
 use access::{ScraperAccess, Verdict, bearer_token};
-use certificate::CertificateSource;
+use certificate::{CertificateSource, ServingCertificate};
 
 /// Health the probes report.
 #[derive(Default)]
@@ -125,10 +125,9 @@ async fn ready_handler(State(health): State<Arc<Health>>) -> impl IntoResponse {
 }
 
 /// How `/metrics` is served.
-#[derive(Debug, Clone)]
 enum Mode {
     Plain,
-    Secure(CertificateSource),
+    Secure(ServingCertificate),
 }
 
 /// The operator's bound HTTP listeners, ready to serve.
@@ -145,7 +144,8 @@ async fn bind(addr: SocketAddr, what: &str) -> anyhow::Result<TcpListener> {
 }
 
 impl Endpoints {
-    /// Binds the listeners `args` ask for, so a port conflict stops the operator at start.
+    /// Binds the listeners `args` ask for and loads the certificate, so a
+    /// port conflict or an unusable certificate stops the operator at start.
     pub async fn bind(args: &OperatorArgs) -> anyhow::Result<Self> {
         let metrics = bind(args.metrics_addr, "metrics").await?;
         let health = match args.health_addr {
@@ -155,14 +155,14 @@ impl Endpoints {
         let mode = if !args.metrics_secure {
             Mode::Plain
         } else if let Some(dir) = &args.metrics_cert_dir {
-            Mode::Secure(CertificateSource::Directory(dir.clone()))
+            Mode::Secure(CertificateSource::Directory(dir.clone()).load()?)
         } else {
             let mut hosts = vec!["localhost".to_owned(), "127.0.0.1".to_owned()];
             match args.metrics_addr.ip() {
                 ip if ip.is_unspecified() || ip == IpAddr::V4(Ipv4Addr::LOCALHOST) => {}
                 ip => hosts.push(ip.to_string()),
             }
-            Mode::Secure(CertificateSource::SelfSigned { hosts })
+            Mode::Secure(CertificateSource::SelfSigned { hosts }.load()?)
         };
         Ok(Self {
             metrics,
@@ -209,9 +209,9 @@ impl Endpoints {
                     .await
                     .context("serving /metrics")?;
             }
-            Mode::Secure(source) => {
-                let resolver = source.start(stop.clone())?;
-                let tls = crate::tls_serving::server_config(resolver)
+            Mode::Secure(certificate) => {
+                certificate.watch(stop.clone());
+                let tls = crate::tls_serving::server_config(certificate.resolver.clone())
                     .context("configuring TLS for /metrics")?;
                 let access = Arc::new(ScraperAccess::new(client));
                 tracing::info!(addr = %metrics_addr, "serving /metrics over HTTPS to authorized scrapers");
