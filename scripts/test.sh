@@ -14,11 +14,19 @@ echo "== cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
 echo "== tests"
+# Every test that runs the operator records, for the secret scan below, the
+# values of every Secret and everything people and log pipelines see.
+DKV_SECRET_SCAN_DIR="$(mktemp -d)"
+export DKV_SECRET_SCAN_DIR
+trap 'rm -rf "$DKV_SECRET_SCAN_DIR"' EXIT
 if cargo nextest --version >/dev/null 2>&1; then
   cargo nextest run --workspace --locked --no-fail-fast
 else
   cargo test --workspace --locked --no-fail-fast
 fi
+
+echo "== secret scan (the logs, Events and objects of the whole test run)"
+scripts/scan-secrets.py "$DKV_SECRET_SCAN_DIR"
 
 echo "== deploy manifests"
 scripts/validate-manifests.sh

@@ -37,6 +37,8 @@ pub mod reasons {
     /// A change is due but waits for a safe moment (a member unhealthy,
     /// quorum at risk); the message says what it waits for.
     pub const WAITING: &str = "WaitingForSafety";
+    /// cert-manager has not issued a certificate the members need yet.
+    pub const WAITING_FOR_CERTIFICATES: &str = "WaitingForCertificates";
     // Degraded
     pub const AS_EXPECTED: &str = "AsExpected";
     pub const INVALID_SPEC: &str = "InvalidSpec";
@@ -47,7 +49,8 @@ pub mod reasons {
     /// or incomplete, or a member's restore step failed (a checksum mismatch,
     /// unreadable credentials, ...). Nothing is started from the artifact.
     pub const RESTORE_FAILED: &str = "RestoreFailed";
-    /// A TLS Secret the members need is missing or unreadable.
+    /// A TLS Secret the members need is missing, unreadable or holds a
+    /// certificate members would refuse; or cert-manager is not installed.
     pub const TLS_FAILED: &str = "TLSFailed";
     /// etcd's backend reached its quota and refuses writes.
     pub const NO_SPACE: &str = "NoSpace";

@@ -197,6 +197,12 @@ pub struct MemberInitArgs {
     /// in the etcd container.
     #[arg(long, default_value = crate::cluster::tls::MEMBER_TLS_DIR)]
     pub tls_dir: PathBuf,
+    /// The peer transport's certificate, when it differs (default: --tls-dir).
+    #[arg(long)]
+    pub peer_tls_dir: Option<PathBuf>,
+    /// The client transport's certificate, when it differs (default: --tls-dir).
+    #[arg(long)]
+    pub client_tls_dir: Option<PathBuf>,
 }
 
 /// `dkv backup`. Object store credentials come only from the environment

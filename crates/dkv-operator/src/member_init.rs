@@ -422,20 +422,24 @@ pub fn render_config(args: &MemberInitArgs, start: &Start) -> anyhow::Result<Val
         "logger": "zap",
         "log-outputs": ["stderr"],
     });
-    // One certificate (server and client usage) for both transports; the
-    // other side must present a certificate signed by the cluster's CA.
-    let dir = &args.tls_dir;
-    let security = json!({
-        "cert-file": dir.join(crate::cluster::tls::TLS_CERT),
-        "key-file": dir.join(crate::cluster::tls::TLS_KEY),
-        "trusted-ca-file": dir.join(crate::cluster::tls::CA_CERT),
-        "client-cert-auth": true,
-    });
+    // Each transport's certificate (server and client usage: members dial
+    // their peers with it, and etcd's gRPC gateway its own member); the
+    // other side must present a certificate signed by a CA in its ca.crt.
+    let security = |dir: &Path| {
+        json!({
+            "cert-file": dir.join(crate::cluster::tls::TLS_CERT),
+            "key-file": dir.join(crate::cluster::tls::TLS_KEY),
+            "trusted-ca-file": dir.join(crate::cluster::tls::CA_CERT),
+            "client-cert-auth": true,
+        })
+    };
     if args.peer_tls {
-        config["peer-transport-security"] = security.clone();
+        config["peer-transport-security"] =
+            security(args.peer_tls_dir.as_deref().unwrap_or(&args.tls_dir));
     }
     if args.client_tls {
-        config["client-transport-security"] = security;
+        config["client-transport-security"] =
+            security(args.client_tls_dir.as_deref().unwrap_or(&args.tls_dir));
     }
     Ok(config)
 }
@@ -465,6 +469,8 @@ mod tests {
             peer_tls: false,
             client_tls: false,
             tls_dir: PathBuf::from("/etc/dkv/tls/member"),
+            peer_tls_dir: None,
+            client_tls_dir: None,
         }
     }
 
@@ -496,6 +502,19 @@ mod tests {
                 "/etc/dkv/tls/member/ca.crt"
             );
         }
+
+        // Two certificates: each transport reads its own directory.
+        tls.peer_tls_dir = Some(PathBuf::from("/etc/dkv/tls/peer"));
+        tls.client_tls_dir = Some(PathBuf::from("/etc/dkv/tls/server"));
+        let split = render_config(&tls, &start).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            split["peer-transport-security"]["key-file"],
+            "/etc/dkv/tls/peer/tls.key"
+        );
+        assert_eq!(
+            split["client-transport-security"]["trusted-ca-file"],
+            "/etc/dkv/tls/server/ca.crt"
+        );
 
         let plain = render_config(&args("orders-1"), &start).unwrap_or_else(|e| panic!("{e}"));
         assert!(plain.get("peer-transport-security").is_none());

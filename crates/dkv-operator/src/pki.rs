@@ -2,9 +2,11 @@
 //! issues leaf certificates for servers and clients. Used for the webhook's
 //! serving certificate and for each cluster's etcd certificates.
 //!
-//! Nothing here parses X.509: an [`Authority`] is rebuilt from its common
+//! Issuing parses no X.509: an [`Authority`] is rebuilt from its common
 //! name and key (the issuer name and key identifier a leaf carries derive
 //! from those), and expiry is tracked by the caller next to the PEM.
+//! [`check`] verifies certificates someone else issued (user-provided or
+//! cert-manager's) the way their TLS peers will: with rustls's verifiers.
 
 use std::time::Duration;
 
@@ -132,6 +134,91 @@ impl Authority {
     }
 }
 
+/// What a certificate must be good for, checked by [`check`].
+#[derive(Debug, Clone, Copy)]
+pub enum Role<'a> {
+    /// A TLS server reached by each of these names.
+    Server(&'a [String]),
+    /// A TLS client.
+    Client,
+}
+
+/// Why a certificate cannot be used, in words for the user.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct Unusable(pub String);
+
+/// Checks that `cert_pem` (a leaf, optionally followed by intermediates)
+/// and `key_pem` belong together and that the leaf verifies, for each of
+/// `roles`, against the CAs in `trusted_ca_pem` — as the other side of the
+/// connection will verify it (chain, validity period, key usage, names).
+pub fn check(
+    cert_pem: &str,
+    key_pem: &str,
+    trusted_ca_pem: &str,
+    roles: &[Role<'_>],
+) -> Result<(), Unusable> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+
+    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(cert_pem.as_bytes())
+        .collect::<Result<_, _>>()
+        .map_err(|e| Unusable(format!("tls.crt is not PEM: {e}")))?;
+    let Some((leaf, intermediates)) = chain.split_first() else {
+        return Err(Unusable("tls.crt holds no certificate".to_owned()));
+    };
+    let key = PrivateKeyDer::from_pem_slice(key_pem.as_bytes())
+        .map_err(|e| Unusable(format!("tls.key holds no private key: {e}")))?;
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    rustls::sign::CertifiedKey::from_der(chain.clone(), key, &provider)
+        .map_err(|e| Unusable(format!("tls.key does not belong to tls.crt: {e}")))?;
+
+    let mut roots = rustls::RootCertStore::empty();
+    for ca in CertificateDer::pem_slice_iter(trusted_ca_pem.as_bytes()) {
+        let ca = ca.map_err(|e| Unusable(format!("ca.crt is not PEM: {e}")))?;
+        roots
+            .add(ca)
+            .map_err(|e| Unusable(format!("ca.crt holds an unusable CA certificate: {e}")))?;
+    }
+    if roots.is_empty() {
+        return Err(Unusable("ca.crt holds no CA certificate".to_owned()));
+    }
+    let roots = std::sync::Arc::new(roots);
+    let now = UnixTime::now();
+    for role in roles {
+        match role {
+            Role::Server(names) => {
+                let verifier = rustls::client::WebPkiServerVerifier::builder_with_provider(
+                    roots.clone(),
+                    provider.clone(),
+                )
+                .build()
+                .map_err(|e| Unusable(format!("ca.crt: {e}")))?;
+                for name in *names {
+                    let server = ServerName::try_from(name.as_str())
+                        .map_err(|e| Unusable(format!("{name}: {e}")))?;
+                    use rustls::client::danger::ServerCertVerifier;
+                    verifier
+                        .verify_server_cert(leaf, intermediates, &server, &[], now)
+                        .map_err(|e| Unusable(format!("as a server for {name}: {e}")))?;
+                }
+            }
+            Role::Client => {
+                let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+                    roots.clone(),
+                    provider.clone(),
+                )
+                .build()
+                .map_err(|e| Unusable(format!("ca.crt: {e}")))?;
+                verifier
+                    .verify_client_cert(leaf, intermediates, now)
+                    .map_err(|e| Unusable(format!("as a client: {e}")))?;
+            }
+        }
+    }
+    Ok(())
+}
+
 fn ca_params(common_name: &str) -> CertificateParams {
     let mut params = CertificateParams::default();
     params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
@@ -217,5 +304,87 @@ mod tests {
 
         let shown = format!("{ca:?} {leaf:?}");
         assert!(!shown.contains("PRIVATE"), "{shown}");
+    }
+
+    fn issue(ca: &Authority, hosts: &[String], usage: Usage) -> Issued {
+        ca.issue(&Leaf {
+            common_name: "leaf",
+            hosts,
+            usage,
+            validity: Duration::from_secs(600),
+        })
+        .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn check_accepts_what_peers_accept_and_says_why_it_refuses() {
+        let ca =
+            Authority::generate("ca", Duration::from_secs(3600)).unwrap_or_else(|e| panic!("{e}"));
+        let other = Authority::generate("other", Duration::from_secs(3600))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let hosts = vec!["*.orders-peer.shop.svc".to_owned()];
+        let member = issue(&ca, &hosts, Usage::ServerAndClient);
+        let names = vec!["orders-0.orders-peer.shop.svc".to_owned()];
+        let peer = [Role::Server(&names), Role::Client];
+        assert_eq!(
+            check(&member.cert_pem, &member.key_pem, &ca.cert_pem, &peer),
+            Ok(())
+        );
+        // A bundle of two CAs (a rotation's overlap) trusts both.
+        let bundle = format!("{}{}", other.cert_pem, ca.cert_pem);
+        assert_eq!(
+            check(&member.cert_pem, &member.key_pem, &bundle, &peer),
+            Ok(())
+        );
+
+        let refused = |cert: &Issued, key: &str, cas: &str, roles: &[Role<'_>]| {
+            check(&cert.cert_pem, key, cas, roles)
+                .err()
+                .map(|e| e.0)
+                .unwrap_or_default()
+        };
+        let elsewhere = vec!["orders-0.orders-peer.other.svc".to_owned()];
+        assert!(
+            refused(
+                &member,
+                &member.key_pem,
+                &ca.cert_pem,
+                &[Role::Server(&elsewhere)]
+            )
+            .contains("as a server for orders-0.orders-peer.other.svc"),
+        );
+        assert!(refused(&member, &member.key_pem, &other.cert_pem, &peer).contains("as a server"));
+        let client_only = issue(&ca, &[], Usage::Client);
+        assert_eq!(
+            check(
+                &client_only.cert_pem,
+                &client_only.key_pem,
+                &ca.cert_pem,
+                &[Role::Client]
+            ),
+            Ok(())
+        );
+        assert!(
+            refused(&client_only, &client_only.key_pem, &ca.cert_pem, &peer)
+                .contains("as a server")
+        );
+        let server_only = issue(&ca, &hosts, Usage::Server);
+        assert!(
+            refused(&server_only, &server_only.key_pem, &ca.cert_pem, &peer)
+                .contains("as a client")
+        );
+        assert!(
+            refused(&member, &client_only.key_pem, &ca.cert_pem, &peer).contains("does not belong")
+        );
+        assert!(refused(&member, "", &ca.cert_pem, &peer).contains("tls.key"));
+        assert!(refused(&member, &member.key_pem, "", &peer).contains("ca.crt holds no CA"));
+        let empty = Issued {
+            cert_pem: String::new(),
+            ..member.clone()
+        };
+        assert!(
+            refused(&empty, &member.key_pem, &ca.cert_pem, &peer)
+                .contains("tls.crt holds no certificate")
+        );
     }
 }

@@ -2,7 +2,9 @@
 //! etcd authentication on once the cluster has formed, keeps the root
 //! credentials in the documented Secret, refuses nobody it should not and
 //! everybody it should, and still backs up, upgrades (3.4 → 3.5) and scales
-//! the cluster, authenticating as root.
+//! the cluster, authenticating as root; a cluster restored from its backup
+//! answers to the same root credentials (and one without `spec.auth` is
+//! refused with the fix).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -112,6 +114,63 @@ async fn with_auth_on_strangers_are_refused_and_the_operator_still_backs_up_upgr
     )
     .await
     .unwrap();
+    assert!(stranger.get("balance", None).await.is_err());
+
+    // The backup's snapshot keeps authentication on with the source's root
+    // password: a cluster restored from it starts with those credentials.
+    let restore = json!({"restore": {"backupName": "with-auth", "credentialsSecret": "s3-creds"}});
+    support::create_cluster(
+        &client,
+        NS,
+        "accounts-without-auth",
+        1,
+        "registry.k8s.io/etcd:3.5.16-0",
+        json!({"bootstrap": restore}),
+    )
+    .await;
+    wait_for(
+        &dkvs,
+        "accounts-without-auth",
+        "Degraded/RestoreFailed",
+        |d| {
+            support::etcd_cluster::condition_reason(d, "Degraded", "True").as_deref()
+                == Some("RestoreFailed")
+        },
+    )
+    .await;
+    let refusal = format!(
+        "{:?}",
+        dkvs.get("accounts-without-auth").await.unwrap().status
+    );
+    assert!(refusal.contains("set spec.auth.enabled: true"), "{refusal}");
+    support::create_cluster(
+        &client,
+        NS,
+        "accounts-restored",
+        3,
+        "registry.k8s.io/etcd:3.5.16-0",
+        json!({"bootstrap": restore, "auth": {"enabled": true}}),
+    )
+    .await;
+    wait_settled(&dkvs, "accounts-restored", 3).await;
+    let restored = support::wait_auth_enabled(&client, NS, "accounts-restored").await;
+    assert_eq!(
+        value(&restored, "password"),
+        password,
+        "the source's root password"
+    );
+    let restored_endpoints = member_endpoints(&client, NS, "accounts-restored").await;
+    let mut etcd = etcd_client::Client::connect(
+        &restored_endpoints,
+        Some(options().with_user(user.clone(), password.clone())),
+    )
+    .await
+    .unwrap();
+    let read = etcd.get("balance", None).await.unwrap();
+    assert_eq!(read.kvs()[0].value_str().unwrap(), "42");
+    let mut stranger = etcd_client::Client::connect(&restored_endpoints, Some(options()))
+        .await
+        .unwrap();
     assert!(stranger.get("balance", None).await.is_err());
 
     // That the password appears nowhere else is `secrets_stay_secret`'s.

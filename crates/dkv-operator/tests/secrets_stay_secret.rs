@@ -14,13 +14,9 @@ mod support;
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 
-use dkv_api::{DistributedKV, DistributedKVBackup};
 use dkv_backup::testing::MotoServer;
-use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::batch::v1::{CronJob, Job};
-use k8s_openapi::api::core::v1::{ConfigMap, Event, Pod, Secret};
-use kube::api::{Api, ListParams, LogParams, Patch, PatchParams};
-use kube::{Client, ResourceExt};
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
 use support::backups::{backup_now, create_secret};
 use support::etcd_cluster::wait_settled;
@@ -44,39 +40,6 @@ impl Write for Captured {
     fn flush(&mut self) -> std::io::Result<()> {
         Ok(())
     }
-}
-
-async fn secret_values(client: &Client, name: &str) -> Vec<String> {
-    let secret = Api::<Secret>::namespaced(client.clone(), NS)
-        .get(name)
-        .await
-        .unwrap();
-    secret
-        .data
-        .unwrap()
-        .into_values()
-        .map(|v| String::from_utf8(v.0).unwrap())
-        .collect()
-}
-
-/// What must never appear: each private key and password, and for PEM the
-/// base64 lines of private keys (a partial leak is a leak).
-fn needles(values: &[String]) -> Vec<String> {
-    let mut out = Vec::new();
-    for value in values {
-        if value.contains("PRIVATE KEY") {
-            out.extend(
-                value
-                    .lines()
-                    .filter(|l| !l.starts_with("-----") && l.len() >= 32)
-                    .map(str::to_owned),
-            );
-        } else if !value.contains("CERTIFICATE") && value.len() >= 16 {
-            // Passwords (certificates are public).
-            out.push(value.clone());
-        }
-    }
-    out
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -124,53 +87,32 @@ async fn no_key_password_or_token_reaches_logs_events_or_status() {
         haystack.contains("etcd authentication enabled"),
         "the operator's log was captured"
     );
-    let pods = Api::<Pod>::namespaced(client.clone(), NS);
-    for pod in pods.list(&ListParams::default()).await.unwrap().items {
-        let spec = pod.spec.clone().unwrap();
-        for container in spec
-            .init_containers
-            .unwrap_or_default()
-            .iter()
-            .chain(&spec.containers)
-        {
-            let params = LogParams {
-                container: Some(container.name.clone()),
-                ..LogParams::default()
-            };
-            if let Ok(log) = pods.logs(&pod.name_any(), &params).await {
-                haystack.push_str(&log);
-            }
-        }
-    }
-    for objects in [
-        support::objects_text::<Event>(&client, NS).await,
-        support::objects_text::<DistributedKV>(&client, NS).await,
-        support::objects_text::<DistributedKVBackup>(&client, NS).await,
-        support::objects_text::<StatefulSet>(&client, NS).await,
-        support::objects_text::<CronJob>(&client, NS).await,
-        support::objects_text::<Job>(&client, NS).await,
-        support::objects_text::<Pod>(&client, NS).await,
-        support::objects_text::<ConfigMap>(&client, NS).await,
-    ] {
-        haystack.push_str(&objects);
-    }
+    haystack.push_str(&support::secret_scan::visible_text(&client, NS).await);
     assert!(
         haystack.len() > 10_000,
         "too little to scan: {}",
         haystack.len()
     );
 
-    let mut secrets = Vec::new();
-    for name in ["tls-ca", "tls-member", "tls-client", "etcd-root"] {
-        secrets.extend(secret_values(&client, &format!("{CLUSTER}-{name}")).await);
-    }
-    secrets.extend(
+    let secrets = Api::<Secret>::namespaced(client.clone(), NS)
+        .list(&Default::default())
+        .await
+        .unwrap();
+    let mut needles: Vec<String> = secrets
+        .items
+        .iter()
+        .flat_map(support::secret_scan::needles)
+        .collect();
+    // The object store's secret key is in a Secret too (s3-creds).
+    assert!(
         moto.env()
-            .into_iter()
+            .iter()
             .filter(|(k, _)| k == "AWS_SECRET_ACCESS_KEY")
-            .map(|(_, v)| v),
+            .all(|(_, v)| v.len() < 12 || needles.contains(v)),
+        "the S3 secret key is searched for"
     );
-    let needles = needles(&secrets);
+    needles.sort();
+    needles.dedup();
     assert!(needles.len() >= 5, "{} needles", needles.len());
     for needle in &needles {
         assert!(

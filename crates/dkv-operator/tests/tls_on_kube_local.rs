@@ -2,7 +2,8 @@
 //! and client traffic is TLS with certificates from the cluster's own CA
 //! forms, refuses plaintext and certificate-less clients, serves a client
 //! holding the documented Secret, scales (members join over https peer
-//! URLs) and is backed up by an agent that presents the client certificate.
+//! URLs), is backed up by an agent that presents the client certificate,
+//! and upgrades from etcd 3.4 to 3.5 over TLS.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -17,48 +18,18 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
 use support::backups::{backup_now, create_secret};
-use support::etcd_cluster::{member_endpoints, wait_settled};
+use support::etcd_cluster::wait_settled;
+use support::tls::{Target, can_read, options};
 
 const NS: &str = "vault";
 const CLUSTER: &str = "secrets";
 
-/// `key` of Secret `name`, as text.
+fn target() -> Target {
+    Target::new(NS, CLUSTER)
+}
+
 async fn secret_text(client: &Client, name: &str, key: &str) -> String {
-    let secret = Api::<Secret>::namespaced(client.clone(), NS)
-        .get(name)
-        .await
-        .unwrap();
-    String::from_utf8(secret.data.unwrap()[key].0.clone()).unwrap()
-}
-
-/// The members' client URLs over https.
-async fn tls_endpoints(client: &Client) -> Vec<String> {
-    member_endpoints(client, NS, CLUSTER)
-        .await
-        .into_iter()
-        .map(|e| e.replacen("http://", "https://", 1))
-        .collect()
-}
-
-fn options(tls: Option<etcd_client::TlsOptions>) -> etcd_client::ConnectOptions {
-    let options = etcd_client::ConnectOptions::new()
-        .with_connect_timeout(Duration::from_secs(2))
-        .with_timeout(Duration::from_secs(3));
-    match tls {
-        Some(tls) => options.with_tls(tls),
-        None => options,
-    }
-}
-
-/// Whether a client with `options` can read from `endpoint`.
-async fn can_read(endpoint: &str, options: etcd_client::ConnectOptions) -> Result<(), String> {
-    let mut etcd = etcd_client::Client::connect([endpoint], Some(options))
-        .await
-        .map_err(|e| e.to_string())?;
-    etcd.get("probe", None)
-        .await
-        .map(|_| ())
-        .map_err(|e| e.to_string())
+    support::tls::secret_text(client, NS, name, key).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -91,7 +62,7 @@ async fn a_tls_cluster_refuses_plaintext_and_serves_the_documented_client_secret
             .identity(etcd_client::Identity::from_pem(&cert, &key))
             .domain_name(format!("{CLUSTER}-client.{NS}.svc"))
     };
-    let endpoints = tls_endpoints(&client).await;
+    let endpoints = target().endpoints(&client).await;
     assert_eq!(endpoints.len(), 3, "{endpoints:?}");
     for endpoint in &endpoints {
         let plaintext = endpoint.replacen("https://", "http://", 1);
@@ -134,7 +105,7 @@ async fn a_tls_cluster_refuses_plaintext_and_serves_the_documented_client_secret
     let scaled = wait_settled(&dkvs, CLUSTER, 5).await;
     eprintln!("scaled 3 -> 5 in {scaled:?}");
     let mut etcd = etcd_client::Client::connect(
-        tls_endpoints(&client).await,
+        target().endpoints(&client).await,
         Some(options(Some(with_identity()))),
     )
     .await
@@ -219,129 +190,14 @@ async fn switching_an_existing_cluster_to_tls_is_refused() {
     );
 }
 
-/// The documented client Secret as etcd-client TLS options (read anew:
-/// the operator renews it).
-async fn client_tls(client: &Client) -> etcd_client::TlsOptions {
-    let name = format!("{CLUSTER}-tls-client");
-    let ca = secret_text(client, &name, "ca.crt").await;
-    let cert = secret_text(client, &name, "tls.crt").await;
-    let key = secret_text(client, &name, "tls.key").await;
-    etcd_client::TlsOptions::new()
-        .ca_certificate(etcd_client::Certificate::from_pem(ca))
-        .identity(etcd_client::Identity::from_pem(cert, key))
-        .domain_name(format!("{CLUSTER}-client.{NS}.svc"))
-}
-
-/// Writes `key-N` = N one after the other over TLS, each until etcd
-/// acknowledges it (a put is idempotent); reconnects with the current
-/// client certificate after a failure. Returns the acknowledged N.
-fn tls_writer(
-    client: Client,
-    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
-) -> tokio::task::JoinHandle<Vec<u64>> {
-    tokio::spawn(async move {
-        let mut acked = Vec::new();
-        let mut etcd: Option<etcd_client::Client> = None;
-        let mut next = 0u64;
-        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-            if etcd.is_none() {
-                let endpoints = tls_endpoints(&client).await;
-                let tls = client_tls(&client).await;
-                etcd = etcd_client::Client::connect(endpoints, Some(options(Some(tls))))
-                    .await
-                    .ok();
-            }
-            let Some(c) = etcd.as_mut() else {
-                tokio::time::sleep(Duration::from_millis(200)).await;
-                continue;
-            };
-            match c
-                .put(format!("key-{next:05}"), next.to_string(), None)
-                .await
-            {
-                Ok(_) => {
-                    acked.push(next);
-                    next += 1;
-                }
-                Err(_) => {
-                    etcd = None;
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        acked
-    })
-}
-
-/// The member certificate's expiry, the serial the pod template carries,
-/// and the serials the member pods were started with.
-async fn serials(client: &Client) -> (String, String, Vec<String>) {
-    let secret = Api::<Secret>::namespaced(client.clone(), NS)
+/// The member certificate's expiry.
+async fn member_not_after(client: &Client) -> String {
+    Api::<Secret>::namespaced(client.clone(), NS)
         .get(&format!("{CLUSTER}-tls-member"))
         .await
-        .unwrap();
-    let not_after = secret.annotations()["dkv.io/not-after"].clone();
-    let sts = Api::<k8s_openapi::api::apps::v1::StatefulSet>::namespaced(client.clone(), NS)
-        .get(CLUSTER)
-        .await
-        .unwrap();
-    let template = sts
-        .spec
-        .template
-        .metadata
-        .and_then(|m| m.annotations)
-        .and_then(|a| a.get("dkv.io/tls-member-serial").cloned())
-        .unwrap_or_default();
-    let pods = Api::<k8s_openapi::api::core::v1::Pod>::namespaced(client.clone(), NS)
-        .list(&kube::api::ListParams::default().labels(&format!(
-            "dkv.io/cluster={CLUSTER},{}=etcd",
-            dkv_api::labels::COMPONENT_KEY
-        )))
-        .await
-        .unwrap();
-    let started = pods
-        .items
-        .iter()
-        .map(|p| {
-            p.annotations()
-                .get("dkv.io/tls-member-serial")
-                .cloned()
-                .unwrap_or_default()
-        })
-        .collect();
-    (not_after, template, started)
-}
-
-/// Reads back every acknowledged write over TLS with the current client
-/// Secret; returns the missing ones.
-async fn lost_over_tls(client: &Client, acked: &[u64]) -> Vec<u64> {
-    let mut reader = etcd_client::Client::connect(
-        tls_endpoints(client).await,
-        Some(options(Some(client_tls(client).await))),
-    )
-    .await
-    .unwrap();
-    let mut lost = Vec::new();
-    for i in acked {
-        // A read may time out on a loaded machine: retried, it is idempotent.
-        let mut attempt = 0;
-        let response = loop {
-            match reader.get(format!("key-{i:05}"), None).await {
-                Ok(response) => break response,
-                Err(e) if attempt < 5 => {
-                    attempt += 1;
-                    eprintln!("reading key-{i:05} (attempt {attempt}): {e}; retrying");
-                    tokio::time::sleep(Duration::from_millis(500)).await;
-                }
-                Err(e) => panic!("reading key-{i:05}: {e}"),
-            }
-        };
-        if response.kvs().first().and_then(|kv| kv.value_str().ok()) != Some(&i.to_string()) {
-            lost.push(*i);
-        }
-    }
-    lost
+        .unwrap()
+        .annotations()["dkv.io/not-after"]
+        .clone()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -366,7 +222,7 @@ async fn a_ca_rotation_overlaps_both_cas_and_loses_no_write() {
     let first_ca = secret_text(&client, &format!("{CLUSTER}-tls-ca"), "ca.crt").await;
 
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let writer = tls_writer(client.clone(), stop.clone());
+    let writer = target().writer(client.clone(), stop.clone());
     tokio::time::sleep(Duration::from_secs(2)).await;
     dkvs.patch(
         CLUSTER,
@@ -393,11 +249,9 @@ async fn a_ca_rotation_overlaps_both_cas_and_loses_no_write() {
             .get("dkv.io/ca-rotated-for")
             .map(String::as_str)
             == Some("first");
-        let (_, template, started) = serials(&client).await;
         let cluster = dkvs.get(CLUSTER).await.unwrap();
         if done
-            && started.len() == 3
-            && started.iter().all(|s| *s == template)
+            && target().members_on_template(&client, 3).await
             && support::etcd_cluster::settled_at(&cluster, 3)
         {
             break;
@@ -419,7 +273,7 @@ async fn a_ca_rotation_overlaps_both_cas_and_loses_no_write() {
         "the writer wrote throughout: {}",
         acked.len()
     );
-    let lost = lost_over_tls(&client, &acked).await;
+    let lost = target().lost(&client, &acked).await;
     eprintln!(
         "{} writes acknowledged across the CA rotation, {} lost",
         acked.len(),
@@ -462,33 +316,34 @@ async fn certificates_are_renewed_before_expiry_one_member_at_a_time_without_los
     .await
     .unwrap();
     wait_settled(&dkvs, CLUSTER, 3).await;
-    let (first, template, started) = serials(&client).await;
+    let first = member_not_after(&client).await;
     assert!(
-        started.iter().all(|s| *s == template),
-        "{template} vs {started:?}"
+        target().members_on_template(&client, 3).await,
+        "{:?}",
+        target().serials(&client).await
     );
 
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let writer = tls_writer(client.clone(), stop.clone());
+    let writer = target().writer(client.clone(), stop.clone());
     let began = std::time::Instant::now();
     // Renewed (a new serial), and every member restarted onto it.
     let mut renewed_at = None;
     loop {
-        let (current, template, started) = serials(&client).await;
+        let current = member_not_after(&client).await;
         if current != first && renewed_at.is_none() {
             renewed_at = Some(began.elapsed());
         }
         let cluster = dkvs.get(CLUSTER).await.unwrap();
         if current != first
-            && started.len() == 3
-            && started.iter().all(|s| *s == template)
+            && target().members_on_template(&client, 3).await
             && support::etcd_cluster::settled_at(&cluster, 3)
         {
             break;
         }
         assert!(
             began.elapsed() < Duration::from_secs(240),
-            "not renewed: {first} -> {current}, pods {started:?}, status {:?}",
+            "not renewed: {first} -> {current}, serials {:?}, status {:?}",
+            target().serials(&client).await,
             cluster.status
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
@@ -507,7 +362,7 @@ async fn certificates_are_renewed_before_expiry_one_member_at_a_time_without_los
         "the writer wrote throughout: {}",
         acked.len()
     );
-    let lost = lost_over_tls(&client, &acked).await;
+    let lost = target().lost(&client, &acked).await;
     eprintln!(
         "{} writes acknowledged across the renewal, {} lost",
         acked.len(),
@@ -532,5 +387,52 @@ async fn certificates_are_renewed_before_expiry_one_member_at_a_time_without_los
             .map(|e| (e.reason.clone(), e.message.clone()))
             .collect::<Vec<_>>()
     );
+    operator.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_tls_cluster_on_etcd_3_4_upgrades_to_3_5_without_losing_a_write() {
+    let (_env, client, operator) = support::running_operator(NS).await;
+    let dkvs = support::create_cluster(
+        &client,
+        NS,
+        CLUSTER,
+        3,
+        "registry.k8s.io/etcd:3.4.23-0",
+        json!({"tls": {}}),
+    )
+    .await;
+    wait_settled(&dkvs, CLUSTER, 3).await;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = target().writer(client.clone(), stop.clone());
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    dkvs.patch(
+        CLUSTER,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"image": "registry.k8s.io/etcd:3.5.16-0"}})),
+    )
+    .await
+    .unwrap();
+    let upgraded = support::etcd_cluster::wait_for(&dkvs, CLUSTER, "all members on 3.5.16", |d| {
+        support::etcd_cluster::settled_at(d, 3)
+            && d.status.as_ref().and_then(|s| s.current_version.as_deref()) == Some("3.5.16")
+    })
+    .await;
+    eprintln!("TLS cluster upgraded 3.4.23 -> 3.5.16 in {upgraded:?}");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let acked = writer.await.unwrap();
+    assert!(
+        acked.len() >= 5,
+        "the writer wrote throughout: {}",
+        acked.len()
+    );
+    let lost = target().lost(&client, &acked).await;
+    eprintln!(
+        "{} writes acknowledged across the upgrade, {} lost",
+        acked.len(),
+        lost.len()
+    );
+    assert!(lost.is_empty(), "acknowledged writes lost: {lost:?}");
     operator.stop().await;
 }

@@ -130,26 +130,64 @@ pub struct AuthSpec {
 }
 
 /// TLS for the cluster's two kinds of traffic.
-#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]
+#[x_kube(
+    validation = Rule::new("!has(self.peer.clientSecretRef)")
+        .message("spec.tls.peer.clientSecretRef is not a peer setting: the client certificate dkv uses belongs in spec.tls.client.clientSecretRef"),
+    validation = Rule::new("self.client.mode == 'Provided' ? has(self.client.clientSecretRef) : !has(self.client.clientSecretRef)")
+        .message("spec.tls.client.clientSecretRef is required with mode Provided (a client certificate, signed by a CA the members trust, that dkv's operator and backup agents present) and allowed only with it")
+)]
 pub struct TlsSpec {
     /// Member-to-member traffic (port 2380).
     #[serde(default)]
     pub peer: TlsTransport,
     /// Client traffic (port 2379): the operator, backup agents and
     /// applications. With TLS on, clients authenticate with a certificate
-    /// signed by the cluster's CA: the Secret `<name>-tls-client` holds one
-    /// (`tls.crt`, `tls.key`) and the CA (`ca.crt`).
+    /// signed by a CA the members trust. In modes `Auto` and `CertManager`
+    /// the Secret `<name>-tls-client` holds one (`tls.crt`, `tls.key`) and
+    /// the CA that signed the members' certificate (`ca.crt`).
     #[serde(default)]
     pub client: TlsTransport,
 }
 
 /// TLS for one kind of traffic.
-#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]
+#[x_kube(
+    validation = Rule::new("self.mode == 'Provided' ? has(self.secretRef) : !has(self.secretRef)")
+        .message("secretRef is required with mode Provided and allowed only with it"),
+    validation = Rule::new("self.mode == 'CertManager' ? has(self.issuerRef) : !has(self.issuerRef)")
+        .message("issuerRef is required with mode CertManager and allowed only with it")
+)]
 pub struct TlsTransport {
     #[serde(default)]
     pub mode: TlsMode,
+    /// Mode `Provided`: the Secret (same namespace) with the certificate
+    /// every member presents on this transport (`tls.crt`, `tls.key`) and
+    /// the CAs it trusts for the other side (`ca.crt`), with server and
+    /// client usage. For `peer` it must be valid for every member's name,
+    /// `<member>.<name>-peer.<namespace>.svc`, and for the name a member's
+    /// address resolves back to, `<member>.<name>-peer.<namespace>.svc.cluster.local`
+    /// (etcd checks a connecting peer's certificate against it): the
+    /// wildcards `*.<name>-peer.<namespace>.svc` and
+    /// `*.<name>-peer.<namespace>.svc.cluster.local` cover every size. For
+    /// `client`, valid for `<name>-client.<namespace>.svc`. dkv checks the
+    /// certificates before members use them; to rotate, update the Secret:
+    /// members restart onto it one at a time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_ref: Option<SecretReference>,
+    /// `client` in mode `Provided`: the Secret with the client certificate
+    /// dkv's operator and backup agents present (`tls.crt`, `tls.key`,
+    /// client usage, signed by a CA in the members' `ca.crt`) and the CA
+    /// they verify members by (`ca.crt`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_secret_ref: Option<SecretReference>,
+    /// Mode `CertManager`: the cert-manager issuer that signs this
+    /// transport's certificates. It must put the CA into the Secrets it
+    /// writes (`ca.crt`), as the CA, Vault and self-signed issuers do.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub issuer_ref: Option<IssuerReference>,
 }
 
 /// Where a transport's certificates come from.
@@ -158,11 +196,45 @@ pub enum TlsMode {
     /// dkv runs a CA for the cluster (Secret `<name>-tls-ca`) and issues the
     /// member certificate (`<name>-tls-member`) and a client certificate
     /// (`<name>-tls-client`); peers and clients must present a certificate
-    /// signed by that CA.
+    /// signed by that CA. dkv renews them before they expire.
     #[default]
     Auto,
+    /// You provide the certificates in Secrets (`secretRef`, and for
+    /// `client` also `clientSecretRef`); dkv checks them before any member
+    /// uses them and restarts members one at a time when they change.
+    Provided,
+    /// cert-manager issues the certificates: dkv creates `Certificate`
+    /// objects (cert-manager.io/v1) signed by `issuerRef`, named
+    /// `<name>-peer` (Secret `<name>-tls-peer`), `<name>-server`
+    /// (`<name>-tls-server`) and `<name>-client` (`<name>-tls-client`), and
+    /// restarts members one at a time when cert-manager renews them.
+    /// Without cert-manager installed the cluster reports `TLSFailed`.
+    CertManager,
     /// Plaintext: anyone who reaches the port can read and write.
     Disabled,
+}
+
+/// A Secret in the cluster's namespace.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct SecretReference {
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+}
+
+/// A cert-manager `Issuer` (same namespace) or `ClusterIssuer`.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct IssuerReference {
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+    /// `Issuer` (default) or `ClusterIssuer`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    /// API group of the issuer; default `cert-manager.io` (external issuers
+    /// have their own).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
 }
 
 /// Create-time population of a new cluster.

@@ -18,8 +18,9 @@ use serde::{Deserialize, Serialize};
 
 pub use super::v1alpha1::{
     AuthSpec, AutoCompactionMode, BackupArtifactRef, BootstrapSpec, DistributedKVStatus,
-    EtcdTuning, MemberStatus, Operation, OperationKind, Phase, PodOverrides, ReclaimPolicy,
-    RecoveryPolicy, RecoverySpec, RestoreSource, StorageSpec, TlsMode, TlsSpec, TlsTransport,
+    EtcdTuning, IssuerReference, MemberStatus, Operation, OperationKind, Phase, PodOverrides,
+    ReclaimPolicy, RecoveryPolicy, RecoverySpec, RestoreSource, SecretReference, StorageSpec,
+    TlsMode, TlsSpec, TlsTransport,
 };
 
 distributedkv_spec!("v1beta1", BackupSpec);

@@ -16,8 +16,9 @@ pub struct Resolved {
     pub destination: String,
     pub credentials_secret: Option<String>,
     pub image: String,
-    /// The cluster has client TLS.
-    pub client_tls: bool,
+    /// The cluster has client TLS: the Secret with the agent's client
+    /// certificate.
+    pub client_tls: Option<String>,
     /// The cluster has authentication on (or asks for it).
     pub auth: bool,
 }
@@ -44,7 +45,7 @@ pub fn build(backup: &DistributedKVBackup, resolved: &Resolved) -> Job {
         cluster: &resolved.cluster,
         destination: &resolved.destination,
         credentials_secret: resolved.credentials_secret.as_deref(),
-        client_tls: resolved.client_tls,
+        client_tls: resolved.client_tls.clone(),
         auth: resolved.auth,
     };
     let container = agent_container(&run);
@@ -83,7 +84,7 @@ mod tests {
             destination: "s3://bucket/prefix".into(),
             credentials_secret: Some("s3-creds".into()),
             image: "ghcr.io/dkv-io/dkv:1".into(),
-            client_tls: false,
+            client_tls: None,
             auth: false,
         };
         let job = build(&backup("nightly"), &resolved);
@@ -120,7 +121,7 @@ mod tests {
             destination: "s3://bucket/prefix".into(),
             credentials_secret: None,
             image: "ghcr.io/dkv-io/dkv:1".into(),
-            client_tls: false,
+            client_tls: None,
             auth: false,
         };
         let job = build(&backup("nightly"), &resolved);

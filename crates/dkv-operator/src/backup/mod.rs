@@ -52,6 +52,8 @@ pub enum Error {
         #[source]
         source: kube::Error,
     },
+    #[error("keeping the cluster's root credentials with the backup: {0}")]
+    Credentials(#[source] Box<crate::cluster::error::Error>),
 }
 
 fn kube_error(what: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
@@ -169,6 +171,13 @@ async fn reconcile(backup: Arc<DistributedKVBackup>, ctx: Arc<Context>) -> Resul
             return Ok(Action::await_change());
         }
     };
+
+    // Before the snapshot is taken: its restore will need the password.
+    if resolved.auth {
+        crate::cluster::auth::keep_for_backup(&ctx.client, &ns, &resolved.cluster, &backup)
+            .await
+            .map_err(|e| Error::Credentials(Box::new(e)))?;
+    }
 
     let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), &ns);
     let adopted = backup.annotations().get(JOB_ANNOTATION).cloned();
@@ -340,7 +349,8 @@ async fn resolve(
         destination,
         credentials_secret,
         image,
-        client_tls: crate::cluster::tls::TlsSettings::from_spec(cluster.spec.tls.as_ref()).client,
+        client_tls: crate::cluster::tls::Sources::from_spec(cluster.spec.tls.as_ref())
+            .client_secret(&backup.spec.cluster),
         auth: cluster.spec.auth.as_ref().is_some_and(|a| a.enabled),
     }))
 }

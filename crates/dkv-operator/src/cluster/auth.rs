@@ -9,6 +9,13 @@
 //! records it, and from the next pass on the operator authenticates. The
 //! password never appears in status, Events, logs or object specs: pods
 //! read it from the Secret.
+//!
+//! A snapshot keeps etcd's users and whether authentication is on, so a
+//! cluster restored from one answers only to the root password of the
+//! cluster it was taken of. Each backup of a cluster with authentication on
+//! therefore keeps a copy of those credentials, `<backup>-etcd-root`, owned
+//! by its `DistributedKVBackup` ([`keep_for_backup`]); a cluster restored
+//! from that backup starts with them, authentication already on.
 
 use std::collections::BTreeMap;
 
@@ -16,7 +23,7 @@ use dkv_etcd::UserCredentials;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{EnvVar, EnvVarSource, Secret, SecretKeySelector};
 use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
-use kube::{Client, ResourceExt};
+use kube::{Client, Resource, ResourceExt};
 
 use super::error::{Error, Result};
 use super::naming;
@@ -59,6 +66,18 @@ pub async fn ensure(client: &Client, cluster: &ValidatedCluster) -> Result<AuthS
     let secret = match existing {
         Some(secret) => secret,
         None => {
+            let restored = restored_credentials(client, cluster).await?;
+            let (root_user, password) = match &restored {
+                Some(copy) => (
+                    value_of(copy, USERNAME_KEY).unwrap_or_else(|| ROOT_USER.to_owned()),
+                    value_of(copy, PASSWORD_KEY).ok_or_else(|| Error::SecretInvalid {
+                        secret: copy.name_any(),
+                        key: PASSWORD_KEY,
+                        fix: "it is the copy of the backed-up cluster's root credentials the restored data needs; restore it from that cluster's <name>-etcd-root Secret",
+                    })?,
+                ),
+                None => (ROOT_USER.to_owned(), generate_password()),
+            };
             let mut labels = dkv_api::labels::cluster_labels(&cluster.name);
             labels.insert(dkv_api::labels::COMPONENT_KEY.to_owned(), "auth".to_owned());
             let secret = Secret {
@@ -66,19 +85,20 @@ pub async fn ensure(client: &Client, cluster: &ValidatedCluster) -> Result<AuthS
                     name: Some(name.clone()),
                     namespace: Some(cluster.namespace.clone()),
                     labels: Some(labels),
+                    // Restored data has authentication on already.
+                    annotations: restored.as_ref().map(|copy| {
+                        BTreeMap::from([
+                            (ENABLED_ANNOTATION.to_owned(), "true".to_owned()),
+                            (RESTORED_FROM_ANNOTATION.to_owned(), copy.name_any()),
+                        ])
+                    }),
                     owner_references: Some(vec![cluster.owner.clone()]),
                     ..ObjectMeta::default()
                 },
                 type_: Some("kubernetes.io/basic-auth".to_owned()),
                 data: Some(BTreeMap::from([
-                    (
-                        USERNAME_KEY.to_owned(),
-                        ByteString(ROOT_USER.as_bytes().to_vec()),
-                    ),
-                    (
-                        PASSWORD_KEY.to_owned(),
-                        ByteString(generate_password().into_bytes()),
-                    ),
+                    (USERNAME_KEY.to_owned(), ByteString(root_user.into_bytes())),
+                    (PASSWORD_KEY.to_owned(), ByteString(password.into_bytes())),
                 ])),
                 ..Secret::default()
             };
@@ -93,17 +113,11 @@ pub async fn ensure(client: &Client, cluster: &ValidatedCluster) -> Result<AuthS
         }
     };
     let value = |key: &'static str| {
-        secret
-            .data
-            .as_ref()
-            .and_then(|d| d.get(key))
-            .and_then(|v| String::from_utf8(v.0.clone()).ok())
-            .filter(|v| !v.is_empty())
-            .ok_or_else(|| Error::SecretInvalid {
+        value_of(&secret, key).ok_or_else(|| Error::SecretInvalid {
                 secret: name.clone(),
                 key,
-                fix: "restore the Secret as dkv created it: once authentication is on, only the root password in it opens the cluster",
-            })
+            fix: "restore the Secret as dkv created it: once authentication is on, only the root password in it opens the cluster",
+        })
     };
     Ok(AuthState {
         root: UserCredentials {
@@ -115,6 +129,102 @@ pub async fn ensure(client: &Client, cluster: &ValidatedCluster) -> Result<AuthS
             .get(ENABLED_ANNOTATION)
             .is_some_and(|v| v == "true"),
     })
+}
+
+/// On a restored cluster's root Secret: the backup copy it came from.
+pub const RESTORED_FROM_ANNOTATION: &str = "dkv.io/auth-restored-from";
+
+fn value_of(secret: &Secret, key: &str) -> Option<String> {
+    secret
+        .data
+        .as_ref()
+        .and_then(|d| d.get(key))
+        .and_then(|v| String::from_utf8(v.0.clone()).ok())
+        .filter(|v| !v.is_empty())
+}
+
+/// The credentials kept with the backup a new cluster is restored from, if
+/// that backup was taken with authentication on.
+pub async fn restored_credentials(
+    client: &Client,
+    cluster: &ValidatedCluster,
+) -> Result<Option<Secret>> {
+    let Some(super::validate::RestoreRef::Backup(backup)) =
+        cluster.restore.as_ref().map(|r| &r.source)
+    else {
+        return Ok(None);
+    };
+    let name = naming::backup_auth_secret(backup);
+    Api::<Secret>::namespaced(client.clone(), &cluster.namespace)
+        .get_opt(&name)
+        .await
+        .map_err(|source| Error::Read {
+            kind: "Secret",
+            name,
+            source,
+        })
+}
+
+/// Keeps a copy of `cluster`'s root credentials with the backup `backup`
+/// (owned by it) when authentication is on, so that a restore of its
+/// snapshot can authenticate. Idempotent.
+pub async fn keep_for_backup(
+    client: &Client,
+    namespace: &str,
+    cluster: &str,
+    backup: &dkv_api::DistributedKVBackup,
+) -> Result<()> {
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
+    let copy_name = naming::backup_auth_secret(&backup.name_any());
+    let read = |name: String| async {
+        secrets.get_opt(&name).await.map_err(|source| Error::Read {
+            kind: "Secret",
+            name,
+            source,
+        })
+    };
+    if read(copy_name.clone()).await?.is_some() {
+        return Ok(());
+    }
+    let Some(root) = read(naming::auth_secret(cluster)).await? else {
+        return Ok(());
+    };
+    if root
+        .annotations()
+        .get(ENABLED_ANNOTATION)
+        .map(String::as_str)
+        != Some("true")
+    {
+        // The snapshot has no users yet: a restore starts fresh.
+        return Ok(());
+    }
+    let mut labels = dkv_api::labels::cluster_labels(cluster);
+    labels.insert(dkv_api::labels::COMPONENT_KEY.to_owned(), "auth".to_owned());
+    let copy = Secret {
+        metadata: ObjectMeta {
+            name: Some(copy_name.clone()),
+            namespace: Some(namespace.to_owned()),
+            labels: Some(labels),
+            owner_references: backup.controller_owner_ref(&()).map(|mut owner| {
+                // Owned, not controlled: the record's controller is the cluster's.
+                owner.controller = None;
+                vec![owner]
+            }),
+            ..ObjectMeta::default()
+        },
+        type_: root.type_.clone(),
+        data: root.data.clone(),
+        ..Secret::default()
+    };
+    match secrets.create(&PostParams::default(), &copy).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 409 => Ok(()),
+        Err(source) => Err(Error::Apply {
+            kind: "Secret".to_owned(),
+            name: copy_name,
+            source,
+        }),
+    }
 }
 
 /// Records on the Secret that authentication is on.

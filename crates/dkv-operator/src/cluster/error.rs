@@ -111,6 +111,28 @@ pub enum Error {
         fix: &'static str,
     },
 
+    /// A certificate dkv did not issue (`Provided`, or cert-manager's)
+    /// cannot be used: members would refuse it, or it them.
+    #[error(
+        "the TLS Secret {secret} ({setting}) cannot be used: {problem}; dkv looks at it again every 30 s"
+    )]
+    TlsSecretUnusable {
+        secret: String,
+        setting: String,
+        problem: String,
+    },
+
+    /// cert-manager has not written a Certificate's Secret yet.
+    #[error("waiting for cert-manager to issue Certificate {certificate} (Secret {secret})")]
+    CertificatePending { certificate: String, secret: String },
+
+    /// A transport's mode is `CertManager` but the API server does not
+    /// serve cert-manager's Certificates.
+    #[error(
+        "spec.tls uses mode CertManager, but this cluster does not serve cert-manager's API ({api}): install cert-manager, or create the cluster with mode Auto or Provided"
+    )]
+    CertManagerMissing { api: &'static str },
+
     #[error(transparent)]
     Pki(#[from] crate::pki::PkiError),
 
@@ -164,7 +186,11 @@ impl Error {
             Error::RestoreSource { waiting: true, .. } => Category::Waiting,
             Error::RestoreSource { waiting: false, .. } => Category::Permanent,
             // Secrets are not watched: looked at again now and then.
-            Error::TlsCaMissing { .. } | Error::SecretInvalid { .. } => Category::Permanent,
+            Error::TlsCaMissing { .. }
+            | Error::SecretInvalid { .. }
+            | Error::TlsSecretUnusable { .. }
+            | Error::CertManagerMissing { .. } => Category::Permanent,
+            Error::CertificatePending { .. } => Category::Waiting,
             Error::Pki(_) => Category::Transient,
             Error::Apply { source, .. }
             | Error::Read { source, .. }
@@ -193,7 +219,12 @@ impl Error {
                 "dereference"
             }
             Error::Apply { .. } | Error::Delete { .. } | Error::Etcd { .. } => "apply",
-            Error::TlsCaMissing { .. } | Error::SecretInvalid { .. } | Error::Pki(_) => "secrets",
+            Error::TlsCaMissing { .. }
+            | Error::SecretInvalid { .. }
+            | Error::TlsSecretUnusable { .. }
+            | Error::CertificatePending { .. }
+            | Error::CertManagerMissing { .. }
+            | Error::Pki(_) => "secrets",
             Error::Status { .. } => "status",
             Error::Cleanup { .. }
             | Error::CleanupWaiting { .. }

@@ -11,6 +11,7 @@ pub mod auth;
 pub mod backup_catalogue;
 pub mod build;
 pub mod ca_rotation;
+pub mod cert_manager;
 pub mod cleanup;
 pub mod context;
 pub mod dereference;
@@ -156,7 +157,19 @@ async fn reconcile_cluster(dkv: &DistributedKV, ctx: &Context) -> Result<Action>
     let client_identity = tls_state
         .as_ref()
         .filter(|_| cluster.tls.client)
-        .map(|t| &t.client);
+        .and_then(|t| t.client.as_ref());
+    if !cluster.auth
+        && observed.statefulset.is_none()
+        && let Some(copy) = auth::restored_credentials(&ctx.client, &cluster).await?
+    {
+        return Err(Error::RestoreSource {
+            message: format!(
+                "the backup was taken with etcd authentication on, and its data keeps it on: set spec.auth.enabled: true (the restored cluster then answers to the root credentials kept in Secret {})",
+                copy.name_any()
+            ),
+            waiting: false,
+        });
+    }
     let auth_state = if cluster.auth {
         Some(auth::ensure(&ctx.client, &cluster).await?)
     } else {
@@ -458,9 +471,10 @@ async fn report_error(dkv: &DistributedKV, err: &Error, ctx: &Context) {
                 Error::InvalidSpec(_) => dkv_api::conditions::reasons::INVALID_SPEC,
                 Error::FinalBackupFailed { .. } => dkv_api::conditions::reasons::BACKUP_FAILED,
                 Error::RestoreSource { .. } => dkv_api::conditions::reasons::RESTORE_FAILED,
-                Error::TlsCaMissing { .. } | Error::SecretInvalid { .. } => {
-                    dkv_api::conditions::reasons::TLS_FAILED
-                }
+                Error::TlsCaMissing { .. }
+                | Error::SecretInvalid { .. }
+                | Error::TlsSecretUnusable { .. }
+                | Error::CertManagerMissing { .. } => dkv_api::conditions::reasons::TLS_FAILED,
                 _ => dkv_api::conditions::reasons::RECONCILE_ERROR,
             };
             let now = Time(jiff::Timestamp::now());
@@ -468,6 +482,20 @@ async fn report_error(dkv: &DistributedKV, err: &Error, ctx: &Context) {
             let status = status::degraded(dkv, reason, &err.to_string(), &backups, &now);
             if let Err(status_err) = status::write(dkv, status, ctx).await {
                 warn!(error = %status_err, "failed to report the error in status");
+            }
+        }
+        Category::Waiting if matches!(err, Error::CertificatePending { .. }) => {
+            let now = Time(jiff::Timestamp::now());
+            let backups = backup_catalogue::observe(dkv, &ctx.stores);
+            let status = status::waiting(
+                dkv,
+                dkv_api::conditions::reasons::WAITING_FOR_CERTIFICATES,
+                &err.to_string(),
+                &backups,
+                &now,
+            );
+            if let Err(status_err) = status::write(dkv, status, ctx).await {
+                warn!(error = %status_err, "failed to report the wait in status");
             }
         }
         Category::Waiting | Category::Permanent => {}
@@ -514,9 +542,15 @@ pub fn retry_delay(
                 Error::RestoreSource { .. }
                     | Error::TlsCaMissing { .. }
                     | Error::SecretInvalid { .. }
+                    | Error::TlsSecretUnusable { .. }
+                    | Error::CertManagerMissing { .. }
             ) =>
         {
             Some(RESTORE_SOURCE_RECHECK)
+        }
+        // cert-manager usually issues within seconds.
+        Category::Waiting if matches!(err, Error::CertificatePending { .. }) => {
+            Some(CERTIFICATE_PENDING_RECHECK)
         }
         Category::Permanent => None,
         Category::Waiting => Some(WAITING_DELAY),
@@ -527,8 +561,11 @@ pub fn retry_delay(
     }
 }
 
-/// How often a restore source that does not exist is looked for again.
-const RESTORE_SOURCE_RECHECK: std::time::Duration = std::time::Duration::from_secs(30);
+/// How often a restore source that does not exist is looked for again
+/// (and a TLS Secret that cannot be used).
+const RESTORE_SOURCE_RECHECK: std::time::Duration = tls::EXTERNAL_RECHECK;
+/// How often a certificate cert-manager has not issued yet is looked for.
+const CERTIFICATE_PENDING_RECHECK: std::time::Duration = std::time::Duration::from_secs(3);
 
 /// Settings of the cluster controller.
 #[derive(Debug, Clone)]

@@ -39,6 +39,12 @@ pub fn auth_secret(cluster: &str) -> String {
     format!("{cluster}-etcd-root")
 }
 
+/// The root credentials a backup's snapshot needs once restored (a copy of
+/// its cluster's, owned by the `DistributedKVBackup`).
+pub fn backup_auth_secret(backup: &str) -> String {
+    format!("{backup}-etcd-root")
+}
+
 /// The cluster's CA (`spec.tls` mode `Auto`).
 pub fn tls_ca_secret(cluster: &str) -> String {
     format!("{cluster}-tls-ca")
@@ -52,6 +58,18 @@ pub fn tls_member_secret(cluster: &str) -> String {
 /// The client certificate for the operator, backup agents and applications.
 pub fn tls_client_secret(cluster: &str) -> String {
     format!("{cluster}-tls-client")
+}
+
+/// Mode `CertManager`: the members' peer certificate (Certificate
+/// `<cluster>-peer`).
+pub fn tls_peer_secret(cluster: &str) -> String {
+    format!("{cluster}-tls-peer")
+}
+
+/// Mode `CertManager`: the members' serving certificate for clients
+/// (Certificate `<cluster>-server`).
+pub fn tls_server_secret(cluster: &str) -> String {
+    format!("{cluster}-tls-server")
 }
 
 pub fn backup_cronjob(cluster: &str) -> String {

@@ -433,6 +433,48 @@ pub fn degraded(
     }
 }
 
+/// The status while the cluster waits for something outside dkv that is
+/// expected to arrive (cert-manager issuing a certificate): Progressing
+/// with `reason`, and no longer Degraded by an earlier error.
+pub fn waiting(
+    dkv: &DistributedKV,
+    reason: &'static str,
+    message: &str,
+    backups: &BackupSummary,
+    now: &Time,
+) -> DistributedKVStatus {
+    let old = dkv.status.clone().unwrap_or_default();
+    let generation = dkv.meta().generation;
+    let mut conditions = old.conditions.clone();
+    set_condition(
+        &mut conditions,
+        Want {
+            type_: types::PROGRESSING,
+            status: true,
+            reason,
+            message: message.to_owned(),
+        },
+        generation,
+        now,
+    );
+    set_condition(
+        &mut conditions,
+        Want {
+            type_: types::DEGRADED,
+            status: false,
+            reason: reasons::AS_EXPECTED,
+            message: message.to_owned(),
+        },
+        generation,
+        now,
+    );
+    DistributedKVStatus {
+        observed_generation: generation,
+        conditions,
+        ..with_backups(old, backups)
+    }
+}
+
 /// Sets one condition, keeping `lastTransitionTime` when its status did not
 /// change (so an unchanged status compares equal and is not rewritten).
 fn set_condition(conditions: &mut Vec<Condition>, want: Want, generation: Option<i64>, now: &Time) {

@@ -1,6 +1,13 @@
-//! TLS of a cluster's etcd (`spec.tls`): which transports use it, the
-//! certificates the operator issues from the cluster's own CA, and where
-//! pods find them.
+//! TLS of a cluster's etcd (`spec.tls`): which transports use it, where
+//! their certificates come from, the certificates the operator issues from
+//! the cluster's own CA, and where pods find them.
+//!
+//! Each transport's certificates come from one [`Source`]. Certificates
+//! dkv did not issue itself (`Provided` by the user, or issued by
+//! cert-manager) are checked with [`crate::pki::check`] — chain, names,
+//! usages, validity, key — before any member mounts them, and re-read every
+//! [`EXTERNAL_RECHECK`]: when their content changes, members restart onto
+//! them one at a time, as for a renewal.
 //!
 //! With `mode: Auto` the operator keeps three Secrets, owned by the
 //! `DistributedKV` (deleted with it):
@@ -21,7 +28,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use dkv_api::distributedkv::v1beta1::{TlsMode, TlsSpec};
+use dkv_api::distributedkv::v1beta1::{IssuerReference, TlsMode, TlsSpec};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::api::core::v1::{KeyToPath, SecretVolumeSource, Volume, VolumeMount};
@@ -32,7 +39,7 @@ use super::ca_rotation;
 use super::error::{Error, Result};
 use super::naming;
 use super::validate::ValidatedCluster;
-use crate::pki::{Authority, Issued, Leaf, Usage};
+use crate::pki::{self, Authority, Issued, Leaf, Role, Usage};
 use dkv_etcd::ClientTls;
 
 /// Where members find their certificate (`tls.crt`, `tls.key`, `ca.crt`).
@@ -68,6 +75,15 @@ const NEXT_CA_KEY: &str = "next-ca.key";
 pub const CLIENT_COMMON_NAME: &str = "dkv-client";
 const MEMBER_TLS_VOLUME: &str = "member-tls";
 const CLIENT_TLS_VOLUME: &str = "client-tls";
+/// When the peer and client transports use different certificates: where
+/// members find each.
+pub const PEER_TLS_DIR: &str = "/etc/dkv/tls/peer";
+pub const SERVER_TLS_DIR: &str = "/etc/dkv/tls/server";
+const PEER_TLS_VOLUME: &str = "peer-tls";
+const SERVER_TLS_VOLUME: &str = "server-tls";
+/// How often certificates dkv does not issue are read again (their Secrets
+/// are not watched).
+pub const EXTERNAL_RECHECK: Duration = Duration::from_secs(30);
 
 /// Which of a cluster's transports use TLS.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -80,8 +96,8 @@ impl TlsSettings {
     /// What `spec.tls` asks for; without it, plaintext.
     pub fn from_spec(spec: Option<&TlsSpec>) -> Self {
         spec.map_or_else(Self::default, |tls| Self {
-            peer: tls.peer.mode == TlsMode::Auto,
-            client: tls.client.mode == TlsMode::Auto,
+            peer: tls.peer.mode != TlsMode::Disabled,
+            client: tls.client.mode != TlsMode::Disabled,
         })
     }
 
@@ -100,6 +116,102 @@ impl TlsSettings {
 
 fn scheme(tls: bool) -> &'static str {
     if tls { "https" } else { "http" }
+}
+
+/// Where one transport's certificates come from.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum Source {
+    #[default]
+    Disabled,
+    /// Issued by dkv from the cluster's CA.
+    Auto,
+    /// In the user's Secrets; `client_secret` only for the client transport.
+    Provided {
+        secret: String,
+        client_secret: Option<String>,
+    },
+    /// Issued by cert-manager through Certificates dkv creates.
+    CertManager { issuer: IssuerReference },
+}
+
+/// The sources of both transports (`spec.tls`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Sources {
+    pub peer: Source,
+    pub client: Source,
+}
+
+impl Sources {
+    pub fn from_spec(spec: Option<&TlsSpec>) -> Self {
+        let source = |t: &dkv_api::distributedkv::v1beta1::TlsTransport| match t.mode {
+            TlsMode::Disabled => Source::Disabled,
+            TlsMode::Auto => Source::Auto,
+            // Admission requires the references; a spec written past it
+            // without them reads as the reference's absence (reported by
+            // the check as a missing Secret named "").
+            TlsMode::Provided => Source::Provided {
+                secret: t
+                    .secret_ref
+                    .as_ref()
+                    .map(|r| r.name.clone())
+                    .unwrap_or_default(),
+                client_secret: t.client_secret_ref.as_ref().map(|r| r.name.clone()),
+            },
+            TlsMode::CertManager => Source::CertManager {
+                issuer: t.issuer_ref.clone().unwrap_or_default(),
+            },
+        };
+        spec.map_or_else(Self::default, |tls| Self {
+            peer: source(&tls.peer),
+            client: source(&tls.client),
+        })
+    }
+
+    pub fn any(&self, wanted: impl Fn(&Source) -> bool) -> bool {
+        wanted(&self.peer) || wanted(&self.client)
+    }
+
+    /// The Secret whose certificate members present to each other.
+    pub fn peer_secret(&self, cluster: &str) -> Option<String> {
+        match &self.peer {
+            Source::Disabled => None,
+            Source::Auto => Some(naming::tls_member_secret(cluster)),
+            Source::Provided { secret, .. } => Some(secret.clone()),
+            Source::CertManager { .. } => Some(naming::tls_peer_secret(cluster)),
+        }
+    }
+
+    /// The Secret whose certificate members present to clients.
+    pub fn server_secret(&self, cluster: &str) -> Option<String> {
+        match &self.client {
+            Source::Disabled => None,
+            Source::Auto => Some(naming::tls_member_secret(cluster)),
+            Source::Provided { secret, .. } => Some(secret.clone()),
+            Source::CertManager { .. } => Some(naming::tls_server_secret(cluster)),
+        }
+    }
+
+    /// The Secret whose client certificate the operator and backup agents
+    /// present to members.
+    pub fn client_secret(&self, cluster: &str) -> Option<String> {
+        match &self.client {
+            Source::Disabled => None,
+            Source::Auto | Source::CertManager { .. } => Some(naming::tls_client_secret(cluster)),
+            Source::Provided { client_secret, .. } => client_secret.clone(),
+        }
+    }
+
+    /// The Secrets members mount, without repeats (one when both
+    /// transports share a certificate).
+    pub fn member_secrets(&self, cluster: &str) -> Vec<String> {
+        let mut names: Vec<String> = self.peer_secret(cluster).into_iter().collect();
+        if let Some(server) = self.server_secret(cluster)
+            && !names.contains(&server)
+        {
+            names.push(server);
+        }
+        names
+    }
 }
 
 /// The names in the member certificate.
@@ -158,7 +270,9 @@ impl CertificateLifetime {
 /// template; a new one restarts the members one at a time).
 #[derive(Debug, Clone)]
 pub struct TlsState {
-    pub client: ClientTls,
+    /// The operator's identity on the client transport (none when clients
+    /// talk plaintext).
+    pub client: Option<ClientTls>,
     pub member_serial: String,
     /// When the first of the certificates comes due for renewal.
     pub renew_at: jiff::Timestamp,
@@ -179,11 +293,17 @@ pub struct Observed<'a> {
 
 /// A short fingerprint of a member Secret's certificate and trusted CAs:
 /// the pods' serial.
-fn serial_of(secret: &Secret) -> String {
-    let data = secret.data.as_ref();
-    let bytes = [TLS_CERT, CA_CERT]
-        .into_iter()
-        .filter_map(|k| data.and_then(|d| d.get(k)))
+/// (For one Secret, the same value as before members could mount two, so
+/// operator upgrades restart nobody.)
+fn serial_of_all(secrets: &[Secret]) -> String {
+    let bytes = secrets
+        .iter()
+        .flat_map(|secret| {
+            let data = secret.data.as_ref();
+            [TLS_CERT, CA_CERT]
+                .into_iter()
+                .filter_map(move |k| data.and_then(|d| d.get(k)))
+        })
         .flat_map(|v| v.0.iter().copied());
     // FNV-1a, 64 bits: stable across builds.
     let hash = bytes.fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
@@ -192,9 +312,10 @@ fn serial_of(secret: &Secret) -> String {
     format!("{hash:016x}")
 }
 
-/// Makes sure the cluster's CA and certificates exist, are not due for
-/// renewal and follow a CA rotation under way, issuing and updating what
-/// is missing, due or behind (the CA only when `may_create_ca`).
+/// Makes sure every certificate the cluster's transports need exists and
+/// can be used: issued by dkv ([`ensure_auto`]), requested from
+/// cert-manager ([`super::cert_manager`]) or provided by the user, and
+/// returns the operator's client identity and the members' serial.
 pub async fn ensure(
     client: &Client,
     cluster: &ValidatedCluster,
@@ -202,6 +323,254 @@ pub async fn ensure(
     may_create_ca: bool,
     observed: &Observed<'_>,
 ) -> Result<TlsState> {
+    let sources = &cluster.tls_sources;
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &cluster.namespace);
+    let name = &cluster.name;
+    if sources.any(|s| matches!(s, Source::CertManager { .. })) && !cluster.paused {
+        super::cert_manager::ensure(client, cluster).await?;
+    }
+    // The Secrets dkv does not issue, read once.
+    let own = [
+        naming::tls_member_secret(name),
+        naming::tls_client_secret(name),
+    ];
+    let uses_auto = sources.any(|s| *s == Source::Auto);
+    let mut fetched: BTreeMap<String, Secret> = BTreeMap::new();
+    let member_names = sources.member_secrets(name);
+    let wanted = member_names
+        .iter()
+        .cloned()
+        .chain(sources.client_secret(name))
+        .filter(|n| !(uses_auto && own.contains(n)));
+    for secret_name in wanted {
+        if let std::collections::btree_map::Entry::Vacant(slot) = fetched.entry(secret_name) {
+            let secret = read(&secrets, slot.key())
+                .await?
+                .ok_or_else(|| missing(cluster, slot.key()))?;
+            slot.insert(secret);
+        }
+    }
+    // The members' serial, with a given version of dkv's member Secret.
+    let serial_with = |auto_member: Option<&Secret>| {
+        let mounted: Vec<Secret> = member_names
+            .iter()
+            .filter_map(|n| {
+                if uses_auto && *n == own[0] {
+                    auto_member.cloned()
+                } else {
+                    fetched.get(n).cloned()
+                }
+            })
+            .collect();
+        serial_of_all(&mounted)
+    };
+    let auto = if uses_auto {
+        Some(
+            ensure_auto(
+                client,
+                cluster,
+                lifetime,
+                may_create_ca,
+                observed,
+                &serial_with,
+            )
+            .await?,
+        )
+    } else {
+        None
+    };
+    let external =
+        sources.any(|s| matches!(s, Source::Provided { .. } | Source::CertManager { .. }));
+    let member_serial = serial_with(auto.as_ref().map(|a| &a.member));
+    if let Some(auto) = &auto {
+        for secret in [&auto.member, &auto.client] {
+            fetched.insert(secret.name_any(), secret.clone());
+        }
+    }
+    let get = |secret_name: &str| {
+        fetched
+            .get(secret_name)
+            .ok_or_else(|| missing(cluster, secret_name))
+    };
+    check_external(cluster, &get)?;
+
+    let client_identity = match sources.client_secret(name) {
+        Some(client_name) => {
+            let secret = get(&client_name)?;
+            Some(ClientTls {
+                ca_pem: text(secret, CA_CERT, &client_name)?,
+                cert_pem: text(secret, TLS_CERT, &client_name)?,
+                key_pem: text(secret, TLS_KEY, &client_name)?,
+                server_name: server_name(&cluster.name, &cluster.namespace),
+            })
+        }
+        None => None,
+    };
+    let recheck = jiff::Timestamp::now()
+        .checked_add(EXTERNAL_RECHECK)
+        .unwrap_or(jiff::Timestamp::MAX);
+    let renew_at = [
+        auto.as_ref().map(|a| a.renew_at),
+        external.then_some(recheck),
+    ]
+    .into_iter()
+    .flatten()
+    .min()
+    .unwrap_or(recheck);
+    Ok(TlsState {
+        client: client_identity,
+        member_serial,
+        renew_at,
+        rotating: auto.and_then(|a| a.rotating),
+    })
+}
+
+/// What a cluster's own CA issued, after [`ensure_auto`].
+struct AutoCertificates {
+    member: Secret,
+    client: Secret,
+    renew_at: jiff::Timestamp,
+    rotating: Option<ca_rotation::Phase>,
+}
+
+/// The Secret `secret` that the cluster's spec (or cert-manager) should
+/// provide does not exist.
+fn missing(cluster: &ValidatedCluster, secret: &str) -> Error {
+    match certificate_for(cluster, secret) {
+        Some(certificate) => Error::CertificatePending {
+            certificate,
+            secret: secret.to_owned(),
+        },
+        None => Error::TlsSecretUnusable {
+            secret: secret.to_owned(),
+            setting: setting_of(cluster, secret),
+            problem: "it does not exist: create it with tls.crt, tls.key and ca.crt".to_owned(),
+        },
+    }
+}
+
+/// The cert-manager Certificate that writes `secret`, if any.
+fn certificate_for(cluster: &ValidatedCluster, secret: &str) -> Option<String> {
+    super::cert_manager::requests(cluster)
+        .into_iter()
+        .find(|r| r.secret == secret)
+        .map(|r| r.name)
+}
+
+/// Which spec field (or Certificate) a Secret comes from, for messages.
+fn setting_of(cluster: &ValidatedCluster, secret: &str) -> String {
+    if let Some(certificate) = certificate_for(cluster, secret) {
+        return format!("issued by cert-manager for Certificate {certificate}");
+    }
+    let sources = &cluster.tls_sources;
+    let mut settings = Vec::new();
+    if let Source::Provided { secret: peer, .. } = &sources.peer
+        && peer == secret
+    {
+        settings.push("spec.tls.peer.secretRef");
+    }
+    if let Source::Provided {
+        secret: server,
+        client_secret,
+    } = &sources.client
+    {
+        if server == secret {
+            settings.push("spec.tls.client.secretRef");
+        }
+        if client_secret.as_deref() == Some(secret) {
+            settings.push("spec.tls.client.clientSecretRef");
+        }
+    }
+    if settings.is_empty() {
+        "spec.tls".to_owned()
+    } else {
+        settings.join(", ")
+    }
+}
+
+/// Checks the certificates dkv did not issue the way their TLS peers will
+/// verify them, so that a wrong one is reported before any member mounts
+/// it: the peer certificate as server (for every member's name) and as
+/// client, against its own CAs; the members' client-side certificate as
+/// server for the name the operator dials, against the CAs the operator
+/// trusts, and as client against its own CAs (etcd's gRPC gateway dials
+/// the member with it); the operator's certificate as client, against the
+/// CAs members trust.
+fn check_external<'a>(
+    cluster: &ValidatedCluster,
+    get: &impl Fn(&str) -> Result<&'a Secret>,
+) -> Result<()> {
+    let sources = &cluster.tls_sources;
+    let name = &cluster.name;
+    let external =
+        |source: &Source| matches!(source, Source::Provided { .. } | Source::CertManager { .. });
+    let unusable = |secret: &str, problem: pki::Unusable| Error::TlsSecretUnusable {
+        secret: secret.to_owned(),
+        setting: setting_of(cluster, secret),
+        problem: problem.0,
+    };
+    let pem = |secret_name: &str, key: &'static str| -> Result<String> {
+        text(get(secret_name)?, key, secret_name).map_err(|_| Error::TlsSecretUnusable {
+            secret: secret_name.to_owned(),
+            setting: setting_of(cluster, secret_name),
+            problem: format!("it has no {key}"),
+        })
+    };
+    if external(&sources.peer)
+        && let Some(peer) = sources.peer_secret(name)
+    {
+        let members: Vec<String> = (0..cluster.size.max(1))
+            .map(|ordinal| naming::member_host(name, &cluster.namespace, ordinal))
+            .collect();
+        pki::check(
+            &pem(&peer, TLS_CERT)?,
+            &pem(&peer, TLS_KEY)?,
+            &pem(&peer, CA_CERT)?,
+            &[Role::Server(&members), Role::Client],
+        )
+        .map_err(|e| unusable(&peer, e))?;
+    }
+    if external(&sources.client)
+        && let (Some(server), Some(client)) =
+            (sources.server_secret(name), sources.client_secret(name))
+    {
+        let dialled = [server_name(name, &cluster.namespace)];
+        pki::check(
+            &pem(&server, TLS_CERT)?,
+            &pem(&server, TLS_KEY)?,
+            &pem(&client, CA_CERT)?,
+            &[Role::Server(&dialled)],
+        )
+        .map_err(|e| unusable(&server, e))?;
+        pki::check(
+            &pem(&server, TLS_CERT)?,
+            &pem(&server, TLS_KEY)?,
+            &pem(&server, CA_CERT)?,
+            &[Role::Client],
+        )
+        .map_err(|e| unusable(&server, e))?;
+        pki::check(
+            &pem(&client, TLS_CERT)?,
+            &pem(&client, TLS_KEY)?,
+            &pem(&server, CA_CERT)?,
+            &[Role::Client],
+        )
+        .map_err(|e| unusable(&client, e))?;
+    }
+    Ok(())
+}
+
+/// Makes sure the cluster's CA and certificates exist, are not due for
+/// renewal and follow a CA rotation under way, issuing and updating what
+/// is missing, due or behind (the CA only when `may_create_ca`).
+async fn ensure_auto(
+    client: &Client,
+    cluster: &ValidatedCluster,
+    lifetime: CertificateLifetime,
+    may_create_ca: bool,
+    observed: &Observed<'_>,
+    serial_with: &(dyn Fn(Option<&Secret>) -> String + Sync),
+) -> Result<AutoCertificates> {
     let secrets: Api<Secret> = Api::namespaced(client.clone(), &cluster.namespace);
     let ca_name = naming::tls_ca_secret(&cluster.name);
     let mut ca_secret = match read(&secrets, &ca_name).await? {
@@ -220,7 +589,7 @@ pub async fn ensure(
     // phase (their serial is the member Secret's as it stands).
     let member_name = naming::tls_member_secret(&cluster.name);
     let member_before = read(&secrets, &member_name).await?;
-    let serial_before = member_before.as_ref().map(serial_of);
+    let serial_before = member_before.as_ref().map(|m| serial_with(Some(m)));
     let settled = observed.idle
         && !observed.pod_serials.is_empty()
         && observed
@@ -308,14 +677,7 @@ pub async fn ensure(
         lifetime,
     )
     .await?;
-    Ok(TlsState {
-        client: ClientTls {
-            ca_pem: bundle,
-            cert_pem: text(&client_secret, TLS_CERT, &client_name)?,
-            key_pem: text(&client_secret, TLS_KEY, &client_name)?,
-            server_name: server_name(&cluster.name, &cluster.namespace),
-        },
-        member_serial: serial_of(&member),
+    Ok(AutoCertificates {
         renew_at: [&member, &client_secret]
             .into_iter()
             .map(|s| {
@@ -325,6 +687,8 @@ pub async fn ensure(
             })
             .min()
             .unwrap_or(jiff::Timestamp::UNIX_EPOCH),
+        member,
+        client: client_secret,
         rotating: phase,
     })
 }
@@ -651,18 +1015,46 @@ fn read_only_mount(volume: &str, path: &str) -> VolumeMount {
     }
 }
 
-/// The member certificate volume of the member pods.
-pub fn member_volume(cluster: &str) -> Volume {
-    secret_volume(MEMBER_TLS_VOLUME, naming::tls_member_secret(cluster))
+/// The certificate volumes of member pods, where the containers mount them
+/// and the flags that tell `member-init` where they are.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct MemberMounts {
+    pub volumes: Vec<Volume>,
+    pub mounts: Vec<VolumeMount>,
+    pub args: Vec<String>,
 }
 
-pub fn member_mount() -> VolumeMount {
-    read_only_mount(MEMBER_TLS_VOLUME, MEMBER_TLS_DIR)
+pub fn member_mounts(cluster: &str, sources: &Sources) -> MemberMounts {
+    match (sources.peer_secret(cluster), sources.server_secret(cluster)) {
+        (Some(peer), Some(server)) if peer != server => MemberMounts {
+            volumes: vec![
+                secret_volume(PEER_TLS_VOLUME, peer),
+                secret_volume(SERVER_TLS_VOLUME, server),
+            ],
+            mounts: vec![
+                read_only_mount(PEER_TLS_VOLUME, PEER_TLS_DIR),
+                read_only_mount(SERVER_TLS_VOLUME, SERVER_TLS_DIR),
+            ],
+            args: vec![
+                format!("--peer-tls-dir={PEER_TLS_DIR}"),
+                format!("--client-tls-dir={SERVER_TLS_DIR}"),
+            ],
+        },
+        // One certificate for whichever transports use TLS (member-init's
+        // default directory).
+        (Some(one), _) | (None, Some(one)) => MemberMounts {
+            volumes: vec![secret_volume(MEMBER_TLS_VOLUME, one)],
+            mounts: vec![read_only_mount(MEMBER_TLS_VOLUME, MEMBER_TLS_DIR)],
+            args: Vec::new(),
+        },
+        (None, None) => MemberMounts::default(),
+    }
 }
 
-/// The client certificate volume of backup agent pods.
-pub fn client_volume(cluster: &str) -> Volume {
-    secret_volume(CLIENT_TLS_VOLUME, naming::tls_client_secret(cluster))
+/// The client certificate volume of backup agent pods (the Secret from
+/// [`Sources::client_secret`]).
+pub fn client_volume(secret: &str) -> Volume {
+    secret_volume(CLIENT_TLS_VOLUME, secret.to_owned())
 }
 
 pub fn client_mount() -> VolumeMount {
@@ -686,6 +1078,7 @@ mod tests {
             peer: TlsTransport::default(),
             client: TlsTransport {
                 mode: TlsMode::Disabled,
+                ..TlsTransport::default()
             },
         }));
         assert!(peer_only.any());
@@ -706,5 +1099,108 @@ mod tests {
             assert!(hosts.contains(&name.to_owned()), "{hosts:?}");
         }
         assert_eq!(server_name("orders", "shop"), "orders-client.shop.svc");
+    }
+
+    fn provided(secret: &str, client_secret: Option<&str>) -> TlsTransport {
+        use dkv_api::distributedkv::v1beta1::SecretReference;
+        let reference = |name: &str| SecretReference {
+            name: name.to_owned(),
+        };
+        TlsTransport {
+            mode: TlsMode::Provided,
+            secret_ref: Some(reference(secret)),
+            client_secret_ref: client_secret.map(reference),
+            ..TlsTransport::default()
+        }
+    }
+
+    #[test]
+    fn each_source_names_the_secrets_members_mount_and_clients_present() {
+        let auto = Sources::from_spec(Some(&TlsSpec::default()));
+        assert_eq!(auto.member_secrets("orders"), ["orders-tls-member"]);
+        assert_eq!(
+            auto.client_secret("orders").as_deref(),
+            Some("orders-tls-client")
+        );
+        let one = member_mounts("orders", &auto);
+        assert_eq!(one.volumes.len(), 1);
+        assert_eq!(one.mounts[0].mount_path, MEMBER_TLS_DIR);
+        assert!(one.args.is_empty(), "member-init's default directory");
+
+        let user = Sources::from_spec(Some(&TlsSpec {
+            peer: provided("orders-peer-cert", None),
+            client: provided("orders-serving-cert", Some("orders-dkv-client")),
+        }));
+        assert_eq!(
+            user.member_secrets("orders"),
+            ["orders-peer-cert", "orders-serving-cert"]
+        );
+        assert_eq!(
+            user.client_secret("orders").as_deref(),
+            Some("orders-dkv-client")
+        );
+        let two = member_mounts("orders", &user);
+        let secrets: Vec<_> = two
+            .volumes
+            .iter()
+            .filter_map(|v| v.secret.as_ref()?.secret_name.clone())
+            .collect();
+        assert_eq!(secrets, ["orders-peer-cert", "orders-serving-cert"]);
+        assert!(two.mounts.iter().all(|m| m.read_only == Some(true)));
+        assert_eq!(
+            two.args,
+            [
+                "--peer-tls-dir=/etc/dkv/tls/peer",
+                "--client-tls-dir=/etc/dkv/tls/server"
+            ]
+        );
+
+        // The same user Secret for both transports is mounted once.
+        let shared = Sources::from_spec(Some(&TlsSpec {
+            peer: provided("orders-cert", None),
+            client: provided("orders-cert", Some("orders-dkv-client")),
+        }));
+        assert_eq!(member_mounts("orders", &shared).volumes.len(), 1);
+
+        let peer_only = Sources::from_spec(Some(&TlsSpec {
+            peer: provided("orders-peer-cert", None),
+            client: TlsTransport {
+                mode: TlsMode::Disabled,
+                ..TlsTransport::default()
+            },
+        }));
+        assert_eq!(peer_only.client_secret("orders"), None);
+        assert_eq!(peer_only.member_secrets("orders"), ["orders-peer-cert"]);
+    }
+
+    #[test]
+    fn one_mounted_secret_keeps_the_serial_it_had_before_members_could_mount_two() {
+        let secret = Secret {
+            data: Some(BTreeMap::from([
+                (TLS_CERT.to_owned(), ByteString(b"cert".to_vec())),
+                (CA_CERT.to_owned(), ByteString(b"ca".to_vec())),
+                (TLS_KEY.to_owned(), ByteString(b"key".to_vec())),
+            ])),
+            ..Secret::default()
+        };
+        // FNV-1a of "certca", the value operators before this one wrote.
+        let expected = b"certca".iter().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+            (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
+        });
+        assert_eq!(
+            serial_of_all(std::slice::from_ref(&secret)),
+            format!("{expected:016x}")
+        );
+        let other = Secret {
+            data: Some(BTreeMap::from([(
+                TLS_CERT.to_owned(),
+                ByteString(b"x".to_vec()),
+            )])),
+            ..Secret::default()
+        };
+        assert_ne!(
+            serial_of_all(&[secret.clone(), other]),
+            serial_of_all(&[secret])
+        );
     }
 }

@@ -20,7 +20,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::{Resource, ResourceExt};
 
 use super::naming::MAX_CLUSTER_NAME_LEN;
-use super::tls::TlsSettings;
+use super::tls::{Sources, TlsSettings};
 use crate::etcd_version::{self, EtcdVersion, check_version_change};
 use crate::quantity::parse_quantity;
 
@@ -70,6 +70,8 @@ pub struct ValidatedCluster {
     pub paused: bool,
     /// Which transports use TLS (`spec.tls`).
     pub tls: TlsSettings,
+    /// Where their certificates come from.
+    pub tls_sources: Sources,
     /// `spec.auth.enabled`: etcd authentication is (to be) on.
     pub auth: bool,
 }
@@ -209,6 +211,7 @@ pub fn validate(
             operator_image: defaults.operator_image.clone(),
             paused: is_paused(dkv.annotations()),
             tls: TlsSettings::from_spec(spec.tls.as_ref()),
+            tls_sources: Sources::from_spec(spec.tls.as_ref()),
             auth: spec.auth.as_ref().is_some_and(|a| a.enabled),
         }),
         _ => Err(InvalidSpec(problems.0)),
@@ -315,6 +318,10 @@ fn check_spec(
             reclaim_policy: storage.reclaim_policy,
         }
     });
+
+    if let Some(tls) = &spec.tls {
+        check_tls(tls, problems);
+    }
 
     let backup = spec.backup.as_ref().map(|backup| {
         check_destination(&backup.destination.uri, problems);
@@ -469,6 +476,51 @@ fn resolve_version(
         return None;
     }
     Some(version)
+}
+
+/// What the schema's CEL rules say about `spec.tls`, for specs written
+/// past them (and for the webhook's single list of problems).
+fn check_tls(tls: &dkv_api::distributedkv::v1beta1::TlsSpec, problems: &mut Problems) {
+    use dkv_api::distributedkv::v1beta1::TlsMode;
+    for (transport, t) in [("peer", &tls.peer), ("client", &tls.client)] {
+        let provided = t.mode == TlsMode::Provided;
+        if provided != t.secret_ref.as_ref().is_some_and(|r| !r.name.is_empty()) {
+            problems.add(
+                &format!("spec.tls.{transport}.secretRef"),
+                "required with mode Provided (the Secret with tls.crt, tls.key and ca.crt) and allowed only with it",
+            );
+        }
+        let cert_manager = t.mode == TlsMode::CertManager;
+        if cert_manager != t.issuer_ref.as_ref().is_some_and(|r| !r.name.is_empty()) {
+            problems.add(
+                &format!("spec.tls.{transport}.issuerRef"),
+                "required with mode CertManager (the cert-manager Issuer or ClusterIssuer that signs) and allowed only with it",
+            );
+        }
+        let wants_client_secret = transport == "client" && provided;
+        if wants_client_secret
+            != t.client_secret_ref
+                .as_ref()
+                .is_some_and(|r| !r.name.is_empty())
+        {
+            problems.add(
+                &format!("spec.tls.{transport}.clientSecretRef"),
+                "required on spec.tls.client with mode Provided (the client certificate dkv's operator and backup agents present) and allowed only there",
+            );
+        }
+        if let Some(kind) = t.issuer_ref.as_ref().and_then(|r| r.kind.as_deref())
+            && !matches!(kind, "Issuer" | "ClusterIssuer")
+            && t.issuer_ref
+                .as_ref()
+                .and_then(|r| r.group.as_deref())
+                .is_none_or(|g| g == "cert-manager.io")
+        {
+            problems.add(
+                &format!("spec.tls.{transport}.issuerRef.kind"),
+                "must be Issuer or ClusterIssuer for cert-manager.io issuers",
+            );
+        }
+    }
 }
 
 fn check_destination(uri: &str, problems: &mut Problems) {

@@ -15,6 +15,8 @@ use tokio::sync::watch;
 
 pub mod backups;
 pub mod etcd_cluster;
+pub mod secret_scan;
+pub mod tls;
 
 /// kube-local with dkv's CRDs; with `kubelet`, pods run as local processes
 /// (etcd images → local etcd, the dkv image → this build's `dkv`).
@@ -94,6 +96,7 @@ pub fn webhook_args() -> WebhookArgs {
 pub struct RunningOperator {
     stop: watch::Sender<bool>,
     task: tokio::task::JoinHandle<anyhow::Result<()>>,
+    client: Client,
 }
 
 impl RunningOperator {
@@ -102,9 +105,14 @@ impl RunningOperator {
     }
 
     pub fn start_with(client: Client, args: OperatorArgs) -> Self {
+        secret_scan::capture_operator_log();
         let (stop, stop_rx) = watch::channel(false);
-        let task = tokio::spawn(dkv_operator::operator::run_with(client, args, stop_rx));
-        Self { stop, task }
+        let task = tokio::spawn(dkv_operator::operator::run_with(
+            client.clone(),
+            args,
+            stop_rx,
+        ));
+        Self { stop, task, client }
     }
 
     /// Kills it as a crash would: its task is dropped wherever it was.
@@ -113,7 +121,8 @@ impl RunningOperator {
         let _ = self.task.await;
     }
 
-    /// Stops it gracefully and checks it shut down cleanly.
+    /// Stops it gracefully and checks it shut down cleanly; then records
+    /// what the test left for the suite-wide secret scan.
     pub async fn stop(self) {
         let _ = self.stop.send(true);
         tokio::time::timeout(std::time::Duration::from_secs(20), self.task)
@@ -121,6 +130,7 @@ impl RunningOperator {
             .expect("operator did not shut down")
             .unwrap()
             .unwrap();
+        secret_scan::record(&self.client).await;
     }
 }
 

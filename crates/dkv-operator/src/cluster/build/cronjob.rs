@@ -18,8 +18,9 @@ pub struct AgentRun<'a> {
     pub cluster: &'a str,
     pub destination: &'a str,
     pub credentials_secret: Option<&'a str>,
-    /// The cluster has client TLS: the agent mounts its client certificate.
-    pub client_tls: bool,
+    /// The cluster has client TLS: the agent mounts the client certificate
+    /// in this Secret.
+    pub client_tls: Option<String>,
     /// The cluster has (or will have) authentication on: the agent gets the
     /// root credentials from their Secret.
     pub auth: bool,
@@ -55,7 +56,7 @@ pub fn agent_container(run: &AgentRun<'_>) -> Container {
         format!("--cluster={}", run.cluster),
         format!("--destination={}", run.destination),
     ];
-    if run.client_tls {
+    if run.client_tls.is_some() {
         args.push(format!("--client-tls-dir={}", tls::CLIENT_TLS_DIR));
     }
     Container {
@@ -93,7 +94,7 @@ pub fn agent_container(run: &AgentRun<'_>) -> Container {
                 ..EnvFromSource::default()
             }]
         }),
-        volume_mounts: run.client_tls.then(|| vec![tls::client_mount()]),
+        volume_mounts: run.client_tls.as_ref().map(|_| vec![tls::client_mount()]),
         ..Container::default()
     }
 }
@@ -101,7 +102,8 @@ pub fn agent_container(run: &AgentRun<'_>) -> Container {
 /// The pod volumes `run` needs.
 pub fn agent_volumes(run: &AgentRun<'_>) -> Option<Vec<Volume>> {
     run.client_tls
-        .then(|| vec![tls::client_volume(run.cluster)])
+        .as_deref()
+        .map(|secret| vec![tls::client_volume(secret)])
 }
 
 /// The Job that runs the agent once: never restarted in place (a retry is a
@@ -142,7 +144,7 @@ pub fn build(cluster: &ValidatedCluster) -> Option<CronJob> {
         cluster: &cluster.name,
         destination: &backup.destination,
         credentials_secret: backup.credentials_secret.as_deref(),
-        client_tls: cluster.tls.client,
+        client_tls: cluster.tls_sources.client_secret(&cluster.name),
         auth: cluster.auth,
     };
     let container = agent_container(&run);

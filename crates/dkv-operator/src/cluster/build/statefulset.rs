@@ -152,9 +152,7 @@ fn pod_template(cluster: &ValidatedCluster, plan: &Plan) -> PodTemplateSpec {
             ..Volume::default()
         });
     }
-    if cluster.tls.any() {
-        volumes.push(tls::member_volume(&cluster.name));
-    }
+    volumes.extend(tls::member_mounts(&cluster.name, &cluster.tls_sources).volumes);
 
     PodTemplateSpec {
         metadata: Some(ObjectMeta {
@@ -295,6 +293,7 @@ fn member_init_container(cluster: &ValidatedCluster, plan: &Plan) -> Container {
                 .filter(|(on, _)| *on)
                 .map(|(_, flag)| flag.to_owned()),
         )
+        .chain(tls::member_mounts(&cluster.name, &cluster.tls_sources).args)
         .collect();
     Container {
         name: "member-init".to_owned(),
@@ -388,7 +387,7 @@ fn etcd_container(cluster: &ValidatedCluster) -> Container {
                 mount(CONFIG_VOLUME, CONFIG_MOUNT),
             ]
             .into_iter()
-            .chain(cluster.tls.any().then(tls::member_mount))
+            .chain(tls::member_mounts(&cluster.name, &cluster.tls_sources).mounts)
             .collect(),
         ),
         resources: cluster.resources.clone(),

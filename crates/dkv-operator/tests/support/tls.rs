@@ -1,0 +1,218 @@
+//! Talking to a TLS cluster from tests: the client certificate a Secret
+//! holds, its members' https endpoints, a writer that keeps writing across
+//! certificate changes, and the serials members were started with.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{Pod, Secret};
+use kube::api::{Api, ListParams};
+use kube::{Client, ResourceExt};
+
+use super::etcd_cluster::member_endpoints;
+
+/// A TLS cluster and the Secret whose client certificate a test presents.
+#[derive(Debug, Clone)]
+pub struct Target {
+    pub namespace: String,
+    pub cluster: String,
+    pub client_secret: String,
+}
+
+impl Target {
+    /// The cluster's documented client Secret, `<cluster>-tls-client`.
+    pub fn new(namespace: &str, cluster: &str) -> Self {
+        Self::with_client_secret(namespace, cluster, &format!("{cluster}-tls-client"))
+    }
+
+    pub fn with_client_secret(namespace: &str, cluster: &str, client_secret: &str) -> Self {
+        Self {
+            namespace: namespace.to_owned(),
+            cluster: cluster.to_owned(),
+            client_secret: client_secret.to_owned(),
+        }
+    }
+
+    /// The name members are verified by: the client Service's.
+    pub fn server_name(&self) -> String {
+        format!("{}-client.{}.svc", self.cluster, self.namespace)
+    }
+
+    /// The members' client URLs over https.
+    pub async fn endpoints(&self, client: &Client) -> Vec<String> {
+        member_endpoints(client, &self.namespace, &self.cluster)
+            .await
+            .into_iter()
+            .map(|e| e.replacen("http://", "https://", 1))
+            .collect()
+    }
+
+    /// The client Secret as etcd-client TLS options (read anew each time:
+    /// its certificate may have been renewed).
+    pub async fn client_tls(&self, client: &Client) -> etcd_client::TlsOptions {
+        let text = |key| secret_text(client, &self.namespace, &self.client_secret, key);
+        let (ca, cert, key) = (
+            text("ca.crt").await,
+            text("tls.crt").await,
+            text("tls.key").await,
+        );
+        etcd_client::TlsOptions::new()
+            .ca_certificate(etcd_client::Certificate::from_pem(ca))
+            .identity(etcd_client::Identity::from_pem(cert, key))
+            .domain_name(self.server_name())
+    }
+
+    /// A client of every member, presenting the client Secret.
+    pub async fn connect(&self, client: &Client) -> etcd_client::Client {
+        let options = options(Some(self.client_tls(client).await));
+        etcd_client::Client::connect(self.endpoints(client).await, Some(options))
+            .await
+            .unwrap_or_else(|e| panic!("connecting to {}: {e}", self.cluster))
+    }
+
+    /// Writes `key-N` = N one after the other, each until etcd acknowledges
+    /// it (a put is idempotent), reconnecting with the current client
+    /// Secret after a failure, until `stop`. Returns the acknowledged N.
+    pub fn writer(
+        &self,
+        client: Client,
+        stop: Arc<AtomicBool>,
+    ) -> tokio::task::JoinHandle<Vec<u64>> {
+        let target = self.clone();
+        tokio::spawn(async move {
+            let mut acked = Vec::new();
+            let mut etcd: Option<etcd_client::Client> = None;
+            let mut next = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                if etcd.is_none() {
+                    let endpoints = target.endpoints(&client).await;
+                    let tls = target.client_tls(&client).await;
+                    etcd = etcd_client::Client::connect(endpoints, Some(options(Some(tls))))
+                        .await
+                        .ok();
+                }
+                let Some(c) = etcd.as_mut() else {
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    continue;
+                };
+                match c
+                    .put(format!("key-{next:05}"), next.to_string(), None)
+                    .await
+                {
+                    Ok(_) => {
+                        acked.push(next);
+                        next += 1;
+                    }
+                    Err(_) => {
+                        etcd = None;
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            acked
+        })
+    }
+
+    /// Reads back every acknowledged write with the current client Secret;
+    /// returns the missing ones.
+    pub async fn lost(&self, client: &Client, acked: &[u64]) -> Vec<u64> {
+        let mut reader = self.connect(client).await;
+        let mut lost = Vec::new();
+        for i in acked {
+            // A read may time out on a loaded machine: retried, it is idempotent.
+            let mut attempt = 0;
+            let response = loop {
+                match reader.get(format!("key-{i:05}"), None).await {
+                    Ok(response) => break response,
+                    Err(e) if attempt < 5 => {
+                        attempt += 1;
+                        eprintln!("reading key-{i:05} (attempt {attempt}): {e}; retrying");
+                        tokio::time::sleep(Duration::from_millis(500)).await;
+                    }
+                    Err(e) => panic!("reading key-{i:05}: {e}"),
+                }
+            };
+            if response.kvs().first().and_then(|kv| kv.value_str().ok()) != Some(&i.to_string()) {
+                lost.push(*i);
+            }
+        }
+        lost
+    }
+
+    /// The certificate serial the pod template carries and the serials the
+    /// member pods were started with.
+    pub async fn serials(&self, client: &Client) -> (String, Vec<String>) {
+        const SERIAL: &str = "dkv.io/tls-member-serial";
+        let sts = Api::<StatefulSet>::namespaced(client.clone(), &self.namespace)
+            .get(&self.cluster)
+            .await
+            .unwrap_or_else(|e| panic!("StatefulSet {}: {e}", self.cluster));
+        let template = sts
+            .spec
+            .template
+            .metadata
+            .and_then(|m| m.annotations)
+            .and_then(|a| a.get(SERIAL).cloned())
+            .unwrap_or_default();
+        let pods = Api::<Pod>::namespaced(client.clone(), &self.namespace)
+            .list(&ListParams::default().labels(&format!(
+                "dkv.io/cluster={},{}=etcd",
+                self.cluster,
+                dkv_api::labels::COMPONENT_KEY
+            )))
+            .await
+            .unwrap_or_else(|e| panic!("member pods: {e}"));
+        let started = pods
+            .items
+            .iter()
+            .map(|p| p.annotations().get(SERIAL).cloned().unwrap_or_default())
+            .collect();
+        (template, started)
+    }
+
+    /// Whether all `size` member pods run the template's certificates.
+    pub async fn members_on_template(&self, client: &Client, size: usize) -> bool {
+        let (template, started) = self.serials(client).await;
+        !template.is_empty() && started.len() == size && started.iter().all(|s| *s == template)
+    }
+}
+
+/// `key` of Secret `name`, as text.
+pub async fn secret_text(client: &Client, namespace: &str, name: &str, key: &str) -> String {
+    let secret = Api::<Secret>::namespaced(client.clone(), namespace)
+        .get(name)
+        .await
+        .unwrap_or_else(|e| panic!("Secret {name}: {e}"));
+    secret
+        .data
+        .and_then(|d| {
+            d.get(key)
+                .map(|v| String::from_utf8_lossy(&v.0).into_owned())
+        })
+        .unwrap_or_else(|| panic!("Secret {name} has no {key}"))
+}
+
+/// Short timeouts: a refused connection must fail fast.
+pub fn options(tls: Option<etcd_client::TlsOptions>) -> etcd_client::ConnectOptions {
+    let options = etcd_client::ConnectOptions::new()
+        .with_connect_timeout(Duration::from_secs(2))
+        .with_timeout(Duration::from_secs(3));
+    match tls {
+        Some(tls) => options.with_tls(tls),
+        None => options,
+    }
+}
+
+/// Whether a client with `options` can read from `endpoint`.
+pub async fn can_read(endpoint: &str, options: etcd_client::ConnectOptions) -> Result<(), String> {
+    let mut etcd = etcd_client::Client::connect([endpoint], Some(options))
+        .await
+        .map_err(|e| e.to_string())?;
+    etcd.get("probe", None)
+        .await
+        .map(|_| ())
+        .map_err(|e| e.to_string())
+}
