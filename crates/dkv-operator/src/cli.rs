@@ -52,9 +52,25 @@ pub enum LocalCommand {
 
 #[derive(Debug, Args)]
 pub struct OperatorArgs {
-    /// Address of the /metrics, /healthz and /readyz endpoints.
+    /// Address of the /metrics endpoint (and of /healthz, /readyz unless
+    /// --health-addr is given).
     #[arg(long, default_value = "0.0.0.0:8080", env = "DKV_METRICS_ADDR")]
     pub metrics_addr: SocketAddr,
+    /// Serve /metrics over HTTPS, only to callers whose bearer token the API
+    /// server authenticates (TokenReview) and allows `get` on the URL
+    /// /metrics (SubjectAccessReview; ClusterRole `dkv-metrics-reader`).
+    /// Off by default: plain HTTP, readable by anyone who reaches the port.
+    #[arg(long, default_value_t = false, action = clap::ArgAction::Set, env = "DKV_METRICS_SECURE")]
+    pub metrics_secure: bool,
+    /// Directory holding tls.crt and tls.key for the secure /metrics (re-read
+    /// when they change); without it a self-signed certificate is generated
+    /// at start.
+    #[arg(long, value_name = "DIR", env = "DKV_METRICS_CERT_DIR")]
+    pub metrics_cert_dir: Option<PathBuf>,
+    /// Serve /healthz and /readyz in plain HTTP on this address instead of
+    /// next to /metrics (probes never need credentials).
+    #[arg(long, env = "DKV_HEALTH_ADDR")]
+    pub health_addr: Option<SocketAddr>,
     #[arg(long, value_enum, default_value = "text", env = "DKV_LOG_FORMAT")]
     pub log_format: LogFormat,
     /// Watch only this namespace (default: all namespaces).

@@ -20,4 +20,5 @@ pub mod quantity;
 pub mod restore_agent;
 pub mod server;
 pub mod telemetry;
+pub mod tls_serving;
 pub mod webhook;

@@ -51,11 +51,12 @@ pub async fn run_with(
     let metrics = Arc::new(Metrics::new());
     let health = Arc::new(Health::default());
 
-    let server = TaskGuard(tokio::spawn(server::serve(
-        args.metrics_addr,
+    let endpoints = server::Endpoints::bind(&args).await?;
+    let server = TaskGuard(tokio::spawn(endpoints.serve(
+        client.clone(),
         metrics.clone(),
         health.clone(),
-        stopped(stop.clone()),
+        stop.clone(),
     )));
 
     // Fail fast with a clear message when the API is unreachable or the CRDs
@@ -215,11 +216,11 @@ async fn join_after_stop(
     }
 }
 
-async fn finish(mut server: TaskGuard<std::io::Result<()>>) -> anyhow::Result<()> {
+async fn finish(mut server: TaskGuard<anyhow::Result<()>>) -> anyhow::Result<()> {
     (&mut server.0)
         .await
         .context("the HTTP server task panicked")?
-        .context("the HTTP server failed")?;
+        .context("the HTTP endpoints failed")?;
     info!("operator stopped");
     Ok(())
 }

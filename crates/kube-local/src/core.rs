@@ -108,6 +108,8 @@ pub const ORPHAN_FINALIZER: &str = "orphan";
 pub struct Core {
     pub store: Store,
     pub registry: Registry,
+    /// Signs and checks ServiceAccount tokens (TokenRequest, TokenReview).
+    pub tokens: crate::auth::tokens::ServiceAccountTokens,
 }
 
 fn type_info(rt: &ResourceType) -> TypeInfo<'_> {
@@ -144,6 +146,7 @@ impl Core {
         Core {
             store: Store::new(history_limit),
             registry: Registry::new(),
+            tokens: Default::default(),
         }
     }
 
@@ -155,6 +158,7 @@ impl Core {
         let core = Core {
             store: Store::open(history_limit, dir)?,
             registry: Registry::new(),
+            tokens: Default::default(),
         };
         let crds = StorageResource {
             group: "apiextensions.k8s.io".into(),

@@ -227,6 +227,7 @@ pub fn resource_types(crd: &Value) -> Vec<ResourceType> {
                 view: View::Plain,
                 delete_returns_object: true,
                 unconditional_update: false,
+                create_only: false,
                 custom: Some(CustomVersion {
                     crd_name: meta::name(crd).to_string(),
                     schema: schema_value,

@@ -138,6 +138,9 @@ pub fn api_resource_list(reg: &Registry, group: &str, version: &str) -> Option<V
         if t.has_log() {
             resources.push(json!({"name": format!("{}/log", t.plural), "singularName": "", "namespaced": t.namespaced, "kind": t.kind, "verbs": ["get"]}));
         }
+        if t.has_token() {
+            resources.push(json!({"name": format!("{}/token", t.plural), "singularName": "", "namespaced": t.namespaced, "group": "authentication.k8s.io", "version": "v1", "kind": "TokenRequest", "verbs": ["create"]}));
+        }
         if t.status {
             resources.push(json!({"name": format!("{}/status", t.plural), "singularName": "", "namespaced": t.namespaced, "kind": t.kind, "verbs": ["get", "patch", "update"]}));
         }
@@ -167,6 +170,9 @@ fn aggregated_resource(t: &ResourceType) -> Value {
     let mut subs = Vec::new();
     if t.has_log() {
         subs.push(json!({"subresource": "log", "responseKind": {"group": t.group, "version": t.version, "kind": t.kind}, "verbs": ["get"]}));
+    }
+    if t.has_token() {
+        subs.push(json!({"subresource": "token", "responseKind": {"group": "authentication.k8s.io", "version": "v1", "kind": "TokenRequest"}, "verbs": ["create"]}));
     }
     if t.status {
         subs.push(json!({"subresource": "status", "responseKind": {"group": t.group, "version": t.version, "kind": t.kind}, "verbs": ["get", "patch", "update"]}));

@@ -446,6 +446,12 @@ impl Environment {
         self.workloads.as_ref().map(|w| w.clock())
     }
 
+    /// The clock ServiceAccount tokens are issued and checked against (TokenRequest, TokenReview);
+    /// advance it to let tokens expire.
+    pub fn token_clock(&self) -> &crate::workloads::Clock {
+        self.core.tokens.clock()
+    }
+
     /// A client for this server (default namespace `default`).
     pub fn client(&self) -> kube::Client {
         self.client.clone()

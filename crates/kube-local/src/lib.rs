@@ -11,6 +11,7 @@
 mod admission;
 pub mod api_error;
 pub mod api_traffic;
+mod auth;
 mod base64;
 mod controllers;
 mod conversion;

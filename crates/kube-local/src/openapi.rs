@@ -57,6 +57,7 @@ fn builtin_defs() -> &'static (Defs, KindDefs) {
         use k8s_openapi::api::{
             admissionregistration::v1 as adm, apps::v1 as apps, batch::v1 as batch, coordination::v1 as coord, core::v1 as core,
             discovery::v1 as disc, events::v1 as events, policy::v1 as policy, storage::v1 as storage,
+            authentication::v1 as authn, authorization::v1 as authz, rbac::v1 as rbac,
         };
         use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1 as apiext;
         let mut generator = SchemaGenerator::new(SchemaSettings::openapi3());
@@ -93,6 +94,12 @@ fn builtin_defs() -> &'static (Defs, KindDefs) {
         add!("apiextensions.k8s.io", "v1", "CustomResourceDefinition", apiext::CustomResourceDefinition);
         add!("admissionregistration.k8s.io", "v1", "ValidatingWebhookConfiguration", adm::ValidatingWebhookConfiguration);
         add!("admissionregistration.k8s.io", "v1", "MutatingWebhookConfiguration", adm::MutatingWebhookConfiguration);
+        add!("rbac.authorization.k8s.io", "v1", "ClusterRole", rbac::ClusterRole);
+        add!("rbac.authorization.k8s.io", "v1", "ClusterRoleBinding", rbac::ClusterRoleBinding);
+        add!("rbac.authorization.k8s.io", "v1", "Role", rbac::Role);
+        add!("rbac.authorization.k8s.io", "v1", "RoleBinding", rbac::RoleBinding);
+        add!("authentication.k8s.io", "v1", "TokenReview", authn::TokenReview);
+        add!("authorization.k8s.io", "v1", "SubjectAccessReview", authz::SubjectAccessReview);
         generator.subschema_for::<k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta>();
         let mut defs: Defs = generator.take_definitions(true).into_iter().collect();
         add_patch_metadata(&mut defs);

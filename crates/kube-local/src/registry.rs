@@ -71,6 +71,8 @@ pub struct ResourceType {
     pub delete_returns_object: bool,
     /// Whether PUT without `metadata.resourceVersion` is accepted.
     pub unconditional_update: bool,
+    /// A review (TokenReview, SubjectAccessReview): `create` only, answered and never stored.
+    pub create_only: bool,
     pub custom: Option<CustomVersion>,
 }
 
@@ -96,7 +98,15 @@ impl ResourceType {
         self.group.is_empty() && self.plural == "pods"
     }
 
+    /// Whether the type has the TokenRequest subresource `token` (core serviceaccounts only).
+    pub fn has_token(&self) -> bool {
+        self.group.is_empty() && self.plural == "serviceaccounts"
+    }
+
     pub fn verbs(&self) -> Vec<&'static str> {
+        if self.create_only {
+            return vec!["create"];
+        }
         vec![
             "create",
             "delete",
@@ -129,6 +139,7 @@ struct Builtin {
     scale: bool,
     generation: bool,
     all: bool,
+    create_only: bool,
 }
 
 const fn b(
@@ -151,6 +162,7 @@ const fn b(
         scale: false,
         generation: false,
         all: false,
+        create_only: false,
     }
 }
 
@@ -165,6 +177,10 @@ impl Builtin {
     }
     const fn all(mut self) -> Self {
         self.all = true;
+        self
+    }
+    const fn create_only(mut self) -> Self {
+        self.create_only = true;
         self
     }
 }
@@ -337,6 +353,62 @@ const BUILTINS: &[Builtin] = &[
         false,
     )
     .generation(),
+    b(
+        "rbac.authorization.k8s.io",
+        "v1",
+        "clusterroles",
+        "ClusterRole",
+        false,
+        &[],
+        false,
+    ),
+    b(
+        "rbac.authorization.k8s.io",
+        "v1",
+        "clusterrolebindings",
+        "ClusterRoleBinding",
+        false,
+        &[],
+        false,
+    ),
+    b(
+        "rbac.authorization.k8s.io",
+        "v1",
+        "roles",
+        "Role",
+        true,
+        &[],
+        false,
+    ),
+    b(
+        "rbac.authorization.k8s.io",
+        "v1",
+        "rolebindings",
+        "RoleBinding",
+        true,
+        &[],
+        false,
+    ),
+    b(
+        "authentication.k8s.io",
+        "v1",
+        "tokenreviews",
+        "TokenReview",
+        false,
+        &[],
+        false,
+    )
+    .create_only(),
+    b(
+        "authorization.k8s.io",
+        "v1",
+        "subjectaccessreviews",
+        "SubjectAccessReview",
+        false,
+        &[],
+        false,
+    )
+    .create_only(),
 ];
 
 fn builtin_type(bt: &Builtin) -> ResourceType {
@@ -381,6 +453,7 @@ fn builtin_type(bt: &Builtin) -> ResourceType {
             "pods" | "serviceaccounts" | "storageclasses" | "namespaces"
         ),
         unconditional_update: true,
+        create_only: bt.create_only,
         custom: None,
     }
 }

@@ -241,6 +241,7 @@ async fn dispatch(server: &Server, req: Request) -> ApiResult<Response> {
             "scale" => rt.scale.is_some(),
             "finalize" => rt.group.is_empty() && rt.plural == "namespaces",
             "log" => rt.has_log() && name.is_some(),
+            "token" => rt.has_token() && name.is_some(),
             _ => false,
         };
         if !ok {
@@ -259,6 +260,9 @@ async fn dispatch(server: &Server, req: Request) -> ApiResult<Response> {
         };
         server.traffic.record(verb, &counted)?;
     }
+    if rt.create_only || sub.as_deref() == Some("token") {
+        return review(server, req, &rt, namespace, name, sub).await;
+    }
     resource(
         server,
         req,
@@ -270,6 +274,42 @@ async fn dispatch(server: &Server, req: Request) -> ApiResult<Response> {
         },
     )
     .await
+}
+
+/// The create-only APIs of [`crate::auth`]: TokenReview, SubjectAccessReview
+/// (collections) and a ServiceAccount's `token` subresource.
+async fn review(
+    server: &Server,
+    req: Request,
+    rt: &ResourceType,
+    namespace: Option<String>,
+    name: Option<String>,
+    subresource: Option<String>,
+) -> ApiResult<Response> {
+    let token_of = match (&name, subresource.as_deref()) {
+        (Some(name), Some("token")) => Some(name.clone()),
+        (None, None) => None,
+        _ => return Err(ApiError::not_found_path()),
+    };
+    if req.method() != Method::POST {
+        return Err(ApiError::method_not_allowed(
+            "the server does not allow this method on the requested resource",
+        ));
+    }
+    let (ct, body) = read_body(req).await?;
+    let object = decode_object(rt, subresource.as_deref(), ct.as_deref(), &body)?;
+    let core = &server.core;
+    let answer = match token_of {
+        Some(name) => crate::auth::token_request(
+            core,
+            namespace.as_deref().unwrap_or_default(),
+            &name,
+            object,
+        )?,
+        None if rt.kind == "TokenReview" => crate::auth::token_review(core, object)?,
+        None => crate::auth::subject_access_review(core, object)?,
+    };
+    Ok(json_response(201, &answer))
 }
 
 fn aggregated_response(body: &Value) -> Response {
@@ -296,6 +336,7 @@ async fn read_body(req: Request) -> ApiResult<(Option<String>, bytes::Bytes)> {
 fn body_kind(rt: &ResourceType, subresource: Option<&str>) -> (String, String) {
     match subresource {
         Some("scale") => ("autoscaling/v1".into(), "Scale".into()),
+        Some("token") => ("authentication.k8s.io/v1".into(), "TokenRequest".into()),
         _ if rt.group.is_empty() => (rt.version.clone(), rt.kind.clone()),
         _ => (format!("{}/{}", rt.group, rt.version), rt.kind.clone()),
     }

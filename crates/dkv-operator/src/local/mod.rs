@@ -99,6 +99,10 @@ pub async fn up(args: UpArgs) -> anyhow::Result<()> {
     });
     let operator = OperatorArgs {
         metrics_addr: "127.0.0.1:0".parse().context("metrics address")?,
+        // One user on one machine: plain HTTP, as before.
+        metrics_secure: false,
+        metrics_cert_dir: None,
+        health_addr: None,
         log_format: args.log_format,
         namespace: None,
         concurrency: 8,

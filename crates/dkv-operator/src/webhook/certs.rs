@@ -1,6 +1,6 @@
 //! The webhook's TLS: a self-signed CA and a serving certificate kept in one
-//! Secret, the rustls resolver that hands the current certificate to each new
-//! connection, and the `caBundle` of the configurations that call us.
+//! Secret (served through [`crate::tls_serving`]), and the `caBundle` of the
+//! configurations that call us.
 //!
 //! Every replica serves admission (a standby too), so the Secret is the one
 //! source of truth: the first replica creates it, whoever finds the serving
@@ -10,17 +10,12 @@
 //! serving certificate does and in-flight callers keep trusting us.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, ObjectMeta, PostParams};
 use kube::{Client, ResourceExt};
-use rustls::crypto::CryptoProvider;
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 
 use crate::pki::{Authority, Leaf, PkiError, Usage};
@@ -134,15 +129,8 @@ impl WebhookCerts {
 
     /// The serving certificate and key for rustls.
     pub fn certified_key(&self) -> Result<CertifiedKey, CertError> {
-        let chain = CertificateDer::pem_slice_iter(self.cert_pem.as_bytes())
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| CertError::Invalid(format!("{TLS_CERT}: {e}")))?;
-        let key = PrivateKeyDer::from_pem_slice(self.key_pem.as_bytes())
-            .map_err(|e| CertError::Invalid(format!("{TLS_KEY}: {e}")))?;
-        let provider = CryptoProvider::get_default()
-            .cloned()
-            .unwrap_or_else(|| Arc::new(rustls::crypto::ring::default_provider()));
-        Ok(CertifiedKey::from_der(chain, key, &provider)?)
+        crate::tls_serving::certified_key(self.cert_pem.as_bytes(), self.key_pem.as_bytes())
+            .map_err(|e| CertError::Invalid(format!("{TLS_CERT}/{TLS_KEY}: {e}")))
     }
 
     fn to_secret(&self, namespace: &str, name: &str) -> Secret {
@@ -288,36 +276,6 @@ impl CertSecret {
             })?;
         tracing::info!(secret = %self.describe(), not_after = %certs.not_after, "renewed the webhook serving certificate");
         Ok(certs)
-    }
-}
-
-/// Hands every new TLS connection the current serving certificate; a renewal
-/// swaps it without touching connections already established.
-#[derive(Debug)]
-pub struct ServingCertResolver {
-    current: RwLock<Arc<CertifiedKey>>,
-}
-
-impl ServingCertResolver {
-    pub fn new(key: CertifiedKey) -> Self {
-        Self {
-            current: RwLock::new(Arc::new(key)),
-        }
-    }
-
-    pub fn set(&self, key: CertifiedKey) {
-        *self.current.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(key);
-    }
-}
-
-impl ResolvesServerCert for ServingCertResolver {
-    fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
-        Some(
-            self.current
-                .read()
-                .unwrap_or_else(PoisonError::into_inner)
-                .clone(),
-        )
     }
 }
 

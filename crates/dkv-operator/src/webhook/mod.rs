@@ -27,7 +27,8 @@ pub mod default;
 pub mod server;
 pub mod validate;
 
-use certs::{CertPolicy, CertSecret, ServingCertResolver};
+use crate::tls_serving::ServingCertResolver;
+use certs::{CertPolicy, CertSecret};
 use configurations::{CaBundleTarget, Endpoint};
 
 /// Port of the webhook Service (`deploy/webhook/service.yaml`).
@@ -71,17 +72,11 @@ pub async fn run(
             .certified_key()
             .context("loading the webhook serving certificate")?,
     ));
-    let mut tls = rustls::ServerConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .context("configuring TLS for the webhook server")?
-    .with_no_client_auth()
-    .with_cert_resolver(resolver.clone());
-    tls.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let tls = crate::tls_serving::server_config(resolver.clone())
+        .context("configuring TLS for the webhook server")?;
 
     info!(addr = %local, ?endpoint, "serving admission webhooks");
-    let serving = tokio::spawn(server::serve(
+    let serving = tokio::spawn(crate::tls_serving::serve(
         listener,
         server::router(client.clone(), defaults),
         tls,

@@ -25,8 +25,6 @@ use kube::core::conversion::{ConversionRequest, ConversionResponse, ConversionRe
 use kube::{Client, ResourceExt};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
-use tokio::net::TcpListener;
-use tokio::sync::watch;
 
 use super::configurations::{
     CONVERT_PATH, DEFAULT_BACKUP_PATH, DEFAULT_CLUSTER_PATH, VALIDATE_BACKUP_PATH,
@@ -57,48 +55,6 @@ pub fn router(client: Client, defaults: Defaults) -> Router {
             client,
             defaults: Arc::new(defaults),
         })
-}
-
-/// Serves HTTPS on `listener` until `shutdown` turns true. Each connection's
-/// handshake asks `tls`'s resolver for the certificate, so a renewed one is
-/// used from the next connection on.
-pub async fn serve(
-    listener: TcpListener,
-    app: Router,
-    tls: rustls::ServerConfig,
-    mut shutdown: watch::Receiver<bool>,
-) {
-    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
-    loop {
-        let accepted = tokio::select! {
-            accepted = listener.accept() => accepted,
-            _ = shutdown.wait_for(|stop| *stop) => return,
-        };
-        let (tcp, peer) = match accepted {
-            Ok(accepted) => accepted,
-            Err(err) => {
-                tracing::warn!(error = %err, "accepting a webhook connection");
-                continue;
-            }
-        };
-        let acceptor = acceptor.clone();
-        let app = app.clone();
-        tokio::spawn(async move {
-            let tls = match acceptor.accept(tcp).await {
-                Ok(tls) => tls,
-                Err(err) => {
-                    tracing::debug!(%peer, error = %err, "webhook TLS handshake failed");
-                    return;
-                }
-            };
-            let service = hyper_util::service::TowerToHyperService::new(app);
-            let connection = hyper::server::conn::http1::Builder::new()
-                .serve_connection(hyper_util::rt::TokioIo::new(tls), service);
-            if let Err(err) = connection.await {
-                tracing::debug!(%peer, error = %err, "webhook connection ended");
-            }
-        });
-    }
 }
 
 /// Decodes the review; the error says why a malformed one is invalid.

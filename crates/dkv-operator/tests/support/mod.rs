@@ -83,6 +83,9 @@ pub async fn create_namespace(client: &Client, name: &str) {
 pub fn operator_args(leader_election: bool) -> OperatorArgs {
     OperatorArgs {
         metrics_addr: "127.0.0.1:0".parse().unwrap(),
+        metrics_secure: false,
+        metrics_cert_dir: None,
+        health_addr: None,
         log_format: LogFormat::Text,
         namespace: None,
         concurrency: 4,

@@ -72,8 +72,8 @@ fn convert<M: Message + ToJson>(raw: &[u8]) -> Result<Value, Failure> {
 /// The kinds whose protobuf form kube-local decodes, by (apiVersion, kind).
 const KINDS: &[(&str, &str, Converter)] = {
     use k8s_pb::api::{
-        apps::v1 as apps, autoscaling::v1 as autoscaling, batch::v1 as batch, core::v1 as core,
-        policy::v1 as policy,
+        apps::v1 as apps, authentication::v1 as authentication, autoscaling::v1 as autoscaling,
+        batch::v1 as batch, core::v1 as core, policy::v1 as policy, rbac::v1 as rbac,
     };
     &[
         ("v1", "Namespace", convert::<core::Namespace>),
@@ -90,6 +90,31 @@ const KINDS: &[(&str, &str, Converter)] = {
             convert::<policy::PodDisruptionBudget>,
         ),
         ("autoscaling/v1", "Scale", convert::<autoscaling::Scale>),
+        (
+            "authentication.k8s.io/v1",
+            "TokenRequest",
+            convert::<authentication::TokenRequest>,
+        ),
+        (
+            "rbac.authorization.k8s.io/v1",
+            "ClusterRole",
+            convert::<rbac::ClusterRole>,
+        ),
+        (
+            "rbac.authorization.k8s.io/v1",
+            "ClusterRoleBinding",
+            convert::<rbac::ClusterRoleBinding>,
+        ),
+        (
+            "rbac.authorization.k8s.io/v1",
+            "Role",
+            convert::<rbac::Role>,
+        ),
+        (
+            "rbac.authorization.k8s.io/v1",
+            "RoleBinding",
+            convert::<rbac::RoleBinding>,
+        ),
     ]
 };
 
@@ -267,17 +292,12 @@ mod tests {
 
     #[test]
     fn unsupported_kind_is_415_naming_it() {
-        let role = k8s_pb::api::rbac::v1::Role::default();
-        let body = wrap(
-            "rbac.authorization.k8s.io/v1",
-            "Role",
-            &role.encode_to_vec(),
-        );
-        let e = decode(&body, "rbac.authorization.k8s.io/v1", "Role").unwrap_err();
+        let lease = k8s_pb::api::coordination::v1::Lease::default();
+        let body = wrap("coordination.k8s.io/v1", "Lease", &lease.encode_to_vec());
+        let e = decode(&body, "coordination.k8s.io/v1", "Lease").unwrap_err();
         assert_eq!((e.code, e.reason.as_ref()), (415, "UnsupportedMediaType"));
         assert!(
-            e.message
-                .contains("rbac.authorization.k8s.io/v1, Kind=Role"),
+            e.message.contains("coordination.k8s.io/v1, Kind=Lease"),
             "{}",
             e.message
         );

@@ -3,6 +3,7 @@
 
 mod common;
 
+mod auth;
 mod conversion;
 mod crds;
 mod crud;

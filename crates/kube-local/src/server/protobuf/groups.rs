@@ -1,13 +1,16 @@
-//! apps/v1 Deployment, batch/v1 Job and CronJob, policy/v1 PodDisruptionBudget, autoscaling/v1 Scale.
+//! apps/v1 Deployment, batch/v1 Job and CronJob, policy/v1 PodDisruptionBudget, autoscaling/v1 Scale,
+//! authentication.k8s.io/v1 TokenRequest, rbac.authorization.k8s.io/v1 Roles, ClusterRoles and their bindings.
 //!
 //! Shapes follow the groups' `types.go`.
 
 use k8s_openapi::api::{
-    apps::v1 as openapi_apps, autoscaling::v1 as openapi_autoscaling, batch::v1 as openapi_batch,
-    policy::v1 as openapi_policy,
+    apps::v1 as openapi_apps, authentication::v1 as openapi_authentication,
+    autoscaling::v1 as openapi_autoscaling, batch::v1 as openapi_batch,
+    policy::v1 as openapi_policy, rbac::v1 as openapi_rbac,
 };
 use k8s_pb::api::{
-    apps::v1 as apps, autoscaling::v1 as autoscaling, batch::v1 as batch, policy::v1 as policy,
+    apps::v1 as apps, authentication::v1 as authentication, autoscaling::v1 as autoscaling,
+    batch::v1 as batch, policy::v1 as policy, rbac::v1 as rbac,
 };
 
 use super::fields::messages;
@@ -161,5 +164,60 @@ messages! {
     autoscaling::ScaleStatus => openapi_autoscaling::ScaleStatus {
         replicas: keep,
         selector: omit,
+    }
+
+    // `kubectl create role|clusterrole|rolebinding|clusterrolebinding`.
+    rbac::ClusterRole => openapi_rbac::ClusterRole {
+        metadata: keep,
+        rules: keep,
+        aggregation_rule: unsupported_ptr,
+    }
+    rbac::Role => openapi_rbac::Role {
+        metadata: keep,
+        rules: keep,
+    }
+    rbac::PolicyRule => openapi_rbac::PolicyRule {
+        verbs: keep,
+        api_groups: omit,
+        resources: omit,
+        resource_names: omit,
+        non_resource_ur_ls as "nonResourceURLs": omit,
+    }
+    rbac::ClusterRoleBinding => openapi_rbac::ClusterRoleBinding {
+        metadata: keep,
+        subjects: omit,
+        role_ref: keep,
+    }
+    rbac::RoleBinding => openapi_rbac::RoleBinding {
+        metadata: keep,
+        subjects: omit,
+        role_ref: keep,
+    }
+    rbac::RoleRef => openapi_rbac::RoleRef {
+        api_group: keep,
+        kind: keep,
+        name: keep,
+    }
+    rbac::Subject => openapi_rbac::Subject {
+        kind: keep,
+        api_group: omit,
+        name: keep,
+        namespace: omit,
+    }
+
+    // `kubectl create token` sends its TokenRequest as protobuf.
+    authentication::TokenRequest => openapi_authentication::TokenRequest {
+        metadata: keep,
+        spec: keep,
+        status: keep,
+    }
+    authentication::TokenRequestSpec => openapi_authentication::TokenRequestSpec {
+        audiences: keep,
+        expiration_seconds: ptr,
+        bound_object_ref: unsupported_ptr,
+    }
+    authentication::TokenRequestStatus => openapi_authentication::TokenRequestStatus {
+        token: keep,
+        expiration_timestamp: keep,
     }
 }

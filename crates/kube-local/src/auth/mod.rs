@@ -1,0 +1,262 @@
+//! Authentication and authorization APIs: the TokenRequest subresource of
+//! ServiceAccounts (`kubectl create token`), TokenReview and
+//! SubjectAccessReview. The reviews are create-only and never stored, as
+//! upstream: the answer is the request with its `status` filled in.
+//!
+//! The server itself does not authenticate or authorize its own callers
+//! (every client is trusted); these APIs let the workloads under test do so,
+//! e.g. an operator guarding its `/metrics` with the callers' tokens.
+
+pub mod rbac;
+pub mod tokens;
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::api_error::{ApiError, ApiResult, FieldCause};
+use crate::core::Core;
+use tokens::{ISSUER, ServiceAccountRef};
+
+/// Upstream's default lifetime of a requested token, and its bounds.
+const DEFAULT_EXPIRATION_SECONDS: i64 = 3600;
+const MIN_EXPIRATION_SECONDS: i64 = 600;
+const MAX_EXPIRATION_SECONDS: i64 = 1 << 32;
+const SERVICE_ACCOUNTS_GROUP: &str = "system:serviceaccounts";
+const AUTHENTICATED_GROUP: &str = "system:authenticated";
+
+fn string_list(value: Option<&Value>) -> Vec<String> {
+    value
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .map(str::to_owned)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn service_account(core: &Core, namespace: &str, name: &str) -> ApiResult<ServiceAccountRef> {
+    let rt = core
+        .registry
+        .find("", "v1", "serviceaccounts")
+        .ok_or_else(ApiError::not_found_path)?;
+    let sa = core.get(&rt, namespace, name)?;
+    Ok(ServiceAccountRef {
+        namespace: namespace.to_owned(),
+        name: name.to_owned(),
+        uid: crate::meta::uid(&sa).to_owned(),
+    })
+}
+
+/// `POST /api/v1/namespaces/{ns}/serviceaccounts/{name}/token`: a TokenRequest answered with a new token.
+pub fn token_request(core: &Core, namespace: &str, name: &str, request: Value) -> ApiResult<Value> {
+    let spec = request.get("spec").cloned().unwrap_or_else(|| json!({}));
+    let seconds = match spec.get("expirationSeconds") {
+        None | Some(Value::Null) => DEFAULT_EXPIRATION_SECONDS,
+        Some(v) => v.as_i64().ok_or_else(|| {
+            ApiError::bad_request(format!(
+                "spec.expirationSeconds must be an integer, got {v}"
+            ))
+        })?,
+    };
+    let mut causes = Vec::new();
+    if seconds < MIN_EXPIRATION_SECONDS {
+        causes.push(FieldCause::invalid(
+            "spec.expirationSeconds",
+            &json!(seconds),
+            "may not specify a duration less than 10 minutes",
+        ));
+    } else if seconds > MAX_EXPIRATION_SECONDS {
+        causes.push(FieldCause::invalid(
+            "spec.expirationSeconds",
+            &json!(seconds),
+            "may not specify a duration larger than 2^32 seconds",
+        ));
+    }
+    if spec.get("boundObjectRef").is_some_and(|b| !b.is_null()) {
+        causes.push(FieldCause::forbidden(
+            "spec.boundObjectRef",
+            "kube-local does not bind tokens to objects",
+        ));
+    }
+    if !causes.is_empty() {
+        return Err(ApiError::invalid(
+            "authentication.k8s.io",
+            "TokenRequest",
+            name,
+            causes,
+        ));
+    }
+    let account = service_account(core, namespace, name)?;
+    let mut audiences = string_list(spec.get("audiences"));
+    if audiences.is_empty() {
+        audiences.push(ISSUER.to_owned());
+    }
+    let lifetime = Duration::from_secs(u64::try_from(seconds).unwrap_or(0));
+    let (token, expires) = core.tokens.issue(&account, &audiences, lifetime);
+    Ok(json!({
+        "kind": "TokenRequest",
+        "apiVersion": "authentication.k8s.io/v1",
+        "metadata": {"name": name, "namespace": namespace, "creationTimestamp": crate::meta::now_time()},
+        "spec": {"audiences": audiences, "expirationSeconds": seconds, "boundObjectRef": null},
+        "status": {"token": token, "expirationTimestamp": expires.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()},
+    }))
+}
+
+fn review_answer(mut review: Value, api_version: &str, kind: &str, status: Value) -> Value {
+    let object = crate::meta::object_mut(&mut review);
+    object.insert("apiVersion".into(), json!(api_version));
+    object.insert("kind".into(), json!(kind));
+    object
+        .entry("metadata")
+        .or_insert_with(|| json!({}))
+        .as_object_mut()
+        .map(|m| m.entry("creationTimestamp").or_insert(Value::Null));
+    object.insert("status".into(), status);
+    review
+}
+
+/// Who `token` is, or why it is not accepted.
+fn authenticate(core: &Core, token: &str, wanted_audiences: &[String]) -> Result<Value, String> {
+    let claims = core.tokens.verify(token).map_err(|e| e.to_string())?;
+    let granted: Vec<&String> = claims
+        .audiences
+        .iter()
+        .filter(|a| wanted_audiences.contains(a))
+        .collect();
+    if granted.is_empty() {
+        return Err(format!(
+            "token audiences {:?} is invalid for the target audiences {wanted_audiences:?}",
+            claims.audiences
+        ));
+    }
+    let account = &claims.service_account;
+    match service_account(core, &account.namespace, &account.name) {
+        Ok(current) if current.uid == account.uid => {}
+        Ok(current) => {
+            return Err(format!(
+                "service account UID ({}) does not match claim ({})",
+                current.uid, account.uid
+            ));
+        }
+        Err(_) => {
+            return Err(format!(
+                "service account {}/{} has been deleted",
+                account.namespace, account.name
+            ));
+        }
+    }
+    Ok(json!({
+        "authenticated": true,
+        "user": {
+            "username": account.user_name(),
+            "uid": account.uid,
+            "groups": [
+                SERVICE_ACCOUNTS_GROUP,
+                format!("{SERVICE_ACCOUNTS_GROUP}:{}", account.namespace),
+                AUTHENTICATED_GROUP,
+            ],
+            "extra": {"authentication.kubernetes.io/credential-id": [format!("JTI={}", claims.id)]},
+        },
+        "audiences": granted,
+    }))
+}
+
+/// `POST /apis/authentication.k8s.io/v1/tokenreviews`.
+pub fn token_review(core: &Core, review: Value) -> ApiResult<Value> {
+    let token = review
+        .pointer("/spec/token")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
+    if token.is_empty() {
+        return Err(ApiError::bad_request(
+            "token is required for TokenReview in authentication",
+        ));
+    }
+    let mut audiences = string_list(review.pointer("/spec/audiences"));
+    if audiences.is_empty() {
+        audiences.push(ISSUER.to_owned());
+    }
+    let status = authenticate(core, &token, &audiences)
+        // Upstream omits `authenticated` when false.
+        .unwrap_or_else(|error| json!({"user": {}, "error": error}));
+    Ok(review_answer(
+        review,
+        "authentication.k8s.io/v1",
+        "TokenReview",
+        status,
+    ))
+}
+
+fn text(value: &Value, pointer: &str) -> String {
+    value
+        .pointer(pointer)
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// `POST /apis/authorization.k8s.io/v1/subjectaccessreviews`.
+pub fn subject_access_review(core: &Core, review: Value) -> ApiResult<Value> {
+    let spec = review.get("spec").cloned().unwrap_or_else(|| json!({}));
+    let present = |key: &str| spec.get(key).is_some_and(|v| !v.is_null());
+    let mut causes = Vec::new();
+    if present("resourceAttributes") == present("nonResourceAttributes") {
+        causes.push(FieldCause::invalid(
+            "spec.resourceAttributes",
+            &spec
+                .get("resourceAttributes")
+                .cloned()
+                .unwrap_or(Value::Null),
+            "exactly one of nonResourceAttributes or resourceAttributes must be specified",
+        ));
+    }
+    let user = rbac::UserInfo {
+        name: text(&spec, "/user"),
+        groups: string_list(spec.get("groups")),
+    };
+    if user.name.is_empty() && user.groups.is_empty() {
+        causes.push(FieldCause::invalid(
+            "spec.user",
+            &json!(""),
+            "at least one of user or group must be specified",
+        ));
+    }
+    if !causes.is_empty() {
+        return Err(ApiError::invalid(
+            "authorization.k8s.io",
+            "SubjectAccessReview",
+            "",
+            causes,
+        ));
+    }
+    let request = if present("nonResourceAttributes") {
+        rbac::Request::NonResource {
+            path: text(&spec, "/nonResourceAttributes/path"),
+            verb: text(&spec, "/nonResourceAttributes/verb"),
+        }
+    } else {
+        rbac::Request::Resource {
+            namespace: text(&spec, "/resourceAttributes/namespace"),
+            verb: text(&spec, "/resourceAttributes/verb"),
+            group: text(&spec, "/resourceAttributes/group"),
+            resource: text(&spec, "/resourceAttributes/resource"),
+            subresource: text(&spec, "/resourceAttributes/subresource"),
+            name: text(&spec, "/resourceAttributes/name"),
+        }
+    };
+    let decision = rbac::authorize(core, &user, &request);
+    let mut status = json!({"allowed": decision.allowed});
+    if !decision.reason.is_empty() {
+        status["reason"] = json!(decision.reason);
+    }
+    Ok(review_answer(
+        review,
+        "authorization.k8s.io/v1",
+        "SubjectAccessReview",
+        status,
+    ))
+}
