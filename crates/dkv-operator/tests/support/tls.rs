@@ -134,15 +134,23 @@ impl Target {
         let mut reader = self.connect(client).await;
         let mut lost = Vec::new();
         for i in acked {
-            // A read may time out on a loaded machine: retried, it is idempotent.
+            // A read may fail while a member still restarts on a loaded
+            // machine: retried (reconnecting), it is idempotent.
             let mut attempt = 0;
             let response = loop {
                 match reader.get(format!("key-{i:05}"), None).await {
                     Ok(response) => break response,
-                    Err(e) if attempt < 5 => {
+                    Err(e) if attempt < 30 => {
                         attempt += 1;
                         eprintln!("reading key-{i:05} (attempt {attempt}): {e}; retrying");
                         tokio::time::sleep(Duration::from_millis(500)).await;
+                        let tls = options(Some(self.client_tls(client).await));
+                        if let Ok(fresh) =
+                            etcd_client::Client::connect(self.endpoints(client).await, Some(tls))
+                                .await
+                        {
+                            reader = fresh;
+                        }
                     }
                     Err(e) => panic!("reading key-{i:05}: {e}"),
                 }
