@@ -4,7 +4,8 @@
 //! everybody it should, and still backs up, upgrades (3.4 → 3.5) and scales
 //! the cluster, authenticating as root; a cluster restored from its backup
 //! answers to the same root credentials (and one without `spec.auth` is
-//! refused with the fix).
+//! refused with the fix), and so does one restored from the bare artifact
+//! URI with the documented, pre-created credentials Secret.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -80,7 +81,12 @@ async fn with_auth_on_strangers_are_refused_and_the_operator_still_backs_up_upgr
     support::etcd_cluster::put_retrying(&mut root().await, "balance", "42").await;
 
     // A backup: the agent authenticates as root.
-    backup_now(&client, NS, CLUSTER, "with-auth").await;
+    let backup = backup_now(&client, NS, CLUSTER, "with-auth").await;
+    let artifact = backup
+        .status
+        .and_then(|s| s.artifact)
+        .map(|a| a.uri)
+        .unwrap();
 
     // An upgrade and a scale-up: the operator authenticates as root.
     dkvs.patch(
@@ -172,6 +178,39 @@ async fn with_auth_on_strangers_are_refused_and_the_operator_still_backs_up_upgr
         .await
         .unwrap();
     assert!(stranger.get("balance", None).await.is_err());
+
+    // From the bare artifact, the documented way: the root credentials
+    // Secret, marked enabled, created before the cluster.
+    let credentials: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "accounts-from-uri-etcd-root",
+                     "annotations": {"dkv.io/auth-enabled": "true"}},
+        "type": "kubernetes.io/basic-auth",
+        "stringData": {"username": user, "password": password},
+    }))
+    .unwrap();
+    kube::Api::<Secret>::namespaced(client.clone(), NS)
+        .create(&Default::default(), &credentials)
+        .await
+        .unwrap();
+    support::create_cluster(
+        &client,
+        NS,
+        "accounts-from-uri",
+        1,
+        "registry.k8s.io/etcd:3.5.16-0",
+        json!({"bootstrap": {"restore": {"uri": artifact, "credentialsSecret": "s3-creds"}},
+               "auth": {"enabled": true}}),
+    )
+    .await;
+    wait_settled(&dkvs, "accounts-from-uri", 1).await;
+    let mut etcd = etcd_client::Client::connect(
+        member_endpoints(&client, NS, "accounts-from-uri").await,
+        Some(options().with_user(user.clone(), password.clone())),
+    )
+    .await
+    .unwrap();
+    let read = etcd.get("balance", None).await.unwrap();
+    assert_eq!(read.kvs()[0].value_str().unwrap(), "42");
 
     // That the password appears nowhere else is `secrets_stay_secret`'s.
     operator.stop().await;
