@@ -13,11 +13,10 @@ mod support;
 
 use std::time::Duration;
 
-use dkv_backup::testing::MotoServer;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Patch, PatchParams};
 use serde_json::json;
-use support::backups::{backup_now, create_secret};
+use support::backups::backup_now;
 use support::etcd_cluster::{member_endpoints, wait_for, wait_settled};
 
 const NS: &str = "ledger";
@@ -35,18 +34,16 @@ fn options() -> etcd_client::ConnectOptions {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn with_auth_on_strangers_are_refused_and_the_operator_still_backs_up_upgrades_and_scales() {
-    let moto = MotoServer::start("dkv-backups");
-    let (_env, client, operator) = support::running_operator(NS).await;
-    create_secret(&client, NS, "s3-creds", moto.env()).await;
+    let setup = support::backups::with_object_store(NS).await;
+    let client = setup.client.clone();
     let dkvs = support::create_cluster(
         &client,
-            NS,
-            CLUSTER,
-            3,
-            "registry.k8s.io/etcd:3.4.23-0",
-            json!({"auth": {"enabled": true},
-                   "backup": {"destination": {"uri": moto.uri("auth"), "credentialsSecret": "s3-creds"},
-                              "schedule": "0 0 1 1 *"}}),
+        NS,
+        CLUSTER,
+        3,
+        "registry.k8s.io/etcd:3.4.23-0",
+        json!({"auth": {"enabled": true},
+                   "backup": setup.backup_spec("auth")}),
     )
     .await;
     wait_settled(&dkvs, CLUSTER, 3).await;
@@ -213,5 +210,5 @@ async fn with_auth_on_strangers_are_refused_and_the_operator_still_backs_up_upgr
     assert_eq!(read.kvs()[0].value_str().unwrap(), "42");
 
     // That the password appears nowhere else is `secrets_stay_secret`'s.
-    operator.stop().await;
+    setup.operator.stop().await;
 }

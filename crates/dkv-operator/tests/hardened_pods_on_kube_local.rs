@@ -11,11 +11,7 @@ mod support;
 
 use std::os::unix::fs::MetadataExt;
 
-use dkv_backup::testing::MotoServer;
-use kube::api::{Patch, PatchParams};
 use serde_json::json;
-use support::backups::{backup_now, create_secret};
-use support::etcd_cluster::wait_settled;
 
 const NS: &str = "hardened";
 const CLUSTER: &str = "vault";
@@ -50,36 +46,20 @@ async fn etcd_runs_as_a_non_root_user_without_privileges_on_a_read_only_root() {
         eprintln!("skipped: kube-local enforces security contexts only when it runs as root");
         return;
     }
-    let moto = MotoServer::start("dkv-backups");
-    let (env, client, operator) = support::running_operator(NS).await;
-    create_secret(&client, NS, "s3-creds", moto.env()).await;
-    let dkvs = support::create_cluster(
-        &client,
+    let setup = support::backups::with_object_store(NS).await;
+    // The agent (non-root too) reads the client certificate and the
+    // password it is given, and streams the snapshot out; members on
+    // persistent volumes (given to the fsGroup).
+    support::backups::exercise_secured_cluster(
+        &setup,
         NS,
         CLUSTER,
-        3,
-        "registry.k8s.io/etcd:3.5.16-0",
-        json!({"tls": {}, "auth": {"enabled": true},
-               "storage": {"storageClassName": "standard", "size": "1Gi"},
-               "backup": {"destination": {"uri": moto.uri("hardened"), "credentialsSecret": "s3-creds"},
-                          "schedule": "0 0 1 1 *"}}),
+        "as-nobody",
+        json!({"storage": {"storageClassName": "standard", "size": "1Gi"}}),
     )
     .await;
-    wait_settled(&dkvs, CLUSTER, 3).await;
-    support::wait_auth_enabled(&client, NS, CLUSTER).await;
-    // The agent (non-root too) reads the client certificate and the
-    // password it is given, and streams the snapshot out.
-    backup_now(&client, NS, CLUSTER, "as-nobody").await;
-    dkvs.patch(
-        CLUSTER,
-        &PatchParams::default(),
-        &Patch::Merge(json!({"spec": {"size": 4}})),
-    )
-    .await
-    .unwrap();
-    wait_settled(&dkvs, CLUSTER, 4).await;
 
-    let kubelet = env.kubelet().unwrap();
+    let kubelet = setup.env.kubelet().unwrap();
     for ordinal in 0..4 {
         let pod = format!("{CLUSTER}-{ordinal}");
         let pid = kubelet.container_pid(NS, &pod, "etcd").unwrap();
@@ -125,5 +105,5 @@ async fn etcd_runs_as_a_non_root_user_without_privileges_on_a_read_only_root() {
             target.display()
         );
     }
-    operator.stop().await;
+    setup.operator.stop().await;
 }

@@ -135,6 +135,16 @@ async fn https_get(
     .unwrap()
     .with_root_certificates(roots)
     .with_no_client_auth();
+    get_over_tls(config, addr, path, token).await
+}
+
+/// GET `path` over TLS with `config`; Err when the handshake fails.
+async fn get_over_tls(
+    config: rustls::ClientConfig,
+    addr: SocketAddr,
+    path: &str,
+    token: Option<&str>,
+) -> Result<(u16, String), String> {
     let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
     let tcp = TcpStream::connect(addr).await.map_err(|e| e.to_string())?;
     let name = ServerName::try_from("127.0.0.1").unwrap();
@@ -356,20 +366,7 @@ async fn https_get_unverified(
         .dangerous()
         .with_custom_certificate_verifier(Arc::new(AcceptAny(provider)))
         .with_no_client_auth();
-    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
-    let tcp = TcpStream::connect(addr).await.map_err(|e| e.to_string())?;
-    let name = ServerName::try_from("127.0.0.1").unwrap();
-    let mut tls = connector
-        .connect(name, tcp)
-        .await
-        .map_err(|e| e.to_string())?;
-    tls.write_all(request(path, token).as_bytes())
-        .await
-        .map_err(|e| e.to_string())?;
-    let mut raw = Vec::new();
-    let _ = tls.read_to_end(&mut raw).await;
-    parse_response(&raw)
-        .ok_or_else(|| format!("no HTTP answer: {:?}", String::from_utf8_lossy(&raw)))
+    get_over_tls(config, addr, path, token).await
 }
 
 /// A manifest of `deploy/rbac`, created in kube-local.

@@ -14,12 +14,9 @@ mod support;
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 
-use dkv_backup::testing::MotoServer;
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::Api;
 use serde_json::json;
-use support::backups::{backup_now, create_secret};
-use support::etcd_cluster::wait_settled;
 
 const NS: &str = "vault";
 const CLUSTER: &str = "keys";
@@ -53,32 +50,9 @@ async fn no_key_password_or_token_reaches_logs_events_or_status() {
         .try_init()
         .expect("this test binary's only subscriber");
 
-    let moto = MotoServer::start("dkv-backups");
-    let (_env, client, operator) = support::running_operator(NS).await;
-    create_secret(&client, NS, "s3-creds", moto.env()).await;
-    let dkvs = support::create_cluster(
-        &client,
-            NS,
-            CLUSTER,
-            3,
-            "registry.k8s.io/etcd:3.5.16-0",
-            json!({"tls": {}, "auth": {"enabled": true},
-                   "backup": {"destination": {"uri": moto.uri("scan"), "credentialsSecret": "s3-creds"},
-                              "schedule": "0 0 1 1 *"}}),
-    )
-    .await;
-    wait_settled(&dkvs, CLUSTER, 3).await;
-    support::wait_auth_enabled(&client, NS, CLUSTER).await;
-
-    backup_now(&client, NS, CLUSTER, "scanned").await;
-    dkvs.patch(
-        CLUSTER,
-        &PatchParams::default(),
-        &Patch::Merge(json!({"spec": {"size": 4}})),
-    )
-    .await
-    .unwrap();
-    wait_settled(&dkvs, CLUSTER, 4).await;
+    let setup = support::backups::with_object_store(NS).await;
+    support::backups::exercise_secured_cluster(&setup, NS, CLUSTER, "scanned", json!({})).await;
+    let (client, moto) = (&setup.client, &setup.moto);
 
     // The haystack: operator logs, every container's log, Events, and every
     // object dkv wrote (its Secrets aside).
@@ -87,7 +61,7 @@ async fn no_key_password_or_token_reaches_logs_events_or_status() {
         haystack.contains("etcd authentication enabled"),
         "the operator's log was captured"
     );
-    haystack.push_str(&support::secret_scan::visible_text(&client, NS).await);
+    haystack.push_str(&support::secret_scan::visible_text(client, NS).await);
     assert!(
         haystack.len() > 10_000,
         "too little to scan: {}",
@@ -127,5 +101,5 @@ async fn no_key_password_or_token_reaches_logs_events_or_status() {
         haystack.len(),
         needles.len()
     );
-    operator.stop().await;
+    setup.operator.stop().await;
 }

@@ -12,12 +12,11 @@ mod support;
 use std::time::Duration;
 
 use dkv_api::DistributedKV;
-use dkv_backup::testing::MotoServer;
 use k8s_openapi::api::core::v1::{Event, Secret};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
-use support::backups::{backup_now, create_secret};
+use support::backups::backup_now;
 use support::etcd_cluster::wait_settled;
 use support::tls::{Target, can_read, options};
 
@@ -34,18 +33,16 @@ async fn secret_text(client: &Client, name: &str, key: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_tls_cluster_refuses_plaintext_and_serves_the_documented_client_secret() {
-    let moto = MotoServer::start("dkv-backups");
-    let (_env, client, operator) = support::running_operator(NS).await;
-    create_secret(&client, NS, "s3-creds", moto.env()).await;
+    let setup = support::backups::with_object_store(NS).await;
+    let client = setup.client.clone();
     let dkvs = support::create_cluster(
         &client,
-            NS,
-            CLUSTER,
-            3,
-            "registry.k8s.io/etcd:3.5.16-0",
-            json!({"tls": {},
-                   "backup": {"destination": {"uri": moto.uri("tls"), "credentialsSecret": "s3-creds"},
-                              "schedule": "0 0 1 1 *"}}),
+        NS,
+        CLUSTER,
+        3,
+        "registry.k8s.io/etcd:3.5.16-0",
+        json!({"tls": {},
+                   "backup": setup.backup_spec("tls")}),
     )
     .await;
     let formed = wait_settled(&dkvs, CLUSTER, 3).await;
@@ -136,7 +133,7 @@ async fn a_tls_cluster_refuses_plaintext_and_serves_the_documented_client_secret
     }
     assert!(!visible.contains("PRIVATE KEY"));
     assert!(cluster.annotations().get("dkv.io/v1beta1-backup").is_none());
-    operator.stop().await;
+    setup.operator.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -82,3 +82,72 @@ pub async fn backup_now(
         .unwrap();
     wait_backup_completed(&backups, name).await
 }
+
+/// What a test of backups to a real S3 server starts with: moto with the
+/// bucket `dkv-backups`, kube-local with the kubelet, the namespace, the
+/// operator, and the Secret `s3-creds` holding moto's credentials.
+pub struct WithObjectStore {
+    pub moto: dkv_backup::testing::MotoServer,
+    pub env: kube_local::Environment,
+    pub client: Client,
+    pub operator: super::RunningOperator,
+}
+
+pub async fn with_object_store(ns: &str) -> WithObjectStore {
+    let moto = dkv_backup::testing::MotoServer::start("dkv-backups");
+    let (env, client, operator) = super::running_operator(ns).await;
+    create_secret(&client, ns, "s3-creds", moto.env()).await;
+    WithObjectStore {
+        moto,
+        env,
+        client,
+        operator,
+    }
+}
+
+impl WithObjectStore {
+    /// `spec.backup` to moto under `prefix`, with `s3-creds`, on a schedule
+    /// that never fires during a test (backups are taken on demand).
+    pub fn backup_spec(&self, prefix: &str) -> serde_json::Value {
+        json!({"destination": {"uri": self.moto.uri(prefix), "credentialsSecret": "s3-creds"},
+               "schedule": "0 0 1 1 *"})
+    }
+}
+
+/// The security scenario: a 3-member cluster with TLS, authentication and
+/// backups to moto (plus `extra_spec`) forms, turns authentication on, is
+/// backed up on demand (`backup`) and scaled to 4 members.
+pub async fn exercise_secured_cluster(
+    setup: &WithObjectStore,
+    ns: &str,
+    cluster: &str,
+    backup: &str,
+    extra_spec: serde_json::Value,
+) {
+    let mut spec = json!({"tls": {}, "auth": {"enabled": true},
+                          "backup": setup.backup_spec(backup)});
+    if let (Some(spec), Some(extra)) = (spec.as_object_mut(), extra_spec.as_object()) {
+        spec.extend(extra.clone());
+    }
+    let client = &setup.client;
+    let dkvs = super::create_cluster(
+        client,
+        ns,
+        cluster,
+        3,
+        "registry.k8s.io/etcd:3.5.16-0",
+        spec,
+    )
+    .await;
+    super::etcd_cluster::wait_settled(&dkvs, cluster, 3).await;
+    super::wait_auth_enabled(client, ns, cluster).await;
+    backup_now(client, ns, cluster, backup).await;
+    dkvs.patch(
+        cluster,
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(json!({"spec": {"size": 4}})),
+    )
+    .await
+    .unwrap();
+    super::etcd_cluster::wait_settled(&dkvs, cluster, 4).await;
+}
