@@ -6,13 +6,48 @@
 # examples/distributedkv.yaml and shows what dkv made of it. It leaves the
 # control plane running so you can keep using kubectl; stop it with
 #   target/debug/dkv local down
-set -euo pipefail
+#
+# It waits the way users should: `kubectl wait --for=condition=Available`,
+# then starts clients at once, with no retries: Available promises that a
+# client started at that moment reaches the cluster. If any step fails, the
+# demo says which, shows what it saw, stops the local control plane and exits
+# non-zero (CI runs it exactly like this).
+set -Eeuo pipefail
 cd "$(dirname "$0")/.."
 
-scripts/install-prerequisites.sh
-echo "== building dkv"
-cargo build -q -p dkv-operator --bin dkv
 DKV=target/debug/dkv
+step="installing prerequisites"
+# Prints the step's banner and remembers it for the failure report.
+step() {
+  step=$1
+  echo "== $step"
+}
+on_failure() {
+  local status=$?
+  trap - ERR
+  set +e
+  echo >&2
+  echo "demo FAILED while: $step (exit $status, scripts/demo.sh line $1)" >&2
+  if [ -n "${KUBECONFIG:-}" ] && [ -f "${KUBECONFIG}" ]; then
+    echo "-- what the cluster looked like:" >&2
+    kubectl get dkv,pods -o wide >&2
+    kubectl get dkv example -o jsonpath='{range .status.conditions[*]}{.type}={.status} {.reason}: {.message}{"\n"}{end}' >&2
+    for pod in $(kubectl get pods -o name 2>/dev/null | grep demo-); do
+      echo "-- logs of $pod:" >&2
+      kubectl logs "$pod" >&2
+    done
+    echo "-- the last lines of .dkv-local/dkv-local.log:" >&2
+    tail -n 20 .dkv-local/dkv-local.log >&2
+  fi
+  echo "-- stopping the local control plane (state kept in .dkv-local/)" >&2
+  "$DKV" local down >&2
+  exit "$status"
+}
+trap 'on_failure $LINENO' ERR
+
+scripts/install-prerequisites.sh
+step "building dkv"
+cargo build -q -p dkv-operator --bin dkv
 
 "$DKV" local down >/dev/null 2>&1 || true
 # kube-local keeps its state in .dkv-local/ across restarts; the demo starts
@@ -22,17 +57,14 @@ if [ -d .dkv-local ]; then
   mv .dkv-local .dkv-local.previous
   echo "== previous local cluster state moved to .dkv-local.previous/"
 fi
-echo "== starting dkv local (kube-local + dkv CRDs + operator)"
+step "starting dkv local (kube-local + dkv CRDs + operator)"
 "$DKV" local up --detach
 export KUBECONFIG="$PWD/.dkv-local/kubeconfig"
 
-echo "== kubectl apply -f examples/distributedkv.yaml"
+step "kubectl apply -f examples/distributedkv.yaml"
 kubectl apply -f examples/distributedkv.yaml
-echo "== waiting for the three etcd members to form a cluster"
-for _ in $(seq 1 120); do
-  [ "$(kubectl get dkv example -o 'jsonpath={.status.readyReplicas}/{.status.phase}' 2>/dev/null)" = "3/Running" ] && break
-  sleep 0.5
-done
+step "kubectl wait --for=condition=Available dkv/example (the three members form a cluster)"
+kubectl wait --for=condition=Available dkv/example --timeout=180s
 kubectl get dkv,pods,pvc
 
 # A client pod: etcdctl with the cluster's client certificate (the Secret
@@ -57,31 +89,42 @@ spec:
     volumeMounts: [{name: client-tls, mountPath: /etc/etcd-client, readOnly: true}]
   volumes: [{name: client-tls, secret: {secretName: example-tls-client}}]
 YAML
-  kubectl wait --for=jsonpath='{.status.phase}'=Succeeded "pod/$name" --timeout=90s >/dev/null
+  # Wait for the pod to end, then require success: a failed client is a
+  # failed demo, never retried.
+  local phase=""
+  for _ in $(seq 1 180); do
+    phase=$(kubectl get pod "$name" -o 'jsonpath={.status.phase}')
+    case "$phase" in Succeeded | Failed) break ;; esac
+    sleep 0.5
+  done
   kubectl logs "$name"
+  if [ "$phase" != Succeeded ]; then
+    echo "client pod $name ended as '${phase:-not started}'" >&2
+    return 1
+  fi
 }
 
-echo "== TLS: the members' certificates come from the cluster's own CA"
+step "TLS: the members' certificates come from the cluster's own CA"
 kubectl get secrets -l dkv.io/cluster=example
-echo "== a write and a read over TLS, from client pods holding example-tls-client"
+step "a write and a read over TLS, from client pods holding example-tls-client"
 etcdctl_pod demo-put put greeting "hello from dkv"
 etcdctl_pod demo-get get greeting --print-value-only
 etcdctl_pod demo-members member list --write-out=table
-echo "== plaintext is refused"
+step "plaintext is refused"
 ip0=$(kubectl get pod example-0 -o 'jsonpath={.status.podIP}')
 if ETCDCTL_API=3 .tools/etcd-3.5/usr/bin/etcdctl --endpoints="http://$ip0:2379" \
      --dial-timeout=2s --command-timeout=3s get greeting >/dev/null 2>&1; then
   echo "a plaintext client was answered" >&2
-  exit 1
+  false
 fi
 echo "plaintext client refused, as it should be"
 
-echo "== scaling to 5 members (learner -> promote, one at a time)"
+step "scaling to 5 members (learner -> promote, one at a time)"
 kubectl scale dkv example --replicas=5
-for _ in $(seq 1 120); do
-  [ "$(kubectl get dkv example -o 'jsonpath={.status.readyReplicas}/{.status.phase}')" = "5/Running" ] && break
-  sleep 1
-done
+# readyReplicas counts voting members that etcd reports healthy and whose
+# pods are Ready: 5 means every new member joined, was promoted and serves.
+kubectl wait --for=jsonpath='{.status.readyReplicas}'=5 dkv/example --timeout=240s
+kubectl wait --for=condition=Available dkv/example --timeout=60s
 kubectl get dkv example
 kubectl describe dkv example | sed -n '/^Events:/,$p'
 

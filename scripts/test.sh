@@ -30,3 +30,10 @@ scripts/scan-secrets.py "$DKV_SECRET_SCAN_DIR"
 
 echo "== deploy manifests"
 scripts/validate-manifests.sh
+
+echo "== the README's first command, exactly as a newcomer runs it"
+# It reuses the debug build above; any failed step fails CI (the demo says
+# which and stops its control plane). On success it leaves kube-local
+# running for the user: stop it here.
+scripts/demo.sh
+target/debug/dkv local down

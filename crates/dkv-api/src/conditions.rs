@@ -20,6 +20,9 @@ pub mod reasons {
     pub const QUORUM_HEALTHY: &str = "QuorumHealthy";
     pub const MEMBERS_NOT_READY: &str = "MembersNotReady";
     pub const CREATING: &str = "Creating";
+    /// Enough members are healthy, but the client Service routes to fewer
+    /// than quorum of them yet: a client would not reach the cluster.
+    pub const ENDPOINTS_NOT_READY: &str = "EndpointsNotReady";
     // Progressing
     pub const CONVERGED: &str = "Converged";
     pub const CREATING_CLUSTER: &str = "CreatingCluster";

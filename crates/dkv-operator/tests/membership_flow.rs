@@ -110,6 +110,20 @@ fn pod_on(ordinal: i32, image: &str) -> Pod {
     .unwrap()
 }
 
+/// The client Service's EndpointSlice with `n` ready members behind it.
+fn client_endpoints(n: i32) -> k8s_openapi::api::discovery::v1::EndpointSlice {
+    let endpoints: Vec<Value> = (0..n)
+        .map(|i| json!({"addresses": [format!("10.0.0.{i}")], "conditions": {"ready": true}}))
+        .collect();
+    serde_json::from_value(json!({
+        "metadata": {"name": "orders-client-x", "namespace": "shop", "labels": {
+            "kubernetes.io/service-name": "orders-client", "dkv.io/cluster": "orders"}},
+        "addressType": "IPv4",
+        "endpoints": endpoints,
+    }))
+    .unwrap()
+}
+
 /// Everything that exists for a 3-member cluster that formed, plus `pods`.
 fn world(
     etcd: Arc<FakeEtcd>,
@@ -173,6 +187,8 @@ fn world(
     );
     let (backups, mut w8) = watches::store();
     ready(&mut w8, vec![]);
+    let (endpoint_slices, mut w9) = watches::store();
+    ready(&mut w9, vec![client_endpoints(3)]);
     let stores = Stores {
         statefulsets,
         services,
@@ -181,6 +197,7 @@ fn world(
         configmaps,
         pods: pod_store,
         storage_classes,
+        endpoint_slices,
         backups,
     };
     let (client, log) = recording_api();

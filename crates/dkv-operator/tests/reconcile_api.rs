@@ -18,6 +18,8 @@ use dkv_operator::cluster::{build, plan, reconcile, retry_delay, validate};
 use dkv_operator::metrics::Metrics;
 use http::{Method, Request, Response, StatusCode};
 use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetStatus};
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::client::Body;
 use kube::runtime::controller::Action;
@@ -53,6 +55,28 @@ where
     writer.apply_watcher_event(&Event::InitDone);
 }
 
+fn ready_member(ordinal: i32) -> Pod {
+    serde_json::from_value(json!({
+        "metadata": {"name": format!("orders-{ordinal}"), "namespace": "shop", "labels": {"dkv.io/cluster": "orders"}},
+        "status": {"conditions": [{"type": "Ready", "status": "True"}]}
+    }))
+    .unwrap()
+}
+
+/// The client Service's EndpointSlice with `n` ready members behind it.
+fn client_endpoints(n: i32) -> EndpointSlice {
+    let endpoints: Vec<Value> = (0..n)
+        .map(|i| json!({"addresses": [format!("10.0.0.{i}")], "conditions": {"ready": true}}))
+        .collect();
+    serde_json::from_value(json!({
+        "metadata": {"name": "orders-client-x", "namespace": "shop", "labels": {
+            "kubernetes.io/service-name": "orders-client", "dkv.io/cluster": "orders"}},
+        "addressType": "IPv4",
+        "endpoints": endpoints,
+    }))
+    .unwrap()
+}
+
 /// Caches as the watches would fill them: `children` of the cluster, and the
 /// StorageClasses `standard` and `fast-ssd`.
 fn stores(statefulsets: Vec<StatefulSet>, extra: Option<&build::Prepared>) -> Stores {
@@ -65,6 +89,21 @@ fn stores_with_backups(
     extra: Option<&build::Prepared>,
     backups: Vec<DistributedKVBackup>,
 ) -> Stores {
+    // A converged world's members are Ready and behind the client Service.
+    let members = if extra.is_some() { 3 } else { 0 };
+    stores_serving(statefulsets, extra, backups, members, members)
+}
+
+/// The same, with `ready_pods` member pods Ready and `serving` ready
+/// endpoints behind the client Service. The pods have no IP: the pass cannot
+/// reach etcd, so pod readiness stands alone.
+fn stores_serving(
+    statefulsets: Vec<StatefulSet>,
+    extra: Option<&build::Prepared>,
+    backups: Vec<DistributedKVBackup>,
+    ready_pods: i32,
+    serving: i32,
+) -> Stores {
     let records = backups;
     let (sts, mut sts_w) = watches::store();
     let (services, mut svc_w) = watches::store();
@@ -72,7 +111,7 @@ fn stores_with_backups(
     let (cronjobs, mut cj_w) = watches::store();
     let (configmaps, mut cm_w) = watches::store();
     let (pods, mut pod_w) = watches::store();
-    ready(&mut pod_w, Vec::new());
+    ready(&mut pod_w, (0..ready_pods).map(ready_member).collect());
     let (storage_classes, mut sc_w) = watches::store::<StorageClass>();
     ready(&mut sts_w, statefulsets);
     ready(
@@ -107,6 +146,13 @@ fn stores_with_backups(
     ready(&mut sc_w, vec![class("standard"), class("fast-ssd")]);
     let (backups, mut backup_w) = watches::store();
     ready(&mut backup_w, records);
+    let (endpoint_slices, mut slice_w) = watches::store();
+    ready(
+        &mut slice_w,
+        extra
+            .map(|_| vec![client_endpoints(serving)])
+            .unwrap_or_default(),
+    );
     // The writers are dropped here: a store stays readable without them.
     Stores {
         statefulsets: sts,
@@ -116,6 +162,7 @@ fn stores_with_backups(
         configmaps,
         pods,
         storage_classes,
+        endpoint_slices,
         backups,
     }
 }
@@ -451,6 +498,108 @@ async fn status_is_written_once_and_not_again_when_nothing_changed() {
     let (ctx, api) = context(stores(vec![sts], Some(&prepared)));
     reconcile(Arc::new(dkv), ctx.clone()).await.unwrap();
     assert_no_more_requests(ctx, api).await;
+}
+
+/// The status a pass over a cluster whose children all exist writes, with
+/// `ready_pods` Ready members and `serving` endpoints behind the client
+/// Service.
+async fn first_status(ready_pods: i32, serving: i32) -> Value {
+    pass_status(None, ready_pods, serving).await
+}
+
+/// The status a pass writes over a cluster whose status is `status`.
+async fn pass_status(status: Option<Value>, ready_pods: i32, serving: i32) -> Value {
+    let mut dkv = with_finalizer(fixture("minimal"));
+    dkv.status = status.map(|s| serde_json::from_value(s).unwrap());
+    let (prepared, sts) = converged_children(&dkv);
+    let stores = stores_serving(vec![sts], Some(&prepared), Vec::new(), ready_pods, serving);
+    let (ctx, mut api) = context(stores);
+    let run = tokio::spawn(reconcile(Arc::new(dkv.clone()), ctx.clone()));
+    let sent = next(&mut api).await;
+    assert_eq!(sent.uri, format!("{DKV_PATH}/status?"));
+    let status = sent.body["status"].clone();
+    sent.reply_echo(serde_json::to_value(&dkv).unwrap());
+    answer_remaining_events(&mut api).await;
+    run.await.unwrap().unwrap();
+    status
+}
+
+fn condition_of<'a>(status: &'a Value, type_: &str) -> &'a Value {
+    status["conditions"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["type"] == type_))
+        .unwrap_or(&Value::Null)
+}
+
+#[tokio::test]
+async fn available_waits_until_the_client_service_routes_to_a_quorum() {
+    // Two members are Ready, but the client Service routes to one of them
+    // (its EndpointSlice lags the pods): a client could not reach quorum.
+    let status = pass_status(Some(creating()), 2, 1).await;
+    assert_eq!(status["readyReplicas"], 2);
+    let available = condition_of(&status, "Available");
+    assert_eq!(available["status"], "False", "{status:#}");
+    assert_eq!(available["reason"], "Creating");
+    assert!(
+        available["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("Service orders-client routes to 1; quorum needs 2")),
+        "{available}"
+    );
+    // Two of three behind the Service is quorum: Available.
+    let status = pass_status(Some(creating()), 3, 2).await;
+    assert_eq!(condition_of(&status, "Available")["status"], "True");
+    // A cluster that formed (every member ready, or its status said so, or
+    // its membership record does and the status is new) and whose Service
+    // routes to too few.
+    for formed in [Some(creating()), Some(available_status()), None] {
+        let status = pass_status(formed, 3, 1).await;
+        let available = condition_of(&status, "Available");
+        assert_eq!(available["status"], "False", "{status:#}");
+        assert_eq!(available["reason"], "EndpointsNotReady");
+    }
+}
+
+/// A status written while the cluster forms.
+fn creating() -> Value {
+    json!({"conditions": [{"type": "Available", "status": "False", "reason": "Creating",
+        "message": "0/3 members ready", "lastTransitionTime": "2026-11-25T06:00:00Z"}]})
+}
+
+/// A status written once the cluster was available.
+fn available_status() -> Value {
+    json!({"conditions": [{"type": "Available", "status": "True", "reason": "QuorumHealthy",
+        "message": "3/3 members ready", "lastTransitionTime": "2026-11-25T06:00:00Z"}]})
+}
+
+#[tokio::test]
+async fn members_that_started_but_are_not_ready_yet_are_a_cluster_forming_not_a_fault() {
+    // Every member has run (the record says the cluster exists) but no pod
+    // is Ready yet: Creating, and nothing Degraded.
+    let status = pass_status(Some(creating()), 0, 0).await;
+    assert_eq!(condition_of(&status, "Available")["reason"], "Creating");
+    assert_eq!(
+        condition_of(&status, "Progressing")["reason"],
+        "CreatingCluster"
+    );
+    assert_eq!(
+        condition_of(&status, "Degraded")["status"],
+        "False",
+        "{status:#}"
+    );
+    // After it formed, the same is a fault.
+    let status = pass_status(Some(available_status()), 0, 0).await;
+    assert_eq!(condition_of(&status, "Available")["reason"], "QuorumLost");
+    assert_eq!(condition_of(&status, "Degraded")["status"], "True");
+}
+
+#[tokio::test]
+async fn ready_replicas_count_ready_pods_never_more() {
+    // The StatefulSet's status still says 3 ready; one pod is Ready now.
+    let status = first_status(1, 1).await;
+    assert_eq!(status["readyReplicas"], 1, "{status:#}");
+    assert_eq!(condition_of(&status, "Available")["status"], "False");
+    assert_eq!(condition_of(&status, "Available")["reason"], "Creating");
 }
 
 #[tokio::test]

@@ -7,6 +7,7 @@ use dkv_api::DistributedKV;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::CronJob;
 use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::ResourceExt;
 
@@ -30,8 +31,14 @@ pub struct Observed {
     pub record: Option<MembershipRecord>,
     /// The cluster's member pods.
     pub pods: Vec<Arc<k8s_openapi::api::core::v1::Pod>>,
+    /// The EndpointSlices of the client Service: what a client of the
+    /// cluster can reach right now.
+    pub client_endpoints: Vec<Arc<EndpointSlice>>,
     pub facts: Facts,
 }
+
+/// The label that ties an EndpointSlice to its Service.
+const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
 
 pub fn observe(dkv: &DistributedKV, namespace: &str, stores: &Stores) -> Observed {
     let name = dkv.name_any();
@@ -69,8 +76,19 @@ pub fn observe(dkv: &DistributedKV, namespace: &str, stores: &Stores) -> Observe
                 && p.labels().get(dkv_api::labels::CLUSTER_KEY) == Some(&name)
         })
         .collect();
+    let client_service = naming::client_service(&name);
+    let client_endpoints = stores
+        .endpoint_slices
+        .state()
+        .into_iter()
+        .filter(|s| {
+            s.namespace().as_deref() == Some(namespace)
+                && s.labels().get(SERVICE_NAME_LABEL) == Some(&client_service)
+        })
+        .collect();
     Observed {
         members,
+        client_endpoints,
         record,
         pods,
         peer_service: watches::get(&stores.services, namespace, &naming::peer_service(&name)),

@@ -40,6 +40,7 @@ use futures::StreamExt;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::CronJob;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -237,6 +238,8 @@ async fn reconcile_cluster(dkv: &DistributedKV, ctx: &Context) -> Result<Action>
                     plan,
                     statefulset: sts,
                     members: members.as_deref(),
+                    pods: &pods,
+                    client_endpoints: &observed.client_endpoints,
                     operation,
                     restore_failure: pods.iter().find_map(|p| p.restore_failure.as_deref()),
                     backups: &backups,
@@ -606,6 +609,7 @@ pub async fn run(
     let (configmaps, configmap_writer) = watches::store::<ConfigMap>();
     let (pods, pod_writer) = watches::store::<Pod>();
     let (storage_classes, sc_writer) = watches::store::<StorageClass>();
+    let (endpoint_slices, slice_writer) = watches::store::<EndpointSlice>();
     let (backups, backup_writer) = watches::store::<DistributedKVBackup>();
     let stores = Stores {
         statefulsets,
@@ -615,6 +619,7 @@ pub async fn run(
         configmaps,
         pods,
         storage_classes,
+        endpoint_slices,
         backups,
     };
 
@@ -705,6 +710,22 @@ pub async fn run(
             |pod: Pod| {
                 let cluster = pod.labels().get(dkv_api::labels::CLUSTER_KEY).cloned();
                 let namespace = pod.namespace();
+                cluster
+                    .zip(namespace)
+                    .map(|(name, ns)| ObjectRef::new(&name).within(&ns))
+            },
+        )
+        // Whether clients reach the members: the client Service's
+        // EndpointSlices (labelled like their Service) decide `Available`.
+        .watches_stream(
+            child_stream(
+                api_for::<EndpointSlice>(&client, ns),
+                slice_writer,
+                watches::endpoint_slice_relevance,
+            ),
+            |slice: EndpointSlice| {
+                let cluster = slice.labels().get(dkv_api::labels::CLUSTER_KEY).cloned();
+                let namespace = slice.namespace();
                 cluster
                     .zip(namespace)
                     .map(|(name, ns)| ObjectRef::new(&name).within(&ns))

@@ -2,12 +2,16 @@
 //! the pass saw and did, and written to the status subresource only when it
 //! differs from what is already there.
 
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
 use dkv_api::conditions::{reasons, types};
 use dkv_api::distributedkv::v1beta1::{
     DistributedKVStatus, MemberStatus, Operation, OperationKind, Phase,
 };
 use dkv_api::{DistributedKV, labels};
 use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::events::{Event, EventType};
@@ -21,6 +25,7 @@ use super::context::Context;
 use super::error::{Error, Result};
 use super::membership::{ObservedMember, Step, WaitReason};
 use super::naming;
+use super::observe_members::MemberPod;
 use super::plan::Plan;
 use super::validate::ValidatedCluster;
 
@@ -31,6 +36,10 @@ pub struct Observation<'a> {
     pub statefulset: Option<&'a StatefulSet>,
     /// etcd's members as observed this pass (`None`: no member answered).
     pub members: Option<&'a [ObservedMember]>,
+    /// The member pods as observed this pass.
+    pub pods: &'a [MemberPod],
+    /// The EndpointSlices of the client Service.
+    pub client_endpoints: &'a [Arc<EndpointSlice>],
     /// The operation pinned after this pass.
     pub operation: Option<Operation>,
     /// Why a member's restore step failed (`spec.bootstrap.restore`).
@@ -48,12 +57,31 @@ struct Want {
 }
 
 /// Whether the cluster's status records that it has formed: its Available
-/// condition was once QuorumHealthy, and stays QuorumHealthy or QuorumLost.
+/// condition was once QuorumHealthy, and stays QuorumHealthy, QuorumLost or
+/// EndpointsNotReady.
 pub fn formed_before(dkv: &DistributedKV) -> bool {
     dkv.status.iter().flat_map(|s| &s.conditions).any(|c| {
         c.type_ == types::AVAILABLE
-            && (c.reason == reasons::QUORUM_HEALTHY || c.reason == reasons::QUORUM_LOST)
+            && [
+                reasons::QUORUM_HEALTHY,
+                reasons::QUORUM_LOST,
+                reasons::ENDPOINTS_NOT_READY,
+            ]
+            .contains(&c.reason.as_str())
     })
+}
+
+/// How many distinct addresses the client Service routes to: the ready
+/// endpoints of its EndpointSlices (an unset `ready` counts as ready, as
+/// kube-proxy reads it).
+pub fn serving_endpoints(slices: &[Arc<EndpointSlice>]) -> i32 {
+    let addresses: BTreeSet<&str> = slices
+        .iter()
+        .flat_map(|s| s.endpoints.iter().flatten())
+        .filter(|e| e.conditions.as_ref().and_then(|c| c.ready) != Some(false))
+        .flat_map(|e| e.addresses.iter().map(String::as_str))
+        .collect();
+    i32::try_from(addresses.len()).unwrap_or(i32::MAX)
 }
 
 /// The status after a successful pass.
@@ -61,10 +89,15 @@ pub fn compute(dkv: &DistributedKV, obs: &Observation<'_>, now: &Time) -> Distri
     let old = dkv.status.clone().unwrap_or_default();
     let sts_status = obs.statefulset.and_then(|s| s.status.as_ref());
     let replicas = sts_status.map_or(0, |s| s.replicas);
-    let ready = sts_status.and_then(|s| s.ready_replicas).unwrap_or(0);
-    // With etcd's own view, health is etcd's: healthy voters against quorum.
-    // Without it (not formed yet, or unreachable), pod readiness — which is
-    // etcd's /health — stands in.
+    let pod_ready = |ordinal: i32| {
+        obs.pods
+            .iter()
+            .any(|p| p.view.ordinal == ordinal && p.view.ready)
+    };
+    // A member is ready when its pod is Ready (so the client Service routes
+    // to it) and, once etcd can be asked, etcd reports it a healthy voter.
+    // Without etcd's view (not formed yet, or unreachable), pod readiness —
+    // which is etcd's /health — stands alone.
     let voters: Vec<&ObservedMember> = obs
         .members
         .into_iter()
@@ -72,14 +105,26 @@ pub fn compute(dkv: &DistributedKV, obs: &Observation<'_>, now: &Time) -> Distri
         .filter(|m| !m.learner)
         .collect();
     let (members, ready) = if voters.is_empty() {
-        (obs.plan.replicas, ready)
+        let ready_pods = obs.pods.iter().filter(|p| p.view.ready).count();
+        (
+            obs.plan.replicas,
+            i32::try_from(ready_pods).unwrap_or(i32::MAX),
+        )
     } else {
         (
             i32::try_from(voters.len()).unwrap_or(i32::MAX),
-            i32::try_from(voters.iter().filter(|m| m.healthy).count()).unwrap_or(0),
+            i32::try_from(
+                voters
+                    .iter()
+                    .filter(|m| m.healthy && pod_ready(m.ordinal))
+                    .count(),
+            )
+            .unwrap_or(0),
         )
     };
     let quorum = quorum(members);
+    let serving = serving_endpoints(obs.client_endpoints);
+    let client_service = naming::client_service(&obs.cluster.name);
     let complete = obs.statefulset.is_some()
         && ready >= members
         && (replicas == members || !voters.is_empty());
@@ -90,15 +135,40 @@ pub fn compute(dkv: &DistributedKV, obs: &Observation<'_>, now: &Time) -> Distri
     // cannot tell: it is also Degraded for a spec problem during creation.)
     let formed_before = formed_before(dkv);
     // The membership record knows too: once every member has run, the
-    // record says the cluster exists (even if this status is new).
-    let formed = complete || formed_before || !obs.plan.creating;
+    // record says the cluster exists. It stands in only for a status that
+    // has no record of its own (a status written anew): while Available
+    // still says Creating, members that have started but are not Ready yet
+    // are a cluster forming, not a fault.
+    let status_is_new = !dkv
+        .status
+        .iter()
+        .flat_map(|s| &s.conditions)
+        .any(|c| c.type_ == types::AVAILABLE);
+    let formed = complete || formed_before || (!obs.plan.creating && status_is_new);
 
-    let available = if ready >= quorum && obs.statefulset.is_some() {
+    // Available is a promise to clients: quorum is healthy *and* reachable
+    // through the client Service, so a client started now gets answers.
+    let available = if ready >= quorum && serving >= quorum && obs.statefulset.is_some() {
         Want {
             type_: types::AVAILABLE,
             status: true,
             reason: reasons::QUORUM_HEALTHY,
-            message: format!("{ready}/{members} members ready; quorum is {quorum}"),
+            message: format!(
+                "{ready}/{members} members ready, {serving} serving through Service {client_service}; quorum is {quorum}"
+            ),
+        }
+    } else if ready >= quorum && obs.statefulset.is_some() {
+        Want {
+            type_: types::AVAILABLE,
+            status: false,
+            reason: if formed {
+                reasons::ENDPOINTS_NOT_READY
+            } else {
+                reasons::CREATING
+            },
+            message: format!(
+                "{ready}/{members} members ready, but Service {client_service} routes to {serving}; quorum needs {quorum}"
+            ),
         }
     } else {
         Want {

@@ -13,6 +13,7 @@ use std::hash::{DefaultHasher, Hash, Hasher};
 
 use futures::{Stream, StreamExt, future};
 use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::Api;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::watcher::{self, Event};
@@ -189,6 +190,18 @@ pub fn pod_relevance(pod: &k8s_openapi::api::core::v1::Pod) -> u64 {
     ))
 }
 
+/// EndpointSlices of the cluster's Services: which endpoints are ready (what
+/// clients of the client Service can reach, and so `Available`).
+pub fn endpoint_slice_relevance(slice: &EndpointSlice) -> u64 {
+    let endpoints: Vec<(&Vec<String>, Option<bool>)> = slice
+        .endpoints
+        .iter()
+        .flatten()
+        .map(|e| (&e.addresses, e.conditions.as_ref().and_then(|c| c.ready)))
+        .collect();
+    hash_of((&slice.metadata.labels, endpoints))
+}
+
 /// Read handles on every cache the reconcile needs.
 #[derive(Clone)]
 pub struct Stores {
@@ -200,6 +213,9 @@ pub struct Stores {
     /// Member pods (created by the StatefulSets, labelled by cluster).
     pub pods: Store<k8s_openapi::api::core::v1::Pod>,
     pub storage_classes: Store<k8s_openapi::api::storage::v1::StorageClass>,
+    /// The EndpointSlices of the clusters' Services (which carry their
+    /// Service's labels).
+    pub endpoint_slices: Store<EndpointSlice>,
     /// Every `DistributedKVBackup` (the cluster's status derives its backup
     /// facts from them).
     pub backups: Store<dkv_api::DistributedKVBackup>,
@@ -211,7 +227,7 @@ impl Stores {
     pub fn ready(&self) -> Result<(), &'static str> {
         // `wait_until_ready` is async; the non-blocking check is whether the
         // ready future resolves immediately.
-        let checks: [(&'static str, bool); 8] = [
+        let checks: [(&'static str, bool); 9] = [
             ("Pod cache", is_ready(&self.pods)),
             ("ConfigMap cache", is_ready(&self.configmaps)),
             ("StatefulSet cache", is_ready(&self.statefulsets)),
@@ -219,6 +235,7 @@ impl Stores {
             ("PodDisruptionBudget cache", is_ready(&self.pdbs)),
             ("CronJob cache", is_ready(&self.cronjobs)),
             ("StorageClass cache", is_ready(&self.storage_classes)),
+            ("EndpointSlice cache", is_ready(&self.endpoint_slices)),
             ("DistributedKVBackup cache", is_ready(&self.backups)),
         ];
         match checks.into_iter().find(|(_, ready)| !ready) {

@@ -1,5 +1,6 @@
 //! A user-space service proxy: each ClusterIP Service gets a loopback address on which every Service port listens and
-//! forwards connections to a ready endpoint, round-robin. Pods reach it by the Service's DNS name (see [`super::dns`]);
+//! forwards connections to a ready endpoint of its EndpointSlices (as kube-proxy reads them), round-robin. Pods reach
+//! it by the Service's DNS name (see [`super::dns`]);
 //! the host reaches it at [`super::Kubelet::service_address`].
 //!
 //! LoadBalancer Services get the proxy address as their `status.loadBalancer.ingress`.
@@ -11,12 +12,14 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use k8s_openapi::api::core::v1::{Endpoints, Service};
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 
 use super::Shared;
-use crate::workloads::informer::{get, run_loop};
+use crate::workloads::endpoint_slices::SERVICE_NAME;
+use crate::workloads::informer::run_loop;
 
 /// The listeners of one Service (aborted when dropped).
 struct Proxy {
@@ -149,26 +152,47 @@ fn publish_ingress(shared: &Arc<Shared>, svc: &Service, ip: Ipv4Addr) {
     });
 }
 
-/// Ready endpoint addresses of a Service port: (ip, target port).
-fn backends(endpoints: &Endpoints, port_name: &str) -> Vec<SocketAddr> {
+/// The ready endpoints of a Service port, from the Service's EndpointSlices as kube-proxy reads them: an endpoint
+/// whose `ready` condition is unset counts as ready.
+fn backends(slices: &[Arc<EndpointSlice>], port_name: &str) -> Vec<SocketAddr> {
     let mut out = Vec::new();
-    for subset in endpoints.subsets.iter().flatten() {
-        let Some(port) = subset
+    for slice in slices.iter().filter(|s| s.address_type == "IPv4") {
+        let Some(port) = slice
             .ports
             .iter()
             .flatten()
             .find(|p| p.name.as_deref().unwrap_or_default() == port_name)
-            .and_then(|p| u16::try_from(p.port).ok())
+            .and_then(|p| p.port)
+            .and_then(|p| u16::try_from(p).ok())
         else {
             continue;
         };
-        for a in subset.addresses.iter().flatten() {
-            if let Ok(ip) = a.ip.parse::<Ipv4Addr>() {
-                out.push(SocketAddr::from((ip, port)));
+        let ready = slice
+            .endpoints
+            .iter()
+            .flatten()
+            .filter(|e| e.conditions.as_ref().and_then(|c| c.ready) != Some(false));
+        for endpoint in ready {
+            for address in &endpoint.addresses {
+                if let Ok(ip) = address.parse::<Ipv4Addr>() {
+                    out.push(SocketAddr::from((ip, port)));
+                }
             }
         }
     }
     out
+}
+
+/// The EndpointSlices of a Service.
+fn slices_of(shared: &Shared, namespace: &str, service: &str) -> Vec<Arc<EndpointSlice>> {
+    shared.caches.endpoint_slices.state_filter(|s| {
+        s.metadata.namespace.as_deref() == Some(namespace)
+            && s.metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(SERVICE_NAME))
+                .is_some_and(|n| n == service)
+    })
 }
 
 async fn listen(
@@ -200,9 +224,7 @@ async fn listen(
             .flatten();
         let candidates = match api {
             Some(address) => vec![address],
-            None => get(&shared.caches.endpoints, &namespace, &service)
-                .map(|ep| backends(&ep, &port_name))
-                .unwrap_or_default(),
+            None => backends(&slices_of(&shared, &namespace, &service), &port_name),
         };
         if candidates.is_empty() {
             // No ready endpoint: refuse, as kube-proxy's reject rule does.

@@ -1,5 +1,6 @@
 //! The EndpointSlice controller: one IPv4 slice per Service with a selector (`<service>-<suffix>`, owned by the
-//! Service), each pod an endpoint with ready/serving/terminating conditions.
+//! Service), each pod an endpoint with ready/serving/terminating conditions. As upstream's controller does, a slice
+//! carries its Service's labels besides its own two, so a controller can watch the slices of the Services it labels.
 
 use std::collections::BTreeMap;
 
@@ -12,7 +13,8 @@ use super::Context;
 use super::endpoints::{backends, target_port};
 use super::informer::get;
 
-const SERVICE_NAME: &str = "kubernetes.io/service-name";
+/// The label that names the Service a slice belongs to.
+pub const SERVICE_NAME: &str = "kubernetes.io/service-name";
 const MANAGED_BY: &str = "endpointslice.kubernetes.io/managed-by";
 const CONTROLLER: &str = "endpointslice-controller.k8s.io";
 
@@ -58,6 +60,15 @@ fn desired(svc: &Service, ctx: &Context) -> Option<(Vec<Endpoint>, Vec<EndpointP
     Some((endpoints, ports))
 }
 
+/// The Service's labels, then the two that tie a slice to its Service and controller (which win over a Service
+/// label of the same key).
+fn slice_labels(svc: &Service, name: &str) -> BTreeMap<String, String> {
+    let mut labels = svc.metadata.labels.clone().unwrap_or_default();
+    labels.insert(SERVICE_NAME.to_string(), name.to_owned());
+    labels.insert(MANAGED_BY.to_string(), CONTROLLER.to_string());
+    labels
+}
+
 pub async fn reconcile(ctx: &Context) -> Option<std::time::Duration> {
     for svc in ctx.caches.services.state() {
         let Some((endpoints, ports)) = desired(&svc, ctx) else {
@@ -85,12 +96,17 @@ pub async fn reconcile(ctx: &Context) -> Option<std::time::Duration> {
                 .await;
         }
         let existing = ours.first().cloned();
+        let labels = slice_labels(&svc, &name);
         match existing {
-            Some(s) if s.endpoints == endpoints && s.ports.as_ref() == Some(&ports) => {}
+            Some(s)
+                if s.endpoints == endpoints
+                    && s.ports.as_ref() == Some(&ports)
+                    && s.metadata.labels.as_ref() == Some(&labels) => {}
             Some(s) => {
                 let mut updated = (*s).clone();
                 updated.endpoints = endpoints;
                 updated.ports = Some(ports);
+                updated.metadata.labels = Some(labels);
                 let slice_name = updated.metadata.name.clone().unwrap_or_default();
                 if let Err(e) = api
                     .replace(&slice_name, &PostParams::default(), &updated)
@@ -104,10 +120,7 @@ pub async fn reconcile(ctx: &Context) -> Option<std::time::Duration> {
                     metadata: ObjectMeta {
                         generate_name: Some(format!("{name}-")),
                         namespace: Some(ns.clone()),
-                        labels: Some(BTreeMap::from([
-                            (SERVICE_NAME.to_string(), name.clone()),
-                            (MANAGED_BY.to_string(), CONTROLLER.to_string()),
-                        ])),
+                        labels: Some(labels),
                         owner_references: Some(vec![OwnerReference {
                             api_version: "v1".into(),
                             kind: "Service".into(),

@@ -3,7 +3,7 @@
 
 mod cronjob;
 mod disruption;
-mod endpoint_slices;
+pub(crate) mod endpoint_slices;
 mod endpoints;
 pub(crate) mod informer;
 mod job;
