@@ -263,7 +263,16 @@ fn etcd_container_reads_its_config_and_is_probed_on_the_health_endpoint() {
         Some("/health?exclude=NOSPACE&serializable=true"),
         "liveness must not depend on quorum"
     );
-    assert!(etcd.startup_probe.is_some());
+    let startup = etcd.startup_probe.as_ref().unwrap();
+    assert_eq!(
+        startup.period_seconds,
+        Some(1),
+        "readiness waits for the startup probe: it must pass soon after etcd answers"
+    );
+    assert!(
+        startup.period_seconds.unwrap() * startup.failure_threshold.unwrap() >= 300,
+        "a member catching up from a large snapshot has minutes to start"
+    );
     let resources = etcd.resources.as_ref().unwrap();
     assert_eq!(resources.requests.as_ref().unwrap()["cpu"].0, "500m");
     assert_eq!(resources.limits.as_ref().unwrap()["memory"].0, "2Gi");

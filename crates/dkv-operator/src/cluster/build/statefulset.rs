@@ -404,8 +404,11 @@ fn etcd_container(cluster: &ValidatedCluster) -> Container {
         readiness_probe: Some(http_probe("/health", 5, 3, 3)),
         liveness_probe: Some(liveness_probe(cluster.version, 10, 6)),
         // A member catching up from a large snapshot may take minutes before
-        // it answers at all; liveness waits for this to pass first.
-        startup_probe: Some(liveness_probe(cluster.version, 5, 60)),
+        // it answers at all (300 s here); liveness waits for this to pass
+        // first. Checked every second: readiness (and so the client Service
+        // and `Available`) is only evaluated once it passes, and a new
+        // member answers within a second or two.
+        startup_probe: Some(liveness_probe(cluster.version, 1, 300)),
         ..Container::default()
     }
 }
