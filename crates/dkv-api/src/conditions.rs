@@ -58,5 +58,13 @@ pub mod reasons {
     /// etcd's backend reached its quota and refuses writes.
     pub const NO_SPACE: &str = "NoSpace";
     pub const RECONCILE_ERROR: &str = "ReconcileError";
+    /// A member's image cannot be pulled (`ErrImagePull`,
+    /// `ImagePullBackOff`, `InvalidImageName`).
+    pub const IMAGE_PULL_FAILED: &str = "ImagePullFailed";
+    /// A member's etcd container keeps failing or cannot be created
+    /// (`CrashLoopBackOff`, `CreateContainerConfigError`, ...).
+    pub const MEMBER_CRASH_LOOPING: &str = "MemberCrashLooping";
+    /// A member pod cannot be scheduled onto any node.
+    pub const MEMBER_UNSCHEDULABLE: &str = "MemberUnschedulable";
     pub const UNSUPPORTED_CHANGE: &str = "UnsupportedChange";
 }

@@ -18,6 +18,11 @@ pub const CLUSTER_KEY: &str = "dkv.io/cluster";
 /// still reported.
 pub const RECONCILE_PAUSED: &str = "dkv.io/reconcile-paused";
 
+/// Set on a DistributedKV (any value, by convention an RFC 3339 time) to
+/// restart every member, one at a time, as `kubectl rollout restart` does
+/// for a Deployment: changing it changes the members' pod template.
+pub const RESTARTED_AT: &str = "dkv.io/restartedAt";
+
 /// Label selector matching every object the operator manages, whatever the
 /// cluster: used to scope the operator's watches of child kinds.
 pub fn managed_selector() -> String {

@@ -57,7 +57,8 @@ where
 
 fn ready_member(ordinal: i32) -> Pod {
     serde_json::from_value(json!({
-        "metadata": {"name": format!("orders-{ordinal}"), "namespace": "shop", "labels": {"dkv.io/cluster": "orders"}},
+        "metadata": {"name": format!("orders-{ordinal}"), "namespace": "shop", "labels": {
+            "dkv.io/cluster": "orders", "controller-revision-hash": "orders-abc"}},
         "status": {"conditions": [{"type": "Ready", "status": "True"}]}
     }))
     .unwrap()
@@ -317,6 +318,7 @@ fn converged_children(dkv: &DistributedKV) -> (build::Prepared, StatefulSet) {
         &plan::plan(&cluster, None, None, &Default::default()),
     );
     let mut sts = prepared.statefulset.clone();
+    sts.metadata.generation = Some(1);
     sts.status = Some(StatefulSetStatus {
         replicas: 3,
         ready_replicas: Some(3),

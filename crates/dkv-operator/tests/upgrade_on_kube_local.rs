@@ -125,3 +125,227 @@ async fn rolling_upgrade_3_4_to_3_5_keeps_the_cluster_serving() {
 
     operator.stop().await;
 }
+
+/// What [`RolloutWatch`] saw: the most member pods not Ready (or missing)
+/// at one time, and any moment the status said Converged while a pod did
+/// not yet run what the spec asks.
+#[derive(Debug, Default, Clone)]
+struct RolloutSeen {
+    most_unready: usize,
+    premature_converged: Vec<String>,
+}
+
+/// Samples the cluster every 100 ms while a rollout runs. `wanted` says
+/// whether a pod runs the spec of generation `generation` or later.
+struct RolloutWatch {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    task: tokio::task::JoinHandle<RolloutSeen>,
+}
+
+impl RolloutWatch {
+    fn start(client: Client, generation: i64, wanted: fn(&Pod) -> bool) -> Self {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let task = tokio::spawn(async move {
+            let dkvs: Api<DistributedKV> = Api::namespaced(client.clone(), NS);
+            let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+            let mut seen = RolloutSeen::default();
+            while !flag.load(Ordering::Relaxed) {
+                // Status first, pods after: pods only move towards the new
+                // spec, so a pod still on the old one was so when status
+                // was read.
+                let converged = dkvs.get("orders").await.ok().is_some_and(|d| {
+                    let status = d.status.unwrap_or_default();
+                    status.observed_generation.is_some_and(|g| g >= generation)
+                        && status
+                            .conditions
+                            .iter()
+                            .any(|c| c.type_ == "Progressing" && c.reason == "Converged")
+                });
+                let list = pods
+                    .list(&ListParams::default().labels("dkv.io/cluster=orders"))
+                    .await
+                    .map(|l| l.items)
+                    .unwrap_or_default();
+                let live: Vec<&Pod> = list
+                    .iter()
+                    .filter(|p| p.metadata.deletion_timestamp.is_none())
+                    .collect();
+                let ready = live.iter().filter(|p| pod_ready(p)).count();
+                seen.most_unready = seen.most_unready.max(3usize.saturating_sub(ready));
+                if converged && !(live.len() == 3 && live.iter().all(|p| wanted(p))) {
+                    seen.premature_converged.push(format!(
+                        "Converged while pods are {:?}",
+                        live.iter()
+                            .map(|p| (p.metadata.name.clone(), wanted(p)))
+                            .collect::<Vec<_>>()
+                    ));
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            seen
+        });
+        Self { stop, task }
+    }
+
+    async fn stop(self) -> RolloutSeen {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.task.await.unwrap()
+    }
+}
+
+fn pod_ready(p: &Pod) -> bool {
+    p.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+fn etcd_cpu_request(p: &Pod) -> Option<String> {
+    let etcd = p
+        .spec
+        .as_ref()?
+        .containers
+        .iter()
+        .find(|c| c.name == "etcd")?;
+    Some(
+        etcd.resources
+            .as_ref()?
+            .requests
+            .as_ref()?
+            .get("cpu")?
+            .0
+            .clone(),
+    )
+}
+
+/// Whether the cluster reports Converged for generation `generation` or later.
+fn converged_at(d: &DistributedKV, generation: i64) -> bool {
+    d.status.as_ref().is_some_and(|s| {
+        s.observed_generation.is_some_and(|g| g >= generation)
+            && s.conditions
+                .iter()
+                .any(|c| c.type_ == "Progressing" && c.reason == "Converged")
+    }) && support::etcd_cluster::settled_at(d, 3)
+}
+
+/// A spec edit that changes what members run (`spec.resources`) and an
+/// explicit restart (`dkv.io/restartedAt`) each roll through the members one
+/// at a time with a writer running: every pod ends on the new template,
+/// never more than one member is down, `Converged` is reported only once
+/// every pod runs the edit, leadership moves at most once per rollout, and
+/// no acknowledged write is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_spec_edit_and_a_restart_request_roll_through_the_members_one_at_a_time() {
+    let env = support::environment(true).await;
+    let client = env.client();
+    support::create_namespace(&client, NS).await;
+    let operator = support::RunningOperator::start(client.clone(), false);
+    let dkvs = support::create_cluster(&client, NS, "orders", 3, V35, json!({})).await;
+    support::etcd_cluster::wait_settled(&dkvs, "orders", 3).await;
+    let writer = Writer::start(client.clone(), NS, "orders");
+    let monitor = LeaderMonitor::start(client.clone(), NS, "orders");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+
+    // 1. spec.resources: the StatefulSet's template changes (OnDelete), and
+    //    dkv restarts each member onto it.
+    let edited = dkvs
+        .patch(
+            "orders",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"resources": {"requests": {"cpu": "200m"}}}})),
+        )
+        .await
+        .unwrap();
+    let generation = edited.metadata.generation.unwrap();
+    let watch = RolloutWatch::start(client.clone(), generation, |p| {
+        etcd_cpu_request(p).as_deref() == Some("200m")
+    });
+    let took = wait_for(&dkvs, "orders", "the resources edit rolled out", |d| {
+        converged_at(d, generation)
+    })
+    .await;
+    let seen = watch.stop().await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    let list = pods
+        .list(&ListParams::default().labels("dkv.io/cluster=orders"))
+        .await
+        .unwrap()
+        .items;
+    assert_eq!(list.len(), 3);
+    for pod in &list {
+        assert_eq!(
+            etcd_cpu_request(pod).as_deref(),
+            Some("200m"),
+            "{} runs the edit",
+            pod.metadata.name.as_deref().unwrap_or_default()
+        );
+    }
+    eprintln!("resources edit rolled out in {took:?}: {seen:?}");
+    assert!(seen.premature_converged.is_empty(), "{seen:?}");
+    assert!(seen.most_unready <= 1, "one member at a time: {seen:?}");
+    let (leaders, _) = monitor.stop().await;
+    assert!(
+        leaders.len() <= 2,
+        "at most one leader change per rollout: {leaders:x?}"
+    );
+
+    // 2. dkv.io/restartedAt restarts every member the same way.
+    let uids: Vec<Option<String>> = list.iter().map(|p| p.metadata.uid.clone()).collect();
+    let monitor = LeaderMonitor::start(client.clone(), NS, "orders");
+    let edited = dkvs
+        .patch(
+            "orders",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {
+                "dkv.io/restartedAt": "2026-11-25T07:00:00Z"}}})),
+        )
+        .await
+        .unwrap();
+    // An annotation is no spec change: the generation stays, so wait for
+    // the operator to take the request up before trusting Converged again.
+    let generation = edited.metadata.generation.unwrap();
+    wait_for(&dkvs, "orders", "the restart taken up", |d| {
+        support::etcd_cluster::condition_reason(d, "Progressing", "True").as_deref()
+            == Some("RollingOut")
+    })
+    .await;
+    let restarted = |p: &Pod| {
+        p.metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get("dkv.io/restartedAt"))
+            .is_some_and(|v| v == "2026-11-25T07:00:00Z")
+    };
+    let watch = RolloutWatch::start(client.clone(), generation, restarted);
+    let took = wait_for(&dkvs, "orders", "every member restarted", |d| {
+        converged_at(d, generation)
+    })
+    .await;
+    let seen = watch.stop().await;
+    let list = pods
+        .list(&ListParams::default().labels("dkv.io/cluster=orders"))
+        .await
+        .unwrap()
+        .items;
+    for pod in &list {
+        assert!(
+            !uids.contains(&pod.metadata.uid),
+            "{} was restarted",
+            pod.metadata.name.as_deref().unwrap_or_default()
+        );
+    }
+    eprintln!("restart request rolled out in {took:?}: {seen:?}");
+    assert!(seen.premature_converged.is_empty(), "{seen:?}");
+    assert!(seen.most_unready <= 1, "one member at a time: {seen:?}");
+    let (leaders, _) = monitor.stop().await;
+    assert!(
+        leaders.len() <= 2,
+        "at most one leader change per rollout: {leaders:x?}"
+    );
+
+    let report = writer.stop().await;
+    support::etcd_cluster::assert_no_write_lost(&client, NS, &report).await;
+    operator.stop().await;
+}

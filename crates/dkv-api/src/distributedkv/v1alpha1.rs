@@ -413,6 +413,10 @@ pub enum OperationKind {
     /// Restart the target so that it loads the reissued member certificate
     /// (`spec.tls` rotation before expiry), one member at a time.
     RenewCertificate,
+    /// Restart the target onto the StatefulSet's current pod template (a
+    /// spec edit that changes what members run, or `dkv.io/restartedAt`),
+    /// one member at a time.
+    RestartMember,
 }
 
 /// Where the newest successful backup went.

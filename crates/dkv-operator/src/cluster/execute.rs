@@ -225,9 +225,11 @@ mod tests {
                     init_refused: false,
                     restored: false,
                     tls_serial: None,
+                    revision: None,
                 },
                 endpoint: Some(format!("http://orders-{i}:2379")),
                 restore_failure: None,
+                problem: None,
             })
             .collect()
     }

@@ -62,6 +62,9 @@ pub struct ObservedPod {
     /// The member certificate the pod was started with (the serial of its
     /// template); `None` without TLS.
     pub tls_serial: Option<String>,
+    /// The StatefulSet revision of the template the pod was created from
+    /// (its `controller-revision-hash` label).
+    pub revision: Option<String>,
 }
 
 /// The pinned operation, as stored in status.
@@ -96,6 +99,11 @@ pub struct Observation {
     /// The serial of the current member certificate (`spec.tls`); pods
     /// started with another restart onto it, one at a time.
     pub desired_tls_serial: Option<String>,
+    /// The StatefulSet's current template revision (`status.updateRevision`),
+    /// once its controller has seen the latest spec; `None` while it has not
+    /// (the rollout's target is not known yet). Pods on another revision
+    /// restart onto it, one at a time.
+    pub update_revision: Option<String>,
 }
 
 /// `RestoreFromBackup`: every member pod restarts once onto the restore
@@ -180,6 +188,12 @@ pub enum WaitReason {
     WouldBreakQuorum { healthy: usize, needed: usize },
     /// A member restarted for an upgrade has not reported the new version.
     UpgradeInProgress { ordinal: i32 },
+    /// A member restarted onto the current template is not Ready, or has
+    /// not caught up with the leader, yet.
+    RestartInProgress { ordinal: i32 },
+    /// The StatefulSet's controller has not reported the revision of its
+    /// latest template yet.
+    TemplatePending,
     /// The spec asks for fewer than one member.
     NoMembersRequested,
     /// Fewer voters answer than quorum needs: no step is possible; only a
@@ -223,6 +237,25 @@ impl Observation {
             || self
                 .pod(ordinal)
                 .is_none_or(|p| p.tls_serial == self.desired_tls_serial)
+    }
+
+    /// Whether the pod of `ordinal` runs the StatefulSet's current template
+    /// (unknown revisions count as not current).
+    fn on_current_template(&self, ordinal: i32) -> bool {
+        match (&self.update_revision, self.pod(ordinal)) {
+            (Some(wanted), Some(pod)) => pod.revision.as_ref() == Some(wanted),
+            _ => false,
+        }
+    }
+
+    /// Whether member `m` is back in service after a restart: healthy in
+    /// etcd, its pod Ready (the client Service routes to it), and its log
+    /// within [`CAUGHT_UP_ENTRIES`] of the leader's.
+    fn back_in_service(&self, m: &ObservedMember) -> bool {
+        let leader_index = self.leader().map_or(0, |l| l.raft_index);
+        m.healthy
+            && self.pod(m.ordinal).is_some_and(|p| p.ready)
+            && leader_index.saturating_sub(m.raft_index) <= CAUGHT_UP_ENTRIES
     }
 
     fn runs_desired_version(&self, m: &ObservedMember) -> bool {
@@ -291,6 +324,12 @@ fn quorum_lost(obs: &Observation) -> Option<WaitReason> {
     let needed = quorum(i32::try_from(voters.len()).unwrap_or(i32::MAX)) as usize;
     (reachable < needed).then_some(WaitReason::QuorumLost { reachable, needed })
 }
+
+/// How far behind the leader's raft index a restarted member may be and
+/// count as caught up: the statuses of one pass are read concurrently, so
+/// under a steady writer the indexes differ by a few entries even when no
+/// member lags.
+pub const CAUGHT_UP_ENTRIES: u64 = 1000;
 
 /// etcd refuses to promote a learner that is not within ~10% of the leader's
 /// log; asking earlier only earns a refusal.
@@ -423,6 +462,25 @@ pub fn next_step(obs: &Observation) -> Step {
         });
     }
 
+    // Any other change to the members' pod template (resources, pod
+    // overrides, etcd flags, `dkv.io/restartedAt`): the same order, the same
+    // rule. The target revision is the StatefulSet's, as its controller
+    // reports it; until it does, nothing is restarted.
+    if obs.update_revision.is_some() {
+        let mut outdated: Vec<&ObservedMember> = obs
+            .voters()
+            .into_iter()
+            .filter(|m| obs.pod(m.ordinal).is_some() && !obs.on_current_template(m.ordinal))
+            .collect();
+        outdated.sort_by_key(|m| (m.leader, -m.ordinal));
+        if let Some(next) = outdated.first() {
+            return Step::Begin(Pinned {
+                kind: OperationKind::RestartMember,
+                ordinal: next.ordinal,
+            });
+        }
+    }
+
     let pods_needed = obs
         .voters()
         .iter()
@@ -491,24 +549,43 @@ fn continue_operation(obs: &Observation, pinned: Pinned) -> Step {
             None if obs.pod(ordinal).is_some() => Step::Wait(WaitReason::PodNotReady { ordinal }),
             None => Step::DeleteVolume { ordinal },
         },
-        // A restart onto the current template: a new image (upgrade) or a
-        // reissued certificate.
-        OperationKind::UpgradeMember | OperationKind::RenewCertificate => match member {
+        // A restart onto the current template: a new image (upgrade), a
+        // reissued certificate, or any other template change. The member
+        // must be back in service (healthy, Ready, caught up) before the
+        // operation ends and the next member may go.
+        OperationKind::UpgradeMember
+        | OperationKind::RenewCertificate
+        | OperationKind::RestartMember => match member {
             None => Step::Finish(pinned),
-            Some(m)
-                if m.healthy
-                    && obs.runs_desired_version(m)
-                    && obs.has_current_certificate(ordinal) =>
-            {
-                Step::Finish(pinned)
-            }
             Some(m) => {
-                let pod_updated = obs.pod(ordinal).is_some_and(|p| {
-                    p.version == Some(obs.desired_version) && obs.has_current_certificate(ordinal)
-                });
-                if pod_updated {
-                    // Restarted on the new image: wait until it serves again.
-                    return Step::Wait(WaitReason::UpgradeInProgress { ordinal });
+                let restarted = match pinned.kind {
+                    OperationKind::RestartMember => {
+                        if obs.update_revision.is_none() {
+                            // The template changed again: wait for its
+                            // revision before deciding anything.
+                            return Step::Wait(WaitReason::TemplatePending);
+                        }
+                        obs.on_current_template(ordinal)
+                    }
+                    // The pod runs the new image and certificate.
+                    _ => {
+                        obs.has_current_certificate(ordinal)
+                            && obs
+                                .pod(ordinal)
+                                .is_some_and(|p| p.version.is_none_or(|v| v == obs.desired_version))
+                    }
+                };
+                if restarted {
+                    let done = obs.back_in_service(m)
+                        && (pinned.kind == OperationKind::RestartMember
+                            || obs.runs_desired_version(m));
+                    return if done {
+                        Step::Finish(pinned)
+                    } else if pinned.kind == OperationKind::UpgradeMember {
+                        Step::Wait(WaitReason::UpgradeInProgress { ordinal })
+                    } else {
+                        Step::Wait(WaitReason::RestartInProgress { ordinal })
+                    };
                 }
                 // Every member healthy before a restart; the restarted one
                 // may be down only while all others serve.
@@ -619,6 +696,7 @@ mod tests {
             init_refused: false,
             restored: false,
             tls_serial: None,
+            revision: Some("rev-1".to_owned()),
         }
     }
 
@@ -634,6 +712,7 @@ mod tests {
             recovery_allowed: false,
             restore_allowed: false,
             desired_tls_serial: None,
+            update_revision: Some("rev-1".to_owned()),
         }
     }
 
@@ -965,7 +1044,7 @@ mod tests {
         obs.members.as_mut().unwrap()[2].healthy = false;
         assert_eq!(
             next_step(&obs),
-            Step::Wait(WaitReason::UpgradeInProgress { ordinal: 2 })
+            Step::Wait(WaitReason::RestartInProgress { ordinal: 2 })
         );
         obs.members.as_mut().unwrap()[2].healthy = true;
         assert_eq!(next_step(&obs), Step::Finish(pinned));
@@ -992,6 +1071,89 @@ mod tests {
         obs.pinned = None;
         obs.pods[0].tls_serial = Some("new".to_owned());
         assert_eq!(next_step(&obs), Step::Converged);
+    }
+
+    #[test]
+    fn a_template_change_restarts_members_one_at_a_time_leader_last_each_back_in_service() {
+        let mut obs = cluster(3, 3);
+        obs.update_revision = Some("rev-2".to_owned());
+        // Member 0 leads: followers first, highest first.
+        assert_eq!(next_step(&obs), begin(OperationKind::RestartMember, 2));
+        let pinned = Pinned {
+            kind: OperationKind::RestartMember,
+            ordinal: 2,
+        };
+        obs.pinned = Some(pinned);
+        assert_eq!(next_step(&obs), Step::RestartPod { ordinal: 2 });
+        // Restarted onto the new template: healthy in etcd is not enough;
+        // its pod must be Ready and its log caught up with the leader's.
+        obs.pods[2].revision = Some("rev-2".to_owned());
+        obs.pods[2].ready = false;
+        let waiting = Step::Wait(WaitReason::RestartInProgress { ordinal: 2 });
+        assert_eq!(next_step(&obs), waiting);
+        obs.pods[2].ready = true;
+        obs.members.as_mut().unwrap()[0].raft_index = 1000 + CAUGHT_UP_ENTRIES + 1;
+        assert_eq!(next_step(&obs), waiting);
+        obs.members.as_mut().unwrap()[2].raft_index = 1000 + CAUGHT_UP_ENTRIES;
+        assert_eq!(next_step(&obs), Step::Finish(pinned));
+        obs.pinned = None;
+        assert_eq!(next_step(&obs), begin(OperationKind::RestartMember, 1));
+        // A member that does not come back stops the rollout where it is.
+        obs.pinned = Some(Pinned {
+            kind: OperationKind::RestartMember,
+            ordinal: 1,
+        });
+        obs.pods[1].revision = Some("rev-2".to_owned());
+        obs.pods[1].ready = false;
+        obs.members.as_mut().unwrap()[1].healthy = false;
+        assert_eq!(
+            next_step(&obs),
+            Step::Wait(WaitReason::RestartInProgress { ordinal: 1 })
+        );
+        obs.pods[1].ready = true;
+        obs.members.as_mut().unwrap()[1].healthy = true;
+        obs.members.as_mut().unwrap()[1].raft_index = 1000 + CAUGHT_UP_ENTRIES;
+        obs.pinned = None;
+        // The leader hands leadership over before its restart.
+        assert_eq!(next_step(&obs), begin(OperationKind::RestartMember, 0));
+        obs.pinned = Some(Pinned {
+            kind: OperationKind::RestartMember,
+            ordinal: 0,
+        });
+        assert!(
+            matches!(
+                next_step(&obs),
+                Step::MoveLeader {
+                    from_ordinal: 0,
+                    ..
+                }
+            ),
+            "{:?}",
+            next_step(&obs)
+        );
+        // The template changed again meanwhile: wait for its revision.
+        obs.update_revision = None;
+        assert_eq!(next_step(&obs), Step::Wait(WaitReason::TemplatePending));
+        obs.pinned = None;
+        assert_eq!(
+            next_step(&obs),
+            Step::Converged,
+            "nothing restarts while the target revision is unknown"
+        );
+        obs.update_revision = Some("rev-2".to_owned());
+        obs.pods[0].revision = Some("rev-2".to_owned());
+        assert_eq!(next_step(&obs), Step::Converged);
+    }
+
+    #[test]
+    fn no_template_restart_while_a_member_is_unhealthy() {
+        let mut obs = cluster(3, 3);
+        obs.update_revision = Some("rev-2".to_owned());
+        obs.members.as_mut().unwrap()[1].healthy = false;
+        assert_eq!(
+            next_step(&obs),
+            Step::Wait(WaitReason::MemberUnhealthy { ordinal: 1 })
+        );
     }
 
     #[test]

@@ -10,6 +10,7 @@
 
 use std::sync::Arc;
 
+use dkv_api::conditions::reasons;
 use dkv_etcd::{EtcdAdmin, Member};
 use k8s_openapi::api::core::v1::{ContainerStateTerminated, ContainerStatus, Pod};
 use kube::ResourceExt;
@@ -20,6 +21,10 @@ use super::restore::{FETCH_CONTAINER, RESTORE_CONTAINER};
 use crate::etcd_version::EtcdVersion;
 use crate::member_init::{DATA_LOST, FORCED_NEW_CLUSTER, STARTED_UNDER_EPOCH};
 
+/// The label the StatefulSet controller puts on each pod: the revision of the
+/// template it was created from.
+pub const REVISION_LABEL: &str = "controller-revision-hash";
+
 /// A member pod with the endpoint the operator reaches it at.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MemberPod {
@@ -29,6 +34,109 @@ pub struct MemberPod {
     /// The termination message of a failed restore step
     /// (`spec.bootstrap.restore`) that has not succeeded since.
     pub restore_failure: Option<String>,
+    /// Why the pod does not serve, as its status says, when it does not.
+    pub problem: Option<PodProblem>,
+}
+
+/// Why a member pod does not serve, read from its status the way a human
+/// would read `kubectl describe pod`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodProblem {
+    /// The `Degraded` reason when this is a fault someone must act on
+    /// (an image that cannot be pulled, a crash loop, a pod that cannot be
+    /// scheduled); `None` for a pod that is merely not Ready yet.
+    pub fault: Option<&'static str>,
+    /// What the status says, naming the pod and quoting the container.
+    pub message: String,
+}
+
+/// Container waiting reasons that mean the image cannot be had.
+const PULL_FAILURES: [&str; 3] = ["ErrImagePull", "ImagePullBackOff", "InvalidImageName"];
+/// Container waiting reasons that mean it cannot start or keeps failing.
+const START_FAILURES: [&str; 4] = [
+    "CrashLoopBackOff",
+    "CreateContainerConfigError",
+    "CreateContainerError",
+    "RunContainerError",
+];
+
+/// Why `pod` does not serve, if it does not. Init containers count for image
+/// pulls only: their refusals (`member-init`, the restore steps) are read
+/// by the planner and the restore checks, which say more.
+pub fn pod_problem(pod: &Pod) -> Option<PodProblem> {
+    let name = pod.name_any();
+    let status = pod.status.as_ref()?;
+    let ready = status
+        .conditions
+        .iter()
+        .flatten()
+        .any(|c| c.type_ == "Ready" && c.status == "True");
+    if ready {
+        return None;
+    }
+    if let Some(unschedulable) = status.conditions.iter().flatten().find(|c| {
+        c.type_ == "PodScheduled"
+            && c.status == "False"
+            && c.reason.as_deref() == Some("Unschedulable")
+    }) {
+        return Some(PodProblem {
+            fault: Some(reasons::MEMBER_UNSCHEDULABLE),
+            message: format!(
+                "pod {name} cannot be scheduled: {}",
+                unschedulable
+                    .message
+                    .as_deref()
+                    .unwrap_or("no node fits it")
+            ),
+        });
+    }
+    let waiting = |s: &ContainerStatus| {
+        let w = s.state.as_ref()?.waiting.as_ref()?;
+        Some((s.name.clone(), w.reason.clone()?, w.message.clone()))
+    };
+    let init_pulls = status
+        .init_container_statuses
+        .iter()
+        .flatten()
+        .filter_map(waiting)
+        .filter(|(_, reason, _)| PULL_FAILURES.contains(&reason.as_str()));
+    let containers = status
+        .container_statuses
+        .iter()
+        .flatten()
+        .filter_map(waiting);
+    for (container, reason, message) in init_pulls.chain(containers) {
+        let fault = if PULL_FAILURES.contains(&reason.as_str()) {
+            Some(reasons::IMAGE_PULL_FAILED)
+        } else if START_FAILURES.contains(&reason.as_str()) {
+            Some(reasons::MEMBER_CRASH_LOOPING)
+        } else {
+            None
+        };
+        let quoted = message.map(|m| format!(": {m}")).unwrap_or_default();
+        if fault.is_some() {
+            return Some(PodProblem {
+                fault,
+                message: format!("pod {name}, container {container}: {reason}{quoted}"),
+            });
+        }
+    }
+    let running_unready = status
+        .container_statuses
+        .iter()
+        .flatten()
+        .any(|s| s.name == "etcd" && s.state.as_ref().is_some_and(|st| st.running.is_some()));
+    Some(PodProblem {
+        fault: None,
+        message: if running_unready {
+            format!("pod {name}: etcd runs but is not Ready (its /health fails)")
+        } else {
+            format!(
+                "pod {name} is {}",
+                status.phase.as_deref().unwrap_or("not started")
+            )
+        },
+    })
 }
 
 /// The member pods of `cluster` among `pods`, by ordinal. `epoch`: that of
@@ -90,9 +198,11 @@ pub fn member_pods(
                         .annotations()
                         .get(super::tls::SERIAL_ANNOTATION)
                         .cloned(),
+                    revision: pod.labels().get(REVISION_LABEL).cloned(),
                 },
                 endpoint,
                 restore_failure: restore_failure(pod),
+                problem: pod_problem(pod),
             })
         })
         .collect();

@@ -119,6 +119,16 @@ fn record_from_members(
     }
 }
 
+/// The revision of the StatefulSet's latest template, once its controller
+/// has seen it (`observedGeneration` caught up with `generation`): before
+/// that, `updateRevision` may still name the template before an edit.
+pub fn update_revision(sts: &StatefulSet) -> Option<String> {
+    let status = sts.status.as_ref()?;
+    (status.observed_generation.is_some() && status.observed_generation == sts.metadata.generation)
+        .then(|| status.update_revision.clone())
+        .flatten()
+}
+
 /// Plans one reconcile pass of `cluster`, given the StatefulSet and the
 /// membership record that exist and what etcd and the pods report.
 pub fn plan(
@@ -201,6 +211,7 @@ pub fn plan(
         recovery_allowed: view.recovery_allowed,
         restore_allowed: view.restore_allowed,
         desired_tls_serial: view.tls_serial.clone(),
+        update_revision: update_revision(sts),
     });
     Plan {
         replicas,

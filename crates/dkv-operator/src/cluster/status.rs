@@ -26,7 +26,7 @@ use super::error::{Error, Result};
 use super::membership::{ObservedMember, Step, WaitReason};
 use super::naming;
 use super::observe_members::MemberPod;
-use super::plan::Plan;
+use super::plan::{Plan, update_revision};
 use super::validate::ValidatedCluster;
 
 /// Everything the status of a healthy pass is computed from.
@@ -229,6 +229,14 @@ pub fn compute(dkv: &DistributedKV, obs: &Observation<'_>, now: &Time) -> Distri
             reason: reasons::WAITING,
             message: wait_message(&obs.cluster.name, reason),
         }
+    } else if let Some(pending) = rollout_pending(obs) {
+        // "Converged" is a promise that every member runs the current spec.
+        Want {
+            type_: types::PROGRESSING,
+            status: true,
+            reason: reasons::ROLLING_OUT,
+            message: pending,
+        }
     } else {
         Want {
             type_: types::PROGRESSING,
@@ -254,6 +262,13 @@ pub fn compute(dkv: &DistributedKV, obs: &Observation<'_>, now: &Time) -> Distri
                 "{why}; no member starts until its restore succeeds (the step is retried with backoff)"
             ),
         }
+    } else if let Some((fault, message)) = pod_fault(obs) {
+        Want {
+            type_: types::DEGRADED,
+            status: true,
+            reason: fault,
+            message,
+        }
     } else if formed && ready < quorum {
         Want {
             type_: types::DEGRADED,
@@ -274,7 +289,11 @@ pub fn compute(dkv: &DistributedKV, obs: &Observation<'_>, now: &Time) -> Distri
             type_: types::DEGRADED,
             status: true,
             reason: reasons::MEMBER_UNHEALTHY,
-            message: format!("{}/{members} members not ready", members - ready),
+            message: format!(
+                "{}/{members} members not ready{}",
+                members - ready,
+                not_ready_detail(obs)
+            ),
         }
     } else if let Some(failed) = &obs.backups.failed {
         Want {
@@ -319,11 +338,7 @@ pub fn compute(dkv: &DistributedKV, obs: &Observation<'_>, now: &Time) -> Distri
 
     // The running version is the configured one only once every pod runs
     // the current template (updates are OnDelete: pods restart later).
-    let rolled_out = sts_status.is_some_and(|s| {
-        s.current_revision.is_some()
-            && s.current_revision == s.update_revision
-            && s.ready_replicas == Some(members)
-    });
+    let rolled_out = sts_status.is_some() && rollout_pending(obs).is_none() && ready == members;
     // etcd's own report wins: the version every voter runs.
     let reported: Vec<_> = voters.iter().filter_map(|m| m.version).collect();
     let current_version = if !reported.is_empty()
@@ -380,6 +395,39 @@ pub fn compute(dkv: &DistributedKV, obs: &Observation<'_>, now: &Time) -> Distri
     }
 }
 
+/// The first member pod fault someone must act on (an image that cannot be
+/// pulled, a crash loop, a pod that cannot be scheduled): its reason, and a
+/// message naming the pod and quoting its status.
+fn pod_fault(obs: &Observation<'_>) -> Option<(&'static str, String)> {
+    let faults: Vec<(&'static str, &str)> = obs
+        .pods
+        .iter()
+        .filter_map(|p| p.problem.as_ref())
+        .filter_map(|problem| Some((problem.fault?, problem.message.as_str())))
+        .collect();
+    let (reason, first) = faults.first()?;
+    let more = match faults.len() {
+        1 => String::new(),
+        n => format!(" (and {} more member pod(s) failing)", n - 1),
+    };
+    Some((reason, format!("{first}{more}")))
+}
+
+/// What is known of the members that are not ready: each pod's problem.
+fn not_ready_detail(obs: &Observation<'_>) -> String {
+    let problems: Vec<&str> = obs
+        .pods
+        .iter()
+        .filter_map(|p| p.problem.as_ref())
+        .map(|p| p.message.as_str())
+        .collect();
+    if problems.is_empty() {
+        String::new()
+    } else {
+        format!(": {}", problems.join("; "))
+    }
+}
+
 /// `status` with the backup facts derived from the records.
 fn with_backups(status: DistributedKVStatus, backups: &BackupSummary) -> DistributedKVStatus {
     let (last_backup, last_backup_time) = match &backups.last {
@@ -410,7 +458,29 @@ fn change_pending(obs: &Observation<'_>) -> bool {
         .into_iter()
         .flatten()
         .any(|m| m.version.is_some_and(|v| v != obs.cluster.version));
-    size_differs || version_differs
+    size_differs || version_differs || rollout_pending(obs).is_some()
+}
+
+/// Members whose pods do not run the StatefulSet's current template yet,
+/// as "k of n" text; `None` when every member pod does. Unknown (the
+/// StatefulSet's controller has not seen its latest template yet) counts
+/// as pending.
+fn rollout_pending(obs: &Observation<'_>) -> Option<String> {
+    let sts = obs.statefulset?;
+    let members = obs.pods.len();
+    let Some(revision) = update_revision(sts) else {
+        return Some(format!(
+            "the members' template changed; 0 of {members} members known to run it yet"
+        ));
+    };
+    let current = obs
+        .pods
+        .iter()
+        .filter(|p| p.view.revision.as_ref() == Some(&revision))
+        .count();
+    (current < members).then(|| {
+        format!("{current} of {members} members run the current template; the others restart one at a time")
+    })
 }
 
 fn operation_reason(kind: OperationKind) -> &'static str {
@@ -423,6 +493,7 @@ fn operation_reason(kind: OperationKind) -> &'static str {
         OperationKind::ReplaceMember => reasons::REPLACING_MEMBER,
         OperationKind::RecoverQuorum => reasons::RECOVERING_QUORUM,
         OperationKind::RestoreFromBackup => reasons::RESTORING,
+        OperationKind::RestartMember => reasons::ROLLING_OUT,
     }
 }
 
@@ -457,6 +528,13 @@ fn wait_message(cluster: &str, reason: &WaitReason) -> String {
             "member {} restarted on the new version and is not serving yet",
             naming::member(cluster, *ordinal)
         ),
+        WaitReason::RestartInProgress { ordinal } => format!(
+            "member {} restarted onto the current template and is not Ready and caught up yet",
+            naming::member(cluster, *ordinal)
+        ),
+        WaitReason::TemplatePending => {
+            "the StatefulSet's controller has not reported the revision of the members' new template yet".to_owned()
+        }
         WaitReason::NoMembersRequested => "spec.size must be at least 1".to_owned(),
         WaitReason::QuorumLost { reachable, needed } => format!(
             "quorum lost: {reachable} voter(s) answer, {needed} needed; no member can be added, removed or restarted. Bring lost members back, or set spec.recovery.policy=ForceNewCluster to restart the most up-to-date survivor alone (writes only the lost members held are lost), or RestoreFromBackup to recreate the cluster from its newest backup (writes after it are lost)"

@@ -68,6 +68,9 @@ pub struct ValidatedCluster {
     pub operator_image: String,
     /// `dkv.io/reconcile-paused: "true"`: report status, change nothing.
     pub paused: bool,
+    /// `dkv.io/restartedAt`: carried into the members' pod template, so
+    /// that changing it restarts every member (one at a time).
+    pub restarted_at: Option<String>,
     /// Which transports use TLS (`spec.tls`).
     pub tls: TlsSettings,
     /// Where their certificates come from.
@@ -210,6 +213,7 @@ pub fn validate(
             pod: spec.pod.clone().unwrap_or_default(),
             operator_image: defaults.operator_image.clone(),
             paused: is_paused(dkv.annotations()),
+            restarted_at: dkv.annotations().get(labels::RESTARTED_AT).cloned(),
             tls: TlsSettings::from_spec(spec.tls.as_ref()),
             tls_sources: Sources::from_spec(spec.tls.as_ref()),
             auth: spec.auth.as_ref().is_some_and(|a| a.enabled),

@@ -199,6 +199,9 @@ fn pod_template(cluster: &ValidatedCluster, plan: &Plan) -> PodTemplateSpec {
 /// template; the operator then restarts members one at a time).
 fn pod_annotations(cluster: &ValidatedCluster, plan: &Plan) -> Option<BTreeMap<String, String>> {
     let mut annotations = cluster.pod.annotations.clone().unwrap_or_default();
+    if let Some(at) = &cluster.restarted_at {
+        annotations.insert(dkv_api::labels::RESTARTED_AT.to_owned(), at.clone());
+    }
     if let Some(serial) = &plan.tls_serial {
         annotations.insert(tls::SERIAL_ANNOTATION.to_owned(), serial.clone());
     }
