@@ -40,6 +40,8 @@ pub mod reasons {
     /// A change is due but waits for a safe moment (a member unhealthy,
     /// quorum at risk); the message says what it waits for.
     pub const WAITING: &str = "WaitingForSafety";
+    /// Member volumes are growing to `spec.storage.size`.
+    pub const EXPANDING_VOLUMES: &str = "ExpandingVolumes";
     /// cert-manager has not issued a certificate the members need yet.
     pub const WAITING_FOR_CERTIFICATES: &str = "WaitingForCertificates";
     // Degraded
@@ -64,6 +66,9 @@ pub mod reasons {
     /// A member's etcd container keeps failing or cannot be created
     /// (`CrashLoopBackOff`, `CreateContainerConfigError`, ...).
     pub const MEMBER_CRASH_LOOPING: &str = "MemberCrashLooping";
+    /// A member volume cannot grow to `spec.storage.size` (its StorageClass
+    /// does not allow expansion).
+    pub const VOLUME_EXPANSION_FAILED: &str = "VolumeExpansionFailed";
     /// A member pod cannot be scheduled onto any node.
     pub const MEMBER_UNSCHEDULABLE: &str = "MemberUnschedulable";
     pub const UNSUPPORTED_CHANGE: &str = "UnsupportedChange";

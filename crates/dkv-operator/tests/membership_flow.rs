@@ -135,6 +135,7 @@ fn world(
     let facts = Facts {
         storage_classes: Some(vec!["standard".into()]),
         deployed_version: None,
+        deployed_storage_size: None,
     };
     let defaults = Defaults {
         operator_image: "dkv:test".into(),
@@ -149,6 +150,7 @@ fn world(
         "name": format!("orders-{i}"), "peerURL": format!("http://orders-{i}.orders-peer.shop.svc:2380"), "started": i < 3
     })).collect::<Vec<_>>()});
     prepared.members.data = Some([("members.json".to_owned(), record.to_string())].into());
+    let prepared = prepared.as_applied();
     let mut sts: StatefulSet = prepared.statefulset.clone();
     sts.spec.replicas = Some(replicas);
     sts.status = Some(StatefulSetStatus {
@@ -189,6 +191,8 @@ fn world(
     ready(&mut w8, vec![]);
     let (endpoint_slices, mut w9) = watches::store();
     ready(&mut w9, vec![client_endpoints(3)]);
+    let (claims, mut w10) = watches::store();
+    ready(&mut w10, vec![]);
     let stores = Stores {
         statefulsets,
         services,
@@ -198,6 +202,7 @@ fn world(
         pods: pod_store,
         storage_classes,
         endpoint_slices,
+        claims,
         backups,
     };
     let (client, log) = recording_api();

@@ -33,6 +33,7 @@ fn facts() -> Facts {
     Facts {
         storage_classes: Some(vec!["fast-ssd".into(), "standard".into()]),
         deployed_version: None,
+        deployed_storage_size: None,
     }
 }
 
@@ -592,6 +593,7 @@ fn unknown_storage_classes_are_not_rejected_before_they_are_known() {
     let unknown = Facts {
         storage_classes: None,
         deployed_version: None,
+        deployed_storage_size: None,
     };
     assert!(validate::validate(&dkv, &unknown, &defaults()).is_ok());
 }

@@ -147,6 +147,8 @@ fn stores_serving(
     ready(&mut sc_w, vec![class("standard"), class("fast-ssd")]);
     let (backups, mut backup_w) = watches::store();
     ready(&mut backup_w, records);
+    let (claims, mut claim_w) = watches::store();
+    ready(&mut claim_w, Vec::new());
     let (endpoint_slices, mut slice_w) = watches::store();
     ready(
         &mut slice_w,
@@ -164,6 +166,7 @@ fn stores_serving(
         pods,
         storage_classes,
         endpoint_slices,
+        claims,
         backups,
     }
 }
@@ -304,6 +307,7 @@ fn converged_children(dkv: &DistributedKV) -> (build::Prepared, StatefulSet) {
     let facts = Facts {
         storage_classes: Some(vec!["standard".into(), "fast-ssd".into()]),
         deployed_version: None,
+        deployed_storage_size: None,
     };
     let cluster = validate::validate(
         dkv,
@@ -316,7 +320,8 @@ fn converged_children(dkv: &DistributedKV) -> (build::Prepared, StatefulSet) {
     let prepared = build::build(
         &cluster,
         &plan::plan(&cluster, None, None, &Default::default()),
-    );
+    )
+    .as_applied();
     let mut sts = prepared.statefulset.clone();
     sts.metadata.generation = Some(1);
     sts.status = Some(StatefulSetStatus {
@@ -698,10 +703,16 @@ async fn an_invalid_spec_is_reported_in_status_and_not_retried() {
         message.contains("spec.storage.storageClassName: StorageClass \"gold\" does not exist; create it or use one of: fast-ssd, standard"),
         "{message}"
     );
+    // The STATUS column (the Available condition's reason) says it too,
+    // never nothing.
+    let available = condition_of(&status, "Available").clone();
+    assert_eq!(available["status"], "False");
+    assert_eq!(available["reason"], "InvalidSpec");
     let mut written = serde_json::to_value(&dkv).unwrap();
     written["status"] = status;
     sent.reply(StatusCode::OK, written);
     expect_event(next(&mut api).await, "InvalidSpec", "Warning");
+    expect_event(next(&mut api).await, "InvalidSpec", "Normal");
 
     let err = run.await.unwrap().unwrap_err();
     assert_eq!(

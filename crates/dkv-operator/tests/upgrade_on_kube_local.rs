@@ -349,3 +349,166 @@ async fn a_spec_edit_and_a_restart_request_roll_through_the_members_one_at_a_tim
     support::etcd_cluster::assert_no_write_lost(&client, NS, &report).await;
     operator.stop().await;
 }
+
+/// Growing `spec.storage.size` grows every member's volume in place (no
+/// member restarts), reports `ExpandingVolumes` until each claim has the new
+/// capacity and `Converged` only after; the cluster then still scales (a
+/// member added later gets its claim from the StatefulSet's original
+/// template and is grown too). Where the StorageClass cannot expand (here
+/// without the webhook, so the API server refuses the claim), the cluster is
+/// `Degraded/VolumeExpansionFailed` and keeps serving. A writer runs
+/// throughout; nothing acknowledged is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn growing_storage_expands_every_member_volume_without_a_restart() {
+    let env = support::environment(true).await;
+    let client = env.client();
+    support::create_namespace(&client, NS).await;
+    let operator = support::RunningOperator::start(client.clone(), false);
+    let dkvs = support::create_cluster(&client, NS, "orders", 3, V35, json!({})).await;
+    support::etcd_cluster::wait_settled(&dkvs, "orders", 3).await;
+    let writer = Writer::start(client.clone(), NS, "orders");
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    let claims: Api<k8s_openapi::api::core::v1::PersistentVolumeClaim> =
+        Api::namespaced(client.clone(), NS);
+    let uids = |list: &[Pod]| -> Vec<Option<String>> {
+        list.iter().map(|p| p.metadata.uid.clone()).collect()
+    };
+    let before = pods
+        .list(&ListParams::default().labels("dkv.io/cluster=orders"))
+        .await
+        .unwrap()
+        .items;
+
+    let edited = dkvs
+        .patch(
+            "orders",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"storage": {"size": "2Gi"}}})),
+        )
+        .await
+        .unwrap();
+    let generation = edited.metadata.generation.unwrap();
+    let capacities = || async {
+        let mut out: Vec<(String, String)> = claims
+            .list(&ListParams::default().labels("dkv.io/cluster=orders"))
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .map(|c| {
+                let capacity = c
+                    .status
+                    .and_then(|s| s.capacity)
+                    .and_then(|c| c.get("storage").map(|q| q.0.clone()))
+                    .unwrap_or_default();
+                (c.metadata.name.unwrap_or_default(), capacity)
+            })
+            .collect();
+        out.sort();
+        out
+    };
+    let took = wait_for(&dkvs, "orders", "every member volume grown", |d| {
+        converged_at(d, generation)
+    })
+    .await;
+    assert_eq!(
+        capacities().await,
+        (0..3)
+            .map(|i| (format!("data-orders-{i}"), "2Gi".to_owned()))
+            .collect::<Vec<_>>(),
+        "Converged only once every member volume has the new size"
+    );
+    let after = pods
+        .list(&ListParams::default().labels("dkv.io/cluster=orders"))
+        .await
+        .unwrap()
+        .items;
+    assert_eq!(uids(&after), uids(&before), "no member restarted");
+    let events = Api::<k8s_openapi::api::events::v1::Event>::namespaced(client.clone(), NS)
+        .list(&Default::default())
+        .await
+        .unwrap();
+    assert!(
+        events
+            .items
+            .iter()
+            .any(|e| e.reason.as_deref() == Some("ExpandingVolumes")),
+        "the growth was reported while it ran"
+    );
+    eprintln!("storage 1Gi -> 2Gi on 3 members: {took:?}");
+
+    // Not wedged: the cluster still scales, and the new members' volumes
+    // grow too.
+    dkvs.patch(
+        "orders",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"size": 5}})),
+    )
+    .await
+    .unwrap();
+    wait_for(&dkvs, "orders", "5 members, every volume 2Gi", |d| {
+        support::etcd_cluster::settled_at(d, 5)
+            && support::etcd_cluster::condition_reason(d, "Progressing", "False").as_deref()
+                == Some("Converged")
+    })
+    .await;
+    assert!(
+        capacities().await.iter().all(|(_, c)| c == "2Gi"),
+        "{:?}",
+        capacities().await
+    );
+    let report = writer.stop().await;
+    support::etcd_cluster::assert_no_write_lost(&client, NS, &report).await;
+
+    // A class that cannot expand: the claim refuses, the cluster says so
+    // and keeps serving.
+    let fixed = support::create_cluster(
+        &client,
+        NS,
+        "fixed",
+        1,
+        V35,
+        json!({"storage": {"storageClassName": "fixed-size", "size": "1Gi", "reclaimPolicy": "Delete"}}),
+    )
+    .await;
+    support::etcd_cluster::wait_settled(&fixed, "fixed", 1).await;
+    fixed
+        .patch(
+            "fixed",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"storage": {"size": "2Gi"}}})),
+        )
+        .await
+        .unwrap();
+    let refused = wait_for(&fixed, "fixed", "Degraded/VolumeExpansionFailed", |d| {
+        support::etcd_cluster::condition_reason(d, "Degraded", "True").as_deref()
+            == Some("VolumeExpansionFailed")
+    })
+    .await;
+    let status = fixed.get("fixed").await.unwrap().status.unwrap();
+    let degraded = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Degraded")
+        .unwrap();
+    assert!(
+        degraded
+            .message
+            .contains("member volume data-fixed-0 cannot grow to 2Gi")
+            && degraded
+                .message
+                .contains("storageclass that provisions the pvc must support resize"),
+        "{}",
+        degraded.message
+    );
+    assert!(
+        status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "Available" && c.status == "True"),
+        "still serving: {:?}",
+        status.conditions
+    );
+    eprintln!("fixed-size class refused after {refused:?}");
+    operator.stop().await;
+}

@@ -406,3 +406,40 @@ async fn writes_fail_closed_while_the_webhook_server_is_down() {
         .unwrap();
     h.operator.take().unwrap().stop().await;
 }
+
+/// `spec.storage.size` may grow only where the StorageClass lets volumes
+/// expand: kube-local's `fixed-size` class does not, and the edit is refused
+/// at admission naming the class and the field; the same edit on the
+/// default class (`standard`, expandable) is accepted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn growing_storage_is_refused_where_the_storage_class_cannot_expand() {
+    let h = Harness::start(support::webhook_args()).await;
+    let storage = |class: &str, size: &str| json!({"storage": {"storageClassName": class, "size": size, "reclaimPolicy": "Delete"}});
+    h.create(&cluster("fixed", 3, ETCD_35, storage("fixed-size", "1Gi")))
+        .await
+        .unwrap();
+    let clusters = h.clusters();
+    let grow = |name: &'static str| {
+        let clusters = clusters.clone();
+        async move {
+            clusters
+                .patch(
+                    name,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"spec": {"storage": {"size": "2Gi"}}})),
+                )
+                .await
+        }
+    };
+    let (code, message) = api_message(grow("fixed").await);
+    assert_eq!(code, 403, "{message}");
+    assert!(
+        message.contains("spec.storage.size: StorageClass \"fixed-size\" does not allow volume expansion (allowVolumeExpansion is not true), so the members' volumes cannot grow to 2Gi; keep the size they have (1Gi)"),
+        "{message}"
+    );
+    h.create(&cluster("grows", 3, ETCD_35, storage("standard", "1Gi")))
+        .await
+        .unwrap();
+    let grown = grow("grows").await.unwrap();
+    assert_eq!(grown.spec.storage.unwrap().size.0, "2Gi");
+}

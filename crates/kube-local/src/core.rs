@@ -193,6 +193,67 @@ impl Core {
         }
     }
 
+    /// Upstream's PersistentVolumeClaimResize admission: a claim may grow only when it is bound and its
+    /// StorageClass sets `allowVolumeExpansion: true` (403 otherwise, with upstream's message).
+    fn admit_claim_resize(
+        &self,
+        rt: &ResourceType,
+        name: &str,
+        new: &Value,
+        old: &Value,
+    ) -> ApiResult<()> {
+        let (Some(wanted), Some(had)) = (
+            strategy::requested_storage(new),
+            strategy::requested_storage(old),
+        ) else {
+            return Ok(());
+        };
+        if wanted <= had {
+            return Ok(());
+        }
+        let bound = old.pointer("/status/phase").and_then(Value::as_str) == Some("Bound");
+        let key = |group: &str, resource: &str, name: &str| ObjectKey {
+            storage: StorageResource {
+                group: group.into(),
+                resource: resource.into(),
+            },
+            namespace: String::new(),
+            name: name.to_string(),
+        };
+        // The claim's class, or (a claim that relied on the default class)
+        // the class its volume was provisioned from.
+        let volume_class = || {
+            let volume = new.pointer("/spec/volumeName").and_then(Value::as_str)?;
+            let pv = self.store.get(&key("", "persistentvolumes", volume))?;
+            pv.pointer("/spec/storageClassName")
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+        };
+        let class_name = new
+            .pointer("/spec/storageClassName")
+            .and_then(Value::as_str)
+            .filter(|c| !c.is_empty())
+            .map(str::to_owned)
+            .or_else(volume_class);
+        let class = class_name.as_deref().and_then(|class| {
+            self.store
+                .get(&key("storage.k8s.io", "storageclasses", class))
+        });
+        let expandable = class
+            .as_ref()
+            .and_then(|c| c.get("allowVolumeExpansion"))
+            .and_then(Value::as_bool)
+            == Some(true);
+        if bound && expandable {
+            Ok(())
+        } else {
+            Err(ApiError::forbidden(
+                rt.subject(name),
+                "only dynamically provisioned pvc can be resized and the storageclass that provisions the pvc must support resize",
+            ))
+        }
+    }
+
     pub fn get(&self, rt: &ResourceType, namespace: &str, name: &str) -> ApiResult<Value> {
         self.store
             .get(&Self::key(rt, namespace, name))
@@ -475,6 +536,12 @@ impl Core {
         }
         if !causes.is_empty() {
             return Err(ApiError::invalid(&rt.group, &rt.kind, &name, causes));
+        }
+        if let Some(old) = old
+            && rt.group.is_empty()
+            && rt.kind == "PersistentVolumeClaim"
+        {
+            self.admit_claim_resize(rt, &name, obj, old)?;
         }
         if webhooks {
             let scale = as_scale.then(|| crate::scale::to_scale(rt, obj));

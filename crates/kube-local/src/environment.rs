@@ -14,6 +14,10 @@ use crate::api_traffic::{ApiTraffic, Fault, RequestCounts};
 use crate::core::{Core, WriteOptions};
 use crate::server::{self, Server};
 
+/// The StorageClass whose claims cannot grow (`allowVolumeExpansion` unset);
+/// the default class, `standard`, allows expansion.
+pub const FIXED_SIZE_CLASS: &str = "fixed-size";
+
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("binding the API server to {addr}: {source}")]
@@ -385,6 +389,19 @@ async fn bootstrap(core: &Core) -> Result<(), Error> {
         "",
         json!({
             "metadata": {"name": "standard", "annotations": {"storageclass.kubernetes.io/is-default-class": "true"}},
+            "provisioner": "kube-local.io/local-path", "reclaimPolicy": "Delete", "volumeBindingMode": "WaitForFirstConsumer",
+            "allowVolumeExpansion": true
+        }),
+    )
+    .await?;
+    // The same volumes without expansion, as many clouds' older classes are: growing a claim of it is refused.
+    create(
+        core,
+        "storage.k8s.io",
+        "storageclasses",
+        "",
+        json!({
+            "metadata": {"name": FIXED_SIZE_CLASS},
             "provisioner": "kube-local.io/local-path", "reclaimPolicy": "Delete", "volumeBindingMode": "WaitForFirstConsumer"
         }),
     )

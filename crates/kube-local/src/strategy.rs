@@ -604,6 +604,14 @@ pub fn validate_update(rt: &ResourceType, new: &Value, old: &Value) -> Vec<Field
             if old_spec != new_spec {
                 causes.push(FieldCause::forbidden("spec", "spec is immutable after creation except resources.requests and volumeAttributesClassName for bound claims"));
             }
+            if let (Some(wanted), Some(had)) = (requested_storage(new), requested_storage(old))
+                && wanted < had
+            {
+                causes.push(FieldCause::forbidden(
+                    "spec.resources.requests.storage",
+                    "field can not be less than previous value",
+                ));
+            }
         }
         ("", "Secret") | ("", "ConfigMap")
             if old.get("immutable").and_then(Value::as_bool) == Some(true) =>
@@ -620,6 +628,14 @@ pub fn validate_update(rt: &ResourceType, new: &Value, old: &Value) -> Vec<Field
         _ => {}
     }
     causes
+}
+
+/// A claim's requested storage, parsed (`None` when absent or not a quantity).
+pub fn requested_storage(claim: &Value) -> Option<kube_quantity::ParsedQuantity> {
+    let text = claim
+        .pointer("/spec/resources/requests/storage")?
+        .as_str()?;
+    kube_quantity::ParsedQuantity::try_from(text).ok()
 }
 
 /// Create-only preparation (after uid is assigned): allocations and generated selectors.

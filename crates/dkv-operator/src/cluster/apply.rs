@@ -116,8 +116,9 @@ where
         + Debug,
 {
     let name = desired.name_any();
+    let desired = as_applied(desired);
     if let Some(live) = live
-        && needs_no_write(desired, live)
+        && needs_no_write(&desired, live)
     {
         debug!(kind = %K::kind(&()), %name, "child up to date");
         return Ok(live.clone());
@@ -125,7 +126,7 @@ where
     let api: Api<K> = Api::namespaced(client.clone(), namespace);
     let params = PatchParams::apply(FIELD_MANAGER).force();
     let applied = api
-        .patch(&name, &params, &Patch::Apply(desired))
+        .patch(&name, &params, &Patch::Apply(&desired))
         .await
         .map_err(|source| Error::Apply {
             kind: K::kind(&()).to_string(),
@@ -136,6 +137,47 @@ where
     info!(kind = %K::kind(&()), %name, created = live.is_none(), "applied child");
     Ok(applied)
 }
+
+/// `desired` carrying [`APPLIED_HASH_ANNOTATION`]: the SHA-256 of
+/// everything the operator applies. The subset comparison alone cannot see
+/// a field the operator *stopped* setting (a label removed from
+/// `spec.pod.labels` is still on the live object, and "desired is a subset
+/// of live" holds); the hash changes then, so the apply happens and
+/// server-side apply removes the field the operator no longer owns.
+pub fn as_applied<K: Resource + Clone + Serialize>(desired: &K) -> K {
+    let mut out = desired.clone();
+    if let Ok(text) = serde_json::to_vec(desired) {
+        let digest = ring::digest::digest(&ring::digest::SHA256, &text);
+        let hex: String = digest.as_ref()[..16]
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        out.meta_mut()
+            .annotations
+            .get_or_insert_with(Default::default)
+            .insert(APPLIED_HASH_ANNOTATION.to_owned(), hex);
+    }
+    out
+}
+
+impl Prepared {
+    /// The children as applying them leaves them (each carrying its
+    /// [`APPLIED_HASH_ANNOTATION`]): what a converged cluster's caches hold.
+    pub fn as_applied(&self) -> Prepared {
+        Prepared {
+            members: as_applied(&self.members),
+            statefulset: as_applied(&self.statefulset),
+            peer_service: as_applied(&self.peer_service),
+            client_service: as_applied(&self.client_service),
+            pdb: as_applied(&self.pdb),
+            backup_cronjob: self.backup_cronjob.as_ref().map(as_applied),
+        }
+    }
+}
+
+/// The annotation on every child that records what the operator last
+/// applied to it (see [`as_applied`]).
+pub const APPLIED_HASH_ANNOTATION: &str = "dkv.io/applied-hash";
 
 fn needs_no_write<K: Serialize>(desired: &K, live: &K) -> bool {
     match (serde_json::to_value(desired), serde_json::to_value(live)) {
@@ -170,5 +212,40 @@ async fn delete_stale(client: &Client, namespace: &str, stale: &CronJob) -> Resu
             name,
             source,
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::Service;
+
+    fn service(labels: &[(&str, &str)]) -> Service {
+        let mut svc = Service::default();
+        svc.metadata.name = Some("orders-client".to_owned());
+        svc.metadata.labels = Some(
+            labels
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+        );
+        svc
+    }
+
+    #[test]
+    fn an_unchanged_child_needs_no_write() {
+        let desired = service(&[("team", "a")]);
+        let live = as_applied(&desired);
+        assert!(needs_no_write(&as_applied(&desired), &live));
+    }
+
+    #[test]
+    fn a_field_the_operator_stopped_setting_is_applied_away() {
+        // The live object still carries the label the spec no longer asks
+        // for: desired is a subset of it, yet it must be applied so that
+        // server-side apply drops the label.
+        let live = as_applied(&service(&[("team", "a"), ("tier", "gold")]));
+        let desired = as_applied(&service(&[("team", "a")]));
+        assert!(!needs_no_write(&desired, &live));
     }
 }

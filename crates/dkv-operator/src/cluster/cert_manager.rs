@@ -208,6 +208,7 @@ mod tests {
         let facts = crate::cluster::validate::Facts {
             storage_classes: None,
             deployed_version: None,
+            deployed_storage_size: None,
         };
         let defaults = crate::cluster::validate::Defaults {
             operator_image: "dkv:test".to_owned(),

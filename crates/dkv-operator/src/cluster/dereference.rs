@@ -6,7 +6,7 @@ use std::sync::Arc;
 use dkv_api::DistributedKV;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::CronJob;
-use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::ResourceExt;
@@ -34,6 +34,8 @@ pub struct Observed {
     /// The EndpointSlices of the client Service: what a client of the
     /// cluster can reach right now.
     pub client_endpoints: Vec<Arc<EndpointSlice>>,
+    /// The members' volume claims (created by the StatefulSet).
+    pub claims: Vec<Arc<PersistentVolumeClaim>>,
     pub facts: Facts,
 }
 
@@ -48,6 +50,17 @@ pub fn observe(dkv: &DistributedKV, namespace: &str, stores: &Stores) -> Observe
         .as_ref()
         .and_then(|sts| sts.annotations().get(ETCD_VERSION_ANNOTATION).cloned())
         .and_then(|v| EtcdVersion::parse(&v));
+    let deployed_storage_size = statefulset.as_ref().and_then(|sts| {
+        let template = sts.spec.volume_claim_templates.as_ref()?.first()?;
+        let requests = template
+            .spec
+            .as_ref()?
+            .resources
+            .as_ref()?
+            .requests
+            .as_ref()?;
+        Some(requests.get("storage")?.0.clone())
+    });
     // Sorted: the cache iterates in hash order, and a message that changed
     // from pass to pass would rewrite status every time.
     let mut class_names: Vec<String> = stores
@@ -86,9 +99,19 @@ pub fn observe(dkv: &DistributedKV, namespace: &str, stores: &Stores) -> Observe
                 && s.labels().get(SERVICE_NAME_LABEL) == Some(&client_service)
         })
         .collect();
+    let claims = stores
+        .claims
+        .state()
+        .into_iter()
+        .filter(|c| {
+            c.namespace().as_deref() == Some(namespace)
+                && c.labels().get(dkv_api::labels::CLUSTER_KEY) == Some(&name)
+        })
+        .collect();
     Observed {
         members,
         client_endpoints,
+        claims,
         record,
         pods,
         peer_service: watches::get(&stores.services, namespace, &naming::peer_service(&name)),
@@ -99,6 +122,7 @@ pub fn observe(dkv: &DistributedKV, namespace: &str, stores: &Stores) -> Observe
         facts: Facts {
             storage_classes,
             deployed_version,
+            deployed_storage_size,
         },
     }
 }

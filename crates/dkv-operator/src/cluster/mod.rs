@@ -28,6 +28,7 @@ pub mod restore;
 pub mod status;
 pub mod tls;
 pub mod validate;
+pub mod volumes;
 pub mod watches;
 
 use std::future::Future;
@@ -39,7 +40,7 @@ use dkv_api::{DistributedKV, DistributedKVBackup};
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::CronJob;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::StorageClass;
@@ -229,27 +230,36 @@ async fn reconcile_cluster(dkv: &DistributedKV, ctx: &Context) -> Result<Action>
     let current_operation = dkv.status.as_ref().and_then(|s| s.operation.clone());
     let backups = backup_catalogue::observe(dkv, &ctx.stores);
 
-    let status_for =
-        |plan: &plan::Plan, sts: Option<&StatefulSet>, operation: Option<Operation>| {
-            status::compute(
-                dkv,
-                &status::Observation {
-                    cluster: &cluster,
-                    plan,
-                    statefulset: sts,
-                    members: members.as_deref(),
-                    pods: &pods,
-                    client_endpoints: &observed.client_endpoints,
-                    operation,
-                    restore_failure: pods.iter().find_map(|p| p.restore_failure.as_deref()),
-                    backups: &backups,
-                },
-                &now,
-            )
-        };
+    let seen_volumes = volumes::observe(&cluster, &observed.claims);
+    let status_for = |plan: &plan::Plan,
+                      sts: Option<&StatefulSet>,
+                      operation: Option<Operation>,
+                      volumes: &volumes::Volumes| {
+        status::compute(
+            dkv,
+            &status::Observation {
+                cluster: &cluster,
+                plan,
+                statefulset: sts,
+                members: members.as_deref(),
+                pods: &pods,
+                client_endpoints: &observed.client_endpoints,
+                operation,
+                restore_failure: pods.iter().find_map(|p| p.restore_failure.as_deref()),
+                backups: &backups,
+                volumes,
+            },
+            &now,
+        )
+    };
 
     if cluster.paused {
-        let status = status_for(&plan, observed.statefulset.as_deref(), current_operation);
+        let status = status_for(
+            &plan,
+            observed.statefulset.as_deref(),
+            current_operation,
+            &seen_volumes,
+        );
         status::write(dkv, status, ctx).await?;
         return Ok(Action::await_change());
     }
@@ -263,7 +273,12 @@ async fn reconcile_cluster(dkv: &DistributedKV, ctx: &Context) -> Result<Action>
             started_at: now.clone(),
         };
         info!(kind = ?pin.kind, target = %operation.target, "pinning operation");
-        let status = status_for(&plan, observed.statefulset.as_deref(), Some(operation));
+        let status = status_for(
+            &plan,
+            observed.statefulset.as_deref(),
+            Some(operation),
+            &seen_volumes,
+        );
         status::write(dkv, status, ctx).await?;
         return Ok(Action::requeue(OPERATION_POLL));
     }
@@ -332,7 +347,10 @@ async fn reconcile_cluster(dkv: &DistributedKV, ctx: &Context) -> Result<Action>
         _ => current_operation,
     };
     let in_flight = operation.is_some() || !matches!(plan.step, membership::Step::Converged);
-    let status = status_for(&plan, Some(&applied.statefulset), operation);
+    // Member volumes grow in place once the StatefulSet exists (its claims
+    // do); no member restarts for it.
+    let volumes = volumes::grow(&ctx.client, &cluster, &observed.claims).await?;
+    let status = status_for(&plan, Some(&applied.statefulset), operation, &volumes);
     status::write(dkv, status, ctx).await?;
     if in_flight && admin.is_some() {
         // etcd's progress (a learner catching up, a member rejoining) is not
@@ -610,6 +628,7 @@ pub async fn run(
     let (pods, pod_writer) = watches::store::<Pod>();
     let (storage_classes, sc_writer) = watches::store::<StorageClass>();
     let (endpoint_slices, slice_writer) = watches::store::<EndpointSlice>();
+    let (claims, claim_writer) = watches::store::<PersistentVolumeClaim>();
     let (backups, backup_writer) = watches::store::<DistributedKVBackup>();
     let stores = Stores {
         statefulsets,
@@ -620,6 +639,7 @@ pub async fn run(
         pods,
         storage_classes,
         endpoint_slices,
+        claims,
         backups,
     };
 
@@ -726,6 +746,21 @@ pub async fn run(
             |slice: EndpointSlice| {
                 let cluster = slice.labels().get(dkv_api::labels::CLUSTER_KEY).cloned();
                 let namespace = slice.namespace();
+                cluster
+                    .zip(namespace)
+                    .map(|(name, ns)| ObjectRef::new(&name).within(&ns))
+            },
+        )
+        // Member volumes: storage growth waits for their capacity.
+        .watches_stream(
+            child_stream(
+                api_for::<PersistentVolumeClaim>(&client, ns),
+                claim_writer,
+                watches::claim_relevance,
+            ),
+            |claim: PersistentVolumeClaim| {
+                let cluster = claim.labels().get(dkv_api::labels::CLUSTER_KEY).cloned();
+                let namespace = claim.namespace();
                 cluster
                     .zip(namespace)
                     .map(|(name, ns)| ObjectRef::new(&name).within(&ns))

@@ -28,6 +28,7 @@ use super::naming;
 use super::observe_members::MemberPod;
 use super::plan::{Plan, update_revision};
 use super::validate::ValidatedCluster;
+use super::volumes::Volumes;
 
 /// Everything the status of a healthy pass is computed from.
 pub struct Observation<'a> {
@@ -46,6 +47,8 @@ pub struct Observation<'a> {
     pub restore_failure: Option<&'a str>,
     /// What the cluster's backup records say.
     pub backups: &'a BackupSummary,
+    /// Where the member volumes stand against `spec.storage.size`.
+    pub volumes: &'a Volumes,
 }
 
 /// One condition as the operator wants it now.
@@ -229,6 +232,17 @@ pub fn compute(dkv: &DistributedKV, obs: &Observation<'_>, now: &Time) -> Distri
             reason: reasons::WAITING,
             message: wait_message(&obs.cluster.name, reason),
         }
+    } else if let (true, Some(size)) = (obs.volumes.below > 0, &obs.volumes.size) {
+        Want {
+            type_: types::PROGRESSING,
+            status: true,
+            reason: reasons::EXPANDING_VOLUMES,
+            message: format!(
+                "{} of {} member volumes have {size}; the others are growing (online, no restart)",
+                obs.volumes.total - obs.volumes.below,
+                obs.volumes.total
+            ),
+        }
     } else if let Some(pending) = rollout_pending(obs) {
         // "Converged" is a promise that every member runs the current spec.
         Want {
@@ -260,6 +274,15 @@ pub fn compute(dkv: &DistributedKV, obs: &Observation<'_>, now: &Time) -> Distri
             reason: reasons::RESTORE_FAILED,
             message: format!(
                 "{why}; no member starts until its restore succeeds (the step is retried with backoff)"
+            ),
+        }
+    } else if let Some(refused) = &obs.volumes.refused {
+        Want {
+            type_: types::DEGRADED,
+            status: true,
+            reason: reasons::VOLUME_EXPANSION_FAILED,
+            message: format!(
+                "{refused}; set spec.storage.size back to the volumes' size, or allow expansion on the StorageClass"
             ),
         }
     } else if let Some((fault, message)) = pod_fault(obs) {
@@ -599,16 +622,29 @@ pub fn waiting(
     with_conditions(dkv, wants, backups, now)
 }
 
-/// The cluster's status with `wants` set and everything else kept.
+/// The cluster's status with `wants` set and everything else kept. A
+/// status without an `Available` condition yet (the cluster was never
+/// created, say for an invalid spec) gets one, False with the reason of the
+/// first want: the STATUS column shows that reason, never nothing.
 fn with_conditions(
     dkv: &DistributedKV,
-    wants: Vec<Want>,
+    mut wants: Vec<Want>,
     backups: &BackupSummary,
     now: &Time,
 ) -> DistributedKVStatus {
     let old = dkv.status.clone().unwrap_or_default();
     let generation = dkv.meta().generation;
     let mut conditions = old.conditions.clone();
+    if !conditions.iter().any(|c| c.type_ == types::AVAILABLE)
+        && let Some(first) = wants.first()
+    {
+        wants.push(Want {
+            type_: types::AVAILABLE,
+            status: false,
+            reason: first.reason,
+            message: format!("no member serves yet: {}", first.message),
+        });
+    }
     for want in wants {
         set_condition(&mut conditions, want, generation, now);
     }

@@ -37,6 +37,9 @@ pub struct Facts {
     pub storage_classes: Option<Vec<String>>,
     /// The etcd version the running StatefulSet was built for, if it exists.
     pub deployed_version: Option<EtcdVersion>,
+    /// The volume size in the running StatefulSet's claim template, if it
+    /// exists (the template is immutable: member volumes grow one by one).
+    pub deployed_storage_size: Option<String>,
 }
 
 /// Operator-wide settings that fill in what the spec leaves out.
@@ -82,7 +85,12 @@ pub struct ValidatedCluster {
 #[derive(Debug, Clone, PartialEq)]
 pub struct ValidatedStorage {
     pub storage_class_name: String,
+    /// The size every member volume must have (`spec.storage.size`).
     pub size: String,
+    /// The size in the StatefulSet's claim template: the one it was created
+    /// with (immutable), or `size` for a new StatefulSet. Volumes created
+    /// from it are grown to `size` afterwards.
+    pub template_size: String,
     pub reclaim_policy: ReclaimPolicy,
 }
 
@@ -316,8 +324,21 @@ fn check_spec(
             ),
             Err(err) => problems.add("spec.storage.size", err.to_string()),
         }
+        if let Some(deployed) = &facts.deployed_storage_size
+            && let (Ok(wanted), Ok(have)) = (parse_quantity(&size), parse_quantity(deployed))
+            && wanted < have
+        {
+            problems.add(
+                "spec.storage.size",
+                format!("{size:?} is smaller than the members' volumes ({deployed}); volumes never shrink: set it to {deployed} or more"),
+            );
+        }
         ValidatedStorage {
             storage_class_name: class.to_owned(),
+            template_size: facts
+                .deployed_storage_size
+                .clone()
+                .unwrap_or_else(|| size.clone()),
             size,
             reclaim_policy: storage.reclaim_policy,
         }

@@ -202,6 +202,24 @@ pub fn endpoint_slice_relevance(slice: &EndpointSlice) -> u64 {
     hash_of((&slice.metadata.labels, endpoints))
 }
 
+/// Member volume claims: what they ask for and what they have (storage
+/// growth waits for the capacity), and their phase.
+pub fn claim_relevance(claim: &k8s_openapi::api::core::v1::PersistentVolumeClaim) -> u64 {
+    let requested = claim
+        .spec
+        .as_ref()
+        .and_then(|s| s.resources.as_ref())
+        .and_then(|r| r.requests.as_ref())
+        .and_then(|r| r.get("storage"))
+        .map(|q| q.0.clone());
+    let status = claim.status.as_ref();
+    let capacity = status
+        .and_then(|s| s.capacity.as_ref())
+        .and_then(|c| c.get("storage"))
+        .map(|q| q.0.clone());
+    hash_of((requested, capacity, status.and_then(|s| s.phase.clone())))
+}
+
 /// Read handles on every cache the reconcile needs.
 #[derive(Clone)]
 pub struct Stores {
@@ -216,6 +234,8 @@ pub struct Stores {
     /// The EndpointSlices of the clusters' Services (which carry their
     /// Service's labels).
     pub endpoint_slices: Store<EndpointSlice>,
+    /// The members' volume claims (labelled like the StatefulSet's template).
+    pub claims: Store<k8s_openapi::api::core::v1::PersistentVolumeClaim>,
     /// Every `DistributedKVBackup` (the cluster's status derives its backup
     /// facts from them).
     pub backups: Store<dkv_api::DistributedKVBackup>,
@@ -227,7 +247,7 @@ impl Stores {
     pub fn ready(&self) -> Result<(), &'static str> {
         // `wait_until_ready` is async; the non-blocking check is whether the
         // ready future resolves immediately.
-        let checks: [(&'static str, bool); 9] = [
+        let checks: [(&'static str, bool); 10] = [
             ("Pod cache", is_ready(&self.pods)),
             ("ConfigMap cache", is_ready(&self.configmaps)),
             ("StatefulSet cache", is_ready(&self.statefulsets)),
@@ -236,6 +256,7 @@ impl Stores {
             ("CronJob cache", is_ready(&self.cronjobs)),
             ("StorageClass cache", is_ready(&self.storage_classes)),
             ("EndpointSlice cache", is_ready(&self.endpoint_slices)),
+            ("PersistentVolumeClaim cache", is_ready(&self.claims)),
             ("DistributedKVBackup cache", is_ready(&self.backups)),
         ];
         match checks.into_iter().find(|(_, ready)| !ready) {

@@ -17,6 +17,7 @@ use axum::routing::{get, post};
 use base64::Engine as _;
 use dkv_api::distributedkv::convert;
 use dkv_api::{DistributedKV, DistributedKVBackup};
+use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::Api;
 use kube::core::DynamicObject;
 use kube::core::Status;
@@ -206,10 +207,27 @@ async fn validate_cluster(
     match (&request.operation, &request.old_object) {
         (Operation::Update, Some(old)) => {
             let old = cluster(old, "previous DistributedKV")?;
+            let expandable = match growing_storage_class(&old, &new) {
+                None => None,
+                Some(class) => {
+                    let api: Api<StorageClass> = Api::all(state.client.clone());
+                    match api.get_opt(class).await {
+                        Ok(found) => {
+                            Some(found.is_some_and(|c| c.allow_volume_expansion == Some(true)))
+                        }
+                        Err(err) => {
+                            return Err(format!(
+                                "spec.storage.size: could not check whether StorageClass {class} allows volume expansion ({err}); retry"
+                            ));
+                        }
+                    }
+                }
+            };
             Ok(review_cluster(
                 ClusterWrite::Update {
                     old: &old,
                     new: &new,
+                    expandable,
                 },
                 &RestoreSource::NotAsked,
                 &state.defaults,
@@ -243,6 +261,24 @@ async fn validate_cluster(
             ))
         }
         _ => Ok(Verdict::default()),
+    }
+}
+
+/// The StorageClass of a write that grows `spec.storage.size`, if it does.
+fn growing_storage_class<'a>(old: &DistributedKV, new: &'a DistributedKV) -> Option<&'a str> {
+    let size = |d: &DistributedKV| {
+        d.spec
+            .storage
+            .as_ref()
+            .and_then(|s| crate::quantity::parse_quantity(&s.size.0).ok())
+    };
+    match (size(old), size(new)) {
+        (Some(before), Some(after)) if after > before => new
+            .spec
+            .storage
+            .as_ref()
+            .map(|s| s.storage_class_name.as_str()),
+        _ => None,
     }
 }
 

@@ -62,6 +62,10 @@ pub enum ClusterWrite<'a> {
     Update {
         old: &'a DistributedKV,
         new: &'a DistributedKV,
+        /// When the write grows `spec.storage.size`: whether its
+        /// StorageClass allows volume expansion (`None`: not growing, or
+        /// not known).
+        expandable: Option<bool>,
     },
     /// A write through the `scale` subresource: only the member count moves.
     Scale {
@@ -113,7 +117,11 @@ pub fn review_cluster(
             warn_even_size(new.spec.size, &mut verdict);
             warn_file_destination(new, None, &mut verdict);
         }
-        ClusterWrite::Update { old, new } => {
+        ClusterWrite::Update {
+            old,
+            new,
+            expandable,
+        } => {
             // Metadata-only writes (finalizers, labels, the deletion itself)
             // must go through even for an object stored before a rule existed.
             if old.spec == new.spec {
@@ -125,6 +133,23 @@ pub fn review_cluster(
             };
             verdict.denials = cluster::spec_problems(new, &facts, defaults);
             check_scale_down(old.spec.size, new.spec.size, &mut verdict);
+            if expandable == Some(false)
+                && let Some(storage) = &new.spec.storage
+            {
+                verdict.deny(
+                    "spec.storage.size",
+                    format!(
+                        "StorageClass {:?} does not allow volume expansion (allowVolumeExpansion is not true), so the members' volumes cannot grow to {}; keep the size they have{}",
+                        storage.storage_class_name,
+                        storage.size.0,
+                        old.spec
+                            .storage
+                            .as_ref()
+                            .map(|s| format!(" ({})", s.size.0))
+                            .unwrap_or_default()
+                    ),
+                );
+            }
             if old.spec.size != new.spec.size {
                 warn_even_size(new.spec.size, &mut verdict);
             }
@@ -375,6 +400,7 @@ mod tests {
                 ClusterWrite::Update {
                     old: &old,
                     new: &dkv(new, ETCD_35, serde_json::json!({})),
+                    expandable: None,
                 },
                 &RestoreSource::NotAsked,
                 &defaults(),
@@ -416,6 +442,7 @@ mod tests {
                 ClusterWrite::Update {
                     old: &old,
                     new: &dkv(3, image, serde_json::json!({})),
+                    expandable: None,
                 },
                 &RestoreSource::NotAsked,
                 &defaults(),
@@ -449,6 +476,7 @@ mod tests {
             ClusterWrite::Update {
                 old: &stored,
                 new: &deleting,
+                expandable: None,
             },
             &RestoreSource::NotAsked,
             &defaults(),

@@ -69,6 +69,9 @@ pub async fn reconcile(ctx: &Context) -> Option<std::time::Duration> {
                     if pv.status.as_ref().and_then(|s| s.phase.as_deref()) != Some("Bound") {
                         mark_volume_bound(ctx, pv, pvc).await;
                     }
+                    if phase.as_deref() == Some("Bound") {
+                        expand_if_asked(ctx, pvc, pv).await;
+                    }
                 } else if phase.as_deref() == Some("Bound") {
                     set_claim_phase(ctx, pvc, "Lost").await;
                 }
@@ -274,6 +277,57 @@ async fn bind(ctx: &Context, pvc: &PersistentVolumeClaim, pv: &PersistentVolume)
     }
     mark_volume_bound(ctx, pv, pvc).await;
     mark_claim_bound(ctx, pvc, pv).await;
+}
+
+/// Online expansion of a bound claim that asks for more than it has (the API server admitted the request only if
+/// its class allows expansion): the volume's capacity grows, then the claim's `status.capacity` and
+/// `allocatedResources` report it. A local directory has no size to grow, so this is immediate; the order of the
+/// two writes is upstream's (the volume first, the claim last).
+async fn expand_if_asked(ctx: &Context, pvc: &PersistentVolumeClaim, pv: &PersistentVolume) {
+    let requested = pvc
+        .spec
+        .as_ref()
+        .and_then(|s| s.resources.as_ref())
+        .and_then(|r| r.requests.as_ref())
+        .and_then(|r| r.get("storage"));
+    let capacity = pvc
+        .status
+        .as_ref()
+        .and_then(|s| s.capacity.as_ref())
+        .and_then(|c| c.get("storage"));
+    let (Some(requested), Some(capacity)) = (requested, capacity) else {
+        return;
+    };
+    let parse = |q: &k8s_openapi::apimachinery::pkg::api::resource::Quantity| {
+        kube_quantity::ParsedQuantity::try_from(q).ok()
+    };
+    if !matches!((parse(requested), parse(capacity)), (Some(r), Some(c)) if r > c) {
+        return;
+    }
+    let pv_name = pv.metadata.name.clone().unwrap_or_default();
+    let volumes: Api<PersistentVolume> = Api::all(ctx.client.clone());
+    let grow = json!({"spec": {"capacity": {"storage": requested}}});
+    if volumes
+        .patch(&pv_name, &PatchParams::default(), &Patch::Merge(&grow))
+        .await
+        .is_err()
+    {
+        return;
+    }
+    let ns = pvc.metadata.namespace.clone().unwrap_or_default();
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
+    let status = json!({"status": {
+        "capacity": {"storage": requested},
+        "allocatedResources": {"storage": requested},
+        "conditions": null,
+    }});
+    let _ = claims
+        .patch_status(
+            pvc.metadata.name.as_deref().unwrap_or_default(),
+            &PatchParams::default(),
+            &Patch::Merge(&status),
+        )
+        .await;
 }
 
 async fn mark_claim_bound(ctx: &Context, pvc: &PersistentVolumeClaim, pv: &PersistentVolume) {

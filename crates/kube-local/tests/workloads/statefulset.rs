@@ -486,3 +486,92 @@ async fn endpoints_slices_and_disruption_budgets_follow_ready_pods() {
     c.kubelet().restore_network(NS, "api-1").unwrap();
     ready_replicas(&c, "api", 2).await;
 }
+
+/// Volume expansion as on a cluster whose CSI driver expands online: a bound
+/// claim of the default class (`allowVolumeExpansion: true`) that asks for
+/// more gets it (the volume's and the claim's capacity grow); shrinking is
+/// invalid (422); growing a claim of the `fixed-size` class is forbidden
+/// (403) with upstream's message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bound_claims_grow_where_their_class_allows_expansion() {
+    let c = Cluster::start(NS).await;
+    c.create::<StatefulSet>(NS, set("grows", 1, "Parallel", json!({})))
+        .await;
+    let mut fixed = set("fixed", 1, "Parallel", json!({}));
+    fixed["spec"]["volumeClaimTemplates"][0]["spec"]["storageClassName"] = json!("fixed-size");
+    c.create::<StatefulSet>(NS, fixed).await;
+    ready_replicas(&c, "grows", 1).await;
+    ready_replicas(&c, "fixed", 1).await;
+    let claims = c.api::<PersistentVolumeClaim>(NS);
+    let ask = |size: &str| json!({"spec": {"resources": {"requests": {"storage": size}}}});
+
+    claims
+        .patch(
+            "data-grows-0",
+            &PatchParams::default(),
+            &Patch::Merge(ask("2Gi")),
+        )
+        .await
+        .unwrap();
+    let capacity = |claim: &PersistentVolumeClaim| {
+        claim
+            .status
+            .as_ref()
+            .and_then(|s| s.capacity.as_ref())
+            .and_then(|c| c.get("storage"))
+            .map(|q| q.0.clone())
+    };
+    let grown = eventually(
+        "the claim's capacity grows",
+        Duration::from_secs(10),
+        || async {
+            let claim = claims.get("data-grows-0").await.ok()?;
+            (capacity(&claim).as_deref() == Some("2Gi")).then_some(claim)
+        },
+    )
+    .await;
+    let volume = kube::Api::<k8s_openapi::api::core::v1::PersistentVolume>::all(c.client())
+        .get(grown.spec.as_ref().unwrap().volume_name.as_deref().unwrap())
+        .await
+        .unwrap();
+    assert_eq!(
+        volume.spec.unwrap().capacity.unwrap()["storage"].0,
+        "2Gi",
+        "the volume grows with its claim"
+    );
+
+    let refusal = |result: Result<PersistentVolumeClaim, kube::Error>| match result {
+        Err(kube::Error::Api(status)) => (status.code, status.message),
+        other => panic!("expected a refusal, got {other:?}"),
+    };
+    let (code, message) = refusal(
+        claims
+            .patch(
+                "data-grows-0",
+                &PatchParams::default(),
+                &Patch::Merge(ask("1Gi")),
+            )
+            .await,
+    );
+    assert_eq!(code, 422, "{message}");
+    assert!(
+        message.contains(
+            "spec.resources.requests.storage: Forbidden: field can not be less than previous value"
+        ),
+        "{message}"
+    );
+    let (code, message) = refusal(
+        claims
+            .patch(
+                "data-fixed-0",
+                &PatchParams::default(),
+                &Patch::Merge(ask("2Gi")),
+            )
+            .await,
+    );
+    assert_eq!(code, 403, "{message}");
+    assert!(
+        message.contains("only dynamically provisioned pvc can be resized and the storageclass that provisions the pvc must support resize"),
+        "{message}"
+    );
+}

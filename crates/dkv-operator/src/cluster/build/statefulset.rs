@@ -108,7 +108,7 @@ pub fn build(cluster: &ValidatedCluster, plan: &Plan) -> StatefulSet {
                         resources: Some(VolumeResourceRequirements {
                             requests: Some(BTreeMap::from([(
                                 "storage".to_owned(),
-                                Quantity(storage.size.clone()),
+                                Quantity(storage.template_size.clone()),
                             )])),
                             ..VolumeResourceRequirements::default()
                         }),
