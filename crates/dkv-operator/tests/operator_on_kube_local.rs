@@ -259,7 +259,9 @@ async fn invalid_spec_backups_pause_and_deletion() {
         .unwrap()
         .message;
     assert!(
-        message.contains("StorageClass \"gold\" does not exist; create it or use one of: standard"),
+        message.contains(
+            "StorageClass \"gold\" does not exist; create it or use one of: fixed-size, standard"
+        ),
         "{message}"
     );
     let sts: Api<StatefulSet> = h.api();

@@ -487,9 +487,13 @@ async fn quorum_lost_for_good_is_recovered_from_the_newest_backup_by_policy() {
         "a new cluster: no member of the lost one can talk to it"
     );
     put_retrying(&mut etcd, "after-the-restore", "kept").await;
-    let d = dkvs.get("ledger").await.unwrap();
-    assert!(d.status.as_ref().is_some_and(|s| s.operation.is_none()));
-    // The template no longer restores once the cluster serves again.
+    // The template no longer restores once the cluster serves again: the
+    // members restart onto it one at a time, then nothing is in flight.
+    wait_for(&dkvs, "ledger", "converged after the restore", |d| {
+        d.status.as_ref().is_some_and(|s| s.operation.is_none())
+            && condition_reason(d, "Progressing", "False").as_deref() == Some("Converged")
+    })
+    .await;
     let statefulsets: Api<StatefulSet> = Api::namespaced(client.clone(), NS);
     let started = Instant::now();
     while init_container_names(&statefulsets.get("ledger").await.unwrap()) != ["member-init"] {

@@ -126,12 +126,42 @@ async fn rolling_upgrade_3_4_to_3_5_keeps_the_cluster_serving() {
     operator.stop().await;
 }
 
+/// A settled 3-member cluster `orders` on etcd 3.5 with `extra_spec`, the
+/// operator running, and a writer started: what each edit test begins with.
+struct Serving {
+    // Held for the test's duration: dropping it stops kube-local.
+    _env: kube_local::Environment,
+    client: Client,
+    operator: support::RunningOperator,
+    dkvs: Api<DistributedKV>,
+    writer: Writer,
+}
+
+async fn serving_cluster(extra_spec: serde_json::Value) -> Serving {
+    let env = support::environment(true).await;
+    let client = env.client();
+    support::create_namespace(&client, NS).await;
+    let operator = support::RunningOperator::start(client.clone(), false);
+    let dkvs = support::create_cluster(&client, NS, "orders", 3, V35, extra_spec).await;
+    support::etcd_cluster::wait_settled(&dkvs, "orders", 3).await;
+    let writer = Writer::start(client.clone(), NS, "orders");
+    Serving {
+        _env: env,
+        client,
+        operator,
+        dkvs,
+        writer,
+    }
+}
+
 /// What [`RolloutWatch`] saw: the most member pods not Ready (or missing)
 /// at one time, and any moment the status said Converged while a pod did
 /// not yet run what the spec asks.
 #[derive(Debug, Default, Clone)]
 struct RolloutSeen {
     most_unready: usize,
+    /// The members that were down when `most_unready` was seen.
+    down_at_worst: Vec<String>,
     premature_converged: Vec<String>,
 }
 
@@ -173,7 +203,18 @@ impl RolloutWatch {
                     .filter(|p| p.metadata.deletion_timestamp.is_none())
                     .collect();
                 let ready = live.iter().filter(|p| pod_ready(p)).count();
-                seen.most_unready = seen.most_unready.max(3usize.saturating_sub(ready));
+                let unready = 3usize.saturating_sub(ready);
+                if unready > seen.most_unready {
+                    seen.most_unready = unready;
+                    seen.down_at_worst = (0..3)
+                        .map(|i| format!("orders-{i}"))
+                        .filter(|name| {
+                            !live.iter().any(|p| {
+                                p.metadata.name.as_deref() == Some(name.as_str()) && pod_ready(p)
+                            })
+                        })
+                        .collect();
+                }
                 if converged && !(live.len() == 3 && live.iter().all(|p| wanted(p))) {
                     seen.premature_converged.push(format!(
                         "Converged while pods are {:?}",
@@ -238,29 +279,37 @@ fn converged_at(d: &DistributedKV, generation: i64) -> bool {
 /// no acknowledged write is lost.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_spec_edit_and_a_restart_request_roll_through_the_members_one_at_a_time() {
-    let env = support::environment(true).await;
-    let client = env.client();
-    support::create_namespace(&client, NS).await;
-    let operator = support::RunningOperator::start(client.clone(), false);
-    let dkvs = support::create_cluster(&client, NS, "orders", 3, V35, json!({})).await;
-    support::etcd_cluster::wait_settled(&dkvs, "orders", 3).await;
-    let writer = Writer::start(client.clone(), NS, "orders");
+    let Serving {
+        _env,
+        client,
+        operator,
+        dkvs,
+        writer,
+    } = serving_cluster(json!({"pod": {"labels": {"team": "payments"}}})).await;
     let monitor = LeaderMonitor::start(client.clone(), NS, "orders");
     tokio::time::sleep(Duration::from_secs(1)).await;
 
-    // 1. spec.resources: the StatefulSet's template changes (OnDelete), and
-    //    dkv restarts each member onto it.
+    // 1. spec.resources, and a label removed from spec.pod: the
+    //    StatefulSet's template changes (OnDelete), and dkv restarts each
+    //    member onto it.
     let edited = dkvs
         .patch(
             "orders",
             &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"resources": {"requests": {"cpu": "200m"}}}})),
+            &Patch::Merge(json!({"spec": {
+                "resources": {"requests": {"cpu": "200m"}},
+                "pod": {"labels": null},
+            }})),
         )
         .await
         .unwrap();
     let generation = edited.metadata.generation.unwrap();
     let watch = RolloutWatch::start(client.clone(), generation, |p| {
         etcd_cpu_request(p).as_deref() == Some("200m")
+            && p.metadata
+                .labels
+                .as_ref()
+                .is_none_or(|l| !l.contains_key("team"))
     });
     let took = wait_for(&dkvs, "orders", "the resources edit rolled out", |d| {
         converged_at(d, generation)
@@ -279,6 +328,14 @@ async fn a_spec_edit_and_a_restart_request_roll_through_the_members_one_at_a_tim
             etcd_cpu_request(pod).as_deref(),
             Some("200m"),
             "{} runs the edit",
+            pod.metadata.name.as_deref().unwrap_or_default()
+        );
+        assert!(
+            pod.metadata
+                .labels
+                .as_ref()
+                .is_none_or(|l| !l.contains_key("team")),
+            "the label removed from spec.pod left {}",
             pod.metadata.name.as_deref().unwrap_or_default()
         );
     }
@@ -360,13 +417,13 @@ async fn a_spec_edit_and_a_restart_request_roll_through_the_members_one_at_a_tim
 /// throughout; nothing acknowledged is lost.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn growing_storage_expands_every_member_volume_without_a_restart() {
-    let env = support::environment(true).await;
-    let client = env.client();
-    support::create_namespace(&client, NS).await;
-    let operator = support::RunningOperator::start(client.clone(), false);
-    let dkvs = support::create_cluster(&client, NS, "orders", 3, V35, json!({})).await;
-    support::etcd_cluster::wait_settled(&dkvs, "orders", 3).await;
-    let writer = Writer::start(client.clone(), NS, "orders");
+    let Serving {
+        _env,
+        client,
+        operator,
+        dkvs,
+        writer,
+    } = serving_cluster(json!({})).await;
     let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
     let claims: Api<k8s_openapi::api::core::v1::PersistentVolumeClaim> =
         Api::namespaced(client.clone(), NS);
@@ -510,5 +567,86 @@ async fn growing_storage_expands_every_member_volume_without_a_restart() {
         status.conditions
     );
     eprintln!("fixed-size class refused after {refused:?}");
+    operator.stop().await;
+}
+
+/// An upgrade to an image that cannot be pulled (no etcd 3.6 binary exists
+/// on this machine, so kube-local's kubelet backs off as from a failed pull)
+/// stops at the first member: the cluster is `Degraded/ImagePullFailed`
+/// naming that pod and quoting its status, the two other members keep
+/// serving on 3.5 untouched, and the cluster stays Available.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_image_that_cannot_be_pulled_stops_the_rollout_and_says_which_pod() {
+    let Serving {
+        _env,
+        client,
+        operator,
+        dkvs,
+        writer,
+    } = serving_cluster(json!({})).await;
+    dkvs.patch(
+        "orders",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"image": "registry.k8s.io/etcd:3.6.5-0"}})),
+    )
+    .await
+    .unwrap();
+    let failed = wait_for(&dkvs, "orders", "Degraded/ImagePullFailed", |d| {
+        support::etcd_cluster::condition_reason(d, "Degraded", "True").as_deref()
+            == Some("ImagePullFailed")
+    })
+    .await;
+    let cluster = dkvs.get("orders").await.unwrap();
+    let status = cluster.status.clone().unwrap();
+    let degraded = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Degraded")
+        .unwrap();
+    // The rollout stopped at the first member it restarted (a follower):
+    // exactly one pod runs the new image, and it is the one named.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    let mut tried = Vec::new();
+    for member in ["orders-0", "orders-1", "orders-2"] {
+        let pod = pods.get(member).await.unwrap();
+        let image = pod
+            .spec
+            .as_ref()
+            .unwrap()
+            .containers
+            .iter()
+            .find(|c| c.name == "etcd")
+            .and_then(|c| c.image.clone());
+        if image.as_deref() == Some(V35) {
+            assert!(pod_ready(&pod), "{member} untouched and still Ready");
+        } else {
+            tried.push(member);
+        }
+    }
+    assert_eq!(tried.len(), 1, "one member at a time: {tried:?}");
+    assert!(
+        degraded
+            .message
+            .starts_with(&format!("pod {}, container etcd: ", tried[0]))
+            && (degraded.message.contains("ImagePullBackOff")
+                || degraded.message.contains("ErrImagePull")),
+        "{}",
+        degraded.message
+    );
+    assert!(
+        status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "Available" && c.status == "True"),
+        "two of three members still serve: {:?}",
+        status.conditions
+    );
+    eprintln!(
+        "image pull failure reported after {failed:?}: {}",
+        degraded.message
+    );
+    let report = writer.stop().await;
+    support::etcd_cluster::assert_no_write_lost(&client, NS, &report).await;
     operator.stop().await;
 }

@@ -10,6 +10,7 @@ use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::ResourceExt;
+use kube::runtime::reflector::Store;
 
 use super::build::statefulset::ETCD_VERSION_ANNOTATION;
 use super::membership_record::{MembershipRecord, RECORD_KEY};
@@ -80,34 +81,20 @@ pub fn observe(dkv: &DistributedKV, namespace: &str, stores: &Stores) -> Observe
         .as_ref()
         .and_then(|cm| cm.data.as_ref()?.get(RECORD_KEY).cloned())
         .and_then(|text| serde_json::from_str(&text).ok());
-    let pods = stores
-        .pods
-        .state()
-        .into_iter()
-        .filter(|p| {
-            p.namespace().as_deref() == Some(namespace)
-                && p.labels().get(dkv_api::labels::CLUSTER_KEY) == Some(&name)
-        })
-        .collect();
+    let pods = labelled(&stores.pods, namespace, dkv_api::labels::CLUSTER_KEY, &name);
     let client_service = naming::client_service(&name);
-    let client_endpoints = stores
-        .endpoint_slices
-        .state()
-        .into_iter()
-        .filter(|s| {
-            s.namespace().as_deref() == Some(namespace)
-                && s.labels().get(SERVICE_NAME_LABEL) == Some(&client_service)
-        })
-        .collect();
-    let claims = stores
-        .claims
-        .state()
-        .into_iter()
-        .filter(|c| {
-            c.namespace().as_deref() == Some(namespace)
-                && c.labels().get(dkv_api::labels::CLUSTER_KEY) == Some(&name)
-        })
-        .collect();
+    let client_endpoints = labelled(
+        &stores.endpoint_slices,
+        namespace,
+        SERVICE_NAME_LABEL,
+        &client_service,
+    );
+    let claims = labelled(
+        &stores.claims,
+        namespace,
+        dkv_api::labels::CLUSTER_KEY,
+        &name,
+    );
     Observed {
         members,
         client_endpoints,
@@ -125,6 +112,21 @@ pub fn observe(dkv: &DistributedKV, namespace: &str, stores: &Stores) -> Observe
             deployed_storage_size,
         },
     }
+}
+
+/// The cached objects in `namespace` whose label `key` is `value`.
+fn labelled<K>(store: &Store<K>, namespace: &str, key: &str, value: &str) -> Vec<Arc<K>>
+where
+    K: kube::Resource<DynamicType = ()> + Clone + 'static,
+{
+    store
+        .state()
+        .into_iter()
+        .filter(|obj| {
+            obj.namespace().as_deref() == Some(namespace)
+                && obj.labels().get(key).map(String::as_str) == Some(value)
+        })
+        .collect()
 }
 
 /// A StatefulSet with the cluster's name but another owner belongs to an

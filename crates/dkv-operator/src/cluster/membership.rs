@@ -588,7 +588,8 @@ fn continue_operation(obs: &Observation, pinned: Pinned) -> Step {
                     };
                 }
                 // Every member healthy before a restart; the restarted one
-                // may be down only while all others serve.
+                // may be down only while all others serve: healthy in etcd,
+                // and Ready (the client Service routes to them).
                 if let Some(sick) = obs
                     .voters()
                     .into_iter()
@@ -596,6 +597,15 @@ fn continue_operation(obs: &Observation, pinned: Pinned) -> Step {
                 {
                     return Step::Wait(WaitReason::MemberUnhealthy {
                         ordinal: sick.ordinal,
+                    });
+                }
+                if let Some(unready) = obs
+                    .voters()
+                    .into_iter()
+                    .find(|v| v.id != m.id && obs.pod(v.ordinal).is_some_and(|p| !p.ready))
+                {
+                    return Step::Wait(WaitReason::PodNotReady {
+                        ordinal: unready.ordinal,
                     });
                 }
                 match obs.safe_to_lose(m.id, false) {
@@ -1143,6 +1153,25 @@ mod tests {
         obs.update_revision = Some("rev-2".to_owned());
         obs.pods[0].revision = Some("rev-2".to_owned());
         assert_eq!(next_step(&obs), Step::Converged);
+    }
+
+    #[test]
+    fn no_restart_while_another_member_pod_is_not_ready() {
+        let mut obs = cluster(3, 3);
+        obs.update_revision = Some("rev-2".to_owned());
+        obs.pinned = Some(Pinned {
+            kind: OperationKind::RestartMember,
+            ordinal: 2,
+        });
+        // etcd says member 1 is healthy, but its pod is not Ready: clients
+        // cannot reach it, so restarting member 2 now would leave one.
+        obs.pods[1].ready = false;
+        assert_eq!(
+            next_step(&obs),
+            Step::Wait(WaitReason::PodNotReady { ordinal: 1 })
+        );
+        obs.pods[1].ready = true;
+        assert_eq!(next_step(&obs), Step::RestartPod { ordinal: 2 });
     }
 
     #[test]

@@ -727,13 +727,7 @@ pub async fn run(
                 pod_writer,
                 watches::pod_relevance,
             ),
-            |pod: Pod| {
-                let cluster = pod.labels().get(dkv_api::labels::CLUSTER_KEY).cloned();
-                let namespace = pod.namespace();
-                cluster
-                    .zip(namespace)
-                    .map(|(name, ns)| ObjectRef::new(&name).within(&ns))
-            },
+            watches::cluster_of::<Pod>,
         )
         // Whether clients reach the members: the client Service's
         // EndpointSlices (labelled like their Service) decide `Available`.
@@ -743,13 +737,7 @@ pub async fn run(
                 slice_writer,
                 watches::endpoint_slice_relevance,
             ),
-            |slice: EndpointSlice| {
-                let cluster = slice.labels().get(dkv_api::labels::CLUSTER_KEY).cloned();
-                let namespace = slice.namespace();
-                cluster
-                    .zip(namespace)
-                    .map(|(name, ns)| ObjectRef::new(&name).within(&ns))
-            },
+            watches::cluster_of::<EndpointSlice>,
         )
         // Member volumes: storage growth waits for their capacity.
         .watches_stream(
@@ -758,13 +746,7 @@ pub async fn run(
                 claim_writer,
                 watches::claim_relevance,
             ),
-            |claim: PersistentVolumeClaim| {
-                let cluster = claim.labels().get(dkv_api::labels::CLUSTER_KEY).cloned();
-                let namespace = claim.namespace();
-                cluster
-                    .zip(namespace)
-                    .map(|(name, ns)| ObjectRef::new(&name).within(&ns))
-            },
+            watches::cluster_of::<PersistentVolumeClaim>,
         )
         // The status's backup facts come from the records: a record that
         // finishes, or goes, re-derives its cluster's.

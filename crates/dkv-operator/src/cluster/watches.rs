@@ -220,6 +220,14 @@ pub fn claim_relevance(claim: &k8s_openapi::api::core::v1::PersistentVolumeClaim
     hash_of((requested, capacity, status.and_then(|s| s.phase.clone())))
 }
 
+/// The cluster an object that is not owned by it belongs to (member pods,
+/// their volume claims, the Services' EndpointSlices), by its cluster label.
+pub fn cluster_of<K: Resource>(obj: K) -> Option<ObjectRef<dkv_api::DistributedKV>> {
+    let cluster = obj.labels().get(dkv_api::labels::CLUSTER_KEY)?.clone();
+    let namespace = obj.namespace()?;
+    Some(ObjectRef::new(&cluster).within(&namespace))
+}
+
 /// Read handles on every cache the reconcile needs.
 #[derive(Clone)]
 pub struct Stores {
