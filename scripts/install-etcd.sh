@@ -3,6 +3,7 @@
 #   3.4.x  Debian bookworm's etcd-server/etcd-client (system packages, /usr/bin)
 #   3.5.x  Debian trixie's packages, fetched with a private apt configuration
 #          (the system stays on bookworm) and unpacked into .tools/etcd-3.5/
+#   3.5.30 Debian unstable's, the same way, into .tools/etcd-3.5.30/
 # Idempotent; prints where the binaries are.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,13 +17,15 @@ if ! command -v etcd >/dev/null 2>&1 || ! command -v etcdctl >/dev/null 2>&1; th
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq etcd-server etcd-client >/dev/null
 fi
 
-target="$TOOLS/etcd-3.5"
-if [ ! -x "$target/usr/bin/etcd" ]; then
-  echo "fetching etcd 3.5 (Debian trixie) into $target"
-  apt_dir="$TOOLS/apt-trixie"
+# fetch SUITE TARGET: etcd-server and etcd-client of Debian's SUITE, through a
+# private apt configuration (the system keeps its own suite), unpacked into
+# TARGET.
+fetch() {
+  local suite=$1 target=$2
+  local apt_dir="$TOOLS/apt-$suite"
   mkdir -p "$apt_dir/lists/partial" "$apt_dir/archives/partial" "$target"
-  echo "deb http://deb.debian.org/debian trixie main" > "$apt_dir/sources.list"
-  apt_opts=(
+  echo "deb http://deb.debian.org/debian $suite main" > "$apt_dir/sources.list"
+  local apt_opts=(
     -o "Dir::Etc::SourceList=$apt_dir/sources.list"
     -o "Dir::Etc::SourceParts=-"
     -o "Dir::State::Lists=$apt_dir/lists"
@@ -31,10 +34,28 @@ if [ ! -x "$target/usr/bin/etcd" ]; then
     -o "APT::Sandbox::User=root"
   )
   apt-get "${apt_opts[@]}" update -qq
+  rm -f "$apt_dir"/archives/etcd-*.deb
   (cd "$apt_dir/archives" && apt-get "${apt_opts[@]}" download etcd-server etcd-client >/dev/null)
   for deb in "$apt_dir"/archives/etcd-*.deb; do
     dpkg -x "$deb" "$target"
   done
+}
+
+target="$TOOLS/etcd-3.5"
+if [ ! -x "$target/usr/bin/etcd" ]; then
+  echo "fetching etcd 3.5 (Debian trixie) into $target"
+  fetch trixie "$target"
+fi
+# A later 3.5 patch release (Debian unstable), for patch-level upgrade tests
+# (registry.k8s.io/etcd:3.5.30-0 maps to it).
+latest="$TOOLS/etcd-3.5.30"
+if [ ! -x "$latest/usr/bin/etcd" ]; then
+  echo "fetching etcd 3.5.30 (Debian unstable) into $latest"
+  fetch unstable "$latest"
+  if ! "$latest/usr/bin/etcd" --version | grep -q 'etcd Version: 3.5.30$'; then
+    echo "Debian unstable no longer has etcd 3.5.30 ($("$latest/usr/bin/etcd" --version | head -1)); update scripts/install-etcd.sh and kube-local's image map" >&2
+  fi
 fi
 echo "etcd 3.4: $(command -v etcd) ($(etcd --version | head -1))"
 echo "etcd 3.5: $target/usr/bin/etcd ($("$target/usr/bin/etcd" --version | head -1))"
+echo "etcd 3.5.30: $latest/usr/bin/etcd ($("$latest/usr/bin/etcd" --version | head -1))"

@@ -650,3 +650,43 @@ async fn an_image_that_cannot_be_pulled_stops_the_rollout_and_says_which_pod() {
     support::etcd_cluster::assert_no_write_lost(&client, NS, &report).await;
     operator.stop().await;
 }
+
+/// A patch-level upgrade between two real etcd releases (3.5.16 from
+/// Debian trixie to 3.5.30 from Debian unstable) under a writer: every
+/// member restarts onto 3.5.30 one at a time and etcd itself reports
+/// 3.5.30 for each; at most one leader change; nothing acknowledged lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_patch_upgrade_3_5_16_to_3_5_30_keeps_the_cluster_serving() {
+    let Serving {
+        _env,
+        client,
+        operator,
+        dkvs,
+        writer,
+    } = serving_cluster(json!({})).await;
+    let monitor = LeaderMonitor::start(client.clone(), NS, "orders");
+    let target = "registry.k8s.io/etcd:3.5.30-0";
+    dkvs.patch(
+        "orders",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"image": target}})),
+    )
+    .await
+    .unwrap();
+    let took = wait_for(&dkvs, "orders", "every member on 3.5.30", |d| {
+        support::etcd_cluster::settled_at(d, 3)
+            && versions(d) == vec!["3.5.30"; 3]
+            && d.status.as_ref().and_then(|s| s.current_version.as_deref()) == Some("3.5.30")
+    })
+    .await;
+    assert_eq!(pod_images(&client).await, vec![target; 3]);
+    let (leaders, _) = monitor.stop().await;
+    eprintln!("3.5.16 -> 3.5.30 in {took:?}; leaders {leaders:x?}");
+    assert!(
+        leaders.len() <= 2,
+        "at most one leader change (the planned MoveLeader): {leaders:x?}"
+    );
+    let report = writer.stop().await;
+    support::etcd_cluster::assert_no_write_lost(&client, NS, &report).await;
+    operator.stop().await;
+}

@@ -99,16 +99,21 @@ pub fn default_dkv_binary() -> PathBuf {
 }
 
 impl ImageMap {
-    /// The shipped defaults: etcd images of 3.5 and 3.4 and the dkv image.
+    /// The shipped defaults: etcd images of 3.5.30, the rest of 3.5 and 3.4,
+    /// and the dkv image.
     pub fn defaults(dkv_binary: &Path) -> ImageMap {
         let mut map = ImageMap::default();
+        let etcd3530 = repo_root().join(".tools/etcd-3.5.30/usr/bin");
         let etcd35 = repo_root().join(".tools/etcd-3.5/usr/bin");
         let etcd34 = PathBuf::from("/usr/bin");
-        for (minor, dir) in [("3.5", &etcd35), ("3.4", &etcd34)] {
+        // The first match wins: the one patch release installed on its own
+        // comes before its minor line.
+        for (version, dir) in [("3.5.30-", &etcd3530), ("3.5.", &etcd35), ("3.4.", &etcd34)] {
+            let tag = version.trim_end_matches('-');
             for pattern in [
-                format!("registry.k8s.io/etcd:{minor}.*"),
-                format!("quay.io/coreos/etcd:v{minor}.*"),
-                format!("gcr.io/etcd-development/etcd:v{minor}.*"),
+                format!("registry.k8s.io/etcd:{version}*"),
+                format!("quay.io/coreos/etcd:v{tag}*"),
+                format!("gcr.io/etcd-development/etcd:v{tag}*"),
             ] {
                 map.entries.push(Entry {
                     pattern,
@@ -277,6 +282,28 @@ mod tests {
         assert!(glob_match("a*b*c", "axxbyyc"));
         assert!(!glob_match("a*b*c", "axxbyy"));
         assert!(glob_match("exact", "exact"));
+    }
+
+    #[test]
+    fn the_patch_release_installed_on_its_own_wins_over_its_minor_line() {
+        let map = ImageMap::defaults(Path::new("/bin/true"));
+        let dir = |image: &str| map.lookup(image).and_then(|t| t.bin_dir.clone());
+        assert!(
+            dir("registry.k8s.io/etcd:3.5.30-0")
+                .is_some_and(|d| d.ends_with(".tools/etcd-3.5.30/usr/bin"))
+        );
+        assert!(
+            dir("quay.io/coreos/etcd:v3.5.30")
+                .is_some_and(|d| d.ends_with(".tools/etcd-3.5.30/usr/bin"))
+        );
+        assert!(
+            dir("registry.k8s.io/etcd:3.5.16-0")
+                .is_some_and(|d| d.ends_with(".tools/etcd-3.5/usr/bin"))
+        );
+        assert_eq!(
+            dir("registry.k8s.io/etcd:3.4.23-0"),
+            Some(PathBuf::from("/usr/bin"))
+        );
     }
 
     #[test]
