@@ -58,11 +58,29 @@ pub const MIN_SUPPORTED: EtcdVersion = EtcdVersion::new(3, 4, 0);
 /// Newest minor line dkv knows how to run.
 pub const MAX_SUPPORTED_MINOR: (u32, u32) = (3, 6);
 
+/// The oldest 3.5 release a cluster may upgrade to 3.6 from. etcd's 3.5 → 3.6
+/// upgrade guide ("Update 3.5") asks for every member on 3.5.26 or later:
+/// 3.5.24 through 3.5.26 fix upgrade blockers (earlier editions of the guide
+/// asked for 3.5.20, against the "too many learner members" failure). The
+/// guide has raised this over time: keep it in step.
+pub const MIN_3_5_FOR_3_6: EtcdVersion = EtcdVersion::new(3, 5, 26);
+
 /// Why a version change is not allowed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum VersionChangeError {
-    Downgrade { from: EtcdVersion, to: EtcdVersion },
-    SkipsMinor { from: EtcdVersion, to: EtcdVersion },
+    Downgrade {
+        from: EtcdVersion,
+        to: EtcdVersion,
+    },
+    SkipsMinor {
+        from: EtcdVersion,
+        to: EtcdVersion,
+    },
+    /// 3.5 → 3.6 from a 3.5 patch release older than [`MIN_3_5_FOR_3_6`].
+    PatchTooOldFor36 {
+        from: EtcdVersion,
+        to: EtcdVersion,
+    },
 }
 
 impl fmt::Display for VersionChangeError {
@@ -78,18 +96,25 @@ impl fmt::Display for VersionChangeError {
                 from.major,
                 from.minor + 1
             ),
+            Self::PatchTooOldFor36 { from, to } => write!(
+                f,
+                "etcd {to} can only be reached from {MIN_3_5_FOR_3_6} or a later 3.5 release (etcd's 3.5 to 3.6 upgrade guide; older 3.5 releases can fail the upgrade); upgrade from {from} to the newest 3.5 first"
+            ),
         }
     }
 }
 
 /// Checks etcd's rule for a change of the running version: never down, at most
-/// one minor line up.
+/// one minor line up, and into 3.6 only from a recent enough 3.5.
 pub fn check_version_change(from: EtcdVersion, to: EtcdVersion) -> Result<(), VersionChangeError> {
     if to < from {
         return Err(VersionChangeError::Downgrade { from, to });
     }
     if to.major != from.major || to.minor > from.minor + 1 {
         return Err(VersionChangeError::SkipsMinor { from, to });
+    }
+    if from.minor_line() == (3, 5) && to.minor_line() == (3, 6) && from < MIN_3_5_FOR_3_6 {
+        return Err(VersionChangeError::PatchTooOldFor36 { from, to });
     }
     Ok(())
 }
@@ -134,5 +159,26 @@ mod tests {
             check_version_change(v(3, 5, 16), v(3, 5, 1)),
             Err(VersionChangeError::Downgrade { .. })
         ));
+    }
+
+    #[test]
+    fn into_3_6_only_from_a_recent_3_5() {
+        let v = EtcdVersion::new;
+        assert_eq!(
+            check_version_change(v(3, 5, 16), v(3, 6, 5)),
+            Err(VersionChangeError::PatchTooOldFor36 {
+                from: v(3, 5, 16),
+                to: v(3, 6, 5)
+            })
+        );
+        assert!(check_version_change(v(3, 5, 25), v(3, 6, 0)).is_err());
+        assert!(check_version_change(v(3, 5, 26), v(3, 6, 0)).is_ok());
+        assert!(check_version_change(v(3, 5, 30), v(3, 6, 5)).is_ok());
+        // A patch upgrade within 3.5 first is how to get there.
+        assert!(check_version_change(v(3, 5, 16), v(3, 5, 30)).is_ok());
+        let message = check_version_change(v(3, 5, 16), v(3, 6, 5))
+            .unwrap_err()
+            .to_string();
+        assert!(message.contains("3.5.26"), "{message}");
     }
 }

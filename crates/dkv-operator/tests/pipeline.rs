@@ -575,6 +575,19 @@ fn a_version_change_may_not_skip_a_minor_or_go_down() {
 
     dkv.spec.image = "registry.k8s.io/etcd:3.5.16-0".into();
     assert!(validate::validate(&dkv, &deployed(EtcdVersion::new(3, 4, 23)), &defaults()).is_ok());
+
+    // Into 3.6 only from 3.5.26 or later (etcd's 3.5 -> 3.6 upgrade guide).
+    dkv.spec.image = "registry.k8s.io/etcd:3.6.5-0".into();
+    let err =
+        validate::validate(&dkv, &deployed(EtcdVersion::new(3, 5, 16)), &defaults()).unwrap_err();
+    assert_eq!(err.0[0].field, "spec.image");
+    assert!(
+        err.0[0]
+            .message
+            .contains("can only be reached from 3.5.26 or a later 3.5 release"),
+        "{err}"
+    );
+    assert!(validate::validate(&dkv, &deployed(EtcdVersion::new(3, 5, 30)), &defaults()).is_ok());
 }
 
 #[test]

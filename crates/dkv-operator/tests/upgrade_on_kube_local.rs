@@ -21,6 +21,7 @@ use support::etcd_cluster::{LeaderMonitor, Writer, lost_writes, wait_for};
 const NS: &str = "upgrade";
 const V34: &str = "registry.k8s.io/etcd:3.4.23-0";
 const V35: &str = "registry.k8s.io/etcd:3.5.16-0";
+const V3530: &str = "registry.k8s.io/etcd:3.5.30-0";
 
 fn versions(d: &DistributedKV) -> Vec<String> {
     d.status
@@ -138,11 +139,16 @@ struct Serving {
 }
 
 async fn serving_cluster(extra_spec: serde_json::Value) -> Serving {
+    serving_cluster_on(V35, extra_spec).await
+}
+
+/// The same on `image`.
+async fn serving_cluster_on(image: &str, extra_spec: serde_json::Value) -> Serving {
     let env = support::environment(true).await;
     let client = env.client();
     support::create_namespace(&client, NS).await;
     let operator = support::RunningOperator::start(client.clone(), false);
-    let dkvs = support::create_cluster(&client, NS, "orders", 3, V35, extra_spec).await;
+    let dkvs = support::create_cluster(&client, NS, "orders", 3, image, extra_spec).await;
     support::etcd_cluster::wait_settled(&dkvs, "orders", 3).await;
     let writer = Writer::start(client.clone(), NS, "orders");
     Serving {
@@ -570,9 +576,9 @@ async fn growing_storage_expands_every_member_volume_without_a_restart() {
     operator.stop().await;
 }
 
-/// An upgrade to an image that cannot be pulled (no etcd 3.6 binary exists
-/// on this machine, so kube-local's kubelet backs off as from a failed pull)
-/// stops at the first member: the cluster is `Degraded/ImagePullFailed`
+/// An upgrade (3.5.30 → 3.6.5, a step etcd allows) to an image that cannot be
+/// pulled (no etcd 3.6 binary exists on this machine, so kube-local's kubelet
+/// backs off as from a failed pull) stops at the first member: the cluster is `Degraded/ImagePullFailed`
 /// naming that pod and quoting its status, the two other members keep
 /// serving on 3.5 untouched, and the cluster stays Available.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -583,7 +589,7 @@ async fn an_image_that_cannot_be_pulled_stops_the_rollout_and_says_which_pod() {
         operator,
         dkvs,
         writer,
-    } = serving_cluster(json!({})).await;
+    } = serving_cluster_on(V3530, json!({})).await;
     dkvs.patch(
         "orders",
         &PatchParams::default(),
@@ -618,7 +624,7 @@ async fn an_image_that_cannot_be_pulled_stops_the_rollout_and_says_which_pod() {
             .iter()
             .find(|c| c.name == "etcd")
             .and_then(|c| c.image.clone());
-        if image.as_deref() == Some(V35) {
+        if image.as_deref() == Some(V3530) {
             assert!(pod_ready(&pod), "{member} untouched and still Ready");
         } else {
             tried.push(member);
@@ -665,7 +671,7 @@ async fn a_patch_upgrade_3_5_16_to_3_5_30_keeps_the_cluster_serving() {
         writer,
     } = serving_cluster(json!({})).await;
     let monitor = LeaderMonitor::start(client.clone(), NS, "orders");
-    let target = "registry.k8s.io/etcd:3.5.30-0";
+    let target = V3530;
     dkvs.patch(
         "orders",
         &PatchParams::default(),

@@ -286,6 +286,17 @@ async fn valid_objects_are_defaulted() {
         .patch(
             "orders",
             &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"image": "registry.k8s.io/etcd:3.5.30-0"}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(upgraded.spec.version.as_deref(), Some("3.5.30"));
+    // 3.6 only from a recent 3.5 (etcd's upgrade guide): from 3.5.30, yes.
+    let upgraded = h
+        .clusters()
+        .patch(
+            "orders",
+            &PatchParams::default(),
             &Patch::Merge(json!({"spec": {"image": "registry.k8s.io/etcd:3.6.1-0"}})),
         )
         .await
