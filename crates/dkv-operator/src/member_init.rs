@@ -475,6 +475,32 @@ mod tests {
     }
 
     #[test]
+    fn the_configuration_uses_no_flag_etcd_3_6_removed_or_deprecated() {
+        // etcd 3.6 removed the v2 store and v2v3 flags and deprecated the
+        // experimental- ones: members must start on 3.6 with the same file.
+        let mut tls = args("orders-1");
+        tls.peer_tls = true;
+        tls.client_tls = true;
+        for member in [args("orders-0"), tls] {
+            let start = decide(&member, false, None).unwrap_or_else(|e| panic!("{e}"));
+            let config = render_config(&member, &start).unwrap_or_else(|e| panic!("{e}"));
+            let keys: Vec<&String> = config
+                .as_object()
+                .map(|o| o.keys().collect())
+                .unwrap_or_default();
+            assert!(!keys.is_empty());
+            for key in keys {
+                assert!(
+                    !key.starts_with("experimental-")
+                        && !key.starts_with("enable-v2")
+                        && !key.starts_with("proxy"),
+                    "{key}"
+                );
+            }
+        }
+    }
+
+    #[test]
     fn tls_transports_get_https_urls_and_require_certificates() {
         let mut tls = args("orders-1");
         tls.peer_tls = true;
