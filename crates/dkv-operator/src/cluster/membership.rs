@@ -527,7 +527,12 @@ fn continue_operation(obs: &Observation, pinned: Pinned) -> Step {
                     Step::Wait(WaitReason::LearnerCatchingUp { ordinal })
                 }
             }
-            Some(m) if m.healthy => Step::Finish(pinned),
+            // Promoted: done once it serves clients too (a learner's pod
+            // turns Ready only after its promotion).
+            Some(m) if m.healthy && obs.pod(ordinal).is_some_and(|p| p.ready) => {
+                Step::Finish(pinned)
+            }
+            Some(m) if m.healthy => Step::Wait(WaitReason::PodNotReady { ordinal }),
             Some(_) => Step::Wait(WaitReason::MemberUnhealthy { ordinal }),
         },
         OperationKind::RemoveMember => match member {
@@ -899,6 +904,12 @@ mod tests {
         );
 
         obs.members.as_mut().unwrap().last_mut().unwrap().learner = false;
+        assert_eq!(
+            next_step(&obs),
+            Step::Wait(WaitReason::PodNotReady { ordinal: 3 }),
+            "promoted, but its pod does not serve yet"
+        );
+        obs.pods.push(pod(3));
         assert_eq!(next_step(&obs), Step::Finish(pinned));
     }
 
@@ -1153,6 +1164,24 @@ mod tests {
         obs.update_revision = Some("rev-2".to_owned());
         obs.pods[0].revision = Some("rev-2".to_owned());
         assert_eq!(next_step(&obs), Step::Converged);
+    }
+
+    #[test]
+    fn a_new_member_is_done_once_its_pod_serves_not_merely_once_promoted() {
+        let mut obs = cluster(4, 4);
+        let pinned = Pinned {
+            kind: OperationKind::PromoteLearner,
+            ordinal: 3,
+        };
+        obs.pinned = Some(pinned);
+        // Promoted and healthy in etcd, but its pod is not Ready yet.
+        obs.pods[3].ready = false;
+        assert_eq!(
+            next_step(&obs),
+            Step::Wait(WaitReason::PodNotReady { ordinal: 3 })
+        );
+        obs.pods[3].ready = true;
+        assert_eq!(next_step(&obs), Step::Finish(pinned));
     }
 
     #[test]

@@ -307,7 +307,7 @@ pub fn compute(dkv: &DistributedKV, obs: &Observation<'_>, now: &Time) -> Distri
                 ),
             },
         }
-    } else if formed && ready < members {
+    } else if formed && ready + i32::from(expected_down(obs, now)) < members {
         Want {
             type_: types::DEGRADED,
             status: true,
@@ -416,6 +416,47 @@ pub fn compute(dkv: &DistributedKV, obs: &Observation<'_>, now: &Time) -> Distri
         conditions,
         ..with_backups(old, obs.backups)
     }
+}
+
+/// How long the target of a step that takes a member down (a restart, a new
+/// member starting) may be not ready before that is a fault.
+const STEP_GRACE: jiff::SignedDuration = jiff::SignedDuration::from_secs(120);
+
+/// Whether the one voter that is not ready is the target of the operation in
+/// flight, within [`STEP_GRACE`] of its start: the step the user asked for,
+/// not a fault. A target that does not come back in time is `Degraded`.
+fn expected_down(obs: &Observation<'_>, now: &Time) -> bool {
+    let Some(op) = &obs.operation else {
+        return false;
+    };
+    let takes_a_member_down = matches!(
+        op.kind,
+        OperationKind::AddLearner
+            | OperationKind::PromoteLearner
+            | OperationKind::UpgradeMember
+            | OperationKind::RenewCertificate
+            | OperationKind::RestartMember
+            | OperationKind::ReplaceMember
+    );
+    let within_grace = now.0.duration_since(op.started_at.0) < STEP_GRACE;
+    let Some(target) = naming::ordinal_of(&obs.cluster.name, &op.target) else {
+        return false;
+    };
+    // Only a voter counts towards READY: a learner target is not one.
+    let Some(voter) = obs
+        .members
+        .into_iter()
+        .flatten()
+        .find(|m| m.ordinal == target && !m.learner)
+    else {
+        return false;
+    };
+    let target_ready = voter.healthy
+        && obs
+            .pods
+            .iter()
+            .any(|p| p.view.ordinal == target && p.view.ready);
+    takes_a_member_down && within_grace && !target_ready
 }
 
 /// The first member pod fault someone must act on (an image that cannot be

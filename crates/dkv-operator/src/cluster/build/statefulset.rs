@@ -404,7 +404,9 @@ fn etcd_container(cluster: &ValidatedCluster) -> Container {
         resources: cluster.resources.clone(),
         // Ready only when this member sees a leader and can serve a
         // linearizable read: only such members get client traffic.
-        readiness_probe: Some(http_probe("/health", 5, 3, 3)),
+        // Every 2 s: a restarted or promoted member gets client traffic
+        // (and the rollout moves on) soon after it serves.
+        readiness_probe: Some(http_probe("/health", 2, 3, 3)),
         liveness_probe: Some(liveness_probe(cluster.version, 10, 6)),
         // A member catching up from a large snapshot may take minutes before
         // it answers at all (300 s here); liveness waits for this to pass
