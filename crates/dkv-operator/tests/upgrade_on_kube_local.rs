@@ -138,6 +138,16 @@ struct Serving {
     writer: Writer,
 }
 
+impl Serving {
+    /// Stops the writer, checks that no acknowledged write was lost, and
+    /// stops the operator.
+    async fn finish(self) {
+        let report = self.writer.stop().await;
+        support::etcd_cluster::assert_no_write_lost(&self.client, NS, &report).await;
+        self.operator.stop().await;
+    }
+}
+
 async fn serving_cluster(extra_spec: serde_json::Value) -> Serving {
     serving_cluster_on(V35, extra_spec).await
 }
@@ -285,13 +295,8 @@ fn converged_at(d: &DistributedKV, generation: i64) -> bool {
 /// no acknowledged write is lost.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_spec_edit_and_a_restart_request_roll_through_the_members_one_at_a_time() {
-    let Serving {
-        _env,
-        client,
-        operator,
-        dkvs,
-        writer,
-    } = serving_cluster(json!({"pod": {"labels": {"team": "payments"}}})).await;
+    let serving = serving_cluster(json!({"pod": {"labels": {"team": "payments"}}})).await;
+    let (client, dkvs) = (serving.client.clone(), serving.dkvs.clone());
     let monitor = LeaderMonitor::start(client.clone(), NS, "orders");
     tokio::time::sleep(Duration::from_secs(1)).await;
 
@@ -408,9 +413,7 @@ async fn a_spec_edit_and_a_restart_request_roll_through_the_members_one_at_a_tim
         "at most one leader change per rollout: {leaders:x?}"
     );
 
-    let report = writer.stop().await;
-    support::etcd_cluster::assert_no_write_lost(&client, NS, &report).await;
-    operator.stop().await;
+    serving.finish().await;
 }
 
 /// Growing `spec.storage.size` grows every member's volume in place (no
@@ -583,13 +586,8 @@ async fn growing_storage_expands_every_member_volume_without_a_restart() {
 /// serving on 3.5 untouched, and the cluster stays Available.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_image_that_cannot_be_pulled_stops_the_rollout_and_says_which_pod() {
-    let Serving {
-        _env,
-        client,
-        operator,
-        dkvs,
-        writer,
-    } = serving_cluster_on(V3530, json!({})).await;
+    let serving = serving_cluster_on(V3530, json!({})).await;
+    let (client, dkvs) = (serving.client.clone(), serving.dkvs.clone());
     dkvs.patch(
         "orders",
         &PatchParams::default(),
@@ -652,9 +650,7 @@ async fn an_image_that_cannot_be_pulled_stops_the_rollout_and_says_which_pod() {
         "image pull failure reported after {failed:?}: {}",
         degraded.message
     );
-    let report = writer.stop().await;
-    support::etcd_cluster::assert_no_write_lost(&client, NS, &report).await;
-    operator.stop().await;
+    serving.finish().await;
 }
 
 /// A patch-level upgrade between two real etcd releases (3.5.16 from
@@ -663,13 +659,8 @@ async fn an_image_that_cannot_be_pulled_stops_the_rollout_and_says_which_pod() {
 /// 3.5.30 for each; at most one leader change; nothing acknowledged lost.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_patch_upgrade_3_5_16_to_3_5_30_keeps_the_cluster_serving() {
-    let Serving {
-        _env,
-        client,
-        operator,
-        dkvs,
-        writer,
-    } = serving_cluster(json!({})).await;
+    let serving = serving_cluster(json!({})).await;
+    let (client, dkvs) = (serving.client.clone(), serving.dkvs.clone());
     let monitor = LeaderMonitor::start(client.clone(), NS, "orders");
     let target = V3530;
     dkvs.patch(
@@ -692,7 +683,5 @@ async fn a_patch_upgrade_3_5_16_to_3_5_30_keeps_the_cluster_serving() {
         leaders.len() <= 2,
         "at most one leader change (the planned MoveLeader): {leaders:x?}"
     );
-    let report = writer.stop().await;
-    support::etcd_cluster::assert_no_write_lost(&client, NS, &report).await;
-    operator.stop().await;
+    serving.finish().await;
 }
