@@ -351,8 +351,15 @@ async fn reconcile_cluster(dkv: &DistributedKV, ctx: &Context) -> Result<Action>
     // do); no member restarts for it.
     let volumes = volumes::grow(&ctx.client, &cluster, &observed.claims).await?;
     let status = status_for(&plan, Some(&applied.statefulset), operation, &volumes);
+    // A fault is watched only in part (a hung member's pod turns unready,
+    // but what etcd says of it is not watched): keep looking while status
+    // says Degraded, so it follows the member's state both ways.
+    let degraded = status
+        .conditions
+        .iter()
+        .any(|c| c.type_ == dkv_api::conditions::types::DEGRADED && c.status == "True");
     status::write(dkv, status, ctx).await?;
-    if in_flight && admin.is_some() {
+    if (in_flight || degraded) && admin.is_some() {
         // etcd's progress (a learner catching up, a member rejoining) is not
         // watched: look again soon while something is under way.
         return Ok(Action::requeue(OPERATION_POLL));
