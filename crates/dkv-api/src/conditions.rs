@@ -71,5 +71,8 @@ pub mod reasons {
     pub const VOLUME_EXPANSION_FAILED: &str = "VolumeExpansionFailed";
     /// A member pod cannot be scheduled onto any node.
     pub const MEMBER_UNSCHEDULABLE: &str = "MemberUnschedulable";
+    /// A member's volume claim has had no volume for a while (its
+    /// StorageClass's provisioner does not create one).
+    pub const VOLUME_PENDING: &str = "VolumePending";
     pub const UNSUPPORTED_CHANGE: &str = "UnsupportedChange";
 }

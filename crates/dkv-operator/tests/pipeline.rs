@@ -937,3 +937,182 @@ fn every_pod_runs_hardened_and_tls_certificates_are_mounted_read_only() {
         Some("orders-tls-client")
     );
 }
+
+mod status_of_a_pass {
+    //! The one status writer's computation: the status a pass leaves,
+    //! whichever step it stopped at.
+
+    use super::{DistributedKV, fixture, prepare};
+    use dkv_api::conditions::{reasons, types};
+    use dkv_api::distributedkv::v1beta1::{DistributedKVStatus, Phase};
+    use dkv_operator::cluster::backup_catalogue::BackupSummary;
+    use dkv_operator::cluster::outcome::Fault;
+    use dkv_operator::cluster::status::{Seen, derive};
+    use dkv_operator::cluster::volumes::{PendingClaim, Volumes};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+    use pretty_assertions::assert_eq;
+
+    fn now() -> Time {
+        Time("2026-11-25T10:00:00Z".parse().unwrap())
+    }
+
+    /// What a pass over a new cluster saw, up to its plan.
+    fn planned(dkv: &DistributedKV, volumes: Volumes) -> Seen {
+        let (cluster, plan, _) = prepare(dkv);
+        Seen {
+            cluster: Some(cluster),
+            plan: Some(plan),
+            volumes: Some(volumes),
+            ..Seen::default()
+        }
+    }
+
+    fn condition<'a>(status: &'a DistributedKVStatus, type_: &str) -> &'a Condition {
+        status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == type_)
+            .unwrap_or_else(|| panic!("no {type_} condition in {:?}", status.conditions))
+    }
+
+    fn pending_since(seconds_ago: i64) -> Volumes {
+        Volumes {
+            total: 3,
+            below: 3,
+            size: Some("1Gi".into()),
+            pending: vec![PendingClaim {
+                name: "data-orders-0".into(),
+                class: Some("standard".into()),
+                since: Some(now().0 - jiff::SignedDuration::from_secs(seconds_ago)),
+            }],
+            ..Volumes::default()
+        }
+    }
+
+    #[test]
+    fn a_claim_left_without_a_volume_for_a_minute_degrades_the_cluster_naming_it() {
+        let dkv = fixture("minimal");
+        let backups = BackupSummary::default();
+        let waiting = derive(
+            &dkv,
+            &planned(&dkv, pending_since(10)),
+            None,
+            &backups,
+            &now(),
+        )
+        .unwrap();
+        assert_eq!(condition(&waiting, types::DEGRADED).status, "False");
+
+        let stuck = derive(
+            &dkv,
+            &planned(&dkv, pending_since(90)),
+            None,
+            &backups,
+            &now(),
+        )
+        .unwrap();
+        let degraded = condition(&stuck, types::DEGRADED);
+        assert_eq!(
+            (degraded.status.as_str(), degraded.reason.as_str()),
+            ("True", reasons::VOLUME_PENDING)
+        );
+        assert!(
+            degraded
+                .message
+                .contains("data-orders-0 (StorageClass standard"),
+            "{}",
+            degraded.message
+        );
+        assert_eq!(stuck.phase, Some(Phase::Degraded));
+    }
+
+    #[test]
+    fn an_error_after_the_plan_shows_on_top_of_what_the_pass_observed() {
+        let dkv = fixture("minimal");
+        let fault = Fault::Degraded {
+            reason: reasons::RECONCILE_ERROR,
+            message: "failed to apply StatefulSet orders: 422".into(),
+        };
+        let status = derive(
+            &dkv,
+            &planned(&dkv, Volumes::default()),
+            Some(&fault),
+            &BackupSummary::default(),
+            &now(),
+        )
+        .unwrap();
+        let degraded = condition(&status, types::DEGRADED);
+        assert_eq!(degraded.reason, reasons::RECONCILE_ERROR);
+        assert_eq!(degraded.message, "failed to apply StatefulSet orders: 422");
+        // What was observed stands beside it: nothing runs yet.
+        assert_eq!(
+            condition(&status, types::AVAILABLE).reason,
+            reasons::CREATING
+        );
+        assert_eq!(
+            condition(&status, types::PROGRESSING).reason,
+            reasons::CREATING_CLUSTER
+        );
+        assert_eq!(status.phase, Some(Phase::Degraded));
+    }
+
+    #[test]
+    fn an_error_before_the_plan_keeps_what_is_known_and_fills_the_status_column() {
+        let dkv = fixture("minimal");
+        let fault = Fault::Degraded {
+            reason: reasons::INVALID_SPEC,
+            message: "invalid spec: spec.size must be odd".into(),
+        };
+        let status = derive(
+            &dkv,
+            &Seen::default(),
+            Some(&fault),
+            &BackupSummary::default(),
+            &now(),
+        )
+        .unwrap();
+        assert_eq!(
+            condition(&status, types::DEGRADED).reason,
+            reasons::INVALID_SPEC
+        );
+        let available = condition(&status, types::AVAILABLE);
+        assert_eq!(
+            (available.status.as_str(), available.reason.as_str()),
+            ("False", reasons::INVALID_SPEC)
+        );
+        assert_eq!(status.observed_generation, Some(1));
+
+        let waiting = Fault::Waiting {
+            reason: reasons::WAITING_FOR_CERTIFICATES,
+            message: "waiting for cert-manager".into(),
+        };
+        let status = derive(
+            &dkv,
+            &Seen::default(),
+            Some(&waiting),
+            &BackupSummary::default(),
+            &now(),
+        )
+        .unwrap();
+        let progressing = condition(&status, types::PROGRESSING);
+        assert_eq!(
+            (progressing.status.as_str(), progressing.reason.as_str()),
+            ("True", reasons::WAITING_FOR_CERTIFICATES)
+        );
+    }
+
+    #[test]
+    fn a_pass_that_saw_nothing_and_has_nothing_to_show_writes_nothing() {
+        let dkv = fixture("minimal");
+        assert_eq!(
+            derive(
+                &dkv,
+                &Seen::default(),
+                None,
+                &BackupSummary::default(),
+                &now()
+            ),
+            None
+        );
+    }
+}

@@ -1,9 +1,11 @@
 //! The `DistributedKV` controller.
 //!
-//! One reconcile is a pipeline (see `design/ARCHITECTURE.md`):
-//! [`dereference`] → [`validate`] → [`plan`] → [`build`] → [`apply`] →
-//! [`status`]. Only dereference, apply and status touch the outside world;
-//! validate, plan and build are pure and tested from YAML fixtures.
+//! One reconcile is a pipeline: [`dereference`] (observe the caches) →
+//! [`validate`] → [`credentials`] → [`plan`] → [`build`] → [`apply`] and
+//! [`execute`] one step → [`status`]. Validate, plan and build are pure and
+//! tested from YAML fixtures. However a pass ends, [`status`] alone writes
+//! the status, from what the pass observed, and [`outcome`] alone decides
+//! what an error shows and when to look again.
 //! Deletion runs [`cleanup`] behind the `dkv.io/finalizer` finalizer.
 
 pub mod apply;
@@ -14,6 +16,7 @@ pub mod ca_rotation;
 pub mod cert_manager;
 pub mod cleanup;
 pub mod context;
+pub mod credentials;
 pub mod dereference;
 pub mod diff;
 pub mod error;
@@ -23,6 +26,7 @@ pub mod membership;
 pub mod membership_record;
 pub mod naming;
 pub mod observe_members;
+pub mod outcome;
 pub mod plan;
 pub mod restore;
 pub mod status;
@@ -56,14 +60,18 @@ use kube::{Client, Resource, ResourceExt};
 use tracing::{Instrument, field, info, info_span, warn};
 
 use self::context::Context;
-use self::error::{Category, Error, Result, WAITING_DELAY, backoff_delay};
+use self::error::{Error, Result};
+use self::outcome::Outcome;
+pub use self::outcome::retry_delay;
 use self::watches::{Stores, child_stream, spec_relevance, statefulset_relevance};
 
 /// Finalizer that guards deletion (final backup, volume reclaim).
 pub const FINALIZER: &str = "dkv.io/finalizer";
 
-/// Runs one reconcile of `dkv`: the finalizer helper routes to apply or
-/// cleanup; errors are reported (status, Event, metrics) before returning.
+/// Runs one reconcile of `dkv`: the finalizer helper routes to the step
+/// pipeline or to cleanup; then, however the pass ended, the one status
+/// writer derives status from what it observed, and [`outcome`] decides
+/// what follows.
 pub async fn reconcile(dkv: Arc<DistributedKV>, ctx: Arc<Context>) -> Result<Action> {
     let obj_ref = ObjectRef::from_obj(dkv.as_ref());
     let span = info_span!("reconcile", cluster = %obj_ref, generation = field::Empty);
@@ -74,14 +82,50 @@ pub async fn reconcile(dkv: Arc<DistributedKV>, ctx: Arc<Context>) -> Result<Act
         let started = Instant::now();
         let namespace = dkv.namespace().ok_or(Error::MissingNamespace)?;
         let api: Api<DistributedKV> = Api::namespaced(ctx.client.clone(), &namespace);
-        let result = finalizer(&api, FINALIZER, dkv.clone(), |event| async {
+        let mut seen = status::Seen::default();
+        let mut pipeline_outcome = None;
+        let (seen_by_pass, outcome_of_pass, pass_ctx) =
+            (&mut seen, &mut pipeline_outcome, ctx.as_ref());
+        let result = finalizer(&api, FINALIZER, dkv.clone(), |event| async move {
             match event {
-                FinalizerEvent::Apply(dkv) => reconcile_cluster(&dkv, &ctx).await,
-                FinalizerEvent::Cleanup(dkv) => cleanup::cleanup(&dkv, &ctx).await,
+                FinalizerEvent::Apply(dkv) => {
+                    let outcome = reconcile_cluster(&dkv, pass_ctx, seen_by_pass).await?;
+                    *outcome_of_pass = Some(outcome);
+                    // Replaced below, once status says whether it is Degraded.
+                    Ok(Action::await_change())
+                }
+                FinalizerEvent::Cleanup(dkv) => cleanup::cleanup(&dkv, pass_ctx).await,
             }
         })
         .await
-        .map_err(unwrap_finalizer_error);
+        .map_err(unwrap_finalizer_error)
+        .map(|action| pipeline_outcome.unwrap_or(Outcome::Finalizer(action)));
+
+        let now = jiff::Timestamp::now();
+        let fault = result
+            .as_ref()
+            .err()
+            .and_then(|err| outcome::fault_of(&dkv, err));
+        let backups = backup_catalogue::observe(&dkv, &ctx.stores);
+        let status = status::derive(&dkv, &seen, fault.as_ref(), &backups, &Time(now));
+        let degraded = status.as_ref().is_some_and(|s| {
+            s.conditions
+                .iter()
+                .any(|c| c.type_ == dkv_api::conditions::types::DEGRADED && c.status == "True")
+        });
+        let written = match status {
+            Some(status) => status::write(&dkv, status, &ctx).await.map(drop),
+            None => Ok(()),
+        };
+        let result = match (result, written) {
+            (Ok(outcome), Ok(())) => Ok(outcome::next_action(&outcome, degraded, now)),
+            (Ok(_), Err(err)) => Err(err),
+            (Err(err), Ok(())) => Err(err),
+            (Err(err), Err(status_err)) => {
+                warn!(error = %status_err, "failed to report the error in status");
+                Err(err)
+            }
+        };
 
         match &result {
             Ok(_) => {
@@ -93,7 +137,7 @@ pub async fn reconcile(dkv: Arc<DistributedKV>, ctx: Arc<Context>) -> Result<Act
                 ctx.metrics
                     .observe_reconcile(category.as_str(), started.elapsed());
                 ctx.metrics.count_error(category.as_str(), err.step());
-                report_error(&dkv, err, &ctx).await;
+                outcome::report(&dkv, err, &ctx).await;
             }
         }
         result
@@ -112,80 +156,55 @@ fn unwrap_finalizer_error(err: kube::runtime::finalizer::Error<Error>) -> Error 
     }
 }
 
-/// The apply branch: the step pipeline.
-async fn reconcile_cluster(dkv: &DistributedKV, ctx: &Context) -> Result<Action> {
+/// The step pipeline of a cluster that is not being deleted: observe →
+/// validate → credentials → plan → build → apply and execute one step.
+/// Everything it observes and decides goes into `seen`, from which status
+/// is derived however the pass ends.
+async fn reconcile_cluster(
+    dkv: &DistributedKV,
+    ctx: &Context,
+    seen: &mut status::Seen,
+) -> Result<Outcome> {
     let namespace = dkv.namespace().ok_or(Error::MissingNamespace)?;
     ctx.stores
         .ready()
         .map_err(|what| Error::CacheNotReady { what })?;
 
+    // 1. Observe: the caches, then the member pods.
     let observed = dereference::observe(dkv, &namespace, &ctx.stores);
-    let cluster = validate::validate(dkv, &observed.facts, &ctx.defaults)?;
-
-    // Membership: the member pods, and etcd's view through them.
+    seen.statefulset = observed.statefulset.clone();
+    seen.client_endpoints = observed.client_endpoints.clone();
+    seen.operation = dkv.status.as_ref().and_then(|s| s.operation.clone());
     let epoch = recovery_epoch(dkv);
+
+    // 2. Validate.
+    let cluster = validate::validate(dkv, &observed.facts, &ctx.defaults)?;
     let pods = observe_members::member_pods(
         &cluster.name,
         &observed.pods,
         epoch.as_deref(),
         cluster.tls.client_scheme(),
     );
+    seen.pods = pods.clone();
+    seen.volumes = Some(volumes::observe(&cluster, &observed.claims));
+    let cluster = &*seen.cluster.insert(cluster);
 
-    // TLS: the cluster's CA and certificates exist before any pod needs
-    // them; the operator's own client identity comes from them.
-    let tls_state = if cluster.tls.any() {
-        let may_create_ca = observed.statefulset.is_none() && !cluster.paused;
-        let seen = tls::Observed {
-            rotation_requested: dkv
-                .annotations()
-                .get(ca_rotation::ROTATE_ANNOTATION)
-                .map(String::as_str),
-            pod_serials: pods.iter().map(|p| p.view.tls_serial.clone()).collect(),
-            idle: dkv.status.as_ref().is_none_or(|s| s.operation.is_none()),
-        };
-        Some(
-            tls::ensure(
-                &ctx.client,
-                &cluster,
-                ctx.certificate_lifetime,
-                may_create_ca,
-                &seen,
-            )
-            .await?,
-        )
-    } else {
-        None
-    };
-    let client_identity = tls_state
-        .as_ref()
-        .filter(|_| cluster.tls.client)
-        .and_then(|t| t.client.as_ref());
-    if !cluster.auth
-        && observed.statefulset.is_none()
-        && let Some(copy) = auth::restored_credentials(&ctx.client, &cluster).await?
-    {
-        return Err(Error::RestoreSource {
-            message: format!(
-                "the backup was taken with etcd authentication on, and its data keeps it on: set spec.auth.enabled: true (the restored cluster then answers to the root credentials kept in Secret {})",
-                copy.name_any()
-            ),
-            waiting: false,
-        });
-    }
-    let auth_state = if cluster.auth {
-        Some(auth::ensure(&ctx.client, &cluster).await?)
-    } else {
-        None
-    };
-    let user = auth_state.as_ref().filter(|a| a.enabled).map(|a| &a.root);
-
+    // 3. Credentials, then etcd's view through them.
+    let deployed = observed.statefulset.is_some();
+    let credentials = credentials::ensure(dkv, cluster, &pods, deployed, ctx).await?;
     let endpoints: Vec<String> = pods.iter().filter_map(|p| p.endpoint.clone()).collect();
-    let admin = (!endpoints.is_empty() && observed.statefulset.is_some())
-        .then(|| ctx.etcd.connect(&endpoints, client_identity, user));
+    let admin = (!endpoints.is_empty() && deployed).then(|| {
+        ctx.etcd.connect(
+            &endpoints,
+            credentials.client_identity(),
+            credentials.user(),
+        )
+    });
     let members = match &admin {
         Some(admin) => observe_members::observe_members(&cluster.name, admin.as_ref(), &pods).await,
         None => None,
     };
+    seen.members = members.clone();
     let space_alarm = match (&admin, &members) {
         (Some(admin), Some(_)) => admin
             .alarms()
@@ -198,70 +217,33 @@ async fn reconcile_cluster(dkv: &DistributedKV, ctx: &Context) -> Result<Action>
             .unwrap_or(false),
         _ => false,
     };
-    let pinned = pinned_operation(dkv);
+
+    // 4. Plan (pure).
+    let now = jiff::Timestamp::now();
     let view = plan::MembershipView {
-        members: members.clone(),
-        pods: pods.clone(),
-        pinned,
+        members,
+        pods,
+        pinned: pinned_operation(dkv),
         space_alarm,
-        recovery_allowed: recovery_allowed(
-            dkv,
-            RecoveryPolicy::ForceNewCluster,
-            jiff::Timestamp::now(),
-        ),
+        recovery_allowed: recovery_allowed(dkv, RecoveryPolicy::ForceNewCluster, now),
         // Only with a backup to restore from.
-        restore_allowed: recovery_allowed(
-            dkv,
-            RecoveryPolicy::RestoreFromBackup,
-            jiff::Timestamp::now(),
-        ) && dkv.status.as_ref().is_some_and(|s| s.last_backup.is_some()),
+        restore_allowed: recovery_allowed(dkv, RecoveryPolicy::RestoreFromBackup, now)
+            && dkv.status.as_ref().is_some_and(|s| s.last_backup.is_some()),
         recovery_epoch: epoch,
-        tls_serial: tls_state.as_ref().map(|t| t.member_serial.clone()),
+        tls_serial: credentials.tls.as_ref().map(|t| t.member_serial.clone()),
     };
     let mut plan = plan::plan(
-        &cluster,
+        cluster,
         observed.statefulset.as_deref(),
         observed.record.as_ref(),
         &view,
     );
-    plan.restore =
-        restore_source(dkv, &cluster, &plan, observed.statefulset.as_deref(), ctx).await?;
-    let now = Time(jiff::Timestamp::now());
-    let current_operation = dkv.status.as_ref().and_then(|s| s.operation.clone());
-    let backups = backup_catalogue::observe(dkv, &ctx.stores);
-
-    let seen_volumes = volumes::observe(&cluster, &observed.claims);
-    let status_for = |plan: &plan::Plan,
-                      sts: Option<&StatefulSet>,
-                      operation: Option<Operation>,
-                      volumes: &volumes::Volumes| {
-        status::compute(
-            dkv,
-            &status::Observation {
-                cluster: &cluster,
-                plan,
-                statefulset: sts,
-                members: members.as_deref(),
-                pods: &pods,
-                client_endpoints: &observed.client_endpoints,
-                operation,
-                restore_failure: pods.iter().find_map(|p| p.restore_failure.as_deref()),
-                backups: &backups,
-                volumes,
-            },
-            &now,
-        )
-    };
+    let restore = restore_source(dkv, cluster, &plan, observed.statefulset.as_deref(), ctx).await;
+    plan.restore = restore?;
+    let plan = &*seen.plan.insert(plan);
 
     if cluster.paused {
-        let status = status_for(
-            &plan,
-            observed.statefulset.as_deref(),
-            current_operation,
-            &seen_volumes,
-        );
-        status::write(dkv, status, ctx).await?;
-        return Ok(Action::await_change());
+        return Ok(Outcome::Paused);
     }
 
     // A new operation is pinned in status before anything of it happens, so
@@ -270,22 +252,19 @@ async fn reconcile_cluster(dkv: &DistributedKV, ctx: &Context) -> Result<Action>
         let operation = Operation {
             kind: pin.kind,
             target: naming::member(&cluster.name, pin.ordinal),
-            started_at: now.clone(),
+            started_at: Time(now),
         };
         info!(kind = ?pin.kind, target = %operation.target, "pinning operation");
-        let status = status_for(
-            &plan,
-            observed.statefulset.as_deref(),
-            Some(operation),
-            &seen_volumes,
-        );
-        status::write(dkv, status, ctx).await?;
-        return Ok(Action::requeue(OPERATION_POLL));
+        seen.operation = Some(operation);
+        return Ok(Outcome::Pinned);
     }
 
-    let prepared = build::build(&cluster, &plan);
+    // 5. Build (pure), then apply the children.
+    let prepared = build::build(cluster, plan);
     let applied = apply::apply(&ctx.client, &namespace, prepared, &observed).await?;
+    seen.statefulset = Some(Arc::new(applied.statefulset));
 
+    // 6. Execute the plan's one step against etcd.
     if let Some(admin) = &admin {
         execute::execute(
             &plan.step,
@@ -294,94 +273,85 @@ async fn reconcile_cluster(dkv: &DistributedKV, ctx: &Context) -> Result<Action>
                 admin: admin.as_ref(),
                 namespace: &namespace,
                 cluster: &cluster.name,
-                pods: &pods,
+                pods: &seen.pods,
                 peer_scheme: cluster.tls.peer_scheme(),
             },
         )
         .await?;
         // Authentication goes on once the cluster has formed and nothing
         // else is under way; the root user exists before it does.
-        if let Some(auth) = auth_state.as_ref().filter(|a| !a.enabled)
+        if let Some(auth) = credentials.auth_pending()
             && matches!(plan.step, membership::Step::Converged)
             && !plan.creating
         {
-            admin
-                .enable_auth(&auth.root.password)
-                .await
-                .map_err(|source| Error::Etcd {
-                    step: "enable authentication",
-                    member: cluster.name.clone(),
-                    source,
-                })?;
-            auth::mark_enabled(&ctx.client, &cluster).await?;
-            info!("etcd authentication enabled");
-            status::publish(
-                dkv,
-                Event {
-                    type_: EventType::Normal,
-                    reason: "AuthenticationEnabled".to_owned(),
-                    note: Some(format!(
-                        "etcd authentication is on; the root credentials are in the Secret {}",
-                        naming::auth_secret(&cluster.name)
-                    )),
-                    action: "EnableAuthentication".to_owned(),
-                    secondary: None,
-                },
-                ctx,
-            )
-            .await;
-            return Ok(Action::requeue(OPERATION_POLL));
+            enable_auth(dkv, cluster, admin.as_ref(), auth, ctx).await?;
+            return Ok(Outcome::AuthEnabled);
         }
     }
-    let operation = match &plan.step {
+    match &plan.step {
         membership::Step::Finish(pin) => {
             info!(kind = ?pin.kind, ordinal = pin.ordinal, "operation complete");
-            None
+            seen.operation = None;
         }
         // Deleting the removed member's volume is the last step of a
         // removal, and it has just succeeded (or the volume was gone).
         membership::Step::DeleteVolume { ordinal } if admin.is_some() => {
             info!(ordinal, "member removal complete");
-            None
+            seen.operation = None;
         }
-        _ => current_operation,
-    };
-    let in_flight = operation.is_some() || !matches!(plan.step, membership::Step::Converged);
+        _ => {}
+    }
     // Member volumes grow in place once the StatefulSet exists (its claims
     // do); no member restarts for it.
-    let volumes = volumes::grow(&ctx.client, &cluster, &observed.claims).await?;
-    let status = status_for(&plan, Some(&applied.statefulset), operation, &volumes);
-    // A fault is watched only in part (a hung member's pod turns unready,
-    // but what etcd says of it is not watched): keep looking while status
-    // says Degraded, so it follows the member's state both ways.
-    let degraded = status
-        .conditions
-        .iter()
-        .any(|c| c.type_ == dkv_api::conditions::types::DEGRADED && c.status == "True");
-    status::write(dkv, status, ctx).await?;
-    if (in_flight || degraded) && admin.is_some() {
-        // etcd's progress (a learner catching up, a member rejoining) is not
-        // watched: look again soon while something is under way.
-        return Ok(Action::requeue(OPERATION_POLL));
-    }
-    // A CA rotation advances once members have rolled out its phase.
-    if tls_state.as_ref().is_some_and(|t| t.rotating.is_some()) {
-        return Ok(Action::requeue(OPERATION_POLL));
-    }
-    // Otherwise every change that matters arrives through a watch, except
-    // time: certificates come due for renewal.
-    Ok(match tls_state.as_ref().map(|t| t.renew_at) {
-        Some(at) => {
-            let wait = at
-                .as_second()
-                .saturating_sub(jiff::Timestamp::now().as_second());
-            // At least a second; at most a day (the clock may jump).
-            Action::requeue(std::time::Duration::from_secs(
-                wait.clamp(1, 86_400).unsigned_abs(),
-            ))
-        }
-        None => Action::await_change(),
+    seen.volumes = Some(volumes::grow(&ctx.client, cluster, &observed.claims).await?);
+
+    let busy = seen.operation.is_some() || !matches!(plan.step, membership::Step::Converged);
+    Ok(Outcome::Applied {
+        busy,
+        etcd: admin.is_some(),
+        rotating: credentials
+            .tls
+            .as_ref()
+            .is_some_and(|t| t.rotating.is_some()),
+        renew_at: credentials.tls.as_ref().map(|t| t.renew_at),
     })
+}
+
+/// Turns etcd authentication on with the root user `auth` holds, records
+/// it, and says so in an Event.
+async fn enable_auth(
+    dkv: &DistributedKV,
+    cluster: &validate::ValidatedCluster,
+    admin: &dyn dkv_etcd::EtcdAdmin,
+    auth: &auth::AuthState,
+    ctx: &Context,
+) -> Result<()> {
+    admin
+        .enable_auth(&auth.root.password)
+        .await
+        .map_err(|source| Error::Etcd {
+            step: "enable authentication",
+            member: cluster.name.clone(),
+            source,
+        })?;
+    auth::mark_enabled(&ctx.client, cluster).await?;
+    info!("etcd authentication enabled");
+    status::publish(
+        dkv,
+        Event {
+            type_: EventType::Normal,
+            reason: "AuthenticationEnabled".to_owned(),
+            note: Some(format!(
+                "etcd authentication is on; the root credentials are in the Secret {}",
+                naming::auth_secret(&cluster.name)
+            )),
+            action: "EnableAuthentication".to_owned(),
+            secondary: None,
+        },
+        ctx,
+    )
+    .await;
+    Ok(())
 }
 
 /// The backup a cluster being created from `spec.bootstrap.restore` starts
@@ -428,13 +398,6 @@ async fn restore_source(
             .map(Some),
     }
 }
-
-/// How often an operation in flight is re-examined. Each membership step
-/// (pin, add learner, start, promote) waits for the next look, so this paces
-/// a member add: at 2 s it cost ~9 s per member on a 2-core machine against
-/// etcd's own ~5 s (bench/results.md, scale 3 → 5 → 3). A look is a few
-/// etcd status calls and no API write unless something changed.
-const OPERATION_POLL: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Whether `spec.recovery` allows its `policy` now: it is the configured
 /// one, and quorum has been lost (the `Degraded/QuorumLost` condition) for
@@ -483,117 +446,14 @@ fn pinned_operation(dkv: &DistributedKV) -> Option<membership::Pinned> {
     })
 }
 
-/// Makes an error visible where users look. Permanent errors go into status
-/// (`Degraded`), whose transition publishes one Warning Event — repeated
-/// passes with the same error change nothing and publish nothing. Transient
-/// errors publish a Warning Event (the recorder folds repeats into a series).
-async fn report_error(dkv: &DistributedKV, err: &Error, ctx: &Context) {
-    let category = err.category();
-    warn!(error = %err, category = category.as_str(), step = err.step(), "reconcile failed");
-    match category {
-        Category::Permanent
-            if dkv.meta().deletion_timestamp.is_none()
-                || matches!(err, Error::FinalBackupFailed { .. }) =>
-        {
-            let reason = match err {
-                Error::InvalidSpec(_) => dkv_api::conditions::reasons::INVALID_SPEC,
-                Error::FinalBackupFailed { .. } => dkv_api::conditions::reasons::BACKUP_FAILED,
-                Error::RestoreSource { .. } => dkv_api::conditions::reasons::RESTORE_FAILED,
-                Error::TlsCaMissing { .. }
-                | Error::SecretInvalid { .. }
-                | Error::TlsSecretUnusable { .. }
-                | Error::CertManagerMissing { .. } => dkv_api::conditions::reasons::TLS_FAILED,
-                _ => dkv_api::conditions::reasons::RECONCILE_ERROR,
-            };
-            let now = Time(jiff::Timestamp::now());
-            let backups = backup_catalogue::observe(dkv, &ctx.stores);
-            let status = status::degraded(dkv, reason, &err.to_string(), &backups, &now);
-            if let Err(status_err) = status::write(dkv, status, ctx).await {
-                warn!(error = %status_err, "failed to report the error in status");
-            }
-        }
-        Category::Waiting if matches!(err, Error::CertificatePending { .. }) => {
-            let now = Time(jiff::Timestamp::now());
-            let backups = backup_catalogue::observe(dkv, &ctx.stores);
-            let status = status::waiting(
-                dkv,
-                dkv_api::conditions::reasons::WAITING_FOR_CERTIFICATES,
-                &err.to_string(),
-                &backups,
-                &now,
-            );
-            if let Err(status_err) = status::write(dkv, status, ctx).await {
-                warn!(error = %status_err, "failed to report the wait in status");
-            }
-        }
-        Category::Waiting | Category::Permanent => {}
-        Category::Transient => {
-            status::publish(
-                dkv,
-                Event {
-                    type_: EventType::Warning,
-                    reason: "ReconcileFailed".to_owned(),
-                    note: Some(format!("{err} (will retry)")),
-                    action: "Reconcile".to_owned(),
-                    secondary: None,
-                },
-                ctx,
-            )
-            .await;
-        }
-    }
-}
-
-/// What the controller does after a failed reconcile, by category.
+/// What the controller does after a failed reconcile: see
+/// [`outcome::retry_delay`].
 pub fn error_policy(dkv: Arc<DistributedKV>, err: &Error, ctx: Arc<Context>) -> Action {
     match retry_delay(&dkv, err, &ctx, rand::random::<f64>()) {
         Some(delay) => Action::requeue(delay),
         None => Action::await_change(),
     }
 }
-
-/// When to retry after `err`: never for permanent errors (a spec change
-/// triggers the next pass), soon for waiting, with exponential backoff for
-/// transient ones. `jitter` is in `[0, 1)`.
-pub fn retry_delay(
-    dkv: &DistributedKV,
-    err: &Error,
-    ctx: &Context,
-    jitter: f64,
-) -> Option<std::time::Duration> {
-    match err.category() {
-        // The backup a restore names may still be created: look again
-        // now and then (backups are not watched by this controller).
-        Category::Permanent
-            if matches!(
-                err,
-                Error::RestoreSource { .. }
-                    | Error::TlsCaMissing { .. }
-                    | Error::SecretInvalid { .. }
-                    | Error::TlsSecretUnusable { .. }
-                    | Error::CertManagerMissing { .. }
-            ) =>
-        {
-            Some(RESTORE_SOURCE_RECHECK)
-        }
-        // cert-manager usually issues within seconds.
-        Category::Waiting if matches!(err, Error::CertificatePending { .. }) => {
-            Some(CERTIFICATE_PENDING_RECHECK)
-        }
-        Category::Permanent => None,
-        Category::Waiting => Some(WAITING_DELAY),
-        Category::Transient => {
-            let failures = ctx.record_failure(&ObjectRef::from_obj(dkv));
-            Some(backoff_delay(failures, jitter))
-        }
-    }
-}
-
-/// How often a restore source that does not exist is looked for again
-/// (and a TLS Secret that cannot be used).
-const RESTORE_SOURCE_RECHECK: std::time::Duration = tls::EXTERNAL_RECHECK;
-/// How often a certificate cert-manager has not issued yet is looked for.
-const CERTIFICATE_PENDING_RECHECK: std::time::Duration = std::time::Duration::from_secs(3);
 
 /// Settings of the cluster controller.
 #[derive(Debug, Clone)]

@@ -90,22 +90,50 @@ pub fn pod_problem(pod: &Pod) -> Option<PodProblem> {
             ),
         });
     }
+    // A container waiting to (re)start, with why, and how its last run
+    // ended (a crash loop's exit code and message are what the user needs).
     let waiting = |s: &ContainerStatus| {
         let w = s.state.as_ref()?.waiting.as_ref()?;
-        Some((s.name.clone(), w.reason.clone()?, w.message.clone()))
+        let last_run = s.last_state.as_ref().and_then(|l| l.terminated.as_ref());
+        let mut detail = w.message.clone().unwrap_or_default();
+        if let Some(ended) = last_run {
+            let ended = match ended.message.as_deref().or(ended.reason.as_deref()) {
+                Some(why) => format!("last run exited with code {} ({why})", ended.exit_code),
+                None => format!("last run exited with code {}", ended.exit_code),
+            };
+            detail = if detail.is_empty() {
+                ended
+            } else {
+                format!("{detail}; {ended}")
+            };
+        }
+        Some((s.name.clone(), w.reason.clone()?, detail))
     };
-    let init_pulls = status
+    // Init containers first: a member whose init fails never starts etcd.
+    // Not those whose failure is reported or acted on elsewhere: a restore
+    // step (`RestoreFailed`), member-init refusing a volume that lost its
+    // data (the member is replaced).
+    let handled = |s: &&ContainerStatus| {
+        s.name == RESTORE_CONTAINER
+            || s.name == FETCH_CONTAINER
+            || s.last_state
+                .as_ref()
+                .and_then(|l| l.terminated.as_ref())
+                .and_then(|t| t.message.as_deref())
+                .is_some_and(|m| m.starts_with(DATA_LOST))
+    };
+    let init = status
         .init_container_statuses
         .iter()
         .flatten()
-        .filter_map(waiting)
-        .filter(|(_, reason, _)| PULL_FAILURES.contains(&reason.as_str()));
+        .filter(|s| !handled(s))
+        .filter_map(waiting);
     let containers = status
         .container_statuses
         .iter()
         .flatten()
         .filter_map(waiting);
-    for (container, reason, message) in init_pulls.chain(containers) {
+    for (container, reason, detail) in init.chain(containers) {
         let fault = if PULL_FAILURES.contains(&reason.as_str()) {
             Some(reasons::IMAGE_PULL_FAILED)
         } else if START_FAILURES.contains(&reason.as_str()) {
@@ -113,7 +141,11 @@ pub fn pod_problem(pod: &Pod) -> Option<PodProblem> {
         } else {
             None
         };
-        let quoted = message.map(|m| format!(": {m}")).unwrap_or_default();
+        let quoted = if detail.is_empty() {
+            String::new()
+        } else {
+            format!(": {detail}")
+        };
         if fault.is_some() {
             return Some(PodProblem {
                 fault,
@@ -407,6 +439,41 @@ mod tests {
         }
         let views = member_pods("orders", &[Arc::new(p)], None, "http");
         assert!(views[0].view.data_lost);
+    }
+
+    fn with_init_status(status: serde_json::Value) -> Pod {
+        let mut p = (*pod("orders-1", "10.0.0.2", false)).clone();
+        let status: ContainerStatus =
+            serde_json::from_value(status).unwrap_or_else(|e| panic!("{e}"));
+        if let Some(s) = p.status.as_mut() {
+            s.init_container_statuses = Some(vec![status]);
+        }
+        p
+    }
+
+    #[test]
+    fn a_failing_init_container_is_a_crash_loop_quoting_its_last_exit() {
+        let p = with_init_status(serde_json::json!({
+            "name": "member-init", "image": "dkv", "imageID": "", "ready": false, "restartCount": 3,
+            "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 40s restarting failed container=member-init pod=orders-1_shop"}},
+            "lastState": {"terminated": {"exitCode": 2, "reason": "Error", "message": "cannot read /etc/dkv/members"}}
+        }));
+        let problem = pod_problem(&p).unwrap_or_else(|| panic!("no problem seen"));
+        assert_eq!(problem.fault, Some(reasons::MEMBER_CRASH_LOOPING));
+        assert_eq!(
+            problem.message,
+            "pod orders-1, container member-init: CrashLoopBackOff: back-off 40s restarting failed container=member-init pod=orders-1_shop; last run exited with code 2 (cannot read /etc/dkv/members)"
+        );
+    }
+
+    #[test]
+    fn a_refusal_the_operator_acts_on_is_not_a_crash_loop() {
+        let p = with_init_status(serde_json::json!({
+            "name": "member-init", "image": "dkv", "imageID": "", "ready": false, "restartCount": 3,
+            "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+            "lastState": {"terminated": {"exitCode": 1, "message": "dkv:data-lost: member orders-1 has run before"}}
+        }));
+        assert_eq!(pod_problem(&p).and_then(|p| p.fault), None);
     }
 
     #[test]

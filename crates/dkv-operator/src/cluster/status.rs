@@ -1,6 +1,8 @@
-//! Step 6 of a reconcile: the cluster's status, computed purely from what
-//! the pass saw and did, and written to the status subresource only when it
-//! differs from what is already there.
+//! The last step of a reconcile, and the only one that writes status: the
+//! cluster's whole status (conditions, phase, READY, members, the printer
+//! STATUS) derived purely from what the pass observed ([`Seen`]) and how it
+//! ended (an error's [`Fault`]), written to the status subresource only when
+//! it differs from what is already there.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -26,12 +28,113 @@ use super::error::{Error, Result};
 use super::membership::{ObservedMember, Step, WaitReason};
 use super::naming;
 use super::observe_members::MemberPod;
+use super::outcome::Fault;
 use super::plan::{Plan, update_revision};
 use super::validate::ValidatedCluster;
 use super::volumes::Volumes;
 
+/// What one pass observed and decided, filled in step by step as the pass
+/// goes: status is derived from it whichever step the pass stopped at.
+#[derive(Default)]
+pub struct Seen {
+    /// The spec, once it validated.
+    pub cluster: Option<ValidatedCluster>,
+    /// The member pods.
+    pub pods: Vec<MemberPod>,
+    /// etcd's members (`None`: not asked, or no member answered).
+    pub members: Option<Vec<ObservedMember>>,
+    /// The plan, once made.
+    pub plan: Option<Plan>,
+    /// The StatefulSet as last read or applied.
+    pub statefulset: Option<Arc<StatefulSet>>,
+    /// The EndpointSlices of the client Service.
+    pub client_endpoints: Vec<Arc<EndpointSlice>>,
+    /// The operation pinned once the pass's step is done (the one pinned
+    /// before it while the step has not succeeded).
+    pub operation: Option<Operation>,
+    /// Where the member volumes stand against `spec.storage.size`.
+    pub volumes: Option<Volumes>,
+}
+
+/// The status of `dkv` after a pass that observed `seen` and, if it failed,
+/// showed `fault`. `None` when the pass saw nothing status records and
+/// failed with nothing to show (a cluster being deleted, say).
+pub fn derive(
+    dkv: &DistributedKV,
+    seen: &Seen,
+    fault: Option<&Fault>,
+    backups: &BackupSummary,
+    now: &Time,
+) -> Option<DistributedKVStatus> {
+    let observed = match (&seen.cluster, &seen.plan, &seen.volumes) {
+        (Some(cluster), Some(plan), Some(volumes)) => Some(compute(
+            dkv,
+            &Observation {
+                cluster,
+                plan,
+                statefulset: seen.statefulset.as_deref(),
+                members: seen.members.as_deref(),
+                pods: &seen.pods,
+                client_endpoints: &seen.client_endpoints,
+                operation: seen.operation.clone(),
+                restore_failure: seen.pods.iter().find_map(|p| p.restore_failure.as_deref()),
+                backups,
+                volumes,
+            },
+            now,
+        )),
+        _ => None,
+    };
+    match (observed, fault) {
+        (Some(status), None) => Some(status),
+        (Some(status), Some(fault)) => Some(with_fault(dkv, status, fault, now)),
+        // The pass stopped before it could plan: what is known of the
+        // running cluster is kept, the fault added.
+        (None, Some(Fault::Degraded { reason, message })) => {
+            Some(degraded(dkv, reason, message, backups, now))
+        }
+        (None, Some(Fault::Waiting { reason, message })) => {
+            Some(waiting(dkv, reason, message, backups, now))
+        }
+        (None, None) => None,
+    }
+}
+
+/// `status`, computed from what the pass observed, with the fault of the
+/// error the pass stopped at on top.
+fn with_fault(
+    dkv: &DistributedKV,
+    mut status: DistributedKVStatus,
+    fault: &Fault,
+    now: &Time,
+) -> DistributedKVStatus {
+    let generation = dkv.meta().generation;
+    match fault {
+        Fault::Degraded { reason, message } => {
+            let want = Want {
+                type_: types::DEGRADED,
+                status: true,
+                reason,
+                message: message.clone(),
+            };
+            set_condition(&mut status.conditions, want, generation, now);
+            status.phase = Some(Phase::Degraded);
+        }
+        Fault::Waiting { reason, message } => {
+            let want = Want {
+                type_: types::PROGRESSING,
+                status: true,
+                reason,
+                message: message.clone(),
+            };
+            set_condition(&mut status.conditions, want, generation, now);
+        }
+    }
+    status
+}
+
 /// Everything the status of a healthy pass is computed from.
-pub struct Observation<'a> {
+struct Observation<'a> {
     pub cluster: &'a ValidatedCluster,
     pub plan: &'a Plan,
     pub statefulset: Option<&'a StatefulSet>,
@@ -88,7 +191,7 @@ pub fn serving_endpoints(slices: &[Arc<EndpointSlice>]) -> i32 {
 }
 
 /// The status after a successful pass.
-pub fn compute(dkv: &DistributedKV, obs: &Observation<'_>, now: &Time) -> DistributedKVStatus {
+fn compute(dkv: &DistributedKV, obs: &Observation<'_>, now: &Time) -> DistributedKVStatus {
     let old = dkv.status.clone().unwrap_or_default();
     let sts_status = obs.statefulset.and_then(|s| s.status.as_ref());
     let replicas = sts_status.map_or(0, |s| s.replicas);
@@ -285,6 +388,13 @@ pub fn compute(dkv: &DistributedKV, obs: &Observation<'_>, now: &Time) -> Distri
                 "{refused}; set spec.storage.size back to the volumes' size, or allow expansion on the StorageClass"
             ),
         }
+    } else if let Some(message) = volume_pending(obs.volumes, now) {
+        Want {
+            type_: types::DEGRADED,
+            status: true,
+            reason: reasons::VOLUME_PENDING,
+            message,
+        }
     } else if let Some((fault, message)) = pod_fault(obs) {
         Want {
             type_: types::DEGRADED,
@@ -416,6 +526,38 @@ pub fn compute(dkv: &DistributedKV, obs: &Observation<'_>, now: &Time) -> Distri
         conditions,
         ..with_backups(old, obs.backups)
     }
+}
+
+/// How long a member's claim may wait for a volume before that is a fault:
+/// provisioners of network disks take seconds to tens of seconds.
+const VOLUME_GRACE: jiff::SignedDuration = jiff::SignedDuration::from_secs(60);
+
+/// Says which member claims have waited for a volume longer than
+/// [`VOLUME_GRACE`].
+fn volume_pending(volumes: &Volumes, now: &Time) -> Option<String> {
+    let stuck: Vec<String> = volumes
+        .pending
+        .iter()
+        .filter(|c| {
+            c.since
+                .is_some_and(|since| now.0.duration_since(since) >= VOLUME_GRACE)
+        })
+        .map(|c| {
+            // Stable from pass to pass: status is rewritten only on change.
+            format!(
+                "{} (StorageClass {}, Pending since {})",
+                c.name,
+                c.class.as_deref().unwrap_or("(default)"),
+                c.since.map_or_else(String::new, |since| since.to_string())
+            )
+        })
+        .collect();
+    (!stuck.is_empty()).then(|| {
+        format!(
+            "no volume was provided for member claim(s) {}: the StorageClass's provisioner does not create volumes (kubectl describe pvc shows its events); those members cannot start",
+            stuck.join(", ")
+        )
+    })
 }
 
 /// How long the target of a step that takes a member down (a restart, a new
@@ -615,7 +757,7 @@ fn wait_message(cluster: &str, reason: &WaitReason) -> String {
 
 /// The status after a permanent error: Degraded with `reason` and the error,
 /// the rest (what is known about the running cluster) kept.
-pub fn degraded(
+fn degraded(
     dkv: &DistributedKV,
     reason: &'static str,
     message: &str,
@@ -639,7 +781,7 @@ pub fn degraded(
 /// The status while the cluster waits for something outside dkv that is
 /// expected to arrive (cert-manager issuing a certificate): Progressing
 /// with `reason`, and no longer Degraded by an earlier error.
-pub fn waiting(
+fn waiting(
     dkv: &DistributedKV,
     reason: &'static str,
     message: &str,

@@ -32,6 +32,30 @@ pub struct Volumes {
     /// Why a claim cannot grow, as the API server said (its StorageClass
     /// does not allow expansion, say): the user must act.
     pub refused: Option<String>,
+    /// Member claims no volume is bound to yet (phase `Pending`).
+    pub pending: Vec<PendingClaim>,
+}
+
+/// A member claim waiting for a volume.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PendingClaim {
+    pub name: String,
+    /// Its StorageClass, whose provisioner should create the volume.
+    pub class: Option<String>,
+    /// When the claim was created.
+    pub since: Option<jiff::Timestamp>,
+}
+
+fn pending(claim: &PersistentVolumeClaim) -> Option<PendingClaim> {
+    let phase = claim.status.as_ref().and_then(|s| s.phase.as_deref());
+    (phase.is_none_or(|p| p == "Pending")).then(|| PendingClaim {
+        name: claim.name_any(),
+        class: claim
+            .spec
+            .as_ref()
+            .and_then(|s| s.storage_class_name.clone()),
+        since: claim.metadata.creation_timestamp.as_ref().map(|t| t.0),
+    })
 }
 
 /// The claims of the cluster's members (`data-<cluster>-<ordinal>`).
@@ -85,6 +109,7 @@ pub fn observe(cluster: &ValidatedCluster, claims: &[Arc<PersistentVolumeClaim>]
             .count(),
         size: Some(storage.size.clone()),
         refused: None,
+        pending: members.iter().filter_map(|c| pending(c)).collect(),
     }
 }
 
@@ -103,15 +128,8 @@ pub async fn grow(
         return Ok(Volumes::default());
     };
     let api: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &cluster.namespace);
-    let mut volumes = Volumes {
-        size: Some(storage.size.clone()),
-        ..Volumes::default()
-    };
+    let mut volumes = observe(cluster, claims);
     for claim in member_claims(cluster, claims) {
-        volumes.total += 1;
-        if capacity(claim).is_none_or(|have| have < wanted) {
-            volumes.below += 1;
-        }
         if requested(claim).is_none_or(|asked| asked >= wanted) || volumes.refused.is_some() {
             continue;
         }

@@ -1,0 +1,103 @@
+//! Step 3 of a reconcile: the cluster's credentials. Its TLS CA and
+//! certificates exist before any pod needs them, and its etcd root user
+//! before authentication goes on; the operator's own identity towards etcd
+//! comes from them.
+
+use dkv_api::DistributedKV;
+use dkv_etcd::{ClientTls, UserCredentials};
+use kube::ResourceExt;
+
+use super::auth::{self, AuthState};
+use super::ca_rotation;
+use super::context::Context;
+use super::error::{Error, Result};
+use super::observe_members::MemberPod;
+use super::tls::{self, TlsState};
+use super::validate::ValidatedCluster;
+
+/// The credentials of one cluster as this pass ensured them.
+pub struct Credentials {
+    /// TLS material (`None`: every transport is plaintext).
+    pub tls: Option<TlsState>,
+    /// The root user (`None`: `spec.auth` is off).
+    pub auth: Option<AuthState>,
+    client_tls: bool,
+}
+
+impl Credentials {
+    /// The operator's certificate on the client transport, when clients
+    /// must present one.
+    pub fn client_identity(&self) -> Option<&ClientTls> {
+        self.tls
+            .as_ref()
+            .filter(|_| self.client_tls)
+            .and_then(|t| t.client.as_ref())
+    }
+
+    /// The user the operator talks to etcd as, once authentication is on.
+    pub fn user(&self) -> Option<&UserCredentials> {
+        self.auth.as_ref().filter(|a| a.enabled).map(|a| &a.root)
+    }
+
+    /// The root user exists but authentication is not on yet.
+    pub fn auth_pending(&self) -> Option<&AuthState> {
+        self.auth.as_ref().filter(|a| !a.enabled)
+    }
+}
+
+/// Ensures the credentials of `cluster`. `deployed`: its StatefulSet
+/// exists (a new CA is created only for a cluster that has never run).
+pub async fn ensure(
+    dkv: &DistributedKV,
+    cluster: &ValidatedCluster,
+    pods: &[MemberPod],
+    deployed: bool,
+    ctx: &Context,
+) -> Result<Credentials> {
+    let tls = if cluster.tls.any() {
+        let seen = tls::Observed {
+            rotation_requested: dkv
+                .annotations()
+                .get(ca_rotation::ROTATE_ANNOTATION)
+                .map(String::as_str),
+            pod_serials: pods.iter().map(|p| p.view.tls_serial.clone()).collect(),
+            idle: dkv.status.as_ref().is_none_or(|s| s.operation.is_none()),
+        };
+        let may_create_ca = !deployed && !cluster.paused;
+        Some(
+            tls::ensure(
+                &ctx.client,
+                cluster,
+                ctx.certificate_lifetime,
+                may_create_ca,
+                &seen,
+            )
+            .await?,
+        )
+    } else {
+        None
+    };
+    // A restore of a backup taken with authentication on keeps it on.
+    if !cluster.auth
+        && !deployed
+        && let Some(copy) = auth::restored_credentials(&ctx.client, cluster).await?
+    {
+        return Err(Error::RestoreSource {
+            message: format!(
+                "the backup was taken with etcd authentication on, and its data keeps it on: set spec.auth.enabled: true (the restored cluster then answers to the root credentials kept in Secret {})",
+                copy.name_any()
+            ),
+            waiting: false,
+        });
+    }
+    let auth = if cluster.auth {
+        Some(auth::ensure(&ctx.client, cluster).await?)
+    } else {
+        None
+    };
+    Ok(Credentials {
+        tls,
+        auth,
+        client_tls: cluster.tls.client,
+    })
+}

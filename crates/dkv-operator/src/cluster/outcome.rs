@@ -1,0 +1,263 @@
+//! How a pass of the cluster reconcile ended, and the one place that decides
+//! what follows from it: when to look again, what status shows of an error,
+//! and which errors become Events.
+//!
+//! A pass ends in an [`Outcome`] or an [`Error`]. Either way the status is
+//! derived afterwards from what the pass observed ([`super::status::derive`]);
+//! an error adds its [`Fault`] on top. Requeueing follows the outcome
+//! ([`next_action`]) or the error's category ([`retry_delay`]).
+
+use std::time::Duration;
+
+use dkv_api::DistributedKV;
+use dkv_api::conditions::reasons;
+use kube::Resource;
+use kube::runtime::controller::Action;
+use kube::runtime::events::{Event, EventType};
+use kube::runtime::reflector::ObjectRef;
+use tracing::warn;
+
+use super::context::Context;
+use super::error::{Category, Error, WAITING_DELAY, backoff_delay};
+use super::{status, tls};
+
+/// How a pass that did not fail ended.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    /// The cluster is paused: status was refreshed, nothing changed.
+    Paused,
+    /// A new operation was pinned in status; its first step runs at the
+    /// next look, so that a crash or a spec edit resumes it.
+    Pinned,
+    /// etcd authentication was switched on.
+    AuthEnabled,
+    /// The pass applied what the plan asked for.
+    Applied {
+        /// An operation, or a wait for etcd, is under way.
+        busy: bool,
+        /// etcd was asked this pass (the cluster has members to ask).
+        etcd: bool,
+        /// A CA rotation advances once members have rolled out its phase.
+        rotating: bool,
+        /// When the first certificate comes due for renewal.
+        renew_at: Option<jiff::Timestamp>,
+    },
+    /// The finalizer helper acted instead of the pipeline (it added the
+    /// finalizer, or deletion ran its cleanup): its action stands.
+    Finalizer(Action),
+}
+
+/// How often an operation in flight is re-examined. Each membership step
+/// (pin, add learner, start, promote) waits for the next look, so this paces
+/// a member add: at 2 s it cost ~9 s per member on a 2-core machine against
+/// etcd's own ~5 s (bench/results.md, scale 3 → 5 → 3). A look is a few
+/// etcd status calls and no API write unless something changed.
+pub const OPERATION_POLL: Duration = Duration::from_secs(1);
+
+/// When to look at the cluster again after a pass that ended in `outcome`
+/// and left status `degraded` (or not).
+pub fn next_action(outcome: &Outcome, degraded: bool, now: jiff::Timestamp) -> Action {
+    match outcome {
+        Outcome::Finalizer(action) => action.clone(),
+        Outcome::Paused => Action::await_change(),
+        Outcome::Pinned | Outcome::AuthEnabled => Action::requeue(OPERATION_POLL),
+        // etcd's progress (a learner catching up, a member rejoining) is
+        // not watched, and a fault only in part (a hung member's pod turns
+        // unready, but what etcd says of it is not watched): keep looking
+        // while something is under way or status says Degraded, so status
+        // follows the members both ways.
+        Outcome::Applied {
+            busy, etcd: true, ..
+        } if *busy || degraded => Action::requeue(OPERATION_POLL),
+        Outcome::Applied { rotating: true, .. } => Action::requeue(OPERATION_POLL),
+        // Every other change that matters arrives through a watch, except
+        // time: certificates come due for renewal.
+        Outcome::Applied {
+            renew_at: Some(at), ..
+        } => {
+            let wait = at.as_second().saturating_sub(now.as_second());
+            // At least a second; at most a day (the clock may jump).
+            Action::requeue(Duration::from_secs(wait.clamp(1, 86_400).unsigned_abs()))
+        }
+        Outcome::Applied { renew_at: None, .. } => Action::await_change(),
+    }
+}
+
+/// What status shows of an error.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Fault {
+    /// The user must act: `Degraded=True` with this reason.
+    Degraded {
+        reason: &'static str,
+        message: String,
+    },
+    /// Something outside dkv is expected to arrive (a certificate, a
+    /// backup still being taken): `Progressing=True` with this reason.
+    Waiting {
+        reason: &'static str,
+        message: String,
+    },
+}
+
+/// The fault `err` shows in the status of `dkv`, if any. Transient errors
+/// show none (they are retried, and published as Events); nor does an
+/// error of a cluster being deleted, except a failed final backup, which
+/// holds the deletion until the user acts.
+pub fn fault_of(dkv: &DistributedKV, err: &Error) -> Option<Fault> {
+    let message = err.to_string();
+    match err.category() {
+        Category::Permanent
+            if dkv.meta().deletion_timestamp.is_none()
+                || matches!(err, Error::FinalBackupFailed { .. }) =>
+        {
+            let reason = match err {
+                Error::InvalidSpec(_) => reasons::INVALID_SPEC,
+                Error::FinalBackupFailed { .. } => reasons::BACKUP_FAILED,
+                Error::RestoreSource { .. } => reasons::RESTORE_FAILED,
+                Error::TlsCaMissing { .. }
+                | Error::SecretInvalid { .. }
+                | Error::TlsSecretUnusable { .. }
+                | Error::CertManagerMissing { .. } => reasons::TLS_FAILED,
+                _ => reasons::RECONCILE_ERROR,
+            };
+            Some(Fault::Degraded { reason, message })
+        }
+        Category::Waiting => match err {
+            Error::CertificatePending { .. } => Some(Fault::Waiting {
+                reason: reasons::WAITING_FOR_CERTIFICATES,
+                message,
+            }),
+            Error::RestoreSource { .. } => Some(Fault::Waiting {
+                reason: reasons::RESTORING,
+                message,
+            }),
+            _ => None,
+        },
+        Category::Permanent | Category::Transient => None,
+    }
+}
+
+/// Logs a failed pass, and publishes a Warning Event for a transient error
+/// (the recorder folds repeats into a series). Faults that show in status
+/// publish their Event through the condition's transition instead, once.
+pub async fn report(dkv: &DistributedKV, err: &Error, ctx: &Context) {
+    let category = err.category();
+    warn!(error = %err, category = category.as_str(), step = err.step(), "reconcile failed");
+    if category == Category::Transient {
+        status::publish(
+            dkv,
+            Event {
+                type_: EventType::Warning,
+                reason: "ReconcileFailed".to_owned(),
+                note: Some(format!("{err} (will retry)")),
+                action: "Reconcile".to_owned(),
+                secondary: None,
+            },
+            ctx,
+        )
+        .await;
+    }
+}
+
+/// When to retry after `err`: never for permanent errors (a spec change
+/// triggers the next pass), soon for waiting, with exponential backoff for
+/// transient ones. `jitter` is in `[0, 1)`.
+pub fn retry_delay(
+    dkv: &DistributedKV,
+    err: &Error,
+    ctx: &Context,
+    jitter: f64,
+) -> Option<Duration> {
+    match err.category() {
+        // Things the controller does not watch are looked at again now and
+        // then: the backup a restore names may still be created, a Secret
+        // may be restored or fixed.
+        Category::Permanent
+            if matches!(
+                err,
+                Error::RestoreSource { .. }
+                    | Error::TlsCaMissing { .. }
+                    | Error::SecretInvalid { .. }
+                    | Error::TlsSecretUnusable { .. }
+                    | Error::CertManagerMissing { .. }
+            ) =>
+        {
+            Some(RESTORE_SOURCE_RECHECK)
+        }
+        // cert-manager usually issues within seconds.
+        Category::Waiting if matches!(err, Error::CertificatePending { .. }) => {
+            Some(CERTIFICATE_PENDING_RECHECK)
+        }
+        Category::Permanent => None,
+        Category::Waiting => Some(WAITING_DELAY),
+        Category::Transient => {
+            let failures = ctx.record_failure(&ObjectRef::from_obj(dkv));
+            Some(backoff_delay(failures, jitter))
+        }
+    }
+}
+
+/// How often a restore source that does not exist is looked for again
+/// (and a TLS Secret that cannot be used).
+const RESTORE_SOURCE_RECHECK: Duration = tls::EXTERNAL_RECHECK;
+/// How often a certificate cert-manager has not issued yet is looked for.
+const CERTIFICATE_PENDING_RECHECK: Duration = Duration::from_secs(3);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn applied(busy: bool, rotating: bool, renew_at: Option<jiff::Timestamp>) -> Outcome {
+        Outcome::Applied {
+            busy,
+            etcd: true,
+            rotating,
+            renew_at,
+        }
+    }
+
+    #[test]
+    fn a_pass_is_looked_at_again_while_something_is_under_way_or_wrong() {
+        let now = jiff::Timestamp::UNIX_EPOCH;
+        let poll = Action::requeue(OPERATION_POLL);
+        assert_eq!(next_action(&applied(true, false, None), false, now), poll);
+        assert_eq!(next_action(&applied(false, false, None), true, now), poll);
+        assert_eq!(next_action(&applied(false, true, None), false, now), poll);
+        assert_eq!(next_action(&Outcome::Pinned, false, now), poll);
+        assert_eq!(
+            next_action(&applied(false, false, None), false, now),
+            Action::await_change()
+        );
+        assert_eq!(
+            next_action(&Outcome::Paused, true, now),
+            Action::await_change()
+        );
+        // No member to ask yet: the pods' watch brings the next pass.
+        let no_etcd = Outcome::Applied {
+            busy: true,
+            etcd: false,
+            rotating: false,
+            renew_at: None,
+        };
+        assert_eq!(next_action(&no_etcd, true, now), Action::await_change());
+    }
+
+    #[test]
+    fn an_idle_cluster_is_looked_at_again_when_a_certificate_comes_due() {
+        let now = jiff::Timestamp::UNIX_EPOCH;
+        let at = |secs: i64| Some(now + jiff::SignedDuration::from_secs(secs));
+        assert_eq!(
+            next_action(&applied(false, false, at(3_600)), false, now),
+            Action::requeue(Duration::from_secs(3_600))
+        );
+        // Overdue: at once (a second); far off: at most a day.
+        assert_eq!(
+            next_action(&applied(false, false, at(-5)), false, now),
+            Action::requeue(Duration::from_secs(1))
+        );
+        assert_eq!(
+            next_action(&applied(false, false, at(10 * 86_400)), false, now),
+            Action::requeue(Duration::from_secs(86_400))
+        );
+    }
+}
