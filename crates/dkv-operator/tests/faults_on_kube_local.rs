@@ -8,7 +8,9 @@
 //! - a scale-down that would break quorum while a member hangs is refused,
 //!   with the reason in status, until the member is back;
 //! - two of three members lost for good: `QuorumLost` with what to do, and
-//!   with the recovery policy set, recovery from the survivor and regrowth.
+//!   with the recovery policy set, recovery from the survivor and regrowth;
+//! - volumes that never come (a StorageClass whose provisioner is not
+//!   installed): `VolumePending` naming the claims, not silence.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -17,6 +19,7 @@ use std::time::{Duration, Instant};
 use dkv_api::DistributedKV;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
@@ -360,5 +363,77 @@ async fn quorum_lost_for_good_is_reported_and_recovered_by_policy() {
         !lost.contains(&newest),
         "writes after the recovery are kept"
     );
+    operator.stop().await;
+}
+
+/// A StorageClass whose provisioner is not installed (a CSI driver missing)
+/// never gives the members a volume: they cannot start, and once the claims
+/// have waited a minute the cluster says so — `Degraded/VolumePending`
+/// naming every claim and its class — instead of creating forever in
+/// silence. The STATUS column says the cluster is still being created.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn claims_that_never_get_a_volume_are_reported_by_name() {
+    let ns = "volumes";
+    let env = support::environment(true).await;
+    let client = env.client();
+    support::create_namespace(&client, ns).await;
+    let classes: Api<StorageClass> = Api::all(client.clone());
+    classes
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+                "metadata": {"name": "absent-driver"},
+                "provisioner": "csi.example.com",
+                "volumeBindingMode": "WaitForFirstConsumer",
+                "allowVolumeExpansion": true
+            }))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    let operator = support::RunningOperator::start(client.clone(), false);
+    let dkvs = support::create_cluster(
+        &client,
+        ns,
+        "orders",
+        3,
+        IMAGE,
+        json!({"storage": {"storageClassName": "absent-driver", "size": "1Gi", "reclaimPolicy": "Delete"}}),
+    )
+    .await;
+    let quiet = wait_for(&dkvs, "orders", "the cluster being created", |d| {
+        condition_reason(d, "Progressing", "True").as_deref() == Some("CreatingCluster")
+    })
+    .await;
+    let reported = wait_for(&dkvs, "orders", "Degraded/VolumePending", |d| {
+        condition_reason(d, "Degraded", "True").as_deref() == Some("VolumePending")
+    })
+    .await;
+    let status = dkvs.get("orders").await.unwrap().status.unwrap();
+    let message = &status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Degraded")
+        .unwrap()
+        .message;
+    for ordinal in 0..3 {
+        assert!(
+            message.contains(&format!(
+                "data-orders-{ordinal} (StorageClass absent-driver"
+            )),
+            "claim {ordinal} named: {message}"
+        );
+    }
+    let available = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Available")
+        .unwrap();
+    assert_eq!(
+        (available.status.as_str(), available.reason.as_str()),
+        ("False", "Creating")
+    );
+    eprintln!("creating after {quiet:?}; VolumePending reported {reported:?} later: {message}");
     operator.stop().await;
 }

@@ -6,6 +6,8 @@
 
 mod support;
 
+use support::http::{parse_response, plain_get, request};
+
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
@@ -92,29 +94,6 @@ async fn grant_metrics_reader(client: &Client) {
         .create(&PostParams::default(), &binding)
         .await
         .unwrap();
-}
-
-/// Status code and body of a GET, written by hand so nothing is hidden.
-fn parse_response(raw: &[u8]) -> Option<(u16, String)> {
-    let text = String::from_utf8_lossy(raw);
-    let code = text.strip_prefix("HTTP/1.1 ")?.get(..3)?.parse().ok()?;
-    let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_owned())?;
-    Some((code, body))
-}
-
-fn request(path: &str, token: Option<&str>) -> String {
-    let auth = token
-        .map(|t| format!("Authorization: Bearer {t}\r\n"))
-        .unwrap_or_default();
-    format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n{auth}Connection: close\r\n\r\n")
-}
-
-async fn plain_get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
-    let mut tcp = TcpStream::connect(addr).await.ok()?;
-    tcp.write_all(request(path, None).as_bytes()).await.ok()?;
-    let mut raw = Vec::new();
-    let _ = tokio::time::timeout(Duration::from_secs(5), tcp.read_to_end(&mut raw)).await;
-    parse_response(&raw)
 }
 
 /// GET over TLS, trusting only `ca_pem`; Err when the handshake fails.

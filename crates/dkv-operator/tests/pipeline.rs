@@ -1116,3 +1116,68 @@ mod status_of_a_pass {
         );
     }
 }
+
+#[test]
+fn a_formed_cluster_whose_statefulset_is_gone_gets_it_back_unchanged_not_bootstrapped() {
+    use dkv_operator::cluster::membership::ObservedPod;
+    use dkv_operator::cluster::membership_record::{
+        ClusterState, MembershipRecord, RecordedMember,
+    };
+    use dkv_operator::cluster::observe_members::MemberPod;
+    use dkv_operator::cluster::plan::MembershipView;
+
+    // Created with 3 members, since scaled to 5.
+    let (_, _, created) = prepare(&fixture("minimal"));
+    let running = created.statefulset;
+    let mut dkv = fixture("minimal");
+    dkv.spec.size = 5;
+    let cluster = validated(&dkv);
+    let record = MembershipRecord {
+        state: ClusterState::Existing,
+        members: (0..5)
+            .map(|i| RecordedMember {
+                name: format!("orders-{i}"),
+                peer_url: format!("http://orders-{i}.orders-peer.shop.svc:2380"),
+                started: true,
+            })
+            .collect(),
+        epoch: None,
+        recover_from: None,
+    };
+    // The orphaned pods still run with what their StatefulSet said.
+    let pod = |ordinal: i32| MemberPod {
+        view: ObservedPod {
+            ordinal,
+            ready: true,
+            data_lost: false,
+            version: None,
+            init_done: true,
+            forced_new_cluster: false,
+            init_refused: false,
+            restored: false,
+            tls_serial: None,
+            revision: None,
+        },
+        endpoint: None,
+        restore_failure: None,
+        problem: None,
+        bootstrap_size: Some(3),
+    };
+    let view = MembershipView {
+        pods: (0..5).map(pod).collect(),
+        ..Default::default()
+    };
+    let with_set = plan::plan(&cluster, Some(&running), Some(&record), &view);
+    let without = plan::plan(&cluster, None, Some(&record), &view);
+    assert!(
+        !without.creating,
+        "a formed cluster is never bootstrapped again"
+    );
+    assert_eq!(without.record, record, "the record stands");
+    assert_eq!((without.replicas, without.bootstrap_size), (5, 3));
+    assert_eq!(
+        build::build(&cluster, &without).statefulset.spec.template,
+        build::build(&cluster, &with_set).statefulset.spec.template,
+        "the same pod template: the adopted pods do not restart"
+    );
+}

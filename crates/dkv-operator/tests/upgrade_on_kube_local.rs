@@ -1,8 +1,10 @@
-//! Rolling upgrade of a real 3-member etcd cluster from 3.4 to 3.5 through
-//! dkv on kube-local, with a writer recording every acknowledged write:
-//! every member ends on 3.5, leadership changes at most once (the planned
-//! MoveLeader before the leader restarts), writes stall for at most a couple
-//! of seconds, and nothing acknowledged is lost.
+//! Rolling upgrades of a real 3-member etcd cluster through dkv on
+//! kube-local — 3.4 → 3.5.16, 3.4 → 3.5.30, 3.5.16 → 3.5.30 — and the
+//! spec edits that roll through the members, each with a writer recording
+//! every acknowledged write: every member ends on what the spec asks,
+//! leadership changes at most once (the planned MoveLeader before the
+//! leader restarts), writes stall for at most a couple of seconds, and
+//! nothing acknowledged is lost.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -55,6 +57,20 @@ async fn pod_images(client: &Client) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn rolling_upgrade_3_4_to_3_5_keeps_the_cluster_serving() {
+    upgrade_from_3_4(V35, "3.5.16").await;
+}
+
+/// The same from 3.4 to the newest 3.5 patch (Debian unstable's), the
+/// release a 3.5 → 3.6 upgrade must start from.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn rolling_upgrade_3_4_to_3_5_30_keeps_the_cluster_serving() {
+    upgrade_from_3_4(V3530, "3.5.30").await;
+}
+
+/// A 3-member cluster on 3.4 upgraded to `image` (etcd `version`) under a
+/// writer: every member on it, at most one leader change, writes never
+/// stalled for long, nothing acknowledged lost.
+async fn upgrade_from_3_4(image: &str, version: &str) {
     let env = support::environment(true).await;
     let client = env.client();
     support::create_namespace(&client, NS).await;
@@ -81,22 +97,21 @@ async fn rolling_upgrade_3_4_to_3_5_keeps_the_cluster_serving() {
     dkvs.patch(
         "orders",
         &PatchParams::default(),
-        &Patch::Merge(json!({"spec": {"image": V35}})),
+        &Patch::Merge(json!({"spec": {"image": image}})),
     )
     .await
     .unwrap();
-    let upgraded = wait_for(&dkvs, "orders", "every member on 3.5", |d| {
+    let upgraded = wait_for(&dkvs, "orders", "every member on the new version", |d| {
         support::etcd_cluster::settled_at(d, 3)
-            && versions(d).len() == 3
-            && versions(d).iter().all(|v| v == "3.5.16")
-            && d.status.as_ref().and_then(|s| s.current_version.as_deref()) == Some("3.5.16")
+            && versions(d) == vec![version; 3]
+            && d.status.as_ref().and_then(|s| s.current_version.as_deref()) == Some(version)
     })
     .await;
-    eprintln!("rolling upgrade 3.4 -> 3.5: {upgraded:?}");
+    eprintln!("rolling upgrade 3.4 -> {version}: {upgraded:?}");
     assert_eq!(
         pod_images(&client).await,
-        vec![V35; 3],
-        "every pod runs 3.5"
+        vec![image; 3],
+        "every pod runs {image}"
     );
     tokio::time::sleep(Duration::from_secs(2)).await;
 
@@ -418,9 +433,9 @@ async fn a_spec_edit_and_a_restart_request_roll_through_the_members_one_at_a_tim
 
 /// Growing `spec.storage.size` grows every member's volume in place (no
 /// member restarts), reports `ExpandingVolumes` until each claim has the new
-/// capacity and `Converged` only after; the cluster then still scales (a
-/// member added later gets its claim from the StatefulSet's original
-/// template and is grown too). Where the StorageClass cannot expand (here
+/// capacity and `Converged` only after; the StatefulSet is then re-created
+/// with the new claim size over its running pods (adopted, not restarted);
+/// the cluster still scales, its new members' volumes of the new size. Where the StorageClass cannot expand (here
 /// without the webhook, so the API server refuses the claim), the cluster is
 /// `Degraded/VolumeExpansionFailed` and keeps serving. A writer runs
 /// throughout; nothing acknowledged is lost.
@@ -490,6 +505,51 @@ async fn growing_storage_expands_every_member_volume_without_a_restart() {
         .unwrap()
         .items;
     assert_eq!(uids(&after), uids(&before), "no member restarted");
+    // The StatefulSet's claim template follows, over the running pods
+    // (re-created with them orphaned, then adopted).
+    let statefulsets: Api<k8s_openapi::api::apps::v1::StatefulSet> =
+        Api::namespaced(client.clone(), NS);
+    let template_size = || async {
+        statefulsets.get("orders").await.ok().and_then(|sts| {
+            let template = sts.spec.volume_claim_templates?.into_iter().next()?;
+            Some(
+                template
+                    .spec?
+                    .resources?
+                    .requests?
+                    .get("storage")?
+                    .0
+                    .clone(),
+            )
+        })
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while template_size().await.as_deref() != Some("2Gi") {
+        assert!(
+            Instant::now() < deadline,
+            "the claim template still asks for {:?}",
+            template_size().await
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let sts = statefulsets.get("orders").await.unwrap();
+    let adopted = pods
+        .list(&ListParams::default().labels("dkv.io/cluster=orders"))
+        .await
+        .unwrap()
+        .items;
+    assert_eq!(uids(&adopted), uids(&before), "still no member restarted");
+    for pod in &adopted {
+        assert!(
+            pod.metadata
+                .owner_references
+                .iter()
+                .flatten()
+                .any(|o| Some(&o.uid) == sts.metadata.uid.as_ref()),
+            "{:?} belongs to the re-created StatefulSet",
+            pod.metadata.name
+        );
+    }
     let events = Api::<k8s_openapi::api::events::v1::Event>::namespaced(client.clone(), NS)
         .list(&Default::default())
         .await
@@ -503,8 +563,8 @@ async fn growing_storage_expands_every_member_volume_without_a_restart() {
     );
     eprintln!("storage 1Gi -> 2Gi on 3 members: {took:?}");
 
-    // Not wedged: the cluster still scales, and the new members' volumes
-    // grow too.
+    // Not wedged: the cluster still scales, and the new members get
+    // volumes of the new size.
     dkvs.patch(
         "orders",
         &PatchParams::default(),
@@ -684,4 +744,370 @@ async fn a_patch_upgrade_3_5_16_to_3_5_30_keeps_the_cluster_serving() {
         "at most one leader change (the planned MoveLeader): {leaders:x?}"
     );
     serving.finish().await;
+}
+
+/// What changing a spec field does (the README's "Changing a cluster").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Change {
+    /// The members restart onto the new pod template one at a time.
+    RollingRestart,
+    /// Applied without restarting any member: membership, volumes, the
+    /// backup CronJob, or settings read at deletion or quorum loss.
+    InPlace,
+    /// Fixed at creation: the CRD's rules refuse any change at admission.
+    Immutable,
+}
+
+/// Every field of `spec`, by path prefix; the longest prefix that matches a
+/// field decides. A field added to the API without a line here fails
+/// `every_spec_field_says_what_changing_it_does`.
+const CHANGES: &[(&str, Change)] = &[
+    ("spec.size", Change::InPlace),
+    ("spec.image", Change::RollingRestart),
+    ("spec.version", Change::RollingRestart),
+    ("spec.resources", Change::RollingRestart),
+    ("spec.pod", Change::RollingRestart),
+    ("spec.etcd", Change::RollingRestart),
+    ("spec.storage.size", Change::InPlace),
+    ("spec.storage.reclaimPolicy", Change::InPlace),
+    ("spec.storage.storageClassName", Change::Immutable),
+    ("spec.bootstrap", Change::Immutable),
+    ("spec.tls", Change::Immutable),
+    // Turned on in place; turning it off is refused at admission.
+    ("spec.auth", Change::InPlace),
+    ("spec.recovery", Change::InPlace),
+    ("spec.backup", Change::InPlace),
+];
+
+/// Whether `prefix` names `field` or an object or list it sits in.
+fn covers(prefix: &str, field: &str) -> bool {
+    field == prefix
+        || field
+            .strip_prefix(prefix)
+            .is_some_and(|rest| rest.starts_with('.') || rest.starts_with('['))
+}
+
+fn change_of(field: &str) -> Option<Change> {
+    CHANGES
+        .iter()
+        .filter(|(prefix, _)| covers(prefix, field))
+        .max_by_key(|(prefix, _)| prefix.len())
+        .map(|(_, change)| *change)
+}
+
+/// The leaf fields of `spec` in the v1beta1 schema of the CRD dkv
+/// installs: objects are walked into, lists through their items (`[]`);
+/// scalars and maps are leaves.
+fn spec_leaves() -> Vec<String> {
+    use kube::CustomResourceExt;
+    fn walk(node: &serde_json::Value, path: String, out: &mut Vec<String>) {
+        if let Some(properties) = node.get("properties").and_then(|p| p.as_object()) {
+            for (name, child) in properties {
+                walk(child, format!("{path}.{name}"), out);
+            }
+        } else if node.get("type").and_then(|t| t.as_str()) == Some("array") {
+            match node.get("items") {
+                Some(items) if items.get("properties").is_some() => {
+                    walk(items, format!("{path}[]"), out)
+                }
+                _ => out.push(format!("{path}[]")),
+            }
+        } else {
+            out.push(path);
+        }
+    }
+    let crd = serde_json::to_value(DistributedKV::crd()).unwrap();
+    let version = crd["spec"]["versions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == "v1beta1")
+        .unwrap()
+        .clone();
+    let spec = &version["schema"]["openAPIV3Schema"]["properties"]["spec"];
+    let mut leaves = Vec::new();
+    walk(spec, "spec".to_owned(), &mut leaves);
+    leaves
+}
+
+#[test]
+fn every_spec_field_says_what_changing_it_does() {
+    let leaves = spec_leaves();
+    assert!(
+        leaves.len() > 100 && leaves.iter().any(|l| l == "spec.etcd.quotaBackendBytes"),
+        "the walk reached the spec's fields: {leaves:?}"
+    );
+    let unclassified: Vec<&String> = leaves.iter().filter(|l| change_of(l).is_none()).collect();
+    assert!(
+        unclassified.is_empty(),
+        "say in CHANGES (and in the README's \"Changing a cluster\") what changing these does: {unclassified:?}"
+    );
+    for (prefix, _) in CHANGES {
+        assert!(
+            leaves.iter().any(|l| covers(prefix, l)),
+            "{prefix} names no field of the spec any more"
+        );
+    }
+    // The README's table says the same of every line.
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md")).unwrap();
+    for (prefix, _) in CHANGES {
+        assert!(
+            readme.contains(&format!("`{prefix}")),
+            "the README's \"Changing a cluster\" table does not mention {prefix}"
+        );
+    }
+}
+
+/// The quota every member is given by the rolling-restart edit below.
+const NEW_QUOTA: i64 = 3 * 1024 * 1024 * 1024;
+
+fn runs_new_quota(p: &Pod) -> bool {
+    let flag = format!("--quota-backend-bytes={NEW_QUOTA}");
+    p.spec
+        .as_ref()
+        .and_then(|s| s.init_containers.as_ref())
+        .into_iter()
+        .flatten()
+        .any(|c| c.args.iter().flatten().any(|a| *a == flag))
+}
+
+/// The quota etcd itself reports running with (`/metrics` of the member).
+async fn running_quota(pod: &Pod) -> Option<i64> {
+    let ip: std::net::IpAddr = pod.status.as_ref()?.pod_ip.as_ref()?.parse().ok()?;
+    let (_, body) = support::http::plain_get((ip, 2379).into(), "/metrics").await?;
+    body.lines()
+        .find_map(|l| l.strip_prefix("etcd_server_quota_backend_bytes "))
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .map(|v| v as i64)
+}
+
+/// Pod UID and etcd restart count of each member.
+async fn member_runs(client: &Client) -> Vec<(String, Option<String>, i32)> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    let mut runs: Vec<_> = pods
+        .list(&ListParams::default().labels("dkv.io/cluster=orders"))
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .map(|p| {
+            let restarts = p
+                .status
+                .iter()
+                .flat_map(|s| s.container_statuses.iter().flatten())
+                .find(|c| c.name == "etcd")
+                .map_or(0, |c| c.restart_count);
+            (
+                p.metadata.name.clone().unwrap_or_default(),
+                p.metadata.uid.clone(),
+                restarts,
+            )
+        })
+        .collect();
+    runs.sort();
+    runs
+}
+
+/// Writes of what the operator manages (kube-local's kubelet heartbeats
+/// and pod status are not the operator's), by verb and resource.
+fn operator_writes(counts: &kube_local::api_traffic::RequestCounts) -> Vec<String> {
+    const MANAGED: [&str; 12] = [
+        "distributedkvs",
+        "distributedkvs/status",
+        "statefulsets",
+        "services",
+        "poddisruptionbudgets",
+        "configmaps",
+        "secrets",
+        "cronjobs",
+        "persistentvolumeclaims",
+        "pods",
+        "events",
+        "distributedkvbackups",
+    ];
+    counts
+        .iter()
+        .filter(|(verb, resource, n)| verb.is_write() && *n > 0 && MANAGED.contains(resource))
+        .map(|(verb, resource, n)| format!("{} {resource}: {n}", verb.as_str()))
+        .collect()
+}
+
+/// An API error's code and message.
+fn refusal(result: Result<DistributedKV, kube::Error>) -> (u16, String) {
+    match result {
+        Err(kube::Error::Api(status)) => (status.code, status.message),
+        other => panic!("expected the edit to be refused, got {other:?}"),
+    }
+}
+
+/// One representative edit of each kind in [`CHANGES`], on a live
+/// 3-member cluster with a writer and the admission webhooks running, as
+/// `dkv local up` runs them:
+/// - fixed at creation (`spec.storage.storageClassName`, `spec.bootstrap`,
+///   `spec.tls`): refused, naming the field, and nothing changes;
+/// - refused at admission (a scale below quorum, a shrink): the same;
+/// - in place (`spec.recovery`, `spec.storage.reclaimPolicy`): the status
+///   describes the new generation as Converged and no member restarted;
+/// - rolling restart (`spec.etcd.quotaBackendBytes`): every member's etcd
+///   reports the new quota, Converged only once every pod runs it, one
+///   member down at a time, at most one leader change;
+///
+/// then no write by the operator in the 30 s after convergence; the cluster
+/// still scales 3 → 5 → 3; no acknowledged write lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_edit_of_every_kind_does_what_the_table_says() {
+    let env = support::environment(true).await;
+    let client = env.client();
+    support::create_namespace(&client, NS).await;
+    let mut args = support::operator_args(false);
+    args.webhook = support::webhook_args();
+    let operator = support::RunningOperator::start_with(client.clone(), args);
+    support::wait_until_admission_answers(&client, NS).await;
+    // Plaintext (the webhook would default TLS on), so that the test reads
+    // each member's /metrics as it is.
+    let dkvs = support::create_cluster(
+        &client,
+        NS,
+        "orders",
+        3,
+        V35,
+        json!({"tls": {"peer": {"mode": "Disabled"}, "client": {"mode": "Disabled"}}}),
+    )
+    .await;
+    support::etcd_cluster::wait_settled(&dkvs, "orders", 3).await;
+    let writer = Writer::start(client.clone(), NS, "orders");
+    let generation_now = |d: &DistributedKV| d.metadata.generation.unwrap();
+    let before = dkvs.get("orders").await.unwrap();
+
+    // Fixed at creation, and refused at admission.
+    for (edit, field) in [
+        (
+            json!({"spec": {"storage": {"storageClassName": "fixed-size"}}}),
+            "storage.storageClassName",
+        ),
+        (
+            json!({"spec": {"bootstrap": {"restore": {"backupName": "nightly"}}}}),
+            "spec.bootstrap",
+        ),
+        (
+            json!({"spec": {"tls": {"peer": {"mode": "Auto"}}}}),
+            "spec.tls",
+        ),
+        (json!({"spec": {"size": 1}}), "spec.size"),
+        (
+            json!({"spec": {"storage": {"size": "512Mi"}}}),
+            "storage.size",
+        ),
+    ] {
+        let (code, message) = refusal(
+            dkvs.patch("orders", &PatchParams::default(), &Patch::Merge(&edit))
+                .await,
+        );
+        assert!(
+            (code == 422 || code == 400 || code == 403) && message.contains(field),
+            "{edit} refused naming {field}: {code} {message}"
+        );
+    }
+    assert_eq!(
+        generation_now(&dkvs.get("orders").await.unwrap()),
+        generation_now(&before),
+        "no refused edit was stored"
+    );
+
+    // In place: no member restarts, and the status describes the edit.
+    let runs = member_runs(&client).await;
+    let edited = dkvs
+        .patch(
+            "orders",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {
+                "recovery": {"policy": "ForceNewCluster", "afterSeconds": 120},
+                "storage": {"reclaimPolicy": "Retain"},
+            }})),
+        )
+        .await
+        .unwrap();
+    let generation = generation_now(&edited);
+    wait_for(&dkvs, "orders", "the in-place edit described", |d| {
+        converged_at(d, generation)
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(member_runs(&client).await, runs, "no member restarted");
+
+    // Rolling restart: an etcd setting reaches every running member.
+    let monitor = LeaderMonitor::start(client.clone(), NS, "orders");
+    let edited = dkvs
+        .patch(
+            "orders",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"etcd": {"quotaBackendBytes": NEW_QUOTA}}})),
+        )
+        .await
+        .unwrap();
+    let generation = generation_now(&edited);
+    let watch = RolloutWatch::start(client.clone(), generation, runs_new_quota);
+    let took = wait_for(&dkvs, "orders", "the quota rolled out", |d| {
+        converged_at(d, generation)
+    })
+    .await;
+    let seen = watch.stop().await;
+    let (leaders, _) = monitor.stop().await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    for pod in pods
+        .list(&ListParams::default().labels("dkv.io/cluster=orders"))
+        .await
+        .unwrap()
+        .items
+    {
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        assert!(runs_new_quota(&pod), "{name} runs the new template");
+        assert_eq!(
+            running_quota(&pod).await,
+            Some(NEW_QUOTA),
+            "etcd of {name} runs with the new quota"
+        );
+    }
+    eprintln!("quota rolled out in {took:?}: {seen:?}; leaders {leaders:x?}");
+    assert!(seen.premature_converged.is_empty(), "{seen:?}");
+    assert!(seen.most_unready <= 1, "one member at a time: {seen:?}");
+    assert!(
+        leaders.len() <= 2,
+        "at most one leader change per rollout: {leaders:x?}"
+    );
+
+    // Converged means done: the operator writes nothing more.
+    let quiet_from = env.requests();
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    let writes = operator_writes(&env.requests().since(&quiet_from));
+    assert!(
+        writes.is_empty(),
+        "writes in the 30 s after convergence: {writes:?}"
+    );
+
+    // No edit wedged the cluster: it still scales 3 → 5 → 3.
+    for size in [5, 3] {
+        dkvs.patch(
+            "orders",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"size": size}})),
+        )
+        .await
+        .unwrap();
+        let generation = generation_now(&dkvs.get("orders").await.unwrap());
+        wait_for(&dkvs, "orders", &format!("{size} members"), |d| {
+            support::etcd_cluster::settled_at(d, size)
+                && d.status
+                    .as_ref()
+                    .is_some_and(|s| s.observed_generation == Some(generation))
+                && support::etcd_cluster::condition_reason(d, "Progressing", "False").as_deref()
+                    == Some("Converged")
+        })
+        .await;
+    }
+
+    let report = writer.stop().await;
+    support::etcd_cluster::assert_no_write_lost(&client, NS, &report).await;
+    operator.stop().await;
 }

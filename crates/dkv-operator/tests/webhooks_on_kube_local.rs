@@ -43,7 +43,7 @@ impl Harness {
         let mut args = support::operator_args(false);
         args.webhook = webhook;
         self.operator = Some(support::RunningOperator::start_with(self.client(), args));
-        wait_until_admission_answers(&self.client()).await;
+        support::wait_until_admission_answers(&self.client(), NS).await;
     }
 
     fn client(&self) -> Client {
@@ -73,36 +73,8 @@ fn cluster(name: &str, size: i32, image: &str, extra: serde_json::Value) -> Dist
     support::cluster(NS, name, size, image, extra)
 }
 
-/// A spec the webhook refuses and nothing else does (the schema accepts any
-/// schedule string).
 fn bad_cron(name: &str) -> DistributedKV {
-    cluster(
-        name,
-        3,
-        ETCD_35,
-        json!({"backup": {"destination": {"uri": "s3://bucket/dkv/"}, "schedule": "every day"}}),
-    )
-}
-
-/// Waits until the validating webhook answers for DistributedKV writes: a
-/// dry-run create it must refuse is refused by it.
-async fn wait_until_admission_answers(client: &Client) {
-    let api: Api<DistributedKV> = Api::namespaced(client.clone(), NS);
-    let dry_run = PostParams {
-        dry_run: true,
-        ..PostParams::default()
-    };
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    loop {
-        match api.create(&dry_run, &bad_cron("probe")).await {
-            Err(err) if err.to_string().contains("spec.backup.schedule") => return,
-            other => assert!(
-                tokio::time::Instant::now() < deadline,
-                "the validating webhook never answered; last outcome: {other:?}"
-            ),
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    support::bad_cron(NS, name)
 }
 
 fn api_message(result: Result<impl std::fmt::Debug, kube::Error>) -> (u16, String) {

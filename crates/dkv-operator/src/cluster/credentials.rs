@@ -45,13 +45,14 @@ impl Credentials {
     }
 }
 
-/// Ensures the credentials of `cluster`. `deployed`: its StatefulSet
-/// exists (a new CA is created only for a cluster that has never run).
+/// Ensures the credentials of `cluster`. `exists`: the cluster has run (its
+/// StatefulSet exists, or its membership record says it formed); a new CA
+/// is created only for a cluster that never has.
 pub async fn ensure(
     dkv: &DistributedKV,
     cluster: &ValidatedCluster,
     pods: &[MemberPod],
-    deployed: bool,
+    exists: bool,
     ctx: &Context,
 ) -> Result<Credentials> {
     let tls = if cluster.tls.any() {
@@ -63,7 +64,7 @@ pub async fn ensure(
             pod_serials: pods.iter().map(|p| p.view.tls_serial.clone()).collect(),
             idle: dkv.status.as_ref().is_none_or(|s| s.operation.is_none()),
         };
-        let may_create_ca = !deployed && !cluster.paused;
+        let may_create_ca = !exists && !cluster.paused;
         Some(
             tls::ensure(
                 &ctx.client,
@@ -79,7 +80,7 @@ pub async fn ensure(
     };
     // A restore of a backup taken with authentication on keeps it on.
     if !cluster.auth
-        && !deployed
+        && !exists
         && let Some(copy) = auth::restored_credentials(&ctx.client, cluster).await?
     {
         return Err(Error::RestoreSource {

@@ -43,6 +43,10 @@ pub enum Error {
     #[error("waiting for {what}")]
     CleanupWaiting { what: String },
 
+    /// The StatefulSet deleted to be re-created has not gone yet.
+    #[error("waiting for StatefulSet {name} to release its pods before it is re-created")]
+    Recreating { name: String },
+
     #[error("failed to apply {kind} {name}: {source}")]
     Apply {
         kind: String,
@@ -177,7 +181,9 @@ impl Error {
             Error::InvalidSpec(_) | Error::MissingNamespace | Error::FinalBackupFailed { .. } => {
                 Category::Permanent
             }
-            Error::CacheNotReady { .. } | Error::CleanupWaiting { .. } => Category::Waiting,
+            Error::CacheNotReady { .. }
+            | Error::CleanupWaiting { .. }
+            | Error::Recreating { .. } => Category::Waiting,
             // etcd asking to wait (cluster settling, learner catching up) is
             // expected mid-operation; anything else is retried with backoff
             // and reported, never given up on (the step is pinned).
@@ -218,7 +224,10 @@ impl Error {
             Error::CacheNotReady { .. } | Error::Read { .. } | Error::RestoreSource { .. } => {
                 "dereference"
             }
-            Error::Apply { .. } | Error::Delete { .. } | Error::Etcd { .. } => "apply",
+            Error::Apply { .. }
+            | Error::Delete { .. }
+            | Error::Etcd { .. }
+            | Error::Recreating { .. } => "apply",
             Error::TlsCaMissing { .. }
             | Error::SecretInvalid { .. }
             | Error::TlsSecretUnusable { .. }

@@ -228,6 +228,7 @@ mod tests {
                     revision: None,
                 },
                 endpoint: Some(format!("http://orders-{i}:2379")),
+                bootstrap_size: None,
                 restore_failure: None,
                 problem: None,
             })

@@ -191,7 +191,12 @@ async fn reconcile_cluster(
 
     // 3. Credentials, then etcd's view through them.
     let deployed = observed.statefulset.is_some();
-    let credentials = credentials::ensure(dkv, cluster, &pods, deployed, ctx).await?;
+    let exists = deployed
+        || observed
+            .record
+            .as_ref()
+            .is_some_and(|r| r.state == membership_record::ClusterState::Existing);
+    let credentials = credentials::ensure(dkv, cluster, &pods, exists, ctx).await?;
     let endpoints: Vec<String> = pods.iter().filter_map(|p| p.endpoint.clone()).collect();
     let admin = (!endpoints.is_empty() && deployed).then(|| {
         ctx.etcd.connect(
@@ -302,8 +307,25 @@ async fn reconcile_cluster(
         _ => {}
     }
     // Member volumes grow in place once the StatefulSet exists (its claims
-    // do); no member restarts for it.
-    seen.volumes = Some(volumes::grow(&ctx.client, cluster, &observed.claims).await?);
+    // do); no member restarts for it. Once they all have grown, and nothing
+    // else is under way, the StatefulSet's claim template follows.
+    let grown = volumes::grow(&ctx.client, cluster, &observed.claims).await?;
+    let idle = seen.operation.is_none() && matches!(plan.step, membership::Step::Converged);
+    if idle
+        && !plan.creating
+        && volumes::template_behind(cluster, &grown)
+        && let (Some(live), Some(storage)) = (seen.statefulset.clone(), &cluster.storage)
+    {
+        let mut aligned = cluster.clone();
+        if let Some(aligned_storage) = aligned.storage.as_mut() {
+            aligned_storage.template_size = storage.size.clone();
+        }
+        let desired = build::build(&aligned, plan).statefulset;
+        let recreated =
+            volumes::recreate_statefulset(&ctx.client, &namespace, &live, &desired).await?;
+        seen.statefulset = Some(Arc::new(recreated));
+    }
+    seen.volumes = Some(grown);
 
     let busy = seen.operation.is_some() || !matches!(plan.step, membership::Step::Converged);
     Ok(Outcome::Applied {
@@ -313,7 +335,13 @@ async fn reconcile_cluster(
             .tls
             .as_ref()
             .is_some_and(|t| t.rotating.is_some()),
-        renew_at: credentials.tls.as_ref().map(|t| t.renew_at),
+        due_at: [
+            credentials.tls.as_ref().map(|t| t.renew_at),
+            seen.volumes.as_ref().and_then(status::volume_grace_ends),
+        ]
+        .into_iter()
+        .flatten()
+        .min(),
     })
 }
 

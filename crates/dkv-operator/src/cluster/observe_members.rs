@@ -36,6 +36,10 @@ pub struct MemberPod {
     pub restore_failure: Option<String>,
     /// Why the pod does not serve, as its status says, when it does not.
     pub problem: Option<PodProblem>,
+    /// The initial member count the pod's member-init was started with
+    /// (`--bootstrap-size`): what its StatefulSet said, should the
+    /// StatefulSet itself be gone.
+    pub bootstrap_size: Option<i32>,
 }
 
 /// Why a member pod does not serve, read from its status the way a human
@@ -235,11 +239,28 @@ pub fn member_pods(
                 endpoint,
                 restore_failure: restore_failure(pod),
                 problem: pod_problem(pod),
+                bootstrap_size: started_bootstrap_size(pod),
             })
         })
         .collect();
     out.sort_by_key(|p| p.view.ordinal);
     out
+}
+
+/// The `--bootstrap-size` the pod's member-init container runs with.
+fn started_bootstrap_size(pod: &Pod) -> Option<i32> {
+    pod.spec
+        .as_ref()?
+        .init_containers
+        .as_ref()?
+        .iter()
+        .find(|c| c.name == "member-init")?
+        .args
+        .iter()
+        .flatten()
+        .find_map(|a| a.strip_prefix("--bootstrap-size="))?
+        .parse()
+        .ok()
 }
 
 /// The status of the pod's `member-init` container.

@@ -39,8 +39,10 @@ pub enum Outcome {
         etcd: bool,
         /// A CA rotation advances once members have rolled out its phase.
         rotating: bool,
-        /// When the first certificate comes due for renewal.
-        renew_at: Option<jiff::Timestamp>,
+        /// The next moment time alone changes something: a certificate
+        /// comes due for renewal, a claim waiting for a volume has waited
+        /// too long.
+        due_at: Option<jiff::Timestamp>,
     },
     /// The finalizer helper acted instead of the pipeline (it added the
     /// finalizer, or deletion ran its cleanup): its action stands.
@@ -71,15 +73,15 @@ pub fn next_action(outcome: &Outcome, degraded: bool, now: jiff::Timestamp) -> A
         } if *busy || degraded => Action::requeue(OPERATION_POLL),
         Outcome::Applied { rotating: true, .. } => Action::requeue(OPERATION_POLL),
         // Every other change that matters arrives through a watch, except
-        // time: certificates come due for renewal.
+        // time.
         Outcome::Applied {
-            renew_at: Some(at), ..
+            due_at: Some(at), ..
         } => {
             let wait = at.as_second().saturating_sub(now.as_second());
             // At least a second; at most a day (the clock may jump).
             Action::requeue(Duration::from_secs(wait.clamp(1, 86_400).unsigned_abs()))
         }
-        Outcome::Applied { renew_at: None, .. } => Action::await_change(),
+        Outcome::Applied { due_at: None, .. } => Action::await_change(),
     }
 }
 
@@ -207,12 +209,12 @@ const CERTIFICATE_PENDING_RECHECK: Duration = Duration::from_secs(3);
 mod tests {
     use super::*;
 
-    fn applied(busy: bool, rotating: bool, renew_at: Option<jiff::Timestamp>) -> Outcome {
+    fn applied(busy: bool, rotating: bool, due_at: Option<jiff::Timestamp>) -> Outcome {
         Outcome::Applied {
             busy,
             etcd: true,
             rotating,
-            renew_at,
+            due_at,
         }
     }
 
@@ -237,13 +239,13 @@ mod tests {
             busy: true,
             etcd: false,
             rotating: false,
-            renew_at: None,
+            due_at: None,
         };
         assert_eq!(next_action(&no_etcd, true, now), Action::await_change());
     }
 
     #[test]
-    fn an_idle_cluster_is_looked_at_again_when_a_certificate_comes_due() {
+    fn an_idle_cluster_is_looked_at_again_when_time_changes_something() {
         let now = jiff::Timestamp::UNIX_EPOCH;
         let at = |secs: i64| Some(now + jiff::SignedDuration::from_secs(secs));
         assert_eq!(

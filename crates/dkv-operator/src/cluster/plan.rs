@@ -129,6 +129,38 @@ pub fn update_revision(sts: &StatefulSet) -> Option<String> {
         .flatten()
 }
 
+/// The plan of a cluster that exists (its membership record says so) but
+/// whose StatefulSet is gone: deleted with its pods orphaned, by dkv
+/// re-creating it with a new claim template or by hand. It is re-created as
+/// the record and the running pods say — the same replicas, the same
+/// initial member count, so the same pod template and no restart — and never
+/// bootstrapped as a new cluster. Membership waits until it is back.
+fn replace_statefulset(
+    cluster: &ValidatedCluster,
+    record: &MembershipRecord,
+    view: &MembershipView,
+) -> Plan {
+    let replicas = record
+        .members
+        .iter()
+        .filter_map(|m| naming::ordinal_of(&cluster.name, &m.name))
+        .max()
+        .map_or(cluster.size, |highest| highest + 1);
+    Plan {
+        replicas,
+        bootstrap_size: view
+            .pods
+            .iter()
+            .find_map(|p| p.bootstrap_size)
+            .unwrap_or(cluster.size),
+        creating: false,
+        record: record.clone(),
+        step: Step::Converged,
+        restore: None,
+        tls_serial: view.tls_serial.clone(),
+    }
+}
+
 /// Plans one reconcile pass of `cluster`, given the StatefulSet and the
 /// membership record that exist and what etcd and the pods report.
 pub fn plan(
@@ -138,6 +170,9 @@ pub fn plan(
     view: &MembershipView,
 ) -> Plan {
     let Some(sts) = existing else {
+        if let Some(record) = record.filter(|r| r.state == ClusterState::Existing) {
+            return replace_statefulset(cluster, record, view);
+        }
         return Plan {
             replicas: cluster.size,
             bootstrap_size: cluster.size,

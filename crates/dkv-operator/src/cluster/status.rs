@@ -532,6 +532,18 @@ fn compute(dkv: &DistributedKV, obs: &Observation<'_>, now: &Time) -> Distribute
 /// provisioners of network disks take seconds to tens of seconds.
 const VOLUME_GRACE: jiff::SignedDuration = jiff::SignedDuration::from_secs(60);
 
+/// When the first member claim still within [`VOLUME_GRACE`] leaves it:
+/// status must be looked at again then, as nothing else may change.
+pub fn volume_grace_ends(volumes: &Volumes) -> Option<jiff::Timestamp> {
+    volumes
+        .pending
+        .iter()
+        .filter_map(|c| c.since)
+        .map(|since| since + VOLUME_GRACE)
+        .filter(|end| *end > jiff::Timestamp::now())
+        .min()
+}
+
 /// Says which member claims have waited for a volume longer than
 /// [`VOLUME_GRACE`].
 fn volume_pending(volumes: &Volumes, now: &Time) -> Option<String> {

@@ -2,19 +2,26 @@
 //! in place (online expansion; no member restarts), and the cluster is not
 //! converged until every claim reports the new capacity.
 //!
-//! The StatefulSet's claim template is immutable, so it keeps the size the
-//! cluster was created with; a member added later gets a claim of that size
-//! from the StatefulSet and is grown like the others. Shrinking is refused
-//! (by the CRD's rules at admission, and by validation).
+//! The StatefulSet's claim template is immutable: once every member volume
+//! has the new size, the StatefulSet is re-created with a template of that
+//! size over its running pods ([`recreate_statefulset`]: deleted with
+//! `propagationPolicy: Orphan`, applied again, its pods adopted unchanged,
+//! so no member restarts). Until then a member added gets a claim of the old
+//! size and is grown like the others. Shrinking is refused (by the CRD's
+//! rules at admission, and by validation).
 
 use std::sync::Arc;
 
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions, PropagationPolicy};
 use kube::{Client, ResourceExt};
 use serde_json::json;
 use tracing::info;
 
+use super::apply::{FIELD_MANAGER, as_applied};
 use super::error::{Error, Result};
 use super::execute::volume_claim;
 use super::validate::ValidatedCluster;
@@ -156,4 +163,97 @@ pub async fn grow(
         }
     }
     Ok(volumes)
+}
+
+/// Whether the StatefulSet's claim template is smaller than `spec.storage.size`
+/// while every member volume already has that size: the template is then
+/// brought in line by [`recreate_statefulset`].
+pub fn template_behind(cluster: &ValidatedCluster, volumes: &Volumes) -> bool {
+    let Some(storage) = &cluster.storage else {
+        return false;
+    };
+    let (Ok(template), Ok(wanted)) = (
+        parse_quantity(&storage.template_size),
+        parse_quantity(&storage.size),
+    ) else {
+        return false;
+    };
+    template < wanted && volumes.total > 0 && volumes.below == 0 && volumes.refused.is_none()
+}
+
+/// How long the garbage collector may take to release the pods of a
+/// StatefulSet deleted with `propagationPolicy: Orphan` before this pass
+/// gives up (the next one finishes the re-creation).
+const ORPHANING_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// Re-creates the StatefulSet `live` as `desired` (the same pod template, a
+/// larger claim template) without touching its pods: deleted with
+/// `propagationPolicy: Orphan`, guarded by its uid, so the pods keep running
+/// and lose only their owner reference; applied again once gone. Its
+/// controller adopts the pods; their template, and so their revision, is
+/// unchanged, so no member restarts. Should the operator stop in between,
+/// the next pass re-creates it from the membership record (see
+/// [`super::plan::plan`]).
+pub async fn recreate_statefulset(
+    client: &Client,
+    namespace: &str,
+    live: &StatefulSet,
+    desired: &StatefulSet,
+) -> Result<StatefulSet> {
+    let name = live.name_any();
+    let api: Api<StatefulSet> = Api::namespaced(client.clone(), namespace);
+    let params = DeleteParams {
+        preconditions: live.uid().map(|uid| Preconditions {
+            uid: Some(uid),
+            resource_version: None,
+        }),
+        propagation_policy: Some(PropagationPolicy::Orphan),
+        ..DeleteParams::default()
+    };
+    match api.delete(&name, &params).await {
+        Ok(_) => {
+            info!(statefulset = %name, "deleted the StatefulSet, orphaning its pods, to re-create it with the new claim size")
+        }
+        Err(kube::Error::Api(status)) if status.code == 404 => {}
+        Err(source) => {
+            return Err(Error::Delete {
+                kind: "StatefulSet",
+                name,
+                source,
+            });
+        }
+    }
+    let deadline = Instant::now() + ORPHANING_TIMEOUT;
+    loop {
+        match api.get_opt(&name).await {
+            Ok(Some(still)) if still.uid() == live.uid() => {
+                if Instant::now() >= deadline {
+                    return Err(Error::Recreating { name });
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Ok(_) => break,
+            Err(source) => {
+                return Err(Error::Read {
+                    kind: "StatefulSet",
+                    name,
+                    source,
+                });
+            }
+        }
+    }
+    let applied = api
+        .patch(
+            &name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&as_applied(desired)),
+        )
+        .await
+        .map_err(|source| Error::Apply {
+            kind: "StatefulSet".to_owned(),
+            name: name.clone(),
+            source,
+        })?;
+    info!(statefulset = %name, "re-created the StatefulSet over its running pods");
+    Ok(applied)
 }

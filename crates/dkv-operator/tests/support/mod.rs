@@ -15,6 +15,7 @@ use tokio::sync::watch;
 
 pub mod backups;
 pub mod etcd_cluster;
+pub mod http;
 pub mod secret_scan;
 pub mod tls;
 
@@ -175,6 +176,39 @@ pub fn cluster(
         "spec": spec
     }))
     .unwrap()
+}
+
+/// A spec the validating webhook refuses and nothing else does (the
+/// schema accepts any schedule string).
+pub fn bad_cron(ns: &str, name: &str) -> DistributedKV {
+    cluster(
+        ns,
+        name,
+        3,
+        "registry.k8s.io/etcd:3.5.16-0",
+        serde_json::json!({"backup": {"destination": {"uri": "s3://bucket/dkv/"}, "schedule": "every day"}}),
+    )
+}
+
+/// Waits until the validating webhook answers for DistributedKV writes in
+/// `ns`: a dry-run create it must refuse is refused by it.
+pub async fn wait_until_admission_answers(client: &Client, ns: &str) {
+    let api: Api<DistributedKV> = Api::namespaced(client.clone(), ns);
+    let dry_run = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        match api.create(&dry_run, &bad_cron(ns, "probe")).await {
+            Err(err) if err.to_string().contains("spec.backup.schedule") => return,
+            other => assert!(
+                tokio::time::Instant::now() < deadline,
+                "the validating webhook never answered; last outcome: {other:?}"
+            ),
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
 }
 
 /// Diagnostics for a test that may hang: after `after`, prints the etcd log

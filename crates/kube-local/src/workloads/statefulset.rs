@@ -20,6 +20,7 @@ use kube::api::{Api, DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
 use super::Context;
+use super::disruption::selector_matches;
 use super::endpoints::is_pod_ready;
 use super::informer::get;
 
@@ -384,8 +385,98 @@ pub async fn reconcile(ctx: &Context) -> Option<std::time::Duration> {
     next
 }
 
+/// Whether `meta` has no controller and carries labels `set`'s selector matches: an orphan the set may adopt.
+fn adoptable(set: &StatefulSet, meta: &ObjectMeta) -> bool {
+    let empty = std::collections::BTreeMap::new();
+    let has_selector = set
+        .spec
+        .selector
+        .match_labels
+        .as_ref()
+        .is_some_and(|l| !l.is_empty())
+        || set
+            .spec
+            .selector
+            .match_expressions
+            .as_ref()
+            .is_some_and(|e| !e.is_empty());
+    meta.deletion_timestamp.is_none()
+        && !meta
+            .owner_references
+            .iter()
+            .flatten()
+            .any(|o| o.controller == Some(true))
+        && has_selector
+        && selector_matches(&set.spec.selector, meta.labels.as_ref().unwrap_or(&empty))
+}
+
+/// Makes `set` the controller of its orphaned pods and revisions; says whether it adopted any. The patch carries
+/// the object's UID and resourceVersion, so an object that changed meanwhile is left for the next pass.
+async fn adopt_orphans(ctx: &Context, set: &StatefulSet) -> bool {
+    let mut adopted = false;
+    let ns = set.metadata.namespace.clone().unwrap_or_default();
+    let set_name = set.metadata.name.clone().unwrap_or_default();
+    let in_ns = |meta: &ObjectMeta| meta.namespace.as_deref() == Some(ns.as_str());
+    let adopt = |meta: &ObjectMeta| {
+        let mut refs = meta.owner_references.clone().unwrap_or_default();
+        refs.push(owner_ref(set));
+        json!({"metadata": {
+            "ownerReferences": refs,
+            "uid": meta.uid,
+            "resourceVersion": meta.resource_version,
+        }})
+    };
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+    for pod in ctx.caches.pods.state_filter(|p| {
+        in_ns(&p.metadata)
+            && adoptable(set, &p.metadata)
+            && p.metadata
+                .name
+                .as_deref()
+                .and_then(|n| ordinal_of(&set_name, n))
+                .is_some()
+    }) {
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        match pods
+            .patch(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(adopt(&pod.metadata)),
+            )
+            .await
+        {
+            Ok(_) => adopted = true,
+            Err(e) => tracing::debug!(pod = %name, error = %e, "adopting a pod"),
+        }
+    }
+    let revisions: Api<ControllerRevision> = Api::namespaced(ctx.client.clone(), &ns);
+    for rev in ctx
+        .caches
+        .revisions
+        .state_filter(|r| in_ns(&r.metadata) && adoptable(set, &r.metadata))
+    {
+        let name = rev.metadata.name.clone().unwrap_or_default();
+        match revisions
+            .patch(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(adopt(&rev.metadata)),
+            )
+            .await
+        {
+            Ok(_) => adopted = true,
+            Err(e) => tracing::debug!(revision = %name, error = %e, "adopting a revision"),
+        }
+    }
+    adopted
+}
+
 /// Returns when to look again (a pod becoming available after `minReadySeconds`).
 async fn sync_set(ctx: &Context, set: &StatefulSet) -> Option<std::time::Duration> {
+    if adopt_orphans(ctx, set).await {
+        // Act once the caches show the adopted objects as the set's: acting now would see them missing.
+        return Some(std::time::Duration::from_millis(100));
+    }
     let uid = set.metadata.uid.clone()?;
     let ns = set.metadata.namespace.clone().unwrap_or_default();
     let set_name = set.metadata.name.clone().unwrap_or_default();

@@ -575,3 +575,112 @@ async fn bound_claims_grow_where_their_class_allows_expansion() {
         "{message}"
     );
 }
+
+/// A set deleted with `propagationPolicy: Orphan` leaves its pods running (their owner reference gone); a set
+/// re-created with the same selector and template — here with a larger volumeClaimTemplate, the reason to do it —
+/// adopts them and their revision without restarting anything, and scales with the new claim template.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_set_recreated_over_its_orphaned_pods_adopts_them_without_restarting_them() {
+    let c = Cluster::start(NS).await;
+    let spec = |size: &str, replicas: i32| {
+        let mut s = set(
+            "kept",
+            replicas,
+            "Parallel",
+            json!({"updateStrategy": {"type": "OnDelete"}}),
+        );
+        s["spec"]["volumeClaimTemplates"][0]["spec"]["resources"]["requests"]["storage"] =
+            json!(size);
+        s
+    };
+    c.create::<StatefulSet>(NS, spec("1Gi", 2)).await;
+    let before = ready_replicas(&c, "kept", 2).await;
+    let old_uid = before.metadata.uid.clone().unwrap();
+    let revision_before = before.status.unwrap().update_revision.unwrap();
+    let pods_before: Vec<(Option<String>, String)> = pods_of(&c, "kept")
+        .await
+        .iter()
+        .map(|p| (p.metadata.uid.clone(), revision(p)))
+        .collect();
+
+    c.api::<StatefulSet>(NS)
+        .delete(
+            "kept",
+            &DeleteParams {
+                propagation_policy: Some(kube::api::PropagationPolicy::Orphan),
+                ..DeleteParams::default()
+            },
+        )
+        .await
+        .unwrap();
+    eventually("the set gone", Duration::from_secs(30), || async {
+        c.api::<StatefulSet>(NS)
+            .get_opt("kept")
+            .await
+            .ok()
+            .and_then(|s| s.is_none().then_some(()))
+    })
+    .await;
+    let orphans = pods_of(&c, "kept").await;
+    assert_eq!(orphans.len(), 2, "the pods outlive their set");
+    for pod in &orphans {
+        assert!(
+            pod.metadata
+                .owner_references
+                .iter()
+                .flatten()
+                .all(|o| o.uid != old_uid),
+            "{:?} no longer names the deleted set",
+            pod.metadata.name
+        );
+    }
+
+    c.create::<StatefulSet>(NS, spec("2Gi", 2)).await;
+    let after = ready_replicas(&c, "kept", 2).await;
+    let new_uid = after.metadata.uid.clone().unwrap();
+    assert_ne!(new_uid, old_uid);
+    let status = after.status.unwrap();
+    assert_eq!(
+        status.update_revision.as_deref(),
+        Some(revision_before.as_str()),
+        "the same template is the same revision"
+    );
+    assert_eq!(status.current_replicas, Some(2));
+    let pods_after: Vec<(Option<String>, String)> = pods_of(&c, "kept")
+        .await
+        .iter()
+        .map(|p| (p.metadata.uid.clone(), revision(p)))
+        .collect();
+    assert_eq!(pods_after, pods_before, "no pod was replaced");
+    for pod in pods_of(&c, "kept").await {
+        assert!(
+            pod.metadata
+                .owner_references
+                .iter()
+                .flatten()
+                .any(|o| o.uid == new_uid && o.controller == Some(true)),
+            "{:?} adopted",
+            pod.metadata.name
+        );
+    }
+
+    // A new ordinal gets its claim from the new template.
+    c.api::<StatefulSet>(NS)
+        .patch(
+            "kept",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 3}})),
+        )
+        .await
+        .unwrap();
+    ready_replicas(&c, "kept", 3).await;
+    let claim = c
+        .api::<PersistentVolumeClaim>(NS)
+        .get("data-kept-2")
+        .await
+        .unwrap();
+    assert_eq!(
+        claim.spec.unwrap().resources.unwrap().requests.unwrap()["storage"].0,
+        "2Gi"
+    );
+}
