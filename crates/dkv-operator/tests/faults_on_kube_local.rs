@@ -10,7 +10,11 @@
 //! - two of three members lost for good: `QuorumLost` with what to do, and
 //!   with the recovery policy set, recovery from the survivor and regrowth;
 //! - volumes that never come (a StorageClass whose provisioner is not
-//!   installed): `VolumePending` naming the claims, not silence.
+//!   installed): `VolumePending` naming the claims, not silence;
+//! - the StatefulSet deleted with its pods orphaned (`kubectl delete
+//!   --cascade=orphan`, or the operator stopped half-way through re-creating
+//!   it): it comes back over the running pods, no member restarts, and the
+//!   cluster is never bootstrapped anew.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -435,5 +439,100 @@ async fn claims_that_never_get_a_volume_are_reported_by_name() {
         ("False", "Creating")
     );
     eprintln!("creating after {quiet:?}; VolumePending reported {reported:?} later: {message}");
+    operator.stop().await;
+}
+
+/// The StatefulSet deleted with its pods orphaned — what `kubectl delete
+/// sts --cascade=orphan` does, and what an operator stopped half-way through
+/// re-creating it leaves — comes back from the membership record over the
+/// running pods: the same members with the same IDs, no pod replaced or
+/// restarted, the writer never losing an acknowledged write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_statefulset_deleted_with_its_pods_orphaned_comes_back_over_them() {
+    let ns = "orphaned";
+    let (env, operator, dkvs) = three_members(ns).await;
+    let client = env.client();
+    let writer = Writer::start(client.clone(), ns, "orders");
+    let ids = member_ids(&dkvs.get("orders").await.unwrap());
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let runs = || async {
+        let mut runs: Vec<(String, Option<String>, i32)> = pods
+            .list(&kube::api::ListParams::default().labels("dkv.io/cluster=orders"))
+            .await
+            .unwrap()
+            .items
+            .iter()
+            .map(|p| {
+                let restarts = p
+                    .status
+                    .iter()
+                    .flat_map(|s| s.container_statuses.iter().flatten())
+                    .find(|c| c.name == "etcd")
+                    .map_or(0, |c| c.restart_count);
+                (p.name_any(), p.metadata.uid.clone(), restarts)
+            })
+            .collect();
+        runs.sort();
+        runs
+    };
+    let before = runs().await;
+    let statefulsets: Api<StatefulSet> = Api::namespaced(client.clone(), ns);
+    let old_uid = statefulsets.get("orders").await.unwrap().metadata.uid;
+    // The membership record every member-init reads: it must never say
+    // "new" meanwhile (a member restarting then would bootstrap a second
+    // cluster), and so is not rewritten at all.
+    let records: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(client.clone(), ns);
+    let record_version = records
+        .get("orders-members")
+        .await
+        .unwrap()
+        .metadata
+        .resource_version;
+    statefulsets
+        .delete(
+            "orders",
+            &kube::api::DeleteParams {
+                propagation_policy: Some(kube::api::PropagationPolicy::Orphan),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    let started = Instant::now();
+    loop {
+        let back = statefulsets.get_opt("orders").await.unwrap();
+        if back.as_ref().is_some_and(|s| {
+            s.metadata.uid != old_uid
+                && s.status
+                    .as_ref()
+                    .is_some_and(|st| st.ready_replicas == Some(3))
+        }) {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "the StatefulSet did not come back: {back:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let took = started.elapsed();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(runs().await, before, "no member pod replaced or restarted");
+    assert_eq!(
+        records
+            .get("orders-members")
+            .await
+            .unwrap()
+            .metadata
+            .resource_version,
+        record_version,
+        "the membership record was left as it was"
+    );
+    let cluster = dkvs.get("orders").await.unwrap();
+    assert_eq!(member_ids(&cluster), ids, "the same members");
+    assert!(settled_at(&cluster, 3), "{:?}", cluster.status);
+    eprintln!("StatefulSet back over its pods after {took:?}");
+    let report = writer.stop().await;
+    assert_nothing_lost(&client, ns, &report).await;
     operator.stop().await;
 }
