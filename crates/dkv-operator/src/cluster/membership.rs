@@ -173,6 +173,25 @@ pub enum Step {
     Converged,
 }
 
+impl Step {
+    /// Whether executing this step changes the cluster so that the next
+    /// step may be possible at once (a member added, leadership moved, an
+    /// operation finished), rather than only after something slower (a pod
+    /// starting, a learner catching up) or nothing at all.
+    pub fn advances(&self) -> bool {
+        matches!(
+            self,
+            Step::Finish(_)
+                | Step::AddLearner { .. }
+                | Step::SetReplicas(_)
+                | Step::Promote { .. }
+                | Step::MoveLeader { .. }
+                | Step::RemoveMember { .. }
+                | Step::DeleteVolume { .. }
+        )
+    }
+}
+
 /// Why the planner waits.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum WaitReason {

@@ -293,18 +293,21 @@ async fn reconcile_cluster(
             return Ok(Outcome::AuthEnabled);
         }
     }
-    match &plan.step {
+    let finished = match &plan.step {
         membership::Step::Finish(pin) => {
             info!(kind = ?pin.kind, ordinal = pin.ordinal, "operation complete");
-            seen.operation = None;
+            true
         }
         // Deleting the removed member's volume is the last step of a
         // removal, and it has just succeeded (or the volume was gone).
         membership::Step::DeleteVolume { ordinal } if admin.is_some() => {
             info!(ordinal, "member removal complete");
-            seen.operation = None;
+            true
         }
-        _ => {}
+        _ => false,
+    };
+    if finished {
+        seen.operation = None;
     }
     // Member volumes grow in place once the StatefulSet exists (its claims
     // do); no member restarts for it. Once they all have grown, and nothing
@@ -330,6 +333,7 @@ async fn reconcile_cluster(
     let busy = seen.operation.is_some() || !matches!(plan.step, membership::Step::Converged);
     Ok(Outcome::Applied {
         busy,
+        advanced: plan.step.advances(),
         etcd: admin.is_some(),
         rotating: credentials
             .tls

@@ -35,6 +35,9 @@ pub enum Outcome {
     Applied {
         /// An operation, or a wait for etcd, is under way.
         busy: bool,
+        /// This pass executed a step after which the next may be possible
+        /// at once (see [`super::membership::Step::advances`]).
+        advanced: bool,
         /// etcd was asked this pass (the cluster has members to ask).
         etcd: bool,
         /// A CA rotation advances once members have rolled out its phase.
@@ -49,6 +52,13 @@ pub enum Outcome {
     Finalizer(Action),
 }
 
+/// How soon a pass follows one that pinned an operation or executed a step
+/// that advances it: the step can go ahead once status holds the pin (the
+/// watch brings it back within milliseconds), and the next step need not
+/// wait a whole [`OPERATION_POLL`]. Were the cache behind, the pass would
+/// plan the same pin again: one more status write, nothing else.
+pub const STEP_FOLLOW_UP: Duration = Duration::from_millis(200);
+
 /// How often an operation in flight is re-examined. Each membership step
 /// (pin, add learner, start, promote) waits for the next look, so this paces
 /// a member add: at 2 s it cost ~9 s per member on a 2-core machine against
@@ -62,7 +72,13 @@ pub fn next_action(outcome: &Outcome, degraded: bool, now: jiff::Timestamp) -> A
     match outcome {
         Outcome::Finalizer(action) => action.clone(),
         Outcome::Paused => Action::await_change(),
-        Outcome::Pinned | Outcome::AuthEnabled => Action::requeue(OPERATION_POLL),
+        Outcome::Pinned
+        | Outcome::Applied {
+            advanced: true,
+            etcd: true,
+            ..
+        } => Action::requeue(STEP_FOLLOW_UP),
+        Outcome::AuthEnabled => Action::requeue(OPERATION_POLL),
         // etcd's progress (a learner catching up, a member rejoining) is
         // not watched, and a fault only in part (a hung member's pod turns
         // unready, but what etcd says of it is not watched): keep looking
@@ -212,6 +228,7 @@ mod tests {
     fn applied(busy: bool, rotating: bool, due_at: Option<jiff::Timestamp>) -> Outcome {
         Outcome::Applied {
             busy,
+            advanced: false,
             etcd: true,
             rotating,
             due_at,
@@ -225,7 +242,16 @@ mod tests {
         assert_eq!(next_action(&applied(true, false, None), false, now), poll);
         assert_eq!(next_action(&applied(false, false, None), true, now), poll);
         assert_eq!(next_action(&applied(false, true, None), false, now), poll);
-        assert_eq!(next_action(&Outcome::Pinned, false, now), poll);
+        let soon = Action::requeue(STEP_FOLLOW_UP);
+        assert_eq!(next_action(&Outcome::Pinned, false, now), soon);
+        let advanced = Outcome::Applied {
+            busy: true,
+            advanced: true,
+            etcd: true,
+            rotating: false,
+            due_at: None,
+        };
+        assert_eq!(next_action(&advanced, false, now), soon);
         assert_eq!(
             next_action(&applied(false, false, None), false, now),
             Action::await_change()
@@ -237,6 +263,7 @@ mod tests {
         // No member to ask yet: the pods' watch brings the next pass.
         let no_etcd = Outcome::Applied {
             busy: true,
+            advanced: false,
             etcd: false,
             rotating: false,
             due_at: None,

@@ -255,5 +255,24 @@ pub async fn recreate_statefulset(
             source,
         })?;
     info!(statefulset = %name, "re-created the StatefulSet over its running pods");
-    Ok(applied)
+    // Its controller adopts the pods and reports their revision within
+    // moments; status reads the revision, so wait for it rather than call
+    // the members' template unknown meanwhile.
+    let deadline = Instant::now() + ORPHANING_TIMEOUT;
+    let mut current = applied;
+    while super::plan::update_revision(&current).is_none() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        match api.get_opt(&name).await {
+            Ok(Some(sts)) => current = sts,
+            Ok(None) => break,
+            Err(source) => {
+                return Err(Error::Read {
+                    kind: "StatefulSet",
+                    name,
+                    source,
+                });
+            }
+        }
+    }
+    Ok(current)
 }

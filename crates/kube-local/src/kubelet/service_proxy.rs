@@ -88,10 +88,18 @@ pub async fn run(shared: Arc<Shared>) {
                 }
                 let counter = Arc::new(AtomicUsize::new(0));
                 for (port, port_name) in ports {
-                    let task = tokio::spawn(listen(
+                    // Bound here, before the address is published (DNS, `service_address`): a client that finds
+                    // it can connect at once.
+                    let listener = match bind(proxy.ip, port) {
+                        Ok(listener) => listener,
+                        Err(e) => {
+                            tracing::warn!(ip = %proxy.ip, port, error = %e, "service proxy cannot listen");
+                            continue;
+                        }
+                    };
+                    let task = tokio::spawn(serve(
                         shared.clone(),
-                        proxy.ip,
-                        port,
+                        listener,
                         ns.clone(),
                         name.clone(),
                         port_name.clone(),
@@ -195,25 +203,33 @@ fn slices_of(shared: &Shared, namespace: &str, service: &str) -> Vec<Arc<Endpoin
     })
 }
 
-async fn listen(
+/// A listener on `ip:port`, bound synchronously with the standard library and handed to tokio.
+///
+/// Not `tokio::net::TcpListener::bind` from the async task that serves it: in release builds (rustc 1.95, tokio
+/// 1.54, mio 1.2) that call, compiled into this crate's spawned future, reached `bind(2)` with a zeroed
+/// `sockaddr_in` — the proxy listened on `0.0.0.0:<random>` and nothing on the Service's address (seen with
+/// `strace` and `gdb` at `bind`; the same call in a small program, and in debug builds, binds correctly).
+fn bind(ip: Ipv4Addr, port: i32) -> std::io::Result<TcpListener> {
+    let port = u16::try_from(port).map_err(|_| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("port {port} out of range"),
+        )
+    })?;
+    let listener = std::net::TcpListener::bind(SocketAddr::from((ip, port)))?;
+    listener.set_nonblocking(true)?;
+    TcpListener::from_std(listener)
+}
+
+/// Accepts connections on a Service port and forwards each to a ready endpoint.
+async fn serve(
     shared: Arc<Shared>,
-    ip: Ipv4Addr,
-    port: i32,
+    listener: TcpListener,
     namespace: String,
     service: String,
     port_name: String,
     counter: Arc<AtomicUsize>,
 ) {
-    let Ok(port) = u16::try_from(port) else {
-        return;
-    };
-    let listener = match TcpListener::bind((ip, port)).await {
-        Ok(l) => l,
-        Err(e) => {
-            tracing::warn!(%ip, port, error = %e, "service proxy cannot listen");
-            return;
-        }
-    };
     loop {
         let Ok((inbound, _)) = listener.accept().await else {
             continue;

@@ -771,3 +771,33 @@ async fn a_security_context_is_enforced_on_the_process_and_its_volumes() {
     assert!(log.contains("NoNewPrivs:\t1"), "{log}");
     assert!(!std::path::Path::new("/kube-local-probe").exists());
 }
+
+/// A Service's proxy listens on its address, on every port, by the time the address is published (DNS,
+/// `service_address`): a client that finds it connects at once (with no ready endpoint the proxy accepts and closes,
+/// as kube-proxy's reject rule answers). The listener is bound synchronously, not from the async task that serves
+/// it: release builds bound that one to `0.0.0.0:<random>` instead (see `service_proxy::bind`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_service_proxy_listens_on_its_address_once_it_is_published() {
+    let c = Cluster::start(NS).await;
+    c.create::<Service>(
+        NS,
+        json!({
+            "metadata": {"name": "early"},
+            "spec": {"selector": {"app": "nobody"}, "ports": [
+                {"name": "a", "port": 80}, {"name": "b", "port": 8443},
+            ]},
+        }),
+    )
+    .await;
+    let address = eventually("the proxy address", Duration::from_secs(10), || async {
+        c.kubelet().service_address(NS, "early")
+    })
+    .await;
+    for port in [80, 8443] {
+        let connected = tokio::net::TcpStream::connect((address, port)).await;
+        assert!(
+            connected.is_ok(),
+            "{address}:{port} accepts as soon as it is published: {connected:?}"
+        );
+    }
+}
