@@ -1,16 +1,21 @@
 //! Cluster operations and faults with real etcd: kube-local with its process
 //! kubelet, the operator as its own process, one 3-member cluster taken
 //! through create, scale, every fault scenario and quorum loss with a writer
-//! running throughout, then a second cluster through a 3.4 → 3.5 upgrade.
+//! running throughout, then a second cluster through a 3.4 → 3.5 upgrade,
+//! then a third (3.5, 1Gi volumes of class `standard`) through a rolling
+//! restart (`dkv.io/restartedAt`) and a storage growth 1Gi → 2Gi, each with
+//! a writer running. Bare-etcd baselines (create, one restart, a rolling
+//! restart) are measured first, while nothing else runs.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 use dkv_api::DistributedKV;
-use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Service};
 use kube::Client;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube_local::api_traffic::{Fault, FaultAnswer, Verb};
 use serde_json::json;
 
@@ -25,6 +30,13 @@ use crate::support::etcd_cluster::{
 const NS: &str = "ops";
 const CLUSTER: &str = "orders";
 const UPGRADED: &str = "upgraded";
+/// The cluster of the rolling restart and the storage growth.
+const ROLLED: &str = "rolled";
+/// Its volumes before and after the growth (`support::cluster` asks 1Gi).
+const STORAGE_BEFORE: &str = "1Gi";
+const STORAGE_AFTER: &str = "2Gi";
+/// The absolute target of the storage growth, in seconds.
+const STORAGE_GROWTH_TARGET_SECONDS: f64 = 30.0;
 const V34: &str = "registry.k8s.io/etcd:3.4.23-0";
 const V35: &str = "registry.k8s.io/etcd:3.5.16-0";
 /// etcd's own minimum for adding a member: its health wait of ~5 s.
@@ -65,6 +77,7 @@ pub async fn run(settings: Settings<'_>, out: &mut Output) -> anyhow::Result<()>
     let bare_dir = settings.work.join("bare");
     let mut creates = Vec::new();
     let mut rejoins = Vec::new();
+    let mut rolls = Vec::new();
     for round in 0..3u8 {
         let round_dir = bare_dir.join(round.to_string());
         let (mut bare, took) = BareCluster::start("3.5", &round_dir, round)
@@ -72,6 +85,11 @@ pub async fn run(settings: Settings<'_>, out: &mut Output) -> anyhow::Result<()>
             .with_context(|| format!("creating {}", round_dir.display()))?;
         creates.push(took.as_secs_f64());
         rejoins.push(bare.kill_and_restart("3.5", 1).await.as_secs_f64());
+        let roll = bare
+            .rolling_restart("3.5")
+            .await
+            .with_context(|| format!("rolling restart of {}", round_dir.display()))?;
+        rolls.push(roll.as_secs_f64());
         drop(bare);
         // etcd preallocates its WAL: 9 members would keep ~0.6 GB.
         std::fs::remove_dir_all(&round_dir)
@@ -86,6 +104,11 @@ pub async fn run(settings: Settings<'_>, out: &mut Output) -> anyhow::Result<()>
     out.context.push((
         "bare script: a killed etcd process restarted at once until it serves with a leader (3 runs)".into(),
         format!("{rejoins:.2?} s, median {bare_rejoin:.2} s"),
+    ));
+    let bare_roll = median(rolls.clone());
+    out.context.push((
+        "bare script: 3 etcd processes killed and restarted one at a time, each until it answers a linearizable read (3 runs)".into(),
+        format!("{rolls:.2?} s, median {bare_roll:.2} s"),
     ));
 
     let env = support::environment(true).await;
@@ -437,7 +460,7 @@ pub async fn run(settings: Settings<'_>, out: &mut Output) -> anyhow::Result<()>
     // writer's keys start over: clear the old ones so that a lost write
     // cannot hide behind an earlier write of the same key and value.
     progress("quorum loss with recovery");
-    clear_writer_keys(&client).await?;
+    clear_writer_keys(&client, CLUSTER).await?;
     dkvs.patch(
         CLUSTER,
         &PatchParams::default(),
@@ -487,19 +510,16 @@ pub async fn run(settings: Settings<'_>, out: &mut Output) -> anyhow::Result<()>
         recovery_seconds: Some(recovered),
         note: format!("deliberate: writes only the lost members held may go; recovery began {recovery_began:.1} s after the loss (10 s grace); recovery = loss → 3/3 healthy"),
     });
-    dkvs.delete(CLUSTER, &DeleteParams::default())
-        .await
-        .context("deleting the cluster")?;
-    let started = Instant::now();
-    while dkvs.get_opt(CLUSTER).await.ok().flatten().is_some()
-        && started.elapsed() < Duration::from_secs(60)
-    {
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    delete_cluster(&dkvs, CLUSTER).await?;
 
     // Rolling upgrade 3.4 → 3.5 of a second cluster.
     progress("rolling upgrade 3.4 → 3.5");
     upgrade(&client, out).await?;
+    // Its etcd processes would share the CPUs with the next cluster's.
+    delete_cluster(&dkvs, UPGRADED).await?;
+
+    // Rolling restart and storage growth of a third.
+    rolled(&client, bare_roll, out).await?;
 
     if let Some(op) = operator.take() {
         op.kill().await?;
@@ -575,6 +595,469 @@ async fn upgrade(client: &Client, out: &mut Output) -> anyhow::Result<()> {
             report.longest_gap.as_secs_f64()
         ),
     });
+    Ok(())
+}
+
+/// A third cluster (3.5, 3 members, 1Gi volumes of class `standard`):
+/// a rolling restart requested through `dkv.io/restartedAt`, then its
+/// volumes grown 1Gi → 2Gi, each with its own writer running.
+async fn rolled(client: &Client, bare_roll: f64, out: &mut Output) -> anyhow::Result<()> {
+    progress("rolling restart (dkv.io/restartedAt)");
+    let dkvs: Api<DistributedKV> = Api::namespaced(client.clone(), NS);
+    let created = dkvs
+        .create(
+            &PostParams::default(),
+            &support::cluster(NS, ROLLED, 3, V35, json!({})),
+        )
+        .await
+        .with_context(|| format!("creating {ROLLED}"))?;
+    let generation = created.metadata.generation.unwrap_or(1);
+    wait_until(
+        &dkvs,
+        ROLLED,
+        "3 healthy voters, Converged",
+        Duration::from_secs(300),
+        |d| converged_at(d, generation),
+    )
+    .await?;
+    rolling_restart(client, &dkvs, bare_roll, out).await?;
+
+    progress("storage growth 1Gi → 2Gi");
+    clear_writer_keys(client, ROLLED).await?;
+    storage_growth(client, &dkvs, out).await
+}
+
+/// Restarts every member through the annotation with a writer and a leader
+/// monitor running; times the edit → every member pod on the StatefulSet's
+/// new revision and `Progressing=False/Converged` for the generation.
+async fn rolling_restart(
+    client: &Client,
+    dkvs: &Api<DistributedKV>,
+    bare_roll: f64,
+    out: &mut Output,
+) -> anyhow::Result<()> {
+    // Wait for every pod on the current template first: the revision the
+    // rollout must leave behind.
+    let (old_revision, before) = wait_revision_settled(client, Duration::from_secs(120)).await?;
+    let writer = Writer::start(client.clone(), NS, ROLLED);
+    let monitor = LeaderMonitor::start(client.clone(), NS, ROLLED);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let stamp = jiff::Timestamp::now()
+        .round(jiff::Unit::Second)
+        .context("rounding the restart time")?
+        .to_string();
+    let started = Instant::now();
+    let edited = dkvs
+        .patch(
+            ROLLED,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {
+                dkv_api::labels::RESTARTED_AT: stamp}}})),
+        )
+        .await
+        .context("setting dkv.io/restartedAt")?;
+    // An annotation is no spec change: the generation stays, and the
+    // template's new revision is what tells the rollout is done.
+    let generation = edited
+        .metadata
+        .generation
+        .context("the patched cluster has no generation")?;
+    let seen = wait_rolled_out(
+        client,
+        dkvs,
+        generation,
+        &old_revision,
+        started,
+        Duration::from_secs(600),
+    )
+    .await?;
+    let took = started.elapsed().as_secs_f64();
+    let updated: Vec<String> = seen
+        .updated_at
+        .iter()
+        .map(|(pod, at)| format!("{pod} {at:.1} s"))
+        .collect();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (leaders, _term) = monitor.stop().await;
+    let report = writer.stop().await;
+    let lost = lost_writes(client, NS, ROLLED, &report.acked).await;
+    let after = member_pods(client).await?;
+    let restarted = after
+        .iter()
+        .filter(|p| !before.iter().any(|b| b.uid == p.uid))
+        .count();
+    let changes = leaders.len().saturating_sub(1) as f64;
+    out.metrics.push(
+        Metric::measured(
+            "rollingRestartSeconds",
+            "rolling restart of 3 members, writer running",
+            took,
+            "s",
+            Some(Baseline {
+                what: "bare script: each of 3 etcd processes killed, restarted and waited for until healthy, one at a time (no writer)".into(),
+                value: bare_roll,
+            }),
+            took / bare_roll,
+            Goal::at_most(1.5),
+            "≤ 1.5 × the bare script",
+        )
+        .with_note(format!(
+            "dkv.io/restartedAt edit → every member pod on the StatefulSet's updateRevision and Progressing=False/Converged; {restarted} of 3 pods replaced, on the new revision at: {}; Progressing reasons seen {:?}",
+            updated.join(", "),
+            seen.reasons
+        )),
+    );
+    out.metrics.push(
+        Metric::against_target(
+            "leaderChangesPerRollout",
+            "leader changes per rolling restart (dkv.io/restartedAt)",
+            changes,
+            "changes",
+            1.0,
+            "≤ 1 (the planned MoveLeader)",
+        )
+        .with_note(format!("leaders seen {leaders:x?}")),
+    );
+    out.reliability.push(Reliability {
+        scenario: "rolling restart (dkv.io/restartedAt), members one at a time".into(),
+        acknowledged_writes: Some(report.acked.len() as u64),
+        lost_writes: Some(lost.len() as u64),
+        recovery_seconds: None,
+        note: format!(
+            "not a fault; {} failed attempts (retried), longest write gap {:.1} s",
+            report.failures,
+            report.longest_gap.as_secs_f64()
+        ),
+    });
+    if restarted != 3 {
+        bail!("the rollout replaced {restarted} of 3 member pods: {before:?} → {after:?}");
+    }
+    Ok(())
+}
+
+/// Grows the volumes 1Gi → 2Gi with a writer running; times the edit →
+/// every member claim's capacity at 2Gi and `Converged` for the generation,
+/// and checks that no member restarted (same pods, same etcd restart
+/// counts).
+async fn storage_growth(
+    client: &Client,
+    dkvs: &Api<DistributedKV>,
+    out: &mut Output,
+) -> anyhow::Result<()> {
+    let before = member_pods(client).await?;
+    let writer = Writer::start(client.clone(), NS, ROLLED);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let started = Instant::now();
+    let edited = dkvs
+        .patch(
+            ROLLED,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"storage": {"size": STORAGE_AFTER}}})),
+        )
+        .await
+        .context("growing spec.storage.size")?;
+    let generation = edited
+        .metadata
+        .generation
+        .context("the patched cluster has no generation")?;
+    let reasons = wait_grown(client, dkvs, generation, Duration::from_secs(300)).await?;
+    let took = started.elapsed().as_secs_f64();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let report = writer.stop().await;
+    let lost = lost_writes(client, NS, ROLLED, &report.acked).await;
+    let after = member_pods(client).await?;
+    let same = |p: &MemberPod| (p.name.clone(), p.uid.clone(), p.etcd_restarts);
+    let unchanged = before.iter().map(same).eq(after.iter().map(same));
+    let restarts = if unchanged {
+        "no member restarted (same pod UIDs, etcd restart counts unchanged)".to_owned()
+    } else {
+        format!("**a member restarted**: {before:?} → {after:?}")
+    };
+    let mut metric = Metric::against_target(
+        "storageGrowthSeconds",
+        "storage growth 1Gi → 2Gi of 3 member volumes, writer running",
+        took,
+        "s",
+        STORAGE_GROWTH_TARGET_SECONDS,
+        "≤ 30 s, no member restarted",
+    );
+    metric.met = Some(took <= STORAGE_GROWTH_TARGET_SECONDS && unchanged);
+    out.metrics.push(metric.with_note(format!(
+        "spec.storage.size edit → every member claim's status.capacity {STORAGE_AFTER} and Progressing=False/Converged; {restarts}; Progressing reasons seen {reasons:?}. No same-run baseline (a bare script has no volumes); kube-local grows a claim as soon as it is patched, so this is the operator's own latency (see the edit, patch 3 claims, re-create the StatefulSet with the new claim size over its running pods, see the capacities, report); 30 s, as for a lost volume, leaves room for a few 2 s passes on a loaded 2-core machine"
+    )));
+    out.reliability.push(Reliability {
+        scenario: format!(
+            "storage growth {STORAGE_BEFORE} → {STORAGE_AFTER} (volumes grown in place)"
+        ),
+        acknowledged_writes: Some(report.acked.len() as u64),
+        lost_writes: Some(lost.len() as u64),
+        recovery_seconds: None,
+        note: format!(
+            "not a fault; {} failed attempts (retried), longest write gap {:.1} s",
+            report.failures,
+            report.longest_gap.as_secs_f64()
+        ),
+    });
+    Ok(())
+}
+
+/// Whether the cluster says `Progressing=False/Converged` for `generation`
+/// or later (status and condition alike) with 3 healthy voters.
+fn converged_at(d: &DistributedKV, generation: i64) -> bool {
+    let Some(status) = &d.status else {
+        return false;
+    };
+    status.observed_generation.is_some_and(|g| g >= generation)
+        && status.conditions.iter().any(|c| {
+            c.type_ == "Progressing"
+                && c.status == "False"
+                && c.reason == "Converged"
+                && c.observed_generation.is_none_or(|g| g >= generation)
+        })
+        && settled_at(d, 3)
+}
+
+/// The reason of the `Progressing` condition while it is True.
+fn progressing_reason(d: &DistributedKV) -> Option<String> {
+    d.status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Progressing" && c.status == "True")
+        .map(|c| c.reason.clone())
+}
+
+/// Records `reason` unless it repeats the last one recorded.
+fn note_reason(seen: &mut Vec<String>, reason: Option<String>) {
+    if let Some(reason) = reason
+        && seen.last() != Some(&reason)
+    {
+        seen.push(reason);
+    }
+}
+
+/// A member pod of [`ROLLED`] as a rollout sees it.
+#[derive(Debug, Clone)]
+struct MemberPod {
+    name: String,
+    uid: Option<String>,
+    /// Its `controller-revision-hash` label.
+    revision: Option<String>,
+    etcd_restarts: i32,
+}
+
+/// The member pods of [`ROLLED`] (not being deleted), sorted by name.
+async fn member_pods(client: &Client) -> anyhow::Result<Vec<MemberPod>> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    let selector = format!(
+        "{}={ROLLED},{}=etcd",
+        dkv_api::labels::CLUSTER_KEY,
+        dkv_api::labels::COMPONENT_KEY
+    );
+    let list = pods
+        .list(&ListParams::default().labels(&selector))
+        .await
+        .with_context(|| format!("listing {ROLLED}'s member pods"))?;
+    let mut members: Vec<MemberPod> = list
+        .items
+        .into_iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .map(|p| MemberPod {
+            name: p.metadata.name.clone().unwrap_or_default(),
+            uid: p.metadata.uid.clone(),
+            revision: p
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get("controller-revision-hash"))
+                .cloned(),
+            etcd_restarts: p
+                .status
+                .and_then(|s| s.container_statuses)
+                .and_then(|cs| cs.into_iter().find(|c| c.name == "etcd"))
+                .map_or(0, |c| c.restart_count),
+        })
+        .collect();
+    members.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(members)
+}
+
+/// The StatefulSet's `status.updateRevision` once its controller has seen
+/// the latest template (`observedGeneration` caught up); `None` before.
+async fn update_revision(client: &Client) -> anyhow::Result<Option<String>> {
+    let sets: Api<StatefulSet> = Api::namespaced(client.clone(), NS);
+    let sts = sets
+        .get(ROLLED)
+        .await
+        .with_context(|| format!("reading StatefulSet {ROLLED}"))?;
+    let Some(status) = sts.status else {
+        return Ok(None);
+    };
+    Ok((status.observed_generation.is_some()
+        && status.observed_generation == sts.metadata.generation)
+        .then_some(status.update_revision)
+        .flatten())
+}
+
+/// Whether all 3 member pods run `revision`.
+fn all_on(pods: &[MemberPod], revision: &str) -> bool {
+    pods.len() == 3 && pods.iter().all(|p| p.revision.as_deref() == Some(revision))
+}
+
+/// Waits until every member pod runs the StatefulSet's update revision;
+/// that revision and the pods.
+async fn wait_revision_settled(
+    client: &Client,
+    timeout: Duration,
+) -> anyhow::Result<(String, Vec<MemberPod>)> {
+    let started = Instant::now();
+    loop {
+        let revision = update_revision(client).await?;
+        let pods = member_pods(client).await?;
+        if let Some(revision) = revision
+            && all_on(&pods, &revision)
+        {
+            return Ok((revision, pods));
+        }
+        if started.elapsed() > timeout {
+            bail!(
+                "{ROLLED}'s member pods were not all on its StatefulSet's revision within {timeout:?}: {pods:?}"
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// What [`wait_rolled_out`] saw.
+struct RolloutSeen {
+    /// The `Progressing` reasons while it was True, repeats collapsed.
+    reasons: Vec<String>,
+    /// Each member pod and when (seconds after the edit) it was first seen
+    /// on the new revision, in that order.
+    updated_at: Vec<(String, f64)>,
+}
+
+/// Polls (every 250 ms) until the StatefulSet has a revision other than
+/// `old_revision`, every member pod runs it, and the cluster is
+/// [`converged_at`] `generation`.
+async fn wait_rolled_out(
+    client: &Client,
+    dkvs: &Api<DistributedKV>,
+    generation: i64,
+    old_revision: &str,
+    edited_at: Instant,
+    timeout: Duration,
+) -> anyhow::Result<RolloutSeen> {
+    let started = Instant::now();
+    let mut reasons = Vec::new();
+    let mut updated_at: Vec<(String, f64)> = Vec::new();
+    loop {
+        // Status first, pods after: pods only move towards the new
+        // template, so a pod on it now was on it when status was read.
+        let converged = match dkvs.get(ROLLED).await {
+            Ok(d) => {
+                note_reason(&mut reasons, progressing_reason(&d));
+                converged_at(&d, generation)
+            }
+            Err(_) => false,
+        };
+        let revision = update_revision(client).await?;
+        let pods = member_pods(client).await?;
+        if let Some(revision) = revision.as_deref().filter(|r| *r != old_revision) {
+            for pod in &pods {
+                if pod.revision.as_deref() == Some(revision)
+                    && !updated_at.iter().any(|(name, _)| *name == pod.name)
+                {
+                    updated_at.push((pod.name.clone(), edited_at.elapsed().as_secs_f64()));
+                }
+            }
+        }
+        if converged
+            && let Some(revision) = &revision
+            && revision != old_revision
+            && all_on(&pods, revision)
+        {
+            return Ok(RolloutSeen {
+                reasons,
+                updated_at,
+            });
+        }
+        if started.elapsed() > timeout {
+            bail!(
+                "{ROLLED} did not roll out within {timeout:?}: revision {revision:?} (was {old_revision}), pods {pods:?}, converged {converged}, reasons seen {reasons:?}"
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// The `status.capacity.storage` of each member claim `data-rolled-<i>`.
+async fn claim_capacities(client: &Client) -> anyhow::Result<Vec<Option<String>>> {
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), NS);
+    let mut out = Vec::new();
+    for i in 0..3 {
+        let name = format!("data-{ROLLED}-{i}");
+        let claim = claims
+            .get(&name)
+            .await
+            .with_context(|| format!("reading PersistentVolumeClaim {name}"))?;
+        out.push(
+            claim
+                .status
+                .and_then(|s| s.capacity)
+                .and_then(|c| c.get("storage").map(|q| q.0.clone())),
+        );
+    }
+    Ok(out)
+}
+
+/// Polls (every 250 ms) until every member claim's capacity is
+/// [`STORAGE_AFTER`] and the cluster is [`converged_at`] `generation`; the
+/// `Progressing` reasons seen meanwhile.
+async fn wait_grown(
+    client: &Client,
+    dkvs: &Api<DistributedKV>,
+    generation: i64,
+    timeout: Duration,
+) -> anyhow::Result<Vec<String>> {
+    let started = Instant::now();
+    let mut reasons = Vec::new();
+    loop {
+        let converged = match dkvs.get(ROLLED).await {
+            Ok(d) => {
+                note_reason(&mut reasons, progressing_reason(&d));
+                converged_at(&d, generation)
+            }
+            Err(_) => false,
+        };
+        let capacities = claim_capacities(client).await?;
+        if converged
+            && capacities
+                .iter()
+                .all(|c| c.as_deref() == Some(STORAGE_AFTER))
+        {
+            return Ok(reasons);
+        }
+        if started.elapsed() > timeout {
+            bail!(
+                "{ROLLED}'s volumes did not grow to {STORAGE_AFTER} within {timeout:?}: capacities {capacities:?}, converged {converged}, reasons seen {reasons:?}"
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// Deletes a cluster and waits (up to 60 s) until it is gone.
+async fn delete_cluster(dkvs: &Api<DistributedKV>, name: &str) -> anyhow::Result<()> {
+    dkvs.delete(name, &DeleteParams::default())
+        .await
+        .with_context(|| format!("deleting {name}"))?;
+    let started = Instant::now();
+    while dkvs.get_opt(name).await.ok().flatten().is_some()
+        && started.elapsed() < Duration::from_secs(60)
+    {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
     Ok(())
 }
 
@@ -689,11 +1172,11 @@ async fn etcd_agrees(client: &Client, size: usize) -> bool {
         .is_ok_and(|l| l.members().len() == size && l.members().iter().all(|m| !m.is_learner()))
 }
 
-/// Deletes the writer's keys (`key-…`).
-async fn clear_writer_keys(client: &Client) -> anyhow::Result<()> {
-    let mut etcd = connect(member_endpoints(client, NS, CLUSTER).await)
+/// Deletes the writer's keys (`key-…`) of `cluster`.
+async fn clear_writer_keys(client: &Client, cluster: &str) -> anyhow::Result<()> {
+    let mut etcd = connect(member_endpoints(client, NS, cluster).await)
         .await
-        .context("connecting to the cluster")?;
+        .with_context(|| format!("connecting to {cluster}"))?;
     etcd.delete(
         "key-",
         Some(etcd_client::DeleteOptions::new().with_prefix()),

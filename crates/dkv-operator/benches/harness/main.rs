@@ -7,7 +7,8 @@
 //! section's metrics are reported "not measured" with the error):
 //! - `footprint`: the operator process with 0 / 100 / 1,000 clusters on
 //!   kube-local without a kubelet;
-//! - `ops`: real etcd on kube-local: create, scale, faults, upgrade;
+//! - `ops`: real etcd on kube-local: create, scale, faults, upgrade,
+//!   rolling restart, storage growth;
 //! - `backup`: backup and restore throughput against etcdctl/etcdutl.
 
 mod backup_throughput;
@@ -121,6 +122,21 @@ const METRICS: &[(&str, &str, &str)] = &[
         "≤ 1",
     ),
     (
+        "rollingRestartSeconds",
+        "rolling restart of 3 members, writer running",
+        "≤ 1.5 × the bare script",
+    ),
+    (
+        "leaderChangesPerRollout",
+        "leader changes per rolling restart",
+        "≤ 1",
+    ),
+    (
+        "storageGrowthSeconds",
+        "storage growth of 3 member volumes, writer running",
+        "≤ 30 s, no member restarted",
+    ),
+    (
         "backupMiBPerSecond",
         "snapshot → object store throughput",
         "≥ 0.8 × etcdctl snapshot save",
@@ -150,6 +166,9 @@ fn section_of(id: &str) -> &'static str {
         | "memberKillToHealthySeconds"
         | "pvcLossToHealthySeconds"
         | "leaderChangesPerUpgrade"
+        | "rollingRestartSeconds"
+        | "leaderChangesPerRollout"
+        | "storageGrowthSeconds"
         | "acknowledgedWritesLost" => "ops",
         "backupMiBPerSecond" | "restoreMiBPerSecond" | "backupPeakRssMiB" => "backup",
         _ => "footprint",
