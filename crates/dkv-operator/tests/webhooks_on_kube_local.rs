@@ -171,6 +171,25 @@ async fn invalid_specs_version_jumps_and_downgrades_are_refused_by_field() {
         "{message}"
     );
 
+    // Backups turned on without a schedule: the schema names the missing
+    // field (the defaulting webhook lets what it cannot read through to it).
+    let (code, message) = api_message(
+        h.clusters()
+            .patch(
+                "old",
+                &PatchParams::default(),
+                &Patch::Merge(
+                    json!({"spec": {"backup": {"destination": {"uri": "s3://bucket/dkv/"}}}}),
+                ),
+            )
+            .await,
+    );
+    assert_eq!(code, 422, "{message}");
+    assert!(
+        message.contains("spec.backup.schedule") && message.contains("Required"),
+        "{message}"
+    );
+
     h.create(&cluster("new", 3, ETCD_35, json!({})))
         .await
         .unwrap();

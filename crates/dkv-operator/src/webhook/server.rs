@@ -337,11 +337,17 @@ async fn default_cluster_handler(
         let Some(object) = &request.object else {
             return Ok(json_patch::Patch(Vec::new()));
         };
-        let new = cluster(object, "DistributedKV")?;
-        let old = match &request.old_object {
-            Some(old) => Some(cluster(old, "previous DistributedKV")?),
-            None => None,
+        // An object that does not fit the schema is admitted unchanged:
+        // the API server's schema validation, which follows, refuses it
+        // naming the field (`spec.backup.schedule: Required value`), which
+        // says more than a failed decode here would.
+        let Ok(new) = cluster(object, "DistributedKV") else {
+            return Ok(json_patch::Patch(Vec::new()));
         };
+        let old = request
+            .old_object
+            .as_ref()
+            .and_then(|old| cluster(old, "previous DistributedKV").ok());
         let patch = default_cluster(&new, old.as_ref(), &state.defaults)
             .map_err(|e| format!("computing the defaults of {}: {e}", new.name_any()))?;
         in_written_version(object, &patch)
@@ -359,7 +365,10 @@ async fn default_backup_handler(body: Bytes) -> axum::response::Response {
         let Some(object) = &request.object else {
             return Ok(json_patch::Patch(Vec::new()));
         };
-        let backup: DistributedKVBackup = typed(object, "DistributedKVBackup")?;
+        // As for clusters: schema validation names what does not fit.
+        let Ok(backup) = typed::<DistributedKVBackup>(object, "DistributedKVBackup") else {
+            return Ok(json_patch::Patch(Vec::new()));
+        };
         default_backup(&backup)
             .map_err(|e| format!("computing the defaults of {}: {e}", backup.name_any()))
     })();
