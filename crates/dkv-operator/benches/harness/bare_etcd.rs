@@ -1,11 +1,12 @@
 //! Baselines with no Kubernetes and no operator: the same etcd binaries the
 //! kubelet runs, started as 3 processes on loopback by the harness itself —
-//! what a bare script does: start them, restart one, restart each in turn.
+//! what a bare script does: start them, restart one. (The rolling restart's
+//! baseline is not here: it restarts the cluster's own member pods, see
+//! `cluster_ops::script_rolling_restart`.)
 
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use anyhow::bail;
 use dkv_backup::testing::{EtcdProcess, etcd_bin_dir, loopback_ip};
 
 /// Loopback group of the baselines' addresses (the kubelet's pods use
@@ -82,46 +83,5 @@ impl BareCluster {
         );
         self.members[i].wait_ready().await;
         started.elapsed()
-    }
-
-    /// Restarts the members one after the other, as a bare script rolls a
-    /// change through a cluster: each is killed (SIGKILL), started again on
-    /// its data directory, and waited for until it serves with a leader and
-    /// answers a linearizable read (what `etcdctl endpoint health` checks)
-    /// before the next one goes; how long the whole roll took.
-    pub async fn rolling_restart(&mut self, minor: &str) -> anyhow::Result<Duration> {
-        let started = Instant::now();
-        for i in 0..self.members.len() {
-            self.kill_and_restart(minor, i).await;
-            self.wait_healthy(i, Duration::from_secs(30)).await?;
-        }
-        Ok(started.elapsed())
-    }
-
-    /// Waits until member `i` answers a linearizable read (its request goes
-    /// through the leader, so the member is connected and caught up).
-    async fn wait_healthy(&self, i: usize, timeout: Duration) -> anyhow::Result<()> {
-        let url = self.members[i].client_url.clone();
-        let options = etcd_client::ConnectOptions::new()
-            .with_connect_timeout(Duration::from_secs(1))
-            .with_timeout(Duration::from_secs(2));
-        let started = Instant::now();
-        loop {
-            let answer =
-                match etcd_client::Client::connect([url.as_str()], Some(options.clone())).await {
-                    Ok(mut c) => c.get("health", None).await.map(|_| ()),
-                    Err(e) => Err(e),
-                };
-            match answer {
-                Ok(()) => return Ok(()),
-                Err(e) if started.elapsed() > timeout => {
-                    bail!(
-                        "bare member {} was not healthy within {timeout:?} of its restart: {e}",
-                        self.names[i]
-                    )
-                }
-                Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
-            }
-        }
     }
 }

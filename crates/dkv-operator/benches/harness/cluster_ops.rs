@@ -4,8 +4,20 @@
 //! running throughout, then a second cluster through a 3.4 → 3.5 upgrade,
 //! then a third (3.5, 1Gi volumes of class `standard`) through a rolling
 //! restart (`dkv.io/restartedAt`) and a storage growth 1Gi → 2Gi, each with
-//! a writer running. Bare-etcd baselines (create, one restart, a rolling
-//! restart) are measured first, while nothing else runs.
+//! a writer running. Bare-etcd baselines (create, one restart) are measured
+//! first, while nothing else runs.
+//!
+//! The rolling restart's baseline is measured on that third cluster itself,
+//! just before dkv's restart and with a writer running too: a bare script
+//! restarting the same etcd members, its member pods, one at a time the way
+//! a person does with kubectl — the operator paused
+//! (`dkv.io/reconcile-paused`), each pod deleted with its default grace
+//! period and waited for until the re-created pod is Ready and its member
+//! answers a linearizable read, followers first and the leader last. Same
+//! members, same API, same kubelet and StatefulSet controller, without the
+//! operator: the ratio is what dkv adds — its safety (MoveLeader before the
+//! leader goes, every other member healthy and Ready and the restarted one
+//! caught up before the next) and its polling.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -24,7 +36,8 @@ use crate::operator_process::OperatorProcess;
 use crate::report::{Baseline, Goal, Metric, Reliability};
 use crate::support;
 use crate::support::etcd_cluster::{
-    LeaderMonitor, Writer, connect, lost_writes, member_endpoints, settled_at,
+    LeaderMonitor, Writer, WriterReport, condition_reason, connect, lost_writes, member_endpoints,
+    settled_at,
 };
 
 const NS: &str = "ops";
@@ -77,7 +90,6 @@ pub async fn run(settings: Settings<'_>, out: &mut Output) -> anyhow::Result<()>
     let bare_dir = settings.work.join("bare");
     let mut creates = Vec::new();
     let mut rejoins = Vec::new();
-    let mut rolls = Vec::new();
     for round in 0..3u8 {
         let round_dir = bare_dir.join(round.to_string());
         let (mut bare, took) = BareCluster::start("3.5", &round_dir, round)
@@ -85,11 +97,6 @@ pub async fn run(settings: Settings<'_>, out: &mut Output) -> anyhow::Result<()>
             .with_context(|| format!("creating {}", round_dir.display()))?;
         creates.push(took.as_secs_f64());
         rejoins.push(bare.kill_and_restart("3.5", 1).await.as_secs_f64());
-        let roll = bare
-            .rolling_restart("3.5")
-            .await
-            .with_context(|| format!("rolling restart of {}", round_dir.display()))?;
-        rolls.push(roll.as_secs_f64());
         drop(bare);
         // etcd preallocates its WAL: 9 members would keep ~0.6 GB.
         std::fs::remove_dir_all(&round_dir)
@@ -104,11 +111,6 @@ pub async fn run(settings: Settings<'_>, out: &mut Output) -> anyhow::Result<()>
     out.context.push((
         "bare script: a killed etcd process restarted at once until it serves with a leader (3 runs)".into(),
         format!("{rejoins:.2?} s, median {bare_rejoin:.2} s"),
-    ));
-    let bare_roll = median(rolls.clone());
-    out.context.push((
-        "bare script: 3 etcd processes killed and restarted one at a time, each until it answers a linearizable read (3 runs)".into(),
-        format!("{rolls:.2?} s, median {bare_roll:.2} s"),
     ));
 
     let env = support::environment(true).await;
@@ -518,8 +520,9 @@ pub async fn run(settings: Settings<'_>, out: &mut Output) -> anyhow::Result<()>
     // Its etcd processes would share the CPUs with the next cluster's.
     delete_cluster(&dkvs, UPGRADED).await?;
 
-    // Rolling restart and storage growth of a third.
-    rolled(&client, bare_roll, out).await?;
+    // Rolling restart (a bare script's, then dkv's) and storage growth of a
+    // third.
+    rolled(&client, out).await?;
 
     if let Some(op) = operator.take() {
         op.kill().await?;
@@ -598,11 +601,12 @@ async fn upgrade(client: &Client, out: &mut Output) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A third cluster (3.5, 3 members, 1Gi volumes of class `standard`):
-/// a rolling restart requested through `dkv.io/restartedAt`, then its
+/// A third cluster (3.5, 3 members, 1Gi volumes of class `standard`): a
+/// rolling restart by a bare script with the operator paused (the
+/// baseline), then one requested through `dkv.io/restartedAt`, then its
 /// volumes grown 1Gi → 2Gi, each with its own writer running.
-async fn rolled(client: &Client, bare_roll: f64, out: &mut Output) -> anyhow::Result<()> {
-    progress("rolling restart (dkv.io/restartedAt)");
+async fn rolled(client: &Client, out: &mut Output) -> anyhow::Result<()> {
+    progress("rolling restart by a bare script (operator paused, pods deleted one at a time)");
     let dkvs: Api<DistributedKV> = Api::namespaced(client.clone(), NS);
     let created = dkvs
         .create(
@@ -620,7 +624,12 @@ async fn rolled(client: &Client, bare_roll: f64, out: &mut Output) -> anyhow::Re
         |d| converged_at(d, generation),
     )
     .await?;
-    rolling_restart(client, &dkvs, bare_roll, out).await?;
+    let script = script_rolling_restart(client, &dkvs).await?;
+    out.context.push(script.context_row());
+
+    progress("rolling restart (dkv.io/restartedAt)");
+    clear_writer_keys(client, ROLLED).await?;
+    rolling_restart(client, &dkvs, &script, out).await?;
 
     progress("storage growth 1Gi → 2Gi");
     clear_writer_keys(client, ROLLED).await?;
@@ -629,11 +638,12 @@ async fn rolled(client: &Client, bare_roll: f64, out: &mut Output) -> anyhow::Re
 
 /// Restarts every member through the annotation with a writer and a leader
 /// monitor running; times the edit → every member pod on the StatefulSet's
-/// new revision and `Progressing=False/Converged` for the generation.
+/// new revision and `Progressing=False/Converged` for the generation,
+/// against the bare script's restart of the same members (`script`).
 async fn rolling_restart(
     client: &Client,
     dkvs: &Api<DistributedKV>,
-    bare_roll: f64,
+    script: &ScriptRoll,
     out: &mut Output,
 ) -> anyhow::Result<()> {
     // Wait for every pod on the current template first: the revision the
@@ -694,17 +704,18 @@ async fn rolling_restart(
             took,
             "s",
             Some(Baseline {
-                what: "bare script: each of 3 etcd processes killed, restarted and waited for until healthy, one at a time (no writer)".into(),
-                value: bare_roll,
+                what: "bare script, same run, same cluster, writer running: operator paused, each member pod deleted (default grace period, as `kubectl delete pod`) and waited for until the new pod is Ready and its member answers a linearizable read, followers first, the leader last".into(),
+                value: script.took,
             }),
-            took / bare_roll,
+            took / script.took,
             Goal::at_most(1.5),
             "≤ 1.5 × the bare script",
         )
         .with_note(format!(
-            "dkv.io/restartedAt edit → every member pod on the StatefulSet's updateRevision and Progressing=False/Converged; {restarted} of 3 pods replaced, on the new revision at: {}; Progressing reasons seen {:?}",
+            "dkv.io/restartedAt edit → every member pod on the StatefulSet's updateRevision and Progressing=False/Converged; {restarted} of 3 pods replaced, on the new revision at: {}; Progressing reasons seen {:?}; leader changes: dkv {changes}, the bare script {}. What dkv adds over the script: MoveLeader before the leader's pod goes, every other member healthy and Ready before each restart and the restarted one caught up before the next, and its polling",
             updated.join(", "),
-            seen.reasons
+            seen.reasons,
+            script.leader_changes()
         )),
     );
     out.metrics.push(
@@ -733,6 +744,300 @@ async fn rolling_restart(
         bail!("the rollout replaced {restarted} of 3 member pods: {before:?} → {after:?}");
     }
     Ok(())
+}
+
+/// What the bare script's rolling restart of [`ROLLED`] did.
+struct ScriptRoll {
+    /// From the first pod's delete to the last member answering again, in
+    /// seconds.
+    took: f64,
+    /// Each member pod in the order restarted, and how long (seconds) from
+    /// its delete until its member answered again.
+    steps: Vec<(String, f64)>,
+    /// The leaders the monitor saw meanwhile.
+    leaders: Vec<u64>,
+    /// The writer's report and how many of its writes were lost.
+    writer: WriterReport,
+    lost: usize,
+}
+
+impl ScriptRoll {
+    fn leader_changes(&self) -> usize {
+        self.leaders.len().saturating_sub(1)
+    }
+
+    /// The row of the context table that says what the baseline did.
+    fn context_row(&self) -> (String, String) {
+        let steps: Vec<String> = self
+            .steps
+            .iter()
+            .map(|(pod, took)| format!("{pod} {took:.1} s"))
+            .collect();
+        (
+            format!(
+                "bare script on {ROLLED} (the rolling restart's baseline): operator paused, each member pod deleted with its default grace period and waited for until the new pod is Ready and its member answers a linearizable read, followers first, the leader last; writer running"
+            ),
+            format!(
+                "{:.1} s ({}); {} leader changes (leaders seen {:x?}); writer: {} acknowledged, {} failed attempts (retried), longest gap {:.1} s, {} lost",
+                self.took,
+                steps.join(", "),
+                self.leader_changes(),
+                self.leaders,
+                self.writer.acked.len(),
+                self.writer.failures,
+                self.writer.longest_gap.as_secs_f64(),
+                self.lost
+            ),
+        )
+    }
+}
+
+/// The baseline of the rolling restart: what a person does with kubectl to
+/// restart [`ROLLED`]'s members without the operator. Pauses the operator,
+/// then, with a writer and a leader monitor running, restarts each member
+/// pod in turn ([`next_member`]'s order) through [`restart_member_pod`],
+/// times that, and lets the operator take over again ([`resume`]).
+async fn script_rolling_restart(
+    client: &Client,
+    dkvs: &Api<DistributedKV>,
+) -> anyhow::Result<ScriptRoll> {
+    pause(dkvs).await?;
+    let mut remaining: Vec<String> = member_pods(client)
+        .await?
+        .into_iter()
+        .map(|p| p.name)
+        .collect();
+    if remaining.len() != 3 {
+        bail!(
+            "{ROLLED} has {} member pods, not 3: {remaining:?}",
+            remaining.len()
+        );
+    }
+    let writer = Writer::start(client.clone(), NS, ROLLED);
+    let monitor = LeaderMonitor::start(client.clone(), NS, ROLLED);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let started = Instant::now();
+    let mut steps = Vec::new();
+    while !remaining.is_empty() {
+        let leader = etcd_leader(client, Duration::from_secs(30)).await?;
+        let Some(next) = next_member(&remaining, &leader) else {
+            break;
+        };
+        let took = restart_member_pod(client, &next, Duration::from_secs(180)).await?;
+        remaining.retain(|name| *name != next);
+        steps.push((next, took));
+    }
+    let took = started.elapsed().as_secs_f64();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (leaders, _term) = monitor.stop().await;
+    let report = writer.stop().await;
+    let lost = lost_writes(client, NS, ROLLED, &report.acked).await.len();
+    resume(dkvs).await?;
+    Ok(ScriptRoll {
+        took,
+        steps,
+        leaders,
+        writer: report,
+        lost,
+    })
+}
+
+/// Sets `dkv.io/reconcile-paused: "true"` on [`ROLLED`] and waits until the
+/// operator says so (`Progressing=False/ReconcilePaused`): from then on it
+/// reports status and changes nothing.
+async fn pause(dkvs: &Api<DistributedKV>) -> anyhow::Result<()> {
+    dkvs.patch(
+        ROLLED,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"annotations": {
+            dkv_api::labels::RECONCILE_PAUSED: "true"}}})),
+    )
+    .await
+    .context("setting dkv.io/reconcile-paused")?;
+    wait_until(
+        dkvs,
+        ROLLED,
+        "Progressing=False/ReconcilePaused",
+        Duration::from_secs(60),
+        |d| {
+            condition_reason(d, "Progressing", "False").as_deref()
+                == Some(dkv_api::conditions::reasons::PAUSED)
+        },
+    )
+    .await?;
+    Ok(())
+}
+
+/// Removes `dkv.io/reconcile-paused` from [`ROLLED`] and waits until the
+/// operator reports it [`converged_at`] its generation again (the script
+/// left every pod on the same template: nothing is due).
+async fn resume(dkvs: &Api<DistributedKV>) -> anyhow::Result<()> {
+    let resumed = dkvs
+        .patch(
+            ROLLED,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {
+                dkv_api::labels::RECONCILE_PAUSED: null}}})),
+        )
+        .await
+        .context("removing dkv.io/reconcile-paused")?;
+    let generation = resumed
+        .metadata
+        .generation
+        .context("the patched cluster has no generation")?;
+    wait_until(
+        dkvs,
+        ROLLED,
+        "3 healthy voters, Converged after the pause",
+        Duration::from_secs(300),
+        |d| converged_at(d, generation),
+    )
+    .await?;
+    Ok(())
+}
+
+/// The name of the member that leads [`ROLLED`], as etcd says (`etcdctl
+/// endpoint status` and `member list`); retried until `timeout` while no
+/// member answers with a leader.
+async fn etcd_leader(client: &Client, timeout: Duration) -> anyhow::Result<String> {
+    let started = Instant::now();
+    loop {
+        let last = match leader_once(client).await {
+            Ok(name) => return Ok(name),
+            Err(e) => e,
+        };
+        if started.elapsed() > timeout {
+            return Err(last.context(format!("no leader of {ROLLED} known within {timeout:?}")));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// One attempt of [`etcd_leader`].
+async fn leader_once(client: &Client) -> anyhow::Result<String> {
+    let mut etcd = connect(member_endpoints(client, NS, ROLLED).await)
+        .await
+        .with_context(|| format!("connecting to {ROLLED}"))?;
+    let leader = etcd
+        .status()
+        .await
+        .context("asking etcd for its status")?
+        .leader();
+    if leader == 0 {
+        bail!("the member asked knows no leader");
+    }
+    let list = etcd.member_list().await.context("listing etcd's members")?;
+    list.members()
+        .iter()
+        .find(|m| m.id() == leader)
+        .map(|m| m.name().to_owned())
+        .with_context(|| format!("etcd's member list has no leader {leader:x}"))
+}
+
+/// Which of the `remaining` member pods the script restarts next: dkv's
+/// order, followers first (the highest ordinal first), the leader last.
+fn next_member(remaining: &[String], leader: &str) -> Option<String> {
+    remaining
+        .iter()
+        .max_by_key(|name| (name.as_str() != leader, ordinal(name)))
+        .cloned()
+}
+
+/// The ordinal of a member pod `<cluster>-<ordinal>` (-1 if it has none).
+fn ordinal(pod: &str) -> i64 {
+    pod.rsplit_once('-')
+        .and_then(|(_, n)| n.parse().ok())
+        .unwrap_or(-1)
+}
+
+/// Deletes member pod `name` with its default grace period (`kubectl
+/// delete pod`), then waits until the pod the StatefulSet controller
+/// re-creates is Ready and its member answers a linearizable read; how long
+/// (seconds) from the delete.
+async fn restart_member_pod(client: &Client, name: &str, timeout: Duration) -> anyhow::Result<f64> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    let old_uid = pods
+        .get(name)
+        .await
+        .with_context(|| format!("reading pod {name}"))?
+        .metadata
+        .uid
+        .with_context(|| format!("pod {name} has no UID"))?;
+    let started = Instant::now();
+    pods.delete(name, &DeleteParams::default())
+        .await
+        .with_context(|| format!("deleting pod {name}"))?;
+    let endpoint = wait_replaced_ready(&pods, name, &old_uid, timeout).await?;
+    wait_member_answers(name, &endpoint, timeout.saturating_sub(started.elapsed())).await?;
+    Ok(started.elapsed().as_secs_f64())
+}
+
+/// Polls (every 100 ms) until pod `name` is a new pod (UID other than
+/// `old_uid`), not being deleted, with `Ready=True` and an IP; its client
+/// URL.
+async fn wait_replaced_ready(
+    pods: &Api<Pod>,
+    name: &str,
+    old_uid: &str,
+    timeout: Duration,
+) -> anyhow::Result<String> {
+    let started = Instant::now();
+    loop {
+        if let Ok(Some(pod)) = pods.get_opt(name).await
+            && let Some(endpoint) = replaced_and_ready(&pod, old_uid)
+        {
+            return Ok(endpoint);
+        }
+        if started.elapsed() > timeout {
+            bail!("pod {name} was not re-created and Ready within {timeout:?} of its delete");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The client URL of `pod` if it is not the pod `old_uid`, is not being
+/// deleted, has an IP and its `Ready` condition is True.
+fn replaced_and_ready(pod: &Pod, old_uid: &str) -> Option<String> {
+    let new = pod
+        .metadata
+        .uid
+        .as_deref()
+        .is_some_and(|uid| uid != old_uid)
+        && pod.metadata.deletion_timestamp.is_none();
+    let status = pod.status.as_ref()?;
+    let ready = status
+        .conditions
+        .iter()
+        .flatten()
+        .any(|c| c.type_ == "Ready" && c.status == "True");
+    let ip = status.pod_ip.as_deref().filter(|ip| !ip.is_empty())?;
+    (new && ready).then(|| format!("http://{ip}:2379"))
+}
+
+/// Polls (every 100 ms) until the member at `endpoint` answers a
+/// linearizable read (it goes through the leader, so the member is
+/// connected and caught up: what `etcdctl endpoint health` checks).
+async fn wait_member_answers(name: &str, endpoint: &str, timeout: Duration) -> anyhow::Result<()> {
+    let started = Instant::now();
+    loop {
+        let answer = match connect(vec![endpoint.to_owned()]).await {
+            Some(mut etcd) => etcd
+                .get("health", None)
+                .await
+                .map(|_| ())
+                .map_err(|e| e.to_string()),
+            None => Err("no connection".to_owned()),
+        };
+        match answer {
+            Ok(()) => return Ok(()),
+            Err(e) if started.elapsed() > timeout => {
+                bail!(
+                    "member {name} ({endpoint}) did not answer a linearizable read within {timeout:?}: {e}"
+                )
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
 }
 
 /// Grows the volumes 1Gi → 2Gi with a writer running; times the edit →
