@@ -16,6 +16,9 @@ set -Eeuo pipefail
 cd "$(dirname "$0")/.."
 
 DKV=target/debug/dkv
+# The etcd releases scripts/install-etcd.sh put in this checkout (an
+# installed dkv fetches its own into ~/.local/share/dkv/tools).
+export DKV_TOOLS_DIR="$PWD/.tools"
 step="installing prerequisites"
 # Prints the step's banner and remembers it for the failure report.
 step() {

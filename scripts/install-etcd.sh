@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
 # Installs the etcd versions dkv tests and the local demo run:
-#   3.4.x  Debian bookworm's etcd-server/etcd-client (system packages, /usr/bin)
+#   3.4.x  Debian bookworm's etcd-server/etcd-client: system packages
+#          (/usr/bin, for tests that run etcd from PATH) and, the same way as
+#          the others, unpacked into .tools/etcd-3.4/ (what `dkv local` maps)
 #   3.5.x  Debian trixie's packages, fetched with a private apt configuration
 #          (the system stays on bookworm) and unpacked into .tools/etcd-3.5/
 #   3.5.30 Debian unstable's, the same way, into .tools/etcd-3.5.30/
+# The layout is `dkv local`'s tools directory (DKV_TOOLS_DIR; an installed
+# dkv keeps its own under ~/.local/share/dkv/tools and fills it on first use).
 # Idempotent; prints where the binaries are.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -41,6 +45,11 @@ fetch() {
   done
 }
 
+old_line="$TOOLS/etcd-3.4"
+if [ ! -x "$old_line/usr/bin/etcd" ]; then
+  echo "fetching etcd 3.4 (Debian bookworm) into $old_line"
+  fetch bookworm "$old_line"
+fi
 target="$TOOLS/etcd-3.5"
 if [ ! -x "$target/usr/bin/etcd" ]; then
   echo "fetching etcd 3.5 (Debian trixie) into $target"
@@ -56,6 +65,6 @@ if [ ! -x "$latest/usr/bin/etcd" ]; then
     echo "Debian unstable no longer has etcd 3.5.30 ($("$latest/usr/bin/etcd" --version | head -1)); update scripts/install-etcd.sh and kube-local's image map" >&2
   fi
 fi
-echo "etcd 3.4: $(command -v etcd) ($(etcd --version | head -1))"
+echo "etcd 3.4: $(command -v etcd) ($(etcd --version | head -1)), $old_line/usr/bin/etcd"
 echo "etcd 3.5: $target/usr/bin/etcd ($("$target/usr/bin/etcd" --version | head -1))"
 echo "etcd 3.5.30: $latest/usr/bin/etcd ($("$latest/usr/bin/etcd" --version | head -1))"

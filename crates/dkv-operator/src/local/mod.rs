@@ -15,7 +15,7 @@ use tracing::info;
 
 use crate::cli::{DEFAULT_IMAGE, OperatorArgs, WebhookArgs};
 
-pub mod prerequisites;
+pub mod etcd_tools;
 use crate::telemetry::LogFormat;
 
 const PID_FILE: &str = "dkv-local.pid";
@@ -35,6 +35,12 @@ pub struct UpArgs {
     pub detach: bool,
     #[arg(long, value_enum, default_value = "text")]
     pub log_format: LogFormat,
+    /// Image mappings (TOML, `[[image]]` entries with `pattern`, `bin_dir`,
+    /// `entrypoint`) that take precedence over the defaults. With it, dkv
+    /// fetches no etcd release: images it does not map and the tools
+    /// directory lacks fail to start, as an image that cannot be pulled.
+    #[arg(long, value_name = "FILE")]
+    pub image_map: Option<PathBuf>,
 }
 
 #[derive(Debug, Args, Clone)]
@@ -58,17 +64,38 @@ pub async fn up(args: UpArgs) -> anyhow::Result<()> {
             args.data_dir.display()
         );
     }
-    if args.detach {
-        return detach(&args, &data_dir);
-    }
+    let image_map_file = args
+        .image_map
+        .as_ref()
+        .map(|f| {
+            f.canonicalize()
+                .with_context(|| format!("reading the image map {}", f.display()))
+        })
+        .transpose()?;
 
     crate::telemetry::init(args.log_format);
-    prerequisites::ensure_etcd()?;
-    // Pods run as local processes: etcd images map to the locally installed
-    // etcd, the dkv image to this very binary (member-init, backups).
+    // etcd releases are fetched on first use, here rather than in the
+    // background process: progress and errors reach the terminal.
+    let tools = etcd_tools::tools_dir()?;
+    if image_map_file.is_none() {
+        etcd_tools::ensure(&tools)?;
+    }
+    if args.detach {
+        return detach(&args, &data_dir, image_map_file.as_deref());
+    }
+
+    // Pods run as local processes: etcd images map to the etcd releases in
+    // the tools directory, the dkv image to this very executable
+    // (member-init, backups).
     let dkv_binary = std::env::current_exe().context("locating the dkv binary")?;
+    let mut image_map = etcd_tools::image_map(&tools, &dkv_binary);
+    if let Some(file) = &image_map_file {
+        image_map
+            .overlay_file(file)
+            .with_context(|| format!("reading the image map {}", file.display()))?;
+    }
     let kubelet = kube_local::kubelet::KubeletConfig {
-        image_map: kube_local::kubelet::ImageMap::defaults(&dkv_binary),
+        image_map,
         // Pods run as their security context says (when this runs as root),
         // as on a real node: dkv's members as user 65532, read-only root.
         enforce_security_context: true,
@@ -138,16 +165,21 @@ pub fn local_webhooks() -> anyhow::Result<WebhookArgs> {
 }
 
 /// Re-runs `dkv local up` in the background and waits until it serves.
-fn detach(args: &UpArgs, data_dir: &Path) -> anyhow::Result<()> {
+fn detach(args: &UpArgs, data_dir: &Path, image_map: Option<&Path>) -> anyhow::Result<()> {
     use std::os::unix::process::CommandExt;
     let exe = std::env::current_exe().context("locating the dkv binary")?;
     let log = std::fs::File::create(data_dir.join(LOG_FILE)).context("creating the log file")?;
     let kubeconfig = data_dir.join(KUBECONFIG);
     let _ = std::fs::remove_file(&kubeconfig);
-    let mut child = Command::new(exe)
+    let mut command = Command::new(exe);
+    command
         .args(["local", "up", "--data-dir"])
         .arg(data_dir)
-        .args(["--port", &args.port.to_string()])
+        .args(["--port", &args.port.to_string()]);
+    if let Some(file) = image_map {
+        command.arg("--image-map").arg(file);
+    }
+    let mut child = command
         .stdin(Stdio::null())
         .stdout(log.try_clone().context("log file")?)
         .stderr(log)

@@ -51,7 +51,19 @@ pub async fn environment_with(
 
 /// The kubelet the tests use (see [`environment_with`]).
 pub fn kubelet_config() -> KubeletConfig {
-    let mut config = KubeletConfig::with_dkv_binary(env!("CARGO_BIN_EXE_dkv"));
+    // `dkv local`'s own image map, over the etcd releases
+    // scripts/install-etcd.sh put in the checkout.
+    let tools = std::env::var_os("DKV_TOOLS_DIR").map_or_else(
+        || std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.tools"),
+        std::path::PathBuf::from,
+    );
+    let mut config = KubeletConfig {
+        image_map: dkv_operator::local::etcd_tools::image_map(
+            &tools,
+            std::path::Path::new(env!("CARGO_BIN_EXE_dkv")),
+        ),
+        ..KubeletConfig::default()
+    };
     config.enforce_security_context = true;
     config
 }

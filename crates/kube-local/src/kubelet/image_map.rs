@@ -87,53 +87,7 @@ const HOST_PATH: [&str; 6] = [
     "/bin",
 ];
 
-fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-/// The `dkv` binary the dkv image maps to: `$DKV_BINARY`, else the workspace's debug build.
-pub fn default_dkv_binary() -> PathBuf {
-    std::env::var_os("DKV_BINARY")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo_root().join("target/debug/dkv"))
-}
-
 impl ImageMap {
-    /// The shipped defaults: etcd images of 3.5.30, the rest of 3.5 and 3.4,
-    /// and the dkv image.
-    pub fn defaults(dkv_binary: &Path) -> ImageMap {
-        let mut map = ImageMap::default();
-        let etcd3530 = repo_root().join(".tools/etcd-3.5.30/usr/bin");
-        let etcd35 = repo_root().join(".tools/etcd-3.5/usr/bin");
-        let etcd34 = PathBuf::from("/usr/bin");
-        // The first match wins: the one patch release installed on its own
-        // comes before its minor line.
-        for (version, dir) in [("3.5.30-", &etcd3530), ("3.5.", &etcd35), ("3.4.", &etcd34)] {
-            let tag = version.trim_end_matches('-');
-            for pattern in [
-                format!("registry.k8s.io/etcd:{version}*"),
-                format!("quay.io/coreos/etcd:v{tag}*"),
-                format!("gcr.io/etcd-development/etcd:v{tag}*"),
-            ] {
-                map.entries.push(Entry {
-                    pattern,
-                    target: ImageTarget {
-                        bin_dir: Some(dir.clone()),
-                        entrypoint: vec!["etcd".into()],
-                    },
-                });
-            }
-        }
-        map.entries.push(Entry {
-            pattern: "ghcr.io/dkv-io/dkv:*".into(),
-            target: ImageTarget {
-                bin_dir: dkv_binary.parent().map(Path::to_path_buf),
-                entrypoint: vec![dkv_binary.display().to_string()],
-            },
-        });
-        map
-    }
-
     /// Adds a mapping that takes precedence over the existing ones.
     pub fn insert(&mut self, pattern: impl Into<String>, target: ImageTarget) {
         self.entries.insert(
@@ -275,40 +229,35 @@ mod tests {
             "registry.k8s.io/etcd:3.5.*",
             "registry.k8s.io/etcd:3.4.16-0"
         ));
-        assert!(glob_match(
-            "ghcr.io/dkv-io/dkv:*",
-            "ghcr.io/dkv-io/dkv:test"
-        ));
+        assert!(glob_match("example.com/tool:*", "example.com/tool:test"));
         assert!(glob_match("a*b*c", "axxbyyc"));
         assert!(!glob_match("a*b*c", "axxbyy"));
         assert!(glob_match("exact", "exact"));
     }
 
-    #[test]
-    fn the_patch_release_installed_on_its_own_wins_over_its_minor_line() {
-        let map = ImageMap::defaults(Path::new("/bin/true"));
-        let dir = |image: &str| map.lookup(image).and_then(|t| t.bin_dir.clone());
-        assert!(
-            dir("registry.k8s.io/etcd:3.5.30-0")
-                .is_some_and(|d| d.ends_with(".tools/etcd-3.5.30/usr/bin"))
+    /// What an embedder maps: an etcd line to a directory, an image to a program.
+    fn sample() -> ImageMap {
+        let mut map = ImageMap::default();
+        map.insert(
+            "example.com/tool:*",
+            ImageTarget {
+                bin_dir: Some(PathBuf::from("/opt/tool/bin")),
+                entrypoint: vec!["/bin/true".into()],
+            },
         );
-        assert!(
-            dir("quay.io/coreos/etcd:v3.5.30")
-                .is_some_and(|d| d.ends_with(".tools/etcd-3.5.30/usr/bin"))
+        map.insert(
+            "registry.k8s.io/etcd:3.4.*",
+            ImageTarget {
+                bin_dir: Some(PathBuf::from("/usr/bin")),
+                entrypoint: vec!["etcd".into()],
+            },
         );
-        assert!(
-            dir("registry.k8s.io/etcd:3.5.16-0")
-                .is_some_and(|d| d.ends_with(".tools/etcd-3.5/usr/bin"))
-        );
-        assert_eq!(
-            dir("registry.k8s.io/etcd:3.4.23-0"),
-            Some(PathBuf::from("/usr/bin"))
-        );
+        map
     }
 
     #[test]
-    fn defaults_resolve_etcd_and_dkv() {
-        let map = ImageMap::defaults(Path::new("/bin/true"));
+    fn images_resolve_to_their_program_and_unmapped_ones_do_not() {
+        let map = sample();
         let p = map
             .resolve(
                 "registry.k8s.io/etcd:3.4.23-0",
@@ -319,7 +268,7 @@ mod tests {
         assert_eq!(p.path, PathBuf::from("/usr/bin/etcd"));
         assert_eq!(p.args, vec!["--x".to_string()]);
         let p = map
-            .resolve("ghcr.io/dkv-io/dkv:1", &[], &["member-init".into()])
+            .resolve("example.com/tool:1", &[], &["member-init".into()])
             .unwrap();
         assert_eq!(p.path, PathBuf::from("/bin/true"));
         assert_eq!(p.args, vec!["member-init".to_string()]);
@@ -331,7 +280,7 @@ mod tests {
 
     #[test]
     fn toml_overlay_takes_precedence() {
-        let mut map = ImageMap::defaults(Path::new("/bin/true"));
+        let mut map = sample();
         let over = ImageMap::parse(
             "[[image]]\npattern = \"registry.k8s.io/etcd:*\"\nbin_dir = \"/usr/bin\"\nentrypoint = [\"sh\"]\n",
             Path::new("x.toml"),

@@ -69,7 +69,7 @@ pub struct ApiServerAccess {
 impl Default for KubeletConfig {
     fn default() -> Self {
         KubeletConfig {
-            image_map: ImageMap::defaults(&image_map::default_dkv_binary()),
+            image_map: ImageMap::default(),
             backoff_initial: Duration::from_secs(10),
             backoff_max: Duration::from_secs(300),
             api_server: None,
@@ -79,14 +79,6 @@ impl Default for KubeletConfig {
 }
 
 impl KubeletConfig {
-    /// The defaults with the dkv image mapped to this binary.
-    pub fn with_dkv_binary(path: impl AsRef<Path>) -> KubeletConfig {
-        KubeletConfig {
-            image_map: ImageMap::defaults(path.as_ref()),
-            ..KubeletConfig::default()
-        }
-    }
-
     /// Maps images matching `pattern` (`*` wildcards) ahead of the existing mappings.
     pub fn image(mut self, pattern: impl Into<String>, target: ImageTarget) -> Self {
         self.image_map.insert(pattern, target);
