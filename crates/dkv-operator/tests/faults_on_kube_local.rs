@@ -454,28 +454,7 @@ async fn a_statefulset_deleted_with_its_pods_orphaned_comes_back_over_them() {
     let client = env.client();
     let writer = Writer::start(client.clone(), ns, "orders");
     let ids = member_ids(&dkvs.get("orders").await.unwrap());
-    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
-    let runs = || async {
-        let mut runs: Vec<(String, Option<String>, i32)> = pods
-            .list(&kube::api::ListParams::default().labels("dkv.io/cluster=orders"))
-            .await
-            .unwrap()
-            .items
-            .iter()
-            .map(|p| {
-                let restarts = p
-                    .status
-                    .iter()
-                    .flat_map(|s| s.container_statuses.iter().flatten())
-                    .find(|c| c.name == "etcd")
-                    .map_or(0, |c| c.restart_count);
-                (p.name_any(), p.metadata.uid.clone(), restarts)
-            })
-            .collect();
-        runs.sort();
-        runs
-    };
-    let before = runs().await;
+    let before = support::etcd_cluster::member_runs(&client, ns).await;
     let statefulsets: Api<StatefulSet> = Api::namespaced(client.clone(), ns);
     let old_uid = statefulsets.get("orders").await.unwrap().metadata.uid;
     // The membership record every member-init reads: it must never say
@@ -517,7 +496,11 @@ async fn a_statefulset_deleted_with_its_pods_orphaned_comes_back_over_them() {
     }
     let took = started.elapsed();
     tokio::time::sleep(Duration::from_secs(3)).await;
-    assert_eq!(runs().await, before, "no member pod replaced or restarted");
+    assert_eq!(
+        support::etcd_cluster::member_runs(&client, ns).await,
+        before,
+        "no member pod replaced or restarted"
+    );
     assert_eq!(
         records
             .get("orders-members")

@@ -6,18 +6,11 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-/// The etcd releases scripts/install-etcd.sh put in the checkout (unless
-/// the environment names others).
-fn checkout_tools() -> std::path::PathBuf {
-    std::env::var_os("DKV_TOOLS_DIR").map_or_else(
-        || std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.tools"),
-        std::path::PathBuf::from,
-    )
-}
+mod support;
 
 fn dkv(args: &[&str], dir: &std::path::Path) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_dkv"))
-        .env("DKV_TOOLS_DIR", checkout_tools())
+        .env("DKV_TOOLS_DIR", support::checkout_tools())
         .args(args)
         .arg("--data-dir")
         .arg(dir)

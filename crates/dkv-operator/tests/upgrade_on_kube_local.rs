@@ -882,33 +882,6 @@ async fn running_quota(pod: &Pod) -> Option<i64> {
         .map(|v| v as i64)
 }
 
-/// Pod UID and etcd restart count of each member.
-async fn member_runs(client: &Client) -> Vec<(String, Option<String>, i32)> {
-    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
-    let mut runs: Vec<_> = pods
-        .list(&ListParams::default().labels("dkv.io/cluster=orders"))
-        .await
-        .unwrap()
-        .items
-        .iter()
-        .map(|p| {
-            let restarts = p
-                .status
-                .iter()
-                .flat_map(|s| s.container_statuses.iter().flatten())
-                .find(|c| c.name == "etcd")
-                .map_or(0, |c| c.restart_count);
-            (
-                p.metadata.name.clone().unwrap_or_default(),
-                p.metadata.uid.clone(),
-                restarts,
-            )
-        })
-        .collect();
-    runs.sort();
-    runs
-}
-
 /// Writes of what the operator manages (kube-local's kubelet heartbeats
 /// and pod status are not the operator's), by verb and resource.
 fn operator_writes(counts: &kube_local::api_traffic::RequestCounts) -> Vec<String> {
@@ -1016,7 +989,7 @@ async fn an_edit_of_every_kind_does_what_the_table_says() {
     );
 
     // In place: no member restarts, and the status describes the edit.
-    let runs = member_runs(&client).await;
+    let runs = support::etcd_cluster::member_runs(&client, NS).await;
     let edited = dkvs
         .patch(
             "orders",
@@ -1034,7 +1007,11 @@ async fn an_edit_of_every_kind_does_what_the_table_says() {
     })
     .await;
     tokio::time::sleep(Duration::from_secs(3)).await;
-    assert_eq!(member_runs(&client).await, runs, "no member restarted");
+    assert_eq!(
+        support::etcd_cluster::member_runs(&client, NS).await,
+        runs,
+        "no member restarted"
+    );
 
     // Rolling restart: an etcd setting reaches every running member.
     let monitor = LeaderMonitor::start(client.clone(), NS, "orders");

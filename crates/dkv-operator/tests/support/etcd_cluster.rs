@@ -426,3 +426,32 @@ impl LeaderMonitor {
         self.task.await.unwrap()
     }
 }
+
+/// Name, pod UID and etcd restart count of each member pod of `orders` in
+/// `ns`, sorted: equal before and after means no member was replaced or
+/// restarted.
+pub async fn member_runs(client: &Client, ns: &str) -> Vec<(String, Option<String>, i32)> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let mut runs: Vec<_> = pods
+        .list(&ListParams::default().labels("dkv.io/cluster=orders"))
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .map(|p| {
+            let restarts = p
+                .status
+                .iter()
+                .flat_map(|s| s.container_statuses.iter().flatten())
+                .find(|c| c.name == "etcd")
+                .map_or(0, |c| c.restart_count);
+            (
+                p.metadata.name.clone().unwrap_or_default(),
+                p.metadata.uid.clone(),
+                restarts,
+            )
+        })
+        .collect();
+    runs.sort();
+    runs
+}

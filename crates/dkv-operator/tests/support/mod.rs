@@ -49,17 +49,21 @@ pub async fn environment_with(
     environment_configured(crds, kubelet.then(kubelet_config)).await
 }
 
-/// The kubelet the tests use (see [`environment_with`]).
-pub fn kubelet_config() -> KubeletConfig {
-    // `dkv local`'s own image map, over the etcd releases
-    // scripts/install-etcd.sh put in the checkout.
-    let tools = std::env::var_os("DKV_TOOLS_DIR").map_or_else(
+/// The etcd releases scripts/install-etcd.sh put in the checkout (unless
+/// `DKV_TOOLS_DIR` names others), in `dkv local`'s tools layout.
+pub fn checkout_tools() -> std::path::PathBuf {
+    std::env::var_os("DKV_TOOLS_DIR").map_or_else(
         || std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.tools"),
         std::path::PathBuf::from,
-    );
+    )
+}
+
+/// The kubelet the tests use (see [`environment_with`]).
+pub fn kubelet_config() -> KubeletConfig {
+    // `dkv local`'s own image map, over the checkout's etcd releases.
     let mut config = KubeletConfig {
         image_map: dkv_operator::local::etcd_tools::image_map(
-            &tools,
+            &checkout_tools(),
             std::path::Path::new(env!("CARGO_BIN_EXE_dkv")),
         ),
         ..KubeletConfig::default()
