@@ -10,10 +10,11 @@
 macro_rules! distributedkv_spec {
     ($version:tt, $backup:ty) => {
         /// The desired state of one replicated etcd cluster.
-        ///
-        /// The category is `dkv-all`, not `dkv`: kubectl expands categories before
-        /// short names, so a category `dkv` would turn `kubectl get dkv NAME` into a
-        /// query over every dkv kind ("you must specify only one resource").
+        // The category is `dkv-all`, not `dkv`: kubectl expands categories
+        // before short names, so a category `dkv` would turn `kubectl get dkv
+        // NAME` into a query over every dkv kind ("you must specify only one
+        // resource"). (A `//` comment: doc comments become the schema's
+        // descriptions, which users read in `kubectl explain`.)
         #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
         #[kube(
             group = "dkv.io",

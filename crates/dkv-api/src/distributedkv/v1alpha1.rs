@@ -1,7 +1,6 @@
 //! `dkv.io/v1alpha1` `DistributedKV`: the first served version.
 //!
-//! Field names follow the design in `design/API.md`. Validation that the
-//! schema can express lives here (ranges, patterns, enums, CEL transition
+//! Validation that the schema can express lives here (ranges, patterns, enums, CEL transition
 //! rules); what it cannot express is checked by the operator's validate step
 //! and, later, by the admission webhook.
 

@@ -1,7 +1,7 @@
 //! The membership planner (pure): from what etcd and the pods report, and the
 //! operation pinned in status, choose the one next step for a cluster.
 //!
-//! It encodes the rules of `design/ETCD.md`:
+//! It encodes the etcd invariants the operator must never break:
 //! - at most one disruptive operation at a time; it is pinned in
 //!   `status.operation` before it starts and resumed — never interleaved with
 //!   another — until it is verified complete, whatever the spec says meanwhile;
