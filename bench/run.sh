@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # dkv's benchmarks, one command: installs what they need (etcd 3.4/3.5, moto),
-# builds the operator and the harness with cargo's `bench` profile (release:
-# optimized, no debug info; a second build next to target/debug, ~2-3 GB),
+# builds the harness with cargo's `bench` profile (release: optimized, no
+# debug info; a second build next to target/debug, ~2-3 GB) and the operator
+# as the image ships it (profile `image`, target/image),
 # runs every section and writes bench/results.md and bench/results.json.
 #
-#   bench/run.sh                       # everything (~15-20 min on 2 cores)
+#   bench/run.sh                       # everything (~30 min on 2 cores)
 #   bench/run.sh --only footprint      # one section (footprint, ops, backup)
 #   bench/run.sh --counts 100 --backup-size-mib 256   # smaller, quicker
 #
@@ -17,11 +18,15 @@ scripts/install-prerequisites.sh
 
 echo "== building (release profile)"
 cargo build --release --locked -p dkv-backup --features testing --example backup_throughput
+# The operator as the container image ships it (Dockerfile): no local mode,
+# cargo profile `image` (whole-program, size-optimized; ~8 min on 2 cores).
+cargo build --profile image --locked -p dkv-operator --no-default-features --bin dkv
 cargo bench --locked -p dkv-operator --bench harness --no-run
 
 echo "== running"
 rustc_version="$(rustc --version)"
 cargo bench --locked -p dkv-operator --bench harness -- \
   --backup-example "$PWD/target/release/examples/backup_throughput" \
+  --operator "$PWD/target/image/dkv" \
   --build "cargo bench profile (release: opt-level 3, no debug info), $rustc_version, commit $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- crates Cargo.toml Cargo.lock || echo ' + uncommitted changes')" \
   "$@"

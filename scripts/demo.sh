@@ -70,49 +70,16 @@ step "kubectl wait --for=condition=Available dkv/example (the three members form
 kubectl wait --for=condition=Available dkv/example --timeout=180s
 kubectl get dkv,pods,pvc
 
-# A client pod: etcdctl with the cluster's client certificate (the Secret
-# example-tls-client, as examples/etcd-client.yaml mounts it), through the
-# client Service. Prints the command's output.
-etcdctl_pod() {
-  local name=$1; shift
-  local args="" a
-  for a in "$@"; do args="$args, \"$a\""; done
-  kubectl apply -f - >/dev/null <<YAML
-apiVersion: v1
-kind: Pod
-metadata: {name: $name}
-spec:
-  restartPolicy: Never
-  containers:
-  - name: etcdctl
-    image: registry.k8s.io/etcd:3.5.16-0
-    command: ["etcdctl", "--endpoints=https://example-client.default.svc:2379",
-              "--cacert=/etc/etcd-client/ca.crt", "--cert=/etc/etcd-client/tls.crt",
-              "--key=/etc/etcd-client/tls.key" $args]
-    volumeMounts: [{name: client-tls, mountPath: /etc/etcd-client, readOnly: true}]
-  volumes: [{name: client-tls, secret: {secretName: example-tls-client}}]
-YAML
-  # Wait for the pod to end, then require success: a failed client is a
-  # failed demo, never retried.
-  local phase=""
-  for _ in $(seq 1 180); do
-    phase=$(kubectl get pod "$name" -o 'jsonpath={.status.phase}')
-    case "$phase" in Succeeded | Failed) break ;; esac
-    sleep 0.5
-  done
-  kubectl logs "$name"
-  if [ "$phase" != Succeeded ]; then
-    echo "client pod $name ended as '${phase:-not started}'" >&2
-    return 1
-  fi
-}
+# etcdctl_pod CLUSTER POD ARGS...: a client pod holding the cluster's client
+# certificate, through the client Service.
+source scripts/lib/etcdctl-pod.sh
 
 step "TLS: the members' certificates come from the cluster's own CA"
 kubectl get secrets -l dkv.io/cluster=example
 step "a write and a read over TLS, from client pods holding example-tls-client"
-etcdctl_pod demo-put put greeting "hello from dkv"
-etcdctl_pod demo-get get greeting --print-value-only
-etcdctl_pod demo-members member list --write-out=table
+etcdctl_pod example demo-put put greeting "hello from dkv"
+etcdctl_pod example demo-get get greeting --print-value-only
+etcdctl_pod example demo-members member list --write-out=table
 step "plaintext is refused"
 ip0=$(kubectl get pod example-0 -o 'jsonpath={.status.podIP}')
 if ETCDCTL_API=3 .tools/etcd-3.5/usr/bin/etcdctl --endpoints="http://$ip0:2379" \

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Sets up what the tests need on a fresh Debian machine, then runs every check
-# CI runs: formatting, lints, all tests, and the deploy manifests against the
-# official Kubernetes schemas. `.ci/run` runs exactly this.
+# CI runs: formatting, lints, all tests, the deploy manifests against the
+# official Kubernetes schemas, the demo, and a smoke test of the installed
+# release build. `.ci/run` runs exactly this.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -12,6 +13,8 @@ cargo fmt --all -- --check
 
 echo "== cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
+# The operator as the container image builds it: without local mode.
+cargo clippy --locked -p dkv-operator --no-default-features --bin dkv -- -D warnings
 
 echo "== tests"
 # Every test that runs the operator records, for the secret scan below, the
@@ -37,3 +40,6 @@ echo "== the README's first command, exactly as a newcomer runs it"
 # running for the user: stop it here.
 scripts/demo.sh
 target/debug/dkv local down
+
+echo "== the release build, installed, as a user runs it"
+scripts/release-smoke.sh

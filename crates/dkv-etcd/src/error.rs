@@ -99,6 +99,7 @@ impl Error {
                     Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled
                 ) || message.contains("leader changed")
                     || message.contains("no leader")
+                    || from_the_connection(&status)
                 {
                     Error::Unavailable { operation, message }
                 } else {
@@ -121,4 +122,40 @@ impl Error {
     }
 }
 
+/// Whether tonic made this status out of a failure on the client's side
+/// (the connection could not be made or broke: "transport error", code
+/// Unknown) rather than receiving it from etcd. Such a status carries the
+/// failure as its source; etcd's answers never have one.
+fn from_the_connection(status: &tonic::Status) -> bool {
+    status.code() == Code::Unknown && std::error::Error::source(status).is_some()
+}
+
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_connection_that_breaks_is_unavailable_not_a_refusal() {
+        // What tonic hands back when the balanced channel's connection to a
+        // member fails: code Unknown, "transport error", the cause as source.
+        let broken = tonic::Status::from_error(Box::new(std::io::Error::new(
+            std::io::ErrorKind::ConnectionReset,
+            "connection reset by peer",
+        )));
+        assert_eq!(broken.code(), Code::Unknown);
+        let err = Error::from_client("member list", etcd_client::Error::GRpcStatus(broken), None);
+        assert!(matches!(err, Error::Unavailable { .. }), "{err:?}");
+        assert!(err.is_retryable());
+
+        // etcd's own answer with code Unknown is a refusal.
+        let answered = tonic::Status::unknown("etcdserver: some refusal");
+        let err = Error::from_client(
+            "member list",
+            etcd_client::Error::GRpcStatus(answered),
+            None,
+        );
+        assert!(matches!(err, Error::Refused { .. }), "{err:?}");
+    }
+}

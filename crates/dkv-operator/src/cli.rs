@@ -38,10 +38,12 @@ pub enum Command {
     /// etcd version's restore tool (restore init step, after restore-fetch).
     RestoreMember(RestoreMemberArgs),
     /// A local control plane with dkv on this machine (no Kubernetes needed).
+    #[cfg(feature = "local")]
     #[command(subcommand)]
     Local(LocalCommand),
 }
 
+#[cfg(feature = "local")]
 #[derive(Debug, Subcommand)]
 pub enum LocalCommand {
     /// Start kube-local with dkv's CRDs and the operator; writes DIR/kubeconfig.

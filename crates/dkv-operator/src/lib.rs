@@ -11,6 +11,7 @@ pub mod cluster;
 pub mod crd;
 pub mod etcd_version;
 pub mod leader;
+#[cfg(feature = "local")]
 pub mod local;
 pub mod member_init;
 pub mod metrics;

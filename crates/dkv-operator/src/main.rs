@@ -1,7 +1,9 @@
 //! The `dkv` binary: parses the command line and runs the chosen role.
 
 use clap::Parser;
-use dkv_operator::cli::{Cli, Command, LocalCommand};
+#[cfg(feature = "local")]
+use dkv_operator::cli::LocalCommand;
+use dkv_operator::cli::{Cli, Command};
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
@@ -15,7 +17,9 @@ async fn main() -> anyhow::Result<()> {
         Command::Backup(args) => dkv_operator::backup_agent::run(&args).await,
         Command::RestoreFetch(args) => dkv_operator::restore_agent::fetch(&args).await,
         Command::RestoreMember(args) => dkv_operator::restore_agent::restore_member(&args).await,
+        #[cfg(feature = "local")]
         Command::Local(LocalCommand::Up(args)) => dkv_operator::local::up(args).await,
+        #[cfg(feature = "local")]
         Command::Local(LocalCommand::Down(args)) => dkv_operator::local::down(&args),
     }
 }

@@ -1102,6 +1102,38 @@ mod status_of_a_pass {
     }
 
     #[test]
+    fn members_no_one_could_ask_this_pass_are_not_said_to_be_healthy() {
+        use dkv_api::distributedkv::v1beta1::MemberStatus;
+        let mut dkv = fixture("minimal");
+        let member = |name: &str| MemberStatus {
+            name: name.into(),
+            id: Some("1".into()),
+            learner: false,
+            healthy: true,
+            version: Some("3.5.16".into()),
+        };
+        dkv.status = Some(DistributedKVStatus {
+            members: vec![member("orders-0"), member("orders-1")],
+            ..DistributedKVStatus::default()
+        });
+        // The pass reached no member (`members: None`).
+        let status = derive(
+            &dkv,
+            &planned(&dkv, Volumes::default()),
+            None,
+            &BackupSummary::default(),
+            &now(),
+        )
+        .unwrap();
+        let listed: Vec<(&str, bool)> = status
+            .members
+            .iter()
+            .map(|m| (m.name.as_str(), m.healthy))
+            .collect();
+        assert_eq!(listed, [("orders-0", false), ("orders-1", false)]);
+    }
+
+    #[test]
     fn a_pass_that_saw_nothing_and_has_nothing_to_show_writes_nothing() {
         let dkv = fixture("minimal");
         assert_eq!(

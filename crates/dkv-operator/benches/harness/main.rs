@@ -53,6 +53,11 @@ struct Args {
     /// Passed by `cargo bench` to every bench target; nothing to do with it.
     #[arg(long, hide = true)]
     bench: bool,
+    /// The operator binary the footprint section measures: the container
+    /// image's build (`--no-default-features`, no local mode). Default: the
+    /// `dkv` this harness was built with (local mode linked in).
+    #[arg(long)]
+    operator: Option<PathBuf>,
     /// How the binaries were built, for the record.
     #[arg(long, default_value = "unknown")]
     build: String,
@@ -223,11 +228,12 @@ async fn run(args: Args) -> anyhow::Result<()> {
 
     if wanted("footprint") {
         eprintln!("bench: footprint ({:?} clusters)", args.counts);
-        let (dkv, work, counts) = (dkv.clone(), work.clone(), args.counts.clone());
+        let operator = args.operator.clone().unwrap_or_else(|| dkv.clone());
+        let (work, counts) = (work.clone(), args.counts.clone());
         let quiet_window = std::time::Duration::from_secs(args.quiet_seconds);
         let section = tokio::spawn(async move {
             footprint::run(footprint::Settings {
-                dkv: &dkv,
+                dkv: &operator,
                 work: &work,
                 counts,
                 quiet_window,

@@ -127,6 +127,7 @@ pub async fn reconcile(dkv: Arc<DistributedKV>, ctx: Arc<Context>) -> Result<Act
             }
         };
 
+        tracing::debug!(?result, degraded, "pass finished");
         match &result {
             Ok(_) => {
                 ctx.clear_failures(&obj_ref);

@@ -354,13 +354,23 @@ pub async fn observe_members(
     admin: &dyn EtcdAdmin,
     pods: &[MemberPod],
 ) -> Option<Vec<ObservedMember>> {
-    let list = admin.member_list().await.ok()?;
+    let list = match admin.member_list().await {
+        Ok(list) => list,
+        Err(err) => {
+            tracing::debug!(error = %err, "no member answered the member list");
+            return None;
+        }
+    };
     let statuses = futures::future::join_all(list.iter().map(|member| async move {
         let ordinal = ordinal_of_member(cluster, member);
         let endpoint =
             ordinal.and_then(|o| pods.iter().find(|p| p.view.ordinal == o)?.endpoint.clone());
         let status = match &endpoint {
-            Some(endpoint) if member.has_started() => admin.status(endpoint).await.ok(),
+            Some(endpoint) if member.has_started() => admin
+                .status(endpoint)
+                .await
+                .inspect_err(|err| tracing::debug!(member = %member.name, error = %err, "member status failed"))
+                .ok(),
             _ => None,
         };
         (member, ordinal, status)
@@ -402,6 +412,10 @@ pub async fn observe_members(
         })
         .collect();
     observed.sort_by_key(|m| m.ordinal);
+    tracing::debug!(
+        healthy = ?observed.iter().map(|m| (m.ordinal, m.healthy)).collect::<Vec<_>>(),
+        "observed members"
+    );
     Some(observed)
 }
 

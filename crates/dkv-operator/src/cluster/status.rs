@@ -516,7 +516,17 @@ fn compute(dkv: &DistributedKV, obs: &Observation<'_>, now: &Time) -> Distribute
         ready_replicas: ready,
         selector: Some(labels::selector_string(&obs.cluster.name)),
         current_version,
-        members: member_statuses.unwrap_or(old.members.clone()),
+        // No member answered this pass: the members are still listed, but
+        // none is said to be healthy, since none was seen to be.
+        members: member_statuses.unwrap_or_else(|| {
+            old.members
+                .iter()
+                .map(|m| MemberStatus {
+                    healthy: false,
+                    ..m.clone()
+                })
+                .collect()
+        }),
         leader: if obs.members.is_some() {
             leader
         } else {
