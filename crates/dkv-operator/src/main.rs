@@ -5,8 +5,20 @@ use clap::Parser;
 use dkv_operator::cli::LocalCommand;
 use dkv_operator::cli::{Cli, Command};
 
+/// With the `dhat-heap` feature every allocation goes through dhat's
+/// counting allocator; it profiles only while a profiler runs (below).
+#[cfg(feature = "dhat-heap")]
+#[global_allocator]
+static ALLOC: dhat::Alloc = dhat::Alloc;
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
+    // `DKV_DHAT_OUT=FILE` (with the `dhat-heap` feature): profile the heap
+    // until the process ends normally (SIGTERM for the operator) and write
+    // dhat's JSON to FILE (bench/heap-profile.sh reads it).
+    #[cfg(feature = "dhat-heap")]
+    let _profiler = std::env::var_os("DKV_DHAT_OUT")
+        .map(|file| dhat::Profiler::builder().file_name(file).build());
     match Cli::parse().command {
         Command::Operator(args) => dkv_operator::operator::run(args).await,
         Command::Crd => {
