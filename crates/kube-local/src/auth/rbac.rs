@@ -48,6 +48,23 @@ pub enum Request {
 pub struct Decision {
     pub allowed: bool,
     pub reason: String,
+    /// The binding and rule that allowed the request (`None` when denied or for `system:masters`).
+    pub grant: Option<Grant>,
+}
+
+/// Which rule of which role, through which binding, allowed a request.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Grant {
+    /// `ClusterRoleBinding` or `RoleBinding`.
+    pub binding_kind: String,
+    /// The RoleBinding's namespace (empty for a ClusterRoleBinding).
+    pub binding_namespace: String,
+    pub binding_name: String,
+    /// `ClusterRole` or `Role`.
+    pub role_kind: String,
+    pub role_name: String,
+    /// Index of the rule in the role's `rules`.
+    pub rule: usize,
 }
 
 fn matches_or_star(values: &[String], wanted: &str) -> bool {
@@ -180,12 +197,13 @@ pub fn authorize(core: &Core, user: &UserInfo, request: &Request) -> Decision {
         return Decision {
             allowed: true,
             reason: format!("allowed: member of the privileged group {MASTERS:?}"),
+            grant: None,
         };
     }
     let allowed_by = |role_ref: &RoleRef, namespace: &str| {
         rules_of(core, role_ref, namespace)
             .iter()
-            .any(|rule| rule_allows(rule, request))
+            .position(|rule| rule_allows(rule, request))
     };
     for binding in stored::<ClusterRoleBinding>(core, "clusterrolebindings", None) {
         if let Some(subject) = binding
@@ -194,8 +212,9 @@ pub fn authorize(core: &Core, user: &UserInfo, request: &Request) -> Decision {
             .flatten()
             .find(|s| subject_applies(s, user, ""))
             && binding.role_ref.kind == "ClusterRole"
-            && allowed_by(&binding.role_ref, "")
+            && let Some(rule) = allowed_by(&binding.role_ref, "")
         {
+            let binding_name = binding.metadata.name.clone().unwrap_or_default();
             return Decision {
                 allowed: true,
                 reason: format!(
@@ -204,6 +223,14 @@ pub fn authorize(core: &Core, user: &UserInfo, request: &Request) -> Decision {
                     binding.role_ref.name,
                     describe_subject(subject, "")
                 ),
+                grant: Some(Grant {
+                    binding_kind: "ClusterRoleBinding".into(),
+                    binding_namespace: String::new(),
+                    binding_name,
+                    role_kind: binding.role_ref.kind.clone(),
+                    role_name: binding.role_ref.name.clone(),
+                    rule,
+                }),
             };
         }
     }
@@ -216,7 +243,7 @@ pub fn authorize(core: &Core, user: &UserInfo, request: &Request) -> Decision {
                 .iter()
                 .flatten()
                 .find(|s| subject_applies(s, user, namespace))
-                && allowed_by(&binding.role_ref, namespace)
+                && let Some(rule) = allowed_by(&binding.role_ref, namespace)
             {
                 return Decision {
                     allowed: true,
@@ -230,6 +257,14 @@ pub fn authorize(core: &Core, user: &UserInfo, request: &Request) -> Decision {
                         binding.role_ref.name,
                         describe_subject(subject, namespace)
                     ),
+                    grant: Some(Grant {
+                        binding_kind: "RoleBinding".into(),
+                        binding_namespace: namespace.clone(),
+                        binding_name: binding.metadata.name.clone().unwrap_or_default(),
+                        role_kind: binding.role_ref.kind.clone(),
+                        role_name: binding.role_ref.name.clone(),
+                        rule,
+                    }),
                 };
             }
         }
@@ -237,6 +272,7 @@ pub fn authorize(core: &Core, user: &UserInfo, request: &Request) -> Decision {
     Decision {
         allowed: false,
         reason: String::new(),
+        grant: None,
     }
 }
 
