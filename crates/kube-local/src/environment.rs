@@ -131,7 +131,8 @@ impl EnvironmentBuilder {
 
     /// Authenticate and authorize every request as kube-apiserver does (off by default: every caller is trusted).
     ///
-    /// Callers present `Authorization: Bearer` with the admin token (written into the kubeconfig and used by
+    /// Implies [`EnvironmentBuilder::tls`], as clients (kubectl, in-cluster configurations) send tokens only over
+    /// HTTPS. Callers present `Authorization: Bearer` with the admin token (written into the kubeconfig and used by
     /// [`Environment::client`]; user `kube-local-admin` in `system:masters`) or a ServiceAccount token this
     /// server issued; others get 401, except on `/healthz`, `/livez`, `/readyz` and `/version`. Requests are then
     /// authorized by RBAC from the stored Roles, ClusterRoles and bindings (403 when refused); see
@@ -220,7 +221,8 @@ impl EnvironmentBuilder {
             auth: auth.clone(),
         });
         let app = server::router(server);
-        let ca = if self.tls {
+        // Credentials need HTTPS: kubectl (client-go) does not send a token to a plain HTTP server.
+        let ca = if self.tls || self.authenticate {
             Some(crate::tls::CertificateAuthority::new("kube-local-ca").map_err(Error::Tls)?)
         } else {
             None

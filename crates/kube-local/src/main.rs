@@ -27,7 +27,7 @@ enum Command {
         #[arg(long)]
         tls: bool,
         /// Authenticate and authorize requests as kube-apiserver does: the kubeconfig carries an admin token
-        /// (`system:masters`), ServiceAccount tokens authenticate their account, RBAC decides.
+        /// (`system:masters`), ServiceAccount tokens authenticate their account, RBAC decides. Implies --tls.
         #[arg(long)]
         auth: bool,
     },
