@@ -14,6 +14,7 @@ use serde::de::DeserializeOwned;
 
 use crate::core::Core;
 use crate::registry::StorageResource;
+use crate::store::ObjectKey;
 
 const GROUP: &str = "rbac.authorization.k8s.io";
 /// Members of this group may do anything (upstream's privileged group).
@@ -170,22 +171,40 @@ fn stored<T: DeserializeOwned>(core: &Core, resource: &str, namespace: Option<&s
         .collect()
 }
 
+/// The stored object `resource/name` of the RBAC group in `namespace` (empty: cluster-scoped), typed.
+fn stored_one<T: DeserializeOwned>(
+    core: &Core,
+    resource: &str,
+    namespace: &str,
+    name: &str,
+) -> Option<T> {
+    let key = ObjectKey {
+        storage: StorageResource {
+            group: GROUP.into(),
+            resource: resource.into(),
+        },
+        namespace: namespace.into(),
+        name: name.into(),
+    };
+    core.store
+        .get(&key)
+        .and_then(|o| serde_json::from_value(o.as_ref().clone()).ok())
+}
+
 /// The rules `role_ref` grants in `namespace` (a Role there, or a ClusterRole).
 fn rules_of(core: &Core, role_ref: &RoleRef, namespace: &str) -> Vec<PolicyRule> {
     if role_ref.api_group.as_deref() != Some(GROUP) {
         return Vec::new();
     }
     match role_ref.kind.as_str() {
-        "ClusterRole" => stored::<ClusterRole>(core, "clusterroles", None)
-            .into_iter()
-            .find(|r| r.metadata.name.as_deref() == Some(role_ref.name.as_str()))
+        "ClusterRole" => stored_one::<ClusterRole>(core, "clusterroles", "", &role_ref.name)
             .and_then(|r| r.rules)
             .unwrap_or_default(),
-        "Role" if !namespace.is_empty() => stored::<Role>(core, "roles", Some(namespace))
-            .into_iter()
-            .find(|r| r.metadata.name.as_deref() == Some(role_ref.name.as_str()))
-            .and_then(|r| r.rules)
-            .unwrap_or_default(),
+        "Role" if !namespace.is_empty() => {
+            stored_one::<Role>(core, "roles", namespace, &role_ref.name)
+                .and_then(|r| r.rules)
+                .unwrap_or_default()
+        }
         _ => Vec::new(),
     }
 }

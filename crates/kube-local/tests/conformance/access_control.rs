@@ -403,6 +403,22 @@ async fn default_cluster_roles_bindings_and_service_accounts_exist_without_authe
         (subjects[0].kind.as_str(), subjects[0].name.as_str()),
         ("Group", "system:masters")
     );
+    // The self reviews are in discovery as upstream lists them: create-only, cluster-scoped.
+    for (path, resource) in [
+        ("/apis/authorization.k8s.io/v1", "selfsubjectaccessreviews"),
+        ("/apis/authentication.k8s.io/v1", "selfsubjectreviews"),
+    ] {
+        let (code, list) = send(&env.client(), "GET", path, None).await;
+        assert_eq!(code, 200);
+        let entry = list["resources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["name"] == resource)
+            .unwrap_or_else(|| panic!("{resource} in {list}"));
+        assert_eq!(entry["verbs"], json!(["create"]));
+        assert_eq!(entry["namespaced"], json!(false));
+    }
     // Without authentication every caller is the admin.
     let review: SelfSubjectAccessReview = serde_json::from_value(json!({
         "spec": {"nonResourceAttributes": {"path": "/anything", "verb": "get"}}
