@@ -420,6 +420,16 @@ const BUILTINS: &[Builtin] = &[
     )
     .create_only(),
     b(
+        "authorization.k8s.io",
+        "v1",
+        "selfsubjectrulesreviews",
+        "SelfSubjectRulesReview",
+        false,
+        &[],
+        false,
+    )
+    .create_only(),
+    b(
         "authentication.k8s.io",
         "v1",
         "selfsubjectreviews",

@@ -313,7 +313,7 @@ async fn dispatch(server: &Server, req: Request) -> ApiResult<Response> {
 }
 
 /// The create-only APIs of [`crate::auth`]: TokenReview, SubjectAccessReview,
-/// SelfSubjectAccessReview, SelfSubjectReview (collections) and a
+/// SelfSubjectAccessReview, SelfSubjectRulesReview, SelfSubjectReview (collections) and a
 /// ServiceAccount's `token` subresource.
 async fn review(
     server: &Server,
@@ -353,6 +353,9 @@ async fn review(
             "TokenReview" => crate::auth::token_review(core, object)?,
             "SelfSubjectAccessReview" => {
                 crate::auth::self_subject_access_review(core, &user, object)?
+            }
+            "SelfSubjectRulesReview" => {
+                crate::auth::self_subject_rules_review(core, &user, object)?
             }
             "SelfSubjectReview" => crate::auth::self_subject_review(&user, object),
             _ => crate::auth::subject_access_review(core, object)?,

@@ -1,6 +1,7 @@
 //! Authentication and authorization: the TokenRequest subresource of
 //! ServiceAccounts (`kubectl create token`), TokenReview,
-//! SubjectAccessReview, SelfSubjectAccessReview (`kubectl auth can-i`) and
+//! SubjectAccessReview, SelfSubjectAccessReview (`kubectl auth can-i`),
+//! SelfSubjectRulesReview (`kubectl auth can-i --list`) and
 //! SelfSubjectReview (`kubectl auth whoami`). The reviews are create-only and
 //! never stored, as upstream: the answer is the request with its `status`
 //! filled in.
@@ -334,6 +335,47 @@ pub fn self_subject_access_review(
         "authorization.k8s.io/v1",
         "SelfSubjectAccessReview",
         access_status(&decision),
+    ))
+}
+
+/// `POST /apis/authorization.k8s.io/v1/selfsubjectrulesreviews`: what the caller `user` may do in
+/// `spec.namespace` (`kubectl auth can-i --list`).
+pub fn self_subject_rules_review(
+    core: &Core,
+    user: &rbac::UserInfo,
+    review: Value,
+) -> ApiResult<Value> {
+    let namespace = text(&review, "/spec/namespace");
+    if namespace.is_empty() {
+        return Err(ApiError::bad_request("no namespace on request"));
+    }
+    let mut resource_rules = Vec::new();
+    let mut non_resource_rules = Vec::new();
+    for rule in rbac::rules_for(core, user, &namespace) {
+        if let Some(urls) = rule.non_resource_urls.filter(|u| !u.is_empty()) {
+            non_resource_rules.push(json!({"verbs": rule.verbs, "nonResourceURLs": urls}));
+        }
+        if let Some(resources) = rule.resources.filter(|r| !r.is_empty()) {
+            let mut entry = json!({
+                "verbs": rule.verbs,
+                "apiGroups": rule.api_groups.unwrap_or_default(),
+                "resources": resources,
+            });
+            if let Some(names) = rule.resource_names.filter(|n| !n.is_empty()) {
+                entry["resourceNames"] = json!(names);
+            }
+            resource_rules.push(entry);
+        }
+    }
+    Ok(review_answer(
+        review,
+        "authorization.k8s.io/v1",
+        "SelfSubjectRulesReview",
+        json!({
+            "resourceRules": resource_rules,
+            "nonResourceRules": non_resource_rules,
+            "incomplete": false,
+        }),
     ))
 }
 

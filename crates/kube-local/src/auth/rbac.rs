@@ -295,6 +295,36 @@ pub fn authorize(core: &Core, user: &UserInfo, request: &Request) -> Decision {
     }
 }
 
+/// Every rule `user` holds in `namespace` (empty: cluster-wide only): the rules of the ClusterRoles bound by
+/// ClusterRoleBindings, then of the roles bound by the namespace's RoleBindings (a SelfSubjectRulesReview).
+pub fn rules_for(core: &Core, user: &UserInfo, namespace: &str) -> Vec<PolicyRule> {
+    let mut rules = Vec::new();
+    for binding in stored::<ClusterRoleBinding>(core, "clusterrolebindings", None) {
+        if binding.role_ref.kind == "ClusterRole"
+            && binding
+                .subjects
+                .iter()
+                .flatten()
+                .any(|s| subject_applies(s, user, ""))
+        {
+            rules.extend(rules_of(core, &binding.role_ref, ""));
+        }
+    }
+    if !namespace.is_empty() {
+        for binding in stored::<RoleBinding>(core, "rolebindings", Some(namespace)) {
+            if binding
+                .subjects
+                .iter()
+                .flatten()
+                .any(|s| subject_applies(s, user, namespace))
+            {
+                rules.extend(rules_of(core, &binding.role_ref, namespace));
+            }
+        }
+    }
+    rules
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

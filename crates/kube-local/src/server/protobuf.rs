@@ -107,6 +107,11 @@ const KINDS: &[(&str, &str, Converter)] = {
             convert::<authorization::SelfSubjectAccessReview>,
         ),
         (
+            "authorization.k8s.io/v1",
+            "SelfSubjectRulesReview",
+            convert::<authorization::SelfSubjectRulesReview>,
+        ),
+        (
             "rbac.authorization.k8s.io/v1",
             "ClusterRole",
             convert::<rbac::ClusterRole>,

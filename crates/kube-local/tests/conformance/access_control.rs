@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use k8s_openapi::api::authentication::v1::{SelfSubjectReview, TokenRequest, TokenRequestSpec};
-use k8s_openapi::api::authorization::v1::SelfSubjectAccessReview;
+use k8s_openapi::api::authorization::v1::{SelfSubjectAccessReview, SelfSubjectRulesReview};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, RoleBinding};
 use kube::api::{Api, ListParams, PostParams};
@@ -302,6 +302,30 @@ async fn self_subject_access_reviews_answer_for_the_caller() {
     assert!(!can_list_pods().await);
     bind_view(&env, "default", "asker").await;
     assert!(can_list_pods().await);
+
+    let rules: SelfSubjectRulesReview =
+        serde_json::from_value(json!({"spec": {"namespace": "default"}})).unwrap();
+    let status = Api::<SelfSubjectRulesReview>::all(client.clone())
+        .create(&PostParams::default(), &rules)
+        .await
+        .unwrap()
+        .status
+        .unwrap();
+    assert!(
+        status.resource_rules.iter().any(|r| r
+            .resources
+            .as_ref()
+            .is_some_and(|rs| rs.iter().any(|r| r == "pods"))
+            && r.verbs.iter().any(|v| v == "list")),
+        "{status:?}"
+    );
+    assert!(
+        status.non_resource_rules.iter().any(|r| r
+            .non_resource_urls
+            .as_ref()
+            .is_some_and(|u| u.iter().any(|u| u == "/apis"))),
+        "{status:?}"
+    );
 
     let whoami: SelfSubjectReview = serde_json::from_value(json!({})).unwrap();
     let answer = Api::<SelfSubjectReview>::all(client)

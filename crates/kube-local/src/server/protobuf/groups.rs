@@ -1,6 +1,6 @@
 //! apps/v1 Deployment, batch/v1 Job and CronJob, policy/v1 PodDisruptionBudget, autoscaling/v1 Scale,
-//! authentication.k8s.io/v1 TokenRequest and SelfSubjectReview, authorization.k8s.io/v1 SelfSubjectAccessReview,
-//! rbac.authorization.k8s.io/v1 Roles, ClusterRoles and their bindings.
+//! authentication.k8s.io/v1 TokenRequest and SelfSubjectReview, authorization.k8s.io/v1 SelfSubjectAccessReview and
+//! SelfSubjectRulesReview, rbac.authorization.k8s.io/v1 Roles, ClusterRoles and their bindings.
 //!
 //! Shapes follow the groups' `types.go`.
 
@@ -261,6 +261,20 @@ messages! {
         name: omit,
         field_selector: unsupported_ptr,
         label_selector: unsupported_ptr,
+    }
+    authorization::SelfSubjectRulesReview => openapi_authorization::SelfSubjectRulesReview {
+        metadata: keep,
+        spec: keep,
+        status: keep,
+    }
+    authorization::SelfSubjectRulesReviewSpec => openapi_authorization::SelfSubjectRulesReviewSpec {
+        namespace: omit,
+    }
+    authorization::SubjectRulesReviewStatus => openapi_authorization::SubjectRulesReviewStatus {
+        resource_rules: unsupported,
+        non_resource_rules: unsupported,
+        incomplete: omit,
+        evaluation_error: omit,
     }
     authorization::NonResourceAttributes => openapi_authorization::NonResourceAttributes {
         path: omit,
