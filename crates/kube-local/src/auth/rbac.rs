@@ -461,7 +461,7 @@ mod tests {
         let star = resource_rule(&["*"], &["*"], &[], &["*"]);
         assert!(rule_allows(
             &star,
-            &resource("patch", "dkv.io", "distributedkvs", "status", "x")
+            &resource("patch", "example.com", "widgets", "status", "x")
         ));
     }
 
