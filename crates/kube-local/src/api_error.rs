@@ -246,6 +246,35 @@ impl ApiError {
         .with_details(json!({"name": s.name, "group": s.group, "kind": s.resource}))
     }
 
+    /// 401 for a request without valid credentials, worded as upstream.
+    pub fn unauthorized() -> Self {
+        Self::new(401, "Unauthorized", "Unauthorized")
+    }
+
+    /// 403 from the authorizer: `{resource}[.group] ["name"] is forbidden: {why}`, or
+    /// `forbidden: {why}` for a non-resource request (empty `resource`); `details` omits empty fields.
+    pub fn access_denied(s: Subject<'_>, why: impl std::fmt::Display) -> Self {
+        let message = match (s.resource.is_empty(), s.name.is_empty()) {
+            (true, _) => format!("forbidden: {why}"),
+            (false, true) => format!(
+                "{} is forbidden: {why}",
+                Self::qualified(s.group, s.resource)
+            ),
+            (false, false) => format!(
+                "{} {:?} is forbidden: {why}",
+                Self::qualified(s.group, s.resource),
+                s.name
+            ),
+        };
+        let mut details = serde_json::Map::new();
+        for (key, value) in [("name", s.name), ("group", s.group), ("kind", s.resource)] {
+            if !value.is_empty() {
+                details.insert(key.into(), json!(value));
+            }
+        }
+        Self::new(403, "Forbidden", message).with_details(Value::Object(details))
+    }
+
     pub fn timeout(message: impl Into<String>) -> Self {
         Self::new(504, "Timeout", message)
     }

@@ -1,10 +1,11 @@
-//! Runs the built-in control loops (garbage collector, namespace lifecycle) whenever storage changes.
+//! Runs the built-in control loops (garbage collector, namespace lifecycle, `default` service accounts) whenever
+//! storage changes.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::core::Core;
-use crate::{garbage_collector, namespace_lifecycle};
+use crate::{garbage_collector, namespace_lifecycle, service_accounts};
 
 pub async fn run(core: Arc<Core>, mut shutdown: tokio::sync::watch::Receiver<bool>) {
     let mut changes = core.store.subscribe();
@@ -13,7 +14,8 @@ pub async fn run(core: Arc<Core>, mut shutdown: tokio::sync::watch::Receiver<boo
         for _ in 0..100 {
             let gc = garbage_collector::reconcile(&core).await;
             let ns = namespace_lifecycle::reconcile(&core).await;
-            if !gc && !ns {
+            let sa = service_accounts::reconcile(&core).await;
+            if !gc && !ns && !sa {
                 break;
             }
         }

@@ -11,6 +11,7 @@ use tokio::task::JoinHandle;
 
 use crate::api_error::ApiError;
 use crate::api_traffic::{ApiTraffic, Fault, RequestCounts};
+use crate::auth::authenticate::Authenticator;
 use crate::core::{Core, WriteOptions};
 use crate::server::{self, Server};
 
@@ -65,6 +66,7 @@ pub struct EnvironmentBuilder {
     data_dir: Option<PathBuf>,
     port: u16,
     tls: bool,
+    authenticate: bool,
     kubelet: Option<crate::kubelet::KubeletConfig>,
 }
 
@@ -77,6 +79,7 @@ impl Default for EnvironmentBuilder {
             data_dir: None,
             port: 0,
             tls: false,
+            authenticate: false,
             kubelet: None,
         }
     }
@@ -123,6 +126,19 @@ impl EnvironmentBuilder {
     /// Serve HTTPS with a certificate for 127.0.0.1 and localhost from a fresh CA (trusted by the client and kubeconfig).
     pub fn tls(mut self, enabled: bool) -> Self {
         self.tls = enabled;
+        self
+    }
+
+    /// Authenticate and authorize every request as kube-apiserver does (off by default: every caller is trusted).
+    ///
+    /// Implies [`EnvironmentBuilder::tls`], as clients (kubectl, in-cluster configurations) send tokens only over
+    /// HTTPS. Callers present `Authorization: Bearer` with the admin token (written into the kubeconfig and used by
+    /// [`Environment::client`]; user `kube-local-admin` in `system:masters`) or a ServiceAccount token this
+    /// server issued; others get 401, except on `/healthz`, `/livez`, `/readyz` and `/version`. Requests are then
+    /// authorized by RBAC from the stored Roles, ClusterRoles and bindings (403 when refused); see
+    /// [`Environment::forbidden`] and [`Environment::allowed`].
+    pub fn authenticate(mut self, enabled: bool) -> Self {
+        self.authenticate = enabled;
         self
     }
 
@@ -195,15 +211,18 @@ impl EnvironmentBuilder {
             .map_err(|source| Error::Bind { addr: bind, source })?;
         let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
         let traffic = Arc::new(ApiTraffic::default());
+        let auth = self.authenticate.then(|| Arc::new(Authenticator::new()));
         let server = Arc::new(Server {
             core: core.clone(),
             address: addr.to_string(),
             bookmark_interval: self.bookmark_interval,
             shutdown: shutdown_rx.clone(),
             traffic: traffic.clone(),
+            auth: auth.clone(),
         });
         let app = server::router(server);
-        let ca = if self.tls {
+        // Credentials need HTTPS: kubectl (client-go) does not send a token to a plain HTTP server.
+        let ca = if self.tls || self.authenticate {
             Some(crate::tls::CertificateAuthority::new("kube-local-ca").map_err(Error::Tls)?)
         } else {
             None
@@ -233,13 +252,17 @@ impl EnvironmentBuilder {
         let url = format!("{scheme}://{addr}");
         let kubeconfig = dir.join("kubeconfig");
         let ca_pem = ca.as_ref().map(|c| c.ca_pem());
-        std::fs::write(&kubeconfig, kubeconfig_yaml(&url, ca_pem.as_deref())).map_err(
-            |source| Error::Kubeconfig {
-                path: kubeconfig.clone(),
-                source,
-            },
-        )?;
-        let client = client_for(&url, ca.as_ref().map(|c| c.ca_der()))?;
+        let admin_token = auth.as_ref().map(|a| a.admin_token().to_owned());
+        std::fs::write(
+            &kubeconfig,
+            kubeconfig_yaml(&url, ca_pem.as_deref(), admin_token.as_deref()),
+        )
+        .map_err(|source| Error::Kubeconfig {
+            path: kubeconfig.clone(),
+            source,
+        })?;
+        let ca_der = ca.as_ref().map(|c| c.ca_der());
+        let client = client_for(&url, ca_der.clone(), admin_token.as_deref())?;
         let workloads = match self.kubelet {
             Some(mut config) => {
                 config.api_server = Some(crate::kubelet::ApiServerAccess {
@@ -254,6 +277,8 @@ impl EnvironmentBuilder {
             workloads,
             addr,
             url,
+            ca_der,
+            auth,
             client,
             kubeconfig,
             core,
@@ -295,7 +320,11 @@ async fn serve_tls(
     }
 }
 
-fn client_for(url: &str, ca_der: Option<Vec<u8>>) -> Result<kube::Client, Error> {
+fn client_for(
+    url: &str,
+    ca_der: Option<Vec<u8>>,
+    token: Option<&str>,
+) -> Result<kube::Client, Error> {
     let parsed: http::Uri = url
         .parse()
         .map_err(|e: http::uri::InvalidUri| Error::Client {
@@ -306,13 +335,14 @@ fn client_for(url: &str, ca_der: Option<Vec<u8>>) -> Result<kube::Client, Error>
     config.default_namespace = "default".into();
     config.read_timeout = None;
     config.root_cert = ca_der.map(|d| vec![d]);
+    config.auth_info.token = token.map(|t| t.to_owned().into());
     kube::Client::try_from(config).map_err(|source| Error::Client {
         url: url.to_string(),
         source,
     })
 }
 
-fn kubeconfig_yaml(url: &str, ca_pem: Option<&str>) -> String {
+fn kubeconfig_yaml(url: &str, ca_pem: Option<&str>, admin_token: Option<&str>) -> String {
     let ca = ca_pem
         .map(|pem| {
             format!(
@@ -321,11 +351,12 @@ fn kubeconfig_yaml(url: &str, ca_pem: Option<&str>) -> String {
             )
         })
         .unwrap_or_default();
-    // Over HTTPS kubectl prompts for a username when the user has no credentials; kube-local accepts any token.
-    let user = if ca_pem.is_some() {
-        "{token: kube-local}"
-    } else {
-        "{}"
+    // Over HTTPS kubectl prompts for a username when the user has no credentials; without authentication
+    // kube-local accepts any token.
+    let user = match (admin_token, ca_pem) {
+        (Some(token), _) => format!("{{token: {token}}}"),
+        (None, Some(_)) => "{token: kube-local}".to_owned(),
+        (None, None) => "{}".to_owned(),
     };
     format!(
         "apiVersion: v1\nkind: Config\nclusters:\n- name: kube-local\n  cluster:\n    server: {url}{ca}\ncontexts:\n- name: kube-local\n  context:\n    cluster: kube-local\n    user: kube-local\n    namespace: default\ncurrent-context: kube-local\nusers:\n- name: kube-local\n  user: {user}\npreferences: {{}}\n"
@@ -361,6 +392,9 @@ async fn create(core: &Core, group: &str, plural: &str, ns: &str, obj: Value) ->
 
 /// Objects a fresh cluster has.
 async fn bootstrap(core: &Core) -> Result<(), Error> {
+    for (plural, object) in crate::auth::bootstrap_roles::objects() {
+        create(core, "rbac.authorization.k8s.io", plural, "", object).await?;
+    }
     for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
         create(
             core,
@@ -439,6 +473,10 @@ pub struct Environment {
     workloads: Option<crate::workloads::Workloads>,
     addr: SocketAddr,
     url: String,
+    /// The CA of a TLS server (DER), for clients built later.
+    ca_der: Option<Vec<u8>>,
+    /// The authenticator, when built with [`EnvironmentBuilder::authenticate`].
+    auth: Option<Arc<Authenticator>>,
     client: kube::Client,
     kubeconfig: PathBuf,
     core: Arc<Core>,
@@ -469,9 +507,38 @@ impl Environment {
         self.core.tokens.clock()
     }
 
-    /// A client for this server (default namespace `default`).
+    /// A client for this server (default namespace `default`); with authentication, the admin's.
     pub fn client(&self) -> kube::Client {
         self.client.clone()
+    }
+
+    /// A client for this server presenting `token` (e.g. a ServiceAccount's), or no credentials when `None`.
+    pub fn client_with_token(&self, token: Option<&str>) -> Result<kube::Client, Error> {
+        client_for(&self.url, self.ca_der.clone(), token)
+    }
+
+    /// The admin token of the kubeconfig, when built with [`EnvironmentBuilder::authenticate`].
+    pub fn admin_token(&self) -> Option<&str> {
+        self.auth.as_ref().map(|a| a.admin_token())
+    }
+
+    /// The requests refused by authorization (403) so far, oldest first; empty without authentication.
+    pub fn forbidden(&self) -> Vec<crate::ForbiddenRequest> {
+        self.auth
+            .as_ref()
+            .map(|a| a.log.forbidden())
+            .unwrap_or_default()
+    }
+
+    /// The distinct kinds of request each user was allowed so far (verb, group, resource, subresource,
+    /// namespace or path) and the grant that allowed each; empty without authentication.
+    pub fn allowed(
+        &self,
+    ) -> std::collections::BTreeMap<String, std::collections::BTreeSet<crate::AllowedRequest>> {
+        self.auth
+            .as_ref()
+            .map(|a| a.log.allowed())
+            .unwrap_or_default()
     }
 
     /// The kubeconfig file (cluster, context and user all named `kube-local`).

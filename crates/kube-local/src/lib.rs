@@ -36,6 +36,7 @@ mod scale;
 mod schema;
 mod selector;
 mod server;
+mod service_accounts;
 mod store;
 mod strategic_merge;
 mod strategy;
@@ -48,4 +49,6 @@ mod watch;
 mod webhook_client;
 pub mod workloads;
 
+pub use auth::access_log::{AllowedRequest, ForbiddenRequest};
+pub use auth::rbac::Grant;
 pub use environment::{Environment, EnvironmentBuilder, Error};

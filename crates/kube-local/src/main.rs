@@ -1,4 +1,4 @@
-//! `kube-local up --data-dir DIR`: serve a local control plane until SIGINT/SIGTERM.
+//! `kube-local up --data-dir DIR [--tls] [--auth]`: serve a local control plane until SIGINT/SIGTERM.
 
 use std::path::PathBuf;
 
@@ -26,6 +26,10 @@ enum Command {
         /// Serve HTTPS (a fresh CA; the kubeconfig trusts it).
         #[arg(long)]
         tls: bool,
+        /// Authenticate and authorize requests as kube-apiserver does: the kubeconfig carries an admin token
+        /// (`system:masters`), ServiceAccount tokens authenticate their account, RBAC decides. Implies --tls.
+        #[arg(long)]
+        auth: bool,
     },
 }
 
@@ -43,11 +47,13 @@ async fn main() -> std::process::ExitCode {
             data_dir,
             port,
             tls,
+            auth,
         } => {
             let env = match kube_local::Environment::builder()
                 .data_dir(&data_dir)
                 .port(port)
                 .tls(tls)
+                .authenticate(auth)
                 .build()
                 .await
             {

@@ -159,6 +159,16 @@ pub fn dns_subdomain_error(name: &str) -> Option<String> {
     }
 }
 
+/// Upstream's rule for RBAC object names (`system:auth-delegator` is valid): a path segment.
+pub fn path_segment_error(name: &str) -> Option<String> {
+    match name {
+        "." | ".." => Some(format!("may not be '{name}'")),
+        _ if name.contains('/') => Some("may not contain '/'".into()),
+        _ if name.contains('%') => Some("may not contain '%'".into()),
+        _ => None,
+    }
+}
+
 /// RFC 1123 label (namespaces, services).
 pub fn dns_label_error(name: &str) -> Option<String> {
     let ok = !name.is_empty()

@@ -100,6 +100,9 @@ fn builtin_defs() -> &'static (Defs, KindDefs) {
         add!("rbac.authorization.k8s.io", "v1", "RoleBinding", rbac::RoleBinding);
         add!("authentication.k8s.io", "v1", "TokenReview", authn::TokenReview);
         add!("authorization.k8s.io", "v1", "SubjectAccessReview", authz::SubjectAccessReview);
+        add!("authorization.k8s.io", "v1", "SelfSubjectAccessReview", authz::SelfSubjectAccessReview);
+        add!("authorization.k8s.io", "v1", "SelfSubjectRulesReview", authz::SelfSubjectRulesReview);
+        add!("authentication.k8s.io", "v1", "SelfSubjectReview", authn::SelfSubjectReview);
         generator.subschema_for::<k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta>();
         let mut defs: Defs = generator.take_definitions(true).into_iter().collect();
         add_patch_metadata(&mut defs);

@@ -409,6 +409,36 @@ const BUILTINS: &[Builtin] = &[
         false,
     )
     .create_only(),
+    b(
+        "authorization.k8s.io",
+        "v1",
+        "selfsubjectaccessreviews",
+        "SelfSubjectAccessReview",
+        false,
+        &[],
+        false,
+    )
+    .create_only(),
+    b(
+        "authorization.k8s.io",
+        "v1",
+        "selfsubjectrulesreviews",
+        "SelfSubjectRulesReview",
+        false,
+        &[],
+        false,
+    )
+    .create_only(),
+    b(
+        "authentication.k8s.io",
+        "v1",
+        "selfsubjectreviews",
+        "SelfSubjectReview",
+        false,
+        &[],
+        false,
+    )
+    .create_only(),
 ];
 
 fn builtin_type(bt: &Builtin) -> ResourceType {

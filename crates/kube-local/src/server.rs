@@ -12,6 +12,8 @@ use serde_json::{Value, json};
 
 use crate::api_error::{ApiError, ApiResult};
 use crate::api_traffic::{ApiTraffic, Verb};
+use crate::auth::authenticate::{self, Authenticator};
+use crate::auth::rbac::UserInfo;
 use crate::core::{
     Core, DeleteOptions, Deleted, FieldValidation, Propagation, Subresource, WriteOptions, Written,
 };
@@ -38,6 +40,8 @@ pub struct Server {
     pub shutdown: tokio::sync::watch::Receiver<bool>,
     /// Request counters and injected faults (see [`crate::api_traffic`]).
     pub traffic: Arc<ApiTraffic>,
+    /// Authenticates and authorizes every request when set; otherwise every caller is the admin.
+    pub auth: Option<Arc<Authenticator>>,
 }
 
 pub fn router(server: Arc<Server>) -> axum::Router {
@@ -68,16 +72,48 @@ fn with_warnings(mut resp: Response, warnings: &[String]) -> Response {
     resp
 }
 
-async fn handle(State(server): State<Arc<Server>>, req: Request) -> Response {
+async fn handle(State(server): State<Arc<Server>>, mut req: Request) -> Response {
     let method = req.method().clone();
     let path = req.uri().path().to_string();
-    let result = dispatch(&server, req).await;
+    let result = match &server.auth {
+        None => dispatch(&server, req).await,
+        Some(auth) => match admit(&server.core, auth, &req) {
+            Ok(Some(user)) => {
+                req.extensions_mut().insert(user);
+                dispatch(&server, req).await
+            }
+            Ok(None) => dispatch(&server, req).await,
+            Err(e) => Err(e),
+        },
+    };
     let resp = match result {
         Ok(r) => r,
         Err(e) => error_response(&e),
     };
     tracing::debug!(%method, %path, status = resp.status().as_u16(), "request");
     resp
+}
+
+/// Authenticates and authorizes `req`: its user (`None` for the public health and version paths),
+/// or the 401 or 403 to answer.
+fn admit(core: &Core, auth: &Authenticator, req: &Request) -> ApiResult<Option<UserInfo>> {
+    let path = req.uri().path();
+    if authenticate::is_public(path) {
+        return Ok(None);
+    }
+    let user = auth
+        .authenticate(core, req.headers())
+        .ok_or_else(ApiError::unauthorized)?;
+    let attributes =
+        crate::auth::attributes::of(req.method(), path, flag(&query_map(req), "watch"));
+    let decision = crate::auth::rbac::authorize(core, &user, &attributes);
+    if decision.allowed {
+        auth.log.record_allowed(&user, &attributes, decision.grant);
+        Ok(Some(user))
+    } else {
+        auth.log.record_forbidden(&user, &attributes);
+        Err(crate::auth::forbidden(&user, &attributes))
+    }
 }
 
 fn query_map(req: &Request) -> HashMap<String, String> {
@@ -276,8 +312,9 @@ async fn dispatch(server: &Server, req: Request) -> ApiResult<Response> {
     .await
 }
 
-/// The create-only APIs of [`crate::auth`]: TokenReview, SubjectAccessReview
-/// (collections) and a ServiceAccount's `token` subresource.
+/// The create-only APIs of [`crate::auth`]: TokenReview, SubjectAccessReview,
+/// SelfSubjectAccessReview, SelfSubjectRulesReview, SelfSubjectReview (collections) and a
+/// ServiceAccount's `token` subresource.
 async fn review(
     server: &Server,
     req: Request,
@@ -296,6 +333,12 @@ async fn review(
             "the server does not allow this method on the requested resource",
         ));
     }
+    // The caller of a self review; without authentication every caller is the admin.
+    let user = req
+        .extensions()
+        .get::<UserInfo>()
+        .cloned()
+        .unwrap_or_else(Authenticator::admin);
     let (ct, body) = read_body(req).await?;
     let object = decode_object(rt, subresource.as_deref(), ct.as_deref(), &body)?;
     let core = &server.core;
@@ -306,8 +349,17 @@ async fn review(
             &name,
             object,
         )?,
-        None if rt.kind == "TokenReview" => crate::auth::token_review(core, object)?,
-        None => crate::auth::subject_access_review(core, object)?,
+        None => match rt.kind.as_str() {
+            "TokenReview" => crate::auth::token_review(core, object)?,
+            "SelfSubjectAccessReview" => {
+                crate::auth::self_subject_access_review(core, &user, object)?
+            }
+            "SelfSubjectRulesReview" => {
+                crate::auth::self_subject_rules_review(core, &user, object)?
+            }
+            "SelfSubjectReview" => crate::auth::self_subject_review(&user, object),
+            _ => crate::auth::subject_access_review(core, object)?,
+        },
     };
     Ok(json_response(201, &answer))
 }

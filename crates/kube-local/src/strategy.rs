@@ -317,6 +317,7 @@ fn qos_class(pod: &Value) -> &'static str {
 fn name_rule(rt: &ResourceType) -> fn(&str) -> Option<String> {
     match (rt.group.as_str(), rt.plural.as_str()) {
         ("", "namespaces") | ("", "services") => meta::dns_label_error,
+        ("rbac.authorization.k8s.io", _) => meta::path_segment_error,
         _ => meta::dns_subdomain_error,
     }
 }

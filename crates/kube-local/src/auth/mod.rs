@@ -1,12 +1,25 @@
-//! Authentication and authorization APIs: the TokenRequest subresource of
-//! ServiceAccounts (`kubectl create token`), TokenReview and
-//! SubjectAccessReview. The reviews are create-only and never stored, as
-//! upstream: the answer is the request with its `status` filled in.
+//! Authentication and authorization: the TokenRequest subresource of
+//! ServiceAccounts (`kubectl create token`), TokenReview,
+//! SubjectAccessReview, SelfSubjectAccessReview (`kubectl auth can-i`),
+//! SelfSubjectRulesReview (`kubectl auth can-i --list`) and
+//! SelfSubjectReview (`kubectl auth whoami`). The reviews are create-only and
+//! never stored, as upstream: the answer is the request with its `status`
+//! filled in.
 //!
-//! The server itself does not authenticate or authorize its own callers
-//! (every client is trusted); these APIs let the workloads under test do so,
-//! e.g. an operator guarding its `/metrics` with the callers' tokens.
+//! By default the server trusts every caller (as the admin user,
+//! `system:masters`). With [`crate::EnvironmentBuilder::authenticate`] (or
+//! `kube-local up --auth`) it authenticates every request but `/healthz`,
+//! `/livez`, `/readyz` and `/version` ([`authenticate`]: the kubeconfig's
+//! admin token or a ServiceAccount token it issued; otherwise 401) and
+//! authorizes it with [`rbac`] from the request's [`attributes`] (otherwise
+//! 403), recording each decision in an [`access_log`]. The default
+//! ClusterRoles and bindings of a cluster are created at start either way
+//! ([`bootstrap_roles`]).
 
+pub mod access_log;
+pub mod attributes;
+pub mod authenticate;
+pub mod bootstrap_roles;
 pub mod rbac;
 pub mod tokens;
 
@@ -23,7 +36,7 @@ const DEFAULT_EXPIRATION_SECONDS: i64 = 3600;
 const MIN_EXPIRATION_SECONDS: i64 = 600;
 const MAX_EXPIRATION_SECONDS: i64 = 1 << 32;
 const SERVICE_ACCOUNTS_GROUP: &str = "system:serviceaccounts";
-const AUTHENTICATED_GROUP: &str = "system:authenticated";
+use authenticate::AUTHENTICATED_GROUP;
 
 fn string_list(value: Option<&Value>) -> Vec<String> {
     value
@@ -118,8 +131,13 @@ fn review_answer(mut review: Value, api_version: &str, kind: &str, status: Value
     review
 }
 
-/// Who `token` is, or why it is not accepted.
-fn authenticate(core: &Core, token: &str, wanted_audiences: &[String]) -> Result<Value, String> {
+/// The claims of a ServiceAccount `token` valid for one of `wanted_audiences`
+/// whose account still exists, or why it is not accepted.
+pub fn verify_service_account_token(
+    core: &Core,
+    token: &str,
+    wanted_audiences: &[String],
+) -> Result<tokens::Claims, String> {
     let claims = core.tokens.verify(token).map_err(|e| e.to_string())?;
     let granted: Vec<&String> = claims
         .audiences
@@ -148,6 +166,30 @@ fn authenticate(core: &Core, token: &str, wanted_audiences: &[String]) -> Result
             ));
         }
     }
+    Ok(claims)
+}
+
+/// The user a ServiceAccount authenticates as: its name and groups.
+pub fn service_account_user(account: &ServiceAccountRef) -> rbac::UserInfo {
+    rbac::UserInfo {
+        name: account.user_name(),
+        groups: vec![
+            SERVICE_ACCOUNTS_GROUP.into(),
+            format!("{SERVICE_ACCOUNTS_GROUP}:{}", account.namespace),
+            AUTHENTICATED_GROUP.into(),
+        ],
+    }
+}
+
+/// Who `token` is, or why it is not accepted.
+fn authenticate(core: &Core, token: &str, wanted_audiences: &[String]) -> Result<Value, String> {
+    let claims = verify_service_account_token(core, token, wanted_audiences)?;
+    let granted: Vec<&String> = claims
+        .audiences
+        .iter()
+        .filter(|a| wanted_audiences.contains(a))
+        .collect();
+    let account = &claims.service_account;
     Ok(json!({
         "authenticated": true,
         "user": {
@@ -199,11 +241,9 @@ fn text(value: &Value, pointer: &str) -> String {
         .to_owned()
 }
 
-/// `POST /apis/authorization.k8s.io/v1/subjectaccessreviews`.
-pub fn subject_access_review(core: &Core, review: Value) -> ApiResult<Value> {
-    let spec = review.get("spec").cloned().unwrap_or_else(|| json!({}));
+/// The attributes a review's `spec` asks about, or the causes it is invalid.
+fn reviewed_request(spec: &Value, causes: &mut Vec<FieldCause>) -> rbac::Request {
     let present = |key: &str| spec.get(key).is_some_and(|v| !v.is_null());
-    let mut causes = Vec::new();
     if present("resourceAttributes") == present("nonResourceAttributes") {
         causes.push(FieldCause::invalid(
             "spec.resourceAttributes",
@@ -214,6 +254,36 @@ pub fn subject_access_review(core: &Core, review: Value) -> ApiResult<Value> {
             "exactly one of nonResourceAttributes or resourceAttributes must be specified",
         ));
     }
+    if present("nonResourceAttributes") {
+        rbac::Request::NonResource {
+            path: text(spec, "/nonResourceAttributes/path"),
+            verb: text(spec, "/nonResourceAttributes/verb"),
+        }
+    } else {
+        rbac::Request::Resource {
+            namespace: text(spec, "/resourceAttributes/namespace"),
+            verb: text(spec, "/resourceAttributes/verb"),
+            group: text(spec, "/resourceAttributes/group"),
+            resource: text(spec, "/resourceAttributes/resource"),
+            subresource: text(spec, "/resourceAttributes/subresource"),
+            name: text(spec, "/resourceAttributes/name"),
+        }
+    }
+}
+
+fn access_status(decision: &rbac::Decision) -> Value {
+    let mut status = json!({"allowed": decision.allowed});
+    if !decision.reason.is_empty() {
+        status["reason"] = json!(decision.reason);
+    }
+    status
+}
+
+/// `POST /apis/authorization.k8s.io/v1/subjectaccessreviews`.
+pub fn subject_access_review(core: &Core, review: Value) -> ApiResult<Value> {
+    let spec = review.get("spec").cloned().unwrap_or_else(|| json!({}));
+    let mut causes = Vec::new();
+    let request = reviewed_request(&spec, &mut causes);
     let user = rbac::UserInfo {
         name: text(&spec, "/user"),
         groups: string_list(spec.get("groups")),
@@ -233,30 +303,128 @@ pub fn subject_access_review(core: &Core, review: Value) -> ApiResult<Value> {
             causes,
         ));
     }
-    let request = if present("nonResourceAttributes") {
-        rbac::Request::NonResource {
-            path: text(&spec, "/nonResourceAttributes/path"),
-            verb: text(&spec, "/nonResourceAttributes/verb"),
-        }
-    } else {
-        rbac::Request::Resource {
-            namespace: text(&spec, "/resourceAttributes/namespace"),
-            verb: text(&spec, "/resourceAttributes/verb"),
-            group: text(&spec, "/resourceAttributes/group"),
-            resource: text(&spec, "/resourceAttributes/resource"),
-            subresource: text(&spec, "/resourceAttributes/subresource"),
-            name: text(&spec, "/resourceAttributes/name"),
-        }
-    };
     let decision = rbac::authorize(core, &user, &request);
-    let mut status = json!({"allowed": decision.allowed});
-    if !decision.reason.is_empty() {
-        status["reason"] = json!(decision.reason);
-    }
     Ok(review_answer(
         review,
         "authorization.k8s.io/v1",
         "SubjectAccessReview",
-        status,
+        access_status(&decision),
     ))
+}
+
+/// `POST /apis/authorization.k8s.io/v1/selfsubjectaccessreviews`: may the caller `user` do this?
+pub fn self_subject_access_review(
+    core: &Core,
+    user: &rbac::UserInfo,
+    review: Value,
+) -> ApiResult<Value> {
+    let spec = review.get("spec").cloned().unwrap_or_else(|| json!({}));
+    let mut causes = Vec::new();
+    let request = reviewed_request(&spec, &mut causes);
+    if !causes.is_empty() {
+        return Err(ApiError::invalid(
+            "authorization.k8s.io",
+            "SelfSubjectAccessReview",
+            "",
+            causes,
+        ));
+    }
+    let decision = rbac::authorize(core, user, &request);
+    Ok(review_answer(
+        review,
+        "authorization.k8s.io/v1",
+        "SelfSubjectAccessReview",
+        access_status(&decision),
+    ))
+}
+
+/// `POST /apis/authorization.k8s.io/v1/selfsubjectrulesreviews`: what the caller `user` may do in
+/// `spec.namespace` (`kubectl auth can-i --list`).
+pub fn self_subject_rules_review(
+    core: &Core,
+    user: &rbac::UserInfo,
+    review: Value,
+) -> ApiResult<Value> {
+    let namespace = text(&review, "/spec/namespace");
+    if namespace.is_empty() {
+        return Err(ApiError::bad_request("no namespace on request"));
+    }
+    let mut resource_rules = Vec::new();
+    let mut non_resource_rules = Vec::new();
+    for rule in rbac::rules_for(core, user, &namespace) {
+        if let Some(urls) = rule.non_resource_urls.filter(|u| !u.is_empty()) {
+            non_resource_rules.push(json!({"verbs": rule.verbs, "nonResourceURLs": urls}));
+        }
+        if let Some(resources) = rule.resources.filter(|r| !r.is_empty()) {
+            let mut entry = json!({
+                "verbs": rule.verbs,
+                "apiGroups": rule.api_groups.unwrap_or_default(),
+                "resources": resources,
+            });
+            if let Some(names) = rule.resource_names.filter(|n| !n.is_empty()) {
+                entry["resourceNames"] = json!(names);
+            }
+            resource_rules.push(entry);
+        }
+    }
+    Ok(review_answer(
+        review,
+        "authorization.k8s.io/v1",
+        "SelfSubjectRulesReview",
+        json!({
+            "resourceRules": resource_rules,
+            "nonResourceRules": non_resource_rules,
+            "incomplete": false,
+        }),
+    ))
+}
+
+/// `POST /apis/authentication.k8s.io/v1/selfsubjectreviews`: who the caller `user` is.
+pub fn self_subject_review(user: &rbac::UserInfo, review: Value) -> Value {
+    review_answer(
+        review,
+        "authentication.k8s.io/v1",
+        "SelfSubjectReview",
+        json!({"userInfo": {"username": user.name, "groups": user.groups}}),
+    )
+}
+
+/// The 403 for `user` refused `request`, worded as upstream's authorization filter.
+pub fn forbidden(user: &rbac::UserInfo, request: &rbac::Request) -> ApiError {
+    match request {
+        rbac::Request::NonResource { path, verb } => ApiError::access_denied(
+            crate::api_error::Subject::default(),
+            format!("User {:?} cannot {verb} path {path:?}", user.name),
+        ),
+        rbac::Request::Resource {
+            namespace,
+            verb,
+            group,
+            resource,
+            subresource,
+            name,
+        } => {
+            let shown = if subresource.is_empty() {
+                resource.clone()
+            } else {
+                format!("{resource}/{subresource}")
+            };
+            let scope = if namespace.is_empty() {
+                "at the cluster scope".to_owned()
+            } else {
+                format!("in the namespace {namespace:?}")
+            };
+            ApiError::access_denied(
+                crate::api_error::Subject {
+                    group,
+                    resource,
+                    name,
+                },
+                format!(
+                    "User {:?} cannot {verb} resource {shown:?} in API group {group:?} {scope}",
+                    user.name
+                ),
+            )
+        }
+    }
 }

@@ -14,6 +14,7 @@ use serde::de::DeserializeOwned;
 
 use crate::core::Core;
 use crate::registry::StorageResource;
+use crate::store::ObjectKey;
 
 const GROUP: &str = "rbac.authorization.k8s.io";
 /// Members of this group may do anything (upstream's privileged group).
@@ -48,6 +49,23 @@ pub enum Request {
 pub struct Decision {
     pub allowed: bool,
     pub reason: String,
+    /// The binding and rule that allowed the request (`None` when denied or for `system:masters`).
+    pub grant: Option<Grant>,
+}
+
+/// Which rule of which role, through which binding, allowed a request.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Grant {
+    /// `ClusterRoleBinding` or `RoleBinding`.
+    pub binding_kind: String,
+    /// The RoleBinding's namespace (empty for a ClusterRoleBinding).
+    pub binding_namespace: String,
+    pub binding_name: String,
+    /// `ClusterRole` or `Role`.
+    pub role_kind: String,
+    pub role_name: String,
+    /// Index of the rule in the role's `rules`.
+    pub rule: usize,
 }
 
 fn matches_or_star(values: &[String], wanted: &str) -> bool {
@@ -153,22 +171,40 @@ fn stored<T: DeserializeOwned>(core: &Core, resource: &str, namespace: Option<&s
         .collect()
 }
 
+/// The stored object `resource/name` of the RBAC group in `namespace` (empty: cluster-scoped), typed.
+fn stored_one<T: DeserializeOwned>(
+    core: &Core,
+    resource: &str,
+    namespace: &str,
+    name: &str,
+) -> Option<T> {
+    let key = ObjectKey {
+        storage: StorageResource {
+            group: GROUP.into(),
+            resource: resource.into(),
+        },
+        namespace: namespace.into(),
+        name: name.into(),
+    };
+    core.store
+        .get(&key)
+        .and_then(|o| serde_json::from_value(o.as_ref().clone()).ok())
+}
+
 /// The rules `role_ref` grants in `namespace` (a Role there, or a ClusterRole).
 fn rules_of(core: &Core, role_ref: &RoleRef, namespace: &str) -> Vec<PolicyRule> {
     if role_ref.api_group.as_deref() != Some(GROUP) {
         return Vec::new();
     }
     match role_ref.kind.as_str() {
-        "ClusterRole" => stored::<ClusterRole>(core, "clusterroles", None)
-            .into_iter()
-            .find(|r| r.metadata.name.as_deref() == Some(role_ref.name.as_str()))
+        "ClusterRole" => stored_one::<ClusterRole>(core, "clusterroles", "", &role_ref.name)
             .and_then(|r| r.rules)
             .unwrap_or_default(),
-        "Role" if !namespace.is_empty() => stored::<Role>(core, "roles", Some(namespace))
-            .into_iter()
-            .find(|r| r.metadata.name.as_deref() == Some(role_ref.name.as_str()))
-            .and_then(|r| r.rules)
-            .unwrap_or_default(),
+        "Role" if !namespace.is_empty() => {
+            stored_one::<Role>(core, "roles", namespace, &role_ref.name)
+                .and_then(|r| r.rules)
+                .unwrap_or_default()
+        }
         _ => Vec::new(),
     }
 }
@@ -180,12 +216,13 @@ pub fn authorize(core: &Core, user: &UserInfo, request: &Request) -> Decision {
         return Decision {
             allowed: true,
             reason: format!("allowed: member of the privileged group {MASTERS:?}"),
+            grant: None,
         };
     }
     let allowed_by = |role_ref: &RoleRef, namespace: &str| {
         rules_of(core, role_ref, namespace)
             .iter()
-            .any(|rule| rule_allows(rule, request))
+            .position(|rule| rule_allows(rule, request))
     };
     for binding in stored::<ClusterRoleBinding>(core, "clusterrolebindings", None) {
         if let Some(subject) = binding
@@ -194,8 +231,9 @@ pub fn authorize(core: &Core, user: &UserInfo, request: &Request) -> Decision {
             .flatten()
             .find(|s| subject_applies(s, user, ""))
             && binding.role_ref.kind == "ClusterRole"
-            && allowed_by(&binding.role_ref, "")
+            && let Some(rule) = allowed_by(&binding.role_ref, "")
         {
+            let binding_name = binding.metadata.name.clone().unwrap_or_default();
             return Decision {
                 allowed: true,
                 reason: format!(
@@ -204,6 +242,14 @@ pub fn authorize(core: &Core, user: &UserInfo, request: &Request) -> Decision {
                     binding.role_ref.name,
                     describe_subject(subject, "")
                 ),
+                grant: Some(Grant {
+                    binding_kind: "ClusterRoleBinding".into(),
+                    binding_namespace: String::new(),
+                    binding_name,
+                    role_kind: binding.role_ref.kind.clone(),
+                    role_name: binding.role_ref.name.clone(),
+                    rule,
+                }),
             };
         }
     }
@@ -216,7 +262,7 @@ pub fn authorize(core: &Core, user: &UserInfo, request: &Request) -> Decision {
                 .iter()
                 .flatten()
                 .find(|s| subject_applies(s, user, namespace))
-                && allowed_by(&binding.role_ref, namespace)
+                && let Some(rule) = allowed_by(&binding.role_ref, namespace)
             {
                 return Decision {
                     allowed: true,
@@ -230,6 +276,14 @@ pub fn authorize(core: &Core, user: &UserInfo, request: &Request) -> Decision {
                         binding.role_ref.name,
                         describe_subject(subject, namespace)
                     ),
+                    grant: Some(Grant {
+                        binding_kind: "RoleBinding".into(),
+                        binding_namespace: namespace.clone(),
+                        binding_name: binding.metadata.name.clone().unwrap_or_default(),
+                        role_kind: binding.role_ref.kind.clone(),
+                        role_name: binding.role_ref.name.clone(),
+                        rule,
+                    }),
                 };
             }
         }
@@ -237,7 +291,38 @@ pub fn authorize(core: &Core, user: &UserInfo, request: &Request) -> Decision {
     Decision {
         allowed: false,
         reason: String::new(),
+        grant: None,
     }
+}
+
+/// Every rule `user` holds in `namespace` (empty: cluster-wide only): the rules of the ClusterRoles bound by
+/// ClusterRoleBindings, then of the roles bound by the namespace's RoleBindings (a SelfSubjectRulesReview).
+pub fn rules_for(core: &Core, user: &UserInfo, namespace: &str) -> Vec<PolicyRule> {
+    let mut rules = Vec::new();
+    for binding in stored::<ClusterRoleBinding>(core, "clusterrolebindings", None) {
+        if binding.role_ref.kind == "ClusterRole"
+            && binding
+                .subjects
+                .iter()
+                .flatten()
+                .any(|s| subject_applies(s, user, ""))
+        {
+            rules.extend(rules_of(core, &binding.role_ref, ""));
+        }
+    }
+    if !namespace.is_empty() {
+        for binding in stored::<RoleBinding>(core, "rolebindings", Some(namespace)) {
+            if binding
+                .subjects
+                .iter()
+                .flatten()
+                .any(|s| subject_applies(s, user, namespace))
+            {
+                rules.extend(rules_of(core, &binding.role_ref, namespace));
+            }
+        }
+    }
+    rules
 }
 
 #[cfg(test)]
@@ -376,7 +461,7 @@ mod tests {
         let star = resource_rule(&["*"], &["*"], &[], &["*"]);
         assert!(rule_allows(
             &star,
-            &resource("patch", "dkv.io", "distributedkvs", "status", "x")
+            &resource("patch", "example.com", "widgets", "status", "x")
         ));
     }
 

@@ -1100,7 +1100,8 @@ async fn run_once(
         .iter()
         .any(|m| m.target == volumes::SERVICE_ACCOUNT_PATH);
     if let (Some(api), false) = (api, sa_taken)
-        && let Ok(Some(dir)) = volumes::service_account_dir(&pod, &rt.dir, api.ca_pem.as_deref())
+        && let Ok(Some(dir)) =
+            volumes::service_account_dir(&shared.client, &pod, &rt.dir, api.ca_pem.as_deref()).await
     {
         mounts.push(Mount {
             source: dir,

@@ -4,11 +4,13 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
+use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::api::core::v1::{
     ConfigMap, DownwardAPIVolumeFile, KeyToPath, PersistentVolume, PersistentVolumeClaim, Pod,
     Secret, Volume,
 };
-use kube::api::Api;
+use kube::api::{Api, PostParams};
 
 use super::environment::{PodFacts, field_ref};
 
@@ -164,28 +166,88 @@ async fn secret_data(
 /// Where upstream's service account admission mounts the API credentials.
 pub const SERVICE_ACCOUNT_PATH: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
 
+/// Lifetime of the tokens the kubelet requests for pods that do not ask for one. Upstream requests an hour
+/// and refreshes the file before expiry (and its API server extends such tokens to a year); this kubelet
+/// never refreshes, so it asks for the year at once.
+const POD_TOKEN_SECONDS: i64 = 365 * 24 * 3600;
+
+/// The account a pod runs as (`spec.serviceAccountName`, default `default`).
+fn pod_service_account(pod: &Pod) -> String {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.service_account_name.clone())
+        .filter(|n| !n.is_empty())
+        .unwrap_or_else(|| "default".into())
+}
+
+/// A token for the pod's service account from the TokenRequest API (as upstream's kubelet gets one), or
+/// `None` when it cannot be issued (e.g. the account does not exist).
+async fn pod_token(
+    client: &kube::Client,
+    pod: &Pod,
+    audience: Option<&str>,
+    seconds: Option<i64>,
+) -> Option<String> {
+    let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
+    let request = TokenRequest {
+        spec: Some(TokenRequestSpec {
+            audiences: Some(vec![
+                audience
+                    .filter(|a| !a.is_empty())
+                    .unwrap_or(crate::auth::tokens::ISSUER)
+                    .to_owned(),
+            ]),
+            expiration_seconds: Some(seconds.unwrap_or(POD_TOKEN_SECONDS)),
+            ..TokenRequestSpec::default()
+        }),
+        ..TokenRequest::default()
+    };
+    let issued = Api::<ServiceAccount>::namespaced(client.clone(), ns)
+        .create_token_request(&pod_service_account(pod), &PostParams::default(), &request)
+        .await;
+    match issued {
+        Ok(answer) => answer.status.and_then(|s| s.token),
+        Err(e) => {
+            tracing::warn!(pod = ?pod.metadata.name, error = %e, "requesting the pod's service account token");
+            None
+        }
+    }
+}
+
 /// Writes the service account files (`token`, `ca.crt`, `namespace`) a pod mounts at [`SERVICE_ACCOUNT_PATH`],
-/// unless `automountServiceAccountToken` is false. kube-local does not authenticate, so the token is opaque.
-pub fn service_account_dir(
+/// unless `automountServiceAccountToken` is false on the pod (or, when the pod does not say, on its
+/// ServiceAccount). The token is issued for the pod's service account with the API server's audience; when it
+/// cannot be (the account is missing) the file holds an opaque placeholder the API server does not accept.
+/// `ca.crt` is the API server's CA when it serves TLS and an empty file over plain HTTP.
+pub async fn service_account_dir(
+    client: &kube::Client,
     pod: &Pod,
     pod_dir: &Path,
     ca_pem: Option<&str>,
 ) -> std::io::Result<Option<PathBuf>> {
-    if pod
+    let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
+    let mut automount = pod
         .spec
         .as_ref()
-        .and_then(|s| s.automount_service_account_token)
-        == Some(false)
-    {
+        .and_then(|s| s.automount_service_account_token);
+    if automount.is_none() {
+        automount = Api::<ServiceAccount>::namespaced(client.clone(), ns)
+            .get_opt(&pod_service_account(pod))
+            .await
+            .ok()
+            .flatten()
+            .and_then(|sa| sa.automount_service_account_token);
+    }
+    if automount == Some(false) {
         return Ok(None);
     }
+    let token = pod_token(client, pod, None, None)
+        .await
+        .unwrap_or_else(|| "kube-local".into());
     let dir = pod_dir.join("volumes").join("kube-api-access");
     std::fs::create_dir_all(&dir)?;
-    std::fs::write(dir.join("token"), b"kube-local")?;
-    std::fs::write(
-        dir.join("namespace"),
-        pod.metadata.namespace.as_deref().unwrap_or_default(),
-    )?;
+    std::fs::write(dir.join("token"), token)?;
+    std::fs::write(dir.join("namespace"), ns)?;
     std::fs::write(dir.join("ca.crt"), ca_pem.unwrap_or_default())?;
     Ok(Some(dir))
 }
@@ -329,8 +391,11 @@ pub async fn prepare(
                     .map_err(io(name))?;
                 }
                 if let Some(t) = &source.service_account_token {
-                    // No token issuer here: an opaque token lets programs that only read the file start.
-                    write_file(&rendered, &t.path, b"kube-local-token", p.default_mode)
+                    // A token the API server accepts; a placeholder when it cannot be issued.
+                    let token = pod_token(client, pod, t.audience.as_deref(), t.expiration_seconds)
+                        .await
+                        .unwrap_or_else(|| "kube-local-token".into());
+                    write_file(&rendered, &t.path, token.as_bytes(), p.default_mode)
                         .map_err(io(name))?;
                 }
             }

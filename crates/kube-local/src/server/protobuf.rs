@@ -72,8 +72,9 @@ fn convert<M: Message + ToJson>(raw: &[u8]) -> Result<Value, Failure> {
 /// The kinds whose protobuf form kube-local decodes, by (apiVersion, kind).
 const KINDS: &[(&str, &str, Converter)] = {
     use k8s_pb::api::{
-        apps::v1 as apps, authentication::v1 as authentication, autoscaling::v1 as autoscaling,
-        batch::v1 as batch, core::v1 as core, policy::v1 as policy, rbac::v1 as rbac,
+        apps::v1 as apps, authentication::v1 as authentication, authorization::v1 as authorization,
+        autoscaling::v1 as autoscaling, batch::v1 as batch, core::v1 as core, policy::v1 as policy,
+        rbac::v1 as rbac,
     };
     &[
         ("v1", "Namespace", convert::<core::Namespace>),
@@ -94,6 +95,21 @@ const KINDS: &[(&str, &str, Converter)] = {
             "authentication.k8s.io/v1",
             "TokenRequest",
             convert::<authentication::TokenRequest>,
+        ),
+        (
+            "authentication.k8s.io/v1",
+            "SelfSubjectReview",
+            convert::<authentication::SelfSubjectReview>,
+        ),
+        (
+            "authorization.k8s.io/v1",
+            "SelfSubjectAccessReview",
+            convert::<authorization::SelfSubjectAccessReview>,
+        ),
+        (
+            "authorization.k8s.io/v1",
+            "SelfSubjectRulesReview",
+            convert::<authorization::SelfSubjectRulesReview>,
         ),
         (
             "rbac.authorization.k8s.io/v1",

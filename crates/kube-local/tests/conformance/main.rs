@@ -3,6 +3,7 @@
 
 mod common;
 
+mod access_control;
 mod auth;
 mod conversion;
 mod crds;

@@ -30,6 +30,19 @@ impl Cluster {
         namespace: &str,
         f: impl FnOnce(KubeletConfig) -> KubeletConfig,
     ) -> Cluster {
+        Self::with_builder(namespace, f, |b| b).await
+    }
+
+    /// An environment that authenticates and authorizes its callers (over HTTPS).
+    pub async fn with_authentication(namespace: &str) -> Cluster {
+        Self::with_builder(namespace, |c| c, |b| b.authenticate(true)).await
+    }
+
+    async fn with_builder(
+        namespace: &str,
+        f: impl FnOnce(KubeletConfig) -> KubeletConfig,
+        builder: impl FnOnce(kube_local::EnvironmentBuilder) -> kube_local::EnvironmentBuilder,
+    ) -> Cluster {
         let config = KubeletConfig::default()
             .image(
                 "kube-local.test/testapp:*",
@@ -39,7 +52,7 @@ impl Cluster {
                 },
             )
             .backoff(Duration::from_millis(500), Duration::from_secs(4));
-        let env = kube_local::Environment::builder()
+        let env = builder(kube_local::Environment::builder())
             .kubelet_config(f(config))
             .build()
             .await

@@ -7,4 +7,5 @@ mod common;
 mod jobs;
 mod kubelet;
 mod logs;
+mod service_accounts;
 mod statefulset;

@@ -1,16 +1,17 @@
 //! apps/v1 Deployment, batch/v1 Job and CronJob, policy/v1 PodDisruptionBudget, autoscaling/v1 Scale,
-//! authentication.k8s.io/v1 TokenRequest, rbac.authorization.k8s.io/v1 Roles, ClusterRoles and their bindings.
+//! authentication.k8s.io/v1 TokenRequest and SelfSubjectReview, authorization.k8s.io/v1 SelfSubjectAccessReview and
+//! SelfSubjectRulesReview, rbac.authorization.k8s.io/v1 Roles, ClusterRoles and their bindings.
 //!
 //! Shapes follow the groups' `types.go`.
 
 use k8s_openapi::api::{
     apps::v1 as openapi_apps, authentication::v1 as openapi_authentication,
-    autoscaling::v1 as openapi_autoscaling, batch::v1 as openapi_batch,
-    policy::v1 as openapi_policy, rbac::v1 as openapi_rbac,
+    authorization::v1 as openapi_authorization, autoscaling::v1 as openapi_autoscaling,
+    batch::v1 as openapi_batch, policy::v1 as openapi_policy, rbac::v1 as openapi_rbac,
 };
 use k8s_pb::api::{
-    apps::v1 as apps, authentication::v1 as authentication, autoscaling::v1 as autoscaling,
-    batch::v1 as batch, policy::v1 as policy, rbac::v1 as rbac,
+    apps::v1 as apps, authentication::v1 as authentication, authorization::v1 as authorization,
+    autoscaling::v1 as autoscaling, batch::v1 as batch, policy::v1 as policy, rbac::v1 as rbac,
 };
 
 use super::fields::messages;
@@ -219,5 +220,64 @@ messages! {
     authentication::TokenRequestStatus => openapi_authentication::TokenRequestStatus {
         token: keep,
         expiration_timestamp: keep,
+    }
+
+    // `kubectl auth whoami` and `kubectl auth can-i` send these as protobuf; answers are never decoded.
+    authentication::SelfSubjectReview => openapi_authentication::SelfSubjectReview {
+        metadata: keep,
+        status: keep,
+    }
+    authentication::SelfSubjectReviewStatus => openapi_authentication::SelfSubjectReviewStatus {
+        user_info: keep,
+    }
+    authentication::UserInfo => openapi_authentication::UserInfo {
+        username: omit,
+        uid: omit,
+        groups: omit,
+        extra: unsupported,
+    }
+    authorization::SelfSubjectAccessReview => openapi_authorization::SelfSubjectAccessReview {
+        metadata: keep,
+        spec: keep,
+        status: keep,
+    }
+    authorization::SubjectAccessReviewStatus => openapi_authorization::SubjectAccessReviewStatus {
+        allowed: keep,
+        denied: omit,
+        reason: omit,
+        evaluation_error: omit,
+    }
+    authorization::SelfSubjectAccessReviewSpec => openapi_authorization::SelfSubjectAccessReviewSpec {
+        resource_attributes: ptr,
+        non_resource_attributes: ptr,
+    }
+    authorization::ResourceAttributes => openapi_authorization::ResourceAttributes {
+        namespace: omit,
+        verb: omit,
+        group: omit,
+        version: omit,
+        resource: omit,
+        subresource: omit,
+        name: omit,
+        field_selector: unsupported_ptr,
+        label_selector: unsupported_ptr,
+    }
+    authorization::SelfSubjectRulesReview => openapi_authorization::SelfSubjectRulesReview {
+        metadata: keep,
+        spec: keep,
+        status: keep,
+    }
+    authorization::SelfSubjectRulesReviewSpec => openapi_authorization::SelfSubjectRulesReviewSpec {
+        namespace: omit,
+    }
+    authorization::SubjectRulesReviewStatus => openapi_authorization::SubjectRulesReviewStatus {
+        resource_rules: unsupported,
+        non_resource_rules: unsupported,
+        incomplete: omit,
+        evaluation_error: omit,
+    }
+    authorization::NonResourceAttributes => openapi_authorization::NonResourceAttributes {
+        path: omit,
+        verb: omit,
     }
 }
