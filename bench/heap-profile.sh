@@ -55,7 +55,12 @@ print(sum(1 for d in items if d.get("status", {}).get("observedGeneration") == d
   sleep 1
 done
 sleep 10
-echo "operator $(grep -E 'VmRSS|RssAnon|RssFile' /proc/$OP_PID/status | tr -s ' \n\t' ' ')"
+echo "operator $(grep -E 'VmRSS|RssAnon|RssFile' /proc/$OP_PID/status | tr -s ' \n\t' ' ') (dhat's own bookkeeping included)"
+# SIGUSR1: the profile is written now, with every cache still full ("at the
+# end" below is this moment).
+kill -USR1 "$OP_PID"
+for _ in $(seq 1 100); do [ -s "$WORK/dhat-heap.json" ] && break; sleep 0.2; done
+sleep 2
 kill -TERM "$OP_PID"
 wait "$OP_PID" || true
 OP_PID=""
@@ -67,23 +72,19 @@ frames = d["ftbl"]
 mib = lambda b: b / 1048576
 
 def site(pp):
-    # The first frames that are not the allocator's own machinery.
-    skip = ("dhat::", "alloc::", "<alloc::", "core::", "<core::", "__rust", "std::", "hashbrown::",
-            "<hashbrown::", "<T as alloc", "[root]", "<serde_json::value", "serde_json::de::",
-            "<serde_json::de", "serde::de::", "<serde::", "<&mut serde_json")
-    out = []
-    for f in pp["fs"]:
-        name = frames[f].split(" (")[0].strip()
-        if name.startswith(skip) or "RawVec" in name or "vec::" in name[:20]:
-            continue
-        out.append(name[:110])
-        if len(out) == 3:
-            break
-    return " <- ".join(out) or frames[pp["fs"][0]][:110]
+    # What was allocated (the first frame past the allocator and std's
+    # containers) and on whose behalf (the first frame in dkv's or kube's
+    # code).
+    names = [frames[f].split(": ", 1)[-1].split(" (")[0].strip() for f in pp["fs"]]
+    skip = ("dhat::", "<dhat::", "alloc::", "<alloc::", "core::", "<core::", "__rust", "std::",
+            "hashbrown::", "<hashbrown::", "[root]")
+    what = next((n for n in names if not n.startswith(skip)), names[0] if names else "?")
+    owner = next((n for n in names if n.lstrip("<").startswith(("dkv_operator", "kube_runtime", "kube_client"))), "")
+    return f"{what[:90]}" + (f"  <- {owner[:90]}" if owner and owner != what else "")
 
 print(f"heap at its peak: {mib(sum(p['gb'] for p in d['pps'])):.1f} MiB, "
-      f"at the end: {mib(sum(p['eb'] for p in d['pps'])):.1f} MiB")
-for key, label in (("gb", "at the peak"), ("eb", "at the end")):
+      f"with every cache full (SIGUSR1): {mib(sum(p['eb'] for p in d['pps'])):.1f} MiB")
+for key, label in (("gb", "at the peak"), ("eb", "with every cache full")):
     print(f"-- the sites holding the most bytes {label}:")
     by_site = {}
     for pp in d["pps"]:

@@ -16,9 +16,22 @@ async fn main() -> anyhow::Result<()> {
     // `DKV_DHAT_OUT=FILE` (with the `dhat-heap` feature): profile the heap
     // until the process ends normally (SIGTERM for the operator) and write
     // dhat's JSON to FILE (bench/heap-profile.sh reads it).
+    // SIGUSR1 writes it at once instead, with everything still cached.
     #[cfg(feature = "dhat-heap")]
-    let _profiler = std::env::var_os("DKV_DHAT_OUT")
-        .map(|file| dhat::Profiler::builder().file_name(file).build());
+    let _profiler = std::env::var_os("DKV_DHAT_OUT").map(|file| {
+        let profiler = dhat::Profiler::builder().file_name(file).build();
+        let signal = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::user_defined1());
+        match signal {
+            Ok(mut usr1) => {
+                tokio::spawn(async move {
+                    usr1.recv().await;
+                    drop(profiler);
+                });
+                None
+            }
+            Err(_) => Some(profiler),
+        }
+    });
     match Cli::parse().command {
         Command::Operator(args) => dkv_operator::operator::run(args).await,
         Command::Crd => {
