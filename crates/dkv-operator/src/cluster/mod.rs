@@ -622,11 +622,7 @@ pub async fn run(
         // Member pods belong to the StatefulSet, not to the cluster: map
         // them back through their cluster label.
         .watches_stream(
-            child_stream(
-                api_for::<Pod>(&client, ns),
-                pod_writer,
-                watches::pod_relevance,
-            ),
+            watches::pod_stream(api_for::<Pod>(&client, ns), pod_writer),
             watches::cluster_of::<Pod>,
         )
         // Whether clients reach the members: the client Service's

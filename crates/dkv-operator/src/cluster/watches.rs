@@ -13,6 +13,7 @@ use std::hash::{DefaultHasher, Hash, Hasher};
 
 use futures::{Stream, StreamExt, future};
 use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::Api;
 use kube::runtime::reflector::{self, ObjectRef, Store};
@@ -39,6 +40,20 @@ where
     relevant_stream(api, config, writer, relevance)
 }
 
+/// [`child_stream`] for member pods, cached as [`trim_pod`] leaves them.
+pub fn pod_stream(
+    api: Api<Pod>,
+    writer: Writer<Pod>,
+) -> impl Stream<Item = Result<Pod, watcher::Error>> + Send + 'static {
+    let config = watcher::Config::default().labels(&dkv_api::labels::managed_selector());
+    let mut seen: HashMap<ObjectRef<Pod>, u64> = HashMap::new();
+    watcher(api, config)
+        .default_backoff()
+        .modify(trim_pod)
+        .reflect(writer)
+        .filter_map(move |event| future::ready(relevant(&mut seen, event, pod_relevance)))
+}
+
 /// The same for every object `config` selects.
 pub fn relevant_stream<K>(
     api: Api<K>,
@@ -54,21 +69,31 @@ where
         .default_backoff()
         .modify(trim)
         .reflect(writer)
-        .filter_map(move |event| {
-            let out = match event {
-                Ok(Event::Apply(obj) | Event::InitApply(obj)) => {
-                    let hash = relevance(&obj);
-                    (seen.insert(ObjectRef::from_obj(&obj), hash) != Some(hash)).then_some(Ok(obj))
-                }
-                Ok(Event::Delete(obj)) => {
-                    seen.remove(&ObjectRef::from_obj(&obj));
-                    Some(Ok(obj))
-                }
-                Ok(Event::Init | Event::InitDone) => None,
-                Err(err) => Some(Err(err)),
-            };
-            future::ready(out)
-        })
+        .filter_map(move |event| future::ready(relevant(&mut seen, event, relevance)))
+}
+
+/// The object of `event` if what the controller reacts to changed (per
+/// `relevance`, remembered in `seen`) or it was deleted.
+fn relevant<K>(
+    seen: &mut HashMap<ObjectRef<K>, u64>,
+    event: Result<Event<K>, watcher::Error>,
+    relevance: Relevance<K>,
+) -> Option<Result<K, watcher::Error>>
+where
+    K: Resource<DynamicType = ()>,
+{
+    match event {
+        Ok(Event::Apply(obj) | Event::InitApply(obj)) => {
+            let hash = relevance(&obj);
+            (seen.insert(ObjectRef::from_obj(&obj), hash) != Some(hash)).then_some(Ok(obj))
+        }
+        Ok(Event::Delete(obj)) => {
+            seen.remove(&ObjectRef::from_obj(&obj));
+            Some(Ok(obj))
+        }
+        Ok(Event::Init | Event::InitDone) => None,
+        Err(err) => Some(Err(err)),
+    }
 }
 
 use kube::runtime::watcher::watcher;
@@ -79,6 +104,40 @@ pub fn trim<K: Resource>(obj: &mut K) {
     obj.meta_mut().managed_fields = None;
     if let Some(annotations) = obj.meta_mut().annotations.as_mut() {
         annotations.remove("kubectl.kubernetes.io/last-applied-configuration");
+    }
+}
+
+/// Member pods are read only through [`super::observe_members::member_pods`]
+/// (and the planner's relevance hash): of their spec, the containers' names
+/// and images, the init containers' names and arguments, and the node. The
+/// rest (volumes, environment, probes, resources, affinity) is dropped from
+/// the cache: with 3 members per cluster the pods' specs were the largest
+/// part of the operator's heap after the StatefulSets' (bench/heap-profile.sh).
+pub fn trim_pod(pod: &mut Pod) {
+    trim(pod);
+    if let Some(spec) = pod.spec.take() {
+        pod.spec = Some(PodSpec {
+            containers: spec
+                .containers
+                .into_iter()
+                .map(|c| Container {
+                    name: c.name,
+                    image: c.image,
+                    ..Container::default()
+                })
+                .collect(),
+            init_containers: spec.init_containers.map(|init| {
+                init.into_iter()
+                    .map(|c| Container {
+                        name: c.name,
+                        args: c.args,
+                        ..Container::default()
+                    })
+                    .collect()
+            }),
+            node_name: spec.node_name,
+            ..PodSpec::default()
+        });
     }
 }
 
@@ -159,7 +218,7 @@ pub fn backup_relevance(backup: &dkv_api::DistributedKVBackup) -> u64 {
 
 /// Member pods: what the planner reads from them (readiness, IP, image,
 /// member-init's refusals).
-pub fn pod_relevance(pod: &k8s_openapi::api::core::v1::Pod) -> u64 {
+pub fn pod_relevance(pod: &Pod) -> u64 {
     let status = pod.status.as_ref();
     let ready = status
         .and_then(|s| s.conditions.as_ref())
@@ -237,7 +296,7 @@ pub struct Stores {
     pub cronjobs: Store<k8s_openapi::api::batch::v1::CronJob>,
     pub configmaps: Store<k8s_openapi::api::core::v1::ConfigMap>,
     /// Member pods (created by the StatefulSets, labelled by cluster).
-    pub pods: Store<k8s_openapi::api::core::v1::Pod>,
+    pub pods: Store<Pod>,
     pub storage_classes: Store<k8s_openapi::api::storage::v1::StorageClass>,
     /// The EndpointSlices of the clusters' Services (which carry their
     /// Service's labels).
@@ -386,5 +445,67 @@ mod tests {
         assert_eq!(before, cluster_relevance(&dkv));
         dkv.metadata.annotations = Some([("dkv.io/reconcile-paused".into(), "true".into())].into());
         assert_ne!(before, cluster_relevance(&dkv));
+    }
+
+    #[test]
+    fn a_trimmed_member_pod_reads_as_the_whole_pod_does() {
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {
+                "name": "orders-1", "namespace": "shop",
+                "labels": {"dkv.io/cluster": "orders", "controller-revision-hash": "orders-7f9"},
+                "managedFields": [{"manager": "kube-controller-manager", "operation": "Update"}],
+            },
+            "spec": {
+                "nodeName": "node-2",
+                "initContainers": [{
+                    "name": "member-init", "image": "ghcr.io/dkv-io/dkv:0.1.0",
+                    "args": ["member-init", "--bootstrap-size=3", "--data-dir=/var/lib/etcd"],
+                    "env": [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
+                    "volumeMounts": [{"name": "data", "mountPath": "/var/lib/etcd"}],
+                }],
+                "containers": [{
+                    "name": "etcd", "image": "registry.k8s.io/etcd:3.5.16-0",
+                    "command": ["etcd"], "args": ["--config-file=/var/lib/etcd/etcd.conf"],
+                    "readinessProbe": {"httpGet": {"path": "/health", "port": 2379}},
+                    "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}},
+                }],
+                "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "data-orders-1"}}],
+                "tolerations": [{"key": "dedicated", "operator": "Exists"}],
+            },
+            "status": {
+                "podIP": "10.0.0.7",
+                "conditions": [{"type": "Ready", "status": "True"}],
+                "initContainerStatuses": [{
+                    "name": "member-init", "image": "dkv", "imageID": "", "ready": true, "restartCount": 0,
+                    "state": {"terminated": {"exitCode": 0, "message": "started under epoch recovery-1"}},
+                }],
+            },
+        }))
+        .unwrap();
+        let mut trimmed = pod.clone();
+        trim_pod(&mut trimmed);
+
+        let read = |p: &Pod| {
+            crate::cluster::observe_members::member_pods(
+                "orders",
+                &[std::sync::Arc::new(p.clone())],
+                None,
+                "https",
+            )
+        };
+        assert_eq!(read(&trimmed), read(&pod));
+        assert_eq!(pod_relevance(&trimmed), pod_relevance(&pod));
+        // Of the spec, only what is read is left.
+        let spec = |p: &Pod| serde_json::to_value(&p.spec).unwrap();
+        assert_eq!(
+            spec(&trimmed),
+            serde_json::json!({
+                "nodeName": "node-2",
+                "initContainers": [{"name": "member-init",
+                    "args": ["member-init", "--bootstrap-size=3", "--data-dir=/var/lib/etcd"]}],
+                "containers": [{"name": "etcd", "image": "registry.k8s.io/etcd:3.5.16-0"}],
+            })
+        );
+        assert!(trimmed.metadata.managed_fields.is_none());
     }
 }
