@@ -1,5 +1,7 @@
 //! Admission webhooks: matching rules and selectors, AdmissionReview v1 calls, JSONPatch mutations, denials and failure policies.
 
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as BASE64;
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -254,7 +256,7 @@ pub async fn mutate(
                         &CallError::Response("patchType must be JSONPatch".into()),
                     ));
                 }
-                let bytes = crate::base64::decode(p).ok_or_else(|| {
+                let bytes = BASE64.decode(p).ok().ok_or_else(|| {
                     call_failed(&name, &CallError::Response("patch is not base64".into()))
                 })?;
                 let ops: json_patch::Patch = serde_json::from_slice(&bytes)

@@ -1,5 +1,7 @@
 //! `Environment`: a running kube-local API server on a loopback port with a client and a kubeconfig; dropping it stops everything.
 
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as BASE64;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -347,7 +349,7 @@ fn kubeconfig_yaml(url: &str, ca_pem: Option<&str>, admin_token: Option<&str>) -
         .map(|pem| {
             format!(
                 "\n    certificate-authority-data: {}",
-                crate::base64::encode(pem.as_bytes())
+                BASE64.encode(pem.as_bytes())
             )
         })
         .unwrap_or_default();

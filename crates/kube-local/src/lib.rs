@@ -12,7 +12,6 @@ mod admission;
 pub mod api_error;
 pub mod api_traffic;
 mod auth;
-mod base64;
 mod controllers;
 mod conversion;
 pub mod core;

@@ -1,5 +1,7 @@
 //! LIST semantics: selectors, `resourceVersion`/`resourceVersionMatch`, and `limit`/`continue` over a consistent snapshot.
 
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as BASE64;
 use serde_json::{Value, json};
 
 use crate::api_error::{ApiError, ApiResult, FieldCause};
@@ -30,11 +32,11 @@ pub struct Listed {
 fn encode_token(rv: u64, namespace: &str, name: &str) -> String {
     let raw = json!({"v": "meta.k8s.io/v1", "rv": rv, "start": format!("{namespace}/{name}\u{0}")})
         .to_string();
-    crate::base64::encode(raw.as_bytes())
+    BASE64.encode(raw.as_bytes())
 }
 
 fn decode_token(token: &str) -> Option<(u64, String, String)> {
-    let bytes = crate::base64::decode(token)?;
+    let bytes = BASE64.decode(token).ok()?;
     let v: Value = serde_json::from_slice(&bytes).ok()?;
     let rv = v.get("rv")?.as_u64()?;
     let start = v.get("start")?.as_str()?.trim_end_matches('\u{0}');

@@ -1,5 +1,7 @@
 //! Per-type rules of built-in resources: upstream defaulting, initial status, validation and immutability.
 
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as BASE64;
 use serde_json::{Map, Value, json};
 
 use crate::api_error::FieldCause;
@@ -200,10 +202,7 @@ pub fn apply_defaults(rt: &ResourceType, obj: &mut Value) {
                 let data = m.entry("data").or_insert_with(|| json!({}));
                 if let Some(d) = data.as_object_mut() {
                     for (k, v) in sd {
-                        d.insert(
-                            k,
-                            json!(crate::base64::encode(v.as_str().unwrap_or("").as_bytes())),
-                        );
+                        d.insert(k, json!(BASE64.encode(v.as_str().unwrap_or("").as_bytes())));
                     }
                 }
             }

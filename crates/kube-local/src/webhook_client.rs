@@ -1,5 +1,7 @@
 //! Calling webhooks over HTTPS: `url` or `service` client configs, `caBundle` trust, timeouts.
 
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as BASE64;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -108,7 +110,9 @@ fn endpoint_for_service(core: &Core, svc: &Value) -> Result<Target, CallError> {
 fn tls_config(ca_bundle: Option<&str>) -> Result<rustls::ClientConfig, CallError> {
     let mut roots = rustls::RootCertStore::empty();
     if let Some(b64) = ca_bundle.filter(|b| !b.is_empty()) {
-        let pem = crate::base64::decode(b64)
+        let pem = BASE64
+            .decode(b64)
+            .ok()
             .ok_or_else(|| CallError::Config("caBundle is not base64".into()))?;
         for cert in CertificateDer::pem_slice_iter(&pem) {
             let cert = cert.map_err(|e| CallError::Config(format!("caBundle: {e}")))?;

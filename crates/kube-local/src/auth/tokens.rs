@@ -8,6 +8,8 @@
 //! key is enough and never leaves the process. Tokens therefore do not
 //! survive a restart of kube-local, even with a data dir.
 
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -67,17 +69,11 @@ impl Default for ServiceAccountTokens {
 }
 
 fn base64url(data: &[u8]) -> String {
-    crate::base64::encode(data)
-        .trim_end_matches('=')
-        .replace('+', "-")
-        .replace('/', "_")
+    URL_SAFE_NO_PAD.encode(data)
 }
 
 fn from_base64url(part: &str) -> Option<Vec<u8>> {
-    if part.contains(['+', '/', '=']) {
-        return None;
-    }
-    crate::base64::decode(part)
+    URL_SAFE_NO_PAD.decode(part).ok()
 }
 
 impl ServiceAccountTokens {

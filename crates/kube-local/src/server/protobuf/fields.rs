@@ -5,6 +5,8 @@
 //! gogo-protobuf writes non-pointer fields always (an empty string, a 0, an empty struct) and pointer fields only
 //! when set. So a present `0` means "unset" for a non-pointer `int32 omitempty` but "explicitly 0" for a `*int32`.
 
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as BASE64;
 use std::collections::BTreeMap;
 
 use k8s_pb::apimachinery::pkg::api::resource::Quantity;
@@ -127,7 +129,7 @@ macro_rules! scalar_fields {
 scalar_fields!(String, i32, i64, bool);
 
 fn base64(bytes: &[u8]) -> Value {
-    Value::String(crate::base64::encode(bytes))
+    Value::String(BASE64.encode(bytes))
 }
 
 /// `[]byte` (nil and empty are alike on the wire and both omitted).
