@@ -88,7 +88,7 @@ impl fmt::Display for Verb {
 }
 
 /// The counters at one moment: requests per verb and resource (`plural`, or `plural/subresource`, e.g.
-/// `distributedkvs/status`). Subtract two snapshots to count what happened in between.
+/// `widgets/status`). Subtract two snapshots to count what happened in between.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RequestCounts {
     counts: BTreeMap<(Verb, String), u64>,
@@ -348,7 +348,7 @@ mod tests {
             (Verb::Watch, "pods"),
             (Verb::Create, "pods"),
             (Verb::Apply, "statefulsets"),
-            (Verb::Patch, "distributedkvs/status"),
+            (Verb::Patch, "widgets/status"),
         ] {
             assert!(traffic.record(verb, resource).is_ok());
         }
@@ -396,13 +396,13 @@ mod tests {
         let traffic = ApiTraffic::default();
         traffic.inject(Fault::new(
             None,
-            "distributedkvs/status",
+            "widgets/status",
             FaultAnswer::ServiceUnavailable,
             1,
         ));
         traffic.inject(Fault::new(None, "pods", FaultAnswer::InternalError, 1));
         let err = traffic
-            .record(Verb::Patch, "distributedkvs/status")
+            .record(Verb::Patch, "widgets/status")
             .expect_err("503");
         assert_eq!((err.code, err.reason.as_ref()), (503, "ServiceUnavailable"));
         let err = traffic.record(Verb::Get, "pods").expect_err("500");
