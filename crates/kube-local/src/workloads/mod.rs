@@ -5,6 +5,7 @@ mod cronjob;
 mod disruption;
 pub(crate) mod endpoint_slices;
 mod endpoints;
+mod hashing;
 pub(crate) mod informer;
 mod job;
 mod statefulset;
