@@ -1,7 +1,9 @@
-//! Workload controllers, as clients of the API server: ReplicaSet, StatefulSet, Job, CronJob, the local volume
-//! provisioner and binder, Endpoints and EndpointSlices, and PodDisruptionBudget status. One module per controller.
+//! Workload controllers, as clients of the API server: Deployment, ReplicaSet, StatefulSet, Job, CronJob, the local
+//! volume provisioner and binder, Endpoints and EndpointSlices, and PodDisruptionBudget status. One module per
+//! controller.
 
 mod cronjob;
+mod deployment;
 mod disruption;
 pub(crate) mod endpoint_slices;
 mod endpoints;
@@ -93,6 +95,7 @@ impl Controllers {
                 });
             }};
         }
+        control_loop!(deployment::reconcile);
         control_loop!(statefulset::reconcile);
         control_loop!(volume_binder::reconcile);
         control_loop!(volume_protection::reconcile);
