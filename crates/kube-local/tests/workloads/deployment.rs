@@ -324,7 +324,7 @@ async fn watch_extremes(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_template_change_rolls_out_within_surge_and_unavailability() {
+async fn a_template_change_rolls_out_within_surge_and_unavailability_and_undo_rolls_back() {
     let c = Cluster::start(NS).await;
     // 25% of 2: a surge of 1 (rounded up), no unavailability (rounded down).
     apply(&c, &manifest("api", 2, json!({"type": "RollingUpdate"}))).await;
@@ -417,6 +417,51 @@ async fn a_template_change_rolls_out_within_surge_and_unavailability() {
     for p in live_pods(&c, "api").await {
         assert_eq!(label(&p.metadata, "pod-template-hash"), Some(new_hash));
     }
+
+    // kubectl rollout undo copies the first template back: the first ReplicaSet is new again, at revision 3.
+    let (ok, out, err) = kubectl(&c.env, &["rollout", "undo", "-n", NS, "deployment/api"]).await;
+    assert!(ok, "kubectl rollout undo: {out}{err}");
+    let (ok, out, err) = kubectl(
+        &c.env,
+        &[
+            "rollout",
+            "status",
+            "-n",
+            NS,
+            "deployment/api",
+            "--timeout=90s",
+        ],
+    )
+    .await;
+    assert!(ok, "kubectl rollout status: {out}{err}");
+    let undone = settled(&c, "api", 2).await;
+    assert_eq!(
+        annotation(&undone.metadata, "deployment.kubernetes.io/revision"),
+        Some("3")
+    );
+    let sets = replicasets(&c, "api").await;
+    assert_eq!(sets.len(), 2, "undo reuses the first ReplicaSet");
+    let first = sets
+        .iter()
+        .find(|rs| rs.metadata.name.as_deref() == Some(old_rs.as_str()))
+        .unwrap();
+    assert_eq!(first.spec.replicas, Some(2));
+    assert_eq!(
+        annotation(&first.metadata, "deployment.kubernetes.io/revision"),
+        Some("3")
+    );
+
+    // kubectl get rs prints upstream's columns.
+    let (ok, out, err) = kubectl(&c.env, &["get", "rs", "-n", NS]).await;
+    assert!(ok, "kubectl get rs: {out}{err}");
+    let header: Vec<&str> = out.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(header, ["NAME", "DESIRED", "CURRENT", "READY", "AGE"]);
+    assert!(
+        out.lines()
+            .any(|l| l.split_whitespace().take(4).collect::<Vec<_>>()
+                == [old_rs.as_str(), "2", "2", "2"]),
+        "{out}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
