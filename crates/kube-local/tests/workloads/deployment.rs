@@ -575,3 +575,45 @@ async fn watch_pod_generations(api: Api<Pod>, stop: tokio::sync::oneshot::Receiv
         overlapped |= hashes.len() > 1;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rollout_that_cannot_progress_exceeds_its_deadline() {
+    let c = Cluster::start(NS).await;
+    let mut m = manifest("stuck", 1, json!({}));
+    m["spec"]["progressDeadlineSeconds"] = json!(2);
+    // An image the kubelet cannot resolve: the pod never becomes ready.
+    m["spec"]["template"]["spec"]["containers"][0]["image"] = json!("kube-local.test/missing:1");
+    apply(&c, &m).await;
+    let d = eventually(
+        "the progress deadline to pass",
+        Duration::from_secs(30),
+        || async {
+            let d = c.api::<Deployment>(NS).get("stuck").await.ok()?;
+            (condition(&d, "Progressing")?.1 == "ProgressDeadlineExceeded").then_some(d)
+        },
+    )
+    .await;
+    assert_eq!(
+        condition(&d, "Progressing"),
+        Some(("False".into(), "ProgressDeadlineExceeded".into()))
+    );
+    assert_eq!(
+        condition(&d, "Available"),
+        Some(("False".into(), "MinimumReplicasUnavailable".into()))
+    );
+    assert_eq!(d.status.as_ref().unwrap().unavailable_replicas, Some(1));
+    let (ok, out, err) = kubectl(
+        &c.env,
+        &[
+            "rollout",
+            "status",
+            "-n",
+            NS,
+            "deployment/stuck",
+            "--timeout=20s",
+        ],
+    )
+    .await;
+    assert!(!ok, "{out}");
+    assert!(err.contains("exceeded its progress deadline"), "{err}");
+}
