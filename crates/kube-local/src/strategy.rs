@@ -150,11 +150,18 @@ pub fn apply_defaults(rt: &ResourceType, obj: &mut Value) {
                 default_field(spec, "replicas", json!(1));
                 default_field(spec, "revisionHistoryLimit", json!(10));
                 default_field(spec, "progressDeadlineSeconds", json!(600));
-                default_field(
-                    spec,
-                    "strategy",
-                    json!({"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "25%", "maxSurge": "25%"}}),
-                );
+                // As upstream: RollingUpdate unless said otherwise, with 25% surge and unavailability.
+                let strategy = spec.entry("strategy").or_insert_with(|| json!({}));
+                if let Some(strategy) = strategy.as_object_mut() {
+                    default_field(strategy, "type", json!("RollingUpdate"));
+                    if strategy.get("type") == Some(&json!("RollingUpdate")) {
+                        let rolling = strategy.entry("rollingUpdate").or_insert_with(|| json!({}));
+                        if let Some(rolling) = rolling.as_object_mut() {
+                            default_field(rolling, "maxUnavailable", json!("25%"));
+                            default_field(rolling, "maxSurge", json!("25%"));
+                        }
+                    }
+                }
                 default_template(spec.get_mut("template"));
             }
         }

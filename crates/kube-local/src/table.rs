@@ -505,9 +505,13 @@ fn builtin_columns(rt: &ResourceType) -> Option<Printer> {
                 c("Up-to-date", "integer"),
                 c("Available", "integer"),
                 c("Age", "string"),
+                wide("Containers", "string"),
+                wide("Images", "string"),
+                wide("Selector", "string"),
             ],
             |o| {
                 let n = |p: &str| o.pointer(p).and_then(Value::as_i64).unwrap_or(0);
+                let (names, images) = containers_and_images(o, "/spec/template/spec/containers");
                 vec![
                     json!(meta::name(o)),
                     json!(format!(
@@ -518,6 +522,35 @@ fn builtin_columns(rt: &ResourceType) -> Option<Printer> {
                     json!(n("/status/updatedReplicas")),
                     json!(n("/status/availableReplicas")),
                     age(o),
+                    names,
+                    images,
+                    format_label_selector(o.pointer("/spec/selector")),
+                ]
+            },
+        ),
+        ("apps", "replicasets") => (
+            vec![
+                c("Name", "string"),
+                c("Desired", "integer"),
+                c("Current", "integer"),
+                c("Ready", "integer"),
+                c("Age", "string"),
+                wide("Containers", "string"),
+                wide("Images", "string"),
+                wide("Selector", "string"),
+            ],
+            |o| {
+                let n = |p: &str| o.pointer(p).and_then(Value::as_i64).unwrap_or(0);
+                let (names, images) = containers_and_images(o, "/spec/template/spec/containers");
+                vec![
+                    json!(meta::name(o)),
+                    json!(n("/spec/replicas")),
+                    json!(n("/status/replicas")),
+                    json!(n("/status/readyReplicas")),
+                    age(o),
+                    names,
+                    images,
+                    format_label_selector(o.pointer("/spec/selector")),
                 ]
             },
         ),

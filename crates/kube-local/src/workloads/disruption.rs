@@ -1,12 +1,12 @@
 //! PodDisruptionBudget status: expected and healthy pods, the healthy count the budget demands, and how many
 //! disruptions it allows, with the `DisruptionAllowed` condition.
 //!
-//! As upstream, percentages and `maxUnavailable` scale with the replicas of the pods' controller (StatefulSets here;
-//! other pods count as one each), rounding up.
+//! As upstream, percentages and `maxUnavailable` scale with the replicas of the pods' controller (a StatefulSet, a
+//! ReplicaSet, or the Deployment controlling that ReplicaSet; other pods count as one each), rounding up.
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, Time};
@@ -50,28 +50,64 @@ fn scaled(value: &IntOrString, total: i32) -> i32 {
     }
 }
 
+/// The pod's controller as upstream's PDB controller scales by it: (kind/name, replicas). A ReplicaSet that a
+/// Deployment controls counts as that Deployment.
+fn scale_of(ctx: &Context, pod: &Pod) -> Option<(String, i32)> {
+    let owner = pod
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .find(|o| o.controller == Some(true))?;
+    let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
+    match owner.kind.as_str() {
+        "StatefulSet" => {
+            let set = get::<StatefulSet>(&ctx.caches.statefulsets, ns, &owner.name)?;
+            Some((
+                format!("StatefulSet/{}", owner.name),
+                set.spec.replicas.unwrap_or(1),
+            ))
+        }
+        "ReplicaSet" => {
+            let rs = get::<ReplicaSet>(&ctx.caches.replicasets, ns, &owner.name)?;
+            let deployment = rs
+                .metadata
+                .owner_references
+                .iter()
+                .flatten()
+                .find(|o| o.controller == Some(true) && o.kind == "Deployment")
+                .and_then(|o| get::<Deployment>(&ctx.caches.deployments, ns, &o.name));
+            match deployment {
+                Some(d) => Some((
+                    format!(
+                        "Deployment/{}",
+                        d.metadata.name.as_deref().unwrap_or_default()
+                    ),
+                    d.spec.replicas.unwrap_or(1),
+                )),
+                None => Some((
+                    format!("ReplicaSet/{}", owner.name),
+                    rs.spec.replicas.unwrap_or(1),
+                )),
+            }
+        }
+        _ => None,
+    }
+}
+
 fn expected_pods(ctx: &Context, pods: &[&Pod]) -> i32 {
-    let mut sets: BTreeMap<(String, String), i32> = BTreeMap::new();
+    let mut controllers: BTreeMap<(String, String), i32> = BTreeMap::new();
     let mut loose = 0;
     for p in pods {
-        let owner = p
-            .metadata
-            .owner_references
-            .iter()
-            .flatten()
-            .find(|o| o.controller == Some(true) && o.kind == "StatefulSet");
         let ns = p.metadata.namespace.clone().unwrap_or_default();
-        match owner.and_then(|o| get::<StatefulSet>(&ctx.caches.statefulsets, &ns, &o.name)) {
-            Some(set) => {
-                sets.insert(
-                    (ns, set.metadata.name.clone().unwrap_or_default()),
-                    set.spec.replicas.unwrap_or(1),
-                );
+        match scale_of(ctx, p) {
+            Some((controller, replicas)) => {
+                controllers.insert((ns, controller), replicas);
             }
             None => loose += 1,
         }
     }
-    loose + sets.values().sum::<i32>()
+    loose + controllers.values().sum::<i32>()
 }
 
 pub async fn reconcile(ctx: &Context) -> Option<std::time::Duration> {

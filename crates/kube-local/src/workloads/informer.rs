@@ -9,7 +9,7 @@ use std::hash::Hash;
 use std::time::Duration;
 
 use futures::StreamExt;
-use k8s_openapi::api::apps::v1::{ControllerRevision, StatefulSet};
+use k8s_openapi::api::apps::v1::{ControllerRevision, Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::core::v1::{
     Endpoints, PersistentVolume, PersistentVolumeClaim, Pod, Service,
@@ -54,6 +54,8 @@ pub struct Caches {
     pub volumes: Store<PersistentVolume>,
     pub storage_classes: Store<StorageClass>,
     pub statefulsets: Store<StatefulSet>,
+    pub deployments: Store<Deployment>,
+    pub replicasets: Store<ReplicaSet>,
     pub revisions: Store<ControllerRevision>,
     pub jobs: Store<Job>,
     pub cronjobs: Store<CronJob>,
@@ -99,6 +101,8 @@ impl Caches {
             volumes: reflect(client, tx.clone(), tasks),
             storage_classes: reflect(client, tx.clone(), tasks),
             statefulsets: reflect(client, tx.clone(), tasks),
+            deployments: reflect(client, tx.clone(), tasks),
+            replicasets: reflect(client, tx.clone(), tasks),
             revisions: reflect(client, tx.clone(), tasks),
             jobs: reflect(client, tx.clone(), tasks),
             cronjobs: reflect(client, tx.clone(), tasks),
@@ -114,6 +118,8 @@ impl Caches {
             let _ = caches.volumes.wait_until_ready().await;
             let _ = caches.storage_classes.wait_until_ready().await;
             let _ = caches.statefulsets.wait_until_ready().await;
+            let _ = caches.deployments.wait_until_ready().await;
+            let _ = caches.replicasets.wait_until_ready().await;
             let _ = caches.revisions.wait_until_ready().await;
             let _ = caches.jobs.wait_until_ready().await;
             let _ = caches.cronjobs.wait_until_ready().await;

@@ -1,12 +1,17 @@
-//! Workload controllers, as clients of the API server: StatefulSet, Job, CronJob, the local volume provisioner and
-//! binder, Endpoints and EndpointSlices, and PodDisruptionBudget status. One module per controller.
+//! Workload controllers, as clients of the API server: Deployment, ReplicaSet, StatefulSet, Job, CronJob, the local
+//! volume provisioner and binder, Endpoints and EndpointSlices, and PodDisruptionBudget status. One module per
+//! controller.
 
 mod cronjob;
+mod deployment;
 mod disruption;
 pub(crate) mod endpoint_slices;
 mod endpoints;
+mod hashing;
 pub(crate) mod informer;
 mod job;
+mod ownership;
+mod replicaset;
 mod statefulset;
 mod volume_binder;
 mod volume_protection;
@@ -90,6 +95,7 @@ impl Controllers {
                 });
             }};
         }
+        control_loop!(deployment::reconcile);
         control_loop!(statefulset::reconcile);
         control_loop!(volume_binder::reconcile);
         control_loop!(volume_protection::reconcile);
@@ -97,6 +103,15 @@ impl Controllers {
         control_loop!(endpoint_slices::reconcile);
         control_loop!(job::reconcile);
         control_loop!(disruption::reconcile);
+        // The ReplicaSet controller remembers its writes until its pod cache shows them.
+        {
+            let ctx = ctx.clone();
+            let changes = ctx.caches.changes();
+            tasks.spawn(async move {
+                let expectations = replicaset::Expectations::default();
+                informer::run_loop(changes, || replicaset::reconcile(&ctx, &expectations)).await;
+            });
+        }
         // CronJobs also wake when a test moves the clock.
         {
             let ctx = ctx.clone();

@@ -22,6 +22,7 @@ use serde_json::{Value, json};
 use super::Context;
 use super::disruption::selector_matches;
 use super::endpoints::is_pod_ready;
+use super::hashing::content_hash;
 use super::informer::get;
 
 pub const REVISION_LABEL: &str = "controller-revision-hash";
@@ -55,23 +56,6 @@ fn controlled_by(meta: &ObjectMeta, uid: &str) -> bool {
         .any(|o| o.controller == Some(true) && o.uid == uid)
 }
 
-/// `rand.SafeEncodeString` of the decimal hash, as upstream names revisions.
-fn safe_encode(s: &str) -> String {
-    const ALPHANUMS: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
-    s.bytes()
-        .map(|b| ALPHANUMS[b as usize % ALPHANUMS.len()] as char)
-        .collect()
-}
-
-fn fnv32a(data: &[u8]) -> u32 {
-    let mut h: u32 = 0x811c9dc5;
-    for b in data {
-        h ^= u32::from(*b);
-        h = h.wrapping_mul(0x01000193);
-    }
-    h
-}
-
 /// The revision's data: a strategic merge patch replacing the template, as upstream stores it.
 fn revision_data(set: &StatefulSet) -> Value {
     let mut template = serde_json::to_value(&set.spec.template).unwrap_or(Value::Null);
@@ -82,11 +66,10 @@ fn revision_data(set: &StatefulSet) -> Value {
 }
 
 fn revision_hash(data: &Value, collision_count: i32) -> String {
-    let mut bytes = serde_json::to_vec(data).unwrap_or_default();
-    if collision_count > 0 {
-        bytes.extend_from_slice(collision_count.to_string().as_bytes());
-    }
-    safe_encode(&fnv32a(&bytes).to_string())
+    content_hash(
+        serde_json::to_vec(data).unwrap_or_default(),
+        collision_count,
+    )
 }
 
 /// The template a revision recorded.

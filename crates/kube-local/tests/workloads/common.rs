@@ -179,17 +179,37 @@ pub fn testapp_template(labels: Value, extra_env: Value) -> Value {
 
 /// Runs `kubectl` against the cluster; returns (success, stdout, stderr). Blocking, so it runs off the runtime.
 pub async fn kubectl(env: &kube_local::Environment, args: &[&str]) -> (bool, String, String) {
+    kubectl_in(env, args, None).await
+}
+
+/// [`kubectl`] with `stdin` as its standard input (`kubectl apply -f -`).
+pub async fn kubectl_in(
+    env: &kube_local::Environment,
+    args: &[&str],
+    stdin: Option<&str>,
+) -> (bool, String, String) {
+    use std::io::Write;
     let kubeconfig = env.kubeconfig_path().to_path_buf();
     let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+    let stdin = stdin.map(String::from);
     tokio::task::spawn_blocking(move || {
-        let out = std::process::Command::new("kubectl")
+        let mut child = std::process::Command::new("kubectl")
             .arg("--kubeconfig")
             .arg(&kubeconfig)
             .arg("--cache-dir")
             .arg(kubeconfig.parent().unwrap().join("kubectl-cache"))
             .args(&args)
-            .output()
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
             .expect("kubectl runs");
+        let mut input = child.stdin.take().unwrap();
+        if let Some(text) = stdin {
+            input.write_all(text.as_bytes()).unwrap();
+        }
+        drop(input);
+        let out = child.wait_with_output().expect("kubectl finishes");
         (
             out.status.success(),
             String::from_utf8_lossy(&out.stdout).into_owned(),

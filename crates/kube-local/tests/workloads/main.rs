@@ -1,9 +1,10 @@
-//! The process kubelet and the workload controllers: pods run as local processes under StatefulSets, Jobs and
-//! CronJobs, with volumes, probes, restarts and DNS, driven through `kube::Client` as a user would.
+//! The process kubelet and the workload controllers: pods run as local processes under Deployments, StatefulSets,
+//! Jobs and CronJobs, with volumes, probes, restarts and DNS, driven through `kube::Client` as a user would.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 
+mod deployment;
 mod jobs;
 mod kubelet;
 mod logs;
