@@ -108,17 +108,23 @@ pub async fn reconcile(dkv: Arc<DistributedKV>, ctx: Arc<Context>) -> Result<Act
             .and_then(|err| outcome::fault_of(&dkv, err));
         let backups = backup_catalogue::observe(&dkv, &ctx.stores);
         let status = status::derive(&dkv, &seen, fault.as_ref(), &backups, &Time(now));
-        let degraded = status.as_ref().is_some_and(|s| {
-            s.conditions
-                .iter()
-                .any(|c| c.type_ == dkv_api::conditions::types::DEGRADED && c.status == "True")
+        // Degraded, or still progressing (forming, rolling out): what etcd
+        // says is not watched, so such a cluster is looked at again soon
+        // even when no step is under way (a member that hangs while the
+        // cluster forms changes no object).
+        let unsettled = status.as_ref().is_some_and(|s| {
+            s.conditions.iter().any(|c| {
+                (c.type_ == dkv_api::conditions::types::DEGRADED
+                    || c.type_ == dkv_api::conditions::types::PROGRESSING)
+                    && c.status == "True"
+            })
         });
         let written = match status {
             Some(status) => status::write(&dkv, status, &ctx).await.map(drop),
             None => Ok(()),
         };
         let result = match (result, written) {
-            (Ok(outcome), Ok(())) => Ok(outcome::next_action(&outcome, degraded, now)),
+            (Ok(outcome), Ok(())) => Ok(outcome::next_action(&outcome, unsettled, now)),
             (Ok(_), Err(err)) => Err(err),
             (Err(err), Ok(())) => Err(err),
             (Err(err), Err(status_err)) => {
@@ -127,7 +133,7 @@ pub async fn reconcile(dkv: Arc<DistributedKV>, ctx: Arc<Context>) -> Result<Act
             }
         };
 
-        tracing::debug!(?result, degraded, "pass finished");
+        tracing::debug!(?result, unsettled, "pass finished");
         match &result {
             Ok(_) => {
                 ctx.clear_failures(&obj_ref);

@@ -67,8 +67,8 @@ pub const STEP_FOLLOW_UP: Duration = Duration::from_millis(200);
 pub const OPERATION_POLL: Duration = Duration::from_secs(1);
 
 /// When to look at the cluster again after a pass that ended in `outcome`
-/// and left status `degraded` (or not).
-pub fn next_action(outcome: &Outcome, degraded: bool, now: jiff::Timestamp) -> Action {
+/// and left status `unsettled` (Degraded or Progressing) or not.
+pub fn next_action(outcome: &Outcome, unsettled: bool, now: jiff::Timestamp) -> Action {
     match outcome {
         Outcome::Finalizer(action) => action.clone(),
         Outcome::Paused => Action::await_change(),
@@ -81,12 +81,13 @@ pub fn next_action(outcome: &Outcome, degraded: bool, now: jiff::Timestamp) -> A
         Outcome::AuthEnabled => Action::requeue(OPERATION_POLL),
         // etcd's progress (a learner catching up, a member rejoining) is
         // not watched, and a fault only in part (a hung member's pod turns
-        // unready, but what etcd says of it is not watched): keep looking
-        // while something is under way or status says Degraded, so status
-        // follows the members both ways.
+        // unready, but what etcd says of it is not watched; a member that
+        // hangs while the cluster forms changes nothing at all): keep
+        // looking while something is under way or status says Degraded or
+        // Progressing, so status follows the members both ways.
         Outcome::Applied {
             busy, etcd: true, ..
-        } if *busy || degraded => Action::requeue(OPERATION_POLL),
+        } if *busy || unsettled => Action::requeue(OPERATION_POLL),
         Outcome::Applied { rotating: true, .. } => Action::requeue(OPERATION_POLL),
         // Every other change that matters arrives through a watch, except
         // time.
