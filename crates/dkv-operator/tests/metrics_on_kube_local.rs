@@ -6,7 +6,10 @@
 
 mod support;
 
-use support::http::{parse_response, plain_get, request};
+use support::http::plain_get;
+use support::metrics::{
+    get_over_tls, grant_metrics_reader, https_get_unverified, service_account_token,
+};
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -14,16 +17,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use dkv_operator::pki::{Authority, Leaf, Usage};
-use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
-use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use kube::Client;
 use kube::api::{Api, PostParams};
 use kube_local::api_traffic::Verb;
+use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, ServerName};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 
 const NS: &str = "monitoring";
 
@@ -53,49 +52,6 @@ fn write_certificate(dir: &Path, ca_name: &str) -> String {
     ca.cert_pem
 }
 
-async fn service_account_token(client: &Client, name: &str) -> String {
-    let api = Api::<ServiceAccount>::namespaced(client.clone(), NS);
-    let sa: ServiceAccount =
-        serde_json::from_value(serde_json::json!({"metadata": {"name": name}})).unwrap();
-    api.create(&PostParams::default(), &sa).await.unwrap();
-    let request = TokenRequest {
-        spec: Some(TokenRequestSpec {
-            expiration_seconds: Some(600),
-            ..TokenRequestSpec::default()
-        }),
-        ..TokenRequest::default()
-    };
-    let issued = api
-        .create_token_request(name, &PostParams::default(), &request)
-        .await
-        .unwrap();
-    issued.status.and_then(|s| s.token).expect("a token")
-}
-
-/// The shipped `dkv-metrics-reader` ClusterRole, bound to `monitoring/prometheus`.
-async fn grant_metrics_reader(client: &Client) {
-    let path = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../deploy/rbac/metrics_reader_role.yaml"
-    );
-    let role: ClusterRole =
-        serde_saphyr::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
-    Api::<ClusterRole>::all(client.clone())
-        .create(&PostParams::default(), &role)
-        .await
-        .unwrap();
-    let binding: ClusterRoleBinding = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": "prometheus-dkv-metrics"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "dkv-metrics-reader"},
-        "subjects": [{"kind": "ServiceAccount", "name": "prometheus", "namespace": NS}],
-    }))
-    .unwrap();
-    Api::<ClusterRoleBinding>::all(client.clone())
-        .create(&PostParams::default(), &binding)
-        .await
-        .unwrap();
-}
-
 /// GET over TLS, trusting only `ca_pem`; Err when the handshake fails.
 async fn https_get(
     addr: SocketAddr,
@@ -117,38 +73,14 @@ async fn https_get(
     get_over_tls(config, addr, path, token).await
 }
 
-/// GET `path` over TLS with `config`; Err when the handshake fails.
-async fn get_over_tls(
-    config: rustls::ClientConfig,
-    addr: SocketAddr,
-    path: &str,
-    token: Option<&str>,
-) -> Result<(u16, String), String> {
-    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
-    let tcp = TcpStream::connect(addr).await.map_err(|e| e.to_string())?;
-    let name = ServerName::try_from("127.0.0.1").unwrap();
-    let mut tls = connector
-        .connect(name, tcp)
-        .await
-        .map_err(|e| e.to_string())?;
-    tls.write_all(request(path, token).as_bytes())
-        .await
-        .map_err(|e| e.to_string())?;
-    let mut raw = Vec::new();
-    // A server closing without close_notify is fine for us: the answer is read.
-    let _ = tls.read_to_end(&mut raw).await;
-    parse_response(&raw)
-        .ok_or_else(|| format!("no HTTP answer: {:?}", String::from_utf8_lossy(&raw)))
-}
-
 #[tokio::test]
 async fn secure_metrics_need_an_authorized_token_and_serve_the_mounted_certificate() {
     let env = support::environment(false).await;
     let client = env.client();
     support::create_namespace(&client, NS).await;
-    let prometheus = service_account_token(&client, "prometheus").await;
-    let stranger = service_account_token(&client, "stranger").await;
-    grant_metrics_reader(&client).await;
+    let prometheus = service_account_token(&client, NS, "prometheus").await;
+    let stranger = service_account_token(&client, NS, "stranger").await;
+    grant_metrics_reader(&client, NS).await;
 
     let certs = tempfile::tempdir().unwrap();
     let ca = write_certificate(certs.path(), "test-metrics-ca");
@@ -242,8 +174,8 @@ async fn secure_metrics_without_a_certificate_serve_a_generated_one_and_keep_pro
     let env = support::environment(false).await;
     let client = env.client();
     support::create_namespace(&client, NS).await;
-    let prometheus = service_account_token(&client, "prometheus").await;
-    grant_metrics_reader(&client).await;
+    let prometheus = service_account_token(&client, NS, "prometheus").await;
+    grant_metrics_reader(&client, NS).await;
     let metrics_addr = free_port();
     let mut args = support::operator_args(false);
     args.metrics_addr = metrics_addr;
@@ -286,66 +218,6 @@ async fn secure_metrics_without_a_certificate_serve_a_generated_one_and_keep_pro
             .is_err()
     );
     operator.stop().await;
-}
-
-/// GET over TLS accepting whatever certificate the server presents (as a
-/// scraper configured with `insecure_skip_verify` for a self-signed endpoint).
-async fn https_get_unverified(
-    addr: SocketAddr,
-    path: &str,
-    token: Option<&str>,
-) -> Result<(u16, String), String> {
-    #[derive(Debug)]
-    struct AcceptAny(Arc<rustls::crypto::CryptoProvider>);
-    impl rustls::client::danger::ServerCertVerifier for AcceptAny {
-        fn verify_server_cert(
-            &self,
-            _: &CertificateDer<'_>,
-            _: &[CertificateDer<'_>],
-            _: &ServerName<'_>,
-            _: &[u8],
-            _: rustls::pki_types::UnixTime,
-        ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
-            Ok(rustls::client::danger::ServerCertVerified::assertion())
-        }
-        fn verify_tls12_signature(
-            &self,
-            message: &[u8],
-            cert: &CertificateDer<'_>,
-            dss: &rustls::DigitallySignedStruct,
-        ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-            rustls::crypto::verify_tls12_signature(
-                message,
-                cert,
-                dss,
-                &self.0.signature_verification_algorithms,
-            )
-        }
-        fn verify_tls13_signature(
-            &self,
-            message: &[u8],
-            cert: &CertificateDer<'_>,
-            dss: &rustls::DigitallySignedStruct,
-        ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-            rustls::crypto::verify_tls13_signature(
-                message,
-                cert,
-                dss,
-                &self.0.signature_verification_algorithms,
-            )
-        }
-        fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
-            self.0.signature_verification_algorithms.supported_schemes()
-        }
-    }
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let config = rustls::ClientConfig::builder_with_provider(provider.clone())
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .dangerous()
-        .with_custom_certificate_verifier(Arc::new(AcceptAny(provider)))
-        .with_no_client_auth();
-    get_over_tls(config, addr, path, token).await
 }
 
 /// A manifest of `deploy/rbac`, created in kube-local.

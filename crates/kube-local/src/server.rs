@@ -116,6 +116,36 @@ fn admit(core: &Core, auth: &Authenticator, req: &Request) -> ApiResult<Option<U
     }
 }
 
+/// A server-side apply that creates its object needs `create` as well as `patch` (as upstream's patch handler
+/// authorizes the create it turns into); checked only when the object does not exist yet.
+fn authorize_create_by_apply(
+    server: &Server,
+    req: &Request,
+    exists: impl FnOnce() -> bool,
+) -> ApiResult<()> {
+    let (Some(auth), Some(user)) = (&server.auth, req.extensions().get::<UserInfo>()) else {
+        return Ok(());
+    };
+    let mut attributes = crate::auth::attributes::of(req.method(), req.uri().path(), false);
+    match &mut attributes {
+        crate::auth::rbac::Request::Resource {
+            verb, subresource, ..
+        } if subresource.is_empty() => *verb = "create".into(),
+        _ => return Ok(()),
+    }
+    if exists() {
+        return Ok(());
+    }
+    let decision = crate::auth::rbac::authorize(&server.core, user, &attributes);
+    if decision.allowed {
+        auth.log.record_allowed(user, &attributes, decision.grant);
+        Ok(())
+    } else {
+        auth.log.record_forbidden(user, &attributes);
+        Err(crate::auth::forbidden(user, &attributes))
+    }
+}
+
 fn query_map(req: &Request) -> HashMap<String, String> {
     req.uri()
         .query()
@@ -700,6 +730,9 @@ async fn resource(server: &Server, req: Request, t: Target) -> ApiResult<Respons
                 return Err(ApiError::bad_request(
                     "PATCH, application/apply-patch+yaml requires fieldManager parameter",
                 ));
+            }
+            if kind == PatchKind::Apply {
+                authorize_create_by_apply(server, &req, || core.get(&rt, &ns, &name).is_ok())?;
             }
             let (_, body) = read_body(req).await?;
             if t.subresource.as_deref() == Some("scale") {

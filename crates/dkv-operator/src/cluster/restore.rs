@@ -23,9 +23,9 @@
 //! template drops the restore steps (pods are replaced only by the
 //! operator, `OnDelete`, so running members are not disturbed).
 
-use dkv_api::DistributedKVBackup;
 use dkv_api::backup::v1alpha1::BackupPhase;
 use dkv_api::distributedkv::v1beta1::BackupArtifactRef;
+use dkv_api::{DistributedKV, DistributedKVBackup};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{Container, EnvFromSource, EnvVar, SecretEnvSource, VolumeMount};
 use kube::Api;
@@ -98,7 +98,39 @@ pub async fn resolve(
         name: name.clone(),
         source,
     })?;
-    resolve_backup(name, backup.as_ref(), restore)
+    let mut resolved = resolve_backup(name, backup.as_ref(), restore)?;
+    if resolved.credentials_secret.is_none()
+        && let Some(backup) = &backup
+    {
+        // A backup taken to its cluster's own destination (`spec.cluster`
+        // only, as `kubectl dkv backup` and scheduled runs make them) used
+        // the cluster's credentials: so does its restore, while that
+        // cluster exists.
+        resolved.credentials_secret = source_cluster_credentials(client, namespace, backup).await?;
+    }
+    Ok(resolved)
+}
+
+/// The credentials Secret of the backup destination of the cluster a backup
+/// was taken of, when that cluster still exists and names one.
+async fn source_cluster_credentials(
+    client: &Client,
+    namespace: &str,
+    backup: &DistributedKVBackup,
+) -> Result<Option<String>> {
+    let cluster = backup.spec.cluster.trim();
+    if backup.spec.destination.is_some() || cluster.is_empty() {
+        return Ok(None);
+    }
+    let api: Api<DistributedKV> = Api::namespaced(client.clone(), namespace);
+    let source = api.get_opt(cluster).await.map_err(|source| Error::Read {
+        kind: "DistributedKV",
+        name: cluster.to_owned(),
+        source,
+    })?;
+    Ok(source
+        .and_then(|c| c.spec.backup)
+        .and_then(|b| b.destination.credentials_secret))
 }
 
 /// The pure half of [`resolve`] for a named backup.

@@ -16,6 +16,7 @@ use tokio::sync::watch;
 pub mod backups;
 pub mod etcd_cluster;
 pub mod http;
+pub mod metrics;
 pub mod secret_scan;
 pub mod tls;
 

@@ -472,3 +472,85 @@ async fn default_cluster_roles_bindings_and_service_accounts_exist_without_authe
         assert!(found, "the default service account of {namespace}");
     }
 }
+
+#[tokio::test]
+async fn a_server_side_apply_that_creates_needs_create_as_well_as_patch() {
+    let env = secured().await;
+    let ns = "default";
+    let patcher = service_account_client(&env, ns, "patcher").await;
+    let grant = |name: &str, verbs: Value| {
+        json!({"metadata": {"name": name, "namespace": ns},
+               "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": verbs}]})
+    };
+    let roles = Api::<k8s_openapi::api::rbac::v1::Role>::namespaced(env.client(), ns);
+    let role = serde_json::from_value(grant("patch-configmaps", json!(["patch"]))).unwrap();
+    roles.create(&PostParams::default(), &role).await.unwrap();
+    let binding: RoleBinding = serde_json::from_value(json!({
+        "metadata": {"name": "patcher", "namespace": ns},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "patch-configmaps"},
+        "subjects": [{"kind": "ServiceAccount", "name": "patcher", "namespace": ns}]
+    }))
+    .unwrap();
+    Api::<RoleBinding>::namespaced(env.client(), ns)
+        .create(&PostParams::default(), &binding)
+        .await
+        .unwrap();
+    let apply = |name: &str| {
+        let body = json!({"apiVersion": "v1", "kind": "ConfigMap",
+                          "metadata": {"name": name}, "data": {"k": "v"}});
+        let patcher = patcher.clone();
+        let path = format!("/api/v1/namespaces/{ns}/configmaps/{name}?fieldManager=test");
+        async move {
+            let req = http::Request::builder()
+                .method("PATCH")
+                .uri(path)
+                .header("content-type", "application/apply-patch+yaml")
+                .body(body.to_string().into_bytes())
+                .unwrap();
+            let resp = patcher
+                .send(req.map(kube::client::Body::from))
+                .await
+                .unwrap();
+            let status = resp.status().as_u16();
+            let bytes = http_body_util::BodyExt::collect(resp.into_body())
+                .await
+                .unwrap()
+                .to_bytes();
+            (status, String::from_utf8_lossy(&bytes).into_owned())
+        }
+    };
+
+    // patch alone does not create.
+    let (status, body) = apply("new").await;
+    assert_eq!(status, 403, "{body}");
+    let message: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        message["message"],
+        "configmaps \"new\" is forbidden: User \"system:serviceaccount:default:patcher\" cannot create resource \"configmaps\" in API group \"\" in the namespace \"default\""
+    );
+    assert!(
+        env.forbidden()
+            .iter()
+            .any(|f| f.verb == "create" && f.resource == "configmaps" && f.name == "new")
+    );
+
+    // It does change an object that exists.
+    let existing: ConfigMap =
+        serde_json::from_value(json!({"metadata": {"name": "old", "namespace": ns}})).unwrap();
+    Api::<ConfigMap>::namespaced(env.client(), ns)
+        .create(&PostParams::default(), &existing)
+        .await
+        .unwrap();
+    let (status, body) = apply("old").await;
+    assert_eq!(status, 200, "{body}");
+
+    // With create granted too, apply creates.
+    let both =
+        serde_json::from_value(grant("patch-configmaps", json!(["patch", "create"]))).unwrap();
+    roles
+        .replace("patch-configmaps", &PostParams::default(), &both)
+        .await
+        .unwrap();
+    let (status, body) = apply("new").await;
+    assert_eq!(status, 201, "{body}");
+}
