@@ -7,10 +7,10 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::api_error::{ApiError, ApiResult};
-use crate::core::Core;
 use crate::meta;
 use crate::registry::ResourceType;
 use crate::selector::LabelSelector;
+use crate::store::{ObjectKey, Store};
 use crate::webhook_client::{self, CallError};
 
 /// What is being admitted.
@@ -74,7 +74,7 @@ fn selector_matches(sel: Option<&Value>, labels: Option<&serde_json::Map<String,
     }
 }
 
-fn webhook_applies(core: &Core, hook: &Value, req: &Request<'_>) -> bool {
+fn webhook_applies(store: &Store, hook: &Value, req: &Request<'_>) -> bool {
     let rules = hook
         .get("rules")
         .and_then(Value::as_array)
@@ -88,7 +88,7 @@ fn webhook_applies(core: &Core, hook: &Value, req: &Request<'_>) -> bool {
         let obj = req.object.or(req.old_object);
         selector_matches(hook.get("namespaceSelector"), obj.and_then(meta::labels))
     } else if req.rt.namespaced {
-        let ns = core.store.get(&Core::namespace_key(req.namespace));
+        let ns = store.get(&ObjectKey::namespace(req.namespace));
         selector_matches(
             hook.get("namespaceSelector"),
             ns.as_deref().and_then(meta::labels),
@@ -173,7 +173,7 @@ fn call_failed(hook_name: &str, e: &CallError) -> ApiError {
 }
 
 /// Calls one webhook; returns its `response`, or None when the failure is ignored by policy.
-async fn invoke(core: &Core, hook: &Value, req: &Request<'_>) -> ApiResult<Option<Value>> {
+async fn invoke(store: &Store, hook: &Value, req: &Request<'_>) -> ApiResult<Option<Value>> {
     let name = hook.get("name").and_then(Value::as_str).unwrap_or("");
     let ignore = hook.get("failurePolicy").and_then(Value::as_str) == Some("Ignore");
     let timeout = Duration::from_secs(
@@ -184,7 +184,7 @@ async fn invoke(core: &Core, hook: &Value, req: &Request<'_>) -> ApiResult<Optio
     );
     let uid = meta::new_uid();
     let client_config = hook.get("clientConfig").cloned().unwrap_or(Value::Null);
-    let result = webhook_client::call(core, &client_config, &review(req, &uid), timeout)
+    let result = webhook_client::call(store, &client_config, &review(req, &uid), timeout)
         .await
         .and_then(|answer| {
             let response = answer
@@ -217,13 +217,13 @@ fn warnings_of(response: &Value, out: &mut Vec<String>) {
 
 /// Mutating webhooks, in configuration order; each sees the previous ones' changes.
 pub async fn mutate(
-    core: &Core,
+    store: &Store,
     req: &Request<'_>,
     obj: &mut Value,
     warnings: &mut Vec<String>,
 ) -> ApiResult<bool> {
     let mut changed = false;
-    for config in webhook_client::configurations(core, "mutatingwebhookconfigurations") {
+    for config in webhook_client::configurations(store, "mutatingwebhookconfigurations") {
         for hook in config
             .get("webhooks")
             .and_then(Value::as_array)
@@ -234,7 +234,7 @@ pub async fn mutate(
                 object: Some(&*obj),
                 ..*req
             };
-            if !webhook_applies(core, &hook, &current) {
+            if !webhook_applies(store, &hook, &current) {
                 continue;
             }
             let name = hook
@@ -242,7 +242,7 @@ pub async fn mutate(
                 .and_then(Value::as_str)
                 .unwrap_or("")
                 .to_string();
-            let Some(response) = invoke(core, &hook, &current).await? else {
+            let Some(response) = invoke(store, &hook, &current).await? else {
                 continue;
             };
             warnings_of(&response, warnings);
@@ -272,15 +272,19 @@ pub async fn mutate(
 }
 
 /// Validating webhooks; any denial rejects the request.
-pub async fn validate(core: &Core, req: &Request<'_>, warnings: &mut Vec<String>) -> ApiResult<()> {
-    for config in webhook_client::configurations(core, "validatingwebhookconfigurations") {
+pub async fn validate(
+    store: &Store,
+    req: &Request<'_>,
+    warnings: &mut Vec<String>,
+) -> ApiResult<()> {
+    for config in webhook_client::configurations(store, "validatingwebhookconfigurations") {
         for hook in config
             .get("webhooks")
             .and_then(Value::as_array)
             .cloned()
             .unwrap_or_default()
         {
-            if !webhook_applies(core, &hook, req) {
+            if !webhook_applies(store, &hook, req) {
                 continue;
             }
             let name = hook
@@ -288,7 +292,7 @@ pub async fn validate(core: &Core, req: &Request<'_>, warnings: &mut Vec<String>
                 .and_then(Value::as_str)
                 .unwrap_or("")
                 .to_string();
-            let Some(response) = invoke(core, &hook, req).await? else {
+            let Some(response) = invoke(store, &hook, req).await? else {
                 continue;
             };
             warnings_of(&response, warnings);

@@ -8,9 +8,9 @@ use std::time::Duration;
 use serde_json::{Map, Value, json};
 
 use crate::api_error::{ApiError, ApiResult};
-use crate::core::Core;
 use crate::meta;
 use crate::registry::ResourceType;
+use crate::store::Store;
 use crate::webhook_client::{self, CallError};
 
 /// Upstream's fixed timeout for conversion webhooks.
@@ -79,7 +79,7 @@ fn review_version(webhook: &Value) -> Result<&'static str, String> {
 
 /// Sends `objects` (all needing conversion) in one review; returns the converted objects in order.
 async fn call(
-    core: &Core,
+    store: &Store,
     webhook: &Value,
     objects: &[Value],
     desired: &str,
@@ -93,7 +93,7 @@ async fn call(
         "request": {"uid": uid, "desiredAPIVersion": desired, "objects": objects},
     });
     let client_config = webhook.get("clientConfig").cloned().unwrap_or(Value::Null);
-    let answer = webhook_client::call(core, &client_config, &review, TIMEOUT)
+    let answer = webhook_client::call(store, &client_config, &review, TIMEOUT)
         .await
         .map_err(|e| Failure::Call(call_error_text(e)))?;
     if version == "v1" {
@@ -218,7 +218,7 @@ fn checked(original: &Value, mut converted: Value, desired: &str) -> Result<Valu
 /// Converts objects of `rt`'s CRD to `desired` (`group/version`): those already there are kept, the others go to
 /// the webhook in one review. `write` selects how failures are reported (see [`to_api_error`]).
 pub async fn convert(
-    core: &Core,
+    store: &Store,
     rt: &ResourceType,
     objects: Vec<Value>,
     desired: &str,
@@ -243,7 +243,7 @@ pub async fn convert(
     };
     let batch: Vec<Value> = pending.iter().map(|&i| objects[i].clone()).collect();
     let subject = objects[first].clone();
-    let converted = call(core, webhook, &batch, desired)
+    let converted = call(store, webhook, &batch, desired)
         .await
         .map_err(|f| to_api_error(&subject, f, write))?;
     let single = objects.len() == 1;

@@ -1,4 +1,9 @@
-//! The API server's object semantics independent of HTTP: create, update, patch, apply, delete, get and list.
+//! The API server's object semantics independent of HTTP: create, update, patch, apply, delete, get and list, with
+//! admission (normalizing, webhooks, validation) and conversion on the way. Writes through `/scale` are in
+//! `scale_subresource`; what follows a CRD's write or deletion in `crd_lifecycle`.
+
+mod crd_lifecycle;
+mod scale_subresource;
 
 use std::sync::Arc;
 
@@ -109,7 +114,7 @@ pub struct Core {
     pub store: Store,
     pub registry: Registry,
     /// Signs and checks ServiceAccount tokens (TokenRequest, TokenReview).
-    pub tokens: crate::auth::tokens::ServiceAccountTokens,
+    pub tokens: crate::service_account_tokens::ServiceAccountTokens,
 }
 
 fn type_info(rt: &ResourceType) -> TypeInfo<'_> {
@@ -154,7 +159,7 @@ impl Core {
     pub async fn open(
         history_limit: usize,
         dir: &std::path::Path,
-    ) -> Result<Self, crate::persistence::PersistError> {
+    ) -> Result<Self, crate::store::persistence::PersistError> {
         let core = Core {
             store: Store::open(history_limit, dir)?,
             registry: Registry::new(),
@@ -165,7 +170,7 @@ impl Core {
             resource: "customresourcedefinitions".into(),
         };
         for crd in core.store.list(&crds, None).objects {
-            crate::crd::on_crd_written(&core, &crd).await;
+            crd_lifecycle::on_crd_written(&core, &crd).await;
         }
         Ok(core)
     }
@@ -178,17 +183,6 @@ impl Core {
             } else {
                 String::new()
             },
-            name: name.to_string(),
-        }
-    }
-
-    pub fn namespace_key(name: &str) -> ObjectKey {
-        ObjectKey {
-            storage: StorageResource {
-                group: String::new(),
-                resource: "namespaces".into(),
-            },
-            namespace: String::new(),
             name: name.to_string(),
         }
     }
@@ -301,7 +295,8 @@ impl Core {
                 }
             })
             .collect();
-        let converted = conversion::convert(self, rt, defaulted, &rt.api_version(), write).await?;
+        let converted =
+            conversion::convert(&self.store, rt, defaulted, &rt.api_version(), write).await?;
         Ok(converted.iter().map(|o| views::to_view(rt, o)).collect())
     }
 
@@ -324,7 +319,7 @@ impl Core {
         };
         meta::object_mut(&mut view).insert("apiVersion".into(), json!(rt.api_version()));
         meta::object_mut(&mut view).insert("kind".into(), json!(rt.kind));
-        conversion::convert(self, rt, vec![view], &storage_version, true)
+        conversion::convert(&self.store, rt, vec![view], &storage_version, true)
             .await?
             .pop()
             .ok_or_else(|| ApiError::internal("conversion returned no object"))
@@ -339,7 +334,7 @@ impl Core {
                 "the server could not find the requested resource",
             ));
         }
-        match self.store.get(&Self::namespace_key(namespace)) {
+        match self.store.get(&ObjectKey::namespace(namespace)) {
             None => Err(ApiError::not_found(crate::api_error::Subject { group: "", resource: "namespaces", name: namespace })),
             Some(ns) if meta::is_deleting(&ns) => Err(ApiError::forbidden(
                 rt.subject(name),
@@ -504,12 +499,12 @@ impl Core {
             };
             if as_scale {
                 let mut scale = crate::scale::to_scale(rt, obj);
-                if admission::mutate(self, &req, &mut scale, &mut warnings).await? {
+                if admission::mutate(&self.store, &req, &mut scale, &mut warnings).await? {
                     crate::scale::set_replicas(rt, obj, &scale)?;
                 }
             } else {
                 let mut mutated = obj.clone();
-                if admission::mutate(self, &req, &mut mutated, &mut warnings).await? {
+                if admission::mutate(&self.store, &req, &mut mutated, &mut warnings).await? {
                     *obj = mutated;
                     self.normalize(rt, obj, opts, &mut warnings)?;
                 }
@@ -555,7 +550,7 @@ impl Core {
                 old_object: old_for_hooks,
                 dry_run: opts.dry_run,
             };
-            admission::validate(self, &req, &mut warnings).await?;
+            admission::validate(&self.store, &req, &mut warnings).await?;
         }
         Ok(warnings)
     }
@@ -1050,7 +1045,7 @@ impl Core {
                     old_object: Some(&current),
                     dry_run: opts.dry_run,
                 };
-                admission::validate(self, &req, &mut Vec::new()).await?;
+                admission::validate(&self.store, &req, &mut Vec::new()).await?;
             }
             let mut finalizers = meta::finalizers(&current);
             let mut add = |f: &str| {
@@ -1125,14 +1120,14 @@ impl Core {
     fn after_write<'a>(&'a self, rt: &'a ResourceType, saved: &'a Arc<Value>) -> BoxFuture<'a, ()> {
         Box::pin(async move {
             if rt.group == "apiextensions.k8s.io" && rt.plural == "customresourcedefinitions" {
-                crate::crd::on_crd_written(self, saved).await;
+                crd_lifecycle::on_crd_written(self, saved).await;
             }
         })
     }
 
     async fn after_delete(&self, rt: &ResourceType, last: &Arc<Value>) {
         if rt.group == "apiextensions.k8s.io" && rt.plural == "customresourcedefinitions" {
-            crate::crd::on_crd_deleted(self, last);
+            crd_lifecycle::on_crd_deleted(self, last);
         }
     }
 

@@ -1,4 +1,5 @@
-//! API discovery: legacy `/api`, `/apis`, group and group-version documents, and aggregated discovery (apidiscovery.k8s.io/v2).
+//! API discovery: legacy `/api`, `/apis`, group and group-version documents, aggregated discovery
+//! (apidiscovery.k8s.io/v2), and `/version`.
 
 use std::cmp::Ordering;
 use std::sync::Arc;
@@ -6,6 +7,17 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 
 use crate::registry::{Registry, ResourceType};
+
+/// The Kubernetes release this server answers as (`/version`, the OpenAPI documents' `info`).
+pub const KUBERNETES_VERSION: &str = "v1.32.0";
+
+/// The `/version` document.
+pub fn version() -> Value {
+    json!({
+        "major": "1", "minor": "32", "gitVersion": KUBERNETES_VERSION, "gitCommit": "kube-local", "gitTreeState": "clean",
+        "buildDate": "2025-01-01T00:00:00Z", "goVersion": "go1.23.0", "compiler": "gc", "platform": "linux/amd64"
+    })
+}
 
 pub const AGGREGATED_CONTENT_TYPE: &str =
     "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList";

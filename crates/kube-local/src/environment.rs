@@ -54,7 +54,7 @@ pub enum Error {
     #[error("opening the store in {path}: {source}")]
     Store {
         path: PathBuf,
-        source: crate::persistence::PersistError,
+        source: crate::store::persistence::PersistError,
     },
     #[error("starting the kubelet: {0}")]
     Kubelet(#[from] crate::kubelet::KubeletError),
@@ -499,13 +499,13 @@ impl Environment {
     }
 
     /// The clock CronJobs follow, when built with [`EnvironmentBuilder::kubelet`].
-    pub fn clock(&self) -> Option<&crate::workloads::Clock> {
+    pub fn clock(&self) -> Option<&crate::clock::Clock> {
         self.workloads.as_ref().map(|w| w.clock())
     }
 
     /// The clock ServiceAccount tokens are issued and checked against (TokenRequest, TokenReview);
     /// advance it to let tokens expire.
-    pub fn token_clock(&self) -> &crate::workloads::Clock {
+    pub fn token_clock(&self) -> &crate::clock::Clock {
         self.core.tokens.clock()
     }
 

@@ -1,7 +1,12 @@
-//! Accessors for `metadata` and other well-known paths of objects held as JSON, plus the server's clocks and name generators.
+//! Accessors for `metadata` and other well-known paths of objects held as JSON, well-known label names, plus the
+//! server's clocks and name generators.
 
 use rand::Rng;
 use serde_json::{Map, Value};
+
+/// The label that names the Service an EndpointSlice belongs to (set by the EndpointSlice controller, read by the
+/// kubelet's service proxy).
+pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
 
 pub fn str_at<'a>(obj: &'a Value, path: &[&str]) -> Option<&'a str> {
     value_at(obj, path).and_then(Value::as_str)

@@ -44,7 +44,7 @@ pub async fn finalize(core: &Core, rt: &ResourceType, name: &str, body: Value) -
 }
 
 fn remove_if_done(core: &Core, name: &str) {
-    let key = Core::namespace_key(name);
+    let key = ObjectKey::namespace(name);
     if let Some(ns) = core.store.get(&key) {
         let spec_done = ns
             .pointer("/spec/finalizers")

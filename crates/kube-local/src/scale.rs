@@ -1,14 +1,12 @@
-//! The `/scale` subresource (autoscaling/v1 `Scale`), mapped through the type's replica and selector paths.
+//! The autoscaling/v1 `Scale` view of a scalable object (what the `/scale` subresource serves and its webhooks see),
+//! mapped through the type's replica and selector paths. Writes through `/scale` are `core::scale_subresource`.
 
 use serde_json::{Value, json};
 
 use crate::api_error::{ApiError, ApiResult};
-use crate::core::{Candidate, Core, Subresource, WriteOptions, Written};
 use crate::meta;
-use crate::patch::{self, PatchKind};
 use crate::registry::{ResourceType, ScalePaths};
 use crate::selector::LabelSelector;
-use crate::type_info::TypeInfo;
 
 fn parts(path: &str) -> Vec<&str> {
     path.trim_start_matches('.')
@@ -21,7 +19,8 @@ fn get<'a>(obj: &'a Value, path: &str) -> Option<&'a Value> {
     meta::value_at(obj, &parts(path))
 }
 
-fn set(obj: &mut Value, path: &str, v: Value) {
+/// Sets the value at a dotted path such as `.spec.replicas`, creating the objects on the way.
+pub fn set(obj: &mut Value, path: &str, v: Value) {
     let ps = parts(path);
     let Some((last, parents)) = ps.split_last() else {
         return;
@@ -34,7 +33,8 @@ fn set(obj: &mut Value, path: &str, v: Value) {
     meta::object_mut(cur).insert(last.to_string(), v);
 }
 
-fn paths(rt: &ResourceType) -> ApiResult<&ScalePaths> {
+/// The type's scale paths; 404 for a type without a `/scale` subresource.
+pub fn paths(rt: &ResourceType) -> ApiResult<&ScalePaths> {
     rt.scale.as_ref().ok_or_else(ApiError::not_found_path)
 }
 
@@ -83,7 +83,8 @@ pub fn set_replicas(rt: &ResourceType, obj: &mut Value, scale: &Value) -> ApiRes
     Ok(())
 }
 
-fn replicas_of(scale: &Value) -> ApiResult<i64> {
+/// `spec.replicas` of a Scale (0 when unset); 422 when it is not a non-negative integer.
+pub fn replicas_of(scale: &Value) -> ApiResult<i64> {
     match scale.pointer("/spec/replicas") {
         None | Some(Value::Null) => Ok(0),
         Some(v) => v.as_i64().filter(|r| *r >= 0).ok_or_else(|| {
@@ -99,81 +100,4 @@ fn replicas_of(scale: &Value) -> ApiResult<i64> {
             )
         }),
     }
-}
-
-async fn scaled(
-    core: &Core,
-    rt: &ResourceType,
-    ns: &str,
-    name: &str,
-    opts: &WriteOptions,
-    mut to_scale_obj: impl FnMut(&Value) -> ApiResult<Value> + Send,
-) -> ApiResult<Written> {
-    let p = paths(rt)?.clone();
-    let w = core
-        .write(
-            rt,
-            ns,
-            name,
-            Subresource::Scale,
-            opts,
-            false,
-            &mut |current| {
-                let Some(current) = current else {
-                    return Err(ApiError::not_found(rt.subject(name)));
-                };
-                let new_scale = to_scale_obj(&to_scale(rt, current))?;
-                let replicas = replicas_of(&new_scale)?;
-                let wanted_rv = meta::resource_version(&new_scale).to_string();
-                let mut obj = current.clone();
-                set(&mut obj, &p.spec_replicas, json!(replicas));
-                let precondition =
-                    !wanted_rv.is_empty() && wanted_rv != meta::resource_version(current);
-                if precondition {
-                    meta::set_meta(&mut obj, "resourceVersion", json!(wanted_rv));
-                }
-                Ok(Candidate {
-                    object: obj,
-                    rv_is_precondition: precondition,
-                    managed: false,
-                })
-            },
-        )
-        .await?;
-    Ok(Written {
-        object: to_scale(rt, &w.object),
-        ..w
-    })
-}
-
-pub async fn update(
-    core: &Core,
-    rt: &ResourceType,
-    ns: &str,
-    name: &str,
-    body: Value,
-    opts: &WriteOptions,
-) -> ApiResult<Written> {
-    scaled(core, rt, ns, name, opts, |_| Ok(body.clone())).await
-}
-
-pub async fn patch(
-    core: &Core,
-    rt: &ResourceType,
-    ns: &str,
-    name: &str,
-    kind: PatchKind,
-    body: &[u8],
-    opts: &WriteOptions,
-) -> ApiResult<Written> {
-    if kind == PatchKind::Apply {
-        return Err(ApiError::unsupported_media(
-            "server-side apply of /scale is not supported by kube-local",
-        ));
-    }
-    let ti = TypeInfo::builtin("Scale");
-    scaled(core, rt, ns, name, opts, |current| {
-        patch::apply(kind, current, body, &ti)
-    })
-    .await
 }

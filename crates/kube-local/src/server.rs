@@ -30,7 +30,6 @@ use crate::watch::{self, WatchQuery, WatchSettings};
 
 mod protobuf;
 
-pub const KUBERNETES_VERSION: &str = "v1.32.0";
 const MAX_BODY: usize = 3 * 1024 * 1024;
 
 pub struct Server {
@@ -190,13 +189,7 @@ async fn dispatch(server: &Server, req: Request) -> ApiResult<Response> {
     match segs.as_slice() {
         ["version"] => {
             get_only()?;
-            return Ok(json_response(
-                200,
-                &json!({
-                    "major": "1", "minor": "32", "gitVersion": KUBERNETES_VERSION, "gitCommit": "kube-local", "gitTreeState": "clean",
-                    "buildDate": "2025-01-01T00:00:00Z", "goVersion": "go1.23.0", "compiler": "gc", "platform": "linux/amd64"
-                }),
-            ));
+            return Ok(json_response(200, &discovery::version()));
         }
         ["metrics"] => {
             get_only()?;
@@ -710,7 +703,7 @@ async fn resource(server: &Server, req: Request, t: Target) -> ApiResult<Respons
             let (ct, body) = read_body(req).await?;
             let obj = decode_object(&rt, t.subresource.as_deref(), ct.as_deref(), &body)?;
             if t.subresource.as_deref() == Some("scale") {
-                let w = scale::update(core, &rt, &ns, &name, obj, &opts).await?;
+                let w = core.update_scale(&rt, &ns, &name, obj, &opts).await?;
                 return Ok(with_warnings(json_response(200, &w.object), &w.warnings));
             }
             if t.subresource.as_deref() == Some("finalize") {
@@ -736,7 +729,9 @@ async fn resource(server: &Server, req: Request, t: Target) -> ApiResult<Respons
             }
             let (_, body) = read_body(req).await?;
             if t.subresource.as_deref() == Some("scale") {
-                let w = scale::patch(core, &rt, &ns, &name, kind, &body, &opts).await?;
+                let w = core
+                    .patch_scale(&rt, &ns, &name, kind, &body, &opts)
+                    .await?;
                 return Ok(with_warnings(json_response(200, &w.object), &w.warnings));
             }
             let w = core.patch(&rt, &ns, &name, sub, kind, &body, &opts).await?;

@@ -1,5 +1,7 @@
 //! Object storage with one global, increasing resourceVersion and a bounded history of changes for watches: in
-//! memory, and with a data directory also on disk (see [`crate::persistence`]).
+//! memory, and with a data directory also on disk (see [`persistence`]).
+
+pub(crate) mod persistence;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -8,14 +10,28 @@ use serde_json::Value;
 use tokio::sync::watch;
 
 use crate::meta;
-use crate::persistence::{Journal, PersistError};
 use crate::registry::StorageResource;
+use persistence::{Journal, PersistError};
 
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct ObjectKey {
     pub storage: StorageResource,
     pub namespace: String,
     pub name: String,
+}
+
+impl ObjectKey {
+    /// The key of the namespace `name`.
+    pub fn namespace(name: &str) -> ObjectKey {
+        ObjectKey {
+            storage: StorageResource {
+                group: String::new(),
+                resource: "namespaces".into(),
+            },
+            namespace: String::new(),
+            name: name.to_string(),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

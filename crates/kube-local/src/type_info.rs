@@ -229,7 +229,7 @@ impl<'a> TypeInfo<'a> {
         if !self.custom || is_metadata_path(path) {
             // Custom resources share ObjectMeta with every built-in kind.
             let kind = if self.custom { "ConfigMap" } else { self.kind };
-            return crate::openapi::builtin_declares(kind, parent, field);
+            return crate::builtin_schemas::builtin_declares(kind, parent, field);
         }
         let Some(mut node) = self.schema_node(parent) else {
             return false;

@@ -16,10 +16,9 @@ use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject;
 use serde_json::Value;
 
-use crate::core::Core;
 use crate::meta;
 use crate::registry::StorageResource;
-use crate::store::ObjectKey;
+use crate::store::{ObjectKey, Store};
 
 #[derive(Debug, thiserror::Error)]
 pub enum CallError {
@@ -40,7 +39,7 @@ struct Target {
     resolve: Option<SocketAddr>,
 }
 
-fn endpoint_for_service(core: &Core, svc: &Value) -> Result<Target, CallError> {
+fn endpoint_for_service(store: &Store, svc: &Value) -> Result<Target, CallError> {
     let ns = svc.get("namespace").and_then(Value::as_str).unwrap_or("");
     let name = svc.get("name").and_then(Value::as_str).unwrap_or("");
     let port = svc.get("port").and_then(Value::as_i64).unwrap_or(443);
@@ -53,8 +52,7 @@ fn endpoint_for_service(core: &Core, svc: &Value) -> Result<Target, CallError> {
         namespace: ns.into(),
         name: name.into(),
     };
-    let service = core
-        .store
+    let service = store
         .get(&key("services"))
         .ok_or_else(|| CallError::Transport(format!("service \"{ns}/{name}\" not found")))?;
     let service_port = service
@@ -71,8 +69,7 @@ fn endpoint_for_service(core: &Core, svc: &Value) -> Result<Target, CallError> {
         .get("name")
         .and_then(Value::as_str)
         .unwrap_or("");
-    let endpoints = core
-        .store
+    let endpoints = store
         .get(&key("endpoints"))
         .ok_or_else(|| CallError::Transport(format!("no endpoints for service \"{ns}/{name}\"")))?;
     let subset = endpoints.pointer("/subsets/0").ok_or_else(|| {
@@ -131,7 +128,7 @@ fn tls_config(ca_bundle: Option<&str>) -> Result<rustls::ClientConfig, CallError
 
 /// POSTs `body` to the webhook described by `client_config` and returns the decoded JSON answer.
 pub async fn call(
-    core: &Core,
+    store: &Store,
     client_config: &Value,
     body: &Value,
     timeout: Duration,
@@ -144,7 +141,7 @@ pub async fn call(
             uri: url.to_string(),
             resolve: None,
         },
-        (None, Some(svc)) => endpoint_for_service(core, svc)?,
+        (None, Some(svc)) => endpoint_for_service(store, svc)?,
         (None, None) => {
             return Err(CallError::Config(
                 "one of url or service is required".into(),
@@ -213,12 +210,12 @@ fn error_chain(e: &dyn std::error::Error) -> String {
 }
 
 /// Sorted for a stable call order (upstream orders configurations by name).
-pub fn configurations(core: &Core, resource: &str) -> Vec<Arc<Value>> {
+pub fn configurations(store: &Store, resource: &str) -> Vec<Arc<Value>> {
     let storage = StorageResource {
         group: "admissionregistration.k8s.io".into(),
         resource: resource.into(),
     };
-    let mut configs = core.store.list(&storage, None).objects;
+    let mut configs = store.list(&storage, None).objects;
     configs.sort_by(|a, b| meta::name(a).cmp(meta::name(b)));
     configs
 }

@@ -7,8 +7,8 @@ use http::HeaderMap;
 
 use super::access_log::AccessLog;
 use super::rbac::UserInfo;
-use super::tokens::ISSUER;
 use crate::core::Core;
+use crate::service_account_tokens::ISSUER;
 
 /// The user of the admin token (the kubeconfig's user).
 pub const ADMIN_USER: &str = "kube-local-admin";

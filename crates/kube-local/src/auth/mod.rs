@@ -21,7 +21,6 @@ pub mod attributes;
 pub mod authenticate;
 pub mod bootstrap_roles;
 pub mod rbac;
-pub mod tokens;
 
 use std::time::Duration;
 
@@ -29,7 +28,7 @@ use serde_json::{Value, json};
 
 use crate::api_error::{ApiError, ApiResult, FieldCause};
 use crate::core::Core;
-use tokens::{ISSUER, ServiceAccountRef};
+use crate::service_account_tokens::{Claims, ISSUER, ServiceAccountRef};
 
 /// Upstream's default lifetime of a requested token, and its bounds.
 const DEFAULT_EXPIRATION_SECONDS: i64 = 3600;
@@ -137,7 +136,7 @@ pub fn verify_service_account_token(
     core: &Core,
     token: &str,
     wanted_audiences: &[String],
-) -> Result<tokens::Claims, String> {
+) -> Result<Claims, String> {
     let claims = core.tokens.verify(token).map_err(|e| e.to_string())?;
     let granted: Vec<&String> = claims
         .audiences

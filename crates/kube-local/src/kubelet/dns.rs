@@ -16,7 +16,7 @@ use std::path::Path;
 
 use k8s_openapi::api::core::v1::Pod;
 
-use crate::workloads::informer::{Caches, get};
+use crate::informer::{Caches, get};
 
 pub const CLUSTER_DOMAIN: &str = "cluster.local";
 

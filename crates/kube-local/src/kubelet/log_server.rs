@@ -18,7 +18,7 @@ use super::Shared;
 /// Starts serving; returns the port.
 pub async fn start(
     shared: Arc<Shared>,
-    tasks: &mut crate::workloads::informer::Tasks,
+    tasks: &mut crate::informer::Tasks,
 ) -> std::io::Result<u16> {
     let listener = tokio::net::TcpListener::bind((shared.host_ip.as_str(), 0)).await?;
     let port = listener.local_addr()?.port();

@@ -31,7 +31,7 @@ use tokio::sync::{Notify, watch};
 
 pub use image_map::{ImageMap, ImageTarget};
 
-use crate::workloads::informer::{Caches, Tasks};
+use crate::informer::{Caches, Tasks};
 use addresses::Addresses;
 use pod_worker::PodRuntime;
 use sandbox::Processes;

@@ -18,7 +18,7 @@ use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
 use serde_json::json;
 
 use super::{NODE_NAME, Shared};
-use crate::workloads::informer::{get, run_loop};
+use crate::informer::{get, run_loop};
 
 fn ready_condition(now: jiff::Timestamp) -> NodeCondition {
     NodeCondition {

@@ -22,7 +22,7 @@ use super::environment::{PodFacts, container_env, expand_all};
 use super::image_map::ResolveError;
 use super::sandbox::{ContainerProcess, Launch, Mount};
 use super::{NODE_NAME, Shared, events, probe, volumes};
-use crate::workloads::informer::run_loop;
+use crate::informer::run_loop;
 
 /// `Some(grace)` once the pod must stop.
 type Stop = watch::Receiver<Option<Duration>>;

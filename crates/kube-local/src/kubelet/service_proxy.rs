@@ -18,8 +18,8 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 
 use super::Shared;
-use crate::workloads::endpoint_slices::SERVICE_NAME;
-use crate::workloads::informer::run_loop;
+use crate::informer::run_loop;
+use crate::meta::SERVICE_NAME_LABEL;
 
 /// The listeners of one Service (aborted when dropped).
 struct Proxy {
@@ -198,7 +198,7 @@ fn slices_of(shared: &Shared, namespace: &str, service: &str) -> Vec<Arc<Endpoin
             && s.metadata
                 .labels
                 .as_ref()
-                .and_then(|l| l.get(SERVICE_NAME))
+                .and_then(|l| l.get(SERVICE_NAME_LABEL))
                 .is_some_and(|n| n == service)
     })
 }

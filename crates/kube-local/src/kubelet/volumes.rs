@@ -194,7 +194,7 @@ async fn pod_token(
             audiences: Some(vec![
                 audience
                     .filter(|a| !a.is_empty())
-                    .unwrap_or(crate::auth::tokens::ISSUER)
+                    .unwrap_or(crate::service_account_tokens::ISSUER)
                     .to_owned(),
             ]),
             expiration_seconds: Some(seconds.unwrap_or(POD_TOKEN_SECONDS)),

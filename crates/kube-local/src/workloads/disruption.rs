@@ -16,7 +16,7 @@ use serde_json::json;
 
 use super::Context;
 use super::endpoints::is_pod_ready;
-use super::informer::get;
+use crate::informer::get;
 
 /// Whether `labels` match a LabelSelector (matchLabels and matchExpressions).
 pub fn selector_matches(selector: &LabelSelector, labels: &BTreeMap<String, String>) -> bool {

@@ -11,10 +11,9 @@ use kube::api::{Api, ObjectMeta, PostParams};
 
 use super::Context;
 use super::endpoints::{backends, target_port};
-use super::informer::get;
+use crate::informer::get;
+use crate::meta::SERVICE_NAME_LABEL;
 
-/// The label that names the Service a slice belongs to.
-pub const SERVICE_NAME: &str = "kubernetes.io/service-name";
 const MANAGED_BY: &str = "endpointslice.kubernetes.io/managed-by";
 const CONTROLLER: &str = "endpointslice-controller.k8s.io";
 
@@ -64,7 +63,7 @@ fn desired(svc: &Service, ctx: &Context) -> Option<(Vec<Endpoint>, Vec<EndpointP
 /// label of the same key).
 fn slice_labels(svc: &Service, name: &str) -> BTreeMap<String, String> {
     let mut labels = svc.metadata.labels.clone().unwrap_or_default();
-    labels.insert(SERVICE_NAME.to_string(), name.to_owned());
+    labels.insert(SERVICE_NAME_LABEL.to_string(), name.to_owned());
     labels.insert(MANAGED_BY.to_string(), CONTROLLER.to_string());
     labels
 }
@@ -79,7 +78,7 @@ pub async fn reconcile(ctx: &Context) -> Option<std::time::Duration> {
         let mut ours = ctx.caches.endpoint_slices.state_filter(|s| {
             s.metadata.namespace.as_deref() == Some(ns.as_str())
                 && s.metadata.labels.as_ref().is_some_and(|l| {
-                    l.get(SERVICE_NAME) == Some(&name)
+                    l.get(SERVICE_NAME_LABEL) == Some(&name)
                         && l.get(MANAGED_BY).is_some_and(|m| m == CONTROLLER)
                 })
         });

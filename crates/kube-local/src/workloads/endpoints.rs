@@ -13,7 +13,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{Api, ObjectMeta, PostParams};
 
 use super::Context;
-use super::informer::get;
+use crate::informer::get;
 
 /// One pod behind a Service.
 pub struct Backend {

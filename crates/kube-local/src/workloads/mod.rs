@@ -5,10 +5,9 @@
 mod cronjob;
 mod deployment;
 mod disruption;
-pub(crate) mod endpoint_slices;
+mod endpoint_slices;
 mod endpoints;
 mod hashing;
-pub(crate) mod informer;
 mod job;
 mod ownership;
 mod replicaset;
@@ -19,37 +18,8 @@ mod volume_protection;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use informer::{Caches, Tasks};
-
-/// A clock the CronJob controller reads; tests can move it.
-#[derive(Clone, Default)]
-pub struct Clock {
-    offset: Arc<std::sync::Mutex<jiff::SignedDuration>>,
-    moved: Arc<tokio::sync::Notify>,
-}
-
-impl Clock {
-    pub fn now(&self) -> jiff::Timestamp {
-        let offset = *self.offset.lock().unwrap_or_else(|e| e.into_inner());
-        jiff::Timestamp::now()
-            .checked_add(offset)
-            .unwrap_or_else(|_| jiff::Timestamp::now())
-    }
-
-    /// Moves the clock forward (CronJobs then see the time as later by `by`).
-    pub fn advance(&self, by: std::time::Duration) {
-        let by = jiff::SignedDuration::try_from(by).unwrap_or(jiff::SignedDuration::ZERO);
-        {
-            let mut offset = self.offset.lock().unwrap_or_else(|e| e.into_inner());
-            *offset = offset.saturating_add(by);
-        }
-        self.moved.notify_waiters();
-    }
-
-    pub(crate) async fn moved(&self) {
-        self.moved.notified().await;
-    }
-}
+use crate::clock::Clock;
+use crate::informer::{self, Caches, Tasks};
 
 /// Shared by the controllers.
 pub(crate) struct Context {

@@ -23,7 +23,7 @@ use super::Context;
 use super::disruption::selector_matches;
 use super::endpoints::is_pod_ready;
 use super::hashing::content_hash;
-use super::informer::get;
+use crate::informer::get;
 
 pub const REVISION_LABEL: &str = "controller-revision-hash";
 const POD_NAME_LABEL: &str = "statefulset.kubernetes.io/pod-name";

@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::api::{Api, PostParams};
+use kube_local::clock::Clock;
 use kube_local::kubelet::{ImageTarget, Kubelet, KubeletConfig};
-use kube_local::workloads::Clock;
 use serde_json::{Value, json};
 
 /// The image the test program runs as.

@@ -16,8 +16,8 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
+use super::ObjectKey;
 use crate::registry::StorageResource;
-use crate::store::ObjectKey;
 
 /// Journal entries after which the snapshot is rewritten and the journal restarted.
 pub const COMPACT_AFTER: usize = 10_000;

@@ -1,8 +1,8 @@
 //! Watch-backed caches of the objects the kubelet and the workload controllers read, and a change signal that wakes them.
 //!
-//! Every control loop here is level-triggered: on any change it recomputes what it wants from the caches and writes
-//! only the differences. The object counts of a local cluster are small, so a full pass per change is cheap and
-//! avoids per-object work queues.
+//! Every control loop on these caches is level-triggered: on any change it recomputes what it wants from the caches
+//! and writes only the differences. The object counts of a local cluster are small, so a full pass per change is
+//! cheap and avoids per-object work queues.
 
 use std::fmt::Debug;
 use std::hash::Hash;

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::workloads::Clock;
+use crate::clock::Clock;
 
 /// The issuer and default audience, as a cluster's API server names itself.
 pub const ISSUER: &str = "https://kubernetes.default.svc.cluster.local";
