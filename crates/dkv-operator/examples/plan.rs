@@ -24,7 +24,7 @@ fn main() -> anyhow::Result<()> {
         &dkv,
         &Facts::default(),
         &Defaults {
-            operator_image: dkv_operator::cli::DEFAULT_IMAGE.to_owned(),
+            operator_image: dkv_operator::operator::DEFAULT_IMAGE.to_owned(),
         },
     )
     .map_err(|invalid| anyhow::anyhow!("invalid DistributedKV: {invalid}"))?;

@@ -5,16 +5,105 @@
 //! status. A failure exits non-zero with the reason in the termination
 //! message; neither ever contains a credential.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::Context as _;
+use clap::Args;
 use dkv_backup::{BackupRequest, Credentials, Location, S3Options, StoreConfig, UploadOptions};
 use dkv_etcd::{ClientTls, EtcdAdmin, GrpcAdmin, UserCredentials};
 
-use crate::cli::{BackupArgs, ObjectStoreArgs};
 use crate::cluster::naming::{CLIENT_PORT, client_service};
 use crate::cluster::tls;
+use crate::telemetry::LogFormat;
+
+/// `dkv backup`. Object store credentials come only from the environment
+/// (the Secret named in the spec, through `envFrom`): `AWS_ACCESS_KEY_ID`,
+/// `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`; `GOOGLE_SERVICE_ACCOUNT_KEY`
+/// or `GOOGLE_APPLICATION_CREDENTIALS`; `AZURE_STORAGE_ACCOUNT_NAME` with
+/// `AZURE_STORAGE_ACCOUNT_KEY` or `AZURE_STORAGE_SAS_TOKEN`. Never flags:
+/// those show in the pod spec and the process list.
+#[derive(Debug, Args)]
+pub struct BackupArgs {
+    /// Name of the DistributedKV.
+    #[arg(long)]
+    pub cluster: String,
+    #[arg(long, env = "POD_NAMESPACE")]
+    pub namespace: String,
+    /// Where snapshots go: s3://bucket/prefix, gs://bucket/prefix,
+    /// az://container/prefix or file:///path. The artifact is
+    /// <destination>/<namespace>/<cluster>/<cluster>-<YYYYMMDD-HHMMSS>.db.
+    #[arg(long)]
+    pub destination: String,
+    /// etcd client URLs (comma-separated); default: the cluster's client
+    /// Service, http(s)://<cluster>-client.<namespace>.svc:2379.
+    #[arg(long, value_delimiter = ',')]
+    pub endpoints: Vec<String>,
+    #[command(flatten)]
+    pub store: ObjectStoreArgs,
+    /// Size of each uploaded part; memory use is about
+    /// part size x (parts in flight + 1). S3 needs at least 5.
+    #[arg(long, default_value_t = 8)]
+    pub part_size_mib: usize,
+    #[arg(long, default_value_t = 2)]
+    pub parts_in_flight: usize,
+    /// Deadline of each etcd call (and of each snapshot chunk).
+    #[arg(long, default_value_t = 10)]
+    pub etcd_timeout_seconds: u64,
+    /// How long to wait for the cluster to answer at all before the backup
+    /// fails: a member that just started (not yet through its readiness
+    /// probe, so the client Service has no endpoint) or is restarting.
+    #[arg(long, default_value_t = 30)]
+    pub wait_for_cluster_seconds: u64,
+    /// The cluster has client TLS: connect over https, presenting the
+    /// client certificate in this directory (`tls.crt`, `tls.key`, and the
+    /// cluster's CA as `ca.crt`).
+    #[arg(long)]
+    pub client_tls_dir: Option<PathBuf>,
+    /// etcd user to authenticate as, once the cluster has authentication
+    /// on (before, the agent connects without).
+    #[arg(long, env = "DKV_ETCD_USERNAME")]
+    pub etcd_username: Option<String>,
+    /// That user's password (from the environment, never an argument).
+    #[arg(skip = std::env::var("DKV_ETCD_PASSWORD").ok())]
+    pub etcd_password: Option<String>,
+    /// Where the artifact (JSON) or the failure is written for the operator
+    /// to read (the container's terminationMessagePath).
+    #[arg(long, default_value = "/dev/termination-log")]
+    pub termination_log: PathBuf,
+    #[arg(long, value_enum, default_value = "text", env = "DKV_LOG_FORMAT")]
+    pub log_format: LogFormat,
+    /// Accepted (and ignored) for CronJobs built by operators before 0.2,
+    /// which passed it; the agent takes one backup and prunes nothing.
+    /// Retention is applied by the operator to the DistributedKVBackup
+    /// records (dkv_backup::select_for_pruning).
+    #[arg(long, hide = true)]
+    pub retention_days: Option<i32>,
+}
+
+/// Non-secret object store settings (S3 and S3-compatible servers).
+#[derive(Debug, Args)]
+pub struct ObjectStoreArgs {
+    /// S3-compatible server URL (MinIO, Ceph, ...); AWS when unset.
+    #[arg(long, env = "AWS_ENDPOINT_URL")]
+    pub s3_endpoint: Option<String>,
+    /// S3 region; us-east-1 when unset.
+    #[arg(long, env = "AWS_REGION")]
+    pub s3_region: Option<String>,
+    /// Path-style requests (endpoint/bucket/key); false for virtual-hosted
+    /// style (bucket.endpoint/key).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub s3_path_style: bool,
+    /// Allow a plain-HTTP S3 endpoint (a server inside the cluster).
+    #[arg(
+        long,
+        env = "AWS_ALLOW_HTTP",
+        default_value_t = false,
+        action = clap::ArgAction::Set,
+        value_parser = clap::builder::BoolishValueParser::new()
+    )]
+    pub s3_allow_http: bool,
+}
 
 /// Kubernetes keeps at most this much of a termination message.
 const TERMINATION_MESSAGE_LIMIT: usize = 4096;

@@ -16,18 +16,75 @@
 //! Without a record (clusters created before it existed) the initial set is
 //! `--bootstrap-size` members.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, bail};
+use clap::Args;
 use serde_json::{Value, json};
 
-use crate::cli::MemberInitArgs;
-use crate::cluster::membership_record::{ClusterState, MembershipRecord};
+use crate::cluster::membership_record::{
+    ClusterState, DATA_LOST, FORCED_NEW_CLUSTER, MembershipRecord, STARTED_UNDER_EPOCH,
+};
 use crate::cluster::naming::{self, CLIENT_PORT, METRICS_PORT, PEER_PORT};
 
-/// Prefix of the termination message that tells the operator this member
-/// lost its data.
-pub const DATA_LOST: &str = "dkv:data-lost";
+/// `dkv member-init`.
+#[derive(Debug, Args)]
+pub struct MemberInitArgs {
+    /// Name of the DistributedKV.
+    #[arg(long)]
+    pub cluster: String,
+    /// This member's pod name (= etcd member name).
+    #[arg(long, env = "POD_NAME")]
+    pub member: String,
+    #[arg(long, env = "POD_NAMESPACE")]
+    pub namespace: String,
+    /// This pod's IP: etcd listens on it.
+    #[arg(long, env = "POD_IP")]
+    pub pod_ip: String,
+    /// Headless Service giving members stable DNS names.
+    #[arg(long)]
+    pub peer_service: String,
+    /// Number of members the cluster was created with.
+    #[arg(long)]
+    pub bootstrap_size: i32,
+    #[arg(long)]
+    pub initial_cluster_token: String,
+    #[arg(long)]
+    pub data_dir: PathBuf,
+    /// Where to write the etcd configuration file.
+    #[arg(long)]
+    pub config_file: PathBuf,
+    #[arg(long, default_value_t = 2 * 1024 * 1024 * 1024)]
+    pub quota_backend_bytes: i64,
+    #[arg(long, default_value = "periodic")]
+    pub auto_compaction_mode: String,
+    #[arg(long, default_value = "1h")]
+    pub auto_compaction_retention: String,
+    /// The operator's membership record (mounted from a ConfigMap). Without
+    /// it, the member set is `--bootstrap-size` members, bootstrapping new.
+    #[arg(long)]
+    pub members_file: Option<PathBuf>,
+    /// Where a refusal is explained for the operator to read (the
+    /// container's terminationMessagePath).
+    #[arg(long, default_value = "/dev/termination-log")]
+    pub termination_log: PathBuf,
+    /// Peers talk TLS (`https://` peer URLs, certificates required).
+    #[arg(long)]
+    pub peer_tls: bool,
+    /// Clients talk TLS and must present a certificate.
+    #[arg(long)]
+    pub client_tls: bool,
+    /// The member certificate (`tls.crt`, `tls.key`, `ca.crt`) as mounted
+    /// in the etcd container.
+    #[arg(long, default_value = crate::cluster::tls::MEMBER_TLS_DIR)]
+    pub tls_dir: PathBuf,
+    /// The peer transport's certificate, when it differs (default: --tls-dir).
+    #[arg(long)]
+    pub peer_tls_dir: Option<PathBuf>,
+    /// The client transport's certificate, when it differs (default: --tls-dir).
+    #[arg(long)]
+    pub client_tls_dir: Option<PathBuf>,
+}
 
 /// How this member starts.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -67,14 +124,6 @@ pub enum Refusal {
     },
 }
 
-/// Prefix of the termination message of a member-init that configured its
-/// member to restart alone with `--force-new-cluster` (quorum recovery).
-pub const FORCED_NEW_CLUSTER: &str = "dkv:force-new-cluster";
-
-/// Prefix of the termination message of a member-init that started its
-/// member with data of the record's epoch: `dkv:epoch <epoch> ...`.
-pub const STARTED_UNDER_EPOCH: &str = "dkv:epoch ";
-
 /// Epochs of recoveries that recreate the cluster from a backup start with
 /// this: during one, a member only ever starts from the restored data.
 pub const RESTORE_EPOCH_PREFIX: &str = "restore-";
@@ -93,7 +142,7 @@ pub enum Recovery {
 }
 
 /// The epoch marker lives beside the data directory, on the same volume.
-fn epoch_file(data_dir: &Path) -> std::path::PathBuf {
+fn epoch_file(data_dir: &Path) -> PathBuf {
     data_dir.with_file_name("dkv-epoch")
 }
 
@@ -124,7 +173,7 @@ pub fn recovery(
 /// Where the restore steps of a cluster created from a backup leave their
 /// work, beside the data directory on the same volume (see
 /// [`crate::cluster::restore`]).
-pub fn restore_dir(data_dir: &Path) -> std::path::PathBuf {
+pub fn restore_dir(data_dir: &Path) -> PathBuf {
     data_dir.with_file_name("dkv-restore")
 }
 

@@ -1,5 +1,5 @@
-//! `dkv operator`: wires the controllers, the HTTP endpoints, leader election
-//! and graceful shutdown together.
+//! `dkv operator`: its arguments ([`OperatorArgs`]), and the wiring of the
+//! controllers, the HTTP endpoints, leader election and graceful shutdown.
 //!
 //! Life of a replica: serve health and metrics at once (a standby is ready
 //! too); wait for the leader lease; run the controllers while renewing it.
@@ -14,16 +14,58 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use anyhow::Context as _;
+use clap::Args;
 use kube::Client;
 use kube::runtime::events::Reporter;
 use tokio::sync::watch;
 use tracing::{error, info, warn};
 
-use crate::cli::OperatorArgs;
 use crate::cluster::{self, validate::Defaults};
 use crate::leader::{LeaderElector, LeaseConfig};
 use crate::metrics::Metrics;
-use crate::server::{self, Health};
+use crate::server::{self, EndpointArgs, Health};
+use crate::telemetry::LogFormat;
+use crate::webhook::WebhookArgs;
+
+/// The image this binary was released as; pods that run `dkv` subcommands
+/// (member-init, backups) use it unless told otherwise.
+pub const DEFAULT_IMAGE: &str = concat!("ghcr.io/dkv-io/dkv:", env!("CARGO_PKG_VERSION"));
+
+/// `dkv operator`.
+#[derive(Debug, Args)]
+pub struct OperatorArgs {
+    #[command(flatten)]
+    pub endpoints: EndpointArgs,
+    #[arg(long, value_enum, default_value = "text", env = "DKV_LOG_FORMAT")]
+    pub log_format: LogFormat,
+    /// Watch only this namespace (default: all namespaces).
+    #[arg(long, env = "DKV_WATCH_NAMESPACE")]
+    pub namespace: Option<String>,
+    /// Clusters reconciled at the same time.
+    #[arg(long, default_value_t = 8)]
+    pub concurrency: u16,
+    /// Image that runs member-init and backups in the pods dkv creates.
+    #[arg(long, env = "DKV_OPERATOR_IMAGE", default_value = DEFAULT_IMAGE)]
+    pub operator_image: String,
+    /// Elect a leader among replicas through a Lease (disable only when a
+    /// single replica can ever run).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub leader_election: bool,
+    #[arg(long, default_value = "dkv-operator-leader")]
+    pub leader_election_lease: String,
+    /// Namespace of the lease; defaults to the operator's own namespace.
+    #[arg(long, env = "POD_NAMESPACE", default_value = "dkv-system")]
+    pub leader_election_namespace: String,
+    /// This replica's identity in the lease; defaults to the pod name.
+    #[arg(long, env = "POD_NAME")]
+    pub identity: Option<String>,
+    /// Validity of the member and client certificates issued for clusters
+    /// with `spec.tls` (renewed when a third is left; at least 60).
+    #[arg(long, default_value_t = 365 * 24 * 3600)]
+    pub tls_certificate_validity_seconds: u64,
+    #[command(flatten)]
+    pub webhook: WebhookArgs,
+}
 
 /// Runs the operator until SIGINT/SIGTERM.
 pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
@@ -51,7 +93,7 @@ pub async fn run_with(
     let metrics = Arc::new(Metrics::new());
     let health = Arc::new(Health::default());
 
-    let endpoints = server::Endpoints::bind(&args).await?;
+    let endpoints = server::Endpoints::bind(&args.endpoints).await?;
     let server = TaskGuard(tokio::spawn(endpoints.serve(
         client.clone(),
         metrics.clone(),
@@ -113,7 +155,7 @@ pub async fn run_with(
     let settings = cluster::Settings {
         namespace: args.namespace.clone(),
         concurrency: args.concurrency,
-        certificate_lifetime: cluster::tls::CertificateLifetime {
+        certificate_lifetime: cluster::certificates::CertificateLifetime {
             leaf: std::time::Duration::from_secs(args.tls_certificate_validity_seconds.max(60)),
         },
     };

@@ -5,11 +5,72 @@
 //! tool with the member's name and the new cluster's `--initial-cluster`
 //! and token. Failures are reported in the termination message.
 
+use std::path::PathBuf;
+
 use anyhow::Context as _;
+use clap::Args;
 use dkv_backup::{MemberRestore, RestoreTool};
 
-use crate::backup_agent::report;
-use crate::cli::{RestoreFetchArgs, RestoreMemberArgs};
+use crate::backup_agent::{ObjectStoreArgs, report};
+use crate::telemetry::LogFormat;
+
+/// `dkv restore-fetch`: credentials as for `dkv backup`.
+#[derive(Debug, Args)]
+pub struct RestoreFetchArgs {
+    /// The artifact, e.g. s3://bucket/prefix/shop/orders/orders-20261122-060012.db.
+    #[arg(long)]
+    pub uri: String,
+    /// Expected sha256 (hex), from the DistributedKVBackup; default: the
+    /// record dkv wrote beside the artifact (<uri>.json).
+    #[arg(long)]
+    pub sha256: Option<String>,
+    /// Where the verified snapshot is written; nothing is there unless it
+    /// verified.
+    #[arg(long)]
+    pub output: PathBuf,
+    /// A directory removed before the fetch: the restore step that follows
+    /// writes there and refuses one left by an earlier attempt.
+    #[arg(long)]
+    pub clear: Option<PathBuf>,
+    #[command(flatten)]
+    pub store: ObjectStoreArgs,
+    #[arg(long, default_value = "/dev/termination-log")]
+    pub termination_log: PathBuf,
+    #[arg(long, value_enum, default_value = "text", env = "DKV_LOG_FORMAT")]
+    pub log_format: LogFormat,
+}
+
+/// `dkv restore-member`.
+#[derive(Debug, Args)]
+pub struct RestoreMemberArgs {
+    /// A snapshot verified by `dkv restore-fetch`.
+    #[arg(long)]
+    pub snapshot: PathBuf,
+    /// This member's name (= pod name).
+    #[arg(long, env = "POD_NAME")]
+    pub name: String,
+    /// name=peerURL,... of every member of the new cluster.
+    #[arg(long)]
+    pub initial_cluster: String,
+    #[arg(long)]
+    pub initial_advertise_peer_urls: String,
+    /// The new cluster's token (not the backed-up cluster's).
+    #[arg(long)]
+    pub initial_cluster_token: String,
+    /// Must not exist or be empty; not the volume's mount point itself.
+    #[arg(long)]
+    pub data_dir: PathBuf,
+    /// etcd version of the members: 3.4 restores with etcdctl, 3.5+ with etcdutl.
+    #[arg(long)]
+    pub etcd_version: String,
+    /// Directory holding etcdutl/etcdctl.
+    #[arg(long, default_value = "/usr/local/bin")]
+    pub etcd_bin_dir: PathBuf,
+    #[arg(long, default_value = "/dev/termination-log")]
+    pub termination_log: PathBuf,
+    #[arg(long, value_enum, default_value = "text", env = "DKV_LOG_FORMAT")]
+    pub log_format: LogFormat,
+}
 
 pub async fn fetch(args: &RestoreFetchArgs) -> anyhow::Result<()> {
     crate::telemetry::init(args.log_format);

@@ -86,10 +86,10 @@ async fn secure_metrics_need_an_authorized_token_and_serve_the_mounted_certifica
     let ca = write_certificate(certs.path(), "test-metrics-ca");
     let (metrics_addr, health_addr) = (free_port(), free_port());
     let mut args = support::operator_args(false);
-    args.metrics_addr = metrics_addr;
-    args.metrics_secure = true;
-    args.metrics_cert_dir = Some(certs.path().to_path_buf());
-    args.health_addr = Some(health_addr);
+    args.endpoints.metrics_addr = metrics_addr;
+    args.endpoints.metrics_secure = true;
+    args.endpoints.metrics_cert_dir = Some(certs.path().to_path_buf());
+    args.endpoints.health_addr = Some(health_addr);
     let operator = support::RunningOperator::start_with(client.clone(), args);
 
     // Probes: plaintext, no credentials, on their own port.
@@ -178,8 +178,8 @@ async fn secure_metrics_without_a_certificate_serve_a_generated_one_and_keep_pro
     grant_metrics_reader(&client, NS).await;
     let metrics_addr = free_port();
     let mut args = support::operator_args(false);
-    args.metrics_addr = metrics_addr;
-    args.metrics_secure = true;
+    args.endpoints.metrics_addr = metrics_addr;
+    args.endpoints.metrics_secure = true;
     let operator = support::RunningOperator::start_with(client.clone(), args);
 
     // Trusting nothing but what the server presents: the handshake works
@@ -274,8 +274,8 @@ async fn a_missing_certificate_stops_the_operator_at_start() {
     let env = support::environment(false).await;
     let empty = tempfile::tempdir().unwrap();
     let mut args = support::operator_args(false);
-    args.metrics_secure = true;
-    args.metrics_cert_dir = Some(empty.path().to_path_buf());
+    args.endpoints.metrics_secure = true;
+    args.endpoints.metrics_cert_dir = Some(empty.path().to_path_buf());
     let (_stop, stop_rx) = tokio::sync::watch::channel(false);
     let result = tokio::time::timeout(
         Duration::from_secs(10),

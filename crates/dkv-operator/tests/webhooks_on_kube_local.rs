@@ -28,7 +28,7 @@ struct Harness {
 }
 
 impl Harness {
-    async fn start(webhook: dkv_operator::cli::WebhookArgs) -> Self {
+    async fn start(webhook: dkv_operator::webhook::WebhookArgs) -> Self {
         let env = support::environment(false).await;
         support::create_namespace(&env.client(), NS).await;
         let mut h = Self {
@@ -39,7 +39,7 @@ impl Harness {
         h
     }
 
-    async fn start_operator(&mut self, webhook: dkv_operator::cli::WebhookArgs) {
+    async fn start_operator(&mut self, webhook: dkv_operator::webhook::WebhookArgs) {
         let mut args = support::operator_args(false);
         args.webhook = webhook;
         self.operator = Some(support::RunningOperator::start_with(self.client(), args));
@@ -319,7 +319,7 @@ async fn valid_objects_are_defaulted() {
 async fn rotating_the_serving_certificate_does_not_interrupt_admission() {
     // Certificates live 6 s and are renewed with 4 s left: a rotation every
     // few seconds while requests keep flowing.
-    let webhook = dkv_operator::cli::WebhookArgs {
+    let webhook = dkv_operator::webhook::WebhookArgs {
         cert_validity_seconds: 6,
         cert_renew_before_seconds: 4,
         ..support::webhook_args()

@@ -1,6 +1,6 @@
 //! `spec.tls.*.mode: CertManager`: the cert-manager `Certificate` objects
 //! (cert-manager.io/v1) dkv asks for, owned by the cluster. cert-manager
-//! writes their Secrets; [`super::tls`] reads and checks those like
+//! writes their Secrets; [`super::certificates`] reads and checks those like
 //! user-provided ones, and members restart onto them one at a time when
 //! cert-manager renews them.
 //!

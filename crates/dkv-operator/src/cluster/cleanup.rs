@@ -15,9 +15,8 @@ use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
 use tracing::info;
 
-use super::context::Context;
+use super::context::{Context, publish};
 use super::error::{Error, Result};
-use super::status::publish;
 use super::{naming, watches};
 
 pub async fn cleanup(dkv: &DistributedKV, ctx: &Context) -> Result<Action> {

@@ -1,16 +1,18 @@
 //! What every reconcile shares: the client, the caches, operator defaults,
-//! metrics, the event recorder and per-object retry state.
+//! metrics, the event recorder (Events go out through [`publish`]) and
+//! per-object retry state.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use dkv_api::DistributedKV;
-use kube::Client;
-use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::events::{Event, Recorder, Reporter};
 use kube::runtime::reflector::ObjectRef;
+use kube::{Client, Resource, ResourceExt};
+use tracing::warn;
 
+use super::certificates::CertificateLifetime;
 use super::etcd_access::{EtcdConnector, GrpcConnector};
-use super::tls::CertificateLifetime;
 use super::validate::Defaults;
 use super::watches::Stores;
 use crate::metrics::Metrics;
@@ -77,5 +79,13 @@ impl Context {
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
             .remove(obj);
+    }
+}
+
+/// Publishes an Event about `dkv`. Events are best effort: failing to record
+/// one must not fail the reconcile that did the work.
+pub async fn publish(dkv: &DistributedKV, event: Event, ctx: &Context) {
+    if let Err(err) = ctx.recorder.publish(&event, &dkv.object_ref(&())).await {
+        warn!(name = %dkv.name_any(), reason = %event.reason, error = %err, "failed to publish event");
     }
 }

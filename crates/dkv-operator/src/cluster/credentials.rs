@@ -9,10 +9,10 @@ use kube::ResourceExt;
 
 use super::auth::{self, AuthState};
 use super::ca_rotation;
+use super::certificates::{self, TlsState};
 use super::context::Context;
 use super::error::{Error, Result};
 use super::observe_members::MemberPod;
-use super::tls::{self, TlsState};
 use super::validate::ValidatedCluster;
 
 /// The credentials of one cluster as this pass ensured them.
@@ -56,7 +56,7 @@ pub async fn ensure(
     ctx: &Context,
 ) -> Result<Credentials> {
     let tls = if cluster.tls.any() {
-        let seen = tls::Observed {
+        let seen = certificates::Observed {
             rotation_requested: dkv
                 .annotations()
                 .get(ca_rotation::ROTATE_ANNOTATION)
@@ -66,7 +66,7 @@ pub async fn ensure(
         };
         let may_create_ca = !exists && !cluster.paused;
         Some(
-            tls::ensure(
+            certificates::ensure(
                 &ctx.client,
                 cluster,
                 ctx.certificate_lifetime,

@@ -12,12 +12,15 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::ResourceExt;
 use kube::runtime::reflector::Store;
 
-use super::build::statefulset::ETCD_VERSION_ANNOTATION;
 use super::membership_record::{MembershipRecord, RECORD_KEY};
 use super::naming;
 use super::validate::Facts;
 use super::watches::{self, Stores};
 use crate::etcd_version::EtcdVersion;
+
+/// Annotation on the StatefulSet recording the etcd version it runs, so the
+/// next reconcile can check a version change against it.
+pub const ETCD_VERSION_ANNOTATION: &str = "dkv.io/etcd-version";
 
 /// The children of one cluster as the caches last saw them.
 #[derive(Debug, Clone, Default)]

@@ -18,7 +18,6 @@
 
 use dkv_api::distributedkv::v1beta1::OperationKind;
 
-use crate::cluster::build::pdb::quorum;
 use crate::etcd_version::EtcdVersion;
 
 /// One etcd member as observed this pass.
@@ -342,6 +341,11 @@ fn quorum_lost(obs: &Observation) -> Option<WaitReason> {
     let reachable = voters.iter().filter(|m| m.reachable).count();
     let needed = quorum(i32::try_from(voters.len()).unwrap_or(i32::MAX)) as usize;
     (reachable < needed).then_some(WaitReason::QuorumLost { reachable, needed })
+}
+
+/// Majority of `voters`: the fewest members that can still commit writes.
+pub fn quorum(voters: i32) -> i32 {
+    voters / 2 + 1
 }
 
 /// How far behind the leader's raft index a restarted member may be and
@@ -1698,5 +1702,23 @@ mod tests {
             Step::Wait(WaitReason::EtcdUnreachable),
             "not without quorum"
         );
+    }
+
+    #[test]
+    fn quorum_is_a_strict_majority() {
+        let table = [
+            (1, 1),
+            (2, 2),
+            (3, 2),
+            (4, 3),
+            (5, 3),
+            (6, 4),
+            (7, 4),
+            (8, 5),
+            (9, 5),
+        ];
+        for (voters, expected) in table {
+            assert_eq!(quorum(voters), expected, "quorum of {voters}");
+        }
     }
 }

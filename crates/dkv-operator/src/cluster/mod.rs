@@ -14,6 +14,7 @@ pub mod backup_catalogue;
 pub mod build;
 pub mod ca_rotation;
 pub mod cert_manager;
+pub mod certificates;
 pub mod cleanup;
 pub mod context;
 pub mod credentials;
@@ -375,7 +376,7 @@ async fn enable_auth(
         })?;
     auth::mark_enabled(&ctx.client, cluster).await?;
     info!("etcd authentication enabled");
-    status::publish(
+    context::publish(
         dkv,
         Event {
             type_: EventType::Normal,
@@ -502,7 +503,7 @@ pub struct Settings {
     /// Reconciles running at once.
     pub concurrency: u16,
     /// Validity of the TLS certificates the operator issues.
-    pub certificate_lifetime: tls::CertificateLifetime,
+    pub certificate_lifetime: certificates::CertificateLifetime,
 }
 
 fn api_for<K>(client: &Client, namespace: Option<&str>) -> Api<K>

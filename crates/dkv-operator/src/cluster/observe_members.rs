@@ -16,10 +16,10 @@ use k8s_openapi::api::core::v1::{ContainerStateTerminated, ContainerStatus, Pod}
 use kube::ResourceExt;
 
 use super::membership::{ObservedMember, ObservedPod};
+use super::membership_record::{DATA_LOST, FORCED_NEW_CLUSTER, STARTED_UNDER_EPOCH};
 use super::naming::{self, CLIENT_PORT};
 use super::restore::{FETCH_CONTAINER, RESTORE_CONTAINER};
 use crate::etcd_version::EtcdVersion;
-use crate::member_init::{DATA_LOST, FORCED_NEW_CLUSTER, STARTED_UNDER_EPOCH};
 
 /// The label the StatefulSet controller puts on each pod: the revision of the
 /// template it was created from.

@@ -17,9 +17,9 @@ use kube::runtime::events::{Event, EventType};
 use kube::runtime::reflector::ObjectRef;
 use tracing::warn;
 
-use super::context::Context;
+use super::certificates;
+use super::context::{self, Context};
 use super::error::{Category, Error, WAITING_DELAY, backoff_delay};
-use super::{status, tls};
 
 /// How a pass that did not fail ended.
 #[derive(Debug, Clone, PartialEq)]
@@ -163,7 +163,7 @@ pub async fn report(dkv: &DistributedKV, err: &Error, ctx: &Context) {
     let category = err.category();
     warn!(error = %err, category = category.as_str(), step = err.step(), "reconcile failed");
     if category == Category::Transient {
-        status::publish(
+        context::publish(
             dkv,
             Event {
                 type_: EventType::Warning,
@@ -218,7 +218,7 @@ pub fn retry_delay(
 
 /// How often a restore source that does not exist is looked for again
 /// (and a TLS Secret that cannot be used).
-const RESTORE_SOURCE_RECHECK: Duration = tls::EXTERNAL_RECHECK;
+const RESTORE_SOURCE_RECHECK: Duration = certificates::EXTERNAL_RECHECK;
 /// How often a certificate cert-manager has not issued yet is looked for.
 const CERTIFICATE_PENDING_RECHECK: Duration = Duration::from_secs(3);
 

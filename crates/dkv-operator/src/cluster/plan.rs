@@ -11,12 +11,15 @@
 use dkv_api::distributedkv::v1beta1::OperationKind;
 use k8s_openapi::api::apps::v1::StatefulSet;
 
-use super::build::statefulset::BOOTSTRAP_SIZE_ANNOTATION;
 use super::membership::{self, Observation, ObservedMember, Pinned, Step};
 use super::membership_record::{ClusterState, MembershipRecord, RecordedMember};
 use super::naming;
 use super::observe_members::MemberPod;
 use super::validate::ValidatedCluster;
+
+/// Annotation on the StatefulSet recording the initial member count, which
+/// every member's bootstrap configuration names.
+pub const BOOTSTRAP_SIZE_ANNOTATION: &str = "dkv.io/bootstrap-size";
 
 /// What this reconcile pass will do.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -18,6 +18,9 @@
 //! stops the pod before etcd: nothing is ever started from a bad artifact,
 //! and the cluster reports `Degraded/RestoreFailed` with the reason.
 //!
+//! The containers themselves are built with the StatefulSet
+//! ([`super::build::statefulset`]); this module resolves the source.
+//!
 //! The source is resolved once, when the StatefulSet is first created, and
 //! kept in an annotation on it; once every member has started, the
 //! template drops the restore steps (pods are replaced only by the
@@ -27,14 +30,11 @@ use dkv_api::backup::v1alpha1::BackupPhase;
 use dkv_api::distributedkv::v1beta1::BackupArtifactRef;
 use dkv_api::{DistributedKV, DistributedKVBackup};
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{Container, EnvFromSource, EnvVar, SecretEnvSource, VolumeMount};
 use kube::Api;
 use kube::Client;
 use serde::{Deserialize, Serialize};
 
-use super::build::node_directory;
 use super::error::{Error, Result};
-use super::naming::{self, PEER_PORT};
 use super::validate::{RestoreRef, ValidatedCluster, ValidatedRestore};
 
 /// Annotation on the StatefulSet of a cluster being restored: the resolved
@@ -248,111 +248,6 @@ pub fn from_statefulset(sts: &StatefulSet) -> Option<ResolvedRestore> {
 pub fn annotation_value(source: &ResolvedRestore) -> String {
     // A struct of strings always serializes.
     serde_json::to_string(source).unwrap_or_default()
-}
-
-fn data_mount() -> VolumeMount {
-    VolumeMount {
-        name: super::build::statefulset::DATA_VOLUME.to_owned(),
-        mount_path: super::build::statefulset::DATA_MOUNT.to_owned(),
-        ..VolumeMount::default()
-    }
-}
-
-/// Init step 1: fetch and verify the artifact into the member's volume.
-pub fn fetch_container(cluster: &ValidatedCluster, source: &ResolvedRestore) -> Container {
-    let mut args = vec![
-        "restore-fetch".to_owned(),
-        format!("--uri={}", source.uri),
-        format!("--output={SNAPSHOT_FILE}"),
-        format!("--clear={STAGING_DIR}"),
-    ];
-    if let Some(sha) = &source.sha256 {
-        args.push(format!("--sha256={sha}"));
-    }
-    Container {
-        name: FETCH_CONTAINER.to_owned(),
-        image: Some(cluster.operator_image.clone()),
-        args: Some(args),
-        // Credentials only as environment from the Secret.
-        env_from: source.credentials_secret.as_ref().map(|secret| {
-            vec![EnvFromSource {
-                secret_ref: Some(SecretEnvSource {
-                    name: secret.clone(),
-                    optional: Some(false),
-                }),
-                ..EnvFromSource::default()
-            }]
-        }),
-        volume_mounts: Some(
-            std::iter::once(data_mount())
-                .chain(
-                    node_directory::of_artifact(&source.uri)
-                        .map(|dir| node_directory::mount(&dir, false)),
-                )
-                .collect(),
-        ),
-        ..Container::default()
-    }
-}
-
-/// Init step 2: the etcd image's own restore tool writes this member's data
-/// directory (staged) from the verified snapshot.
-pub fn restore_container(cluster: &ValidatedCluster, source: &ResolvedRestore) -> Container {
-    let mut token = naming::cluster_token(&cluster.name, &cluster.namespace, &cluster.uid);
-    if let Some(epoch) = &source.epoch {
-        token = format!("{token}-{epoch}");
-    }
-    let tool = dkv_backup::RestoreTool::for_version(
-        &cluster.version.to_string(),
-        std::path::Path::new(""),
-    )
-    // Validated versions are 3.x with x >= 4; etcdutl is the safe default.
-    .unwrap_or(dkv_backup::RestoreTool::Etcdutl("etcdutl".into()));
-    let member = dkv_backup::MemberRestore {
-        snapshot: SNAPSHOT_FILE.into(),
-        name: "$(POD_NAME)".to_owned(),
-        initial_cluster: naming::initial_cluster(
-            cluster.tls.peer_scheme(),
-            &cluster.name,
-            &cluster.namespace,
-            cluster.size,
-        ),
-        initial_advertise_peer_urls: format!(
-            "{}://$(POD_NAME).{}.{}.svc:{PEER_PORT}",
-            cluster.tls.peer_scheme(),
-            naming::peer_service(&cluster.name),
-            cluster.namespace
-        ),
-        initial_cluster_token: token,
-        data_dir: STAGING_DIR.into(),
-    };
-    let mut env = vec![EnvVar {
-        name: "POD_NAME".to_owned(),
-        value_from: Some(k8s_openapi::api::core::v1::EnvVarSource {
-            field_ref: Some(k8s_openapi::api::core::v1::ObjectFieldSelector {
-                field_path: "metadata.name".to_owned(),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }),
-        ..EnvVar::default()
-    }];
-    if let Some((name, value)) = tool.env() {
-        env.push(EnvVar {
-            name: name.to_owned(),
-            value: Some(value.to_owned()),
-            ..EnvVar::default()
-        });
-    }
-    Container {
-        name: RESTORE_CONTAINER.to_owned(),
-        image: Some(cluster.image.clone()),
-        command: Some(vec![tool.file_name().to_owned()]),
-        args: Some(member.tool_args(std::path::Path::new(STAGING_DIR))),
-        env: Some(env),
-        volume_mounts: Some(vec![data_mount()]),
-        ..Container::default()
-    }
 }
 
 #[cfg(test)]

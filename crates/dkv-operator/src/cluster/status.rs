@@ -19,13 +19,11 @@ use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::events::{Event, EventType};
 use kube::{Resource, ResourceExt};
 use serde_json::json;
-use tracing::warn;
 
 use super::backup_catalogue::{BackupSummary, FailedRun};
-use super::build::pdb::quorum;
-use super::context::Context;
+use super::context::{Context, publish};
 use super::error::{Error, Result};
-use super::membership::{ObservedMember, Step, WaitReason};
+use super::membership::{ObservedMember, Step, WaitReason, quorum};
 use super::naming;
 use super::observe_members::MemberPod;
 use super::outcome::Fault;
@@ -964,14 +962,6 @@ fn transitions(old: &[Condition], new: &[Condition]) -> Vec<Event> {
             }
         })
         .collect()
-}
-
-/// Publishes an Event about `dkv`. Events are best effort: failing to record
-/// one must not fail the reconcile that did the work.
-pub async fn publish(dkv: &DistributedKV, event: Event, ctx: &Context) {
-    if let Err(err) = ctx.recorder.publish(&event, &dkv.object_ref(&())).await {
-        warn!(name = %dkv.name_any(), reason = %event.reason, error = %err, "failed to publish event");
-    }
 }
 
 #[cfg(test)]

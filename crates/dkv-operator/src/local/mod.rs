@@ -13,7 +13,9 @@ use kube::CustomResourceExt;
 use tokio::sync::watch;
 use tracing::info;
 
-use crate::cli::{DEFAULT_IMAGE, OperatorArgs, WebhookArgs};
+use crate::operator::{DEFAULT_IMAGE, OperatorArgs};
+use crate::server::EndpointArgs;
+use crate::webhook::WebhookArgs;
 
 pub mod etcd_tools;
 use crate::telemetry::LogFormat;
@@ -125,11 +127,13 @@ pub async fn up(args: UpArgs) -> anyhow::Result<()> {
         let _ = stop_tx.send(true);
     });
     let operator = OperatorArgs {
-        metrics_addr: "127.0.0.1:0".parse().context("metrics address")?,
-        // One user on one machine: plain HTTP, as before.
-        metrics_secure: false,
-        metrics_cert_dir: None,
-        health_addr: None,
+        endpoints: EndpointArgs {
+            metrics_addr: "127.0.0.1:0".parse().context("metrics address")?,
+            // One user on one machine: plain HTTP, as before.
+            metrics_secure: false,
+            metrics_cert_dir: None,
+            health_addr: None,
+        },
         log_format: args.log_format,
         namespace: None,
         concurrency: 8,

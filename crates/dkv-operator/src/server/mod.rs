@@ -15,6 +15,7 @@ pub mod access;
 pub mod certificate;
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -24,14 +25,39 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use clap::Args;
 use kube::Client;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use crate::cli::OperatorArgs;
 use crate::metrics::Metrics;
 use access::{ScraperAccess, Verdict, bearer_token};
 use certificate::{CertificateSource, ServingCertificate};
+
+/// Where the endpoints listen and how `/metrics` is served (part of
+/// `dkv operator`'s arguments).
+#[derive(Debug, Clone, Args)]
+pub struct EndpointArgs {
+    /// Address of the /metrics endpoint (and of /healthz, /readyz unless
+    /// --health-addr is given).
+    #[arg(long, default_value = "0.0.0.0:8080", env = "DKV_METRICS_ADDR")]
+    pub metrics_addr: SocketAddr,
+    /// Serve /metrics over HTTPS, only to callers whose bearer token the API
+    /// server authenticates (TokenReview) and allows `get` on the URL
+    /// /metrics (SubjectAccessReview; ClusterRole `dkv-metrics-reader`).
+    /// Off by default: plain HTTP, readable by anyone who reaches the port.
+    #[arg(long, default_value_t = false, action = clap::ArgAction::Set, env = "DKV_METRICS_SECURE")]
+    pub metrics_secure: bool,
+    /// Directory holding tls.crt and tls.key for the secure /metrics (re-read
+    /// when they change); without it a self-signed certificate is generated
+    /// at start.
+    #[arg(long, value_name = "DIR", env = "DKV_METRICS_CERT_DIR")]
+    pub metrics_cert_dir: Option<PathBuf>,
+    /// Serve /healthz and /readyz in plain HTTP on this address instead of
+    /// next to /metrics (probes never need credentials).
+    #[arg(long, env = "DKV_HEALTH_ADDR")]
+    pub health_addr: Option<SocketAddr>,
+}
 
 /// Health the probes report.
 #[derive(Default)]
@@ -146,7 +172,7 @@ async fn bind(addr: SocketAddr, what: &str) -> anyhow::Result<TcpListener> {
 impl Endpoints {
     /// Binds the listeners `args` ask for and loads the certificate, so a
     /// port conflict or an unusable certificate stops the operator at start.
-    pub async fn bind(args: &OperatorArgs) -> anyhow::Result<Self> {
+    pub async fn bind(args: &EndpointArgs) -> anyhow::Result<Self> {
         let metrics = bind(args.metrics_addr, "metrics").await?;
         let health = match args.health_addr {
             Some(addr) => Some(bind(addr, "health").await?),

@@ -12,13 +12,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
+use clap::Args;
 use k8s_openapi::ByteString;
 use kube::Client;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tracing::{info, warn};
 
-use crate::cli::WebhookArgs;
 use crate::cluster::validate::Defaults;
 
 pub mod certs;
@@ -33,6 +33,51 @@ use configurations::{CaBundleTarget, Endpoint};
 
 /// Port of the webhook Service (`deploy/webhook/service.yaml`).
 pub const SERVICE_PORT: i32 = 443;
+
+/// The admission webhook server (HTTPS) every replica runs.
+#[derive(Debug, Clone, Args)]
+pub struct WebhookArgs {
+    /// Serve the validating and defaulting webhooks.
+    #[arg(long = "webhooks", default_value_t = true, action = clap::ArgAction::Set)]
+    pub enabled: bool,
+    /// Address of the HTTPS webhook endpoints.
+    #[arg(
+        long = "webhook-addr",
+        default_value = "0.0.0.0:9443",
+        env = "DKV_WEBHOOK_ADDR"
+    )]
+    pub addr: SocketAddr,
+    /// Namespace of the webhook Service and the certificate Secret.
+    #[arg(
+        id = "webhook_namespace",
+        value_name = "NAMESPACE",
+        long = "webhook-namespace",
+        env = "POD_NAMESPACE",
+        default_value = "dkv-system"
+    )]
+    pub namespace: String,
+    /// The Service in front of the operator's webhook port.
+    #[arg(long = "webhook-service", default_value = "dkv-operator-webhook")]
+    pub service: String,
+    /// Secret holding the webhook CA and serving certificate (created if absent).
+    #[arg(long = "webhook-secret", default_value = "dkv-operator-webhook-tls")]
+    pub secret: String,
+    /// Name of the ValidatingWebhookConfiguration and of the
+    /// MutatingWebhookConfiguration whose caBundle the operator maintains.
+    #[arg(long = "webhook-configuration", default_value = "dkv-operator")]
+    pub configuration: String,
+    /// Create the webhook configurations with `url: https://<this address>`
+    /// instead of updating the caBundle of installed ones (local mode, where
+    /// the API server runs on this machine).
+    #[arg(long = "webhook-register-url", default_value_t = false, action = clap::ArgAction::Set)]
+    pub register_url: bool,
+    /// Lifetime of a serving certificate.
+    #[arg(long = "webhook-cert-validity-seconds", default_value_t = 90 * 24 * 3600)]
+    pub cert_validity_seconds: u64,
+    /// Renew the serving certificate when less than this is left.
+    #[arg(long = "webhook-cert-renew-before-seconds", default_value_t = 30 * 24 * 3600)]
+    pub cert_renew_before_seconds: u64,
+}
 
 /// Binds the webhook's address, so a port conflict stops the operator at start.
 pub async fn bind(args: &WebhookArgs) -> anyhow::Result<TcpListener> {

@@ -5,8 +5,10 @@
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 use dkv_api::{DistributedKV, DistributedKVBackup};
-use dkv_operator::cli::{OperatorArgs, WebhookArgs};
+use dkv_operator::operator::OperatorArgs;
+use dkv_operator::server::EndpointArgs;
 use dkv_operator::telemetry::LogFormat;
+use dkv_operator::webhook::WebhookArgs;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, PostParams};
 use kube::{Client, CustomResourceExt};
@@ -100,10 +102,12 @@ pub async fn create_namespace(client: &Client, name: &str) {
 /// Operator settings for tests: metrics on a free port, leader election as asked.
 pub fn operator_args(leader_election: bool) -> OperatorArgs {
     OperatorArgs {
-        metrics_addr: "127.0.0.1:0".parse().unwrap(),
-        metrics_secure: false,
-        metrics_cert_dir: None,
-        health_addr: None,
+        endpoints: EndpointArgs {
+            metrics_addr: "127.0.0.1:0".parse().unwrap(),
+            metrics_secure: false,
+            metrics_cert_dir: None,
+            health_addr: None,
+        },
         log_format: LogFormat::Text,
         namespace: None,
         concurrency: 4,

@@ -6,14 +6,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::child_meta;
+use crate::cluster::membership::quorum;
 use crate::cluster::naming;
 use crate::cluster::plan::Plan;
 use crate::cluster::validate::ValidatedCluster;
-
-/// Majority of `voters`: the fewest members that can still commit writes.
-pub fn quorum(voters: i32) -> i32 {
-    voters / 2 + 1
-}
 
 pub fn build(cluster: &ValidatedCluster, plan: &Plan) -> PodDisruptionBudget {
     PodDisruptionBudget {
@@ -30,28 +26,5 @@ pub fn build(cluster: &ValidatedCluster, plan: &Plan) -> PodDisruptionBudget {
             ..PodDisruptionBudgetSpec::default()
         }),
         status: None,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::quorum;
-
-    #[test]
-    fn quorum_is_a_strict_majority() {
-        let table = [
-            (1, 1),
-            (2, 2),
-            (3, 2),
-            (4, 3),
-            (5, 3),
-            (6, 4),
-            (7, 4),
-            (8, 5),
-            (9, 5),
-        ];
-        for (voters, expected) in table {
-            assert_eq!(quorum(voters), expected, "quorum of {voters}");
-        }
     }
 }

@@ -10,6 +10,9 @@
 //!   the operator, after the member left etcd, never by a side effect.
 //! - An init container (`dkv member-init`) writes the member's etcd config
 //!   file, so the etcd container needs no shell and no templating.
+//!
+//! A cluster created from a backup runs two more init containers first, the
+//! restore steps ([`crate::cluster::restore`] resolves their source).
 
 use std::collections::BTreeMap;
 
@@ -18,30 +21,27 @@ use k8s_openapi::api::apps::v1::{
     StatefulSetUpdateStrategy,
 };
 use k8s_openapi::api::core::v1::{
-    Affinity, ConfigMapVolumeSource, Container, ContainerPort, EmptyDirVolumeSource, EnvVar,
-    EnvVarSource, HTTPGetAction, ObjectFieldSelector, PersistentVolumeClaim,
+    Affinity, ConfigMapVolumeSource, Container, ContainerPort, EmptyDirVolumeSource, EnvFromSource,
+    EnvVar, EnvVarSource, HTTPGetAction, ObjectFieldSelector, PersistentVolumeClaim,
     PersistentVolumeClaimSpec, PodAffinityTerm, PodAntiAffinity, PodSpec, PodTemplateSpec, Probe,
-    ResourceRequirements, TCPSocketAction, Volume, VolumeMount, VolumeResourceRequirements,
-    WeightedPodAffinityTerm,
+    ResourceRequirements, SecretEnvSource, TCPSocketAction, Volume, VolumeMount,
+    VolumeResourceRequirements, WeightedPodAffinityTerm,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::ObjectMeta;
 
-use super::{child_labels, child_meta, security};
+use super::{child_labels, child_meta, node_directory, security};
+use crate::cluster::dereference::ETCD_VERSION_ANNOTATION;
 use crate::cluster::naming::{self, CLIENT_PORT, METRICS_PORT, PEER_PORT};
-use crate::cluster::plan::Plan;
+use crate::cluster::plan::{BOOTSTRAP_SIZE_ANNOTATION, Plan};
+use crate::cluster::restore::{
+    self, FETCH_CONTAINER, RESTORE_CONTAINER, ResolvedRestore, SNAPSHOT_FILE, STAGING_DIR,
+};
+use crate::cluster::tls;
 use crate::cluster::validate::ValidatedCluster;
-use crate::cluster::{restore, tls};
 use crate::etcd_version::EtcdVersion;
-
-/// Annotation on the StatefulSet recording the initial member count, which
-/// every member's bootstrap configuration names.
-pub const BOOTSTRAP_SIZE_ANNOTATION: &str = "dkv.io/bootstrap-size";
-/// Annotation on the StatefulSet recording the etcd version it runs, so the
-/// next reconcile can check a version change against it.
-pub const ETCD_VERSION_ANNOTATION: &str = "dkv.io/etcd-version";
 
 pub const DATA_VOLUME: &str = "data";
 pub const DATA_MOUNT: &str = "/var/lib/etcd";
@@ -157,9 +157,9 @@ fn pod_template(cluster: &ValidatedCluster, plan: &Plan) -> PodTemplateSpec {
     if let Some(dir) = plan
         .restore
         .as_ref()
-        .and_then(|source| super::node_directory::of_artifact(&source.uri))
+        .and_then(|source| node_directory::of_artifact(&source.uri))
     {
-        volumes.push(super::node_directory::volume(&dir, false));
+        volumes.push(node_directory::volume(&dir, false));
     }
 
     PodTemplateSpec {
@@ -259,11 +259,116 @@ fn mount(name: &str, path: &str) -> VolumeMount {
 fn init_containers(cluster: &ValidatedCluster, plan: &Plan) -> Vec<Container> {
     let mut containers = Vec::with_capacity(3);
     if let Some(source) = &plan.restore {
-        containers.push(restore::fetch_container(cluster, source));
-        containers.push(restore::restore_container(cluster, source));
+        containers.push(fetch_container(cluster, source));
+        containers.push(restore_container(cluster, source));
     }
     containers.push(member_init_container(cluster, plan));
     containers
+}
+
+fn data_mount() -> VolumeMount {
+    VolumeMount {
+        name: DATA_VOLUME.to_owned(),
+        mount_path: DATA_MOUNT.to_owned(),
+        ..VolumeMount::default()
+    }
+}
+
+/// Restore init step 1: fetch and verify the artifact into the member's volume.
+fn fetch_container(cluster: &ValidatedCluster, source: &ResolvedRestore) -> Container {
+    let mut args = vec![
+        "restore-fetch".to_owned(),
+        format!("--uri={}", source.uri),
+        format!("--output={SNAPSHOT_FILE}"),
+        format!("--clear={STAGING_DIR}"),
+    ];
+    if let Some(sha) = &source.sha256 {
+        args.push(format!("--sha256={sha}"));
+    }
+    Container {
+        name: FETCH_CONTAINER.to_owned(),
+        image: Some(cluster.operator_image.clone()),
+        args: Some(args),
+        // Credentials only as environment from the Secret.
+        env_from: source.credentials_secret.as_ref().map(|secret| {
+            vec![EnvFromSource {
+                secret_ref: Some(SecretEnvSource {
+                    name: secret.clone(),
+                    optional: Some(false),
+                }),
+                ..EnvFromSource::default()
+            }]
+        }),
+        volume_mounts: Some(
+            std::iter::once(data_mount())
+                .chain(
+                    node_directory::of_artifact(&source.uri)
+                        .map(|dir| node_directory::mount(&dir, false)),
+                )
+                .collect(),
+        ),
+        ..Container::default()
+    }
+}
+
+/// Restore init step 2: the etcd image's own restore tool writes this member's data
+/// directory (staged) from the verified snapshot.
+fn restore_container(cluster: &ValidatedCluster, source: &ResolvedRestore) -> Container {
+    let mut token = naming::cluster_token(&cluster.name, &cluster.namespace, &cluster.uid);
+    if let Some(epoch) = &source.epoch {
+        token = format!("{token}-{epoch}");
+    }
+    let tool = dkv_backup::RestoreTool::for_version(
+        &cluster.version.to_string(),
+        std::path::Path::new(""),
+    )
+    // Validated versions are 3.x with x >= 4; etcdutl is the safe default.
+    .unwrap_or(dkv_backup::RestoreTool::Etcdutl("etcdutl".into()));
+    let member = dkv_backup::MemberRestore {
+        snapshot: SNAPSHOT_FILE.into(),
+        name: "$(POD_NAME)".to_owned(),
+        initial_cluster: naming::initial_cluster(
+            cluster.tls.peer_scheme(),
+            &cluster.name,
+            &cluster.namespace,
+            cluster.size,
+        ),
+        initial_advertise_peer_urls: format!(
+            "{}://$(POD_NAME).{}.{}.svc:{PEER_PORT}",
+            cluster.tls.peer_scheme(),
+            naming::peer_service(&cluster.name),
+            cluster.namespace
+        ),
+        initial_cluster_token: token,
+        data_dir: STAGING_DIR.into(),
+    };
+    let mut env = vec![EnvVar {
+        name: "POD_NAME".to_owned(),
+        value_from: Some(EnvVarSource {
+            field_ref: Some(ObjectFieldSelector {
+                field_path: "metadata.name".to_owned(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..EnvVar::default()
+    }];
+    if let Some((name, value)) = tool.env() {
+        env.push(EnvVar {
+            name: name.to_owned(),
+            value: Some(value.to_owned()),
+            ..EnvVar::default()
+        });
+    }
+    Container {
+        name: RESTORE_CONTAINER.to_owned(),
+        image: Some(cluster.image.clone()),
+        command: Some(vec![tool.file_name().to_owned()]),
+        args: Some(member.tool_args(std::path::Path::new(STAGING_DIR))),
+        env: Some(env),
+        volume_mounts: Some(vec![data_mount()]),
+        ..Container::default()
+    }
 }
 
 fn member_init_container(cluster: &ValidatedCluster, plan: &Plan) -> Container {
