@@ -2,7 +2,8 @@
 """Import cycles between the modules of each crate.
 
 Reads every crate's `src/` and records an edge A -> B when a file of module A
-names `crate::B` (in a `use` or a path), or `super::B` from a submodule, at the
+names `crate::B` (in a `use`, a `use` group such as `crate::{B, C::D}`, or a
+path), or `super::B` from a submodule, at the
 level of the crate's top modules and of each directory module's children.
 Prints every cycle (strongly connected component of more than one module) and
 exits 1 if there is one, 0 otherwise.
@@ -16,8 +17,8 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-CRATE_PATH = re.compile(r"\bcrate::([a-z_][a-z0-9_]*)(?:::([a-z_][a-z0-9_]*))?")
-SUPER_PATH = re.compile(r"\bsuper::([a-z_][a-z0-9_]*)")
+# `crate::a::b`, `super::x`, and the start of a group: `crate::a::{b, c::d}`.
+PATH = re.compile(r"\b(crate|super)((?:::[a-z_][a-z0-9_]*)*)(::\{)?")
 
 
 def module_of(src: Path, file: Path) -> list[str]:
@@ -37,6 +38,44 @@ def strip_comments_and_tests(text: str) -> str:
     return text
 
 
+def group_items(text: str, start: int) -> list[str]:
+    """The top-level items of the `{...}` group whose `{` is just before `start`."""
+    depth, current, items = 1, "", []
+    i = start
+    while i < len(text) and depth:
+        ch = text[i]
+        if ch == "{":
+            depth += 1
+            current += ch
+        elif ch == "}":
+            depth -= 1
+            if depth:
+                current += ch
+        elif ch == "," and depth == 1:
+            items.append(current.strip())
+            current = ""
+        else:
+            current += ch
+        i += 1
+    if current.strip():
+        items.append(current.strip())
+    return items
+
+
+def expand_group(prefix: list[str], items: list[str]) -> list[list[str]]:
+    """Every path a `use` group names: `a::{b, c::{d, self}}` -> a::b, a::c::d, a::c."""
+    out = []
+    for item in items:
+        if "{" in item:
+            head, rest = item.split("{", 1)
+            head_parts = [p for p in head.strip().rstrip(":").split("::") if p]
+            out += expand_group(prefix + head_parts, group_items(rest, 0))
+        else:
+            parts = [p for p in item.split(" as ")[0].strip().split("::") if p]
+            out.append(prefix if parts == ["self"] else prefix + parts)
+    return out
+
+
 def edges_of_crate(src: Path) -> dict[str, set[str]]:
     """Edges between sibling modules, keyed "parent::child" (parent "" for the crate root)."""
     edges: dict[str, set[str]] = {}
@@ -48,26 +87,28 @@ def edges_of_crate(src: Path) -> dict[str, set[str]]:
         if not me:
             continue
         text = strip_comments_and_tests(file.read_text())
-        targets = set()
-        for m in CRATE_PATH.finditer(text):
-            first, second = m.group(1), m.group(2)
-            path = [first] + ([second] if second and (first, second) in modules else [])
-            targets.add(tuple(path))
-        for m in SUPER_PATH.finditer(text):
-            parent = me[:-1] if (file.stem not in ("mod",)) else me[:-1]
-            targets.add(tuple(parent + [m.group(1)]))
-        for target in targets:
-            if target not in modules:
-                continue
-            # The edge between the two modules' ancestors that are siblings.
-            common = 0
-            while common < min(len(me), len(target)) and me[common] == target[common]:
-                common += 1
-            if common >= len(me) or common >= len(target):
-                continue  # a module using its own descendant or ancestor
-            a = "::".join(me[: common + 1])
-            b = "::".join(target[: common + 1])
-            edges.setdefault(a, set()).add(b)
+        for m in PATH.finditer(text):
+            root, rest, group = m.group(1), m.group(2), m.group(3)
+            base = [p for p in rest.split("::") if p]
+            base = base if root == "crate" else me[:-1] + base
+            paths = expand_group(base, group_items(text, m.end())) if group else [base]
+            for path in paths:
+                # The module a path names: its longest prefix that is a module.
+                target = next(
+                    (path[:k] for k in range(len(path), 0, -1) if tuple(path[:k]) in modules),
+                    None,
+                )
+                if target is None:
+                    continue
+                # The edge between the two modules' ancestors that are siblings.
+                common = 0
+                while common < min(len(me), len(target)) and me[common] == target[common]:
+                    common += 1
+                if common >= len(me) or common >= len(target):
+                    continue  # a module using its own descendant or ancestor
+                a = "::".join(me[: common + 1])
+                b = "::".join(target[: common + 1])
+                edges.setdefault(a, set()).add(b)
     return edges
 
 
