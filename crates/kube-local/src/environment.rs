@@ -13,7 +13,7 @@ use tokio::task::JoinHandle;
 
 use crate::api_error::ApiError;
 use crate::api_traffic::{ApiTraffic, Fault, RequestCounts};
-use crate::auth::authenticate::Authenticator;
+use crate::auth::authenticate::{Authenticator, ClientCertificate};
 use crate::core::{Core, WriteOptions};
 use crate::server::{self, Server};
 
@@ -245,7 +245,13 @@ impl EnvironmentBuilder {
             }
             Some(ca) => {
                 let issued = ca.issue(&["127.0.0.1", "localhost"]).map_err(Error::Tls)?;
-                let config = issued.server_config().map_err(Error::Tls)?;
+                // With authentication, clients may present a certificate of this CA (the admin kubeconfig's).
+                let config = if self.authenticate {
+                    issued.server_config_with_client_certificates(&ca.ca_der())
+                } else {
+                    issued.server_config()
+                }
+                .map_err(Error::Tls)?;
                 tokio::spawn(serve_tls(listener, app, config, shutdown_rx.clone()))
             }
         };
@@ -255,9 +261,21 @@ impl EnvironmentBuilder {
         let kubeconfig = dir.join("kubeconfig");
         let ca_pem = ca.as_ref().map(|c| c.ca_pem());
         let admin_token = auth.as_ref().map(|a| a.admin_token().to_owned());
+        // The kubeconfig's user is the admin by client certificate, as on a cluster a kubeadm-style
+        // `admin.conf` is; the environment's own client uses the admin token.
+        let admin_certificate = match (&ca, &auth) {
+            (Some(ca), Some(_)) => Some(
+                ca.issue_client(
+                    crate::auth::authenticate::ADMIN_USER,
+                    crate::auth::authenticate::MASTERS_GROUP,
+                )
+                .map_err(Error::Tls)?,
+            ),
+            _ => None,
+        };
         std::fs::write(
             &kubeconfig,
-            kubeconfig_yaml(&url, ca_pem.as_deref(), admin_token.as_deref()),
+            kubeconfig_yaml(&url, ca_pem.as_deref(), admin_certificate.as_ref()),
         )
         .map_err(|source| Error::Kubeconfig {
             path: kubeconfig.clone(),
@@ -312,6 +330,22 @@ async fn serve_tls(
             let Ok(tls) = acceptor.accept(tcp).await else {
                 return;
             };
+            // A certificate the handshake verified identifies every request of this connection.
+            let certificate = tls
+                .get_ref()
+                .1
+                .peer_certificates()
+                .and_then(|chain| chain.first())
+                .and_then(|leaf| ClientCertificate::from_der(leaf));
+            let app = tower::ServiceExt::map_request(
+                app,
+                move |mut req: http::Request<hyper::body::Incoming>| {
+                    if let Some(certificate) = &certificate {
+                        req.extensions_mut().insert(certificate.clone());
+                    }
+                    req
+                },
+            );
             let service = hyper_util::service::TowerToHyperService::new(app);
             let conn = hyper::server::conn::http1::Builder::new()
                 .serve_connection(hyper_util::rt::TokioIo::new(tls), service);
@@ -344,7 +378,11 @@ fn client_for(
     })
 }
 
-fn kubeconfig_yaml(url: &str, ca_pem: Option<&str>, admin_token: Option<&str>) -> String {
+fn kubeconfig_yaml(
+    url: &str,
+    ca_pem: Option<&str>,
+    admin_certificate: Option<&crate::tls::Issued>,
+) -> String {
     let ca = ca_pem
         .map(|pem| {
             format!(
@@ -355,8 +393,12 @@ fn kubeconfig_yaml(url: &str, ca_pem: Option<&str>, admin_token: Option<&str>) -
         .unwrap_or_default();
     // Over HTTPS kubectl prompts for a username when the user has no credentials; without authentication
     // kube-local accepts any token.
-    let user = match (admin_token, ca_pem) {
-        (Some(token), _) => format!("{{token: {token}}}"),
+    let user = match (admin_certificate, ca_pem) {
+        (Some(issued), _) => format!(
+            "{{client-certificate-data: {}, client-key-data: {}}}",
+            BASE64.encode(issued.cert_pem.as_bytes()),
+            BASE64.encode(issued.key_pem.as_bytes())
+        ),
         (None, Some(_)) => "{token: kube-local}".to_owned(),
         (None, None) => "{}".to_owned(),
     };

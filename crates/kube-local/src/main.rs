@@ -26,8 +26,9 @@ enum Command {
         /// Serve HTTPS (a fresh CA; the kubeconfig trusts it).
         #[arg(long)]
         tls: bool,
-        /// Authenticate and authorize requests as kube-apiserver does: the kubeconfig carries an admin token
-        /// (`system:masters`), ServiceAccount tokens authenticate their account, RBAC decides. Implies --tls.
+        /// Authenticate and authorize requests as kube-apiserver does: the kubeconfig carries an admin client
+        /// certificate (`system:masters`), ServiceAccount tokens authenticate their account, RBAC decides.
+        /// Implies --tls.
         #[arg(long)]
         auth: bool,
     },

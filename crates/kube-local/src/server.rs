@@ -101,7 +101,11 @@ fn admit(core: &Core, auth: &Authenticator, req: &Request) -> ApiResult<Option<U
         return Ok(None);
     }
     let user = auth
-        .authenticate(core, req.headers())
+        .authenticate(
+            core,
+            req.headers(),
+            req.extensions().get::<authenticate::ClientCertificate>(),
+        )
         .ok_or_else(ApiError::unauthorized)?;
     let attributes =
         crate::auth::attributes::of(req.method(), path, flag(&query_map(req), "watch"));

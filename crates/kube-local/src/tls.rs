@@ -3,7 +3,8 @@
 use std::sync::Arc;
 
 use rcgen::{
-    BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair, KeyUsagePurpose,
+    BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa,
+    KeyPair, KeyUsagePurpose,
 };
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 
@@ -13,6 +14,8 @@ pub enum TlsError {
     Generate(#[from] rcgen::Error),
     #[error("building a TLS configuration: {0}")]
     Config(#[from] rustls::Error),
+    #[error("building the client certificate verifier: {0}")]
+    ClientVerifier(#[from] rustls::server::VerifierBuilderError),
 }
 
 /// A serving certificate and its key.
@@ -35,6 +38,43 @@ impl Issued {
         config.alpn_protocols = vec![b"http/1.1".to_vec()];
         Ok(config)
     }
+
+    /// The same, also asking clients for a certificate issued by `client_ca` (DER): a client may present one
+    /// (checked against that CA) or none, as kube-apiserver's `--client-ca-file` does.
+    pub fn server_config_with_client_certificates(
+        &self,
+        client_ca: &[u8],
+    ) -> Result<rustls::ServerConfig, TlsError> {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(CertificateDer::from(client_ca.to_vec()))?;
+        let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+            Arc::new(roots),
+            provider.clone(),
+        )
+        .allow_unauthenticated()
+        .build()?;
+        let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(self.key_der.clone()));
+        let mut config = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()?
+            .with_client_cert_verifier(verifier)
+            .with_single_cert(vec![self.cert_der.clone()], key)?;
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        Ok(config)
+    }
+}
+
+/// The user a verified client certificate names, as kube-apiserver reads it: the subject's common name is the
+/// user, each organization a group. `None` when the certificate cannot be parsed or has no common name.
+pub fn certificate_subject(der: &[u8]) -> Option<(String, Vec<String>)> {
+    let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
+    let subject = cert.subject();
+    let name = subject.iter_common_name().next()?.as_str().ok()?.to_owned();
+    let groups = subject
+        .iter_organization()
+        .filter_map(|o| o.as_str().ok().map(str::to_owned))
+        .collect();
+    Some((name, groups))
 }
 
 pub struct CertificateAuthority {
@@ -65,6 +105,29 @@ impl CertificateAuthority {
     /// The CA certificate (PEM), e.g. for a `caBundle` (base64 of this) or a kubeconfig.
     pub fn ca_pem(&self) -> String {
         self.issuer.pem()
+    }
+
+    /// A client certificate for `user` in `group` (subject common name and organization), for TLS client
+    /// authentication.
+    pub fn issue_client(&self, user: &str, group: &str) -> Result<Issued, TlsError> {
+        let key = KeyPair::generate()?;
+        let mut params = CertificateParams::new(Vec::<String>::new())?;
+        params.distinguished_name.push(DnType::CommonName, user);
+        params
+            .distinguished_name
+            .push(DnType::OrganizationName, group);
+        params.key_usages = vec![
+            KeyUsagePurpose::DigitalSignature,
+            KeyUsagePurpose::KeyEncipherment,
+        ];
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        let cert = params.signed_by(&key, &self.issuer)?;
+        Ok(Issued {
+            cert_pem: cert.pem(),
+            key_pem: key.serialize_pem(),
+            cert_der: cert.der().clone(),
+            key_der: key.serialize_der(),
+        })
     }
 
     /// A serving certificate for DNS names and IP addresses (IPs become IP SANs).

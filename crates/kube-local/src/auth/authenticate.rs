@@ -1,7 +1,9 @@
 //! Authentication of the server's own callers (opt-in, see
-//! [`crate::EnvironmentBuilder::authenticate`]): a bearer token is either the
-//! admin token written into the kubeconfig or a ServiceAccount token this
-//! server issued. Client certificates are not accepted.
+//! [`crate::EnvironmentBuilder::authenticate`]), in kube-apiserver's order: a
+//! client certificate issued by the server's CA (the kubeconfig's admin user,
+//! common name the user and organizations the groups), else a bearer token —
+//! the admin token the environment's own client uses, or a ServiceAccount
+//! token this server issued.
 
 use http::HeaderMap;
 
@@ -24,6 +26,20 @@ pub fn is_public(path: &str) -> bool {
     ["/healthz", "/livez", "/readyz", "/version"]
         .iter()
         .any(|p| path == *p || path.strip_prefix(p).is_some_and(|r| r.starts_with('/')))
+}
+
+/// The identity of the verified client certificate a TLS connection presented, attached to each of its
+/// requests.
+#[derive(Debug, Clone)]
+pub struct ClientCertificate(pub UserInfo);
+
+impl ClientCertificate {
+    /// The user of a certificate the TLS handshake verified (see [`crate::tls::certificate_subject`]).
+    pub fn from_der(der: &[u8]) -> Option<Self> {
+        let (name, mut groups) = crate::tls::certificate_subject(der)?;
+        groups.push(AUTHENTICATED_GROUP.into());
+        Some(ClientCertificate(UserInfo { name, groups }))
+    }
 }
 
 /// Checks callers' credentials and keeps the authorizer's decisions.
@@ -63,8 +79,17 @@ impl Authenticator {
         }
     }
 
-    /// Who sent a request with these headers; `None` when it has no valid credentials.
-    pub fn authenticate(&self, core: &Core, headers: &HeaderMap) -> Option<UserInfo> {
+    /// Who sent a request with these headers over a connection that presented `certificate`; `None` when it
+    /// has no valid credentials.
+    pub fn authenticate(
+        &self,
+        core: &Core,
+        headers: &HeaderMap,
+        certificate: Option<&ClientCertificate>,
+    ) -> Option<UserInfo> {
+        if let Some(ClientCertificate(user)) = certificate {
+            return Some(user.clone());
+        }
         let value = headers.get(http::header::AUTHORIZATION)?.to_str().ok()?;
         let (scheme, token) = value.trim().split_once(' ')?;
         if !scheme.eq_ignore_ascii_case("bearer") {

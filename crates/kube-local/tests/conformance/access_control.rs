@@ -554,3 +554,85 @@ async fn a_server_side_apply_that_creates_needs_create_as_well_as_patch() {
     let (status, body) = apply("new").await;
     assert_eq!(status, 201, "{body}");
 }
+
+#[tokio::test]
+async fn the_admin_kubeconfig_authenticates_with_a_client_certificate_in_system_masters() {
+    let env = secured().await;
+    let kubeconfig = std::fs::read_to_string(env.kubeconfig_path()).unwrap();
+    assert!(
+        kubeconfig.contains("client-certificate-data"),
+        "{kubeconfig}"
+    );
+    assert!(kubeconfig.contains("client-key-data"), "{kubeconfig}");
+    assert!(!kubeconfig.contains("token"), "{kubeconfig}");
+
+    // kubectl presents the certificate: user from its common name, groups
+    // from its organization.
+    let out = kubectl(
+        &env,
+        &["auth", "whoami", "-o", "jsonpath={.status.userInfo}"],
+    )
+    .await;
+    let who: Value = serde_json::from_str(stdout(&out).trim()).unwrap();
+    assert_eq!(who["username"], "kube-local-admin", "{}", stderr(&out));
+    assert_eq!(
+        who["groups"],
+        json!(["system:masters", "system:authenticated"])
+    );
+
+    // So does a kube-rs client configured from the kubeconfig file.
+    let options = kube::config::KubeConfigOptions::default();
+    let config = kube::Config::from_custom_kubeconfig(
+        kube::config::Kubeconfig::read_from(env.kubeconfig_path()).unwrap(),
+        &options,
+    )
+    .await
+    .unwrap();
+    let client = kube::Client::try_from(config).unwrap();
+    Api::<Node>::all(client)
+        .list(&ListParams::default())
+        .await
+        .unwrap();
+
+    // A certificate from another authority is not accepted.
+    let stranger = kube_local::tls::CertificateAuthority::new("someone-else")
+        .unwrap()
+        .issue_client("kube-local-admin", "system:masters")
+        .unwrap();
+    let forged = kubeconfig
+        .lines()
+        .map(|line| {
+            if line.contains("client-certificate-data") {
+                use base64::Engine as _;
+                let engine = base64::engine::general_purpose::STANDARD;
+                format!(
+                    "  user: {{client-certificate-data: {}, client-key-data: {}}}",
+                    engine.encode(&stranger.cert_pem),
+                    engine.encode(&stranger.key_pem)
+                )
+            } else {
+                line.to_owned()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    let forged_path = env.kubeconfig_path().with_file_name("forged-kubeconfig");
+    std::fs::write(&forged_path, forged).unwrap();
+    // Off the test's runtime thread, which also serves the API.
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(&forged_path)
+            .args(["get", "nodes", "--request-timeout=10s"])
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert!(!out.status.success(), "a forged certificate was accepted");
+    assert!(
+        stderr(&out).contains("certificate") || stderr(&out).contains("tls"),
+        "{}",
+        stderr(&out)
+    );
+}
