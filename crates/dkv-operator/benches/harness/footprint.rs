@@ -4,8 +4,9 @@
 //!
 //! Measured: RSS idle and with 100 / 1,000 `DistributedKV`s converged; API
 //! writes in the 60 s after convergence; reconciles caused by one spec
-//! edit; and the no-op reconcile throughput and p99 when a restarted
-//! operator re-examines every converged cluster.
+//! edit; the no-op reconcile throughput and p99 when a restarted operator
+//! re-examines every converged cluster; and how long two replicas take to
+//! hand leadership over when the leader is killed.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -61,6 +62,8 @@ pub async fn run(settings: Settings<'_>) -> anyhow::Result<(Vec<Metric>, Vec<(St
         15.0,
         "≤ 15 MiB",
     ));
+
+    metrics.push(leader_handover(&env, &settings).await?);
 
     let dkvs: Api<DistributedKV> = Api::namespaced(client.clone(), NS);
     let mut created = 0usize;
@@ -337,4 +340,97 @@ fn without_colours(line: &str) -> String {
         }
     }
     out
+}
+
+/// Lease duration of the operator's leader election (`leader.rs`).
+const LEASE_SECONDS: f64 = 15.0;
+const HANDOVER_TRIALS: usize = 3;
+
+/// Two replicas with leader election; the leader is killed (SIGKILL: it
+/// cannot release the lease) and the time until the other holds the lease
+/// is measured, `HANDOVER_TRIALS` times (the killed replica is started again
+/// as the next standby). The figure is the slowest trial.
+async fn leader_handover(
+    env: &kube_local::Environment,
+    settings: &Settings<'_>,
+) -> anyhow::Result<Metric> {
+    use k8s_openapi::api::coordination::v1::Lease;
+    eprintln!("bench: footprint: leader handover");
+    let client = env.client();
+    support::create_namespace(&client, "dkv-system").await;
+    let leases: Api<Lease> = Api::namespaced(client, "dkv-system");
+    let holder = async || -> Option<String> {
+        leases
+            .get_opt("dkv-operator-leader")
+            .await
+            .ok()??
+            .spec?
+            .holder_identity
+            .filter(|h| !h.is_empty())
+    };
+    let log = settings.work.join("operator-replicas.log");
+    let kubeconfig = env.kubeconfig_path();
+    let mut replicas = std::collections::BTreeMap::new();
+    for identity in ["replica-a", "replica-b"] {
+        replicas.insert(
+            identity.to_owned(),
+            OperatorProcess::start_replica(settings.dkv, kubeconfig, &log, identity).await?,
+        );
+    }
+    let mut trials = Vec::new();
+    for _ in 0..HANDOVER_TRIALS {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let leader = loop {
+            if let Some(h) = holder().await {
+                break h;
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "no replica took the lease within 60 s (log: {})",
+                    log.display()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        // Let the leader renew once, as a leader that has been running does.
+        tokio::time::sleep(Duration::from_secs(6)).await;
+        let killed = replicas
+            .remove(&leader)
+            .with_context(|| format!("the lease names {leader}, which the bench did not start"))?;
+        let started = Instant::now();
+        killed.kill().await?;
+        loop {
+            match holder().await {
+                Some(h) if h != leader => break,
+                _ if started.elapsed() > Duration::from_secs(120) => {
+                    bail!("the lease stayed with the killed {leader} for 120 s")
+                }
+                _ => tokio::time::sleep(Duration::from_millis(100)).await,
+            }
+        }
+        trials.push(started.elapsed().as_secs_f64());
+        replicas.insert(
+            leader.clone(),
+            OperatorProcess::start_replica(settings.dkv, kubeconfig, &log, &leader).await?,
+        );
+    }
+    for (_, replica) in replicas {
+        replica.kill().await?;
+    }
+    let slowest = trials.iter().copied().fold(0.0, f64::max);
+    let shown: Vec<String> = trials.iter().map(|t| format!("{t:.1} s")).collect();
+    Ok(Metric::measured(
+        "leaderHandoverSeconds",
+        "leader replica killed → the other replica holds the lease (slowest of 3)",
+        slowest,
+        "s",
+        Some(Baseline {
+            what: format!("the lease duration ({LEASE_SECONDS} s)"),
+            value: LEASE_SECONDS,
+        }),
+        slowest / LEASE_SECONDS,
+        Goal::at_most((LEASE_SECONDS + 5.0) / LEASE_SECONDS),
+        "≤ lease duration + 5 s",
+    )
+    .with_note(format!("trials: {}", shown.join(", "))))
 }

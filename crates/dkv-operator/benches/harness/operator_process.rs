@@ -21,6 +21,39 @@ impl OperatorProcess {
     /// leader election or webhooks, logging to `log` (appended), and waits
     /// until its metrics endpoint answers.
     pub async fn start(dkv: &Path, kubeconfig: &Path, log: &Path) -> anyhow::Result<Self> {
+        Self::spawn(
+            dkv,
+            kubeconfig,
+            log,
+            &["--leader-election=false", "--identity=bench-operator"],
+        )
+        .await
+    }
+
+    /// Starts a replica that takes part in leader election (the Lease
+    /// `dkv-operator-leader` in `dkv-system`) as `identity`, as each replica
+    /// of the Deployment in deploy/ does.
+    pub async fn start_replica(
+        dkv: &Path,
+        kubeconfig: &Path,
+        log: &Path,
+        identity: &str,
+    ) -> anyhow::Result<Self> {
+        Self::spawn(
+            dkv,
+            kubeconfig,
+            log,
+            &["--leader-election=true", &format!("--identity={identity}")],
+        )
+        .await
+    }
+
+    async fn spawn(
+        dkv: &Path,
+        kubeconfig: &Path,
+        log: &Path,
+        election: &[&str],
+    ) -> anyhow::Result<Self> {
         let port = free_port().context("finding a free port for the operator's metrics")?;
         let metrics_addr = format!("127.0.0.1:{port}");
         let log_file = std::fs::OpenOptions::new()
@@ -35,11 +68,10 @@ impl OperatorProcess {
             .args([
                 "operator",
                 &format!("--metrics-addr={metrics_addr}"),
-                "--leader-election=false",
                 "--webhooks=false",
                 "--operator-image=ghcr.io/dkv-io/dkv:test",
-                "--identity=bench-operator",
             ])
+            .args(election)
             .env("KUBECONFIG", kubeconfig)
             .env("RUST_LOG", "info")
             .env("NO_COLOR", "1")
