@@ -207,6 +207,23 @@ async fn a_cluster_gets_its_children_status_and_drift_repair() {
         (s.spec.replicas == Some(3)).then_some(())
     })
     .await;
+    // An edit inside the pod template (which the operator's cache does not
+    // keep) is put back too.
+    let image = |s: &k8s_openapi::api::apps::v1::StatefulSet| {
+        s.spec.template.spec.as_ref()?.containers.first()?.image.clone()
+    };
+    let wanted = image(&sts.get("orders").await.unwrap());
+    h.kubectl_ok(&[
+        "set",
+        "image",
+        "statefulset/orders",
+        "etcd=registry.k8s.io/etcd:3.5.30-0",
+    ]);
+    eventually("pod template restored", || async {
+        let s = sts.get("orders").await.ok()?;
+        (image(&s) == wanted).then_some(())
+    })
+    .await;
 
     // Resizing goes through etcd membership, one step at a time; while no
     // member answers (no pods run here) nothing is resized behind its back.

@@ -41,6 +41,7 @@ pub async fn apply(
     namespace: &str,
     prepared: Prepared,
     observed: &Observed,
+    verified: &VerifiedTemplates,
 ) -> Result<Applied> {
     let mut writes = 0;
     // The record first: a pod the StatefulSet starts reads it.
@@ -52,11 +53,12 @@ pub async fn apply(
         &mut writes,
     )
     .await?;
-    let statefulset = apply_one(
+    let statefulset = apply_statefulset(
         client,
         namespace,
         &prepared.statefulset,
         observed.statefulset.as_deref(),
+        verified,
         &mut writes,
     )
     .await?;
@@ -98,6 +100,100 @@ pub async fn apply(
         statefulset,
         writes,
     })
+}
+
+/// StatefulSets whose whole object (pod template included) was last seen to
+/// hold what the operator applies: uid → (generation, applied hash).
+///
+/// The StatefulSet cache drops the pod template's spec
+/// ([`super::watches::trim_statefulset`]), so the cached object alone cannot
+/// show that the template is still as applied. A template edit moves the
+/// StatefulSet's `metadata.generation`; so once the full object was checked
+/// at a generation, the same generation with the same applied hash needs no
+/// new check. After a restart the map is empty and each StatefulSet is read
+/// once (a GET, not a write).
+#[derive(Debug, Default)]
+pub struct VerifiedTemplates(std::sync::Mutex<std::collections::HashMap<String, (i64, String)>>);
+
+impl VerifiedTemplates {
+    fn holds(&self, live: &StatefulSet, hash: &str) -> bool {
+        let (Some(uid), Some(generation)) = (live.uid(), live.metadata.generation) else {
+            return false;
+        };
+        self.0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .get(&uid)
+            .is_some_and(|(g, h)| *g == generation && h == hash)
+    }
+
+    fn record(&self, full: &StatefulSet, hash: &str) {
+        if let (Some(uid), Some(generation)) = (full.uid(), full.metadata.generation) {
+            self.0
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .insert(uid, (generation, hash.to_owned()));
+        }
+    }
+}
+
+/// [`apply_one`] for the StatefulSet, whose cached copy has no pod template
+/// spec (see [`VerifiedTemplates`]).
+async fn apply_statefulset(
+    client: &Client,
+    namespace: &str,
+    desired: &StatefulSet,
+    live: Option<&StatefulSet>,
+    verified: &VerifiedTemplates,
+    writes: &mut u32,
+) -> Result<StatefulSet> {
+    let applied = as_applied(desired);
+    let hash = applied_hash(&applied).unwrap_or_default();
+    let Some(live) = live else {
+        let created = apply_one(client, namespace, desired, None, writes).await?;
+        verified.record(&created, &hash);
+        return Ok(created);
+    };
+    if live.spec.template.spec.is_some() {
+        // A whole object (not from the cache): compared as any child.
+        return apply_one(client, namespace, desired, Some(live), writes).await;
+    }
+    let mut outside_template = applied.clone();
+    outside_template.spec.template.spec = None;
+    if needs_no_write(&outside_template, live) {
+        if verified.holds(live, &hash) {
+            debug!(statefulset = %live.name_any(), "child up to date");
+            return Ok(live.clone());
+        }
+        let name = live.name_any();
+        let full = Api::<StatefulSet>::namespaced(client.clone(), namespace)
+            .get_opt(&name)
+            .await
+            .map_err(|source| Error::Read {
+                kind: "StatefulSet",
+                name: name.clone(),
+                source,
+            })?;
+        if let Some(full) = full
+            && needs_no_write(&applied, &full)
+        {
+            verified.record(&full, &hash);
+            debug!(statefulset = %name, "child up to date (pod template read)");
+            return Ok(full);
+        }
+    }
+    let written = apply_one(client, namespace, desired, None, writes).await?;
+    verified.record(&written, &hash);
+    Ok(written)
+}
+
+fn applied_hash(applied: &StatefulSet) -> Option<String> {
+    applied
+        .metadata
+        .annotations
+        .as_ref()?
+        .get(APPLIED_HASH_ANNOTATION)
+        .cloned()
 }
 
 /// Server-side applies `desired` unless `live` already matches it.

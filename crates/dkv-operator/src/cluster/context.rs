@@ -27,6 +27,9 @@ pub struct Context {
     pub etcd: Arc<dyn EtcdConnector>,
     /// Validity of the TLS certificates issued for clusters.
     pub certificate_lifetime: CertificateLifetime,
+    /// StatefulSets whose pod template was checked (see
+    /// [`super::apply::VerifiedTemplates`]).
+    pub verified_templates: super::apply::VerifiedTemplates,
     /// Consecutive transient failures per cluster, for exponential backoff;
     /// cleared by a successful reconcile.
     failures: Mutex<HashMap<ObjectRef<DistributedKV>, u32>>,
@@ -48,6 +51,7 @@ impl Context {
             metrics,
             etcd: Arc::new(GrpcConnector::default()),
             certificate_lifetime: CertificateLifetime::default(),
+            verified_templates: super::apply::VerifiedTemplates::default(),
             failures: Mutex::default(),
         }
     }

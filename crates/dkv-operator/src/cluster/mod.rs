@@ -64,7 +64,7 @@ use self::context::Context;
 use self::error::{Error, Result};
 use self::outcome::Outcome;
 pub use self::outcome::retry_delay;
-use self::watches::{Stores, child_stream, spec_relevance, statefulset_relevance};
+use self::watches::{Stores, child_stream, spec_relevance};
 
 /// Finalizer that guards deletion (final backup, volume reclaim).
 pub const FINALIZER: &str = "dkv.io/finalizer";
@@ -274,7 +274,14 @@ async fn reconcile_cluster(
 
     // 5. Build (pure), then apply the children.
     let prepared = build::build(cluster, plan);
-    let applied = apply::apply(&ctx.client, &namespace, prepared, &observed).await?;
+    let applied = apply::apply(
+        &ctx.client,
+        &namespace,
+        prepared,
+        &observed,
+        &ctx.verified_templates,
+    )
+    .await?;
     seen.statefulset = Some(Arc::new(applied.statefulset));
 
     // 6. Execute the plan's one step against etcd.
@@ -600,10 +607,9 @@ pub async fn run(
         "starting DistributedKV controller"
     );
     Controller::for_stream(dkv_stream, dkv_reader)
-        .owns_stream(child_stream(
+        .owns_stream(watches::statefulset_stream(
             api_for::<StatefulSet>(&client, ns),
             sts_writer,
-            statefulset_relevance,
         ))
         .owns_stream(child_stream(
             api_for::<Service>(&client, ns),
@@ -659,6 +665,7 @@ pub async fn run(
                 watcher::Config::default(),
                 backup_writer,
                 watches::backup_relevance,
+                watches::trim,
             ),
             |backup: DistributedKVBackup| {
                 backup

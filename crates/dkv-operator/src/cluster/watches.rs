@@ -36,8 +36,7 @@ pub fn child_stream<K>(
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
 {
-    let config = watcher::Config::default().labels(&dkv_api::labels::managed_selector());
-    relevant_stream(api, config, writer, relevance)
+    trimmed_child_stream(api, writer, relevance, trim::<K>)
 }
 
 /// [`child_stream`] for member pods, cached as [`trim_pod`] leaves them.
@@ -45,13 +44,30 @@ pub fn pod_stream(
     api: Api<Pod>,
     writer: Writer<Pod>,
 ) -> impl Stream<Item = Result<Pod, watcher::Error>> + Send + 'static {
+    trimmed_child_stream(api, writer, pod_relevance, trim_pod)
+}
+
+/// [`child_stream`] for StatefulSets, cached as [`trim_statefulset`] leaves
+/// them.
+pub fn statefulset_stream(
+    api: Api<StatefulSet>,
+    writer: Writer<StatefulSet>,
+) -> impl Stream<Item = Result<StatefulSet, watcher::Error>> + Send + 'static {
+    trimmed_child_stream(api, writer, statefulset_relevance, trim_statefulset)
+}
+
+/// [`child_stream`] with the objects cached as `trimmer` leaves them.
+fn trimmed_child_stream<K>(
+    api: Api<K>,
+    writer: Writer<K>,
+    relevance: Relevance<K>,
+    trimmer: fn(&mut K),
+) -> impl Stream<Item = Result<K, watcher::Error>> + Send + 'static
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+{
     let config = watcher::Config::default().labels(&dkv_api::labels::managed_selector());
-    let mut seen: HashMap<ObjectRef<Pod>, u64> = HashMap::new();
-    watcher(api, config)
-        .default_backoff()
-        .modify(trim_pod)
-        .reflect(writer)
-        .filter_map(move |event| future::ready(relevant(&mut seen, event, pod_relevance)))
+    relevant_stream(api, config, writer, relevance, trimmer)
 }
 
 /// The same for every object `config` selects.
@@ -60,6 +76,7 @@ pub fn relevant_stream<K>(
     config: watcher::Config,
     writer: Writer<K>,
     relevance: Relevance<K>,
+    trimmer: fn(&mut K),
 ) -> impl Stream<Item = Result<K, watcher::Error>> + Send + 'static
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
@@ -67,7 +84,7 @@ where
     let mut seen: HashMap<ObjectRef<K>, u64> = HashMap::new();
     watcher(api, config)
         .default_backoff()
-        .modify(trim)
+        .modify(trimmer)
         .reflect(writer)
         .filter_map(move |event| future::ready(relevant(&mut seen, event, relevance)))
 }
@@ -105,6 +122,17 @@ pub fn trim<K: Resource>(obj: &mut K) {
     if let Some(annotations) = obj.meta_mut().annotations.as_mut() {
         annotations.remove("kubectl.kubernetes.io/last-applied-configuration");
     }
+}
+
+/// StatefulSets are read for their metadata (annotations: bootstrap size,
+/// restore source), replicas, claim templates and status; the pod template
+/// is only ever written (server-side apply of the desired one), never read
+/// back. Its spec is dropped from the cache: in bench/heap-profile.sh at
+/// 1000 clusters the StatefulSets' pod specs were the largest part of the
+/// heap after object metadata.
+pub fn trim_statefulset(sts: &mut StatefulSet) {
+    trim(sts);
+    sts.spec.template.spec = None;
 }
 
 /// Member pods are read only through [`super::observe_members::member_pods`]
