@@ -10,6 +10,8 @@
 //!   verified against its recorded sha256 before it is put in place.
 //! - [`restore_member`]: one member's data directory from a snapshot, with
 //!   the restore tool of its etcd version.
+//! - [`continuous`]: segments of a continuous backup and the chains they
+//!   form: the recoverable window and the plan of a point-in-time restore.
 //! - [`select_for_pruning`]: which backups retention removes (pure);
 //!   [`delete_artifact`] removes one.
 //!
@@ -39,6 +41,7 @@
 
 mod artifact;
 mod backup;
+pub mod continuous;
 pub mod credentials;
 mod error;
 mod fetch;

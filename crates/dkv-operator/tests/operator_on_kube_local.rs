@@ -210,7 +210,14 @@ async fn a_cluster_gets_its_children_status_and_drift_repair() {
     // An edit inside the pod template (which the operator's cache does not
     // keep) is put back too.
     let image = |s: &k8s_openapi::api::apps::v1::StatefulSet| {
-        s.spec.template.spec.as_ref()?.containers.first()?.image.clone()
+        s.spec
+            .template
+            .spec
+            .as_ref()?
+            .containers
+            .first()?
+            .image
+            .clone()
     };
     let wanted = image(&sts.get("orders").await.unwrap());
     h.kubectl_ok(&[

@@ -1,0 +1,19 @@
+//! Continuous backup: between full snapshots, every change of the cluster as
+//! a chain of compressed segments, so that a restore can go to any revision
+//! or time the chain covers (point-in-time restore).
+//!
+//! - [`segment`]: the stored form of a run of events (format, encoding,
+//!   checks) and its object name.
+//! - [`chain`]: from the listing of a destination, the chains, the
+//!   recoverable window and the plan of a restore to a point (pure).
+//!
+//! Layout under a cluster's backup prefix:
+//!
+//! ```text
+//! <prefix>/<namespace>/<cluster>/continuous/<chain>/<after>-<last>.jsonl.gz
+//! ```
+//!
+//! where `<chain>` names the full snapshot the chain continues.
+
+pub mod chain;
+pub mod segment;
