@@ -6,6 +6,8 @@
 //!   checks) and its object name.
 //! - [`chain`]: from the listing of a destination, the chains, the
 //!   recoverable window and the plan of a restore to a point (pure).
+//! - [`cutter`]: watched events cut into a chain's segments by interval or
+//!   size (pure: the agent feeds it and stores what it seals).
 //!
 //! Layout under a cluster's backup prefix:
 //!
@@ -16,4 +18,5 @@
 //! where `<chain>` names the full snapshot the chain continues.
 
 pub mod chain;
+pub mod cutter;
 pub mod segment;
