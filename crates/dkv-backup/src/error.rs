@@ -68,6 +68,10 @@ pub enum Error {
         actual: String,
     },
 
+    /// A continuous backup segment that cannot be read as one.
+    #[error("continuous backup segment {uri} is unreadable: {reason}")]
+    InvalidSegment { uri: String, reason: String },
+
     /// No expected checksum was given and the artifact has no sidecar to
     /// read it from.
     #[error(
@@ -134,6 +138,7 @@ impl Error {
             }
             Error::CorruptSnapshot { .. }
             | Error::ChecksumMismatch { .. }
+            | Error::InvalidSegment { .. }
             | Error::BadSidecar { .. }
             | Error::RestoreTool { .. } => Category::Integrity,
         }

@@ -299,6 +299,16 @@ impl Store {
             .map_err(|e| self.error("multipart upload start", path, &e))
     }
 
+    /// Every object under `prefix` (at any depth), in no particular order.
+    pub async fn list(&self, prefix: &Path) -> Result<Vec<Path>> {
+        self.inner
+            .list(Some(prefix))
+            .map_ok(|meta| meta.location)
+            .try_collect()
+            .await
+            .map_err(|e| self.error("list", prefix, &e))
+    }
+
     /// Deletes an object; an object that is already gone is not an error
     /// (deletion is retried by callers after partial failures).
     pub async fn delete(&self, path: &Path) -> Result<()> {

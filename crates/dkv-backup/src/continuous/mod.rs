@@ -6,6 +6,8 @@
 //!   checks) and its object name.
 //! - [`chain`]: from the listing of a destination, the chains, the
 //!   recoverable window and the plan of a restore to a point (pure).
+//! - [`archive`]: segments stored in, and chains read back from, object
+//!   storage.
 //! - [`cutter`]: watched events cut into a chain's segments by interval or
 //!   size (pure: the agent feeds it and stores what it seals).
 //!
@@ -17,6 +19,7 @@
 //!
 //! where `<chain>` names the full snapshot the chain continues.
 
+pub mod archive;
 pub mod chain;
 pub mod cutter;
 pub mod segment;
