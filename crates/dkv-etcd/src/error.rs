@@ -39,6 +39,13 @@ pub enum Error {
     #[error("member {member} not found")]
     MemberNotFound { member: String },
 
+    /// A watch asked for revisions etcd has compacted away: what happened
+    /// before `compact_revision` can no longer be watched.
+    #[error(
+        "etcd compacted its history up to revision {compact_revision}: changes before it can no longer be watched"
+    )]
+    Compacted { compact_revision: i64 },
+
     /// Any other refusal by etcd.
     #[error("etcd refused {operation}: {message}")]
     Refused {

@@ -149,6 +149,12 @@ impl GrpcAdmin {
         Ok(client)
     }
 
+    /// The balanced connection to every endpoint, for calls that are not
+    /// administration (watching, writing keys).
+    pub(crate) async fn client_for(&self, operation: &'static str) -> Result<Client> {
+        self.client(operation, ALL).await
+    }
+
     /// Forgets the connections to `endpoint` after a failure, so the next
     /// call reconnects.
     async fn forget(&self, endpoint: &str) {

@@ -5,17 +5,21 @@
 //! transfer, alarms, defragmentation and snapshots. [`GrpcAdmin`] speaks etcd's
 //! v3 gRPC API with a timeout on every call; [`FakeEtcd`] is an in-memory
 //! cluster that refuses what real etcd refuses, for unit tests of the
-//! operator's decisions.
+//! operator's decisions. [`GrpcAdmin::watch_changes`] and
+//! [`GrpcAdmin::replay`] read and write the data itself, for continuous
+//! backup and point-in-time restore.
 
 #![forbid(unsafe_code)]
 
 mod admin;
+mod changes;
 mod error;
 pub mod fake;
 mod grpc;
 mod model;
 
 pub use admin::{EtcdAdmin, SnapshotStream};
+pub use changes::{Change, ChangeKind, ChangeWatch, WatchedChanges};
 pub use error::{Error, Result};
 pub use fake::FakeEtcd;
 pub use grpc::{ClientTls, GrpcAdmin, UserCredentials};

@@ -10,11 +10,13 @@
 //!   storage.
 //! - [`cutter`]: watched events cut into a chain's segments by interval or
 //!   size (pure: the agent feeds it and stores what it seals).
+//! - [`recorder`]: the agent's loop: watch, cut, store.
+//! - [`replay`]: a plan's segments written into a restored cluster.
 //!
 //! Layout under a cluster's backup prefix:
 //!
 //! ```text
-//! <prefix>/<namespace>/<cluster>/continuous/<chain>/<after>-<last>.jsonl.gz
+//! <prefix>/<namespace>/<cluster>/continuous/<chain>/<sequence>-<after>-<last>.jsonl.gz
 //! ```
 //!
 //! where `<chain>` names the full snapshot the chain continues.
@@ -22,4 +24,6 @@
 pub mod archive;
 pub mod chain;
 pub mod cutter;
+pub mod recorder;
+pub mod replay;
 pub mod segment;

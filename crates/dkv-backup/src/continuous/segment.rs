@@ -192,12 +192,14 @@ pub fn hex_sha256(bytes: &[u8]) -> String {
         .collect()
 }
 
-/// The name of a segment's object inside its chain's directory: the
-/// revisions it covers, zero-padded so that names sort in chain order.
+/// The name of a segment's object inside its chain's directory: its
+/// sequence and the revisions it covers, zero-padded so that names sort in
+/// chain order (segments without events share their revisions, never their
+/// sequence).
 pub fn object_name(header: &SegmentHeader) -> String {
     format!(
-        "{:020}-{:020}.jsonl.gz",
-        header.after_revision, header.last_revision
+        "{:010}-{:020}-{:020}.jsonl.gz",
+        header.sequence, header.after_revision, header.last_revision
     )
 }
 
@@ -298,14 +300,22 @@ mod tests {
     }
 
     #[test]
-    fn object_names_sort_in_chain_order() {
+    fn object_names_sort_in_chain_order_and_never_collide() {
+        let numbered = |sequence, after, last| {
+            let mut h = header(after, last);
+            h.sequence = sequence;
+            object_name(&h)
+        };
         let mut names = [
-            object_name(&header(999, 1500)),
-            object_name(&header(100, 999)),
-            object_name(&header(1500, 10_000)),
+            numbered(3, 999, 999),
+            numbered(2, 999, 999),
+            numbered(10, 999, 1500),
+            numbered(1, 100, 999),
         ];
         names.sort();
-        assert!(names[0].starts_with("00000000000000000100-"));
-        assert!(names[2].starts_with("00000000000000001500-"));
+        assert!(names[0].starts_with("0000000001-00000000000000000100-"));
+        assert!(names[1].starts_with("0000000002-"));
+        assert!(names[3].starts_with("0000000010-"));
+        assert_ne!(names[1], names[2]);
     }
 }

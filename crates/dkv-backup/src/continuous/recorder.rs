@@ -1,0 +1,138 @@
+//! The recording loop of a continuous backup agent: watch the cluster from
+//! where the chain stands, cut segments, store them.
+//!
+//! A segment that fails to upload is kept and retried at the next tick (the
+//! chain cannot move past it); the watch keeps feeding the open segment
+//! meanwhile. Losing the watch, or a compacted start revision, ends the
+//! loop with the error: the caller restarts it ([`Cutter::resume`]) or,
+//! for [`dkv_etcd::Error::Compacted`], starts a new chain from a new full
+//! snapshot.
+
+use std::future::Future;
+use std::time::Duration;
+
+use dkv_etcd::{Change, ChangeKind, GrpcAdmin};
+use jiff::Timestamp;
+use tracing::{info, warn};
+
+use super::archive::store_segment;
+use super::chain::StoredSegment;
+use super::cutter::Cutter;
+use super::segment::{Event, EventKind};
+use crate::error::{Error, Result};
+use crate::location::Location;
+use crate::store::Store;
+
+/// How often the loop looks at the clock when no event arrives.
+const TICK: Duration = Duration::from_millis(500);
+
+/// Records until `stop` completes, then seals and stores what is pending.
+/// Calls `on_stored` with each segment once it is durable (the agent
+/// reports the chain's progress from it).
+pub async fn record(
+    etcd: &GrpcAdmin,
+    store: &Store,
+    chain_dir: &Location,
+    cutter: &mut Cutter,
+    stop: impl Future<Output = ()>,
+    mut on_stored: impl FnMut(&StoredSegment),
+) -> Result<()> {
+    let from = cutter.resume_revision();
+    let mut watch = etcd
+        .watch_changes(from)
+        .await
+        .map_err(|cause| Error::Etcd {
+            operation: "watch for continuous backup",
+            cause,
+        })?;
+    info!(chain = cutter.chain(), from, "recording changes");
+    let mut tick = tokio::time::interval(TICK);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tokio::pin!(stop);
+    loop {
+        tokio::select! {
+            () = &mut stop => break,
+            watched = watch.next() => {
+                let watched = watched.map_err(|cause| Error::Etcd {
+                    operation: "watch for continuous backup",
+                    cause,
+                })?;
+                let Some(watched) = watched else {
+                    return Err(Error::Etcd {
+                        operation: "watch for continuous backup",
+                        cause: dkv_etcd::Error::Unavailable {
+                            operation: "watch",
+                            message: "the server closed the watch".to_owned(),
+                        },
+                    });
+                };
+                let received_ms = Timestamp::now().as_millisecond();
+                for change in watched.changes {
+                    cutter
+                        .push(event_of(change, received_ms))
+                        .map_err(|e| Error::InvalidArgument(e.to_string()))?;
+                }
+            }
+            _ = tick.tick() => {}
+        }
+        if cutter.due(Timestamp::now())
+            && let Err(e) = seal_and_store(store, chain_dir, cutter, &mut on_stored).await
+        {
+            warn!(chain = cutter.chain(), error = %e, "storing a segment failed; retrying");
+        }
+    }
+    // Stopping: what is pending is sealed; a few tries to store it.
+    let mut last = Ok(());
+    for attempt in 0..3 {
+        last = seal_and_store(store, chain_dir, cutter, &mut on_stored).await;
+        if last.is_ok() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200 << attempt)).await;
+    }
+    last
+}
+
+async fn seal_and_store(
+    store: &Store,
+    chain_dir: &Location,
+    cutter: &mut Cutter,
+    on_stored: &mut impl FnMut(&StoredSegment),
+) -> Result<()> {
+    let sealed = cutter
+        .seal(Timestamp::now())
+        .map_err(|e| Error::InvalidArgument(format!("sealing a segment: {e}")))?;
+    let stored = store_segment(store, chain_dir, &sealed).await?;
+    cutter.stored();
+    on_stored(&stored);
+    Ok(())
+}
+
+/// A watched change as a segment event.
+pub fn event_of(change: Change, received_ms: i64) -> Event {
+    Event {
+        revision: change.revision,
+        kind: match change.kind {
+            ChangeKind::Put => EventKind::Put,
+            ChangeKind::Delete => EventKind::Delete,
+        },
+        key: change.key,
+        value: change.value,
+        lease: change.lease,
+        received_ms,
+    }
+}
+
+/// A segment event as a change to replay.
+pub fn change_of(event: Event) -> Change {
+    Change {
+        revision: event.revision,
+        kind: match event.kind {
+            EventKind::Put => ChangeKind::Put,
+            EventKind::Delete => ChangeKind::Delete,
+        },
+        key: event.key,
+        value: event.value,
+        lease: event.lease,
+    }
+}
