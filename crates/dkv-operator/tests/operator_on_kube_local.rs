@@ -209,7 +209,7 @@ async fn a_cluster_gets_its_children_status_and_drift_repair() {
     .await;
     // An edit inside the pod template (which the operator's cache does not
     // keep) is put back too.
-    let image = |s: &k8s_openapi::api::apps::v1::StatefulSet| {
+    let image = |s: &StatefulSet| {
         s.spec
             .template
             .spec
