@@ -1,8 +1,8 @@
 //! dkv's benchmark harness: every metric of the benchmark list (`METRICS`),
 //! each beside a baseline measured in the same run, and the reliability
-//! table; writes
-//! `bench/results.md` and `bench/results.json`. Run it through
-//! `bench/run.sh` (which installs etcd and moto and builds what it needs).
+//! table; writes `bench/results.md` and `bench/results.json`. Run it
+//! through `bench/run.sh` (which installs etcd and moto and builds what it
+//! needs).
 //!
 //! Sections, in order (each runs even when an earlier one failed; a failed
 //! section's metrics are reported "not measured" with the error):
