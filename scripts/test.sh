@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Sets up what the tests need on a fresh Debian machine, then runs every check
-# CI runs: formatting, module layering (no import cycles), lints, all tests, the deploy manifests against the
+# CI runs: formatting, module layering (no import cycles), relative links in
+# the docs, lints, all tests, the deploy manifests against the
 # official Kubernetes schemas, the demo, and a smoke test of the installed
 # release build. `.ci/run` runs exactly this.
 set -euo pipefail
@@ -13,6 +14,9 @@ cargo fmt --all -- --check
 
 echo "== import cycles between modules"
 python3 scripts/module-cycles.py
+
+echo "== relative links in docs"
+python3 scripts/check-links.py
 
 echo "== cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings

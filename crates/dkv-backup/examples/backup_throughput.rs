@@ -1,6 +1,7 @@
 //! Backup and restore throughput of the `dkv` agent against etcd's own
-//! tools, measured in the same run on the same machine (BENCHMARKS.md: a
-//! ratio next to its baseline, the absolute values for context).
+//! tools, measured in the same run on the same machine (reported as the
+//! benchmark harness reports every figure, bench/README.md: a ratio next to
+//! its baseline, the absolute values for context).
 //!
 //! ```sh
 //! cargo build --release -p dkv-operator

@@ -60,10 +60,12 @@ pub struct DistributedKVBackupSpec {
 #[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct BackupDestination {
-    /// `s3://bucket/prefix/` (and, from v1beta1 clusters, `gs://`, `az://`, `file://`).
+    /// `s3://bucket/prefix/`, `gs://bucket/prefix/`, `az://container/prefix/`
+    /// or `file:///absolute/directory/`.
     #[schemars(regex(pattern = r"^(s3|gs|az|file)://.+$"))]
     pub uri: String,
-    /// Secret with the object store's credentials (same keys as the cluster's).
+    /// Secret (same namespace) with the object store's credentials, with
+    /// the same keys as the cluster's `spec.backup.destination.credentialsSecret`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub credentials_secret: Option<String>,
 }
@@ -72,14 +74,19 @@ pub struct BackupDestination {
 #[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct DistributedKVBackupStatus {
+    /// `Pending`, `Running`, then `Completed` or `Failed`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase: Option<BackupPhase>,
+    /// When the backup started.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub start_time: Option<Time>,
+    /// When the backup completed or failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub completion_time: Option<Time>,
+    /// The snapshot this backup wrote, once it has completed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub artifact: Option<BackupArtifact>,
+    /// Why the backup failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
 }
@@ -97,7 +104,10 @@ pub enum BackupPhase {
 #[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct BackupArtifact {
+    /// Where the snapshot is; a restore names it in
+    /// `spec.bootstrap.restore.uri`.
     pub uri: String,
+    /// Size of the snapshot in bytes.
     #[serde(default)]
     pub size_bytes: i64,
     /// Hex sha256 of the snapshot bytes, verified before any restore.
@@ -106,6 +116,7 @@ pub struct BackupArtifact {
     /// etcd revision the snapshot was taken at.
     #[serde(default)]
     pub revision: i64,
+    /// The etcd version of the member the snapshot was taken from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub etcd_version: Option<String>,
 }

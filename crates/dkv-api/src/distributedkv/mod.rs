@@ -44,7 +44,7 @@ macro_rules! distributedkv_spec {
                 name = "Ready",
                 type_ = "integer",
                 json_path = ".status.readyReplicas",
-                description = "Members that are ready"
+                description = "Voting members healthy in etcd whose pods are Ready"
             ),
             printcolumn(
                 name = "Version",
@@ -77,26 +77,33 @@ macro_rules! distributedkv_spec {
         #[serde(rename_all = "camelCase")]
         pub struct DistributedKVSpec {
             /// Number of etcd members (1 to 9). Odd sizes tolerate the most failures
-            /// per member: 3 tolerate one failure, 5 tolerate two.
+            /// per member: 3 tolerate one failure, 5 tolerate two. Changes add or
+            /// remove one member at a time; a scale-down below the current quorum
+            /// in one step is refused.
             #[schemars(range(min = 1, max = 9))]
             pub size: i32,
 
             /// The etcd container image, e.g. `registry.k8s.io/etcd:3.5.16-0`.
+            /// A change is a rolling upgrade, one member at a time and the leader
+            /// last; etcd moves one minor version at a time and never down.
             #[schemars(length(min = 1))]
             pub image: String,
 
-            /// The etcd version the image runs (`MAJOR.MINOR.PATCH`). Needed only when
-            /// the image tag is not a version (a digest, `latest`, ...).
+            /// The etcd version the image runs (`MAJOR.MINOR.PATCH`). Filled in from
+            /// the image tag when not set; needed when the tag is not a version (a
+            /// digest, `latest`, ...).
             #[serde(default, skip_serializing_if = "Option::is_none")]
             #[schemars(regex(pattern = r"^3\.[0-9]+\.[0-9]+$"))]
             pub version: Option<String>,
 
-            /// Compute resources of the etcd container.
+            /// Compute resources of the etcd container. Changes restart the members
+            /// one at a time.
             #[serde(default, skip_serializing_if = "Option::is_none")]
             pub resources: Option<ResourceRequirements>,
 
             /// Persistent storage for each member. Without it members keep their data
-            /// in an emptyDir and a pod deletion loses that member's copy.
+            /// in an emptyDir and a pod deletion loses that member's copy. Cannot be
+            /// added or removed after creation.
             #[serde(default, skip_serializing_if = "Option::is_none")]
             pub storage: Option<StorageSpec>,
 
@@ -108,7 +115,8 @@ macro_rules! distributedkv_spec {
             #[serde(default, skip_serializing_if = "Option::is_none")]
             pub bootstrap: Option<BootstrapSpec>,
 
-            /// etcd tuning; every field has a safe default.
+            /// etcd tuning; every field has a safe default. Changes restart the
+            /// members one at a time.
             #[serde(default, skip_serializing_if = "Option::is_none")]
             pub etcd: Option<EtcdTuning>,
 
@@ -117,7 +125,9 @@ macro_rules! distributedkv_spec {
             pub pod: Option<PodOverrides>,
 
             /// Transport security of member-to-member (peer) and client traffic.
-            /// Without it both are plaintext. Fixed at creation.
+            /// When a new cluster leaves it out, dkv's defaulting webhook turns TLS
+            /// on for both (mode `Auto`); a cluster stored without it is plaintext.
+            /// Fixed at creation.
             #[serde(default, skip_serializing_if = "Option::is_none")]
             pub tls: Option<TlsSpec>,
 

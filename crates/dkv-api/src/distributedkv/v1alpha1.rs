@@ -2,7 +2,7 @@
 //!
 //! Validation that the schema can express lives here (ranges, patterns, enums, CEL transition
 //! rules); what it cannot express is checked by the operator's validate step
-//! and, later, by the admission webhook.
+//! and by the admission webhook.
 
 // Several `printcolumn(...)` entries repeat the same keys (`type_`,
 // `json_path`), which clippy mistakes for duplicated attributes.
@@ -25,6 +25,14 @@ distributedkv_spec!("v1alpha1", BackupSpec);
 #[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct RecoverySpec {
+    /// `Manual`: report `Degraded/QuorumLost` and wait for a human.
+    /// `ForceNewCluster`: restart the most up-to-date reachable member alone
+    /// with etcd's `--force-new-cluster`, then grow back to `size`; only
+    /// writes that just the lost members held are lost. `RestoreFromBackup`:
+    /// recreate every member from the newest completed backup
+    /// (`status.lastBackup`); writes made after it are lost, and nothing
+    /// happens without such a backup. Either way the old members' data is
+    /// moved aside on their volumes, never deleted.
     pub policy: RecoveryPolicy,
     /// How long quorum must have been lost before the operator acts. Members
     /// that come back within this time rejoin with their data instead.
@@ -68,7 +76,10 @@ pub struct StorageSpec {
     #[x_kube(validation = Rule::new("quantity(string(self)).compareTo(quantity(string(oldSelf))) >= 0").message("storage.size may grow but never shrink; set it back to at least its previous value"))]
     pub size: Quantity,
 
-    /// What happens to the volumes when the cluster is deleted.
+    /// What happens to the member volumes when the cluster is deleted:
+    /// `Retain` (the default) keeps the PersistentVolumeClaims and their
+    /// data; `Delete` deletes them once the member pods have stopped. May
+    /// change at any time; it is read at deletion.
     #[serde(default)]
     pub reclaim_policy: ReclaimPolicy,
 }
@@ -105,12 +116,16 @@ pub struct BackupSpec {
     #[schemars(range(min = 1))]
     pub retention_days: Option<i32>,
 
-    /// Secret holding `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY` and optionally
+    /// Secret (same namespace) holding `AWS_ACCESS_KEY_ID`,
+    /// `AWS_SECRET_ACCESS_KEY` and optionally `AWS_SESSION_TOKEN`,
     /// `AWS_REGION`, `AWS_ENDPOINT_URL`, `AWS_ALLOW_HTTP`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub credentials_secret: Option<String>,
 
-    /// Take one last backup before the cluster is deleted.
+    /// Take one last backup before the cluster is deleted. Deletion waits
+    /// for it; if it fails, deletion is blocked (`Degraded/BackupFailed`)
+    /// until a retry succeeds or the annotation
+    /// `dkv.io/skip-final-backup: "true"` waives it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub final_backup_on_delete: Option<bool>,
 }
@@ -160,6 +175,12 @@ pub struct TlsSpec {
         .message("issuerRef is required with mode CertManager and allowed only with it")
 )]
 pub struct TlsTransport {
+    /// Where this transport's certificates come from. `Auto` (default): dkv
+    /// runs a CA for the cluster and issues and renews the certificates.
+    /// `Provided`: your Secrets (`secretRef`, and on `client` also
+    /// `clientSecretRef`). `CertManager`: cert-manager issues them, signed
+    /// by `issuerRef`. `Disabled`: plaintext; anyone who reaches the port
+    /// can read and write.
     #[serde(default)]
     pub mode: TlsMode,
     /// Mode `Provided`: the Secret (same namespace) with the certificate
@@ -176,8 +197,8 @@ pub struct TlsTransport {
     /// members restart onto it one at a time.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secret_ref: Option<SecretReference>,
-    /// `client` in mode `Provided`: the Secret with the client certificate
-    /// dkv's operator and backup agents present (`tls.crt`, `tls.key`,
+    /// Only on `client`, and required there in mode `Provided`: the Secret
+    /// with the client certificate dkv's operator and backup agents present (`tls.crt`, `tls.key`,
     /// client usage, signed by a CA in the members' `ca.crt`) and the CA
     /// they verify members by (`ca.crt`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -217,6 +238,7 @@ pub enum TlsMode {
 #[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
 #[serde(rename_all = "camelCase")]
 pub struct SecretReference {
+    /// Name of the Secret.
     #[schemars(length(min = 1, max = 253))]
     pub name: String,
 }
@@ -225,6 +247,7 @@ pub struct SecretReference {
 #[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
 #[serde(rename_all = "camelCase")]
 pub struct IssuerReference {
+    /// Name of the `Issuer` or `ClusterIssuer`.
     #[schemars(length(min = 1, max = 253))]
     pub name: String,
     /// `Issuer` (default) or `ClusterIssuer`.
@@ -254,12 +277,15 @@ pub struct RestoreSource {
     /// Name of a `DistributedKVBackup` in the cluster's namespace.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backup_name: Option<String>,
-    /// URI of a snapshot artifact, e.g. `s3://bucket/prefix/orders-20261122-0600.db`.
-    /// Its sha256 is read from the `.json` record dkv wrote beside it.
+    /// URI of a snapshot artifact, e.g.
+    /// `s3://bucket/prefix/shop/orders/orders-20261122-060012.db`. Its sha256
+    /// is read from the `.json` record dkv wrote beside it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub uri: Option<String>,
-    /// Secret with the object store credentials (same keys as
-    /// `spec.backup.credentialsSecret`, which is the default).
+    /// Secret with the object store credentials, with the same keys as a
+    /// backup destination's. When not set: this cluster's own backup
+    /// credentials Secret, else (with `backupName`) the Secret that backup
+    /// was written with, as its record or its cluster names it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub credentials_secret: Option<String>,
 }
@@ -268,15 +294,18 @@ pub struct RestoreSource {
 #[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct EtcdTuning {
-    /// Backend quota in bytes (etcd's `--quota-backend-bytes`); default 2 GiB.
+    /// Backend quota in bytes (etcd's `--quota-backend-bytes`): default 2 GiB,
+    /// at most 8 GiB. When the backend reaches it etcd refuses writes; dkv
+    /// then compacts, defragments and clears the alarm.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0, max = 8_589_934_592_i64))]
     pub quota_backend_bytes: Option<i64>,
-    /// `periodic` or `revision` auto-compaction.
+    /// etcd's auto-compaction mode: `periodic` (the default) or `revision`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub auto_compaction_mode: Option<AutoCompactionMode>,
-    /// Retention for auto-compaction: a duration for `periodic` (`1h`), a
-    /// revision count for `revision` (`1000`).
+    /// What auto-compaction keeps: a duration in `periodic` mode (default
+    /// `1h`; a bare number counts hours), a number of revisions in
+    /// `revision` mode (default `1000`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = r"^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$|^[0-9]+$"))]
     pub auto_compaction_retention: Option<String>,
@@ -290,23 +319,32 @@ pub enum AutoCompactionMode {
     Revision,
 }
 
-/// What users may set on member pods.
+/// What users may set on member pods. Any change restarts the members
+/// one at a time onto the new pod template.
 #[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct PodOverrides {
+    /// Labels added to every member pod; dkv's own labels win on a clash.
+    /// Labels removed here are removed from the pods too.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub labels: Option<BTreeMap<String, String>>,
+    /// Annotations added to every member pod. Annotations removed here are
+    /// removed from the pods too.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub annotations: Option<BTreeMap<String, String>>,
     /// Replaces the default (members preferably on distinct nodes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub affinity: Option<Affinity>,
+    /// Tolerations of the member pods.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tolerations: Option<Vec<Toleration>>,
+    /// Node labels a member pod's node must have.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_selector: Option<BTreeMap<String, String>>,
+    /// How member pods spread across topology domains (zones, nodes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub topology_spread_constraints: Option<Vec<TopologySpreadConstraint>>,
+    /// PriorityClass of the member pods.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub priority_class_name: Option<String>,
 }
@@ -320,32 +358,43 @@ pub struct DistributedKVStatus {
     pub observed_generation: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase: Option<Phase>,
-    /// Member pods that exist.
+    /// Member pods the StatefulSet runs.
     #[serde(default)]
     pub replicas: i32,
-    /// Member pods that are ready.
+    /// Voting members that etcd reports healthy and whose pods are Ready
+    /// (so the client Service routes to them). Before etcd can be asked,
+    /// the Ready member pods.
     #[serde(default)]
     pub ready_replicas: i32,
     /// Label selector of the member pods (for the scale subresource).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub selector: Option<String>,
+    /// The etcd version every voting member reports.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub current_version: Option<String>,
+    /// etcd's cluster ID, hexadecimal.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cluster_id: Option<String>,
     /// Name of the member that currently leads.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub leader: Option<String>,
+    /// etcd's member list, as the operator last saw it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub members: Vec<MemberStatus>,
-    /// The one disruptive step in flight, pinned so that a restart or a spec
-    /// edit resumes it instead of interleaving another.
+    /// The one disruptive step in flight. It is recorded before it starts,
+    /// so that an operator restart or a spec edit resumes it instead of
+    /// starting another.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub operation: Option<Operation>,
+    /// When the newest completed backup finished.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_backup_time: Option<Time>,
+    /// The newest completed backup: the one `RestoreFromBackup` recovery
+    /// would use.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_backup: Option<BackupArtifactRef>,
+    /// `Available`, `Progressing` and `Degraded`, each with a reason and a
+    /// message; every change is also an Event on the cluster.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
@@ -373,14 +422,20 @@ impl std::fmt::Display for Phase {
 #[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct MemberStatus {
+    /// The member's name, which is its pod's name.
     pub name: String,
     /// etcd member ID, hexadecimal.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub id: Option<String>,
+    /// A learner: a new member that receives the log but does not vote
+    /// until it has caught up and is promoted.
     #[serde(default)]
     pub learner: bool,
+    /// The member answered its status without errors and follows a leader
+    /// that answered too.
     #[serde(default)]
     pub healthy: bool,
+    /// The etcd version the member reports.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub version: Option<String>,
 }
@@ -389,9 +444,13 @@ pub struct MemberStatus {
 #[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct Operation {
+    /// The step: `AddLearner`, `PromoteLearner`, `RemoveMember`,
+    /// `UpgradeMember`, `ReplaceMember`, `RestartMember`,
+    /// `RenewCertificate`, `RecoverQuorum` or `RestoreFromBackup`.
     pub kind: OperationKind,
     /// The member (pod name) the step acts on.
     pub target: String,
+    /// When the step was recorded.
     pub started_at: Time,
 }
 
@@ -422,10 +481,14 @@ pub enum OperationKind {
 #[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct BackupArtifactRef {
+    /// The `DistributedKVBackup` that recorded it.
     pub name: String,
+    /// Where the snapshot is.
     pub uri: String,
+    /// Size of the snapshot in bytes.
     #[serde(default)]
     pub size_bytes: i64,
+    /// Hex sha256 of the snapshot, verified before any restore.
     #[serde(default)]
     pub sha256: String,
 }

@@ -32,7 +32,8 @@ pub struct BackupSpec {
     /// Where snapshots go.
     pub destination: BackupDestination,
 
-    /// When to take a backup, in cron syntax (five fields, UTC).
+    /// When to take a backup, in cron syntax (five fields, or a macro such
+    /// as `@daily`), in UTC. Runs never overlap.
     #[schemars(length(min = 1))]
     pub schedule: String,
 
@@ -40,11 +41,16 @@ pub struct BackupSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backup_image: Option<String>,
 
-    /// Which backups to delete; without it every backup is kept.
+    /// Which of the cluster's backups to delete (the record and its
+    /// artifact); without it every backup is kept. Both limits apply; the
+    /// newest successful backup is always kept.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retention: Option<BackupRetention>,
 
-    /// Take one last backup before the cluster is deleted.
+    /// Take one last backup before the cluster is deleted. Deletion waits
+    /// for it; if it fails, deletion is blocked (`Degraded/BackupFailed`)
+    /// until a retry succeeds or the annotation
+    /// `dkv.io/skip-final-backup: "true"` waives it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub final_backup_on_delete: Option<bool>,
 }
@@ -54,21 +60,29 @@ pub struct BackupSpec {
 #[serde(rename_all = "camelCase")]
 pub struct BackupDestination {
     /// `s3://bucket/prefix/`, `gs://bucket/prefix/`, `az://container/prefix/`
-    /// or `file:///absolute/directory/`.
+    /// or `file:///absolute/directory/` (a directory on the node the backup
+    /// pod runs on). Snapshots go to
+    /// `<prefix>/<namespace>/<cluster>/<cluster>-<YYYYMMDD>-<HHMMSS>.db`, each
+    /// with a `.json` record beside it.
     #[schemars(regex(
         pattern = r"^((s3|gs|az)://[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9](/.*)?|file:///.+)$"
     ))]
     pub uri: String,
 
-    /// Secret with the object store credentials: for `s3://`
-    /// `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY` and optionally
-    /// `AWS_REGION`, `AWS_ENDPOINT_URL`, `AWS_ALLOW_HTTP`.
+    /// Secret (same namespace) with the object store credentials. `s3://`:
+    /// `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, optionally
+    /// `AWS_SESSION_TOKEN`, `AWS_REGION`, `AWS_ENDPOINT_URL`,
+    /// `AWS_ALLOW_HTTP`. `gs://`: `GOOGLE_SERVICE_ACCOUNT_KEY` (the JSON
+    /// key) or `GOOGLE_APPLICATION_CREDENTIALS`. `az://`:
+    /// `AZURE_STORAGE_ACCOUNT_NAME` with `AZURE_STORAGE_ACCOUNT_KEY` or
+    /// `AZURE_STORAGE_SAS_TOKEN`. Without it the store's ambient identity
+    /// is used.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub credentials_secret: Option<String>,
 }
 
 /// Which backups retention deletes. Both limits apply; the newest successful
-/// backup is always kept.
+/// backup is always kept, and final backups are never deleted.
 #[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct BackupRetention {
@@ -78,7 +92,7 @@ pub struct BackupRetention {
     pub max_backups: Option<i32>,
 
     /// Delete backups older than this: a whole number of hours or days,
-    /// `168h` or `7d` (see [`MaxAge`]).
+    /// `168h` or `7d`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = r"^[1-9][0-9]{0,5}[hd]$"))]
     pub max_age: Option<String>,

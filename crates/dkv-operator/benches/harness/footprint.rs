@@ -29,7 +29,7 @@ pub struct Settings<'a> {
     pub work: &'a Path,
     /// Cluster counts at which RSS is read (ascending), e.g. 100 and 1000.
     pub counts: Vec<usize>,
-    /// How long writes are counted after convergence (BENCHMARKS.md: 60 s).
+    /// How long writes are counted after convergence (the benchmark target: 60 s).
     pub quiet_window: Duration,
 }
 

@@ -1,7 +1,8 @@
-//! dkv's benchmark harness: every metric of BENCHMARKS.md, each beside a
-//! baseline measured in the same run, and the reliability table; writes
-//! `bench/results.md` and `bench/results.json`. Run it through
-//! `bench/run.sh` (which installs etcd and moto and builds what it needs).
+//! dkv's benchmark harness: every metric of the benchmark list (`METRICS`),
+//! each beside a baseline measured in the same run, and the reliability
+//! table; writes `bench/results.md` and `bench/results.json`. Run it
+//! through `bench/run.sh` (which installs etcd and moto and builds what it
+//! needs).
 //!
 //! Sections, in order (each runs even when an earlier one failed; a failed
 //! section's metrics are reported "not measured" with the error):
@@ -37,7 +38,7 @@ struct Args {
     /// Cluster counts of the footprint section (ascending).
     #[arg(long, value_delimiter = ',', default_value = "100,1000")]
     counts: Vec<usize>,
-    /// Seconds of API writes counted after convergence (BENCHMARKS.md: 60).
+    /// Seconds of API writes counted after convergence (the benchmark target: 60).
     #[arg(long, default_value_t = 60)]
     quiet_seconds: u64,
     /// The built `backup_throughput` example of dkv-backup; without it the
@@ -63,7 +64,7 @@ struct Args {
     build: String,
 }
 
-/// The metrics in BENCHMARKS.md's order: (id, name, target).
+/// The project's benchmark list, in its order: (id, name, target).
 const METRICS: &[(&str, &str, &str)] = &[
     ("rssIdleMiB", "operator RSS, idle, 0 clusters", "≤ 15 MiB"),
     (
@@ -332,7 +333,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         );
     }
 
-    // BENCHMARKS.md's order; whatever is missing says why.
+    // The order of METRICS; whatever is missing says why.
     let mut ordered = Vec::new();
     for (id, name, target) in METRICS {
         match metrics.iter().position(|m| m.id == *id) {

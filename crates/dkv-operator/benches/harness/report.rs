@@ -53,7 +53,7 @@ pub struct Metric {
     /// `value / baseline` (for throughputs: dkv's throughput over the
     /// baseline's).
     pub ratio: Option<f64>,
-    /// The target as BENCHMARKS.md states it.
+    /// The target, as the benchmark list (`METRICS` in main.rs) states it.
     pub target: String,
     pub met: Option<bool>,
     pub note: String,

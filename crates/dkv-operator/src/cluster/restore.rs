@@ -102,8 +102,8 @@ pub async fn resolve(
     if resolved.credentials_secret.is_none()
         && let Some(backup) = &backup
     {
-        // A backup taken to its cluster's own destination (`spec.cluster`
-        // only, as `kubectl dkv backup` and scheduled runs make them) used
+        // A backup taken to its cluster's own destination (a record with
+        // `spec.cluster` only, as scheduled runs make them) used
         // the cluster's credentials: so does its restore, while that
         // cluster exists.
         resolved.credentials_secret = source_cluster_credentials(client, namespace, backup).await?;
