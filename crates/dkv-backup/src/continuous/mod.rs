@@ -11,6 +11,8 @@
 //! - [`cutter`]: watched events cut into a chain's segments by interval or
 //!   size (pure: the agent feeds it and stores what it seals).
 //! - [`recorder`]: the agent's loop: watch, cut, store.
+//! - [`agent`]: one cluster's agent: resume the newest chain or start one
+//!   from a full snapshot, record, start over after a compaction gap.
 //! - [`replay`]: a plan's segments written into a restored cluster.
 //!
 //! Layout under a cluster's backup prefix:
@@ -21,6 +23,7 @@
 //!
 //! where `<chain>` names the full snapshot the chain continues.
 
+pub mod agent;
 pub mod archive;
 pub mod chain;
 pub mod cutter;

@@ -27,17 +27,36 @@ pub struct Replayed {
     pub source_revision: i64,
 }
 
-/// Applies the events of `plan`'s segments up to its target to `etcd`.
+/// Applies the events of `plan`'s segments up to its target to `etcd`, a
+/// cluster just restored from the plan's base snapshot (or empty, for a
+/// chain that starts at an empty cluster).
+///
+/// The base's recorded revision is a lower bound: the snapshot may hold a
+/// few writes after it (made while it was taken). The restored cluster's
+/// own revision tells which: events up to it are already there and are
+/// skipped; a target before it cannot be reached from this base.
 pub async fn replay(etcd: &GrpcAdmin, store: &Store, plan: &ReplayPlan) -> Result<Replayed> {
+    let restored = etcd.current_revision().await.map_err(|cause| Error::Etcd {
+        operation: "reading the restored cluster's revision",
+        cause,
+    })?;
+    if let Some(until) = plan.until_revision
+        && until < restored
+    {
+        return Err(Error::InvalidArgument(format!(
+            "the base snapshot {} already holds revisions up to {restored}, after the target {until}; restore from an earlier chain or to a later point",
+            plan.base.uri
+        )));
+    }
     let mut replayed = Replayed {
         events: 0,
-        source_revision: plan.base.revision,
+        source_revision: restored.max(plan.base.revision),
     };
     for segment in &plan.segments {
         let changes: Vec<_> = read_events(store, segment)
             .await?
             .into_iter()
-            .filter(|e| applies(plan, e.revision, e.received_ms))
+            .filter(|e| e.revision > restored && applies(plan, e.revision, e.received_ms))
             .map(change_of)
             .collect();
         if changes.is_empty() {
