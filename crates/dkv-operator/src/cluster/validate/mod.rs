@@ -4,30 +4,36 @@
 //!
 //! Nothing after this step reads the raw custom resource: builders take the
 //! validated model, so a value that was never checked cannot reach a child.
+//!
+//! This module holds the validated model and the checks of the spec as a
+//! whole; the sections with rules of their own are checked in `version`,
+//! `tls`, `backup` and `etcd`.
+
+mod backup;
+mod etcd;
+mod tls;
+mod version;
 
 use std::collections::BTreeMap;
 use std::fmt;
 
-use dkv_api::distributedkv::v1beta1::{
-    AutoCompactionMode, BackupRetention, BackupSpec, EtcdTuning, MaxAge, PodOverrides,
-    ReclaimPolicy,
-};
+use dkv_api::distributedkv::v1beta1::{PodOverrides, ReclaimPolicy};
 use dkv_api::{DistributedKV, DistributedKVSpec, labels};
 use dkv_backup::RetentionPolicy;
-use jiff::SignedDuration;
 use k8s_openapi::api::core::v1::ResourceRequirements;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::{Resource, ResourceExt};
 
 use super::naming::MAX_CLUSTER_NAME_LEN;
 use super::tls::{Sources, TlsSettings};
-use crate::etcd_version::{self, EtcdVersion, check_version_change};
+use crate::etcd_version::{EtcdVersion, check_version_change};
 use crate::quantity::parse_quantity;
-
-/// etcd's default backend quota (2 GiB), which we also default to.
-pub const DEFAULT_QUOTA_BACKEND_BYTES: i64 = 2 * 1024 * 1024 * 1024;
-/// etcd warns above 8 GiB; larger databases make snapshots and restarts slow.
-pub const MAX_QUOTA_BACKEND_BYTES: i64 = 8 * 1024 * 1024 * 1024;
+pub use backup::{check_cron, retention_of};
+use backup::{check_destination, retention_policy};
+use etcd::etcd_settings;
+pub use etcd::{DEFAULT_QUOTA_BACKEND_BYTES, MAX_QUOTA_BACKEND_BYTES, etcd_tuning_with_defaults};
+use tls::check_tls;
+use version::resolve_version;
 
 /// What dereference learned that validation needs, beyond the CR itself.
 #[derive(Debug, Clone, Default)]
@@ -442,383 +448,6 @@ fn check_cluster_name(name: &str, problems: &mut Problems) {
                 "{name:?} is {} characters; at most {MAX_CLUSTER_NAME_LEN} fit the names of the objects dkv creates",
                 name.len()
             ),
-        );
-    }
-}
-
-fn resolve_version(
-    image: &str,
-    explicit: Option<&str>,
-    problems: &mut Problems,
-) -> Option<EtcdVersion> {
-    if image.trim().is_empty() {
-        problems.add(
-            "spec.image",
-            "must name an etcd image, e.g. registry.k8s.io/etcd:3.5.16-0",
-        );
-        return None;
-    }
-    let (field, version) = match explicit {
-        Some(text) => match EtcdVersion::parse(text) {
-            Some(v) => ("spec.version", v),
-            None => {
-                problems.add(
-                    "spec.version",
-                    format!("{text:?} is not a version; write MAJOR.MINOR.PATCH, e.g. 3.5.16"),
-                );
-                return None;
-            }
-        },
-        None => match EtcdVersion::from_image(image) {
-            Some(v) => ("spec.image", v),
-            None => {
-                problems.add(
-                    "spec.version",
-                    format!("the tag of image {image:?} is not a version; set spec.version to the etcd version the image runs, e.g. 3.5.16"),
-                );
-                return None;
-            }
-        },
-    };
-    if version < etcd_version::MIN_SUPPORTED {
-        problems.add(
-            field,
-            format!(
-                "etcd {version} is not supported; dkv needs {} or newer (learner members)",
-                etcd_version::MIN_SUPPORTED
-            ),
-        );
-        return None;
-    }
-    if version.minor_line() > etcd_version::MAX_SUPPORTED_MINOR {
-        let (major, minor) = etcd_version::MAX_SUPPORTED_MINOR;
-        problems.add(
-            field,
-            format!(
-                "etcd {version} is newer than this operator supports (up to {major}.{minor}.x)"
-            ),
-        );
-        return None;
-    }
-    Some(version)
-}
-
-/// What the schema's CEL rules say about `spec.tls`, for specs written
-/// past them (and for the webhook's single list of problems).
-fn check_tls(tls: &dkv_api::distributedkv::v1beta1::TlsSpec, problems: &mut Problems) {
-    use dkv_api::distributedkv::v1beta1::TlsMode;
-    for (transport, t) in [("peer", &tls.peer), ("client", &tls.client)] {
-        let provided = t.mode == TlsMode::Provided;
-        if provided != t.secret_ref.as_ref().is_some_and(|r| !r.name.is_empty()) {
-            problems.add(
-                &format!("spec.tls.{transport}.secretRef"),
-                "required with mode Provided (the Secret with tls.crt, tls.key and ca.crt) and allowed only with it",
-            );
-        }
-        let cert_manager = t.mode == TlsMode::CertManager;
-        if cert_manager != t.issuer_ref.as_ref().is_some_and(|r| !r.name.is_empty()) {
-            problems.add(
-                &format!("spec.tls.{transport}.issuerRef"),
-                "required with mode CertManager (the cert-manager Issuer or ClusterIssuer that signs) and allowed only with it",
-            );
-        }
-        let wants_client_secret = transport == "client" && provided;
-        if wants_client_secret
-            != t.client_secret_ref
-                .as_ref()
-                .is_some_and(|r| !r.name.is_empty())
-        {
-            problems.add(
-                &format!("spec.tls.{transport}.clientSecretRef"),
-                "required on spec.tls.client with mode Provided (the client certificate dkv's operator and backup agents present) and allowed only there",
-            );
-        }
-        if let Some(kind) = t.issuer_ref.as_ref().and_then(|r| r.kind.as_deref())
-            && !matches!(kind, "Issuer" | "ClusterIssuer")
-            && t.issuer_ref
-                .as_ref()
-                .and_then(|r| r.group.as_deref())
-                .is_none_or(|g| g == "cert-manager.io")
-        {
-            problems.add(
-                &format!("spec.tls.{transport}.issuerRef.kind"),
-                "must be Issuer or ClusterIssuer for cert-manager.io issuers",
-            );
-        }
-    }
-}
-
-fn check_destination(uri: &str, problems: &mut Problems) {
-    const FIELD: &str = "spec.backup.destination.uri";
-    let uri = uri.trim();
-    let location = match dkv_backup::Location::parse(uri) {
-        Ok(location) => location,
-        Err(err) => {
-            problems.add(
-                FIELD,
-                format!("{err}; write e.g. s3://my-bucket/backups/ or file:///var/backups/dkv/"),
-            );
-            return;
-        }
-    };
-    if location.scheme() == dkv_backup::Scheme::S3 {
-        let bucket = location.bucket();
-        let bucket_ok = (3..=63).contains(&bucket.len())
-            && bucket
-                .chars()
-                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.')
-            && !bucket.starts_with(['-', '.'])
-            && !bucket.ends_with(['-', '.']);
-        if !bucket_ok {
-            problems.add(
-                FIELD,
-                format!("{bucket:?} is not a valid S3 bucket name (3-63 lowercase letters, digits, '-' or '.')"),
-            );
-        }
-    }
-}
-
-/// The retention `backup` asks for; a limit that does not validate prunes
-/// nothing (validation reports it).
-pub fn retention_of(backup: Option<&BackupSpec>) -> RetentionPolicy {
-    retention_policy(
-        backup.and_then(|b| b.retention.as_ref()),
-        &mut Problems::default(),
-    )
-}
-
-/// `spec.backup.retention` as the policy retention applies.
-fn retention_policy(
-    retention: Option<&BackupRetention>,
-    problems: &mut Problems,
-) -> RetentionPolicy {
-    let Some(retention) = retention else {
-        return RetentionPolicy::default();
-    };
-    let max_backups = match retention.max_backups {
-        None => None,
-        Some(n) if n >= 1 => u32::try_from(n).ok(),
-        Some(n) => {
-            problems.add(
-                "spec.backup.retention.maxBackups",
-                format!("must be at least 1 (got {n}); omit it to keep any number of backups"),
-            );
-            None
-        }
-    };
-    let max_age =
-        retention
-            .max_age
-            .as_deref()
-            .and_then(|text| match text.trim().parse::<MaxAge>() {
-                Ok(age) => Some(SignedDuration::from_hours(i64::from(age.hours()))),
-                Err(message) => {
-                    problems.add(
-                        "spec.backup.retention.maxAge",
-                        format!("{message}; omit it to keep backups of any age"),
-                    );
-                    None
-                }
-            });
-    RetentionPolicy {
-        max_age,
-        max_backups,
-    }
-}
-
-/// Checks a CronJob schedule the way Kubernetes reads it: five fields (or a
-/// macro such as `@daily`), no seconds, no years.
-pub fn check_cron(schedule: &str) -> Result<(), String> {
-    use croner::parser::{CronParser, Seconds, Year};
-    let schedule = schedule.trim();
-    if schedule.starts_with("TZ=") || schedule.starts_with("CRON_TZ=") {
-        return Err(
-            "time zones in the schedule are not supported; schedules run in UTC".to_owned(),
-        );
-    }
-    let fields = schedule.split_whitespace().count();
-    if !schedule.starts_with('@') && fields != 5 {
-        return Err(format!(
-            "{schedule:?} has {fields} fields; a schedule has five (minute hour day-of-month month day-of-week), e.g. \"0 */6 * * *\""
-        ));
-    }
-    CronParser::builder()
-        .seconds(Seconds::Disallowed)
-        .year(Year::Disallowed)
-        .build()
-        .parse(schedule)
-        .map(|_| ())
-        .map_err(|err| format!("{schedule:?} is not a valid cron schedule: {err}"))
-}
-
-/// `spec.etcd` with every field the operator defaults filled in; fields that
-/// are set stay as they are (valid or not).
-pub fn etcd_tuning_with_defaults(tuning: Option<&EtcdTuning>) -> EtcdTuning {
-    let mut tuning = tuning.cloned().unwrap_or_default();
-    let mode = *tuning
-        .auto_compaction_mode
-        .get_or_insert(AutoCompactionMode::Periodic);
-    tuning
-        .quota_backend_bytes
-        .get_or_insert(DEFAULT_QUOTA_BACKEND_BYTES);
-    tuning
-        .auto_compaction_retention
-        .get_or_insert_with(|| default_compaction_retention(mode).to_owned());
-    tuning
-}
-
-/// etcd's own default retention per compaction mode.
-fn default_compaction_retention(mode: AutoCompactionMode) -> &'static str {
-    match mode {
-        AutoCompactionMode::Periodic => "1h",
-        AutoCompactionMode::Revision => "1000",
-    }
-}
-
-fn etcd_settings(tuning: Option<&EtcdTuning>, problems: &mut Problems) -> EtcdSettings {
-    let tuning = etcd_tuning_with_defaults(tuning);
-    let quota = tuning
-        .quota_backend_bytes
-        .unwrap_or(DEFAULT_QUOTA_BACKEND_BYTES);
-    if quota <= 0 || quota > MAX_QUOTA_BACKEND_BYTES {
-        problems.add(
-            "spec.etcd.quotaBackendBytes",
-            format!("must be between 1 and {MAX_QUOTA_BACKEND_BYTES} (8 GiB), got {quota}; omit it for the 2 GiB default"),
-        );
-    }
-    let mode = tuning
-        .auto_compaction_mode
-        .unwrap_or(AutoCompactionMode::Periodic);
-    let mode_name = match mode {
-        AutoCompactionMode::Periodic => "periodic",
-        AutoCompactionMode::Revision => "revision",
-    };
-    let retention = tuning
-        .auto_compaction_retention
-        .unwrap_or_else(|| default_compaction_retention(mode).to_owned());
-    let retention_ok = match mode {
-        // etcd reads a bare number as hours in periodic mode.
-        AutoCompactionMode::Periodic => {
-            is_go_duration(&retention) || retention.parse::<u64>().is_ok()
-        }
-        AutoCompactionMode::Revision => retention.parse::<u64>().is_ok(),
-    };
-    if !retention_ok {
-        problems.add(
-            "spec.etcd.autoCompactionRetention",
-            match mode {
-                AutoCompactionMode::Periodic => {
-                    format!("{retention:?} is not a duration; use e.g. \"1h\" or \"30m\"")
-                }
-                AutoCompactionMode::Revision => {
-                    format!(
-                        "{retention:?} must be a revision count in revision mode, e.g. \"1000\""
-                    )
-                }
-            },
-        );
-    }
-    EtcdSettings {
-        quota_backend_bytes: quota,
-        auto_compaction_mode: mode_name,
-        auto_compaction_retention: retention,
-    }
-}
-
-/// Whether `text` is a Go duration such as `1h30m` or `1.5s`.
-fn is_go_duration(text: &str) -> bool {
-    let mut rest = text;
-    if rest.is_empty() {
-        return false;
-    }
-    while !rest.is_empty() {
-        let digits = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .unwrap_or(rest.len());
-        if digits == 0 || rest[..digits].parse::<f64>().is_err() {
-            return false;
-        }
-        rest = &rest[digits..];
-        let unit = ["ns", "us", "µs", "ms", "s", "m", "h"]
-            .iter()
-            .find(|u| rest.starts_with(*u) && !(**u == "m" && rest.starts_with("ms")));
-        match unit {
-            Some(u) => rest = &rest[u.len()..],
-            None => return false,
-        }
-    }
-    true
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn cron_schedules_follow_kubernetes_rules() {
-        assert!(check_cron("0 */6 * * *").is_ok());
-        assert!(check_cron("@daily").is_ok());
-        assert!(check_cron("*/5 * * * *").is_ok());
-        assert!(
-            check_cron("0 0 */6 * * *").is_err(),
-            "seconds are not allowed"
-        );
-        assert!(check_cron("61 * * * *").is_err());
-        assert!(check_cron("every day").is_err());
-        assert!(check_cron("CRON_TZ=UTC 0 * * * *").is_err());
-    }
-
-    #[test]
-    fn go_durations() {
-        for ok in ["1h", "30m", "1h30m", "1.5s", "500ms"] {
-            assert!(is_go_duration(ok), "{ok}");
-        }
-        for bad in ["", "h", "1d", "1 h", "-1h"] {
-            assert!(!is_go_duration(bad), "{bad}");
-        }
-    }
-
-    #[test]
-    fn tls_references_belong_to_their_mode_and_transport() {
-        let spec = |tls: serde_json::Value| -> dkv_api::distributedkv::v1beta1::TlsSpec {
-            serde_json::from_value(tls).unwrap_or_else(|e| panic!("{e}"))
-        };
-        let fields = |tls: serde_json::Value| {
-            let mut problems = Problems::default();
-            check_tls(&spec(tls), &mut problems);
-            problems.0.into_iter().map(|p| p.field).collect::<Vec<_>>()
-        };
-        assert!(fields(serde_json::json!({})).is_empty());
-        assert!(
-            fields(serde_json::json!({
-                "peer": {"mode": "Provided", "secretRef": {"name": "p"}},
-                "client": {"mode": "Provided", "secretRef": {"name": "s"}, "clientSecretRef": {"name": "c"}}
-            }))
-            .is_empty()
-        );
-        assert_eq!(
-            fields(serde_json::json!({"peer": {"mode": "Provided"}})),
-            ["spec.tls.peer.secretRef"]
-        );
-        assert_eq!(
-            fields(serde_json::json!({"client": {"mode": "Provided", "secretRef": {"name": "s"}}})),
-            ["spec.tls.client.clientSecretRef"]
-        );
-        assert_eq!(
-            fields(
-                serde_json::json!({"peer": {"secretRef": {"name": "p"}, "clientSecretRef": {"name": "c"}}})
-            ),
-            ["spec.tls.peer.secretRef", "spec.tls.peer.clientSecretRef"]
-        );
-        assert_eq!(
-            fields(
-                serde_json::json!({"client": {"mode": "CertManager", "issuerRef": {"name": "ca", "kind": "Vault"}}})
-            ),
-            ["spec.tls.client.issuerRef.kind"]
-        );
-        assert_eq!(
-            fields(serde_json::json!({"client": {"mode": "CertManager"}})),
-            ["spec.tls.client.issuerRef"]
         );
     }
 }

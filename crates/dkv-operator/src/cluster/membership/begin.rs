@@ -1,0 +1,160 @@
+//! With no operation pinned: which operation to begin, in order of precedence (restore, quorum recovery, space
+//! reclaim, member replacement, learners, scaling, upgrades, certificate and template restarts), or why to wait.
+
+use dkv_api::distributedkv::v1beta1::OperationKind;
+
+use super::{Observation, ObservedMember, Pinned, Step, WaitReason, quorum_lost};
+
+/// The next step with no operation pinned: an operation to begin (in order of precedence), an alignment of the
+/// StatefulSet, a reason to wait, or convergence.
+pub(super) fn unpinned_step(obs: &Observation) -> Step {
+    // Quorum lost for good and the policy says to restore: etcd need not
+    // answer at all (every member may be gone).
+    if obs.restore_allowed && obs.desired_size >= 1 {
+        return Step::Begin(Pinned {
+            kind: OperationKind::RestoreFromBackup,
+            ordinal: 0,
+        });
+    }
+    if obs.desired_size < 1 {
+        return Step::Wait(WaitReason::NoMembersRequested);
+    }
+    let Some(members) = &obs.members else {
+        return Step::Wait(WaitReason::EtcdUnreachable);
+    };
+
+    // Quorum lost: no leader, and too few voters answer for one to be
+    // elected. Nothing can change membership; a recovery policy may force
+    // a new cluster from the most up-to-date survivor.
+    if let Some(lost) = quorum_lost(obs) {
+        return match (obs.recovery_allowed, obs.survivor()) {
+            (true, Some(survivor)) => Step::Begin(Pinned {
+                kind: OperationKind::RecoverQuorum,
+                ordinal: survivor.ordinal,
+            }),
+            _ => Step::Wait(lost),
+        };
+    }
+
+    // A full backend refuses every write: restoring service comes before
+    // any membership change (which would itself need writes to succeed).
+    if obs.space_alarm {
+        return Step::ReclaimSpace;
+    }
+
+    // A member whose volume was lost is replaced first — it cannot recover by
+    // itself — provided the others keep quorum meanwhile.
+    if let Some(lost) = obs.pods.iter().find(|p| p.data_lost)
+        && let Some(member) = obs.member(lost.ordinal)
+    {
+        return match obs.safe_to_lose(member.id, true) {
+            Ok(()) => Step::Begin(Pinned {
+                kind: OperationKind::ReplaceMember,
+                ordinal: lost.ordinal,
+            }),
+            Err(reason) => Step::Wait(reason),
+        };
+    }
+
+    // No disruptive step while any member is unwell: it may be a pod
+    // restarting, and it must come back, not be scaled away.
+    if let Some(sick) = members
+        .iter()
+        .filter(|m| !m.healthy)
+        .min_by_key(|m| m.ordinal)
+    {
+        return Step::Wait(WaitReason::MemberUnhealthy {
+            ordinal: sick.ordinal,
+        });
+    }
+    // A learner left behind (e.g. a scale-up whose pin was lost) is finished
+    // before anything else.
+    if let Some(learner) = members.iter().find(|m| m.learner) {
+        return Step::Begin(Pinned {
+            kind: OperationKind::PromoteLearner,
+            ordinal: learner.ordinal,
+        });
+    }
+
+    let voters = i32::try_from(obs.voters().len()).unwrap_or(i32::MAX);
+    if voters < obs.desired_size {
+        // The lowest free ordinal: after a quorum recovery from a survivor
+        // other than member 0, the members below it are re-added.
+        let ordinal = (0..).find(|o| obs.member(*o).is_none()).unwrap_or(voters);
+        return Step::Begin(Pinned {
+            kind: OperationKind::AddLearner,
+            ordinal,
+        });
+    }
+    if voters > obs.desired_size {
+        let highest = voters - 1;
+        return match obs.member(highest) {
+            Some(member) => match obs.safe_to_lose(member.id, true) {
+                Ok(()) => Step::Begin(Pinned {
+                    kind: OperationKind::RemoveMember,
+                    ordinal: highest,
+                }),
+                Err(reason) => Step::Wait(reason),
+            },
+            None => Step::Converged,
+        };
+    }
+
+    // Upgrade: followers first (highest ordinal first), the leader last.
+    let outdated = |m: &&ObservedMember| !obs.runs_desired_version(m);
+    let mut candidates: Vec<&ObservedMember> = obs.voters().into_iter().filter(outdated).collect();
+    candidates.sort_by_key(|m| (m.leader, -m.ordinal));
+    if let Some(next) = candidates.first() {
+        return Step::Begin(Pinned {
+            kind: OperationKind::UpgradeMember,
+            ordinal: next.ordinal,
+        });
+    }
+
+    // Certificate renewal: the same order and the same one-restart-at-a-time
+    // rule as an upgrade.
+    let mut stale: Vec<&ObservedMember> = obs
+        .voters()
+        .into_iter()
+        .filter(|m| !obs.has_current_certificate(m.ordinal))
+        .collect();
+    stale.sort_by_key(|m| (m.leader, -m.ordinal));
+    if let Some(next) = stale.first() {
+        return Step::Begin(Pinned {
+            kind: OperationKind::RenewCertificate,
+            ordinal: next.ordinal,
+        });
+    }
+
+    // Any other change to the members' pod template (resources, pod
+    // overrides, etcd flags, `dkv.io/restartedAt`): the same order, the same
+    // rule. The target revision is the StatefulSet's, as its controller
+    // reports it; until it does, nothing is restarted.
+    if obs.update_revision.is_some() {
+        let mut outdated: Vec<&ObservedMember> = obs
+            .voters()
+            .into_iter()
+            .filter(|m| obs.pod(m.ordinal).is_some() && !obs.on_current_template(m.ordinal))
+            .collect();
+        outdated.sort_by_key(|m| (m.leader, -m.ordinal));
+        if let Some(next) = outdated.first() {
+            return Step::Begin(Pinned {
+                kind: OperationKind::RestartMember,
+                ordinal: next.ordinal,
+            });
+        }
+    }
+
+    let pods_needed = obs
+        .voters()
+        .iter()
+        .map(|m| m.ordinal + 1)
+        .max()
+        .unwrap_or(0);
+    if obs.replicas != pods_needed {
+        // Membership is right but the StatefulSet is not (someone edited it,
+        // or a previous pass stopped between the two): align the pods.
+        return Step::SetReplicas(pods_needed);
+    }
+    Step::Converged
+}

@@ -1,0 +1,351 @@
+//! The membership planner (pure): from what etcd and the pods report, and the
+//! operation pinned in status, choose the one next step for a cluster.
+//!
+//! It encodes the etcd invariants the operator must never break:
+//! - at most one disruptive operation at a time; it is pinned in
+//!   `status.operation` before it starts and resumed — never interleaved with
+//!   another — until it is verified complete, whatever the spec says meanwhile;
+//! - no step may leave fewer healthy voters than quorum;
+//! - membership first, pods second: a learner is added before its pod
+//!   exists, a member is removed before its pod goes;
+//! - a leader is never removed or restarted while it leads: leadership moves
+//!   to a healthy follower first;
+//! - a missing or unready pod is waited for, never scaled away.
+//!
+//! Members are identified by ordinal: member `k` is pod `<cluster>-k`, whose
+//! peer URL names it. Ordinals are contiguous from 0; scale-up adds the next
+//! ordinal and scale-down removes the highest, matching the StatefulSet.
+//!
+//! This module holds what the planner sees and decides (the observation, the
+//! steps, the reasons to wait) and the quorum arithmetic; `begin` chooses
+//! the operation to start when none is pinned, `resume` carries a pinned one
+//! through to its end.
+
+mod begin;
+mod resume;
+
+use dkv_api::distributedkv::v1beta1::OperationKind;
+
+use crate::etcd_version::EtcdVersion;
+
+/// One etcd member as observed this pass.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObservedMember {
+    pub id: u64,
+    pub ordinal: i32,
+    pub learner: bool,
+    /// The member process has started and announced its name.
+    pub started: bool,
+    /// Its status call succeeded and reported no errors, and it follows a
+    /// leader that is alive.
+    pub healthy: bool,
+    /// Its status call succeeded (it runs and answers, leader or not).
+    pub reachable: bool,
+    pub leader: bool,
+    pub raft_index: u64,
+    pub version: Option<EtcdVersion>,
+}
+
+/// One member pod as observed this pass.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObservedPod {
+    pub ordinal: i32,
+    pub ready: bool,
+    /// `member-init` found no data although the cluster lists this member
+    /// as started: its volume was lost and the member must be replaced.
+    pub data_lost: bool,
+    /// The etcd version of the pod's image.
+    pub version: Option<EtcdVersion>,
+    /// `member-init` finished for the pod's current run.
+    pub init_done: bool,
+    /// ... and configured etcd to restart alone with `--force-new-cluster`.
+    pub forced_new_cluster: bool,
+    /// `member-init` refuses to start the member (it is retried with backoff;
+    /// a restart makes it read the current membership record at once).
+    pub init_refused: bool,
+    /// `member-init` started this member from the backup of the restore
+    /// pinned now (`RestoreFromBackup`).
+    pub restored: bool,
+    /// The member certificate the pod was started with (the serial of its
+    /// template); `None` without TLS.
+    pub tls_serial: Option<String>,
+    /// The StatefulSet revision of the template the pod was created from
+    /// (its `controller-revision-hash` label).
+    pub revision: Option<String>,
+}
+
+/// The pinned operation, as stored in status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pinned {
+    pub kind: OperationKind,
+    pub ordinal: i32,
+}
+
+/// Everything the planner looks at.
+#[derive(Debug, Clone)]
+pub struct Observation {
+    /// Member count the spec asks for.
+    pub desired_size: i32,
+    /// etcd version the spec asks for.
+    pub desired_version: EtcdVersion,
+    /// `None` when no member answered (etcd unreachable or not formed yet).
+    pub members: Option<Vec<ObservedMember>>,
+    pub pods: Vec<ObservedPod>,
+    /// `spec.replicas` of the StatefulSet.
+    pub replicas: i32,
+    pub pinned: Option<Pinned>,
+    /// etcd raised NOSPACE: the backend hit its quota and writes are refused.
+    pub space_alarm: bool,
+    /// The recovery policy allows forcing a new cluster from a survivor now
+    /// (quorum has been lost for longer than the policy's grace period).
+    pub recovery_allowed: bool,
+    /// The recovery policy allows recreating the cluster from its newest
+    /// backup now (quorum lost for longer than the grace period, and a
+    /// completed backup exists).
+    pub restore_allowed: bool,
+    /// The serial of the current member certificate (`spec.tls`); pods
+    /// started with another restart onto it, one at a time.
+    pub desired_tls_serial: Option<String>,
+    /// The StatefulSet's current template revision (`status.updateRevision`),
+    /// once its controller has seen the latest spec; `None` while it has not
+    /// (the rollout's target is not known yet). Pods on another revision
+    /// restart onto it, one at a time.
+    pub update_revision: Option<String>,
+}
+
+/// The one thing to do this pass.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step {
+    /// Pin a new operation in status (the next pass starts executing it).
+    Begin(Pinned),
+    /// The pinned operation is verified complete: clear it from status.
+    Finish(Pinned),
+    /// Add member `ordinal` to etcd as a learner.
+    AddLearner { ordinal: i32 },
+    /// Set the StatefulSet's replicas.
+    SetReplicas(i32),
+    /// Promote a caught-up learner.
+    Promote { id: u64, ordinal: i32 },
+    /// Transfer leadership from `from` (member `from_ordinal`, the leader)
+    /// to `to` (member IDs).
+    MoveLeader {
+        from: u64,
+        from_ordinal: i32,
+        to: u64,
+    },
+    /// Remove a member from etcd.
+    RemoveMember { id: u64, ordinal: i32 },
+    /// Delete the PVC of a removed member (its data is stale).
+    DeleteVolume { ordinal: i32 },
+    /// Reclaim backend space after a NOSPACE alarm: compact the history,
+    /// defragment each member in turn, disarm the alarm.
+    ReclaimSpace,
+    /// Delete a pod so that it restarts (on the new template, for upgrades;
+    /// with an empty volume, for replacements).
+    RestartPod { ordinal: i32 },
+    /// Nothing safe to do now; the reason is reported in status.
+    Wait(WaitReason),
+    /// Membership matches the spec.
+    Converged,
+}
+
+impl Step {
+    /// Whether executing this step changes the cluster so that the next
+    /// step may be possible at once (a member added, leadership moved, an
+    /// operation finished), rather than only after something slower (a pod
+    /// starting, a learner catching up) or nothing at all.
+    pub fn advances(&self) -> bool {
+        matches!(
+            self,
+            Step::Finish(_)
+                | Step::AddLearner { .. }
+                | Step::SetReplicas(_)
+                | Step::Promote { .. }
+                | Step::MoveLeader { .. }
+                | Step::RemoveMember { .. }
+                | Step::DeleteVolume { .. }
+        )
+    }
+}
+
+/// Why the planner waits.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WaitReason {
+    /// No member answers: the cluster is forming, or quorum is lost.
+    EtcdUnreachable,
+    /// A voter is unhealthy: no disruptive step until it recovers.
+    MemberUnhealthy { ordinal: i32 },
+    /// A learner has not caught up with the leader yet.
+    LearnerCatchingUp { ordinal: i32 },
+    /// A pod has not started or is not ready yet.
+    PodNotReady { ordinal: i32 },
+    /// Removing a member now would leave fewer healthy voters than quorum.
+    WouldBreakQuorum { healthy: usize, needed: usize },
+    /// A member restarted for an upgrade has not reported the new version.
+    UpgradeInProgress { ordinal: i32 },
+    /// A member restarted onto the current template is not Ready, or has
+    /// not caught up with the leader, yet.
+    RestartInProgress { ordinal: i32 },
+    /// The StatefulSet's controller has not reported the revision of its
+    /// latest template yet.
+    TemplatePending,
+    /// The spec asks for fewer than one member.
+    NoMembersRequested,
+    /// Fewer voters answer than quorum needs: no step is possible; only a
+    /// recovery policy (or a human) can bring the cluster back.
+    QuorumLost { reachable: usize, needed: usize },
+    /// A quorum recovery waits for its survivor to restart alone.
+    RecoveryInProgress { ordinal: i32 },
+    /// A restore from backup waits for every member to start from it.
+    RestoreInProgress,
+}
+
+impl Observation {
+    fn voters(&self) -> Vec<&ObservedMember> {
+        self.members
+            .iter()
+            .flatten()
+            .filter(|m| !m.learner)
+            .collect()
+    }
+
+    fn member(&self, ordinal: i32) -> Option<&ObservedMember> {
+        self.members.iter().flatten().find(|m| m.ordinal == ordinal)
+    }
+
+    fn pod(&self, ordinal: i32) -> Option<&ObservedPod> {
+        self.pods.iter().find(|p| p.ordinal == ordinal)
+    }
+
+    fn leader(&self) -> Option<&ObservedMember> {
+        self.members.iter().flatten().find(|m| m.leader)
+    }
+
+    /// Whether a member runs the version the spec asks for: its pod runs the
+    /// desired image and etcd reports the desired minor line. The patch level
+    /// etcd reports is not compared: an image tag need not name the exact
+    /// binary version, and restarting a member cannot change it.
+    /// Whether the pod of `ordinal` (if any) was started with the current
+    /// member certificate.
+    fn has_current_certificate(&self, ordinal: i32) -> bool {
+        self.desired_tls_serial.is_none()
+            || self
+                .pod(ordinal)
+                .is_none_or(|p| p.tls_serial == self.desired_tls_serial)
+    }
+
+    /// Whether the pod of `ordinal` runs the StatefulSet's current template
+    /// (unknown revisions count as not current).
+    fn on_current_template(&self, ordinal: i32) -> bool {
+        match (&self.update_revision, self.pod(ordinal)) {
+            (Some(wanted), Some(pod)) => pod.revision.as_ref() == Some(wanted),
+            _ => false,
+        }
+    }
+
+    /// Whether member `m` is back in service after a restart: healthy in
+    /// etcd, its pod Ready (the client Service routes to it), and its log
+    /// within [`CAUGHT_UP_ENTRIES`] of the leader's.
+    fn back_in_service(&self, m: &ObservedMember) -> bool {
+        let leader_index = self.leader().map_or(0, |l| l.raft_index);
+        m.healthy
+            && self.pod(m.ordinal).is_some_and(|p| p.ready)
+            && leader_index.saturating_sub(m.raft_index) <= CAUGHT_UP_ENTRIES
+    }
+
+    fn runs_desired_version(&self, m: &ObservedMember) -> bool {
+        let pod_current = self
+            .pod(m.ordinal)
+            .is_none_or(|p| p.version.is_none_or(|v| v == self.desired_version));
+        let member_current = m
+            .version
+            .is_none_or(|v| v.minor_line() == self.desired_version.minor_line());
+        pod_current && member_current
+    }
+
+    /// The reachable voter with the most of the log (lowest ordinal on a tie).
+    fn survivor(&self) -> Option<&ObservedMember> {
+        self.voters()
+            .into_iter()
+            .filter(|m| m.reachable)
+            .max_by_key(|m| (m.raft_index, -m.ordinal))
+    }
+
+    /// A healthy voter other than `except`, preferring the most caught-up.
+    fn healthy_follower(&self, except: u64) -> Option<&ObservedMember> {
+        self.voters()
+            .into_iter()
+            .filter(|m| m.healthy && m.id != except)
+            .max_by_key(|m| (m.raft_index, -m.ordinal))
+    }
+
+    /// Whether removing (or stopping) voter `id` keeps quorum among the
+    /// healthy voters left.
+    fn safe_to_lose(&self, id: u64, removed_from_membership: bool) -> Result<(), WaitReason> {
+        let voters = self.voters();
+        let is_voter = voters.iter().any(|m| m.id == id);
+        let healthy_left = voters.iter().filter(|m| m.healthy && m.id != id).count();
+        // Removing shrinks the voter set (and its quorum); a restart keeps it.
+        let voters_after = if removed_from_membership && is_voter {
+            voters.len() - 1
+        } else {
+            voters.len()
+        };
+        let needed = quorum(i32::try_from(voters_after).unwrap_or(i32::MAX)) as usize;
+        // A single member cannot stay available through its own restart;
+        // refusing would make it impossible to ever upgrade it. Its data
+        // survives the restart, so the only cost is a short outage.
+        let sole_member_restart = !removed_from_membership && voters.len() == 1;
+        if voters_after == 0 || healthy_left >= needed || sole_member_restart {
+            Ok(())
+        } else {
+            Err(WaitReason::WouldBreakQuorum {
+                healthy: healthy_left,
+                needed,
+            })
+        }
+    }
+}
+
+/// Whether quorum is lost: no voter follows a live leader and fewer voters
+/// answer than quorum needs (so none can be elected either). A leader
+/// election in progress is not quorum loss: its voters still answer.
+fn quorum_lost(obs: &Observation) -> Option<WaitReason> {
+    let voters = obs.voters();
+    if voters.is_empty() || voters.iter().any(|m| m.healthy) {
+        return None;
+    }
+    let reachable = voters.iter().filter(|m| m.reachable).count();
+    let needed = quorum(i32::try_from(voters.len()).unwrap_or(i32::MAX)) as usize;
+    (reachable < needed).then_some(WaitReason::QuorumLost { reachable, needed })
+}
+
+/// Majority of `voters`: the fewest members that can still commit writes.
+pub fn quorum(voters: i32) -> i32 {
+    voters / 2 + 1
+}
+
+/// How far behind the leader's raft index a restarted member may be and
+/// count as caught up: the statuses of one pass are read concurrently, so
+/// under a steady writer the indexes differ by a few entries even when no
+/// member lags.
+pub const CAUGHT_UP_ENTRIES: u64 = 1000;
+
+/// etcd refuses to promote a learner that is not within ~10% of the leader's
+/// log; asking earlier only earns a refusal.
+fn caught_up(learner: &ObservedMember, leader_index: u64) -> bool {
+    learner.started
+        && learner.healthy
+        && learner.raft_index.saturating_mul(10) >= leader_index.saturating_mul(9)
+}
+
+/// Chooses the next step. See the module documentation for the rules.
+pub fn next_step(obs: &Observation) -> Step {
+    match obs.pinned {
+        Some(pinned) => resume::continue_operation(obs, pinned),
+        None => begin::unpinned_step(obs),
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,221 @@
+//! With an operation pinned: its next step, until it is verified complete (then `Finish`), whatever the spec says
+//! meanwhile.
+
+use dkv_api::distributedkv::v1beta1::OperationKind;
+
+use super::{Observation, Pinned, Step, WaitReason, caught_up};
+
+pub(super) fn continue_operation(obs: &Observation, pinned: Pinned) -> Step {
+    let ordinal = pinned.ordinal;
+    if pinned.kind == OperationKind::RestoreFromBackup {
+        return continue_restore(obs, pinned);
+    }
+    let Some(_) = &obs.members else {
+        return Step::Wait(WaitReason::EtcdUnreachable);
+    };
+    let member = obs.member(ordinal);
+    let leader_index = obs.leader().map_or(0, |l| l.raft_index);
+    match pinned.kind {
+        OperationKind::AddLearner | OperationKind::PromoteLearner => match member {
+            // Crashed between pinning and adding: add now (idempotent: the
+            // member is looked up by ordinal first).
+            None => Step::AddLearner { ordinal },
+            Some(m) if m.learner => {
+                if obs.replicas <= ordinal {
+                    Step::SetReplicas(ordinal + 1)
+                } else if !m.started && obs.pod(ordinal).is_some_and(|p| p.init_refused) {
+                    // Its pod refused to start before the member was added
+                    // (e.g. a member re-added after a quorum recovery): a
+                    // restart makes it read the record now, not after its
+                    // backoff.
+                    Step::RestartPod { ordinal }
+                } else if caught_up(m, leader_index) {
+                    Step::Promote { id: m.id, ordinal }
+                } else if obs.pod(ordinal).is_none_or(|p| !p.ready) && !m.started {
+                    Step::Wait(WaitReason::PodNotReady { ordinal })
+                } else {
+                    Step::Wait(WaitReason::LearnerCatchingUp { ordinal })
+                }
+            }
+            // Promoted: done once it serves clients too (a learner's pod
+            // turns Ready only after its promotion).
+            Some(m) if m.healthy && obs.pod(ordinal).is_some_and(|p| p.ready) => {
+                Step::Finish(pinned)
+            }
+            Some(m) if m.healthy => Step::Wait(WaitReason::PodNotReady { ordinal }),
+            Some(_) => Step::Wait(WaitReason::MemberUnhealthy { ordinal }),
+        },
+        OperationKind::RemoveMember => match member {
+            // The last voter is never removed, whatever the pin says (it can
+            // only say so if someone wrote it into status by hand).
+            Some(m) if !m.learner && obs.voters().len() == 1 => Step::Finish(pinned),
+            Some(m) => match obs.safe_to_lose(m.id, true) {
+                Err(reason) => Step::Wait(reason),
+                Ok(()) => match (m.leader, obs.healthy_follower(m.id)) {
+                    (true, Some(to)) => Step::MoveLeader {
+                        from: m.id,
+                        from_ordinal: m.ordinal,
+                        to: to.id,
+                    },
+                    _ => Step::RemoveMember { id: m.id, ordinal },
+                },
+            },
+            None if obs.replicas > ordinal => Step::SetReplicas(ordinal),
+            None if obs.pod(ordinal).is_some() => Step::Wait(WaitReason::PodNotReady { ordinal }),
+            None => Step::DeleteVolume { ordinal },
+        },
+        // A restart onto the current template: a new image (upgrade), a
+        // reissued certificate, or any other template change. The member
+        // must be back in service (healthy, Ready, caught up) before the
+        // operation ends and the next member may go.
+        OperationKind::UpgradeMember
+        | OperationKind::RenewCertificate
+        | OperationKind::RestartMember => match member {
+            None => Step::Finish(pinned),
+            Some(m) => {
+                let restarted = match pinned.kind {
+                    OperationKind::RestartMember => {
+                        if obs.update_revision.is_none() {
+                            // The template changed again: wait for its
+                            // revision before deciding anything.
+                            return Step::Wait(WaitReason::TemplatePending);
+                        }
+                        obs.on_current_template(ordinal)
+                    }
+                    // The pod runs the new image and certificate.
+                    _ => {
+                        obs.has_current_certificate(ordinal)
+                            && obs
+                                .pod(ordinal)
+                                .is_some_and(|p| p.version.is_none_or(|v| v == obs.desired_version))
+                    }
+                };
+                if restarted {
+                    let done = obs.back_in_service(m)
+                        && (pinned.kind == OperationKind::RestartMember
+                            || obs.runs_desired_version(m));
+                    return if done {
+                        Step::Finish(pinned)
+                    } else if pinned.kind == OperationKind::UpgradeMember {
+                        Step::Wait(WaitReason::UpgradeInProgress { ordinal })
+                    } else {
+                        Step::Wait(WaitReason::RestartInProgress { ordinal })
+                    };
+                }
+                // Every member healthy before a restart; the restarted one
+                // may be down only while all others serve: healthy in etcd,
+                // and Ready (the client Service routes to them).
+                if let Some(sick) = obs
+                    .voters()
+                    .into_iter()
+                    .find(|v| !v.healthy && v.id != m.id)
+                {
+                    return Step::Wait(WaitReason::MemberUnhealthy {
+                        ordinal: sick.ordinal,
+                    });
+                }
+                if let Some(unready) = obs
+                    .voters()
+                    .into_iter()
+                    .find(|v| v.id != m.id && obs.pod(v.ordinal).is_some_and(|p| !p.ready))
+                {
+                    return Step::Wait(WaitReason::PodNotReady {
+                        ordinal: unready.ordinal,
+                    });
+                }
+                match obs.safe_to_lose(m.id, false) {
+                    Err(reason) => Step::Wait(reason),
+                    Ok(()) => match (m.leader, obs.healthy_follower(m.id)) {
+                        (true, Some(to)) => Step::MoveLeader {
+                            from: m.id,
+                            from_ordinal: m.ordinal,
+                            to: to.id,
+                        },
+                        _ => Step::RestartPod { ordinal },
+                    },
+                }
+            }
+        },
+        OperationKind::RecoverQuorum => {
+            let Some(m) = member else {
+                return Step::Wait(WaitReason::RecoveryInProgress { ordinal });
+            };
+            let Some(pod) = obs.pod(ordinal).filter(|p| p.init_done) else {
+                // The survivor's pod is (re)starting.
+                return Step::Wait(WaitReason::RecoveryInProgress { ordinal });
+            };
+            let others = obs.voters().iter().filter(|v| v.id != m.id).count();
+            if others > 0 {
+                // 1. Restart the survivor so that it starts alone...
+                if pod.forced_new_cluster {
+                    Step::Wait(WaitReason::RecoveryInProgress { ordinal })
+                } else {
+                    Step::RestartPod { ordinal }
+                }
+            } else if pod.forced_new_cluster {
+                // 2. ...then once more without the flag: if etcd restarted
+                //    with it after members rejoined, it would drop them again.
+                Step::RestartPod { ordinal }
+            } else if m.healthy {
+                Step::Finish(pinned)
+            } else {
+                Step::Wait(WaitReason::RecoveryInProgress { ordinal })
+            }
+        }
+        // Handled before etcd's view is required (see the top).
+        OperationKind::RestoreFromBackup => continue_restore(obs, pinned),
+        OperationKind::ReplaceMember => {
+            let lost = obs.pod(ordinal).is_some_and(|p| p.data_lost);
+            match member {
+                // The stale member (its data is gone) is removed first...
+                Some(m) if m.started && !m.learner && lost => match obs.safe_to_lose(m.id, true) {
+                    Ok(()) => Step::RemoveMember { id: m.id, ordinal },
+                    Err(reason) => Step::Wait(reason),
+                },
+                // ...then re-added as a learner, and the pod restarts empty.
+                None => Step::AddLearner { ordinal },
+                Some(m) if m.learner && !m.started && lost => Step::RestartPod { ordinal },
+                Some(m) if m.learner => {
+                    if caught_up(m, leader_index) {
+                        Step::Promote { id: m.id, ordinal }
+                    } else {
+                        Step::Wait(WaitReason::LearnerCatchingUp { ordinal })
+                    }
+                }
+                Some(m) if m.healthy && !lost => Step::Finish(pinned),
+                Some(_) => Step::Wait(WaitReason::MemberUnhealthy { ordinal }),
+            }
+        }
+    }
+}
+
+/// `RestoreFromBackup`: every member pod restarts once onto the restore
+/// template (its old data is set aside by `member-init`, the backup becomes
+/// its data); the operation is done when all members of the new cluster
+/// serve. Quorum is already lost, so no restart here can cost any.
+fn continue_restore(obs: &Observation, pinned: Pinned) -> Step {
+    // A pod that ran member-init before this restore (or whose member-init
+    // refuses) restarts; one still initialising is left to finish.
+    if let Some(stale) = obs
+        .pods
+        .iter()
+        .filter(|p| p.ordinal < obs.desired_size)
+        .find(|p| !p.restored && (p.init_done || p.init_refused))
+    {
+        return Step::RestartPod {
+            ordinal: stale.ordinal,
+        };
+    }
+    let restored = |ordinal: i32| obs.pod(ordinal).is_some_and(|p| p.restored);
+    let serving = obs.members.as_ref().is_some_and(|members| {
+        members.len() == usize::try_from(obs.desired_size).unwrap_or(0)
+            && members
+                .iter()
+                .all(|m| m.started && m.healthy && !m.learner && restored(m.ordinal))
+    });
+    if serving {
+        Step::Finish(pinned)
+    } else {
+        Step::Wait(WaitReason::RestoreInProgress)
+    }
+}

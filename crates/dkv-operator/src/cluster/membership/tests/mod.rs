@@ -1,0 +1,142 @@
+//! Tests of the membership planner: fixtures for observed clusters, and the tests of each concern in the
+//! submodules.
+
+mod invariants;
+mod recovery;
+mod restarts;
+mod scaling;
+
+use super::*;
+
+const V35: EtcdVersion = EtcdVersion::new(3, 5, 16);
+const V34: EtcdVersion = EtcdVersion::new(3, 4, 23);
+
+fn member(ordinal: i32) -> ObservedMember {
+    ObservedMember {
+        id: 100 + ordinal as u64,
+        ordinal,
+        learner: false,
+        started: true,
+        healthy: true,
+        reachable: true,
+        leader: ordinal == 0,
+        raft_index: 1000,
+        version: Some(V35),
+    }
+}
+
+fn pod(ordinal: i32) -> ObservedPod {
+    ObservedPod {
+        ordinal,
+        ready: true,
+        data_lost: false,
+        version: Some(V35),
+        init_done: true,
+        forced_new_cluster: false,
+        init_refused: false,
+        restored: false,
+        tls_serial: None,
+        revision: Some("rev-1".to_owned()),
+    }
+}
+
+fn cluster(size: i32, desired: i32) -> Observation {
+    Observation {
+        desired_size: desired,
+        desired_version: V35,
+        members: Some((0..size).map(member).collect()),
+        pods: (0..size).map(pod).collect(),
+        replicas: size,
+        pinned: None,
+        space_alarm: false,
+        recovery_allowed: false,
+        restore_allowed: false,
+        desired_tls_serial: None,
+        update_revision: Some("rev-1".to_owned()),
+    }
+}
+
+fn begin(kind: OperationKind, ordinal: i32) -> Step {
+    Step::Begin(Pinned { kind, ordinal })
+}
+
+#[test]
+fn converged_clusters_of_every_size_do_nothing() {
+    for n in 1..=9 {
+        assert_eq!(next_step(&cluster(n, n)), Step::Converged, "size {n}");
+    }
+}
+
+#[test]
+fn an_unreachable_cluster_gets_no_step() {
+    let mut obs = cluster(3, 5);
+    obs.members = None;
+    assert_eq!(next_step(&obs), Step::Wait(WaitReason::EtcdUnreachable));
+    obs.pinned = Some(Pinned {
+        kind: OperationKind::AddLearner,
+        ordinal: 3,
+    });
+    assert_eq!(next_step(&obs), Step::Wait(WaitReason::EtcdUnreachable));
+}
+
+#[test]
+fn a_hand_edited_statefulset_is_realigned_to_membership() {
+    let mut obs = cluster(3, 3);
+    obs.replicas = 1;
+    assert_eq!(next_step(&obs), Step::SetReplicas(3));
+}
+
+#[test]
+fn a_full_backend_is_reclaimed_before_anything_else() {
+    let mut obs = cluster(3, 5);
+    obs.space_alarm = true;
+    assert_eq!(next_step(&obs), Step::ReclaimSpace);
+    obs.members = None;
+    assert_eq!(
+        next_step(&obs),
+        Step::Wait(WaitReason::EtcdUnreachable),
+        "not without quorum"
+    );
+}
+
+#[test]
+fn quorum_is_a_strict_majority() {
+    let table = [
+        (1, 1),
+        (2, 2),
+        (3, 2),
+        (4, 3),
+        (5, 3),
+        (6, 4),
+        (7, 4),
+        (8, 5),
+        (9, 5),
+    ];
+    for (voters, expected) in table {
+        assert_eq!(quorum(voters), expected, "quorum of {voters}");
+    }
+}
+
+#[test]
+fn a_spec_edit_during_an_operation_waits_for_it() {
+    // Scale-up 3 -> 5 in flight at its learner step; the spec now asks
+    // for 3 again. The pinned step is finished first.
+    let mut obs = cluster(3, 3);
+    let mut learner = member(3);
+    learner.learner = true;
+    learner.leader = false;
+    learner.raft_index = 1000;
+    obs.members.as_mut().unwrap().push(learner);
+    obs.replicas = 4;
+    obs.pinned = Some(Pinned {
+        kind: OperationKind::AddLearner,
+        ordinal: 3,
+    });
+    assert_eq!(
+        next_step(&obs),
+        Step::Promote {
+            id: 103,
+            ordinal: 3
+        }
+    );
+}

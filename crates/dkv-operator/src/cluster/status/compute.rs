@@ -1,0 +1,369 @@
+//! The status after a pass that got as far as a plan: the Available, Progressing and Degraded conditions, the
+//! phase, READY, the running version, the members and the leader.
+
+use dkv_api::conditions::{reasons, types};
+use dkv_api::distributedkv::v1beta1::{DistributedKVStatus, MemberStatus, OperationKind, Phase};
+use dkv_api::{DistributedKV, labels};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::Resource;
+
+use super::faults::{
+    backup_failed_message, change_pending, expected_down, not_ready_detail, pod_fault,
+    rollout_pending, volume_pending,
+};
+use super::messages::{operation_reason, step_detail, wait_message};
+use super::{Observation, Want, formed_before, serving_endpoints, set_condition, with_backups};
+use crate::cluster::membership::{ObservedMember, Step, WaitReason, quorum};
+use crate::cluster::naming;
+
+/// The status after a successful pass.
+pub(super) fn compute(
+    dkv: &DistributedKV,
+    obs: &Observation<'_>,
+    now: &Time,
+) -> DistributedKVStatus {
+    let old = dkv.status.clone().unwrap_or_default();
+    let sts_status = obs.statefulset.and_then(|s| s.status.as_ref());
+    let replicas = sts_status.map_or(0, |s| s.replicas);
+    let pod_ready = |ordinal: i32| {
+        obs.pods
+            .iter()
+            .any(|p| p.view.ordinal == ordinal && p.view.ready)
+    };
+    // A member is ready when its pod is Ready (so the client Service routes
+    // to it) and, once etcd can be asked, etcd reports it a healthy voter.
+    // Without etcd's view (not formed yet, or unreachable), pod readiness —
+    // which is etcd's /health — stands alone.
+    let voters: Vec<&ObservedMember> = obs
+        .members
+        .into_iter()
+        .flatten()
+        .filter(|m| !m.learner)
+        .collect();
+    let (members, ready) = if voters.is_empty() {
+        let ready_pods = obs.pods.iter().filter(|p| p.view.ready).count();
+        (
+            obs.plan.replicas,
+            i32::try_from(ready_pods).unwrap_or(i32::MAX),
+        )
+    } else {
+        (
+            i32::try_from(voters.len()).unwrap_or(i32::MAX),
+            i32::try_from(
+                voters
+                    .iter()
+                    .filter(|m| m.healthy && pod_ready(m.ordinal))
+                    .count(),
+            )
+            .unwrap_or(0),
+        )
+    };
+    let quorum = quorum(members);
+    let serving = serving_endpoints(obs.client_endpoints);
+    let client_service = naming::client_service(&obs.cluster.name);
+    let complete = obs.statefulset.is_some()
+        && ready >= members
+        && (replicas == members || !voters.is_empty());
+    // A cluster has formed once every member was ready at the same time;
+    // after that, fewer ready members is a fault, not creation progress.
+    // The record of it is the Available condition: once it was
+    // QuorumHealthy, its reason stays QuorumHealthy or QuorumLost. (The phase
+    // cannot tell: it is also Degraded for a spec problem during creation.)
+    let formed_before = formed_before(dkv);
+    // The membership record knows too: once every member has run, the
+    // record says the cluster exists. It stands in only for a status that
+    // has no record of its own (a status written anew): while Available
+    // still says Creating, members that have started but are not Ready yet
+    // are a cluster forming, not a fault.
+    let status_is_new = !dkv
+        .status
+        .iter()
+        .flat_map(|s| &s.conditions)
+        .any(|c| c.type_ == types::AVAILABLE);
+    let formed = complete || formed_before || (!obs.plan.creating && status_is_new);
+
+    // Available is a promise to clients: quorum is healthy *and* reachable
+    // through the client Service, so a client started now gets answers.
+    let available = if ready >= quorum && serving >= quorum && obs.statefulset.is_some() {
+        Want {
+            type_: types::AVAILABLE,
+            status: true,
+            reason: reasons::QUORUM_HEALTHY,
+            message: format!(
+                "{ready}/{members} members ready, {serving} serving through Service {client_service}; quorum is {quorum}"
+            ),
+        }
+    } else if ready >= quorum && obs.statefulset.is_some() {
+        Want {
+            type_: types::AVAILABLE,
+            status: false,
+            reason: if formed {
+                reasons::ENDPOINTS_NOT_READY
+            } else {
+                reasons::CREATING
+            },
+            message: format!(
+                "{ready}/{members} members ready, but Service {client_service} routes to {serving}; quorum needs {quorum}"
+            ),
+        }
+    } else {
+        Want {
+            type_: types::AVAILABLE,
+            status: false,
+            reason: if formed {
+                reasons::QUORUM_LOST
+            } else {
+                reasons::CREATING
+            },
+            message: format!("{ready}/{members} members ready; quorum needs {quorum}"),
+        }
+    };
+
+    let progressing = if obs.cluster.paused {
+        Want {
+            type_: types::PROGRESSING,
+            status: false,
+            reason: reasons::PAUSED,
+            message: format!("{} is set: no changes are made", labels::RECONCILE_PAUSED),
+        }
+    } else if let Some(op) = &obs.operation {
+        Want {
+            type_: types::PROGRESSING,
+            status: true,
+            reason: operation_reason(op.kind),
+            message: format!(
+                "{:?} of {} in progress{}",
+                op.kind,
+                op.target,
+                step_detail(&obs.plan.step)
+            ),
+        }
+    } else if let (false, Some(source)) = (formed, &obs.plan.restore) {
+        Want {
+            type_: types::PROGRESSING,
+            status: true,
+            reason: reasons::RESTORING,
+            message: format!(
+                "restoring {members} members from {}; {ready}/{members} ready",
+                source.backup.as_ref().map_or_else(
+                    || source.uri.clone(),
+                    |b| format!("backup {b} ({})", source.uri)
+                )
+            ),
+        }
+    } else if !formed {
+        Want {
+            type_: types::PROGRESSING,
+            status: true,
+            reason: reasons::CREATING_CLUSTER,
+            message: format!("{ready}/{members} members ready"),
+        }
+    } else if let (Step::Wait(reason), true) = (&obs.plan.step, change_pending(obs)) {
+        Want {
+            type_: types::PROGRESSING,
+            status: true,
+            reason: reasons::WAITING,
+            message: wait_message(&obs.cluster.name, reason),
+        }
+    } else if let (true, Some(size)) = (obs.volumes.below > 0, &obs.volumes.size) {
+        Want {
+            type_: types::PROGRESSING,
+            status: true,
+            reason: reasons::EXPANDING_VOLUMES,
+            message: format!(
+                "{} of {} member volumes have {size}; the others are growing (online, no restart)",
+                obs.volumes.total - obs.volumes.below,
+                obs.volumes.total
+            ),
+        }
+    } else if let Some(pending) = rollout_pending(obs) {
+        // "Converged" is a promise that every member runs the current spec.
+        Want {
+            type_: types::PROGRESSING,
+            status: true,
+            reason: reasons::ROLLING_OUT,
+            message: pending,
+        }
+    } else {
+        Want {
+            type_: types::PROGRESSING,
+            status: false,
+            reason: reasons::CONVERGED,
+            message: "the cluster matches its spec".to_owned(),
+        }
+    };
+
+    let degraded = if obs.plan.step == Step::ReclaimSpace {
+        Want {
+            type_: types::DEGRADED,
+            status: true,
+            reason: reasons::NO_SPACE,
+            message: "the etcd backend reached its quota (NOSPACE alarm) and refuses writes; compacting, defragmenting and disarming".to_owned(),
+        }
+    } else if let (false, Some(why)) = (formed, obs.restore_failure) {
+        Want {
+            type_: types::DEGRADED,
+            status: true,
+            reason: reasons::RESTORE_FAILED,
+            message: format!(
+                "{why}; no member starts until its restore succeeds (the step is retried with backoff)"
+            ),
+        }
+    } else if let Some(refused) = &obs.volumes.refused {
+        Want {
+            type_: types::DEGRADED,
+            status: true,
+            reason: reasons::VOLUME_EXPANSION_FAILED,
+            message: format!(
+                "{refused}; set spec.storage.size back to the volumes' size, or allow expansion on the StorageClass"
+            ),
+        }
+    } else if let Some(message) = volume_pending(obs.volumes, now) {
+        Want {
+            type_: types::DEGRADED,
+            status: true,
+            reason: reasons::VOLUME_PENDING,
+            message,
+        }
+    } else if let Some((fault, message)) = pod_fault(obs) {
+        Want {
+            type_: types::DEGRADED,
+            status: true,
+            reason: fault,
+            message,
+        }
+    } else if formed && ready < quorum {
+        Want {
+            type_: types::DEGRADED,
+            status: true,
+            reason: reasons::QUORUM_LOST,
+            message: match &obs.plan.step {
+                // Lost for good as far as etcd can tell: say what can be done.
+                Step::Wait(lost @ WaitReason::QuorumLost { .. }) => {
+                    wait_message(&obs.cluster.name, lost)
+                }
+                _ => format!(
+                    "only {ready}/{members} members ready, quorum needs {quorum}: the cluster cannot serve writes"
+                ),
+            },
+        }
+    } else if formed && ready + i32::from(expected_down(obs, now)) < members {
+        Want {
+            type_: types::DEGRADED,
+            status: true,
+            reason: reasons::MEMBER_UNHEALTHY,
+            message: format!(
+                "{}/{members} members not ready{}",
+                members - ready,
+                not_ready_detail(obs)
+            ),
+        }
+    } else if let Some(failed) = &obs.backups.failed {
+        Want {
+            type_: types::DEGRADED,
+            status: true,
+            reason: reasons::BACKUP_FAILED,
+            message: backup_failed_message(failed),
+        }
+    } else {
+        Want {
+            type_: types::DEGRADED,
+            status: false,
+            reason: reasons::AS_EXPECTED,
+            message: if formed {
+                "all members ready".to_owned()
+            } else {
+                "no fault seen while the cluster forms".to_owned()
+            },
+        }
+    };
+
+    let phase = if degraded.status {
+        Phase::Degraded
+    } else if !formed && obs.plan.restore.is_some() {
+        Phase::Restoring
+    } else if !formed {
+        Phase::Creating
+    } else {
+        match obs.operation.as_ref().map(|o| o.kind) {
+            Some(
+                OperationKind::AddLearner
+                | OperationKind::PromoteLearner
+                | OperationKind::RemoveMember,
+            ) => Phase::Scaling,
+            Some(OperationKind::UpgradeMember) => Phase::Upgrading,
+            Some(OperationKind::RecoverQuorum | OperationKind::RestoreFromBackup) => {
+                Phase::Restoring
+            }
+            _ => Phase::Running,
+        }
+    };
+
+    // The running version is the configured one only once every pod runs
+    // the current template (updates are OnDelete: pods restart later).
+    let rolled_out = sts_status.is_some() && rollout_pending(obs).is_none() && ready == members;
+    // etcd's own report wins: the version every voter runs.
+    let reported: Vec<_> = voters.iter().filter_map(|m| m.version).collect();
+    let current_version = if !reported.is_empty()
+        && reported.len() == voters.len()
+        && reported.iter().all(|v| *v == reported[0])
+    {
+        Some(reported[0].to_string())
+    } else if rolled_out && voters.is_empty() {
+        Some(obs.cluster.version.to_string())
+    } else {
+        old.current_version.clone()
+    };
+    let member_statuses: Option<Vec<MemberStatus>> = obs.members.map(|members| {
+        members
+            .iter()
+            .map(|m| MemberStatus {
+                name: naming::member(&obs.cluster.name, m.ordinal),
+                id: Some(format!("{:x}", m.id)),
+                learner: m.learner,
+                healthy: m.healthy,
+                version: m.version.map(|v| v.to_string()),
+            })
+            .collect()
+    });
+    let leader = obs
+        .members
+        .into_iter()
+        .flatten()
+        .find(|m| m.leader)
+        .map(|m| naming::member(&obs.cluster.name, m.ordinal));
+
+    let generation = dkv.meta().generation;
+    let mut conditions = old.conditions.clone();
+    for want in [available, progressing, degraded] {
+        set_condition(&mut conditions, want, generation, now);
+    }
+
+    DistributedKVStatus {
+        observed_generation: generation,
+        phase: Some(phase),
+        replicas,
+        ready_replicas: ready,
+        selector: Some(labels::selector_string(&obs.cluster.name)),
+        current_version,
+        // No member answered this pass: the members are still listed, but
+        // none is said to be healthy, since none was seen to be.
+        members: member_statuses.unwrap_or_else(|| {
+            old.members
+                .iter()
+                .map(|m| MemberStatus {
+                    healthy: false,
+                    ..m.clone()
+                })
+                .collect()
+        }),
+        leader: if obs.members.is_some() {
+            leader
+        } else {
+            old.leader.clone()
+        },
+        operation: obs.operation.clone(),
+        conditions,
+        ..with_backups(old, obs.backups)
+    }
+}

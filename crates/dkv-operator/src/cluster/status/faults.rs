@@ -1,0 +1,171 @@
+//! The faults and the pending work status reports: member claims waiting for a volume, a member down as a step
+//! expects or not, failing member pods, a failed backup, changes not rolled out yet.
+
+use dkv_api::distributedkv::v1beta1::OperationKind;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+use super::Observation;
+use crate::cluster::backup_catalogue::FailedRun;
+use crate::cluster::naming;
+use crate::cluster::plan::update_revision;
+use crate::cluster::volumes::Volumes;
+
+/// How long a member's claim may wait for a volume before that is a fault:
+/// provisioners of network disks take seconds to tens of seconds.
+const VOLUME_GRACE: jiff::SignedDuration = jiff::SignedDuration::from_secs(60);
+
+/// When the first member claim still within [`VOLUME_GRACE`] leaves it:
+/// status must be looked at again then, as nothing else may change.
+pub fn volume_grace_ends(volumes: &Volumes) -> Option<jiff::Timestamp> {
+    volumes
+        .pending
+        .iter()
+        .filter_map(|c| c.since)
+        .map(|since| since + VOLUME_GRACE)
+        .filter(|end| *end > jiff::Timestamp::now())
+        .min()
+}
+
+/// Says which member claims have waited for a volume longer than
+/// [`VOLUME_GRACE`].
+pub(super) fn volume_pending(volumes: &Volumes, now: &Time) -> Option<String> {
+    let stuck: Vec<String> = volumes
+        .pending
+        .iter()
+        .filter(|c| {
+            c.since
+                .is_some_and(|since| now.0.duration_since(since) >= VOLUME_GRACE)
+        })
+        .map(|c| {
+            // Stable from pass to pass: status is rewritten only on change.
+            format!(
+                "{} (StorageClass {}, Pending since {})",
+                c.name,
+                c.class.as_deref().unwrap_or("(default)"),
+                c.since.map_or_else(String::new, |since| since.to_string())
+            )
+        })
+        .collect();
+    (!stuck.is_empty()).then(|| {
+        format!(
+            "no volume was provided for member claim(s) {}: the StorageClass's provisioner does not create volumes (kubectl describe pvc shows its events); those members cannot start",
+            stuck.join(", ")
+        )
+    })
+}
+
+/// How long the target of a step that takes a member down (a restart, a new
+/// member starting) may be not ready before that is a fault.
+const STEP_GRACE: jiff::SignedDuration = jiff::SignedDuration::from_secs(120);
+
+/// Whether the one voter that is not ready is the target of the operation in
+/// flight, within [`STEP_GRACE`] of its start: the step the user asked for,
+/// not a fault. A target that does not come back in time is `Degraded`.
+pub(super) fn expected_down(obs: &Observation<'_>, now: &Time) -> bool {
+    let Some(op) = &obs.operation else {
+        return false;
+    };
+    let takes_a_member_down = matches!(
+        op.kind,
+        OperationKind::AddLearner
+            | OperationKind::PromoteLearner
+            | OperationKind::UpgradeMember
+            | OperationKind::RenewCertificate
+            | OperationKind::RestartMember
+            | OperationKind::ReplaceMember
+    );
+    let within_grace = now.0.duration_since(op.started_at.0) < STEP_GRACE;
+    let Some(target) = naming::ordinal_of(&obs.cluster.name, &op.target) else {
+        return false;
+    };
+    // Only a voter counts towards READY: a learner target is not one.
+    let Some(voter) = obs
+        .members
+        .into_iter()
+        .flatten()
+        .find(|m| m.ordinal == target && !m.learner)
+    else {
+        return false;
+    };
+    let target_ready = voter.healthy
+        && obs
+            .pods
+            .iter()
+            .any(|p| p.view.ordinal == target && p.view.ready);
+    takes_a_member_down && within_grace && !target_ready
+}
+
+/// The first member pod fault someone must act on (an image that cannot be
+/// pulled, a crash loop, a pod that cannot be scheduled): its reason, and a
+/// message naming the pod and quoting its status.
+pub(super) fn pod_fault(obs: &Observation<'_>) -> Option<(&'static str, String)> {
+    let faults: Vec<(&'static str, &str)> = obs
+        .pods
+        .iter()
+        .filter_map(|p| p.problem.as_ref())
+        .filter_map(|problem| Some((problem.fault?, problem.message.as_str())))
+        .collect();
+    let (reason, first) = faults.first()?;
+    let more = match faults.len() {
+        1 => String::new(),
+        n => format!(" (and {} more member pod(s) failing)", n - 1),
+    };
+    Some((reason, format!("{first}{more}")))
+}
+
+/// What is known of the members that are not ready: each pod's problem.
+pub(super) fn not_ready_detail(obs: &Observation<'_>) -> String {
+    let problems: Vec<&str> = obs
+        .pods
+        .iter()
+        .filter_map(|p| p.problem.as_ref())
+        .map(|p| p.message.as_str())
+        .collect();
+    if problems.is_empty() {
+        String::new()
+    } else {
+        format!(": {}", problems.join("; "))
+    }
+}
+
+pub(super) fn backup_failed_message(failed: &FailedRun) -> String {
+    format!(
+        "the latest backup, {}, failed: {}; the next successful backup clears this",
+        failed.name, failed.message
+    )
+}
+
+/// Whether the spec asks for something the cluster is not yet: a waiting
+/// planner is news only then (a converged cluster whose members cannot be
+/// seen is not "in progress").
+pub(super) fn change_pending(obs: &Observation<'_>) -> bool {
+    let size_differs = i32::try_from(obs.plan.record.members.len()).ok() != Some(obs.cluster.size);
+    let version_differs = obs
+        .members
+        .into_iter()
+        .flatten()
+        .any(|m| m.version.is_some_and(|v| v != obs.cluster.version));
+    size_differs || version_differs || rollout_pending(obs).is_some()
+}
+
+/// Members whose pods do not run the StatefulSet's current template yet,
+/// as "k of n" text; `None` when every member pod does. Unknown (the
+/// StatefulSet's controller has not seen its latest template yet) counts
+/// as pending.
+pub(super) fn rollout_pending(obs: &Observation<'_>) -> Option<String> {
+    let sts = obs.statefulset?;
+    let members = obs.pods.len();
+    let Some(revision) = update_revision(sts) else {
+        return Some(format!(
+            "the members' template changed; 0 of {members} members known to run it yet"
+        ));
+    };
+    let current = obs
+        .pods
+        .iter()
+        .filter(|p| p.view.revision.as_ref() == Some(&revision))
+        .count();
+    (current < members).then(|| {
+        format!("{current} of {members} members run the current template; the others restart one at a time")
+    })
+}

@@ -1,0 +1,312 @@
+//! The last step of a reconcile, and the only one that writes status: the
+//! cluster's whole status (conditions, phase, READY, members, the printer
+//! STATUS) derived purely from what the pass observed ([`Seen`]) and how it
+//! ended (an error's [`Fault`]), written to the status subresource only when
+//! it differs from what is already there.
+//!
+//! This module holds what status is derived from and the statuses of a pass
+//! that stopped early; `compute` derives the status of a pass that planned,
+//! from the faults and pending work `faults` finds and the words `messages`
+//! chooses; `patch` writes it.
+
+mod compute;
+mod faults;
+mod messages;
+mod patch;
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use dkv_api::conditions::{reasons, types};
+use dkv_api::distributedkv::v1beta1::{DistributedKVStatus, Operation, Phase};
+use dkv_api::{DistributedKV, labels};
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::{Resource, ResourceExt};
+
+use super::backup_catalogue::BackupSummary;
+use super::membership::ObservedMember;
+use super::observe_members::MemberPod;
+use super::outcome::Fault;
+use super::plan::Plan;
+use super::validate::ValidatedCluster;
+use super::volumes::Volumes;
+use compute::compute;
+pub use faults::volume_grace_ends;
+pub use patch::write;
+
+/// What one pass observed and decided, filled in step by step as the pass
+/// goes: status is derived from it whichever step the pass stopped at.
+#[derive(Default)]
+pub struct Seen {
+    /// The spec, once it validated.
+    pub cluster: Option<ValidatedCluster>,
+    /// The member pods.
+    pub pods: Vec<MemberPod>,
+    /// etcd's members (`None`: not asked, or no member answered).
+    pub members: Option<Vec<ObservedMember>>,
+    /// The plan, once made.
+    pub plan: Option<Plan>,
+    /// The StatefulSet as last read or applied.
+    pub statefulset: Option<Arc<StatefulSet>>,
+    /// The EndpointSlices of the client Service.
+    pub client_endpoints: Vec<Arc<EndpointSlice>>,
+    /// The operation pinned once the pass's step is done (the one pinned
+    /// before it while the step has not succeeded).
+    pub operation: Option<Operation>,
+    /// Where the member volumes stand against `spec.storage.size`.
+    pub volumes: Option<Volumes>,
+}
+
+/// The status of `dkv` after a pass that observed `seen` and, if it failed,
+/// showed `fault`. `None` when the pass saw nothing status records and
+/// failed with nothing to show (a cluster being deleted, say).
+pub fn derive(
+    dkv: &DistributedKV,
+    seen: &Seen,
+    fault: Option<&Fault>,
+    backups: &BackupSummary,
+    now: &Time,
+) -> Option<DistributedKVStatus> {
+    let observed = match (&seen.cluster, &seen.plan, &seen.volumes) {
+        (Some(cluster), Some(plan), Some(volumes)) => Some(compute(
+            dkv,
+            &Observation {
+                cluster,
+                plan,
+                statefulset: seen.statefulset.as_deref(),
+                members: seen.members.as_deref(),
+                pods: &seen.pods,
+                client_endpoints: &seen.client_endpoints,
+                operation: seen.operation.clone(),
+                restore_failure: seen.pods.iter().find_map(|p| p.restore_failure.as_deref()),
+                backups,
+                volumes,
+            },
+            now,
+        )),
+        _ => None,
+    };
+    match (observed, fault) {
+        (Some(status), None) => Some(status),
+        (Some(status), Some(fault)) => Some(with_fault(dkv, status, fault, now)),
+        // The pass stopped before it could plan: what is known of the
+        // running cluster is kept, the fault added.
+        (None, Some(Fault::Degraded { reason, message })) => {
+            Some(degraded(dkv, reason, message, backups, now))
+        }
+        (None, Some(Fault::Waiting { reason, message })) => {
+            Some(waiting(dkv, reason, message, backups, now))
+        }
+        (None, None) => None,
+    }
+}
+
+/// `status`, computed from what the pass observed, with the fault of the
+/// error the pass stopped at on top.
+fn with_fault(
+    dkv: &DistributedKV,
+    mut status: DistributedKVStatus,
+    fault: &Fault,
+    now: &Time,
+) -> DistributedKVStatus {
+    let generation = dkv.meta().generation;
+    match fault {
+        Fault::Degraded { reason, message } => {
+            let want = Want {
+                type_: types::DEGRADED,
+                status: true,
+                reason,
+                message: message.clone(),
+            };
+            set_condition(&mut status.conditions, want, generation, now);
+            status.phase = Some(Phase::Degraded);
+        }
+        Fault::Waiting { reason, message } => {
+            let want = Want {
+                type_: types::PROGRESSING,
+                status: true,
+                reason,
+                message: message.clone(),
+            };
+            set_condition(&mut status.conditions, want, generation, now);
+        }
+    }
+    status
+}
+
+/// Everything the status of a healthy pass is computed from.
+struct Observation<'a> {
+    pub cluster: &'a ValidatedCluster,
+    pub plan: &'a Plan,
+    pub statefulset: Option<&'a StatefulSet>,
+    /// etcd's members as observed this pass (`None`: no member answered).
+    pub members: Option<&'a [ObservedMember]>,
+    /// The member pods as observed this pass.
+    pub pods: &'a [MemberPod],
+    /// The EndpointSlices of the client Service.
+    pub client_endpoints: &'a [Arc<EndpointSlice>],
+    /// The operation pinned after this pass.
+    pub operation: Option<Operation>,
+    /// Why a member's restore step failed (`spec.bootstrap.restore`).
+    pub restore_failure: Option<&'a str>,
+    /// What the cluster's backup records say.
+    pub backups: &'a BackupSummary,
+    /// Where the member volumes stand against `spec.storage.size`.
+    pub volumes: &'a Volumes,
+}
+
+/// One condition as the operator wants it now.
+struct Want {
+    type_: &'static str,
+    status: bool,
+    reason: &'static str,
+    message: String,
+}
+
+/// Whether the cluster's status records that it has formed: its Available
+/// condition was once QuorumHealthy, and stays QuorumHealthy, QuorumLost or
+/// EndpointsNotReady.
+pub fn formed_before(dkv: &DistributedKV) -> bool {
+    dkv.status.iter().flat_map(|s| &s.conditions).any(|c| {
+        c.type_ == types::AVAILABLE
+            && [
+                reasons::QUORUM_HEALTHY,
+                reasons::QUORUM_LOST,
+                reasons::ENDPOINTS_NOT_READY,
+            ]
+            .contains(&c.reason.as_str())
+    })
+}
+
+/// How many distinct addresses the client Service routes to: the ready
+/// endpoints of its EndpointSlices (an unset `ready` counts as ready, as
+/// kube-proxy reads it).
+pub fn serving_endpoints(slices: &[Arc<EndpointSlice>]) -> i32 {
+    let addresses: BTreeSet<&str> = slices
+        .iter()
+        .flat_map(|s| s.endpoints.iter().flatten())
+        .filter(|e| e.conditions.as_ref().and_then(|c| c.ready) != Some(false))
+        .flat_map(|e| e.addresses.iter().map(String::as_str))
+        .collect();
+    i32::try_from(addresses.len()).unwrap_or(i32::MAX)
+}
+
+/// The status after a permanent error: Degraded with `reason` and the error,
+/// the rest (what is known about the running cluster) kept.
+fn degraded(
+    dkv: &DistributedKV,
+    reason: &'static str,
+    message: &str,
+    backups: &BackupSummary,
+    now: &Time,
+) -> DistributedKVStatus {
+    let want = Want {
+        type_: types::DEGRADED,
+        status: true,
+        reason,
+        message: message.to_owned(),
+    };
+    let status = with_conditions(dkv, vec![want], backups, now);
+    DistributedKVStatus {
+        phase: Some(Phase::Degraded),
+        selector: Some(labels::selector_string(&dkv.name_any())),
+        ..status
+    }
+}
+
+/// The status while the cluster waits for something outside dkv that is
+/// expected to arrive (cert-manager issuing a certificate): Progressing
+/// with `reason`, and no longer Degraded by an earlier error.
+fn waiting(
+    dkv: &DistributedKV,
+    reason: &'static str,
+    message: &str,
+    backups: &BackupSummary,
+    now: &Time,
+) -> DistributedKVStatus {
+    let wants = vec![
+        Want {
+            type_: types::PROGRESSING,
+            status: true,
+            reason,
+            message: message.to_owned(),
+        },
+        Want {
+            type_: types::DEGRADED,
+            status: false,
+            reason: reasons::AS_EXPECTED,
+            message: message.to_owned(),
+        },
+    ];
+    with_conditions(dkv, wants, backups, now)
+}
+
+/// The cluster's status with `wants` set and everything else kept. A
+/// status without an `Available` condition yet (the cluster was never
+/// created, say for an invalid spec) gets one, False with the reason of the
+/// first want: the STATUS column shows that reason, never nothing.
+fn with_conditions(
+    dkv: &DistributedKV,
+    mut wants: Vec<Want>,
+    backups: &BackupSummary,
+    now: &Time,
+) -> DistributedKVStatus {
+    let old = dkv.status.clone().unwrap_or_default();
+    let generation = dkv.meta().generation;
+    let mut conditions = old.conditions.clone();
+    if !conditions.iter().any(|c| c.type_ == types::AVAILABLE)
+        && let Some(first) = wants.first()
+    {
+        wants.push(Want {
+            type_: types::AVAILABLE,
+            status: false,
+            reason: first.reason,
+            message: format!("no member serves yet: {}", first.message),
+        });
+    }
+    for want in wants {
+        set_condition(&mut conditions, want, generation, now);
+    }
+    DistributedKVStatus {
+        observed_generation: generation,
+        conditions,
+        ..with_backups(old, backups)
+    }
+}
+
+/// Sets one condition, keeping `lastTransitionTime` when its status did not
+/// change (so an unchanged status compares equal and is not rewritten).
+fn set_condition(conditions: &mut Vec<Condition>, want: Want, generation: Option<i64>, now: &Time) {
+    let status = if want.status { "True" } else { "False" };
+    let existing = conditions.iter_mut().find(|c| c.type_ == want.type_);
+    let condition = Condition {
+        type_: want.type_.to_owned(),
+        status: status.to_owned(),
+        reason: want.reason.to_owned(),
+        message: want.message,
+        observed_generation: generation,
+        last_transition_time: match &existing {
+            Some(c) if c.status == status => c.last_transition_time.clone(),
+            _ => now.clone(),
+        },
+    };
+    match existing {
+        Some(slot) => *slot = condition,
+        None => conditions.push(condition),
+    }
+}
+
+/// `status` with the backup facts derived from the records.
+fn with_backups(status: DistributedKVStatus, backups: &BackupSummary) -> DistributedKVStatus {
+    let (last_backup, last_backup_time) = match &backups.last {
+        Some((backup, time)) => (Some(backup.clone()), Some(time.clone())),
+        None => (None, None),
+    };
+    DistributedKVStatus {
+        last_backup,
+        last_backup_time,
+        ..status
+    }
+}

@@ -1,0 +1,124 @@
+//! `spec.etcd`: the backend quota and auto-compaction settings, with etcd's defaults filled in.
+
+use dkv_api::distributedkv::v1beta1::{AutoCompactionMode, EtcdTuning};
+
+use super::{EtcdSettings, Problems};
+
+/// etcd's default backend quota (2 GiB), which we also default to.
+pub const DEFAULT_QUOTA_BACKEND_BYTES: i64 = 2 * 1024 * 1024 * 1024;
+/// etcd warns above 8 GiB; larger databases make snapshots and restarts slow.
+pub const MAX_QUOTA_BACKEND_BYTES: i64 = 8 * 1024 * 1024 * 1024;
+
+/// `spec.etcd` with every field the operator defaults filled in; fields that
+/// are set stay as they are (valid or not).
+pub fn etcd_tuning_with_defaults(tuning: Option<&EtcdTuning>) -> EtcdTuning {
+    let mut tuning = tuning.cloned().unwrap_or_default();
+    let mode = *tuning
+        .auto_compaction_mode
+        .get_or_insert(AutoCompactionMode::Periodic);
+    tuning
+        .quota_backend_bytes
+        .get_or_insert(DEFAULT_QUOTA_BACKEND_BYTES);
+    tuning
+        .auto_compaction_retention
+        .get_or_insert_with(|| default_compaction_retention(mode).to_owned());
+    tuning
+}
+
+/// etcd's own default retention per compaction mode.
+fn default_compaction_retention(mode: AutoCompactionMode) -> &'static str {
+    match mode {
+        AutoCompactionMode::Periodic => "1h",
+        AutoCompactionMode::Revision => "1000",
+    }
+}
+
+pub(super) fn etcd_settings(tuning: Option<&EtcdTuning>, problems: &mut Problems) -> EtcdSettings {
+    let tuning = etcd_tuning_with_defaults(tuning);
+    let quota = tuning
+        .quota_backend_bytes
+        .unwrap_or(DEFAULT_QUOTA_BACKEND_BYTES);
+    if quota <= 0 || quota > MAX_QUOTA_BACKEND_BYTES {
+        problems.add(
+            "spec.etcd.quotaBackendBytes",
+            format!("must be between 1 and {MAX_QUOTA_BACKEND_BYTES} (8 GiB), got {quota}; omit it for the 2 GiB default"),
+        );
+    }
+    let mode = tuning
+        .auto_compaction_mode
+        .unwrap_or(AutoCompactionMode::Periodic);
+    let mode_name = match mode {
+        AutoCompactionMode::Periodic => "periodic",
+        AutoCompactionMode::Revision => "revision",
+    };
+    let retention = tuning
+        .auto_compaction_retention
+        .unwrap_or_else(|| default_compaction_retention(mode).to_owned());
+    let retention_ok = match mode {
+        // etcd reads a bare number as hours in periodic mode.
+        AutoCompactionMode::Periodic => {
+            is_go_duration(&retention) || retention.parse::<u64>().is_ok()
+        }
+        AutoCompactionMode::Revision => retention.parse::<u64>().is_ok(),
+    };
+    if !retention_ok {
+        problems.add(
+            "spec.etcd.autoCompactionRetention",
+            match mode {
+                AutoCompactionMode::Periodic => {
+                    format!("{retention:?} is not a duration; use e.g. \"1h\" or \"30m\"")
+                }
+                AutoCompactionMode::Revision => {
+                    format!(
+                        "{retention:?} must be a revision count in revision mode, e.g. \"1000\""
+                    )
+                }
+            },
+        );
+    }
+    EtcdSettings {
+        quota_backend_bytes: quota,
+        auto_compaction_mode: mode_name,
+        auto_compaction_retention: retention,
+    }
+}
+
+/// Whether `text` is a Go duration such as `1h30m` or `1.5s`.
+fn is_go_duration(text: &str) -> bool {
+    let mut rest = text;
+    if rest.is_empty() {
+        return false;
+    }
+    while !rest.is_empty() {
+        let digits = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(rest.len());
+        if digits == 0 || rest[..digits].parse::<f64>().is_err() {
+            return false;
+        }
+        rest = &rest[digits..];
+        let unit = ["ns", "us", "µs", "ms", "s", "m", "h"]
+            .iter()
+            .find(|u| rest.starts_with(*u) && !(**u == "m" && rest.starts_with("ms")));
+        match unit {
+            Some(u) => rest = &rest[u.len()..],
+            None => return false,
+        }
+    }
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn go_durations() {
+        for ok in ["1h", "30m", "1h30m", "1.5s", "500ms"] {
+            assert!(is_go_duration(ok), "{ok}");
+        }
+        for bad in ["", "h", "1d", "1 h", "-1h"] {
+            assert!(!is_go_duration(bad), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,80 @@
+//! The etcd configuration file of one member: its names, URLs, initial cluster, tuning and TLS.
+
+use std::path::Path;
+
+use anyhow::bail;
+use serde_json::{Value, json};
+
+use crate::cluster::naming::{self, CLIENT_PORT, METRICS_PORT, PEER_PORT};
+
+use super::decision::Start;
+use super::{MemberInitArgs, scheme};
+
+/// The etcd configuration of one member.
+pub fn render_config(args: &MemberInitArgs, start: &Start) -> anyhow::Result<Value> {
+    if naming::ordinal_of(&args.cluster, &args.member).is_none() {
+        bail!(
+            "pod {:?} is not a member of cluster {:?} (expected {}-<ordinal>)",
+            args.member,
+            args.cluster,
+            args.cluster
+        );
+    }
+    if args.pod_ip.trim().is_empty() {
+        bail!("POD_IP is empty: the pod's IP is needed to listen on");
+    }
+    let host = format!(
+        "{}.{}.{}.svc",
+        args.member, args.peer_service, args.namespace
+    );
+    let listen = |tls: bool, port: i32| format!("{}://{}:{port}", scheme(tls), args.pod_ip);
+    let (initial_cluster, state) = match start {
+        Start::Bootstrap { initial_cluster } => (initial_cluster, "new"),
+        // With data present etcd ignores the initial-* settings; "existing"
+        // documents that this member is not bootstrapping.
+        Start::Restart { initial_cluster } | Start::Join { initial_cluster } => {
+            (initial_cluster, "existing")
+        }
+    };
+    let mut config = json!({
+        "name": args.member,
+        "data-dir": args.data_dir,
+        "listen-peer-urls": listen(args.peer_tls, PEER_PORT),
+        "listen-client-urls": listen(args.client_tls, CLIENT_PORT),
+        // Plaintext whatever the client TLS: the kubelet probes /health here.
+        "listen-metrics-urls": listen(false, METRICS_PORT),
+        "initial-advertise-peer-urls": format!("{}://{host}:{PEER_PORT}", scheme(args.peer_tls)),
+        "advertise-client-urls": format!("{}://{host}:{CLIENT_PORT}", scheme(args.client_tls)),
+        "initial-cluster": initial_cluster,
+        "initial-cluster-state": state,
+        "initial-cluster-token": args.initial_cluster_token,
+        "quota-backend-bytes": args.quota_backend_bytes,
+        "auto-compaction-mode": args.auto_compaction_mode,
+        "auto-compaction-retention": args.auto_compaction_retention,
+        // Pre-vote keeps a member that was cut off from disrupting the
+        // leader when it comes back (default on from 3.5, off in 3.4).
+        "pre-vote": true,
+        "logger": "zap",
+        "log-outputs": ["stderr"],
+    });
+    // Each transport's certificate (server and client usage: members dial
+    // their peers with it, and etcd's gRPC gateway its own member); the
+    // other side must present a certificate signed by a CA in its ca.crt.
+    let security = |dir: &Path| {
+        json!({
+            "cert-file": dir.join(crate::cluster::tls::TLS_CERT),
+            "key-file": dir.join(crate::cluster::tls::TLS_KEY),
+            "trusted-ca-file": dir.join(crate::cluster::tls::CA_CERT),
+            "client-cert-auth": true,
+        })
+    };
+    if args.peer_tls {
+        config["peer-transport-security"] =
+            security(args.peer_tls_dir.as_deref().unwrap_or(&args.tls_dir));
+    }
+    if args.client_tls {
+        config["client-transport-security"] =
+            security(args.client_tls_dir.as_deref().unwrap_or(&args.tls_dir));
+    }
+    Ok(config)
+}

@@ -1,0 +1,103 @@
+//! Tests: quorum recovery epochs and the data a restore from backup staged.
+
+use super::*;
+
+#[test]
+fn the_restore_steps_stage_where_member_init_looks() {
+    use crate::cluster::build::statefulset::DATA_DIR;
+    use crate::cluster::restore::{RESTORE_DIR, STAGING_DIR};
+    assert_eq!(restore_dir(Path::new(DATA_DIR)), Path::new(RESTORE_DIR));
+    assert_eq!(
+        restore_dir(Path::new(DATA_DIR)).join("data"),
+        Path::new(STAGING_DIR)
+    );
+}
+
+/// A volume laid out as the restore steps leave it.
+fn volume(staged: bool, data: bool) -> tempfile::TempDir {
+    let volume = tempfile::tempdir().unwrap();
+    if staged {
+        std::fs::create_dir_all(volume.path().join("dkv-restore/data/member/snap")).unwrap();
+        std::fs::write(volume.path().join("dkv-restore/data/member/restored"), "r").unwrap();
+        std::fs::write(volume.path().join("dkv-restore/snapshot.db"), "s").unwrap();
+    }
+    if data {
+        std::fs::create_dir_all(volume.path().join("data/member/snap")).unwrap();
+        std::fs::write(volume.path().join("data/member/own"), "o").unwrap();
+    }
+    volume
+}
+
+#[test]
+fn restored_data_becomes_the_data_of_a_member_without_any() {
+    let v = volume(true, false);
+    let data = v.path().join("data");
+    let new = record(ClusterState::New, vec![recorded(0, false)]);
+    adopt_restored_data("orders-0", &data, Some(&new)).unwrap();
+    assert!(data.join("member/restored").is_file());
+    assert!(!v.path().join("dkv-restore/data").exists());
+    // Still creating: the snapshot stays for a pod that restarts.
+    assert!(v.path().join("dkv-restore/snapshot.db").is_file());
+}
+
+#[test]
+fn a_member_that_has_data_keeps_it_and_the_restored_copy_goes() {
+    let v = volume(true, true);
+    let data = v.path().join("data");
+    let new = record(ClusterState::New, vec![recorded(0, true)]);
+    adopt_restored_data("orders-0", &data, Some(&new)).unwrap();
+    assert!(data.join("member/own").is_file());
+    assert!(!data.join("member/restored").exists());
+    assert!(!v.path().join("dkv-restore/data").exists());
+}
+
+#[test]
+fn once_the_cluster_exists_the_restore_leftovers_are_removed() {
+    let v = volume(false, true);
+    std::fs::create_dir_all(v.path().join("dkv-restore")).unwrap();
+    std::fs::write(v.path().join("dkv-restore/snapshot.db"), "s").unwrap();
+    let data = v.path().join("data");
+    let existing = record(ClusterState::Existing, vec![recorded(0, true)]);
+    adopt_restored_data("orders-0", &data, Some(&existing)).unwrap();
+    assert!(!v.path().join("dkv-restore").exists());
+    assert!(data.join("member/own").is_file());
+}
+
+#[test]
+fn an_unfinished_staging_directory_is_never_adopted() {
+    // The restore tool failed halfway: no member/ directory in staging.
+    let v = volume(false, false);
+    std::fs::create_dir_all(v.path().join("dkv-restore/data/partial")).unwrap();
+    let data = v.path().join("data");
+    adopt_restored_data("orders-0", &data, None).unwrap();
+    assert!(!data.exists());
+}
+
+#[test]
+fn a_recovery_forces_the_survivor_once_and_sets_stale_data_aside() {
+    let mut r = record(ClusterState::Existing, vec![recorded(0, true)]);
+    assert_eq!(recovery("orders-0", true, None, Some(&r)), Recovery::None);
+    r.epoch = Some("e1".into());
+    r.recover_from = Some("orders-0".into());
+    let force = Recovery::ForceNewCluster { epoch: "e1".into() };
+    let stale = Recovery::StaleData { epoch: "e1".into() };
+    assert_eq!(recovery("orders-0", true, None, Some(&r)), force);
+    assert_eq!(recovery("orders-0", true, Some("e0"), Some(&r)), force);
+    assert_eq!(
+        recovery("orders-0", true, Some("e1"), Some(&r)),
+        Recovery::None,
+        "forced once: a restart under the same epoch starts normally"
+    );
+    assert_eq!(recovery("orders-1", true, None, Some(&r)), stale);
+    assert_eq!(
+        recovery("orders-1", true, Some("e1"), Some(&r)),
+        Recovery::None
+    );
+    assert_eq!(
+        recovery("orders-1", false, None, Some(&r)),
+        Recovery::None,
+        "nothing to set aside"
+    );
+    r.recover_from = None;
+    assert_eq!(recovery("orders-0", true, Some("e0"), Some(&r)), stale);
+}
