@@ -2,7 +2,7 @@
 """The suite-wide secret scan (issue 8): searches what every test recorded.
 
 Each test that ran the operator left in DIR (DKV_SECRET_SCAN_DIR, see
-crates/dkv-operator/tests/support/secret_scan.rs):
+crates/dkv-test-support/src/secret_scan.rs):
   <test>.needles   values that must stay secret (private-key lines,
                    passwords, tokens, secret keys), one per line
   <test>.haystack  container logs, Events, and the objects dkv wrote

@@ -272,7 +272,8 @@ impl Drop for MotoServer {
     }
 }
 
-fn free_port() -> u16 {
+/// A TCP port on 127.0.0.1 nothing listens on (at the time of asking).
+pub fn free_port() -> u16 {
     let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
         .unwrap_or_else(|e| panic!("binding a free port: {e}"));
     listener
@@ -281,12 +282,19 @@ fn free_port() -> u16 {
         .port()
 }
 
+/// The etcd releases `scripts/install-etcd.sh` put in the checkout's
+/// `.tools` (or in `DKV_TOOLS_DIR`, as it does when that is set), in
+/// `dkv local`'s tools layout.
+pub fn tools_dir() -> PathBuf {
+    std::env::var_os("DKV_TOOLS_DIR").map_or_else(|| repo_root().join(".tools"), PathBuf::from)
+}
+
 /// The directory holding `etcd`, `etcdctl` (and from 3.5 `etcdutl`) of a
 /// minor version, as `scripts/install-etcd.sh` installs them.
 pub fn etcd_bin_dir(minor: &str) -> PathBuf {
     let dir = match minor {
         "3.4" => PathBuf::from("/usr/bin"),
-        other => repo_root().join(format!(".tools/etcd-{other}/usr/bin")),
+        other => tools_dir().join(format!("etcd-{other}/usr/bin")),
     };
     assert!(
         dir.join("etcd").exists(),

@@ -18,8 +18,8 @@ mod cluster_ops;
 mod footprint;
 mod operator_process;
 mod report;
-#[path = "../../tests/support/mod.rs"]
-mod support;
+
+use dkv_test_support as support;
 
 use std::path::PathBuf;
 use std::time::Instant;

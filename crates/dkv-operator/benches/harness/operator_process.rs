@@ -54,7 +54,7 @@ impl OperatorProcess {
         log: &Path,
         election: &[&str],
     ) -> anyhow::Result<Self> {
-        let port = free_port().context("finding a free port for the operator's metrics")?;
+        let port = dkv_test_support::free_port();
         let metrics_addr = format!("127.0.0.1:{port}");
         let log_file = std::fs::OpenOptions::new()
             .create(true)
@@ -189,12 +189,6 @@ pub fn proc_meminfo_total_kib() -> anyhow::Result<u64> {
         .and_then(|rest| rest.split_whitespace().next())
         .and_then(|n| n.parse().ok())
         .context("no MemTotal in /proc/meminfo")
-}
-
-fn free_port() -> std::io::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
 }
 
 /// A plain HTTP/1.0 GET (the harness needs nothing more).

@@ -1,0 +1,328 @@
+//! `GrpcAdmin` against real etcd 3.5 processes: the whole membership cycle
+//! the operator drives, leadership transfer, snapshots, alarms, and bounded
+//! failure on an unreachable member.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use dkv_etcd::{Error, EtcdAdmin, GrpcAdmin, MemberId};
+use futures::TryStreamExt;
+use sha2::{Digest, Sha256};
+
+fn etcd_dir() -> PathBuf {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.tools/etcd-3.5/usr/bin");
+    assert!(
+        dir.join("etcd").exists(),
+        "run scripts/install-etcd.sh (scripts/test.sh does)"
+    );
+    dir
+}
+
+fn ip(ordinal: usize) -> String {
+    format!(
+        "127.{}.{}.{}",
+        90,
+        (std::process::id() % 250) as u8,
+        ordinal + 1
+    )
+}
+
+fn peer_url(i: usize) -> String {
+    format!("http://{}:2380", ip(i))
+}
+
+fn client_url(i: usize) -> String {
+    format!("http://{}:2379", ip(i))
+}
+
+struct Etcd {
+    dir: tempfile::TempDir,
+    processes: Vec<Option<Child>>,
+}
+
+impl Drop for Etcd {
+    fn drop(&mut self) {
+        for child in self.processes.iter_mut().flatten() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Etcd {
+    fn start_member(&mut self, i: usize, members: &[usize], state: &str) {
+        let initial: Vec<String> = members
+            .iter()
+            .map(|m| format!("m{m}={}", peer_url(*m)))
+            .collect();
+        let log = std::fs::File::create(self.dir.path().join(format!("m{i}.log"))).unwrap();
+        let child = Command::new(etcd_dir().join("etcd"))
+            .args([
+                &format!("--name=m{i}"),
+                &format!(
+                    "--data-dir={}",
+                    self.dir.path().join(format!("m{i}")).display()
+                ),
+                &format!("--listen-peer-urls={}", peer_url(i)),
+                &format!("--initial-advertise-peer-urls={}", peer_url(i)),
+                &format!("--listen-client-urls={}", client_url(i)),
+                &format!("--advertise-client-urls={}", client_url(i)),
+                &format!("--initial-cluster={}", initial.join(",")),
+                &format!("--initial-cluster-state={state}"),
+                "--initial-cluster-token=dkv-etcd-test",
+            ])
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        if self.processes.len() <= i {
+            self.processes.resize_with(i + 1, || None);
+        }
+        self.processes[i] = Some(child);
+    }
+
+    fn stop_member(&mut self, i: usize) {
+        if let Some(mut child) = self.processes[i].take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// Retries `f` while etcd asks to wait (or the member is still starting).
+async fn eventually<T, F, Fut>(what: &str, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, Error>>,
+{
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match f().await {
+            Ok(v) => return v,
+            Err(e) if e.is_retryable() && Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+            Err(e) => panic!("{what}: {e}"),
+        }
+    }
+}
+
+fn etcdctl(endpoints: &str, args: &[&str]) {
+    let out = Command::new(etcd_dir().join("etcdctl"))
+        .env("ETCDCTL_API", "3")
+        .arg(format!("--endpoints={endpoints}"))
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "etcdctl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn membership_cycle_leadership_and_snapshot_against_real_etcd() {
+    let mut etcd = Etcd {
+        dir: tempfile::tempdir().unwrap(),
+        processes: Vec::new(),
+    };
+    for i in 0..3 {
+        etcd.start_member(i, &[0, 1, 2], "new");
+    }
+    let endpoints: Vec<String> = (0..3).map(client_url).collect();
+    let admin = GrpcAdmin::new(endpoints.clone(), Duration::from_secs(3));
+
+    // A formed cluster: three started voters, one leader all agree on.
+    let members = eventually("member list", || admin.member_list()).await;
+    assert_eq!(members.len(), 3);
+    assert!(members.iter().all(|m| m.has_started() && !m.is_learner));
+    let mut statuses = Vec::new();
+    for endpoint in &endpoints {
+        statuses.push(eventually("status", || admin.status(endpoint)).await);
+    }
+    let leader = statuses[0].leader;
+    assert_ne!(leader, MemberId(0));
+    assert!(
+        statuses
+            .iter()
+            .all(|s| s.leader == leader && s.cluster_id == statuses[0].cluster_id)
+    );
+    assert_eq!(statuses.iter().filter(|s| s.is_leader()).count(), 1);
+    assert_eq!(statuses[0].version, "3.5.16");
+
+    for i in 0..50 {
+        etcdctl(
+            &endpoints.join(","),
+            &["put", &format!("key-{i:03}"), &format!("value-{i}")],
+        );
+    }
+
+    // Scale up: learner first, then its process, then promotion once it
+    // caught up (etcd refuses earlier promotion; we retry on that refusal).
+    let new_peer = [peer_url(3)];
+    let learner = eventually("add learner", || admin.add_learner(&new_peer)).await;
+    assert!(learner.is_learner);
+    assert!(!learner.has_started());
+    etcd.start_member(3, &[0, 1, 2, 3], "existing");
+    eventually("promote", || admin.promote(learner.id)).await;
+    // MemberList is answered from the responding member's own view, which
+    // may trail the leader's for a moment: poll until the promotion shows.
+    let members = eventually("promotion visible", || async {
+        let members = admin.member_list().await?;
+        if members.iter().any(|m| m.is_learner) {
+            return Err(Error::LearnerNotReady {
+                member: "m3".into(),
+            });
+        }
+        Ok(members)
+    })
+    .await;
+    assert_eq!(members.len(), 4);
+
+    // Leadership moves only through the leader's own endpoint.
+    let leader_endpoint = statuses
+        .iter()
+        .find(|s| s.is_leader())
+        .unwrap()
+        .endpoint
+        .clone();
+    let follower = statuses.iter().find(|s| !s.is_leader()).unwrap().member_id;
+    admin.move_leader(&leader_endpoint, follower).await.unwrap();
+    let after = eventually("status", || admin.status(&endpoints[0])).await;
+    assert_eq!(after.leader, follower);
+
+    // Scale down: remove the member, then its process.
+    admin.remove(learner.id).await.unwrap();
+    etcd.stop_member(3);
+    let members = admin.member_list().await.unwrap();
+    assert_eq!(members.len(), 3);
+    assert!(matches!(
+        admin.remove(learner.id).await,
+        Err(Error::MemberNotFound { .. })
+    ));
+
+    // A snapshot from a follower streams a valid database.
+    let follower_endpoint = statuses
+        .iter()
+        .find(|s| s.member_id != follower)
+        .unwrap()
+        .endpoint
+        .clone();
+    let stream = admin.snapshot(&follower_endpoint).await.unwrap();
+    let chunks: Vec<bytes::Bytes> = stream.try_collect().await.unwrap();
+    let db: Vec<u8> = chunks.concat();
+    assert!(db.len() > 16 * 1024, "snapshot of {} bytes", db.len());
+    let path = etcd.dir.path().join("snapshot.db");
+    std::fs::write(&path, &db).unwrap();
+    let status = Command::new(etcd_dir().join("etcdutl"))
+        .args(["snapshot", "status", "-w", "json"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(
+        status.status.success(),
+        "etcdutl rejects the snapshot: {}",
+        String::from_utf8_lossy(&status.stderr)
+    );
+    let report = String::from_utf8_lossy(&status.stdout);
+    assert!(
+        report.contains("\"revision\":51") || report.contains("\"revision\": 51"),
+        "{report}"
+    );
+    assert_eq!(format!("{:x}", Sha256::digest(&db)).len(), 64);
+
+    // Maintenance calls on a healthy cluster.
+    assert!(admin.alarms().await.unwrap().is_empty());
+    admin.defragment(&endpoints[1]).await.unwrap();
+
+    // An endpoint that does not answer fails within the deadline, retryably.
+    let unreachable = GrpcAdmin::new(
+        vec!["http://127.0.0.1:9".into()],
+        Duration::from_millis(500),
+    );
+    let started = Instant::now();
+    let err = unreachable.member_list().await.unwrap_err();
+    assert!(err.is_retryable(), "{err}");
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "took {:?}",
+        started.elapsed()
+    );
+}
+
+/// NOSPACE, the way it happens in production: history of a hot key fills the
+/// backend quota, etcd raises the alarm and refuses writes; compaction,
+/// defragmentation and disarming bring writes back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nospace_is_cleared_by_compact_defragment_disarm() {
+    use std::io::Write;
+
+    let dir = tempfile::tempdir().unwrap();
+    let ip = format!("127.91.{}.1", (std::process::id() % 250) as u8);
+    let client = format!("http://{ip}:2379");
+    let log = std::fs::File::create(dir.path().join("etcd.log")).unwrap();
+    let mut child = Command::new(etcd_dir().join("etcd"))
+        .args([
+            "--name=solo",
+            &format!("--data-dir={}", dir.path().join("data").display()),
+            &format!("--listen-peer-urls=http://{ip}:2380"),
+            &format!("--initial-advertise-peer-urls=http://{ip}:2380"),
+            &format!("--listen-client-urls={client}"),
+            &format!("--advertise-client-urls={client}"),
+            &format!("--initial-cluster=solo=http://{ip}:2380"),
+            "--quota-backend-bytes=4194304",
+        ])
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    let admin = GrpcAdmin::new(vec![client.clone()], Duration::from_secs(3));
+    eventually("status", || admin.status(&client)).await;
+
+    let put = || {
+        let mut cmd = Command::new(etcd_dir().join("etcdctl"))
+            .env("ETCDCTL_API", "3")
+            .args([&format!("--endpoints={client}"), "put", "hot-key"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        cmd.stdin
+            .take()
+            .unwrap()
+            .write_all(&vec![b'x'; 100 * 1024])
+            .unwrap();
+        let out = cmd.wait_with_output().unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let mut refused = None;
+    for _ in 0..400 {
+        let (ok, err) = put();
+        if !ok {
+            refused = Some(err);
+            break;
+        }
+    }
+    let refused = refused.expect("the quota was never reached");
+    assert!(refused.contains("database space exceeded"), "{refused}");
+    let alarms = admin.alarms().await.unwrap();
+    assert_eq!(alarms.len(), 1);
+    assert_eq!(alarms[0].kind, dkv_etcd::AlarmKind::NoSpace);
+
+    let revision = admin.status(&client).await.unwrap().revision;
+    admin.compact(revision).await.unwrap();
+    admin.defragment(&client).await.unwrap();
+    admin.disarm(alarms[0]).await.unwrap();
+    assert!(admin.alarms().await.unwrap().is_empty());
+    let (ok, err) = put();
+    assert!(ok, "writes are accepted again: {err}");
+
+    let _ = child.kill();
+    let _ = child.wait();
+}

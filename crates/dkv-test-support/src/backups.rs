@@ -1,0 +1,159 @@
+//! What the backup and restore tests share: credentials Secrets and waiting
+//! for a `DistributedKVBackup` to finish.
+
+use std::time::{Duration, Instant};
+
+use dkv_api::DistributedKVBackup;
+use dkv_api::backup::v1alpha1::BackupPhase;
+use k8s_openapi::api::core::v1::Secret;
+use kube::Client;
+use kube::api::{Api, PostParams};
+use serde_json::json;
+
+/// Creates the Secret `name` in `ns` with `data` as string data.
+pub async fn create_secret(client: &Client, ns: &str, name: &str, data: Vec<(String, String)>) {
+    let data: serde_json::Map<String, serde_json::Value> =
+        data.into_iter().map(|(k, v)| (k, json!(v))).collect();
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": {"name": name, "namespace": ns}, "stringData": data
+    }))
+    .unwrap();
+    Api::<Secret>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
+}
+
+/// Waits (up to two minutes) until the backup is `Completed` or `Failed`.
+pub async fn wait_backup_finished(
+    backups: &Api<DistributedKVBackup>,
+    name: &str,
+) -> DistributedKVBackup {
+    let started = Instant::now();
+    loop {
+        let b = backups.get(name).await.unwrap();
+        if matches!(
+            b.status.as_ref().and_then(|s| s.phase),
+            Some(BackupPhase::Completed | BackupPhase::Failed)
+        ) {
+            return b;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "backup {name} did not finish: {:?}",
+            b.status
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// Waits for the backup to finish and checks that it completed.
+pub async fn wait_backup_completed(
+    backups: &Api<DistributedKVBackup>,
+    name: &str,
+) -> DistributedKVBackup {
+    let b = wait_backup_finished(backups, name).await;
+    assert_eq!(
+        b.status.as_ref().and_then(|s| s.phase),
+        Some(BackupPhase::Completed),
+        "backup {name}: {:?}",
+        b.status
+    );
+    b
+}
+
+/// Takes an on-demand backup `name` of `cluster` (a `DistributedKVBackup`
+/// to the cluster's own destination) and checks that it completed.
+pub async fn backup_now(
+    client: &Client,
+    ns: &str,
+    cluster: &str,
+    name: &str,
+) -> DistributedKVBackup {
+    let backups: Api<DistributedKVBackup> = Api::namespaced(client.clone(), ns);
+    let backup: DistributedKVBackup = serde_json::from_value(json!({
+        "apiVersion": "dkv.io/v1alpha1", "kind": "DistributedKVBackup",
+        "metadata": {"name": name, "namespace": ns}, "spec": {"cluster": cluster}
+    }))
+    .unwrap();
+    backups
+        .create(&PostParams::default(), &backup)
+        .await
+        .unwrap();
+    wait_backup_completed(&backups, name).await
+}
+
+/// What a test of backups to a real S3 server starts with: moto with a
+/// bucket, kube-local with the kubelet, the namespace, the operator, and the
+/// Secret `s3-creds` holding moto's credentials.
+pub struct WithObjectStore {
+    pub moto: dkv_backup::testing::MotoServer,
+    pub env: kube_local::Environment,
+    pub client: Client,
+    pub operator: super::RunningOperator,
+}
+
+/// [`WithObjectStore`] with the bucket `dkv-backups`.
+pub async fn with_object_store(ns: &str) -> WithObjectStore {
+    with_object_store_in(ns, "dkv-backups").await
+}
+
+/// [`WithObjectStore`] with the bucket `bucket`.
+pub async fn with_object_store_in(ns: &str, bucket: &str) -> WithObjectStore {
+    let moto = dkv_backup::testing::MotoServer::start(bucket);
+    let (env, client, operator) = super::running_operator(ns).await;
+    create_secret(&client, ns, "s3-creds", moto.env()).await;
+    WithObjectStore {
+        moto,
+        env,
+        client,
+        operator,
+    }
+}
+
+impl WithObjectStore {
+    /// `spec.backup` to moto under `prefix`, with `s3-creds`, on a schedule
+    /// that never fires during a test (backups are taken on demand).
+    pub fn backup_spec(&self, prefix: &str) -> serde_json::Value {
+        json!({"destination": {"uri": self.moto.uri(prefix), "credentialsSecret": "s3-creds"},
+               "schedule": "0 0 1 1 *"})
+    }
+}
+
+/// The security scenario: a 3-member cluster with TLS, authentication and
+/// backups to moto (plus `extra_spec`) forms, turns authentication on, is
+/// backed up on demand (`backup`) and scaled to 4 members.
+pub async fn exercise_secured_cluster(
+    setup: &WithObjectStore,
+    ns: &str,
+    cluster: &str,
+    backup: &str,
+    extra_spec: serde_json::Value,
+) {
+    let mut spec = json!({"tls": {}, "auth": {"enabled": true},
+                          "backup": setup.backup_spec(backup)});
+    if let (Some(spec), Some(extra)) = (spec.as_object_mut(), extra_spec.as_object()) {
+        spec.extend(extra.clone());
+    }
+    let client = &setup.client;
+    let dkvs = super::create_cluster(
+        client,
+        ns,
+        cluster,
+        3,
+        "registry.k8s.io/etcd:3.5.16-0",
+        spec,
+    )
+    .await;
+    super::etcd_cluster::wait_settled(&dkvs, cluster, 3).await;
+    super::wait_auth_enabled(client, ns, cluster).await;
+    backup_now(client, ns, cluster, backup).await;
+    dkvs.patch(
+        cluster,
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(json!({"spec": {"size": 4}})),
+    )
+    .await
+    .unwrap();
+    super::etcd_cluster::wait_settled(&dkvs, cluster, 4).await;
+}

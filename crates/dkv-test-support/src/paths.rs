@@ -1,0 +1,28 @@
+//! Where things are: the checkout, the etcd releases installed in it, and
+//! this build's `dkv`.
+
+use std::path::PathBuf;
+
+pub use dkv_backup::testing::{etcd_bin_dir, repo_root, tools_dir};
+
+/// This build's `dkv` binary, which the kubelet runs for the operator's
+/// image: what Cargo builds beside the test (or bench) binary's `deps/`
+/// directory, or `CARGO_BIN_EXE_dkv` when the runner says so (nextest sets
+/// it at run time, as Cargo does at build time for dkv-operator's own
+/// integration tests and benches; this crate is not one of them).
+pub fn dkv_binary() -> PathBuf {
+    let path = std::env::var_os("CARGO_BIN_EXE_dkv")
+        .map(PathBuf::from)
+        .or_else(|| {
+            let exe = std::env::current_exe().ok()?;
+            // target/<profile>/deps/<test>-<hash> → target/<profile>/dkv
+            Some(exe.parent()?.parent()?.join("dkv"))
+        })
+        .expect("the path of this build's dkv binary");
+    assert!(
+        path.exists(),
+        "{} is missing: dkv-operator's tests and benches build it",
+        path.display()
+    );
+    path
+}

@@ -1,0 +1,19 @@
+//! Conformance suite: asserts what a real API server answers, through `kube::Client` and the real `kubectl`.
+
+mod common;
+
+mod access_control;
+mod auth;
+mod conversion;
+mod crds;
+mod crud;
+mod discovery;
+mod kubectl;
+mod lifecycle;
+mod patching;
+mod persistence;
+mod protobuf;
+mod runtime;
+mod traffic;
+mod watching;
+mod webhooks;

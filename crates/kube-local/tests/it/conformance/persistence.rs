@@ -1,0 +1,206 @@
+//! A data directory keeps the store: a restart with the same directory brings back every object (CRDs and their
+//! objects included) and resourceVersions continue after the last one used.
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use serde_json::{Value, json};
+
+use super::common::*;
+
+fn widget_crd(
+    group: &str,
+) -> k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition {
+    serde_json::from_value(json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": format!("widgets.{group}")},
+        "spec": {"group": group, "scope": "Namespaced",
+            "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"},
+            "versions": [{"name": "v1", "served": true, "storage": true, "schema": {"openAPIV3Schema": {
+                "type": "object", "properties": {"spec": {"type": "object", "properties": {"size": {"type": "integer", "default": 1}}}}}}}]}
+    }))
+    .unwrap()
+}
+
+fn cm(name: &str) -> ConfigMap {
+    serde_json::from_value(json!({"metadata": {"name": name}, "data": {"k": name}})).unwrap()
+}
+
+async fn start(dir: &std::path::Path) -> kube_local::Environment {
+    kube_local::Environment::builder()
+        .crds(vec![widget_crd("built.example.com")])
+        .data_dir(dir)
+        .build()
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_restart_with_the_same_data_dir_keeps_every_object_and_versions_move_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let (kept, last_rv) = {
+        let env = start(dir.path()).await;
+        let cms: Api<ConfigMap> = Api::default_namespaced(env.client());
+        let kept = cms
+            .create(&PostParams::default(), &cm("kept"))
+            .await
+            .unwrap();
+        cms.create(&PostParams::default(), &cm("gone"))
+            .await
+            .unwrap();
+        cms.delete("gone", &DeleteParams::default()).await.unwrap();
+        // A CRD created through the API, and objects of both CRDs.
+        let (code, _, body) = raw(
+            &env,
+            "POST",
+            "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+            Some("application/json"),
+            Some(serde_json::to_value(widget_crd("api.example.com")).unwrap()),
+        )
+        .await;
+        assert_eq!(code, 201, "{body}");
+        for group in ["built.example.com", "api.example.com"] {
+            let path = format!("/apis/{group}/v1/namespaces/default/widgets");
+            let (code, _, body) = raw(
+                &env,
+                "POST",
+                &path,
+                Some("application/json"),
+                Some(json!({"apiVersion": format!("{group}/v1"), "kind": "Widget", "metadata": {"name": "w"}, "spec": {"size": 3}})),
+            )
+            .await;
+            assert_eq!(code, 201, "{body}");
+        }
+        let rv: u64 = cms
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .metadata
+            .resource_version
+            .unwrap()
+            .parse()
+            .unwrap();
+        (kept, rv)
+    };
+
+    let env = start(dir.path()).await;
+    let cms: Api<ConfigMap> = Api::default_namespaced(env.client());
+    let again = cms.get("kept").await.unwrap();
+    assert_eq!(again.metadata.uid, kept.metadata.uid);
+    assert_eq!(
+        again.metadata.resource_version,
+        kept.metadata.resource_version
+    );
+    assert_eq!(again.data, kept.data);
+    assert!(cms.get_opt("gone").await.unwrap().is_none());
+    for group in ["built.example.com", "api.example.com"] {
+        let (code, _, w) = raw(
+            &env,
+            "GET",
+            &format!("/apis/{group}/v1/namespaces/default/widgets/w"),
+            None,
+            None,
+        )
+        .await;
+        assert_eq!(code, 200, "{group}: {w}");
+        assert_eq!(w["spec"]["size"], 3);
+    }
+    let out = kubectl(&env, &["get", "widgets.api.example.com", "-o", "name"]).await;
+    assert_eq!(
+        stdout(&out).trim(),
+        "widget.api.example.com/w",
+        "{}",
+        stderr(&out)
+    );
+    // The list's version is the newest one used before the restart; the next write gets a newer one.
+    let listed: u64 = cms
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .metadata
+        .resource_version
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(listed >= last_rv);
+    let fresh = cms
+        .create(&PostParams::default(), &cm("fresh"))
+        .await
+        .unwrap();
+    let fresh_rv: u64 = fresh.metadata.resource_version.unwrap().parse().unwrap();
+    assert!(fresh_rv > listed, "{fresh_rv} after {listed}");
+    // A watch from before the restart is told to relist, like after an etcd compaction.
+    let (code, _, body) = raw(
+        &env,
+        "GET",
+        &format!(
+            "/api/v1/namespaces/default/configmaps?watch=1&resourceVersion={}&timeoutSeconds=1",
+            last_rv - 1
+        ),
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(code, 200);
+    // One event: `raw` hands back a single JSON line already parsed.
+    let first: Value = match body {
+        Value::String(text) => serde_json::from_str(text.lines().next().unwrap()).unwrap(),
+        event => event,
+    };
+    assert_eq!(
+        (first["type"].as_str(), &first["object"]["code"]),
+        (Some("ERROR"), &json!(410))
+    );
+}
+
+/// The binary: objects written before the process is killed (no shutdown) are there after `up` again.
+#[tokio::test]
+async fn kube_local_up_keeps_acknowledged_writes_across_a_kill() {
+    let dir = tempfile::tempdir().unwrap();
+    let up = || async {
+        let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_kube-local"))
+            .args(["up", "--data-dir"])
+            .arg(dir.path())
+            .stdout(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let mut lines = tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(stdout));
+        let kubeconfig =
+            tokio::time::timeout(std::time::Duration::from_secs(10), lines.next_line())
+                .await
+                .unwrap()
+                .unwrap()
+                .unwrap();
+        (child, kubeconfig)
+    };
+    let kubectl_at = |kubeconfig: String, args: &'static [&'static str]| async move {
+        tokio::task::spawn_blocking(move || {
+            std::process::Command::new("kubectl")
+                .arg("--kubeconfig")
+                .arg(&kubeconfig)
+                .args(args)
+                .output()
+                .unwrap()
+        })
+        .await
+        .unwrap()
+    };
+    let (mut child, kubeconfig) = up().await;
+    let out = kubectl_at(
+        kubeconfig,
+        &["create", "configmap", "survivor", "--from-literal=a=b"],
+    )
+    .await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    child.kill().await.unwrap();
+
+    let (mut child, kubeconfig) = up().await;
+    let out = kubectl_at(
+        kubeconfig,
+        &["get", "configmap", "survivor", "-o", "jsonpath={.data.a}"],
+    )
+    .await;
+    assert_eq!(stdout(&out), "b", "{}", stderr(&out));
+    child.kill().await.unwrap();
+}

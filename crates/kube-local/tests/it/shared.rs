@@ -1,0 +1,76 @@
+//! What both suites use: kubectl as a subprocess and waiting for a condition.
+
+use std::process::Output;
+use std::time::{Duration, Instant};
+
+/// Polls `check` every `every` until it returns `Some`, or fails with `what`
+/// after `within`.
+pub async fn eventually_every<T, F, Fut>(
+    what: &str,
+    within: Duration,
+    every: Duration,
+    mut check: F,
+) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {within:?} waiting for {what}"
+        );
+        tokio::time::sleep(every).await;
+    }
+}
+
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Runs kubectl (with a private cache directory) on a blocking thread, so
+/// the server keeps running; `stdin` is its standard input (`kubectl apply
+/// -f -`).
+pub async fn kubectl_in(
+    env: &kube_local::Environment,
+    args: &[&str],
+    stdin: Option<&str>,
+) -> Output {
+    use std::io::Write;
+    let kubeconfig = env.kubeconfig_path().to_path_buf();
+    let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+    let stdin = stdin.map(String::from);
+    tokio::task::spawn_blocking(move || {
+        let mut child = std::process::Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .arg("--cache-dir")
+            .arg(kubeconfig.parent().unwrap().join("kubectl-cache"))
+            .args(&args)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("kubectl runs");
+        if let Some(input) = stdin {
+            child
+                .stdin
+                .take()
+                .unwrap()
+                .write_all(input.as_bytes())
+                .unwrap();
+        }
+        drop(child.stdin.take());
+        child.wait_with_output().expect("kubectl finishes")
+    })
+    .await
+    .unwrap()
+}

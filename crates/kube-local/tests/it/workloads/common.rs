@@ -1,0 +1,187 @@
+//! One environment per test: the API server, the workload controllers and the kubelet, with a test image mapped to
+//! `kube-local-testapp`.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use kube::api::{Api, PostParams};
+use kube_local::clock::Clock;
+use kube_local::kubelet::{ImageTarget, Kubelet, KubeletConfig};
+use serde_json::{Value, json};
+
+/// The image the test program runs as.
+pub const TESTAPP: &str = "kube-local.test/testapp:1";
+
+pub struct Cluster {
+    pub env: kube_local::Environment,
+}
+
+pub fn testapp() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_kube-local-testapp"))
+}
+
+impl Cluster {
+    pub async fn start(namespace: &str) -> Cluster {
+        Self::with_config(namespace, |c| c).await
+    }
+
+    pub async fn with_config(
+        namespace: &str,
+        f: impl FnOnce(KubeletConfig) -> KubeletConfig,
+    ) -> Cluster {
+        Self::with_builder(namespace, f, |b| b).await
+    }
+
+    /// An environment that authenticates and authorizes its callers (over HTTPS).
+    pub async fn with_authentication(namespace: &str) -> Cluster {
+        Self::with_builder(namespace, |c| c, |b| b.authenticate(true)).await
+    }
+
+    async fn with_builder(
+        namespace: &str,
+        f: impl FnOnce(KubeletConfig) -> KubeletConfig,
+        builder: impl FnOnce(kube_local::EnvironmentBuilder) -> kube_local::EnvironmentBuilder,
+    ) -> Cluster {
+        let config = KubeletConfig::default()
+            .image(
+                "kube-local.test/testapp:*",
+                ImageTarget {
+                    bin_dir: testapp().parent().map(|p| p.to_path_buf()),
+                    entrypoint: vec![testapp().display().to_string()],
+                },
+            )
+            .backoff(Duration::from_millis(500), Duration::from_secs(4));
+        let env = builder(kube_local::Environment::builder())
+            .kubelet_config(f(config))
+            .build()
+            .await
+            .unwrap();
+        let ns: Namespace =
+            serde_json::from_value(json!({"metadata": {"name": namespace}})).unwrap();
+        Api::<Namespace>::all(env.client())
+            .create(&PostParams::default(), &ns)
+            .await
+            .unwrap();
+        Cluster { env }
+    }
+
+    pub fn kubelet(&self) -> &Kubelet {
+        self.env.kubelet().unwrap()
+    }
+
+    pub fn clock(&self) -> &Clock {
+        self.env.clock().unwrap()
+    }
+
+    pub fn client(&self) -> kube::Client {
+        self.env.client()
+    }
+
+    pub fn api<K>(&self, ns: &str) -> Api<K>
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
+    {
+        Api::namespaced(self.client(), ns)
+    }
+
+    /// Creates an object of kind `K` from JSON.
+    pub async fn create<K>(&self, ns: &str, value: Value) -> K
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+            + Clone
+            + serde::de::DeserializeOwned
+            + serde::Serialize
+            + std::fmt::Debug,
+    {
+        let obj: K = serde_json::from_value(value).unwrap();
+        self.api::<K>(ns)
+            .create(&PostParams::default(), &obj)
+            .await
+            .unwrap()
+    }
+
+    pub async fn pod(&self, ns: &str, name: &str) -> Option<Pod> {
+        self.api::<Pod>(ns).get_opt(name).await.unwrap()
+    }
+}
+
+/// Polls `check` (every 100 ms) until it returns `Some`, or fails with `what` after `within`.
+pub async fn eventually<T, F, Fut>(what: &str, within: Duration, check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    crate::shared::eventually_every(what, within, Duration::from_millis(100), check).await
+}
+
+pub fn ready(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// GET http://ip:port/path; the body of a 200 answer, or None on any failure. (Async: the kubelet's Service proxy
+/// runs on the test's runtime.)
+pub async fn http_get(ip: &str, port: u16, path: &str) -> Option<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let run = async {
+        let mut stream = tokio::net::TcpStream::connect(format!("{ip}:{port}"))
+            .await
+            .ok()?;
+        stream
+            .write_all(format!("GET {path} HTTP/1.0\r\nHost: {ip}\r\n\r\n").as_bytes())
+            .await
+            .ok()?;
+        let mut text = String::new();
+        stream.read_to_string(&mut text).await.ok()?;
+        let (head, body) = text.split_once("\r\n\r\n")?;
+        (head.split_whitespace().nth(1) == Some("200")).then(|| body.to_string())
+    };
+    tokio::time::timeout(Duration::from_secs(3), run)
+        .await
+        .ok()
+        .flatten()
+}
+
+/// A pod template running the test program with an HTTP readiness probe on /healthz.
+pub fn testapp_template(labels: Value, extra_env: Value) -> Value {
+    let mut env =
+        vec![json!({"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}})];
+    if let Some(extra) = extra_env.as_array() {
+        env.extend(extra.iter().cloned());
+    }
+    json!({
+        "metadata": {"labels": labels},
+        "spec": {
+            "terminationGracePeriodSeconds": 2,
+            "containers": [{
+                "name": "app",
+                "image": TESTAPP,
+                "env": env,
+                "ports": [{"name": "http", "containerPort": 8080}],
+                "readinessProbe": {"httpGet": {"path": "/healthz", "port": "http"}, "periodSeconds": 1},
+            }],
+        },
+    })
+}
+
+/// Runs `kubectl` against the cluster; returns (success, stdout, stderr). Blocking, so it runs off the runtime.
+pub async fn kubectl(env: &kube_local::Environment, args: &[&str]) -> (bool, String, String) {
+    kubectl_in(env, args, None).await
+}
+
+/// [`kubectl`] with `stdin` as its standard input (`kubectl apply -f -`).
+pub async fn kubectl_in(
+    env: &kube_local::Environment,
+    args: &[&str],
+    stdin: Option<&str>,
+) -> (bool, String, String) {
+    let out = crate::shared::kubectl_in(env, args, stdin).await;
+    (
+        out.status.success(),
+        crate::shared::stdout(&out),
+        crate::shared::stderr(&out),
+    )
+}

@@ -1,0 +1,11 @@
+//! The process kubelet and the workload controllers: pods run as local processes under Deployments, StatefulSets,
+//! Jobs and CronJobs, with volumes, probes, restarts and DNS, driven through `kube::Client` as a user would.
+
+mod common;
+
+mod deployment;
+mod jobs;
+mod kubelet;
+mod logs;
+mod service_accounts;
+mod statefulset;
