@@ -54,14 +54,10 @@ impl SnapshotCheck {
         } else {
             Err(format!(
                 "the database hashes to {actual:x}, but etcd's trailer says {}",
-                hex(&self.tail)
+                hex::encode(&self.tail)
             ))
         }
     }
-}
-
-pub(crate) fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// A stand-in for an etcd snapshot: `pages` x 512 bytes, then its sha256.

@@ -186,10 +186,7 @@ fn json_line<T: Serialize>(value: &T, line: usize) -> Result<Vec<u8>, SegmentErr
 
 /// Lower-case hex sha256 of `bytes`.
 pub fn hex_sha256(bytes: &[u8]) -> String {
-    Sha256::digest(bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    hex::encode(Sha256::digest(bytes))
 }
 
 /// The name of a segment's object inside its chain's directory: its

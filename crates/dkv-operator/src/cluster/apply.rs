@@ -244,10 +244,7 @@ pub fn as_applied<K: Resource + Clone + Serialize>(desired: &K) -> K {
     let mut out = desired.clone();
     if let Ok(text) = serde_json::to_vec(desired) {
         let digest = ring::digest::digest(&ring::digest::SHA256, &text);
-        let hex: String = digest.as_ref()[..16]
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect();
+        let hex = hex::encode(&digest.as_ref()[..16]);
         out.meta_mut()
             .annotations
             .get_or_insert_with(Default::default)

@@ -48,10 +48,7 @@ pub struct AuthState {
 
 /// A new random password: 192 bits, hex.
 fn generate_password() -> String {
-    rand::random::<[u8; 24]>()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    hex::encode(rand::random::<[u8; 24]>())
 }
 
 /// The root credentials, creating their Secret if it is missing.

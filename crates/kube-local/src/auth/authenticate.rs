@@ -59,7 +59,7 @@ impl Authenticator {
     /// An authenticator with a fresh random admin token.
     pub fn new() -> Self {
         let bytes: [u8; 32] = rand::random();
-        let admin_token = bytes.iter().map(|b| format!("{b:02x}")).collect();
+        let admin_token = hex::encode(bytes);
         Authenticator {
             admin_token,
             log: AccessLog::default(),
@@ -108,7 +108,8 @@ impl Authenticator {
 }
 
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    use subtle::ConstantTimeEq as _;
+    bool::from(a.ct_eq(b))
 }
 
 #[cfg(test)]
