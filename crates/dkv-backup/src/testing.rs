@@ -5,6 +5,7 @@
 //! Nothing here skips: a missing moto or etcd fails the test with the
 //! command that installs it (`scripts/install-prerequisites.sh`).
 
+use std::collections::BTreeMap;
 use std::io::Read;
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
@@ -466,6 +467,25 @@ impl EtcdProcess {
                     String::from_utf8_lossy(kv.value()).into_owned(),
                 )
             })
+            .collect()
+    }
+
+    /// Every key and value the member holds, at `revision` (0: now).
+    pub async fn key_values_at(&self, revision: i64) -> BTreeMap<Vec<u8>, Vec<u8>> {
+        let mut options = GetOptions::new().with_all_keys();
+        if revision > 0 {
+            options = options.with_revision(revision);
+        }
+        let response = self
+            .client()
+            .await
+            .get("", Some(options))
+            .await
+            .unwrap_or_else(|e| panic!("get at revision {revision}: {e}"));
+        response
+            .kvs()
+            .iter()
+            .map(|kv| (kv.key().to_vec(), kv.value().to_vec()))
             .collect()
     }
 

@@ -225,10 +225,9 @@ pub async fn read_bases(store: &Store, continuous: &Location) -> Result<Vec<Base
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
     use std::time::Duration;
 
-    use etcd_client::{CompactionOptions, GetOptions};
+    use etcd_client::CompactionOptions;
 
     use super::super::chain::{Target, plan};
     use super::super::replay::replay;
@@ -236,21 +235,6 @@ mod tests {
     use crate::fetch_artifact;
     use crate::restore::{MemberRestore, RestoreTool, restore_member};
     use crate::testing::{EtcdProcess, etcd_bin_dir, loopback_ip};
-
-    type State = BTreeMap<Vec<u8>, Vec<u8>>;
-
-    async fn state(client: &mut etcd_client::Client, revision: i64) -> State {
-        let mut options = GetOptions::new().with_all_keys();
-        if revision > 0 {
-            options = options.with_revision(revision);
-        }
-        let response = client.get("", Some(options)).await.unwrap();
-        response
-            .kvs()
-            .iter()
-            .map(|kv| (kv.key().to_vec(), kv.value().to_vec()))
-            .collect()
-    }
 
     struct Running {
         stop: watch::Sender<bool>,
@@ -343,7 +327,7 @@ mod tests {
             .header()
             .unwrap()
             .revision();
-        let at_target = state(&mut writer, target).await;
+        let at_target = source.key_values_at(target).await;
         for i in 0..10 {
             writer
                 .put(format!("after/{i:02}"), format!("{i}"), None)
@@ -427,7 +411,6 @@ mod tests {
         let replayed = replay(&into, &store, &planned).await.unwrap();
         assert_eq!(replayed.source_revision, target);
         assert!(replayed.events > 0);
-        let mut reader = restored.client().await;
-        assert_eq!(state(&mut reader, 0).await, at_target);
+        assert_eq!(restored.key_values_at(0).await, at_target);
     }
 }

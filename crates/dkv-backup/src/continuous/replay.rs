@@ -78,10 +78,9 @@ pub async fn replay(etcd: &GrpcAdmin, store: &Store, plan: &ReplayPlan) -> Resul
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
     use std::time::Duration;
 
-    use etcd_client::{GetOptions, PutOptions, Txn, TxnOp};
+    use etcd_client::{PutOptions, Txn, TxnOp};
     use jiff::Timestamp;
 
     use super::super::archive::{chain_location, continuous_location, read_chain};
@@ -92,22 +91,6 @@ mod tests {
     use crate::location::Location;
     use crate::store::StoreConfig;
     use crate::testing::{EtcdProcess, etcd_bin_dir, loopback_ip};
-
-    async fn state_at(
-        client: &mut etcd_client::Client,
-        revision: i64,
-    ) -> BTreeMap<Vec<u8>, Vec<u8>> {
-        let mut options = GetOptions::new().with_all_keys();
-        if revision > 0 {
-            options = options.with_revision(revision);
-        }
-        let response = client.get("", Some(options)).await.unwrap();
-        response
-            .kvs()
-            .iter()
-            .map(|kv| (kv.key().to_vec(), kv.value().to_vec()))
-            .collect()
-    }
 
     /// A source cluster is recorded from its first revision while puts,
     /// multi-key transactions, deletes and leased keys happen; a fresh
@@ -241,8 +224,8 @@ mod tests {
             assert_eq!(replayed.source_revision, revision);
             let mut reader = restored.client().await;
             assert_eq!(
-                state_at(&mut reader, 0).await,
-                state_at(&mut writer, revision).await,
+                restored.key_values_at(0).await,
+                source.key_values_at(revision).await,
                 "the restored keys and values equal the source's at revision {revision}"
             );
             let session = reader.get("session", None).await.unwrap();
