@@ -49,6 +49,9 @@ pub mod reasons {
     pub const INVALID_SPEC: &str = "InvalidSpec";
     pub const QUORUM_LOST: &str = "QuorumLost";
     pub const MEMBER_UNHEALTHY: &str = "MemberUnhealthy";
+    /// Continuous backup has stored nothing for a while (its agent keeps
+    /// failing): the recovery point falls behind.
+    pub const CONTINUOUS_BACKUP_FAILING: &str = "ContinuousBackupFailing";
     pub const BACKUP_FAILED: &str = "BackupFailed";
     /// `spec.bootstrap.restore` cannot be carried out: the source is missing
     /// or incomplete, or a member's restore step failed (a checksum mismatch,

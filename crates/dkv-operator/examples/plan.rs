@@ -47,7 +47,13 @@ fn main() -> anyhow::Result<()> {
             .and_then(|u| u.type_.as_deref())
             .unwrap_or_default(),
     );
-    for svc in [&prepared.peer_service, &prepared.client_service] {
+    for svc in [
+        Some(&prepared.peer_service),
+        prepared.client_service.as_ref(),
+    ]
+    .into_iter()
+    .flatten()
+    {
         let spec = svc.spec.clone().unwrap_or_default();
         println!(
             "   Service/{}: clusterIP {}, ports {:?}",

@@ -56,6 +56,9 @@ pub struct Metrics {
     backup_duration: Family<ClusterLabels, Histogram>,
     backup_size: Family<ClusterLabels, IntGauge>,
     backup_last_success: Family<ClusterLabels, IntGauge>,
+    continuous_newest_time: Family<ClusterLabels, IntGauge>,
+    continuous_newest_revision: Family<ClusterLabels, IntGauge>,
+    continuous_failing: Family<ClusterLabels, IntGauge>,
     /// Last phase counted per cluster, so a change moves one unit between
     /// phases instead of recounting every cluster.
     phases: Mutex<HashMap<ObjectRef<DistributedKV>, Phase>>,
@@ -122,6 +125,24 @@ impl Metrics {
             "Unix time of the newest completed backup of each cluster",
             backup_last_success.clone(),
         );
+        let continuous_newest_time = Family::<ClusterLabels, IntGauge>::default();
+        registry.register(
+            "continuous_backup_newest_point_timestamp_seconds",
+            "Unix time of the newest durable point of each cluster's continuous backup (time() minus it is the recovery point lag)",
+            continuous_newest_time.clone(),
+        );
+        let continuous_newest_revision = Family::<ClusterLabels, IntGauge>::default();
+        registry.register(
+            "continuous_backup_newest_revision",
+            "etcd revision of the newest durable point of each cluster's continuous backup",
+            continuous_newest_revision.clone(),
+        );
+        let continuous_failing = Family::<ClusterLabels, IntGauge>::default();
+        registry.register(
+            "continuous_backup_failing",
+            "1 while a cluster's continuous backup agent fails (and stores nothing), else 0",
+            continuous_failing.clone(),
+        );
         Self {
             registry,
             reconcile_duration,
@@ -132,6 +153,9 @@ impl Metrics {
             backup_duration,
             backup_size,
             backup_last_success,
+            continuous_newest_time,
+            continuous_newest_revision,
+            continuous_failing,
             phases: Mutex::default(),
         }
     }
@@ -218,6 +242,47 @@ impl Metrics {
                 .get_or_create(&labels)
                 .set(finished_at.as_second());
         }
+    }
+
+    /// Records the newest durable point of a cluster's continuous backup.
+    pub fn set_continuous_newest(
+        &self,
+        namespace: &str,
+        cluster: &str,
+        revision: i64,
+        time: jiff::Timestamp,
+    ) {
+        let labels = ClusterLabels {
+            namespace: namespace.to_owned(),
+            cluster: cluster.to_owned(),
+        };
+        self.continuous_newest_time
+            .get_or_create(&labels)
+            .set(time.as_second());
+        self.continuous_newest_revision
+            .get_or_create(&labels)
+            .set(revision);
+    }
+
+    /// Records whether a cluster's continuous backup agent is failing.
+    pub fn set_continuous_failing(&self, namespace: &str, cluster: &str, failing: bool) {
+        self.continuous_failing
+            .get_or_create(&ClusterLabels {
+                namespace: namespace.to_owned(),
+                cluster: cluster.to_owned(),
+            })
+            .set(i64::from(failing));
+    }
+
+    /// Drops the continuous backup series of a cluster whose agent stopped.
+    pub fn forget_continuous(&self, namespace: &str, cluster: &str) {
+        let labels = ClusterLabels {
+            namespace: namespace.to_owned(),
+            cluster: cluster.to_owned(),
+        };
+        self.continuous_newest_time.remove(&labels);
+        self.continuous_newest_revision.remove(&labels);
+        self.continuous_failing.remove(&labels);
     }
 
     pub fn set_leader(&self, leader: bool) {

@@ -50,6 +50,10 @@ struct PreservedBackup {
     destination: v1beta1::BackupDestination,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     retention: Option<v1beta1::BackupRetention>,
+    /// v1alpha1 has no continuous backup at all: kept whatever else an
+    /// edit through v1alpha1 changed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    continuous: Option<v1beta1::ContinuousBackup>,
 }
 
 /// The v1alpha1 fields that stand for `destination` and `retention`.
@@ -85,6 +89,7 @@ impl PreservedBackup {
                 max_backups: None,
                 max_age: Some(format!("{days}d")),
             }),
+            continuous: None,
         }
     }
 }
@@ -94,8 +99,13 @@ pub fn backup_to_v1beta1(
     alpha: &v1alpha1::BackupSpec,
     preserved: Option<&str>,
 ) -> v1beta1::BackupSpec {
-    let preserved = preserved
-        .and_then(|text| serde_json::from_str::<PreservedBackup>(text).ok())
+    let preserved = preserved.and_then(|text| serde_json::from_str::<PreservedBackup>(text).ok());
+    let continuous = preserved.as_ref().and_then(|p| p.continuous.clone());
+    let PreservedBackup {
+        destination,
+        retention,
+        ..
+    } = preserved
         .filter(|p| {
             p.alpha_fields()
                 == AlphaBackupFields {
@@ -103,17 +113,15 @@ pub fn backup_to_v1beta1(
                     credentials_secret: alpha.credentials_secret.as_deref(),
                     retention_days: alpha.retention_days,
                 }
-        });
-    let PreservedBackup {
-        destination,
-        retention,
-    } = preserved.unwrap_or_else(|| PreservedBackup::from_alpha(alpha));
+        })
+        .unwrap_or_else(|| PreservedBackup::from_alpha(alpha));
     v1beta1::BackupSpec {
         destination,
         schedule: alpha.schedule.clone(),
         backup_image: alpha.backup_image.clone(),
         retention,
         final_backup_on_delete: alpha.final_backup_on_delete,
+        continuous,
     }
 }
 
@@ -123,6 +131,7 @@ pub fn backup_to_v1alpha1(beta: &v1beta1::BackupSpec) -> (v1alpha1::BackupSpec, 
     let preserved = PreservedBackup {
         destination: beta.destination.clone(),
         retention: beta.retention.clone(),
+        continuous: beta.continuous.clone(),
     };
     let fields = preserved.alpha_fields();
     let alpha = v1alpha1::BackupSpec {

@@ -59,6 +59,20 @@ macro_rules! distributedkv_spec {
                 description = "Reason of the Available condition"
             ),
             printcolumn(
+                name = "Recoverable-From",
+                type_ = "date",
+                json_path = ".status.continuousBackup.oldest.time",
+                description = "Oldest point continuous backup can restore to",
+                priority = "1"
+            ),
+            printcolumn(
+                name = "Last-Segment",
+                type_ = "date",
+                json_path = ".status.continuousBackup.lastSegmentTime",
+                description = "When continuous backup last stored a segment (its age is the recovery point lag)",
+                priority = "1"
+            ),
+            printcolumn(
                 name = "Age",
                 type_ = "date",
                 json_path = ".metadata.creationTimestamp"

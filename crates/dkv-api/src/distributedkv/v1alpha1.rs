@@ -268,18 +268,28 @@ pub struct BootstrapSpec {
     pub restore: Option<RestoreSource>,
 }
 
-/// A backup to restore from: a `DistributedKVBackup` in the same namespace, or
-/// the URI of an artifact.
+/// A backup to restore from: a `DistributedKVBackup` in the same namespace,
+/// the URI of a snapshot artifact, or the backup destination of a cluster
+/// with continuous backup (to its newest point or to `pointInTime`).
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
-#[x_kube(validation = Rule::new("has(self.backupName) != has(self.uri)").message("restore needs exactly one of backupName or uri"))]
+#[x_kube(
+    validation = Rule::new("has(self.backupName) != has(self.uri)").message("restore needs exactly one of backupName or uri"),
+    validation = Rule::new("!has(self.pointInTime) || (has(self.uri) && !self.uri.endsWith('.db'))").message("pointInTime restores continuous backup: set uri to the source cluster's backup destination (its spec.backup.destination.uri), not to a .db snapshot or a backupName"),
+    validation = Rule::new("!has(self.sourceCluster) || (has(self.uri) && !self.uri.endsWith('.db'))").message("sourceCluster names whose continuous backup to restore: set uri to that cluster's backup destination (its spec.backup.destination.uri), not to a .db snapshot or a backupName")
+)]
 pub struct RestoreSource {
     /// Name of a `DistributedKVBackup` in the cluster's namespace.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backup_name: Option<String>,
-    /// URI of a snapshot artifact, e.g.
-    /// `s3://bucket/prefix/shop/orders/orders-20261122-060012.db`. Its sha256
-    /// is read from the `.json` record dkv wrote beside it.
+    /// Either the URI of a snapshot artifact, e.g.
+    /// `s3://bucket/prefix/shop/orders/orders-20261122-060012.db` (its
+    /// sha256 is read from the `.json` record dkv wrote beside it), or the
+    /// source cluster's backup destination, e.g. `s3://bucket/prefix/`
+    /// (its `spec.backup.destination.uri`): the cluster is then restored
+    /// from that cluster's continuous backup, to the newest point recorded
+    /// or to `pointInTime`. Works after the source cluster and its
+    /// `DistributedKVBackup` objects are gone.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub uri: Option<String>,
     /// Secret with the object store credentials, with the same keys as a
@@ -288,6 +298,37 @@ pub struct RestoreSource {
     /// was written with, as its record or its cluster names it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub credentials_secret: Option<String>,
+    /// With `uri` set to a backup destination: the cluster whose continuous
+    /// backup to restore, `NAME` (in this cluster's namespace) or
+    /// `NAMESPACE/NAME`. Default: this cluster's own namespace and name (a
+    /// cluster recreated under its old name).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(
+        pattern = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?/)?[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+    ))]
+    pub source_cluster: Option<String>,
+    /// Restore continuous backup to this point instead of the newest one:
+    /// the latest full snapshot at or before it, then every recorded change
+    /// up to it. Keys and values equal the source's at that point; the
+    /// restored cluster numbers its revisions anew.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub point_in_time: Option<PointInTime>,
+}
+
+/// A point in a source cluster's history: exactly one of `revision` or
+/// `time`.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("has(self.revision) != has(self.time)").message("pointInTime needs exactly one of revision or time"))]
+pub struct PointInTime {
+    /// The state right after this revision of the source cluster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub revision: Option<i64>,
+    /// The state as of this time (RFC 3339, e.g. `2026-11-25T20:15:00Z`):
+    /// every change the backup agent received at or before it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time: Option<Time>,
 }
 
 /// etcd tuning knobs.
@@ -393,6 +434,10 @@ pub struct DistributedKVStatus {
     /// would use.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_backup: Option<BackupArtifactRef>,
+    /// What continuous backup (`spec.backup.continuous`) makes
+    /// recoverable, as the operator's agent last reported it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub continuous_backup: Option<ContinuousBackupStatus>,
     /// `Available`, `Progressing` and `Degraded`, each with a reason and a
     /// message; every change is also an Event on the cluster.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -475,6 +520,54 @@ pub enum OperationKind {
     /// spec edit that changes what members run, or `dkv.io/restartedAt`),
     /// one member at a time.
     RestartMember,
+}
+
+/// The recoverable window of continuous backup: a new cluster can be
+/// restored to any revision or time from `oldest` to `newest`, except
+/// inside a gap.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ContinuousBackupStatus {
+    /// The chain being recorded: named after its full snapshot's time and
+    /// revision.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chain: Option<String>,
+    /// The oldest point a restore can reach: the oldest full snapshot that
+    /// starts a chain.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oldest: Option<RecoveryPoint>,
+    /// The newest point a restore can reach: the end of the newest durable
+    /// segment.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub newest: Option<RecoveryPoint>,
+    /// When a segment was last stored, as of this status (refreshed at
+    /// most every 30 s). `kubectl get dkv -o wide` shows its age; the
+    /// operator's metric `dkv_continuous_backup_newest_point_timestamp_seconds`
+    /// has the exact recovery point lag.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_segment_time: Option<Time>,
+    /// Revisions between chains that no chain covers (the agent could not
+    /// continue a chain, for example because etcd compacted revisions it
+    /// still needed): no restore can reach into them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gaps: Vec<RevisionGap>,
+}
+
+/// A point in a cluster's history: a revision and the time it was written.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct RecoveryPoint {
+    pub revision: i64,
+    pub time: Time,
+}
+
+/// Revisions after `afterRevision` up to and including `untilRevision`
+/// that were not recorded.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct RevisionGap {
+    pub after_revision: i64,
+    pub until_revision: i64,
 }
 
 /// Where the newest successful backup went.

@@ -12,15 +12,16 @@
 #![allow(clippy::duplicated_attributes)]
 
 use k8s_openapi::api::core::v1::ResourceRequirements;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 pub use super::v1alpha1::{
-    AuthSpec, AutoCompactionMode, BackupArtifactRef, BootstrapSpec, DistributedKVStatus,
-    EtcdTuning, IssuerReference, MemberStatus, Operation, OperationKind, Phase, PodOverrides,
-    ReclaimPolicy, RecoveryPolicy, RecoverySpec, RestoreSource, SecretReference, StorageSpec,
-    TlsMode, TlsSpec, TlsTransport,
+    AuthSpec, AutoCompactionMode, BackupArtifactRef, BootstrapSpec, ContinuousBackupStatus,
+    DistributedKVStatus, EtcdTuning, IssuerReference, MemberStatus, Operation, OperationKind,
+    Phase, PodOverrides, PointInTime, ReclaimPolicy, RecoveryPoint, RecoveryPolicy, RecoverySpec,
+    RestoreSource, RevisionGap, SecretReference, StorageSpec, TlsMode, TlsSpec, TlsTransport,
 };
 
 distributedkv_spec!("v1beta1", BackupSpec);
@@ -53,6 +54,34 @@ pub struct BackupSpec {
     /// `dkv.io/skip-final-backup: "true"` waives it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub final_backup_on_delete: Option<bool>,
+
+    /// Continuous backup: besides the scheduled snapshots, every change is
+    /// recorded to the destination as it happens, so that a new cluster
+    /// can be restored to any revision or time since the oldest recorded
+    /// snapshot (`spec.bootstrap.restore.pointInTime`). Without it a
+    /// restore can only go back to a snapshot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub continuous: Option<ContinuousBackup>,
+}
+
+/// How changes are recorded between snapshots.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ContinuousBackup {
+    /// Record every change. Turning it off stops recording; what was
+    /// recorded stays restorable.
+    pub enabled: bool,
+
+    /// How long changes wait before they are stored, at most: the recovery
+    /// point objective. Seconds or minutes, `10s` (the default) to `10m`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^([1-9][0-9]{0,2}s|([1-9]|10)m)$"))]
+    pub interval: Option<String>,
+
+    /// A segment of changes is stored early once it holds this much data
+    /// (a quantity: `16Mi`, the default, from `64Ki` to `256Mi`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_segment_bytes: Option<Quantity>,
 }
 
 /// An object store location (or a directory) for snapshots.

@@ -14,8 +14,8 @@ use jiff::Timestamp;
 use tokio::sync::watch;
 use tracing::{info, warn};
 
-use super::archive::{chain_location, continuous_location, read_chain};
-use super::chain::{Base, StoredSegment, chains};
+use super::archive::{chain_location, continuous_location, newest_segment};
+use super::chain::{Base, StoredSegment};
 use super::cutter::{CutSettings, Cutter};
 use super::recorder::record;
 use crate::artifact::Artifact;
@@ -120,26 +120,19 @@ pub async fn run(
 }
 
 /// The newest chain, continued after its last stored segment; `None` when
-/// the destination has no chain yet.
+/// the destination has no chain yet. Only the newest segment is read (the
+/// chain's links are verified when a restore plans over it), so a restart
+/// costs the same however long the chain has grown.
 async fn resume(store: &Store, continuous: &Location, cut: CutSettings) -> Result<Option<Cutter>> {
     let bases = read_bases(store, continuous).await?;
     let Some(newest) = bases.iter().max_by_key(|b| b.revision) else {
         return Ok(None);
     };
-    let segments = read_chain(store, &chain_location(continuous, &newest.chain)).await?;
-    let built = chains(std::slice::from_ref(newest), &segments);
-    let Some(chain) = built.first() else {
-        return Ok(None);
-    };
-    if let Some(broken) = &chain.broken {
-        // What follows the break cannot be trusted: the chain ends there
-        // and recording goes on after its last good segment.
-        warn!(chain = %chain.base.chain, %broken, "resuming before a break in the chain");
-    }
+    let last = newest_segment(store, &chain_location(continuous, &newest.chain)).await?;
     let now = Timestamp::now();
-    Ok(Some(match chain.segments.last() {
-        Some(last) => Cutter::resume(last, cut, now),
-        None => Cutter::start(&chain.base.chain, chain.base.revision, cut, now),
+    Ok(Some(match last {
+        Some(last) => Cutter::resume(&last, cut, now),
+        None => Cutter::start(&newest.chain, newest.revision, cut, now),
     }))
 }
 
@@ -229,7 +222,8 @@ mod tests {
 
     use etcd_client::CompactionOptions;
 
-    use super::super::chain::{Target, plan};
+    use super::super::archive::read_chain;
+    use super::super::chain::{Target, chains, plan};
     use super::super::replay::replay;
     use super::*;
     use crate::fetch_artifact;

@@ -2,6 +2,8 @@
 //! sealed segment, and reading a chain back (headers verified, digests
 //! computed from the stored bytes).
 
+use std::collections::BTreeMap;
+
 use bytes::Bytes;
 
 use super::chain::StoredSegment;
@@ -61,6 +63,70 @@ pub async fn read_chain(store: &Store, chain_dir: &Location) -> Result<Vec<Store
     }
     out.sort_by_key(|s| s.header.sequence);
     Ok(out)
+}
+
+/// The newest stored segment of the chain in `chain_dir` (highest
+/// sequence, from the object names; only that object is read), or `None`
+/// for a chain without segments. What a restarted agent resumes after: it
+/// reads one object however long the chain is.
+pub async fn newest_segment(store: &Store, chain_dir: &Location) -> Result<Option<StoredSegment>> {
+    let newest = store
+        .list(chain_dir.path())
+        .await?
+        .into_iter()
+        .filter_map(|path| {
+            let sequence = name_parts(path.filename()?)?.0;
+            Some((sequence, path))
+        })
+        .max_by_key(|(sequence, _)| *sequence);
+    let Some((_, path)) = newest else {
+        return Ok(None);
+    };
+    let location = store.location(&path);
+    let bytes = store.get_small(&path).await?;
+    let (header, _) = segment::decode(&bytes).map_err(|e| unreadable(&location, &e))?;
+    Ok(Some(StoredSegment {
+        header,
+        uri: location.to_string(),
+        sha256: segment::hex_sha256(&bytes),
+    }))
+}
+
+/// The newest revision each chain directory under `continuous` reaches,
+/// from segment names alone (no object is read): `(chain, last revision)`
+/// for chains with at least one segment, in name order.
+pub async fn chain_ends(store: &Store, continuous: &Location) -> Result<Vec<(String, i64)>> {
+    let mut ends: BTreeMap<String, (u64, i64)> = BTreeMap::new();
+    for path in store.list(continuous.path()).await? {
+        let parts: Vec<_> = path.parts().collect();
+        let [.., dir, file] = parts.as_slice() else {
+            continue;
+        };
+        let Some((sequence, last)) = name_parts(file.as_ref()) else {
+            continue;
+        };
+        let entry = ends
+            .entry(dir.as_ref().to_owned())
+            .or_insert((sequence, last));
+        if sequence >= entry.0 {
+            *entry = (sequence, last);
+        }
+    }
+    Ok(ends
+        .into_iter()
+        .map(|(chain, (_, last))| (chain, last))
+        .collect())
+}
+
+/// `(sequence, last revision)` from a segment object's name (see
+/// [`segment::object_name`]); `None` for any other object.
+fn name_parts(name: &str) -> Option<(u64, i64)> {
+    let stem = name.strip_suffix(SEGMENT_SUFFIX)?;
+    let mut parts = stem.split('-');
+    let sequence = parts.next()?.parse().ok()?;
+    let _after: i64 = parts.next()?.parse().ok()?;
+    let last = parts.next()?.parse().ok()?;
+    parts.next().is_none().then_some((sequence, last))
 }
 
 /// The events of a stored segment, checked against the digest the chain
@@ -131,6 +197,12 @@ mod tests {
         }
         let listed = read_chain(&store, &chain_dir).await.unwrap();
         assert_eq!(listed.len(), 3);
+        let newest = newest_segment(&store, &chain_dir).await.unwrap();
+        assert_eq!(newest.as_ref(), listed.last());
+        assert_eq!(
+            chain_ends(&store, &continuous).await.unwrap(),
+            vec![("base-100".to_owned(), 103)]
+        );
         let base = Base {
             chain: "base-100".into(),
             revision: 100,

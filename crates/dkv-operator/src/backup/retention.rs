@@ -141,21 +141,6 @@ pub fn plan(
         .collect()
 }
 
-/// The store settings a backup Job gets from `secret` as its environment.
-pub fn store_config(secret: &Secret) -> StoreConfig {
-    let values: HashMap<&str, String> = secret
-        .data
-        .iter()
-        .flatten()
-        .filter_map(|(key, value)| {
-            String::from_utf8(value.0.clone())
-                .ok()
-                .map(|v| (key.as_str(), v))
-        })
-        .collect();
-    StoreConfig::from_lookup(|name| values.get(name).cloned())
-}
-
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("{what}: {source}")]
@@ -364,7 +349,7 @@ async fn prune(
                             .await
                             .map_err(|e| format!("reading Secret {ns}/{secret}: {e}"))?
                             .ok_or_else(|| format!("Secret {ns}/{secret} does not exist"))?;
-                        store_config(&found)
+                        crate::secret_store::store_config(&found)
                     }
                     // No Secret: the ambient identity, as the Job had.
                     None => StoreConfig::default(),
@@ -612,7 +597,7 @@ mod tests {
             }
         }))
         .unwrap_or_else(|e| panic!("{e}"));
-        let config = store_config(&secret);
+        let config = crate::secret_store::store_config(&secret);
         assert_eq!(config.s3.endpoint.as_deref(), Some("http://moto"));
         assert!(config.s3.allow_http);
         let aws = config

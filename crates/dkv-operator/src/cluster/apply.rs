@@ -70,14 +70,16 @@ pub async fn apply(
         &mut writes,
     )
     .await?;
-    apply_one(
-        client,
-        namespace,
-        &prepared.client_service,
-        observed.client_service.as_deref(),
-        &mut writes,
-    )
-    .await?;
+    if let Some(service) = &prepared.client_service {
+        apply_one(
+            client,
+            namespace,
+            service,
+            observed.client_service.as_deref(),
+            &mut writes,
+        )
+        .await?;
+    }
     apply_one(
         client,
         namespace,
@@ -261,7 +263,7 @@ impl Prepared {
             members: as_applied(&self.members),
             statefulset: as_applied(&self.statefulset),
             peer_service: as_applied(&self.peer_service),
-            client_service: as_applied(&self.client_service),
+            client_service: self.client_service.as_ref().map(as_applied),
             pdb: as_applied(&self.pdb),
             backup_cronjob: self.backup_cronjob.as_ref().map(as_applied),
         }

@@ -11,7 +11,7 @@
 use std::sync::Arc;
 
 use dkv_api::backup::v1alpha1::BackupPhase;
-use dkv_api::distributedkv::v1beta1::BackupArtifactRef;
+use dkv_api::distributedkv::v1beta1::{BackupArtifactRef, ContinuousBackupStatus};
 use dkv_api::{DistributedKV, DistributedKVBackup};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
@@ -32,6 +32,10 @@ pub struct BackupSummary {
     pub last: Option<(BackupArtifactRef, Time)>,
     /// Set when the latest finished run failed.
     pub failed: Option<FailedRun>,
+    /// What continuous backup makes recoverable (`status.continuousBackup`).
+    pub continuous: Option<ContinuousBackupStatus>,
+    /// Why continuous backup stores nothing, once that lasts.
+    pub continuous_failing: Option<String>,
 }
 
 /// Orders finished runs: when each finished (its completion, else its
@@ -109,7 +113,11 @@ pub fn summarize(cluster: &str, records: &[Arc<DistributedKVBackup>]) -> BackupS
                 .and_then(|s| s.message.clone())
                 .unwrap_or_else(|| "no reason given".to_owned()),
         });
-    BackupSummary { last, failed }
+    BackupSummary {
+        last,
+        failed,
+        ..BackupSummary::default()
+    }
 }
 
 /// The summary of `dkv`'s backups as the record cache holds them.

@@ -15,7 +15,9 @@ use super::certificates::CertificateLifetime;
 use super::etcd_access::{EtcdConnector, GrpcConnector};
 use super::validate::Defaults;
 use super::watches::Stores;
+use crate::continuous_backup::Agents;
 use crate::metrics::Metrics;
+use tokio::sync::mpsc::UnboundedReceiver;
 
 pub struct Context {
     pub client: Client,
@@ -30,6 +32,11 @@ pub struct Context {
     /// StatefulSets whose pod template was checked (see
     /// [`super::apply::VerifiedTemplates`]).
     pub verified_templates: super::apply::VerifiedTemplates,
+    /// The continuous backup agents this operator runs.
+    pub agents: Agents,
+    /// Clusters whose agent report changed (taken once by the controller,
+    /// which reconciles them).
+    agent_changes: Mutex<Option<UnboundedReceiver<(String, String)>>>,
     /// Consecutive transient failures per cluster, for exponential backoff;
     /// cleared by a successful reconcile.
     failures: Mutex<HashMap<ObjectRef<DistributedKV>, u32>>,
@@ -43,7 +50,10 @@ impl Context {
         metrics: Arc<Metrics>,
         reporter: Reporter,
     ) -> Self {
+        let (agents, agent_changes) = Agents::new(metrics.clone());
         Self {
+            agents,
+            agent_changes: Mutex::new(Some(agent_changes)),
             recorder: Recorder::new(client.clone(), reporter),
             client,
             stores,
@@ -65,6 +75,15 @@ impl Context {
     pub fn with_etcd(mut self, etcd: Arc<dyn EtcdConnector>) -> Self {
         self.etcd = etcd;
         self
+    }
+
+    /// The clusters whose continuous backup report changed, as a stream of
+    /// references to reconcile; `None` after the first call.
+    pub fn take_agent_changes(&self) -> Option<UnboundedReceiver<(String, String)>> {
+        self.agent_changes
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .take()
     }
 
     /// Records one more consecutive failure of `obj` and returns the count.

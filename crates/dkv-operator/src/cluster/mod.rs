@@ -17,6 +17,7 @@ pub mod cert_manager;
 pub mod certificates;
 pub mod cleanup;
 pub mod context;
+pub mod continuous;
 pub mod credentials;
 pub mod dereference;
 pub mod diff;
@@ -107,7 +108,31 @@ pub async fn reconcile(dkv: Arc<DistributedKV>, ctx: Arc<Context>) -> Result<Act
             .as_ref()
             .err()
             .and_then(|err| outcome::fault_of(&dkv, err));
-        let backups = backup_catalogue::observe(&dkv, &ctx.stores);
+        let mut backups = backup_catalogue::observe(&dkv, &ctx.stores);
+        let report = seen
+            .continuous
+            .clone()
+            .or_else(|| ctx.agents.report(&namespace, &dkv.name_any()));
+        if let Some(report) = report {
+            let old = dkv
+                .status
+                .as_ref()
+                .and_then(|s| s.continuous_backup.as_ref());
+            backups.continuous = continuous::status_of(&report, old);
+            let interval = seen
+                .cluster
+                .as_ref()
+                .and_then(|c| c.backup.as_ref())
+                .and_then(|b| b.continuous)
+                .map(|cut| cut.interval);
+            backups.continuous_failing =
+                interval.and_then(|interval| continuous::failing_message(&report, interval, now));
+        } else {
+            backups.continuous = dkv
+                .status
+                .as_ref()
+                .and_then(|s| s.continuous_backup.clone());
+        }
         let status = status::derive(&dkv, &seen, fault.as_ref(), &backups, &Time(now));
         // Degraded, or still progressing (forming, rolling out): what etcd
         // says is not watched, so such a cluster is looked at again soon
@@ -253,6 +278,10 @@ async fn reconcile_cluster(
     );
     let restore = restore_source(dkv, cluster, &plan, observed.statefulset.as_deref(), ctx).await;
     plan.restore = restore?;
+    if let Some(sts) = observed.statefulset.as_deref() {
+        plan.replay = restore::pending_replay(sts);
+        plan.replayed = restore::replayed(sts);
+    }
     let plan = &*seen.plan.insert(plan);
 
     if cluster.paused {
@@ -308,6 +337,26 @@ async fn reconcile_cluster(
             return Ok(Outcome::AuthEnabled);
         }
     }
+    // A restore from continuous backup replays the recorded changes once
+    // every member runs from the base snapshot; clients are let in after.
+    if let (Some(pending), Some(_)) = (&plan.replay, &admin)
+        && !plan.creating
+        && matches!(plan.step, membership::Step::Converged)
+        && seen
+            .members
+            .as_ref()
+            .is_some_and(|m| !m.is_empty() && m.iter().all(|m| m.healthy))
+        && let Some(replay) = &pending.replay
+    {
+        replay_continuous(dkv, cluster, pending, replay, &endpoints, &credentials, ctx).await?;
+        return Ok(Outcome::Applied {
+            busy: true,
+            advanced: true,
+            etcd: true,
+            rotating: false,
+            due_at: None,
+        });
+    }
     let finished = match &plan.step {
         membership::Step::Finish(pin) => {
             info!(kind = ?pin.kind, ordinal = pin.ordinal, "operation complete");
@@ -345,6 +394,16 @@ async fn reconcile_cluster(
     }
     seen.volumes = Some(grown);
 
+    // 7. Continuous backup records once the cluster has formed (and a
+    // restored cluster has all its data).
+    let formed = admin.is_some() && !plan.creating && plan.replay_pending().is_none();
+    seen.continuous = continuous::ensure(cluster, &endpoints, &credentials, formed, ctx).await?;
+    let refresh_at = cluster
+        .backup
+        .as_ref()
+        .and_then(|b| b.continuous)
+        .map(|_| now + continuous::STATUS_REFRESH);
+
     let busy = seen.operation.is_some() || !matches!(plan.step, membership::Step::Converged);
     Ok(Outcome::Applied {
         busy,
@@ -357,12 +416,74 @@ async fn reconcile_cluster(
         due_at: [
             credentials.tls.as_ref().map(|t| t.renew_at),
             seen.volumes.as_ref().and_then(status::volume_grace_ends),
+            refresh_at,
         ]
         .into_iter()
         .flatten()
         .min(),
     })
 }
+
+/// Replays what the source of a restore from continuous backup recorded
+/// after the base snapshot into the formed cluster, records that it did
+/// (the client Service follows in the next pass) and says so in an Event.
+async fn replay_continuous(
+    dkv: &DistributedKV,
+    cluster: &validate::ValidatedCluster,
+    pending: &restore::ResolvedRestore,
+    replay: &restore::Replay,
+    endpoints: &[String],
+    credentials: &credentials::Credentials,
+    ctx: &Context,
+) -> Result<()> {
+    let mut etcd = dkv_etcd::GrpcAdmin::new(endpoints.to_vec(), REPLAY_CALL_TIMEOUT);
+    if let Some(tls) = credentials.client_identity() {
+        etcd = etcd.with_tls(tls.clone());
+    }
+    if let Some(user) = credentials.user() {
+        etcd = etcd.with_user(user.clone());
+    }
+    info!(source = %format!("{}/{}", replay.namespace, replay.cluster), chain = %replay.chain, "replaying continuous backup");
+    let replayed = restore::replay(
+        &ctx.client,
+        &cluster.namespace,
+        replay,
+        pending.credentials_secret.as_deref(),
+        &etcd,
+    )
+    .await?;
+    restore::mark_replayed(
+        &ctx.client,
+        &cluster.namespace,
+        &naming::statefulset(&cluster.name),
+        replayed.source_revision,
+    )
+    .await?;
+    info!(
+        events = replayed.events,
+        source_revision = replayed.source_revision,
+        "continuous backup replayed"
+    );
+    context::publish(
+        dkv,
+        Event {
+            type_: EventType::Normal,
+            reason: "Replayed".to_owned(),
+            note: Some(format!(
+                "replayed {} changes of {}/{} recorded after the base snapshot, up to its revision {}; clients are let in now",
+                replayed.events, replay.namespace, replay.cluster, replayed.source_revision
+            )),
+            action: "Restore".to_owned(),
+            secondary: None,
+        },
+        ctx,
+    )
+    .await;
+    Ok(())
+}
+
+/// Deadline of each replay call (one transaction per source revision).
+const REPLAY_CALL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Turns etcd authentication on with the root user `auth` holds, records
 /// it, and says so in an Event.
@@ -606,7 +727,20 @@ pub async fn run(
         concurrency = settings.concurrency,
         "starting DistributedKV controller"
     );
+    // A continuous backup agent whose report changed (a new chain, a gap,
+    // a failure) has its cluster's status derived again at once.
+    let agent_changes = ctx
+        .take_agent_changes()
+        .map(|changes| {
+            futures::stream::unfold(changes, |mut changes| async move {
+                changes.recv().await.map(|change| (change, changes))
+            })
+            .map(|(namespace, name)| ObjectRef::<DistributedKV>::new(&name).within(&namespace))
+            .boxed()
+        })
+        .unwrap_or_else(|| futures::stream::empty().boxed());
     Controller::for_stream(dkv_stream, dkv_reader)
+        .reconcile_on(agent_changes)
         .owns_stream(watches::statefulset_stream(
             api_for::<StatefulSet>(&client, ns),
             sts_writer,

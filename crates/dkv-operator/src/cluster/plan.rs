@@ -39,9 +39,28 @@ pub struct Plan {
     /// (`spec.bootstrap.restore`, resolved by the reconcile; see
     /// [`super::restore`]).
     pub restore: Option<super::restore::ResolvedRestore>,
+    /// A restore from continuous backup whose members have started from
+    /// the base snapshot and whose recorded changes are not replayed yet
+    /// (read back from the StatefulSet). Until the replay is done the
+    /// client Service does not exist: clients never see a partial state.
+    pub replay: Option<super::restore::ResolvedRestore>,
+    /// The source revision a finished replay reached, kept on the
+    /// StatefulSet for good (see [`super::restore::REPLAYED_ANNOTATION`]).
+    pub replayed: Option<String>,
     /// The serial of the current member certificate (`spec.tls`), carried
     /// by the pod template: pods started with another restart onto it.
     pub tls_serial: Option<String>,
+}
+
+impl Plan {
+    /// The replay a restore from continuous backup still owes: the one
+    /// being created (`restore`) or the one read back from the StatefulSet.
+    pub fn replay_pending(&self) -> Option<&super::restore::Replay> {
+        self.restore
+            .as_ref()
+            .and_then(|r| r.replay.as_ref())
+            .or_else(|| self.replay.as_ref().and_then(|r| r.replay.as_ref()))
+    }
 }
 
 /// What the reconcile observed of membership.
@@ -160,6 +179,8 @@ fn replace_statefulset(
         record: record.clone(),
         step: Step::Converged,
         restore: None,
+        replay: None,
+        replayed: None,
         tls_serial: view.tls_serial.clone(),
     }
 }
@@ -183,6 +204,8 @@ pub fn plan(
             record: bootstrap_record(cluster, cluster.size),
             step: Step::Converged,
             restore: None,
+            replay: None,
+            replayed: None,
             tls_serial: view.tls_serial.clone(),
         };
     };
@@ -258,6 +281,8 @@ pub fn plan(
         record,
         step,
         restore: None,
+        replay: None,
+        replayed: None,
         tls_serial: view.tls_serial.clone(),
     }
 }

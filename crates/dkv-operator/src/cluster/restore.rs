@@ -29,13 +29,20 @@
 use dkv_api::backup::v1alpha1::BackupPhase;
 use dkv_api::distributedkv::v1beta1::BackupArtifactRef;
 use dkv_api::{DistributedKV, DistributedKVBackup};
+use dkv_backup::continuous::agent::read_bases;
+use dkv_backup::continuous::archive::{chain_location, continuous_location, read_chain};
+use dkv_backup::continuous::chain::{PlanError, Target, chains, plan};
+use dkv_backup::continuous::replay::Replayed;
+use dkv_backup::{Location, Store, StoreConfig};
+use dkv_etcd::GrpcAdmin;
 use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
 use kube::Client;
 use serde::{Deserialize, Serialize};
 
 use super::error::{Error, Result};
-use super::validate::{RestoreRef, ValidatedCluster, ValidatedRestore};
+use super::validate::{ContinuousSource, RestoreRef, ValidatedCluster, ValidatedRestore};
 
 /// Annotation on the StatefulSet of a cluster being restored: the resolved
 /// source (JSON of [`ResolvedRestore`]).
@@ -71,6 +78,33 @@ pub struct ResolvedRestore {
     /// member of the lost cluster can ever talk to the new one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub epoch: Option<String>,
+    /// Set for a restore from continuous backup: the changes to replay
+    /// once the members have formed from the base snapshot (`uri`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replay: Option<Replay>,
+}
+
+/// The second half of a restore from continuous backup: the changes the
+/// source recorded after the base snapshot, up to the target, replayed into
+/// the members once they have formed from that snapshot. Clients are let
+/// in (the client Service is created) only after it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Replay {
+    /// The source cluster's backup destination, namespace and name.
+    pub destination: String,
+    pub namespace: String,
+    pub cluster: String,
+    /// The chain the base snapshot starts.
+    pub chain: String,
+    /// The source revision the restored state ends at, for a revision
+    /// target and for the newest point (fixed when the restore began, so
+    /// every pass replays to the same point).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub until_revision: Option<i64>,
+    /// For a time target: every change received at or before it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub until_time: Option<jiff::Timestamp>,
 }
 
 /// Looks up what `restore` names: a completed `DistributedKVBackup` (its
@@ -88,7 +122,11 @@ pub async fn resolve(
                 sha256: None,
                 credentials_secret: restore.credentials_secret.clone(),
                 epoch: None,
+                replay: None,
             });
+        }
+        RestoreRef::Continuous(source) => {
+            return resolve_continuous(client, namespace, source, restore).await;
         }
         RestoreRef::Backup(name) => name,
     };
@@ -109,6 +147,179 @@ pub async fn resolve(
         resolved.credentials_secret = source_cluster_credentials(client, namespace, backup).await?;
     }
     Ok(resolved)
+}
+
+/// A restore from `source`'s continuous backup: plans it over the chains
+/// stored in its destination (the base snapshot to start the members from,
+/// the point to replay to), so that a target outside the recoverable window
+/// is refused before anything starts.
+async fn resolve_continuous(
+    client: &Client,
+    namespace: &str,
+    source: &ContinuousSource,
+    restore: &ValidatedRestore,
+) -> Result<ResolvedRestore> {
+    let store = open_store(
+        client,
+        namespace,
+        &source.destination,
+        restore.credentials_secret.as_deref(),
+    )
+    .await?;
+    let destination = parse_destination(&source.destination)?;
+    let continuous = continuous_location(&destination, &source.namespace, &source.cluster);
+    let bases = read_bases(&store, &continuous)
+        .await
+        .map_err(|e| store_failure(&source.destination, &e))?;
+    let mut segments = Vec::new();
+    for base in &bases {
+        let chain_dir = chain_location(&continuous, &base.chain);
+        segments.extend(
+            read_chain(&store, &chain_dir)
+                .await
+                .map_err(|e| store_failure(&source.destination, &e))?,
+        );
+    }
+    let built = chains(&bases, &segments);
+    let planned = plan(&built, source.target).map_err(|err| {
+        let hint = match err {
+            PlanError::NoBase => format!(
+                "; is {}/{} the cluster whose backup this is (spec.bootstrap.restore.sourceCluster), and {} its spec.backup.destination.uri?",
+                source.namespace, source.cluster, source.destination
+            ),
+            _ => String::new(),
+        };
+        Error::RestoreSource {
+            message: format!(
+                "spec.bootstrap.restore: continuous backup of {}/{} in {}: {err}{hint}",
+                source.namespace, source.cluster, source.destination
+            ),
+            waiting: false,
+        }
+    })?;
+    let until_revision = match source.target {
+        Target::Time(_) => None,
+        Target::Revision(revision) => Some(revision),
+        Target::Latest => Some(
+            planned
+                .segments
+                .last()
+                .map_or(planned.base.revision, |s| s.header.last_revision),
+        ),
+    };
+    Ok(ResolvedRestore {
+        backup: None,
+        uri: planned.base.uri.clone(),
+        sha256: None,
+        credentials_secret: restore.credentials_secret.clone(),
+        epoch: None,
+        replay: Some(Replay {
+            destination: source.destination.clone(),
+            namespace: source.namespace.clone(),
+            cluster: source.cluster.clone(),
+            chain: planned.base.chain.clone(),
+            until_revision,
+            until_time: match source.target {
+                Target::Time(time) => Some(time),
+                _ => None,
+            },
+        }),
+    })
+}
+
+/// Replays `replay` into the restored cluster `etcd` reaches: plans again
+/// over the same chain to the same point, then applies the changes the
+/// restored members do not hold yet (a replay cut short by a restart goes
+/// on where it stopped).
+pub async fn replay(
+    client: &Client,
+    namespace: &str,
+    replay: &Replay,
+    credentials_secret: Option<&str>,
+    etcd: &GrpcAdmin,
+) -> Result<Replayed> {
+    let store = open_store(client, namespace, &replay.destination, credentials_secret).await?;
+    let destination = parse_destination(&replay.destination)?;
+    let continuous = continuous_location(&destination, &replay.namespace, &replay.cluster);
+    let failed = |e: &dkv_backup::Error| store_failure(&replay.destination, e);
+    let base = read_bases(&store, &continuous)
+        .await
+        .map_err(|e| failed(&e))?
+        .into_iter()
+        .find(|b| b.chain == replay.chain)
+        .ok_or_else(|| Error::RestoreSource {
+            message: format!(
+                "the continuous backup chain {} of {}/{} is no longer in {}; it was there when the restore began",
+                replay.chain, replay.namespace, replay.cluster, replay.destination
+            ),
+            waiting: false,
+        })?;
+    let segments = read_chain(&store, &chain_location(&continuous, &base.chain))
+        .await
+        .map_err(|e| failed(&e))?;
+    let target = match (replay.until_revision, replay.until_time) {
+        (Some(revision), _) => Target::Revision(revision),
+        (None, Some(time)) => Target::Time(time),
+        (None, None) => Target::Latest,
+    };
+    let planned =
+        plan(&chains(&[base], &segments), target).map_err(|err| Error::RestoreSource {
+            message: format!(
+                "continuous backup of {}/{}: {err}",
+                replay.namespace, replay.cluster
+            ),
+            waiting: false,
+        })?;
+    dkv_backup::continuous::replay::replay(etcd, &store, &planned)
+        .await
+        .map_err(|e| failed(&e))
+}
+
+/// The store a restore reads, with the credentials `secret` holds.
+async fn open_store(
+    client: &Client,
+    namespace: &str,
+    uri: &str,
+    secret: Option<&str>,
+) -> Result<Store> {
+    let config = match secret {
+        None => StoreConfig::default(),
+        Some(name) => {
+            let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
+            let found = secrets.get_opt(name).await.map_err(|source| Error::Read {
+                kind: "Secret",
+                name: name.to_owned(),
+                source,
+            })?;
+            let Some(found) = found else {
+                return Err(Error::RestoreSource {
+                    message: format!(
+                        "spec.bootstrap.restore.credentialsSecret: Secret {name:?} does not exist; create it with the source store's credentials"
+                    ),
+                    waiting: true,
+                });
+            };
+            crate::secret_store::store_config(&found)
+        }
+    };
+    let destination = parse_destination(uri)?;
+    Store::open(&destination, &config).map_err(|e| store_failure(uri, &e))
+}
+
+fn parse_destination(uri: &str) -> Result<Location> {
+    Location::parse(uri).map_err(|e| Error::RestoreSource {
+        message: format!("spec.bootstrap.restore.uri: {e}"),
+        waiting: false,
+    })
+}
+
+/// A store or data failure while restoring: retried when it may pass,
+/// else shown as it is (a corrupted segment names itself).
+fn store_failure(uri: &str, err: &dkv_backup::Error) -> Error {
+    Error::RestoreSource {
+        message: format!("reading the continuous backup in {uri}: {err}"),
+        waiting: err.category() == dkv_backup::Category::Transient,
+    }
 }
 
 /// The credentials Secret of the backup destination of the cluster a backup
@@ -190,6 +401,7 @@ pub fn resolve_backup(
         sha256: (!artifact.sha256.is_empty()).then(|| artifact.sha256.clone()),
         credentials_secret,
         epoch: None,
+        replay: None,
     })
 }
 
@@ -233,9 +445,57 @@ pub async fn resolve_latest(
             sha256: (!last.sha256.is_empty()).then(|| last.sha256.clone()),
             credentials_secret,
             epoch: None,
+            replay: None,
         });
     source.epoch = Some(epoch);
     Ok(source)
+}
+
+/// Annotation on the StatefulSet of a cluster restored from continuous
+/// backup: the source revision the replay reached. Once set, the replay is
+/// done and clients are let in.
+pub const REPLAYED_ANNOTATION: &str = "dkv.io/restore-replayed";
+
+/// The restore of `sts` whose replay is still to be done, if any.
+pub fn pending_replay(sts: &StatefulSet) -> Option<ResolvedRestore> {
+    if replayed(sts).is_some() {
+        return None;
+    }
+    from_statefulset(sts).filter(|s| s.replay.is_some())
+}
+
+/// What [`REPLAYED_ANNOTATION`] on `sts` says.
+pub fn replayed(sts: &StatefulSet) -> Option<String> {
+    sts.metadata
+        .annotations
+        .as_ref()?
+        .get(REPLAYED_ANNOTATION)
+        .cloned()
+}
+
+/// Records on the StatefulSet that the replay reached `source_revision`.
+pub async fn mark_replayed(
+    client: &Client,
+    namespace: &str,
+    statefulset: &str,
+    source_revision: i64,
+) -> Result<()> {
+    let api: Api<StatefulSet> = Api::namespaced(client.clone(), namespace);
+    let patch = serde_json::json!({
+        "metadata": {"annotations": {REPLAYED_ANNOTATION: source_revision.to_string()}}
+    });
+    api.patch(
+        statefulset,
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(&patch),
+    )
+    .await
+    .map(drop)
+    .map_err(|source| Error::Apply {
+        kind: "StatefulSet".to_owned(),
+        name: statefulset.to_owned(),
+        source,
+    })
 }
 
 /// The source recorded on a StatefulSet created for a restore.
@@ -307,6 +567,7 @@ mod tests {
                 // The record's own destination secret, when none is named.
                 credentials_secret: Some("writer-creds".to_owned()),
                 epoch: None,
+                replay: None,
             }
         );
         let explicit = resolve_backup(
@@ -349,6 +610,14 @@ mod tests {
             sha256: None,
             credentials_secret: Some("c".to_owned()),
             epoch: Some("restore-1".to_owned()),
+            replay: Some(Replay {
+                destination: "s3://b/".to_owned(),
+                namespace: "shop".to_owned(),
+                cluster: "orders".to_owned(),
+                chain: "20261125T200000Z-r00000000000000000042".to_owned(),
+                until_revision: None,
+                until_time: Some(jiff::Timestamp::UNIX_EPOCH),
+            }),
         };
         let mut sts = StatefulSet::default();
         sts.metadata.annotations = Some(

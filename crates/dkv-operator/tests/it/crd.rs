@@ -203,7 +203,27 @@ fn distributedkv_serves_the_documented_api() {
             .iter()
             .map(|c| c["name"].as_str().unwrap())
             .collect();
-        assert_eq!(columns, vec!["Size", "Ready", "Version", "Status", "Age"]);
+        assert_eq!(
+            columns,
+            vec![
+                "Size",
+                "Ready",
+                "Version",
+                "Status",
+                "Recoverable-From",
+                "Last-Segment",
+                "Age"
+            ]
+        );
+        // The continuous backup columns show only with `-o wide`.
+        let wide: Vec<&str> = version["additionalPrinterColumns"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|c| c["priority"].as_i64().unwrap_or(0) > 0)
+            .map(|c| c["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(wide, vec!["Recoverable-From", "Last-Segment"]);
         let spec = &version["schema"]["openAPIV3Schema"]["properties"]["spec"];
         assert_eq!(spec["required"], serde_json::json!(["image", "size"]));
         assert_eq!(spec["properties"]["size"]["minimum"], 1.0);

@@ -167,10 +167,13 @@ fn world(
     ready(&mut w1, vec![sts]);
     ready(
         &mut w2,
-        vec![
-            prepared.peer_service.clone(),
+        [
+            Some(prepared.peer_service.clone()),
             prepared.client_service.clone(),
-        ],
+        ]
+        .into_iter()
+        .flatten()
+        .collect(),
     );
     ready(&mut w3, vec![prepared.pdb.clone()]);
     ready(&mut w4, vec![]);

@@ -73,7 +73,7 @@ fn every_child_is_owned_by_the_cluster_and_labelled() {
     let metas = [
         &prepared.statefulset.metadata,
         &prepared.peer_service.metadata,
-        &prepared.client_service.metadata,
+        &prepared.client_service.as_ref().unwrap().metadata,
         &prepared.pdb.metadata,
         &prepared.backup_cronjob.as_ref().unwrap().metadata,
     ];
@@ -380,9 +380,10 @@ fn services_give_peers_stable_names_and_clients_ready_members() {
         vec![("peer".into(), 2380), ("client".into(), 2379)]
     );
 
-    let client = prepared.client_service.spec.as_ref().unwrap();
+    let client_service = prepared.client_service.as_ref().unwrap();
+    let client = client_service.spec.as_ref().unwrap();
     assert_eq!(
-        prepared.client_service.metadata.name.as_deref(),
+        client_service.metadata.name.as_deref(),
         Some("orders-client")
     );
     assert_eq!(client.type_.as_deref(), Some("ClusterIP"));
@@ -745,6 +746,7 @@ fn a_cluster_restored_from_a_backup_fetches_verifies_and_restores_before_member_
             sha256: Some("ab".repeat(32)),
             credentials_secret: Some("s3-creds".to_owned()),
             epoch: None,
+            replay: None,
         };
         plan.restore = Some(source.clone());
         let sts = build::build(&cluster, &plan).statefulset;

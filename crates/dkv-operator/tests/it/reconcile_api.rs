@@ -116,7 +116,12 @@ fn stores_serving(
     ready(
         &mut svc_w,
         extra
-            .map(|p| vec![p.peer_service.clone(), p.client_service.clone()])
+            .map(|p| {
+                [Some(p.peer_service.clone()), p.client_service.clone()]
+                    .into_iter()
+                    .flatten()
+                    .collect()
+            })
             .unwrap_or_default(),
     );
     ready(
@@ -890,7 +895,7 @@ async fn a_deleted_child_is_recreated() {
 
     // The client Service was deleted by hand: it is missing from the cache.
     let mut services_without_client = prepared.clone();
-    services_without_client.client_service = prepared.peer_service.clone();
+    services_without_client.client_service = Some(prepared.peer_service.clone());
     prepared = services_without_client;
     let (ctx, mut api) = context(stores(vec![sts], Some(&prepared)));
     let run = tokio::spawn(reconcile(Arc::new(dkv.clone()), ctx.clone()));

@@ -1,5 +1,6 @@
 //! Round trips over generated objects, and the conversions spelled out.
 
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use proptest::collection::btree_map;
 use proptest::option;
 use proptest::prelude::*;
@@ -81,9 +82,14 @@ fn beta_backup() -> impl Strategy<Value = Value> {
         credentials(),
         schedule_image_final(),
         option::of((option::of(1..=100i32), option::of(max_age()))),
+        option::of((
+            any::<bool>(),
+            option::of("[1-9][0-9]{0,2}s"),
+            option::of("[1-9][0-9]{0,2}Mi"),
+        )),
     )
         .prop_map(
-            |(uri, secret, (schedule, image, final_backup), retention)| {
+            |(uri, secret, (schedule, image, final_backup), retention, continuous)| {
                 let backup = v1beta1::BackupSpec {
                     destination: v1beta1::BackupDestination {
                         uri,
@@ -96,6 +102,13 @@ fn beta_backup() -> impl Strategy<Value = Value> {
                         max_age,
                     }),
                     final_backup_on_delete: final_backup,
+                    continuous: continuous.map(|(enabled, interval, max_bytes)| {
+                        v1beta1::ContinuousBackup {
+                            enabled,
+                            interval,
+                            max_segment_bytes: max_bytes.map(Quantity),
+                        }
+                    }),
                 };
                 serde_json::to_value(backup).unwrap_or_default()
             },
@@ -252,6 +265,27 @@ fn an_edit_through_v1alpha1_wins_over_the_annotation() {
         json!({"maxBackups": 5, "maxAge": "36h"})
     );
     assert_eq!(spec_backup(&edited)["schedule"], json!("@hourly"));
+}
+
+#[test]
+fn continuous_backup_survives_an_edit_through_v1alpha1() {
+    let beta = beta_with(json!({
+        "destination": {"uri": "s3://bucket/dkv/"},
+        "schedule": "@daily",
+        "continuous": {"enabled": true, "interval": "30s", "maxSegmentBytes": "8Mi"},
+    }));
+    let mut alpha = convert(&beta, V1ALPHA1).unwrap_or_else(|e| panic!("{e}"));
+    assert!(alpha["spec"]["backup"].get("continuous").is_none());
+    alpha["spec"]["backup"]["s3Path"] = json!("s3://other/dkv/");
+    let edited = convert(&alpha, V1BETA1).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        spec_backup(&edited),
+        &json!({
+            "destination": {"uri": "s3://other/dkv/"},
+            "schedule": "@daily",
+            "continuous": {"enabled": true, "interval": "30s", "maxSegmentBytes": "8Mi"},
+        })
+    );
 }
 
 #[test]

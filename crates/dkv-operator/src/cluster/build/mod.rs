@@ -31,7 +31,9 @@ pub struct Prepared {
     pub members: k8s_openapi::api::core::v1::ConfigMap,
     pub statefulset: StatefulSet,
     pub peer_service: Service,
-    pub client_service: Service,
+    /// `None` while a restore from continuous backup replays (see
+    /// [`super::plan::Plan::replay`]): clients are let in after it.
+    pub client_service: Option<Service>,
     pub pdb: PodDisruptionBudget,
     /// `None` when backups are off: an existing CronJob is then deleted.
     pub backup_cronjob: Option<CronJob>,
@@ -43,7 +45,10 @@ pub fn build(cluster: &ValidatedCluster, plan: &Plan) -> Prepared {
         members: members::build(cluster, plan),
         statefulset: statefulset::build(cluster, plan),
         peer_service: services::peer(cluster),
-        client_service: services::client(cluster),
+        client_service: plan
+            .replay_pending()
+            .is_none()
+            .then(|| services::client(cluster)),
         pdb: pdb::build(cluster, plan),
         backup_cronjob: cronjob::build(cluster),
     }

@@ -66,11 +66,14 @@ pub fn build(cluster: &ValidatedCluster, plan: &Plan) -> StatefulSet {
             cluster.version.to_string(),
         ),
     ]);
-    if let Some(source) = &plan.restore {
+    if let Some(source) = plan.restore.as_ref().or(plan.replay.as_ref()) {
         annotations.insert(
             restore::SOURCE_ANNOTATION.to_owned(),
             restore::annotation_value(source),
         );
+    }
+    if let Some(replayed) = &plan.replayed {
+        annotations.insert(restore::REPLAYED_ANNOTATION.to_owned(), replayed.clone());
     }
     meta.annotations = Some(annotations);
 

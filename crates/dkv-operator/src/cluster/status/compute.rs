@@ -84,7 +84,18 @@ pub(super) fn compute(
 
     // Available is a promise to clients: quorum is healthy *and* reachable
     // through the client Service, so a client started now gets answers.
-    let available = if ready >= quorum && serving >= quorum && obs.statefulset.is_some() {
+    let replaying = obs.plan.replay_pending();
+    let available = if let Some(replay) = replaying {
+        Want {
+            type_: types::AVAILABLE,
+            status: false,
+            reason: reasons::RESTORING,
+            message: format!(
+                "{ready}/{members} members ready; clients are let in (Service {client_service}) once the changes {} recorded are replayed",
+                describe_source(replay)
+            ),
+        }
+    } else if ready >= quorum && serving >= quorum && obs.statefulset.is_some() {
         Want {
             type_: types::AVAILABLE,
             status: true,
@@ -136,6 +147,21 @@ pub(super) fn compute(
                 op.kind,
                 op.target,
                 step_detail(&obs.plan.step)
+            ),
+        }
+    } else if let (true, Some(replay)) = (formed, replaying) {
+        Want {
+            type_: types::PROGRESSING,
+            status: true,
+            reason: reasons::RESTORING,
+            message: format!(
+                "every member started from the base snapshot; replaying the changes {} recorded{}",
+                describe_source(replay),
+                match (replay.until_revision, replay.until_time) {
+                    (Some(revision), _) => format!(" up to its revision {revision}"),
+                    (None, Some(time)) => format!(" up to {time}"),
+                    (None, None) => String::new(),
+                }
             ),
         }
     } else if let (false, Some(source)) = (formed, &obs.plan.restore) {
@@ -265,6 +291,13 @@ pub(super) fn compute(
             reason: reasons::BACKUP_FAILED,
             message: backup_failed_message(failed),
         }
+    } else if let Some(message) = &obs.backups.continuous_failing {
+        Want {
+            type_: types::DEGRADED,
+            status: true,
+            reason: reasons::CONTINUOUS_BACKUP_FAILING,
+            message: message.clone(),
+        }
     } else {
         Want {
             type_: types::DEGRADED,
@@ -280,7 +313,7 @@ pub(super) fn compute(
 
     let phase = if degraded.status {
         Phase::Degraded
-    } else if !formed && obs.plan.restore.is_some() {
+    } else if (!formed && obs.plan.restore.is_some()) || replaying.is_some() {
         Phase::Restoring
     } else if !formed {
         Phase::Creating
@@ -366,4 +399,9 @@ pub(super) fn compute(
         conditions,
         ..with_backups(old, obs.backups)
     }
+}
+
+/// `namespace/cluster` of a replay's source.
+fn describe_source(replay: &super::super::restore::Replay) -> String {
+    format!("{}/{}", replay.namespace, replay.cluster)
 }

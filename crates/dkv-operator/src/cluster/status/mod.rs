@@ -57,6 +57,8 @@ pub struct Seen {
     pub operation: Option<Operation>,
     /// Where the member volumes stand against `spec.storage.size`.
     pub volumes: Option<Volumes>,
+    /// What the continuous backup agent reported this pass.
+    pub continuous: Option<crate::continuous_backup::Report>,
 }
 
 /// The status of `dkv` after a pass that observed `seen` and, if it failed,
@@ -307,6 +309,7 @@ fn with_backups(status: DistributedKVStatus, backups: &BackupSummary) -> Distrib
     DistributedKVStatus {
         last_backup,
         last_backup_time,
+        continuous_backup: backups.continuous.clone(),
         ..status
     }
 }

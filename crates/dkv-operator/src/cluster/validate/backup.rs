@@ -1,10 +1,76 @@
-//! `spec.backup`: the destination, the schedule (read as Kubernetes reads a CronJob's) and the retention.
+//! `spec.backup`: the destination, the schedule (read as Kubernetes reads a
+//! CronJob's), the retention and continuous backup.
 
-use dkv_api::distributedkv::v1beta1::{BackupRetention, BackupSpec, MaxAge};
+use std::time::Duration;
+
+use dkv_api::distributedkv::v1beta1::{BackupRetention, BackupSpec, ContinuousBackup, MaxAge};
 use dkv_backup::RetentionPolicy;
+use dkv_backup::continuous::cutter::CutSettings;
 use jiff::SignedDuration;
 
 use super::Problems;
+use crate::quantity::parse_quantity;
+
+/// Bounds of `spec.backup.continuous.interval`.
+const INTERVAL_RANGE: (Duration, Duration) = (Duration::from_secs(1), Duration::from_secs(600));
+/// Bounds of `spec.backup.continuous.maxSegmentBytes`: 64Ki to 256Mi.
+const SEGMENT_BYTES_RANGE: (usize, usize) = (64 << 10, 256 << 20);
+
+/// `spec.backup.continuous` as the agent cuts segments; `None` when it is
+/// off (absent or `enabled: false`).
+pub(super) fn continuous_settings(
+    continuous: Option<&ContinuousBackup>,
+    problems: &mut Problems,
+) -> Option<CutSettings> {
+    let continuous = continuous.filter(|c| c.enabled)?;
+    let mut settings = CutSettings::default();
+    if let Some(text) = continuous.interval.as_deref() {
+        match parse_interval(text.trim()) {
+            Some(interval)
+                if interval >= INTERVAL_RANGE.0 && interval <= INTERVAL_RANGE.1 =>
+            {
+                settings.interval = interval;
+            }
+            _ => problems.add(
+                "spec.backup.continuous.interval",
+                format!("{text:?} is not an interval from 1s to 10m; write seconds or minutes, e.g. 10s or 2m"),
+            ),
+        }
+    }
+    if let Some(quantity) = &continuous.max_segment_bytes {
+        match parse_quantity(&quantity.0) {
+            Ok(bytes)
+                if bytes >= SEGMENT_BYTES_RANGE.0 as f64
+                    && bytes <= SEGMENT_BYTES_RANGE.1 as f64 =>
+            {
+                settings.max_segment_bytes = bytes as usize;
+            }
+            Ok(_) => problems.add(
+                "spec.backup.continuous.maxSegmentBytes",
+                format!(
+                    "{:?} is outside 64Ki to 256Mi; omit it for the default 16Mi",
+                    quantity.0
+                ),
+            ),
+            Err(err) => problems.add("spec.backup.continuous.maxSegmentBytes", err.to_string()),
+        }
+    }
+    Some(settings)
+}
+
+/// `10s` or `2m`.
+fn parse_interval(text: &str) -> Option<Duration> {
+    let (digits, unit) = text.split_at(text.len().checked_sub(1)?);
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let number: u64 = digits.parse().ok()?;
+    match unit {
+        "s" => Some(Duration::from_secs(number)),
+        "m" => Some(Duration::from_secs(number.checked_mul(60)?)),
+        _ => None,
+    }
+}
 
 pub(super) fn check_destination(uri: &str, problems: &mut Problems) {
     const FIELD: &str = "spec.backup.destination.uri";
@@ -112,6 +178,52 @@ pub fn check_cron(schedule: &str) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn continuous_backup_settings_have_defaults_and_bounds() {
+        use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+        let settings = |interval: Option<&str>, bytes: Option<&str>| {
+            let mut problems = Problems::default();
+            let spec = ContinuousBackup {
+                enabled: true,
+                interval: interval.map(str::to_owned),
+                max_segment_bytes: bytes.map(|b| Quantity(b.to_owned())),
+            };
+            let settings = continuous_settings(Some(&spec), &mut problems);
+            (settings, format!("{:?}", problems.0))
+        };
+        let (defaults, problems) = settings(None, None);
+        assert_eq!(defaults, Some(CutSettings::default()), "{problems}");
+        let (chosen, _) = settings(Some("2m"), Some("1Mi"));
+        assert_eq!(
+            chosen,
+            Some(CutSettings {
+                interval: Duration::from_secs(120),
+                max_segment_bytes: 1 << 20,
+            })
+        );
+        for bad in ["0s", "11m", "10", "1h", "s", "1.5s"] {
+            let (_, problems) = settings(Some(bad), None);
+            assert!(
+                problems.contains("spec.backup.continuous.interval"),
+                "{bad}: {problems}"
+            );
+        }
+        for bad in ["1Ki", "1Gi", "lots"] {
+            let (_, problems) = settings(None, Some(bad));
+            assert!(
+                problems.contains("spec.backup.continuous.maxSegmentBytes"),
+                "{bad}: {problems}"
+            );
+        }
+        let mut problems = Problems::default();
+        let off = ContinuousBackup {
+            enabled: false,
+            interval: None,
+            max_segment_bytes: None,
+        };
+        assert_eq!(continuous_settings(Some(&off), &mut problems), None);
+    }
 
     #[test]
     fn cron_schedules_follow_kubernetes_rules() {

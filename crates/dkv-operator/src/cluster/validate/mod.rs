@@ -20,6 +20,8 @@ use std::fmt;
 use dkv_api::distributedkv::v1beta1::{PodOverrides, ReclaimPolicy};
 use dkv_api::{DistributedKV, DistributedKVSpec, labels};
 use dkv_backup::RetentionPolicy;
+use dkv_backup::continuous::chain::Target;
+use dkv_backup::continuous::cutter::CutSettings;
 use k8s_openapi::api::core::v1::ResourceRequirements;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::{Resource, ResourceExt};
@@ -110,6 +112,8 @@ pub struct ValidatedBackup {
     pub retention: RetentionPolicy,
     pub credentials_secret: Option<String>,
     pub final_backup_on_delete: bool,
+    /// `spec.backup.continuous` when on: how the agent cuts segments.
+    pub continuous: Option<CutSettings>,
 }
 
 /// Where a cluster created from a backup gets its data.
@@ -129,6 +133,29 @@ pub enum RestoreRef {
     Backup(String),
     /// An artifact URI; its sha256 comes from the record beside it.
     Uri(String),
+    /// A cluster's continuous backup, to a point.
+    Continuous(ContinuousSource),
+}
+
+/// Whose continuous backup a restore reads, from where, to which point.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContinuousSource {
+    /// The source cluster's backup destination.
+    pub destination: String,
+    pub namespace: String,
+    pub cluster: String,
+    pub target: Target,
+}
+
+/// Whether `restore` reads continuous backup: it names a point or a source
+/// cluster, or its `uri` is a destination rather than a `.db` snapshot.
+fn continuous_restore(restore: &dkv_api::distributedkv::v1beta1::RestoreSource) -> bool {
+    restore.point_in_time.is_some()
+        || restore.source_cluster.is_some()
+        || restore
+            .uri
+            .as_deref()
+            .is_some_and(|uri| !uri.trim().ends_with(".db"))
 }
 
 /// etcd flags derived from `spec.etcd`, defaults applied.
@@ -271,6 +298,7 @@ fn check_spec(
     problems: &mut Problems,
 ) -> CheckedSpec {
     let name = dkv.name_any();
+    let namespace = dkv.namespace().unwrap_or_default();
     let spec = &dkv.spec;
 
     check_cluster_name(&name, problems);
@@ -374,6 +402,7 @@ fn check_spec(
                 .clone()
                 .filter(|s| !s.is_empty()),
             final_backup_on_delete: backup.final_backup_on_delete.unwrap_or(false),
+            continuous: backup::continuous_settings(backup.continuous.as_ref(), problems),
         }
     });
 
@@ -387,6 +416,38 @@ fn check_spec(
                     RestoreRef::Backup(name.trim().to_owned())
                 }
                 (None, Some(uri)) => match dkv_backup::Location::parse(uri.trim()) {
+                    Ok(_) if continuous_restore(restore) => {
+                        let (source_namespace, source_cluster) =
+                            match restore.source_cluster.as_deref().map(str::trim) {
+                                Some(text) => match text.split_once('/') {
+                                    Some((ns, name)) => (ns.to_owned(), name.to_owned()),
+                                    None => (namespace.clone(), text.to_owned()),
+                                },
+                                None => (namespace.clone(), name.clone()),
+                            };
+                        let target = match &restore.point_in_time {
+                            None => Target::Latest,
+                            Some(point) => match (point.revision, &point.time) {
+                                (Some(revision), None) if revision >= 1 => {
+                                    Target::Revision(revision)
+                                }
+                                (None, Some(time)) => Target::Time(time.0),
+                                _ => {
+                                    problems.add(
+                                        "spec.bootstrap.restore.pointInTime",
+                                        "set exactly one of revision (at least 1) or time (RFC 3339)",
+                                    );
+                                    return None;
+                                }
+                            },
+                        };
+                        RestoreRef::Continuous(ContinuousSource {
+                            destination: uri.trim().to_owned(),
+                            namespace: source_namespace,
+                            cluster: source_cluster,
+                            target,
+                        })
+                    }
                     Ok(_) => RestoreRef::Uri(uri.trim().to_owned()),
                     Err(err) => {
                         problems.add("spec.bootstrap.restore.uri", format!("{err}; write e.g. s3://bucket/prefix/shop/orders/orders-20261122-060012.db"));

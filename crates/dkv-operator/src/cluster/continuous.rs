@@ -1,0 +1,213 @@
+//! The cluster's side of continuous backup (`spec.backup.continuous`): runs
+//! its agent once the cluster has formed, stops it when the spec turns it
+//! off, and turns the agent's report into `status.continuousBackup`.
+
+use dkv_api::distributedkv::v1beta1::{ContinuousBackupStatus, RecoveryPoint, RevisionGap};
+use dkv_backup::StoreConfig;
+use jiff::{SignedDuration, Timestamp};
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::Api;
+
+use super::context::Context;
+use super::credentials::Credentials;
+use super::error::{Error, Result};
+use super::validate::ValidatedCluster;
+use crate::continuous_backup::{AgentSpec, Point, Report};
+
+/// The newest point in status moves at most this often (each move is a
+/// status write); the operator's metrics carry it without delay.
+pub const STATUS_REFRESH: SignedDuration = SignedDuration::from_secs(30);
+
+/// An agent that has stored nothing for this long (and at least three
+/// intervals) while failing makes the cluster Degraded: a retry or two
+/// after a member restart is expected, a store that stays unreachable is
+/// not.
+const FAILING_GRACE: SignedDuration = SignedDuration::from_secs(60);
+
+/// Runs or stops the agent of `cluster` and returns its report. `formed`:
+/// the cluster has formed and its members' `endpoints` are known; before
+/// that the agent waits (a cluster being restored must not be recorded
+/// before its data is complete).
+pub async fn ensure(
+    cluster: &ValidatedCluster,
+    endpoints: &[String],
+    credentials: &Credentials,
+    formed: bool,
+    ctx: &Context,
+) -> Result<Option<Report>> {
+    let Some((backup, cut)) = cluster
+        .backup
+        .as_ref()
+        .and_then(|b| b.continuous.map(|cut| (b, cut)))
+    else {
+        ctx.agents.stop(&cluster.namespace, &cluster.name);
+        return Ok(None);
+    };
+    if !formed || endpoints.is_empty() {
+        return Ok(ctx.agents.report(&cluster.namespace, &cluster.name));
+    }
+    let store = match &backup.credentials_secret {
+        None => StoreConfig::default(),
+        Some(name) => {
+            let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &cluster.namespace);
+            let secret = secrets.get_opt(name).await.map_err(|source| Error::Read {
+                kind: "Secret",
+                name: name.clone(),
+                source,
+            })?;
+            match secret {
+                Some(secret) => crate::secret_store::store_config(&secret),
+                None => {
+                    // Reported like any agent failure: the agent cannot
+                    // start without the credentials it was told to use.
+                    ctx.agents.stop(&cluster.namespace, &cluster.name);
+                    return Ok(Some(Report {
+                        failing: Some((
+                            format!(
+                                "the backup credentials Secret {name:?} (spec.backup.destination.credentialsSecret) does not exist; create it"
+                            ),
+                            Timestamp::UNIX_EPOCH,
+                        )),
+                        ..Report::default()
+                    }));
+                }
+            }
+        }
+    };
+    let mut endpoints = endpoints.to_vec();
+    endpoints.sort();
+    Ok(Some(ctx.agents.ensure(AgentSpec {
+        namespace: cluster.namespace.clone(),
+        cluster: cluster.name.clone(),
+        destination: backup.destination.clone(),
+        store,
+        endpoints,
+        tls: credentials.client_identity().cloned(),
+        user: credentials.user().cloned(),
+        cut,
+    })))
+}
+
+/// `status.continuousBackup` from the agent's `report`, given what status
+/// says now (`old`): the newest point moves only when it is
+/// [`STATUS_REFRESH`] newer (or the chain, its gaps or the oldest point
+/// changed), so a recording cluster's status is rewritten at most that
+/// often.
+pub fn status_of(
+    report: &Report,
+    old: Option<&ContinuousBackupStatus>,
+) -> Option<ContinuousBackupStatus> {
+    let point = |p: Point| RecoveryPoint {
+        revision: p.revision,
+        time: Time(p.time),
+    };
+    let fresh = ContinuousBackupStatus {
+        chain: report.chain.clone(),
+        oldest: report.oldest.map(point),
+        newest: report.newest.map(point),
+        last_segment_time: report.last_stored.map(Time),
+        gaps: report
+            .gaps
+            .iter()
+            .map(|&(after, until)| RevisionGap {
+                after_revision: after,
+                until_revision: until,
+            })
+            .collect(),
+    };
+    if fresh == ContinuousBackupStatus::default() {
+        return old.cloned();
+    }
+    let Some(old) = old else {
+        return Some(fresh);
+    };
+    let same_shape =
+        old.chain == fresh.chain && old.oldest == fresh.oldest && old.gaps == fresh.gaps;
+    let moved_enough = match (&old.newest, &fresh.newest) {
+        (Some(was), Some(now)) => now.time.0.duration_since(was.time.0) >= STATUS_REFRESH,
+        (None, Some(_)) => true,
+        _ => false,
+    };
+    if same_shape && !moved_enough {
+        Some(old.clone())
+    } else {
+        Some(fresh)
+    }
+}
+
+/// Why the agent counts as failing for status: it has failed without
+/// storing anything for longer than the grace.
+pub fn failing_message(
+    report: &Report,
+    cut_interval: std::time::Duration,
+    now: Timestamp,
+) -> Option<String> {
+    let (message, since) = report.failing.as_ref()?;
+    let grace =
+        FAILING_GRACE.max(SignedDuration::try_from(cut_interval * 3).unwrap_or(FAILING_GRACE));
+    (now.duration_since(*since) >= grace).then(|| {
+        format!(
+            "continuous backup stores nothing: {message}; changes since the newest durable point are not recoverable until it does (retried with backoff)"
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(second: i64) -> Timestamp {
+        Timestamp::from_second(1_800_000_000 + second).unwrap_or(Timestamp::UNIX_EPOCH)
+    }
+
+    fn report(newest_second: i64) -> Report {
+        Report {
+            chain: Some("c1".into()),
+            oldest: Some(Point {
+                revision: 10,
+                time: at(0),
+            }),
+            newest: Some(Point {
+                revision: 10 + newest_second,
+                time: at(newest_second),
+            }),
+            last_stored: Some(at(newest_second)),
+            gaps: vec![],
+            failing: None,
+        }
+    }
+
+    #[test]
+    fn the_newest_point_moves_in_status_at_most_every_refresh() {
+        let first = status_of(&report(10), None).unwrap();
+        assert_eq!(first.newest.as_ref().map(|p| p.revision), Some(20));
+        // 20 s later: status keeps what it says (no write).
+        assert_eq!(status_of(&report(30), Some(&first)), Some(first.clone()));
+        // 30 s later: it moves.
+        let moved = status_of(&report(40), Some(&first)).unwrap();
+        assert_eq!(moved.newest.as_ref().map(|p| p.revision), Some(50));
+        // A gap shows at once.
+        let mut gapped = report(41);
+        gapped.gaps.push((50, 90));
+        let shown = status_of(&gapped, Some(&moved)).unwrap();
+        assert_eq!(shown.gaps.len(), 1);
+        // An agent that reports nothing yet leaves status as it is.
+        assert_eq!(status_of(&Report::default(), Some(&moved)), Some(moved));
+    }
+
+    #[test]
+    fn an_agent_counts_as_failing_after_its_grace() {
+        let mut failing = report(0);
+        failing.failing = Some(("store unreachable".into(), at(0)));
+        let interval = std::time::Duration::from_secs(10);
+        assert_eq!(failing_message(&failing, interval, at(59)), None);
+        let message = failing_message(&failing, interval, at(60)).unwrap_or_default();
+        assert!(message.contains("store unreachable"), "{message}");
+        // A long interval stretches the grace to three intervals.
+        let long = std::time::Duration::from_secs(120);
+        assert_eq!(failing_message(&failing, long, at(300)), None);
+        assert!(failing_message(&failing, long, at(360)).is_some());
+        assert_eq!(failing_message(&report(0), interval, at(1000)), None);
+    }
+}
