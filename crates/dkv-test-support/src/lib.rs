@@ -335,6 +335,24 @@ pub async fn lose_disk(
         .unwrap();
 }
 
+/// Runs the real `kubectl` against `env` with `args`; returns its standard
+/// output and fails the test, with what kubectl printed, when it fails.
+pub fn kubectl(env: &kube_local::Environment, args: &[&str]) -> String {
+    let out = std::process::Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(env.kubeconfig_path())
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "kubectl {args:?} failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 /// kube-local with the process kubelet, the namespace `ns`, and the
 /// operator running against it.
 pub async fn running_operator(ns: &str) -> (kube_local::Environment, Client, RunningOperator) {

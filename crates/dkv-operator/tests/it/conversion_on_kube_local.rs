@@ -103,19 +103,8 @@ fn retention(max_backups: Option<i32>, max_age: &str) -> Option<v1beta1::BackupR
 }
 
 fn kubectl(env: &kube_local::Environment, args: &[&str]) -> String {
-    let out = std::process::Command::new("kubectl")
-        .arg("--kubeconfig")
-        .arg(env.kubeconfig_path())
-        .args(["-n", NS])
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "kubectl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
+    let args: Vec<&str> = ["-n", NS].iter().chain(args).copied().collect();
+    support::kubectl(env, &args)
 }
 
 /// The StatefulSet the operator creates for cluster `name`. Waiting for it

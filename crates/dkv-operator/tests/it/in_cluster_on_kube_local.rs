@@ -97,19 +97,7 @@ const UNUSED_ON_PURPOSE: &[(&str, &str)] = &[
 ];
 
 fn kubectl(env: &kube_local::Environment, args: &[&str]) -> String {
-    let out = std::process::Command::new("kubectl")
-        .arg("--kubeconfig")
-        .arg(env.kubeconfig_path())
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "kubectl {args:?} failed: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    support::kubectl(env, args)
 }
 
 /// Polls `probe` every 200 ms until it returns `Some`, up to `limit`.

@@ -16,6 +16,7 @@ mod backup_agent;
 mod backup_on_kube_local;
 mod bench_harness_parts;
 mod cluster_on_kube_local;
+mod continuous_backup_on_kube_local;
 mod conversion_on_kube_local;
 mod crd;
 mod faults_on_kube_local;
