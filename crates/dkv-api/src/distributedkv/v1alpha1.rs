@@ -561,8 +561,9 @@ pub struct RecoveryPoint {
     pub time: Time,
 }
 
-/// Revisions after `afterRevision` up to and including `untilRevision`
-/// that were not recorded.
+/// Revisions after `afterRevision` and before `untilRevision` were not
+/// recorded: a restore can reach `afterRevision` (the end of one chain) and
+/// `untilRevision` (the full snapshot that starts the next), nothing between.
 #[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct RevisionGap {

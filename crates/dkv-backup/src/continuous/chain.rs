@@ -118,7 +118,7 @@ pub enum PlanError {
         newest_time: Timestamp,
     },
     #[error(
-        "{target} falls in a gap of the continuous backup (revisions {after} to {until} were not recorded); choose a point outside it"
+        "{target} falls in a gap of the continuous backup (the revisions after {after} and before {until} were not recorded); choose {after} or earlier, or {until} or later"
     )]
     InGap {
         target: String,
@@ -436,7 +436,7 @@ mod tests {
         assert!(
             in_gap
                 .to_string()
-                .contains("revisions 200 to 260 were not recorded"),
+                .contains("the revisions after 200 and before 260 were not recorded"),
             "{in_gap}"
         );
         assert_eq!(plan(&[], Target::Latest), Err(PlanError::NoBase));

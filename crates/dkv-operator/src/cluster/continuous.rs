@@ -9,7 +9,10 @@ use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::Api;
 
-use super::context::Context;
+use dkv_api::DistributedKV;
+use kube::runtime::events::{Event, EventType};
+
+use super::context::{Context, publish};
 use super::credentials::Credentials;
 use super::error::{Error, Result};
 use super::validate::ValidatedCluster;
@@ -87,6 +90,63 @@ pub async fn ensure(
         user: credentials.user().cloned(),
         cut,
     })))
+}
+
+/// What status says of continuous backup after a pass: the window (from the
+/// agent's `report`, else what status already says) and, when the agent
+/// has failed for longer than its grace, why.
+pub fn observe(
+    dkv: &DistributedKV,
+    report: Option<&Report>,
+    interval: Option<std::time::Duration>,
+    now: Timestamp,
+) -> (Option<ContinuousBackupStatus>, Option<String>) {
+    let old = dkv
+        .status
+        .as_ref()
+        .and_then(|s| s.continuous_backup.as_ref());
+    match report {
+        Some(report) => (
+            status_of(report, old),
+            interval.and_then(|interval| failing_message(report, interval, now)),
+        ),
+        None => (old.cloned(), None),
+    }
+}
+
+/// A gap that `window` shows and the cluster's status did not yet is a
+/// Warning Event: those revisions can never be restored.
+pub async fn report_new_gaps(
+    dkv: &DistributedKV,
+    window: Option<&ContinuousBackupStatus>,
+    ctx: &Context,
+) {
+    let known: Vec<&RevisionGap> = dkv
+        .status
+        .iter()
+        .filter_map(|s| s.continuous_backup.as_ref())
+        .flat_map(|c| &c.gaps)
+        .collect();
+    for gap in window.iter().flat_map(|w| &w.gaps) {
+        if known.contains(&gap) {
+            continue;
+        }
+        publish(
+            dkv,
+            Event {
+                type_: EventType::Warning,
+                reason: "ContinuousBackupGap".to_owned(),
+                note: Some(format!(
+                    "continuous backup could not continue its chain (etcd compacted revisions it still needed, or it was stopped too long): the revisions after {} and before {} were not recorded and cannot be restored; a new chain starts from a full snapshot at revision {}",
+                    gap.after_revision, gap.until_revision, gap.until_revision
+                )),
+                action: "ContinuousBackup".to_owned(),
+                secondary: None,
+            },
+            ctx,
+        )
+        .await;
+    }
 }
 
 /// `status.continuousBackup` from the agent's `report`, given what status

@@ -113,26 +113,15 @@ pub async fn reconcile(dkv: Arc<DistributedKV>, ctx: Arc<Context>) -> Result<Act
             .continuous
             .clone()
             .or_else(|| ctx.agents.report(&namespace, &dkv.name_any()));
-        if let Some(report) = report {
-            let old = dkv
-                .status
-                .as_ref()
-                .and_then(|s| s.continuous_backup.as_ref());
-            backups.continuous = continuous::status_of(&report, old);
-            let interval = seen
-                .cluster
-                .as_ref()
-                .and_then(|c| c.backup.as_ref())
-                .and_then(|b| b.continuous)
-                .map(|cut| cut.interval);
-            backups.continuous_failing =
-                interval.and_then(|interval| continuous::failing_message(&report, interval, now));
-        } else {
-            backups.continuous = dkv
-                .status
-                .as_ref()
-                .and_then(|s| s.continuous_backup.clone());
-        }
+        let interval = seen
+            .cluster
+            .as_ref()
+            .and_then(|c| c.backup.as_ref())
+            .and_then(|b| b.continuous)
+            .map(|cut| cut.interval);
+        (backups.continuous, backups.continuous_failing) =
+            continuous::observe(&dkv, report.as_ref(), interval, now);
+        continuous::report_new_gaps(&dkv, backups.continuous.as_ref(), &ctx).await;
         let status = status::derive(&dkv, &seen, fault.as_ref(), &backups, &Time(now));
         // Degraded, or still progressing (forming, rolling out): what etcd
         // says is not watched, so such a cluster is looked at again soon

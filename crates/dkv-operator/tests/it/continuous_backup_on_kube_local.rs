@@ -337,3 +337,176 @@ async fn continuous_backup_restores_to_any_point_and_the_newest_loses_at_most_an
 
     operator.stop().await;
 }
+
+/// The newest revision any chain of `cluster` has stored in `uri`.
+async fn stored_up_to(uri: &str, cluster: &str) -> i64 {
+    let destination = dkv_backup::Location::parse(uri).unwrap();
+    let store = dkv_backup::Store::open(&destination, &Default::default()).unwrap();
+    let continuous =
+        dkv_backup::continuous::archive::continuous_location(&destination, NS, cluster);
+    dkv_backup::continuous::archive::chain_ends(&store, &continuous)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|(_, last)| last)
+        .max()
+        .unwrap_or(0)
+}
+
+/// Waits until `cluster`'s continuous backup in `uri` reaches `revision`.
+async fn wait_stored(uri: &str, cluster: &str, revision: i64) {
+    let started = Instant::now();
+    while stored_up_to(uri, cluster).await < revision {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "continuous backup of {cluster} did not reach revision {revision}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+async fn wait_restore_refused(dkvs: &Api<DistributedKV>, name: &str) -> String {
+    wait_for(dkvs, name, "Degraded/RestoreFailed", |d| {
+        condition_reason(d, types::DEGRADED, "True").as_deref() == Some(reasons::RESTORE_FAILED)
+    })
+    .await;
+    condition_message(
+        &dkvs.get(name).await.unwrap(),
+        types::DEGRADED,
+        Some("True"),
+    )
+}
+
+/// To a `file://` destination: while the operator is stopped, etcd compacts
+/// the revisions the chain needs; the restarted agent starts a new chain,
+/// status shows the gap and a Warning Event says so, and a restore into the
+/// gap is refused. A segment corrupted in the store stops a restore that
+/// needs it, naming the segment.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_compaction_gap_starts_a_new_chain_and_a_corrupted_segment_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let uri = format!("file://{}/", dir.path().display());
+    let (_env, client, operator) = support::running_operator(NS).await;
+    let dkvs = support::create_cluster(
+        &client,
+        NS,
+        "ledger",
+        1,
+        IMAGE,
+        json!({"backup": {
+            "destination": {"uri": uri},
+            "schedule": "0 0 1 1 *",
+            "continuous": {"enabled": true, "interval": "1s"}
+        }}),
+    )
+    .await;
+    wait_settled(&dkvs, "ledger", 1).await;
+    let mut etcd = connect(member_endpoints(&client, NS, "ledger").await)
+        .await
+        .unwrap();
+    let mut last = 0;
+    for i in 0..20 {
+        last = change(&mut etcd, i).await;
+    }
+    wait_stored(&uri, "ledger", last).await;
+
+    // The operator is down while the cluster moves on and compacts.
+    operator.stop().await;
+    let mut unrecorded = Vec::new();
+    for i in 20..40 {
+        unrecorded.push(change(&mut etcd, i).await);
+    }
+    let compacted_at = *unrecorded.last().unwrap();
+    etcd.compact(
+        compacted_at,
+        Some(etcd_client::CompactionOptions::new().with_physical()),
+    )
+    .await
+    .unwrap();
+    let operator = support::RunningOperator::start(client.clone(), false);
+
+    wait_for(&dkvs, "ledger", "a gap in status.continuousBackup", |d| {
+        d.status
+            .as_ref()
+            .and_then(|s| s.continuous_backup.as_ref())
+            .is_some_and(|c| !c.gaps.is_empty())
+    })
+    .await;
+    let window = dkvs
+        .get("ledger")
+        .await
+        .unwrap()
+        .status
+        .and_then(|s| s.continuous_backup)
+        .unwrap();
+    let gap = &window.gaps[0];
+    assert_eq!(gap.after_revision, last, "{window:?}");
+    assert!(gap.until_revision >= compacted_at, "{window:?}");
+    let events = support::objects_text::<k8s_openapi::api::core::v1::Event>(&client, NS).await;
+    assert!(events.contains("ContinuousBackupGap"), "{events}");
+    println!("gap: {gap:?}");
+
+    let mut restore = json!({"uri": uri, "sourceCluster": "ledger"});
+    restore["pointInTime"] = json!({"revision": unrecorded[5]});
+    dkvs.create(
+        &Default::default(),
+        &support::cluster(
+            NS,
+            "in-gap",
+            1,
+            IMAGE,
+            json!({"bootstrap": {"restore": restore}}),
+        ),
+    )
+    .await
+    .unwrap();
+    let message = wait_restore_refused(&dkvs, "in-gap").await;
+    assert!(message.contains("falls in a gap"), "{message}");
+    println!("in the gap: {message}");
+
+    // Changes recorded in the new chain, then one of its segments damaged.
+    let mut newest = 0;
+    for i in 40..50 {
+        newest = change(&mut etcd, i).await;
+    }
+    wait_stored(&uri, "ledger", newest).await;
+    let chain_dir = dir
+        .path()
+        .join(NS)
+        .join("ledger")
+        .join("continuous")
+        .join(window.chain.as_deref().unwrap());
+    let mut segments: Vec<_> = std::fs::read_dir(&chain_dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.to_string_lossy().ends_with(".jsonl.gz"))
+        .collect();
+    segments.sort();
+    let damaged = segments
+        .iter()
+        .find(|p| std::fs::metadata(p).unwrap().len() > 40)
+        .expect("a segment with events")
+        .clone();
+    let mut bytes = std::fs::read(&damaged).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0xff;
+    std::fs::write(&damaged, bytes).unwrap();
+    dkvs.create(
+        &Default::default(),
+        &support::cluster(
+            NS,
+            "from-damaged",
+            1,
+            IMAGE,
+            json!({"bootstrap": {"restore": {"uri": uri, "sourceCluster": "ledger"}}}),
+        ),
+    )
+    .await
+    .unwrap();
+    let message = wait_restore_refused(&dkvs, "from-damaged").await;
+    let name = damaged.file_name().unwrap().to_string_lossy().into_owned();
+    assert!(message.contains(&name), "{message} does not name {name}");
+    println!("damaged segment: {message}");
+
+    operator.stop().await;
+}
