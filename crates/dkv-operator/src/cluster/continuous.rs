@@ -1,20 +1,23 @@
 //! The cluster's side of continuous backup (`spec.backup.continuous`): runs
 //! its agent once the cluster has formed, stops it when the spec turns it
-//! off, and turns the agent's report into `status.continuousBackup`.
+//! off, and turns the agent's report into `status.continuousBackup`; and
+//! the last step of a restore from continuous backup, the replay.
 
+use dkv_api::DistributedKV;
 use dkv_api::distributedkv::v1beta1::{ContinuousBackupStatus, RecoveryPoint, RevisionGap};
 use dkv_backup::StoreConfig;
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::Api;
-
-use dkv_api::DistributedKV;
 use kube::runtime::events::{Event, EventType};
+use tracing::info;
 
 use super::context::{Context, publish};
 use super::credentials::Credentials;
 use super::error::{Error, Result};
+use super::naming;
+use super::restore::{Replay, ResolvedRestore};
 use super::validate::ValidatedCluster;
 use crate::continuous_backup::{AgentSpec, Point, Report};
 
@@ -91,6 +94,67 @@ pub async fn ensure(
         cut,
     })))
 }
+
+/// Replays what the source of a restore from continuous backup recorded
+/// after the base snapshot into the formed cluster, records that it did
+/// (the client Service follows in the next pass) and says so in an Event.
+pub async fn replay(
+    dkv: &DistributedKV,
+    cluster: &ValidatedCluster,
+    pending: &ResolvedRestore,
+    replay: &Replay,
+    endpoints: &[String],
+    credentials: &Credentials,
+    ctx: &Context,
+) -> Result<()> {
+    let mut etcd = dkv_etcd::GrpcAdmin::new(endpoints.to_vec(), REPLAY_CALL_TIMEOUT);
+    if let Some(tls) = credentials.client_identity() {
+        etcd = etcd.with_tls(tls.clone());
+    }
+    if let Some(user) = credentials.user() {
+        etcd = etcd.with_user(user.clone());
+    }
+    info!(source = %format!("{}/{}", replay.namespace, replay.cluster), chain = %replay.chain, "replaying continuous backup");
+    let replayed = super::restore::replay(
+        &ctx.client,
+        &cluster.namespace,
+        replay,
+        pending.credentials_secret.as_deref(),
+        &etcd,
+    )
+    .await?;
+    super::restore::mark_replayed(
+        &ctx.client,
+        &cluster.namespace,
+        &naming::statefulset(&cluster.name),
+        replayed.source_revision,
+    )
+    .await?;
+    info!(
+        events = replayed.events,
+        source_revision = replayed.source_revision,
+        "continuous backup replayed"
+    );
+    publish(
+        dkv,
+        Event {
+            type_: EventType::Normal,
+            reason: "Replayed".to_owned(),
+            note: Some(format!(
+                "replayed {} changes of {}/{} recorded after the base snapshot, up to its revision {}; clients are let in now",
+                replayed.events, replay.namespace, replay.cluster, replayed.source_revision
+            )),
+            action: "Restore".to_owned(),
+            secondary: None,
+        },
+        ctx,
+    )
+    .await;
+    Ok(())
+}
+
+/// Deadline of each replay call (one transaction per source revision).
+const REPLAY_CALL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// What status says of continuous backup after a pass: the window (from the
 /// agent's `report`, else what status already says) and, when the agent

@@ -337,7 +337,7 @@ async fn reconcile_cluster(
             .is_some_and(|m| !m.is_empty() && m.iter().all(|m| m.healthy))
         && let Some(replay) = &pending.replay
     {
-        replay_continuous(dkv, cluster, pending, replay, &endpoints, &credentials, ctx).await?;
+        continuous::replay(dkv, cluster, pending, replay, &endpoints, &credentials, ctx).await?;
         return Ok(Outcome::Applied {
             busy: true,
             advanced: true,
@@ -412,67 +412,6 @@ async fn reconcile_cluster(
         .min(),
     })
 }
-
-/// Replays what the source of a restore from continuous backup recorded
-/// after the base snapshot into the formed cluster, records that it did
-/// (the client Service follows in the next pass) and says so in an Event.
-async fn replay_continuous(
-    dkv: &DistributedKV,
-    cluster: &validate::ValidatedCluster,
-    pending: &restore::ResolvedRestore,
-    replay: &restore::Replay,
-    endpoints: &[String],
-    credentials: &credentials::Credentials,
-    ctx: &Context,
-) -> Result<()> {
-    let mut etcd = dkv_etcd::GrpcAdmin::new(endpoints.to_vec(), REPLAY_CALL_TIMEOUT);
-    if let Some(tls) = credentials.client_identity() {
-        etcd = etcd.with_tls(tls.clone());
-    }
-    if let Some(user) = credentials.user() {
-        etcd = etcd.with_user(user.clone());
-    }
-    info!(source = %format!("{}/{}", replay.namespace, replay.cluster), chain = %replay.chain, "replaying continuous backup");
-    let replayed = restore::replay(
-        &ctx.client,
-        &cluster.namespace,
-        replay,
-        pending.credentials_secret.as_deref(),
-        &etcd,
-    )
-    .await?;
-    restore::mark_replayed(
-        &ctx.client,
-        &cluster.namespace,
-        &naming::statefulset(&cluster.name),
-        replayed.source_revision,
-    )
-    .await?;
-    info!(
-        events = replayed.events,
-        source_revision = replayed.source_revision,
-        "continuous backup replayed"
-    );
-    context::publish(
-        dkv,
-        Event {
-            type_: EventType::Normal,
-            reason: "Replayed".to_owned(),
-            note: Some(format!(
-                "replayed {} changes of {}/{} recorded after the base snapshot, up to its revision {}; clients are let in now",
-                replayed.events, replay.namespace, replay.cluster, replayed.source_revision
-            )),
-            action: "Restore".to_owned(),
-            secondary: None,
-        },
-        ctx,
-    )
-    .await;
-    Ok(())
-}
-
-/// Deadline of each replay call (one transaction per source revision).
-const REPLAY_CALL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Turns etcd authentication on with the root user `auth` holds, records
 /// it, and says so in an Event.
