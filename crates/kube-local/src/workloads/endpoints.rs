@@ -32,6 +32,31 @@ pub fn is_pod_ready(pod: &Pod) -> bool {
         .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
+/// Whether a pod has been ready for `min_ready` seconds at `now` (else how long until it has). A ready pod without
+/// a transition time counts as available.
+pub fn available_in(
+    pod: &Pod,
+    min_ready: i32,
+    now: jiff::Timestamp,
+) -> Result<(), std::time::Duration> {
+    if min_ready <= 0 {
+        return Ok(());
+    }
+    let since = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"))
+        .and_then(|c| c.last_transition_time.as_ref())
+        .map(|t| t.0);
+    let Some(since) = since else { return Ok(()) };
+    let at = since + jiff::SignedDuration::from_secs(i64::from(min_ready));
+    match std::time::Duration::try_from(at.duration_since(now)) {
+        Ok(left) if !left.is_zero() => Err(left),
+        _ => Ok(()),
+    }
+}
+
 fn selector_matches(selector: &BTreeMap<String, String>, pod: &Pod) -> bool {
     let labels = pod.metadata.labels.clone().unwrap_or_default();
     selector.iter().all(|(k, v)| labels.get(k) == Some(v))

@@ -102,21 +102,7 @@ where
     let mut refs = meta.owner_references.clone().unwrap_or_default();
     refs.retain(|r| r.uid != owner.uid);
     refs.push(owner);
-    let name = meta.name.as_deref().unwrap_or_default();
-    match api
-        .patch(
-            name,
-            &PatchParams::default(),
-            &Patch::Merge(owner_patch(meta, refs)),
-        )
-        .await
-    {
-        Ok(_) => true,
-        Err(e) => {
-            tracing::debug!(name, error = %e, "adopting an orphan");
-            false
-        }
-    }
+    set_owners(api, meta, refs, "adopting an orphan").await
 }
 
 /// Drops the owner reference to `owner_uid` from the object `meta` describes; whether that worked.
@@ -126,6 +112,19 @@ where
 {
     let mut refs = meta.owner_references.clone().unwrap_or_default();
     refs.retain(|r| r.uid != owner_uid);
+    set_owners(api, meta, refs, "releasing an object").await
+}
+
+/// Writes `refs` as the owner references of the object `meta` describes.
+async fn set_owners<K>(
+    api: &Api<K>,
+    meta: &ObjectMeta,
+    refs: Vec<OwnerReference>,
+    doing: &str,
+) -> bool
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
     let name = meta.name.as_deref().unwrap_or_default();
     match api
         .patch(
@@ -137,7 +136,7 @@ where
     {
         Ok(_) => true,
         Err(e) => {
-            tracing::debug!(name, error = %e, "releasing an object");
+            tracing::debug!(name, error = %e, "{doing}");
             false
         }
     }

@@ -21,7 +21,7 @@ use serde_json::{Value, json};
 
 use super::Context;
 use super::disruption::selector_matches;
-use super::endpoints::is_pod_ready;
+use super::endpoints::{available_in, is_pod_ready};
 use super::hashing::content_hash;
 use crate::informer::get;
 
@@ -605,26 +605,6 @@ async fn sync_set(ctx: &Context, set: &StatefulSet) -> Option<std::time::Duratio
     wake
 }
 
-/// Whether a ready pod has been ready for `min_ready` seconds (else how long until it has).
-fn available_in(pod: &Pod, min_ready: i32) -> Result<(), std::time::Duration> {
-    if min_ready <= 0 {
-        return Ok(());
-    }
-    let since = pod
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"))
-        .and_then(|c| c.last_transition_time.as_ref())
-        .map(|t| t.0);
-    let Some(since) = since else { return Ok(()) };
-    let at = since + jiff::SignedDuration::from_secs(i64::from(min_ready));
-    match std::time::Duration::try_from(at.duration_since(jiff::Timestamp::now())) {
-        Ok(left) if !left.is_zero() => Err(left),
-        _ => Ok(()),
-    }
-}
-
 #[allow(clippy::too_many_arguments)]
 async fn update_status(
     ctx: &Context,
@@ -644,7 +624,7 @@ async fn update_status(
         }
         if is_running_and_ready(p) {
             ready += 1;
-            match available_in(p, min_ready) {
+            match available_in(p, min_ready, jiff::Timestamp::now()) {
                 Ok(()) => available += 1,
                 Err(left) => wake = Some(wake.map_or(left, |w| w.min(left))),
             }

@@ -25,7 +25,7 @@ pub use expectations::Expectations;
 use expectations::Seen;
 
 use super::Context;
-use super::endpoints::is_pod_ready;
+use super::endpoints::{available_in, is_pod_ready};
 use super::ownership::{Claim, Claimant, adopt, claim, controller_ref, release};
 
 /// Upstream's `burstReplicas`: at most this many creations or deletions per pass.
@@ -38,27 +38,6 @@ pub fn is_active(pod: &Pod) -> bool {
             pod.status.as_ref().and_then(|s| s.phase.as_deref()),
             Some("Succeeded" | "Failed")
         )
-}
-
-/// Whether a pod has been ready for `min_ready` seconds at `now` (else how long until it has). A ready pod without
-/// a transition time counts as available.
-pub fn available_in(pod: &Pod, min_ready: i32, now: jiff::Timestamp) -> Result<(), Duration> {
-    if min_ready <= 0 {
-        return Ok(());
-    }
-    let since = pod
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"))
-        .and_then(|c| c.last_transition_time.as_ref())
-        .map(|t| t.0);
-    let Some(since) = since else { return Ok(()) };
-    let at = since + jiff::SignedDuration::from_secs(i64::from(min_ready));
-    match Duration::try_from(at.duration_since(now)) {
-        Ok(left) if !left.is_zero() => Err(left),
-        _ => Ok(()),
-    }
 }
 
 /// One pass over every ReplicaSet; returns when to look again at the latest.
