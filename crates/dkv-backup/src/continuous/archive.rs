@@ -8,13 +8,10 @@ use bytes::Bytes;
 
 use super::chain::StoredSegment;
 use super::cutter::Sealed;
-use super::segment::{self, Event, SegmentError};
+use super::segment::{self, Event, SEGMENT_SUFFIX, SegmentError};
 use crate::error::{Error, Result};
 use crate::location::Location;
 use crate::store::Store;
-
-/// Suffix of every segment object.
-const SEGMENT_SUFFIX: &str = ".jsonl.gz";
 
 /// The directory of `cluster`'s chains under a backup `destination`.
 pub fn continuous_location(destination: &Location, namespace: &str, cluster: &str) -> Location {

@@ -18,7 +18,7 @@
 //! Layout under a cluster's backup prefix:
 //!
 //! ```text
-//! <prefix>/<namespace>/<cluster>/continuous/<chain>/<sequence>-<after>-<last>.jsonl.gz
+//! <prefix>/<namespace>/<cluster>/continuous/<chain>/<sequence>-<after>-<last>.jsonl.zst
 //! ```
 //!
 //! where `<chain>` names the full snapshot the chain continues.

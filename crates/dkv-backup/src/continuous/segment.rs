@@ -1,10 +1,11 @@
 //! One segment of a continuous backup: the events of a run of revisions,
-//! stored as gzip-compressed JSON Lines.
+//! stored as zstd-compressed JSON Lines.
 //!
 //! The first line is the [`SegmentHeader`]; each following line one
 //! [`Event`]. Keys and values are base64 (etcd keys and values are bytes).
-//! JSON Lines keeps a segment readable with `zcat | jq` when someone has to
-//! look at a backup by hand; gzip takes most of the encoding's overhead back.
+//! JSON Lines keeps a segment readable with `zstdcat | jq` when someone has
+//! to look at a backup by hand; zstd takes most of the encoding's overhead
+//! (base64, repeated field names) back, faster than gzip at a better ratio.
 //!
 //! A segment covers the revisions `(after_revision, last_revision]`: every
 //! event of those revisions, in order. A segment with no events (`after ==
@@ -16,6 +17,14 @@ use std::io::{BufRead as _, Read as _, Write as _};
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
+
+/// The ending of every segment object's name.
+pub const SEGMENT_SUFFIX: &str = ".jsonl.zst";
+
+/// zstd's default level: a segment is written once per interval, so the
+/// ratio matters more than the last bit of speed, and level 3 compresses
+/// JSON Lines several hundred MB/s per core.
+const ZSTD_LEVEL: i32 = 3;
 
 /// The format this code writes, first in every header.
 pub const FORMAT: &str = "dkv.io/continuous-backup-segment/v1";
@@ -105,7 +114,11 @@ pub struct EncodedSegment {
 pub fn encode(header: &SegmentHeader, events: &[Event]) -> Result<EncodedSegment, SegmentError> {
     let mut header = header.clone();
     header.events = events.len() as u64;
-    let mut out = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    let mut out = zstd::stream::write::Encoder::new(Vec::new(), ZSTD_LEVEL)?;
+    // A checksum of the content in the frame: a damaged segment fails to
+    // decode even when it is the newest of its chain (the ones before it
+    // are also checked by the next segment's `previous_sha256`).
+    out.include_checksum(true)?;
     out.write_all(&json_line(&header, 1)?)?;
     for (index, event) in events.iter().enumerate() {
         out.write_all(&json_line(event, index + 2)?)?;
@@ -119,7 +132,7 @@ pub fn encode(header: &SegmentHeader, events: &[Event]) -> Result<EncodedSegment
 /// the count, every revision within `(after, last]`, in order.
 pub fn decode(bytes: &[u8]) -> Result<(SegmentHeader, Vec<Event>), SegmentError> {
     let mut text = Vec::new();
-    flate2::read::GzDecoder::new(bytes).read_to_end(&mut text)?;
+    zstd::stream::read::Decoder::new(bytes)?.read_to_end(&mut text)?;
     let mut lines = text.lines();
     let first = lines.next().ok_or(SegmentError::Empty)??;
     let header: SegmentHeader =
@@ -195,7 +208,7 @@ pub fn hex_sha256(bytes: &[u8]) -> String {
 /// sequence).
 pub fn object_name(header: &SegmentHeader) -> String {
     format!(
-        "{:010}-{:020}-{:020}.jsonl.gz",
+        "{:010}-{:020}-{:020}{SEGMENT_SUFFIX}",
         header.sequence, header.after_revision, header.last_revision
     )
 }
@@ -293,7 +306,19 @@ mod tests {
         let encoded = encode(&header(100, 102), &[put(101, "a", "1"), put(102, "b", "2")]).unwrap();
         let truncated = &encoded.bytes[..encoded.bytes.len() - 12];
         assert!(decode(truncated).is_err());
-        assert!(matches!(decode(b"not gzip"), Err(SegmentError::Io(_))));
+        assert!(matches!(decode(b"not zstd"), Err(SegmentError::Io(_))));
+        // Any one byte damaged anywhere: the frame's checksum (or its
+        // structure) gives it away; it never decodes as another segment
+        // (a frame header field that does not change the content, such as
+        // the window size, may still decode to the same events).
+        let original = decode(&encoded.bytes).unwrap();
+        for at in 0..encoded.bytes.len() {
+            let mut damaged = encoded.bytes.clone();
+            damaged[at] ^= 0x55;
+            if let Ok(decoded) = decode(&damaged) {
+                assert_eq!(decoded, original, "byte {at} damaged changed the segment");
+            }
+        }
     }
 
     #[test]

@@ -479,7 +479,10 @@ async fn a_compaction_gap_starts_a_new_chain_and_a_corrupted_segment_is_refused(
     let mut segments: Vec<_> = std::fs::read_dir(&chain_dir)
         .unwrap()
         .map(|e| e.unwrap().path())
-        .filter(|p| p.to_string_lossy().ends_with(".jsonl.gz"))
+        .filter(|p| {
+            p.to_string_lossy()
+                .ends_with(dkv_backup::continuous::segment::SEGMENT_SUFFIX)
+        })
         .collect();
     segments.sort();
     let damaged = segments
