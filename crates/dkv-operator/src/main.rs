@@ -11,15 +11,6 @@ use dkv_operator::cli::{Cli, Command};
 #[global_allocator]
 static ALLOC: dhat::Alloc = dhat::Alloc;
 
-/// Otherwise mimalloc. With glibc's malloc the operator kept about 17 MiB
-/// more resident after creating 1,000 clusters than a restarted operator
-/// needed for the same clusters: memory freed inside its per-thread arenas
-/// that it did not hand back. mimalloc returns freed pages to the kernel
-/// soon after they are freed. bench/ measures the operator's RSS.
-#[cfg(not(feature = "dhat-heap"))]
-#[global_allocator]
-static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     // `DKV_DHAT_OUT=FILE` (with the `dhat-heap` feature): profile the heap
