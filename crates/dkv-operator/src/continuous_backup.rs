@@ -33,6 +33,7 @@ use dkv_backup::{Location, Store, StoreConfig};
 use dkv_etcd::{ClientTls, GrpcAdmin, UserCredentials};
 use jiff::Timestamp;
 use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
 use tracing::{Instrument, info, info_span, warn};
 
 use crate::metrics::Metrics;
@@ -41,6 +42,8 @@ use crate::metrics::Metrics;
 const ETCD_TIMEOUT: Duration = Duration::from_secs(10);
 /// The longest wait before an agent that keeps failing tries again.
 const MAX_RETRY_DELAY: Duration = Duration::from_secs(60);
+/// How long a replaced agent may take to store what it holds.
+const HANDOVER_LIMIT: Duration = Duration::from_secs(30);
 
 /// What an agent needs; a change restarts it.
 #[derive(Clone, PartialEq)]
@@ -88,11 +91,15 @@ struct Running {
     /// what it holds.
     stop: watch::Sender<bool>,
     report: Arc<Mutex<Report>>,
+    task: JoinHandle<()>,
 }
 
 /// The agents this operator runs, by `namespace/name` of their cluster.
 pub struct Agents {
     running: Mutex<HashMap<String, Running>>,
+    /// Agents told to stop, until a new agent of the same cluster starts
+    /// (it waits for the old one to end).
+    stopping: Mutex<HashMap<String, JoinHandle<()>>>,
     /// Told `(namespace, name)` when an agent's report changes in a way
     /// status shows at once (a new chain, a gap, a failure, a recovery).
     changed: mpsc::UnboundedSender<(String, String)>,
@@ -139,6 +146,7 @@ impl Agents {
         (
             Self {
                 running: Mutex::default(),
+                stopping: Mutex::default(),
                 changed,
                 metrics,
             },
@@ -164,15 +172,22 @@ impl Agents {
             return lock_report(&agent.report).clone();
         }
         // The old agent (if any) stores what it holds and ends; the new
-        // one resumes after the last stored segment. A report carries over
-        // so that status does not blink.
-        let report = running
-            .remove(&key)
-            .map(|old| {
+        // one starts only then, and resumes after the last stored segment:
+        // two agents on one chain would both write its next segment. A
+        // report carries over so that status does not blink.
+        let (report, predecessor) = match running.remove(&key) {
+            Some(old) => {
                 let _ = old.stop.send(true);
-                lock_report(&old.report).clone()
-            })
-            .unwrap_or_default();
+                (lock_report(&old.report).clone(), Some(old.task))
+            }
+            None => (
+                Report::default(),
+                self.stopping
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .remove(&key),
+            ),
+        };
         let shared = Arc::new(Mutex::new(report.clone()));
         let (stop, stopped) = watch::channel(false);
         let observer = Observer {
@@ -184,13 +199,22 @@ impl Agents {
         let task_spec = spec.clone();
         let task_report = shared.clone();
         let span = info_span!("continuous_backup", cluster = %key);
-        tokio::spawn(supervise(task_spec, task_report, stopped, observer).instrument(span));
+        let task = tokio::spawn(
+            async move {
+                if let Some(predecessor) = predecessor {
+                    wait_for_predecessor(predecessor).await;
+                }
+                supervise(task_spec, task_report, stopped, observer).await;
+            }
+            .instrument(span),
+        );
         running.insert(
             key,
             Running {
                 spec,
                 stop,
                 report: shared,
+                task,
             },
         );
         report
@@ -199,19 +223,32 @@ impl Agents {
     /// Stops the agent of `namespace/cluster`, if one runs; what it
     /// recorded stays restorable.
     pub fn stop(&self, namespace: &str, cluster: &str) {
-        if let Some(agent) = self.lock().remove(&format!("{namespace}/{cluster}")) {
+        let key = format!("{namespace}/{cluster}");
+        if let Some(agent) = self.lock().remove(&key) {
             let _ = agent.stop.send(true);
             self.metrics.forget_continuous(namespace, cluster);
+            let mut stopping = self.stopping.lock().unwrap_or_else(|p| p.into_inner());
+            stopping.retain(|_, task| !task.is_finished());
+            stopping.insert(key, agent.task);
         }
-    }
-
-    /// How many agents run.
-    pub fn count(&self) -> usize {
-        self.lock().len()
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Running>> {
         self.running.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// Waits until the agent being replaced has stored what it held and ended;
+/// one that takes longer than [`HANDOVER_LIMIT`] (a store that hangs) is
+/// aborted, its open segment left to be recorded again from etcd's history.
+async fn wait_for_predecessor(mut predecessor: JoinHandle<()>) {
+    if tokio::time::timeout(HANDOVER_LIMIT, &mut predecessor)
+        .await
+        .is_err()
+    {
+        warn!("the previous continuous backup agent did not stop in time; aborting it");
+        predecessor.abort();
+        let _ = predecessor.await;
     }
 }
 
