@@ -1,7 +1,7 @@
 //! Continuous backup and point-in-time restore end to end, on kube-local
 //! with real etcd, the operator in-process and a real S3 server (moto):
-//! a cluster records every change while a writer runs; its members are
-//! then lost abruptly (frozen, volumes wiped, pods deleted); new clusters
+//! a cluster records every change while a writer runs, through a rolling
+//! restart of its members; its members are then lost abruptly (frozen, volumes wiped, pods deleted); new clusters
 //! restored from the destination alone hold exactly the source's keys and
 //! values at three revisions and at a time, and the newest point loses at
 //! most the last interval of acknowledged writes. A point outside the
@@ -176,6 +176,26 @@ async fn continuous_backup_restores_to_any_point_and_the_newest_loses_at_most_an
     for &revision in &chosen {
         expected.push((revision, state_at(&mut etcd, revision).await));
     }
+
+    // A rolling restart while the writer runs: every member comes back on a
+    // new pod, and the agent follows them without breaking its chain (the
+    // newest-point restore below needs every segment of it).
+    dkvs.patch(
+        "orders",
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(json!({"metadata": {"annotations": {
+            "dkv.io/restartedAt": "2026-11-25T21:00:00Z"}}})),
+    )
+    .await
+    .unwrap();
+    wait_for(&dkvs, "orders", "the restart taken up", |d| {
+        condition_reason(d, types::PROGRESSING, "True").as_deref() == Some(reasons::ROLLING_OUT)
+    })
+    .await;
+    wait_for(&dkvs, "orders", "every member restarted", |d| {
+        condition_reason(d, types::PROGRESSING, "False").as_deref() == Some(reasons::CONVERGED)
+    })
+    .await;
 
     // The writer's acknowledgements over the last seconds, to tell how old
     // the lost ones were.
