@@ -12,11 +12,19 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use dkv_etcd::{EndpointStatus, EtcdAdmin, GrpcAdmin};
 use etcd_client::{Client, GetOptions};
+use jiff::{SignedDuration, Timestamp};
 
+use crate::artifact::{Artifact, sidecar_location};
+use crate::continuous::agent::BASE_RECORD;
+use crate::continuous::archive::{chain_location, store_segment};
+use crate::continuous::cutter::{CutSettings, Cutter};
+use crate::continuous::segment::{Event, EventKind};
 use crate::credentials::{AwsCredentials, Credentials, Secret};
-use crate::store::{S3Options, StoreConfig};
+use crate::location::Location;
+use crate::store::{S3Options, Store, StoreConfig};
 
 /// The repository root (this crate is `crates/dkv-backup`).
 pub fn repo_root() -> PathBuf {
@@ -519,4 +527,61 @@ impl Drop for EtcdProcess {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// Writes a continuous backup chain `name` based at `revision` into
+/// `continuous` as the agent would: a base snapshot (a few bytes) and its
+/// record under `destination`, the chain's `base.json`, and two segments of
+/// one put each, the newest ending at `end`. Returns the base's location.
+pub async fn write_chain(
+    store: &Store,
+    destination: &Location,
+    continuous: &Location,
+    name: &str,
+    revision: i64,
+    end: Timestamp,
+) -> Location {
+    let put = |location: Location, bytes: Bytes| async move {
+        store
+            .put_small(location.path(), bytes)
+            .await
+            .unwrap_or_else(|e| panic!("writing {location}: {e}"));
+    };
+    let artifact = destination.join(&format!("{name}.db"));
+    put(artifact.clone(), Bytes::from_static(b"snapshot")).await;
+    put(sidecar_location(&artifact), Bytes::from_static(b"{}")).await;
+    let taken_at = end - SignedDuration::from_hours(1);
+    let record = Artifact {
+        uri: artifact.to_string(),
+        size_bytes: 8,
+        sha256: "0".repeat(64),
+        revision,
+        etcd_version: "3.5.16".to_owned(),
+        taken_at,
+    };
+    let dir = chain_location(continuous, name);
+    let record = serde_json::to_vec(&record).unwrap_or_else(|e| panic!("{e}"));
+    put(dir.join(BASE_RECORD), Bytes::from(record)).await;
+    let settings = CutSettings {
+        interval: Duration::from_secs(10),
+        max_segment_bytes: 1 << 20,
+    };
+    let mut cutter = Cutter::start(name, revision, settings, taken_at);
+    for (i, at) in [(1, end - SignedDuration::from_mins(30)), (2, end)] {
+        let event = Event {
+            revision: revision + i,
+            kind: EventKind::Put,
+            key: b"k".to_vec(),
+            value: b"v".to_vec(),
+            lease: 0,
+            received_ms: at.as_millisecond(),
+        };
+        cutter.push(event).unwrap_or_else(|e| panic!("{e:?}"));
+        let sealed = cutter.seal(at).unwrap_or_else(|e| panic!("{e}"));
+        store_segment(store, &dir, &sealed)
+            .await
+            .unwrap_or_else(|e| panic!("storing a segment of {name}: {e}"));
+        cutter.stored();
+    }
+    artifact
 }

@@ -42,6 +42,8 @@ use crate::metrics::Metrics;
 const ETCD_TIMEOUT: Duration = Duration::from_secs(10);
 /// The longest wait before an agent that keeps failing tries again.
 const MAX_RETRY_DELAY: Duration = Duration::from_secs(60);
+/// How often an agent reads its window from the store again.
+const WINDOW_REFRESH: Duration = Duration::from_secs(600);
 /// How long a replaced agent may take to store what it holds.
 const HANDOVER_LIMIT: Duration = Duration::from_secs(30);
 
@@ -269,9 +271,14 @@ async fn supervise(
         if *stop.borrow() {
             return;
         }
+        let started = std::time::Instant::now();
         match run_once(&spec, &report, stop.clone(), &observer).await {
             Ok(()) => return,
             Err(err) => {
+                // A run that went well for a while starts the backoff over.
+                if started.elapsed() > MAX_RETRY_DELAY {
+                    delay = Duration::from_secs(1);
+                }
                 let message = err.to_string();
                 warn!(error = %message, retry_in = ?delay, "continuous backup agent failed");
                 {
@@ -304,29 +311,16 @@ async fn run_once(
     let destination = Location::parse(&spec.destination)?;
     let store = Store::open(&destination, &spec.store)?;
     let continuous = continuous_location(&destination, &spec.namespace, &spec.cluster);
-    let bases = read_bases(&store, &continuous).await?;
-    let ends: HashMap<String, i64> = chain_ends(&store, &continuous).await?.into_iter().collect();
-    {
-        let mut report = lock_report(report);
-        report.oldest = bases.first().map(|b| Point {
-            revision: b.revision,
-            time: b.taken_at,
-        });
-        report.gaps = stored_gaps(&bases, &ends);
-        if let Some(newest) = bases.last() {
-            report.chain = Some(newest.chain.clone());
-            let end = ends.get(&newest.chain).copied().unwrap_or(newest.revision);
-            // Until the first segment of this run is stored, the end of the
-            // chain as its names tell (its time is the base's, a lower
-            // bound) unless this agent already saw further.
-            if report.newest.is_none_or(|n| n.revision < end) {
-                report.newest = Some(Point {
-                    revision: end,
-                    time: report.newest.map_or(newest.taken_at, |n| n.time),
-                });
+    read_window(&store, &continuous, report).await?;
+    // Chains retention deletes leave the window at the next reading.
+    let refresh = async {
+        loop {
+            tokio::time::sleep(WINDOW_REFRESH).await;
+            if let Err(err) = read_window(&store, &continuous, report).await {
+                warn!(error = %err, "reading the continuous backup window again");
             }
         }
-    }
+    };
 
     let mut etcd = GrpcAdmin::new(spec.endpoints.clone(), ETCD_TIMEOUT);
     if let Some(tls) = &spec.tls {
@@ -342,7 +336,7 @@ async fn run_once(
         endpoints: spec.endpoints.clone(),
         cut: spec.cut,
     };
-    agent::run(&etcd, &spec.store, &settings, stop, |progress| {
+    let recording = agent::run(&etcd, &spec.store, &settings, stop, |progress| {
         let mut report = lock_report(report);
         let was_failing = report.failing.take().is_some();
         match progress {
@@ -379,8 +373,43 @@ async fn run_once(
                 }
             }
         }
-    })
-    .await
+    });
+    tokio::select! {
+        result = recording => result,
+        _ = refresh => Ok(()),
+    }
+}
+
+/// Reads the recoverable window as stored (the oldest base, the gaps, the
+/// newest chain's end from its segment names) into `report`; the newest
+/// point only moves forward.
+async fn read_window(
+    store: &Store,
+    continuous: &Location,
+    report: &Mutex<Report>,
+) -> dkv_backup::Result<()> {
+    let bases = read_bases(store, continuous).await?;
+    let ends: HashMap<String, i64> = chain_ends(store, continuous).await?.into_iter().collect();
+    let mut report = lock_report(report);
+    report.oldest = bases.first().map(|b| Point {
+        revision: b.revision,
+        time: b.taken_at,
+    });
+    report.gaps = stored_gaps(&bases, &ends);
+    if let Some(newest) = bases.last() {
+        report.chain = Some(newest.chain.clone());
+        let end = ends.get(&newest.chain).copied().unwrap_or(newest.revision);
+        // Until the first segment of this run is stored: the end of the
+        // chain as its names tell (its time is the base's, a lower bound)
+        // unless this agent already saw further.
+        if report.newest.is_none_or(|n| n.revision < end) {
+            report.newest = Some(Point {
+                revision: end,
+                time: report.newest.map_or(newest.taken_at, |n| n.time),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// The gaps between the stored chains: from where one chain ends to the

@@ -14,6 +14,7 @@
 //! - [`agent`]: one cluster's agent: resume the newest chain or start one
 //!   from a full snapshot, record, start over after a compaction gap.
 //! - [`replay`]: a plan's segments written into a restored cluster.
+//! - [`retention`]: which whole chains have expired, and deleting them.
 //!
 //! Layout under a cluster's backup prefix:
 //!
@@ -29,4 +30,5 @@ pub mod chain;
 pub mod cutter;
 pub mod recorder;
 pub mod replay;
+pub mod retention;
 pub mod segment;

@@ -31,6 +31,8 @@ use std::time::Duration;
 
 use dkv_api::backup::v1alpha1::BackupPhase;
 use dkv_api::{DistributedKV, DistributedKVBackup};
+use dkv_backup::continuous::archive::continuous_location;
+use dkv_backup::continuous::retention::{ChainAge, chain_ages, delete_chain, expired};
 use dkv_backup::{BackupRecord, Outcome, PruneReason, RetentionPolicy, StoreConfig};
 use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
@@ -287,7 +289,7 @@ async fn reconcile(cluster: Arc<DistributedKV>, ctx: Arc<Context>) -> Result<Act
                 publish(
                     &ctx,
                     &cluster,
-                    &pruning,
+                    Some(&pruning),
                     EventType::Normal,
                     "BackupPruned",
                     format!(
@@ -306,13 +308,43 @@ async fn reconcile(cluster: Arc<DistributedKV>, ctx: Arc<Context>) -> Result<Act
                 publish(
                     &ctx,
                     &cluster,
-                    &pruning,
+                    Some(&pruning),
                     EventType::Warning,
                     "RetentionFailed",
                     format!("backup {} kept for now: {why} (will retry)", pruning.record),
                 )
                 .await;
                 failures.push(format!("{}: {why}", pruning.record));
+            }
+        }
+    }
+    if let (Some(max_age), Some(backup)) = (policy.max_age, cluster.spec.backup.as_ref()) {
+        let secret = backup.destination.credentials_secret.clone();
+        let pruned = match store_config(&ctx.client, &ns, &secret, &mut configs).await {
+            Ok(config) => prune_chains(&config, &backup.destination.uri, &ns, &name, max_age).await,
+            Err(why) => Err(why),
+        };
+        match pruned {
+            Ok(chains) => {
+                for chain in chains {
+                    info!(cluster = %name, chain = %chain.chain, "pruned continuous backup chain");
+                    publish(
+                        &ctx,
+                        &cluster,
+                        None,
+                        EventType::Normal,
+                        "ContinuousChainPruned",
+                        format!(
+                            "deleted continuous backup chain {} (its base snapshot and segments): every point it restores to is older than the retention ({limits})",
+                            chain.chain
+                        ),
+                    )
+                    .await;
+                }
+            }
+            Err(why) => {
+                warn!(cluster = %name, error = %why, "pruning continuous backup chains failed");
+                failures.push(format!("continuous backup chains: {why}"));
             }
         }
     }
@@ -338,26 +370,7 @@ async fn prune(
     configs: &mut HashMap<Option<String>, StoreConfig>,
 ) -> Result<(), String> {
     if let Some(uri) = &pruning.uri {
-        let config = match configs.get(&pruning.credentials_secret) {
-            Some(config) => config.clone(),
-            None => {
-                let config = match &pruning.credentials_secret {
-                    Some(secret) => {
-                        let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
-                        let found = secrets
-                            .get_opt(secret)
-                            .await
-                            .map_err(|e| format!("reading Secret {ns}/{secret}: {e}"))?
-                            .ok_or_else(|| format!("Secret {ns}/{secret} does not exist"))?;
-                        crate::secret_store::store_config(&found)
-                    }
-                    // No Secret: the ambient identity, as the Job had.
-                    None => StoreConfig::default(),
-                };
-                configs.insert(pruning.credentials_secret.clone(), config.clone());
-                config
-            }
-        };
+        let config = store_config(client, ns, &pruning.credentials_secret, configs).await?;
         dkv_backup::delete_artifact(&config, uri)
             .await
             .map_err(|e| format!("deleting {uri}: {e}"))?;
@@ -378,6 +391,59 @@ async fn prune(
     .map_err(|e| format!("deleting DistributedKVBackup {ns}/{}: {e}", pruning.record))
 }
 
+/// The store settings from `secret` (the ambient identity without one, as
+/// the backup Job had), read once per pass.
+async fn store_config(
+    client: &Client,
+    ns: &str,
+    secret: &Option<String>,
+    configs: &mut HashMap<Option<String>, StoreConfig>,
+) -> Result<StoreConfig, String> {
+    if let Some(config) = configs.get(secret) {
+        return Ok(config.clone());
+    }
+    let config = match secret {
+        Some(secret) => {
+            let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
+            let found = secrets
+                .get_opt(secret)
+                .await
+                .map_err(|e| format!("reading Secret {ns}/{secret}: {e}"))?
+                .ok_or_else(|| format!("Secret {ns}/{secret} does not exist"))?;
+            crate::secret_store::store_config(&found)
+        }
+        None => StoreConfig::default(),
+    };
+    configs.insert(secret.clone(), config.clone());
+    Ok(config)
+}
+
+/// Deletes the continuous backup chains of `namespace/cluster` in
+/// `destination` whose every point is older than `max_age` (never the
+/// newest chain); returns the chains deleted.
+async fn prune_chains(
+    config: &StoreConfig,
+    destination: &str,
+    namespace: &str,
+    cluster: &str,
+    max_age: jiff::SignedDuration,
+) -> Result<Vec<ChainAge>, String> {
+    let location = dkv_backup::Location::parse(destination).map_err(|e| e.to_string())?;
+    let store = dkv_backup::Store::open(&location, config).map_err(|e| e.to_string())?;
+    let continuous = continuous_location(&location, namespace, cluster);
+    let ages = chain_ages(&store, &continuous)
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut deleted = Vec::new();
+    for chain in expired(&ages, max_age, jiff::Timestamp::now()) {
+        delete_chain(&store, config, &continuous, chain)
+            .await
+            .map_err(|e| format!("deleting chain {}: {e}", chain.chain))?;
+        deleted.push(chain.clone());
+    }
+    Ok(deleted)
+}
+
 fn ignore_not_found<T>(result: Result<T, kube::Error>) -> Result<(), kube::Error> {
     match result {
         Ok(_) => Ok(()),
@@ -389,7 +455,7 @@ fn ignore_not_found<T>(result: Result<T, kube::Error>) -> Result<(), kube::Error
 async fn publish(
     ctx: &Context,
     cluster: &DistributedKV,
-    pruning: &Pruning,
+    pruning: Option<&Pruning>,
     type_: EventType,
     reason: &str,
     note: String,
@@ -399,7 +465,7 @@ async fn publish(
         reason: reason.to_owned(),
         note: Some(note),
         action: "Retention".to_owned(),
-        secondary: Some(pruning.record_ref.clone()),
+        secondary: pruning.map(|p| p.record_ref.clone()),
     };
     if let Err(err) = ctx.recorder.publish(&event, &cluster.object_ref(&())).await {
         warn!(cluster = %cluster.name_any(), error = %err, "failed to publish event");
@@ -608,5 +674,49 @@ mod tests {
         assert_eq!(aws.access_key_id, "AKID");
         assert_eq!(aws.secret_access_key.expose(), "s3cret");
         assert!(!format!("{config:?}").contains("s3cret"));
+    }
+
+    #[tokio::test]
+    async fn chains_whose_every_point_is_past_the_max_age_are_deleted_whole() {
+        use dkv_backup::testing::write_chain;
+        use jiff::SignedDuration;
+
+        let dir = tempfile::tempdir().unwrap();
+        let uri = format!("file://{}/", dir.path().display());
+        let destination = dkv_backup::Location::parse(&uri).unwrap();
+        let store = dkv_backup::Store::open(&destination, &StoreConfig::default()).unwrap();
+        let continuous = continuous_location(&destination, "shop", "orders");
+        let now = jiff::Timestamp::now();
+        let hours_ago = |h| now - SignedDuration::from_hours(h);
+        write_chain(&store, &destination, &continuous, "a", 10, hours_ago(50)).await;
+        write_chain(&store, &destination, &continuous, "b", 20, hours_ago(30)).await;
+        write_chain(&store, &destination, &continuous, "c", 30, hours_ago(40)).await;
+        let names = |chains: Vec<ChainAge>| chains.into_iter().map(|c| c.chain).collect::<Vec<_>>();
+
+        // 36 hours: only a's points are all older.
+        let pruned = prune_chains(
+            &StoreConfig::default(),
+            &uri,
+            "shop",
+            "orders",
+            SignedDuration::from_hours(36),
+        )
+        .await
+        .unwrap();
+        assert_eq!(names(pruned), ["a"]);
+        // One hour: b goes; c, the newest chain (by its base), stays
+        // however old its points are.
+        let pruned = prune_chains(
+            &StoreConfig::default(),
+            &uri,
+            "shop",
+            "orders",
+            SignedDuration::from_hours(1),
+        )
+        .await
+        .unwrap();
+        assert_eq!(names(pruned), ["b"]);
+        let left = chain_ages(&store, &continuous).await.unwrap();
+        assert_eq!(names(left), ["c"]);
     }
 }

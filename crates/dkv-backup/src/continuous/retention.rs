@@ -1,0 +1,155 @@
+//! Retention of a cluster's continuous backup: whole chains go, and only
+//! once every point they can restore to is older than the maximum age. The
+//! newest chain never goes (it is being recorded and holds the newest
+//! points), so a restore point that is kept never loses a segment or the
+//! base snapshot it needs.
+
+use jiff::{SignedDuration, Timestamp};
+
+use super::agent::{BASE_RECORD, read_bases};
+use super::archive::{chain_location, newest_segment};
+use crate::artifact::delete_artifact;
+use crate::error::Result;
+use crate::location::Location;
+use crate::store::{Store, StoreConfig};
+
+/// A stored chain as retention sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChainAge {
+    pub chain: String,
+    /// The chain's base snapshot.
+    pub base_uri: String,
+    /// The newest point the chain can restore to.
+    pub newest_time: Timestamp,
+}
+
+/// The chains of `chains` (oldest first) that expire at `now` under
+/// `max_age`: every point of theirs is older, and a newer chain exists.
+pub fn expired(chains: &[ChainAge], max_age: SignedDuration, now: Timestamp) -> Vec<&ChainAge> {
+    let Some((_newest, older)) = chains.split_last() else {
+        return Vec::new();
+    };
+    older
+        .iter()
+        .filter(|c| now.duration_since(c.newest_time) > max_age)
+        .collect()
+}
+
+/// The chains under `continuous`, oldest first, each with the time of the
+/// newest point it reaches (its newest segment's end: one object read per
+/// chain; the base's time for a chain without segments).
+pub async fn chain_ages(store: &Store, continuous: &Location) -> Result<Vec<ChainAge>> {
+    let mut out = Vec::new();
+    for base in read_bases(store, continuous).await? {
+        let newest = newest_segment(store, &chain_location(continuous, &base.chain)).await?;
+        out.push(ChainAge {
+            newest_time: newest.map_or(base.taken_at, |s| s.header.last_time),
+            chain: base.chain,
+            base_uri: base.uri,
+        });
+    }
+    Ok(out)
+}
+
+/// Deletes one chain: its record first (from then on no agent resumes it
+/// and no restore plans over it), then its segments, then its base
+/// snapshot with the snapshot's record. Deleting again after a failure
+/// part-way finishes the job.
+pub async fn delete_chain(
+    store: &Store,
+    config: &StoreConfig,
+    continuous: &Location,
+    chain: &ChainAge,
+) -> Result<()> {
+    let dir = chain_location(continuous, &chain.chain);
+    store.delete(dir.join(BASE_RECORD).path()).await?;
+    for path in store.list(dir.path()).await? {
+        store.delete(&path).await?;
+    }
+    delete_artifact(config, &chain.base_uri).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::archive::{continuous_location, read_chain};
+    use super::*;
+    use crate::artifact::sidecar_location;
+    use crate::testing::write_chain;
+
+    fn at(hours: i64) -> Timestamp {
+        Timestamp::from_second(1_800_000_000 + hours * 3600).unwrap_or(Timestamp::UNIX_EPOCH)
+    }
+
+    fn chain(name: &str, newest_hour: i64) -> ChainAge {
+        ChainAge {
+            chain: name.to_owned(),
+            base_uri: format!("file:///b/{name}.db"),
+            newest_time: at(newest_hour),
+        }
+    }
+
+    #[test]
+    fn only_whole_chains_older_than_the_age_go_and_never_the_newest() {
+        let chains = [chain("a", 0), chain("b", 10), chain("c", 30)];
+        let day = SignedDuration::from_hours(24);
+        // At hour 40: a ended 40 h ago, b 30 h ago (both past 24 h), c is
+        // the newest.
+        let names = |v: Vec<&ChainAge>| v.iter().map(|c| c.chain.clone()).collect::<Vec<_>>();
+        assert_eq!(names(expired(&chains, day, at(40))), ["a", "b"]);
+        // At hour 30: b ended exactly 20 h ago: kept.
+        assert_eq!(names(expired(&chains, day, at(30))), ["a"]);
+        // The newest chain stays however old it is.
+        assert!(expired(&chains[2..], day, at(1000)).is_empty());
+        assert!(expired(&[], day, at(1000)).is_empty());
+    }
+
+    #[tokio::test]
+    async fn an_expired_chain_goes_whole_and_the_newest_stays() {
+        let dir = tempfile::tempdir().unwrap();
+        let destination = Location::parse(&format!("file://{}/", dir.path().display())).unwrap();
+        let store = Store::open(&destination, &StoreConfig::default()).unwrap();
+        let continuous = continuous_location(&destination, "shop", "orders");
+        let old_base = write_chain(&store, &destination, &continuous, "old", 100, at(0)).await;
+        let new_base = write_chain(&store, &destination, &continuous, "new", 200, at(30)).await;
+
+        let ages = chain_ages(&store, &continuous).await.unwrap();
+        let names: Vec<&str> = ages.iter().map(|c| c.chain.as_str()).collect();
+        assert_eq!(names, ["old", "new"]);
+        assert_eq!(ages[0].newest_time, at(0));
+        let gone = expired(&ages, SignedDuration::from_hours(24), at(40));
+        assert_eq!(gone, [&ages[0]]);
+        delete_chain(&store, &StoreConfig::default(), &continuous, gone[0])
+            .await
+            .unwrap();
+
+        // The old chain, its base and the base's record are gone; the new
+        // chain is whole.
+        let left = chain_ages(&store, &continuous).await.unwrap();
+        assert_eq!(left.len(), 1);
+        assert_eq!(left[0].chain, "new");
+        assert!(
+            store
+                .list(chain_location(&continuous, "old").path())
+                .await
+                .unwrap()
+                .is_empty()
+        );
+        for path in [
+            old_base.path().clone(),
+            sidecar_location(&old_base).path().clone(),
+        ] {
+            assert!(
+                store.get_small(&path).await.is_err(),
+                "{path} is still there"
+            );
+        }
+        assert!(store.get_small(new_base.path()).await.is_ok());
+        assert_eq!(
+            read_chain(&store, &chain_location(&continuous, "new"))
+                .await
+                .unwrap()
+                .len(),
+            2
+        );
+    }
+}
