@@ -131,6 +131,37 @@ pub async fn run(settings: Settings<'_>) -> anyhow::Result<(Vec<Metric>, Vec<(St
             num("/restoreSeconds/dkvFetchOnly").unwrap_or(f64::NAN)
         )),
     ];
+    // The fair baseline for the same job (a snapshot in the object store):
+    // etcd's own tool to local disk, then a standard S3 client's upload of
+    // that file to the same server (boto3, multipart as it chooses).
+    metrics.push(
+        match num("/boto3UploadToMotoSeconds") {
+            Ok(boto) => Metric::measured(
+                "backupVsSaveAndUpload",
+                &format!(
+                    "full backup of a {mib:.0} MiB snapshot to moto S3: `dkv backup` against `etcdctl snapshot save` then a boto3 upload"
+                ),
+                dkv_backup,
+                "s",
+                Some(Baseline {
+                    what: "`etcdctl snapshot save` + boto3 upload to the same moto".into(),
+                    value: etcdctl + boto,
+                }),
+                (etcdctl + boto) / dkv_backup,
+                Goal::at_least(1.2),
+                "≥ 1.2 × (the baseline's time over dkv's)",
+            )
+            .with_note(format!(
+                "dkv streams the snapshot to the store while etcd sends it; the baseline saves {etcdctl:.2} s, then uploads {boto:.2} s"
+            )),
+            Err(why) => Metric::not_measured(
+                "backupVsSaveAndUpload",
+                "full backup to S3 against etcdctl snapshot save + a standard S3 client's upload",
+                "≥ 1.2 ×",
+                &why.to_string(),
+            ),
+        },
+    );
     metrics.push(
         match v.pointer("/dkvBackupPeakRssMiB").and_then(Value::as_f64) {
             Some(rss) => Metric::against_target(

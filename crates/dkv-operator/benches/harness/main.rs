@@ -10,11 +10,13 @@
 //!   kube-local without a kubelet;
 //! - `ops`: real etcd on kube-local: create, scale, faults, upgrade,
 //!   rolling restart, storage growth;
-//! - `backup`: backup and restore throughput against etcdctl/etcdutl.
+//! - `backup`: backup and restore throughput against etcdctl/etcdutl;
+//! - `continuous`: continuous backup's lag and cost at ~1,000 writes/s.
 
 mod backup_throughput;
 mod bare_etcd;
 mod cluster_ops;
+mod continuous;
 mod footprint;
 mod operator_process;
 mod report;
@@ -48,8 +50,12 @@ struct Args {
     /// Database size of the backup measurement.
     #[arg(long, default_value_t = 1024)]
     backup_size_mib: usize,
-    /// Sections to run (footprint, ops, backup).
-    #[arg(long, value_delimiter = ',', default_value = "footprint,ops,backup")]
+    /// Sections to run (footprint, ops, backup, continuous).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "footprint,ops,backup,continuous"
+    )]
     only: Vec<String>,
     /// Passed by `cargo bench` to every bench target; nothing to do with it.
     #[arg(long, hide = true)]
@@ -148,6 +154,11 @@ const METRICS: &[(&str, &str, &str)] = &[
         "≥ 0.8 × etcdctl snapshot save",
     ),
     (
+        "backupVsSaveAndUpload",
+        "full backup to S3 against etcdctl snapshot save + a standard S3 client's upload",
+        "≥ 1.2 ×",
+    ),
+    (
         "restoreMiBPerSecond",
         "restore throughput",
         "≥ 0.8 × etcdutl snapshot restore",
@@ -156,6 +167,11 @@ const METRICS: &[(&str, &str, &str)] = &[
         "backupPeakRssMiB",
         "peak RSS of the backup process",
         "≤ 64 MiB",
+    ),
+    (
+        "continuousLagP99Seconds",
+        "continuous backup lag p99 (write → durable segment)",
+        "≤ interval + 2 s",
     ),
     (
         "acknowledgedWritesLost",
@@ -176,7 +192,11 @@ fn section_of(id: &str) -> &'static str {
         | "leaderChangesPerRollout"
         | "storageGrowthSeconds"
         | "acknowledgedWritesLost" => "ops",
-        "backupMiBPerSecond" | "restoreMiBPerSecond" | "backupPeakRssMiB" => "backup",
+        "backupMiBPerSecond"
+        | "backupVsSaveAndUpload"
+        | "restoreMiBPerSecond"
+        | "backupPeakRssMiB" => "backup",
+        "continuousLagP99Seconds" => "continuous",
         _ => "footprint",
     }
 }
@@ -307,6 +327,27 @@ async fn run(args: Args) -> anyhow::Result<()> {
         }
     } else {
         failures.push(("backup", "no --backup-example given".into()));
+    }
+
+    if wanted("continuous") {
+        eprintln!("bench: continuous backup under load");
+        let (dkv, work) = (dkv.clone(), work.clone());
+        let section = tokio::spawn(async move {
+            continuous::run(continuous::Settings {
+                dkv: &dkv,
+                work: &work,
+            })
+            .await
+        });
+        match flatten(section.await) {
+            Ok((m, c)) => {
+                metrics.extend(m);
+                context.extend(c);
+            }
+            Err(e) => failures.push(("continuous", e)),
+        }
+    } else {
+        failures.push(("continuous", "not selected (--only)".into()));
     }
 
     // The invariant, summed over the fault scenarios that ran.
