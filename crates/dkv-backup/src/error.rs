@@ -51,6 +51,18 @@ pub enum Error {
         cause: dkv_etcd::Error,
     },
 
+    /// The chains in the destination record another etcd cluster of the
+    /// same name (one that was deleted and created again): continuing them
+    /// would mix two histories.
+    #[error(
+        "{location} holds the continuous backup of another etcd cluster named like this one (cluster ID {recorded}; this one is {running}): record this cluster elsewhere (another spec.backup.destination.uri, such as a new prefix) or move the old chains away; they stay restorable with spec.bootstrap.restore"
+    )]
+    ForeignChain {
+        location: String,
+        recorded: String,
+        running: String,
+    },
+
     #[error("no etcd member can serve a snapshot: {}", reasons.join("; "))]
     NoHealthyMember { reasons: Vec<String> },
 
@@ -121,7 +133,8 @@ impl Error {
             | Error::Open { .. }
             | Error::AlreadyExists { .. }
             | Error::NoChecksum { .. }
-            | Error::InvalidArgument(_) => Category::Configuration,
+            | Error::InvalidArgument(_)
+            | Error::ForeignChain { .. } => Category::Configuration,
             Error::Store { kind, .. } => match kind {
                 StoreErrorKind::NotFound | StoreErrorKind::AccessDenied => Category::Configuration,
                 StoreErrorKind::Other => Category::Transient,

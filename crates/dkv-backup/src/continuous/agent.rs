@@ -9,7 +9,7 @@
 //! reports the gap and starts a new chain.
 
 use bytes::Bytes;
-use dkv_etcd::GrpcAdmin;
+use dkv_etcd::{EtcdAdmin, GrpcAdmin};
 use jiff::Timestamp;
 use tokio::sync::watch;
 use tracing::{info, warn};
@@ -66,20 +66,16 @@ pub async fn run(
         &settings.namespace,
         &settings.cluster,
     );
-    let mut cutter = match resume(&store, &continuous, settings.cut).await? {
+    let cluster_id = cluster_id(etcd, &settings.endpoints).await?;
+    let recording = Recording {
+        store: &store,
+        continuous: &continuous,
+        settings,
+        cluster_id: &cluster_id,
+    };
+    let mut cutter = match resume(&store, &continuous, settings.cut, &cluster_id).await? {
         Some(cutter) => cutter,
-        None => {
-            start_chain(
-                etcd,
-                config,
-                &store,
-                &continuous,
-                settings,
-                None,
-                &mut report,
-            )
-            .await?
-        }
+        None => start_chain(etcd, config, &recording, None, &mut report).await?,
     };
     loop {
         let chain_dir = chain_location(&continuous, cutter.chain());
@@ -103,16 +99,7 @@ pub async fn run(
                     compact_revision,
                     "the cluster compacted revisions the chain needs; starting a new chain"
                 );
-                cutter = start_chain(
-                    etcd,
-                    config,
-                    &store,
-                    &continuous,
-                    settings,
-                    Some(reached),
-                    &mut report,
-                )
-                .await?;
+                cutter = start_chain(etcd, config, &recording, Some(reached), &mut report).await?;
             }
             Err(e) => return Err(e),
         }
@@ -123,11 +110,30 @@ pub async fn run(
 /// the destination has no chain yet. Only the newest segment is read (the
 /// chain's links are verified when a restore plans over it), so a restart
 /// costs the same however long the chain has grown.
-async fn resume(store: &Store, continuous: &Location, cut: CutSettings) -> Result<Option<Cutter>> {
+async fn resume(
+    store: &Store,
+    continuous: &Location,
+    cut: CutSettings,
+    cluster_id: &str,
+) -> Result<Option<Cutter>> {
     let bases = read_bases(store, continuous).await?;
     let Some(newest) = bases.iter().max_by_key(|b| b.revision) else {
         return Ok(None);
     };
+    let record = chain_location(continuous, &newest.chain).join(BASE_RECORD);
+    let bytes = store.get_small(record.path()).await?;
+    let recorded = serde_json::from_slice::<serde_json::Value>(&bytes)
+        .ok()
+        .and_then(|v| v.get(CLUSTER_ID_FIELD)?.as_str().map(str::to_owned));
+    if let Some(recorded) = recorded
+        && recorded != cluster_id
+    {
+        return Err(Error::ForeignChain {
+            location: continuous.to_string(),
+            recorded,
+            running: cluster_id.to_owned(),
+        });
+    }
     let last = newest_segment(store, &chain_location(continuous, &newest.chain)).await?;
     let now = Timestamp::now();
     Ok(Some(match last {
@@ -136,16 +142,29 @@ async fn resume(store: &Store, continuous: &Location, cut: CutSettings) -> Resul
     }))
 }
 
+/// What one agent records and where: the cluster (its settings and etcd
+/// cluster ID) and its chains' directory in the store.
+struct Recording<'a> {
+    store: &'a Store,
+    continuous: &'a Location,
+    settings: &'a AgentSettings,
+    cluster_id: &'a str,
+}
+
 /// Takes a full snapshot and starts a chain on it.
 async fn start_chain(
     etcd: &GrpcAdmin,
     config: &StoreConfig,
-    store: &Store,
-    continuous: &Location,
-    settings: &AgentSettings,
+    recording: &Recording<'_>,
     gap_after: Option<i64>,
     report: &mut impl FnMut(Progress),
 ) -> Result<Cutter> {
+    let Recording {
+        store,
+        continuous,
+        settings,
+        cluster_id,
+    } = recording;
     let taken_at = Timestamp::now();
     let artifact = take_backup(
         etcd,
@@ -161,8 +180,13 @@ async fn start_chain(
     )
     .await?;
     let chain = chain_name(&artifact);
-    let record = serde_json::to_vec_pretty(&artifact)
-        .map_err(|e| Error::InvalidArgument(format!("encoding the base record: {e}")))?;
+    let encoding =
+        |e: serde_json::Error| Error::InvalidArgument(format!("encoding the base record: {e}"));
+    let mut record = serde_json::to_value(&artifact).map_err(encoding)?;
+    if let Some(fields) = record.as_object_mut() {
+        fields.insert(CLUSTER_ID_FIELD.to_owned(), (*cluster_id).into());
+    }
+    let record = serde_json::to_vec_pretty(&record).map_err(encoding)?;
     let base_location = chain_location(continuous, &chain).join(BASE_RECORD);
     store
         .put_small(base_location.path(), Bytes::from(record))
@@ -181,6 +205,34 @@ async fn start_chain(
         settings.cut,
         Timestamp::now(),
     ))
+}
+
+/// In a chain's record (`base.json`), beside the snapshot's own record:
+/// the etcd cluster the chain records (its ID, hexadecimal). A cluster
+/// deleted and created again under the same name is another etcd cluster;
+/// its agent never continues the old one's chains.
+const CLUSTER_ID_FIELD: &str = "clusterId";
+
+/// The ID of the etcd cluster the agent records, from the first member
+/// that answers.
+async fn cluster_id(etcd: &GrpcAdmin, endpoints: &[String]) -> Result<String> {
+    let mut last = None;
+    for endpoint in endpoints {
+        match etcd.status(endpoint).await {
+            Ok(status) if status.cluster_id != 0 => return Ok(format!("{:x}", status.cluster_id)),
+            Ok(_) => {}
+            Err(cause) => last = Some(cause),
+        }
+    }
+    Err(match last {
+        Some(cause) => Error::Etcd {
+            operation: "status (the cluster's ID)",
+            cause,
+        },
+        None => Error::NoHealthyMember {
+            reasons: vec!["no member reported the cluster's ID".to_owned()],
+        },
+    })
 }
 
 /// A chain is named after its base: the snapshot's time and revision.
@@ -406,5 +458,61 @@ mod tests {
         assert_eq!(replayed.source_revision, target);
         assert!(replayed.events > 0);
         assert_eq!(restored.key_values_at(0).await, at_target);
+    }
+
+    /// A cluster deleted and created again under the same name is another
+    /// etcd cluster: its agent refuses to continue the old one's chain and
+    /// says why, and the old chain is left as it was.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_new_cluster_of_the_same_name_never_continues_the_old_ones_chain() {
+        let work = tempfile::tempdir().unwrap();
+        let bin = etcd_bin_dir("3.5");
+        std::fs::create_dir_all(work.path().join("bucket")).unwrap();
+        let destination =
+            Location::parse(&format!("file://{}/", work.path().join("bucket").display())).unwrap();
+        let settings = |endpoint: &str| AgentSettings {
+            namespace: "shop".into(),
+            cluster: "orders".into(),
+            destination: destination.clone(),
+            endpoints: vec![endpoint.to_owned()],
+            cut: CutSettings {
+                interval: Duration::from_millis(200),
+                max_segment_bytes: 4096,
+            },
+        };
+        let old = EtcdProcess::start(
+            &bin,
+            "old",
+            &loopback_ip(43, 0),
+            &work.path().join("old"),
+            "old",
+        );
+        old.wait_ready().await;
+        let first = start_agent(&old.client_url, &settings(&old.client_url));
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        stop_agent(first).await;
+        drop(old);
+
+        let new = EtcdProcess::start(
+            &bin,
+            "new",
+            &loopback_ip(43, 1),
+            &work.path().join("new"),
+            "new",
+        );
+        new.wait_ready().await;
+        let second = start_agent(&new.client_url, &settings(&new.client_url));
+        let (result, progress) = second.task.await.unwrap();
+        let message = result
+            .map(|()| "recorded".to_owned())
+            .unwrap_or_else(|e| e.to_string());
+        assert!(
+            message.contains("holds the continuous backup of another etcd cluster"),
+            "{message}"
+        );
+        assert!(progress.is_empty(), "{progress:?}");
+        let continuous = continuous_location(&destination, "shop", "orders");
+        let store = Store::open(&destination, &StoreConfig::default()).unwrap();
+        assert_eq!(read_bases(&store, &continuous).await.unwrap().len(), 1);
     }
 }

@@ -30,6 +30,8 @@ const NS: &str = "continuous";
 const IMAGE: &str = "registry.k8s.io/etcd:3.5.16-0";
 /// The recording interval the source uses: the recovery point objective.
 const INTERVAL: Duration = Duration::from_secs(2);
+/// What sealing and storing a segment may add to the interval.
+const STORE_ALLOWANCE: Duration = Duration::from_secs(3);
 const PREFIX: &str = "/pitr/";
 
 /// The keys under [`PREFIX`] and their values, as `etcd` holds them at
@@ -264,9 +266,11 @@ async fn continuous_backup_restores_to_any_point_and_the_newest_loses_at_most_an
                 .is_none_or(|&l| l + 1 == report.acked.len() as u64),
         "only the newest writes may be lost: {lost:?}"
     );
+    // One interval, plus what sealing (a 500 ms tick) and storing the
+    // segment take on a loaded machine.
     assert!(
-        oldest_lost_age.unwrap_or_default() <= INTERVAL + Duration::from_secs(2),
-        "lost writes older than one interval: {oldest_lost_age:?}"
+        oldest_lost_age.unwrap_or_default() <= INTERVAL + STORE_ALLOWANCE,
+        "lost writes older than one interval and a store: {oldest_lost_age:?}"
     );
     let newest = dkvs.get("newest").await.unwrap();
     let newest_events =
