@@ -118,14 +118,7 @@ async fn load(
     loop {
         peak_rss_kib = peak_rss_kib.max(proc_status_kib(pid, "VmRSS:")?);
         if let Some((store, continuous)) = store {
-            let stored = chain_ends(store, continuous)
-                .await
-                .context("listing the continuous backup")?
-                .into_iter()
-                .map(|(_, last)| last)
-                .max()
-                .unwrap_or(0);
-            durable.push((Instant::now(), stored));
+            durable.push((Instant::now(), stored_up_to(store, continuous).await?));
         }
         let elapsed = started.elapsed();
         if elapsed >= how_long {
@@ -145,14 +138,7 @@ async fn load(
                 {
                     tokio::time::sleep(Duration::from_millis(100)).await;
                     if let Some((store, continuous)) = store {
-                        let stored = chain_ends(store, continuous)
-                            .await
-                            .context("listing the continuous backup")?
-                            .into_iter()
-                            .map(|(_, last)| last)
-                            .max()
-                            .unwrap_or(0);
-                        durable.push((Instant::now(), stored));
+                        durable.push((Instant::now(), stored_up_to(store, continuous).await?));
                     }
                 }
             }
@@ -166,6 +152,17 @@ async fn load(
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// The newest revision any chain in `continuous` has stored, from a listing.
+async fn stored_up_to(store: &Store, continuous: &Location) -> anyhow::Result<i64> {
+    Ok(chain_ends(store, continuous)
+        .await
+        .context("listing the continuous backup")?
+        .into_iter()
+        .map(|(_, last)| last)
+        .max()
+        .unwrap_or(0))
 }
 
 /// Each acknowledged write's lag: from its acknowledgement to the first
