@@ -4,9 +4,12 @@
 //! Layout under a destination prefix:
 //!
 //! ```text
-//! <prefix>/<namespace>/<cluster>/<cluster>-<YYYYMMDD>-<HHMMSS>.db       the snapshot
-//! <prefix>/<namespace>/<cluster>/<cluster>-<YYYYMMDD>-<HHMMSS>.db.json  its Artifact record
+//! <prefix>/<namespace>/<cluster>/<cluster>-<YYYYMMDD>-<HHMMSS>.db.zst       the snapshot
+//! <prefix>/<namespace>/<cluster>/<cluster>-<YYYYMMDD>-<HHMMSS>.db.zst.json  its Artifact record
 //! ```
+//!
+//! The snapshot's name ends in `.db`, then `.zst` when it is compressed
+//! (the default) and `.enc` when it is encrypted ([`Encoding::suffix`]).
 //!
 //! The name is a function of namespace, cluster and time (UTC, seconds), so
 //! a record can always be matched to its object, and two clusters sharing a
@@ -19,6 +22,7 @@ use bytes::Bytes;
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
+use crate::encoding::Encoding;
 use crate::error::{Error, Result};
 use crate::location::Location;
 use crate::store::{Store, StoreConfig};
@@ -40,28 +44,50 @@ pub struct Artifact {
     pub etcd_version: String,
     /// When the backup was started (UTC, whole seconds); also in the name.
     pub taken_at: Timestamp,
+    /// `zstd` when the snapshot is stored compressed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compression: Option<String>,
+    /// The id of the key the snapshot is encrypted with (AES-256-GCM),
+    /// when it is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub encryption_key_id: Option<String>,
 }
 
 /// Suffix of an artifact's JSON record.
 pub const SIDECAR_SUFFIX: &str = ".json";
 
 /// The location of the artifact for `cluster` in `namespace` taken at
-/// `taken_at`, under `destination`.
+/// `taken_at`, under `destination`, stored with `encoding`.
 pub fn artifact_location(
     destination: &Location,
     namespace: &str,
     cluster: &str,
     taken_at: Timestamp,
+    encoding: &Encoding,
 ) -> Location {
     destination
         .join(namespace)
         .join(cluster)
-        .join(&artifact_file_name(cluster, taken_at))
+        .join(&artifact_file_name(cluster, taken_at, encoding))
 }
 
-/// `<cluster>-<YYYYMMDD>-<HHMMSS>.db`, UTC.
-pub fn artifact_file_name(cluster: &str, taken_at: Timestamp) -> String {
-    format!("{cluster}-{}.db", taken_at.strftime("%Y%m%d-%H%M%S"))
+/// `<cluster>-<YYYYMMDD>-<HHMMSS>.db`, UTC, with the encoding's suffix.
+pub fn artifact_file_name(cluster: &str, taken_at: Timestamp, encoding: &Encoding) -> String {
+    format!(
+        "{cluster}-{}.db{}",
+        taken_at.strftime("%Y%m%d-%H%M%S"),
+        encoding.suffix()
+    )
+}
+
+/// Whether `uri` names a snapshot artifact (as opposed to a backup
+/// destination): its name ends in `.db`, `.db.zst`, `.db.enc` or
+/// `.db.zst.enc`.
+pub fn is_snapshot_uri(uri: &str) -> bool {
+    let uri = uri.trim();
+    let uri = uri.strip_suffix(".enc").unwrap_or(uri);
+    let uri = uri.strip_suffix(".zst").unwrap_or(uri);
+    uri.ends_with(".db")
 }
 
 /// Where the record of the artifact at `artifact` is kept.
@@ -135,11 +161,26 @@ mod tests {
             "shop",
             "orders",
             time("2026-11-22T06:00:12.734Z"),
+            &Encoding::plain(),
         );
         assert_eq!(
             location.to_string(),
             "s3://dkv-backups/prod/shop/orders/orders-20261122-060012.db"
         );
+        let compressed =
+            artifact_file_name("orders", time("2026-11-22T06:00:12Z"), &Encoding::default());
+        assert_eq!(compressed, "orders-20261122-060012.db.zst");
+        for uri in [
+            &location.to_string(),
+            &compressed,
+            "x.db.zst.enc",
+            "x.db.enc",
+        ] {
+            assert!(is_snapshot_uri(uri), "{uri}");
+        }
+        for uri in ["s3://b/prefix/", "file:///backups", "x.zst", "x.json"] {
+            assert!(!is_snapshot_uri(uri), "{uri}");
+        }
         assert_eq!(
             sidecar_location(&location).to_string(),
             "s3://dkv-backups/prod/shop/orders/orders-20261122-060012.db.json"
@@ -159,6 +200,8 @@ mod tests {
             revision: 9912,
             etcd_version: "3.5.16".to_owned(),
             taken_at: time("2026-11-22T06:00:12Z"),
+            compression: None,
+            encryption_key_id: None,
         };
         let json = serde_json::to_value(&artifact).unwrap();
         assert_eq!(
@@ -196,6 +239,8 @@ mod tests {
             revision: 1,
             etcd_version: "3.5.16".to_owned(),
             taken_at: time("2026-11-22T06:00:12Z"),
+            compression: Some("zstd".to_owned()),
+            encryption_key_id: Some("0123456789abcdef".to_owned()),
         };
         write_sidecar(&store, &artifact).await.unwrap();
         assert_eq!(read_sidecar(&config, &uri).await.unwrap(), Some(artifact));

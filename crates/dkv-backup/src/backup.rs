@@ -14,6 +14,7 @@ use bytes::Bytes;
 use dkv_etcd::EtcdAdmin;
 
 use crate::artifact::{self, Artifact};
+use crate::encoding::{Encoder, Encoding};
 use crate::error::{Error, Result};
 use crate::location::Location;
 use crate::snapshot_check::SnapshotCheck;
@@ -66,6 +67,8 @@ pub struct BackupRequest {
     /// is known (and testable) before anything runs. Truncated to seconds.
     pub taken_at: Timestamp,
     pub upload: UploadOptions,
+    /// Compression and encryption of the stored snapshot.
+    pub encoding: Encoding,
 }
 
 /// What [`upload_snapshot`] stored.
@@ -76,7 +79,8 @@ pub struct Uploaded {
 }
 
 /// Takes one backup: picks a member ([`choose_snapshot_source`]), streams
-/// its snapshot to `<destination>/<namespace>/<cluster>/<cluster>-<time>.db`,
+/// its snapshot to `<destination>/<namespace>/<cluster>/<cluster>-<time>.db`
+/// (`.zst`, `.enc` added as the encoding says),
 /// writes the `.json` record beside it, and returns the [`Artifact`].
 /// Refuses to overwrite an existing artifact. On failure nothing is left
 /// in the store.
@@ -118,6 +122,7 @@ pub async fn take_backup_until(
         &source.endpoint,
         snapshot,
         request.upload,
+        &request.encoding,
         stop.as_mut(),
     )
     .await?;
@@ -129,6 +134,8 @@ pub async fn take_backup_until(
         revision: source.revision,
         etcd_version: source.etcd_version,
         taken_at,
+        compression: request.encoding.compression().map(str::to_owned),
+        encryption_key_id: request.encoding.key_id().map(str::to_owned),
     };
     if let Err(err) = artifact::write_sidecar(&store, &artifact).await {
         // An unrecorded artifact would be orphaned: no record, no retention.
@@ -163,6 +170,7 @@ async fn prepare(
         &request.namespace,
         &request.cluster,
         taken_at,
+        &request.encoding,
     );
     let store = Store::open(&location, config)?;
     if store.exists(location.path()).await? {
@@ -205,18 +213,20 @@ async fn prepare(
 }
 
 /// Streams `snapshot` (as produced by etcd, `source` naming where from)
-/// into a multipart upload at `location`, checking etcd's trailing sha256
-/// and computing the object's own. The upload is aborted on any failure,
-/// so no partial object becomes visible.
+/// into a multipart upload at `location`, encoded as `encoding` says,
+/// checking etcd's trailing sha256 and computing the stored object's own.
+/// The upload is aborted on any failure, so no partial object becomes
+/// visible.
 pub async fn upload_snapshot(
     store: &Store,
     location: &Location,
     source: &str,
     snapshot: impl Stream<Item = Result<Bytes>>,
     options: UploadOptions,
+    encoding: &Encoding,
 ) -> Result<Uploaded> {
     let never = std::pin::pin!(std::future::pending::<()>().fuse());
-    upload(store, location, source, snapshot, options, never).await
+    upload(store, location, source, snapshot, options, encoding, never).await
 }
 
 async fn upload<S: Future<Output = ()>>(
@@ -225,10 +235,12 @@ async fn upload<S: Future<Output = ()>>(
     source: &str,
     snapshot: impl Stream<Item = Result<Bytes>>,
     options: UploadOptions,
+    encoding: &Encoding,
     stop: Pin<&mut futures::future::Fuse<S>>,
 ) -> Result<Uploaded> {
     options.check()?;
     store.check_same_bucket(location)?;
+    let encoder = encoding.encoder().map_err(Error::codec(location))?;
     let path = location.path();
     let upload = store.start_multipart(path).await?;
     let mut writer = WriteMultipart::new_with_chunk_size(upload, options.part_size);
@@ -236,6 +248,7 @@ async fn upload<S: Future<Output = ()>>(
     let streamed = stream_into(
         &mut writer,
         snapshot,
+        encoder,
         &mut digest,
         store,
         location,
@@ -268,6 +281,7 @@ async fn upload<S: Future<Output = ()>>(
     })
 }
 
+/// etcd's check of what it sent, and the digest and size of what is stored.
 #[derive(Default)]
 struct Digest256 {
     sha256: Sha256,
@@ -275,9 +289,18 @@ struct Digest256 {
     size: u64,
 }
 
+impl Digest256 {
+    fn stored(&mut self, bytes: &[u8]) {
+        self.sha256.update(bytes);
+        self.size += bytes.len() as u64;
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
 async fn stream_into<S: Future<Output = ()>>(
     writer: &mut WriteMultipart,
     snapshot: impl Stream<Item = Result<Bytes>>,
+    mut encoder: Encoder,
     digest: &mut Digest256,
     store: &Store,
     location: &Location,
@@ -291,13 +314,24 @@ async fn stream_into<S: Future<Output = ()>>(
             () = stop.as_mut() => return Err(Error::Cancelled),
             chunk = snapshot.next() => chunk,
         };
-        let Some(chunk) = chunk else {
-            return Ok(());
+        let encoded = match chunk {
+            Some(chunk) => {
+                let chunk = chunk?;
+                digest.check.update(&chunk);
+                encoder.update(&chunk).map_err(Error::codec(location))?
+            }
+            None => {
+                let last = encoder.finish().map_err(Error::codec(location))?;
+                digest.stored(&last);
+                writer.put(Bytes::from(last));
+                return Ok(());
+            }
         };
-        let chunk = chunk?;
-        digest.sha256.update(&chunk);
-        digest.check.update(&chunk);
-        digest.size += chunk.len() as u64;
+        if encoded.is_empty() {
+            continue;
+        }
+        digest.stored(&encoded);
+        let chunk = Bytes::from(encoded);
         // Back-pressure: the next part only starts filling once fewer than
         // `parts_in_flight` uploads are running, which bounds memory.
         tokio::select! {
@@ -441,6 +475,7 @@ mod tests {
                 part_size: MIN_PART_SIZE,
                 parts_in_flight: 2,
             },
+            encoding: Encoding::plain(),
         }
     }
 
@@ -492,6 +527,34 @@ mod tests {
         assert!(matches!(err, Error::AlreadyExists { .. }), "{err}");
         assert_eq!(*admin.snapshots.lock().unwrap(), 1);
         assert_eq!(std::fs::read(&object).unwrap(), data);
+    }
+
+    #[tokio::test]
+    async fn a_compressed_and_encrypted_backup_decodes_to_the_snapshot_with_its_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = fake_snapshot(24 * 1024);
+        let admin = OneMember::new(data.clone());
+        let key = crate::encryption::Key::parse(&[42; 32]).unwrap();
+        let mut request = request(dir.path());
+        request.encoding = Encoding {
+            compress: true,
+            key: Some(key.clone()),
+        };
+        let artifact = take_backup(&admin, &StoreConfig::default(), &request)
+            .await
+            .unwrap();
+        let object = dir
+            .path()
+            .join("backups/shop/orders/orders-20261122-060012.db.zst.enc");
+        assert_eq!(artifact.uri, format!("file://{}", object.display()));
+        let stored = std::fs::read(&object).unwrap();
+        assert_eq!(artifact.size_bytes, stored.len() as u64);
+        assert_eq!(artifact.sha256, format!("{:x}", Sha256::digest(&stored)));
+        assert_eq!(artifact.compression.as_deref(), Some("zstd"));
+        assert_eq!(artifact.encryption_key_id.as_deref(), Some(key.id()));
+        assert!(crate::encryption::is_encrypted(&stored));
+        let keys = crate::encryption::Keyring::from(key);
+        assert_eq!(crate::encoding::decode_all(&keys, &stored).unwrap(), data);
     }
 
     #[tokio::test]

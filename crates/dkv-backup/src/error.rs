@@ -10,6 +10,9 @@
 
 use std::path::PathBuf;
 
+use crate::encoding::CodecError;
+use crate::encryption::EncryptionError;
+
 /// What the caller should do about an error.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Category {
@@ -91,6 +94,11 @@ pub enum Error {
     )]
     NoChecksum { uri: String },
 
+    /// An object that could not be encoded or decoded: a missing or wrong
+    /// key, or content that does not decrypt or decompress.
+    #[error("{uri}: {cause}")]
+    Codec { uri: String, cause: CodecError },
+
     #[error("the artifact record {uri} is unreadable: {message}")]
     BadSidecar { uri: String, message: String },
 
@@ -146,6 +154,13 @@ impl Error {
                     Category::Configuration
                 }
             }
+            Error::Codec { cause, .. } => match cause {
+                CodecError::Encryption(
+                    EncryptionError::MissingKey { .. } | EncryptionError::BadKey(_),
+                ) => Category::Configuration,
+                CodecError::Encryption(EncryptionError::Random) => Category::Transient,
+                _ => Category::Integrity,
+            },
             Error::NoHealthyMember { .. } | Error::Io { .. } | Error::Cancelled => {
                 Category::Transient
             }
@@ -155,6 +170,11 @@ impl Error {
             | Error::BadSidecar { .. }
             | Error::RestoreTool { .. } => Category::Integrity,
         }
+    }
+
+    pub(crate) fn codec(uri: impl ToString) -> impl FnOnce(CodecError) -> Self {
+        let uri = uri.to_string();
+        move |cause| Error::Codec { uri, cause }
     }
 
     pub(crate) fn io(

@@ -43,6 +43,8 @@ mod artifact;
 mod backup;
 pub mod continuous;
 pub mod credentials;
+pub mod encoding;
+pub mod encryption;
 mod error;
 mod fetch;
 mod location;
@@ -55,8 +57,8 @@ mod store;
 pub mod testing;
 
 pub use artifact::{
-    Artifact, SIDECAR_SUFFIX, artifact_file_name, artifact_location, delete_artifact, read_sidecar,
-    sidecar_location,
+    Artifact, SIDECAR_SUFFIX, artifact_file_name, artifact_location, delete_artifact,
+    is_snapshot_uri, read_sidecar, sidecar_location,
 };
 pub use backup::{
     BackupRequest, MIN_PART_SIZE, UploadOptions, Uploaded, take_backup, take_backup_until,
@@ -65,6 +67,8 @@ pub use backup::{
 pub use credentials::{
     AwsCredentials, AzureCredentials, AzureKey, Credentials, GcpCredentials, Secret,
 };
+pub use encoding::Encoding;
+pub use encryption::{Key, Keyring};
 pub use error::{Category, Error, Result, StoreErrorKind};
 pub use fetch::{Fetched, fetch_artifact};
 pub use location::{Location, Scheme};

@@ -558,6 +558,8 @@ pub async fn write_chain(
         revision,
         etcd_version: "3.5.16".to_owned(),
         taken_at,
+        compression: None,
+        encryption_key_id: None,
     };
     let dir = chain_location(continuous, name);
     let record = serde_json::to_vec(&record).unwrap_or_else(|e| panic!("{e}"));

@@ -10,7 +10,9 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::Args;
-use dkv_backup::{BackupRequest, Credentials, Location, S3Options, StoreConfig, UploadOptions};
+use dkv_backup::{
+    BackupRequest, Credentials, Encoding, Location, S3Options, StoreConfig, UploadOptions,
+};
 use dkv_etcd::{ClientTls, EtcdAdmin, GrpcAdmin, UserCredentials};
 
 use crate::cluster::naming::{CLIENT_PORT, client_service};
@@ -60,6 +62,14 @@ pub struct BackupArgs {
     /// cluster's CA as `ca.crt`).
     #[arg(long)]
     pub client_tls_dir: Option<PathBuf>,
+    /// How the snapshot is stored: `zstd` (compressed) or `none` (as etcd
+    /// produced it).
+    #[arg(long, value_enum, default_value = "zstd")]
+    pub compression: CompressionArg,
+    /// Encrypt the snapshot (AES-256-GCM) with the key in this file: 32
+    /// bytes, raw, hexadecimal or base64 (a Secret entry mounted as a file).
+    #[arg(long)]
+    pub encryption_key_file: Option<PathBuf>,
     /// etcd user to authenticate as, once the cluster has authentication
     /// on (before, the agent connects without).
     #[arg(long, env = "DKV_ETCD_USERNAME")]
@@ -137,8 +147,20 @@ pub async fn run(args: &BackupArgs) -> anyhow::Result<()> {
     }
 }
 
+/// `--compression`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum CompressionArg {
+    Zstd,
+    None,
+}
+
 async fn backup(args: &BackupArgs) -> anyhow::Result<String> {
     let destination = Location::parse(&args.destination)?;
+    let key = args
+        .encryption_key_file
+        .as_deref()
+        .map(dkv_backup::encryption::read_key_file)
+        .transpose()?;
     let tls = args
         .client_tls_dir
         .as_deref()
@@ -173,6 +195,10 @@ async fn backup(args: &BackupArgs) -> anyhow::Result<String> {
         upload: UploadOptions {
             part_size: args.part_size_mib.saturating_mul(1024 * 1024),
             parts_in_flight: args.parts_in_flight,
+        },
+        encoding: Encoding {
+            compress: args.compression == CompressionArg::Zstd,
+            key,
         },
     };
     // Job deletion or its deadline sends SIGTERM: abort the upload rather

@@ -60,6 +60,8 @@ pub struct AgentSpec {
     pub tls: Option<ClientTls>,
     pub user: Option<UserCredentials>,
     pub cut: CutSettings,
+    /// Compression and the encryption key of the bases and segments.
+    pub encoding: dkv_backup::Encoding,
 }
 
 /// A point of the recorded history.
@@ -335,6 +337,7 @@ async fn run_once(
         destination,
         endpoints: spec.endpoints.clone(),
         cut: spec.cut,
+        encoding: spec.encoding.clone(),
     };
     let recording = agent::run(&etcd, &spec.store, &settings, stop, |progress| {
         let mut report = lock_report(report);

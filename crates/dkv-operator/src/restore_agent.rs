@@ -28,6 +28,11 @@ pub struct RestoreFetchArgs {
     /// verified.
     #[arg(long)]
     pub output: PathBuf,
+    /// A directory of keys (a Secret mounted as a volume) to decrypt an
+    /// encrypted artifact with; the one whose id the artifact records is
+    /// used.
+    #[arg(long)]
+    pub decryption_keys_dir: Option<PathBuf>,
     /// A directory removed before the fetch: the restore step that follows
     /// writes there and refuses one left by an earlier attempt.
     #[arg(long)]
@@ -86,15 +91,45 @@ pub async fn fetch(args: &RestoreFetchArgs) -> anyhow::Result<()> {
         }
     }
     let config = args.store.store_config();
-    match dkv_backup::fetch_artifact(&config, &args.uri, args.sha256.as_deref(), &args.output).await
+    let keys = match args.decryption_keys_dir.as_deref() {
+        None => Ok(dkv_backup::Keyring::default()),
+        Some(dir) => dkv_backup::encryption::read_key_dir(dir),
+    };
+    let keys = match keys {
+        Ok(keys) => keys,
+        Err(err) => {
+            let message = format!("restore fetch of {}: {err}", args.uri);
+            report(&args.termination_log, &message);
+            anyhow::bail!(message);
+        }
+    };
+    match dkv_backup::fetch_artifact(
+        &config,
+        &args.uri,
+        args.sha256.as_deref(),
+        &keys,
+        &args.output,
+    )
+    .await
     {
         Ok(fetched) => {
             let message = format!(
-                "fetched {} to {} ({} bytes, sha256 {})",
+                "fetched {} to {} ({} bytes stored, sha256 {}; snapshot {} bytes{}{})",
                 args.uri,
                 fetched.path.display(),
                 fetched.size_bytes,
-                fetched.sha256
+                fetched.sha256,
+                fetched.snapshot_bytes,
+                if fetched.compressed {
+                    ", decompressed"
+                } else {
+                    ""
+                },
+                fetched
+                    .encrypted_with
+                    .as_deref()
+                    .map(|id| format!(", decrypted with key {id}"))
+                    .unwrap_or_default()
             );
             println!("{message}");
             report(&args.termination_log, &message);

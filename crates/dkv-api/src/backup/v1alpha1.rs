@@ -107,10 +107,10 @@ pub struct BackupArtifact {
     /// Where the snapshot is; a restore names it in
     /// `spec.bootstrap.restore.uri`.
     pub uri: String,
-    /// Size of the snapshot in bytes.
+    /// Size of the stored object in bytes (compressed, encrypted).
     #[serde(default)]
     pub size_bytes: i64,
-    /// Hex sha256 of the snapshot bytes, verified before any restore.
+    /// Hex sha256 of the stored object, verified before any restore.
     #[serde(default)]
     pub sha256: String,
     /// etcd revision the snapshot was taken at.
@@ -119,4 +119,11 @@ pub struct BackupArtifact {
     /// The etcd version of the member the snapshot was taken from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub etcd_version: Option<String>,
+    /// `zstd` when the snapshot is stored compressed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compression: Option<String>,
+    /// The id of the key the snapshot is encrypted with (a fingerprint of
+    /// the key, not the key); a restore needs that key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub encryption_key_id: Option<String>,
 }

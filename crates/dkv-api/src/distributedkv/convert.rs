@@ -54,6 +54,11 @@ struct PreservedBackup {
     /// edit through v1alpha1 changed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     continuous: Option<v1beta1::ContinuousBackup>,
+    /// Neither has v1alpha1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    compression: Option<v1beta1::Compression>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    encryption: Option<v1beta1::BackupEncryption>,
 }
 
 /// The v1alpha1 fields that stand for `destination` and `retention`.
@@ -90,6 +95,8 @@ impl PreservedBackup {
                 max_age: Some(format!("{days}d")),
             }),
             continuous: None,
+            compression: None,
+            encryption: None,
         }
     }
 }
@@ -101,6 +108,8 @@ pub fn backup_to_v1beta1(
 ) -> v1beta1::BackupSpec {
     let preserved = preserved.and_then(|text| serde_json::from_str::<PreservedBackup>(text).ok());
     let continuous = preserved.as_ref().and_then(|p| p.continuous.clone());
+    let compression = preserved.as_ref().and_then(|p| p.compression);
+    let encryption = preserved.as_ref().and_then(|p| p.encryption.clone());
     let PreservedBackup {
         destination,
         retention,
@@ -122,6 +131,8 @@ pub fn backup_to_v1beta1(
         retention,
         final_backup_on_delete: alpha.final_backup_on_delete,
         continuous,
+        compression,
+        encryption,
     }
 }
 
@@ -132,6 +143,8 @@ pub fn backup_to_v1alpha1(beta: &v1beta1::BackupSpec) -> (v1alpha1::BackupSpec, 
         destination: beta.destination.clone(),
         retention: beta.retention.clone(),
         continuous: beta.continuous.clone(),
+        compression: beta.compression,
+        encryption: beta.encryption.clone(),
     };
     let fields = preserved.alpha_fields();
     let alpha = v1alpha1::BackupSpec {

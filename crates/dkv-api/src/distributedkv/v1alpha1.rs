@@ -243,6 +243,34 @@ pub struct SecretReference {
     pub name: String,
 }
 
+/// Client-side encryption of backups: AES-256-GCM, with the key in a Secret.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct BackupEncryption {
+    /// The Secret (same namespace) holding the key: 32 random bytes, raw,
+    /// as 64 hexadecimal digits (`openssl rand -hex 32`) or in base64
+    /// (`openssl rand -base64 32`). Every artifact records the key's id (a
+    /// fingerprint, not the key), and a restore needs the same key: keep a
+    /// copy of it outside the cluster.
+    pub key_secret: KeySecretReference,
+}
+
+/// An entry of a Secret in the cluster's namespace.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct KeySecretReference {
+    /// Name of the Secret.
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+    /// The entry holding the key. For backups the default is `key`; for a
+    /// restore, without it every entry of the Secret is a candidate and
+    /// the one whose id an artifact records decrypts it (a Secret can keep
+    /// the old keys after a rotation).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub key: Option<String>,
+}
+
 /// A cert-manager `Issuer` (same namespace) or `ClusterIssuer`.
 #[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
 #[serde(rename_all = "camelCase")]
@@ -275,15 +303,15 @@ pub struct BootstrapSpec {
 #[serde(rename_all = "camelCase")]
 #[x_kube(
     validation = Rule::new("has(self.backupName) != has(self.uri)").message("restore needs exactly one of backupName or uri"),
-    validation = Rule::new("!has(self.pointInTime) || (has(self.uri) && !self.uri.endsWith('.db'))").message("pointInTime restores continuous backup: set uri to the source cluster's backup destination (its spec.backup.destination.uri), not to a .db snapshot or a backupName"),
-    validation = Rule::new("!has(self.sourceCluster) || (has(self.uri) && !self.uri.endsWith('.db'))").message("sourceCluster names whose continuous backup to restore: set uri to that cluster's backup destination (its spec.backup.destination.uri), not to a .db snapshot or a backupName")
+    validation = Rule::new("!has(self.pointInTime) || (has(self.uri) && !self.uri.matches('[.]db([.]zst)?([.]enc)?$'))").message("pointInTime restores continuous backup: set uri to the source cluster's backup destination (its spec.backup.destination.uri), not to a .db snapshot or a backupName"),
+    validation = Rule::new("!has(self.sourceCluster) || (has(self.uri) && !self.uri.matches('[.]db([.]zst)?([.]enc)?$'))").message("sourceCluster names whose continuous backup to restore: set uri to that cluster's backup destination (its spec.backup.destination.uri), not to a .db snapshot or a backupName")
 )]
 pub struct RestoreSource {
     /// Name of a `DistributedKVBackup` in the cluster's namespace.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backup_name: Option<String>,
     /// Either the URI of a snapshot artifact, e.g.
-    /// `s3://bucket/prefix/shop/orders/orders-20261122-060012.db` (its
+    /// `s3://bucket/prefix/shop/orders/orders-20261122-060012.db.zst` (its
     /// sha256 is read from the `.json` record dkv wrote beside it), or the
     /// source cluster's backup destination, e.g. `s3://bucket/prefix/`
     /// (its `spec.backup.destination.uri`): the cluster is then restored
@@ -313,6 +341,11 @@ pub struct RestoreSource {
     /// restored cluster numbers its revisions anew.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub point_in_time: Option<PointInTime>,
+    /// The key(s) the backup was encrypted with. Default: this cluster's
+    /// own `spec.backup.encryption`. An encrypted backup restored without
+    /// its key fails before anything is written, naming the key's id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub encryption: Option<BackupEncryption>,
 }
 
 /// A point in a source cluster's history: exactly one of `revision` or

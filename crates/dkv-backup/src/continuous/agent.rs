@@ -20,6 +20,8 @@ use super::cutter::{CutSettings, Cutter};
 use super::recorder::record;
 use crate::artifact::Artifact;
 use crate::backup::{BackupRequest, UploadOptions, take_backup};
+use crate::encoding::Encoding;
+use crate::encryption::Keyring;
 use crate::error::{Error, Result};
 use crate::location::Location;
 use crate::store::{Store, StoreConfig};
@@ -37,6 +39,9 @@ pub struct AgentSettings {
     /// Client URLs of the cluster (its client Service).
     pub endpoints: Vec<String>,
     pub cut: CutSettings,
+    /// How base snapshots and segments are stored: compressed, and
+    /// encrypted when it has a key.
+    pub encoding: Encoding,
 }
 
 /// What happened to the chain, for whoever reports the agent's state.
@@ -73,7 +78,7 @@ pub async fn run(
         settings,
         cluster_id: &cluster_id,
     };
-    let mut cutter = match resume(&store, &continuous, settings.cut, &cluster_id).await? {
+    let mut cutter = match resume(&store, &continuous, settings, &cluster_id).await? {
         Some(cutter) => cutter,
         None => start_chain(etcd, config, &recording, None, &mut report).await?,
     };
@@ -110,12 +115,16 @@ pub async fn run(
 /// the destination has no chain yet. Only the newest segment is read (the
 /// chain's links are verified when a restore plans over it), so a restart
 /// costs the same however long the chain has grown.
+///
+/// A chain whose newest segment the agent's key cannot decrypt (the key
+/// was replaced) is not continued: a new chain starts, under the new key.
 async fn resume(
     store: &Store,
     continuous: &Location,
-    cut: CutSettings,
+    settings: &AgentSettings,
     cluster_id: &str,
 ) -> Result<Option<Cutter>> {
+    let cut = settings.cut;
     let bases = read_bases(store, continuous).await?;
     let Some(newest) = bases.iter().max_by_key(|b| b.revision) else {
         return Ok(None);
@@ -134,12 +143,27 @@ async fn resume(
             running: cluster_id.to_owned(),
         });
     }
-    let last = newest_segment(store, &chain_location(continuous, &newest.chain)).await?;
+    let keys = settings
+        .encoding
+        .key
+        .clone()
+        .map(Keyring::from)
+        .unwrap_or_default();
+    let dir = chain_location(continuous, &newest.chain);
+    let last = match newest_segment(store, &dir, &keys).await {
+        Ok(last) => last,
+        Err(Error::Codec { uri, cause }) => {
+            warn!(%uri, error = %cause, "the newest segment does not decrypt with the current key; starting a new chain");
+            return Ok(None);
+        }
+        Err(err) => return Err(err),
+    };
     let now = Timestamp::now();
-    Ok(Some(match last {
+    let cutter = match last {
         Some(last) => Cutter::resume(&last, cut, now),
         None => Cutter::start(&newest.chain, newest.revision, cut, now),
-    }))
+    };
+    Ok(Some(cutter.encrypting(settings.encoding.key.clone())))
 }
 
 /// What one agent records and where: the cluster (its settings and etcd
@@ -176,6 +200,7 @@ async fn start_chain(
             seed_endpoints: settings.endpoints.clone(),
             taken_at,
             upload: UploadOptions::default(),
+            encoding: settings.encoding.clone(),
         },
     )
     .await?;
@@ -199,12 +224,10 @@ async fn start_chain(
     };
     info!(%chain, revision = base.revision, "started a continuous backup chain");
     report(Progress::ChainStarted { base, gap_after });
-    Ok(Cutter::start(
-        &chain,
-        artifact.revision,
-        settings.cut,
-        Timestamp::now(),
-    ))
+    Ok(
+        Cutter::start(&chain, artifact.revision, settings.cut, Timestamp::now())
+            .encrypting(settings.encoding.key.clone()),
+    )
 }
 
 /// In a chain's record (`base.json`), beside the snapshot's own record:
@@ -354,7 +377,13 @@ mod tests {
                 interval: Duration::from_millis(200),
                 max_segment_bytes: 4096,
             },
+            // Encrypted, as with spec.backup.encryption.
+            encoding: Encoding {
+                compress: true,
+                key: Some(crate::encryption::Key::parse(&[0x42; 32]).unwrap()),
+            },
         };
+        let keys = Keyring::from(settings.encoding.key.clone().unwrap());
 
         // First run: a chain from a full snapshot, then the writes.
         let agent = start_agent(&source.client_url, &settings);
@@ -424,7 +453,7 @@ mod tests {
         let mut segments = Vec::new();
         for base in &bases {
             segments.extend(
-                read_chain(&store, &chain_location(&continuous, &base.chain))
+                read_chain(&store, &chain_location(&continuous, &base.chain), &keys)
                     .await
                     .unwrap(),
             );
@@ -433,9 +462,20 @@ mod tests {
         let planned = plan(&built, Target::Revision(target)).unwrap();
         assert_eq!(planned.base, bases[0]);
         let snapshot = work.path().join("base.db");
-        fetch_artifact(&StoreConfig::default(), &planned.base.uri, None, &snapshot)
-            .await
-            .unwrap();
+        assert!(planned.base.uri.ends_with(".db.zst.enc"), "{planned:?}");
+        assert!(
+            segments.iter().all(|s| s.uri.ends_with(".jsonl.zst.enc")),
+            "{segments:?}"
+        );
+        fetch_artifact(
+            &StoreConfig::default(),
+            &planned.base.uri,
+            None,
+            &keys,
+            &snapshot,
+        )
+        .await
+        .unwrap();
         let restored_ip = loopback_ip(42, 1);
         let data_dir = work.path().join("restored");
         restore_member(
@@ -454,7 +494,7 @@ mod tests {
         let restored = EtcdProcess::start(&bin, "restored", &restored_ip, &data_dir, "restored");
         restored.wait_ready().await;
         let into = GrpcAdmin::new(vec![restored.client_url.clone()], Duration::from_secs(5));
-        let replayed = replay(&into, &store, &planned).await.unwrap();
+        let replayed = replay(&into, &store, &planned, &keys).await.unwrap();
         assert_eq!(replayed.source_revision, target);
         assert!(replayed.events > 0);
         assert_eq!(restored.key_values_at(0).await, at_target);
@@ -479,6 +519,7 @@ mod tests {
                 interval: Duration::from_millis(200),
                 max_segment_bytes: 4096,
             },
+            encoding: Encoding::default(),
         };
         let old = EtcdProcess::start(
             &bin,

@@ -8,7 +8,8 @@ use bytes::Bytes;
 
 use super::chain::StoredSegment;
 use super::cutter::Sealed;
-use super::segment::{self, Event, SEGMENT_SUFFIX, SegmentError};
+use super::segment::{self, ENCRYPTED_SUFFIX, Event, SEGMENT_SUFFIX, SegmentError};
+use crate::encryption::Keyring;
 use crate::error::{Error, Result};
 use crate::location::Location;
 use crate::store::Store;
@@ -29,7 +30,10 @@ pub async fn store_segment(
     chain_dir: &Location,
     sealed: &Sealed,
 ) -> Result<StoredSegment> {
-    let location = chain_dir.join(&segment::object_name(&sealed.header));
+    let location = chain_dir.join(&segment::object_name(
+        &sealed.header,
+        sealed.encoded.encrypted,
+    ));
     store
         .put_small(location.path(), Bytes::from(sealed.encoded.bytes.clone()))
         .await?;
@@ -42,16 +46,21 @@ pub async fn store_segment(
 
 /// Reads every segment of the chain in `chain_dir`, in chain order: each
 /// object's header, with the sha256 of its stored bytes. An object that is
-/// not a readable segment is an error naming it.
-pub async fn read_chain(store: &Store, chain_dir: &Location) -> Result<Vec<StoredSegment>> {
+/// not a readable segment is an error naming it. Encrypted segments are
+/// read with `keys`.
+pub async fn read_chain(
+    store: &Store,
+    chain_dir: &Location,
+    keys: &Keyring,
+) -> Result<Vec<StoredSegment>> {
     let mut out = Vec::new();
     for path in store.list(chain_dir.path()).await? {
-        if !path.as_ref().ends_with(SEGMENT_SUFFIX) {
+        if path.filename().and_then(name_parts).is_none() {
             continue;
         }
         let location = store.location(&path);
         let bytes = store.get_small(&path).await?;
-        let (header, _) = segment::decode(&bytes).map_err(|e| unreadable(&location, &e))?;
+        let (header, _) = segment::decode(&bytes, keys).map_err(|e| unreadable(&location, e))?;
         out.push(StoredSegment {
             header,
             uri: location.to_string(),
@@ -66,7 +75,11 @@ pub async fn read_chain(store: &Store, chain_dir: &Location) -> Result<Vec<Store
 /// sequence, from the object names; only that object is read), or `None`
 /// for a chain without segments. What a restarted agent resumes after: it
 /// reads one object however long the chain is.
-pub async fn newest_segment(store: &Store, chain_dir: &Location) -> Result<Option<StoredSegment>> {
+pub async fn newest_segment(
+    store: &Store,
+    chain_dir: &Location,
+    keys: &Keyring,
+) -> Result<Option<StoredSegment>> {
     let newest = store
         .list(chain_dir.path())
         .await?
@@ -81,7 +94,7 @@ pub async fn newest_segment(store: &Store, chain_dir: &Location) -> Result<Optio
     };
     let location = store.location(&path);
     let bytes = store.get_small(&path).await?;
-    let (header, _) = segment::decode(&bytes).map_err(|e| unreadable(&location, &e))?;
+    let (header, _) = segment::decode(&bytes, keys).map_err(|e| unreadable(&location, e))?;
     Ok(Some(StoredSegment {
         header,
         uri: location.to_string(),
@@ -118,6 +131,7 @@ pub async fn chain_ends(store: &Store, continuous: &Location) -> Result<Vec<(Str
 /// `(sequence, last revision)` from a segment object's name (see
 /// [`segment::object_name`]); `None` for any other object.
 fn name_parts(name: &str) -> Option<(u64, i64)> {
+    let name = name.strip_suffix(ENCRYPTED_SUFFIX).unwrap_or(name);
     let stem = name.strip_suffix(SEGMENT_SUFFIX)?;
     let mut parts = stem.split('-');
     let sequence = parts.next()?.parse().ok()?;
@@ -127,8 +141,12 @@ fn name_parts(name: &str) -> Option<(u64, i64)> {
 }
 
 /// The events of a stored segment, checked against the digest the chain
-/// recorded for it.
-pub async fn read_events(store: &Store, segment: &StoredSegment) -> Result<Vec<Event>> {
+/// recorded for it, decrypted with `keys` when encrypted.
+pub async fn read_events(
+    store: &Store,
+    segment: &StoredSegment,
+    keys: &Keyring,
+) -> Result<Vec<Event>> {
     let location = Location::parse(&segment.uri)?;
     let bytes = store.get_small(location.path()).await?;
     let actual = segment::hex_sha256(&bytes);
@@ -139,14 +157,21 @@ pub async fn read_events(store: &Store, segment: &StoredSegment) -> Result<Vec<E
             actual,
         });
     }
-    let (_, events) = segment::decode(&bytes).map_err(|e| unreadable(&location, &e))?;
+    let (_, events) = segment::decode(&bytes, keys).map_err(|e| unreadable(&location, e))?;
     Ok(events)
 }
 
-fn unreadable(location: &Location, err: &SegmentError) -> Error {
-    Error::InvalidSegment {
-        uri: location.to_string(),
-        reason: err.to_string(),
+fn unreadable(location: &Location, err: SegmentError) -> Error {
+    match err {
+        // A missing key is a configuration problem, not a damaged segment.
+        SegmentError::Codec(cause) => Error::Codec {
+            uri: location.to_string(),
+            cause,
+        },
+        err => Error::InvalidSegment {
+            uri: location.to_string(),
+            reason: err.to_string(),
+        },
     }
 }
 
@@ -192,9 +217,13 @@ mod tests {
             store_segment(&store, &chain_dir, &sealed).await.unwrap();
             cutter.stored();
         }
-        let listed = read_chain(&store, &chain_dir).await.unwrap();
+        let listed = read_chain(&store, &chain_dir, &Keyring::default())
+            .await
+            .unwrap();
         assert_eq!(listed.len(), 3);
-        let newest = newest_segment(&store, &chain_dir).await.unwrap();
+        let newest = newest_segment(&store, &chain_dir, &Keyring::default())
+            .await
+            .unwrap();
         assert_eq!(newest.as_ref(), listed.last());
         assert_eq!(
             chain_ends(&store, &continuous).await.unwrap(),
@@ -210,14 +239,16 @@ mod tests {
         assert_eq!(built[0].broken, None);
         let to_102 = plan(&built, Target::Revision(102)).unwrap();
         assert_eq!(to_102.segments.len(), 2);
-        let events = read_events(&store, &to_102.segments[1]).await.unwrap();
+        let events = read_events(&store, &to_102.segments[1], &Keyring::default())
+            .await
+            .unwrap();
         assert_eq!(events, vec![put(102, "b")]);
 
         // A segment changed in the store no longer matches its chain.
         let mut tampered = listed[1].clone();
         tampered.sha256 = "0".repeat(64);
         assert!(matches!(
-            read_events(&store, &tampered).await,
+            read_events(&store, &tampered, &Keyring::default()).await,
             Err(Error::ChecksumMismatch { .. })
         ));
     }

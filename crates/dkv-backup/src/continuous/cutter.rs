@@ -16,6 +16,7 @@ use jiff::Timestamp;
 
 use super::chain::StoredSegment;
 use super::segment::{self, EncodedSegment, Event, FORMAT, SegmentError, SegmentHeader};
+use crate::encryption::Key;
 
 /// When segments are cut (`spec.backup.continuous`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,6 +57,8 @@ pub struct Cutter {
     opened_at: Timestamp,
     /// A sealed segment not yet reported stored.
     unstored: Option<Sealed>,
+    /// Segments are encrypted with it, when there is one.
+    key: Option<Key>,
 }
 
 /// An event the chain cannot take.
@@ -80,6 +83,7 @@ impl Cutter {
             pending_bytes: 0,
             opened_at: now,
             unstored: None,
+            key: None,
         }
     }
 
@@ -96,7 +100,15 @@ impl Cutter {
             pending_bytes: 0,
             opened_at: now,
             unstored: None,
+            key: None,
         }
+    }
+
+    /// Segments sealed from now on are encrypted with `key` (none: not
+    /// encrypted).
+    pub fn encrypting(mut self, key: Option<Key>) -> Self {
+        self.key = key;
+        self
     }
 
     /// The revision a watch must start at so that nothing is missed.
@@ -159,7 +171,7 @@ impl Cutter {
             last_time: now,
             events: events.len() as u64,
         };
-        let encoded = segment::encode(&header, &events)?;
+        let encoded = segment::encode(&header, &events, self.key.as_ref())?;
         let sealed = Sealed { header, encoded };
         self.opened_at = now;
         self.unstored = Some(sealed.clone());

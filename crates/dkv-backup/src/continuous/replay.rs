@@ -11,6 +11,7 @@ use dkv_etcd::GrpcAdmin;
 use super::archive::read_events;
 use super::chain::{ReplayPlan, applies};
 use super::recorder::change_of;
+use crate::encryption::Keyring;
 use crate::error::{Error, Result};
 use crate::store::Store;
 
@@ -35,7 +36,13 @@ pub struct Replayed {
 /// few writes after it (made while it was taken). The restored cluster's
 /// own revision tells which: events up to it are already there and are
 /// skipped; a target before it cannot be reached from this base.
-pub async fn replay(etcd: &GrpcAdmin, store: &Store, plan: &ReplayPlan) -> Result<Replayed> {
+/// Encrypted segments are decrypted with `keys`.
+pub async fn replay(
+    etcd: &GrpcAdmin,
+    store: &Store,
+    plan: &ReplayPlan,
+    keys: &Keyring,
+) -> Result<Replayed> {
     let restored = etcd.current_revision().await.map_err(|cause| Error::Etcd {
         operation: "reading the restored cluster's revision",
         cause,
@@ -53,7 +60,7 @@ pub async fn replay(etcd: &GrpcAdmin, store: &Store, plan: &ReplayPlan) -> Resul
         source_revision: restored.max(plan.base.revision),
     };
     for segment in &plan.segments {
-        let changes: Vec<_> = read_events(store, segment)
+        let changes: Vec<_> = read_events(store, segment, keys)
             .await?
             .into_iter()
             .filter(|e| e.revision > restored && applies(plan, e.revision, e.received_ms))
@@ -189,7 +196,9 @@ mod tests {
         let _ = stop_tx.send(());
         recording.await.unwrap().unwrap();
 
-        let listed = read_chain(&store, &chain_dir).await.unwrap();
+        let listed = read_chain(&store, &chain_dir, &Keyring::default())
+            .await
+            .unwrap();
         assert!(
             listed.len() >= 2,
             "cut by size and time: {} segments",
@@ -220,7 +229,9 @@ mod tests {
             restored.wait_ready().await;
             let into = GrpcAdmin::new(vec![restored.client_url.clone()], Duration::from_secs(5));
             let planned = plan(&built, target).unwrap();
-            let replayed = replay(&into, &store, &planned).await.unwrap();
+            let replayed = replay(&into, &store, &planned, &Keyring::default())
+                .await
+                .unwrap();
             assert_eq!(replayed.source_revision, revision);
             let mut reader = restored.client().await;
             assert_eq!(

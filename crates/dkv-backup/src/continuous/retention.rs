@@ -9,7 +9,8 @@ use jiff::{SignedDuration, Timestamp};
 use super::agent::{BASE_RECORD, read_bases};
 use super::archive::{chain_location, newest_segment};
 use crate::artifact::delete_artifact;
-use crate::error::Result;
+use crate::encryption::Keyring;
+use crate::error::{Error, Result};
 use crate::location::Location;
 use crate::store::{Store, StoreConfig};
 
@@ -37,13 +38,27 @@ pub fn expired(chains: &[ChainAge], max_age: SignedDuration, now: Timestamp) -> 
 
 /// The chains under `continuous`, oldest first, each with the time of the
 /// newest point it reaches (its newest segment's end: one object read per
-/// chain; the base's time for a chain without segments).
-pub async fn chain_ages(store: &Store, continuous: &Location) -> Result<Vec<ChainAge>> {
+/// chain; the base's time for a chain without segments). A chain whose
+/// newest segment `keys` cannot decrypt counts as new: it is kept until
+/// its age can be read.
+pub async fn chain_ages(
+    store: &Store,
+    continuous: &Location,
+    keys: &Keyring,
+) -> Result<Vec<ChainAge>> {
     let mut out = Vec::new();
     for base in read_bases(store, continuous).await? {
-        let newest = newest_segment(store, &chain_location(continuous, &base.chain)).await?;
+        let dir = chain_location(continuous, &base.chain);
+        let newest_time = match newest_segment(store, &dir, keys).await {
+            Ok(newest) => newest.map_or(base.taken_at, |s| s.header.last_time),
+            Err(Error::Codec { uri, cause }) => {
+                tracing::warn!(%uri, error = %cause, "cannot read the age of a continuous backup chain; keeping it");
+                Timestamp::now()
+            }
+            Err(err) => return Err(err),
+        };
         out.push(ChainAge {
-            newest_time: newest.map_or(base.taken_at, |s| s.header.last_time),
+            newest_time,
             chain: base.chain,
             base_uri: base.uri,
         });
@@ -112,7 +127,9 @@ mod tests {
         let old_base = write_chain(&store, &destination, &continuous, "old", 100, at(0)).await;
         let new_base = write_chain(&store, &destination, &continuous, "new", 200, at(30)).await;
 
-        let ages = chain_ages(&store, &continuous).await.unwrap();
+        let ages = chain_ages(&store, &continuous, &Keyring::default())
+            .await
+            .unwrap();
         let names: Vec<&str> = ages.iter().map(|c| c.chain.as_str()).collect();
         assert_eq!(names, ["old", "new"]);
         assert_eq!(ages[0].newest_time, at(0));
@@ -124,7 +141,9 @@ mod tests {
 
         // The old chain, its base and the base's record are gone; the new
         // chain is whole.
-        let left = chain_ages(&store, &continuous).await.unwrap();
+        let left = chain_ages(&store, &continuous, &Keyring::default())
+            .await
+            .unwrap();
         assert_eq!(left.len(), 1);
         assert_eq!(left[0].chain, "new");
         assert!(
@@ -145,10 +164,14 @@ mod tests {
         }
         assert!(store.get_small(new_base.path()).await.is_ok());
         assert_eq!(
-            read_chain(&store, &chain_location(&continuous, "new"))
-                .await
-                .unwrap()
-                .len(),
+            read_chain(
+                &store,
+                &chain_location(&continuous, "new"),
+                &Keyring::default()
+            )
+            .await
+            .unwrap()
+            .len(),
             2
         );
     }

@@ -1,5 +1,6 @@
 //! One segment of a continuous backup: the events of a run of revisions,
-//! stored as zstd-compressed JSON Lines.
+//! stored as zstd-compressed JSON Lines, encrypted when the cluster's
+//! backups are ([`crate::encoding`]).
 //!
 //! The first line is the [`SegmentHeader`]; each following line one
 //! [`Event`]. Keys and values are base64 (etcd keys and values are bytes).
@@ -12,19 +13,19 @@
 //! last`) still moves the recoverable point in time forward: it says that
 //! nothing was written up to its `last_time`.
 
-use std::io::{BufRead as _, Read as _, Write as _};
+use std::io::BufRead as _;
 
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
 
-/// The ending of every segment object's name.
-pub const SEGMENT_SUFFIX: &str = ".jsonl.zst";
+use crate::encoding::{CodecError, Encoding, decode_all};
+use crate::encryption::{Key, Keyring};
 
-/// zstd's default level: a segment is written once per interval, so the
-/// ratio matters more than the last bit of speed, and level 3 compresses
-/// JSON Lines several hundred MB/s per core.
-const ZSTD_LEVEL: i32 = 3;
+/// The ending of every segment object's name ...
+pub const SEGMENT_SUFFIX: &str = ".jsonl.zst";
+/// ... followed by this one when the segment is encrypted.
+pub const ENCRYPTED_SUFFIX: &str = ".enc";
 
 /// The format this code writes, first in every header.
 pub const FORMAT: &str = "dkv.io/continuous-backup-segment/v1";
@@ -90,6 +91,8 @@ pub struct SegmentHeader {
 pub enum SegmentError {
     #[error("reading the segment: {0}")]
     Io(#[from] std::io::Error),
+    #[error(transparent)]
+    Codec(#[from] CodecError),
     #[error("the segment has no header line")]
     Empty,
     #[error("line {line} of the segment: {source}")]
@@ -103,36 +106,48 @@ pub enum SegmentError {
     Inconsistent(String),
 }
 
-/// A segment as stored: the compressed bytes and their sha256.
+/// A segment as stored: the encoded bytes and their sha256.
 #[derive(Debug, Clone)]
 pub struct EncodedSegment {
     pub bytes: Vec<u8>,
     pub sha256: String,
+    pub encrypted: bool,
 }
 
-/// Encodes `events` under `header` (its `events` count is set here).
-pub fn encode(header: &SegmentHeader, events: &[Event]) -> Result<EncodedSegment, SegmentError> {
+/// Encodes `events` under `header` (its `events` count is set here),
+/// encrypted with `key` when there is one.
+pub fn encode(
+    header: &SegmentHeader,
+    events: &[Event],
+    key: Option<&Key>,
+) -> Result<EncodedSegment, SegmentError> {
     let mut header = header.clone();
     header.events = events.len() as u64;
-    let mut out = zstd::stream::write::Encoder::new(Vec::new(), ZSTD_LEVEL)?;
-    // A checksum of the content in the frame: a damaged segment fails to
-    // decode even when it is the newest of its chain (the ones before it
-    // are also checked by the next segment's `previous_sha256`).
-    out.include_checksum(true)?;
-    out.write_all(&json_line(&header, 1)?)?;
+    let mut text = json_line(&header, 1)?;
     for (index, event) in events.iter().enumerate() {
-        out.write_all(&json_line(event, index + 2)?)?;
+        text.extend(json_line(event, index + 2)?);
     }
-    let bytes = out.finish()?;
+    // zstd's frame carries a checksum of the content: a damaged segment
+    // fails to decode even when it is the newest of its chain (the ones
+    // before it are also checked by the next one's `previous_sha256`).
+    let encoding = Encoding {
+        compress: true,
+        key: key.cloned(),
+    };
+    let bytes = encoding.encode_all(&text)?;
     let sha256 = hex_sha256(&bytes);
-    Ok(EncodedSegment { bytes, sha256 })
+    Ok(EncodedSegment {
+        bytes,
+        sha256,
+        encrypted: key.is_some(),
+    })
 }
 
-/// Decodes a stored segment and checks that its events fit its header:
-/// the count, every revision within `(after, last]`, in order.
-pub fn decode(bytes: &[u8]) -> Result<(SegmentHeader, Vec<Event>), SegmentError> {
-    let mut text = Vec::new();
-    zstd::stream::read::Decoder::new(bytes)?.read_to_end(&mut text)?;
+/// Decodes a stored segment (decrypting it with `keys` when it is
+/// encrypted) and checks that its events fit its header: the count, every
+/// revision within `(after, last]`, in order.
+pub fn decode(bytes: &[u8], keys: &Keyring) -> Result<(SegmentHeader, Vec<Event>), SegmentError> {
+    let text = decode_all(keys, bytes)?;
     let mut lines = text.lines();
     let first = lines.next().ok_or(SegmentError::Empty)??;
     let header: SegmentHeader =
@@ -206,10 +221,13 @@ pub fn hex_sha256(bytes: &[u8]) -> String {
 /// sequence and the revisions it covers, zero-padded so that names sort in
 /// chain order (segments without events share their revisions, never their
 /// sequence).
-pub fn object_name(header: &SegmentHeader) -> String {
+pub fn object_name(header: &SegmentHeader, encrypted: bool) -> String {
     format!(
-        "{:010}-{:020}-{:020}{SEGMENT_SUFFIX}",
-        header.sequence, header.after_revision, header.last_revision
+        "{:010}-{:020}-{:020}{SEGMENT_SUFFIX}{}",
+        header.sequence,
+        header.after_revision,
+        header.last_revision,
+        if encrypted { ENCRYPTED_SUFFIX } else { "" }
     )
 }
 
@@ -271,54 +289,81 @@ mod tests {
         let mut leased = put(103, "session", "x");
         leased.lease = 7_587_869_066_234_567;
         events.push(leased);
-        let encoded = encode(&header(100, 103), &events).unwrap();
+        let encoded = encode(&header(100, 103), &events, None).unwrap();
         assert_eq!(encoded.sha256, hex_sha256(&encoded.bytes));
-        let (read, back) = decode(&encoded.bytes).unwrap();
+        let (read, back) = decode(&encoded.bytes, &Keyring::default()).unwrap();
         assert_eq!(read.events, 4);
         assert_eq!(back, events);
     }
 
     #[test]
     fn an_empty_segment_moves_time_forward_without_events() {
-        let encoded = encode(&header(100, 100), &[]).unwrap();
-        let (read, back) = decode(&encoded.bytes).unwrap();
+        let encoded = encode(&header(100, 100), &[], None).unwrap();
+        let (read, back) = decode(&encoded.bytes, &Keyring::default()).unwrap();
         assert_eq!((read.after_revision, read.last_revision), (100, 100));
         assert!(back.is_empty());
     }
 
     #[test]
     fn events_outside_the_header_range_or_out_of_order_are_refused() {
-        let outside = encode(&header(100, 101), &[put(102, "a", "1")]).unwrap();
+        let outside = encode(&header(100, 101), &[put(102, "a", "1")], None).unwrap();
         assert!(matches!(
-            decode(&outside.bytes),
+            decode(&outside.bytes, &Keyring::default()),
             Err(SegmentError::Inconsistent(m)) if m.contains("outside (100, 101]")
         ));
-        let unordered =
-            encode(&header(100, 103), &[put(103, "a", "1"), put(102, "b", "2")]).unwrap();
+        let unordered = encode(
+            &header(100, 103),
+            &[put(103, "a", "1"), put(102, "b", "2")],
+            None,
+        )
+        .unwrap();
         assert!(matches!(
-            decode(&unordered.bytes),
+            decode(&unordered.bytes, &Keyring::default()),
             Err(SegmentError::Inconsistent(m)) if m.contains("comes after")
         ));
     }
 
     #[test]
     fn a_truncated_or_foreign_object_is_an_error_not_a_short_segment() {
-        let encoded = encode(&header(100, 102), &[put(101, "a", "1"), put(102, "b", "2")]).unwrap();
+        let encoded = encode(
+            &header(100, 102),
+            &[put(101, "a", "1"), put(102, "b", "2")],
+            None,
+        )
+        .unwrap();
         let truncated = &encoded.bytes[..encoded.bytes.len() - 12];
-        assert!(decode(truncated).is_err());
-        assert!(matches!(decode(b"not zstd"), Err(SegmentError::Io(_))));
+        assert!(decode(truncated, &Keyring::default()).is_err());
+        assert!(matches!(
+            decode(b"not zstd", &Keyring::default()),
+            Err(SegmentError::Json { .. })
+        ));
         // Any one byte damaged anywhere: the frame's checksum (or its
         // structure) gives it away; it never decodes as another segment
         // (a frame header field that does not change the content, such as
         // the window size, may still decode to the same events).
-        let original = decode(&encoded.bytes).unwrap();
+        let original = decode(&encoded.bytes, &Keyring::default()).unwrap();
         for at in 0..encoded.bytes.len() {
             let mut damaged = encoded.bytes.clone();
             damaged[at] ^= 0x55;
-            if let Ok(decoded) = decode(&damaged) {
+            if let Ok(decoded) = decode(&damaged, &Keyring::default()) {
                 assert_eq!(decoded, original, "byte {at} damaged changed the segment");
             }
         }
+    }
+
+    #[test]
+    fn an_encrypted_segment_reads_back_only_with_its_key() {
+        let key = Key::parse(&[3; 32]).unwrap();
+        let events = vec![put(101, "a", "1")];
+        let encoded = encode(&header(100, 101), &events, Some(&key)).unwrap();
+        assert!(encoded.encrypted);
+        assert!(crate::encryption::is_encrypted(&encoded.bytes));
+        let (_, back) = decode(&encoded.bytes, &Keyring::from(key.clone())).unwrap();
+        assert_eq!(back, events);
+        let other = Key::parse(&[4; 32]).unwrap();
+        let err = decode(&encoded.bytes, &Keyring::from(other)).unwrap_err();
+        assert!(err.to_string().contains(key.id()), "{err}");
+        assert!(object_name(&header(100, 101), true).ends_with(".jsonl.zst.enc"));
     }
 
     #[test]
@@ -326,7 +371,7 @@ mod tests {
         let numbered = |sequence, after, last| {
             let mut h = header(after, last);
             h.sequence = sequence;
-            object_name(&h)
+            object_name(&h, false)
         };
         let mut names = [
             numbered(3, 999, 999),

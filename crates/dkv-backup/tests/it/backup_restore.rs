@@ -11,9 +11,9 @@ use std::time::Duration;
 use bytes::Bytes;
 use dkv_backup::testing::{EtcdProcess, MotoServer, etcd_bin_dir, loopback_ip, test_key};
 use dkv_backup::{
-    Artifact, BackupRequest, Category, Error, Location, MemberRestore, RestoreTool, StoreErrorKind,
-    UploadOptions, choose_snapshot_source, delete_artifact, fetch_artifact, restore_member,
-    take_backup, upload_snapshot,
+    Artifact, BackupRequest, Category, Encoding, Error, Key, Keyring, Location, MemberRestore,
+    RestoreTool, StoreErrorKind, UploadOptions, choose_snapshot_source, delete_artifact,
+    fetch_artifact, restore_member, take_backup, upload_snapshot,
 };
 use dkv_etcd::GrpcAdmin;
 
@@ -57,6 +57,7 @@ fn request(source: &Source, destination: &str) -> BackupRequest {
         seed_endpoints: vec![source.member.client_url.clone()],
         taken_at: jiff::Timestamp::now(),
         upload: UploadOptions::default(),
+        encoding: Encoding::default(),
     }
 }
 
@@ -141,6 +142,7 @@ async fn backup_fetch_restore(minor: &str, group: u8) {
         &moto.config(),
         &artifact.uri,
         Some(&artifact.sha256),
+        &Keyring::default(),
         &dir.path().join("fetch/snapshot.db"),
     )
     .await
@@ -150,6 +152,7 @@ async fn backup_fetch_restore(minor: &str, group: u8) {
         &moto.config(),
         &artifact.uri,
         None,
+        &Keyring::default(),
         &dir.path().join("again.db"),
     )
     .await
@@ -194,9 +197,15 @@ async fn a_corrupted_artifact_is_refused_with_both_digests() {
     .unwrap();
     moto.corrupt(&key_of(&artifact), artifact.size_bytes / 2);
     let out = dir.path().join("snapshot.db");
-    let err = fetch_artifact(&moto.config(), &artifact.uri, Some(&artifact.sha256), &out)
-        .await
-        .unwrap_err();
+    let err = fetch_artifact(
+        &moto.config(),
+        &artifact.uri,
+        Some(&artifact.sha256),
+        &Keyring::default(),
+        &out,
+    )
+    .await
+    .unwrap_err();
     let text = err.to_string();
     println!("corrupted artifact: {text}");
     assert!(matches!(err, Error::ChecksumMismatch { .. }), "{text}");
@@ -209,9 +218,15 @@ async fn a_corrupted_artifact_is_refused_with_both_digests() {
     assert!(!out.exists(), "no snapshot file after a mismatch");
     assert!(!dir.path().join("snapshot.db.partial").exists());
     // Through the record beside it: refused the same way.
-    let err = fetch_artifact(&moto.config(), &artifact.uri, None, &out)
-        .await
-        .unwrap_err();
+    let err = fetch_artifact(
+        &moto.config(),
+        &artifact.uri,
+        None,
+        &Keyring::default(),
+        &out,
+    )
+    .await
+    .unwrap_err();
     assert!(matches!(err, Error::ChecksumMismatch { .. }), "{err}");
 }
 
@@ -255,9 +270,16 @@ async fn wrong_credentials_fail_clearly_without_revealing_the_secret() {
     let location = Location::parse(&format!("{}/x.db", moto.uri("p"))).unwrap();
     let store = dkv_backup::Store::open(&location, &config).unwrap();
     let stream = futures::stream::iter([Ok(Bytes::from(vec![0u8; 1024]))]);
-    let err = upload_snapshot(&store, &location, "test", stream, UploadOptions::default())
-        .await
-        .unwrap_err();
+    let err = upload_snapshot(
+        &store,
+        &location,
+        "test",
+        stream,
+        UploadOptions::default(),
+        &Encoding::default(),
+    )
+    .await
+    .unwrap_err();
     let text = err.to_string();
     println!("wrong credentials, upload: {text}");
     assert!(!text.contains(wrong_secret), "{text}");
@@ -277,6 +299,7 @@ async fn wrong_credentials_fail_clearly_without_revealing_the_secret() {
         &config,
         &location.to_string(),
         Some(&"0".repeat(64)),
+        &Keyring::default(),
         &dir.path().join("x"),
     )
     .await
@@ -312,6 +335,9 @@ async fn a_stream_broken_midway_leaves_no_object_and_no_open_upload() {
         "test",
         futures::stream::iter(chunks),
         options,
+        // Stored as they come, so that whole parts are uploaded before
+        // the break.
+        &Encoding::plain(),
     )
     .await
     .unwrap_err();
@@ -336,9 +362,15 @@ async fn a_file_destination_works_end_to_end() {
     let object = Location::parse(&artifact.uri).unwrap();
     let on_disk = std::fs::metadata(format!("/{}", object.path().as_ref())).unwrap();
     assert_eq!(on_disk.len(), artifact.size_bytes);
-    let fetched = fetch_artifact(&config, &artifact.uri, None, &dir.path().join("snap.db"))
-        .await
-        .unwrap();
+    let fetched = fetch_artifact(
+        &config,
+        &artifact.uri,
+        None,
+        &Keyring::default(),
+        &dir.path().join("snap.db"),
+    )
+    .await
+    .unwrap();
     let (keys, cluster_id) = restore_and_read("3.5", &fetched.path, dir.path(), 5).await;
     assert_eq!(keys, expected_keys(KEYS));
     assert_ne!(cluster_id, source.cluster_id);
@@ -392,6 +424,7 @@ async fn a_three_member_cluster_is_backed_up_from_a_follower() {
             seed_endpoints: seed,
             taken_at: jiff::Timestamp::now(),
             upload: UploadOptions::default(),
+            encoding: Encoding::default(),
         },
     )
     .await
@@ -408,18 +441,27 @@ async fn three_members_restored_from_one_snapshot_form_one_new_cluster() {
     let source = source_cluster("3.5", dir.path(), 7).await;
     let destination = format!("file://{}/backups", dir.path().display());
     let config = dkv_backup::StoreConfig::default();
-    let artifact = take_backup(&source.admin, &config, &request(&source, &destination))
-        .await
-        .unwrap();
-    let snapshot = fetch_artifact(
+    // Compressed and encrypted, as with spec.backup.encryption.
+    let key = Key::parse(&[0x5a; 32]).unwrap();
+    let mut request = request(&source, &destination);
+    request.encoding.key = Some(key.clone());
+    let artifact = take_backup(&source.admin, &config, &request).await.unwrap();
+    assert!(artifact.uri.ends_with(".db.zst.enc"), "{artifact:?}");
+    assert_eq!(artifact.encryption_key_id.as_deref(), Some(key.id()));
+    let fetched = fetch_artifact(
         &config,
         &artifact.uri,
         Some(&artifact.sha256),
+        &Keyring::from(key),
         &dir.path().join("snapshot.db"),
     )
     .await
-    .unwrap()
-    .path;
+    .unwrap();
+    assert!(
+        fetched.compressed && fetched.snapshot_bytes > fetched.size_bytes,
+        "{fetched:?}"
+    );
+    let snapshot = fetched.path;
 
     let bin = etcd_bin_dir("3.5");
     let tool = RestoreTool::for_version("3.5.16", &bin).unwrap();

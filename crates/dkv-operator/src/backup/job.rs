@@ -1,6 +1,7 @@
 //! The Job of one on-demand backup (pure).
 
 use dkv_api::DistributedKVBackup;
+use dkv_api::distributedkv::v1beta1::KeySecretReference;
 use k8s_openapi::api::batch::v1::Job;
 use kube::api::ObjectMeta;
 use kube::{Resource, ResourceExt};
@@ -10,7 +11,7 @@ use crate::cluster::build::cronjob::{
 };
 
 /// Where and how one backup runs, resolved from the backup and its cluster.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Resolved {
     pub cluster: String,
     pub destination: String,
@@ -21,6 +22,10 @@ pub struct Resolved {
     pub client_tls: Option<String>,
     /// The cluster has authentication on (or asks for it).
     pub auth: bool,
+    /// The cluster's `spec.backup.compression` is not `None`.
+    pub compress: bool,
+    /// The cluster's `spec.backup.encryption.keySecret`.
+    pub encryption: Option<KeySecretReference>,
 }
 
 /// Job names are label values (`job-name`): at most 63 characters.
@@ -47,6 +52,8 @@ pub fn build(backup: &DistributedKVBackup, resolved: &Resolved) -> Job {
         credentials_secret: resolved.credentials_secret.as_deref(),
         client_tls: resolved.client_tls.clone(),
         auth: resolved.auth,
+        compress: resolved.compress,
+        encryption: resolved.encryption.as_ref(),
     };
     let container = agent_container(&run);
     Job {
@@ -86,6 +93,8 @@ mod tests {
             image: "ghcr.io/dkv-io/dkv:1".into(),
             client_tls: None,
             auth: false,
+            compress: true,
+            encryption: None,
         };
         let job = build(&backup("nightly"), &resolved);
         assert_eq!(job.metadata.name.as_deref(), Some("nightly"));
@@ -123,6 +132,8 @@ mod tests {
             image: "ghcr.io/dkv-io/dkv:1".into(),
             client_tls: None,
             auth: false,
+            compress: true,
+            encryption: None,
         };
         let job = build(&backup("nightly"), &resolved);
         let pod_labels = job

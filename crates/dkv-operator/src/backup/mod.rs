@@ -28,6 +28,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use dkv_api::backup::v1alpha1::{BackupPhase, DistributedKVBackupStatus};
+use dkv_api::distributedkv::v1beta1::Compression;
 use dkv_api::{DistributedKV, DistributedKVBackup};
 use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
@@ -344,6 +345,25 @@ async fn resolve(
         .and_then(|b| b.backup_image.clone())
         .filter(|i| !i.is_empty())
         .unwrap_or_else(|| ctx.operator_image.clone());
+    let encryption = scheduled
+        .and_then(|b| b.encryption.as_ref())
+        .map(|e| e.key_secret.clone());
+    // A key that cannot be used fails the backup now, saying why, rather
+    // than leaving its pod waiting for a Secret volume.
+    if let Some(reference) = &encryption
+        && let Err(message) =
+            crate::cluster::backup_keys::read_backup_key(&ctx.client, &ns, reference)
+                .await
+                .map_err(kube_error(format!(
+                    "reading Secret {ns}/{}",
+                    reference.name
+                )))?
+    {
+        return Ok(Err(format!(
+            "spec.backup.encryption of DistributedKV {:?}: {message}",
+            backup.spec.cluster
+        )));
+    }
     Ok(Ok(Resolved {
         cluster: backup.spec.cluster.clone(),
         destination,
@@ -352,6 +372,8 @@ async fn resolve(
         client_tls: crate::cluster::tls::Sources::from_spec(cluster.spec.tls.as_ref())
             .client_secret(&backup.spec.cluster),
         auth: cluster.spec.auth.as_ref().is_some_and(|a| a.enabled),
+        compress: scheduled.and_then(|b| b.compression) != Some(Compression::None),
+        encryption,
     }))
 }
 

@@ -22,6 +22,10 @@ struct AgentArtifact {
     sha256: String,
     revision: i64,
     etcd_version: String,
+    #[serde(default)]
+    compression: Option<String>,
+    #[serde(default)]
+    encryption_key_id: Option<String>,
 }
 
 fn condition(job: &Job, type_: &str) -> bool {
@@ -71,6 +75,8 @@ pub fn of(job: &Job, pods: &[Pod]) -> Progress {
                     sha256: a.sha256,
                     revision: a.revision,
                     etcd_version: Some(a.etcd_version),
+                    compression: a.compression,
+                    encryption_key_id: a.encryption_key_id,
                 }),
                 message: None,
             },

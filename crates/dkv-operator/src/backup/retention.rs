@@ -320,9 +320,25 @@ async fn reconcile(cluster: Arc<DistributedKV>, ctx: Arc<Context>) -> Result<Act
     }
     if let (Some(max_age), Some(backup)) = (policy.max_age, cluster.spec.backup.as_ref()) {
         let secret = backup.destination.credentials_secret.clone();
-        let pruned = match store_config(&ctx.client, &ns, &secret, &mut configs).await {
-            Ok(config) => prune_chains(&config, &backup.destination.uri, &ns, &name, max_age).await,
-            Err(why) => Err(why),
+        // The ages of encrypted chains are read with every key of the
+        // cluster's key Secret; a chain none decrypts is kept.
+        let keys = match backup.encryption.as_ref() {
+            None => Ok(dkv_backup::Keyring::default()),
+            Some(e) => {
+                crate::cluster::backup_keys::read_keys(&ctx.client, &ns, &e.key_secret, None)
+                    .await
+                    .map_err(|e| e.to_string())
+                    .and_then(|keys| keys)
+            }
+        };
+        let pruned = match (
+            store_config(&ctx.client, &ns, &secret, &mut configs).await,
+            keys,
+        ) {
+            (Ok(config), Ok(keys)) => {
+                prune_chains(&config, &backup.destination.uri, &ns, &name, max_age, &keys).await
+            }
+            (Err(why), _) | (_, Err(why)) => Err(why),
         };
         match pruned {
             Ok(chains) => {
@@ -427,11 +443,12 @@ async fn prune_chains(
     namespace: &str,
     cluster: &str,
     max_age: jiff::SignedDuration,
+    keys: &dkv_backup::Keyring,
 ) -> Result<Vec<ChainAge>, String> {
     let location = dkv_backup::Location::parse(destination).map_err(|e| e.to_string())?;
     let store = dkv_backup::Store::open(&location, config).map_err(|e| e.to_string())?;
     let continuous = continuous_location(&location, namespace, cluster);
-    let ages = chain_ages(&store, &continuous)
+    let ages = chain_ages(&store, &continuous, keys)
         .await
         .map_err(|e| e.to_string())?;
     let mut deleted = Vec::new();
@@ -700,6 +717,7 @@ mod tests {
             "shop",
             "orders",
             SignedDuration::from_hours(36),
+            &dkv_backup::Keyring::default(),
         )
         .await
         .unwrap();
@@ -712,11 +730,14 @@ mod tests {
             "shop",
             "orders",
             SignedDuration::from_hours(1),
+            &dkv_backup::Keyring::default(),
         )
         .await
         .unwrap();
         assert_eq!(names(pruned), ["b"]);
-        let left = chain_ages(&store, &continuous).await.unwrap();
+        let left = chain_ages(&store, &continuous, &dkv_backup::Keyring::default())
+            .await
+            .unwrap();
         assert_eq!(names(left), ["c"]);
     }
 }

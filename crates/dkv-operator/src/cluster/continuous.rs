@@ -81,6 +81,32 @@ pub async fn ensure(
             }
         }
     };
+    let key = match &backup.encryption {
+        None => None,
+        Some(reference) => {
+            match super::backup_keys::read_backup_key(&ctx.client, &cluster.namespace, reference)
+                .await
+                .map_err(|source| Error::Read {
+                    kind: "Secret",
+                    name: reference.name.clone(),
+                    source,
+                })? {
+                Ok(key) => Some(key),
+                Err(message) => {
+                    // Recording unencrypted what the user asked to encrypt
+                    // is not an option: the agent waits for the key.
+                    ctx.agents.stop(&cluster.namespace, &cluster.name);
+                    return Ok(Some(Report {
+                        failing: Some((
+                            format!("spec.backup.encryption: {message}"),
+                            Timestamp::UNIX_EPOCH,
+                        )),
+                        ..Report::default()
+                    }));
+                }
+            }
+        }
+    };
     let mut endpoints = endpoints.to_vec();
     endpoints.sort();
     Ok(Some(ctx.agents.ensure(AgentSpec {
@@ -92,6 +118,10 @@ pub async fn ensure(
         tls: credentials.client_identity().cloned(),
         user: credentials.user().cloned(),
         cut,
+        encoding: dkv_backup::Encoding {
+            compress: backup.compress,
+            key,
+        },
     })))
 }
 
@@ -120,6 +150,7 @@ pub async fn replay(
         &cluster.namespace,
         replay,
         pending.credentials_secret.as_deref(),
+        pending.decryption_keys.as_ref(),
         &etcd,
     )
     .await?;

@@ -11,6 +11,7 @@
 pub mod apply;
 pub mod auth;
 pub mod backup_catalogue;
+pub mod backup_keys;
 pub mod build;
 pub mod ca_rotation;
 pub mod cert_manager;
@@ -477,9 +478,20 @@ async fn restore_source(
             return Ok(Some(source));
         }
         let last = dkv.status.as_ref().and_then(|s| s.last_backup.as_ref());
-        return restore::resolve_latest(&ctx.client, cluster, last, epoch)
-            .await
-            .map(Some);
+        let mut source = restore::resolve_latest(&ctx.client, cluster, last, epoch).await?;
+        // The cluster's own backups: its own key (every entry of the
+        // Secret, so that one rotated out still decrypts older backups).
+        source.decryption_keys = cluster
+            .backup
+            .as_ref()
+            .and_then(|b| b.encryption.clone())
+            .map(
+                |reference| dkv_api::distributedkv::v1beta1::KeySecretReference {
+                    key: None,
+                    ..reference
+                },
+            );
+        return Ok(Some(source));
     }
     let Some(wanted) = &cluster.restore else {
         return Ok(None);
@@ -489,9 +501,11 @@ async fn restore_source(
     }
     match statefulset {
         Some(sts) => Ok(restore::from_statefulset(sts)),
-        None => restore::resolve(&ctx.client, &cluster.namespace, wanted)
-            .await
-            .map(Some),
+        None => {
+            let mut source = restore::resolve(&ctx.client, &cluster.namespace, wanted).await?;
+            source.decryption_keys = wanted.decryption_keys.clone();
+            Ok(Some(source))
+        }
     }
 }
 

@@ -27,13 +27,13 @@
 //! operator, `OnDelete`, so running members are not disturbed).
 
 use dkv_api::backup::v1alpha1::BackupPhase;
-use dkv_api::distributedkv::v1beta1::BackupArtifactRef;
+use dkv_api::distributedkv::v1beta1::{BackupArtifactRef, KeySecretReference};
 use dkv_api::{DistributedKV, DistributedKVBackup};
 use dkv_backup::continuous::agent::read_bases;
 use dkv_backup::continuous::archive::{chain_location, continuous_location, read_chain};
 use dkv_backup::continuous::chain::{PlanError, Target, chains, plan};
 use dkv_backup::continuous::replay::Replayed;
-use dkv_backup::{Location, Store, StoreConfig};
+use dkv_backup::{Keyring, Location, Store, StoreConfig};
 use dkv_etcd::GrpcAdmin;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Secret;
@@ -41,6 +41,7 @@ use kube::Api;
 use kube::Client;
 use serde::{Deserialize, Serialize};
 
+use super::backup_keys;
 use super::error::{Error, Result};
 use super::validate::{ContinuousSource, RestoreRef, ValidatedCluster, ValidatedRestore};
 
@@ -82,6 +83,10 @@ pub struct ResolvedRestore {
     /// once the members have formed from the base snapshot (`uri`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replay: Option<Replay>,
+    /// The Secret (and entry, or every entry) with the keys of an
+    /// encrypted backup.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decryption_keys: Option<KeySecretReference>,
 }
 
 /// The second half of a restore from continuous backup: the changes the
@@ -123,6 +128,7 @@ pub async fn resolve(
                 credentials_secret: restore.credentials_secret.clone(),
                 epoch: None,
                 replay: None,
+                decryption_keys: None,
             });
         }
         RestoreRef::Continuous(source) => {
@@ -168,6 +174,7 @@ async fn resolve_continuous(
     .await?;
     let destination = parse_destination(&source.destination)?;
     let continuous = continuous_location(&destination, &source.namespace, &source.cluster);
+    let keys = restore_keys(client, namespace, restore.decryption_keys.as_ref()).await?;
     let bases = read_bases(&store, &continuous)
         .await
         .map_err(|e| store_failure(&source.destination, &e))?;
@@ -175,7 +182,7 @@ async fn resolve_continuous(
     for base in &bases {
         let chain_dir = chain_location(&continuous, &base.chain);
         segments.extend(
-            read_chain(&store, &chain_dir)
+            read_chain(&store, &chain_dir, &keys)
                 .await
                 .map_err(|e| store_failure(&source.destination, &e))?,
         );
@@ -224,6 +231,7 @@ async fn resolve_continuous(
                 _ => None,
             },
         }),
+        decryption_keys: restore.decryption_keys.clone(),
     })
 }
 
@@ -236,9 +244,11 @@ pub async fn replay(
     namespace: &str,
     replay: &Replay,
     credentials_secret: Option<&str>,
+    decryption_keys: Option<&KeySecretReference>,
     etcd: &GrpcAdmin,
 ) -> Result<Replayed> {
     let store = open_store(client, namespace, &replay.destination, credentials_secret).await?;
+    let keys = restore_keys(client, namespace, decryption_keys).await?;
     let destination = parse_destination(&replay.destination)?;
     let continuous = continuous_location(&destination, &replay.namespace, &replay.cluster);
     let failed = |e: &dkv_backup::Error| store_failure(&replay.destination, e);
@@ -254,7 +264,7 @@ pub async fn replay(
             ),
             waiting: false,
         })?;
-    let segments = read_chain(&store, &chain_location(&continuous, &base.chain))
+    let segments = read_chain(&store, &chain_location(&continuous, &base.chain), &keys)
         .await
         .map_err(|e| failed(&e))?;
     let target = match (replay.until_revision, replay.until_time) {
@@ -270,9 +280,33 @@ pub async fn replay(
             ),
             waiting: false,
         })?;
-    dkv_backup::continuous::replay::replay(etcd, &store, &planned)
+    dkv_backup::continuous::replay::replay(etcd, &store, &planned, &keys)
         .await
         .map_err(|e| failed(&e))
+}
+
+/// The keys of an encrypted backup, from the Secret `reference` names
+/// (none without one: an encrypted segment is then refused, naming its
+/// key's id).
+async fn restore_keys(
+    client: &Client,
+    namespace: &str,
+    reference: Option<&KeySecretReference>,
+) -> Result<Keyring> {
+    let Some(reference) = reference else {
+        return Ok(Keyring::default());
+    };
+    let keys = backup_keys::read_keys(client, namespace, reference, reference.key.as_deref())
+        .await
+        .map_err(|source| Error::Read {
+            kind: "Secret",
+            name: reference.name.clone(),
+            source,
+        })?;
+    keys.map_err(|message| Error::RestoreSource {
+        message: format!("spec.bootstrap.restore.encryption: {message}"),
+        waiting: true,
+    })
 }
 
 /// The store a restore reads, with the credentials `secret` holds.
@@ -402,6 +436,7 @@ pub fn resolve_backup(
         credentials_secret,
         epoch: None,
         replay: None,
+        decryption_keys: None,
     })
 }
 
@@ -437,6 +472,7 @@ pub async fn resolve_latest(
     let wanted = ValidatedRestore {
         source: RestoreRef::Backup(last.name.clone()),
         credentials_secret: credentials_secret.clone(),
+        decryption_keys: None,
     };
     let mut source =
         resolve_backup(&last.name, record.as_ref(), &wanted).unwrap_or_else(|_| ResolvedRestore {
@@ -446,6 +482,7 @@ pub async fn resolve_latest(
             credentials_secret,
             epoch: None,
             replay: None,
+            decryption_keys: None,
         });
     source.epoch = Some(epoch);
     Ok(source)
@@ -522,6 +559,7 @@ mod tests {
         ValidatedRestore {
             source: RestoreRef::Backup("orders-manual".to_owned()),
             credentials_secret: secret.map(str::to_owned),
+            decryption_keys: None,
         }
     }
 
@@ -543,6 +581,8 @@ mod tests {
                 size_bytes: 10,
                 sha256: "ab".repeat(32),
                 revision: 7,
+                compression: None,
+                encryption_key_id: None,
                 etcd_version: Some("3.5.16".to_owned()),
             }),
             ..DistributedKVBackupStatus::default()
@@ -568,6 +608,7 @@ mod tests {
                 credentials_secret: Some("writer-creds".to_owned()),
                 epoch: None,
                 replay: None,
+                decryption_keys: None,
             }
         );
         let explicit = resolve_backup(
@@ -617,6 +658,10 @@ mod tests {
                 chain: "20261125T200000Z-r00000000000000000042".to_owned(),
                 until_revision: None,
                 until_time: Some(jiff::Timestamp::UNIX_EPOCH),
+            }),
+            decryption_keys: Some(KeySecretReference {
+                name: "backup-key".to_owned(),
+                key: None,
             }),
         };
         let mut sts = StatefulSet::default();

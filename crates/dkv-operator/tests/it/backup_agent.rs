@@ -74,10 +74,16 @@ async fn backup_then_fetch_and_restore_through_the_binary() {
     let source_cluster = member.wait_ready().await.cluster_id;
 
     let termination_log = dir.path().join("termination-log");
-    let out = dkv(
-        &backup_args(&member, &moto.uri("prod"), &termination_log),
-        &moto.env(),
-    );
+    // Encrypted with a key from a file, as a Secret volume provides it.
+    let keys = dir.path().join("keys");
+    std::fs::create_dir_all(&keys).unwrap();
+    std::fs::write(keys.join("key"), format!("{}\n", "c3".repeat(32))).unwrap();
+    let mut args = backup_args(&member, &moto.uri("prod"), &termination_log);
+    args.push(format!(
+        "--encryption-key-file={}",
+        keys.join("key").display()
+    ));
+    let out = dkv(&args, &moto.env());
     assert!(
         out.status.success(),
         "dkv backup failed: {}",
@@ -102,32 +108,42 @@ async fn backup_then_fetch_and_restore_through_the_binary() {
     let stderr = text(&out.stderr);
     assert!(!stderr.contains(&moto.secret_access_key), "{stderr}");
 
+    assert!(reported.uri.ends_with(".db.zst.enc"), "{reported:?}");
+    let key_id = reported.encryption_key_id.clone().unwrap();
+
     // The restore init steps: fetch (verified through the .json record),
-    // then this member's data directory.
+    // then this member's data directory. Without the key: refused, naming it.
     let snapshot = dir.path().join("restore/snapshot.db");
     let fetch_log = dir.path().join("fetch-log");
-    let out = dkv(
-        &[
+    let fetch = |keys_dir: Option<&Path>| {
+        let mut args = vec![
             "restore-fetch".to_owned(),
             format!("--uri={}", reported.uri),
             format!("--output={}", snapshot.display()),
             format!("--termination-log={}", fetch_log.display()),
-        ],
-        &moto.env(),
-    );
+        ];
+        if let Some(dir) = keys_dir {
+            args.push(format!("--decryption-keys-dir={}", dir.display()));
+        }
+        dkv(&args, &moto.env())
+    };
+    let out = fetch(None);
+    assert!(!out.status.success());
+    let refused = std::fs::read_to_string(&fetch_log).unwrap();
+    assert!(refused.contains(&key_id), "{refused}");
+    assert!(!snapshot.exists());
+    let out = fetch(Some(&keys));
     assert!(
         out.status.success(),
         "restore-fetch failed: {}",
         text(&out.stderr)
     );
-    assert_eq!(
-        std::fs::metadata(&snapshot).unwrap().len(),
-        reported.size_bytes
-    );
+    // Decompressed: larger than what was stored.
+    assert!(std::fs::metadata(&snapshot).unwrap().len() > reported.size_bytes);
+    let fetched = std::fs::read_to_string(&fetch_log).unwrap();
     assert!(
-        std::fs::read_to_string(&fetch_log)
-            .unwrap()
-            .contains(&reported.sha256)
+        fetched.contains(&reported.sha256) && fetched.contains(&key_id),
+        "{fetched}"
     );
 
     let ip = loopback_ip(11, 1);

@@ -140,6 +140,7 @@ async fn an_on_demand_backup_lands_in_the_bucket_and_restores_the_same_keys() {
         &moto.config(),
         &artifact.uri,
         Some(&artifact.sha256),
+        &dkv_backup::Keyring::default(),
         &dir.path().join("snapshot.db"),
     )
     .await

@@ -19,6 +19,7 @@ mod cluster_on_kube_local;
 mod continuous_backup_on_kube_local;
 mod conversion_on_kube_local;
 mod crd;
+mod encrypted_backup_on_kube_local;
 mod examples;
 mod faults_on_kube_local;
 mod hardened_pods_on_kube_local;

@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 
 use dkv_api::DistributedKV;
+use dkv_api::distributedkv::v1beta1::KeySecretReference;
 use dkv_operator::cluster::build::{self, Prepared};
 use dkv_operator::cluster::plan::{self, Plan};
 use dkv_operator::cluster::validate::{self, Defaults, Facts, ValidatedCluster};
@@ -747,6 +748,10 @@ fn a_cluster_restored_from_a_backup_fetches_verifies_and_restores_before_member_
             credentials_secret: Some("s3-creds".to_owned()),
             epoch: None,
             replay: None,
+            decryption_keys: Some(KeySecretReference {
+                name: "backup-key".to_owned(),
+                key: None,
+            }),
         };
         plan.restore = Some(source.clone());
         let sts = build::build(&cluster, &plan).statefulset;
@@ -770,6 +775,25 @@ fn a_cluster_restored_from_a_backup_fetches_verifies_and_restores_before_member_
         );
         assert!(args.contains(&"--output=/var/lib/etcd/dkv-restore/snapshot.db".to_owned()));
         assert!(args.contains(&"--clear=/var/lib/etcd/dkv-restore/data".to_owned()));
+        assert!(
+            args.contains(&"--decryption-keys-dir=/var/run/dkv/restore-keys".to_owned()),
+            "{args:?}"
+        );
+        let keys = pod
+            .volumes
+            .iter()
+            .flatten()
+            .find(|v| v.name == "restore-keys")
+            .and_then(|v| v.secret.as_ref())
+            .unwrap();
+        assert_eq!(keys.secret_name.as_deref(), Some("backup-key"));
+        assert!(
+            fetch
+                .volume_mounts
+                .iter()
+                .flatten()
+                .any(|m| m.name == "restore-keys" && m.read_only == Some(true))
+        );
         let secret = fetch.env_from.as_ref().unwrap()[0]
             .secret_ref
             .as_ref()

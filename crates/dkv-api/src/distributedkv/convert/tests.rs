@@ -87,9 +87,23 @@ fn beta_backup() -> impl Strategy<Value = Value> {
             option::of("[1-9][0-9]{0,2}s"),
             option::of("[1-9][0-9]{0,2}Mi"),
         )),
+        (
+            option::of(prop_oneof![
+                Just(v1beta1::Compression::Zstd),
+                Just(v1beta1::Compression::None)
+            ]),
+            option::of(("[a-z]{1,8}", option::of("[a-z]{1,8}"))),
+        ),
     )
         .prop_map(
-            |(uri, secret, (schedule, image, final_backup), retention, continuous)| {
+            |(
+                uri,
+                secret,
+                (schedule, image, final_backup),
+                retention,
+                continuous,
+                (compression, encryption),
+            )| {
                 let backup = v1beta1::BackupSpec {
                     destination: v1beta1::BackupDestination {
                         uri,
@@ -108,6 +122,10 @@ fn beta_backup() -> impl Strategy<Value = Value> {
                             interval,
                             max_segment_bytes: max_bytes.map(Quantity),
                         }
+                    }),
+                    compression,
+                    encryption: encryption.map(|(name, key)| v1beta1::BackupEncryption {
+                        key_secret: v1beta1::KeySecretReference { name, key },
                     }),
                 };
                 serde_json::to_value(backup).unwrap_or_default()
@@ -268,11 +286,13 @@ fn an_edit_through_v1alpha1_wins_over_the_annotation() {
 }
 
 #[test]
-fn continuous_backup_survives_an_edit_through_v1alpha1() {
+fn continuous_backup_compression_and_encryption_survive_an_edit_through_v1alpha1() {
     let beta = beta_with(json!({
         "destination": {"uri": "s3://bucket/dkv/"},
         "schedule": "@daily",
         "continuous": {"enabled": true, "interval": "30s", "maxSegmentBytes": "8Mi"},
+        "compression": "None",
+        "encryption": {"keySecret": {"name": "backup-key"}},
     }));
     let mut alpha = convert(&beta, V1ALPHA1).unwrap_or_else(|e| panic!("{e}"));
     assert!(alpha["spec"]["backup"].get("continuous").is_none());
@@ -284,6 +304,8 @@ fn continuous_backup_survives_an_edit_through_v1alpha1() {
             "destination": {"uri": "s3://other/dkv/"},
             "schedule": "@daily",
             "continuous": {"enabled": true, "interval": "30s", "maxSegmentBytes": "8Mi"},
+            "compression": "None",
+            "encryption": {"keySecret": {"name": "backup-key"}},
         })
     );
 }

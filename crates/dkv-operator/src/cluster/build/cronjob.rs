@@ -11,7 +11,8 @@ use kube::api::ObjectMeta;
 use super::node_directory;
 use super::{child_meta, security};
 use crate::cluster::validate::ValidatedCluster;
-use crate::cluster::{auth, naming, tls};
+use crate::cluster::{auth, backup_keys, naming, tls};
+use dkv_api::distributedkv::v1beta1::KeySecretReference;
 
 /// What one run of the backup agent needs.
 pub struct AgentRun<'a> {
@@ -25,6 +26,10 @@ pub struct AgentRun<'a> {
     /// The cluster has (or will have) authentication on: the agent gets the
     /// root credentials from their Secret.
     pub auth: bool,
+    /// `spec.backup.compression` is not `None`.
+    pub compress: bool,
+    /// `spec.backup.encryption.keySecret`: the agent gets the key as a file.
+    pub encryption: Option<&'a KeySecretReference>,
 }
 
 /// `app.kubernetes.io/name` of backup agent pods.
@@ -59,6 +64,15 @@ pub fn agent_container(run: &AgentRun<'_>) -> Container {
     ];
     if run.client_tls.is_some() {
         args.push(format!("--client-tls-dir={}", tls::CLIENT_TLS_DIR));
+    }
+    if !run.compress {
+        args.push("--compression=none".to_owned());
+    }
+    if run.encryption.is_some() {
+        args.push(format!(
+            "--encryption-key-file={}",
+            backup_keys::BACKUP_KEY_FILE
+        ));
     }
     Container {
         name: "backup".to_owned(),
@@ -100,6 +114,7 @@ pub fn agent_container(run: &AgentRun<'_>) -> Container {
                 .as_ref()
                 .map(|_| tls::client_mount())
                 .into_iter()
+                .chain(run.encryption.map(|_| backup_keys::backup_key_mount()))
                 .chain(
                     node_directory::of_destination(run.destination)
                         .map(|dir| node_directory::mount(&dir, true)),
@@ -118,6 +133,7 @@ pub fn agent_volumes(run: &AgentRun<'_>) -> Option<Vec<Volume>> {
         .as_deref()
         .map(tls::client_volume)
         .into_iter()
+        .chain(run.encryption.map(backup_keys::backup_key_volume))
         .chain(
             node_directory::of_destination(run.destination)
                 .map(|dir| node_directory::volume(&dir, true)),
@@ -166,6 +182,8 @@ pub fn build(cluster: &ValidatedCluster) -> Option<CronJob> {
         credentials_secret: backup.credentials_secret.as_deref(),
         client_tls: cluster.tls_sources.client_secret(&cluster.name),
         auth: cluster.auth,
+        compress: backup.compress,
+        encryption: backup.encryption.as_ref(),
     };
     let container = agent_container(&run);
 

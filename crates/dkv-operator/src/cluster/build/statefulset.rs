@@ -39,8 +39,8 @@ use crate::cluster::plan::{BOOTSTRAP_SIZE_ANNOTATION, Plan};
 use crate::cluster::restore::{
     self, FETCH_CONTAINER, RESTORE_CONTAINER, ResolvedRestore, SNAPSHOT_FILE, STAGING_DIR,
 };
-use crate::cluster::tls;
 use crate::cluster::validate::ValidatedCluster;
+use crate::cluster::{backup_keys, tls};
 use crate::etcd_version::EtcdVersion;
 
 pub const DATA_VOLUME: &str = "data";
@@ -163,6 +163,14 @@ fn pod_template(cluster: &ValidatedCluster, plan: &Plan) -> PodTemplateSpec {
         .and_then(|source| node_directory::of_artifact(&source.uri))
     {
         volumes.push(node_directory::volume(&dir, false));
+    }
+    // The keys of an encrypted backup, for the fetch step.
+    if let Some(reference) = plan
+        .restore
+        .as_ref()
+        .and_then(|source| source.decryption_keys.as_ref())
+    {
+        volumes.push(backup_keys::restore_keys_volume(reference));
     }
 
     PodTemplateSpec {
@@ -288,6 +296,12 @@ fn fetch_container(cluster: &ValidatedCluster, source: &ResolvedRestore) -> Cont
     if let Some(sha) = &source.sha256 {
         args.push(format!("--sha256={sha}"));
     }
+    if source.decryption_keys.is_some() {
+        args.push(format!(
+            "--decryption-keys-dir={}",
+            backup_keys::RESTORE_KEYS_DIR
+        ));
+    }
     Container {
         name: FETCH_CONTAINER.to_owned(),
         image: Some(cluster.operator_image.clone()),
@@ -307,6 +321,12 @@ fn fetch_container(cluster: &ValidatedCluster, source: &ResolvedRestore) -> Cont
                 .chain(
                     node_directory::of_artifact(&source.uri)
                         .map(|dir| node_directory::mount(&dir, false)),
+                )
+                .chain(
+                    source
+                        .decryption_keys
+                        .as_ref()
+                        .map(|_| backup_keys::restore_keys_mount()),
                 )
                 .collect(),
         ),

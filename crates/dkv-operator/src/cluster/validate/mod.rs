@@ -17,7 +17,9 @@ mod version;
 use std::collections::BTreeMap;
 use std::fmt;
 
-use dkv_api::distributedkv::v1beta1::{PodOverrides, ReclaimPolicy};
+use dkv_api::distributedkv::v1beta1::{
+    Compression, KeySecretReference, PodOverrides, ReclaimPolicy,
+};
 use dkv_api::{DistributedKV, DistributedKVSpec, labels};
 use dkv_backup::RetentionPolicy;
 use dkv_backup::continuous::chain::Target;
@@ -114,6 +116,10 @@ pub struct ValidatedBackup {
     pub final_backup_on_delete: bool,
     /// `spec.backup.continuous` when on: how the agent cuts segments.
     pub continuous: Option<CutSettings>,
+    /// `spec.backup.compression` is not `None`.
+    pub compress: bool,
+    /// `spec.backup.encryption.keySecret`.
+    pub encryption: Option<KeySecretReference>,
 }
 
 /// Where a cluster created from a backup gets its data.
@@ -124,6 +130,10 @@ pub struct ValidatedRestore {
     /// `spec.backup.credentialsSecret`; `None` lets the backup record's own
     /// destination name it.
     pub credentials_secret: Option<String>,
+    /// Where the keys of an encrypted backup are:
+    /// `spec.bootstrap.restore.encryption.keySecret`, else the cluster's
+    /// `spec.backup.encryption.keySecret` (every entry of it).
+    pub decryption_keys: Option<KeySecretReference>,
 }
 
 /// The backup a restore names.
@@ -148,14 +158,15 @@ pub struct ContinuousSource {
 }
 
 /// Whether `restore` reads continuous backup: it names a point or a source
-/// cluster, or its `uri` is a destination rather than a `.db` snapshot.
+/// cluster, or its `uri` is a destination rather than a snapshot
+/// (`.db`, `.db.zst`, with `.enc` when encrypted).
 fn continuous_restore(restore: &dkv_api::distributedkv::v1beta1::RestoreSource) -> bool {
     restore.point_in_time.is_some()
         || restore.source_cluster.is_some()
         || restore
             .uri
             .as_deref()
-            .is_some_and(|uri| !uri.trim().ends_with(".db"))
+            .is_some_and(|uri| !dkv_backup::is_snapshot_uri(uri))
 }
 
 /// etcd flags derived from `spec.etcd`, defaults applied.
@@ -403,6 +414,8 @@ fn check_spec(
                 .filter(|s| !s.is_empty()),
             final_backup_on_delete: backup.final_backup_on_delete.unwrap_or(false),
             continuous: backup::continuous_settings(backup.continuous.as_ref(), problems),
+            compress: backup.compression != Some(Compression::None),
+            encryption: backup.encryption.as_ref().map(|e| e.key_secret.clone()),
         }
     });
 
@@ -469,6 +482,19 @@ fn check_spec(
                     .clone()
                     .or_else(|| backup.as_ref().and_then(|b| b.credentials_secret.clone()))
                     .filter(|s| !s.is_empty()),
+                decryption_keys: restore
+                    .encryption
+                    .as_ref()
+                    .map(|e| e.key_secret.clone())
+                    .or_else(|| {
+                        backup
+                            .as_ref()
+                            .and_then(|b| b.encryption.clone())
+                            .map(|reference| KeySecretReference {
+                                key: None,
+                                ..reference
+                            })
+                    }),
             })
         });
 

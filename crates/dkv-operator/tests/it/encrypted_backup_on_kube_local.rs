@@ -1,0 +1,283 @@
+//! Encrypted, compressed backups end to end, on kube-local with real etcd,
+//! the operator in-process and a real S3 server (moto): a cluster with
+//! `spec.backup.encryption` stores its on-demand snapshot and its
+//! continuous backup only as ciphertext (no value it holds appears in any
+//! stored object); a restore without the key, or with another key, fails
+//! before any etcd starts and names the key it needs; with the key, both a
+//! snapshot restore and a restore from continuous backup hold exactly the
+//! source's keys.
+
+use std::time::{Duration, Instant};
+
+use dkv_api::DistributedKVBackup;
+use dkv_api::conditions::{reasons, types};
+use dkv_backup::testing::{MotoServer, test_key};
+use dkv_backup::{Key, Location, Store};
+use kube::api::{Api, PostParams};
+use serde_json::json;
+
+use dkv_test_support as support;
+
+use support::backups::{create_secret, wait_backup_completed};
+use support::etcd_cluster::{
+    condition_message, condition_reason, connect, member_endpoints, put_retrying, wait_for,
+    wait_settled,
+};
+
+const NS: &str = "encrypted";
+const IMAGE: &str = "registry.k8s.io/etcd:3.5.16-0";
+const KEYS: usize = 200;
+/// The key, as `openssl rand -hex 32` prints it.
+const KEY_HEX: &str = "6b2f0c3e9a41d5877e0f1b2c3d4e5f60718293a4b5c6d7e8f90112233445566a";
+const OTHER_KEY_HEX: &str = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
+
+/// Every key under `/dkv-test/` of `cluster`, in order.
+async fn test_keys(client: &kube::Client, cluster: &str) -> Vec<(String, String)> {
+    let started = Instant::now();
+    loop {
+        if let Some(mut etcd) = connect(member_endpoints(client, NS, cluster).await).await
+            && let Ok(response) = etcd
+                .get(
+                    "/dkv-test/",
+                    Some(etcd_client::GetOptions::new().with_prefix()),
+                )
+                .await
+        {
+            return response
+                .kvs()
+                .iter()
+                .map(|kv| {
+                    (
+                        String::from_utf8_lossy(kv.key()).into_owned(),
+                        String::from_utf8_lossy(kv.value()).into_owned(),
+                    )
+                })
+                .collect();
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "{cluster} did not answer"
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+/// Waits until the continuous backup of `cluster` has stored `revision`.
+async fn wait_stored(store: &Store, destination: &Location, cluster: &str, revision: i64) {
+    let continuous = dkv_backup::continuous::archive::continuous_location(destination, NS, cluster);
+    let started = Instant::now();
+    loop {
+        let ends = dkv_backup::continuous::archive::chain_ends(store, &continuous)
+            .await
+            .unwrap_or_default();
+        if ends.iter().any(|(_, last)| *last >= revision) {
+            return;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "continuous backup of {cluster} did not reach revision {revision}: {ends:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+async fn wait_restore_refused(dkvs: &Api<dkv_api::DistributedKV>, name: &str) -> String {
+    wait_for(dkvs, name, "Degraded/RestoreFailed", |d| {
+        condition_reason(d, types::DEGRADED, "True").as_deref() == Some(reasons::RESTORE_FAILED)
+    })
+    .await;
+    condition_message(
+        &dkvs.get(name).await.unwrap(),
+        types::DEGRADED,
+        Some("True"),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn encrypted_backups_restore_only_with_their_key() {
+    let moto = MotoServer::start("dkv-encrypted");
+    let (_env, client, operator) = support::running_operator(NS).await;
+    create_secret(&client, NS, "s3-creds", moto.env()).await;
+    create_secret(
+        &client,
+        NS,
+        "vault-key",
+        vec![("key".to_owned(), KEY_HEX.to_owned())],
+    )
+    .await;
+    create_secret(
+        &client,
+        NS,
+        "other-key",
+        vec![("key".to_owned(), OTHER_KEY_HEX.to_owned())],
+    )
+    .await;
+    let key_id = Key::parse(KEY_HEX.as_bytes()).unwrap().id().to_owned();
+    let uri = moto.uri("vault");
+    let dkvs = support::create_cluster(
+        &client,
+        NS,
+        "vault",
+        1,
+        IMAGE,
+        json!({"backup": {
+            "destination": {"uri": uri, "credentialsSecret": "s3-creds"},
+            "schedule": "0 0 1 1 *",
+            "continuous": {"enabled": true, "interval": "1s"},
+            "encryption": {"keySecret": {"name": "vault-key"}}
+        }}),
+    )
+    .await;
+    wait_settled(&dkvs, "vault", 1).await;
+    let mut etcd = connect(member_endpoints(&client, NS, "vault").await)
+        .await
+        .unwrap();
+    for i in 0..KEYS {
+        let (key, value) = test_key(i);
+        put_retrying(&mut etcd, &key, &value).await;
+    }
+    let revision = etcd
+        .get("/dkv-test/", None)
+        .await
+        .unwrap()
+        .header()
+        .map(|h| h.revision())
+        .unwrap();
+    let expected: Vec<(String, String)> = (0..KEYS).map(test_key).collect();
+    let destination = Location::parse(&uri).unwrap();
+    let store = Store::open(&destination, &moto.config()).unwrap();
+    wait_stored(&store, &destination, "vault", revision).await;
+
+    // An on-demand snapshot: compressed, encrypted, the key's id recorded.
+    let backups: Api<DistributedKVBackup> = Api::namespaced(client.clone(), NS);
+    let backup: DistributedKVBackup = serde_json::from_value(json!({
+        "apiVersion": "dkv.io/v1alpha1", "kind": "DistributedKVBackup",
+        "metadata": {"name": "vault-manual", "namespace": NS},
+        "spec": {"cluster": "vault"}
+    }))
+    .unwrap();
+    backups
+        .create(&PostParams::default(), &backup)
+        .await
+        .unwrap();
+    let artifact = wait_backup_completed(&backups, "vault-manual")
+        .await
+        .status
+        .unwrap()
+        .artifact
+        .unwrap();
+    assert!(artifact.uri.ends_with(".db.zst.enc"), "{artifact:?}");
+    assert_eq!(artifact.compression.as_deref(), Some("zstd"));
+    assert_eq!(artifact.encryption_key_id.as_deref(), Some(key_id.as_str()));
+
+    // Nothing the cluster holds is readable in the bucket: not in the
+    // snapshots, not in the segments.
+    let listing = moto.list();
+    let (segments, snapshots) = (
+        listing
+            .objects
+            .iter()
+            .filter(|o| o.ends_with(".jsonl.zst.enc"))
+            .count(),
+        listing
+            .objects
+            .iter()
+            .filter(|o| o.ends_with(".db.zst.enc"))
+            .count(),
+    );
+    assert!(segments > 0 && snapshots >= 2, "{listing:?}");
+    let needle = test_key(KEYS - 1).1;
+    for object in &listing.objects {
+        let bytes = store
+            .get_small(&object.as_str().into())
+            .await
+            .unwrap_or_else(|e| panic!("{object}: {e}"));
+        if object.ends_with(".enc") {
+            assert!(
+                dkv_backup::encryption::is_encrypted(&bytes),
+                "{object} is not encrypted"
+            );
+        }
+        assert!(
+            !bytes.windows(needle.len()).any(|w| w == needle.as_bytes()),
+            "{object} holds a value in the clear"
+        );
+    }
+    println!(
+        "{} objects, {segments} encrypted segments, {snapshots} encrypted snapshots; key id {key_id}",
+        listing.objects.len()
+    );
+
+    // Without the key: the fetch step refuses, naming the key it needs.
+    let restore = |name: &str, source: serde_json::Value| {
+        support::cluster(
+            NS,
+            name,
+            1,
+            IMAGE,
+            json!({"bootstrap": {"restore": source}}),
+        )
+    };
+    dkvs.create(
+        &PostParams::default(),
+        &restore("no-key", json!({"backupName": "vault-manual"})),
+    )
+    .await
+    .unwrap();
+    let message = wait_restore_refused(&dkvs, "no-key").await;
+    println!("no key: {message}");
+    assert!(
+        message.contains(&key_id) && message.contains("keySecret"),
+        "{message}"
+    );
+
+    // Another key, from continuous backup: refused before anything starts.
+    dkvs.create(
+        &PostParams::default(),
+        &restore(
+            "wrong-key",
+            json!({"uri": uri, "credentialsSecret": "s3-creds", "sourceCluster": "vault",
+                   "encryption": {"keySecret": {"name": "other-key"}}}),
+        ),
+    )
+    .await
+    .unwrap();
+    let message = wait_restore_refused(&dkvs, "wrong-key").await;
+    println!("wrong key: {message}");
+    let other_id = Key::parse(OTHER_KEY_HEX.as_bytes())
+        .unwrap()
+        .id()
+        .to_owned();
+    assert!(
+        message.contains(&key_id) && message.contains(&other_id),
+        "{message}"
+    );
+
+    // With the key: the snapshot, and the newest point of continuous backup.
+    dkvs.create(
+        &PostParams::default(),
+        &restore(
+            "copy",
+            json!({"backupName": "vault-manual",
+                   "encryption": {"keySecret": {"name": "vault-key"}}}),
+        ),
+    )
+    .await
+    .unwrap();
+    dkvs.create(
+        &PostParams::default(),
+        &restore(
+            "newest",
+            json!({"uri": uri, "credentialsSecret": "s3-creds", "sourceCluster": "vault",
+                   "encryption": {"keySecret": {"name": "vault-key", "key": "key"}}}),
+        ),
+    )
+    .await
+    .unwrap();
+    wait_settled(&dkvs, "copy", 1).await;
+    assert_eq!(test_keys(&client, "copy").await, expected);
+    wait_settled(&dkvs, "newest", 1).await;
+    assert_eq!(test_keys(&client, "newest").await, expected);
+
+    operator.stop().await;
+}
