@@ -51,6 +51,33 @@ pub struct Artifact {
     /// when it is.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub encryption_key_id: Option<String>,
+    /// What the source member held at `revision`, read right after the
+    /// snapshot: what a verification compares a restored copy against.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content: Option<Content>,
+}
+
+/// A key count and etcd's `HashKV` at one revision (see
+/// [`dkv_etcd::ContentDigest`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Content {
+    pub revision: i64,
+    pub keys: i64,
+    #[serde(rename = "hashKV")]
+    pub hash_kv: u32,
+    pub compact_revision: i64,
+}
+
+impl From<dkv_etcd::ContentDigest> for Content {
+    fn from(d: dkv_etcd::ContentDigest) -> Content {
+        Content {
+            revision: d.revision,
+            keys: d.keys,
+            hash_kv: d.hash,
+            compact_revision: d.compact_revision,
+        }
+    }
 }
 
 /// Suffix of an artifact's JSON record.
@@ -202,6 +229,7 @@ mod tests {
             taken_at: time("2026-11-22T06:00:12Z"),
             compression: None,
             encryption_key_id: None,
+            content: None,
         };
         let json = serde_json::to_value(&artifact).unwrap();
         assert_eq!(
@@ -241,6 +269,12 @@ mod tests {
             taken_at: time("2026-11-22T06:00:12Z"),
             compression: Some("zstd".to_owned()),
             encryption_key_id: Some("0123456789abcdef".to_owned()),
+            content: Some(Content {
+                revision: 1,
+                keys: 0,
+                hash_kv: 7,
+                compact_revision: 0,
+            }),
         };
         write_sidecar(&store, &artifact).await.unwrap();
         assert_eq!(read_sidecar(&config, &uri).await.unwrap(), Some(artifact));

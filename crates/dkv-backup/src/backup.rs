@@ -136,6 +136,7 @@ pub async fn take_backup_until(
         taken_at,
         compression: request.encoding.compression().map(str::to_owned),
         encryption_key_id: request.encoding.key_id().map(str::to_owned),
+        content: content_at(admin, &source.endpoint, source.revision).await,
     };
     if let Err(err) = artifact::write_sidecar(&store, &artifact).await {
         // An unrecorded artifact would be orphaned: no record, no retention.
@@ -146,6 +147,22 @@ pub async fn take_backup_until(
     }
     tracing::info!(uri = %artifact.uri, size = artifact.size_bytes, sha256 = %artifact.sha256, "backup complete");
     Ok(artifact)
+}
+
+/// What the source member holds at `revision`, for a later verification;
+/// `None` (and a warning) when it cannot say: the backup is good without it.
+async fn content_at(
+    admin: &dyn EtcdAdmin,
+    endpoint: &str,
+    revision: i64,
+) -> Option<artifact::Content> {
+    match admin.content_digest(endpoint, revision).await {
+        Ok(digest) => digest.map(artifact::Content::from),
+        Err(err) => {
+            tracing::warn!(%endpoint, revision, error = %err, "could not read the key count and hash at the backup's revision; the backup can be restored but not verified against them");
+            None
+        }
+    }
 }
 
 struct Prepared {

@@ -257,6 +257,7 @@ mod tests {
                 taken_at: Timestamp::UNIX_EPOCH,
                 compression: None,
                 encryption_key_id: None,
+                content: None,
             };
             write_sidecar(&store, &artifact).await.unwrap();
         }

@@ -57,7 +57,7 @@ mod store;
 pub mod testing;
 
 pub use artifact::{
-    Artifact, SIDECAR_SUFFIX, artifact_file_name, artifact_location, delete_artifact,
+    Artifact, Content, SIDECAR_SUFFIX, artifact_file_name, artifact_location, delete_artifact,
     is_snapshot_uri, read_sidecar, sidecar_location,
 };
 pub use backup::{

@@ -560,6 +560,7 @@ pub async fn write_chain(
         taken_at,
         compression: None,
         encryption_key_id: None,
+        content: None,
     };
     let dir = chain_location(continuous, name);
     let record = serde_json::to_vec(&record).unwrap_or_else(|e| panic!("{e}"));

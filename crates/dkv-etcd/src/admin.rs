@@ -7,7 +7,7 @@ use bytes::Bytes;
 use futures::Stream;
 
 use crate::error::Result;
-use crate::model::{Alarm, EndpointStatus, Member, MemberId};
+use crate::model::{Alarm, ContentDigest, EndpointStatus, Member, MemberId};
 
 /// A snapshot of the backend database, as a stream of chunks.
 pub type SnapshotStream = Pin<Box<dyn Stream<Item = Result<Bytes>> + Send>>;
@@ -57,4 +57,12 @@ pub trait EtcdAdmin: Send + Sync {
     /// the `root` role) is created if missing, then auth is enabled. Safe to
     /// repeat; once it has succeeded, clients need credentials.
     async fn enable_auth(&self, root_password: &str) -> Result<()>;
+
+    /// What the member serving `endpoint` holds at `revision`, as a key
+    /// count and etcd's own hash of its key-value history (`HashKV`);
+    /// `None` where the implementation cannot tell (test doubles).
+    async fn content_digest(&self, endpoint: &str, revision: i64) -> Result<Option<ContentDigest>> {
+        let _ = (endpoint, revision);
+        Ok(None)
+    }
 }

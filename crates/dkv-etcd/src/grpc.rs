@@ -14,7 +14,7 @@ use tokio::sync::Mutex;
 
 use crate::admin::{EtcdAdmin, SnapshotStream};
 use crate::error::{Error, Result};
-use crate::model::{Alarm, AlarmKind, EndpointStatus, Member, MemberId};
+use crate::model::{Alarm, AlarmKind, ContentDigest, EndpointStatus, Member, MemberId};
 
 /// What a client presents to an etcd cluster with client TLS: the CA that
 /// signed the members' certificate, its own certificate and key (PEM), and
@@ -441,5 +441,34 @@ impl EtcdAdmin for GrpcAdmin {
             c.auth_enable().await.map(|_| ())
         })
         .await
+    }
+
+    async fn content_digest(&self, endpoint: &str, revision: i64) -> Result<Option<ContentDigest>> {
+        let hashed = self
+            .run("hash", endpoint, None, |mut c| async move {
+                c.hash_kv(revision).await
+            })
+            .await?;
+        let counted = self
+            .run("count", endpoint, None, |mut c| async move {
+                c.get(
+                    "",
+                    Some(
+                        etcd_client::GetOptions::new()
+                            .with_all_keys()
+                            .with_count_only()
+                            .with_revision(revision)
+                            .with_serializable(),
+                    ),
+                )
+                .await
+            })
+            .await?;
+        Ok(Some(ContentDigest {
+            revision,
+            keys: counted.count(),
+            hash: hashed.hash(),
+            compact_revision: hashed.compact_version(),
+        }))
     }
 }

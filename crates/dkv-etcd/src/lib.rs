@@ -23,4 +23,4 @@ pub use changes::{Change, ChangeKind, ChangeWatch, WatchedChanges};
 pub use error::{Error, Result};
 pub use fake::FakeEtcd;
 pub use grpc::{ClientTls, GrpcAdmin, UserCredentials};
-pub use model::{Alarm, AlarmKind, EndpointStatus, Member, MemberId};
+pub use model::{Alarm, AlarmKind, ContentDigest, EndpointStatus, Member, MemberId};

@@ -74,3 +74,16 @@ pub struct Alarm {
     pub member: MemberId,
     pub kind: AlarmKind,
 }
+
+/// What a member holds at one revision: the number of keys and etcd's
+/// `HashKV` of the key-value history up to it. A copy of the same data
+/// (a member restored from a snapshot of it) gives the same numbers at the
+/// same revision, as long as both were compacted at the same revision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ContentDigest {
+    pub revision: i64,
+    pub keys: i64,
+    pub hash: u32,
+    /// The compaction the hash starts after.
+    pub compact_revision: i64,
+}

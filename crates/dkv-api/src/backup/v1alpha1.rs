@@ -39,6 +39,11 @@ use serde::{Deserialize, Serialize};
         json_path = ".status.completionTime"
     ),
     printcolumn(
+        name = "Verification",
+        type_ = "string",
+        json_path = ".status.verification.phase"
+    ),
+    printcolumn(
         name = "Age",
         type_ = "date",
         json_path = ".metadata.creationTimestamp"
@@ -54,6 +59,15 @@ pub struct DistributedKVBackupSpec {
     /// Overrides the cluster's backup destination for this one backup.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub destination: Option<BackupDestination>,
+
+    /// Once the backup has completed, verify it: restore it into a scratch
+    /// one-member cluster and compare its key count and etcd's hash of the
+    /// data (`HashKV`) with those the source held when the backup was
+    /// taken. The result goes to `status.verification`. An existing backup
+    /// is verified (again) by setting the annotation `dkv.io/verify` to a
+    /// new value.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verify: Option<bool>,
 }
 
 /// Where a snapshot is written.
@@ -89,6 +103,52 @@ pub struct DistributedKVBackupStatus {
     /// Why the backup failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// The last verification of the backup (`spec.verify`, the annotation
+    /// `dkv.io/verify`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verification: Option<BackupVerification>,
+}
+
+/// Whether a restore of the backup holds what the source held.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct BackupVerification {
+    /// `Running`, then `Verified` or `Failed`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<VerificationPhase>,
+    /// The scratch cluster the backup is restored into while it runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<String>,
+    /// The value of the annotation `dkv.io/verify` it answers, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_time: Option<Time>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completion_time: Option<Time>,
+    /// What was compared, or why it failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// A key count and etcd's `HashKV` at one revision.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct BackupContent {
+    pub revision: i64,
+    pub keys: i64,
+    #[serde(rename = "hashKV")]
+    pub hash_kv: u32,
+    /// The compaction the hash starts after.
+    pub compact_revision: i64,
+}
+
+/// Progress of one verification.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum VerificationPhase {
+    Running,
+    Verified,
+    Failed,
 }
 
 /// Life-cycle of one backup.
@@ -119,6 +179,10 @@ pub struct BackupArtifact {
     /// The etcd version of the member the snapshot was taken from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub etcd_version: Option<String>,
+    /// What the source held at `revision`, read right after the snapshot:
+    /// what a verification compares the restored copy against.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content: Option<BackupContent>,
     /// `zstd` when the snapshot is stored compressed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub compression: Option<String>,

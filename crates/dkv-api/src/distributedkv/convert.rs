@@ -59,6 +59,8 @@ struct PreservedBackup {
     compression: Option<v1beta1::Compression>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     encryption: Option<v1beta1::BackupEncryption>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    verify: Option<bool>,
 }
 
 /// The v1alpha1 fields that stand for `destination` and `retention`.
@@ -97,6 +99,7 @@ impl PreservedBackup {
             continuous: None,
             compression: None,
             encryption: None,
+            verify: None,
         }
     }
 }
@@ -110,6 +113,7 @@ pub fn backup_to_v1beta1(
     let continuous = preserved.as_ref().and_then(|p| p.continuous.clone());
     let compression = preserved.as_ref().and_then(|p| p.compression);
     let encryption = preserved.as_ref().and_then(|p| p.encryption.clone());
+    let verify = preserved.as_ref().and_then(|p| p.verify);
     let PreservedBackup {
         destination,
         retention,
@@ -133,6 +137,7 @@ pub fn backup_to_v1beta1(
         continuous,
         compression,
         encryption,
+        verify,
     }
 }
 
@@ -145,6 +150,7 @@ pub fn backup_to_v1alpha1(beta: &v1beta1::BackupSpec) -> (v1alpha1::BackupSpec, 
         continuous: beta.continuous.clone(),
         compression: beta.compression,
         encryption: beta.encryption.clone(),
+        verify: beta.verify,
     };
     let fields = preserved.alpha_fields();
     let alpha = v1alpha1::BackupSpec {

@@ -74,6 +74,12 @@ pub struct BackupSpec {
     /// are stored as they are (the store's own encryption at rest aside).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub encryption: Option<BackupEncryption>,
+
+    /// Verify every scheduled backup once it completes (its
+    /// `DistributedKVBackup` gets `spec.verify: true`): restored into a
+    /// scratch one-member cluster, compared by key count and hash.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verify: Option<bool>,
 }
 
 /// Compression of stored backups.

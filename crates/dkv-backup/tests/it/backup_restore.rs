@@ -127,6 +127,12 @@ async fn backup_fetch_restore(minor: &str, group: u8) {
     );
     assert!(artifact.etcd_version.starts_with(minor), "{artifact:?}");
     assert!(artifact.revision > KEYS as i64, "{artifact:?}");
+    // What a verification compares a restored copy against.
+    let content = artifact.content.unwrap();
+    assert_eq!(
+        (content.revision, content.keys),
+        (artifact.revision, KEYS as i64)
+    );
 
     // What the server holds, hashed by another client.
     let key = key_of(&artifact);

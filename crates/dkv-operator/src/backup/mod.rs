@@ -18,6 +18,7 @@ pub mod job;
 pub mod progress;
 pub mod retention;
 pub mod scheduled;
+pub mod verify;
 
 /// On a backup record: the Job (started by the schedule) it follows, instead
 /// of starting one of its own.
@@ -151,11 +152,10 @@ async fn reconcile(backup: Arc<DistributedKVBackup>, ctx: Arc<Context>) -> Resul
     let ns = backup.namespace().unwrap_or_default();
     let name = backup.name_any();
     let old = backup.status.clone().unwrap_or_default();
-    if matches!(
-        old.phase,
-        Some(BackupPhase::Completed | BackupPhase::Failed)
-    ) {
-        return Ok(Action::await_change());
+    match old.phase {
+        Some(BackupPhase::Completed) => return verify::drive(&backup, &ctx).await,
+        Some(BackupPhase::Failed) => return Ok(Action::await_change()),
+        _ => {}
     }
     let now = Time(jiff::Timestamp::now());
     let resolved = match resolve(&backup, &ctx).await? {
@@ -167,6 +167,7 @@ async fn reconcile(backup: Arc<DistributedKVBackup>, ctx: Arc<Context>) -> Resul
                 completion_time: Some(now),
                 artifact: None,
                 message: Some(why),
+                verification: None,
             };
             write_status(&ctx.client, &ns, &name, &old, status).await?;
             return Ok(Action::await_change());
@@ -197,6 +198,7 @@ async fn reconcile(backup: Arc<DistributedKVBackup>, ctx: Arc<Context>) -> Resul
                 completion_time: Some(now),
                 artifact: None,
                 message: Some(format!("the scheduled Job {job_name} no longer exists")),
+                verification: None,
             };
             write_status(&ctx.client, &ns, &name, &old, status).await?;
             return Ok(Action::await_change());
@@ -224,6 +226,7 @@ async fn reconcile(backup: Arc<DistributedKVBackup>, ctx: Arc<Context>) -> Resul
         completion_time: finished.then_some(now.clone()),
         artifact: progress.artifact.clone(),
         message: progress.message.clone(),
+        verification: old.verification.clone(),
     };
     // The cluster's status (lastBackup, Degraded/BackupFailed) is derived
     // from this record by the cluster controller, its only writer.
@@ -250,7 +253,8 @@ async fn reconcile(backup: Arc<DistributedKVBackup>, ctx: Arc<Context>) -> Resul
         announce(&ctx, &backup, &resolved.cluster, &progress).await;
     }
     Ok(if finished {
-        Action::await_change()
+        // A completed backup with spec.verify is verified next.
+        Action::requeue(Duration::from_secs(1))
     } else {
         Action::requeue(POLL)
     })

@@ -1,6 +1,6 @@
 //! A backup's phase, read from its Job and the Job's pod (pure).
 
-use dkv_api::backup::v1alpha1::{BackupArtifact, BackupPhase};
+use dkv_api::backup::v1alpha1::{BackupArtifact, BackupContent, BackupPhase};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use serde::Deserialize;
@@ -26,6 +26,8 @@ struct AgentArtifact {
     compression: Option<String>,
     #[serde(default)]
     encryption_key_id: Option<String>,
+    #[serde(default)]
+    content: Option<BackupContent>,
 }
 
 fn condition(job: &Job, type_: &str) -> bool {
@@ -77,6 +79,7 @@ pub fn of(job: &Job, pods: &[Pod]) -> Progress {
                     etcd_version: Some(a.etcd_version),
                     compression: a.compression,
                     encryption_key_id: a.encryption_key_id,
+                    content: a.content,
                 }),
                 message: None,
             },

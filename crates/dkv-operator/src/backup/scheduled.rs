@@ -77,7 +77,10 @@ async fn record(client: &Client, job: &Job) -> Result<(), kube::Error> {
             "annotations": {JOB_ANNOTATION: name},
             "ownerReferences": owner_ref.map(|o| vec![o]).unwrap_or_default(),
         },
-        "spec": {"cluster": cluster},
+        "spec": {
+            "cluster": cluster,
+            "verify": owner.spec.backup.as_ref().and_then(|b| b.verify),
+        },
     })) {
         Ok(record) => record,
         Err(err) => {

@@ -39,6 +39,10 @@ pub enum Error {
     #[error("{what} not synced yet")]
     CacheNotReady { what: &'static str },
 
+    /// The result of a backup verification could not be recorded.
+    #[error("recording a backup verification: {0}")]
+    Verification(String),
+
     /// Deletion waits for something to finish first (its finalizer stays).
     #[error("waiting for {what}")]
     CleanupWaiting { what: String },
@@ -197,7 +201,7 @@ impl Error {
             | Error::TlsSecretUnusable { .. }
             | Error::CertManagerMissing { .. } => Category::Permanent,
             Error::CertificatePending { .. } => Category::Waiting,
-            Error::Pki(_) => Category::Transient,
+            Error::Pki(_) | Error::Verification(_) => Category::Transient,
             Error::Apply { source, .. }
             | Error::Read { source, .. }
             | Error::Delete { source, .. }
@@ -234,7 +238,7 @@ impl Error {
             | Error::CertificatePending { .. }
             | Error::CertManagerMissing { .. }
             | Error::Pki(_) => "secrets",
-            Error::Status { .. } => "status",
+            Error::Status { .. } | Error::Verification(_) => "status",
             Error::Cleanup { .. }
             | Error::CleanupWaiting { .. }
             | Error::FinalBackupFailed { .. } => "cleanup",

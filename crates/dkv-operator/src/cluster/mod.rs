@@ -35,6 +35,7 @@ pub mod restore;
 pub mod status;
 pub mod tls;
 pub mod validate;
+pub mod verification;
 pub mod volumes;
 pub mod watches;
 
@@ -388,6 +389,15 @@ async fn reconcile_cluster(
     // restored cluster has all its data).
     let formed = admin.is_some() && !plan.creating && plan.replay_pending().is_none();
     seen.continuous = continuous::ensure(cluster, &endpoints, &credentials, formed, ctx).await?;
+    // A scratch cluster verifying a backup reports and goes once formed.
+    verification::check(
+        dkv,
+        formed && matches!(plan.step, membership::Step::Converged),
+        admin.as_deref(),
+        &endpoints,
+        ctx,
+    )
+    .await?;
     let refresh_at = cluster
         .backup
         .as_ref()

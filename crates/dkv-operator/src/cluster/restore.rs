@@ -572,6 +572,7 @@ mod tests {
                     uri: "s3://b/prod/".to_owned(),
                     credentials_secret: Some("writer-creds".to_owned()),
                 }),
+                verify: None,
             },
         );
         b.status = Some(DistributedKVBackupStatus {
@@ -583,6 +584,7 @@ mod tests {
                 revision: 7,
                 compression: None,
                 encryption_key_id: None,
+                content: None,
                 etcd_version: Some("3.5.16".to_owned()),
             }),
             ..DistributedKVBackupStatus::default()

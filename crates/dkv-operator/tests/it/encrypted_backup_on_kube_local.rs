@@ -5,15 +5,18 @@
 //! stored object); a restore without the key, or with another key, fails
 //! before any etcd starts and names the key it needs; with the key, both a
 //! snapshot restore and a restore from continuous backup hold exactly the
-//! source's keys.
+//! source's keys. The snapshot is verified (`spec.verify`: restored into a
+//! scratch cluster, key count and hash compared), and verified again on
+//! demand once damaged in the store, which fails and says why.
 
 use std::time::{Duration, Instant};
 
 use dkv_api::DistributedKVBackup;
+use dkv_api::backup::v1alpha1::{BackupVerification, VerificationPhase};
 use dkv_api::conditions::{reasons, types};
 use dkv_backup::testing::{MotoServer, test_key};
 use dkv_backup::{Key, Location, Store};
-use kube::api::{Api, PostParams};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
 
 use dkv_test_support as support;
@@ -79,6 +82,49 @@ async fn wait_stored(store: &Store, destination: &Location, cluster: &str, revis
         );
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
+}
+
+/// The verification of `backup` once it has finished (answering `request`).
+async fn wait_verification(
+    backups: &Api<DistributedKVBackup>,
+    backup: &str,
+    request: Option<&str>,
+) -> BackupVerification {
+    let started = Instant::now();
+    loop {
+        let verification = backups
+            .get(backup)
+            .await
+            .unwrap()
+            .status
+            .and_then(|s| s.verification);
+        if let Some(v) = &verification
+            && v.request.as_deref() == request
+            && matches!(
+                v.phase,
+                Some(VerificationPhase::Verified | VerificationPhase::Failed)
+            )
+        {
+            return v.clone();
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(180),
+            "the verification of {backup} did not finish: {verification:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// Whether the DistributedKV `name` is gone within a minute.
+async fn verify_scratch_gone(dkvs: &Api<dkv_api::DistributedKV>, name: &str) -> bool {
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(60) {
+        if dkvs.get_opt(name).await.unwrap().is_none() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    false
 }
 
 async fn wait_restore_refused(dkvs: &Api<dkv_api::DistributedKV>, name: &str) -> String {
@@ -153,7 +199,7 @@ async fn encrypted_backups_restore_only_with_their_key() {
     let backup: DistributedKVBackup = serde_json::from_value(json!({
         "apiVersion": "dkv.io/v1alpha1", "kind": "DistributedKVBackup",
         "metadata": {"name": "vault-manual", "namespace": NS},
-        "spec": {"cluster": "vault"}
+        "spec": {"cluster": "vault", "verify": true}
     }))
     .unwrap();
     backups
@@ -169,6 +215,22 @@ async fn encrypted_backups_restore_only_with_their_key() {
     assert!(artifact.uri.ends_with(".db.zst.enc"), "{artifact:?}");
     assert_eq!(artifact.compression.as_deref(), Some("zstd"));
     assert_eq!(artifact.encryption_key_id.as_deref(), Some(key_id.as_str()));
+    let content = artifact.content.unwrap();
+    assert_eq!(content.keys, KEYS as i64, "{content:?}");
+
+    // spec.verify: restored into a scratch cluster, compared, reported.
+    let verified = wait_verification(&backups, "vault-manual", None).await;
+    println!("verification: {verified:?}");
+    assert_eq!(
+        verified.phase,
+        Some(VerificationPhase::Verified),
+        "{verified:?}"
+    );
+    let message = verified.message.unwrap_or_default();
+    assert!(
+        message.contains(&format!("{KEYS} keys")) && message.contains("HashKV"),
+        "{message}"
+    );
 
     // Nothing the cluster holds is readable in the bucket: not in the
     // snapshots, not in the segments.
@@ -278,6 +340,32 @@ async fn encrypted_backups_restore_only_with_their_key() {
     assert_eq!(test_keys(&client, "copy").await, expected);
     wait_settled(&dkvs, "newest", 1).await;
     assert_eq!(test_keys(&client, "newest").await, expected);
+
+    // The scratch cluster went once it reported.
+    let scratch = verify_scratch_gone(&dkvs, "vault-manual-verify").await;
+    assert!(scratch, "the scratch cluster is still there");
+
+    // Damaged in the store, then verified again on demand: it fails, and
+    // says why.
+    let object = Location::parse(&artifact.uri)
+        .unwrap()
+        .path()
+        .as_ref()
+        .to_owned();
+    moto.corrupt(&object, 100);
+    backups
+        .patch(
+            "vault-manual",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {"dkv.io/verify": "after-damage"}}})),
+        )
+        .await
+        .unwrap();
+    let failed = wait_verification(&backups, "vault-manual", Some("after-damage")).await;
+    println!("verification after damage: {failed:?}");
+    assert_eq!(failed.phase, Some(VerificationPhase::Failed), "{failed:?}");
+    let message = failed.message.unwrap_or_default();
+    assert!(message.contains("sha256"), "{message}");
 
     operator.stop().await;
 }

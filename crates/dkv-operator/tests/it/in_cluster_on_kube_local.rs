@@ -47,6 +47,14 @@ const ETCD: &str = "registry.k8s.io/etcd:3.5.16-0";
 /// group/resource verb`, with the reason each stays.
 const UNUSED_ON_PURPOSE: &[(&str, &str)] = &[
     (
+        "dkv-operator dkv.io/distributedkvs create",
+        "a backup verification (spec.verify, dkv.io/verify) restores into a scratch cluster; encrypted_backup_on_kube_local verifies one",
+    ),
+    (
+        "dkv-operator dkv.io/distributedkvs delete",
+        "the scratch cluster of a backup verification goes once it has reported",
+    ),
+    (
         "dkv-operator dkv.io/distributedkvbackups create",
         "scheduled runs and final backups (finalBackupOnDelete) record themselves",
     ),

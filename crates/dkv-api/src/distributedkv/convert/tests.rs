@@ -93,6 +93,7 @@ fn beta_backup() -> impl Strategy<Value = Value> {
                 Just(v1beta1::Compression::None)
             ]),
             option::of(("[a-z]{1,8}", option::of("[a-z]{1,8}"))),
+            option::of(any::<bool>()),
         ),
     )
         .prop_map(
@@ -102,7 +103,7 @@ fn beta_backup() -> impl Strategy<Value = Value> {
                 (schedule, image, final_backup),
                 retention,
                 continuous,
-                (compression, encryption),
+                (compression, encryption, verify),
             )| {
                 let backup = v1beta1::BackupSpec {
                     destination: v1beta1::BackupDestination {
@@ -127,6 +128,7 @@ fn beta_backup() -> impl Strategy<Value = Value> {
                     encryption: encryption.map(|(name, key)| v1beta1::BackupEncryption {
                         key_secret: v1beta1::KeySecretReference { name, key },
                     }),
+                    verify,
                 };
                 serde_json::to_value(backup).unwrap_or_default()
             },
