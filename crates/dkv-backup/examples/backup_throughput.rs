@@ -110,6 +110,17 @@ fn restore_args(tool_dir: &Path, snapshot: &Path, data_dir: &Path, ip: &str) -> 
     ]
 }
 
+/// Seconds from starting a member on the restored `data_dir` until it
+/// answers; the member is stopped again.
+async fn serving_seconds(bin: &Path, ip: &str, data_dir: &Path) -> f64 {
+    let started = Instant::now();
+    let member = EtcdProcess::start(bin, "bench-0", ip, data_dir, "bench-restored");
+    member.wait_ready().await;
+    let seconds = started.elapsed().as_secs_f64();
+    drop(member);
+    seconds
+}
+
 #[tokio::main]
 async fn main() -> Result<(), Error> {
     let options = options()?;
@@ -136,6 +147,8 @@ async fn main() -> Result<(), Error> {
     let mut baseline_restore = Vec::new();
     let mut dkv_fetch = Vec::new();
     let mut dkv_restore = Vec::new();
+    let mut baseline_restore_and_start = Vec::new();
+    let mut dkv_restore_and_start = Vec::new();
     let mut peak_rss = Vec::new();
     let mut snapshot_size = 0u64;
     for round in 0..options.runs {
@@ -209,6 +222,13 @@ async fn main() -> Result<(), Error> {
                 &format!("--data-dir={}", work.join("etcdutl-data").display()),
             ]))?;
         baseline_restore.push(seconds);
+        // The whole job, from the object store to a member serving: a
+        // standard client's download, etcd's restore tool, the start.
+        let downloaded = work.join("downloaded.db");
+        let download = moto.boto3_download_seconds(&format!("boto3-{round}.db"), &downloaded);
+        std::fs::remove_file(&downloaded)?;
+        let start = serving_seconds(&bin, &ip, &work.join("etcdutl-data")).await;
+        baseline_restore_and_start.push(download + seconds + start);
         std::fs::remove_dir_all(work.join("etcdutl-data"))?;
 
         // dkv: fetch + verify from S3, then restore-member.
@@ -231,6 +251,8 @@ async fn main() -> Result<(), Error> {
             )))?;
         dkv_fetch.push(fetch_seconds);
         dkv_restore.push(fetch_seconds + restore_seconds);
+        let start = serving_seconds(&bin, &ip, &work.join("dkv-data")).await;
+        dkv_restore_and_start.push(fetch_seconds + restore_seconds + start);
         std::fs::remove_dir_all(&work)?;
         eprintln!("round {round} done");
     }
@@ -244,6 +266,10 @@ async fn main() -> Result<(), Error> {
         median(dkv_fetch),
     );
     let (dbf, boto) = (median(dkv_backup_file), median(boto3_upload));
+    let (drs, brs) = (
+        median(dkv_restore_and_start),
+        median(baseline_restore_and_start),
+    );
     let rss_mib = peak_rss.iter().max().map(|kib| *kib as f64 / 1024.0);
     println!("| metric | dkv | baseline | ratio (dkv/baseline throughput) |");
     println!("|---|---|---|---|");
@@ -284,6 +310,7 @@ async fn main() -> Result<(), Error> {
             "dkvVsBoto3ToMotoRatio": boto / db,
             "restoreSeconds": {"dkv": dr, "dkvFetchOnly": df, "etcdutlSnapshotRestore": br},
             "restoreRatio": br / dr,
+            "restoreAndStartSeconds": {"dkv": drs, "boto3DownloadEtcdutlRestoreStart": brs},
             "dkvBackupPeakRssMiB": rss_mib,
         })
     );

@@ -83,6 +83,14 @@ elif op == "upload":
     s3.upload_file(path, bucket, key, Config=TransferConfig(
         multipart_chunksize=8 << 20, max_concurrency=2))
     print(json.dumps({"seconds": time.monotonic() - started}))
+elif op == "download":
+    import time
+    from boto3.s3.transfer import TransferConfig
+    bucket, key, path = args
+    started = time.monotonic()
+    s3.download_file(bucket, key, path, Config=TransferConfig(
+        multipart_chunksize=8 << 20, max_concurrency=2))
+    print(json.dumps({"seconds": time.monotonic() - started}))
 elif op == "list":
     bucket, = args
     objects = [o["Key"] for p in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket)
@@ -244,6 +252,14 @@ impl MotoServer {
         let out = self.client(&["upload", &self.bucket, key, &path.to_string_lossy()]);
         let value: serde_json::Value =
             serde_json::from_str(&out).unwrap_or_else(|e| panic!("upload printed {out:?}: {e}"));
+        value["seconds"].as_f64().unwrap_or(f64::NAN)
+    }
+
+    /// Seconds boto3 takes to download an object to a local file.
+    pub fn boto3_download_seconds(&self, key: &str, path: &Path) -> f64 {
+        let out = self.client(&["download", &self.bucket, key, &path.to_string_lossy()]);
+        let value: serde_json::Value =
+            serde_json::from_str(&out).unwrap_or_else(|e| panic!("download printed {out:?}: {e}"));
         value["seconds"].as_f64().unwrap_or(f64::NAN)
     }
 

@@ -131,6 +131,37 @@ pub async fn run(settings: Settings<'_>) -> anyhow::Result<(Vec<Metric>, Vec<(St
             num("/restoreSeconds/dkvFetchOnly").unwrap_or(f64::NAN)
         )),
     ];
+    // Restore as a whole job, from the object store to a serving member:
+    // dkv's fetch (download, sha256, decode) + restore-member + the start,
+    // against a standard client's download + etcd's tool + the same start.
+    metrics.push(
+        match (
+            num("/restoreAndStartSeconds/dkv"),
+            num("/restoreAndStartSeconds/boto3DownloadEtcdutlRestoreStart"),
+        ) {
+            (Ok(dkv), Ok(baseline)) => Metric::measured(
+                "restoreVsDownloadRestoreStart",
+                &format!(
+                    "restore of a {mib:.0} MiB snapshot from moto S3 to a serving member: `dkv restore-fetch` + `restore-member` + start, against a boto3 download + `etcdutl snapshot restore` + start"
+                ),
+                dkv,
+                "s",
+                Some(Baseline {
+                    what: "boto3 download + `etcdutl snapshot restore` + etcd start".into(),
+                    value: baseline,
+                }),
+                baseline / dkv,
+                Goal::at_least(1.0),
+                "≥ 1.0 × (the baseline's time over dkv's)",
+            ),
+            (Err(why), _) | (_, Err(why)) => Metric::not_measured(
+                "restoreVsDownloadRestoreStart",
+                "restore from S3 to a serving member against download + etcdutl snapshot restore + start",
+                "≥ 1.0 ×",
+                &why.to_string(),
+            ),
+        },
+    );
     // The fair baseline for the same job (a snapshot in the object store):
     // etcd's own tool to local disk, then a standard S3 client's upload of
     // that file to the same server (boto3, multipart as it chooses).
