@@ -75,6 +75,9 @@ pub struct GrpcAdmin {
 
 const ALL: &str = "*";
 const STATUS: &str = "status";
+/// HTTP/2 windows of a snapshot's connection (see [`GrpcAdmin::bulk_client`]).
+const BULK_STREAM_WINDOW: u32 = 8 << 20;
+const BULK_CONNECTION_WINDOW: u32 = 16 << 20;
 
 impl GrpcAdmin {
     /// `endpoints` are client URLs (`http://host:2379`); `timeout` bounds
@@ -110,6 +113,50 @@ impl GrpcAdmin {
     pub fn with_user(mut self, user: UserCredentials) -> Self {
         self.user = Some(user);
         self
+    }
+
+    /// A connection to one member for a snapshot, with HTTP/2 flow-control
+    /// windows sized for a bulk transfer. gRPC's default 64 KiB windows
+    /// let the stream run only one window per round trip of window updates:
+    /// on a busy machine that capped a snapshot at ~120 MB/s where etcdctl
+    /// (Go's gRPC sizes its windows to the bandwidth-delay product) reached
+    /// ~320 MB/s from the same member.
+    async fn bulk_client(&self, operation: &'static str, endpoint: &str) -> Result<Client> {
+        let url = if endpoint.contains("://") {
+            endpoint.to_owned()
+        } else {
+            format!("http://{endpoint}")
+        };
+        let bad = |message: String| Error::Refused {
+            operation,
+            message: format!("{endpoint}: {message}"),
+        };
+        let mut channel = tonic::transport::Endpoint::from_shared(url)
+            .map_err(|e| bad(e.to_string()))?
+            .connect_timeout(self.timeout)
+            .timeout(self.timeout)
+            .initial_stream_window_size(Some(BULK_STREAM_WINDOW))
+            .initial_connection_window_size(Some(BULK_CONNECTION_WINDOW));
+        if let Some(tls) = &self.tls {
+            channel = channel
+                .tls_config(tls.options())
+                .map_err(|e| bad(e.to_string()))?;
+        }
+        let channel = self
+            .deadline(operation, channel.connect())
+            .await?
+            .map_err(|e| Error::Unavailable {
+                operation,
+                message: format!("{endpoint}: {e}"),
+            })?;
+        let mut options = ConnectOptions::new().with_timeout(self.timeout);
+        if let Some(user) = &self.user {
+            options = options.with_user(user.name.clone(), user.password.clone());
+        }
+        let channel = etcd_client::Channel::Tonic(channel);
+        self.deadline(operation, Client::from_channel(channel, Some(options)))
+            .await?
+            .map_err(|e| Error::from_client(operation, e, None))
     }
 
     async fn client(&self, operation: &'static str, endpoint: &str) -> Result<Client> {
@@ -392,11 +439,11 @@ impl EtcdAdmin for GrpcAdmin {
     }
 
     async fn snapshot(&self, endpoint: &str) -> Result<SnapshotStream> {
+        let mut client = self.bulk_client("snapshot", endpoint).await?;
         let streaming = self
-            .run("snapshot", endpoint, None, |mut c| async move {
-                c.snapshot().await
-            })
-            .await?;
+            .deadline("snapshot", client.snapshot())
+            .await?
+            .map_err(|e| Error::from_client("snapshot", e, None))?;
         let timeout = self.timeout;
         // The deadline applies to each chunk, not the whole snapshot: a
         // large database streams for minutes, but never stalls for long.
