@@ -17,7 +17,7 @@ use std::time::Duration;
 use dkv_api::backup::v1alpha1::{BackupVerification, VerificationPhase};
 use dkv_api::{DistributedKV, DistributedKVBackup};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
 use serde_json::{Value, json};
@@ -25,11 +25,24 @@ use tracing::{info, warn};
 
 use super::{Context, Error, kube_error};
 use crate::cluster::naming::MAX_CLUSTER_NAME_LEN;
+use crate::cluster::verification::{VERIFIES_LABEL, write_verification};
+
+/// Replaces `status.verification` of the backup `name`.
+async fn write(
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+    verification: &BackupVerification,
+) -> Result<(), Error> {
+    write_verification(client, ns, name, verification)
+        .await
+        .map_err(kube_error(format!(
+            "updating the status of DistributedKVBackup {ns}/{name}"
+        )))
+}
 
 /// Set to a new value to verify a backup (again).
 pub const VERIFY_ANNOTATION: &str = "dkv.io/verify";
-/// On a scratch cluster: the name of the backup it verifies.
-pub const VERIFIES_LABEL: &str = "dkv.io/verifies";
 
 /// A scratch cluster that has not formed by then is given up on.
 const TIMEOUT: Duration = Duration::from_secs(15 * 60);
@@ -210,37 +223,6 @@ pub(super) async fn drive(backup: &DistributedKVBackup, ctx: &Context) -> Result
     };
     write(&ctx.client, &ns, &name, &running).await?;
     Ok(Action::requeue(POLL))
-}
-
-/// Replaces `status.verification` of the backup `name`.
-pub async fn write(
-    client: &kube::Client,
-    ns: &str,
-    name: &str,
-    verification: &BackupVerification,
-) -> Result<(), Error> {
-    // Every field named, absent ones as null: a merge patch replaces the
-    // whole record, leaving nothing of an earlier verification behind.
-    let mut record = json!({
-        "phase": null, "cluster": null, "request": null,
-        "startTime": null, "completionTime": null, "message": null,
-    });
-    if let (Some(fields), Ok(Value::Object(set))) =
-        (record.as_object_mut(), serde_json::to_value(verification))
-    {
-        fields.extend(set);
-    }
-    let api: Api<DistributedKVBackup> = Api::namespaced(client.clone(), ns);
-    api.patch_status(
-        name,
-        &PatchParams::default(),
-        &Patch::Merge(&json!({"status": {"verification": record}})),
-    )
-    .await
-    .map_err(kube_error(format!(
-        "updating the status of DistributedKVBackup {ns}/{name}"
-    )))?;
-    Ok(())
 }
 
 async fn delete_quietly(clusters: &Api<DistributedKV>, name: &str) {

@@ -11,14 +11,17 @@ use dkv_api::conditions::{reasons, types};
 use dkv_api::{DistributedKV, DistributedKVBackup};
 use dkv_etcd::{ContentDigest, EtcdAdmin};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Api, DeleteParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::runtime::events::{Event, EventType};
 use kube::{Resource, ResourceExt};
+use serde_json::{Value, json};
 use tracing::{info, warn};
 
 use super::context::Context;
 use super::error::{Error, Result};
-use crate::backup::verify::{VERIFIES_LABEL, write};
+
+/// On a scratch cluster: the name of the backup it verifies.
+pub const VERIFIES_LABEL: &str = "dkv.io/verifies";
 
 /// Checks the scratch cluster `dkv` if it is one. `formed`: it has formed
 /// and holds all its data; `admin` reaches its members at `endpoints`.
@@ -95,7 +98,7 @@ pub async fn check(
         message: Some(message.clone()),
         ..verification
     };
-    write(&ctx.client, &ns, backup_name, &done)
+    write_verification(&ctx.client, &ns, backup_name, &done)
         .await
         .map_err(|e| Error::Verification(e.to_string()))?;
     let event = Event {
@@ -185,6 +188,34 @@ pub fn judge(recorded: &BackupContent, copy: &ContentDigest) -> Result<String, S
         "{} keys and HashKV {} at revision {revision}, as the source held them",
         copy.keys, copy.hash
     ))
+}
+
+/// Replaces `status.verification` of the backup `name`.
+pub async fn write_verification(
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+    verification: &BackupVerification,
+) -> Result<(), kube::Error> {
+    // Every field named, absent ones as null: a merge patch replaces the
+    // whole record, leaving nothing of an earlier verification behind.
+    let mut record = json!({
+        "phase": null, "cluster": null, "request": null,
+        "startTime": null, "completionTime": null, "message": null,
+    });
+    if let (Some(fields), Ok(Value::Object(set))) =
+        (record.as_object_mut(), serde_json::to_value(verification))
+    {
+        fields.extend(set);
+    }
+    let api: Api<DistributedKVBackup> = Api::namespaced(client.clone(), ns);
+    api.patch_status(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(&json!({"status": {"verification": record}})),
+    )
+    .await?;
+    Ok(())
 }
 
 async fn delete_self(dkv: &DistributedKV, ctx: &Context) {

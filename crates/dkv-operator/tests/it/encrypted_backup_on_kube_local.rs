@@ -7,7 +7,9 @@
 //! snapshot restore and a restore from continuous backup hold exactly the
 //! source's keys. The snapshot is verified (`spec.verify`: restored into a
 //! scratch cluster, key count and hash compared), and verified again on
-//! demand once damaged in the store, which fails and says why.
+//! demand once damaged in the store, which fails and says why. Without its
+//! key Secret nothing is stored unencrypted: continuous backup stops and a
+//! backup fails, both naming the Secret.
 
 use std::time::{Duration, Instant};
 
@@ -21,7 +23,7 @@ use serde_json::json;
 
 use dkv_test_support as support;
 
-use support::backups::{create_secret, wait_backup_completed};
+use support::backups::{create_secret, wait_backup_completed, wait_backup_finished};
 use support::etcd_cluster::{
     condition_message, condition_reason, connect, member_endpoints, put_retrying, wait_for,
     wait_settled,
@@ -366,6 +368,56 @@ async fn encrypted_backups_restore_only_with_their_key() {
     assert_eq!(failed.phase, Some(VerificationPhase::Failed), "{failed:?}");
     let message = failed.message.unwrap_or_default();
     assert!(message.contains("sha256"), "{message}");
+
+    // The key Secret named by the spec is gone: nothing is stored
+    // unencrypted instead. Continuous backup stops and says why; a new
+    // backup fails at once, naming the Secret.
+    dkvs.patch(
+        "vault",
+        &PatchParams::default(),
+        &Patch::Merge(
+            json!({"spec": {"backup": {"encryption": {"keySecret": {"name": "missing-key"}}}}}),
+        ),
+    )
+    .await
+    .unwrap();
+    wait_for(&dkvs, "vault", "Degraded/ContinuousBackupFailing", |d| {
+        condition_reason(d, types::DEGRADED, "True").as_deref()
+            == Some(reasons::CONTINUOUS_BACKUP_FAILING)
+    })
+    .await;
+    let message = condition_message(
+        &dkvs.get("vault").await.unwrap(),
+        types::DEGRADED,
+        Some("True"),
+    );
+    println!("continuous backup without its key: {message}");
+    assert!(message.contains("missing-key"), "{message}");
+    let keyless: DistributedKVBackup = serde_json::from_value(json!({
+        "apiVersion": "dkv.io/v1alpha1", "kind": "DistributedKVBackup",
+        "metadata": {"name": "vault-keyless", "namespace": NS},
+        "spec": {"cluster": "vault"}
+    }))
+    .unwrap();
+    backups
+        .create(&PostParams::default(), &keyless)
+        .await
+        .unwrap();
+    let refused = wait_backup_finished(&backups, "vault-keyless").await;
+    let status = refused.status.unwrap();
+    println!("backup without its key: {:?}", status.message);
+    assert_eq!(
+        status.phase,
+        Some(dkv_api::backup::v1alpha1::BackupPhase::Failed)
+    );
+    assert!(
+        status
+            .message
+            .as_deref()
+            .unwrap_or_default()
+            .contains("missing-key"),
+        "{status:?}"
+    );
 
     operator.stop().await;
 }
