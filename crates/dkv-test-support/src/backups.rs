@@ -157,3 +157,41 @@ pub async fn exercise_secured_cluster(
     .unwrap();
     super::etcd_cluster::wait_settled(&dkvs, cluster, 4).await;
 }
+
+/// The newest revision any continuous backup chain of `namespace/cluster`
+/// has stored under `destination` (0: none), from the segment names.
+pub async fn stored_up_to(
+    store: &dkv_backup::Store,
+    destination: &dkv_backup::Location,
+    namespace: &str,
+    cluster: &str,
+) -> i64 {
+    let continuous =
+        dkv_backup::continuous::archive::continuous_location(destination, namespace, cluster);
+    dkv_backup::continuous::archive::chain_ends(store, &continuous)
+        .await
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(_, last)| last)
+        .max()
+        .unwrap_or(0)
+}
+
+/// Waits (a minute at most) until the continuous backup of
+/// `namespace/cluster` under `destination` has stored `revision`.
+pub async fn wait_stored(
+    store: &dkv_backup::Store,
+    destination: &dkv_backup::Location,
+    namespace: &str,
+    cluster: &str,
+    revision: i64,
+) {
+    let started = Instant::now();
+    while stored_up_to(store, destination, namespace, cluster).await < revision {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "continuous backup of {namespace}/{cluster} did not reach revision {revision}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}

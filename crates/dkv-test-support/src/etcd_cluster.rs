@@ -466,3 +466,18 @@ pub async fn member_runs(client: &Client, ns: &str) -> Vec<(String, Option<Strin
     runs.sort();
     runs
 }
+
+/// Waits for `Degraded=True, RestoreFailed` on the cluster `name`; returns
+/// the condition's message.
+pub async fn wait_restore_refused(dkvs: &Api<DistributedKV>, name: &str) -> String {
+    use dkv_api::conditions::{reasons, types};
+    wait_for(dkvs, name, "Degraded/RestoreFailed", |d| {
+        condition_reason(d, types::DEGRADED, "True").as_deref() == Some(reasons::RESTORE_FAILED)
+    })
+    .await;
+    let refused = dkvs
+        .get(name)
+        .await
+        .unwrap_or_else(|e| panic!("reading {name}: {e}"));
+    condition_message(&refused, types::DEGRADED, Some("True"))
+}

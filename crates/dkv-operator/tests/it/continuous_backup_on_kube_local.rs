@@ -20,10 +20,10 @@ use serde_json::json;
 
 use dkv_test_support as support;
 
-use support::backups::create_secret;
+use support::backups::{create_secret, wait_stored};
 use support::etcd_cluster::{
     Writer, condition_message, condition_reason, connect, lost_writes, member_endpoints, wait_for,
-    wait_settled,
+    wait_restore_refused, wait_settled,
 };
 
 const NS: &str = "continuous";
@@ -362,45 +362,6 @@ async fn continuous_backup_restores_to_any_point_and_the_newest_loses_at_most_an
     operator.stop().await;
 }
 
-/// The newest revision any chain of `cluster` has stored in `uri`.
-async fn stored_up_to(uri: &str, cluster: &str) -> i64 {
-    let destination = dkv_backup::Location::parse(uri).unwrap();
-    let store = dkv_backup::Store::open(&destination, &Default::default()).unwrap();
-    let continuous =
-        dkv_backup::continuous::archive::continuous_location(&destination, NS, cluster);
-    dkv_backup::continuous::archive::chain_ends(&store, &continuous)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|(_, last)| last)
-        .max()
-        .unwrap_or(0)
-}
-
-/// Waits until `cluster`'s continuous backup in `uri` reaches `revision`.
-async fn wait_stored(uri: &str, cluster: &str, revision: i64) {
-    let started = Instant::now();
-    while stored_up_to(uri, cluster).await < revision {
-        assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "continuous backup of {cluster} did not reach revision {revision}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
-async fn wait_restore_refused(dkvs: &Api<DistributedKV>, name: &str) -> String {
-    wait_for(dkvs, name, "Degraded/RestoreFailed", |d| {
-        condition_reason(d, types::DEGRADED, "True").as_deref() == Some(reasons::RESTORE_FAILED)
-    })
-    .await;
-    condition_message(
-        &dkvs.get(name).await.unwrap(),
-        types::DEGRADED,
-        Some("True"),
-    )
-}
-
 /// To a `file://` destination: while the operator is stopped, etcd compacts
 /// the revisions the chain needs; the restarted agent starts a new chain,
 /// status shows the gap and a Warning Event says so, and a restore into the
@@ -425,6 +386,8 @@ async fn a_compaction_gap_starts_a_new_chain_and_a_corrupted_segment_is_refused(
     )
     .await;
     wait_settled(&dkvs, "ledger", 1).await;
+    let destination = dkv_backup::Location::parse(&uri).unwrap();
+    let store = dkv_backup::Store::open(&destination, &Default::default()).unwrap();
     let mut etcd = connect(member_endpoints(&client, NS, "ledger").await)
         .await
         .unwrap();
@@ -432,7 +395,7 @@ async fn a_compaction_gap_starts_a_new_chain_and_a_corrupted_segment_is_refused(
     for i in 0..20 {
         last = change(&mut etcd, i).await;
     }
-    wait_stored(&uri, "ledger", last).await;
+    wait_stored(&store, &destination, NS, "ledger", last).await;
 
     // The operator is down while the cluster moves on and compacts.
     operator.stop().await;
@@ -493,7 +456,7 @@ async fn a_compaction_gap_starts_a_new_chain_and_a_corrupted_segment_is_refused(
     for i in 40..50 {
         newest = change(&mut etcd, i).await;
     }
-    wait_stored(&uri, "ledger", newest).await;
+    wait_stored(&store, &destination, NS, "ledger", newest).await;
     let chain_dir = dir
         .path()
         .join(NS)

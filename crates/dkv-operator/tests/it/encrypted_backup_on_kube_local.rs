@@ -23,10 +23,10 @@ use serde_json::json;
 
 use dkv_test_support as support;
 
-use support::backups::{create_secret, wait_backup_completed, wait_backup_finished};
+use support::backups::{create_secret, wait_backup_completed, wait_backup_finished, wait_stored};
 use support::etcd_cluster::{
     condition_message, condition_reason, connect, member_endpoints, put_retrying, wait_for,
-    wait_settled,
+    wait_restore_refused, wait_settled,
 };
 
 const NS: &str = "encrypted";
@@ -64,25 +64,6 @@ async fn test_keys(client: &kube::Client, cluster: &str) -> Vec<(String, String)
             "{cluster} did not answer"
         );
         tokio::time::sleep(Duration::from_secs(1)).await;
-    }
-}
-
-/// Waits until the continuous backup of `cluster` has stored `revision`.
-async fn wait_stored(store: &Store, destination: &Location, cluster: &str, revision: i64) {
-    let continuous = dkv_backup::continuous::archive::continuous_location(destination, NS, cluster);
-    let started = Instant::now();
-    loop {
-        let ends = dkv_backup::continuous::archive::chain_ends(store, &continuous)
-            .await
-            .unwrap_or_default();
-        if ends.iter().any(|(_, last)| *last >= revision) {
-            return;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "continuous backup of {cluster} did not reach revision {revision}: {ends:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
     }
 }
 
@@ -127,18 +108,6 @@ async fn verify_scratch_gone(dkvs: &Api<dkv_api::DistributedKV>, name: &str) -> 
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     false
-}
-
-async fn wait_restore_refused(dkvs: &Api<dkv_api::DistributedKV>, name: &str) -> String {
-    wait_for(dkvs, name, "Degraded/RestoreFailed", |d| {
-        condition_reason(d, types::DEGRADED, "True").as_deref() == Some(reasons::RESTORE_FAILED)
-    })
-    .await;
-    condition_message(
-        &dkvs.get(name).await.unwrap(),
-        types::DEGRADED,
-        Some("True"),
-    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -194,7 +163,7 @@ async fn encrypted_backups_restore_only_with_their_key() {
     let expected: Vec<(String, String)> = (0..KEYS).map(test_key).collect();
     let destination = Location::parse(&uri).unwrap();
     let store = Store::open(&destination, &moto.config()).unwrap();
-    wait_stored(&store, &destination, "vault", revision).await;
+    wait_stored(&store, &destination, NS, "vault", revision).await;
 
     // An on-demand snapshot: compressed, encrypted, the key's id recorded.
     let backups: Api<DistributedKVBackup> = Api::namespaced(client.clone(), NS);
