@@ -13,10 +13,10 @@ use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
+use crate::events::Reporter;
 use anyhow::Context as _;
 use clap::Args;
 use kube::Client;
-use kube::runtime::events::Reporter;
 use tokio::sync::watch;
 use tracing::{error, info, warn};
 

@@ -28,6 +28,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::events::{Event, EventType, Recorder, Reporter};
 use dkv_api::backup::v1alpha1::{BackupPhase, DistributedKVBackupStatus};
 use dkv_api::distributedkv::v1beta1::Compression;
 use dkv_api::{DistributedKV, DistributedKVBackup};
@@ -38,7 +39,6 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::Resource;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 use serde_json::json;

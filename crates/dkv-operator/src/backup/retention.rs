@@ -29,6 +29,7 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::events::{Event, EventType, Recorder};
 use dkv_api::backup::v1alpha1::BackupPhase;
 use dkv_api::{DistributedKV, DistributedKVBackup};
 use dkv_backup::continuous::archive::continuous_location;
@@ -39,7 +40,6 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ObjectReference, Secret};
 use kube::api::{Api, DeleteParams, ListParams};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::events::{Event, EventType, Recorder};
 use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::{WatchStreamExt, predicates, watcher};
 use kube::{Client, Resource, ResourceExt};
@@ -193,6 +193,7 @@ pub async fn run(
     // Spec changes only: the cluster's status changes all the time.
     let cluster_stream = watcher(clusters, watcher::Config::default())
         .default_backoff()
+        .modify(trim)
         .reflect(writer)
         .applied_objects()
         .predicate_filter(predicates::generation, Default::default());
@@ -216,6 +217,14 @@ pub async fn run(
         .run(reconcile, error_policy, ctx)
         .for_each(|_| futures::future::ready(()))
         .await;
+}
+
+/// Retention reads a cluster's metadata and spec: its status (rewritten on
+/// every change the cluster controller sees) and managedFields are not kept
+/// in this controller's copy of the clusters.
+fn trim(cluster: &mut DistributedKV) {
+    crate::cluster::watches::trim(cluster);
+    cluster.status = None;
 }
 
 fn error_policy(cluster: Arc<DistributedKV>, err: &Error, ctx: Arc<Context>) -> Action {

@@ -4,6 +4,7 @@
 //! Children other than volumes need no work here: they carry owner
 //! references and the garbage collector removes them.
 
+use crate::events::{Event, EventType};
 use dkv_api::backup::v1alpha1::BackupPhase;
 use dkv_api::distributedkv::v1beta1::ReclaimPolicy;
 use dkv_api::{DistributedKV, DistributedKVBackup};
@@ -12,7 +13,6 @@ use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Event, EventType};
 use tracing::info;
 
 use super::context::{Context, publish};

@@ -5,8 +5,8 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+use crate::events::{Event, Recorder, Reporter};
 use dkv_api::DistributedKV;
-use kube::runtime::events::{Event, Recorder, Reporter};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Client, Resource, ResourceExt};
 use tracing::warn;

@@ -3,6 +3,7 @@
 //! off, and turns the agent's report into `status.continuousBackup`; and
 //! the last step of a restore from continuous backup, the replay.
 
+use crate::events::{Event, EventType};
 use dkv_api::DistributedKV;
 use dkv_api::distributedkv::v1beta1::{ContinuousBackupStatus, RecoveryPoint, RevisionGap};
 use dkv_backup::StoreConfig;
@@ -10,7 +11,6 @@ use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::Api;
-use kube::runtime::events::{Event, EventType};
 use tracing::info;
 
 use super::context::{Context, publish};

@@ -43,6 +43,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Instant;
 
+use crate::events::{Event, EventType};
 use dkv_api::distributedkv::v1beta1::{Operation, OperationKind, RecoveryPolicy};
 use dkv_api::{DistributedKV, DistributedKVBackup};
 use futures::StreamExt;
@@ -56,7 +57,6 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::Api;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
-use kube::runtime::events::{Event, EventType};
 use kube::runtime::finalizer::{Event as FinalizerEvent, finalizer};
 use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::watcher;
@@ -603,7 +603,7 @@ pub async fn run(
     settings: Settings,
     defaults: validate::Defaults,
     metrics: Arc<crate::metrics::Metrics>,
-    reporter: kube::runtime::events::Reporter,
+    reporter: crate::events::Reporter,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) {
     let ns = settings.namespace.as_deref();

@@ -9,11 +9,11 @@
 
 use std::time::Duration;
 
+use crate::events::{Event, EventType};
 use dkv_api::DistributedKV;
 use dkv_api::conditions::reasons;
 use kube::Resource;
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Event, EventType};
 use kube::runtime::reflector::ObjectRef;
 use tracing::warn;
 

@@ -6,13 +6,13 @@
 //! result goes into the backup's `status.verification` (with an Event on
 //! the backup) and the scratch cluster is deleted.
 
+use crate::events::{Event, EventType};
 use dkv_api::backup::v1alpha1::{BackupContent, BackupVerification, VerificationPhase};
 use dkv_api::conditions::{reasons, types};
 use dkv_api::{DistributedKV, DistributedKVBackup};
 use dkv_etcd::{ContentDigest, EtcdAdmin};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
-use kube::runtime::events::{Event, EventType};
 use kube::{Resource, ResourceExt};
 use serde_json::{Value, json};
 use tracing::{info, warn};

@@ -1,13 +1,13 @@
 //! Writing status: a merge patch of what changed, sent only when something did, and an Event for each condition
 //! that changed.
 
+use crate::events::{Event, EventType};
 use dkv_api::DistributedKV;
 use dkv_api::conditions::{reasons, types};
 use dkv_api::distributedkv::v1beta1::DistributedKVStatus;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
-use kube::runtime::events::{Event, EventType};
 use serde_json::json;
 
 use crate::cluster::context::{Context, publish};
