@@ -58,3 +58,11 @@ pub fn selector_string(name: &str) -> String {
         .collect::<Vec<_>>()
         .join(",")
 }
+
+/// Whether `annotations` (a DistributedKV's) pause the operator:
+/// [`RECONCILE_PAUSED`] set to a true value.
+pub fn is_paused(annotations: &BTreeMap<String, String>) -> bool {
+    annotations
+        .get(RECONCILE_PAUSED)
+        .is_some_and(|v| v.eq_ignore_ascii_case("true"))
+}

@@ -510,9 +510,7 @@ fn check_spec(
 
 /// Whether the pause annotation is set to a true value.
 pub fn is_paused(annotations: &BTreeMap<String, String>) -> bool {
-    annotations
-        .get(labels::RECONCILE_PAUSED)
-        .is_some_and(|v| v.eq_ignore_ascii_case("true"))
+    labels::is_paused(annotations)
 }
 
 fn check_cluster_name(name: &str, problems: &mut Problems) {

@@ -1,0 +1,63 @@
+//! `restart`, `pause` and `resume`: annotations the operator acts on.
+
+use dkv_api::DistributedKV;
+use dkv_api::labels::{RECONCILE_PAUSED, RESTARTED_AT};
+use kube::api::{Patch, PatchParams};
+use serde_json::json;
+
+use crate::client::{Target, is_paused};
+use crate::error::{Error, Result};
+
+/// Sets `dkv.io/restartedAt` to now: the operator restarts the members one
+/// at a time onto the changed pod template, followers first.
+pub async fn restart(target: &Target, name: &str) -> Result<()> {
+    let cluster = target.cluster(name).await?;
+    if is_paused(&cluster) {
+        return Err(Error::Refused(format!(
+            "DistributedKV {}/{name} is paused ({RECONCILE_PAUSED}=true), so the operator would not restart it; run `kubectl dkv resume {name}` first",
+            target.namespace
+        )));
+    }
+    let now = jiff::Timestamp::now()
+        .round(jiff::Unit::Second)
+        .unwrap_or_else(|_| jiff::Timestamp::now());
+    annotate(target, name, json!({ RESTARTED_AT: now.to_string() })).await?;
+    println!(
+        "distributedkv.dkv.io/{name} restart requested: members restart one at a time, the leader last (watch: kubectl dkv status {name})"
+    );
+    Ok(())
+}
+
+/// Sets (`pause`) or removes the pause annotation.
+pub async fn pause(target: &Target, name: &str, pause: bool) -> Result<()> {
+    let cluster = target.cluster(name).await?;
+    let verb = if pause { "paused" } else { "resumed" };
+    if is_paused(&cluster) == pause {
+        println!("distributedkv.dkv.io/{name} already {verb}");
+        return Ok(());
+    }
+    let value = if pause {
+        json!("true")
+    } else {
+        serde_json::Value::Null
+    };
+    annotate(target, name, json!({ RECONCILE_PAUSED: value })).await?;
+    println!("distributedkv.dkv.io/{name} {verb}");
+    Ok(())
+}
+
+/// Merges `annotations` into the cluster's (a null removes one).
+async fn annotate(target: &Target, name: &str, annotations: serde_json::Value) -> Result<()> {
+    let patch = json!({ "metadata": { "annotations": annotations } });
+    target
+        .api::<DistributedKV>()
+        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map_err(Error::api(
+            format!("annotating DistributedKV {}/{name}", target.namespace),
+            "DistributedKV",
+            &target.namespace,
+            name,
+        ))?;
+    Ok(())
+}

@@ -1,0 +1,481 @@
+//! `status`: one page on a cluster — members and their pods, conditions,
+//! the operation in flight, backups, certificate expiry.
+//!
+//! Everything comes from the API: the DistributedKV's status (what the
+//! operator last observed of etcd), the member pods, the backups and the
+//! cluster's TLS Secrets. Nothing here asks etcd itself.
+
+use dkv_api::DistributedKV;
+use dkv_api::backup::v1alpha1::BackupPhase;
+use dkv_api::distributedkv::v1beta1::{BackupArtifactRef, ContinuousBackupStatus, Operation};
+use dkv_api::labels::{CLUSTER_KEY, COMPONENT_KEY};
+use jiff::{Timestamp, tz::TimeZone};
+use k8s_openapi::api::core::v1::{Pod, Secret};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::ResourceExt;
+use kube::api::ListParams;
+use serde::Serialize;
+
+use crate::client::{Target, is_paused};
+use crate::error::{Error, Result};
+use crate::output::{self, Format};
+use crate::time;
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Report {
+    pub name: String,
+    pub namespace: String,
+    /// `dkv.io/reconcile-paused` is set: the operator changes nothing.
+    pub paused: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub phase: Option<String>,
+    /// Members the spec asks for.
+    pub size: i32,
+    pub ready_replicas: i32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cluster_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub leader: Option<String>,
+    pub conditions: Vec<Condition>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub operation: Option<Operation>,
+    pub members: Vec<Member>,
+    pub backups: Backups,
+    pub certificates: Vec<Certificate>,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Member {
+    pub name: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    /// `leader`, `follower` or `learner`; absent for a pod that is not
+    /// (yet) a member.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub role: Option<String>,
+    pub healthy: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pod: Option<PodState>,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PodState {
+    pub phase: String,
+    pub ready: bool,
+    pub restarts: i32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ip: Option<String>,
+}
+
+#[derive(Debug, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Backups {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last: Option<BackupArtifactRef>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_time: Option<Time>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub schedule: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_scheduled: Option<Timestamp>,
+    /// Backups pending or running now.
+    pub in_progress: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub continuous: Option<ContinuousBackupStatus>,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Certificate {
+    pub secret: String,
+    /// The entry holding the certificate (`tls.crt`, or `ca.crt` for a CA).
+    pub key: String,
+    pub subject: String,
+    pub not_after: Timestamp,
+}
+
+pub async fn run(target: &Target, name: &str, format: Format) -> Result<()> {
+    let cluster = target.cluster(name).await?;
+    let selector = format!("{CLUSTER_KEY}={name}");
+    let pods = target
+        .api::<Pod>()
+        .list(&ListParams::default().labels(&selector))
+        .await
+        .map_err(|source| Error::Api {
+            what: format!("listing the pods of {}/{name}", target.namespace),
+            source,
+        })?
+        .items;
+    let backups = super::backup::backups_of(target, name).await?;
+    let secrets = target
+        .api::<Secret>()
+        .list(&ListParams::default().labels(&format!("{selector},{COMPONENT_KEY}=tls")))
+        .await
+        .map_err(|source| Error::Api {
+            what: format!("listing the TLS Secrets of {}/{name}", target.namespace),
+            source,
+        })?
+        .items;
+    let report = report(&cluster, &pods, &backups, &secrets, Timestamp::now());
+    output::print(format, &report, |r| text(r, Timestamp::now()))
+}
+
+/// The report, from what the API holds about the cluster.
+pub fn report(
+    cluster: &DistributedKV,
+    pods: &[Pod],
+    backups: &[dkv_api::DistributedKVBackup],
+    secrets: &[Secret],
+    now: Timestamp,
+) -> Report {
+    let status = cluster.status.clone().unwrap_or_default();
+    let leader = status.leader.clone();
+    let mut members: Vec<Member> = status
+        .members
+        .iter()
+        .map(|m| Member {
+            name: m.name.clone(),
+            id: m.id.clone(),
+            role: Some(
+                if m.learner {
+                    "learner"
+                } else if leader.as_deref() == Some(m.name.as_str()) {
+                    "leader"
+                } else {
+                    "follower"
+                }
+                .to_owned(),
+            ),
+            healthy: m.healthy,
+            version: m.version.clone(),
+            pod: None,
+        })
+        .collect();
+    for pod in pods {
+        let state = pod_state(pod);
+        let pod_name = pod.name_any();
+        match members.iter_mut().find(|m| m.name == pod_name) {
+            Some(member) => member.pod = Some(state),
+            None => members.push(Member {
+                name: pod_name,
+                id: None,
+                role: None,
+                healthy: false,
+                version: None,
+                pod: Some(state),
+            }),
+        }
+    }
+    members.sort_by(|a, b| {
+        ordinal(&a.name)
+            .cmp(&ordinal(&b.name))
+            .then(a.name.cmp(&b.name))
+    });
+    let settings = cluster.spec.backup.as_ref();
+    let schedule = settings
+        .map(|b| b.schedule.clone())
+        .filter(|s| !s.is_empty());
+    let mut in_progress: Vec<String> = backups
+        .iter()
+        .filter(|b| {
+            !matches!(
+                b.status.as_ref().and_then(|s| s.phase),
+                Some(BackupPhase::Completed | BackupPhase::Failed)
+            )
+        })
+        .map(ResourceExt::name_any)
+        .collect();
+    in_progress.sort();
+    let mut certificates: Vec<Certificate> = secrets.iter().flat_map(certificates_in).collect();
+    certificates.sort_by_key(|c| c.not_after);
+    Report {
+        name: cluster.name_any(),
+        namespace: cluster.namespace().unwrap_or_default(),
+        paused: is_paused(cluster),
+        phase: status.phase.map(|p| p.to_string()),
+        size: cluster.spec.size,
+        ready_replicas: status.ready_replicas,
+        version: status.current_version.clone(),
+        cluster_id: status.cluster_id.clone(),
+        leader,
+        conditions: status.conditions.clone(),
+        operation: status.operation.clone(),
+        members,
+        backups: Backups {
+            last: status.last_backup.clone(),
+            last_time: status.last_backup_time.clone(),
+            next_scheduled: schedule.as_deref().and_then(|s| next_run(s, now)),
+            schedule,
+            in_progress,
+            continuous: status.continuous_backup.clone(),
+        },
+        certificates,
+    }
+}
+
+/// Member pods sort by ordinal (`orders-10` after `orders-9`).
+fn ordinal(name: &str) -> u32 {
+    name.rsplit('-')
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(u32::MAX)
+}
+
+fn pod_state(pod: &Pod) -> PodState {
+    let status = pod.status.clone().unwrap_or_default();
+    let ready = status
+        .conditions
+        .iter()
+        .flatten()
+        .any(|c| c.type_ == "Ready" && c.status == "True");
+    let restarts = status
+        .container_statuses
+        .iter()
+        .flatten()
+        .map(|c| c.restart_count)
+        .sum();
+    let phase = if pod.metadata.deletion_timestamp.is_some() {
+        "Terminating".to_owned()
+    } else {
+        status.phase.clone().unwrap_or_else(|| "Pending".to_owned())
+    };
+    PodState {
+        phase,
+        ready,
+        restarts,
+        node: pod.spec.as_ref().and_then(|s| s.node_name.clone()),
+        ip: status.pod_ip.clone(),
+    }
+}
+
+/// The next time a CronJob with `schedule` runs (UTC, as dkv's backup
+/// CronJobs do).
+fn next_run(schedule: &str, now: Timestamp) -> Option<Timestamp> {
+    use croner::parser::{CronParser, Seconds, Year};
+    let cron = CronParser::builder()
+        .seconds(Seconds::Disallowed)
+        .year(Year::Disallowed)
+        .build()
+        .parse(schedule.trim())
+        .ok()?;
+    cron.find_next_occurrence(&now.to_zoned(TimeZone::UTC), false)
+        .ok()
+        .map(|next| next.timestamp())
+}
+
+/// The certificates a TLS Secret holds (`tls.crt`, and `ca.crt` when it is
+/// the CA's own Secret), with their expiry.
+fn certificates_in(secret: &Secret) -> Vec<Certificate> {
+    let data = secret.data.clone().unwrap_or_default();
+    let own_ca = !data.contains_key("tls.crt");
+    ["tls.crt", "ca.crt"]
+        .into_iter()
+        .filter(|key| *key == "tls.crt" || own_ca)
+        .filter_map(|key| {
+            let pem = data.get(key)?;
+            let (_, pem) = x509_parser::pem::parse_x509_pem(&pem.0).ok()?;
+            let cert = pem.parse_x509().ok()?;
+            let not_after = Timestamp::from_second(cert.validity().not_after.timestamp()).ok()?;
+            Some(Certificate {
+                secret: secret.name_any(),
+                key: key.to_owned(),
+                subject: cert.subject().to_string(),
+                not_after,
+            })
+        })
+        .collect()
+}
+
+/// The continuous backup window in one line, if anything is recorded.
+pub fn continuous_line(
+    continuous: Option<&ContinuousBackupStatus>,
+    now: Timestamp,
+) -> Option<String> {
+    let c = continuous?;
+    let (oldest, newest) = (c.oldest.as_ref()?, c.newest.as_ref()?);
+    let mut line = format!(
+        "restorable from revision {} ({}) to revision {} ({})",
+        oldest.revision, oldest.time.0, newest.revision, newest.time.0
+    );
+    if let Some(last) = &c.last_segment_time {
+        line.push_str(&format!(", last segment stored {}", time::ago(last, now)));
+    }
+    if !c.gaps.is_empty() {
+        let gaps: Vec<String> = c
+            .gaps
+            .iter()
+            .map(|g| format!("{}..{}", g.after_revision, g.until_revision))
+            .collect();
+        line.push_str(&format!(
+            "; not restorable between revisions {}",
+            gaps.join(", ")
+        ));
+    }
+    Some(line)
+}
+
+fn yes(flag: bool) -> String {
+    if flag { "yes" } else { "no" }.to_owned()
+}
+
+pub fn text(r: &Report, now: Timestamp) -> String {
+    let dash = || "-".to_owned();
+    let mut out = String::new();
+    out.push_str(&format!("Cluster:     {}/{}\n", r.namespace, r.name));
+    out.push_str(&format!(
+        "Phase:       {}{}\n",
+        r.phase.as_deref().unwrap_or("(no status yet)"),
+        if r.paused {
+            " — PAUSED: the operator changes nothing (kubectl dkv resume)"
+        } else {
+            ""
+        }
+    ));
+    out.push_str(&format!(
+        "Members:     {}/{} ready{}{}\n",
+        r.ready_replicas,
+        r.size,
+        r.version
+            .as_ref()
+            .map_or_else(String::new, |v| format!(", etcd {v}")),
+        r.leader
+            .as_ref()
+            .map_or_else(String::new, |l| format!(", leader {l}")),
+    ));
+    if let Some(id) = &r.cluster_id {
+        out.push_str(&format!("Cluster ID:  {id}\n"));
+    }
+    out.push_str(&format!(
+        "Operation:   {}\n",
+        r.operation.as_ref().map_or_else(
+            || "none".to_owned(),
+            |op| format!(
+                "{:?} of {}, started {}",
+                op.kind,
+                op.target,
+                time::ago(&op.started_at, now)
+            )
+        )
+    ));
+    out.push_str("\nConditions:\n");
+    if r.conditions.is_empty() {
+        out.push_str("  (none yet)\n");
+    } else {
+        let rows: Vec<Vec<String>> = r
+            .conditions
+            .iter()
+            .map(|c| {
+                vec![
+                    c.type_.clone(),
+                    c.status.clone(),
+                    c.reason.clone(),
+                    time::short(now.duration_since(c.last_transition_time.0)),
+                    c.message.clone(),
+                ]
+            })
+            .collect();
+        out.push_str(&output::table(
+            "  ",
+            &["TYPE", "STATUS", "REASON", "SINCE", "MESSAGE"],
+            &rows,
+        ));
+    }
+    out.push_str("\nMembers:\n");
+    if r.members.is_empty() {
+        out.push_str("  (none yet)\n");
+    } else {
+        let rows: Vec<Vec<String>> = r
+            .members
+            .iter()
+            .map(|m| {
+                let pod = m.pod.as_ref();
+                vec![
+                    m.name.clone(),
+                    m.id.clone().unwrap_or_else(dash),
+                    m.role.clone().unwrap_or_else(|| "not a member".to_owned()),
+                    yes(m.healthy),
+                    m.version.clone().unwrap_or_else(dash),
+                    pod.map_or_else(|| "missing".to_owned(), |p| p.phase.clone()),
+                    pod.map_or_else(dash, |p| yes(p.ready)),
+                    pod.map_or_else(dash, |p| p.restarts.to_string()),
+                    pod.and_then(|p| p.node.clone()).unwrap_or_else(dash),
+                ]
+            })
+            .collect();
+        out.push_str(&output::table(
+            "  ",
+            &[
+                "NAME", "ID", "ROLE", "HEALTHY", "VERSION", "POD", "READY", "RESTARTS", "NODE",
+            ],
+            &rows,
+        ));
+    }
+    out.push_str("\nBackups:\n");
+    let b = &r.backups;
+    out.push_str(&format!(
+        "  Last:        {}\n",
+        match (&b.last, &b.last_time) {
+            (Some(last), time) => format!(
+                "{}{}, {}, {}",
+                last.name,
+                time.as_ref()
+                    .map_or_else(String::new, |t| format!(" ({})", time::ago(t, now))),
+                output::bytes(last.size_bytes),
+                last.uri
+            ),
+            (None, _) => "none".to_owned(),
+        }
+    ));
+    out.push_str(&format!(
+        "  Scheduled:   {}\n",
+        match (&b.schedule, b.next_scheduled) {
+            (Some(s), Some(next)) => format!("{s} (next {next}, {})", time::until(next, now)),
+            (Some(s), None) => s.clone(),
+            (None, _) => "no schedule".to_owned(),
+        }
+    ));
+    out.push_str(&format!(
+        "  In progress: {}\n",
+        if b.in_progress.is_empty() {
+            "none".to_owned()
+        } else {
+            b.in_progress.join(", ")
+        }
+    ));
+    if let Some(line) = continuous_line(b.continuous.as_ref(), now) {
+        out.push_str(&format!("  Continuous:  {line}\n"));
+    }
+    out.push_str("\nCertificates:\n");
+    if r.certificates.is_empty() {
+        out.push_str("  (no TLS)\n");
+    } else {
+        let rows: Vec<Vec<String>> = r
+            .certificates
+            .iter()
+            .map(|c| {
+                vec![
+                    c.secret.clone(),
+                    c.key.clone(),
+                    c.not_after.to_string(),
+                    time::until(c.not_after, now),
+                    c.subject.clone(),
+                ]
+            })
+            .collect();
+        out.push_str(&output::table(
+            "  ",
+            &["SECRET", "ENTRY", "EXPIRES", "", "SUBJECT"],
+            &rows,
+        ));
+    }
+    out
+}
