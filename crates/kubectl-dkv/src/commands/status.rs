@@ -106,7 +106,7 @@ pub struct Certificate {
 pub async fn run(target: &Target, name: &str, format: Format) -> Result<()> {
     let cluster = target.cluster(name).await?;
     let selector = format!("{CLUSTER_KEY}={name}");
-    let pods = target
+    let pods: Vec<Pod> = target
         .api::<Pod>()
         .list(&ListParams::default().labels(&selector))
         .await
@@ -114,7 +114,10 @@ pub async fn run(target: &Target, name: &str, format: Format) -> Result<()> {
             what: format!("listing the pods of {}/{name}", target.namespace),
             source,
         })?
-        .items;
+        .items
+        .into_iter()
+        .filter(|pod| is_member_pod(pod, name))
+        .collect();
     let backups = super::backup::backups_of(target, name).await?;
     let secrets = target
         .api::<Secret>()
@@ -220,6 +223,16 @@ pub fn report(
         },
         certificates,
     }
+}
+
+/// A pod of the cluster's StatefulSet (backup and verification Jobs carry
+/// the cluster's label too).
+pub fn is_member_pod(pod: &Pod, cluster: &str) -> bool {
+    pod.metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.controller == Some(true) && o.kind == "StatefulSet" && o.name == cluster)
 }
 
 /// Member pods sort by ordinal (`orders-10` after `orders-9`).

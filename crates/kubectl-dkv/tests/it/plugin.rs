@@ -1,0 +1,364 @@
+//! Every plugin command through the real `kubectl` (which finds
+//! `kubectl-dkv` on the PATH), against kube-local with the operator, real
+//! etcd members and a real S3 server (moto), a writer counting acknowledged
+//! writes throughout: status, backups, a restore into a new cluster, pause,
+//! resume, a rolling restart, and each kind of bad input refused with one
+//! line, a non-zero exit and nothing changed.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use dkv_api::{DistributedKV, DistributedKVBackup};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, ListParams};
+use serde_json::{Value, json};
+
+use dkv_test_support as support;
+use support::backups::with_object_store;
+use support::etcd_cluster::{
+    Writer, assert_no_write_lost, condition_reason, connect, member_endpoints, put_retrying,
+    settled_at, wait_for,
+};
+
+const NS: &str = "plugin";
+
+/// `kubectl` with the plugin on its PATH and the test's kubeconfig.
+struct Kubectl {
+    kubeconfig: PathBuf,
+    path: String,
+    _plugin_dir: tempfile::TempDir,
+}
+
+impl Kubectl {
+    fn new(kubeconfig: &Path) -> Self {
+        let plugin_dir = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink(
+            env!("CARGO_BIN_EXE_kubectl-dkv"),
+            plugin_dir.path().join("kubectl-dkv"),
+        )
+        .unwrap();
+        let path = format!(
+            "{}:{}",
+            plugin_dir.path().display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
+        Self {
+            kubeconfig: kubeconfig.to_owned(),
+            path,
+            _plugin_dir: plugin_dir,
+        }
+    }
+
+    /// `kubectl dkv ARGS -n plugin`.
+    fn dkv(&self, args: &[&str]) -> Output {
+        Command::new("kubectl")
+            .arg("dkv")
+            .args(args)
+            .args(["-n", NS])
+            .env("KUBECONFIG", &self.kubeconfig)
+            .env("PATH", &self.path)
+            .output()
+            .unwrap()
+    }
+
+    /// Runs `kubectl dkv ARGS`, which must succeed; returns its stdout.
+    fn ok(&self, args: &[&str]) -> String {
+        let out = self.dkv(args);
+        assert!(
+            out.status.success(),
+            "kubectl dkv {args:?} failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    /// Runs `kubectl dkv ARGS`, which must fail with one line on stderr
+    /// containing `expected`.
+    fn refused(&self, args: &[&str], expected: &str) {
+        let out = self.dkv(args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "kubectl dkv {args:?} succeeded");
+        assert!(
+            stderr.contains(expected),
+            "kubectl dkv {args:?}: {stderr:?} does not say {expected:?}"
+        );
+        assert_eq!(
+            stderr.trim_end().lines().count(),
+            1,
+            "one line of error: {stderr:?}"
+        );
+        assert!(out.stdout.is_empty(), "nothing on stdout: {:?}", out.stdout);
+    }
+
+    fn json(&self, args: &[&str]) -> Value {
+        let text = self.ok(&[args, &["-o", "json"]].concat());
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{args:?} -o json: {e}: {text}"))
+    }
+}
+
+/// Every member ready and nothing in progress: what `status` then shows
+/// is the steady state.
+async fn wait_converged(dkvs: &Api<DistributedKV>, name: &str) {
+    wait_for(dkvs, name, "3 members ready, nothing in progress", |d| {
+        settled_at(d, 3)
+            && d.status.as_ref().is_some_and(|s| s.ready_replicas == 3)
+            && condition_reason(d, "Progressing", "False").is_some()
+    })
+    .await;
+}
+
+async fn pod_uids(client: &kube::Client, cluster: &str) -> Vec<String> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    let mut uids: Vec<String> = pods
+        .list(&ListParams::default().labels(&format!("dkv.io/cluster={cluster}")))
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        // Member pods only: the backup Job's pod has the cluster's label too.
+        .filter(|p| {
+            p.metadata
+                .owner_references
+                .iter()
+                .flatten()
+                .any(|o| o.kind == "StatefulSet")
+        })
+        .filter_map(|p| p.metadata.uid)
+        .collect();
+    uids.sort();
+    uids
+}
+
+async fn names<K>(api: &Api<K>) -> Vec<String>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let mut names: Vec<String> = api
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter_map(|o| o.meta().name.clone())
+        .collect();
+    names.sort();
+    names
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn every_plugin_command_through_kubectl() {
+    let store = with_object_store(NS).await;
+    let client = store.client.clone();
+    let kubectl = Kubectl::new(store.env.kubeconfig_path());
+    let image = "registry.k8s.io/etcd:3.5.16-0";
+    let dkvs = support::create_cluster(
+        &client,
+        NS,
+        "orders",
+        3,
+        image,
+        json!({"backup": store.backup_spec("plugin")}),
+    )
+    .await;
+    wait_converged(&dkvs, "orders").await;
+    let backups: Api<DistributedKVBackup> = Api::namespaced(client.clone(), NS);
+    let writer = Writer::start(client.clone(), NS, "orders");
+
+    // status: people's page and the same facts as JSON and YAML.
+    let page = kubectl.ok(&["status", "orders"]);
+    for expected in [
+        "Cluster:     plugin/orders",
+        "3/3 ready, etcd 3.5.16",
+        "Available",
+        "orders-0",
+        "orders-2",
+        "leader",
+        "Scheduled:   0 0 1 1 *",
+    ] {
+        assert!(
+            page.contains(expected),
+            "status lacks {expected:?}:\n{page}"
+        );
+    }
+    let status = kubectl.json(&["status", "orders"]);
+    assert_eq!(status["readyReplicas"], 3, "{status}");
+    let members = status["members"].as_array().unwrap();
+    assert_eq!(members.len(), 3, "{status}");
+    let leaders = members.iter().filter(|m| m["role"] == "leader").count();
+    assert_eq!(leaders, 1, "exactly one leader: {status}");
+    assert!(
+        members
+            .iter()
+            .all(|m| m["healthy"] == true && m["pod"]["ready"] == true),
+        "{status}"
+    );
+    assert_eq!(
+        status["leader"],
+        members.iter().find(|m| m["role"] == "leader").unwrap()["name"]
+    );
+    let yaml = kubectl.ok(&["status", "orders", "-o", "yaml"]);
+    assert!(yaml.contains("readyReplicas: 3"), "{yaml}");
+
+    // backup --wait: a completed backup holding a marker written before it.
+    let mut etcd = connect(member_endpoints(&client, NS, "orders").await)
+        .await
+        .unwrap();
+    put_retrying(&mut etcd, "/plugin/marker", "before-the-backup").await;
+    let taken = kubectl.ok(&["backup", "orders", "--wait"]);
+    assert!(taken.contains("completed"), "{taken}");
+    let listed = kubectl.json(&["backups", "orders"]);
+    let listed = listed["backups"].as_array().unwrap();
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_eq!(listed[0]["status"]["phase"], "Completed");
+    let backup = listed[0]["metadata"]["name"].as_str().unwrap().to_owned();
+    let table = kubectl.ok(&["backups", "orders"]);
+    assert!(
+        table.contains(&backup) && table.contains("Completed"),
+        "{table}"
+    );
+    put_retrying(&mut etcd, "/plugin/marker", "after-the-backup").await;
+
+    // restore --from: a new cluster with the backup's data.
+    let restored = kubectl.ok(&[
+        "restore",
+        "orders",
+        "--from",
+        &backup,
+        "--as",
+        "orders-copy",
+    ]);
+    assert!(restored.contains("orders-copy created"), "{restored}");
+    wait_converged(&dkvs, "orders-copy").await;
+    let mut copy = connect(member_endpoints(&client, NS, "orders-copy").await)
+        .await
+        .unwrap();
+    let marker = copy.get("/plugin/marker", None).await.unwrap();
+    assert_eq!(marker.kvs()[0].value(), b"before-the-backup");
+    let copy_spec = dkvs.get("orders-copy").await.unwrap().spec;
+    assert!(
+        copy_spec.backup.is_none(),
+        "a restored copy does not back up by itself"
+    );
+
+    // Bad input: one line, a non-zero exit, nothing changed.
+    let clusters_before = names(&dkvs).await;
+    let backups_before = names(&backups).await;
+    kubectl.refused(
+        &["status", "nosuch"],
+        "DistributedKV plugin/nosuch not found",
+    );
+    kubectl.refused(
+        &["backup", "nosuch"],
+        "DistributedKV plugin/nosuch not found",
+    );
+    kubectl.refused(
+        &["backups", "nosuch"],
+        "DistributedKV plugin/nosuch not found",
+    );
+    kubectl.refused(
+        &["restore", "orders", "--from", "nosuch", "--as", "orders-3"],
+        "DistributedKVBackup plugin/nosuch not found",
+    );
+    kubectl.refused(
+        &[
+            "restore",
+            "orders",
+            "--from",
+            &backup,
+            "--as",
+            "orders-copy",
+        ],
+        "already exists",
+    );
+    kubectl.refused(
+        &[
+            "restore",
+            "orders",
+            "--to-revision",
+            "5",
+            "--as",
+            "orders-3",
+        ],
+        "no continuous backup",
+    );
+    kubectl.refused(&["backup", "orders-copy"], "has no spec.backup.destination");
+    assert_eq!(
+        names(&dkvs).await,
+        clusters_before,
+        "no cluster created or removed"
+    );
+    assert_eq!(
+        names(&backups).await,
+        backups_before,
+        "no backup created or removed"
+    );
+
+    // pause: the operator stops; a restart is refused while paused.
+    assert!(kubectl.ok(&["pause", "orders"]).contains("paused"));
+    assert!(kubectl.ok(&["status", "orders"]).contains("PAUSED"));
+    let before = pod_uids(&client, "orders").await;
+    kubectl.refused(&["restart", "orders"], "is paused");
+    let annotations = dkvs
+        .get("orders")
+        .await
+        .unwrap()
+        .metadata
+        .annotations
+        .unwrap_or_default();
+    assert!(
+        !annotations.contains_key("dkv.io/restartedAt"),
+        "{annotations:?}"
+    );
+    assert!(kubectl.ok(&["resume", "orders"]).contains("resumed"));
+    assert!(
+        kubectl
+            .ok(&["resume", "orders"])
+            .contains("already resumed")
+    );
+
+    // restart: every member pod replaced, one at a time, writes go on.
+    assert!(
+        kubectl
+            .ok(&["restart", "orders"])
+            .contains("restart requested")
+    );
+    wait_for(&dkvs, "orders", "the restart taken up", |d| {
+        condition_reason(d, "Progressing", "True").as_deref() == Some("RollingOut")
+    })
+    .await;
+    support::eventually(
+        "every member pod replaced",
+        Duration::from_secs(180),
+        Duration::from_millis(500),
+        async || {
+            let now = pod_uids(&client, "orders").await;
+            (now.len() == 3 && now.iter().all(|uid| !before.contains(uid))).then_some(())
+        },
+    )
+    .await;
+    wait_converged(&dkvs, "orders").await;
+    let report = writer.stop().await;
+    assert_no_write_lost(&client, NS, &report).await;
+
+    // Completion scripts and help with examples need no cluster.
+    let bash = kubectl.ok(&["completion", "bash"]);
+    assert!(bash.contains("kubectl-dkv"), "{bash}");
+    for command in [
+        "status",
+        "backup",
+        "backups",
+        "restore",
+        "restart",
+        "pause",
+        "resume",
+        "completion",
+    ] {
+        let help = kubectl.ok(&[command, "--help"]);
+        assert!(
+            help.contains("Examples:"),
+            "{command} --help has examples:\n{help}"
+        );
+    }
+}
