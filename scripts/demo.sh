@@ -49,8 +49,10 @@ on_failure() {
 trap 'on_failure $LINENO' ERR
 
 scripts/install-prerequisites.sh
-step "building dkv"
-cargo build -q -p dkv-operator --bin dkv
+step "building dkv and the kubectl plugin (kubectl dkv)"
+cargo build -q -p dkv-operator --bin dkv -p kubectl-dkv
+# kubectl finds plugins on the PATH: `kubectl dkv` runs target/debug/kubectl-dkv.
+export PATH="$PWD/target/debug:$PATH"
 
 "$DKV" local down >/dev/null 2>&1 || true
 # kube-local keeps its state in .dkv-local/ across restarts; the demo starts
@@ -97,6 +99,8 @@ kubectl wait --for=jsonpath='{.status.readyReplicas}'=5 dkv/example --timeout=24
 kubectl wait --for=condition=Available dkv/example --timeout=60s
 kubectl get dkv example
 kubectl describe dkv example | sed -n '/^Events:/,$p'
+step "kubectl dkv status example (the plugin: members, conditions, backups, certificates)"
+kubectl dkv status example
 
 cat <<'TXT'
 
@@ -105,5 +109,7 @@ kubelet) managed by dkv. Keep exploring:
   export KUBECONFIG=$PWD/.dkv-local/kubeconfig
   kubectl get dkv -w              # in another terminal
   kubectl scale dkv example --replicas=3
+  PATH=$PWD/target/debug:$PATH kubectl dkv status example
+  PATH=$PWD/target/debug:$PATH kubectl dkv --help
 Stop:  target/debug/dkv local down
 TXT
