@@ -136,6 +136,15 @@ pub enum Command {
         /// The DistributedKV.
         name: String,
     },
+    /// Write a support bundle (.tar.gz): the cluster's objects, children, Events and logs, Secret values redacted.
+    #[command(after_help = "Examples:\n  kubectl dkv report orders -f orders-report.tar.gz")]
+    Report {
+        /// The DistributedKV.
+        name: String,
+        /// The file to write.
+        #[arg(short = 'f', long = "file", value_name = "FILE.tar.gz")]
+        file: PathBuf,
+    },
     /// Print a shell completion script.
     #[command(after_help = "Examples:\n  \
         kubectl dkv completion bash > /etc/bash_completion.d/kubectl-dkv\n  \

@@ -2,6 +2,7 @@
 
 mod backup;
 mod lifecycle;
+mod report;
 mod restore;
 mod status;
 
@@ -53,6 +54,7 @@ pub async fn run(cli: Cli) -> Result<()> {
             let source = restore::Source::from_flags(from, to_revision, to_time);
             restore::run(&target, &name, source, &new_name, output).await
         }
+        Command::Report { name, file } => report::run(&target, &name, &file).await,
         Command::Restart { name } => lifecycle::restart(&target, &name).await,
         Command::Pause { name } => lifecycle::pause(&target, &name, true).await,
         Command::Resume { name } => lifecycle::pause(&target, &name, false).await,

@@ -105,6 +105,13 @@ pub struct Certificate {
 
 pub async fn run(target: &Target, name: &str, format: Format) -> Result<()> {
     let cluster = target.cluster(name).await?;
+    let report = collect(target, &cluster).await?;
+    output::print(format, &report, |r| text(r, Timestamp::now()))
+}
+
+/// Reads the cluster's pods, backups and TLS Secrets, and makes the report.
+pub async fn collect(target: &Target, cluster: &DistributedKV) -> Result<Report> {
+    let name = cluster.name_any();
     let selector = format!("{CLUSTER_KEY}={name}");
     let pods: Vec<Pod> = target
         .api::<Pod>()
@@ -116,9 +123,9 @@ pub async fn run(target: &Target, name: &str, format: Format) -> Result<()> {
         })?
         .items
         .into_iter()
-        .filter(|pod| is_member_pod(pod, name))
+        .filter(|pod| is_member_pod(pod, &name))
         .collect();
-    let backups = super::backup::backups_of(target, name).await?;
+    let backups = super::backup::backups_of(target, &name).await?;
     let secrets = target
         .api::<Secret>()
         .list(&ListParams::default().labels(&format!("{selector},{COMPONENT_KEY}=tls")))
@@ -128,8 +135,7 @@ pub async fn run(target: &Target, name: &str, format: Format) -> Result<()> {
             source,
         })?
         .items;
-    let report = report(&cluster, &pods, &backups, &secrets, Timestamp::now());
-    output::print(format, &report, |r| text(r, Timestamp::now()))
+    Ok(report(cluster, &pods, &backups, &secrets, Timestamp::now()))
 }
 
 /// The report, from what the API holds about the cluster.
@@ -486,7 +492,7 @@ pub fn text(r: &Report, now: Timestamp) -> String {
             .collect();
         out.push_str(&output::table(
             "  ",
-            &["SECRET", "ENTRY", "EXPIRES", "", "SUBJECT"],
+            &["SECRET", "ENTRY", "NOT AFTER", "EXPIRES", "SUBJECT"],
             &rows,
         ));
     }

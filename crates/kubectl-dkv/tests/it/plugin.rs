@@ -109,6 +109,24 @@ async fn wait_converged(dkvs: &Api<DistributedKV>, name: &str) {
     .await;
 }
 
+/// Every file in a `.tar.gz`, with its content.
+fn read_bundle(path: &Path) -> Vec<(String, Vec<u8>)> {
+    use std::io::Read;
+    let file = std::fs::File::open(path).unwrap();
+    let mut archive = tar::Archive::new(flate2::read::GzDecoder::new(file));
+    archive
+        .entries()
+        .unwrap()
+        .map(|entry| {
+            let mut entry = entry.unwrap();
+            let name = entry.path().unwrap().to_string_lossy().into_owned();
+            let mut body = Vec::new();
+            entry.read_to_end(&mut body).unwrap();
+            (name, body)
+        })
+        .collect()
+}
+
 async fn pod_uids(client: &kube::Client, cluster: &str) -> Vec<String> {
     let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
     let mut uids: Vec<String> = pods
@@ -341,6 +359,80 @@ async fn every_plugin_command_through_kubectl() {
     wait_converged(&dkvs, "orders").await;
     let report = writer.stop().await;
     assert_no_write_lost(&client, NS, &report).await;
+
+    // report: a bundle with the cluster's objects, Events and member logs,
+    // and none of the namespace's secret values.
+    let dir = tempfile::tempdir().unwrap();
+    let bundle = dir.path().join("orders-report.tar.gz");
+    let wrote = kubectl.ok(&["report", "orders", "-f", bundle.to_str().unwrap()]);
+    assert!(wrote.contains("secret values redacted"), "{wrote}");
+    let entries = read_bundle(&bundle);
+    for expected in [
+        "orders-report/distributedkv.yaml",
+        "orders-report/status.txt",
+        "orders-report/distributedkvbackups.yaml",
+        "orders-report/statefulsets.yaml",
+        "orders-report/pods.yaml",
+        "orders-report/persistentvolumeclaims.yaml",
+        "orders-report/events.yaml",
+        "orders-report/secrets.yaml",
+        "orders-report/logs/orders-0/etcd.log",
+        "orders-report/errors.txt",
+    ] {
+        assert!(
+            entries.iter().any(|(name, _)| name == expected),
+            "{expected} missing from {:?}",
+            entries.iter().map(|(n, _)| n).collect::<Vec<_>>()
+        );
+    }
+    let text = |name: &str| {
+        entries
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, body)| String::from_utf8_lossy(body).into_owned())
+            .unwrap_or_default()
+    };
+    assert!(
+        text("orders-report/logs/orders-0/etcd.log").contains("raft"),
+        "member log"
+    );
+    assert!(
+        text("orders-report/events.yaml").contains("orders"),
+        "events"
+    );
+    assert!(
+        text("orders-report/secrets.yaml").contains("s3-creds"),
+        "the credentials Secret, by name"
+    );
+    assert!(
+        text("orders-report/secrets.yaml").contains("<redacted: "),
+        "values redacted"
+    );
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(client.clone(), NS);
+    let needles: Vec<String> = secrets
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .flat_map(support::secret_scan::needles)
+        .collect();
+    assert!(
+        !needles.is_empty(),
+        "the namespace holds secret values to look for"
+    );
+    let everything: Vec<u8> = entries.iter().flat_map(|(_, body)| body.clone()).collect();
+    let everything = String::from_utf8_lossy(&everything);
+    for needle in &needles {
+        assert!(
+            !everything.contains(needle.as_str()),
+            "a secret value is in the report"
+        );
+    }
+    kubectl.refused(
+        &["report", "nosuch", "-f", bundle.to_str().unwrap()],
+        "DistributedKV plugin/nosuch not found",
+    );
 
     // Completion scripts and help with examples need no cluster.
     let bash = kubectl.ok(&["completion", "bash"]);
