@@ -136,6 +136,40 @@ pub enum Command {
         /// The DistributedKV.
         name: String,
     },
+    /// Run etcdctl against the cluster, inside a member pod, with the member's certificate and the cluster's credentials.
+    #[command(
+        after_help = "Examples:\n  kubectl dkv etcdctl orders -- endpoint status --cluster -w table\n  \
+        kubectl dkv etcdctl orders -- get /registry --prefix --keys-only\n  \
+        kubectl dkv etcdctl orders --member orders-2 -- alarm list"
+    )]
+    Etcdctl {
+        /// The DistributedKV.
+        name: String,
+        /// The member pod to run in (default: the leader's, else any ready member).
+        #[arg(long, value_name = "POD")]
+        member: Option<String>,
+        /// etcdctl's arguments, after `--`.
+        #[arg(last = true, required = true, value_name = "ARGS")]
+        args: Vec<String>,
+    },
+    /// Hand leadership to another voting member.
+    #[command(
+        name = "move-leader",
+        after_help = "Examples:\n  kubectl dkv move-leader orders --to orders-2"
+    )]
+    MoveLeader {
+        /// The DistributedKV.
+        name: String,
+        /// The member (pod name) to lead.
+        #[arg(long, value_name = "MEMBER")]
+        to: String,
+    },
+    /// Defragment every member, one at a time, followers first, the leader last.
+    #[command(after_help = "Examples:\n  kubectl dkv defrag orders")]
+    Defrag {
+        /// The DistributedKV.
+        name: String,
+    },
     /// Write a support bundle (.tar.gz): the cluster's objects, children, Events and logs, Secret values redacted.
     #[command(after_help = "Examples:\n  kubectl dkv report orders -f orders-report.tar.gz")]
     Report {

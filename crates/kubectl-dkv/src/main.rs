@@ -12,6 +12,7 @@ mod cli;
 mod client;
 mod commands;
 mod error;
+mod etcd;
 mod output;
 mod time;
 

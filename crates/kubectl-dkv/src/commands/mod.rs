@@ -2,6 +2,7 @@
 
 mod backup;
 mod lifecycle;
+mod maintenance;
 mod report;
 mod restore;
 mod status;
@@ -54,6 +55,16 @@ pub async fn run(cli: Cli) -> Result<()> {
             let source = restore::Source::from_flags(from, to_revision, to_time);
             restore::run(&target, &name, source, &new_name, output).await
         }
+        Command::Etcdctl { name, member, args } => {
+            let code = maintenance::etcdctl(&target, &name, member.as_deref(), &args).await?;
+            if code != 0 {
+                // etcdctl said why on stderr; its exit code is ours.
+                std::process::exit(code);
+            }
+            Ok(())
+        }
+        Command::MoveLeader { name, to } => maintenance::move_leader(&target, &name, &to).await,
+        Command::Defrag { name } => maintenance::defrag(&target, &name).await,
         Command::Report { name, file } => report::run(&target, &name, &file).await,
         Command::Restart { name } => lifecycle::restart(&target, &name).await,
         Command::Pause { name } => lifecycle::pause(&target, &name, true).await,

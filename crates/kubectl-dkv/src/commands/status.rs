@@ -18,6 +18,7 @@ use serde::Serialize;
 
 use crate::client::{Target, is_paused};
 use crate::error::{Error, Result};
+use crate::etcd::{Etcdctl, parse_alarms, parse_endpoint_status};
 use crate::output::{self, Format};
 use crate::time;
 
@@ -45,6 +46,9 @@ pub struct Report {
     pub members: Vec<Member>,
     pub backups: Backups,
     pub certificates: Vec<Certificate>,
+    /// Why etcd's own answers are missing, if they are.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub live_error: Option<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -62,6 +66,28 @@ pub struct Member {
     pub version: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pod: Option<PodState>,
+    /// What etcd itself answers now (`etcdctl endpoint status` and `alarm
+    /// list`, run in a member pod).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub live: Option<LiveMember>,
+}
+
+#[derive(Debug, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LiveMember {
+    /// Size of the backend database file.
+    pub db_size: i64,
+    /// Of which in use (the rest is free pages a defragmentation returns).
+    pub db_size_in_use: i64,
+    pub raft_index: u64,
+    pub raft_term: u64,
+    /// Raft entries behind the leader.
+    pub raft_lag: u64,
+    pub revision: i64,
+    /// Alarms raised on the member (`NOSPACE`, `CORRUPT`).
+    pub alarms: Vec<String>,
+    /// Errors the member reports.
+    pub errors: Vec<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -135,7 +161,72 @@ pub async fn collect(target: &Target, cluster: &DistributedKV) -> Result<Report>
             source,
         })?
         .items;
-    Ok(report(cluster, &pods, &backups, &secrets, Timestamp::now()))
+    let mut report = report(cluster, &pods, &backups, &secrets, Timestamp::now());
+    if let Err(err) = add_live(target, cluster, &mut report).await {
+        report.live_error = Some(err.to_string());
+    }
+    Ok(report)
+}
+
+/// Asks etcd (from a member pod) for every member's status and alarms.
+async fn add_live(target: &Target, cluster: &DistributedKV, report: &mut Report) -> Result<()> {
+    let pod = super::maintenance::pick_pod(target, cluster).await?;
+    let etcdctl = Etcdctl::new(target, cluster).await?;
+    let endpoint = format!("--endpoints={}", etcdctl.endpoint(&pod));
+    let args = |more: &[&str]| {
+        std::iter::once(endpoint.clone())
+            .chain(more.iter().map(|s| (*s).to_owned()))
+            .collect::<Vec<_>>()
+    };
+    let output = etcdctl
+        .output(
+            &pod,
+            &args(&["endpoint", "status", "--cluster", "-w", "json"]),
+        )
+        .await?;
+    // A member that does not answer makes etcdctl exit non-zero after
+    // printing the ones that did.
+    let statuses = match parse_endpoint_status(&output.stdout()) {
+        Ok(statuses) => statuses,
+        Err(err) if output.code == 0 => return Err(err),
+        Err(_) => {
+            output.success("reading the members' status")?;
+            Vec::new()
+        }
+    };
+    let alarms = etcdctl
+        .output(&pod, &args(&["alarm", "list"]))
+        .await?
+        .success("listing alarms")?;
+    let alarms = parse_alarms(&alarms.stdout());
+    let leader_index = statuses
+        .iter()
+        .find(|s| s.status.leader == s.status.header.member_id)
+        .map(|s| s.status.raft_index);
+    for member in &mut report.members {
+        let Some(id) = member
+            .id
+            .as_deref()
+            .and_then(|id| u64::from_str_radix(id, 16).ok())
+        else {
+            continue;
+        };
+        let Some(status) = statuses.iter().find(|s| s.status.header.member_id == id) else {
+            continue;
+        };
+        let s = &status.status;
+        member.live = Some(LiveMember {
+            db_size: s.db_size,
+            db_size_in_use: s.db_size_in_use,
+            raft_index: s.raft_index,
+            raft_term: s.raft_term,
+            raft_lag: leader_index.map_or(0, |l| l.saturating_sub(s.raft_index)),
+            revision: s.header.revision,
+            alarms: alarms.get(&format!("{id:x}")).cloned().unwrap_or_default(),
+            errors: s.errors.clone(),
+        });
+    }
+    Ok(())
 }
 
 /// The report, from what the API holds about the cluster.
@@ -167,6 +258,7 @@ pub fn report(
             healthy: m.healthy,
             version: m.version.clone(),
             pod: None,
+            live: None,
         })
         .collect();
     for pod in pods {
@@ -181,6 +273,7 @@ pub fn report(
                 healthy: false,
                 version: None,
                 pod: Some(state),
+                live: None,
             }),
         }
     }
@@ -228,6 +321,7 @@ pub fn report(
             continuous: status.continuous_backup.clone(),
         },
         certificates,
+        live_error: None,
     }
 }
 
@@ -427,16 +521,53 @@ pub fn text(r: &Report, now: Timestamp) -> String {
                     pod.map_or_else(dash, |p| yes(p.ready)),
                     pod.map_or_else(dash, |p| p.restarts.to_string()),
                     pod.and_then(|p| p.node.clone()).unwrap_or_else(dash),
+                    m.live.as_ref().map_or_else(dash, |l| {
+                        format!(
+                            "{} ({} used)",
+                            output::bytes(l.db_size),
+                            output::bytes(l.db_size_in_use)
+                        )
+                    }),
+                    m.live
+                        .as_ref()
+                        .map_or_else(dash, |l| l.raft_index.to_string()),
+                    m.live
+                        .as_ref()
+                        .map_or_else(dash, |l| l.raft_lag.to_string()),
+                    m.live.as_ref().map_or_else(dash, |l| {
+                        let mut notes = l.alarms.clone();
+                        notes.extend(l.errors.iter().cloned());
+                        if notes.is_empty() {
+                            "-".to_owned()
+                        } else {
+                            notes.join(", ")
+                        }
+                    }),
                 ]
             })
             .collect();
         out.push_str(&output::table(
             "  ",
             &[
-                "NAME", "ID", "ROLE", "HEALTHY", "VERSION", "POD", "READY", "RESTARTS", "NODE",
+                "NAME",
+                "ID",
+                "ROLE",
+                "HEALTHY",
+                "VERSION",
+                "POD",
+                "READY",
+                "RESTARTS",
+                "NODE",
+                "DB SIZE",
+                "RAFT INDEX",
+                "LAG",
+                "ALARMS",
             ],
             &rows,
         ));
+    }
+    if let Some(error) = &r.live_error {
+        out.push_str(&format!("  (etcd's own figures are missing: {error})\n"));
     }
     out.push_str("\nBackups:\n");
     let b = &r.backups;

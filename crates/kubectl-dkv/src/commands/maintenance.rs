@@ -1,0 +1,219 @@
+//! `etcdctl`, `move-leader` and `defrag`: etcd's own maintenance, run with
+//! etcdctl inside member pods (see [`crate::etcd`]).
+
+use dkv_api::DistributedKV;
+use dkv_api::labels::RECONCILE_PAUSED;
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+use kube::api::ListParams;
+
+use crate::client::{Target, is_paused};
+use crate::error::{Error, Result};
+use crate::etcd::{Etcdctl, parse_endpoint_status};
+use crate::output;
+
+/// Runs etcdctl `args` in `member` (or the leader's pod, else any ready
+/// member pod), output passed through; returns etcdctl's exit code.
+pub async fn etcdctl(
+    target: &Target,
+    name: &str,
+    member: Option<&str>,
+    args: &[String],
+) -> Result<i32> {
+    let cluster = target.cluster(name).await?;
+    let pod = match member {
+        Some(member) => {
+            let pods = member_pods(target, name).await?;
+            if !pods.iter().any(|p| p.name_any() == member) {
+                return Err(not_a_member(target, &cluster, member));
+            }
+            member.to_owned()
+        }
+        None => pick_pod(target, &cluster).await?,
+    };
+    Etcdctl::new(target, &cluster)
+        .await?
+        .passthrough(&pod, args)
+        .await
+}
+
+/// Hands leadership to `to`, through the current leader.
+pub async fn move_leader(target: &Target, name: &str, to: &str) -> Result<()> {
+    let cluster = target.cluster(name).await?;
+    refuse_paused(target, &cluster, "move leadership")?;
+    let status = cluster.status.clone().unwrap_or_default();
+    let member = status
+        .members
+        .iter()
+        .find(|m| m.name == to && !m.learner)
+        .ok_or_else(|| not_a_member(target, &cluster, to))?;
+    let leader = status.leader.clone().ok_or_else(|| {
+        Error::Refused(format!(
+            "DistributedKV {}/{name} reports no leader: wait until it has one (kubectl dkv status {name})",
+            target.namespace
+        ))
+    })?;
+    if leader == to {
+        println!("{to} already leads {}/{name}", target.namespace);
+        return Ok(());
+    }
+    let id = member.id.clone().ok_or_else(|| {
+        Error::Refused(format!(
+            "the operator has not recorded {to}'s member ID yet; try again shortly"
+        ))
+    })?;
+    let etcdctl = Etcdctl::new(target, &cluster).await?;
+    etcdctl
+        .output(
+            &leader,
+            &[
+                format!("--endpoints={}", etcdctl.endpoint(&leader)),
+                "move-leader".to_owned(),
+                id,
+            ],
+        )
+        .await?
+        .success(&format!("moving leadership from {leader} to {to}"))?;
+    println!(
+        "leadership of {}/{name} moved from {leader} to {to}",
+        target.namespace
+    );
+    Ok(())
+}
+
+/// Defragments each member in turn, followers first, the leader last, only
+/// while every member is healthy.
+pub async fn defrag(target: &Target, name: &str) -> Result<()> {
+    let cluster = target.cluster(name).await?;
+    refuse_paused(target, &cluster, "defragment")?;
+    let status = cluster.status.clone().unwrap_or_default();
+    let voters = status.members.iter().filter(|m| !m.learner).count();
+    let healthy = status.members.iter().all(|m| m.healthy);
+    if !healthy || status.ready_replicas < cluster.spec.size || voters == 0 {
+        return Err(Error::Refused(format!(
+            "DistributedKV {}/{name} is not healthy ({}/{} members ready): defragmentation blocks each member in turn, so it runs only on a healthy cluster",
+            target.namespace, status.ready_replicas, cluster.spec.size
+        )));
+    }
+    let leader = status.leader.clone().unwrap_or_default();
+    let mut order: Vec<String> = status.members.iter().map(|m| m.name.clone()).collect();
+    order.sort_by_key(|m| (*m == leader, m.clone()));
+    let etcdctl = Etcdctl::new(target, &cluster).await?;
+    for member in &order {
+        let endpoint = format!("--endpoints={}", etcdctl.endpoint(member));
+        let size = async |when: &str| -> Result<i64> {
+            let out = etcdctl
+                .output(
+                    member,
+                    &[
+                        endpoint.clone(),
+                        "endpoint".into(),
+                        "status".into(),
+                        "-w".into(),
+                        "json".into(),
+                    ],
+                )
+                .await?
+                .success(&format!("reading {member}'s status {when} defragmenting"))?;
+            Ok(parse_endpoint_status(&out.stdout())?
+                .first()
+                .map_or(0, |s| s.status.db_size))
+        };
+        let before = size("before").await?;
+        etcdctl
+            .output(
+                member,
+                &[
+                    endpoint.clone(),
+                    "defrag".into(),
+                    "--command-timeout=5m".into(),
+                ],
+            )
+            .await?
+            .success(&format!("defragmenting {member}"))?;
+        let after = size("after").await?;
+        println!(
+            "{member}{}: {} -> {}",
+            if *member == leader { " (leader)" } else { "" },
+            output::bytes(before),
+            output::bytes(after)
+        );
+    }
+    Ok(())
+}
+
+fn refuse_paused(target: &Target, cluster: &DistributedKV, what: &str) -> Result<()> {
+    if is_paused(cluster) {
+        let name = cluster.name_any();
+        return Err(Error::Refused(format!(
+            "DistributedKV {}/{name} is paused ({RECONCILE_PAUSED}=true): not going to {what} while someone works on it by hand; run `kubectl dkv resume {name}` first",
+            target.namespace
+        )));
+    }
+    Ok(())
+}
+
+fn not_a_member(target: &Target, cluster: &DistributedKV, member: &str) -> Error {
+    let members: Vec<String> = cluster
+        .status
+        .iter()
+        .flat_map(|s| &s.members)
+        .filter(|m| !m.learner)
+        .map(|m| m.name.clone())
+        .collect();
+    Error::Refused(format!(
+        "{member} is not a voting member of {}/{} (members: {})",
+        target.namespace,
+        cluster.name_any(),
+        if members.is_empty() {
+            "none yet".to_owned()
+        } else {
+            members.join(", ")
+        }
+    ))
+}
+
+/// The cluster's member pods.
+async fn member_pods(target: &Target, name: &str) -> Result<Vec<Pod>> {
+    let selector = format!("{}={name}", dkv_api::labels::CLUSTER_KEY);
+    Ok(target
+        .api::<Pod>()
+        .list(&ListParams::default().labels(&selector))
+        .await
+        .map_err(|source| Error::Api {
+            what: format!("listing the pods of {}/{name}", target.namespace),
+            source,
+        })?
+        .items
+        .into_iter()
+        .filter(|p| super::status::is_member_pod(p, name))
+        .collect())
+}
+
+/// The leader's pod if it is ready, else the first ready member pod.
+pub async fn pick_pod(target: &Target, cluster: &DistributedKV) -> Result<String> {
+    let name = cluster.name_any();
+    let ready: Vec<String> = member_pods(target, &name)
+        .await?
+        .into_iter()
+        .filter(is_ready)
+        .map(|p| p.name_any())
+        .collect();
+    let leader = cluster.status.as_ref().and_then(|s| s.leader.clone());
+    leader
+        .filter(|l| ready.contains(l))
+        .or_else(|| ready.first().cloned())
+        .ok_or_else(|| {
+            Error::Refused(format!(
+                "no member pod of {}/{name} is ready to run etcdctl in (kubectl dkv status {name})",
+                target.namespace
+            ))
+        })
+}
+
+fn is_ready(pod: &Pod) -> bool {
+    pod.status
+        .iter()
+        .flat_map(|s| s.conditions.iter().flatten())
+        .any(|c| c.type_ == "Ready" && c.status == "True")
+}
