@@ -1,0 +1,306 @@
+//! `pods/{name}/portforward` with the real `kubectl port-forward`: a pod echoing on a port, reached through a
+//! forwarded local port over both transports (SPDY tunnelled in WebSocket, kubectl's default, and plain SPDY with
+//! `KUBECTL_PORT_FORWARD_WEBSOCKETS=false`), a Service resolved by kubectl, concurrent connections, a transfer of several
+//! MiB compared byte for byte, and a port nothing listens on.
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Pod, Service};
+use serde_json::json;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::TcpStream;
+use tokio::process::{Child, Command};
+
+use super::common::{Cluster, TESTAPP, eventually, ready};
+
+const NS: &str = "pf";
+/// The port the test pod echoes on.
+const ECHO: u16 = 7000;
+
+/// A running `kubectl port-forward`, stopped when dropped.
+struct Forward {
+    child: Child,
+    /// The local port kubectl listens on.
+    port: u16,
+    /// What kubectl writes on stderr, collected as it comes.
+    stderr: tokio::task::JoinHandle<String>,
+}
+
+impl Forward {
+    /// Starts `kubectl port-forward -n pf TARGET PORTS` with `env`, and waits for its "Forwarding from" line.
+    async fn start(c: &Cluster, target: &str, ports: &str, env: &[(&str, &str)]) -> Forward {
+        let kubeconfig = c.env.kubeconfig_path().to_path_buf();
+        let mut child = Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .arg("--cache-dir")
+            .arg(kubeconfig.parent().unwrap().join("kubectl-cache"))
+            .args(["port-forward", "-n", NS, "-v=4", target, ports])
+            .envs(env.iter().copied())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("kubectl runs");
+        let mut stderr = child.stderr.take().unwrap();
+        let stderr = tokio::spawn(async move {
+            let mut text = String::new();
+            let _ = stderr.read_to_string(&mut text).await;
+            text
+        });
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
+            .await
+            .expect("kubectl prints where it forwards from")
+            .unwrap()
+            .expect("a line");
+        // "Forwarding from 127.0.0.1:LOCAL -> REMOTE"
+        let port = line
+            .strip_prefix("Forwarding from 127.0.0.1:")
+            .and_then(|rest| rest.split_whitespace().next())
+            .and_then(|p| p.parse().ok())
+            .unwrap_or_else(|| panic!("unexpected first line {line:?}"));
+        // Keep reading stdout ("Handling connection for ...") so kubectl never blocks writing it.
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        Forward {
+            child,
+            port,
+            stderr,
+        }
+    }
+
+    async fn connect(&self) -> TcpStream {
+        TcpStream::connect(("127.0.0.1", self.port)).await.unwrap()
+    }
+
+    /// Stops kubectl and returns its stderr.
+    async fn stop(mut self) -> String {
+        let _ = self.child.kill().await;
+        self.stderr.await.unwrap()
+    }
+}
+
+/// `len` bytes of a fixed pseudo-random sequence (every byte value occurs; nothing repeats at small periods).
+fn payload(len: usize, seed: u32) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(2_654_435_761).wrapping_add(1);
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            (x >> 24) as u8
+        })
+        .collect()
+}
+
+/// Sends `data` through `conn` to the echo server while reading the echo; returns what came back once the echo
+/// server closed after our half-close.
+async fn echo_through(conn: TcpStream, data: Vec<u8>) -> Vec<u8> {
+    let (mut reader, mut writer) = conn.into_split();
+    let send = tokio::spawn(async move {
+        writer.write_all(&data).await.unwrap();
+        writer.shutdown().await.unwrap();
+    });
+    let mut back = Vec::new();
+    tokio::time::timeout(Duration::from_secs(60), reader.read_to_end(&mut back))
+        .await
+        .expect("the echo completes")
+        .unwrap();
+    send.await.unwrap();
+    back
+}
+
+/// One exchange on an open connection: writes `text`, reads it back.
+async fn ping(conn: &mut TcpStream, text: &str) {
+    conn.write_all(text.as_bytes()).await.unwrap();
+    let mut buf = vec![0; text.len()];
+    tokio::time::timeout(Duration::from_secs(10), conn.read_exact(&mut buf))
+        .await
+        .expect("the echo arrives")
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&buf), text);
+}
+
+/// A cluster with pod `echo` (echoing on [`ECHO`], labelled `app: echo`) ready, and Service `echo` (port 2379 to
+/// the pod's `echo` port).
+async fn echo_pod() -> Cluster {
+    let c = Cluster::start(NS).await;
+    c.create::<Pod>(
+        NS,
+        json!({
+            "metadata": {"name": "echo", "labels": {"app": "echo"}},
+            "spec": {
+                "terminationGracePeriodSeconds": 1,
+                "containers": [{
+                    "name": "app",
+                    "image": TESTAPP,
+                    "env": [
+                        {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+                        {"name": "ECHO_PORT", "value": ECHO.to_string()},
+                    ],
+                    "ports": [{"name": "http", "containerPort": 8080}, {"name": "echo", "containerPort": ECHO}],
+                    "readinessProbe": {"httpGet": {"path": "/healthz", "port": "http"}, "periodSeconds": 1},
+                }],
+            },
+        }),
+    )
+    .await;
+    c.create::<Service>(
+        NS,
+        json!({
+            "metadata": {"name": "echo"},
+            "spec": {"selector": {"app": "echo"}, "ports": [{"port": 2379, "targetPort": "echo"}]},
+        }),
+    )
+    .await;
+    eventually("pod echo ready", Duration::from_secs(30), || async {
+        c.pod(NS, "echo").await.filter(ready)
+    })
+    .await;
+    c
+}
+
+/// Everything one transport must do: echo, a large transfer, two concurrent connections.
+async fn exercise(f: &Forward) {
+    let mut a = f.connect().await;
+    ping(&mut a, "hello through the forward").await;
+
+    // Several MiB each way: more than any flow-control window, compared byte for byte.
+    let big = payload(6 << 20, 1);
+    let back = echo_through(f.connect().await, big.clone()).await;
+    assert_eq!(back.len(), big.len());
+    assert!(back == big, "the echoed bytes differ");
+
+    // Two connections open at once, interleaved, then both carrying MiBs at the same time.
+    let mut b = f.connect().await;
+    ping(&mut a, "first").await;
+    ping(&mut b, "second").await;
+    ping(&mut a, "first again").await;
+    let (x, y) = (payload(3 << 20, 2), payload(3 << 20, 3));
+    let (bx, by) = tokio::join!(echo_through(a, x.clone()), echo_through(b, y.clone()));
+    assert!(bx == x && by == y, "concurrent transfers mixed up");
+}
+
+#[tokio::test]
+async fn kubectl_port_forward_over_websocket_and_spdy() {
+    let c = echo_pod().await;
+
+    // kubectl 1.32's default: SPDY tunnelled through a WebSocket.
+    let ws = Forward::start(&c, "pod/echo", &format!("0:{ECHO}"), &[]).await;
+    exercise(&ws).await;
+    let log = ws.stop().await;
+    assert!(log.contains("Before WebSocket Upgrade"), "{log}");
+    assert!(
+        !log.contains("fallback"),
+        "kubectl fell back from WebSockets:\n{log}"
+    );
+
+    // Plain SPDY after an HTTP upgrade.
+    let spdy = Forward::start(
+        &c,
+        "pod/echo",
+        &format!("0:{ECHO}"),
+        &[("KUBECTL_PORT_FORWARD_WEBSOCKETS", "false")],
+    )
+    .await;
+    exercise(&spdy).await;
+    let log = spdy.stop().await;
+    assert!(!log.contains("WebSocket"), "{log}");
+}
+
+#[tokio::test]
+async fn kubectl_port_forward_to_a_service_and_to_a_closed_port() {
+    let c = echo_pod().await;
+
+    // kubectl resolves the Service to its pod and port 2379 to the pod's `echo` port.
+    let svc = Forward::start(&c, "svc/echo", "0:2379", &[]).await;
+    let mut conn = svc.connect().await;
+    ping(&mut conn, "via the service").await;
+    drop(conn);
+    svc.stop().await;
+
+    // Nothing listens on port 9: kubectl prints the error stream's text.
+    let closed = Forward::start(&c, "pod/echo", "0:9", &[]).await;
+    let mut conn = closed.connect().await;
+    let mut buf = Vec::new();
+    // The server closes the data stream after the error; kubectl closes the local connection.
+    let _ = tokio::time::timeout(Duration::from_secs(10), conn.read_to_end(&mut buf)).await;
+    assert!(buf.is_empty());
+    let log = closed.stop().await;
+    let uid = c
+        .pod(NS, "echo")
+        .await
+        .and_then(|p| p.metadata.uid)
+        .unwrap();
+    assert!(
+        log.contains(&format!(
+            "error forwarding port 9 to pod {NS}/echo, uid {uid}: dial tcp"
+        )) && log.contains(":9: connect: connection refused"),
+        "{log}"
+    );
+
+    // The pod is still reachable through a new forward.
+    let again = Forward::start(&c, "pod/echo", &format!("0:{ECHO}"), &[]).await;
+    let mut conn = again.connect().await;
+    ping(&mut conn, "still there").await;
+    drop(conn);
+    again.stop().await;
+}
+
+#[tokio::test]
+async fn port_forward_answers_like_kube_apiserver_for_missing_and_unready_pods() {
+    let c = Cluster::start(NS).await;
+    let request = |pod: &str| {
+        http::Request::post(format!(
+            "/api/v1/namespaces/{NS}/pods/{pod}/portforward?ports=80"
+        ))
+        .body(Vec::new())
+        .unwrap()
+    };
+    let status = |r: Result<String, kube::Error>| match r {
+        Err(kube::Error::Api(e)) => (e.code, e.message),
+        other => panic!("expected an API error, got {other:?}"),
+    };
+    let (code, message) = status(c.client().request_text(request("nope")).await);
+    assert_eq!((code, message.as_str()), (404, "pods \"nope\" not found"));
+
+    // Bound to a node no kubelet runs: it never starts.
+    c.create::<Pod>(
+        NS,
+        json!({
+            "metadata": {"name": "elsewhere"},
+            "spec": {"nodeName": "no-such-node", "containers": [{"name": "app", "image": TESTAPP}]},
+        }),
+    )
+    .await;
+    let (code, message) = status(c.client().request_text(request("elsewhere")).await);
+    assert_eq!(code, 400, "{message}");
+    assert!(
+        message.starts_with("unable to forward port because pod is not running. Current status="),
+        "{message}"
+    );
+
+    // A request that asks for no upgrade.
+    c.create::<Pod>(
+        NS,
+        json!({
+            "metadata": {"name": "plain"},
+            "spec": {"containers": [{"name": "app", "image": TESTAPP,
+                "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}]}]},
+        }),
+    )
+    .await;
+    eventually("pod plain running", Duration::from_secs(30), || async {
+        c.pod(NS, "plain")
+            .await
+            .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+    })
+    .await;
+    let (code, message) = status(c.client().request_text(request("plain")).await);
+    assert_eq!(
+        (code, message.as_str()),
+        (400, "unable to upgrade: missing upgrade headers in request")
+    );
+}
