@@ -44,10 +44,15 @@ impl Forward {
             .kill_on_drop(true)
             .spawn()
             .expect("kubectl runs");
-        let mut stderr = child.stderr.take().unwrap();
+        // Collected for assertions, and echoed so a failing test shows what kubectl said.
+        let mut stderr_lines = BufReader::new(child.stderr.take().unwrap()).lines();
         let stderr = tokio::spawn(async move {
             let mut text = String::new();
-            let _ = stderr.read_to_string(&mut text).await;
+            while let Ok(Some(line)) = stderr_lines.next_line().await {
+                eprintln!("kubectl: {line}");
+                text.push_str(&line);
+                text.push('\n');
+            }
             text
         });
         let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
