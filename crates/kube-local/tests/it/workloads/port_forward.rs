@@ -36,7 +36,7 @@ impl Forward {
             .arg(&kubeconfig)
             .arg("--cache-dir")
             .arg(kubeconfig.parent().unwrap().join("kubectl-cache"))
-            .args(["port-forward", "-n", NS, "-v=4", target, ports])
+            .args(["port-forward", "-n", NS, "-v=6", target, ports])
             .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -131,7 +131,11 @@ async fn ping(conn: &mut TcpStream, text: &str) {
 /// A cluster with pod `echo` (echoing on [`ECHO`], labelled `app: echo`) ready, and Service `echo` (port 2379 to
 /// the pod's `echo` port).
 async fn echo_pod() -> Cluster {
-    let c = Cluster::start(NS).await;
+    with_echo_pod(Cluster::start(NS).await).await
+}
+
+/// [`echo_pod`] in the cluster `c`.
+async fn with_echo_pod(c: Cluster) -> Cluster {
     c.create::<Pod>(
         NS,
         json!({
@@ -196,7 +200,14 @@ async fn kubectl_port_forward_over_websocket_and_spdy() {
     let ws = Forward::start(&c, "pod/echo", &format!("0:{ECHO}"), &[]).await;
     exercise(&ws).await;
     let log = ws.stop().await;
-    assert!(log.contains("Before WebSocket Upgrade"), "{log}");
+    assert!(
+        log.contains("GET ") && log.contains("/pods/echo/portforward 101 Switching Protocols"),
+        "{log}"
+    );
+    assert!(
+        log.contains("negotiated protocol: portforward.k8s.io"),
+        "{log}"
+    );
     assert!(
         !log.contains("fallback"),
         "kubectl fell back from WebSockets:\n{log}"
@@ -212,7 +223,27 @@ async fn kubectl_port_forward_over_websocket_and_spdy() {
     .await;
     exercise(&spdy).await;
     let log = spdy.stop().await;
+    assert!(
+        log.contains("POST ") && log.contains("/pods/echo/portforward 101 Switching Protocols"),
+        "{log}"
+    );
     assert!(!log.contains("WebSocket"), "{log}");
+}
+
+#[tokio::test]
+async fn kubectl_port_forward_over_https_with_authentication() {
+    // The TLS listener hands upgraded connections over too, and the admin may forward.
+    let c = with_echo_pod(Cluster::with_authentication(NS).await).await;
+    for env in [
+        [("KUBECTL_PORT_FORWARD_WEBSOCKETS", "true")],
+        [("KUBECTL_PORT_FORWARD_WEBSOCKETS", "false")],
+    ] {
+        let f = Forward::start(&c, "pod/echo", &format!("0:{ECHO}"), &env).await;
+        let back = echo_through(f.connect().await, payload(1 << 20, 4)).await;
+        assert!(back == payload(1 << 20, 4), "{env:?}");
+        let log = f.stop().await;
+        assert!(log.contains("https://"), "{log}");
+    }
 }
 
 #[tokio::test]
@@ -226,14 +257,22 @@ async fn kubectl_port_forward_to_a_service_and_to_a_closed_port() {
     drop(conn);
     svc.stop().await;
 
-    // Nothing listens on port 9: kubectl prints the error stream's text.
+    // Nothing listens on port 9: kubectl prints the error stream's text ("an error occurred forwarding L -> 9: ...").
     let closed = Forward::start(&c, "pod/echo", "0:9", &[]).await;
     let mut conn = closed.connect().await;
     let mut buf = Vec::new();
     // The server closes the data stream after the error; kubectl closes the local connection.
     let _ = tokio::time::timeout(Duration::from_secs(10), conn.read_to_end(&mut buf)).await;
     assert!(buf.is_empty());
+    // kubectl (client-go since 1.23) then closes the whole session and exits, as it does against any cluster.
+    let mut closed = closed;
+    let exit = tokio::time::timeout(Duration::from_secs(10), closed.child.wait())
+        .await
+        .expect("kubectl exits after the error")
+        .unwrap();
+    assert!(!exit.success());
     let log = closed.stop().await;
+    assert!(log.contains("error: lost connection to pod"), "{log}");
     let uid = c
         .pod(NS, "echo")
         .await
@@ -241,7 +280,7 @@ async fn kubectl_port_forward_to_a_service_and_to_a_closed_port() {
         .unwrap();
     assert!(
         log.contains(&format!(
-            "error forwarding port 9 to pod {NS}/echo, uid {uid}: dial tcp"
+            " -> 9: error forwarding port 9 to pod {NS}/echo, uid {uid}: dial tcp"
         )) && log.contains(":9: connect: connection refused"),
         "{log}"
     );
