@@ -11,9 +11,10 @@
 //!
 //! Flow control: Go's spdystream, which kubectl uses, neither sends WINDOW_UPDATE frames nor honours them (its
 //! frame handler has no case for them and it writes DATA without a window). So this side does not hold its DATA
-//! back waiting for window updates (that would stall every transfer past 64 KiB) and does not announce windows
-//! either; back-pressure is the transport's: a full output queue stops reading from the pod, and a pod that does
-//! not read stops this session from reading the client.
+//! back waiting for window updates (that would stall every transfer past 64 KiB); back-pressure is the transport's:
+//! a full output queue stops reading from the pod, and a pod that does not read stops this session from reading the
+//! client. It does return the window for every byte the pod took (WINDOW_UPDATE on the stream and on the session,
+//! as SPDY/3.1 asks), which spdystream ignores and a client that keeps to the windows needs.
 
 use std::collections::HashMap;
 use std::io;
@@ -310,6 +311,16 @@ async fn copy(
             if writer.write_all(&data).await.is_err() {
                 return;
             }
+            let delta = data.len() as u32;
+            for window in [stream, 0] {
+                let update = Frame::WindowUpdate {
+                    stream: window,
+                    delta,
+                };
+                if output.send(update.encode()).await.is_err() {
+                    return;
+                }
+            }
         }
         let _ = writer.shutdown().await;
     };
@@ -438,30 +449,32 @@ mod tests {
             data: Bytes::from_static(b"abc"),
         })
         .await;
-        assert_eq!(
-            c.next().await,
-            Frame::Data {
-                stream: 3,
-                flags: 0,
-                data: Bytes::from_static(b"cba")
+        // Until the error stream closes: the echo, its end, and the windows returned (in any order between them).
+        let (mut echoed, mut fin, mut windows) = (Vec::new(), false, HashMap::new());
+        loop {
+            match c.next().await {
+                Frame::Data {
+                    stream: 3,
+                    flags,
+                    data,
+                } => {
+                    assert!(!fin, "data after FIN");
+                    echoed.extend_from_slice(&data);
+                    fin = flags & FLAG_FIN != 0;
+                }
+                Frame::WindowUpdate { stream, delta } => {
+                    *windows.entry(stream).or_insert(0) += delta;
+                }
+                Frame::Data {
+                    stream: 1,
+                    flags: FLAG_FIN,
+                    data,
+                } if data.is_empty() => break,
+                other => panic!("unexpected {other:?}"),
             }
-        );
-        assert_eq!(
-            c.next().await,
-            Frame::Data {
-                stream: 3,
-                flags: FLAG_FIN,
-                data: Bytes::new()
-            }
-        );
-        assert_eq!(
-            c.next().await,
-            Frame::Data {
-                stream: 1,
-                flags: FLAG_FIN,
-                data: Bytes::new()
-            }
-        );
+        }
+        assert_eq!((echoed.as_slice(), fin), (&b"cba"[..], true));
+        assert_eq!(windows, HashMap::from([(3, 3), (0, 3)]));
     }
 
     #[tokio::test]
