@@ -3,8 +3,7 @@
 //!
 //! Environment: `LISTEN` (default `$POD_IP:8080`), `RECORD_FILE` (append `$HOSTNAME` and a newline at start, and
 //! print `testapp start N`, N counting the starts recorded there),
-//! `EXIT_AFTER_MS` (exit with `EXIT_CODE`, default 0, after that long instead of serving forever), `ECHO_PORT` (also
-//! echo every byte of each connection on that port of the HTTP address's host, until the client half-closes).
+//! `EXIT_AFTER_MS` (exit with `EXIT_CODE`, default 0, after that long instead of serving forever).
 //! `GET /file?path=P` answers with the file's content, `GET /fail` makes later `/healthz` answer 500, anything else
 //! answers 200 with the hostname.
 
@@ -63,20 +62,6 @@ fn main() {
         }
     };
     println!("testapp serving on {listen}");
-    if let Ok(port) = std::env::var("ECHO_PORT") {
-        let host = listen.rsplit_once(':').map_or("127.0.0.1", |(h, _)| h);
-        let address = format!("{host}:{port}");
-        match TcpListener::bind(&address) {
-            Ok(l) => {
-                println!("testapp echoing on {address}");
-                std::thread::spawn(move || echo(l));
-            }
-            Err(e) => {
-                eprintln!("listening on {address}: {e}");
-                std::process::exit(1);
-            }
-        }
-    }
     for stream in listener.incoming() {
         let Ok(mut stream) = stream else { continue };
         let mut line = String::new();
@@ -108,20 +93,5 @@ fn main() {
             "HTTP/1.0 {code} X\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
             body.len()
         );
-    }
-}
-
-/// Echoes each connection's bytes back (a thread per connection), half-closing after the client did.
-fn echo(listener: TcpListener) {
-    for stream in listener.incoming() {
-        let Ok(stream) = stream else { continue };
-        std::thread::spawn(move || {
-            let Ok(mut reader) = stream.try_clone() else {
-                return;
-            };
-            let mut writer = stream;
-            let _ = std::io::copy(&mut reader, &mut writer);
-            let _ = writer.shutdown(std::net::Shutdown::Write);
-        });
     }
 }

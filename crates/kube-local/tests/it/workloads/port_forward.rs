@@ -128,6 +128,21 @@ async fn ping(conn: &mut TcpStream, text: &str) {
     assert_eq!(String::from_utf8_lossy(&buf), text);
 }
 
+/// The echo server the test pod runs (python3 is a prerequisite of the repository's checks): every connection's
+/// bytes come back, and its end too (a half-close answered by one).
+const ECHO_SERVER: &str = r#"
+import os, socket, threading
+server = socket.create_server((os.environ["POD_IP"], int(os.environ["ECHO_PORT"])))
+def echo(conn):
+    with conn:
+        while data := conn.recv(65536):
+            conn.sendall(data)
+        conn.shutdown(socket.SHUT_WR)
+while True:
+    conn, _ = server.accept()
+    threading.Thread(target=echo, args=(conn,), daemon=True).start()
+"#;
+
 /// A cluster with pod `echo` (echoing on [`ECHO`], labelled `app: echo`) ready, and Service `echo` (port 2379 to
 /// the pod's `echo` port).
 async fn echo_pod() -> Cluster {
@@ -145,12 +160,13 @@ async fn with_echo_pod(c: Cluster) -> Cluster {
                 "containers": [{
                     "name": "app",
                     "image": TESTAPP,
+                    "command": ["python3", "-c", ECHO_SERVER],
                     "env": [
                         {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
                         {"name": "ECHO_PORT", "value": ECHO.to_string()},
                     ],
-                    "ports": [{"name": "http", "containerPort": 8080}, {"name": "echo", "containerPort": ECHO}],
-                    "readinessProbe": {"httpGet": {"path": "/healthz", "port": "http"}, "periodSeconds": 1},
+                    "ports": [{"name": "echo", "containerPort": ECHO}],
+                    "readinessProbe": {"tcpSocket": {"port": "echo"}, "periodSeconds": 1},
                 }],
             },
         }),
@@ -250,8 +266,15 @@ async fn kubectl_port_forward_over_https_with_authentication() {
 async fn kubectl_port_forward_to_a_service_and_to_a_closed_port() {
     let c = echo_pod().await;
 
-    // kubectl resolves the Service to its pod and port 2379 to the pod's `echo` port.
-    let svc = Forward::start(&c, "svc/echo", "0:2379", &[]).await;
+    // kubectl resolves the Service to its pod and port 2379 to the pod's `echo` port; LOCAL:REMOTE with a chosen
+    // local port.
+    let local = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let svc = Forward::start(&c, "svc/echo", &format!("{local}:2379"), &[]).await;
+    assert_eq!(svc.port, local);
     let mut conn = svc.connect().await;
     ping(&mut conn, "via the service").await;
     drop(conn);
