@@ -77,7 +77,10 @@ pub async fn serve(
     }
 }
 
-/// The pod's address, or the 400 upstream answers for a pod that cannot be forwarded to.
+/// The pod's address, or a 400 for a pod that cannot be forwarded to. kube-apiserver itself checks only that the pod
+/// has a node (`pod P does not have a host assigned`) and leaves a pod without a running sandbox to the kubelet; here
+/// that case is answered with the words kubectl uses when it checks the phase itself (`unable to forward port
+/// because pod is not running. Current status=PHASE`).
 fn target(pod: &Value, namespace: &str, name: &str) -> ApiResult<Target> {
     let text = |p: &str| pod.pointer(p).and_then(Value::as_str).unwrap_or_default();
     if text("/spec/nodeName").is_empty() {
@@ -250,6 +253,25 @@ where
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[tokio::test]
+    async fn queued_frames_are_coalesced_up_to_the_limit() {
+        let (tx, mut rx) = mpsc::channel(8);
+        let big = Bytes::from(vec![7u8; COALESCE]);
+        for b in [
+            Bytes::from_static(b"b"),
+            big.clone(),
+            Bytes::from_static(b"c"),
+        ] {
+            tx.send(b).await.unwrap();
+        }
+        let first = coalesce(Bytes::from_static(b"a"), &mut rx);
+        assert_eq!(first.len(), 2 + COALESCE);
+        assert_eq!(&first[..2], b"ab");
+        // What did not fit stays queued, and a lone frame is passed through as is.
+        let second = coalesce(rx.recv().await.unwrap(), &mut rx);
+        assert_eq!(second.as_ref(), b"c");
+    }
 
     #[test]
     fn only_running_scheduled_pods_with_an_address_are_forwarded_to() {
