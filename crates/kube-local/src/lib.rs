@@ -42,6 +42,7 @@ mod service_accounts;
 mod store;
 mod strategic_merge;
 mod strategy;
+mod streaming;
 mod table;
 pub mod tls;
 mod type_info;

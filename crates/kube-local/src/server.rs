@@ -305,6 +305,7 @@ async fn dispatch(server: &Server, req: Request) -> ApiResult<Response> {
             "finalize" => rt.group.is_empty() && rt.plural == "namespaces",
             "log" => rt.has_log() && name.is_some(),
             "token" => rt.has_token() && name.is_some(),
+            "portforward" => is_pods(&rt) && name.is_some(),
             _ => false,
         };
         if !ok {
@@ -337,6 +338,11 @@ async fn dispatch(server: &Server, req: Request) -> ApiResult<Response> {
         },
     )
     .await
+}
+
+/// Whether `rt` is the core group's pods (the streaming subresources are theirs).
+fn is_pods(rt: &ResourceType) -> bool {
+    rt.group.is_empty() && rt.plural == "pods"
 }
 
 /// The create-only APIs of [`crate::auth`]: TokenReview, SubjectAccessReview,
@@ -600,6 +606,10 @@ async fn resource(server: &Server, req: Request, t: Target) -> ApiResult<Respons
         }
         let ns = t.namespace.as_deref().unwrap_or_default();
         return crate::pod_log::get(core, &rt, ns, name, &q).await;
+    }
+    if let (Some("portforward"), Some(name)) = (t.subresource.as_deref(), t.name.as_deref()) {
+        let ns = t.namespace.as_deref().unwrap_or_default();
+        return crate::streaming::port_forward::serve(core, &rt, ns, name, req).await;
     }
     let format = output::negotiate(
         header_str(&req, header::ACCEPT),

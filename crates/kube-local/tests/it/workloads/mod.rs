@@ -7,5 +7,6 @@ mod deployment;
 mod jobs;
 mod kubelet;
 mod logs;
+mod port_forward;
 mod service_accounts;
 mod statefulset;
