@@ -348,7 +348,9 @@ async fn serve_tls(
             );
             let service = hyper_util::service::TowerToHyperService::new(app);
             let conn = hyper::server::conn::http1::Builder::new()
-                .serve_connection(hyper_util::rt::TokioIo::new(tls), service);
+                .serve_connection(hyper_util::rt::TokioIo::new(tls), service)
+                // pods/exec and pods/attach hand the connection over to the kubelet.
+                .with_upgrades();
             if let Err(e) = conn.await {
                 tracing::debug!(error = %e, "TLS connection ended");
             }

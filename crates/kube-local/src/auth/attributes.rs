@@ -53,6 +53,15 @@ pub fn of(method: &Method, path: &str, watch: bool) -> Request {
     if rest.len() < 2 && verb == "get" {
         verb = if watch { "watch" } else { "list" };
     }
+    // A WebSocket exec or attach is a GET, yet it needs `create` on the subresource as a SPDY POST does (upstream
+    // since 1.30, AuthorizePodWebsocketUpgradeCreatePermission).
+    if group.is_empty()
+        && resource == "pods"
+        && matches!(subresource, "exec" | "attach")
+        && verb == "get"
+    {
+        verb = "create";
+    }
     if verb == "delete" && rest.len() < 2 {
         verb = "deletecollection";
     }

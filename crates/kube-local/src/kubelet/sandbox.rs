@@ -366,6 +366,44 @@ impl Drop for ContainerProcess {
     }
 }
 
+/// A command that runs `program` with `args` inside the mount and UTS namespaces of the container process `pid`, in
+/// that process's working directory, with the container's environment `env` (and [`DEFAULT_PATH`] when it sets no
+/// `PATH`): what exec probes, hooks and `kubectl exec` run. It leads its own process group (stop it with
+/// [`kill_group`]) and is killed if dropped while running; its standard streams are the caller's to set.
+pub fn command_in(
+    pid: i32,
+    program: &std::ffi::OsStr,
+    args: &[String],
+    env: &[(String, String)],
+) -> tokio::process::Command {
+    let mut cmd = tokio::process::Command::new("nsenter");
+    cmd.arg(format!("--target={pid}"));
+    if !is_root() {
+        cmd.args(["--user", "--preserve-credentials"]);
+    }
+    cmd.args(["--mount", "--uts", "--wd", "--"])
+        .arg(program)
+        .args(args)
+        .env_clear()
+        .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .process_group(0)
+        .kill_on_drop(true);
+    if !env.iter().any(|(k, _)| k == "PATH") {
+        cmd.env("PATH", DEFAULT_PATH);
+    }
+    cmd
+}
+
+/// Kills the process group led by the child `id` (a [`command_in`] command and whatever it started).
+pub fn kill_group(id: Option<u32>) {
+    if let Some(group) = id
+        .and_then(|id| i32::try_from(id).ok())
+        .and_then(Pid::from_raw)
+    {
+        let _ = rustix::process::kill_process_group(group, Signal::KILL);
+    }
+}
+
 /// Runs a command inside a running container's mount namespace (exec probes), with the container's environment;
 /// returns whether it exited 0 within `timeout`, and its output.
 pub async fn exec_in(
@@ -377,32 +415,15 @@ pub async fn exec_in(
     let Some(first) = command.first() else {
         return (false, "empty command".into());
     };
-    let mut cmd = tokio::process::Command::new("nsenter");
-    cmd.arg(format!("--target={pid}"));
-    if !is_root() {
-        cmd.args(["--user", "--preserve-credentials"]);
-    }
-    cmd.args(["--mount", "--uts", "--"])
-        .arg(first)
-        .args(&command[1..])
-        .env_clear()
-        .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-        .stdin(Stdio::null())
+    let mut cmd = command_in(pid, first.as_ref(), &command[1..], env);
+    cmd.stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        .kill_on_drop(true);
-    if !env.iter().any(|(k, _)| k == "PATH") {
-        cmd.env("PATH", DEFAULT_PATH);
-    }
+        .stderr(Stdio::piped());
     let child = match cmd.spawn() {
         Ok(c) => c,
         Err(e) => return (false, e.to_string()),
     };
-    let group = child
-        .id()
-        .and_then(|id| i32::try_from(id).ok())
-        .and_then(Pid::from_raw);
+    let group = child.id();
     match tokio::time::timeout(timeout, child.wait_with_output()).await {
         Ok(Ok(out)) => {
             let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
@@ -411,9 +432,7 @@ pub async fn exec_in(
         }
         Ok(Err(e)) => (false, e.to_string()),
         Err(_) => {
-            if let Some(g) = group {
-                let _ = rustix::process::kill_process_group(g, Signal::KILL);
-            }
+            kill_group(group);
             (false, format!("command timed out after {timeout:?}"))
         }
     }

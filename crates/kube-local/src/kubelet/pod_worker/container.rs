@@ -173,6 +173,10 @@ pub(super) async fn run_once(
     };
     let started_at = now();
     let began = Instant::now();
+    rt.envs
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(container.name.clone(), env.clone());
     rt.pids
         .lock()
         .unwrap_or_else(|e| e.into_inner())

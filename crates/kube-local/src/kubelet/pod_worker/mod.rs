@@ -51,6 +51,8 @@ pub struct PodRuntime {
     status_changed: watch::Sender<u64>,
     /// Main process id of each running container.
     pids: Mutex<HashMap<String, i32>>,
+    /// The environment each container's current (or last) run got: what `kubectl exec` runs its commands with.
+    envs: Mutex<HashMap<String, Vec<(String, String)>>>,
     /// Whether the init containers have all completed.
     initialized: Mutex<bool>,
     /// Set when the pod reached Succeeded or Failed.
@@ -69,6 +71,16 @@ impl PodRuntime {
             .unwrap_or_else(|e| e.into_inner())
             .get(container)
             .copied()
+    }
+
+    /// The environment of a container's current run (empty before it first ran).
+    pub fn env(&self, container: &str) -> Vec<(String, String)> {
+        self.envs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(container)
+            .cloned()
+            .unwrap_or_default()
     }
 
     /// Kills a container's processes (fault hook).
@@ -369,6 +381,7 @@ async fn run_pod(shared: Arc<Shared>, pod: Pod, mut stop: Stop) {
         status: Mutex::new(initial),
         status_changed,
         pids: Mutex::new(HashMap::new()),
+        envs: Mutex::new(HashMap::new()),
         initialized: Mutex::new(
             pod.spec
                 .as_ref()

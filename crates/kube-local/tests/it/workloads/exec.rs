@@ -1,0 +1,284 @@
+//! `pods/{name}/exec` and `pods/{name}/attach` through the API server to the kubelet, with the real `kubectl`
+//! (WebSocket `v5.channel.k8s.io`) and `kube::Api::<Pod>::exec` (kube-rs' WebSocket client); and `kubectl logs -f`
+//! following what a container writes after it started.
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::AttachParams;
+use kube_local::api_traffic::Verb;
+use serde_json::json;
+use tokio::io::AsyncReadExt;
+
+use super::common::{Cluster, TESTAPP, eventually, kubectl};
+
+const NS: &str = "exec";
+
+fn running(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .is_some_and(|cs| {
+            cs.iter()
+                .all(|c| c.state.as_ref().is_some_and(|s| s.running.is_some()))
+        })
+}
+
+/// A pod whose container (the test image, running a shell) prints `early`, waits for `/trigger/go` to appear in its
+/// emptyDir, prints `after`, and ends. Returns once it runs.
+async fn waiting_pod(c: &Cluster, name: &str) -> Pod {
+    c.create::<Pod>(
+        NS,
+        json!({
+            "metadata": {"name": name},
+            "spec": {
+                "restartPolicy": "Never",
+                "volumes": [{"name": "trigger", "emptyDir": {}}],
+                "containers": [{
+                    "name": "main",
+                    "image": TESTAPP,
+                    "command": ["sh", "-c", "echo early; while [ ! -e /trigger/go ]; do sleep 0.05; done; echo after; echo done"],
+                    "env": [{"name": "GREETING", "value": "hello from the container"},
+                            {"name": "EXIT_AFTER_MS", "value": "0"}],
+                    "volumeMounts": [{"name": "trigger", "mountPath": "/trigger"}],
+                }],
+            },
+        }),
+    )
+    .await;
+    eventually("the pod running", Duration::from_secs(20), || async {
+        c.pod(NS, name).await.filter(running)
+    })
+    .await
+}
+
+/// `kubectl exec` with its exit status, output and error output.
+async fn exec(c: &Cluster, args: &[&str], stdin: Option<&str>) -> (Option<i32>, String, String) {
+    let mut full = vec!["exec", "-n", NS];
+    full.extend_from_slice(args);
+    let out = crate::shared::kubectl_in(&c.env, &full, stdin).await;
+    (
+        out.status.code(),
+        crate::shared::stdout(&out),
+        crate::shared::stderr(&out),
+    )
+}
+
+#[tokio::test]
+async fn kubectl_exec_runs_in_the_container_through_its_image() {
+    let c = Cluster::start(NS).await;
+    let pod = waiting_pod(&c, "box").await;
+
+    // The container's environment.
+    let (code, out, err) = exec(&c, &["box", "--", "sh", "-c", "echo $GREETING"], None).await;
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(out, "hello from the container\n");
+
+    // Its mount namespace: the pod's own hosts file is mounted over /etc/hosts.
+    let ip = pod.status.and_then(|s| s.pod_ip).unwrap();
+    let (code, out, err) = exec(&c, &["box", "--", "cat", "/etc/hosts"], None).await;
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains(&format!("{ip}\tbox\n")), "{ip} not in {out}");
+
+    // A command resolves through the container's image: the test program is only in the mapped image directory,
+    // on no PATH; with the container's EXIT_AFTER_MS=0 it starts and exits at once.
+    let (code, out, err) = exec(&c, &["box", "-c", "main", "--", "kube-local-testapp"], None).await;
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.ends_with("testapp exiting with 0\n"), "{out}");
+}
+
+#[tokio::test]
+async fn kubectl_exec_pipes_stdin_keeps_streams_apart_and_returns_the_exit_code() {
+    let c = Cluster::start(NS).await;
+    waiting_pod(&c, "box").await;
+
+    // stdin to the command, its output back; `cat` ends when kubectl's stdin does (the v5 CLOSE signal).
+    let input = "first line\nsecond line\n";
+    let (code, out, err) = exec(&c, &["-i", "box", "--", "cat"], Some(input)).await;
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(out, input);
+
+    let (code, out, err) = exec(
+        &c,
+        &[
+            "box",
+            "--",
+            "sh",
+            "-c",
+            "echo to-stdout; echo to-stderr >&2",
+        ],
+        None,
+    )
+    .await;
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(out, "to-stdout\n");
+    assert_eq!(err, "to-stderr\n");
+
+    // A failing command's exit code becomes kubectl's.
+    let (code, out, err) = exec(&c, &["box", "--", "sh", "-c", "echo partial; exit 3"], None).await;
+    assert_eq!(code, Some(3), "{err}");
+    assert_eq!(out, "partial\n");
+    assert!(err.contains("command terminated with exit code 3"), "{err}");
+
+    // A command that does not exist: the shell convention, 127.
+    let (code, _, err) = exec(&c, &["box", "--", "no-such-command"], None).await;
+    assert_eq!(code, Some(127), "{err}");
+}
+
+#[tokio::test]
+async fn kubectl_exec_into_an_unknown_container_or_pod_fails_like_upstream() {
+    let c = Cluster::start(NS).await;
+    waiting_pod(&c, "box").await;
+
+    let (code, _, err) = exec(&c, &["box", "-c", "nope", "--", "true"], None).await;
+    assert_ne!(code, Some(0));
+    assert!(
+        err.contains("container nope is not valid for pod box"),
+        "{err}"
+    );
+
+    let (code, _, err) = exec(&c, &["ghost", "--", "true"], None).await;
+    assert_ne!(code, Some(0));
+    assert!(
+        err.contains(r#"Error from server (NotFound): pods "ghost" not found"#),
+        "{err}"
+    );
+
+    // Once the container has ended, there is nothing to exec into.
+    let (code, _, err) = exec(&c, &["box", "--", "touch", "/trigger/go"], None).await;
+    assert_eq!(code, Some(0), "{err}");
+    eventually("the pod finished", Duration::from_secs(20), || async {
+        c.pod(NS, "box")
+            .await
+            .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Succeeded"))
+    })
+    .await;
+    let (code, _, err) = exec(&c, &["box", "--", "true"], None).await;
+    assert_ne!(code, Some(0));
+    assert!(
+        err.contains("cannot exec into a container in a completed pod"),
+        "{err}"
+    );
+}
+
+/// Waits until the API server has received `n` GETs of `pods/{subresource}` (kubectl has connected).
+async fn connected(c: &Cluster, subresource: &str, n: u64) {
+    let resource = format!("pods/{subresource}");
+    eventually(
+        &format!("kubectl requesting {resource}"),
+        Duration::from_secs(20),
+        || async { (c.env.requests().count(Verb::Get, &resource) >= n).then_some(()) },
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn kubectl_logs_follow_shows_lines_written_after_it_started() {
+    let c = Cluster::start(NS).await;
+    waiting_pod(&c, "box").await;
+    // The line after `early` is written only once kubectl follows.
+    let follow = tokio::time::timeout(
+        Duration::from_secs(30),
+        kubectl(&c.env, &["logs", "-n", NS, "-f", "box"]),
+    );
+    let trigger = async {
+        connected(&c, "log", 1).await;
+        exec(&c, &["box", "--", "touch", "/trigger/go"], None).await
+    };
+    let (followed, (code, _, err)) = tokio::join!(follow, trigger);
+    assert_eq!(code, Some(0), "{err}");
+    let (ok, out, err) = followed.expect("kubectl logs -f ends when the container does");
+    assert!(ok, "{err}");
+    assert_eq!(out, "early\nafter\ndone\n");
+}
+
+#[tokio::test]
+async fn kubectl_attach_streams_what_the_container_writes_until_it_ends() {
+    let c = Cluster::start(NS).await;
+    waiting_pod(&c, "box").await;
+    let log = c.kubelet().log_path(NS, "box", "main").unwrap();
+    eventually("the first line logged", Duration::from_secs(10), || async {
+        std::fs::read_to_string(&log)
+            .ok()
+            .filter(|t| t.contains("early"))
+    })
+    .await;
+    let attached = tokio::time::timeout(
+        Duration::from_secs(30),
+        kubectl(&c.env, &["attach", "-n", NS, "box", "-c", "main"]),
+    );
+    let trigger = async {
+        connected(&c, "attach", 1).await;
+        exec(&c, &["box", "--", "touch", "/trigger/go"], None).await
+    };
+    let (attached, (code, _, err)) = tokio::join!(attached, trigger);
+    assert_eq!(code, Some(0), "{err}");
+    let (ok, out, err) = attached.expect("kubectl attach ends when the container does");
+    assert!(ok, "{err}");
+    // From the moment it attached: not what was written before.
+    assert_eq!(out, "after\ndone\n", "{err}");
+}
+
+#[tokio::test]
+async fn kube_client_exec_streams_both_ways_and_reports_the_status() {
+    let c = Cluster::start(NS).await;
+    waiting_pod(&c, "box").await;
+    let pods = c.api::<Pod>(NS);
+
+    let mut attached = pods
+        .exec(
+            "box",
+            [
+                "sh",
+                "-c",
+                "read line; echo got $line; echo oops >&2; exit 4",
+            ],
+            &AttachParams::default().stdin(true),
+        )
+        .await
+        .unwrap();
+    let mut stdin = attached.stdin().unwrap();
+    let mut stdout = attached.stdout().unwrap();
+    let mut stderr = attached.stderr().unwrap();
+    let status = attached.take_status().unwrap();
+    tokio::io::AsyncWriteExt::write_all(&mut stdin, b"ping\n")
+        .await
+        .unwrap();
+    let (mut out, mut err) = (String::new(), String::new());
+    let (read_out, read_err) = tokio::join!(
+        stdout.read_to_string(&mut out),
+        stderr.read_to_string(&mut err)
+    );
+    read_out.unwrap();
+    read_err.unwrap();
+    assert_eq!(out, "got ping\n");
+    assert_eq!(err, "oops\n");
+    let status = status.await.unwrap();
+    assert_eq!(status.status.as_deref(), Some("Failure"));
+    assert_eq!(status.reason.as_deref(), Some("NonZeroExitCode"));
+    let cause = &status.details.unwrap().causes.unwrap()[0];
+    assert_eq!(cause.reason.as_deref(), Some("ExitCode"));
+    assert_eq!(cause.message.as_deref(), Some("4"));
+    attached.join().await.unwrap();
+
+    let mut attached = pods
+        .exec("box", ["true"], &AttachParams::default())
+        .await
+        .unwrap();
+    let status = attached.take_status().unwrap().await.unwrap();
+    assert_eq!(status.status.as_deref(), Some("Success"));
+
+    // Errors before the upgrade come back as the API server's Status.
+    let err = pods
+        .exec("box", ["true"], &AttachParams::default().container("nope"))
+        .await
+        .err()
+        .unwrap();
+    match err {
+        kube::Error::Api(s) => {
+            assert_eq!(s.code, 400);
+            assert_eq!(s.message, "container nope is not valid for pod box");
+        }
+        other => panic!("expected an API error, got {other:?}"),
+    }
+}
