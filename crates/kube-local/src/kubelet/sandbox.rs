@@ -43,6 +43,9 @@ pub struct Launch {
     pub stage: PathBuf,
     /// What of the container's security context the process gets.
     pub security: super::security::Enforced,
+    /// Whether the process reads a pipe the kubelet keeps for attached clients (`stdin: true`); otherwise its
+    /// standard input is `/dev/null`.
+    pub stdin: bool,
 }
 
 pub fn is_root() -> bool {
@@ -253,9 +256,13 @@ impl Processes {
             .open(&launch.log)?;
         let stage = stage_dir(launch);
         let mut cmd = sandbox_command(launch, &stage);
-        cmd.stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log);
+        cmd.stdin(if launch.stdin {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(log.try_clone()?)
+        .stderr(log);
         let mut process = self.spawn(cmd).await?;
         process.exec_path = Some(staged_program(launch, &stage));
         Ok(process)
@@ -319,6 +326,11 @@ impl ContainerProcess {
             }
             tokio::time::sleep(std::time::Duration::from_millis(10)).await;
         }
+    }
+
+    /// The write end of the process's standard input, when it was launched with one ([`Launch::stdin`]).
+    pub fn take_stdin(&mut self) -> Option<tokio::process::ChildStdin> {
+        self.child.stdin.take()
     }
 
     /// Signals the whole process group.

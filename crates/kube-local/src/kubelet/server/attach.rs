@@ -4,9 +4,12 @@
 //! A container's stdout and stderr go to its log file (see [`crate::kubelet::sandbox`]), so attaching follows that
 //! file from its current end, as `logs -f` does, and relays what the container writes on the stdout channel (the
 //! file does not say which stream a line came from). When the container's run ends, the error channel says
-//! `Success` and the connection closes. Containers here read no standard input (they are started with
-//! `/dev/null`), so whatever a client sends on stdin is discarded, as a runtime does for a container without
-//! `stdin: true`.
+//! `Success` and the connection closes.
+//!
+//! A container with `stdin: true` reads a pipe the kubelet keeps (see [`ContainerStdin`]): an attached client that
+//! asked for stdin writes to it, and when that client's stdin ends (v5 CLOSE) or it goes away, a `stdinOnce` container
+//! reads end of file while others keep the pipe open for the next client. A container without `stdin: true` reads
+//! `/dev/null`, so what a client sends is discarded, as container runtimes do.
 
 use std::sync::Arc;
 
@@ -17,10 +20,12 @@ use axum::extract::{Path, RawQuery, State};
 use axum::http::StatusCode;
 use axum::response::Response;
 use futures::{SinkExt, StreamExt};
+use tokio::io::AsyncWriteExt;
 
-use super::channels;
+use super::channels::{self, FromClient};
 use super::{error, flag, query_pairs, running_container};
 use crate::kubelet::Shared;
+use crate::kubelet::pod_worker::ContainerStdin;
 
 /// GET (or POST) `/attach/{namespace}/{pod}/{container}`.
 pub(super) async fn attach(
@@ -56,15 +61,22 @@ pub(super) async fn attach(
             );
         }
     };
+    let stdin = if flag(&pairs, "stdin") {
+        rt.stdin(&container)
+    } else {
+        None
+    };
     let written = super::logs::appended(path, offset, rt, container, None);
-    upgrade.on_upgrade(move |socket| relay(socket, written, output))
+    upgrade.on_upgrade(move |socket| relay(socket, written, output, stdin))
 }
 
-/// Sends what the container writes until its run ends, then `Success`; stops early when the client goes away.
+/// Sends what the container writes until its run ends, then `Success`, and hands what the client sends on stdin to
+/// the container's `stdin`; stops early when the client goes away.
 async fn relay(
     socket: WebSocket,
     written: impl futures::Stream<Item = std::io::Result<bytes::Bytes>> + Send + 'static,
     output: bool,
+    mut stdin: Option<Arc<ContainerStdin>>,
 ) {
     let (mut sink, mut source) = socket.split();
     let mut written = std::pin::pin!(written);
@@ -78,21 +90,56 @@ async fn relay(
                             .await
                             .is_err()
                     {
-                        return;
+                        break;
                     }
                 }
-                Some(Err(_)) | None => break,
+                Some(Err(_)) | None => {
+                    let status = channels::exit_status(0, &[]);
+                    let _ = sink
+                        .send(Message::Binary(channels::status_frame(&status)))
+                        .await;
+                    let _ = sink.send(channels::close()).await;
+                    break;
+                }
             },
             message = source.next() => match message {
-                // Standard input has nowhere to go (see the module docs).
-                Some(Ok(Message::Close(_))) | Some(Err(_)) | None => return,
+                Some(Ok(Message::Binary(data))) => match channels::parse(&data) {
+                    FromClient::Stdin(bytes) => {
+                        if let Some(pipe) = &stdin {
+                            write(pipe, &bytes).await;
+                        }
+                    }
+                    FromClient::StdinClosed => {
+                        if let Some(pipe) = stdin.take() {
+                            done_with(&pipe).await;
+                        }
+                    }
+                    FromClient::Resize | FromClient::Ignored => {}
+                },
+                Some(Ok(Message::Close(_))) | Some(Err(_)) | None => break,
                 Some(Ok(_)) => {}
             },
         }
     }
-    let status = channels::exit_status(0, &[]);
-    let _ = sink
-        .send(Message::Binary(channels::status_frame(&status)))
-        .await;
-    let _ = sink.send(channels::close()).await;
+    if let Some(pipe) = stdin {
+        done_with(&pipe).await;
+    }
+}
+
+/// Writes to the container's stdin; a container that closed it (or ended) takes no more.
+async fn write(stdin: &ContainerStdin, data: &[u8]) {
+    let mut pipe = stdin.pipe.lock().await;
+    if let Some(p) = pipe.as_mut()
+        && p.write_all(data).await.is_err()
+    {
+        *pipe = None;
+    }
+}
+
+/// A client is done with the container's stdin: a `stdinOnce` container reads end of file now; others keep the
+/// pipe open for the next client.
+async fn done_with(stdin: &ContainerStdin) {
+    if stdin.once {
+        stdin.pipe.lock().await.take();
+    }
 }

@@ -10,7 +10,7 @@ use kube_local::api_traffic::Verb;
 use serde_json::json;
 use tokio::io::AsyncReadExt;
 
-use super::common::{Cluster, TESTAPP, eventually, kubectl};
+use super::common::{Cluster, TESTAPP, eventually, kubectl, kubectl_in};
 
 const NS: &str = "exec";
 
@@ -217,6 +217,46 @@ async fn kubectl_attach_streams_what_the_container_writes_until_it_ends() {
     assert!(ok, "{err}");
     // From the moment it attached: not what was written before.
     assert_eq!(out, "after\ndone\n", "{err}");
+}
+
+#[tokio::test]
+async fn kubectl_attach_writes_to_the_stdin_of_a_container_that_has_one() {
+    let c = Cluster::start(NS).await;
+    c.create::<Pod>(
+        NS,
+        json!({
+            "metadata": {"name": "reader"},
+            "spec": {
+                "restartPolicy": "Never",
+                "containers": [{
+                    "name": "main",
+                    "image": TESTAPP,
+                    "stdin": true,
+                    "stdinOnce": true,
+                    "command": ["sh", "-c", "while read line; do echo \"got $line\"; done; echo eof"],
+                }],
+            },
+        }),
+    )
+    .await;
+    eventually("the pod running", Duration::from_secs(20), || async {
+        c.pod(NS, "reader").await.filter(running)
+    })
+    .await;
+    // kubectl's stdin goes to the container's; when it ends, a stdinOnce container reads end of file and finishes,
+    // which ends the attach.
+    let (ok, out, err) = tokio::time::timeout(
+        Duration::from_secs(30),
+        kubectl_in(
+            &c.env,
+            &["attach", "-i", "-n", NS, "reader"],
+            Some("a\nb\n"),
+        ),
+    )
+    .await
+    .expect("kubectl attach ends when the container does");
+    assert!(ok, "{err}");
+    assert_eq!(out, "got a\ngot b\neof\n", "{err}");
 }
 
 #[tokio::test]
