@@ -382,13 +382,28 @@ impl Drop for ContainerProcess {
 /// that process's working directory, with the container's environment `env` (and [`DEFAULT_PATH`] when it sets no
 /// `PATH`): what exec probes, hooks and `kubectl exec` run. It leads its own process group (stop it with
 /// [`kill_group`]) and is killed if dropped while running; its standard streams are the caller's to set.
+///
+/// With `terminal`, its standard input must be a terminal: the command then leads a session of its own with that
+/// terminal as its controlling one (`setsid --ctty`, so a shell gets job control and ^C), which also makes it the
+/// leader of its process group.
 pub fn command_in(
     pid: i32,
     program: &std::ffi::OsStr,
     args: &[String],
     env: &[(String, String)],
+    terminal: bool,
 ) -> tokio::process::Command {
-    let mut cmd = tokio::process::Command::new("nsenter");
+    let mut cmd = if terminal {
+        // setsid is not a group leader here (it is in the kubelet's group), so it becomes the session's leader
+        // itself, under its own pid, and execs nsenter.
+        let mut cmd = tokio::process::Command::new("setsid");
+        cmd.args(["--ctty", "nsenter"]);
+        cmd
+    } else {
+        let mut cmd = tokio::process::Command::new("nsenter");
+        cmd.process_group(0);
+        cmd
+    };
     cmd.arg(format!("--target={pid}"));
     if !is_root() {
         cmd.args(["--user", "--preserve-credentials"]);
@@ -398,7 +413,6 @@ pub fn command_in(
         .args(args)
         .env_clear()
         .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-        .process_group(0)
         .kill_on_drop(true);
     if !env.iter().any(|(k, _)| k == "PATH") {
         cmd.env("PATH", DEFAULT_PATH);
@@ -427,7 +441,7 @@ pub async fn exec_in(
     let Some(first) = command.first() else {
         return (false, "empty command".into());
     };
-    let mut cmd = command_in(pid, first.as_ref(), &command[1..], env);
+    let mut cmd = command_in(pid, first.as_ref(), &command[1..], env, false);
     cmd.stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());

@@ -114,7 +114,7 @@ async fn relay(
                             done_with(&pipe).await;
                         }
                     }
-                    FromClient::Resize | FromClient::Ignored => {}
+                    FromClient::Resize(_) | FromClient::Ignored => {}
                 },
                 Some(Ok(Message::Close(_))) | Some(Err(_)) | None => break,
                 Some(Ok(_)) => {}

@@ -34,8 +34,8 @@ pub(super) enum FromClient {
     Stdin(Bytes),
     /// The client's standard input has ended (v5 CLOSE of channel 0).
     StdinClosed,
-    /// A terminal size (channel 4); without a terminal there is nothing to resize.
-    Resize,
+    /// A terminal size (channel 4): JSON `{"Width": …, "Height": …}`.
+    Resize(Bytes),
     /// Anything else: an empty message, a CLOSE of another stream, an unknown channel.
     Ignored,
 }
@@ -45,7 +45,7 @@ pub(super) fn parse(message: &Bytes) -> FromClient {
     match message.first() {
         Some(&STDIN) if message.len() > 1 => FromClient::Stdin(message.slice(1..)),
         Some(&CLOSE) if message.get(1) == Some(&STDIN) => FromClient::StdinClosed,
-        Some(&RESIZE) => FromClient::Resize,
+        Some(&RESIZE) => FromClient::Resize(message.slice(1..)),
         _ => FromClient::Ignored,
     }
 }
@@ -118,7 +118,7 @@ mod tests {
         assert_eq!(parse(&Bytes::from_static(&[255, 1])), FromClient::Ignored);
         assert_eq!(
             parse(&Bytes::from_static(b"\x04{\"Width\":80,\"Height\":24}")),
-            FromClient::Resize
+            FromClient::Resize(Bytes::from_static(b"{\"Width\":80,\"Height\":24}"))
         );
         assert_eq!(parse(&Bytes::from_static(&[0])), FromClient::Ignored);
         assert_eq!(parse(&Bytes::new()), FromClient::Ignored);

@@ -4,8 +4,9 @@
 //! The command is resolved through the container's image, as the container's own program is (`etcdctl` in an etcd
 //! image is the mapped etcd directory's `etcdctl`, anything else the host's), and runs inside the container's mount
 //! namespace with the container's environment and working directory ([`sandbox::command_in`]). Its standard streams
-//! are relayed both ways; when it exits and its output has drained, the exit code goes on the error channel and the
-//! connection closes. A client that goes away takes the command's process group with it.
+//! are relayed both ways — pipes, or with `tty=true` a pseudo-terminal ([`Terminal`]) resized by channel 4; when it
+//! exits and its output has drained, the exit code goes on the error channel and the connection closes. A client
+//! that goes away takes the command's process group with it.
 
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -19,10 +20,11 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use bytes::Bytes;
 use futures::{SinkExt, StreamExt};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 
 use super::channels::{self, FromClient};
+use super::terminal::Terminal;
 use super::{error, flag, query_pairs, running_container};
 use crate::kubelet::Shared;
 use crate::kubelet::sandbox;
@@ -35,6 +37,12 @@ struct ExecRequest {
     stderr: bool,
 }
 
+/// The command, ready to spawn, and the terminal its streams are on (`tty=true`).
+struct Prepared {
+    cmd: tokio::process::Command,
+    terminal: Option<Terminal>,
+}
+
 /// GET (or POST) `/exec/{namespace}/{pod}/{container}`.
 pub(super) async fn exec(
     State(shared): State<Arc<Shared>>,
@@ -43,6 +51,7 @@ pub(super) async fn exec(
     upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> Response {
     let pairs = query_pairs(query.as_deref());
+    let tty = flag(&pairs, "tty");
     let request = ExecRequest {
         command: pairs
             .iter()
@@ -51,16 +60,14 @@ pub(super) async fn exec(
             .collect(),
         stdin: flag(&pairs, "stdin"),
         stdout: flag(&pairs, "stdout"),
-        stderr: flag(&pairs, "stderr"),
+        // A terminal has one output stream; upstream's kubelet drops stderr with a TTY too.
+        stderr: flag(&pairs, "stderr") && !tty,
     };
     if request.command.is_empty() {
         return error(
             StatusCode::BAD_REQUEST,
             "you must specify at least one command for the container".into(),
         );
-    }
-    if flag(&pairs, "tty") {
-        return error(StatusCode::BAD_REQUEST, super::NO_TTY.into());
     }
     let (rt, pid) = match running_container(&shared, &namespace, &pod, &container) {
         Ok(found) => found,
@@ -81,7 +88,7 @@ pub(super) async fn exec(
         })
         .and_then(|c| c.image)
         .unwrap_or_default();
-    // A command the image map cannot place runs as given: the shell of the namespace reports it missing (127).
+    // A command the image map cannot place runs as given: nsenter reports it missing (127).
     let (program, args) = match shared
         .config
         .image_map
@@ -93,19 +100,55 @@ pub(super) async fn exec(
             request.command[1..].to_vec(),
         ),
     };
-    let mut cmd = sandbox::command_in(pid, program.as_os_str(), &args, &rt.env(&container));
-    let piped = |on: bool| if on { Stdio::piped() } else { Stdio::null() };
-    cmd.stdin(piped(request.stdin))
-        .stdout(piped(request.stdout))
-        .stderr(piped(request.stderr));
-    upgrade.on_upgrade(move |socket| run(socket, cmd, request))
+    let mut env = rt.env(&container);
+    if tty && !env.iter().any(|(k, _)| k == "TERM") {
+        // What container runtimes give a process on a terminal.
+        env.push(("TERM".into(), "xterm".into()));
+    }
+    let mut cmd = sandbox::command_in(pid, program.as_os_str(), &args, &env, tty);
+    let terminal = if tty {
+        match wire_terminal(&mut cmd) {
+            Ok(t) => Some(t),
+            Err(e) => {
+                return error(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    format!("allocating a terminal for the command: {e}"),
+                );
+            }
+        }
+    } else {
+        let piped = |on: bool| if on { Stdio::piped() } else { Stdio::null() };
+        cmd.stdin(piped(request.stdin))
+            .stdout(piped(request.stdout))
+            .stderr(piped(request.stderr));
+        None
+    };
+    upgrade.on_upgrade(move |socket| run(socket, Prepared { cmd, terminal }, request))
 }
 
+/// Puts the command's standard streams on a new pseudo-terminal's slave end.
+fn wire_terminal(cmd: &mut tokio::process::Command) -> std::io::Result<Terminal> {
+    let (terminal, slave) = Terminal::open()?;
+    cmd.stdin(Stdio::from(slave.try_clone()?))
+        .stdout(Stdio::from(slave.try_clone()?))
+        .stderr(Stdio::from(slave));
+    Ok(terminal)
+}
+
+type Input = Box<dyn AsyncWrite + Send + Unpin>;
+
 /// Relays one command's streams over `socket` until it has exited and its output has been sent.
-async fn run(socket: WebSocket, mut cmd: tokio::process::Command, request: ExecRequest) {
+async fn run(socket: WebSocket, prepared: Prepared, request: ExecRequest) {
     let (mut sink, mut source) = socket.split();
-    let mut child = match cmd.spawn() {
-        Ok(c) => c,
+    let Prepared { mut cmd, terminal } = prepared;
+    let spawned = cmd.spawn();
+    // The kubelet's copies of a terminal's slave end go with the command: the output ends when the command's do.
+    drop(cmd);
+    let (mut child, io) = match spawned.and_then(|child| {
+        let io = terminal.as_ref().map(Terminal::io).transpose()?;
+        Ok((child, io))
+    }) {
+        Ok(started) => started,
         Err(e) => {
             let status = channels::failure(&format!(
                 "error executing command {:?} in the container: {e}",
@@ -121,22 +164,34 @@ async fn run(socket: WebSocket, mut cmd: tokio::process::Command, request: ExecR
     let group = child.id();
     // Output is read by its own tasks so that a command blocked writing never stalls its input, and the reverse.
     let (out_tx, mut out_rx) = mpsc::channel::<Bytes>(16);
-    if let Some(stdout) = child.stdout.take() {
-        tokio::spawn(pump(stdout, channels::STDOUT, out_tx.clone()));
-    }
-    if let Some(stderr) = child.stderr.take() {
-        tokio::spawn(pump(stderr, channels::STDERR, out_tx.clone()));
-    }
+    let input: Option<Input> = match io {
+        Some((reader, writer)) => {
+            if request.stdout {
+                tokio::spawn(pump(reader, channels::STDOUT, out_tx.clone()));
+            }
+            request.stdin.then(|| Box::new(writer) as Input)
+        }
+        None => {
+            if let Some(stdout) = child.stdout.take() {
+                tokio::spawn(pump(stdout, channels::STDOUT, out_tx.clone()));
+            }
+            if let Some(stderr) = child.stderr.take() {
+                tokio::spawn(pump(stderr, channels::STDERR, out_tx.clone()));
+            }
+            child.stdin.take().map(|s| Box::new(s) as Input)
+        }
+    };
     drop(out_tx);
     let (in_tx, mut in_rx) = mpsc::unbounded_channel::<Bytes>();
-    if let Some(mut stdin) = child.stdin.take() {
+    if let Some(mut input) = input {
         tokio::spawn(async move {
             while let Some(data) = in_rx.recv().await {
-                if stdin.write_all(&data).await.is_err() {
+                if input.write_all(&data).await.is_err() {
                     return;
                 }
             }
-            // Dropping `stdin` closes it: the command reads end of file.
+            // Dropping a pipe closes it: the command reads end of file. (A terminal stays open: end of input on a
+            // terminal is the ^D the client types.)
         });
     }
     let mut stdin = Some(in_tx);
@@ -161,7 +216,12 @@ async fn run(socket: WebSocket, mut cmd: tokio::process::Command, request: ExecR
                         }
                     }
                     FromClient::StdinClosed => stdin = None,
-                    FromClient::Resize | FromClient::Ignored => {}
+                    FromClient::Resize(size) => {
+                        if let Some(t) = &terminal {
+                            t.resize(&size);
+                        }
+                    }
+                    FromClient::Ignored => {}
                 },
                 Some(Ok(Message::Close(_))) | Some(Err(_)) | None => {
                     // The client went away: nobody is left to read the output or the exit code.
@@ -192,7 +252,8 @@ fn exit_code(status: std::io::Result<std::process::ExitStatus>) -> i32 {
     }
 }
 
-/// Sends what `reader` yields as messages on `channel` until it ends (or nobody listens).
+/// Sends what `reader` yields as messages on `channel` until it ends (or nobody listens). A terminal's master end
+/// ends with EIO once the command's side is closed.
 async fn pump(mut reader: impl AsyncRead + Unpin, channel: u8, tx: mpsc::Sender<Bytes>) {
     let mut buf = vec![0u8; 32 * 1024];
     loop {

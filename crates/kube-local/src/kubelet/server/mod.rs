@@ -12,6 +12,7 @@ mod attach;
 mod channels;
 mod exec;
 mod logs;
+mod terminal;
 
 use std::sync::Arc;
 

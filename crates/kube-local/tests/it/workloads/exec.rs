@@ -322,3 +322,42 @@ async fn kube_client_exec_streams_both_ways_and_reports_the_status() {
         other => panic!("expected an API error, got {other:?}"),
     }
 }
+
+#[tokio::test]
+async fn kube_client_exec_with_a_tty_runs_on_a_terminal_it_resizes() {
+    use futures::SinkExt;
+    let c = Cluster::start(NS).await;
+    waiting_pod(&c, "box").await;
+    // The command waits for the size the client sets, so the resize is observed whenever it arrives.
+    let mut attached = c
+        .api::<Pod>(NS)
+        .exec(
+            "box",
+            [
+                "sh",
+                "-c",
+                "tty; until [ \"$(stty size)\" = '30 100' ]; do sleep 0.05; done; echo resized $TERM; exit 5",
+            ],
+            &AttachParams::interactive_tty(),
+        )
+        .await
+        .unwrap();
+    let mut size = attached.terminal_size().unwrap();
+    let mut stdout = attached.stdout().unwrap();
+    let status = attached.take_status().unwrap();
+    size.send(kube::api::TerminalSize {
+        width: 100,
+        height: 30,
+    })
+    .await
+    .unwrap();
+    let mut out = String::new();
+    stdout.read_to_string(&mut out).await.unwrap();
+    // A terminal ends its lines with CR LF.
+    assert!(out.starts_with("/dev/pts/"), "{out}");
+    assert!(out.ends_with("resized xterm\r\n"), "{out}");
+    let status = status.await.unwrap();
+    assert_eq!(status.reason.as_deref(), Some("NonZeroExitCode"));
+    let cause = &status.details.unwrap().causes.unwrap()[0];
+    assert_eq!(cause.message.as_deref(), Some("5"));
+}
