@@ -361,3 +361,37 @@ async fn kube_client_exec_with_a_tty_runs_on_a_terminal_it_resizes() {
     let cause = &status.details.unwrap().causes.unwrap()[0];
     assert_eq!(cause.message.as_deref(), Some("5"));
 }
+
+#[tokio::test]
+async fn an_exec_whose_client_goes_away_is_killed() {
+    let c = Cluster::start(NS).await;
+    waiting_pod(&c, "box").await;
+    // The pod shares the host's filesystem outside its mounts, so the command can leave its pid where the test looks.
+    let dir = tempfile::tempdir().unwrap();
+    let pid_file = dir.path().join("pid");
+    let script = format!("echo $$ > {}; exec sleep 600", pid_file.display());
+    let attached = c
+        .api::<Pod>(NS)
+        .exec(
+            "box",
+            ["sh", "-c", script.as_str()],
+            &AttachParams::default(),
+        )
+        .await
+        .unwrap();
+    let pid: u32 = eventually("the command running", Duration::from_secs(10), || async {
+        std::fs::read_to_string(&pid_file)
+            .ok()
+            .and_then(|p| p.trim().parse().ok())
+    })
+    .await;
+    assert!(std::path::Path::new(&format!("/proc/{pid}")).exists());
+    attached.abort();
+    drop(attached);
+    eventually("the command killed", Duration::from_secs(10), || async {
+        // Gone, or a zombie its parent has yet to reap.
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        (stat.is_empty() || stat.contains(") Z ")).then_some(())
+    })
+    .await;
+}
