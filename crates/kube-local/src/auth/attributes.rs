@@ -128,6 +128,16 @@ mod tests {
             of(&Method::GET, "/api/v1/namespaces/ns/pods/p/log", false),
             resource("get", "", "pods", "log", "ns", "p")
         );
+        // A WebSocket exec or attach (GET) needs create, as a SPDY one (POST) does.
+        for sub in ["exec", "attach"] {
+            let path = format!("/api/v1/namespaces/ns/pods/p/{sub}");
+            for method in [Method::GET, Method::POST] {
+                assert_eq!(
+                    of(&method, &path, false),
+                    resource("create", "", "pods", sub, "ns", "p")
+                );
+            }
+        }
         assert_eq!(
             of(
                 &Method::PUT,
