@@ -395,3 +395,78 @@ async fn an_exec_whose_client_goes_away_is_killed() {
     })
     .await;
 }
+
+/// Sends an upgrade request for `pods/box/exec` offering `protocols` (`upgrade` names the protocol upgraded to);
+/// returns the status, the chosen subprotocol and the body.
+async fn upgrade_request(
+    c: &Cluster,
+    method: &str,
+    upgrade: &str,
+    protocols: &str,
+) -> (u16, Option<String>, String) {
+    let request = http::Request::builder()
+        .method(method)
+        .uri(format!(
+            "/api/v1/namespaces/{NS}/pods/box/exec?command=true&stdout=true"
+        ))
+        .header("connection", "Upgrade")
+        .header("upgrade", upgrade)
+        .header("sec-websocket-version", "13")
+        .header("sec-websocket-key", "dGhlIHNhbXBsZSBub25jZQ==")
+        .header("sec-websocket-protocol", protocols)
+        .header("x-stream-protocol-version", protocols)
+        .body(kube::client::Body::empty())
+        .unwrap();
+    let response = c.client().send(request).await.unwrap();
+    let status = response.status().as_u16();
+    let chosen = response
+        .headers()
+        .get("sec-websocket-protocol")
+        .and_then(|v| v.to_str().ok())
+        .map(String::from);
+    let body = if status == 101 {
+        String::new()
+    } else {
+        let bytes = http_body_util::BodyExt::collect(response.into_body())
+            .await
+            .unwrap()
+            .to_bytes();
+        String::from_utf8_lossy(&bytes).into_owned()
+    };
+    (status, chosen, body)
+}
+
+#[tokio::test]
+async fn the_kubelet_negotiates_v5_or_v4_and_refuses_other_protocols() {
+    let c = Cluster::start(NS).await;
+    waiting_pod(&c, "box").await;
+    // v5 is preferred; a client offering only v4 (older kube-rs, other clients) gets v4.
+    let (status, chosen, body) = upgrade_request(
+        &c,
+        "GET",
+        "websocket",
+        "v4.channel.k8s.io, v5.channel.k8s.io",
+    )
+    .await;
+    assert_eq!(
+        (status, chosen.as_deref()),
+        (101, Some("v5.channel.k8s.io")),
+        "{body}"
+    );
+    let (status, chosen, body) = upgrade_request(&c, "GET", "websocket", "v4.channel.k8s.io").await;
+    assert_eq!(
+        (status, chosen.as_deref()),
+        (101, Some("v4.channel.k8s.io")),
+        "{body}"
+    );
+    // The text protocols of old clients, and SPDY (kubectl's fallback), are refused in words.
+    let (status, _, body) = upgrade_request(&c, "GET", "websocket", "channel.k8s.io").await;
+    assert_eq!(status, 400);
+    assert!(
+        body.contains("none of the offered WebSocket subprotocols is served"),
+        "{body}"
+    );
+    let (status, _, body) = upgrade_request(&c, "POST", "SPDY/3.1", "v4.channel.k8s.io").await;
+    assert_eq!(status, 400);
+    assert!(body.contains("over WebSockets only"), "{body}");
+}
