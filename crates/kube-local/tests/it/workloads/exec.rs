@@ -470,3 +470,18 @@ async fn the_kubelet_negotiates_v5_or_v4_and_refuses_other_protocols() {
     assert_eq!(status, 400);
     assert!(body.contains("over WebSockets only"), "{body}");
 }
+
+#[tokio::test]
+async fn kubectl_exec_works_over_https_with_rbac() {
+    // HTTPS, authentication and RBAC: the kubeconfig's admin certificate may create pods/exec.
+    let c = Cluster::with_authentication(NS).await;
+    waiting_pod(&c, "box").await;
+    let (code, out, err) = exec(
+        &c,
+        &["-i", "box", "--", "sh", "-c", "cat; exit 7"],
+        Some("over tls\n"),
+    )
+    .await;
+    assert_eq!(code, Some(7), "{err}");
+    assert_eq!(out, "over tls\n");
+}
