@@ -53,8 +53,9 @@ pub fn of(method: &Method, path: &str, watch: bool) -> Request {
     if rest.len() < 2 && verb == "get" {
         verb = if watch { "watch" } else { "list" };
     }
-    // A WebSocket exec or attach is a GET, yet it needs `create` on the subresource as a SPDY POST does (upstream
-    // since 1.30, AuthorizePodWebsocketUpgradeCreatePermission).
+    // A WebSocket exec or attach is a GET, yet it needs `create` on the subresource as a SPDY POST does: upstream's
+    // AuthorizePodWebsocketUpgradeCreatePermission (beta and on by default from 1.35; the 1.32 this server reports
+    // authorized the GET as `get`, which let a role that may only read pods/exec run commands).
     if group.is_empty()
         && resource == "pods"
         && matches!(subresource, "exec" | "attach")
