@@ -5,9 +5,9 @@
 //! - `v4.channel.k8s.io` (kube-rs' client offers it second): the error channel carries one JSON `metav1.Status` at the
 //!   end: `Success`, or `Failure` with reason `NonZeroExitCode` and the exit code as the message of an `ExitCode`
 //!   cause (what kubectl turns into its own exit code).
-//! - `v5.channel.k8s.io` (kubectl 1.29+ and kube-rs prefer it): v4 plus the CLOSE signal — a message `[255, n]` from
-//!   the client says stream `n` (stdin) has ended, so a command reading stdin sees end of file while its output still
-//!   flows back.
+//! - `v5.channel.k8s.io` (what kubectl, by default from 1.31, and kube-rs prefer): v4 plus the CLOSE signal — a
+//!   message `[255, n]` from the client says stream `n` (stdin) has ended, so a command reading stdin sees end of
+//!   file while its output still flows back.
 //!
 //! The older text protocols (`channel.k8s.io`, `base64.channel.k8s.io`, v2, v3) report errors as plain text and are
 //! not served: every client that speaks v4 or v5 offers it.
