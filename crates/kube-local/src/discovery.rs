@@ -148,6 +148,8 @@ pub fn api_resource_list(reg: &Registry, group: &str, version: &str) -> Option<V
         }
         resources.push(r);
         if t.has_log() {
+            resources.push(json!({"name": format!("{}/attach", t.plural), "singularName": "", "namespaced": t.namespaced, "kind": "PodAttachOptions", "verbs": ["create", "get"]}));
+            resources.push(json!({"name": format!("{}/exec", t.plural), "singularName": "", "namespaced": t.namespaced, "kind": "PodExecOptions", "verbs": ["create", "get"]}));
             resources.push(json!({"name": format!("{}/log", t.plural), "singularName": "", "namespaced": t.namespaced, "kind": t.kind, "verbs": ["get"]}));
         }
         if t.has_token() {
@@ -181,6 +183,8 @@ fn aggregated_resource(t: &ResourceType) -> Value {
     }
     let mut subs = Vec::new();
     if t.has_log() {
+        subs.push(json!({"subresource": "attach", "responseKind": {"group": "", "version": "v1", "kind": "PodAttachOptions"}, "verbs": ["create", "get"]}));
+        subs.push(json!({"subresource": "exec", "responseKind": {"group": "", "version": "v1", "kind": "PodExecOptions"}, "verbs": ["create", "get"]}));
         subs.push(json!({"subresource": "log", "responseKind": {"group": t.group, "version": t.version, "kind": t.kind}, "verbs": ["get"]}));
     }
     if t.has_token() {

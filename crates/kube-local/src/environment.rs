@@ -349,7 +349,8 @@ async fn serve_tls(
             let service = hyper_util::service::TowerToHyperService::new(app);
             let conn = hyper::server::conn::http1::Builder::new()
                 .serve_connection(hyper_util::rt::TokioIo::new(tls), service)
-                // Streaming subresources (port-forward) take the connection over after a 101.
+                // Streaming subresources take the connection over after a 101: port-forward here,
+                // exec and attach by handing it to the kubelet.
                 .with_upgrades();
             if let Err(e) = conn.await {
                 tracing::debug!(error = %e, "TLS connection ended");

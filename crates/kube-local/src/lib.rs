@@ -31,6 +31,7 @@ mod namespace_lifecycle;
 mod openapi;
 mod output;
 mod patch;
+mod pod_exec;
 mod pod_log;
 mod registry;
 mod scale;

@@ -145,7 +145,11 @@ fn names(containers: Option<&Value>) -> Vec<String> {
 }
 
 /// The container a log request is for: the named one (a container or an init container), or the only container.
-fn choose_container(pod: &Value, name: &str, requested: Option<&str>) -> ApiResult<String> {
+pub(crate) fn choose_container(
+    pod: &Value,
+    name: &str,
+    requested: Option<&str>,
+) -> ApiResult<String> {
     let containers = names(pod.pointer("/spec/containers"));
     let init = names(pod.pointer("/spec/initContainers"));
     match requested {
@@ -176,7 +180,7 @@ fn choose_container(pod: &Value, name: &str, requested: Option<&str>) -> ApiResu
 }
 
 /// Where the node's kubelet serves: its InternalIP and the advertised kubelet port.
-fn kubelet_address(core: &Core, node_name: &str) -> ApiResult<String> {
+pub(crate) fn kubelet_address(core: &Core, node_name: &str) -> ApiResult<String> {
     let nodes = core
         .registry
         .find("", "v1", "nodes")
@@ -210,8 +214,9 @@ fn kubelet_address(core: &Core, node_name: &str) -> ApiResult<String> {
     })
 }
 
-/// A kubelet's non-2xx answer as the API server reports it (upstream `GenericHttpResponseChecker`).
-fn kubelet_error(code: StatusCode, body: &[u8], pod: &str) -> ApiError {
+/// A kubelet's non-2xx answer about `pod`'s `kind` (`pods/log`, `pods/exec`) as the API server reports it (upstream
+/// `GenericHttpResponseChecker`).
+pub(crate) fn kubelet_error(code: StatusCode, body: &[u8], pod: &str, kind: &str) -> ApiError {
     let text = String::from_utf8_lossy(body).trim_end().to_string();
     match code {
         StatusCode::BAD_REQUEST => ApiError::bad_request(text),
@@ -219,9 +224,9 @@ fn kubelet_error(code: StatusCode, body: &[u8], pod: &str) -> ApiError {
         StatusCode::NOT_FOUND => ApiError {
             code: 404,
             reason: "NotFound".into(),
-            message: format!("the server could not find the requested resource ( pods/log {pod})"),
+            message: format!("the server could not find the requested resource ( {kind} {pod})"),
             details: Some(Box::new(json!({
-                "name": pod, "kind": "pods/log",
+                "name": pod, "kind": kind,
                 "causes": [{"reason": "UnexpectedServerResponse", "message": text}],
             }))),
         },
@@ -229,11 +234,11 @@ fn kubelet_error(code: StatusCode, body: &[u8], pod: &str) -> ApiError {
             code: other.as_u16(),
             reason: "Unknown".into(),
             message: format!(
-                "the server responded with the status code {} but did not return more information ( pods/log {pod})",
+                "the server responded with the status code {} but did not return more information ( {kind} {pod})",
                 other.as_u16()
             ),
             details: Some(Box::new(json!({
-                "name": pod, "kind": "pods/log",
+                "name": pod, "kind": kind,
                 "causes": [{"reason": "UnexpectedServerResponse", "message": text}],
             }))),
         },
@@ -298,13 +303,13 @@ pub async fn get(
             .await
             .map(|b| b.to_bytes())
             .unwrap_or_default();
-        return Err(kubelet_error(status, &body, name));
+        return Err(kubelet_error(status, &body, name, "pods/log"));
     }
     Ok(text_response(Body::new(resp.into_body())))
 }
 
 /// Characters escaped in one path segment.
-const SEGMENT: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+pub(crate) const SEGMENT: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
     .remove(b'-')
     .remove(b'.')
     .remove(b'_')

@@ -304,6 +304,8 @@ async fn dispatch(server: &Server, req: Request) -> ApiResult<Response> {
             "scale" => rt.scale.is_some(),
             "finalize" => rt.group.is_empty() && rt.plural == "namespaces",
             "log" => rt.has_log() && name.is_some(),
+            // Pods stream their containers' logs, commands and output.
+            "exec" | "attach" => rt.has_log() && name.is_some(),
             "token" => rt.has_token() && name.is_some(),
             "portforward" => is_pods(&rt) && name.is_some(),
             _ => false,
@@ -598,6 +600,12 @@ async fn resource(server: &Server, req: Request, t: Target) -> ApiResult<Respons
     let core = &server.core;
     let rt = t.rt.clone();
     let q = query_map(&req);
+    if let (Some(sub @ ("exec" | "attach")), Some(name)) =
+        (t.subresource.as_deref(), t.name.as_deref())
+    {
+        let ns = t.namespace.as_deref().unwrap_or_default();
+        return crate::pod_exec::connect(core, &rt, ns, name, sub, req).await;
+    }
     if let (Some("log"), Some(name)) = (t.subresource.as_deref(), t.name.as_deref()) {
         if req.method() != Method::GET {
             return Err(ApiError::method_not_allowed(

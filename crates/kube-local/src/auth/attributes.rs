@@ -53,6 +53,16 @@ pub fn of(method: &Method, path: &str, watch: bool) -> Request {
     if rest.len() < 2 && verb == "get" {
         verb = if watch { "watch" } else { "list" };
     }
+    // A WebSocket exec or attach is a GET, yet it needs `create` on the subresource as a SPDY POST does: upstream's
+    // AuthorizePodWebsocketUpgradeCreatePermission (beta and on by default from 1.35; the 1.32 this server reports
+    // authorized the GET as `get`, which let a role that may only read pods/exec run commands).
+    if group.is_empty()
+        && resource == "pods"
+        && matches!(subresource, "exec" | "attach")
+        && verb == "get"
+    {
+        verb = "create";
+    }
     if verb == "delete" && rest.len() < 2 {
         verb = "deletecollection";
     }
@@ -119,6 +129,16 @@ mod tests {
             of(&Method::GET, "/api/v1/namespaces/ns/pods/p/log", false),
             resource("get", "", "pods", "log", "ns", "p")
         );
+        // A WebSocket exec or attach (GET) needs create, as a SPDY one (POST) does.
+        for sub in ["exec", "attach"] {
+            let path = format!("/api/v1/namespaces/ns/pods/p/{sub}");
+            for method in [Method::GET, Method::POST] {
+                assert_eq!(
+                    of(&method, &path, false),
+                    resource("create", "", "pods", sub, "ns", "p")
+                );
+            }
+        }
         assert_eq!(
             of(
                 &Method::PUT,

@@ -10,12 +10,12 @@ mod dns;
 pub mod environment;
 mod events;
 pub mod image_map;
-mod log_server;
 mod node;
 mod pod_worker;
 pub mod probe;
 pub mod sandbox;
 pub mod security;
+mod server;
 mod service_proxy;
 pub mod volumes;
 
@@ -185,7 +185,7 @@ pub(crate) struct Shared {
     incarnations: Incarnations,
     /// Addresses whose traffic is cut (fault hook), restored when the kubelet stops.
     cut: Mutex<Vec<Ipv4Addr>>,
-    /// Port of the log endpoint (see [`log_server`]), published in the Node status.
+    /// Port of the kubelet's HTTP endpoint (logs, exec, attach; see [`server`]), published in the Node status.
     kubelet_port: std::sync::OnceLock<u16>,
     /// Proxy addresses of ClusterIP Services.
     proxies: Mutex<HashMap<(String, String), Ipv4Addr>>,
@@ -271,10 +271,10 @@ impl Kubelet {
             proxies: Mutex::new(HashMap::new()),
             kubelet_port: std::sync::OnceLock::new(),
         });
-        let port = log_server::start(shared.clone(), &mut tasks)
+        let port = server::start(shared.clone(), &mut tasks)
             .await
             .map_err(|source| KubeletError::Io {
-                what: "starting the log endpoint".into(),
+                what: "starting the kubelet endpoint".into(),
                 source,
             })?;
         let _ = shared.kubelet_port.set(port);

@@ -43,6 +43,9 @@ pub struct Launch {
     pub stage: PathBuf,
     /// What of the container's security context the process gets.
     pub security: super::security::Enforced,
+    /// Whether the process reads a pipe the kubelet keeps for attached clients (`stdin: true`); otherwise its
+    /// standard input is `/dev/null`.
+    pub stdin: bool,
 }
 
 pub fn is_root() -> bool {
@@ -253,9 +256,13 @@ impl Processes {
             .open(&launch.log)?;
         let stage = stage_dir(launch);
         let mut cmd = sandbox_command(launch, &stage);
-        cmd.stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log);
+        cmd.stdin(if launch.stdin {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(log.try_clone()?)
+        .stderr(log);
         let mut process = self.spawn(cmd).await?;
         process.exec_path = Some(staged_program(launch, &stage));
         Ok(process)
@@ -321,6 +328,11 @@ impl ContainerProcess {
         }
     }
 
+    /// The write end of the process's standard input, when it was launched with one ([`Launch::stdin`]).
+    pub fn take_stdin(&mut self) -> Option<tokio::process::ChildStdin> {
+        self.child.stdin.take()
+    }
+
     /// Signals the whole process group.
     pub fn signal(&self, signal: Signal) {
         let _ = rustix::process::kill_process_group(self.pid, signal);
@@ -366,6 +378,58 @@ impl Drop for ContainerProcess {
     }
 }
 
+/// A command that runs `program` with `args` inside the mount and UTS namespaces of the container process `pid`, in
+/// that process's working directory, with the container's environment `env` (and [`DEFAULT_PATH`] when it sets no
+/// `PATH`): what exec probes, hooks and `kubectl exec` run. It leads its own process group (stop it with
+/// [`kill_group`]) and is killed if dropped while running; its standard streams are the caller's to set.
+///
+/// With `terminal`, its standard input must be a terminal: the command then leads a session of its own with that
+/// terminal as its controlling one (`setsid --ctty`, so a shell gets job control and ^C), which also makes it the
+/// leader of its process group.
+pub fn command_in(
+    pid: i32,
+    program: &std::ffi::OsStr,
+    args: &[String],
+    env: &[(String, String)],
+    terminal: bool,
+) -> tokio::process::Command {
+    let mut cmd = if terminal {
+        // setsid is not a group leader here (it is in the kubelet's group), so it becomes the session's leader
+        // itself, under its own pid, and execs nsenter.
+        let mut cmd = tokio::process::Command::new("setsid");
+        cmd.args(["--ctty", "nsenter"]);
+        cmd
+    } else {
+        let mut cmd = tokio::process::Command::new("nsenter");
+        cmd.process_group(0);
+        cmd
+    };
+    cmd.arg(format!("--target={pid}"));
+    if !is_root() {
+        cmd.args(["--user", "--preserve-credentials"]);
+    }
+    cmd.args(["--mount", "--uts", "--wd", "--"])
+        .arg(program)
+        .args(args)
+        .env_clear()
+        .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .kill_on_drop(true);
+    if !env.iter().any(|(k, _)| k == "PATH") {
+        cmd.env("PATH", DEFAULT_PATH);
+    }
+    cmd
+}
+
+/// Kills the process group led by the child `id` (a [`command_in`] command and whatever it started).
+pub fn kill_group(id: Option<u32>) {
+    if let Some(group) = id
+        .and_then(|id| i32::try_from(id).ok())
+        .and_then(Pid::from_raw)
+    {
+        let _ = rustix::process::kill_process_group(group, Signal::KILL);
+    }
+}
+
 /// Runs a command inside a running container's mount namespace (exec probes), with the container's environment;
 /// returns whether it exited 0 within `timeout`, and its output.
 pub async fn exec_in(
@@ -377,32 +441,15 @@ pub async fn exec_in(
     let Some(first) = command.first() else {
         return (false, "empty command".into());
     };
-    let mut cmd = tokio::process::Command::new("nsenter");
-    cmd.arg(format!("--target={pid}"));
-    if !is_root() {
-        cmd.args(["--user", "--preserve-credentials"]);
-    }
-    cmd.args(["--mount", "--uts", "--"])
-        .arg(first)
-        .args(&command[1..])
-        .env_clear()
-        .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-        .stdin(Stdio::null())
+    let mut cmd = command_in(pid, first.as_ref(), &command[1..], env, false);
+    cmd.stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        .kill_on_drop(true);
-    if !env.iter().any(|(k, _)| k == "PATH") {
-        cmd.env("PATH", DEFAULT_PATH);
-    }
+        .stderr(Stdio::piped());
     let child = match cmd.spawn() {
         Ok(c) => c,
         Err(e) => return (false, e.to_string()),
     };
-    let group = child
-        .id()
-        .and_then(|id| i32::try_from(id).ok())
-        .and_then(Pid::from_raw);
+    let group = child.id();
     match tokio::time::timeout(timeout, child.wait_with_output()).await {
         Ok(Ok(out)) => {
             let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
@@ -411,9 +458,7 @@ pub async fn exec_in(
         }
         Ok(Err(e)) => (false, e.to_string()),
         Err(_) => {
-            if let Some(g) = group {
-                let _ = rustix::process::kill_process_group(g, Signal::KILL);
-            }
+            kill_group(group);
             (false, format!("command timed out after {timeout:?}"))
         }
     }

@@ -13,7 +13,7 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::probes::{ProbeSet, ProbeVerdict, Probes};
-use super::{PodRuntime, Stop, enforcing, facts, now, stopped};
+use super::{ContainerStdin, PodRuntime, Stop, enforcing, facts, now, stopped};
 use crate::kubelet::environment::{container_env, expand_all};
 use crate::kubelet::image_map::ResolveError;
 use crate::kubelet::sandbox::{self, ContainerProcess, Launch, Mount};
@@ -166,13 +166,26 @@ pub(super) async fn run_once(
         log: log.clone(),
         stage: rt.dir.join("mounts").join(&container.name),
         security,
+        stdin: container.stdin == Some(true),
     };
     let mut process = match shared.processes.launch(&launch).await {
         Ok(p) => p,
         Err(e) => return RunEnd::NotStarted("RunContainerError", e.to_string()),
     };
+    // Each run reads a pipe of its own; attach writes to the current one.
+    let stdin = process.take_stdin().map(|pipe| {
+        Arc::new(ContainerStdin {
+            pipe: tokio::sync::Mutex::new(Some(pipe)),
+            once: container.stdin_once == Some(true),
+        })
+    });
+    rt.set_stdin(&container.name, stdin);
     let started_at = now();
     let began = Instant::now();
+    rt.envs
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(container.name.clone(), env.clone());
     rt.pids
         .lock()
         .unwrap_or_else(|e| e.into_inner())

@@ -38,6 +38,14 @@ fn now() -> Time {
     Time(jiff::Timestamp::now())
 }
 
+/// The standard input of a container with `stdin: true`, which attached clients write to.
+pub struct ContainerStdin {
+    /// The pipe while it is open; taken (closed) when a `stdinOnce` container's first client is done with it.
+    pub pipe: tokio::sync::Mutex<Option<tokio::process::ChildStdin>>,
+    /// `stdinOnce`: the container sees end of file once the first attached client closes its stdin.
+    pub once: bool,
+}
+
 /// A pod running on this kubelet.
 pub struct PodRuntime {
     pub uid: String,
@@ -51,6 +59,10 @@ pub struct PodRuntime {
     status_changed: watch::Sender<u64>,
     /// Main process id of each running container.
     pids: Mutex<HashMap<String, i32>>,
+    /// The environment each container's current (or last) run got: what `kubectl exec` runs its commands with.
+    envs: Mutex<HashMap<String, Vec<(String, String)>>>,
+    /// The standard input of each container's current run that has `stdin: true`.
+    stdins: Mutex<HashMap<String, Arc<ContainerStdin>>>,
     /// Whether the init containers have all completed.
     initialized: Mutex<bool>,
     /// Set when the pod reached Succeeded or Failed.
@@ -69,6 +81,33 @@ impl PodRuntime {
             .unwrap_or_else(|e| e.into_inner())
             .get(container)
             .copied()
+    }
+
+    /// The environment of a container's current run (empty before it first ran).
+    pub fn env(&self, container: &str) -> Vec<(String, String)> {
+        self.envs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(container)
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// The standard input of a container's current run, if it has one (`stdin: true`).
+    pub fn stdin(&self, container: &str) -> Option<Arc<ContainerStdin>> {
+        self.stdins
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(container)
+            .cloned()
+    }
+
+    fn set_stdin(&self, container: &str, stdin: Option<Arc<ContainerStdin>>) {
+        let mut stdins = self.stdins.lock().unwrap_or_else(|e| e.into_inner());
+        match stdin {
+            Some(s) => stdins.insert(container.to_string(), s),
+            None => stdins.remove(container),
+        };
     }
 
     /// Kills a container's processes (fault hook).
@@ -369,6 +408,8 @@ async fn run_pod(shared: Arc<Shared>, pod: Pod, mut stop: Stop) {
         status: Mutex::new(initial),
         status_changed,
         pids: Mutex::new(HashMap::new()),
+        envs: Mutex::new(HashMap::new()),
+        stdins: Mutex::new(HashMap::new()),
         initialized: Mutex::new(
             pod.spec
                 .as_ref()

@@ -1,8 +1,9 @@
-//! The kubelet's HTTP endpoint for container logs, the way the API server's `pods/{name}/log` reaches a real kubelet:
-//! `GET /containerLogs/{namespace}/{pod}/{container}?previous=&tailLines=&limitBytes=&follow=`. It listens on the
-//! Node's InternalIP, and its port is published in the Node's `status.daemonEndpoints.kubeletEndpoint.Port`.
+//! Container logs on the kubelet's HTTP endpoint, the way the API server's `pods/{name}/log` reaches a real kubelet:
+//! `GET /containerLogs/{namespace}/{pod}/{container}?previous=&tailLines=&limitBytes=&follow=`. Following a log is
+//! shared with attach (see [`super::attach`]), which streams what a container writes from the moment it attaches.
 
 use std::collections::HashMap;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -10,35 +11,11 @@ use axum::body::Body;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
 use tokio::io::{AsyncReadExt, AsyncSeekExt};
 
-use super::Shared;
-
-/// Starts serving; returns the port.
-pub async fn start(
-    shared: Arc<Shared>,
-    tasks: &mut crate::informer::Tasks,
-) -> std::io::Result<u16> {
-    let listener = tokio::net::TcpListener::bind((shared.host_ip.as_str(), 0)).await?;
-    let port = listener.local_addr()?.port();
-    let app = axum::Router::new()
-        .route(
-            "/containerLogs/{namespace}/{pod}/{container}",
-            get(container_logs),
-        )
-        .with_state(shared);
-    tasks.spawn(async move {
-        if let Err(e) = axum::serve(listener, app).await {
-            tracing::warn!(error = %e, "kubelet log endpoint stopped");
-        }
-    });
-    Ok(port)
-}
-
-fn error(code: StatusCode, message: String) -> Response {
-    (code, message).into_response()
-}
+use super::error;
+use crate::kubelet::Shared;
+use crate::kubelet::pod_worker::PodRuntime;
 
 fn tail(text: &[u8], lines: usize) -> &[u8] {
     if lines == 0 {
@@ -76,7 +53,7 @@ fn number(query: &HashMap<String, String>, key: &str) -> Result<Option<u64>, Str
         .transpose()
 }
 
-async fn container_logs(
+pub(super) async fn container_logs(
     State(shared): State<Arc<Shared>>,
     Path((namespace, pod, container)): Path<(String, String, String)>,
     Query(query): Query<HashMap<String, String>>,
@@ -152,7 +129,21 @@ async fn container_logs(
     // Follow: what is there, then what gets appended while this run of the container lasts.
     let first =
         futures::stream::once(async move { Ok::<_, std::io::Error>(bytes::Bytes::from(text)) });
-    let rest = futures::stream::unfold(
+    let rest = appended(path, offset, rt, container, budget);
+    use futures::StreamExt;
+    Response::new(Body::from_stream(first.chain(rest)))
+}
+
+/// What the current run of `container` appends to its log at `path` after `offset`, until that run ends (at most
+/// `budget` bytes when set). Polls the file: processes write their logs directly, so there is no writer to hear from.
+pub(super) fn appended(
+    path: PathBuf,
+    offset: u64,
+    rt: Arc<PodRuntime>,
+    container: String,
+    budget: Option<usize>,
+) -> impl futures::Stream<Item = std::io::Result<bytes::Bytes>> + Send + 'static {
+    futures::stream::unfold(
         (path, offset, rt, container, budget),
         |(path, mut offset, rt, container, mut budget)| async move {
             if budget == Some(0) {
@@ -186,7 +177,5 @@ async fn container_logs(
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
         },
-    );
-    use futures::StreamExt;
-    Response::new(Body::from_stream(first.chain(rest)))
+    )
 }

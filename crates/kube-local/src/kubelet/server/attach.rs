@@ -1,0 +1,145 @@
+//! `kubectl attach` on the kubelet: `/attach/{namespace}/{pod}/{container}?stdout=&stderr=&stdin=`, a WebSocket
+//! upgrade speaking [`super::channels`].
+//!
+//! A container's stdout and stderr go to its log file (see [`crate::kubelet::sandbox`]), so attaching follows that
+//! file from its current end, as `logs -f` does, and relays what the container writes on the stdout channel (the
+//! file does not say which stream a line came from). When the container's run ends, the error channel says
+//! `Success` and the connection closes.
+//!
+//! A container with `stdin: true` reads a pipe the kubelet keeps (see [`ContainerStdin`]): an attached client that
+//! asked for stdin writes to it, and when that client's stdin ends (v5 CLOSE) or it goes away, a `stdinOnce` container
+//! reads end of file while others keep the pipe open for the next client. A container without `stdin: true` reads
+//! `/dev/null`, so what a client sends is discarded, as container runtimes do.
+
+use std::sync::Arc;
+
+use axum::extract::ws::{
+    Message, WebSocket, WebSocketUpgrade, rejection::WebSocketUpgradeRejection,
+};
+use axum::extract::{Path, RawQuery, State};
+use axum::http::StatusCode;
+use axum::response::Response;
+use futures::{SinkExt, StreamExt};
+use tokio::io::AsyncWriteExt;
+
+use super::channels::{self, FromClient};
+use super::{error, flag, query_pairs, running_container};
+use crate::kubelet::Shared;
+use crate::kubelet::pod_worker::ContainerStdin;
+
+/// GET (or POST) `/attach/{namespace}/{pod}/{container}`.
+pub(super) async fn attach(
+    State(shared): State<Arc<Shared>>,
+    Path((namespace, pod, container)): Path<(String, String, String)>,
+    RawQuery(query): RawQuery,
+    upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
+) -> Response {
+    let pairs = query_pairs(query.as_deref());
+    if flag(&pairs, "tty") {
+        return error(StatusCode::BAD_REQUEST, super::NO_TTY.into());
+    }
+    let output = flag(&pairs, "stdout") || flag(&pairs, "stderr");
+    let (rt, _) = match running_container(&shared, &namespace, &pod, &container) {
+        Ok(found) => found,
+        Err((code, message)) => return error(code, message),
+    };
+    let upgrade = match super::negotiate(upgrade) {
+        Ok(u) => u,
+        Err((code, message)) => return error(code, message),
+    };
+    let path = match rt.container_log(&container, false) {
+        Ok(p) => p,
+        Err(message) => return error(StatusCode::BAD_REQUEST, message),
+    };
+    // From the current end: an attached client sees what is written from now on.
+    let offset = match tokio::fs::metadata(&path).await {
+        Ok(m) => m.len(),
+        Err(e) => {
+            return error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("reading the log of container {container:?} in pod {pod:?}: {e}"),
+            );
+        }
+    };
+    let stdin = if flag(&pairs, "stdin") {
+        rt.stdin(&container)
+    } else {
+        None
+    };
+    let written = super::logs::appended(path, offset, rt, container, None);
+    upgrade.on_upgrade(move |socket| relay(socket, written, output, stdin))
+}
+
+/// Sends what the container writes until its run ends, then `Success`, and hands what the client sends on stdin to
+/// the container's `stdin`; stops early when the client goes away.
+async fn relay(
+    socket: WebSocket,
+    written: impl futures::Stream<Item = std::io::Result<bytes::Bytes>> + Send + 'static,
+    output: bool,
+    mut stdin: Option<Arc<ContainerStdin>>,
+) {
+    let (mut sink, mut source) = socket.split();
+    let mut written = std::pin::pin!(written);
+    loop {
+        tokio::select! {
+            chunk = written.next() => match chunk {
+                Some(Ok(data)) => {
+                    if output
+                        && sink
+                            .send(Message::Binary(channels::frame(channels::STDOUT, &data)))
+                            .await
+                            .is_err()
+                    {
+                        break;
+                    }
+                }
+                Some(Err(_)) | None => {
+                    let status = channels::exit_status(0, &[]);
+                    let _ = sink
+                        .send(Message::Binary(channels::status_frame(&status)))
+                        .await;
+                    let _ = sink.send(channels::close()).await;
+                    break;
+                }
+            },
+            message = source.next() => match message {
+                Some(Ok(Message::Binary(data))) => match channels::parse(&data) {
+                    FromClient::Stdin(bytes) => {
+                        if let Some(pipe) = &stdin {
+                            write(pipe, &bytes).await;
+                        }
+                    }
+                    FromClient::StdinClosed => {
+                        if let Some(pipe) = stdin.take() {
+                            done_with(&pipe).await;
+                        }
+                    }
+                    FromClient::Resize(_) | FromClient::Ignored => {}
+                },
+                Some(Ok(Message::Close(_))) | Some(Err(_)) | None => break,
+                Some(Ok(_)) => {}
+            },
+        }
+    }
+    if let Some(pipe) = stdin {
+        done_with(&pipe).await;
+    }
+}
+
+/// Writes to the container's stdin; a container that closed it (or ended) takes no more.
+async fn write(stdin: &ContainerStdin, data: &[u8]) {
+    let mut pipe = stdin.pipe.lock().await;
+    if let Some(p) = pipe.as_mut()
+        && p.write_all(data).await.is_err()
+    {
+        *pipe = None;
+    }
+}
+
+/// A client is done with the container's stdin: a `stdinOnce` container reads end of file now; others keep the
+/// pipe open for the next client.
+async fn done_with(stdin: &ContainerStdin) {
+    if stdin.once {
+        stdin.pipe.lock().await.take();
+    }
+}

@@ -1,0 +1,131 @@
+//! The kubelet's HTTP endpoint, the way the API server reaches a real kubelet for a pod's streams:
+//!
+//! - `GET /containerLogs/{namespace}/{pod}/{container}` — a container's log ([`logs`]);
+//! - `GET /exec/{namespace}/{pod}/{container}?command=…` — a command run in a container ([`exec`]);
+//! - `GET /attach/{namespace}/{pod}/{container}` — a running container's output ([`attach`]).
+//!
+//! Exec and attach are WebSocket upgrades speaking the channel protocol of [`channels`]; the API server checks the
+//! request and the pod, then hands the upgraded connection through (see `crate::pod_exec`). The endpoint listens on
+//! the Node's InternalIP, and its port is published in the Node's `status.daemonEndpoints.kubeletEndpoint.Port`.
+
+mod attach;
+mod channels;
+mod exec;
+mod logs;
+mod terminal;
+
+use std::sync::Arc;
+
+use axum::extract::ws::WebSocketUpgrade;
+use axum::extract::ws::rejection::WebSocketUpgradeRejection;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+
+use super::Shared;
+use super::pod_worker::PodRuntime;
+
+/// Starts serving; returns the port.
+pub async fn start(
+    shared: Arc<Shared>,
+    tasks: &mut crate::informer::Tasks,
+) -> std::io::Result<u16> {
+    let listener = tokio::net::TcpListener::bind((shared.host_ip.as_str(), 0)).await?;
+    let port = listener.local_addr()?.port();
+    let app = axum::Router::new()
+        .route(
+            "/containerLogs/{namespace}/{pod}/{container}",
+            get(logs::container_logs),
+        )
+        .route(
+            "/exec/{namespace}/{pod}/{container}",
+            get(exec::exec).post(exec::exec),
+        )
+        .route(
+            "/attach/{namespace}/{pod}/{container}",
+            get(attach::attach).post(attach::attach),
+        )
+        .with_state(shared);
+    tasks.spawn(async move {
+        if let Err(e) = axum::serve(listener, app).await {
+            tracing::warn!(error = %e, "kubelet endpoint stopped");
+        }
+    });
+    Ok(port)
+}
+
+fn error(code: StatusCode, message: String) -> Response {
+    (code, message).into_response()
+}
+
+/// Why the kubelet refuses a stream: the status and text it answers with (see [`error`]).
+type Refusal = (StatusCode, String);
+
+/// The running pod and the running container a stream is for, or the kubelet's answer when there is none: 404 for
+/// a pod this kubelet does not run (upstream's "pod does not exist"), 400 for a container that is not running.
+fn running_container(
+    shared: &Shared,
+    namespace: &str,
+    pod: &str,
+    container: &str,
+) -> Result<(Arc<PodRuntime>, i32), Refusal> {
+    let Some(rt) = shared.running_pod(namespace, pod) else {
+        return Err((
+            StatusCode::NOT_FOUND,
+            format!("pod \"{namespace}/{pod}\" does not exist"),
+        ));
+    };
+    match rt.pid(container) {
+        Some(pid) => Ok((rt, pid)),
+        None => Err((
+            StatusCode::BAD_REQUEST,
+            format!("container {container:?} in pod {pod:?} is not running"),
+        )),
+    }
+}
+
+/// The query of an exec or attach request, repeated keys kept (`command=a&command=b`).
+fn query_pairs(raw: Option<&str>) -> Vec<(String, String)> {
+    raw.map(|q| form_urlencoded::parse(q.as_bytes()).into_owned().collect())
+        .unwrap_or_default()
+}
+
+/// A boolean stream option as upstream's query decoding reads it (`true`/`1`).
+fn flag(pairs: &[(String, String)], key: &str) -> bool {
+    pairs
+        .iter()
+        .any(|(k, v)| k == key && (v == "true" || v == "1"))
+}
+
+/// Why `tty=true` is refused: a terminal needs a pseudo-terminal between the client and the process, which this
+/// kubelet does not allocate.
+const NO_TTY: &str =
+    "kube-local's kubelet does not allocate a TTY: exec and attach run without one (tty=false)";
+
+/// The WebSocket upgrade of an exec or attach request with its channel protocol chosen, or the answer to a request
+/// that is not one (SPDY, a plain request: upstream's kubelet also speaks SPDY, this one only [`channels`]) or that
+/// offers none of the protocols served.
+fn negotiate(
+    upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
+) -> Result<WebSocketUpgrade, Refusal> {
+    let served = channels::PROTOCOLS.join(", ");
+    let upgrade = upgrade
+        .map_err(|rejection| {
+            (
+                StatusCode::BAD_REQUEST,
+                format!(
+                    "kube-local's kubelet streams exec and attach over WebSockets only ({served}): {rejection}"
+                ),
+            )
+        })?
+        .protocols(channels::PROTOCOLS);
+    if upgrade.selected_protocol().is_none() {
+        return Err((
+            StatusCode::BAD_REQUEST,
+            format!(
+                "none of the offered WebSocket subprotocols is served (kube-local's kubelet speaks {served})"
+            ),
+        ));
+    }
+    Ok(upgrade)
+}
