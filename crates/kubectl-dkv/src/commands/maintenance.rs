@@ -31,10 +31,12 @@ pub async fn etcdctl(
         }
         None => pick_pod(target, &cluster).await?,
     };
-    Etcdctl::new(target, &cluster)
-        .await?
-        .passthrough(&pod, args)
-        .await
+    let etcdctl = Etcdctl::new(target, &cluster).await?;
+    // The pod's own member by default; an `--endpoints` among `args` comes
+    // later and wins.
+    let mut with_endpoint = vec![format!("--endpoints={}", etcdctl.endpoint(&pod))];
+    with_endpoint.extend(args.iter().cloned());
+    etcdctl.passthrough(&pod, &with_endpoint).await
 }
 
 /// Hands leadership to `to`, through the current leader.

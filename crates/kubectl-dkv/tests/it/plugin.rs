@@ -50,12 +50,13 @@ impl Kubectl {
         }
     }
 
-    /// `kubectl dkv ARGS -n plugin`.
+    /// `kubectl dkv -n plugin ARGS`.
     fn dkv(&self, args: &[&str]) -> Output {
         Command::new("kubectl")
             .arg("dkv")
-            .args(args)
+            // Before the command: after `etcdctl NAME --` it would be etcdctl's.
             .args(["-n", NS])
+            .args(args)
             .env("KUBECONFIG", &self.kubeconfig)
             .env("PATH", &self.path)
             .output()
@@ -260,6 +261,124 @@ async fn every_plugin_command_through_kubectl() {
         "a restored copy does not back up by itself"
     );
 
+    // etcdctl runs in a member pod: nothing of etcd is needed here.
+    let value = kubectl.ok(&[
+        "etcdctl",
+        "orders",
+        "--",
+        "get",
+        "/plugin/marker",
+        "--print-value-only",
+    ]);
+    assert_eq!(value.trim(), "after-the-backup");
+    let failed = kubectl.dkv(&["etcdctl", "orders", "--", "no-such-command"]);
+    assert!(
+        !failed.status.success(),
+        "etcdctl's failure is the plugin's"
+    );
+    let listed = kubectl.ok(&[
+        "etcdctl", "orders", "--member", "orders-2", "--", "member", "list",
+    ]);
+    assert_eq!(listed.lines().count(), 3, "{listed}");
+
+    // status carries etcd's own figures for every member.
+    let status = kubectl.json(&["status", "orders"]);
+    assert!(status.get("liveError").is_none(), "{status}");
+    for member in status["members"].as_array().unwrap() {
+        let live = &member["live"];
+        assert!(live["dbSize"].as_i64().unwrap() > 0, "{member}");
+        assert!(live["raftIndex"].as_u64().unwrap() > 0, "{member}");
+        assert_eq!(live["alarms"], json!([]), "{member}");
+    }
+    assert!(kubectl.ok(&["status", "orders"]).contains("RAFT INDEX"));
+
+    // move-leader hands leadership to a follower; etcd says so.
+    let follower = status["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["role"] == "follower")
+        .unwrap();
+    let (follower_name, follower_id) = (
+        follower["name"].as_str().unwrap().to_owned(),
+        u64::from_str_radix(follower["id"].as_str().unwrap(), 16).unwrap(),
+    );
+    let moved = kubectl.ok(&["move-leader", "orders", "--to", &follower_name]);
+    assert!(moved.contains(&format!("to {follower_name}")), "{moved}");
+    let mut etcd = connect(member_endpoints(&client, NS, "orders").await)
+        .await
+        .unwrap();
+    assert_eq!(etcd.status().await.unwrap().leader(), follower_id);
+    wait_converged(&dkvs, "orders").await;
+
+    // defrag: every member, the leader last.
+    let defragmented = kubectl.ok(&["defrag", "orders"]);
+    let lines: Vec<&str> = defragmented.lines().collect();
+    assert_eq!(lines.len(), 3, "{defragmented}");
+    assert!(
+        lines[2].contains("(leader)"),
+        "the leader last: {defragmented}"
+    );
+
+    // kubectl's own exec and port-forward reach the members in local mode.
+    let exec = Command::new("kubectl")
+        .args(["exec", "-n", NS, "orders-0", "--", "etcdctl"])
+        .arg("--endpoints=http://orders-0.orders-peer.plugin.svc:2379")
+        .args(["endpoint", "status"])
+        .env("KUBECONFIG", store.env.kubeconfig_path())
+        .output()
+        .unwrap();
+    let printed = String::from_utf8_lossy(&exec.stdout);
+    assert!(
+        exec.status.success() && printed.contains("3.5.16"),
+        "kubectl exec: {printed}{}",
+        String::from_utf8_lossy(&exec.stderr)
+    );
+    let port = support::free_port();
+    let mut forward = Command::new("kubectl")
+        .args([
+            "port-forward",
+            "-n",
+            NS,
+            "svc/orders-client",
+            &format!("{port}:2379"),
+        ])
+        .env("KUBECONFIG", store.env.kubeconfig_path())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // kubectl says when it listens; its stdout is read to the end (it
+    // writes a line per connection, and dies on a closed pipe).
+    let stdout = forward.stdout.take().unwrap();
+    let (listening_tx, listening) = tokio::sync::oneshot::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        let mut listening_tx = Some(listening_tx);
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if line.contains("Forwarding from") {
+                if let Some(tx) = listening_tx.take() {
+                    let _ = tx.send(());
+                }
+            }
+        }
+    });
+    let listening = tokio::time::timeout(Duration::from_secs(30), listening).await;
+    assert!(
+        matches!(listening, Ok(Ok(()))),
+        "kubectl port-forward listens"
+    );
+    let mut through = connect(vec![format!("http://127.0.0.1:{port}")])
+        .await
+        .unwrap();
+    let marker = through.get("/plugin/marker", None).await.unwrap();
+    assert_eq!(marker.kvs()[0].value(), b"after-the-backup");
+    let _ = forward.kill();
+    let _ = forward.wait();
+
     // Bad input: one line, a non-zero exit, nothing changed.
     let clusters_before = names(&dkvs).await;
     let backups_before = names(&backups).await;
@@ -301,6 +420,16 @@ async fn every_plugin_command_through_kubectl() {
         ],
         "no continuous backup",
     );
+    kubectl.refused(
+        &["move-leader", "orders", "--to", "orders-7"],
+        "orders-7 is not a voting member of plugin/orders (members: orders-0, orders-1, orders-2)",
+    );
+    kubectl.refused(
+        &[
+            "etcdctl", "orders", "--member", "orders-7", "--", "member", "list",
+        ],
+        "orders-7 is not a voting member",
+    );
     kubectl.refused(&["backup", "orders-copy"], "has no spec.backup.destination");
     assert_eq!(
         names(&dkvs).await,
@@ -318,6 +447,11 @@ async fn every_plugin_command_through_kubectl() {
     assert!(kubectl.ok(&["status", "orders"]).contains("PAUSED"));
     let before = pod_uids(&client, "orders").await;
     kubectl.refused(&["restart", "orders"], "is paused");
+    kubectl.refused(
+        &["move-leader", "orders", "--to", &follower_name],
+        "is paused",
+    );
+    kubectl.refused(&["defrag", "orders"], "is paused");
     let annotations = dkvs
         .get("orders")
         .await
