@@ -13,6 +13,7 @@ mod client;
 mod commands;
 mod error;
 mod etcd;
+mod lookup;
 mod output;
 mod time;
 

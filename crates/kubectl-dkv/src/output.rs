@@ -84,6 +84,37 @@ pub fn bytes(n: i64) -> String {
     }
 }
 
+/// The continuous backup window in one line, if anything is recorded.
+pub fn continuous_line(
+    continuous: Option<&dkv_api::distributedkv::v1beta1::ContinuousBackupStatus>,
+    now: jiff::Timestamp,
+) -> Option<String> {
+    let c = continuous?;
+    let (oldest, newest) = (c.oldest.as_ref()?, c.newest.as_ref()?);
+    let mut line = format!(
+        "restorable from revision {} ({}) to revision {} ({})",
+        oldest.revision, oldest.time.0, newest.revision, newest.time.0
+    );
+    if let Some(last) = &c.last_segment_time {
+        line.push_str(&format!(
+            ", last segment stored {}",
+            crate::time::ago(last, now)
+        ));
+    }
+    if !c.gaps.is_empty() {
+        let gaps: Vec<String> = c
+            .gaps
+            .iter()
+            .map(|g| format!("{}..{}", g.after_revision, g.until_revision))
+            .collect();
+        line.push_str(&format!(
+            "; not restorable between revisions {}",
+            gaps.join(", ")
+        ));
+    }
+    Some(line)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

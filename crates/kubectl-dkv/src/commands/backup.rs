@@ -7,7 +7,7 @@ use dkv_api::backup::v1alpha1::{BackupDestination, BackupPhase};
 use dkv_api::{DistributedKV, DistributedKVBackup, DistributedKVBackupSpec};
 use jiff::{SignedDuration, Timestamp};
 use kube::ResourceExt;
-use kube::api::{ListParams, ObjectMeta, PostParams};
+use kube::api::{ObjectMeta, PostParams};
 use serde::Serialize;
 
 use crate::client::Target;
@@ -144,7 +144,7 @@ struct Listing {
 
 pub async fn list(target: &Target, name: &str, format: Format) -> Result<()> {
     let cluster = target.cluster(name).await?;
-    let mut backups = backups_of(target, name).await?;
+    let mut backups = crate::lookup::backups_of(target, name).await?;
     backups.sort_by_key(|b| b.metadata.creation_timestamp.as_ref().map(|t| t.0));
     let listing = Listing {
         cluster: name.to_owned(),
@@ -156,22 +156,6 @@ pub async fn list(target: &Target, name: &str, format: Format) -> Result<()> {
             .and_then(|s| s.continuous_backup.clone()),
     };
     output::print(format, &listing, |l| text(l, &cluster))
-}
-
-/// Every DistributedKVBackup of cluster `name`.
-pub async fn backups_of(target: &Target, name: &str) -> Result<Vec<DistributedKVBackup>> {
-    Ok(target
-        .api::<DistributedKVBackup>()
-        .list(&ListParams::default())
-        .await
-        .map_err(|source| Error::Api {
-            what: format!("listing the backups in {}", target.namespace),
-            source,
-        })?
-        .items
-        .into_iter()
-        .filter(|b| b.spec.cluster == name)
-        .collect())
 }
 
 fn text(listing: &Listing, cluster: &DistributedKV) -> String {
@@ -228,7 +212,7 @@ fn text(listing: &Listing, cluster: &DistributedKV) -> String {
             &rows,
         )
     };
-    if let Some(line) = super::status::continuous_line(listing.continuous_backup.as_ref(), now) {
+    if let Some(line) = output::continuous_line(listing.continuous_backup.as_ref(), now) {
         out.push_str(&format!("\nContinuous backup: {line}\n"));
     } else if cluster
         .spec

@@ -3,9 +3,7 @@
 
 use dkv_api::DistributedKV;
 use dkv_api::labels::RECONCILE_PAUSED;
-use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
-use kube::api::ListParams;
 
 use crate::client::{Target, is_paused};
 use crate::error::{Error, Result};
@@ -23,13 +21,13 @@ pub async fn etcdctl(
     let cluster = target.cluster(name).await?;
     let pod = match member {
         Some(member) => {
-            let pods = member_pods(target, name).await?;
+            let pods = crate::lookup::member_pods(target, name).await?;
             if !pods.iter().any(|p| p.name_any() == member) {
                 return Err(not_a_member(target, &cluster, member));
             }
             member.to_owned()
         }
-        None => pick_pod(target, &cluster).await?,
+        None => crate::lookup::pick_pod(target, &cluster).await?,
     };
     let etcdctl = Etcdctl::new(target, &cluster).await?;
     // The pod's own member by default; an `--endpoints` among `args` comes
@@ -173,49 +171,4 @@ fn not_a_member(target: &Target, cluster: &DistributedKV, member: &str) -> Error
             members.join(", ")
         }
     ))
-}
-
-/// The cluster's member pods.
-async fn member_pods(target: &Target, name: &str) -> Result<Vec<Pod>> {
-    let selector = format!("{}={name}", dkv_api::labels::CLUSTER_KEY);
-    Ok(target
-        .api::<Pod>()
-        .list(&ListParams::default().labels(&selector))
-        .await
-        .map_err(|source| Error::Api {
-            what: format!("listing the pods of {}/{name}", target.namespace),
-            source,
-        })?
-        .items
-        .into_iter()
-        .filter(|p| super::status::is_member_pod(p, name))
-        .collect())
-}
-
-/// The leader's pod if it is ready, else the first ready member pod.
-pub async fn pick_pod(target: &Target, cluster: &DistributedKV) -> Result<String> {
-    let name = cluster.name_any();
-    let ready: Vec<String> = member_pods(target, &name)
-        .await?
-        .into_iter()
-        .filter(is_ready)
-        .map(|p| p.name_any())
-        .collect();
-    let leader = cluster.status.as_ref().and_then(|s| s.leader.clone());
-    leader
-        .filter(|l| ready.contains(l))
-        .or_else(|| ready.first().cloned())
-        .ok_or_else(|| {
-            Error::Refused(format!(
-                "no member pod of {}/{name} is ready to run etcdctl in (kubectl dkv status {name})",
-                target.namespace
-            ))
-        })
-}
-
-fn is_ready(pod: &Pod) -> bool {
-    pod.status
-        .iter()
-        .flat_map(|s| s.conditions.iter().flatten())
-        .any(|c| c.type_ == "Ready" && c.status == "True")
 }

@@ -79,7 +79,7 @@ pub async fn run(target: &Target, name: &str, file: &Path) -> Result<()> {
         "status.txt",
         super::status::text(&status, jiff::Timestamp::now()).as_bytes(),
     )?;
-    let backups: Vec<DistributedKVBackup> = super::backup::backups_of(target, name).await?;
+    let backups: Vec<DistributedKVBackup> = crate::lookup::backups_of(target, name).await?;
     bundle.yaml(
         "distributedkvbackups.yaml",
         &backups.into_iter().map(clean).collect::<Vec<_>>(),

@@ -139,19 +139,8 @@ pub async fn run(target: &Target, name: &str, format: Format) -> Result<()> {
 pub async fn collect(target: &Target, cluster: &DistributedKV) -> Result<Report> {
     let name = cluster.name_any();
     let selector = format!("{CLUSTER_KEY}={name}");
-    let pods: Vec<Pod> = target
-        .api::<Pod>()
-        .list(&ListParams::default().labels(&selector))
-        .await
-        .map_err(|source| Error::Api {
-            what: format!("listing the pods of {}/{name}", target.namespace),
-            source,
-        })?
-        .items
-        .into_iter()
-        .filter(|pod| is_member_pod(pod, &name))
-        .collect();
-    let backups = super::backup::backups_of(target, &name).await?;
+    let pods = crate::lookup::member_pods(target, &name).await?;
+    let backups = crate::lookup::backups_of(target, &name).await?;
     let secrets = target
         .api::<Secret>()
         .list(&ListParams::default().labels(&format!("{selector},{COMPONENT_KEY}=tls")))
@@ -170,7 +159,7 @@ pub async fn collect(target: &Target, cluster: &DistributedKV) -> Result<Report>
 
 /// Asks etcd (from a member pod) for every member's status and alarms.
 async fn add_live(target: &Target, cluster: &DistributedKV, report: &mut Report) -> Result<()> {
-    let pod = super::maintenance::pick_pod(target, cluster).await?;
+    let pod = crate::lookup::pick_pod(target, cluster).await?;
     let etcdctl = Etcdctl::new(target, cluster).await?;
     let endpoint = format!("--endpoints={}", etcdctl.endpoint(&pod));
     let args = |more: &[&str]| {
@@ -325,16 +314,6 @@ pub fn report(
     }
 }
 
-/// A pod of the cluster's StatefulSet (backup and verification Jobs carry
-/// the cluster's label too).
-pub fn is_member_pod(pod: &Pod, cluster: &str) -> bool {
-    pod.metadata
-        .owner_references
-        .iter()
-        .flatten()
-        .any(|o| o.controller == Some(true) && o.kind == "StatefulSet" && o.name == cluster)
-}
-
 /// Member pods sort by ordinal (`orders-10` after `orders-9`).
 fn ordinal(name: &str) -> u32 {
     name.rsplit('-')
@@ -406,34 +385,6 @@ fn certificates_in(secret: &Secret) -> Vec<Certificate> {
             })
         })
         .collect()
-}
-
-/// The continuous backup window in one line, if anything is recorded.
-pub fn continuous_line(
-    continuous: Option<&ContinuousBackupStatus>,
-    now: Timestamp,
-) -> Option<String> {
-    let c = continuous?;
-    let (oldest, newest) = (c.oldest.as_ref()?, c.newest.as_ref()?);
-    let mut line = format!(
-        "restorable from revision {} ({}) to revision {} ({})",
-        oldest.revision, oldest.time.0, newest.revision, newest.time.0
-    );
-    if let Some(last) = &c.last_segment_time {
-        line.push_str(&format!(", last segment stored {}", time::ago(last, now)));
-    }
-    if !c.gaps.is_empty() {
-        let gaps: Vec<String> = c
-            .gaps
-            .iter()
-            .map(|g| format!("{}..{}", g.after_revision, g.until_revision))
-            .collect();
-        line.push_str(&format!(
-            "; not restorable between revisions {}",
-            gaps.join(", ")
-        ));
-    }
-    Some(line)
 }
 
 fn yes(flag: bool) -> String {
@@ -601,7 +552,7 @@ pub fn text(r: &Report, now: Timestamp) -> String {
             b.in_progress.join(", ")
         }
     ));
-    if let Some(line) = continuous_line(b.continuous.as_ref(), now) {
+    if let Some(line) = output::continuous_line(b.continuous.as_ref(), now) {
         out.push_str(&format!("  Continuous:  {line}\n"));
     }
     out.push_str("\nCertificates:\n");

@@ -359,10 +359,10 @@ async fn every_plugin_command_through_kubectl() {
             .lines()
             .map_while(Result::ok)
         {
-            if line.contains("Forwarding from") {
-                if let Some(tx) = listening_tx.take() {
-                    let _ = tx.send(());
-                }
+            if line.contains("Forwarding from")
+                && let Some(tx) = listening_tx.take()
+            {
+                let _ = tx.send(());
             }
         }
     });
