@@ -2,10 +2,12 @@
 # The release smoke: what a user does with an installed release build of dkv,
 # with nothing of this checkout but the binary.
 #
-#   cargo build --release, install the binary into a temporary root, and from
-#   an empty directory: `dkv local up` -> a 3-member TLS cluster -> writes ->
-#   an on-demand backup to S3 (moto) -> a new cluster restored from it -> the
-#   writes read back from the new cluster -> `dkv local down`.
+#   cargo build --release, install both binaries (dkv and the kubectl plugin
+#   kubectl-dkv) into a temporary root on the PATH, and from an empty
+#   directory: `dkv local up` -> a 3-member TLS cluster -> `kubectl dkv
+#   status` -> writes through `kubectl dkv etcdctl` -> an on-demand backup to
+#   S3 (moto) -> `kubectl dkv restore` into a new cluster -> the writes read
+#   back from the new cluster -> `dkv local down`.
 #
 # Every step is a kubectl or dkv command a user would type; a failing step
 # prints what the cluster looked like and exits non-zero. scripts/test.sh runs
@@ -54,12 +56,15 @@ on_failure() {
 trap 'on_failure $LINENO' ERR
 
 scripts/install-prerequisites.sh
-step "building the release binary (cargo build --release)"
-cargo build --release --locked -q -p dkv-operator --bin dkv
+step "building the release binaries (cargo build --release)"
+cargo build --release --locked -q -p dkv-operator --bin dkv -p kubectl-dkv --bin kubectl-dkv
 
-step "installing it into a temporary root"
+step "installing them into a temporary root"
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/dkv-release-smoke.XXXXXX")"
 install -D -m 0755 target/release/dkv "$WORK/bin/dkv"
+install -D -m 0755 target/release/kubectl-dkv "$WORK/bin/kubectl-dkv"
+# As a user installs a kubectl plugin: on the PATH, found by `kubectl dkv`.
+export PATH="$WORK/bin:$PATH"
 # The etcd releases scripts/install-prerequisites.sh fetched; without this the
 # binary fetches its own into ~/.local/share/dkv/tools on first use.
 export DKV_TOOLS_DIR="$ROOT/.tools"
@@ -111,9 +116,14 @@ YAML
 kubectl wait --for=condition=Available dkv/smoke --timeout=180s
 kubectl get secret smoke-tls-client >/dev/null
 
-step "writes over TLS"
-etcdctl_pod smoke smoke-put-1 put smoke/first "written before the backup"
-etcdctl_pod smoke smoke-put-2 put smoke/second "also before the backup"
+step "kubectl dkv status (the installed plugin)"
+kubectl dkv status smoke | tee "$WORK/status.txt"
+grep -q "3/3 ready" "$WORK/status.txt"
+grep -q "RAFT INDEX" "$WORK/status.txt"
+
+step "writes over TLS through kubectl dkv etcdctl"
+kubectl dkv etcdctl smoke -- put smoke/first "written before the backup"
+kubectl dkv etcdctl smoke -- put smoke/second "also before the backup"
 
 step "an on-demand backup to S3"
 kubectl apply -f - <<'YAML'
@@ -127,18 +137,8 @@ YAML
 kubectl wait --for=jsonpath='{.status.phase}'=Completed dkvbackup/smoke-1 --timeout=180s
 kubectl get dkvbackup smoke-1
 
-step "a new cluster restored from the backup"
-kubectl apply -f - <<'YAML'
-apiVersion: dkv.io/v1beta1
-kind: DistributedKV
-metadata: {name: smoke-restored}
-spec:
-  size: 3
-  image: registry.k8s.io/etcd:3.5.16-0
-  storage: {storageClassName: standard, size: 1Gi}
-  bootstrap:
-    restore: {backupName: smoke-1, credentialsSecret: s3-creds}
-YAML
+step "a new cluster restored from the backup (kubectl dkv restore)"
+kubectl dkv restore smoke --from smoke-1 --as smoke-restored
 kubectl wait --for=condition=Available dkv/smoke-restored --timeout=240s
 
 step "the writes read back from the restored cluster"

@@ -55,7 +55,10 @@ pub trait EtcdAdmin: Send + Sync {
 
     /// Turns on authentication: the user `root` (with `root_password` and
     /// the `root` role) is created if missing, then auth is enabled. Safe to
-    /// repeat; once it has succeeded, clients need credentials.
+    /// repeat; once it has succeeded, clients need credentials. Data that
+    /// has authentication on already (restored) is accepted when
+    /// `root_password` opens it, and refused with
+    /// [`crate::Error::AuthenticationFailed`] when it does not.
     async fn enable_auth(&self, root_password: &str) -> Result<()>;
 
     /// What the member serving `endpoint` holds at `revision`, as a key

@@ -46,6 +46,14 @@ pub enum Error {
     )]
     Compacted { compact_revision: i64 },
 
+    /// Authentication is on and the credentials do not open it: the
+    /// password is not the one etcd's data holds for the user.
+    #[error("etcd refused the credentials during {operation}: {message}")]
+    AuthenticationFailed {
+        operation: &'static str,
+        message: String,
+    },
+
     /// Any other refusal by etcd.
     #[error("etcd refused {operation}: {message}")]
     Refused {
@@ -97,6 +105,8 @@ impl Error {
                     Error::LearnerNotReady {
                         member: member_name(),
                     }
+                } else if message.contains("authentication failed, invalid user ID or password") {
+                    Error::AuthenticationFailed { operation, message }
                 } else if message.contains("member not found") {
                     Error::MemberNotFound {
                         member: member_name(),

@@ -461,8 +461,32 @@ impl EtcdAdmin for GrpcAdmin {
     }
 
     async fn enable_auth(&self, root_password: &str) -> Result<()> {
-        // Each step tolerates having been done by an earlier attempt.
         let password = root_password.to_owned();
+        // Data restored from a backup may have authentication on already:
+        // then the root password opens it (done), or it does not (an
+        // error the caller must explain; adding users would be refused).
+        let opens = self
+            .run("authenticate as root", ALL, None, |c| {
+                let password = password.clone();
+                async move {
+                    match c
+                        .auth_client()
+                        .authenticate("root".to_owned(), password)
+                        .await
+                    {
+                        Ok(_) => Ok(true),
+                        Err(e) if e.to_string().contains("authentication is not enabled") => {
+                            Ok(false)
+                        }
+                        Err(e) => Err(e),
+                    }
+                }
+            })
+            .await?;
+        if opens {
+            return Ok(());
+        }
+        // Each step tolerates having been done by an earlier attempt.
         let done = |e: &etcd_client::Error| {
             let text = e.to_string();
             text.contains("already exists") || text.contains("already granted")

@@ -19,6 +19,9 @@ pub struct Target {
     pub namespace: String,
     pub cluster: String,
     pub client_secret: String,
+    /// With etcd authentication on: the Secret (`<cluster>-etcd-root`)
+    /// whose root credentials every request carries.
+    pub root_secret: Option<String>,
 }
 
 impl Target {
@@ -32,6 +35,27 @@ impl Target {
             namespace: namespace.to_owned(),
             cluster: cluster.to_owned(),
             client_secret: client_secret.to_owned(),
+            root_secret: None,
+        }
+    }
+
+    /// Authenticates as the cluster's root user too (the password read
+    /// from `<cluster>-etcd-root` at each connection).
+    pub fn as_root(mut self) -> Self {
+        self.root_secret = Some(format!("{}-etcd-root", self.cluster));
+        self
+    }
+
+    /// The connection options: the client certificate, and the root
+    /// credentials when [`Self::as_root`].
+    pub async fn connect_options(&self, client: &Client) -> etcd_client::ConnectOptions {
+        let options = options(Some(self.client_tls(client).await));
+        match &self.root_secret {
+            Some(secret) => {
+                let text = |key| secret_text(client, &self.namespace, secret, key);
+                options.with_user(text("username").await, text("password").await)
+            }
+            None => options,
         }
     }
 
@@ -66,7 +90,7 @@ impl Target {
 
     /// A client of every member, presenting the client Secret.
     pub async fn connect(&self, client: &Client) -> etcd_client::Client {
-        let options = options(Some(self.client_tls(client).await));
+        let options = self.connect_options(client).await;
         etcd_client::Client::connect(self.endpoints(client).await, Some(options))
             .await
             .unwrap_or_else(|e| panic!("connecting to {}: {e}", self.cluster))
@@ -88,8 +112,8 @@ impl Target {
             while !stop.load(Ordering::Relaxed) {
                 if etcd.is_none() {
                     let endpoints = target.endpoints(&client).await;
-                    let tls = target.client_tls(&client).await;
-                    etcd = etcd_client::Client::connect(endpoints, Some(options(Some(tls))))
+                    let options = target.connect_options(&client).await;
+                    etcd = etcd_client::Client::connect(endpoints, Some(options))
                         .await
                         .ok();
                 }

@@ -16,6 +16,17 @@
 //! therefore keeps a copy of those credentials, `<backup>-etcd-root`, owned
 //! by its `DistributedKVBackup` ([`keep_for_backup`]); a cluster restored
 //! from that backup starts with them, authentication already on.
+//!
+//! Continuous backup outlives its cluster (a point-in-time restore works
+//! after the source is deleted), so its copy does too: while a cluster with
+//! authentication on records continuous backup, dkv keeps
+//! `<cluster>-continuous-etcd-root`, owned by nothing
+//! ([`keep_for_continuous`]). A cluster restored from that cluster's
+//! continuous backup, in the same namespace, starts with those credentials;
+//! whether the restored data has authentication on depends on the point
+//! (a chain's base may predate it), so the operator asks etcd before it
+//! turns authentication on ([`dkv_etcd::EtcdAdmin::enable_auth`] accepts a
+//! cluster where the root password already opens it).
 
 use std::collections::BTreeMap;
 
@@ -82,12 +93,21 @@ pub async fn ensure(client: &Client, cluster: &ValidatedCluster) -> Result<AuthS
                     name: Some(name.clone()),
                     namespace: Some(cluster.namespace.clone()),
                     labels: Some(labels),
-                    // Restored data has authentication on already.
+                    // A snapshot's data has authentication on already; a
+                    // point of continuous backup may predate it, and the
+                    // operator then turns it on with these credentials.
                     annotations: restored.as_ref().map(|copy| {
-                        BTreeMap::from([
-                            (ENABLED_ANNOTATION.to_owned(), "true".to_owned()),
-                            (RESTORED_FROM_ANNOTATION.to_owned(), copy.name_any()),
-                        ])
+                        let mut annotations = BTreeMap::from([(
+                            RESTORED_FROM_ANNOTATION.to_owned(),
+                            copy.name_any(),
+                        )]);
+                        if matches!(
+                            cluster.restore.as_ref().map(|r| &r.source),
+                            Some(super::validate::RestoreRef::Backup(_))
+                        ) {
+                            annotations.insert(ENABLED_ANNOTATION.to_owned(), "true".to_owned());
+                        }
+                        annotations
                     }),
                     owner_references: Some(vec![cluster.owner.clone()]),
                     ..ObjectMeta::default()
@@ -140,18 +160,20 @@ fn value_of(secret: &Secret, key: &str) -> Option<String> {
         .filter(|v| !v.is_empty())
 }
 
-/// The credentials kept with the backup a new cluster is restored from, if
-/// that backup was taken with authentication on.
+/// The credentials kept with the backup a new cluster is restored from: a
+/// backup's copy when it was taken with authentication on, the source's
+/// continuous copy when its continuous backup recorded with it on.
 pub async fn restored_credentials(
     client: &Client,
     cluster: &ValidatedCluster,
 ) -> Result<Option<Secret>> {
-    let Some(super::validate::RestoreRef::Backup(backup)) =
-        cluster.restore.as_ref().map(|r| &r.source)
-    else {
-        return Ok(None);
+    let name = match cluster.restore.as_ref().map(|r| &r.source) {
+        Some(super::validate::RestoreRef::Backup(backup)) => naming::backup_auth_secret(backup),
+        Some(super::validate::RestoreRef::Continuous(source)) => {
+            naming::continuous_auth_secret(&source.cluster)
+        }
+        _ => return Ok(None),
     };
-    let name = naming::backup_auth_secret(backup);
     Api::<Secret>::namespaced(client.clone(), &cluster.namespace)
         .get_opt(&name)
         .await
@@ -171,8 +193,32 @@ pub async fn keep_for_backup(
     cluster: &str,
     backup: &dkv_api::DistributedKVBackup,
 ) -> Result<()> {
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
+    let owner = backup.controller_owner_ref(&()).map(|mut owner| {
+        // Owned, not controlled: the record's controller is the cluster's.
+        owner.controller = None;
+        owner
+    });
     let copy_name = naming::backup_auth_secret(&backup.name_any());
+    keep_copy(client, namespace, cluster, copy_name, owner).await
+}
+
+/// Keeps a copy of `cluster`'s root credentials for restores from its
+/// continuous backup, owned by nothing: the backup outlives the cluster,
+/// and so must what opens its data. Idempotent.
+pub async fn keep_for_continuous(client: &Client, namespace: &str, cluster: &str) -> Result<()> {
+    let copy_name = naming::continuous_auth_secret(cluster);
+    keep_copy(client, namespace, cluster, copy_name, None).await
+}
+
+/// Copies `cluster`'s root Secret to `copy_name` once authentication is on.
+async fn keep_copy(
+    client: &Client,
+    namespace: &str,
+    cluster: &str,
+    copy_name: String,
+    owner: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference>,
+) -> Result<()> {
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
     let read = |name: String| async {
         secrets.get_opt(&name).await.map_err(|source| Error::Read {
             kind: "Secret",
@@ -202,11 +248,7 @@ pub async fn keep_for_backup(
             name: Some(copy_name.clone()),
             namespace: Some(namespace.to_owned()),
             labels: Some(labels),
-            owner_references: backup.controller_owner_ref(&()).map(|mut owner| {
-                // Owned, not controlled: the record's controller is the cluster's.
-                owner.controller = None;
-                vec![owner]
-            }),
+            owner_references: owner.map(|owner| vec![owner]),
             ..ObjectMeta::default()
         },
         type_: root.type_.clone(),

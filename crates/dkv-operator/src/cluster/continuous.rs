@@ -107,6 +107,11 @@ pub async fn ensure(
             }
         }
     };
+    if credentials.user().is_some() {
+        // What a point-in-time restore needs to open the data, kept before
+        // anything is recorded with authentication on.
+        super::auth::keep_for_continuous(&ctx.client, &cluster.namespace, &cluster.name).await?;
+    }
     let mut endpoints = endpoints.to_vec();
     endpoints.sort();
     Ok(Some(ctx.agents.ensure(AgentSpec {

@@ -27,6 +27,7 @@ pub mod etcd_access;
 pub mod execute;
 pub mod membership;
 pub mod membership_record;
+pub mod metrics_view;
 pub mod naming;
 pub mod observe_members;
 pub mod outcome;
@@ -125,6 +126,11 @@ pub async fn reconcile(dkv: Arc<DistributedKV>, ctx: Arc<Context>) -> Result<Act
             continuous::observe(&dkv, report.as_ref(), interval, now);
         continuous::report_new_gaps(&dkv, backups.continuous.as_ref(), &ctx).await;
         let status = status::derive(&dkv, &seen, fault.as_ref(), &backups, &Time(now));
+        if dkv.meta().deletion_timestamp.is_none() {
+            let current = status.as_ref().or(dkv.status.as_ref());
+            ctx.metrics
+                .observe_cluster(&metrics_view::view(&dkv, current, &seen, interval));
+        }
         // Degraded, or still progressing (forming, rolling out): what etcd
         // says is not watched, so such a cluster is looked at again soon
         // even when no step is under way (a member that hangs while the
@@ -161,6 +167,11 @@ pub async fn reconcile(dkv: Arc<DistributedKV>, ctx: Arc<Context>) -> Result<Act
                 ctx.metrics
                     .observe_reconcile(category.as_str(), started.elapsed());
                 ctx.metrics.count_error(category.as_str(), err.step());
+                ctx.metrics.count_cluster_error(
+                    &namespace,
+                    &dkv.name_any(),
+                    &format!("{}/{}", category.as_str(), err.step()),
+                );
                 outcome::report(&dkv, err, &ctx).await;
             }
         }
@@ -234,18 +245,39 @@ async fn reconcile_cluster(
         None => None,
     };
     seen.members = members.clone();
-    let space_alarm = match (&admin, &members) {
-        (Some(admin), Some(_)) => admin
-            .alarms()
-            .await
-            .map(|alarms| {
-                alarms
-                    .iter()
-                    .any(|a| a.kind == dkv_etcd::AlarmKind::NoSpace)
-            })
-            .unwrap_or(false),
-        _ => false,
+    let alarms = match (&admin, &members) {
+        (Some(admin), Some(_)) => admin.alarms().await.ok(),
+        _ => None,
     };
+    let space_alarm = alarms
+        .iter()
+        .flatten()
+        .any(|a| a.kind == dkv_etcd::AlarmKind::NoSpace);
+    seen.alarms = alarms.map(|alarms| {
+        alarms
+            .iter()
+            .map(|a| {
+                let member = members
+                    .iter()
+                    .flatten()
+                    .find(|m| m.id == a.member.0)
+                    .map_or_else(
+                        || format!("{:x}", a.member.0),
+                        |m| naming::member(&cluster.name, m.ordinal),
+                    );
+                let alarm = match a.kind {
+                    dkv_etcd::AlarmKind::NoSpace => "NOSPACE",
+                    dkv_etcd::AlarmKind::Corrupt => "CORRUPT",
+                };
+                (member, alarm.to_owned())
+            })
+            .collect()
+    });
+    seen.certificates = credentials
+        .tls
+        .as_ref()
+        .map(|t| t.expiries.clone())
+        .unwrap_or_default();
 
     // 4. Plan (pure).
     let now = jiff::Timestamp::now();
@@ -436,10 +468,22 @@ async fn enable_auth(
     admin
         .enable_auth(&auth.root.password)
         .await
-        .map_err(|source| Error::Etcd {
-            step: "enable authentication",
-            member: cluster.name.clone(),
-            source,
+        .map_err(|source| match source {
+            // Restored data with authentication on, and a root password
+            // that does not open it: nothing but the user can fix that.
+            dkv_etcd::Error::AuthenticationFailed { .. } => Error::RestoreSource {
+                message: format!(
+                    "the restored data has etcd authentication on, and the root password in Secret {} does not open it: it needs the source cluster's root credentials (kept as <source>-continuous-etcd-root for continuous backup, <backup>-etcd-root for a backup); delete this cluster, copy that Secret into namespace {} and restore again ({source})",
+                    naming::auth_secret(&cluster.name),
+                    cluster.namespace
+                ),
+                waiting: false,
+            },
+            source => Error::Etcd {
+                step: "enable authentication",
+                member: cluster.name.clone(),
+                source,
+            },
         })?;
     auth::mark_enabled(&ctx.client, cluster).await?;
     info!("etcd authentication enabled");

@@ -45,6 +45,12 @@ pub fn backup_auth_secret(backup: &str) -> String {
     format!("{backup}-etcd-root")
 }
 
+/// The copy of a cluster's root credentials its continuous backup keeps
+/// (owned by nothing: it outlives the cluster, as the backup does).
+pub fn continuous_auth_secret(cluster: &str) -> String {
+    format!("{cluster}-continuous-etcd-root")
+}
+
 /// The cluster's CA (`spec.tls` mode `Auto`).
 pub fn tls_ca_secret(cluster: &str) -> String {
     format!("{cluster}-tls-ca")

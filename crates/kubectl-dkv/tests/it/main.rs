@@ -4,4 +4,7 @@
 // Test code: a failed step fails the test, with the step's message.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod bundle;
+mod kubectl;
 mod plugin;
+mod secured;

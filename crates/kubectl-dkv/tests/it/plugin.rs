@@ -5,99 +5,25 @@
 //! resume, a rolling restart, and each kind of bad input refused with one
 //! line, a non-zero exit and nothing changed.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 use std::time::Duration;
 
 use dkv_api::{DistributedKV, DistributedKVBackup};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams};
-use serde_json::{Value, json};
+use serde_json::json;
 
 use dkv_test_support as support;
 use support::backups::with_object_store;
+
+use crate::bundle::{self, read_bundle};
+use crate::kubectl::Kubectl;
 use support::etcd_cluster::{
     Writer, assert_no_write_lost, condition_reason, connect, member_endpoints, put_retrying,
     settled_at, wait_for,
 };
 
 const NS: &str = "plugin";
-
-/// `kubectl` with the plugin on its PATH and the test's kubeconfig.
-struct Kubectl {
-    kubeconfig: PathBuf,
-    path: String,
-    _plugin_dir: tempfile::TempDir,
-}
-
-impl Kubectl {
-    fn new(kubeconfig: &Path) -> Self {
-        let plugin_dir = tempfile::tempdir().unwrap();
-        std::os::unix::fs::symlink(
-            env!("CARGO_BIN_EXE_kubectl-dkv"),
-            plugin_dir.path().join("kubectl-dkv"),
-        )
-        .unwrap();
-        let path = format!(
-            "{}:{}",
-            plugin_dir.path().display(),
-            std::env::var("PATH").unwrap_or_default()
-        );
-        Self {
-            kubeconfig: kubeconfig.to_owned(),
-            path,
-            _plugin_dir: plugin_dir,
-        }
-    }
-
-    /// `kubectl dkv -n plugin ARGS`.
-    fn dkv(&self, args: &[&str]) -> Output {
-        Command::new("kubectl")
-            .arg("dkv")
-            // Before the command: after `etcdctl NAME --` it would be etcdctl's.
-            .args(["-n", NS])
-            .args(args)
-            .env("KUBECONFIG", &self.kubeconfig)
-            .env("PATH", &self.path)
-            .output()
-            .unwrap()
-    }
-
-    /// Runs `kubectl dkv ARGS`, which must succeed; returns its stdout.
-    fn ok(&self, args: &[&str]) -> String {
-        let out = self.dkv(args);
-        assert!(
-            out.status.success(),
-            "kubectl dkv {args:?} failed: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).unwrap()
-    }
-
-    /// Runs `kubectl dkv ARGS`, which must fail with one line on stderr
-    /// containing `expected`.
-    fn refused(&self, args: &[&str], expected: &str) {
-        let out = self.dkv(args);
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(!out.status.success(), "kubectl dkv {args:?} succeeded");
-        assert!(
-            stderr.contains(expected),
-            "kubectl dkv {args:?}: {stderr:?} does not say {expected:?}"
-        );
-        assert_eq!(
-            stderr.trim_end().lines().count(),
-            1,
-            "one line of error: {stderr:?}"
-        );
-        assert!(out.stdout.is_empty(), "nothing on stdout: {:?}", out.stdout);
-    }
-
-    fn json(&self, args: &[&str]) -> Value {
-        let text = self.ok(&[args, &["-o", "json"]].concat());
-        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{args:?} -o json: {e}: {text}"))
-    }
-}
 
 /// Every member ready and nothing in progress: what `status` then shows
 /// is the steady state.
@@ -108,24 +34,6 @@ async fn wait_converged(dkvs: &Api<DistributedKV>, name: &str) {
             && condition_reason(d, "Progressing", "False").is_some()
     })
     .await;
-}
-
-/// Every file in a `.tar.gz`, with its content.
-fn read_bundle(path: &Path) -> Vec<(String, Vec<u8>)> {
-    use std::io::Read;
-    let file = std::fs::File::open(path).unwrap();
-    let mut archive = tar::Archive::new(flate2::read::GzDecoder::new(file));
-    archive
-        .entries()
-        .unwrap()
-        .map(|entry| {
-            let mut entry = entry.unwrap();
-            let name = entry.path().unwrap().to_string_lossy().into_owned();
-            let mut body = Vec::new();
-            entry.read_to_end(&mut body).unwrap();
-            (name, body)
-        })
-        .collect()
 }
 
 async fn pod_uids(client: &kube::Client, cluster: &str) -> Vec<String> {
@@ -170,7 +78,7 @@ where
 async fn every_plugin_command_through_kubectl() {
     let store = with_object_store(NS).await;
     let client = store.client.clone();
-    let kubectl = Kubectl::new(store.env.kubeconfig_path());
+    let kubectl = Kubectl::new(store.env.kubeconfig_path(), NS);
     let image = "registry.k8s.io/etcd:3.5.16-0";
     let dkvs = support::create_cluster(
         &client,
@@ -542,27 +450,7 @@ async fn every_plugin_command_through_kubectl() {
         text("orders-report/secrets.yaml").contains("<redacted: "),
         "values redacted"
     );
-    let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(client.clone(), NS);
-    let needles: Vec<String> = secrets
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .iter()
-        .flat_map(support::secret_scan::needles)
-        .collect();
-    assert!(
-        !needles.is_empty(),
-        "the namespace holds secret values to look for"
-    );
-    let everything: Vec<u8> = entries.iter().flat_map(|(_, body)| body.clone()).collect();
-    let everything = String::from_utf8_lossy(&everything);
-    for needle in &needles {
-        assert!(
-            !everything.contains(needle.as_str()),
-            "a secret value is in the report"
-        );
-    }
+    bundle::assert_no_secret_value(&client, NS, &entries).await;
     kubectl.refused(
         &["report", "nosuch", "-f", bundle.to_str().unwrap()],
         "DistributedKV plugin/nosuch not found",

@@ -119,6 +119,8 @@ pub struct TlsState {
     pub renew_at: jiff::Timestamp,
     /// A CA rotation is under way (it advances as members roll).
     pub rotating: Option<ca_rotation::Phase>,
+    /// (Secret, notAfter) of the certificate in each Secret in use.
+    pub expiries: Vec<(String, jiff::Timestamp)>,
 }
 
 /// What the reconcile observed that certificate management needs.
@@ -258,12 +260,25 @@ pub async fn ensure(
     .flatten()
     .min()
     .unwrap_or(recheck);
+    let expiries = fetched
+        .iter()
+        .filter_map(|(name, secret)| Some((name.clone(), certificate_expiry(secret)?)))
+        .collect();
     Ok(TlsState {
         client: client_identity,
         member_serial,
         renew_at,
         rotating: auto.and_then(|a| a.rotating),
+        expiries,
     })
+}
+
+/// When the (first) certificate in a Secret's `tls.crt` expires.
+fn certificate_expiry(secret: &Secret) -> Option<jiff::Timestamp> {
+    let pem = secret.data.as_ref()?.get(TLS_CERT)?;
+    let (_, pem) = x509_parser::pem::parse_x509_pem(&pem.0).ok()?;
+    let certificate = pem.parse_x509().ok()?;
+    jiff::Timestamp::from_second(certificate.validity().not_after.timestamp()).ok()
 }
 
 async fn read(secrets: &Api<Secret>, name: &str) -> Result<Option<Secret>> {

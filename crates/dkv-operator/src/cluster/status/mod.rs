@@ -59,6 +59,11 @@ pub struct Seen {
     pub volumes: Option<Volumes>,
     /// What the continuous backup agent reported this pass.
     pub continuous: Option<crate::continuous_backup::Report>,
+    /// (member, alarm) for each alarm etcd has raised (`None`: not asked).
+    pub alarms: Option<Vec<(String, String)>>,
+    /// (Secret, notAfter) of each certificate the members and the operator
+    /// use.
+    pub certificates: Vec<(String, jiff::Timestamp)>,
 }
 
 /// The status of `dkv` after a pass that observed `seen` and, if it failed,

@@ -1,5 +1,9 @@
 //! Prometheus metrics of the operator.
 
+mod cluster;
+
+pub use cluster::{ClusterView, MemberView};
+
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
@@ -59,6 +63,7 @@ pub struct Metrics {
     continuous_newest_time: Family<ClusterLabels, IntGauge>,
     continuous_newest_revision: Family<ClusterLabels, IntGauge>,
     continuous_failing: Family<ClusterLabels, IntGauge>,
+    cluster: cluster::ClusterGauges,
     /// Last phase counted per cluster, so a change moves one unit between
     /// phases instead of recounting every cluster.
     phases: Mutex<HashMap<ObjectRef<DistributedKV>, Phase>>,
@@ -143,8 +148,10 @@ impl Metrics {
             "1 while a cluster's continuous backup agent fails (and stores nothing), else 0",
             continuous_failing.clone(),
         );
+        let cluster = cluster::ClusterGauges::register(&mut registry);
         Self {
             registry,
+            cluster,
             reconcile_duration,
             errors,
             clusters,
@@ -195,9 +202,55 @@ impl Metrics {
         }
     }
 
-    /// Stops counting a deleted cluster.
+    /// Stops counting a deleted cluster, and drops its series.
     pub fn forget(&self, cluster: &ObjectRef<DistributedKV>) {
         self.set_phase(cluster, None);
+        let namespace = cluster.namespace.as_deref().unwrap_or_default();
+        self.cluster.forget(namespace, &cluster.name);
+        let labels = ClusterLabels {
+            namespace: namespace.to_owned(),
+            cluster: cluster.name.clone(),
+        };
+        self.backup_size.remove(&labels);
+        self.backup_last_success.remove(&labels);
+        self.backup_duration.remove(&labels);
+        for outcome in ["completed", "failed"] {
+            self.backups.remove(&BackupOutcomeLabels {
+                namespace: namespace.to_owned(),
+                cluster: cluster.name.clone(),
+                outcome: outcome.to_owned(),
+            });
+        }
+    }
+
+    /// The health series of one cluster, from what a pass saw.
+    pub fn observe_cluster(&self, view: &ClusterView) {
+        self.cluster.observe(view);
+        if view.has_backup {
+            // Both outcomes exist from the start, so that the first failure
+            // is an increase (what alerts see), not a new series.
+            for outcome in ["completed", "failed"] {
+                let _created = self.backups.get_or_create(&BackupOutcomeLabels {
+                    namespace: view.namespace.clone(),
+                    cluster: view.cluster.clone(),
+                    outcome: outcome.to_owned(),
+                });
+            }
+        }
+    }
+
+    /// A failed reconcile of one cluster; `reason` is its category and step.
+    pub fn count_cluster_error(&self, namespace: &str, cluster: &str, reason: &str) {
+        self.cluster.count_error(namespace, cluster, reason);
+    }
+
+    pub fn count_defragmentation(&self, namespace: &str, cluster: &str, completed: bool) {
+        self.cluster
+            .count_defragmentation(namespace, cluster, completed);
+    }
+
+    pub fn count_nospace_recovery(&self, namespace: &str, cluster: &str) {
+        self.cluster.count_nospace_recovery(namespace, cluster);
     }
 
     fn phase_gauge(&self, phase: Phase) -> Gauge<i64, std::sync::atomic::AtomicI64> {

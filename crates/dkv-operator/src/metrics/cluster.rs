@@ -1,0 +1,447 @@
+//! The per-cluster health series the alerts in `deploy/monitoring/` read:
+//! members (desired, healthy, quorum, each member), hibernation, etcd
+//! alarms, certificate expiry, the backup cadences that make "too old"
+//! and "lagging" relative, and reconcile errors by reason.
+//!
+//! Each pass of the cluster controller hands over what it saw
+//! ([`ClusterView`]); the series of a member, alarm or certificate that is
+//! gone are removed, not left at their last value, so an alert never fires
+//! on something that no longer exists.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Mutex;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::registry::Registry;
+
+use super::{ClusterLabels, IntGauge};
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct MemberLabels {
+    namespace: String,
+    cluster: String,
+    member: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct AlarmLabels {
+    namespace: String,
+    cluster: String,
+    member: String,
+    alarm: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct SecretLabels {
+    namespace: String,
+    cluster: String,
+    secret: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabels {
+    namespace: String,
+    cluster: String,
+    reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabels {
+    namespace: String,
+    cluster: String,
+    outcome: String,
+}
+
+/// One member as the pass saw it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MemberView {
+    pub name: String,
+    pub healthy: bool,
+    pub learner: bool,
+}
+
+/// What one pass saw of a cluster.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ClusterView {
+    pub namespace: String,
+    pub cluster: String,
+    /// Voting members the spec asks for.
+    pub desired_members: i64,
+    /// etcd's members (empty when etcd could not be asked).
+    pub members: Vec<MemberView>,
+    pub hibernated: bool,
+    /// Being created or restored: members are still starting, and a
+    /// quorum figure would only say so (alerts would fire on every new
+    /// cluster).
+    pub forming: bool,
+    /// Backups are configured (`spec.backup`).
+    pub has_backup: bool,
+    /// (member, alarm) for every alarm etcd has raised.
+    pub alarms: Vec<(String, String)>,
+    /// (Secret, notAfter as unix seconds) of each certificate in use.
+    pub certificates: Vec<(String, i64)>,
+    /// The longest gap between two runs of the backup schedule.
+    pub backup_schedule_interval: Option<i64>,
+    pub continuous_interval: Option<i64>,
+}
+
+/// The label sets a cluster's series were last exported with.
+#[derive(Debug, Default)]
+struct Exported {
+    members: BTreeSet<String>,
+    alarms: BTreeSet<(String, String)>,
+    secrets: BTreeSet<String>,
+}
+
+pub(super) struct ClusterGauges {
+    members: Family<ClusterLabels, IntGauge>,
+    members_healthy: Family<ClusterLabels, IntGauge>,
+    quorum: Family<ClusterLabels, IntGauge>,
+    member_healthy: Family<MemberLabels, IntGauge>,
+    hibernated: Family<ClusterLabels, IntGauge>,
+    alarm: Family<AlarmLabels, IntGauge>,
+    certificate_expiry: Family<SecretLabels, IntGauge>,
+    schedule_interval: Family<ClusterLabels, IntGauge>,
+    continuous_interval: Family<ClusterLabels, IntGauge>,
+    reconcile_errors: Family<ReasonLabels, Counter>,
+    defragmentations: Family<OutcomeLabels, Counter>,
+    nospace_recoveries: Family<ClusterLabels, Counter>,
+    exported: Mutex<HashMap<(String, String), Exported>>,
+}
+
+impl ClusterGauges {
+    pub(super) fn register(registry: &mut Registry) -> Self {
+        let gauges = Self {
+            members: Family::default(),
+            members_healthy: Family::default(),
+            quorum: Family::default(),
+            member_healthy: Family::default(),
+            hibernated: Family::default(),
+            alarm: Family::default(),
+            certificate_expiry: Family::default(),
+            schedule_interval: Family::default(),
+            continuous_interval: Family::default(),
+            reconcile_errors: Family::default(),
+            defragmentations: Family::default(),
+            nospace_recoveries: Family::default(),
+            exported: Mutex::default(),
+        };
+        registry.register(
+            "cluster_members",
+            "Voting members each cluster's spec asks for (spec.size)",
+            gauges.members.clone(),
+        );
+        registry.register(
+            "cluster_members_healthy",
+            "Voting members etcd reports healthy, per cluster",
+            gauges.members_healthy.clone(),
+        );
+        registry.register(
+            "cluster_quorum",
+            "Members needed for quorum of each cluster's current voting membership (floor(n/2)+1)",
+            gauges.quorum.clone(),
+        );
+        registry.register(
+            "cluster_member_healthy",
+            "1 while a member answers etcd's status and follows a leader, else 0 (member = pod name)",
+            gauges.member_healthy.clone(),
+        );
+        registry.register(
+            "cluster_hibernated",
+            "1 while a cluster is hibernated (its members stopped on purpose), else 0",
+            gauges.hibernated.clone(),
+        );
+        registry.register(
+            "cluster_alarm",
+            "1 for each alarm etcd has raised on a member (NOSPACE, CORRUPT); absent otherwise",
+            gauges.alarm.clone(),
+        );
+        registry.register(
+            "certificate_expiry_timestamp_seconds",
+            "When each certificate a cluster uses expires (unix seconds), by Secret",
+            gauges.certificate_expiry.clone(),
+        );
+        registry.register(
+            "backup_schedule_interval_seconds",
+            "The longest gap between two runs of each cluster's spec.backup.schedule",
+            gauges.schedule_interval.clone(),
+        );
+        registry.register(
+            "continuous_backup_interval_seconds",
+            "spec.backup.continuous.interval of each cluster recording continuous backup",
+            gauges.continuous_interval.clone(),
+        );
+        registry.register(
+            "cluster_reconcile_errors",
+            "Failed reconciles of each cluster, by reason (the error's category and step)",
+            gauges.reconcile_errors.clone(),
+        );
+        registry.register(
+            "defragmentations",
+            "Member defragmentations dkv ran, by cluster and outcome (completed, failed)",
+            gauges.defragmentations.clone(),
+        );
+        registry.register(
+            "nospace_recoveries",
+            "NOSPACE alarms dkv recovered from (compact, defragment, disarm), by cluster",
+            gauges.nospace_recoveries.clone(),
+        );
+        gauges
+    }
+
+    pub(super) fn observe(&self, view: &ClusterView) {
+        let cluster = ClusterLabels {
+            namespace: view.namespace.clone(),
+            cluster: view.cluster.clone(),
+        };
+        self.members
+            .get_or_create(&cluster)
+            .set(view.desired_members);
+        self.hibernated
+            .get_or_create(&cluster)
+            .set(i64::from(view.hibernated));
+        let voting: Vec<&MemberView> = view.members.iter().filter(|m| !m.learner).collect();
+        if voting.is_empty() || view.forming {
+            // etcd could not be asked: what it would say is unknown, and
+            // a stale figure would be a lie. Or the cluster is forming.
+            self.members_healthy.remove(&cluster);
+            self.quorum.remove(&cluster);
+        } else {
+            let healthy = voting.iter().filter(|m| m.healthy).count();
+            self.members_healthy
+                .get_or_create(&cluster)
+                .set(i64::try_from(healthy).unwrap_or(i64::MAX));
+            self.quorum
+                .get_or_create(&cluster)
+                .set(i64::try_from(voting.len() / 2 + 1).unwrap_or(i64::MAX));
+        }
+        set_optional(
+            &self.schedule_interval,
+            &cluster,
+            view.backup_schedule_interval,
+        );
+        set_optional(
+            &self.continuous_interval,
+            &cluster,
+            view.continuous_interval,
+        );
+
+        let mut exported = self
+            .exported
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let previous = exported
+            .remove(&(view.namespace.clone(), view.cluster.clone()))
+            .unwrap_or_default();
+        let now = Exported {
+            members: view.members.iter().map(|m| m.name.clone()).collect(),
+            alarms: view.alarms.iter().cloned().collect(),
+            secrets: view.certificates.iter().map(|(s, _)| s.clone()).collect(),
+        };
+        for member in &view.members {
+            self.member_healthy
+                .get_or_create(&member_labels(view, &member.name))
+                .set(i64::from(member.healthy));
+        }
+        for (member, alarm) in &view.alarms {
+            self.alarm
+                .get_or_create(&alarm_labels(view, member, alarm))
+                .set(1);
+        }
+        for (secret, not_after) in &view.certificates {
+            self.certificate_expiry
+                .get_or_create(&secret_labels(view, secret))
+                .set(*not_after);
+        }
+        self.remove_gone(view, &previous, Some(&now));
+        exported.insert((view.namespace.clone(), view.cluster.clone()), now);
+    }
+
+    /// Drops every series of a deleted cluster.
+    pub(super) fn forget(&self, namespace: &str, name: &str) {
+        let cluster = ClusterLabels {
+            namespace: namespace.to_owned(),
+            cluster: name.to_owned(),
+        };
+        for family in [
+            &self.members,
+            &self.members_healthy,
+            &self.quorum,
+            &self.hibernated,
+            &self.schedule_interval,
+            &self.continuous_interval,
+        ] {
+            family.remove(&cluster);
+        }
+        let previous = self
+            .exported
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(&(namespace.to_owned(), name.to_owned()));
+        if let Some(previous) = previous {
+            let view = ClusterView {
+                namespace: namespace.to_owned(),
+                cluster: name.to_owned(),
+                ..ClusterView::default()
+            };
+            self.remove_gone(&view, &previous, None);
+        }
+    }
+
+    pub(super) fn count_error(&self, namespace: &str, cluster: &str, reason: &str) {
+        self.reconcile_errors
+            .get_or_create(&ReasonLabels {
+                namespace: namespace.to_owned(),
+                cluster: cluster.to_owned(),
+                reason: reason.to_owned(),
+            })
+            .inc();
+    }
+
+    pub(super) fn count_defragmentation(&self, namespace: &str, cluster: &str, completed: bool) {
+        self.defragmentations
+            .get_or_create(&OutcomeLabels {
+                namespace: namespace.to_owned(),
+                cluster: cluster.to_owned(),
+                outcome: if completed { "completed" } else { "failed" }.to_owned(),
+            })
+            .inc();
+    }
+
+    pub(super) fn count_nospace_recovery(&self, namespace: &str, cluster: &str) {
+        self.nospace_recoveries
+            .get_or_create(&ClusterLabels {
+                namespace: namespace.to_owned(),
+                cluster: cluster.to_owned(),
+            })
+            .inc();
+    }
+
+    /// Removes the series in `previous` that `now` does not have (all of
+    /// them without `now`).
+    fn remove_gone(&self, view: &ClusterView, previous: &Exported, now: Option<&Exported>) {
+        let empty = Exported::default();
+        let now = now.unwrap_or(&empty);
+        for member in previous.members.difference(&now.members) {
+            self.member_healthy.remove(&member_labels(view, member));
+        }
+        for (member, alarm) in previous.alarms.difference(&now.alarms) {
+            self.alarm.remove(&alarm_labels(view, member, alarm));
+        }
+        for secret in previous.secrets.difference(&now.secrets) {
+            self.certificate_expiry.remove(&secret_labels(view, secret));
+        }
+    }
+}
+
+fn set_optional(
+    family: &Family<ClusterLabels, IntGauge>,
+    labels: &ClusterLabels,
+    value: Option<i64>,
+) {
+    match value {
+        Some(value) => {
+            family.get_or_create(labels).set(value);
+        }
+        None => {
+            family.remove(labels);
+        }
+    }
+}
+
+fn member_labels(view: &ClusterView, member: &str) -> MemberLabels {
+    MemberLabels {
+        namespace: view.namespace.clone(),
+        cluster: view.cluster.clone(),
+        member: member.to_owned(),
+    }
+}
+
+fn alarm_labels(view: &ClusterView, member: &str, alarm: &str) -> AlarmLabels {
+    AlarmLabels {
+        namespace: view.namespace.clone(),
+        cluster: view.cluster.clone(),
+        member: member.to_owned(),
+        alarm: alarm.to_owned(),
+    }
+}
+
+fn secret_labels(view: &ClusterView, secret: &str) -> SecretLabels {
+    SecretLabels {
+        namespace: view.namespace.clone(),
+        cluster: view.cluster.clone(),
+        secret: secret.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::Metrics;
+    use super::*;
+
+    fn view(members: &[(&str, bool)], alarms: &[(&str, &str)]) -> ClusterView {
+        ClusterView {
+            namespace: "shop".to_owned(),
+            cluster: "orders".to_owned(),
+            desired_members: 3,
+            members: members
+                .iter()
+                .map(|(name, healthy)| MemberView {
+                    name: (*name).to_owned(),
+                    healthy: *healthy,
+                    learner: false,
+                })
+                .collect(),
+            alarms: alarms
+                .iter()
+                .map(|(m, a)| ((*m).to_owned(), (*a).to_owned()))
+                .collect(),
+            certificates: vec![("orders-tls-member".to_owned(), 1_900_000_000)],
+            backup_schedule_interval: Some(3600),
+            ..ClusterView::default()
+        }
+    }
+
+    fn text(metrics: &Metrics) -> String {
+        metrics.encode().unwrap_or_default()
+    }
+
+    #[test]
+    fn members_quorum_and_alarms_follow_what_the_pass_saw() {
+        let metrics = Metrics::new();
+        metrics.observe_cluster(&view(
+            &[("orders-0", true), ("orders-1", false), ("orders-2", true)],
+            &[("orders-1", "NOSPACE")],
+        ));
+        let out = text(&metrics);
+        for line in [
+            "dkv_cluster_members{namespace=\"shop\",cluster=\"orders\"} 3",
+            "dkv_cluster_members_healthy{namespace=\"shop\",cluster=\"orders\"} 2",
+            "dkv_cluster_quorum{namespace=\"shop\",cluster=\"orders\"} 2",
+            "dkv_cluster_member_healthy{namespace=\"shop\",cluster=\"orders\",member=\"orders-1\"} 0",
+            "dkv_cluster_alarm{namespace=\"shop\",cluster=\"orders\",member=\"orders-1\",alarm=\"NOSPACE\"} 1",
+            "dkv_certificate_expiry_timestamp_seconds{namespace=\"shop\",cluster=\"orders\",secret=\"orders-tls-member\"} 1900000000",
+            "dkv_backup_schedule_interval_seconds{namespace=\"shop\",cluster=\"orders\"} 3600",
+        ] {
+            assert!(out.contains(line), "{line} missing in:\n{out}");
+        }
+        // Scaled in, alarm disarmed: the gone member's and alarm's series go.
+        metrics.observe_cluster(&view(&[("orders-0", true), ("orders-1", true)], &[]));
+        let out = text(&metrics);
+        assert!(!out.contains("member=\"orders-2\""), "{out}");
+        assert!(!out.contains("alarm=\"NOSPACE\""), "{out}");
+        assert!(
+            out.contains("dkv_cluster_members_healthy{namespace=\"shop\",cluster=\"orders\"} 2"),
+            "{out}"
+        );
+        // etcd not asked: no member figures rather than stale ones.
+        metrics.observe_cluster(&view(&[], &[]));
+        assert!(!text(&metrics).contains("dkv_cluster_members_healthy{"));
+        // Deleted: nothing of the cluster is left.
+        metrics.forget(&kube::runtime::reflector::ObjectRef::new("orders").within("shop"));
+        let out = text(&metrics);
+        assert!(!out.contains("cluster=\"orders\""), "{out}");
+    }
+}
