@@ -17,7 +17,8 @@
 #   3. The PodMonitor scrapes the member port named `metrics` and labels every
 #      series with namespace, cluster and pod; the ServiceMonitor selects the
 #      operator's metrics Service as deploy/default renders it, on its port,
-#      over HTTPS, with honorLabels.
+#      over HTTPS, with honorLabels. prometheus-config.yaml (the same jobs for
+#      a Prometheus without the operator) passes `promtool check config`.
 #   4. dashboard.json: schemaVersion >= 36, `namespace` and `cluster`
 #      variables, every panel query restricted to $namespace and $cluster.
 #      Then a real Prometheus starts on a TSDB backfilled (promtool tsdb
@@ -267,6 +268,38 @@ if errors:
     sys.exit("\n".join(errors))
 PY
 log "scrape objects: PodMonitor and ServiceMonitor match the member pods and deploy/default's metrics Service"
+
+# prometheus-config.yaml, the same scrape jobs for a Prometheus without the
+# operator. Debian's Prometheus is built without Kubernetes service
+# discovery, so the check swaps each job's kubernetes_sd_configs for a static
+# target and the ServiceAccount token for a file that exists; everything else
+# (relabelling, TLS, rule_files) is checked as written.
+: >"$work/token"
+"$PY" - "$MON/prometheus-config.yaml" "$work/rules/prometheus-config.yaml" "$work/token" <<'PY' || die "prometheus-config.yaml (see above)"
+import sys
+
+import yaml
+
+src, dest, token = sys.argv[1:]
+conf = yaml.safe_load(open(src))
+if conf.get("rule_files") != ["dkv-rules.yaml"]:
+    sys.exit(f"{src}: rule_files must be [dkv-rules.yaml]")
+jobs = {j.get("job_name"): j for j in conf.get("scrape_configs") or []}
+if set(jobs) != {"dkv-members", "dkv-operator"}:
+    sys.exit(f"{src}: expected the jobs dkv-members and dkv-operator, found {sorted(jobs)}")
+if jobs["dkv-operator"].get("honor_labels") is not True:
+    sys.exit(f"{src}: dkv-operator needs honor_labels: true")
+for job in jobs.values():
+    if not job.pop("kubernetes_sd_configs", None):
+        sys.exit(f"{src}: job {job['job_name']} has no kubernetes_sd_configs")
+    job["static_configs"] = [{"targets": ["127.0.0.1:9"]}]
+    if "authorization" in job:
+        job["authorization"]["credentials_file"] = token
+yaml.safe_dump(conf, open(dest, "w"), sort_keys=False)
+PY
+(cd "$work/rules" && "$PROMTOOL" check config prometheus-config.yaml) >"$work/check-config.out" 2>&1 ||
+  { cat "$work/check-config.out" >&2; die "promtool check config rejected prometheus-config.yaml"; }
+log "prometheus-config.yaml: promtool check config passed (Kubernetes discovery swapped for static targets)"
 
 # --- 4. Dashboard: structure, then every query against a real Prometheus -----
 "$PY" - "$MON/dashboard.json" "$work/queries.json" <<'PY' || die "dashboard.json (see above)"
