@@ -10,7 +10,8 @@
 #      rules`. Every alert named in the issue is there; every alert has a
 #      severity (critical, warning or info), a summary, a description that
 #      names the namespace and the cluster, a plain-duration `for:`, and a
-#      runbook_url under the project's docs/runbooks/ whose file exists.
+#      runbook_url under the project's docs/runbooks/ whose file exists;
+#      docs/monitoring.md and docs/runbooks/README.md list every alert.
 #   2. tests/*.yaml pass `promtool test rules` (run next to dkv-rules.yaml,
 #      which they name), and every alert has at least one test where it fires
 #      and one where it must not.
@@ -19,6 +20,8 @@
 #      operator's metrics Service as deploy/default renders it, on its port,
 #      over HTTPS, with honorLabels. prometheus-config.yaml (the same jobs for
 #      a Prometheus without the operator) passes `promtool check config`.
+#      The kustomize overlay docs/monitoring.md shows builds and rewrites
+#      every runbook_url.
 #   4. dashboard.json: schemaVersion >= 36, `namespace` and `cluster`
 #      variables, every panel query restricted to $namespace and $cluster.
 #      Then a real Prometheus starts on a TSDB backfilled (promtool tsdb
@@ -143,6 +146,14 @@ for group in groups:
 missing = sorted(REQUIRED - seen)
 if missing:
     errors.append("alerts missing: " + ", ".join(missing))
+if errors:
+    sys.exit("\n".join(f"{src}: {e}" for e in errors))
+
+for page in ("docs/monitoring.md", "docs/runbooks/README.md"):
+    text = open(os.path.join(root, page)).read()
+    for name in sorted(seen):
+        if not re.search(rf"\b{name}\b", text):
+            errors.append(f"{page} does not list alert {name}")
 if errors:
     sys.exit("\n".join(f"{src}: {e}" for e in errors))
 
@@ -300,6 +311,55 @@ PY
 (cd "$work/rules" && "$PROMTOOL" check config prometheus-config.yaml) >"$work/check-config.out" 2>&1 ||
   { cat "$work/check-config.out" >&2; die "promtool check config rejected prometheus-config.yaml"; }
 log "prometheus-config.yaml: promtool check config passed (Kubernetes discovery swapped for static targets)"
+
+# The overlay docs/monitoring.md shows (runbook links to your own copy,
+# Prometheus's ServiceAccount, selector labels), taken from the doc itself,
+# must build and do what the doc says.
+mkdir -p "$work/overlay/my-monitoring"
+"$PY" - "$ROOT/docs/monitoring.md" "$work/overlay/my-monitoring" "$MON" <<'PY' || die "the overlay in docs/monitoring.md (see above)"
+import os
+import re
+import sys
+
+doc, out, mon = sys.argv[1:]
+blocks = re.findall(r"```yaml\n# my-monitoring/([\w.-]+)[^\n]*\n(.*?)```", open(doc).read(), re.S)
+files = dict(blocks)
+if set(files) != {"kustomization.yaml", "runbook-base.yaml"}:
+    sys.exit(f"docs/monitoring.md: expected the blocks my-monitoring/kustomization.yaml and runbook-base.yaml, found {sorted(files)}")
+rel = os.path.relpath(mon, out)
+files["kustomization.yaml"] = files["kustomization.yaml"].replace("../deploy/monitoring", rel)
+for name, text in files.items():
+    open(os.path.join(out, name), "w").write(text)
+PY
+"$KUBECTL" kustomize "$work/overlay/my-monitoring" >"$work/overlay.yaml" 2>"$work/kustomize.err" ||
+  { cat "$work/kustomize.err" >&2; die "the overlay in docs/monitoring.md does not build"; }
+"$PY" - "$work/overlay.yaml" "$work/overlay/my-monitoring/runbook-base.yaml" "$work/rules/dkv-rules.yaml.alerts" <<'PY' || die "the overlay in docs/monitoring.md (see above)"
+import sys
+
+import yaml
+
+objs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
+base = yaml.safe_load(open(sys.argv[2]))["data"]["url"]
+alerts = set(open(sys.argv[3]).read().split())
+errors = []
+if any(o["metadata"]["name"] == "dkv-runbook-base" for o in objs):
+    errors.append("the runbook-base ConfigMap is rendered; it must stay local")
+rule = [o for o in objs if o["kind"] == "PrometheusRule"][0]
+urls = {r["alert"]: r["annotations"]["runbook_url"] for g in rule["spec"]["groups"] for r in g["rules"] if "alert" in r}
+if set(urls) != alerts:
+    errors.append("the overlay's PrometheusRule lost alerts")
+for alert, url in sorted(urls.items()):
+    if not url.startswith(base + "/docs/runbooks/"):
+        errors.append(f"{alert}: runbook_url {url} not rewritten to {base}/docs/runbooks/")
+crb = [o for o in objs if o["kind"] == "ClusterRoleBinding"][0]
+if crb["subjects"][0]["name"] == "prometheus-k8s":
+    errors.append("the ClusterRoleBinding subject was not patched")
+if any((o["metadata"].get("labels") or {}).get("release") is None for o in objs):
+    errors.append("not every object got the selector label")
+if errors:
+    sys.exit("\n".join(errors))
+PY
+log "docs/monitoring.md overlay: builds, rewrites every runbook link, patches the binding"
 
 # --- 4. Dashboard: structure, then every query against a real Prometheus -----
 "$PY" - "$MON/dashboard.json" "$work/queries.json" <<'PY' || die "dashboard.json (see above)"
