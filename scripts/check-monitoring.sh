@@ -23,7 +23,8 @@
 #      The kustomize overlay docs/monitoring.md shows builds and rewrites
 #      every runbook_url.
 #   4. dashboard.json: schemaVersion >= 36, `namespace` and `cluster`
-#      variables, every panel query restricted to $namespace and $cluster.
+#      variables, panels with unique ids that do not overlap, every panel
+#      query restricted to $namespace and $cluster.
 #      Then a real Prometheus starts on a TSDB backfilled (promtool tsdb
 #      create-blocks-from openmetrics) with an hour of every metric of the
 #      contract in docs/monitoring.md for one cluster, and every panel query
@@ -391,6 +392,25 @@ def substitute(where, expr):
             return m.group(0)
         return VALUES[name]
     return VAR.sub(repl, expr)
+
+# Panels must not overlap (Grafana would push them around) and need unique ids.
+cells, ids = {}, set()
+for p in dash.get("panels") or []:
+    g = p.get("gridPos") or {}
+    if p.get("id") in ids:
+        errors.append(f"panel {p.get('title')!r}: id {p.get('id')} is used twice")
+    ids.add(p.get("id"))
+    if g.get("x", 0) + g.get("w", 0) > 24:
+        errors.append(f"panel {p.get('title')!r}: wider than the 24-column grid")
+    for x in range(g.get("x", 0), g.get("x", 0) + g.get("w", 0)):
+        for y in range(g.get("y", 0), g.get("y", 0) + g.get("h", 0)):
+            if (x, y) in cells and cells[(x, y)] != p.get("title"):
+                errors.append(f"panel {p.get('title')!r} overlaps {cells[(x, y)]!r}")
+                break
+            cells[(x, y)] = p.get("title")
+        else:
+            continue
+        break
 
 queries = []
 def walk(panels):
