@@ -24,6 +24,11 @@ fi
 # Real etcd for the tests that run members (3.4 system-wide, 3.5 under .tools/).
 "$(dirname "$0")/install-etcd.sh" >/dev/null
 
+# Prometheus and promtool for scripts/check-monitoring.sh: Debian's
+# `prometheus` package, unpacked under .tools/ rather than installed, so that
+# its maintainer scripts start no Prometheus service (see the script).
+"$(dirname "$0")/install-prometheus.sh" >/dev/null
+
 # An S3-compatible server for the backup tests: moto's server mode, in the
 # repository's Python venv (the one scripts/validate-manifests.sh uses;
 # DKV_VENV overrides it). Pinned so test runs are reproducible.

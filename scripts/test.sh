@@ -2,7 +2,8 @@
 # Sets up what the tests need on a fresh Debian machine, then runs every check
 # CI runs: formatting, module layering (no import cycles), relative links in
 # the docs, lints, all tests, the deploy manifests against the
-# official Kubernetes schemas, the demo, and a smoke test of the installed
+# official Kubernetes schemas, the monitoring rules, their tests and the
+# dashboard's queries, the demo, and a smoke test of the installed
 # release build. `.ci/run` runs exactly this.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -40,6 +41,9 @@ scripts/scan-secrets.py "$DKV_SECRET_SCAN_DIR"
 
 echo "== deploy manifests"
 scripts/validate-manifests.sh
+
+echo "== monitoring: rules, rule tests, dashboard queries"
+scripts/check-monitoring.sh
 
 echo "== the README's first command, exactly as a newcomer runs it"
 # It reuses the debug build above; any failed step fails CI (the demo says
