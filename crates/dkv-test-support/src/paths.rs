@@ -26,3 +26,20 @@ pub fn dkv_binary() -> PathBuf {
     );
     path
 }
+
+/// Prometheus' server binary: the one on PATH, else the Debian release
+/// `scripts/install-prometheus.sh` unpacked under `.tools/prometheus`.
+pub fn prometheus_binary() -> PathBuf {
+    let on_path = std::env::var_os("PATH").and_then(|path| {
+        std::env::split_paths(&path)
+            .map(|dir| dir.join("prometheus"))
+            .find(|candidate| candidate.is_file())
+    });
+    let path = on_path.unwrap_or_else(|| tools_dir().join("prometheus/usr/bin/prometheus"));
+    assert!(
+        path.exists(),
+        "{} is missing: run scripts/install-prerequisites.sh",
+        path.display()
+    );
+    path
+}

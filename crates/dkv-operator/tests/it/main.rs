@@ -11,6 +11,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod alerts_with_prometheus;
 mod auth_on_kube_local;
 mod backup_agent;
 mod backup_on_kube_local;
