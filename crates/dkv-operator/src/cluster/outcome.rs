@@ -66,6 +66,12 @@ pub const STEP_FOLLOW_UP: Duration = Duration::from_millis(200);
 /// etcd status calls and no API write unless something changed.
 pub const OPERATION_POLL: Duration = Duration::from_secs(1);
 
+/// How often a settled cluster's members are asked how they are: status,
+/// the health metrics and the alerts built on them, and the NOSPACE
+/// recovery, are never older than this. A look that finds nothing new
+/// writes nothing.
+pub const HEALTH_LOOK: Duration = Duration::from_secs(30);
+
 /// When to look at the cluster again after a pass that ended in `outcome`
 /// and left status `unsettled` (Degraded or Progressing) or not.
 pub fn next_action(outcome: &Outcome, unsettled: bool, now: jiff::Timestamp) -> Action {
@@ -90,15 +96,21 @@ pub fn next_action(outcome: &Outcome, unsettled: bool, now: jiff::Timestamp) -> 
         } if *busy || unsettled => Action::requeue(OPERATION_POLL),
         Outcome::Applied { rotating: true, .. } => Action::requeue(OPERATION_POLL),
         // Every other change that matters arrives through a watch, except
-        // time.
-        Outcome::Applied {
-            due_at: Some(at), ..
-        } => {
-            let wait = at.as_second().saturating_sub(now.as_second());
-            // At least a second; at most a day (the clock may jump).
-            Action::requeue(Duration::from_secs(wait.clamp(1, 86_400).unsigned_abs()))
+        // time, and what only etcd knows (an alarm, a member that stopped
+        // following the leader while its pod stays Ready): a settled
+        // cluster's members are asked again every HEALTH_LOOK.
+        Outcome::Applied { due_at, etcd, .. } => {
+            let look = etcd.then_some(HEALTH_LOOK.as_secs());
+            let due = due_at.map(|at| {
+                let wait = at.as_second().saturating_sub(now.as_second());
+                // At least a second; at most a day (the clock may jump).
+                wait.clamp(1, 86_400).unsigned_abs()
+            });
+            match look.into_iter().chain(due).min() {
+                Some(secs) => Action::requeue(Duration::from_secs(secs)),
+                None => Action::await_change(),
+            }
         }
-        Outcome::Applied { due_at: None, .. } => Action::await_change(),
     }
 }
 
@@ -255,7 +267,7 @@ mod tests {
         assert_eq!(next_action(&advanced, false, now), soon);
         assert_eq!(
             next_action(&applied(false, false, None), false, now),
-            Action::await_change()
+            Action::requeue(HEALTH_LOOK)
         );
         assert_eq!(
             next_action(&Outcome::Paused, true, now),
@@ -276,18 +288,32 @@ mod tests {
     fn an_idle_cluster_is_looked_at_again_when_time_changes_something() {
         let now = jiff::Timestamp::UNIX_EPOCH;
         let at = |secs: i64| Some(now + jiff::SignedDuration::from_secs(secs));
+        // With members to ask: every HEALTH_LOOK at the latest.
         assert_eq!(
             next_action(&applied(false, false, at(3_600)), false, now),
-            Action::requeue(Duration::from_secs(3_600))
+            Action::requeue(HEALTH_LOOK)
         );
-        // Overdue: at once (a second); far off: at most a day.
+        // Overdue: at once (a second).
         assert_eq!(
             next_action(&applied(false, false, at(-5)), false, now),
             Action::requeue(Duration::from_secs(1))
         );
+        // No member to ask: when time changes something, at most a day.
+        let idle = |due_at| Outcome::Applied {
+            busy: false,
+            advanced: false,
+            etcd: false,
+            rotating: false,
+            due_at,
+        };
         assert_eq!(
-            next_action(&applied(false, false, at(10 * 86_400)), false, now),
+            next_action(&idle(at(3_600)), false, now),
+            Action::requeue(Duration::from_secs(3_600))
+        );
+        assert_eq!(
+            next_action(&idle(at(10 * 86_400)), false, now),
             Action::requeue(Duration::from_secs(86_400))
         );
+        assert_eq!(next_action(&idle(None), false, now), Action::await_change());
     }
 }
