@@ -154,6 +154,10 @@ macro_rules! distributedkv_spec {
             /// a human to decide.
             #[serde(default, skip_serializing_if = "Option::is_none")]
             pub recovery: Option<RecoverySpec>,
+
+            /// Routine care of the members' data: scheduled defragmentation.
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub maintenance: Option<MaintenanceSpec>,
         }
     };
 }

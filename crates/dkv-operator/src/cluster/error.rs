@@ -67,6 +67,12 @@ pub enum Error {
         source: kube::Error,
     },
 
+    /// NOSPACE came back soon after dkv recovered from it: the live data
+    /// itself fills the quota, and compacting and defragmenting again would
+    /// only block the members.
+    #[error("{message}")]
+    NoSpaceRecurring { message: String },
+
     /// `spec.bootstrap.restore` names a backup that cannot be restored (yet).
     #[error("{message}")]
     RestoreSource {
@@ -182,9 +188,10 @@ fn api_error_category(err: &kube::Error) -> Category {
 impl Error {
     pub fn category(&self) -> Category {
         match self {
-            Error::InvalidSpec(_) | Error::MissingNamespace | Error::FinalBackupFailed { .. } => {
-                Category::Permanent
-            }
+            Error::InvalidSpec(_)
+            | Error::MissingNamespace
+            | Error::FinalBackupFailed { .. }
+            | Error::NoSpaceRecurring { .. } => Category::Permanent,
             Error::CacheNotReady { .. }
             | Error::CleanupWaiting { .. }
             | Error::Recreating { .. } => Category::Waiting,
@@ -231,6 +238,7 @@ impl Error {
             Error::Apply { .. }
             | Error::Delete { .. }
             | Error::Etcd { .. }
+            | Error::NoSpaceRecurring { .. }
             | Error::Recreating { .. } => "apply",
             Error::TlsCaMissing { .. }
             | Error::SecretInvalid { .. }
