@@ -22,16 +22,7 @@ pub fn due(schedule: &str, last: Timestamp, now: Timestamp) -> bool {
 
 /// The first run of the cron `schedule` (UTC) after `after`.
 pub fn next_run(schedule: &str, after: Timestamp) -> Option<Timestamp> {
-    use croner::parser::{CronParser, Seconds, Year};
-    let cron = CronParser::builder()
-        .seconds(Seconds::Disallowed)
-        .year(Year::Disallowed)
-        .build()
-        .parse(schedule.trim())
-        .ok()?;
-    cron.find_next_occurrence(&after.to_zoned(jiff::tz::TimeZone::UTC), false)
-        .ok()
-        .map(|next| next.timestamp())
+    super::schedule::next_run(schedule, after)
 }
 
 /// Percent of a member's database file that is free space.

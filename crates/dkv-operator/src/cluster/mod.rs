@@ -34,6 +34,7 @@ pub mod observe_members;
 pub mod outcome;
 pub mod plan;
 pub mod restore;
+pub mod schedule;
 pub mod status;
 pub mod tls;
 pub mod validate;

@@ -31,10 +31,7 @@ async fn a_full_backend_is_compacted_defragmented_and_disarmed_without_losing_a_
     let env = support::environment(true).await;
     let client = env.client();
     support::create_namespace(&client, NS).await;
-    let metrics_port = support::free_port();
-    let mut args = support::operator_args(false);
-    args.endpoints.metrics_addr = std::net::SocketAddr::from(([127, 0, 0, 1], metrics_port));
-    let operator = support::RunningOperator::start_with(client.clone(), args);
+    let (operator, metrics_addr) = support::RunningOperator::start_with_metrics(client.clone());
     let dkvs = support::create_cluster(
         &client,
         NS,
@@ -115,7 +112,6 @@ async fn a_full_backend_is_compacted_defragmented_and_disarmed_without_losing_a_
         note.contains("compacted") && note.contains("disarmed"),
         "{note}"
     );
-    let metrics_addr = std::net::SocketAddr::from(([127, 0, 0, 1], metrics_port));
     let (_, text) = support::http::plain_get(metrics_addr, "/metrics")
         .await
         .expect("the operator's metrics");
