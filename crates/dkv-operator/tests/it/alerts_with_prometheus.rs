@@ -3,7 +3,8 @@
 //! member's etcd metrics, labelled as `deploy/monitoring/podmonitor-members.yaml`
 //! labels them (static targets: Debian's Prometheus has no Kubernetes
 //! discovery). The rules are `deploy/monitoring/prometheusrule.yaml`'s, with
-//! every `for:` shortened to a few seconds and nothing else changed.
+//! the `for:` of the membership alerts shortened to a few seconds and
+//! nothing else changed.
 //!
 //! One of three members goes down (its etcd frozen, as a hung or
 //! powered-off member is: it answers nobody): `DkvQuorumAtRisk` and
@@ -23,8 +24,18 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use support::etcd_cluster::{Writer, assert_no_write_lost, wait_for, wait_settled};
 
 const NS: &str = "alerts";
-/// Every `for:` in the shipped rules, for this test.
+/// The `for:` of the membership alerts, for this test.
 const SHORT_FOR: &str = "3s";
+/// The alerts this test exercises; the others keep their shipped `for:`
+/// (the disk latency alerts measure the machine, and a loaded 2-core test
+/// machine does exceed etcd's fsync and commit guidance for seconds at a
+/// time).
+const SHORTENED: [&str; 4] = [
+    "DkvQuorumLost",
+    "DkvQuorumAtRisk",
+    "DkvMemberDown",
+    "DkvNoLeader",
+];
 
 /// The shipped rule groups (the PrometheusRule's `spec`), `for:` shortened,
 /// as a Prometheus rule file (JSON is YAML).
@@ -36,13 +47,20 @@ fn rules_file(dir: &Path) -> std::path::PathBuf {
     let mut shortened = 0;
     for group in spec["groups"].as_array_mut().unwrap() {
         for rule in group["rules"].as_array_mut().unwrap() {
-            if rule.get("for").is_some() {
+            let exercised = rule["alert"]
+                .as_str()
+                .is_some_and(|name| SHORTENED.contains(&name));
+            if exercised && rule.get("for").is_some() {
                 rule["for"] = json!(SHORT_FOR);
                 shortened += 1;
             }
         }
     }
-    assert!(shortened >= 13, "the shipped alerts have their for: fields");
+    assert_eq!(
+        shortened,
+        SHORTENED.len(),
+        "the shipped rules have these alerts"
+    );
     let out = dir.join("dkv-rules.json");
     std::fs::write(&out, serde_json::to_vec_pretty(&spec).unwrap()).unwrap();
     out
