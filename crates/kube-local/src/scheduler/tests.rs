@@ -282,3 +282,182 @@ fn no_nodes() {
     let err = place(&pod("p"), &[], &[]).expect_err("no nodes");
     assert_eq!(err.message(), "no nodes available to schedule pods");
 }
+
+#[test]
+fn schedule_anyway_spread_prefers_the_emptier_zone_but_never_filters() {
+    let nodes = [zoned("a", "zone-a"), zoned("b", "zone-b")];
+    let app = |name: &str, node: &str| on(labelled(pod(name), &[("app", "web")]), node);
+    let mut p = labelled(pod("p"), &[("app", "web")]);
+    if let Some(s) = p.spec.as_mut() {
+        s.topology_spread_constraints = Some(vec![TopologySpreadConstraint {
+            max_skew: 1,
+            topology_key: ZONE.into(),
+            when_unsatisfiable: "ScheduleAnyway".into(),
+            label_selector: Some(selector(&[("app", "web")])),
+            ..TopologySpreadConstraint::default()
+        }]);
+    }
+    // zone-b holds two pods that request nothing, zone-a one that takes half its cpu: spread outweighs resources.
+    let placed = [
+        on(
+            requesting(labelled(pod("x"), &[("app", "web")]), "2", "4Gi"),
+            "a",
+        ),
+        app("y", "b"),
+        app("z", "b"),
+    ];
+    assert_eq!(place(&p, &nodes, &placed).as_deref(), Ok("a"));
+    // Skew far beyond maxSkew still places the pod.
+    let only_b = [zoned("b", "zone-b")];
+    assert_eq!(place(&p, &only_b, &placed[1..]).as_deref(), Ok("b"));
+}
+
+#[test]
+fn a_placed_pods_preferred_anti_affinity_pushes_the_pod_away() {
+    let nodes = [plain("a"), plain("b")];
+    let mut loner = requesting(pod("loner"), "1", "2Gi");
+    if let Some(s) = loner.spec.as_mut() {
+        s.affinity = Some(Affinity {
+            pod_anti_affinity: Some(PodAntiAffinity {
+                preferred_during_scheduling_ignored_during_execution: Some(vec![
+                    WeightedPodAffinityTerm {
+                        weight: 100,
+                        pod_affinity_term: PodAffinityTerm {
+                            label_selector: Some(selector(&[("noisy", "yes")])),
+                            topology_key: HOST.into(),
+                            ..PodAffinityTerm::default()
+                        },
+                    },
+                ]),
+                ..PodAntiAffinity::default()
+            }),
+            ..Affinity::default()
+        });
+    }
+    // Node a holds the loner and is otherwise emptier; the noisy pod still goes to b.
+    let placed = [on(loner, "a"), on(requesting(pod("big"), "2", "4Gi"), "b")];
+    let noisy = labelled(pod("p"), &[("noisy", "yes")]);
+    assert_eq!(place(&noisy, &nodes, &placed).as_deref(), Ok("b"));
+    let quiet = pod("q");
+    assert_eq!(place(&quiet, &nodes, &placed).as_deref(), Ok("a"));
+}
+
+#[test]
+fn a_tolerated_prefer_no_schedule_taint_costs_nothing() {
+    use super::fixtures::toleration;
+    let nodes = [
+        node(
+            "a",
+            &[],
+            vec![taint("spot", "", "PreferNoSchedule")],
+            "4",
+            "8Gi",
+        ),
+        node("b", &[], vec![], "4", "8Gi"),
+    ];
+    let placed = [on(requesting(pod("x"), "1", "1Gi"), "b")];
+    let mut p = pod("p");
+    if let Some(s) = p.spec.as_mut() {
+        s.tolerations = Some(vec![toleration("spot", "Exists", "", "PreferNoSchedule")]);
+    }
+    assert_eq!(place(&p, &nodes, &placed).as_deref(), Ok("a"));
+    assert_eq!(place(&pod("q"), &nodes, &placed).as_deref(), Ok("b"));
+}
+
+#[test]
+fn every_filter_reason_in_one_message() {
+    use super::ClaimFact;
+    use super::fixtures::toleration;
+    use k8s_openapi::api::core::v1::{
+        NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, PersistentVolumeClaimVolumeSource,
+        Volume,
+    };
+    let mut cordoned = zoned("cordoned", "zone-a");
+    if let Some(s) = cordoned.spec.as_mut() {
+        s.unschedulable = Some(true);
+    }
+    let nodes = [
+        cordoned,
+        node(
+            "tainted",
+            &[(ZONE, "zone-a"), ("disk", "ssd")],
+            vec![taint("gpu", "", "NoExecute")],
+            "4",
+            "8Gi",
+        ),
+        node("hdd", &[(ZONE, "zone-a")], vec![], "4", "8Gi"),
+        node(
+            "small",
+            &[(ZONE, "zone-a"), ("disk", "ssd")],
+            vec![],
+            "1",
+            "8Gi",
+        ),
+        node(
+            "elsewhere",
+            &[(ZONE, "zone-b"), ("disk", "ssd")],
+            vec![],
+            "4",
+            "8Gi",
+        ),
+        node("bare", &[("disk", "ssd")], vec![], "4", "8Gi"),
+        node(
+            "crowded",
+            &[(ZONE, "zone-c"), ("disk", "ssd")],
+            vec![],
+            "4",
+            "8Gi",
+        ),
+    ];
+    let mut p = requesting(labelled(pod("p"), &[("app", "db")]), "2", "1Gi");
+    if let Some(s) = p.spec.as_mut() {
+        s.node_selector = Some(super::fixtures::labels(&[("disk", "ssd")]));
+        s.tolerations = Some(vec![toleration("other", "Exists", "", "")]);
+        s.volumes = Some(vec![Volume {
+            name: "data".into(),
+            persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+                claim_name: "data".into(),
+                read_only: None,
+            }),
+            ..Volume::default()
+        }]);
+        s.topology_spread_constraints = Some(vec![TopologySpreadConstraint {
+            max_skew: 1,
+            topology_key: ZONE.into(),
+            when_unsatisfiable: "DoNotSchedule".into(),
+            label_selector: Some(selector(&[("app", "db")])),
+            ..TopologySpreadConstraint::default()
+        }]);
+    }
+    let mut volumes = VolumeFacts::new();
+    volumes.insert(
+        "default",
+        "data",
+        ClaimFact::Bound {
+            node_affinity: Some(NodeSelector {
+                node_selector_terms: vec![NodeSelectorTerm {
+                    match_expressions: Some(vec![NodeSelectorRequirement {
+                        key: ZONE.into(),
+                        operator: "NotIn".into(),
+                        values: Some(vec!["zone-b".into()]),
+                    }]),
+                    match_fields: None,
+                }],
+            }),
+        },
+    );
+    let placed = [
+        on(labelled(pod("x"), &[("app", "db")]), "crowded"),
+        on(labelled(pod("y"), &[("app", "db")]), "crowded"),
+    ];
+    let err = schedule(&p, &nodes, &placed, &volumes).expect_err("nowhere to go");
+    assert_eq!(
+        err.message(),
+        "0/7 nodes are available: 1 Insufficient cpu, 1 node(s) didn't match PersistentVolume's node affinity, \
+         1 node(s) didn't match Pod's node affinity/selector, 1 node(s) didn't match pod topology spread \
+         constraints, 1 node(s) didn't match pod topology spread constraints (missing required label), 1 node(s) \
+         had untolerated taint(s), 1 node(s) were unschedulable. no new claims to deallocate, preemption: 0/7 \
+         nodes are available: 1 No preemption victims found for incoming pod, 6 Preemption is not helpful for \
+         scheduling."
+    );
+}

@@ -74,11 +74,15 @@ fn effective_taints(node: &Node) -> Vec<Taint> {
     taints
 }
 
+/// Whether the pod tolerates every NoSchedule and NoExecute taint of the node.
+pub(crate) fn taints_tolerated(pod: &Pod, node: &Node) -> bool {
+    effective_taints(node)
+        .iter()
+        .all(|t| !matches!(t.effect.as_str(), "NoSchedule" | "NoExecute") || tolerates(pod, t))
+}
+
 pub(super) fn filter(snapshot: &Snapshot<'_>, node: &Node) -> Vec<Reason> {
-    let blocked = effective_taints(node).iter().any(|t| {
-        matches!(t.effect.as_str(), "NoSchedule" | "NoExecute") && !tolerates(snapshot.pod, t)
-    });
-    if blocked {
+    if !taints_tolerated(snapshot.pod, node) {
         vec![Reason::UntoleratedTaint]
     } else {
         vec![]

@@ -4,8 +4,9 @@
 //!
 //! As in kube-scheduler: pods are counted in the pod's namespace, by the constraint's labelSelector (with the pod's
 //! own values of `matchLabelKeys` added), on the nodes that the pod's nodeSelector and required node affinity admit
-//! (the default `nodeAffinityPolicy: Honor`; taints are ignored, the default `nodeTaintsPolicy: Ignore`) and that
-//! carry every constraint's topology key; a node lacking a DoNotSchedule key is rejected as missing the label;
+//! (`nodeAffinityPolicy: Honor`, the default; `Ignore` counts every node), whose taints the pod tolerates only with
+//! `nodeTaintsPolicy: Honor` (the default `Ignore` counts tainted nodes too), and that carry every constraint's
+//! topology key; a node lacking a DoNotSchedule key is rejected as missing the label;
 //! terminating pods are not counted; with fewer domains than `minDomains` the global minimum is 0.
 
 use std::collections::BTreeMap;
@@ -15,6 +16,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
 use super::Snapshot;
 use super::node_affinity::pod_node_affinity_admits;
+use super::taints::taints_tolerated;
 use crate::scheduler::message::Reason;
 use crate::scheduler::selectors::{label_selector_selects, node_labels, pod_labels};
 
@@ -50,17 +52,24 @@ fn effective_selector(
     Some(selector)
 }
 
-/// The nodes whose pods count for the pod's constraints of one kind.
+/// Whether the node's pods count for constraint `c`: it carries the keys of all the pod's constraints of that kind,
+/// and passes the pod's node affinity and taints as the constraint's policies say (Honor and Ignore by default).
 fn counted_node(
     snapshot: &Snapshot<'_>,
     constraints: &[&TopologySpreadConstraint],
+    c: &TopologySpreadConstraint,
     node: &Node,
 ) -> bool {
     let labels = node_labels(node);
-    pod_node_affinity_admits(snapshot.pod, node)
+    let affinity_ok = c.node_affinity_policy.as_deref() == Some("Ignore")
+        || pod_node_affinity_admits(snapshot.pod, node);
+    let taints_ok =
+        c.node_taints_policy.as_deref() != Some("Honor") || taints_tolerated(snapshot.pod, node);
+    affinity_ok
+        && taints_ok
         && constraints
             .iter()
-            .all(|c| labels.contains_key(&c.topology_key))
+            .all(|k| labels.contains_key(&k.topology_key))
 }
 
 /// Matching pods per domain of the constraint, over the counted nodes (every domain of a counted node present, 0
@@ -73,7 +82,7 @@ fn counts_by_domain(
     let selector = effective_selector(snapshot, c);
     let mut counts: BTreeMap<String, i64> = BTreeMap::new();
     for node in snapshot.nodes {
-        if counted_node(snapshot, constraints, node)
+        if counted_node(snapshot, constraints, c, node)
             && let Some(domain) = node_labels(node).get(&c.topology_key)
         {
             counts.entry(domain.clone()).or_default();
@@ -84,7 +93,7 @@ fn counts_by_domain(
             == snapshot.namespace
             && pod.metadata.deletion_timestamp.is_none()
             && label_selector_selects(selector.as_ref(), pod_labels(pod))
-            && counted_node(snapshot, constraints, node);
+            && counted_node(snapshot, constraints, c, node);
         if counts_here && let Some(domain) = node_labels(node).get(&c.topology_key) {
             *counts.entry(domain.clone()).or_default() += 1;
         }
@@ -256,6 +265,82 @@ mod tests {
         let mut p = spread(1, "DoNotSchedule", None);
         if let Some(s) = p.spec.as_mut() {
             s.node_selector = Some(crate::scheduler::fixtures::labels(&[("pool", "db")]));
+        }
+        let snap = Snapshot::new(&p, &nodes, &placed, &volumes);
+        assert!(filter(&snap, &nodes[0]).is_empty());
+    }
+
+    #[test]
+    fn match_label_keys_narrow_the_count_to_the_pods_own_revision() {
+        let nodes = [zoned("a", "zone-a"), zoned("b", "zone-b")];
+        let old =
+            |name: &str, node: &str| on(labelled(pod(name), &[("app", "db"), ("rev", "1")]), node);
+        let placed = [old("x", "a"), old("y", "a")];
+        let volumes = VolumeFacts::new();
+        let mut p = spread(1, "DoNotSchedule", None);
+        p.metadata.labels = Some(crate::scheduler::fixtures::labels(&[
+            ("app", "db"),
+            ("rev", "2"),
+        ]));
+        let snap = Snapshot::new(&p, &nodes, &placed, &volumes);
+        assert_eq!(filter(&snap, &nodes[0]), vec![Reason::TopologySpread]);
+        if let Some(c) = p
+            .spec
+            .as_mut()
+            .and_then(|s| s.topology_spread_constraints.as_mut())
+            .and_then(|cs| cs.first_mut())
+        {
+            c.match_label_keys = Some(vec!["rev".into()]);
+        }
+        let snap = Snapshot::new(&p, &nodes, &placed, &volumes);
+        assert!(filter(&snap, &nodes[0]).is_empty());
+    }
+
+    #[test]
+    fn terminating_pods_are_not_counted() {
+        let nodes = [zoned("a", "zone-a"), zoned("b", "zone-b")];
+        let mut leaving = db("x", "a");
+        leaving.metadata.deletion_timestamp = Some(
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::UNIX_EPOCH),
+        );
+        let placed = [leaving, db("y", "a")];
+        let volumes = VolumeFacts::new();
+        let p = spread(1, "DoNotSchedule", None);
+        let snap = Snapshot::new(&p, &nodes, &placed, &volumes);
+        // One counted pod in zone-a, none in zone-b: a second in zone-a is skew 2.
+        assert_eq!(filter(&snap, &nodes[0]), vec![Reason::TopologySpread]);
+        let placed = [db("y", "b")];
+        let snap = Snapshot::new(&p, &nodes, &placed, &volumes);
+        assert!(filter(&snap, &nodes[0]).is_empty());
+    }
+
+    #[test]
+    fn node_taints_policy_honor_leaves_untolerated_nodes_out_of_the_count() {
+        use crate::scheduler::fixtures::{node, taint};
+        // zone-c exists only on a tainted node; counted, its empty domain makes zone-a too crowded.
+        let nodes = [
+            zoned("a", "zone-a"),
+            zoned("b", "zone-b"),
+            node(
+                "c",
+                &[(ZONE, "zone-c")],
+                vec![taint("gpu", "", "NoSchedule")],
+                "4",
+                "8Gi",
+            ),
+        ];
+        let placed = [db("x", "a"), db("y", "b")];
+        let volumes = VolumeFacts::new();
+        let mut p = spread(1, "DoNotSchedule", None);
+        let snap = Snapshot::new(&p, &nodes, &placed, &volumes);
+        assert_eq!(filter(&snap, &nodes[0]), vec![Reason::TopologySpread]);
+        if let Some(c) = p
+            .spec
+            .as_mut()
+            .and_then(|s| s.topology_spread_constraints.as_mut())
+            .and_then(|cs| cs.first_mut())
+        {
+            c.node_taints_policy = Some("Honor".into());
         }
         let snap = Snapshot::new(&p, &nodes, &placed, &volumes);
         assert!(filter(&snap, &nodes[0]).is_empty());
