@@ -8,6 +8,12 @@
 //!
 //! Nothing here reads the API or the clock: the caller hands in a snapshot (the kubelet's caches, or fixtures in the
 //! tests) and binds, records the Event and sets `PodScheduled` itself.
+//!
+//! Not modelled: preemption (the message reports what kube-scheduler reports when no lower-priority pod could make
+//! room, so a pod of higher priority waits where kube-scheduler would evict), `preemptionPolicy: Never`'s own
+//! wording, NodePorts, the system default spread constraints kube-scheduler applies to pods without any, volume
+//! limits, zones and restrictions beyond bound-volume node affinity, dynamic resource claims, scheduling gates and
+//! `schedulerName` (the caller decides which pods are ours), and ImageLocality.
 
 mod filters;
 mod message;

@@ -11,6 +11,8 @@ pub enum ClaimFact {
     /// Not bound yet. Claims of `WaitForFirstConsumer` classes wait for the pod to be placed, so they impose nothing
     /// on the node; the binder follows the scheduler's choice.
     Unbound,
+    /// Not bound yet, of a class that binds immediately: kube-scheduler waits for the binder and rejects every node.
+    UnboundImmediate,
     /// Bound to a PersistentVolume; `node_affinity` is that volume's `spec.nodeAffinity.required`, if any.
     Bound { node_affinity: Option<NodeSelector> },
 }

@@ -1,6 +1,6 @@
 //! VolumeBinding, as far as placement needs it: every claim the pod mounts must exist, and a claim bound to a
-//! PersistentVolume with node affinity keeps the pod on the nodes that volume admits. Unbound claims
-//! (`WaitForFirstConsumer`) impose nothing: they follow the pod.
+//! PersistentVolume with node affinity keeps the pod on the nodes that volume admits. Unbound `WaitForFirstConsumer`
+//! claims impose nothing: they follow the pod; unbound `Immediate` ones hold the pod until the binder has bound them.
 
 use k8s_openapi::api::core::v1::Node;
 
@@ -19,11 +19,19 @@ fn claim_names<'a>(snapshot: &Snapshot<'a>) -> impl Iterator<Item = &'a str> {
         .map(|c| c.claim_name.as_str())
 }
 
-/// The reason every node is rejected before any is looked at: a claim that does not exist.
+/// The reason every node is rejected before any is looked at: a claim that does not exist, or one that waits for
+/// immediate binding.
 pub(super) fn prefilter(snapshot: &Snapshot<'_>) -> Option<String> {
-    claim_names(snapshot)
+    if let Some(missing) = claim_names(snapshot)
         .find(|name| snapshot.volumes.claim(snapshot.namespace, name).is_none())
-        .map(|name| format!("persistentvolumeclaim \"{name}\" not found"))
+    {
+        return Some(format!("persistentvolumeclaim \"{missing}\" not found"));
+    }
+    claim_names(snapshot)
+        .any(|name| {
+            snapshot.volumes.claim(snapshot.namespace, name) == Some(&ClaimFact::UnboundImmediate)
+        })
+        .then(|| "pod has unbound immediate PersistentVolumeClaims".to_string())
 }
 
 pub(super) fn filter(snapshot: &Snapshot<'_>, node: &Node) -> Vec<Reason> {
@@ -120,6 +128,19 @@ mod tests {
         assert_eq!(
             prefilter(&snap).as_deref(),
             Some("persistentvolumeclaim \"data\" not found")
+        );
+    }
+
+    #[test]
+    fn an_unbound_immediate_claim_holds_the_pod() {
+        let nodes = [plain("a")];
+        let mut volumes = VolumeFacts::new();
+        volumes.insert("default", "data", ClaimFact::UnboundImmediate);
+        let p = mounting(&["data"]);
+        let snap = Snapshot::new(&p, &nodes, &[], &volumes);
+        assert_eq!(
+            prefilter(&snap).as_deref(),
+            Some("pod has unbound immediate PersistentVolumeClaims")
         );
     }
 }
