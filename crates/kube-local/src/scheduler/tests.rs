@@ -97,10 +97,9 @@ fn dkv_members_all_fit_on_one_node() {
 #[test]
 fn the_aggregated_message_for_mixed_reasons() {
     let mut cordoned = plain("node-1");
-    cordoned
-        .spec
-        .iter_mut()
-        .for_each(|s| s.unschedulable = Some(true));
+    if let Some(s) = cordoned.spec.as_mut() {
+        s.unschedulable = Some(true);
+    }
     let nodes = [cordoned, plain("node-2"), plain("node-3")];
     let placed = [
         on(labelled(pod("x"), &[("app", "db")]), "node-2"),
@@ -169,13 +168,13 @@ fn insufficient_resources_beyond_allocatable_are_not_helped_by_preemption() {
 fn a_named_node_is_kept_and_a_missing_one_is_reported() {
     let nodes = [plain("a"), plain("b")];
     let mut p = pod("p");
-    p.spec
-        .iter_mut()
-        .for_each(|s| s.node_name = Some("b".into()));
+    if let Some(s) = p.spec.as_mut() {
+        s.node_name = Some("b".into());
+    }
     assert_eq!(place(&p, &nodes, &[]).as_deref(), Ok("b"));
-    p.spec
-        .iter_mut()
-        .for_each(|s| s.node_name = Some("gone".into()));
+    if let Some(s) = p.spec.as_mut() {
+        s.node_name = Some("gone".into());
+    }
     let err = place(&p, &nodes, &[]).expect_err("no such node");
     assert!(
         err.message().starts_with(

@@ -21,9 +21,9 @@ mod tests {
     #[test]
     fn only_the_named_node_passes() {
         let mut p = pod("p");
-        p.spec
-            .iter_mut()
-            .for_each(|s| s.node_name = Some("b".into()));
+        if let Some(s) = p.spec.as_mut() {
+            s.node_name = Some("b".into());
+        }
         let nodes = [plain("a"), plain("b")];
         let volumes = VolumeFacts::new();
         let snap = Snapshot::new(&p, &nodes, &[], &volumes);

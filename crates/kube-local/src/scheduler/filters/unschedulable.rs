@@ -36,10 +36,9 @@ mod tests {
     #[test]
     fn a_cordoned_node_is_rejected_unless_tolerated() {
         let mut cordoned = plain("a");
-        cordoned
-            .spec
-            .iter_mut()
-            .for_each(|s| s.unschedulable = Some(true));
+        if let Some(s) = cordoned.spec.as_mut() {
+            s.unschedulable = Some(true);
+        }
         let nodes = [cordoned, plain("b")];
         let volumes = VolumeFacts::new();
         let p = pod("p");
