@@ -704,6 +704,7 @@ fn a_member_being_replaced_in_the_middle_keeps_the_highest_pod() {
         leader: ordinal == 0,
         raft_index: 10,
         version: None,
+        cluster_id: 7,
     };
     // orders-1 lost its volume and was removed; it is not re-added yet.
     let view = MembershipView {
