@@ -74,7 +74,7 @@ pub fn decide(dkv: &DistributedKV, facts: &Facts<'_>) -> State {
         }
         return State::Waiting(inconsistency(facts).unwrap_or_default());
     }
-    if (at_zero || recorded_waking(dkv)) && (at_zero || !all_healthy(facts)) {
+    if at_zero || (recorded_waking(dkv) && !all_healthy(facts)) {
         State::Waking
     } else {
         State::Awake
@@ -172,4 +172,241 @@ pub fn stopped_plan(mut plan: Plan) -> Plan {
     plan.step = Step::Converged;
     plan.hibernated = true;
     plan
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::membership::{ObservedPod, WaitReason};
+    use crate::cluster::membership_record::{ClusterState, MembershipRecord, RecordedMember};
+    use dkv_api::distributedkv::v1beta1::OperationKind;
+
+    fn record() -> MembershipRecord {
+        MembershipRecord {
+            state: ClusterState::Existing,
+            members: (0..3)
+                .map(|i| RecordedMember {
+                    name: format!("orders-{i}"),
+                    peer_url: format!("http://orders-{i}.orders-peer.shop.svc:2380"),
+                    started: true,
+                })
+                .collect(),
+            epoch: None,
+            recover_from: None,
+        }
+    }
+
+    fn plan(step: Step) -> Plan {
+        Plan {
+            replicas: 3,
+            bootstrap_size: 3,
+            creating: false,
+            record: record(),
+            step,
+            restore: None,
+            replay: None,
+            replayed: None,
+            tls_serial: None,
+            hibernated: false,
+        }
+    }
+
+    fn member(ordinal: i32, healthy: bool) -> ObservedMember {
+        ObservedMember {
+            id: 100 + ordinal as u64,
+            ordinal,
+            learner: false,
+            started: true,
+            healthy,
+            reachable: healthy,
+            leader: ordinal == 0,
+            raft_index: 10,
+            version: None,
+            cluster_id: 7,
+        }
+    }
+
+    fn pod(ordinal: i32) -> MemberPod {
+        MemberPod {
+            view: ObservedPod {
+                ordinal,
+                ready: true,
+                data_lost: false,
+                version: None,
+                init_done: true,
+                forced_new_cluster: false,
+                init_refused: false,
+                restored: false,
+                tls_serial: None,
+                revision: None,
+            },
+            endpoint: Some(format!("http://10.0.0.{ordinal}:2379")),
+            restore_failure: None,
+            problem: None,
+            bootstrap_size: Some(3),
+        }
+    }
+
+    fn statefulset(replicas: i32) -> StatefulSet {
+        let mut sts = StatefulSet::default();
+        sts.spec.replicas = Some(replicas);
+        sts
+    }
+
+    fn cluster(phase: Option<Phase>) -> DistributedKV {
+        let mut dkv: DistributedKV = serde_json::from_value(serde_json::json!({
+            "apiVersion": "dkv.io/v1beta1", "kind": "DistributedKV",
+            "metadata": {"name": "orders", "namespace": "shop"},
+            "spec": {"size": 3, "image": "registry.k8s.io/etcd:3.5.16-0"},
+        }))
+        .unwrap_or_else(|e| panic!("{e}"));
+        dkv.status = phase.map(
+            |phase| dkv_api::distributedkv::v1beta1::DistributedKVStatus {
+                phase: Some(phase),
+                ..Default::default()
+            },
+        );
+        dkv
+    }
+
+    struct Case<'a> {
+        wanted: bool,
+        replicas: i32,
+        operation: Option<&'a Operation>,
+        step: Step,
+        members: Vec<ObservedMember>,
+        pods: Vec<MemberPod>,
+        phase: Option<Phase>,
+    }
+
+    fn decide_case(case: Case<'_>) -> State {
+        let sts = statefulset(case.replicas);
+        let plan = plan(case.step);
+        decide(
+            &cluster(case.phase),
+            &Facts {
+                cluster: "orders",
+                wanted: case.wanted,
+                statefulset: Some(&sts),
+                operation: case.operation,
+                plan: &plan,
+                members: (!case.members.is_empty()).then_some(case.members.as_slice()),
+                pods: &case.pods,
+            },
+        )
+    }
+
+    fn healthy() -> Case<'static> {
+        Case {
+            wanted: true,
+            replicas: 3,
+            operation: None,
+            step: Step::Converged,
+            members: (0..3).map(|i| member(i, true)).collect(),
+            pods: (0..3).map(pod).collect(),
+            phase: Some(Phase::Running),
+        }
+    }
+
+    #[test]
+    fn a_healthy_idle_cluster_stops_at_once() {
+        assert_eq!(decide_case(healthy()), State::Stopping { left: 3 });
+    }
+
+    #[test]
+    fn hibernation_waits_for_an_operation_a_step_or_a_sick_member() {
+        let op = Operation {
+            kind: OperationKind::AddLearner,
+            target: "orders-3".into(),
+            started_at: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                jiff::Timestamp::UNIX_EPOCH,
+            ),
+        };
+        let pinned = decide_case(Case {
+            operation: Some(&op),
+            ..healthy()
+        });
+        assert!(
+            matches!(&pinned, State::Waiting(why) if why.contains("AddLearner of orders-3")),
+            "{pinned:?}"
+        );
+        let due = decide_case(Case {
+            step: Step::Wait(WaitReason::TemplatePending),
+            ..healthy()
+        });
+        assert!(
+            matches!(&due, State::Waiting(why) if why.contains("next step")),
+            "{due:?}"
+        );
+        let sick = decide_case(Case {
+            members: vec![member(0, true), member(1, false), member(2, true)],
+            ..healthy()
+        });
+        assert!(
+            matches!(&sick, State::Waiting(why) if why.contains("orders-1")),
+            "{sick:?}"
+        );
+        let unseen = decide_case(Case {
+            members: vec![],
+            ..healthy()
+        });
+        assert!(matches!(unseen, State::Waiting(_)), "{unseen:?}");
+    }
+
+    #[test]
+    fn at_zero_replicas_the_members_stop_then_are_hibernated_whatever_etcd_says() {
+        // Pods still terminating: stopping, not a lost quorum.
+        let stopping = decide_case(Case {
+            replicas: 0,
+            members: vec![member(0, false)],
+            pods: vec![pod(0)],
+            ..healthy()
+        });
+        assert_eq!(stopping, State::Stopping { left: 1 });
+        let stopped = decide_case(Case {
+            replicas: 0,
+            members: vec![],
+            pods: vec![],
+            ..healthy()
+        });
+        assert_eq!(stopped, State::Hibernated);
+        assert!(stopped.stopped());
+        let plan = stopped_plan(plan(Step::Wait(WaitReason::EtcdUnreachable)));
+        assert_eq!((plan.replicas, &plan.step), (0, &Step::Converged));
+        assert!(plan.hibernated);
+        assert_eq!(plan.record, record(), "the membership record is kept");
+    }
+
+    #[test]
+    fn waking_lasts_until_every_member_is_healthy_again() {
+        let at_zero = decide_case(Case {
+            wanted: false,
+            replicas: 0,
+            members: vec![],
+            pods: vec![],
+            phase: Some(Phase::Hibernated),
+            ..healthy()
+        });
+        assert_eq!(at_zero, State::Waking);
+        let starting = decide_case(Case {
+            wanted: false,
+            members: vec![member(0, true), member(1, false), member(2, false)],
+            phase: Some(Phase::Hibernated),
+            ..healthy()
+        });
+        assert_eq!(starting, State::Waking);
+        let back = decide_case(Case {
+            wanted: false,
+            phase: Some(Phase::Hibernated),
+            ..healthy()
+        });
+        assert_eq!(back, State::Awake);
+        // A cluster that never hibernated is simply awake, sick or not.
+        let never = decide_case(Case {
+            wanted: false,
+            members: vec![member(0, true), member(1, false), member(2, true)],
+            ..healthy()
+        });
+        assert_eq!(never, State::Awake);
+    }
 }

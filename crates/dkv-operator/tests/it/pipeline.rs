@@ -1238,3 +1238,34 @@ fn a_formed_cluster_whose_statefulset_is_gone_gets_it_back_unchanged_not_bootstr
         "the same pod template: the adopted pods do not restart"
     );
 }
+
+#[test]
+fn a_hibernated_plan_runs_no_member_suspends_backups_and_keeps_the_budget() {
+    use dkv_operator::cluster::hibernation;
+    use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+
+    let (cluster, plan, awake) = prepare(&fixture("full"));
+    assert_eq!(awake.backup_cronjob.as_ref().unwrap().spec.suspend, None);
+    let stopped = hibernation::stopped_plan(plan.clone());
+    let prepared = build::build(&cluster, &stopped);
+    assert_eq!(prepared.statefulset.spec.replicas, Some(0));
+    assert_eq!(
+        prepared.backup_cronjob.as_ref().unwrap().spec.suspend,
+        Some(true)
+    );
+    assert_eq!(
+        prepared.pdb.spec.as_ref().unwrap().min_available,
+        awake.pdb.spec.as_ref().unwrap().min_available,
+        "the budget of the members that come back"
+    );
+    assert_ne!(
+        prepared.pdb.spec.as_ref().unwrap().min_available,
+        Some(IntOrString::Int(1))
+    );
+    // The same template and membership record: waking starts the same pods.
+    assert_eq!(
+        prepared.statefulset.spec.template,
+        awake.statefulset.spec.template
+    );
+    assert_eq!(prepared.members, awake.members);
+}

@@ -208,7 +208,6 @@ pub fn build(cluster: &ValidatedCluster, hibernated: bool) -> Option<CronJob> {
                 }),
                 spec: Some(agent_job_spec(labels, container, agent_volumes(&run), 2)),
             },
-            ..CronJobSpec::default()
         },
         status: None,
     })
