@@ -333,6 +333,7 @@ async fn validate_backup(
     let target = match api.get_opt(cluster).await {
         Ok(Some(found)) => BackupTarget::Found {
             has_destination: found.spec.backup.is_some(),
+            hibernated: found.spec.hibernation,
         },
         Ok(None) => BackupTarget::Missing,
         Err(err) => {

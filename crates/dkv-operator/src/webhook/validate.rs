@@ -296,6 +296,9 @@ pub enum BackupTarget {
     /// says where backups go.
     Found {
         has_destination: bool,
+        /// Its `spec.hibernation` is on: no member runs (or will run) to
+        /// take the backup.
+        hibernated: bool,
     },
     Missing,
 }
@@ -320,7 +323,20 @@ pub fn review_backup(backup: &DistributedKVBackup, target: &BackupTarget) -> Ver
             ),
         ),
         BackupTarget::Found {
+            hibernated: true, ..
+        } => verdict.deny(
+            "spec.cluster",
+            hibernated_message(
+                &format!(
+                    "{}/{cluster}",
+                    backup.namespace().unwrap_or_default()
+                ),
+                "back it up",
+            ),
+        ),
+        BackupTarget::Found {
             has_destination: false,
+            ..
         } if backup.spec.destination.is_none() => verdict.deny(
             "spec.destination",
             format!(
@@ -588,6 +604,38 @@ mod tests {
         );
         let verdict = update(&old, &hibernating(3, ETCD_35, true, serde_json::json!({})));
         assert!(verdict.allowed(), "{}", verdict.message());
+    }
+
+    #[test]
+    fn a_hibernated_cluster_takes_no_on_demand_backup() {
+        let backup: DistributedKVBackup = serde_json::from_value(serde_json::json!({
+            "apiVersion": "dkv.io/v1alpha1", "kind": "DistributedKVBackup",
+            "metadata": {"name": "orders-now", "namespace": "shop"},
+            "spec": {"cluster": "orders"},
+        }))
+        .unwrap_or_else(|e| panic!("{e}"));
+        let verdict = review_backup(
+            &backup,
+            &BackupTarget::Found {
+                has_destination: true,
+                hibernated: true,
+            },
+        );
+        assert!(
+            verdict.message().contains(
+                "spec.cluster: cluster shop/orders is hibernated; wake it first (spec.hibernation: false), then back it up"
+            ),
+            "{}",
+            verdict.message()
+        );
+        let awake = review_backup(
+            &backup,
+            &BackupTarget::Found {
+                has_destination: true,
+                hibernated: false,
+            },
+        );
+        assert!(awake.allowed(), "{}", awake.message());
     }
 
     #[test]

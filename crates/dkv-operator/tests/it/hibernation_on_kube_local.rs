@@ -4,7 +4,8 @@
 //! kept, backups suspended) and the status says `Hibernated` without a
 //! fault; scaling, upgrading and backup edits are refused through the real
 //! `kubectl` with the way out; waking brings back the same members (IDs and
-//! cluster ID) on their data, and no acknowledged write is lost.
+//! cluster ID) on their data, and no acknowledged write is lost. And with a
+//! member hung, hibernation waits (saying for what) until it is back.
 
 use std::process::Output;
 use std::time::{Duration, Instant};
@@ -15,7 +16,7 @@ use dkv_api::distributedkv::v1beta1::Phase;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::CronJob;
 use k8s_openapi::api::core::v1::{Event, PersistentVolumeClaim, Pod};
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 
 use dkv_test_support as support;
@@ -239,6 +240,22 @@ async fn a_hibernated_cluster_wakes_with_the_same_members_and_no_acknowledged_wr
         ],
         "spec.backup",
     );
+    let on_demand: dkv_api::DistributedKVBackup = serde_json::from_value(json!({
+        "apiVersion": "dkv.io/v1alpha1", "kind": "DistributedKVBackup",
+        "metadata": {"name": "orders-now", "namespace": NS},
+        "spec": {"cluster": "orders"},
+    }))
+    .unwrap();
+    let refused_backup = Api::<dkv_api::DistributedKVBackup>::namespaced(client.clone(), NS)
+        .create(&PostParams::default(), &on_demand)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        refused_backup
+            .contains("is hibernated; wake it first (spec.hibernation: false), then back it up"),
+        "{refused_backup}"
+    );
     let labelled = kubectl(&env, &["label", "dkv", "orders", "team=shop"]);
     assert!(
         labelled.status.success(),
@@ -309,5 +326,61 @@ async fn a_hibernated_cluster_wakes_with_the_same_members_and_no_acknowledged_wr
     .await;
     let report = writer.stop().await;
     assert_no_write_lost(&client, NS, &report).await;
+    operator.stop().await;
+}
+
+/// Hibernation waits for a consistent point: with a member hung, the
+/// cluster keeps running and says what it waits for; once the member is
+/// back, it stops.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn hibernation_waits_while_a_member_is_unhealthy() {
+    const NS: &str = "hibernation-wait";
+    let (env, client, operator) = support::running_operator(NS).await;
+    let dkvs = support::create_cluster(&client, NS, "orders", 3, IMAGE, json!({})).await;
+    wait_settled(&dkvs, "orders", 3).await;
+    let kubelet = env.kubelet().unwrap();
+    kubelet.pause_container(NS, "orders-1", "etcd").unwrap();
+    wait_for(&dkvs, "orders", "orders-1 seen unhealthy", |d| {
+        d.status
+            .iter()
+            .flat_map(|s| &s.members)
+            .any(|m| m.name == "orders-1" && !m.healthy)
+    })
+    .await;
+
+    dkvs.patch(
+        "orders",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"hibernation": true}})),
+    )
+    .await
+    .unwrap();
+    wait_for(&dkvs, "orders", "hibernation waiting for orders-1", |d| {
+        condition_reason(d, types::PROGRESSING, "True").as_deref() == Some(reasons::HIBERNATING)
+            && support::etcd_cluster::condition_message(d, types::PROGRESSING, Some("True"))
+                .contains("orders-1")
+    })
+    .await;
+    // It stays so while the member hangs: every pod runs, nothing stops.
+    let statefulsets: Api<StatefulSet> = Api::namespaced(client.clone(), NS);
+    for _ in 0..4 {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let sts = statefulsets.get("orders").await.unwrap();
+        assert_eq!(sts.spec.replicas, Some(3), "no member stops yet");
+        let d = dkvs.get("orders").await.unwrap();
+        assert_ne!(d.status.and_then(|s| s.phase), Some(Phase::Hibernated));
+    }
+    let d = dkvs.get("orders").await.unwrap();
+    eprintln!(
+        "[{NS}] while orders-1 hangs: {}",
+        support::etcd_cluster::condition_message(&d, types::PROGRESSING, None)
+    );
+
+    kubelet.resume_container(NS, "orders-1", "etcd").unwrap();
+    let took = wait_for(&dkvs, "orders", "phase Hibernated", |d| {
+        d.status.as_ref().and_then(|s| s.phase) == Some(Phase::Hibernated)
+    })
+    .await;
+    eprintln!("[{NS}] orders-1 back -> hibernated after {took:?}");
     operator.stop().await;
 }
