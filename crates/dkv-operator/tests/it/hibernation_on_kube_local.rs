@@ -82,6 +82,7 @@ async fn a_hibernated_cluster_wakes_with_the_same_members_and_no_acknowledged_wr
     let operator = support::RunningOperator::start_with(client.clone(), args);
     support::wait_until_admission_answers(&client, NS).await;
 
+    let store = tempfile::tempdir().unwrap();
     let dkvs = support::create_cluster(
         &client,
         NS,
@@ -91,7 +92,11 @@ async fn a_hibernated_cluster_wakes_with_the_same_members_and_no_acknowledged_wr
         // Plaintext (the defaulting webhook would turn TLS on): the writer
         // speaks plain gRPC.
         json!({
-            "backup": {"destination": {"uri": "s3://bucket/dkv/"}, "schedule": "@daily"},
+            "backup": {
+                "destination": {"uri": format!("file://{}/", store.path().display())},
+                "schedule": "@daily",
+                "continuous": {"enabled": true, "interval": "1s"},
+            },
             "tls": {"peer": {"mode": "Disabled"}, "client": {"mode": "Disabled"}},
         }),
     )
@@ -115,6 +120,17 @@ async fn a_hibernated_cluster_wakes_with_the_same_members_and_no_acknowledged_wr
         Duration::from_millis(200),
         async || (writer.acknowledged().await >= 20).then_some(()),
     )
+    .await;
+
+    let recorded = |d: &DistributedKV| {
+        d.status
+            .as_ref()
+            .and_then(|s| s.continuous_backup.clone())
+            .unwrap_or_default()
+    };
+    wait_for(&dkvs, "orders", "continuous backup recording", |d| {
+        recorded(d).newest.is_some_and(|p| p.revision > 10)
+    })
     .await;
 
     // Hibernate.
@@ -299,6 +315,19 @@ async fn a_hibernated_cluster_wakes_with_the_same_members_and_no_acknowledged_wr
     let status = awake.status.clone().unwrap();
     assert_eq!(status.cluster_id, cluster_id, "the same cluster");
     assert_eq!(status.phase, Some(Phase::Running));
+    // Continuous backup goes on in the same chain: nothing was missed.
+    let chain_before = recorded(&hibernated).chain;
+    let newest_before = recorded(&hibernated).newest.map_or(0, |p| p.revision);
+    let took = wait_for(&dkvs, "orders", "continuous backup recording again", |d| {
+        recorded(d)
+            .newest
+            .is_some_and(|p| p.revision > newest_before + 5)
+    })
+    .await;
+    let window = recorded(&dkvs.get("orders").await.unwrap());
+    assert_eq!(window.chain, chain_before, "the same chain: {window:?}");
+    assert!(window.gaps.is_empty(), "no gap: {window:?}");
+    eprintln!("continuous backup recording again after {took:?}: {window:?}");
     let awake_events = support::wait::eventually(
         "an Awake Event",
         Duration::from_secs(30),
