@@ -117,6 +117,8 @@ kubectl wait --for=condition=Available dkv/smoke --timeout=180s
 kubectl get secret smoke-tls-client >/dev/null
 
 step "kubectl dkv status (the installed plugin)"
+# Available comes with a quorum; the page is checked with every member up.
+kubectl wait --for=jsonpath='{.status.readyReplicas}'=3 dkv/smoke --timeout=180s
 kubectl dkv status smoke | tee "$WORK/status.txt"
 grep -q "3/3 ready" "$WORK/status.txt"
 grep -q "RAFT INDEX" "$WORK/status.txt"

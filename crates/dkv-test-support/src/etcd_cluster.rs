@@ -55,6 +55,8 @@ pub async fn connect(endpoints: Vec<String>) -> Option<etcd_client::Client> {
 /// What the writer did.
 #[derive(Debug, Clone)]
 pub struct WriterReport {
+    /// The cluster written to.
+    pub cluster: String,
     /// Sequence numbers etcd acknowledged, in order.
     pub acked: Vec<u64>,
     /// Attempts that failed (each was retried).
@@ -66,6 +68,7 @@ pub struct WriterReport {
 /// Writes `key-00000`, `key-00001`, ... one after the other through the
 /// members' client URLs, each retried until etcd acknowledges it.
 pub struct Writer {
+    cluster: String,
     stop: Arc<AtomicBool>,
     acked: Arc<Mutex<Vec<u64>>>,
     task: tokio::task::JoinHandle<(u64, Duration)>,
@@ -82,7 +85,12 @@ impl Writer {
             stop.clone(),
             acked.clone(),
         ));
-        Self { stop, acked, task }
+        Self {
+            cluster: cluster.to_owned(),
+            stop,
+            acked,
+            task,
+        }
     }
 
     /// How many writes have been acknowledged so far.
@@ -95,6 +103,7 @@ impl Writer {
         let (failures, longest_gap) = self.task.await.unwrap();
         let acked = self.acked.lock().await.clone();
         WriterReport {
+            cluster: self.cluster,
             acked,
             failures,
             longest_gap,
@@ -370,7 +379,7 @@ pub async fn is_learner(client: &Client, ns: &str, cluster: &str, name: &str) ->
 /// Reads back every write the writer had acknowledged and fails the test if
 /// any is missing (or if the writer barely wrote), printing the numbers.
 pub async fn assert_no_write_lost(client: &Client, ns: &str, report: &WriterReport) {
-    let lost = lost_writes(client, ns, "orders", &report.acked).await;
+    let lost = lost_writes(client, ns, &report.cluster, &report.acked).await;
     eprintln!(
         "[{ns}] writer: {} acknowledged, {} failed attempts, longest gap {:?}, {} lost",
         report.acked.len(),

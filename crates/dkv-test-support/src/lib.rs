@@ -148,6 +148,15 @@ impl RunningOperator {
         Self::start_with(client, operator_args(leader_election))
     }
 
+    /// Without leader election, its plaintext `/metrics` on a free port of
+    /// 127.0.0.1 (returned), as a scraper reaches it.
+    pub fn start_with_metrics(client: Client) -> (Self, std::net::SocketAddr) {
+        let metrics = std::net::SocketAddr::from(([127, 0, 0, 1], free_port()));
+        let mut args = operator_args(false);
+        args.endpoints.metrics_addr = metrics;
+        (Self::start_with(client, args), metrics)
+    }
+
     pub fn start_with(client: Client, args: OperatorArgs) -> Self {
         secret_scan::capture_operator_log();
         let (stop, stop_rx) = watch::channel(false);

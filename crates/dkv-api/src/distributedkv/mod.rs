@@ -177,6 +177,9 @@ macro_rules! distributedkv_spec {
             /// `storage` are refused; hibernating and scaling in one edit too.
             #[serde(default, skip_serializing_if = "std::ops::Not::not")]
             pub hibernation: bool,
+            /// Routine care of the members' data: scheduled defragmentation.
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub maintenance: Option<MaintenanceSpec>,
         }
     };
 }

@@ -130,6 +130,39 @@ pub struct BackupSpec {
     pub final_backup_on_delete: Option<bool>,
 }
 
+/// Routine care of the members' data.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct MaintenanceSpec {
+    /// Scheduled defragmentation: etcd's database file keeps the space that
+    /// compaction frees until the member is defragmented.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub defrag: Option<DefragSpec>,
+}
+
+/// When and how much to defragment.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct DefragSpec {
+    /// When to look (cron, five fields, UTC, as a CronJob's schedule), e.g.
+    /// `0 3 * * *`. At each run every member whose database file is
+    /// fragmented past `thresholdPercent` is defragmented, one at a time,
+    /// followers first and the leader last, and only while every member is
+    /// healthy and no other operation is under way (a run that finds the
+    /// cluster busy waits until it is not).
+    #[schemars(length(min = 1))]
+    pub schedule: String,
+    /// Defragment a member only when at least this share of its database
+    /// file is free space: (DB size - DB size in use) / DB size, in percent.
+    #[serde(default = "default_defrag_threshold_percent")]
+    #[schemars(range(min = 1, max = 99))]
+    pub threshold_percent: i32,
+}
+
+fn default_defrag_threshold_percent() -> i32 {
+    25
+}
+
 /// etcd authentication.
 #[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]
@@ -463,6 +496,10 @@ pub struct DistributedKVStatus {
     /// When the newest completed backup finished.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_backup_time: Option<Time>,
+    /// When the last scheduled defragmentation run (`spec.maintenance.defrag`)
+    /// finished.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_defrag_time: Option<Time>,
     /// The newest completed backup: the one `RestoreFromBackup` recovery
     /// would use.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -19,10 +19,10 @@ use serde::{Deserialize, Serialize};
 
 pub use super::v1alpha1::{
     AuthSpec, AutoCompactionMode, BackupArtifactRef, BackupEncryption, BootstrapSpec,
-    ContinuousBackupStatus, DistributedKVStatus, EtcdTuning, IssuerReference, KeySecretReference,
-    MemberStatus, Operation, OperationKind, Phase, PodOverrides, PointInTime, ReclaimPolicy,
-    RecoveryPoint, RecoveryPolicy, RecoverySpec, RestoreSource, RevisionGap, SecretReference,
-    StorageSpec, TlsMode, TlsSpec, TlsTransport,
+    ContinuousBackupStatus, DefragSpec, DistributedKVStatus, EtcdTuning, IssuerReference,
+    KeySecretReference, MaintenanceSpec, MemberStatus, Operation, OperationKind, Phase,
+    PodOverrides, PointInTime, ReclaimPolicy, RecoveryPoint, RecoveryPolicy, RecoverySpec,
+    RestoreSource, RevisionGap, SecretReference, StorageSpec, TlsMode, TlsSpec, TlsTransport,
 };
 
 distributedkv_spec!("v1beta1", BackupSpec);

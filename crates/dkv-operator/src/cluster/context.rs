@@ -40,6 +40,9 @@ pub struct Context {
     /// Consecutive transient failures per cluster, for exponential backoff;
     /// cleared by a successful reconcile.
     failures: Mutex<HashMap<ObjectRef<DistributedKV>, u32>>,
+    /// When each cluster last recovered from NOSPACE (this process's
+    /// memory: a restart allows one more recovery at once).
+    space_reclaimed: Mutex<HashMap<ObjectRef<DistributedKV>, jiff::Timestamp>>,
 }
 
 impl Context {
@@ -63,6 +66,7 @@ impl Context {
             certificate_lifetime: CertificateLifetime::default(),
             verified_templates: super::apply::VerifiedTemplates::default(),
             failures: Mutex::default(),
+            space_reclaimed: Mutex::default(),
         }
     }
 
@@ -102,6 +106,22 @@ impl Context {
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
             .remove(obj);
+    }
+
+    pub fn record_space_reclaimed(&self, obj: &ObjectRef<DistributedKV>, at: jiff::Timestamp) {
+        self.space_reclaimed
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .insert(obj.clone(), at);
+    }
+
+    /// When the cluster last recovered from NOSPACE, if this process did it.
+    pub fn space_reclaimed_at(&self, obj: &ObjectRef<DistributedKV>) -> Option<jiff::Timestamp> {
+        self.space_reclaimed
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .get(obj)
+            .copied()
     }
 }
 

@@ -67,6 +67,12 @@ pub enum Error {
         source: kube::Error,
     },
 
+    /// NOSPACE came back soon after dkv recovered from it: the live data
+    /// itself fills the quota, and compacting and defragmenting again would
+    /// only block the members.
+    #[error("{message}")]
+    NoSpaceRecurring { message: String },
+
     /// `spec.bootstrap.restore` names a backup that cannot be restored (yet).
     #[error("{message}")]
     RestoreSource {
@@ -195,7 +201,8 @@ impl Error {
             Error::InvalidSpec(_)
             | Error::MissingNamespace
             | Error::FinalBackupFailed { .. }
-            | Error::FinalBackupWhileHibernated { .. } => Category::Permanent,
+            | Error::FinalBackupWhileHibernated { .. }
+            | Error::NoSpaceRecurring { .. } => Category::Permanent,
             Error::CacheNotReady { .. }
             | Error::CleanupWaiting { .. }
             | Error::Recreating { .. } => Category::Waiting,
@@ -242,6 +249,7 @@ impl Error {
             Error::Apply { .. }
             | Error::Delete { .. }
             | Error::Etcd { .. }
+            | Error::NoSpaceRecurring { .. }
             | Error::Recreating { .. } => "apply",
             Error::TlsCaMissing { .. }
             | Error::SecretInvalid { .. }

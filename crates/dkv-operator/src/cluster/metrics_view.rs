@@ -10,10 +10,6 @@ use crate::metrics::{ClusterView, MemberView};
 
 use super::status::Seen;
 
-/// How many runs of a schedule are looked at for its longest gap: enough
-/// for any weekly pattern with a few runs a day.
-const RUNS_EXAMINED: usize = 64;
-
 pub fn view(
     dkv: &DistributedKV,
     status: Option<&DistributedKVStatus>,
@@ -61,59 +57,9 @@ pub fn view(
             .map(|(secret, not_after)| (secret.clone(), not_after.as_second()))
             .collect(),
         backup_schedule_interval: schedule
-            .and_then(|s| longest_gap(s, jiff::Timestamp::now()))
+            .and_then(|s| super::schedule::longest_gap(s, jiff::Timestamp::now()))
             .map(|gap| gap.as_secs()),
         continuous_interval: continuous_interval
             .map(|i| i64::try_from(i.as_secs()).unwrap_or(i64::MAX)),
-    }
-}
-
-/// The longest time between two consecutive runs of the cron `schedule`
-/// (UTC) over its next [`RUNS_EXAMINED`] runs after `from`.
-pub fn longest_gap(schedule: &str, from: jiff::Timestamp) -> Option<jiff::SignedDuration> {
-    use croner::parser::{CronParser, Seconds, Year};
-    let cron = CronParser::builder()
-        .seconds(Seconds::Disallowed)
-        .year(Year::Disallowed)
-        .build()
-        .parse(schedule.trim())
-        .ok()?;
-    let mut at = from.to_zoned(jiff::tz::TimeZone::UTC);
-    let mut previous: Option<jiff::Timestamp> = None;
-    let mut longest: Option<jiff::SignedDuration> = None;
-    for _ in 0..RUNS_EXAMINED {
-        let Ok(next) = cron.find_next_occurrence(&at, false) else {
-            break;
-        };
-        let run = next.timestamp();
-        if let Some(previous) = previous {
-            let gap = run.duration_since(previous);
-            longest = Some(longest.map_or(gap, |l| l.max(gap)));
-        }
-        previous = Some(run);
-        at = next;
-    }
-    longest
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn hours(schedule: &str) -> i64 {
-        let from: jiff::Timestamp = "2026-11-26T00:00:00Z"
-            .parse()
-            .unwrap_or(jiff::Timestamp::UNIX_EPOCH);
-        longest_gap(schedule, from).map_or(-1, |g| g.as_hours())
-    }
-
-    #[test]
-    fn the_longest_gap_between_runs_is_the_schedules_interval() {
-        assert_eq!(hours("0 * * * *"), 1);
-        assert_eq!(hours("0 */6 * * *"), 6);
-        assert_eq!(hours("@daily"), 24);
-        // Weekdays only: Friday's run to Monday's.
-        assert_eq!(hours("0 2 * * 1-5"), 72);
-        assert_eq!(hours("not a schedule"), -1);
     }
 }

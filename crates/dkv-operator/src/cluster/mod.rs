@@ -20,6 +20,7 @@ pub mod cleanup;
 pub mod context;
 pub mod continuous;
 pub mod credentials;
+pub mod defrag;
 pub mod dereference;
 pub mod diff;
 pub mod error;
@@ -34,6 +35,7 @@ pub mod observe_members;
 pub mod outcome;
 pub mod plan;
 pub mod restore;
+pub mod schedule;
 pub mod status;
 pub mod tls;
 pub mod validate;
@@ -254,6 +256,7 @@ async fn reconcile_cluster(
         .iter()
         .flatten()
         .any(|a| a.kind == dkv_etcd::AlarmKind::NoSpace);
+    let obj_ref = ObjectRef::from_obj(dkv);
     seen.alarms = alarms.map(|alarms| {
         alarms
             .iter()
@@ -282,6 +285,19 @@ async fn reconcile_cluster(
 
     // 4. Plan (pure).
     let now = jiff::Timestamp::now();
+    if space_alarm
+        && let Some(at) = ctx.space_reclaimed_at(&obj_ref)
+        && let retry_at = at + NOSPACE_RETRY
+        && retry_at > now
+    {
+        return Err(Error::NoSpaceRecurring {
+            message: format!(
+                "etcd raised NOSPACE again {}s after dkv compacted, defragmented and disarmed it at {at:.0}: the live data itself fills spec.etcd.quotaBackendBytes ({} bytes). Raise the quota (up to 8 GiB) or delete data (etcd accepts deletes while NOSPACE is raised); dkv recovers again from {retry_at:.0} on",
+                now.as_second() - at.as_second(),
+                cluster.etcd.quota_backend_bytes
+            ),
+        });
+    }
     let view = plan::MembershipView {
         members,
         pods,
@@ -382,6 +398,9 @@ async fn reconcile_cluster(
             },
         )
         .await?;
+        if matches!(plan.step, membership::Step::ReclaimSpace) {
+            space_reclaimed(dkv, cluster, &obj_ref, now, ctx).await;
+        }
         // Authentication goes on once the cluster has formed and nothing
         // else is under way; the root user exists before it does.
         if let Some(auth) = credentials.auth_pending()
@@ -462,6 +481,53 @@ async fn reconcile_cluster(
         ctx,
     )
     .await?;
+    // 8. Scheduled defragmentation, only on a healthy, idle cluster.
+    let all_healthy = seen
+        .members
+        .as_ref()
+        .is_some_and(|m| !m.is_empty() && m.iter().all(|m| m.healthy));
+    if let (Some(settings), Some(admin)) = (&cluster.defrag, &admin)
+        && formed
+        && all_healthy
+        && seen.operation.is_none()
+        && matches!(plan.step, membership::Step::Converged)
+    {
+        let last = dkv
+            .status
+            .as_ref()
+            .and_then(|s| s.last_defrag_time.as_ref())
+            .or(dkv.metadata.creation_timestamp.as_ref())
+            .map_or(now, |t| t.0);
+        if defrag::due(&settings.schedule, last, now) {
+            let members: Vec<defrag::Member> = seen
+                .pods
+                .iter()
+                .filter_map(|p| {
+                    Some(defrag::Member {
+                        name: naming::member(&cluster.name, p.view.ordinal),
+                        endpoint: p.endpoint.clone()?,
+                    })
+                })
+                .collect();
+            let (results, stopped) =
+                defrag::run(admin.as_ref(), &members, settings.threshold_percent).await;
+            report_defrag(dkv, cluster, &results, stopped.as_ref(), ctx).await;
+            if stopped.is_none() {
+                seen.defragged_at = Some(Time(now));
+            }
+        }
+    }
+    let defrag_at = cluster.defrag.as_ref().and_then(|settings| {
+        let last = seen
+            .defragged_at
+            .as_ref()
+            .or(dkv
+                .status
+                .as_ref()
+                .and_then(|s| s.last_defrag_time.as_ref()))
+            .map_or(now, |t| t.0);
+        defrag::next_run(&settings.schedule, last)
+    });
     let refresh_at = cluster
         .backup
         .as_ref()
@@ -481,6 +547,7 @@ async fn reconcile_cluster(
             credentials.tls.as_ref().map(|t| t.renew_at),
             seen.volumes.as_ref().and_then(status::volume_grace_ends),
             refresh_at,
+            defrag_at,
         ]
         .into_iter()
         .flatten()
@@ -505,6 +572,140 @@ async fn announce_awake(dkv: &DistributedKV, state: &hibernation::State, ctx: &C
                 "every member is back on its own volume, with the same member IDs and cluster ID; backups resumed".to_owned(),
             ),
             action: "Wake".to_owned(),
+            secondary: None,
+        },
+        ctx,
+    )
+    .await;
+}
+
+/// An Event per member a defragmentation run looked at, the counter, and
+/// one Event if the run stopped early.
+async fn report_defrag(
+    dkv: &DistributedKV,
+    cluster: &validate::ValidatedCluster,
+    results: &[defrag::MemberResult],
+    stopped: Option<&defrag::Stopped>,
+    ctx: &Context,
+) {
+    let size = |bytes: i64| {
+        if bytes >= 1024 * 1024 {
+            format!("{:.1} MiB", bytes as f64 / (1024.0 * 1024.0))
+        } else {
+            format!("{:.0} KiB", bytes as f64 / 1024.0)
+        }
+    };
+    for result in results {
+        let (type_, reason, note) = match result {
+            defrag::MemberResult::Defragmented {
+                member,
+                leader,
+                before,
+                after,
+            } => {
+                ctx.metrics
+                    .count_defragmentation(&cluster.namespace, &cluster.name, true);
+                (
+                    EventType::Normal,
+                    "Defragmented",
+                    format!(
+                        "defragmented {member}{}: database file {} -> {}",
+                        if *leader { " (leader, last)" } else { "" },
+                        size(*before),
+                        size(*after)
+                    ),
+                )
+            }
+            defrag::MemberResult::Skipped { member, percent } => (
+                EventType::Normal,
+                "DefragSkipped",
+                format!(
+                    "{member} not defragmented: {percent}% of its database file is free, below spec.maintenance.defrag.thresholdPercent"
+                ),
+            ),
+            defrag::MemberResult::Failed { member, message } => {
+                ctx.metrics
+                    .count_defragmentation(&cluster.namespace, &cluster.name, false);
+                (
+                    EventType::Warning,
+                    "DefragFailed",
+                    format!("defragmenting {member} failed: {message}"),
+                )
+            }
+        };
+        info!(%note, "scheduled defragmentation");
+        // The member pod as the related object: one Event per member, not
+        // one series for the cluster.
+        let member = match result {
+            defrag::MemberResult::Defragmented { member, .. }
+            | defrag::MemberResult::Skipped { member, .. }
+            | defrag::MemberResult::Failed { member, .. } => member,
+        };
+        context::publish(
+            dkv,
+            Event {
+                type_,
+                reason: reason.to_owned(),
+                note: Some(note),
+                action: "Defragment".to_owned(),
+                secondary: Some(k8s_openapi::api::core::v1::ObjectReference {
+                    api_version: Some("v1".to_owned()),
+                    kind: Some("Pod".to_owned()),
+                    name: Some(member.clone()),
+                    namespace: Some(cluster.namespace.clone()),
+                    ..Default::default()
+                }),
+            },
+            ctx,
+        )
+        .await;
+    }
+    if let Some(defrag::Stopped(why)) = stopped {
+        context::publish(
+            dkv,
+            Event {
+                type_: EventType::Warning,
+                reason: "DefragPostponed".to_owned(),
+                note: Some(format!(
+                    "scheduled defragmentation stopped: {why}; it runs again once every member is healthy"
+                )),
+                action: "Defragment".to_owned(),
+                secondary: None,
+            },
+            ctx,
+        )
+        .await;
+    }
+}
+
+/// How long after a NOSPACE recovery a new NOSPACE is left to the user:
+/// coming back that soon, it says the live data fills the quota.
+const NOSPACE_RETRY: jiff::SignedDuration = jiff::SignedDuration::from_mins(10);
+
+/// After the NOSPACE recovery (compact, defragment, disarm): remembered, so
+/// that a NOSPACE that comes straight back is reported rather than looped
+/// on, counted, and told in an Event.
+async fn space_reclaimed(
+    dkv: &DistributedKV,
+    cluster: &validate::ValidatedCluster,
+    obj_ref: &ObjectRef<DistributedKV>,
+    now: jiff::Timestamp,
+    ctx: &Context,
+) {
+    ctx.record_space_reclaimed(obj_ref, now);
+    ctx.metrics
+        .count_nospace_recovery(&cluster.namespace, &cluster.name);
+    context::publish(
+        dkv,
+        Event {
+            type_: EventType::Warning,
+            reason: "NoSpaceRecovered".to_owned(),
+            note: Some(format!(
+                "etcd refused writes (NOSPACE: the backend reached spec.etcd.quotaBackendBytes, {} bytes); dkv compacted the history, defragmented every member one at a time and disarmed the alarm: writes are accepted again. If it comes back within {} minutes dkv stops and reports it: raise the quota or find what writes so much",
+                cluster.etcd.quota_backend_bytes,
+                NOSPACE_RETRY.as_mins()
+            )),
+            action: "ReclaimSpace".to_owned(),
             secondary: None,
         },
         ctx,

@@ -150,6 +150,7 @@ pub fn fault_of(dkv: &DistributedKV, err: &Error) -> Option<Fault> {
                     reasons::BACKUP_FAILED
                 }
                 Error::RestoreSource { .. } => reasons::RESTORE_FAILED,
+                Error::NoSpaceRecurring { .. } => reasons::NO_SPACE,
                 Error::TlsCaMissing { .. }
                 | Error::SecretInvalid { .. }
                 | Error::TlsSecretUnusable { .. }
@@ -208,10 +209,13 @@ pub fn retry_delay(
         // Things the controller does not watch are looked at again now and
         // then: the backup a restore names may still be created, a Secret
         // may be restored or fixed.
+        // So is etcd: the user may delete data or raise the quota after a
+        // NOSPACE that came back.
         Category::Permanent
             if matches!(
                 err,
                 Error::RestoreSource { .. }
+                    | Error::NoSpaceRecurring { .. }
                     | Error::TlsCaMissing { .. }
                     | Error::SecretInvalid { .. }
                     | Error::TlsSecretUnusable { .. }

@@ -183,10 +183,7 @@ async fn one_member_down_fires_quorum_at_risk_and_member_down_and_its_return_res
     let env = support::environment(true).await;
     let client = env.client();
     support::create_namespace(&client, NS).await;
-    let operator_port = support::free_port();
-    let mut args = support::operator_args(false);
-    args.endpoints.metrics_addr = std::net::SocketAddr::from(([127, 0, 0, 1], operator_port));
-    let operator = support::RunningOperator::start_with(client.clone(), args);
+    let (operator, metrics) = support::RunningOperator::start_with_metrics(client.clone());
     let dkvs = support::create_cluster(
         &client,
         NS,
@@ -212,7 +209,7 @@ async fn one_member_down_fires_quorum_at_risk_and_member_down_and_its_return_res
     }
     let dir = tempfile::tempdir().unwrap();
     let rules = rules_file(dir.path());
-    let config = config_file(dir.path(), &rules, operator_port, &members);
+    let config = config_file(dir.path(), &rules, metrics.port(), &members);
     let prometheus = Prometheus::start(dir.path(), &config);
     let writer = Writer::start(client.clone(), NS, "orders");
 

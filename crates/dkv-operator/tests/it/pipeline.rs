@@ -555,6 +555,34 @@ fn invalid_spec_names_every_field_and_the_fix() {
 }
 
 #[test]
+fn a_defrag_schedule_and_threshold_are_checked_and_carried() {
+    let mut dkv = fixture("minimal");
+    dkv.spec.maintenance = serde_json::from_value(serde_json::json!(
+        {"defrag": {"schedule": "0 3 * * *"}}
+    ))
+    .unwrap();
+    let cluster = validated(&dkv);
+    let defrag = cluster.defrag.unwrap();
+    assert_eq!(defrag.schedule, "0 3 * * *");
+    assert_eq!(defrag.threshold_percent, 25, "the default");
+
+    dkv.spec.maintenance = serde_json::from_value(serde_json::json!(
+        {"defrag": {"schedule": "every night", "thresholdPercent": 0}}
+    ))
+    .unwrap();
+    let err = validate::validate(&dkv, &facts(), &defaults()).unwrap_err();
+    let fields: Vec<&str> = err.0.iter().map(|e| e.field.as_str()).collect();
+    assert_eq!(
+        fields,
+        vec![
+            "spec.maintenance.defrag.schedule",
+            "spec.maintenance.defrag.thresholdPercent"
+        ]
+    );
+    assert!(err.to_string().contains("a schedule has five"), "{err}");
+}
+
+#[test]
 fn a_version_change_may_not_skip_a_minor_or_go_down() {
     let mut dkv = fixture("minimal");
     let deployed = |v| Facts {

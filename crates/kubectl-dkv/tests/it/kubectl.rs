@@ -83,3 +83,15 @@ impl Kubectl {
         serde_json::from_str(&text).unwrap_or_else(|e| panic!("{args:?} -o json: {e}: {text}"))
     }
 }
+
+/// Every member of `name` ready and nothing in progress: what `status` then
+/// shows is the steady state.
+pub async fn wait_converged(dkvs: &kube::Api<dkv_api::DistributedKV>, name: &str) {
+    use dkv_test_support::etcd_cluster::{condition_reason, settled_at, wait_for};
+    wait_for(dkvs, name, "3 members ready, nothing in progress", |d| {
+        settled_at(d, 3)
+            && d.status.as_ref().is_some_and(|s| s.ready_replicas == 3)
+            && condition_reason(d, "Progressing", "False").is_some()
+    })
+    .await;
+}

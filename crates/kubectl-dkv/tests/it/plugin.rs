@@ -8,7 +8,7 @@
 use std::process::Command;
 use std::time::Duration;
 
-use dkv_api::{DistributedKV, DistributedKVBackup};
+use dkv_api::DistributedKVBackup;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams};
 use serde_json::json;
@@ -17,24 +17,13 @@ use dkv_test_support as support;
 use support::backups::with_object_store;
 
 use crate::bundle::{self, read_bundle};
-use crate::kubectl::Kubectl;
+use crate::kubectl::{Kubectl, wait_converged};
 use support::etcd_cluster::{
     Writer, assert_no_write_lost, condition_reason, connect, member_endpoints, put_retrying,
-    settled_at, wait_for,
+    wait_for,
 };
 
 const NS: &str = "plugin";
-
-/// Every member ready and nothing in progress: what `status` then shows
-/// is the steady state.
-async fn wait_converged(dkvs: &Api<DistributedKV>, name: &str) {
-    wait_for(dkvs, name, "3 members ready, nothing in progress", |d| {
-        settled_at(d, 3)
-            && d.status.as_ref().is_some_and(|s| s.ready_replicas == 3)
-            && condition_reason(d, "Progressing", "False").is_some()
-    })
-    .await;
-}
 
 async fn pod_uids(client: &kube::Client, cluster: &str) -> Vec<String> {
     let pods: Api<Pod> = Api::namespaced(client.clone(), NS);

@@ -12,16 +12,16 @@
 use std::time::Duration;
 
 use dkv_api::DistributedKV;
-use kube::api::{Api, DeleteParams};
+use kube::api::DeleteParams;
 use serde_json::{Value, json};
 
 use dkv_test_support as support;
 use support::backups::{create_secret, with_object_store};
-use support::etcd_cluster::{condition_reason, settled_at, wait_for, wait_settled};
+use support::etcd_cluster::{wait_for, wait_settled};
 use support::tls::Target as TlsTarget;
 
 use crate::bundle::{self, read_bundle};
-use crate::kubectl::Kubectl;
+use crate::kubectl::{Kubectl, wait_converged};
 
 const NS: &str = "plugin-secured";
 /// A 256-bit backup encryption key, hex.
@@ -42,15 +42,6 @@ fn get(kubectl: &Kubectl, cluster: &str, key: &str) -> String {
         .ok(&["etcdctl", cluster, "--", "get", key, "--print-value-only"])
         .trim()
         .to_owned()
-}
-
-async fn wait_converged(dkvs: &Api<DistributedKV>, name: &str) {
-    wait_for(dkvs, name, "3 members ready, nothing in progress", |d| {
-        settled_at(d, 3)
-            && d.status.as_ref().is_some_and(|s| s.ready_replicas == 3)
-            && condition_reason(d, "Progressing", "False").is_some()
-    })
-    .await;
 }
 
 /// The newest revision the continuous backup has made durable, as status

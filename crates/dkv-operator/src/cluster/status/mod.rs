@@ -66,6 +66,8 @@ pub struct Seen {
     pub certificates: Vec<(String, jiff::Timestamp)>,
     /// Where the cluster stands with `spec.hibernation`.
     pub hibernation: super::hibernation::State,
+    /// When a scheduled defragmentation run finished in this pass.
+    pub defragged_at: Option<Time>,
 }
 
 /// The status of `dkv` after a pass that observed `seen` and, if it failed,
@@ -98,7 +100,7 @@ pub fn derive(
         )),
         _ => None,
     };
-    match (observed, fault) {
+    let status = match (observed, fault) {
         (Some(status), None) => Some(status),
         (Some(status), Some(fault)) => Some(with_fault(dkv, status, fault, now)),
         // The pass stopped before it could plan: what is known of the
@@ -110,7 +112,15 @@ pub fn derive(
             Some(waiting(dkv, reason, message, backups, now))
         }
         (None, None) => None,
-    }
+    };
+    status.map(|status| DistributedKVStatus {
+        last_defrag_time: seen.defragged_at.clone().or_else(|| {
+            dkv.status
+                .as_ref()
+                .and_then(|old| old.last_defrag_time.clone())
+        }),
+        ..status
+    })
 }
 
 /// `status`, computed from what the pass observed, with the fault of the

@@ -92,6 +92,17 @@ pub struct ValidatedCluster {
     pub auth: bool,
     /// `spec.hibernation`: stop the members once it is safe, keep their data.
     pub hibernation: bool,
+    /// `spec.maintenance.defrag`: scheduled defragmentation.
+    pub defrag: Option<DefragSettings>,
+}
+
+/// `spec.maintenance.defrag`, checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DefragSettings {
+    /// A cron schedule, five fields, UTC.
+    pub schedule: String,
+    /// Defragment a member when at least this percent of its file is free.
+    pub threshold_percent: i32,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -272,6 +283,14 @@ pub fn validate(
             tls_sources: Sources::from_spec(spec.tls.as_ref()),
             auth: spec.auth.as_ref().is_some_and(|a| a.enabled),
             hibernation: spec.hibernation,
+            defrag: spec
+                .maintenance
+                .as_ref()
+                .and_then(|m| m.defrag.as_ref())
+                .map(|d| DefragSettings {
+                    schedule: d.schedule.trim().to_owned(),
+                    threshold_percent: d.threshold_percent,
+                }),
         }),
         _ => Err(InvalidSpec(problems.0)),
     }
@@ -403,6 +422,20 @@ fn check_spec(
 
     if let Some(tls) = &spec.tls {
         check_tls(tls, problems);
+    }
+    if let Some(defrag) = spec.maintenance.as_ref().and_then(|m| m.defrag.as_ref()) {
+        if let Err(message) = check_cron(&defrag.schedule) {
+            problems.add("spec.maintenance.defrag.schedule", message);
+        }
+        if !(1..=99).contains(&defrag.threshold_percent) {
+            problems.add(
+                "spec.maintenance.defrag.thresholdPercent",
+                format!(
+                    "must be between 1 and 99 (percent of a member's database file that is free space), got {}",
+                    defrag.threshold_percent
+                ),
+            );
+        }
     }
 
     let backup = spec.backup.as_ref().map(|backup| {
