@@ -79,7 +79,7 @@ async fn a_hibernated_cluster_wakes_with_the_same_members_and_no_acknowledged_wr
     support::create_namespace(&client, NS).await;
     let mut args = support::operator_args(false);
     args.webhook = support::webhook_args();
-    let operator = support::RunningOperator::start_with(client.clone(), args);
+    let mut operator = support::RunningOperator::start_with(client.clone(), args);
     support::wait_until_admission_answers(&client, NS).await;
 
     let store = tempfile::tempdir().unwrap();
@@ -279,8 +279,13 @@ async fn a_hibernated_cluster_wakes_with_the_same_members_and_no_acknowledged_wr
         String::from_utf8_lossy(&labelled.stderr)
     );
 
-    // Left alone for a while, a hibernated cluster stays so: nothing reads
-    // the absent members as lost.
+    // Left alone for a while, and through an operator restart, a
+    // hibernated cluster stays so: nothing reads the absent members as lost.
+    operator.stop().await;
+    let mut args = support::operator_args(false);
+    args.webhook = support::webhook_args();
+    operator = support::RunningOperator::start_with(client.clone(), args);
+    support::wait_until_admission_answers(&client, NS).await;
     tokio::time::sleep(Duration::from_secs(5)).await;
     let still = dkvs.get("orders").await.unwrap();
     let status = still.status.clone().unwrap();
@@ -360,11 +365,17 @@ async fn a_hibernated_cluster_wakes_with_the_same_members_and_no_acknowledged_wr
 
 /// Hibernation waits for a consistent point: with a member hung, the
 /// cluster keeps running and says what it waits for; once the member is
-/// back, it stops.
+/// back, it stops, and `dkv_cluster_hibernated` says so.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn hibernation_waits_while_a_member_is_unhealthy() {
     const NS: &str = "hibernation-wait";
-    let (env, client, operator) = support::running_operator(NS).await;
+    let env = support::environment(true).await;
+    let client = env.client();
+    support::create_namespace(&client, NS).await;
+    let (operator, metrics) = support::RunningOperator::start_with_metrics(client.clone());
+    let hibernated_series = |value: &str| {
+        format!("dkv_cluster_hibernated{{namespace=\"{NS}\",cluster=\"orders\"}} {value}")
+    };
     let dkvs = support::create_cluster(&client, NS, "orders", 3, IMAGE, json!({})).await;
     wait_settled(&dkvs, "orders", 3).await;
     let kubelet = env.kubelet().unwrap();
@@ -384,6 +395,11 @@ async fn hibernation_waits_while_a_member_is_unhealthy() {
     )
     .await
     .unwrap();
+    let exported = support::http::plain_get(metrics, "/metrics")
+        .await
+        .map(|(_, body)| body)
+        .unwrap_or_default();
+    assert!(exported.contains(&hibernated_series("0")), "{exported}");
     wait_for(&dkvs, "orders", "hibernation waiting for orders-1", |d| {
         condition_reason(d, types::PROGRESSING, "True").as_deref() == Some(reasons::HIBERNATING)
             && support::etcd_cluster::condition_message(d, types::PROGRESSING, Some("True"))
@@ -411,5 +427,15 @@ async fn hibernation_waits_while_a_member_is_unhealthy() {
     })
     .await;
     eprintln!("[{NS}] orders-1 back -> hibernated after {took:?}");
+    support::wait::eventually(
+        "dkv_cluster_hibernated 1",
+        Duration::from_secs(30),
+        Duration::from_millis(250),
+        async || {
+            let (_, body) = support::http::plain_get(metrics, "/metrics").await?;
+            body.contains(&hibernated_series("1")).then_some(())
+        },
+    )
+    .await;
     operator.stop().await;
 }
