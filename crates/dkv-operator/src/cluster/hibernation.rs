@@ -66,13 +66,12 @@ pub struct Facts<'a> {
 pub fn decide(dkv: &DistributedKV, facts: &Facts<'_>) -> State {
     let at_zero = facts.statefulset.is_some_and(at_zero);
     if facts.wanted {
-        if at_zero || inconsistency(facts).is_none() {
-            return match facts.pods.len() {
-                0 if at_zero => State::Hibernated,
-                left => State::Stopping { left },
-            };
-        }
-        return State::Waiting(inconsistency(facts).unwrap_or_default());
+        let waiting_for = (!at_zero).then(|| inconsistency(facts)).flatten();
+        return match (waiting_for, facts.pods.len()) {
+            (Some(why), _) => State::Waiting(why),
+            (None, 0) if at_zero => State::Hibernated,
+            (None, left) => State::Stopping { left },
+        };
     }
     if at_zero || (recorded_waking(dkv) && !all_healthy(facts)) {
         State::Waking

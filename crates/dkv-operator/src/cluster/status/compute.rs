@@ -446,6 +446,19 @@ fn hibernating(
             degraded
         }
     };
+    // A paused cluster says so, whatever hibernation would have done.
+    let progressing_or = |want: Want| {
+        if obs.cluster.paused {
+            Want {
+                type_: progressing.type_,
+                status: progressing.status,
+                reason: progressing.reason,
+                message: progressing.message.clone(),
+            }
+        } else {
+            want
+        }
+    };
     let phase_unless_degraded = |degraded: &Want| {
         if degraded.status {
             Phase::Degraded
@@ -457,14 +470,14 @@ fn hibernating(
         HibernationState::Awake => (available, progressing, degraded, phase),
         HibernationState::Waiting(why) => (
             available,
-            Want {
+            progressing_or(Want {
                 type_: types::PROGRESSING,
                 status: true,
                 reason: reasons::HIBERNATING,
                 message: format!(
                     "spec.hibernation: the members stop at a consistent point; waiting: {why}"
                 ),
-            },
+            }),
             degraded,
             phase,
         ),
@@ -480,14 +493,14 @@ fn hibernating(
                         "the members are stopping for hibernation ({left} still running)"
                     ),
                 },
-                Want {
+                progressing_or(Want {
                     type_: types::PROGRESSING,
                     status: true,
                     reason: reasons::HIBERNATING,
                     message: format!(
                         "stopping the members gracefully ({left} still running); their volumes, the etcd membership and the cluster ID are kept"
                     ),
-                },
+                }),
                 degraded,
                 phase,
             )
@@ -503,12 +516,12 @@ fn hibernating(
                     reason: reasons::HIBERNATED,
                     message: message.clone(),
                 },
-                Want {
+                progressing_or(Want {
                     type_: types::PROGRESSING,
                     status: false,
                     reason: reasons::HIBERNATED,
                     message: message.clone(),
-                },
+                }),
                 Want {
                     type_: types::DEGRADED,
                     status: false,
@@ -534,14 +547,14 @@ fn hibernating(
                         ),
                     }
                 },
-                Want {
+                progressing_or(Want {
                     type_: types::PROGRESSING,
                     status: true,
                     reason: reasons::WAKING,
                     message: format!(
                         "the members start again on their own volumes: {ready}/{members} ready and healthy"
                     ),
-                },
+                }),
                 degraded,
                 phase,
             )
