@@ -35,6 +35,7 @@ mod pod_exec;
 mod pod_log;
 mod registry;
 mod scale;
+pub mod scheduler;
 mod schema;
 mod selector;
 mod server;

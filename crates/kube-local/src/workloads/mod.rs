@@ -15,6 +15,9 @@ mod statefulset;
 mod volume_binder;
 mod volume_protection;
 
+/// LabelSelector matching, shared with the scheduler's pod affinity and topology spread.
+pub(crate) use disruption::selector_matches;
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
