@@ -78,4 +78,15 @@ pub mod reasons {
     /// StorageClass's provisioner does not create one).
     pub const VOLUME_PENDING: &str = "VolumePending";
     pub const UNSUPPORTED_CHANGE: &str = "UnsupportedChange";
+    // Hibernation (`spec.hibernation`)
+    /// The members are stopped, their volumes and membership kept
+    /// (Available and Progressing, both False).
+    pub const HIBERNATED: &str = "Hibernated";
+    /// Hibernation was asked for: the members are stopping, or the
+    /// cluster waits for a consistent point (no operation under way, every
+    /// member healthy) to stop them; the message says which.
+    pub const HIBERNATING: &str = "Hibernating";
+    /// Hibernation was turned off: the same members start again on their
+    /// volumes.
+    pub const WAKING: &str = "Waking";
 }

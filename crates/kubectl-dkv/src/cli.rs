@@ -136,6 +136,23 @@ pub enum Command {
         /// The DistributedKV.
         name: String,
     },
+    /// Stop the members to save their compute, keeping their volumes, membership and cluster ID (sets spec.hibernation).
+    #[command(
+        after_help = "The members stop once no operation is under way and every member is healthy;\n\
+        while hibernated, scaling, upgrades and backup or storage edits are refused.\n\n\
+        Examples:\n  kubectl dkv hibernate orders\n  kubectl dkv status orders   # Phase: Hibernated once every member stopped"
+    )]
+    Hibernate {
+        /// The DistributedKV.
+        name: String,
+    },
+    /// Start a hibernated cluster's members again, on their own volumes (clears spec.hibernation).
+    #[command(after_help = "Examples:\n  kubectl dkv wake orders\n  \
+        kubectl wait dkv/orders --for=condition=Available --timeout=5m")]
+    Wake {
+        /// The DistributedKV.
+        name: String,
+    },
     /// Run etcdctl against the cluster, inside a member pod, with the member's certificate and the cluster's credentials.
     #[command(
         after_help = "Examples:\n  kubectl dkv etcdctl orders -- endpoint status --cluster -w table\n  \

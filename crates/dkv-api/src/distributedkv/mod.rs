@@ -86,7 +86,19 @@ macro_rules! distributedkv_spec {
             validation = Rule::new("has(self.tls) == has(oldSelf.tls) && (!has(self.tls) || self.tls == oldSelf.tls)")
                 .message("spec.tls is fixed at creation: members cannot switch between plaintext and TLS in place; create a new cluster with the spec.tls you want and restore a backup into it"),
             validation = Rule::new("!has(oldSelf.auth) || !oldSelf.auth.enabled || (has(self.auth) && self.auth.enabled)")
-                .message("spec.auth.enabled cannot be turned off once on: dkv does not disable etcd authentication; set it back to true")
+                .message("spec.auth.enabled cannot be turned off once on: dkv does not disable etcd authentication; set it back to true"),
+            // Hibernation: a stopped cluster cannot carry out a change, and
+            // one asked for in the same edit as hibernating would be
+            // half-done. The admission webhook says the same with the
+            // cluster's name; these hold without it.
+            validation = Rule::new("!(has(self.hibernation) && self.hibernation) || self.size == oldSelf.size")
+                .message("spec.size cannot change while the cluster is hibernated or being hibernated; wake it first (spec.hibernation: false), then scale"),
+            validation = Rule::new("!(has(oldSelf.hibernation) && oldSelf.hibernation && has(self.hibernation) && self.hibernation) || (self.image == oldSelf.image && has(self.version) == has(oldSelf.version) && (!has(self.version) || self.version == oldSelf.version))")
+                .message("spec.image/spec.version cannot change while the cluster is hibernated; wake it first (spec.hibernation: false), then upgrade"),
+            validation = Rule::new("!(has(oldSelf.hibernation) && oldSelf.hibernation && has(self.hibernation) && self.hibernation) || (has(self.backup) == has(oldSelf.backup) && (!has(self.backup) || self.backup == oldSelf.backup))")
+                .message("spec.backup cannot change while the cluster is hibernated; wake it first (spec.hibernation: false), then change the backup"),
+            validation = Rule::new("!(has(oldSelf.hibernation) && oldSelf.hibernation && has(self.hibernation) && self.hibernation) || !has(self.storage) || !has(oldSelf.storage) || self.storage == oldSelf.storage")
+                .message("spec.storage cannot change while the cluster is hibernated; wake it first (spec.hibernation: false), then change the storage")
         )]
         #[serde(rename_all = "camelCase")]
         pub struct DistributedKVSpec {
@@ -155,6 +167,16 @@ macro_rules! distributedkv_spec {
             #[serde(default, skip_serializing_if = "Option::is_none")]
             pub recovery: Option<RecoverySpec>,
 
+            /// Stop the cluster to save its compute: once no operation is under
+            /// way and every member is healthy, the members stop gracefully
+            /// (their pods go; their volumes, the etcd membership and the
+            /// cluster ID stay), continuous backup stops recording and scheduled
+            /// backups are suspended. The phase is then `Hibernated`. Setting it
+            /// back to `false` starts the same members on the same data. While
+            /// hibernated, changes to `size`, `image`/`version`, `backup` and
+            /// `storage` are refused; hibernating and scaling in one edit too.
+            #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+            pub hibernation: bool,
             /// Routine care of the members' data: scheduled defragmentation.
             #[serde(default, skip_serializing_if = "Option::is_none")]
             pub maintenance: Option<MaintenanceSpec>,

@@ -525,6 +525,8 @@ pub enum Phase {
     Restoring,
     Degraded,
     Deleting,
+    /// `spec.hibernation`: the members are stopped, their data kept.
+    Hibernated,
 }
 
 impl std::fmt::Display for Phase {

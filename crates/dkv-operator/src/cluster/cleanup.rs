@@ -135,6 +135,20 @@ async fn final_backup(dkv: &DistributedKV, namespace: &str, ctx: &Context) -> Re
     }
     let uid = dkv.uid().unwrap_or_default();
     let name = format!("{cluster}-final-{}", uid.split('-').next().unwrap_or("0"));
+    // Stopped members cannot be backed up. (Only the StatefulSet says they
+    // are: spec.hibernation alone may still be waiting to stop them.)
+    let stopped = watches::get(
+        &ctx.stores.statefulsets,
+        namespace,
+        &naming::statefulset(&cluster),
+    )
+    .is_some_and(|sts| super::hibernation::at_zero(&sts));
+    if stopped && dkv.spec.hibernation {
+        return Err(Error::FinalBackupWhileHibernated {
+            cluster: format!("{namespace}/{cluster}"),
+            annotation: SKIP_FINAL_BACKUP,
+        });
+    }
     let backups: Api<DistributedKVBackup> = Api::namespaced(ctx.client.clone(), namespace);
     let existing = backups
         .get_opt(&name)

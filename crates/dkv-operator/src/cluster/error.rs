@@ -166,6 +166,16 @@ pub enum Error {
         message: String,
         annotation: &'static str,
     },
+
+    /// `finalBackupOnDelete` on a hibernated cluster: no member runs to
+    /// take it, and a cluster being deleted is not woken.
+    #[error(
+        "the final backup cannot be taken: cluster {cluster} is hibernated, its members are stopped (and a cluster being deleted is not woken); the cluster is kept. Annotate the DistributedKV {annotation}=true to delete it without a final backup (its volumes follow storage.reclaimPolicy); to keep a final backup, wake a cluster before deleting it"
+    )]
+    FinalBackupWhileHibernated {
+        cluster: String,
+        annotation: &'static str,
+    },
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -191,6 +201,7 @@ impl Error {
             Error::InvalidSpec(_)
             | Error::MissingNamespace
             | Error::FinalBackupFailed { .. }
+            | Error::FinalBackupWhileHibernated { .. }
             | Error::NoSpaceRecurring { .. } => Category::Permanent,
             Error::CacheNotReady { .. }
             | Error::CleanupWaiting { .. }
@@ -249,7 +260,8 @@ impl Error {
             Error::Status { .. } | Error::Verification(_) => "status",
             Error::Cleanup { .. }
             | Error::CleanupWaiting { .. }
-            | Error::FinalBackupFailed { .. } => "cleanup",
+            | Error::FinalBackupFailed { .. }
+            | Error::FinalBackupWhileHibernated { .. } => "cleanup",
             Error::Finalizer(inner) => match inner.as_ref() {
                 finalizer::Error::ApplyFailed(e) | finalizer::Error::CleanupFailed(e) => e.step(),
                 _ => "finalizer",

@@ -37,7 +37,11 @@ pub fn view(
                     .collect()
             })
             .unwrap_or_default(),
-        hibernated: false,
+        // Stopping or stopped for spec.hibernation: its members are away by
+        // design, and the alerts leave it alone.
+        hibernated: seen.hibernation.stopped()
+            || status.and_then(|s| s.phase)
+                == Some(dkv_api::distributedkv::v1beta1::Phase::Hibernated),
         forming: status.and_then(|s| s.phase).is_none_or(|phase| {
             matches!(
                 phase,

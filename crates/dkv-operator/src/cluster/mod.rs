@@ -26,6 +26,7 @@ pub mod diff;
 pub mod error;
 pub mod etcd_access;
 pub mod execute;
+pub mod hibernation;
 pub mod membership;
 pub mod membership_record;
 pub mod metrics_view;
@@ -321,6 +322,24 @@ async fn reconcile_cluster(
         plan.replay = restore::pending_replay(sts);
         plan.replayed = restore::replayed(sts);
     }
+    // Hibernation overrides the plan once the members are (to be) stopped:
+    // no membership step reads their absence as a loss.
+    let hibernation = hibernation::decide(
+        dkv,
+        &hibernation::Facts {
+            cluster: &cluster.name,
+            wanted: cluster.hibernation,
+            statefulset: observed.statefulset.as_deref(),
+            operation: seen.operation.as_ref(),
+            plan: &plan,
+            members: seen.members.as_deref(),
+            pods: &seen.pods,
+        },
+    );
+    if hibernation.stopped() {
+        plan = hibernation::stopped_plan(plan);
+    }
+    seen.hibernation = hibernation.clone();
     let plan = &*seen.plan.insert(plan);
 
     if cluster.paused {
@@ -351,6 +370,19 @@ async fn reconcile_cluster(
     )
     .await?;
     seen.statefulset = Some(Arc::new(applied.statefulset));
+    announce_awake(dkv, &hibernation, ctx).await;
+    if plan.hibernated {
+        // Nothing records changes of stopped members; what was recorded
+        // stays restorable, and the agent starts again on waking.
+        ctx.agents.stop(&namespace, &cluster.name);
+        return Ok(Outcome::Applied {
+            busy: !matches!(hibernation, hibernation::State::Hibernated),
+            advanced: false,
+            etcd: false,
+            rotating: false,
+            due_at: credentials.tls.as_ref().map(|t| t.renew_at),
+        });
+    }
 
     // 6. Execute the plan's one step against etcd.
     if let Some(admin) = &admin {
@@ -521,6 +553,30 @@ async fn reconcile_cluster(
         .flatten()
         .min(),
     })
+}
+
+/// The Event of a cluster whose members are all back after hibernation.
+/// (That they stop and have stopped are the Events of `Available` turning
+/// `Hibernating`, then `Hibernated`.)
+async fn announce_awake(dkv: &DistributedKV, state: &hibernation::State, ctx: &Context) {
+    if *state != hibernation::State::Awake || !hibernation::recorded_waking(dkv) {
+        return;
+    }
+    info!("awake after hibernation");
+    context::publish(
+        dkv,
+        Event {
+            type_: EventType::Normal,
+            reason: "Awake".to_owned(),
+            note: Some(
+                "every member is back on its own volume, with the same member IDs and cluster ID; backups resumed".to_owned(),
+            ),
+            action: "Wake".to_owned(),
+            secondary: None,
+        },
+        ctx,
+    )
+    .await;
 }
 
 /// An Event per member a defragmentation run looked at, the counter, and

@@ -408,6 +408,7 @@ pub async fn observe_members(
                 leader: status.as_ref().is_some_and(|s| s.leader == member.id),
                 raft_index: status.as_ref().map_or(0, |s| s.raft_index),
                 version: status.as_ref().and_then(|s| EtcdVersion::parse(&s.version)),
+                cluster_id: status.as_ref().map_or(0, |s| s.cluster_id),
             })
         })
         .collect();

@@ -139,11 +139,16 @@ pub fn fault_of(dkv: &DistributedKV, err: &Error) -> Option<Fault> {
     match err.category() {
         Category::Permanent
             if dkv.meta().deletion_timestamp.is_none()
-                || matches!(err, Error::FinalBackupFailed { .. }) =>
+                || matches!(
+                    err,
+                    Error::FinalBackupFailed { .. } | Error::FinalBackupWhileHibernated { .. }
+                ) =>
         {
             let reason = match err {
                 Error::InvalidSpec(_) => reasons::INVALID_SPEC,
-                Error::FinalBackupFailed { .. } => reasons::BACKUP_FAILED,
+                Error::FinalBackupFailed { .. } | Error::FinalBackupWhileHibernated { .. } => {
+                    reasons::BACKUP_FAILED
+                }
                 Error::RestoreSource { .. } => reasons::RESTORE_FAILED,
                 Error::NoSpaceRecurring { .. } => reasons::NO_SPACE,
                 Error::TlsCaMissing { .. }

@@ -50,6 +50,9 @@ pub struct Plan {
     /// The serial of the current member certificate (`spec.tls`), carried
     /// by the pod template: pods started with another restart onto it.
     pub tls_serial: Option<String>,
+    /// The members are stopped or stopping for `spec.hibernation` (see
+    /// [`super::hibernation`]): `replicas` is 0, backups are suspended.
+    pub hibernated: bool,
 }
 
 impl Plan {
@@ -182,6 +185,7 @@ fn replace_statefulset(
         replay: None,
         replayed: None,
         tls_serial: view.tls_serial.clone(),
+        hibernated: false,
     }
 }
 
@@ -207,6 +211,7 @@ pub fn plan(
             replay: None,
             replayed: None,
             tls_serial: view.tls_serial.clone(),
+            hibernated: false,
         };
     };
     let bootstrap_size = sts
@@ -284,5 +289,6 @@ pub fn plan(
         replay: None,
         replayed: None,
         tls_serial: view.tls_serial.clone(),
+        hibernated: false,
     }
 }

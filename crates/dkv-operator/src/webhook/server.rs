@@ -189,19 +189,39 @@ async fn validate_cluster(
                 .and_then(Value::as_i64)
                 .and_then(|r| i32::try_from(r).ok())
         };
-        return Ok(
-            match (
-                replicas(request.old_object.as_ref()),
-                replicas(Some(object)),
-            ) {
-                (Some(old), Some(new)) => review_cluster(
-                    ClusterWrite::Scale { old, new },
-                    &RestoreSource::NotAsked,
-                    &state.defaults,
-                ),
-                _ => Verdict::default(),
+        let (Some(old), Some(new)) = (
+            replicas(request.old_object.as_ref()),
+            replicas(Some(object)),
+        ) else {
+            return Ok(Verdict::default());
+        };
+        // The scale object does not carry spec.hibernation: the cluster does.
+        let namespace = request.namespace.clone().unwrap_or_default();
+        let hibernated = if old == new {
+            None
+        } else {
+            let api: Api<DistributedKV> = Api::namespaced(state.client.clone(), &namespace);
+            match api.get_opt(&request.name).await {
+                Ok(found) => found
+                    .filter(|c| c.spec.hibernation)
+                    .map(|_| format!("{namespace}/{}", request.name)),
+                Err(err) => {
+                    return Err(format!(
+                        "spec.size: could not check whether cluster {namespace}/{} is hibernated ({err}); retry",
+                        request.name
+                    ));
+                }
+            }
+        };
+        return Ok(review_cluster(
+            ClusterWrite::Scale {
+                old,
+                new,
+                hibernated: hibernated.as_deref(),
             },
-        );
+            &RestoreSource::NotAsked,
+            &state.defaults,
+        ));
     }
     let new = cluster(object, "DistributedKV")?;
     match (&request.operation, &request.old_object) {
@@ -313,6 +333,7 @@ async fn validate_backup(
     let target = match api.get_opt(cluster).await {
         Ok(Some(found)) => BackupTarget::Found {
             has_destination: found.spec.backup.is_some(),
+            hibernated: found.spec.hibernation,
         },
         Ok(None) => BackupTarget::Missing,
         Err(err) => {

@@ -7,6 +7,7 @@
 //! loss, version moves) or against other objects (the restore source).
 
 use dkv_api::{DistributedKV, DistributedKVBackup};
+use kube::ResourceExt;
 
 use crate::cluster::validate::{self as cluster, Defaults, Facts, FieldError};
 
@@ -71,6 +72,9 @@ pub enum ClusterWrite<'a> {
     Scale {
         old: i32,
         new: i32,
+        /// `namespace/name` of the cluster when its `spec.hibernation` is
+        /// on (the scale object does not say; the webhook looks it up).
+        hibernated: Option<&'a str>,
     },
 }
 
@@ -132,6 +136,7 @@ pub fn review_cluster(
                 ..Facts::default()
             };
             verdict.denials = cluster::spec_problems(new, &facts, defaults);
+            check_hibernation(old, new, &mut verdict);
             check_scale_down(old.spec.size, new.spec.size, &mut verdict);
             if expandable == Some(false)
                 && let Some(storage) = &new.spec.storage
@@ -155,7 +160,14 @@ pub fn review_cluster(
             }
             warn_file_destination(new, Some(old), &mut verdict);
         }
-        ClusterWrite::Scale { old, new } => {
+        ClusterWrite::Scale {
+            old,
+            new,
+            hibernated,
+        } => {
+            if let (Some(name), true) = (hibernated, old != new) {
+                verdict.deny("spec.size", hibernated_message(name, "scale"));
+            }
             if !(1..=9).contains(&new) {
                 verdict.deny(
                     "spec.size",
@@ -169,6 +181,49 @@ pub fn review_cluster(
         }
     }
     verdict
+}
+
+/// A hibernated cluster's members are stopped: a change to what they run
+/// or keep could not be carried out, and one made in the same edit as
+/// hibernating would be left half-done. Refused, naming the way out.
+/// Waking (alone or with any edit) and metadata edits go through.
+fn check_hibernation(old: &DistributedKV, new: &DistributedKV, verdict: &mut Verdict) {
+    let name = format!("{}/{}", new.namespace().unwrap_or_default(), new.name_any());
+    if !old.spec.hibernation && new.spec.hibernation && old.spec.size != new.spec.size {
+        verdict.deny(
+            "spec.size",
+            format!(
+                "cluster {name} cannot hibernate and scale in one edit; scale it and hibernate once it is Available again, or hibernate it alone"
+            ),
+        );
+    }
+    if !(old.spec.hibernation && new.spec.hibernation) {
+        return;
+    }
+    if old.spec.size != new.spec.size {
+        verdict.deny("spec.size", hibernated_message(&name, "scale"));
+    }
+    if old.spec.version != new.spec.version {
+        verdict.deny("spec.version", hibernated_message(&name, "upgrade"));
+    } else if old.spec.image != new.spec.image {
+        verdict.deny("spec.image", hibernated_message(&name, "upgrade"));
+    }
+    if old.spec.backup != new.spec.backup {
+        verdict.deny(
+            "spec.backup",
+            hibernated_message(&name, "change the backup"),
+        );
+    }
+    if old.spec.storage != new.spec.storage {
+        verdict.deny(
+            "spec.storage",
+            hibernated_message(&name, "change the storage"),
+        );
+    }
+}
+
+fn hibernated_message(cluster: &str, then: &str) -> String {
+    format!("cluster {cluster} is hibernated; wake it first (spec.hibernation: false), then {then}")
 }
 
 /// The majority of `members`: how many must agree for etcd to make progress.
@@ -241,6 +296,9 @@ pub enum BackupTarget {
     /// says where backups go.
     Found {
         has_destination: bool,
+        /// Its `spec.hibernation` is on: no member runs (or will run) to
+        /// take the backup.
+        hibernated: bool,
     },
     Missing,
 }
@@ -265,7 +323,20 @@ pub fn review_backup(backup: &DistributedKVBackup, target: &BackupTarget) -> Ver
             ),
         ),
         BackupTarget::Found {
+            hibernated: true, ..
+        } => verdict.deny(
+            "spec.cluster",
+            hibernated_message(
+                &format!(
+                    "{}/{cluster}",
+                    backup.namespace().unwrap_or_default()
+                ),
+                "back it up",
+            ),
+        ),
+        BackupTarget::Found {
             has_destination: false,
+            ..
         } if backup.spec.destination.is_none() => verdict.deny(
             "spec.destination",
             format!(
@@ -392,6 +463,195 @@ mod tests {
         }
     }
 
+    const STORAGE: &str = r#"{"storageClassName": "standard", "size": "1Gi"}"#;
+
+    fn hibernating(size: i32, image: &str, on: bool, extra: serde_json::Value) -> DistributedKV {
+        let mut spec = serde_json::json!({
+            "hibernation": on,
+            "storage": serde_json::from_str::<serde_json::Value>(STORAGE).unwrap_or_default(),
+            "backup": {"destination": {"uri": "s3://bucket/dkv/"}, "schedule": "@daily"},
+        });
+        if let (Some(spec), serde_json::Value::Object(extra)) = (spec.as_object_mut(), extra) {
+            spec.extend(extra);
+        }
+        dkv(size, image, spec)
+    }
+
+    fn update(old: &DistributedKV, new: &DistributedKV) -> Verdict {
+        review_cluster(
+            ClusterWrite::Update {
+                old,
+                new,
+                expandable: None,
+            },
+            &RestoreSource::NotAsked,
+            &defaults(),
+        )
+    }
+
+    #[test]
+    fn a_hibernated_cluster_refuses_scale_upgrade_backup_and_storage_edits() {
+        let old = hibernating(3, ETCD_35, true, serde_json::json!({}));
+        for (new, field, then) in [
+            (
+                hibernating(5, ETCD_35, true, serde_json::json!({})),
+                "spec.size",
+                "then scale",
+            ),
+            (
+                hibernating(
+                    3,
+                    "registry.k8s.io/etcd:3.5.17-0",
+                    true,
+                    serde_json::json!({}),
+                ),
+                "spec.image",
+                "then upgrade",
+            ),
+            (
+                hibernating(3, ETCD_35, true, serde_json::json!({"version": "3.5.17"})),
+                "spec.version",
+                "then upgrade",
+            ),
+            (
+                hibernating(
+                    3,
+                    ETCD_35,
+                    true,
+                    serde_json::json!({"backup": {"destination": {"uri": "s3://bucket/dkv/"}, "schedule": "@hourly"}}),
+                ),
+                "spec.backup",
+                "then change the backup",
+            ),
+            (
+                hibernating(
+                    3,
+                    ETCD_35,
+                    true,
+                    serde_json::json!({"storage": {"storageClassName": "standard", "size": "2Gi"}}),
+                ),
+                "spec.storage",
+                "then change the storage",
+            ),
+        ] {
+            let verdict = update(&old, &new);
+            assert!(!verdict.allowed(), "{field}: allowed");
+            let message = verdict.message();
+            assert!(
+                message.contains(&format!(
+                    "{field}: cluster shop/orders is hibernated; wake it first (spec.hibernation: false), {then}"
+                )),
+                "{message}"
+            );
+        }
+        let through_scale = review_cluster(
+            ClusterWrite::Scale {
+                old: 3,
+                new: 5,
+                hibernated: Some("shop/orders"),
+            },
+            &RestoreSource::NotAsked,
+            &defaults(),
+        );
+        assert!(
+            through_scale
+                .message()
+                .contains("spec.size: cluster shop/orders is hibernated; wake it first"),
+            "{}",
+            through_scale.message()
+        );
+    }
+
+    #[test]
+    fn waking_and_metadata_edits_of_a_hibernated_cluster_go_through() {
+        let old = hibernating(3, ETCD_35, true, serde_json::json!({}));
+        let mut labelled = old.clone();
+        labelled
+            .metadata
+            .labels
+            .get_or_insert_default()
+            .insert("team".into(), "shop".into());
+        assert!(update(&old, &labelled).allowed());
+        let awake = hibernating(3, ETCD_35, false, serde_json::json!({}));
+        let verdict = update(&old, &awake);
+        assert!(verdict.allowed(), "{}", verdict.message());
+        // Waking and scaling at once: the cluster wakes, then scales.
+        let verdict = update(&old, &hibernating(5, ETCD_35, false, serde_json::json!({})));
+        assert!(verdict.allowed(), "{}", verdict.message());
+        // An unchanged size through the scale subresource is no edit.
+        let same = review_cluster(
+            ClusterWrite::Scale {
+                old: 3,
+                new: 3,
+                hibernated: Some("shop/orders"),
+            },
+            &RestoreSource::NotAsked,
+            &defaults(),
+        );
+        assert!(same.allowed());
+    }
+
+    #[test]
+    fn hibernating_and_scaling_in_one_edit_is_refused() {
+        let old = hibernating(3, ETCD_35, false, serde_json::json!({}));
+        let verdict = update(&old, &hibernating(5, ETCD_35, true, serde_json::json!({})));
+        assert!(
+            verdict
+                .message()
+                .contains("spec.size: cluster shop/orders cannot hibernate and scale in one edit"),
+            "{}",
+            verdict.message()
+        );
+        let verdict = update(&old, &hibernating(3, ETCD_35, true, serde_json::json!({})));
+        assert!(verdict.allowed(), "{}", verdict.message());
+    }
+
+    #[test]
+    fn a_hibernated_cluster_takes_no_on_demand_backup() {
+        let backup: DistributedKVBackup = serde_json::from_value(serde_json::json!({
+            "apiVersion": "dkv.io/v1alpha1", "kind": "DistributedKVBackup",
+            "metadata": {"name": "orders-now", "namespace": "shop"},
+            "spec": {"cluster": "orders"},
+        }))
+        .unwrap_or_else(|e| panic!("{e}"));
+        let verdict = review_backup(
+            &backup,
+            &BackupTarget::Found {
+                has_destination: true,
+                hibernated: true,
+            },
+        );
+        assert!(
+            verdict.message().contains(
+                "spec.cluster: cluster shop/orders is hibernated; wake it first (spec.hibernation: false), then back it up"
+            ),
+            "{}",
+            verdict.message()
+        );
+        let awake = review_backup(
+            &backup,
+            &BackupTarget::Found {
+                has_destination: true,
+                hibernated: false,
+            },
+        );
+        assert!(awake.allowed(), "{}", awake.message());
+    }
+
+    #[test]
+    fn only_a_cluster_with_persistent_storage_can_hibernate() {
+        let old = dkv(3, ETCD_35, serde_json::json!({}));
+        let new = dkv(3, ETCD_35, serde_json::json!({"hibernation": true}));
+        let verdict = update(&old, &new);
+        assert!(
+            verdict
+                .message()
+                .contains("spec.hibernation: the cluster has no spec.storage"),
+            "{}",
+            verdict.message()
+        );
+    }
+
     #[test]
     fn scale_down_keeps_a_quorum_of_the_old_size() {
         let old = dkv(5, ETCD_35, serde_json::json!({}));
@@ -412,7 +672,11 @@ mod tests {
             }
         }
         let scale = review_cluster(
-            ClusterWrite::Scale { old: 5, new: 1 },
+            ClusterWrite::Scale {
+                old: 5,
+                new: 1,
+                hibernated: None,
+            },
             &RestoreSource::NotAsked,
             &defaults(),
         );

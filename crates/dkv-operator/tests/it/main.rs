@@ -25,6 +25,7 @@ mod encrypted_backup_on_kube_local;
 mod examples;
 mod faults_on_kube_local;
 mod hardened_pods_on_kube_local;
+mod hibernation_on_kube_local;
 mod in_cluster_on_kube_local;
 mod interruptions_on_kube_local;
 mod leader_election;

@@ -732,6 +732,7 @@ fn a_member_being_replaced_in_the_middle_keeps_the_highest_pod() {
         leader: ordinal == 0,
         raft_index: 10,
         version: None,
+        cluster_id: 7,
     };
     // orders-1 lost its volume and was removed; it is not re-added yet.
     let view = MembershipView {
@@ -1041,6 +1042,91 @@ mod status_of_a_pass {
         }
     }
 
+    /// `dkv` as it was last seen formed: Available, QuorumHealthy, with
+    /// its members recorded.
+    fn formed(mut dkv: DistributedKV) -> DistributedKV {
+        dkv.status = Some(DistributedKVStatus {
+            phase: Some(Phase::Running),
+            members: ["orders-0", "orders-1", "orders-2"]
+                .iter()
+                .enumerate()
+                .map(|(i, name)| dkv_api::distributedkv::v1beta1::MemberStatus {
+                    name: (*name).into(),
+                    id: Some(format!("{:x}", 100 + i)),
+                    healthy: true,
+                    ..Default::default()
+                })
+                .collect(),
+            cluster_id: Some("7".into()),
+            conditions: vec![Condition {
+                type_: types::AVAILABLE.into(),
+                status: "True".into(),
+                reason: reasons::QUORUM_HEALTHY.into(),
+                message: String::new(),
+                observed_generation: None,
+                last_transition_time: now(),
+            }],
+            ..Default::default()
+        });
+        dkv
+    }
+
+    #[test]
+    fn a_hibernated_pass_is_neither_available_nor_degraded_and_keeps_the_membership() {
+        use dkv_operator::cluster::hibernation::{self, State};
+        let dkv = formed(fixture("minimal"));
+        let mut seen = planned(&dkv, Volumes::default());
+        seen.plan = seen.plan.map(hibernation::stopped_plan);
+        seen.hibernation = State::Hibernated;
+        let status = derive(&dkv, &seen, None, &BackupSummary::default(), &now()).unwrap();
+        for type_ in [types::AVAILABLE, types::PROGRESSING, types::DEGRADED] {
+            let c = condition(&status, type_);
+            assert_eq!(
+                (c.status.as_str(), c.reason.as_str()),
+                ("False", reasons::HIBERNATED),
+                "{type_}: {}",
+                c.message
+            );
+        }
+        assert_eq!(status.phase, Some(Phase::Hibernated));
+        assert_eq!(status.ready_replicas, 0);
+        assert_eq!(status.members.len(), 3, "the membership is kept");
+        assert_eq!(status.cluster_id.as_deref(), Some("7"));
+        assert_eq!(status.leader, None);
+    }
+
+    #[test]
+    fn waking_members_are_not_a_lost_quorum() {
+        use dkv_operator::cluster::hibernation::State;
+        let mut dkv = formed(fixture("minimal"));
+        if let Some(status) = dkv.status.as_mut() {
+            status.phase = Some(Phase::Hibernated);
+        }
+        let mut seen = planned(&dkv, Volumes::default());
+        seen.hibernation = State::Waking;
+        let status = derive(&dkv, &seen, None, &BackupSummary::default(), &now()).unwrap();
+        let available = condition(&status, types::AVAILABLE);
+        assert_eq!(
+            (available.status.as_str(), available.reason.as_str()),
+            ("False", reasons::WAKING)
+        );
+        let progressing = condition(&status, types::PROGRESSING);
+        assert_eq!(
+            (progressing.status.as_str(), progressing.reason.as_str()),
+            ("True", reasons::WAKING)
+        );
+        let degraded = condition(&status, types::DEGRADED);
+        assert_eq!(degraded.status, "False", "{}", degraded.message);
+        assert_eq!(status.phase, Some(Phase::Running));
+        // The same pass without hibernation would be a lost quorum.
+        seen.hibernation = State::Awake;
+        let lost = derive(&dkv, &seen, None, &BackupSummary::default(), &now()).unwrap();
+        assert_eq!(
+            condition(&lost, types::DEGRADED).reason,
+            reasons::QUORUM_LOST
+        );
+    }
+
     #[test]
     fn a_claim_left_without_a_volume_for_a_minute_degrades_the_cluster_naming_it() {
         let dkv = fixture("minimal");
@@ -1264,4 +1350,35 @@ fn a_formed_cluster_whose_statefulset_is_gone_gets_it_back_unchanged_not_bootstr
         build::build(&cluster, &with_set).statefulset.spec.template,
         "the same pod template: the adopted pods do not restart"
     );
+}
+
+#[test]
+fn a_hibernated_plan_runs_no_member_suspends_backups_and_keeps_the_budget() {
+    use dkv_operator::cluster::hibernation;
+    use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+
+    let (cluster, plan, awake) = prepare(&fixture("full"));
+    assert_eq!(awake.backup_cronjob.as_ref().unwrap().spec.suspend, None);
+    let stopped = hibernation::stopped_plan(plan.clone());
+    let prepared = build::build(&cluster, &stopped);
+    assert_eq!(prepared.statefulset.spec.replicas, Some(0));
+    assert_eq!(
+        prepared.backup_cronjob.as_ref().unwrap().spec.suspend,
+        Some(true)
+    );
+    assert_eq!(
+        prepared.pdb.spec.as_ref().unwrap().min_available,
+        awake.pdb.spec.as_ref().unwrap().min_available,
+        "the budget of the members that come back"
+    );
+    assert_ne!(
+        prepared.pdb.spec.as_ref().unwrap().min_available,
+        Some(IntOrString::Int(1))
+    );
+    // The same template and membership record: waking starts the same pods.
+    assert_eq!(
+        prepared.statefulset.spec.template,
+        awake.statefulset.spec.template
+    );
+    assert_eq!(prepared.members, awake.members);
 }

@@ -742,6 +742,9 @@ enum Change {
     InPlace,
     /// Fixed at creation: the CRD's rules refuse any change at admission.
     Immutable,
+    /// Every member stops, its data kept, or starts again on it
+    /// (`hibernation_on_kube_local.rs`).
+    StopsMembers,
 }
 
 /// Every field of `spec`, by path prefix; the longest prefix that matches a
@@ -763,6 +766,9 @@ const CHANGES: &[(&str, Change)] = &[
     ("spec.auth", Change::InPlace),
     ("spec.recovery", Change::InPlace),
     ("spec.backup", Change::InPlace),
+    // Read by the operator's scheduled defragmentation; no restart.
+    ("spec.maintenance", Change::InPlace),
+    ("spec.hibernation", Change::StopsMembers),
 ];
 
 /// Whether `prefix` names `field` or an object or list it sits in.

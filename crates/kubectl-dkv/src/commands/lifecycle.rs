@@ -1,4 +1,5 @@
-//! `restart`, `pause` and `resume`: annotations the operator acts on.
+//! `restart`, `pause` and `resume`: annotations the operator acts on;
+//! `hibernate` and `wake`: `spec.hibernation`.
 
 use dkv_api::DistributedKV;
 use dkv_api::labels::{RECONCILE_PAUSED, RESTARTED_AT};
@@ -43,6 +44,49 @@ pub async fn pause(target: &Target, name: &str, pause: bool) -> Result<()> {
     };
     annotate(target, name, json!({ RECONCILE_PAUSED: value })).await?;
     println!("distributedkv.dkv.io/{name} {verb}");
+    Ok(())
+}
+
+/// Sets (`hibernate`) or clears `spec.hibernation`. Asking for what is
+/// already so is refused in one line, so a script notices.
+pub async fn hibernate(target: &Target, name: &str, hibernate: bool) -> Result<()> {
+    let cluster = target.cluster(name).await?;
+    let full = format!("{}/{name}", target.namespace);
+    if cluster.spec.hibernation == hibernate {
+        return Err(Error::Refused(if hibernate {
+            format!(
+                "DistributedKV {full} is already hibernated (spec.hibernation: true); wake it with `kubectl dkv wake {name}`"
+            )
+        } else {
+            format!("DistributedKV {full} is not hibernated; nothing to wake")
+        }));
+    }
+    // `false` is the default and is not stored: null removes the field.
+    let value = if hibernate {
+        json!(true)
+    } else {
+        serde_json::Value::Null
+    };
+    let patch = json!({ "spec": { "hibernation": value } });
+    target
+        .api::<DistributedKV>()
+        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map_err(Error::api(
+            format!("setting spec.hibernation of DistributedKV {full}"),
+            "DistributedKV",
+            &target.namespace,
+            name,
+        ))?;
+    if hibernate {
+        println!(
+            "distributedkv.dkv.io/{name} hibernating: the members stop once the cluster is at a consistent point; volumes, membership and cluster ID are kept (watch: kubectl dkv status {name})"
+        );
+    } else {
+        println!(
+            "distributedkv.dkv.io/{name} waking: the same members start on their volumes (watch: kubectl dkv status {name})"
+        );
+    }
     Ok(())
 }
 

@@ -69,6 +69,8 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Restart { name } => lifecycle::restart(&target, &name).await,
         Command::Pause { name } => lifecycle::pause(&target, &name, true).await,
         Command::Resume { name } => lifecycle::pause(&target, &name, false).await,
+        Command::Hibernate { name } => lifecycle::hibernate(&target, &name, true).await,
+        Command::Wake { name } => lifecycle::hibernate(&target, &name, false).await,
         Command::Completion { .. } => Ok(()),
     }
 }

@@ -29,6 +29,8 @@ pub struct Report {
     pub namespace: String,
     /// `dkv.io/reconcile-paused` is set: the operator changes nothing.
     pub paused: bool,
+    /// `spec.hibernation` is on: the members stop (or have stopped).
+    pub hibernation: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub phase: Option<String>,
     /// Members the spec asks for.
@@ -292,6 +294,7 @@ pub fn report(
         name: cluster.name_any(),
         namespace: cluster.namespace().unwrap_or_default(),
         paused: is_paused(cluster),
+        hibernation: cluster.spec.hibernation,
         phase: status.phase.map(|p| p.to_string()),
         size: cluster.spec.size,
         ready_replicas: status.ready_replicas,
@@ -400,6 +403,10 @@ pub fn text(r: &Report, now: Timestamp) -> String {
         r.phase.as_deref().unwrap_or("(no status yet)"),
         if r.paused {
             " — PAUSED: the operator changes nothing (kubectl dkv resume)"
+        } else if r.hibernation && r.phase.as_deref() == Some("Hibernated") {
+            " — members stopped, volumes, membership and cluster ID kept (kubectl dkv wake)"
+        } else if r.hibernation {
+            " — HIBERNATING: the members stop at a consistent point (kubectl dkv wake cancels)"
         } else {
             ""
         }

@@ -5,6 +5,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod bundle;
+mod hibernate;
 mod kubectl;
 mod plugin;
 mod secured;

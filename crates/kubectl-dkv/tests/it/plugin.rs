@@ -456,6 +456,8 @@ async fn every_plugin_command_through_kubectl() {
         "restart",
         "pause",
         "resume",
+        "hibernate",
+        "wake",
         "completion",
     ] {
         let help = kubectl.ok(&[command, "--help"]);

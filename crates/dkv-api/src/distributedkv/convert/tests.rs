@@ -148,10 +148,14 @@ fn object(
         option::of(("[a-z]{1,8}", 1..100u32, any::<bool>())),
         option::of(backup),
         option::of((any::<bool>(), 10..1000i32)),
-        option::of((0..=5i32, prop_oneof![Just("Running"), Just("Creating")])),
+        option::of((
+            0..=5i32,
+            prop_oneof![Just("Running"), Just("Creating"), Just("Hibernated")],
+        )),
+        any::<bool>(),
     )
         .prop_map(
-            move |(metadata, size, version, storage, backup, recovery, status)| {
+            move |(metadata, size, version, storage, backup, recovery, status, hibernation)| {
                 let mut spec = json!({"size": size, "image": "registry.k8s.io/etcd:3.5.16-0"});
                 if let Some(v) = version {
                     spec["version"] = json!(v);
@@ -164,6 +168,10 @@ fn object(
                 }
                 if let Some((manual, after)) = recovery {
                     spec["recovery"] = json!({"policy": if manual { "Manual" } else { "ForceNewCluster" }, "afterSeconds": after});
+                }
+                // `false` is the default and never stored.
+                if hibernation {
+                    spec["hibernation"] = json!(true);
                 }
                 let mut object = json!({"apiVersion": api_version, "kind": "DistributedKV", "metadata": metadata, "spec": spec});
                 if let Some((ready, phase)) = status {

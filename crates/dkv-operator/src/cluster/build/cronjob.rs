@@ -172,7 +172,9 @@ pub fn agent_job_spec(
     }
 }
 
-pub fn build(cluster: &ValidatedCluster) -> Option<CronJob> {
+/// The CronJob of `cluster`'s scheduled backups; suspended while the
+/// members are stopped for hibernation (a run would only fail).
+pub fn build(cluster: &ValidatedCluster, hibernated: bool) -> Option<CronJob> {
     let backup = cluster.backup.as_ref()?;
     let labels = agent_labels(&cluster.name);
     let run = AgentRun {
@@ -198,6 +200,7 @@ pub fn build(cluster: &ValidatedCluster) -> Option<CronJob> {
             starting_deadline_seconds: Some(300),
             successful_jobs_history_limit: Some(3),
             failed_jobs_history_limit: Some(3),
+            suspend: hibernated.then_some(true),
             job_template: JobTemplateSpec {
                 metadata: Some(ObjectMeta {
                     labels: Some(labels.clone()),
@@ -205,7 +208,6 @@ pub fn build(cluster: &ValidatedCluster) -> Option<CronJob> {
                 }),
                 spec: Some(agent_job_spec(labels, container, agent_volumes(&run), 2)),
             },
-            ..CronJobSpec::default()
         },
         status: None,
     })

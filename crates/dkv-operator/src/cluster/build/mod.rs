@@ -50,7 +50,7 @@ pub fn build(cluster: &ValidatedCluster, plan: &Plan) -> Prepared {
             .is_none()
             .then(|| services::client(cluster)),
         pdb: pdb::build(cluster, plan),
-        backup_cronjob: cronjob::build(cluster),
+        backup_cronjob: cronjob::build(cluster, plan.hibernated),
     }
 }
 

@@ -17,8 +17,13 @@ pub fn build(cluster: &ValidatedCluster, plan: &Plan) -> PodDisruptionBudget {
         spec: Some(PodDisruptionBudgetSpec {
             // Quorum of the members that actually run, not of the requested
             // size: while a resize is held back the running set is what must
-            // stay available.
-            min_available: Some(IntOrString::Int(quorum(plan.replicas))),
+            // stay available. A hibernated cluster keeps the budget of its
+            // members, which come back on waking.
+            min_available: Some(IntOrString::Int(quorum(if plan.hibernated {
+                i32::try_from(plan.record.members.len()).unwrap_or(plan.replicas)
+            } else {
+                plan.replicas
+            }))),
             selector: Some(LabelSelector {
                 match_labels: Some(dkv_api::labels::selector_labels(&cluster.name)),
                 ..LabelSelector::default()

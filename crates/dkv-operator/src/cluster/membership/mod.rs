@@ -44,6 +44,8 @@ pub struct ObservedMember {
     pub leader: bool,
     pub raft_index: u64,
     pub version: Option<EtcdVersion>,
+    /// etcd's cluster ID as the member reports it (0: it did not answer).
+    pub cluster_id: u64,
 }
 
 /// One member pod as observed this pass.

@@ -13,6 +13,7 @@ use super::faults::{
 };
 use super::messages::{operation_reason, step_detail, wait_message};
 use super::{Observation, Want, formed_before, serving_endpoints, set_condition, with_backups};
+use crate::cluster::hibernation::State as HibernationState;
 use crate::cluster::membership::{ObservedMember, Step, WaitReason, quorum};
 use crate::cluster::naming;
 
@@ -332,6 +333,15 @@ pub(super) fn compute(
         }
     };
 
+    let recorded = i32::try_from(obs.plan.record.members.len()).unwrap_or(members);
+    let (available, progressing, degraded, phase) = hibernating(
+        obs,
+        [available, progressing, degraded],
+        phase,
+        ready,
+        recorded,
+    );
+
     // The running version is the configured one only once every pod runs
     // the current template (updates are OnDelete: pods restart later).
     let rolled_out = sts_status.is_some() && rollout_pending(obs).is_none() && ready == members;
@@ -392,12 +402,163 @@ pub(super) fn compute(
         }),
         leader: if obs.members.is_some() {
             leader
+        } else if obs.hibernation.stopped() {
+            None
         } else {
             old.leader.clone()
         },
+        cluster_id: obs
+            .members
+            .into_iter()
+            .flatten()
+            .find(|m| m.cluster_id != 0)
+            .map(|m| format!("{:x}", m.cluster_id))
+            .or_else(|| old.cluster_id.clone()),
         operation: obs.operation.clone(),
         conditions,
         ..with_backups(old, obs.backups)
+    }
+}
+
+/// The conditions and phase as `spec.hibernation` changes them. Members
+/// that stop for it, or start again after it, are not lost: no
+/// `QuorumLost` or `MemberUnhealthy` (which would also arm a recovery
+/// policy), and a stopped cluster is neither available nor degraded.
+/// Faults of another kind (a pod that cannot start, say) still show.
+fn hibernating(
+    obs: &Observation<'_>,
+    [available, progressing, degraded]: [Want; 3],
+    phase: Phase,
+    ready: i32,
+    members: i32,
+) -> (Want, Want, Want, Phase) {
+    let absence = degraded.status
+        && [reasons::QUORUM_LOST, reasons::MEMBER_UNHEALTHY].contains(&degraded.reason);
+    let calm = |degraded: Want, message: &str| {
+        if absence || !degraded.status {
+            Want {
+                type_: types::DEGRADED,
+                status: false,
+                reason: reasons::AS_EXPECTED,
+                message: message.to_owned(),
+            }
+        } else {
+            degraded
+        }
+    };
+    // A paused cluster says so, whatever hibernation would have done.
+    let progressing_or = |want: Want| {
+        if obs.cluster.paused {
+            Want {
+                type_: progressing.type_,
+                status: progressing.status,
+                reason: progressing.reason,
+                message: progressing.message.clone(),
+            }
+        } else {
+            want
+        }
+    };
+    let phase_unless_degraded = |degraded: &Want| {
+        if degraded.status {
+            Phase::Degraded
+        } else {
+            Phase::Running
+        }
+    };
+    match obs.hibernation {
+        HibernationState::Awake => (available, progressing, degraded, phase),
+        HibernationState::Waiting(why) => (
+            available,
+            progressing_or(Want {
+                type_: types::PROGRESSING,
+                status: true,
+                reason: reasons::HIBERNATING,
+                message: format!(
+                    "spec.hibernation: the members stop at a consistent point; waiting: {why}"
+                ),
+            }),
+            degraded,
+            phase,
+        ),
+        HibernationState::Stopping { left } => {
+            let degraded = calm(degraded, "the members are stopping for hibernation");
+            let phase = phase_unless_degraded(&degraded);
+            (
+                Want {
+                    type_: types::AVAILABLE,
+                    status: false,
+                    reason: reasons::HIBERNATING,
+                    message: format!(
+                        "the members are stopping for hibernation ({left} still running)"
+                    ),
+                },
+                progressing_or(Want {
+                    type_: types::PROGRESSING,
+                    status: true,
+                    reason: reasons::HIBERNATING,
+                    message: format!(
+                        "stopping the members gracefully ({left} still running); their volumes, the etcd membership and the cluster ID are kept"
+                    ),
+                }),
+                degraded,
+                phase,
+            )
+        }
+        HibernationState::Hibernated => {
+            let message = format!(
+                "hibernated (spec.hibernation): {members} members stopped, their volumes, the etcd membership and the cluster ID kept; set spec.hibernation: false to wake it"
+            );
+            (
+                Want {
+                    type_: types::AVAILABLE,
+                    status: false,
+                    reason: reasons::HIBERNATED,
+                    message: message.clone(),
+                },
+                progressing_or(Want {
+                    type_: types::PROGRESSING,
+                    status: false,
+                    reason: reasons::HIBERNATED,
+                    message: message.clone(),
+                }),
+                Want {
+                    type_: types::DEGRADED,
+                    status: false,
+                    reason: reasons::HIBERNATED,
+                    message,
+                },
+                Phase::Hibernated,
+            )
+        }
+        HibernationState::Waking => {
+            let degraded = calm(degraded, "the members are starting again after hibernation");
+            let phase = phase_unless_degraded(&degraded);
+            (
+                if available.status {
+                    available
+                } else {
+                    Want {
+                        type_: types::AVAILABLE,
+                        status: false,
+                        reason: reasons::WAKING,
+                        message: format!(
+                            "waking from hibernation: {ready}/{members} members ready"
+                        ),
+                    }
+                },
+                progressing_or(Want {
+                    type_: types::PROGRESSING,
+                    status: true,
+                    reason: reasons::WAKING,
+                    message: format!(
+                        "the members start again on their own volumes: {ready}/{members} ready and healthy"
+                    ),
+                }),
+                degraded,
+                phase,
+            )
+        }
     }
 }
 

@@ -64,6 +64,8 @@ pub struct Seen {
     /// (Secret, notAfter) of each certificate the members and the operator
     /// use.
     pub certificates: Vec<(String, jiff::Timestamp)>,
+    /// Where the cluster stands with `spec.hibernation`.
+    pub hibernation: super::hibernation::State,
     /// When a scheduled defragmentation run finished in this pass.
     pub defragged_at: Option<Time>,
 }
@@ -92,6 +94,7 @@ pub fn derive(
                 restore_failure: seen.pods.iter().find_map(|p| p.restore_failure.as_deref()),
                 backups,
                 volumes,
+                hibernation: &seen.hibernation,
             },
             now,
         )),
@@ -172,6 +175,8 @@ struct Observation<'a> {
     pub backups: &'a BackupSummary,
     /// Where the member volumes stand against `spec.storage.size`.
     pub volumes: &'a Volumes,
+    /// Where the cluster stands with `spec.hibernation`.
+    pub hibernation: &'a super::hibernation::State,
 }
 
 /// One condition as the operator wants it now.
@@ -184,7 +189,8 @@ struct Want {
 
 /// Whether the cluster's status records that it has formed: its Available
 /// condition was once QuorumHealthy, and stays QuorumHealthy, QuorumLost or
-/// EndpointsNotReady.
+/// EndpointsNotReady — or one of hibernation's, which only a formed cluster
+/// reaches.
 pub fn formed_before(dkv: &DistributedKV) -> bool {
     dkv.status.iter().flat_map(|s| &s.conditions).any(|c| {
         c.type_ == types::AVAILABLE
@@ -192,6 +198,9 @@ pub fn formed_before(dkv: &DistributedKV) -> bool {
                 reasons::QUORUM_HEALTHY,
                 reasons::QUORUM_LOST,
                 reasons::ENDPOINTS_NOT_READY,
+                reasons::HIBERNATING,
+                reasons::HIBERNATED,
+                reasons::WAKING,
             ]
             .contains(&c.reason.as_str())
     })

@@ -90,6 +90,8 @@ pub struct ValidatedCluster {
     pub tls_sources: Sources,
     /// `spec.auth.enabled`: etcd authentication is (to be) on.
     pub auth: bool,
+    /// `spec.hibernation`: stop the members once it is safe, keep their data.
+    pub hibernation: bool,
     /// `spec.maintenance.defrag`: scheduled defragmentation.
     pub defrag: Option<DefragSettings>,
 }
@@ -280,6 +282,7 @@ pub fn validate(
             tls: TlsSettings::from_spec(spec.tls.as_ref()),
             tls_sources: Sources::from_spec(spec.tls.as_ref()),
             auth: spec.auth.as_ref().is_some_and(|a| a.enabled),
+            hibernation: spec.hibernation,
             defrag: spec
                 .maintenance
                 .as_ref()
@@ -340,6 +343,15 @@ fn check_spec(
                 "must be between 1 and 9 (got {}); 3 or 5 suit most clusters",
                 spec.size
             ),
+        );
+    }
+
+    // Members without persistent storage keep their data in an emptyDir,
+    // which goes with the pod: stopping them all would lose every key.
+    if spec.hibernation && spec.storage.is_none() {
+        problems.add(
+            "spec.hibernation",
+            "the cluster has no spec.storage: its members keep their data in emptyDir volumes, which stopping them would delete; only clusters with persistent storage can hibernate (take a backup and delete the cluster instead)",
         );
     }
 

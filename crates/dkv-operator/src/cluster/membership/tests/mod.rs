@@ -22,6 +22,7 @@ fn member(ordinal: i32) -> ObservedMember {
         leader: ordinal == 0,
         raft_index: 1000,
         version: Some(V35),
+        cluster_id: 7,
     }
 }
 
