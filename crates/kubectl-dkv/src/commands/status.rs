@@ -48,6 +48,9 @@ pub struct Report {
     pub members: Vec<Member>,
     pub backups: Backups,
     pub certificates: Vec<Certificate>,
+    /// Scheduled defragmentation (`spec.maintenance.defrag`), if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub defrag: Option<Defrag>,
     /// Why etcd's own answers are missing, if they are.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub live_error: Option<String>,
@@ -123,6 +126,17 @@ pub struct Backups {
 
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
+pub struct Defrag {
+    pub schedule: String,
+    pub threshold_percent: i32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_run: Option<Time>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_run: Option<Timestamp>,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Certificate {
     pub secret: String,
     /// The entry holding the certificate (`tls.crt`, or `ca.crt` for a CA).
@@ -153,7 +167,9 @@ pub async fn collect(target: &Target, cluster: &DistributedKV) -> Result<Report>
         })?
         .items;
     let mut report = report(cluster, &pods, &backups, &secrets, Timestamp::now());
-    if let Err(err) = add_live(target, cluster, &mut report).await {
+    // A hibernated cluster runs no member to ask: the page says so.
+    let hibernated = report.hibernation && report.phase.as_deref() == Some("Hibernated");
+    if !hibernated && let Err(err) = add_live(target, cluster, &mut report).await {
         report.live_error = Some(err.to_string());
     }
     Ok(report)
@@ -313,6 +329,17 @@ pub fn report(
             continuous: status.continuous_backup.clone(),
         },
         certificates,
+        defrag: cluster
+            .spec
+            .maintenance
+            .as_ref()
+            .and_then(|m| m.defrag.as_ref())
+            .map(|d| Defrag {
+                schedule: d.schedule.clone(),
+                threshold_percent: d.threshold_percent,
+                last_run: status.last_defrag_time.clone(),
+                next_run: next_run(&d.schedule, now),
+            }),
         live_error: None,
     }
 }
@@ -526,6 +553,20 @@ pub fn text(r: &Report, now: Timestamp) -> String {
     }
     if let Some(error) = &r.live_error {
         out.push_str(&format!("  (etcd's own figures are missing: {error})\n"));
+    }
+    if let Some(d) = &r.defrag {
+        out.push_str(&format!(
+            "\nDefrag:      {} (members with {}%+ free), last run {}, next {}\n",
+            d.schedule,
+            d.threshold_percent,
+            d.last_run
+                .as_ref()
+                .map_or_else(|| "never".to_owned(), |t| time::ago(t, now)),
+            d.next_run.map_or_else(
+                || "-".to_owned(),
+                |t| format!("{t} ({})", time::until(t, now))
+            )
+        ));
     }
     out.push_str("\nBackups:\n");
     let b = &r.backups;

@@ -47,6 +47,10 @@ async fn hibernate_and_wake_through_kubectl() {
     .await;
     let status = kubectl.ok(&["status", "orders"]);
     assert!(status.contains("Phase:       Hibernated"), "{status}");
+    assert!(
+        !status.contains("figures are missing"),
+        "a hibernated cluster has no member to ask, and says so by its phase: {status}"
+    );
     eprintln!("{status}");
 
     assert!(kubectl.ok(&["wake", "orders"]).contains("waking"));

@@ -75,7 +75,8 @@ async fn every_plugin_command_through_kubectl() {
         "orders",
         3,
         image,
-        json!({"backup": store.backup_spec("plugin")}),
+        json!({"backup": store.backup_spec("plugin"),
+               "maintenance": {"defrag": {"schedule": "0 0 1 1 *"}}}),
     )
     .await;
     wait_converged(&dkvs, "orders").await;
@@ -92,6 +93,7 @@ async fn every_plugin_command_through_kubectl() {
         "orders-2",
         "leader",
         "Scheduled:   0 0 1 1 *",
+        "Defrag:      0 0 1 1 * (members with 25%+ free), last run never",
     ] {
         assert!(
             page.contains(expected),
@@ -100,6 +102,8 @@ async fn every_plugin_command_through_kubectl() {
     }
     let status = kubectl.json(&["status", "orders"]);
     assert_eq!(status["readyReplicas"], 3, "{status}");
+    assert_eq!(status["defrag"]["schedule"], "0 0 1 1 *", "{status}");
+    assert_eq!(status["defrag"]["thresholdPercent"], 25, "{status}");
     let members = status["members"].as_array().unwrap();
     assert_eq!(members.len(), 3, "{status}");
     let leaders = members.iter().filter(|m| m["role"] == "leader").count();
