@@ -50,7 +50,7 @@ trap 'on_failure $LINENO' ERR
 
 scripts/install-prerequisites.sh
 step "building dkv and the kubectl plugin (kubectl dkv)"
-cargo build -q -p dkv-operator --bin dkv -p kubectl-dkv
+cargo build -q -p dkv-operator --bin dkv -p kubectl-dkv --bin kubectl-dkv
 # kubectl finds plugins on the PATH: `kubectl dkv` runs target/debug/kubectl-dkv.
 export PATH="$PWD/target/debug:$PATH"
 

@@ -49,6 +49,9 @@ echo "== the README's first command, exactly as a newcomer runs it"
 # It reuses the debug build above; any failed step fails CI (the demo says
 # which and stops its control plane). On success it leaves kube-local
 # running for the user: stop it here.
+# The binaries the tests built are removed first: the demo must build what it
+# runs itself, as on a fresh clone.
+rm -f target/debug/dkv target/debug/kubectl-dkv
 scripts/demo.sh
 target/debug/dkv local down
 
