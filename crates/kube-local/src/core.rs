@@ -1,12 +1,14 @@
 //! The API server's object semantics independent of HTTP: create, update, patch, apply, delete, get and list, with
 //! admission (normalizing, webhooks, validation) and conversion on the way. This module holds the types, reads,
 //! creates and what follows a write; the admission chain is in `admit`, updates and patches in `update`, deletes in
-//! `delete`, writes through `/scale` in `scale_subresource`, and what follows a CRD's write or deletion in
+//! `delete`, `pods/eviction` (deletes a disruption budget allows) in `eviction`, writes through `/scale` in
+//! `scale_subresource`, and what follows a CRD's write or deletion in
 //! `crd_lifecycle`.
 
 mod admit;
 mod crd_lifecycle;
 mod delete;
+mod eviction;
 mod scale_subresource;
 mod update;
 

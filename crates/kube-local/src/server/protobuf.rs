@@ -74,7 +74,7 @@ const KINDS: &[(&str, &str, Converter)] = {
     use k8s_pb::api::{
         apps::v1 as apps, authentication::v1 as authentication, authorization::v1 as authorization,
         autoscaling::v1 as autoscaling, batch::v1 as batch, core::v1 as core, policy::v1 as policy,
-        rbac::v1 as rbac,
+        policy::v1beta1 as policy_v1beta1, rbac::v1 as rbac,
     };
     &[
         ("v1", "Namespace", convert::<core::Namespace>),
@@ -89,6 +89,12 @@ const KINDS: &[(&str, &str, Converter)] = {
             "policy/v1",
             "PodDisruptionBudget",
             convert::<policy::PodDisruptionBudget>,
+        ),
+        ("policy/v1", "Eviction", convert::<policy::Eviction>),
+        (
+            "policy/v1beta1",
+            "Eviction",
+            convert::<policy_v1beta1::Eviction>,
         ),
         ("autoscaling/v1", "Scale", convert::<autoscaling::Scale>),
         (

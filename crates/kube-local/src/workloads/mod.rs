@@ -1,5 +1,5 @@
 //! Workload controllers, as clients of the API server: Deployment, ReplicaSet, StatefulSet, Job, CronJob, the local
-//! volume provisioner and binder, Endpoints and EndpointSlices, and PodDisruptionBudget status. One module per
+//! volume provisioner and binder, Endpoints and EndpointSlices, PodDisruptionBudget status, and the unschedulable taint of cordoned nodes. One module per
 //! controller.
 
 mod cronjob;
@@ -9,6 +9,7 @@ mod endpoint_slices;
 mod endpoints;
 mod hashing;
 mod job;
+mod node_taints;
 mod ownership;
 mod replicaset;
 mod statefulset;
@@ -76,6 +77,7 @@ impl Controllers {
         control_loop!(endpoint_slices::reconcile);
         control_loop!(job::reconcile);
         control_loop!(disruption::reconcile);
+        control_loop!(node_taints::reconcile);
         // The ReplicaSet controller remembers its writes until its pod cache shows them.
         {
             let ctx = ctx.clone();

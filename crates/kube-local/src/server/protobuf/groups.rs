@@ -1,4 +1,5 @@
-//! apps/v1 Deployment, batch/v1 Job and CronJob, policy/v1 PodDisruptionBudget, autoscaling/v1 Scale,
+//! apps/v1 Deployment, batch/v1 Job and CronJob, policy/v1 PodDisruptionBudget, policy/v1 and v1beta1 Eviction,
+//! autoscaling/v1 Scale,
 //! authentication.k8s.io/v1 TokenRequest and SelfSubjectReview, authorization.k8s.io/v1 SelfSubjectAccessReview and
 //! SelfSubjectRulesReview, rbac.authorization.k8s.io/v1 Roles, ClusterRoles and their bindings.
 //!
@@ -11,7 +12,8 @@ use k8s_openapi::api::{
 };
 use k8s_pb::api::{
     apps::v1 as apps, authentication::v1 as authentication, authorization::v1 as authorization,
-    autoscaling::v1 as autoscaling, batch::v1 as batch, policy::v1 as policy, rbac::v1 as rbac,
+    autoscaling::v1 as autoscaling, batch::v1 as batch, policy::v1 as policy,
+    policy::v1beta1 as policy_v1beta1, rbac::v1 as rbac,
 };
 
 use super::fields::messages;
@@ -152,6 +154,16 @@ messages! {
         desired_healthy: keep,
         expected_pods: keep,
         conditions: omit,
+    }
+
+    // `kubectl drain`; v1beta1 has the same shape (k8s-openapi no longer has it).
+    policy::Eviction => openapi_policy::Eviction {
+        metadata: keep,
+        delete_options: ptr,
+    }
+    policy_v1beta1::Eviction => openapi_policy::Eviction {
+        metadata: keep,
+        delete_options: ptr,
     }
 
     autoscaling::Scale => openapi_autoscaling::Scale {
