@@ -568,6 +568,8 @@ pub(super) fn builtin_columns(rt: &ResourceType) -> Option<Printer> {
                 c("Version", "string"),
             ],
             |o| {
+                // As upstream's printer: the Ready condition (Unknown without one), then SchedulingDisabled
+                // for a cordoned node; roles from the node-role labels.
                 let ready = o
                     .pointer("/status/conditions")
                     .and_then(Value::as_array)
@@ -575,12 +577,34 @@ pub(super) fn builtin_columns(rt: &ResourceType) -> Option<Printer> {
                         cs.iter()
                             .find(|c| c.get("type").and_then(Value::as_str) == Some("Ready"))
                     })
-                    .and_then(|c| c.get("status").and_then(Value::as_str))
-                    == Some("True");
+                    .map(|c| c.get("status").and_then(Value::as_str) == Some("True"));
+                let mut status = vec![match ready {
+                    Some(true) => "Ready",
+                    Some(false) => "NotReady",
+                    None => "Unknown",
+                }];
+                if o.pointer("/spec/unschedulable").and_then(Value::as_bool) == Some(true) {
+                    status.push("SchedulingDisabled");
+                }
+                let mut roles: Vec<&str> = meta::labels(o)
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|(k, v)| match k.strip_prefix("node-role.kubernetes.io/") {
+                        Some(role) if !role.is_empty() => Some(role),
+                        _ if k == "kubernetes.io/role" => v.as_str().filter(|r| !r.is_empty()),
+                        _ => None,
+                    })
+                    .collect();
+                roles.sort_unstable();
+                roles.dedup();
                 vec![
                     json!(meta::name(o)),
-                    json!(if ready { "Ready" } else { "NotReady" }),
-                    json!("<none>"),
+                    json!(status.join(",")),
+                    json!(if roles.is_empty() {
+                        "<none>".to_string()
+                    } else {
+                        roles.join(",")
+                    }),
                     age(o),
                     json!(s(o.pointer("/status/nodeInfo/kubeletVersion"))),
                 ]
