@@ -478,9 +478,17 @@ fn builtin_type(bt: &Builtin) -> ResourceType {
         generation: bt.generation,
         storage,
         view,
+        // Upstream's registries that return the object: pods, services, serviceaccounts and storageclasses set
+        // `ReturnDeletedObject`; namespaces and CRDs are always deleted through a finalizer, which answers with the
+        // object too. Every other built-in answers with a `Status`.
         delete_returns_object: matches!(
             bt.plural,
-            "pods" | "serviceaccounts" | "storageclasses" | "namespaces"
+            "pods"
+                | "services"
+                | "serviceaccounts"
+                | "storageclasses"
+                | "namespaces"
+                | "customresourcedefinitions"
         ),
         unconditional_update: true,
         create_only: bt.create_only,

@@ -7,6 +7,7 @@ mod auth;
 mod conversion;
 mod crds;
 mod crud;
+mod delete_answers;
 mod discovery;
 mod kubectl;
 mod lifecycle;
