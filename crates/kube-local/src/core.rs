@@ -1,11 +1,12 @@
 //! The API server's object semantics independent of HTTP: create, update, patch, apply, delete, get and list, with
 //! admission (normalizing, webhooks, validation) and conversion on the way. This module holds the types, reads,
 //! creates and what follows a write; the admission chain is in `admit`, updates and patches in `update`, deletes in
-//! `delete`, `pods/eviction` (deletes a disruption budget allows) in `eviction`, writes through `/scale` in
+//! `delete`, the APIServices of the served group versions in `api_services`, `pods/eviction` (deletes a disruption budget allows) in `eviction`, writes through `/scale` in
 //! `scale_subresource`, and what follows a CRD's write or deletion in
 //! `crd_lifecycle`.
 
 mod admit;
+mod api_services;
 mod crd_lifecycle;
 mod delete;
 mod eviction;
@@ -152,11 +153,13 @@ fn without_volatile(obj: &Value) -> Value {
 
 impl Core {
     pub fn new(history_limit: usize) -> Self {
-        Core {
+        let core = Core {
             store: Store::new(history_limit),
             registry: Registry::new(),
             tokens: Default::default(),
-        }
+        };
+        api_services::sync(&core);
+        core
     }
 
     /// A core over a store kept in `dir`; the custom resource types of stored CRDs are served again.
@@ -176,6 +179,7 @@ impl Core {
         for crd in core.store.list(&crds, None).objects {
             crd_lifecycle::on_crd_written(&core, &crd).await;
         }
+        api_services::sync(&core);
         Ok(core)
     }
 
@@ -373,6 +377,7 @@ impl Core {
         Box::pin(async move {
             if rt.group == "apiextensions.k8s.io" && rt.plural == "customresourcedefinitions" {
                 crd_lifecycle::on_crd_written(self, saved).await;
+                api_services::sync(self);
             }
         })
     }
@@ -380,6 +385,7 @@ impl Core {
     async fn after_delete(&self, rt: &ResourceType, last: &Arc<Value>) {
         if rt.group == "apiextensions.k8s.io" && rt.plural == "customresourcedefinitions" {
             crd_lifecycle::on_crd_deleted(self, last);
+            api_services::sync(self);
         }
     }
 

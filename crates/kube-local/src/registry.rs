@@ -103,9 +103,17 @@ impl ResourceType {
         self.group.is_empty() && self.plural == "serviceaccounts"
     }
 
+    /// Served for reading only: kube-local's own APIServices (it aggregates no other API server).
+    pub fn is_read_only(&self) -> bool {
+        self.group == "apiregistration.k8s.io" && self.custom.is_none()
+    }
+
     pub fn verbs(&self) -> Vec<&'static str> {
         if self.create_only {
             return vec!["create"];
+        }
+        if self.is_read_only() {
+            return vec!["get", "list", "watch"];
         }
         vec![
             "create",
@@ -388,6 +396,15 @@ const BUILTINS: &[Builtin] = &[
         true,
         &[],
         false,
+    ),
+    b(
+        "apiregistration.k8s.io",
+        "v1",
+        "apiservices",
+        "APIService",
+        false,
+        &[],
+        true,
     ),
     b(
         "authentication.k8s.io",

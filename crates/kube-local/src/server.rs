@@ -331,6 +331,11 @@ async fn dispatch(server: &Server, req: Request) -> ApiResult<Response> {
         };
         server.traffic.record(verb, &counted)?;
     }
+    if rt.is_read_only() && req.method() != Method::GET {
+        return Err(ApiError::method_not_allowed(
+            "the server does not allow this method on the requested resource",
+        ));
+    }
     if rt.create_only || sub.as_deref() == Some("token") {
         return review(server, req, &rt, namespace, name, sub).await;
     }

@@ -610,6 +610,46 @@ pub(super) fn builtin_columns(rt: &ResourceType) -> Option<Printer> {
                 ]
             },
         ),
+        // Upstream's APIService printer: the service (`Local` without one) and the Available condition.
+        ("apiregistration.k8s.io", "apiservices") => (
+            vec![
+                c("Name", "string"),
+                c("Service", "string"),
+                c("Available", "string"),
+                c("Age", "string"),
+            ],
+            |o| {
+                let service = match (
+                    o.pointer("/spec/service/namespace").and_then(Value::as_str),
+                    o.pointer("/spec/service/name").and_then(Value::as_str),
+                ) {
+                    (Some(ns), Some(name)) => format!("{ns}/{name}"),
+                    _ => "Local".to_string(),
+                };
+                let available = o
+                    .pointer("/status/conditions")
+                    .and_then(Value::as_array)
+                    .and_then(|cs| {
+                        cs.iter()
+                            .find(|c| c.get("type").and_then(Value::as_str) == Some("Available"))
+                    })
+                    .map(|c| {
+                        let status = s(c.get("status"));
+                        if status == "True" {
+                            status
+                        } else {
+                            format!("{status} ({})", s(c.get("reason")))
+                        }
+                    })
+                    .unwrap_or_else(|| "Unknown".to_string());
+                vec![
+                    json!(meta::name(o)),
+                    json!(service),
+                    json!(available),
+                    age(o),
+                ]
+            },
+        ),
         ("apiextensions.k8s.io", "customresourcedefinitions") => {
             (vec![c("Name", "string"), c("Created At", "date")], |o| {
                 vec![

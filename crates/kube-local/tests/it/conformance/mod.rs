@@ -3,6 +3,7 @@
 mod common;
 
 mod access_control;
+mod api_services;
 mod auth;
 mod conversion;
 mod crds;
