@@ -159,6 +159,9 @@ pub fn api_resource_list(reg: &Registry, group: &str, version: &str) -> Option<V
         if t.status {
             resources.push(json!({"name": format!("{}/status", t.plural), "singularName": "", "namespaced": t.namespaced, "kind": t.kind, "verbs": ["get", "patch", "update"]}));
         }
+        if t.has_approval() {
+            resources.push(json!({"name": format!("{}/approval", t.plural), "singularName": "", "namespaced": t.namespaced, "kind": t.kind, "verbs": ["get", "patch", "update"]}));
+        }
         if t.scale.is_some() {
             resources.push(json!({"name": format!("{}/scale", t.plural), "singularName": "", "namespaced": t.namespaced, "group": "autoscaling", "version": "v1", "kind": "Scale", "verbs": ["get", "patch", "update"]}));
         }
@@ -194,6 +197,9 @@ fn aggregated_resource(t: &ResourceType) -> Value {
     }
     if t.status {
         subs.push(json!({"subresource": "status", "responseKind": {"group": t.group, "version": t.version, "kind": t.kind}, "verbs": ["get", "patch", "update"]}));
+    }
+    if t.has_approval() {
+        subs.push(json!({"subresource": "approval", "responseKind": {"group": t.group, "version": t.version, "kind": t.kind}, "verbs": ["get", "patch", "update"]}));
     }
     if t.scale.is_some() {
         subs.push(json!({"subresource": "scale", "responseKind": {"group": "autoscaling", "version": "v1", "kind": "Scale"}, "verbs": ["get", "patch", "update"]}));

@@ -98,6 +98,11 @@ impl ResourceType {
         self.group.is_empty() && self.plural == "pods"
     }
 
+    /// Whether the type has the `approval` subresource (CertificateSigningRequests).
+    pub fn has_approval(&self) -> bool {
+        self.group == "certificates.k8s.io" && self.plural == "certificatesigningrequests"
+    }
+
     /// Whether the type has the TokenRequest subresource `token` (core serviceaccounts only).
     pub fn has_token(&self) -> bool {
         self.group.is_empty() && self.plural == "serviceaccounts"
@@ -396,6 +401,15 @@ const BUILTINS: &[Builtin] = &[
         true,
         &[],
         false,
+    ),
+    b(
+        "certificates.k8s.io",
+        "v1",
+        "certificatesigningrequests",
+        "CertificateSigningRequest",
+        false,
+        &["csr"],
+        true,
     ),
     b(
         "apiregistration.k8s.io",

@@ -313,6 +313,7 @@ async fn dispatch(server: &Server, req: Request) -> ApiResult<Response> {
             "exec" | "attach" => rt.has_log() && name.is_some(),
             "token" => rt.has_token() && name.is_some(),
             "portforward" | "eviction" => is_pods(&rt) && name.is_some(),
+            "approval" => rt.has_approval() && name.is_some(),
             _ => false,
         };
         if !ok {
@@ -643,6 +644,7 @@ async fn resource(server: &Server, req: Request, t: Target) -> ApiResult<Respons
     let method = req.method().clone();
     let sub = match t.subresource.as_deref() {
         Some("status") => Subresource::Status,
+        Some("approval") => Subresource::Approval,
         _ => Subresource::Main,
     };
     match (method, t.name.clone()) {
@@ -730,8 +732,20 @@ async fn resource(server: &Server, req: Request, t: Target) -> ApiResult<Respons
         }
         (Method::POST, None) => {
             let opts = write_options(&q, ua.as_deref())?;
+            let requester = req
+                .extensions()
+                .get::<UserInfo>()
+                .cloned()
+                .unwrap_or_else(Authenticator::admin);
             let (ct, body) = read_body(req).await?;
-            let obj = decode_object(&rt, t.subresource.as_deref(), ct.as_deref(), &body)?;
+            let mut obj = decode_object(&rt, t.subresource.as_deref(), ct.as_deref(), &body)?;
+            if rt.has_approval() {
+                crate::certificate_signing::set_requester(
+                    &mut obj,
+                    &requester.name,
+                    &requester.groups,
+                );
+            }
             let w = core.create(&rt, &ns, obj, &opts).await?;
             Ok(written_response(format, &rt, w))
         }

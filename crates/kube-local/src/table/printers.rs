@@ -610,6 +610,51 @@ pub(super) fn builtin_columns(rt: &ResourceType) -> Option<Printer> {
                 ]
             },
         ),
+        // Upstream's CertificateSigningRequest printer: the condition reads Denied/Approved/Pending, then
+        // `,Failed` and `,Issued`.
+        ("certificates.k8s.io", "certificatesigningrequests") => (
+            vec![
+                c("Name", "string"),
+                c("Age", "string"),
+                c("SignerName", "string"),
+                c("Requestor", "string"),
+                c("RequestedDuration", "string"),
+                c("Condition", "string"),
+            ],
+            |o| {
+                let types: Vec<String> = o
+                    .pointer("/status/conditions")
+                    .and_then(Value::as_array)
+                    .map(|cs| cs.iter().map(|c| s(c.get("type"))).collect())
+                    .unwrap_or_default();
+                let has = |t: &str| types.iter().any(|x| x == t);
+                let mut condition = if has("Denied") {
+                    "Denied".to_string()
+                } else if has("Approved") {
+                    "Approved".to_string()
+                } else {
+                    "Pending".to_string()
+                };
+                if has("Failed") {
+                    condition.push_str(",Failed");
+                }
+                if !s(o.pointer("/status/certificate")).is_empty() {
+                    condition.push_str(",Issued");
+                }
+                let duration = o
+                    .pointer("/spec/expirationSeconds")
+                    .and_then(Value::as_i64)
+                    .map_or_else(|| "<none>".to_string(), human_duration);
+                vec![
+                    json!(meta::name(o)),
+                    age(o),
+                    json!(s(o.pointer("/spec/signerName"))),
+                    json!(s(o.pointer("/spec/username"))),
+                    json!(duration),
+                    json!(condition),
+                ]
+            },
+        ),
         // Upstream's APIService printer: the service (`Local` without one) and the Available condition.
         ("apiregistration.k8s.io", "apiservices") => (
             vec![

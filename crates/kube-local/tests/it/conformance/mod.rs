@@ -5,6 +5,7 @@ mod common;
 mod access_control;
 mod api_services;
 mod auth;
+mod certificates;
 mod conversion;
 mod crds;
 mod crud;
