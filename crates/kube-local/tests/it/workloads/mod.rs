@@ -9,6 +9,7 @@ mod exec;
 mod jobs;
 mod kubelet;
 mod logs;
+mod nodes;
 mod port_forward;
 mod service_accounts;
 mod statefulset;
