@@ -105,6 +105,13 @@ async fn allowed(c: &Cluster, name: &str, allowed: i32) -> PodDisruptionBudget {
     .await
 }
 
+/// Whether the pod is gone or on its way (evictions delete gracefully: the kubelet finishes the pod).
+async fn is_evicted(c: &Cluster, name: &str) -> bool {
+    c.pod(NS, name)
+        .await
+        .is_none_or(|p| p.metadata.deletion_timestamp.is_some())
+}
+
 fn status_of(e: kube::Error) -> kube::core::Status {
     match e {
         kube::Error::Api(s) => *s,
@@ -186,7 +193,7 @@ async fn concurrent_evictions_never_take_more_than_the_budget_allows() {
         ..Default::default()
     };
     api.evict(&pods[0], &dry).await.unwrap();
-    assert!(c.pod(NS, &pods[0]).await.is_some());
+    assert!(!is_evicted(&c, &pods[0]).await);
     let pdb = c.api::<PodDisruptionBudget>(NS).get("web").await.unwrap();
     assert_eq!(pdb.status.unwrap().disruptions_allowed, Some(1));
     // An eviction of a missing pod is 404 and changes nothing.
@@ -266,7 +273,7 @@ async fn unready_and_pending_pods_are_evicted_as_upstream_decides() {
             .unwrap_err(),
     );
     assert_budget_refusal(&refused, "slow", 1, &[0]);
-    assert!(c.pod(NS, &running[0]).await.is_some());
+    assert!(!is_evicted(&c, &running[0]).await);
 
     // AlwaysAllow: an unready pod is evicted whatever the budget says, and takes nothing from it.
     let (ok, out, err) = kubectl(
@@ -288,7 +295,7 @@ async fn unready_and_pending_pods_are_evicted_as_upstream_decides() {
     api.evict(&running[0], &EvictParams::default())
         .await
         .unwrap();
-    assert!(c.pod(NS, &running[0]).await.is_none());
+    assert!(is_evicted(&c, &running[0]).await);
 
     // A Pending pod (its image cannot be pulled) is evicted without asking any budget.
     let pending: Pod = serde_json::from_value(json!({
@@ -303,7 +310,7 @@ async fn unready_and_pending_pods_are_evicted_as_upstream_decides() {
     budget(&c, "stuck", "stuck", json!({"minAvailable": 5})).await;
     allowed(&c, "stuck", 0).await;
     api.evict("stuck", &EvictParams::default()).await.unwrap();
-    assert!(c.pod(NS, "stuck").await.is_none());
+    assert!(is_evicted(&c, "stuck").await);
 
     // Two budgets selecting one pod: kube-apiserver's 500, and the pod stays.
     budget(&c, "slow-too", "slow", json!({"maxUnavailable": 1})).await;
@@ -317,7 +324,7 @@ async fn unready_and_pending_pods_are_evicted_as_upstream_decides() {
         twice.message,
         "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support."
     );
-    assert!(c.pod(NS, &running[1]).await.is_some());
+    assert!(!is_evicted(&c, &running[1]).await);
 }
 
 /// The one node's name, as kubectl lists it (`node/NAME`).
