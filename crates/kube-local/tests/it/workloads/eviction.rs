@@ -327,6 +327,73 @@ async fn unready_and_pending_pods_are_evicted_as_upstream_decides() {
     assert!(!is_evicted(&c, &running[1]).await);
 }
 
+/// POSTs `body` to the pod's `eviction` subresource; returns the HTTP status and the answer.
+async fn post_eviction(c: &Cluster, pod: &str, body: Value) -> (u16, Value) {
+    let req = http::Request::post(format!("/api/v1/namespaces/{NS}/pods/{pod}/eviction"))
+        .header("content-type", "application/json")
+        .body(body.to_string().into_bytes())
+        .unwrap();
+    let resp = c
+        .client()
+        .send(req.map(kube::client::Body::from))
+        .await
+        .unwrap();
+    let code = resp.status().as_u16();
+    let bytes = http_body_util::BodyExt::collect(resp.into_body())
+        .await
+        .unwrap()
+        .to_bytes();
+    (code, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+}
+
+#[tokio::test]
+async fn the_evictions_delete_options_and_versions_are_honoured() {
+    let c = Cluster::start(NS).await;
+    deployment(&c, "one", 1, "/healthz").await;
+    let pod = ready_pods(&c, "one", 1).await.remove(0);
+    let uid = c.pod(NS, &pod).await.unwrap().metadata.uid.unwrap();
+
+    // A uid precondition that does not hold: 409, and the pod stays.
+    let (code, answer) = post_eviction(
+        &c,
+        &pod,
+        json!({"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": pod},
+               "deleteOptions": {"preconditions": {"uid": "not-the-uid"}}}),
+    )
+    .await;
+    assert_eq!(
+        (code, &answer["reason"]),
+        (409, &json!("Conflict")),
+        "{answer}"
+    );
+    assert!(!is_evicted(&c, &pod).await);
+    // The body must name the pod of the URL.
+    let (code, answer) = post_eviction(
+        &c,
+        &pod,
+        json!({"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "other"}}),
+    )
+    .await;
+    assert_eq!(code, 400, "{answer}");
+    assert_eq!(
+        answer["message"],
+        "name in URL does not match name in Eviction object"
+    );
+
+    // A policy/v1beta1 Eviction with a holding uid precondition and no grace period: the pod is gone at once.
+    let (code, answer) = post_eviction(
+        &c,
+        &pod,
+        json!({"apiVersion": "policy/v1beta1", "kind": "Eviction", "metadata": {"name": pod},
+               "deleteOptions": {"gracePeriodSeconds": 0, "preconditions": {"uid": uid}}}),
+    )
+    .await;
+    assert_eq!(code, 201, "{answer}");
+    assert_eq!(answer["status"], "Success");
+    let left = c.pod(NS, &pod).await;
+    assert!(left.is_none(), "still there: {left:?}");
+}
+
 /// The one node's name, as kubectl lists it (`node/NAME`).
 async fn the_node(c: &Cluster) -> String {
     let (ok, out, err) = kubectl(&c.env, &["get", "nodes", "-o", "name"]).await;
