@@ -32,7 +32,7 @@ async fn environment(
     config.nodes.monitor_grace = GRACE;
     let env = support::environment_configured(
         vec![
-            dkv_api::DistributedKV::crd(),
+            DistributedKV::crd(),
             dkv_api::DistributedKVBackup::crd(),
         ],
         Some(config),
@@ -227,6 +227,158 @@ async fn a_lost_zone_leaves_quorum_and_loses_no_write() {
     eprintln!(
         "[{NS}] {} acknowledged writes ({during} while {zone} was down)",
         report.acked.len()
+    );
+    support::etcd_cluster::assert_no_write_lost(&client, NS, &report).await;
+}
+
+/// `kubectl args` in a blocking thread, started now; yields (success,
+/// stdout + stderr).
+fn kubectl_task(
+    env: &kube_local::Environment,
+    args: &[&str],
+) -> tokio::task::JoinHandle<(bool, String)> {
+    let kubeconfig = env.kubeconfig_path().to_path_buf();
+    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    tokio::task::spawn_blocking(move || {
+        let out = std::process::Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .args(&args)
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ),
+        )
+    })
+}
+
+async fn kubectl(env: &kube_local::Environment, args: &[&str]) -> (bool, String) {
+    kubectl_task(env, args).await.unwrap()
+}
+
+/// `kubectl drain NODE` as a node upgrade runs it, started now.
+fn drain_task(
+    env: &kube_local::Environment,
+    node: &str,
+) -> tokio::task::JoinHandle<(bool, String)> {
+    kubectl_task(
+        env,
+        &[
+            "drain",
+            node,
+            "--ignore-daemonsets",
+            "--delete-emptydir-data",
+            "--timeout=150s",
+        ],
+    )
+}
+
+async fn drain(env: &kube_local::Environment, node: &str) -> String {
+    let (ok, out) = drain_task(env, node).await.unwrap();
+    assert!(ok, "kubectl drain {node}: {out}");
+    out
+}
+
+const BUDGET_REFUSAL: &str = "Cannot evict pod as it would violate the pod's disruption budget";
+
+/// Counts the Ready member pods every 100 ms; the fewest seen.
+fn watch_ready_members(
+    client: Client,
+    ns: &'static str,
+) -> (
+    std::sync::Arc<std::sync::atomic::AtomicBool>,
+    tokio::task::JoinHandle<usize>,
+) {
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stopped = stop.clone();
+    let task = tokio::spawn(async move {
+        let pods: Api<Pod> = Api::namespaced(client, ns);
+        let mut fewest = usize::MAX;
+        while !stopped.load(std::sync::atomic::Ordering::Relaxed) {
+            if let Ok(list) = pods
+                .list(&ListParams::default().labels("app.kubernetes.io/component=etcd"))
+                .await
+            {
+                let ready = list
+                    .items
+                    .iter()
+                    .filter(|p| {
+                        p.metadata.deletion_timestamp.is_none()
+                            && p.status
+                                .as_ref()
+                                .and_then(|s| s.conditions.as_ref())
+                                .is_some_and(|cs| {
+                                    cs.iter().any(|c| c.type_ == "Ready" && c.status == "True")
+                                })
+                    })
+                    .count();
+                fewest = fewest.min(ready);
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        fewest
+    });
+    (stop, task)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn draining_every_node_in_turn_keeps_quorum_and_loses_no_write() {
+    const NS: &str = "drains";
+    let (env, client, _operator) = environment(NS, 3).await;
+    let dkvs = support::create_cluster(&client, NS, "orders", 3, IMAGE, json!({})).await;
+    wait_settled(&dkvs, "orders", 3).await;
+    let placed = placement(&client, NS).await;
+    let node_of = |member: &str| placed[member].0.clone();
+    let writer = Writer::start(client.clone(), NS, "orders");
+    let (stop_watch, watch) = watch_ready_members(client.clone(), NS);
+    let started = Instant::now();
+    let mut refusals = 0;
+
+    // The first node: its member is evicted and, its volume being local to
+    // the node, waits Pending until the node is uncordoned.
+    let first = node_of("orders-0");
+    let out = drain(&env, &first).await;
+    refusals += out.matches(BUDGET_REFUSAL).count();
+    assert!(out.contains(&format!("node/{first} drained")), "{out}");
+    // A second drain while that member is away is refused by the budget
+    // (429) and retried by kubectl until the member is back.
+    let second = node_of("orders-1");
+    let second_drain = drain_task(&env, &second);
+    tokio::time::sleep(Duration::from_secs(7)).await;
+    let (ok, _) = kubectl(&env, &["uncordon", &first]).await;
+    assert!(ok);
+    let (ok, out) = second_drain.await.unwrap();
+    assert!(ok, "kubectl drain {second}: {out}");
+    let refused_second = out.matches(BUDGET_REFUSAL).count();
+    assert!(
+        refused_second > 0,
+        "the second drain met the budget while the first member was away: {out}"
+    );
+    refusals += refused_second;
+    assert!(kubectl(&env, &["uncordon", &second]).await.0);
+    wait_settled(&dkvs, "orders", 3).await;
+    // The third, alone.
+    let third = node_of("orders-2");
+    refusals += drain(&env, &third).await.matches(BUDGET_REFUSAL).count();
+    assert!(kubectl(&env, &["uncordon", &third]).await.0);
+    wait_settled(&dkvs, "orders", 3).await;
+    let took = started.elapsed();
+
+    stop_watch.store(true, std::sync::atomic::Ordering::Relaxed);
+    let fewest_ready = watch.await.unwrap();
+    let report = writer.stop().await;
+    eprintln!(
+        "[{NS}] drained {first}, {second}, {third} in {took:?}: {refusals} evictions refused by the budget (429), never fewer than {fewest_ready} members Ready, {} acknowledged writes",
+        report.acked.len()
+    );
+    assert!(
+        fewest_ready >= 2,
+        "fewer than quorum members Ready during the drains: {fewest_ready}"
     );
     support::etcd_cluster::assert_no_write_lost(&client, NS, &report).await;
 }
