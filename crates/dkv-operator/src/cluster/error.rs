@@ -81,6 +81,18 @@ pub enum Error {
         waiting: bool,
     },
 
+    /// The cluster's PodDisruptionBudget allows no disruption now (a member
+    /// is away: a node drain, an eviction, a member not Ready), so a member
+    /// that is serving is not restarted until it does.
+    #[error(
+        "waiting to restart member pod {pod}: PodDisruptionBudget {budget} allows no disruption now ({why}); the restart goes on once every member is back"
+    )]
+    DisruptionBudget {
+        pod: String,
+        budget: String,
+        why: String,
+    },
+
     #[error("failed to delete {kind} {name}: {source}")]
     Delete {
         kind: &'static str,
@@ -218,7 +230,7 @@ impl Error {
             | Error::SecretInvalid { .. }
             | Error::TlsSecretUnusable { .. }
             | Error::CertManagerMissing { .. } => Category::Permanent,
-            Error::CertificatePending { .. } => Category::Waiting,
+            Error::CertificatePending { .. } | Error::DisruptionBudget { .. } => Category::Waiting,
             Error::Pki(_) | Error::Verification(_) => Category::Transient,
             Error::Apply { source, .. }
             | Error::Read { source, .. }
@@ -248,6 +260,7 @@ impl Error {
             }
             Error::Apply { .. }
             | Error::Delete { .. }
+            | Error::DisruptionBudget { .. }
             | Error::Etcd { .. }
             | Error::NoSpaceRecurring { .. }
             | Error::Recreating { .. } => "apply",

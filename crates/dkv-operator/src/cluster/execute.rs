@@ -6,8 +6,9 @@
 
 use dkv_etcd::{EtcdAdmin, MemberId};
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::Client;
-use kube::api::{Api, DeleteParams};
+use kube::api::{Api, DeleteParams, EvictParams};
 use tracing::info;
 
 use super::build::statefulset::DATA_VOLUME;
@@ -118,8 +119,13 @@ pub async fn execute(step: &Step, target: &Target<'_>) -> Result<bool> {
         }
         Step::RestartPod { ordinal } => {
             let name = naming::member(target.cluster, *ordinal);
-            delete::<Pod>(target, &name, "Pod").await?;
-            info!(%name, "restarted member pod");
+            if serving(target.pods, *ordinal) && budget_can_allow(target.pods.len()) {
+                evict(target, &name).await?;
+                info!(%name, "restarted member pod (evicted within the disruption budget)");
+            } else {
+                delete::<Pod>(target, &name, "Pod").await?;
+                info!(%name, "restarted member pod");
+            }
         }
         Step::Begin(_)
         | Step::Finish(_)
@@ -186,6 +192,67 @@ async fn reclaim_space(target: &Target<'_>) -> Result<()> {
     Ok(())
 }
 
+/// Whether member `ordinal`'s pod is Ready: stopping it is a disruption the
+/// PodDisruptionBudget must allow. A pod that is not Ready already counts as
+/// disrupted (and a budget that is short of healthy pods refuses to evict
+/// it), so it is deleted directly: that is how a broken member is replaced.
+fn serving(pods: &[MemberPod], ordinal: i32) -> bool {
+    pods.iter()
+        .any(|p| p.view.ordinal == ordinal && p.view.ready)
+}
+
+/// Whether the cluster's PodDisruptionBudget (minAvailable = quorum) can ever
+/// allow a disruption: not with 1 or 2 members, whose every restart takes
+/// quorum away for a moment — the user's edit asked for it, so their pods are
+/// deleted directly.
+fn budget_can_allow(members: usize) -> bool {
+    let members = i32::try_from(members).unwrap_or(i32::MAX);
+    members > super::membership::quorum(members)
+}
+
+/// Stops a serving member's pod through the eviction API, so that the
+/// operator's own restarts and a node drain draw on the same
+/// PodDisruptionBudget and never stack: when the budget allows nothing now
+/// (read first, as the client would otherwise retry the 429 for minutes),
+/// the step waits.
+async fn evict(target: &Target<'_>, name: &str) -> Result<()> {
+    let budget = naming::pdb(target.cluster);
+    let budgets: Api<PodDisruptionBudget> =
+        Api::namespaced(target.client.clone(), target.namespace);
+    let allowed = budgets
+        .get_opt(&budget)
+        .await
+        .map_err(|source| Error::Read {
+            kind: "PodDisruptionBudget",
+            name: budget.clone(),
+            source,
+        })?
+        .and_then(|b| b.status)
+        .and_then(|s| s.disruptions_allowed);
+    if allowed == Some(0) {
+        return Err(Error::DisruptionBudget {
+            pod: name.to_owned(),
+            budget,
+            why: "disruptionsAllowed is 0".to_owned(),
+        });
+    }
+    let api: Api<Pod> = Api::namespaced(target.client.clone(), target.namespace);
+    match api.evict(name, &EvictParams::default()).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 429 => Err(Error::DisruptionBudget {
+            pod: name.to_owned(),
+            budget,
+            why: status.message,
+        }),
+        Err(source) => Err(Error::Delete {
+            kind: "Pod",
+            name: name.to_owned(),
+            source,
+        }),
+    }
+}
+
 async fn delete<K>(target: &Target<'_>, name: &str, kind: &'static str) -> Result<()>
 where
     K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
@@ -209,6 +276,14 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_clusters_of_three_or_more_restart_members_within_the_budget() {
+        assert!(!budget_can_allow(1));
+        assert!(!budget_can_allow(2));
+        assert!(budget_can_allow(3));
+        assert!(budget_can_allow(5));
+    }
     use crate::cluster::membership::ObservedPod;
     use dkv_etcd::FakeEtcd;
 

@@ -168,6 +168,10 @@ pub fn fault_of(dkv: &DistributedKV, err: &Error) -> Option<Fault> {
                 reason: reasons::RESTORING,
                 message,
             }),
+            Error::DisruptionBudget { .. } => Some(Fault::Waiting {
+                reason: reasons::WAITING,
+                message,
+            }),
             _ => None,
         },
         Category::Permanent | Category::Transient => None,

@@ -39,6 +39,7 @@ fn recording_api() -> (Client, Arc<Mutex<Vec<Sent>>>) {
     tokio::spawn(async move {
         while let Some((request, respond)) = handle.next_request().await {
             let method = request.method().to_string();
+            let sink_is_get = method == "GET";
             let path = request.uri().path().to_owned();
             let bytes = request
                 .into_body()
@@ -50,6 +51,12 @@ fn recording_api() -> (Client, Arc<Mutex<Vec<Sent>>>) {
                 .unwrap()
                 .push((method, path.clone(), body.clone()));
             let mut reply = body;
+            // The cluster's budget, read before a serving member is evicted: one disruption allowed.
+            if sink_is_get && path.contains("/poddisruptionbudgets/") {
+                reply = json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+                    "metadata": {"name": "orders", "namespace": "shop"},
+                    "status": {"disruptionsAllowed": 1, "currentHealthy": 3, "desiredHealthy": 2, "expectedPods": 3}});
+            }
             if reply.get("metadata").is_none() && reply.is_object() {
                 reply["metadata"] =
                     json!({"name": path.rsplit('/').next(), "namespace": "shop", "uid": "u"});
@@ -414,10 +421,11 @@ async fn a_rolling_upgrade_restarts_followers_first_after_the_template_changed()
         .unwrap();
     settle().await;
     let sent = writes(&log);
+    // A serving member is restarted through the eviction API, within the budget.
     let deleted = sent
         .iter()
-        .position(|(m, p, _)| m == "DELETE" && p.ends_with("/pods/orders-2"))
-        .expect("the member's pod is restarted");
+        .position(|(m, p, _)| m == "POST" && p.ends_with("/pods/orders-2/eviction"))
+        .expect("the member's pod is evicted");
     if let Some(sts) = sent
         .iter()
         .position(|(_, p, _)| p.ends_with("/statefulsets/orders"))
@@ -428,8 +436,10 @@ async fn a_rolling_upgrade_restarts_followers_first_after_the_template_changed()
         );
     }
     assert!(
-        sent.iter().all(|(m, p, _)| !(m == "DELETE"
-            && (p.ends_with("/pods/orders-0") || p.ends_with("/pods/orders-1")))),
+        sent.iter().all(|(_, p, _)| !(p.ends_with("/pods/orders-0")
+            || p.ends_with("/pods/orders-1")
+            || p.ends_with("/pods/orders-0/eviction")
+            || p.ends_with("/pods/orders-1/eviction"))),
         "one member at a time: {sent:#?}"
     );
     assert_eq!(

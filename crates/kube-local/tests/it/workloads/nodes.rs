@@ -495,3 +495,117 @@ async fn a_node_that_loses_power_is_declared_lost_and_comes_back_with_its_pods_d
     })
     .await;
 }
+
+fn run(args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_kube-local"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+/// `kube-local node kill|start` from another process, as a user runs them against `kube-local up`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kube_local_node_kill_and_start_act_on_the_running_environment() {
+    let dir = tempfile::tempdir().unwrap();
+    let data_dir = dir.path().to_str().unwrap().to_string();
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_kube-local"))
+        .args([
+            "up",
+            "--nodes",
+            "2",
+            "--node-monitor-grace-period",
+            "4",
+            "--data-dir",
+        ])
+        .arg(&data_dir)
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let mut lines = tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(stdout));
+    let kubeconfig = tokio::time::timeout(Duration::from_secs(20), lines.next_line())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    let config = kube::Config::from_custom_kubeconfig(
+        kube::config::Kubeconfig::read_from(&kubeconfig).unwrap(),
+        &Default::default(),
+    )
+    .await
+    .unwrap();
+    let nodes: Api<Node> = Api::all(kube::Client::try_from(config).unwrap());
+    let status_of = |name: &'static str| {
+        let nodes = nodes.clone();
+        async move { nodes.get(name).await.ok().and_then(|n| node_ready(&n)) }
+    };
+    eventually("both nodes Ready", Duration::from_secs(20), || async {
+        (status_of("node-1").await.as_deref() == Some("True")
+            && status_of("node-2").await.as_deref() == Some("True"))
+        .then_some(())
+    })
+    .await;
+
+    let out = tokio::task::spawn_blocking({
+        let d = data_dir.clone();
+        move || run(&["node", "kill", "node-2", "--data-dir", &d])
+    })
+    .await
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    eventually("node-2 Unknown", Duration::from_secs(30), || async {
+        (status_of("node-2").await.as_deref() == Some("Unknown")).then_some(())
+    })
+    .await;
+    assert_eq!(status_of("node-1").await.as_deref(), Some("True"));
+
+    // Bad input: a node that does not exist, an environment that is not running.
+    let d = data_dir.clone();
+    let (unknown, not_running) = tokio::task::spawn_blocking(move || {
+        (
+            run(&["node", "kill", "node-9", "--data-dir", &d]),
+            run(&[
+                "node",
+                "start",
+                "node-1",
+                "--data-dir",
+                "/nonexistent-kube-local",
+            ]),
+        )
+    })
+    .await
+    .unwrap();
+    assert!(!unknown.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&unknown.stderr).trim(),
+        "kube-local: no node node-9 (nodes: node-1, node-2)"
+    );
+    assert!(!not_running.status.success());
+    let said = String::from_utf8_lossy(&not_running.stderr);
+    assert!(
+        said.contains("no environment is running with data directory /nonexistent-kube-local"),
+        "{said}"
+    );
+
+    let out = tokio::task::spawn_blocking({
+        let d = data_dir.clone();
+        move || run(&["node", "start", "node-2", "--data-dir", &d])
+    })
+    .await
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    eventually("node-2 Ready again", Duration::from_secs(30), || async {
+        (status_of("node-2").await.as_deref() == Some("True")).then_some(())
+    })
+    .await;
+    child.kill().await.unwrap();
+}
