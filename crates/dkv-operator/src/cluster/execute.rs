@@ -7,7 +7,7 @@
 use dkv_etcd::{EtcdAdmin, MemberId};
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use kube::Client;
-use kube::api::{Api, DeleteParams};
+use kube::api::{Api, DeleteParams, Preconditions};
 use tracing::info;
 
 use super::build::statefulset::DATA_VOLUME;
@@ -113,13 +113,43 @@ pub async fn execute(step: &Step, target: &Target<'_>) -> Result<bool> {
         Step::ReclaimSpace => reclaim_space(target).await?,
         Step::DeleteVolume { ordinal } => {
             let name = volume_claim(target.cluster, *ordinal);
-            delete::<PersistentVolumeClaim>(target, &name, "PersistentVolumeClaim").await?;
+            delete::<PersistentVolumeClaim>(target, &name, "PersistentVolumeClaim", None).await?;
             info!(%name, "deleted the removed member's volume");
         }
         Step::RestartPod { ordinal } => {
             let name = naming::member(target.cluster, *ordinal);
-            delete::<Pod>(target, &name, "Pod").await?;
+            delete::<Pod>(target, &name, "Pod", None).await?;
             info!(%name, "restarted member pod");
+        }
+        Step::EvictFromLostNode {
+            ordinal,
+            pod_uid,
+            claim_uid,
+        } => {
+            // The claim first: it goes once no pod uses it, so the pod the
+            // StatefulSet re-creates gets a new one, not this one.
+            if let Some(uid) = claim_uid {
+                let name = volume_claim(target.cluster, *ordinal);
+                let params = exactly(uid, None);
+                delete::<PersistentVolumeClaim>(
+                    target,
+                    &name,
+                    "PersistentVolumeClaim",
+                    Some(params),
+                )
+                .await?;
+                info!(%name, "deleted the claim of a member on a lost node");
+            }
+            // Grace period 0: the kubelet of a lost node cannot confirm the
+            // pod stopped, so only a force deletion lets the StatefulSet
+            // re-create it.
+            let name = naming::member(target.cluster, *ordinal);
+            let params = match pod_uid {
+                Some(uid) => exactly(uid, Some(0)),
+                None => DeleteParams::default().grace_period(0),
+            };
+            delete::<Pod>(target, &name, "Pod", Some(params)).await?;
+            info!(%name, "force-deleted the pod of a member on a lost node");
         }
         Step::Begin(_)
         | Step::Finish(_)
@@ -186,7 +216,28 @@ async fn reclaim_space(target: &Target<'_>) -> Result<()> {
     Ok(())
 }
 
-async fn delete<K>(target: &Target<'_>, name: &str, kind: &'static str) -> Result<()>
+/// Deletion of the object with `uid` only (never a successor of the same
+/// name), with `grace` seconds if set.
+fn exactly(uid: &str, grace: Option<u32>) -> DeleteParams {
+    let params = DeleteParams {
+        preconditions: Some(Preconditions {
+            uid: Some(uid.to_owned()),
+            resource_version: None,
+        }),
+        ..DeleteParams::default()
+    };
+    match grace {
+        Some(seconds) => params.grace_period(seconds),
+        None => params,
+    }
+}
+
+async fn delete<K>(
+    target: &Target<'_>,
+    name: &str,
+    kind: &'static str,
+    params: Option<DeleteParams>,
+) -> Result<()>
 where
     K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
         + Clone
@@ -194,10 +245,11 @@ where
         + std::fmt::Debug,
 {
     let api: Api<K> = Api::namespaced(target.client.clone(), target.namespace);
-    match api.delete(name, &DeleteParams::default()).await {
+    match api.delete(name, &params.unwrap_or_default()).await {
         Ok(_) => Ok(()),
-        // Already gone: the step's goal holds.
-        Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+        // Already gone: the step's goal holds. (409: a precondition failed,
+        // so the object asked for is gone and another holds its name.)
+        Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => Ok(()),
         Err(source) => Err(Error::Delete {
             kind,
             name: name.to_owned(),

@@ -2,6 +2,7 @@
 //! submodules.
 
 mod invariants;
+mod lost_nodes;
 mod recovery;
 mod restarts;
 mod scaling;
@@ -54,6 +55,7 @@ fn cluster(size: i32, desired: i32) -> Observation {
         restore_allowed: false,
         desired_tls_serial: None,
         update_revision: Some("rev-1".to_owned()),
+        stranded: Vec::new(),
     }
 }
 
