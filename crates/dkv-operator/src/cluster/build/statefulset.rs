@@ -593,23 +593,9 @@ mod tests {
     use serde_json::json;
 
     fn built(pod: serde_json::Value) -> PodSpec {
-        let dkv: dkv_api::DistributedKV = serde_json::from_value(json!({
-            "apiVersion": "dkv.io/v1beta1",
-            "kind": "DistributedKV",
-            "metadata": {"name": "orders", "namespace": "shop", "uid": "u-1"},
-            "spec": {"size": 3, "image": "quay.io/coreos/etcd:v3.5.16", "pod": pod},
-        }))
-        .unwrap_or_else(|e| panic!("{e}"));
-        let facts = crate::cluster::validate::Facts {
-            storage_classes: None,
-            deployed_version: None,
-            deployed_storage_size: None,
-        };
-        let defaults = crate::cluster::validate::Defaults {
-            operator_image: "dkv:test".to_owned(),
-        };
-        let cluster = crate::cluster::validate::validate(&dkv, &facts, &defaults)
-            .unwrap_or_else(|e| panic!("{e}"));
+        let cluster = crate::cluster::validate::validated_for_tests(
+            json!({"size": 3, "image": "quay.io/coreos/etcd:v3.5.16", "pod": pod}),
+        );
         let plan = crate::cluster::plan::plan(&cluster, None, None, &Default::default());
         build(&cluster, &plan)
             .spec

@@ -347,3 +347,6 @@ fn with_backups(status: DistributedKVStatus, backups: &BackupSummary) -> Distrib
         ..status
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -596,3 +596,25 @@ fn check_cluster_name(name: &str, problems: &mut Problems) {
         );
     }
 }
+
+/// A cluster `orders` in namespace `shop` with `spec`, validated, for the
+/// tests of the steps after validation.
+#[cfg(test)]
+pub(crate) fn validated_for_tests(spec: serde_json::Value) -> ValidatedCluster {
+    let dkv: DistributedKV = serde_json::from_value(serde_json::json!({
+        "apiVersion": "dkv.io/v1beta1",
+        "kind": "DistributedKV",
+        "metadata": {"name": "orders", "namespace": "shop", "uid": "u-1"},
+        "spec": spec,
+    }))
+    .unwrap_or_else(|e| panic!("test cluster: {e}"));
+    let facts = Facts {
+        storage_classes: None,
+        deployed_version: None,
+        deployed_storage_size: None,
+    };
+    let defaults = Defaults {
+        operator_image: "dkv:test".to_owned(),
+    };
+    validate(&dkv, &facts, &defaults).unwrap_or_else(|e| panic!("{e}"))
+}
