@@ -488,9 +488,9 @@ pub struct PodOverrides {
     /// removed from the pods too.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub annotations: Option<BTreeMap<String, String>>,
-    /// Replaces the default pod anti-affinity (members preferably on
-    /// distinct nodes, and in distinct zones). Node affinity set here
-    /// restricts where members go; the default spread constraints stay.
+    /// Replaces the default affinity, a preferred pod anti-affinity that
+    /// keeps members on distinct nodes where it can. The default spread
+    /// over zones and nodes (`topologySpreadConstraints`) stays.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub affinity: Option<Affinity>,
     /// Tolerations of the member pods.
