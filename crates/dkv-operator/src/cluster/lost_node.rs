@@ -256,12 +256,20 @@ pub fn stranded(
         && !out.iter().any(|s| s.ordinal == target)
         && facts(target)
             .and_then(|f| f.created)
-            .is_some_and(|created| created < pinned_at)
+            .is_some_and(|created| created + CLOCK_SKEW_MARGIN < pinned_at)
     {
         out.push(entry(target, false));
     }
     out
 }
+
+/// How much earlier than the pin a pod must have been created to count as
+/// predating it: the pin is stamped by the operator's clock, a pod's
+/// creation by the API server's, and a pod the StatefulSet re-created just
+/// after the pin must never be taken for the old one. (The pod left on a
+/// lost node has been there for the node's grace period and `afterSeconds`
+/// at least.)
+const CLOCK_SKEW_MARGIN: jiff::SignedDuration = jiff::SignedDuration::from_secs(60);
 
 /// What [`stranded`] needs of member `ordinal` of `cluster`: its pod's uid
 /// and creation time (from `pods`, terminating ones included), its claim's
@@ -504,7 +512,7 @@ mod tests {
             )
         };
         assert_eq!(
-            stranded_at(-5),
+            stranded_at(-61),
             [Stranded {
                 ordinal: 1,
                 replace: false,
@@ -513,13 +521,21 @@ mod tests {
                 claim_uid: Some("claim-uid".into()),
             }]
         );
-        // The pod the StatefulSet created since is the new member's.
+        // The pod the StatefulSet created since is the new member's, even
+        // with the API server's clock behind the operator's.
         assert!(stranded_at(5).is_empty());
+        assert!(stranded_at(-30).is_empty());
         // No pod at all: nothing to move.
         assert!(stranded(&[], None, Some((1, at(0))), |_| None, at(100)).is_empty());
         // Lost and pinned: listed once.
         let lost = lost_members("orders", &[lost_on(1, "node-2")], &[], at(0));
-        let both = stranded(&lost, None, Some((1, at(50))), |_| Some(facts(-5)), at(100));
+        let both = stranded(
+            &lost,
+            None,
+            Some((1, at(500))),
+            |_| Some(facts(-5)),
+            at(600),
+        );
         assert_eq!(both.len(), 1);
     }
 
