@@ -690,17 +690,22 @@ async fn announce_eviction(
             reason: "MemberEvicted".to_owned(),
             note: Some(note),
             action: "RelocateMember".to_owned(),
-            secondary: Some(k8s_openapi::api::core::v1::ObjectReference {
-                api_version: Some("v1".to_owned()),
-                kind: Some("Pod".to_owned()),
-                name: Some(member.clone()),
-                namespace: Some(cluster.namespace.clone()),
-                ..Default::default()
-            }),
+            secondary: Some(member_pod_ref(&cluster.namespace, &member)),
         },
         ctx,
     )
     .await;
+}
+
+/// A member pod, as the related object of an Event about it.
+fn member_pod_ref(namespace: &str, member: &str) -> k8s_openapi::api::core::v1::ObjectReference {
+    k8s_openapi::api::core::v1::ObjectReference {
+        api_version: Some("v1".to_owned()),
+        kind: Some("Pod".to_owned()),
+        name: Some(member.to_owned()),
+        namespace: Some(namespace.to_owned()),
+        ..Default::default()
+    }
 }
 
 /// The Event of a cluster whose members are all back after hibernation.
@@ -796,13 +801,7 @@ async fn report_defrag(
                 reason: reason.to_owned(),
                 note: Some(note),
                 action: "Defragment".to_owned(),
-                secondary: Some(k8s_openapi::api::core::v1::ObjectReference {
-                    api_version: Some("v1".to_owned()),
-                    kind: Some("Pod".to_owned()),
-                    name: Some(member.clone()),
-                    namespace: Some(cluster.namespace.clone()),
-                    ..Default::default()
-                }),
+                secondary: Some(member_pod_ref(&cluster.namespace, member)),
             },
             ctx,
         )

@@ -334,18 +334,11 @@ pub fn trim_node(node: &mut Node) {
     }
 }
 
-/// Nodes: whether they are lost (their Ready status, the unreachable taint)
-/// and their zone, which status reports. Heartbeat times are left out:
+/// Nodes: whether and why they are lost (their Ready status, the
+/// unreachable taint) and their zone, which status reports. Heartbeat times are left out:
 /// every node renews them every few seconds.
 pub fn node_relevance(node: &Node) -> u64 {
-    let ready = node
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
-        .map(|c| c.status.clone());
     hash_of((
-        ready,
         super::lost_node::node_loss(Some(node)),
         node.labels().get(ZONE_LABEL),
     ))

@@ -398,5 +398,45 @@ pub fn next_step(obs: &Observation) -> Step {
     }
 }
 
+/// A healthy, started voter and its Ready pod, as the planner's and the
+/// status's tests build clusters from.
+#[cfg(test)]
+pub(crate) mod fixtures {
+    use super::{ObservedMember, ObservedPod};
+    use crate::etcd_version::EtcdVersion;
+
+    const V35: EtcdVersion = EtcdVersion::new(3, 5, 16);
+
+    pub(crate) fn member(ordinal: i32) -> ObservedMember {
+        ObservedMember {
+            id: 100 + ordinal as u64,
+            ordinal,
+            learner: false,
+            started: true,
+            healthy: true,
+            reachable: true,
+            leader: ordinal == 0,
+            raft_index: 1000,
+            version: Some(V35),
+            cluster_id: 7,
+        }
+    }
+
+    pub(crate) fn pod(ordinal: i32) -> ObservedPod {
+        ObservedPod {
+            ordinal,
+            ready: true,
+            data_lost: false,
+            version: Some(V35),
+            init_done: true,
+            forced_new_cluster: false,
+            init_refused: false,
+            restored: false,
+            tls_serial: None,
+            revision: Some("rev-1".to_owned()),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests;

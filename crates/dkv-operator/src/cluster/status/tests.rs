@@ -9,7 +9,7 @@ use serde_json::json;
 use super::{Seen, derive};
 use crate::cluster::backup_catalogue::BackupSummary;
 use crate::cluster::lost_node::{LostMember, NodeLoss, Placement};
-use crate::cluster::membership::{ObservedMember, ObservedPod};
+use crate::cluster::membership::fixtures;
 use crate::cluster::observe_members::MemberPod;
 use crate::cluster::volumes::Volumes;
 
@@ -49,34 +49,10 @@ fn formed(lost_node: serde_json::Value) -> (dkv_api::DistributedKV, Seen) {
     });
     let cluster = crate::cluster::validate::validated_for_tests(spec);
     let plan = crate::cluster::plan::plan(&cluster, None, None, &Default::default());
-    let members = (0..3)
-        .map(|ordinal| ObservedMember {
-            id: 100 + ordinal as u64,
-            ordinal,
-            learner: false,
-            started: true,
-            healthy: true,
-            reachable: true,
-            leader: ordinal == 0,
-            raft_index: 10,
-            version: None,
-            cluster_id: 7,
-        })
-        .collect();
+    let members = (0..3).map(fixtures::member).collect();
     let pods = (0..3)
         .map(|ordinal| MemberPod {
-            view: ObservedPod {
-                ordinal,
-                ready: true,
-                data_lost: false,
-                version: None,
-                init_done: true,
-                forced_new_cluster: false,
-                init_refused: false,
-                restored: false,
-                tls_serial: None,
-                revision: None,
-            },
+            view: fixtures::pod(ordinal),
             endpoint: None,
             restore_failure: None,
             problem: None,

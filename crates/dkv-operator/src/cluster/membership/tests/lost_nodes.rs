@@ -7,6 +7,11 @@ const RELOCATE: Pinned = Pinned {
     ordinal: 1,
 };
 
+const REMOVE: Step = Step::RemoveMember {
+    id: 101,
+    ordinal: 1,
+};
+
 fn stranded(ordinal: i32, replace: bool, data: DataPlacement) -> Stranded {
     Stranded {
         ordinal,
@@ -64,26 +69,14 @@ fn a_member_bound_to_its_node_leaves_etcd_before_its_pod_and_claim_go_then_joins
     assert_eq!(next_step(&obs), Step::Begin(RELOCATE));
     obs.pinned = Some(RELOCATE);
     // 1. Membership first: out of etcd (its data can never rejoin).
-    assert_eq!(
-        next_step(&obs),
-        Step::RemoveMember {
-            id: 101,
-            ordinal: 1
-        }
-    );
+    assert_eq!(next_step(&obs), REMOVE);
     obs.members.as_mut().unwrap().remove(1);
     // 2. The claim bound to the node, then the stuck pod, go.
     assert_eq!(next_step(&obs), evict(Some("claim-1")));
     // 3. The StatefulSet re-creates the pod elsewhere; it joins as a learner.
     recreated_pod(&mut obs);
     assert_eq!(next_step(&obs), Step::AddLearner { ordinal: 1 });
-    let mut learner = member(1);
-    learner.id = 201;
-    learner.learner = true;
-    learner.started = false;
-    learner.healthy = false;
-    learner.leader = false;
-    obs.members.as_mut().unwrap().insert(1, learner);
+    obs.members.as_mut().unwrap().insert(1, new_learner(1, 201));
     assert_eq!(next_step(&obs), Step::RestartPod { ordinal: 1 });
     obs.pods[1] = ObservedPod {
         ready: false,
@@ -224,13 +217,7 @@ fn lost_members_are_moved_one_at_a_time_lowest_ordinal_first() {
     ];
     assert_eq!(next_step(&obs), Step::Begin(RELOCATE));
     obs.pinned = Some(RELOCATE);
-    assert_eq!(
-        next_step(&obs),
-        Step::RemoveMember {
-            id: 101,
-            ordinal: 1
-        }
-    );
+    assert_eq!(next_step(&obs), REMOVE);
 }
 
 #[test]
