@@ -268,6 +268,11 @@ impl Observation {
         self.stranded.iter().find(|s| s.ordinal == ordinal)
     }
 
+    /// Whether member `ordinal` is on a lost node and due to be relocated.
+    fn relocation_due(&self, ordinal: i32) -> bool {
+        self.stranded(ordinal).is_some_and(|s| s.replace)
+    }
+
     fn leader(&self) -> Option<&ObservedMember> {
         self.members.iter().flatten().find(|m| m.leader)
     }

@@ -48,6 +48,9 @@ pub(super) fn continue_operation(obs: &Observation, pinned: Pinned) -> Step {
         | OperationKind::RenewCertificate
         | OperationKind::RestartMember => match member {
             None => Step::Finish(pinned),
+            // Its own node is lost and it is due to be relocated: the
+            // relocation re-creates its pod (on the current template) anyway.
+            Some(m) if obs.relocation_due(m.ordinal) => Step::Finish(pinned),
             Some(m) => {
                 let restarted = match pinned.kind {
                     OperationKind::RestartMember => {
@@ -86,6 +89,12 @@ pub(super) fn continue_operation(obs: &Observation, pinned: Pinned) -> Step {
                     .into_iter()
                     .find(|v| !v.healthy && v.id != m.id)
                 {
+                    // Its node is lost and due to be replaced: this restart
+                    // (not begun; it would only wait for the node) yields,
+                    // and is begun again once the member is relocated.
+                    if obs.relocation_due(sick.ordinal) {
+                        return Step::Finish(pinned);
+                    }
                     return Step::Wait(WaitReason::MemberUnhealthy {
                         ordinal: sick.ordinal,
                     });

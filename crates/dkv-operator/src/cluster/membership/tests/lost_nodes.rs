@@ -189,18 +189,56 @@ fn nothing_is_moved_without_quorum() {
 
 #[test]
 fn another_operation_in_flight_is_finished_first() {
-    // A restart of member 2 is pinned when member 1's node is lost: the
-    // restart waits (member 1 is unhealthy), nothing is relocated.
+    // A learner being added when member 1's node is lost: the scale-up goes
+    // on (it needs no member but a quorum), nothing is relocated meanwhile.
     let mut obs = node_lost(true, DataPlacement::NodeBound);
-    obs.pinned = Some(Pinned {
-        kind: OperationKind::RestartMember,
-        ordinal: 2,
+    obs.desired_size = 4;
+    obs.members.as_mut().unwrap().push(ObservedMember {
+        raft_index: 1000,
+        started: true,
+        healthy: true,
+        ..new_learner(3, 103)
     });
-    obs.pods[2].revision = Some("rev-0".to_owned());
+    obs.pods.push(pod(3));
+    obs.replicas = 4;
+    obs.pinned = Some(Pinned {
+        kind: OperationKind::AddLearner,
+        ordinal: 3,
+    });
     assert_eq!(
         next_step(&obs),
-        Step::Wait(WaitReason::MemberUnhealthy { ordinal: 1 })
+        Step::Promote {
+            id: 103,
+            ordinal: 3
+        }
     );
+}
+
+#[test]
+fn a_restart_waiting_on_a_member_due_for_relocation_yields_to_it() {
+    // Member 2's restart (an upgrade, a template change) is pinned and has
+    // not begun: it waits for every other member to be healthy, which
+    // member 1 on its lost node will not be. Without the opt-in it waits;
+    // with it, it yields, and the relocation begins next.
+    for (replace, yields) in [(false, false), (true, true)] {
+        let mut obs = node_lost(replace, DataPlacement::NodeBound);
+        let restart = Pinned {
+            kind: OperationKind::RestartMember,
+            ordinal: 2,
+        };
+        obs.pinned = Some(restart);
+        obs.pods[2].revision = Some("rev-0".to_owned());
+        let expected = if yields {
+            Step::Finish(restart)
+        } else {
+            Step::Wait(WaitReason::MemberUnhealthy { ordinal: 1 })
+        };
+        assert_eq!(next_step(&obs), expected, "replace: {replace}");
+        obs.pinned = None;
+        if yields {
+            assert_eq!(next_step(&obs), Step::Begin(RELOCATE));
+        }
+    }
 }
 
 #[test]
@@ -242,4 +280,22 @@ fn a_node_back_after_the_member_left_still_loses_the_old_pod_and_claim() {
     obs.members.as_mut().unwrap().remove(1);
     obs.stranded[0].replace = false;
     assert_eq!(next_step(&obs), evict(Some("claim-1")));
+}
+
+#[test]
+fn a_restart_of_the_member_on_the_lost_node_itself_yields_too() {
+    // Restarted onto the new template just before its node died: the
+    // restart would wait for it forever.
+    let mut obs = node_lost(true, DataPlacement::NodeBound);
+    let upgrade = Pinned {
+        kind: OperationKind::UpgradeMember,
+        ordinal: 1,
+    };
+    obs.pinned = Some(upgrade);
+    assert_eq!(next_step(&obs), Step::Finish(upgrade));
+    obs.stranded[0].replace = false;
+    assert_eq!(
+        next_step(&obs),
+        Step::Wait(WaitReason::UpgradeInProgress { ordinal: 1 })
+    );
 }
