@@ -48,6 +48,19 @@ pub enum LocalCommand {
     Up(crate::local::UpArgs),
     /// Stop a detached `dkv local up`.
     Down(crate::local::DownArgs),
+    /// Power a node of a running `dkv local up` off or on.
+    #[command(subcommand)]
+    Node(NodeCommand),
+}
+
+#[cfg(feature = "local")]
+#[derive(Debug, Subcommand)]
+pub enum NodeCommand {
+    /// Cut the node's power: its pods' processes get SIGKILL, its
+    /// heartbeats stop, its volumes stay, as when a machine dies.
+    Kill(crate::local::NodeArgs),
+    /// Power the node on: it returns with its pods' data.
+    Start(crate::local::NodeArgs),
 }
 
 #[cfg(test)]

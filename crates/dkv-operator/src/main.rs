@@ -1,9 +1,9 @@
 //! The `dkv` binary: parses the command line and runs the chosen role.
 
 use clap::Parser;
-#[cfg(feature = "local")]
-use dkv_operator::cli::LocalCommand;
 use dkv_operator::cli::{Cli, Command};
+#[cfg(feature = "local")]
+use dkv_operator::cli::{LocalCommand, NodeCommand};
 
 /// With the `dhat-heap` feature every allocation goes through dhat's
 /// counting allocator; it profiles only while a profiler runs (below).
@@ -46,5 +46,13 @@ async fn main() -> anyhow::Result<()> {
         Command::Local(LocalCommand::Up(args)) => dkv_operator::local::up(args).await,
         #[cfg(feature = "local")]
         Command::Local(LocalCommand::Down(args)) => dkv_operator::local::down(&args),
+        #[cfg(feature = "local")]
+        Command::Local(LocalCommand::Node(NodeCommand::Kill(args))) => {
+            dkv_operator::local::node(&args, kube_local::node_control::Power::Kill).await
+        }
+        #[cfg(feature = "local")]
+        Command::Local(LocalCommand::Node(NodeCommand::Start(args))) => {
+            dkv_operator::local::node(&args, kube_local::node_control::Power::Start).await
+        }
     }
 }

@@ -21,6 +21,10 @@ use crate::server::{self, Server};
 /// the default class, `standard`, allows expansion.
 pub const FIXED_SIZE_CLASS: &str = "fixed-size";
 
+/// The StorageClass of network disks: volumes that follow their pod to any node. The default class, `standard`, is
+/// of local disks, bound to the node where their claim was first used.
+pub const NETWORK_CLASS: &str = "network";
+
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("binding the API server to {addr}: {source}")]
@@ -56,6 +60,11 @@ pub enum Error {
         path: PathBuf,
         source: crate::store::persistence::PersistError,
     },
+    #[error("node control: {what}: {source}")]
+    NodeControl {
+        what: String,
+        source: std::io::Error,
+    },
     #[error("starting the kubelet: {0}")]
     Kubelet(#[from] crate::kubelet::KubeletError),
 }
@@ -70,6 +79,9 @@ pub struct EnvironmentBuilder {
     tls: bool,
     authenticate: bool,
     kubelet: Option<crate::kubelet::KubeletConfig>,
+    nodes: Option<usize>,
+    zones: Option<usize>,
+    node_monitor_grace: Option<Duration>,
 }
 
 impl Default for EnvironmentBuilder {
@@ -83,6 +95,9 @@ impl Default for EnvironmentBuilder {
             tls: false,
             authenticate: false,
             kubelet: None,
+            nodes: None,
+            zones: None,
+            node_monitor_grace: None,
         }
     }
 }
@@ -157,7 +172,40 @@ impl EnvironmentBuilder {
         self
     }
 
-    pub async fn build(self) -> Result<Environment, Error> {
+    /// Run this many nodes, `node-1` … `node-N` (default 1), each with its own kubelet. Implies
+    /// [`EnvironmentBuilder::kubelet`] when no kubelet configuration was given.
+    pub fn nodes(mut self, count: usize) -> Self {
+        self.nodes = Some(count.max(1));
+        self
+    }
+
+    /// Spread the nodes over this many zones, `zone-a`, `zone-b`, … round-robin (default 3).
+    pub fn zones(mut self, count: usize) -> Self {
+        self.zones = Some(count);
+        self
+    }
+
+    /// How long a node's heartbeats may stop before it is declared `Ready=Unknown` (default 40 s); tests shorten it.
+    pub fn node_monitor_grace_period(mut self, grace: Duration) -> Self {
+        self.node_monitor_grace = Some(grace);
+        self
+    }
+
+    pub async fn build(mut self) -> Result<Environment, Error> {
+        if self.nodes.is_some() && self.kubelet.is_none() {
+            self.kubelet = Some(crate::kubelet::KubeletConfig::default());
+        }
+        if let Some(config) = self.kubelet.as_mut() {
+            if let Some(n) = self.nodes {
+                config.nodes.count = n;
+            }
+            if let Some(z) = self.zones {
+                config.nodes.zones = z;
+            }
+            if let Some(g) = self.node_monitor_grace {
+                config.nodes.monitor_grace = g;
+            }
+        }
         let (dir, temp) = match &self.data_dir {
             Some(d) => {
                 std::fs::create_dir_all(d).map_err(|source| Error::DataDir {
@@ -293,6 +341,22 @@ impl EnvironmentBuilder {
             }
             None => None,
         };
+        let mut tasks = vec![serve, controllers];
+        // Another process (`node kill`, `node start`) powers the nodes of an environment kept in a data directory.
+        if let (Some(workloads), Some(data_dir)) = (&workloads, &self.data_dir) {
+            let listener =
+                crate::node_control::listen(data_dir).map_err(|source| Error::NodeControl {
+                    what: format!(
+                        "listening on {}",
+                        crate::node_control::socket_path(data_dir).display()
+                    ),
+                    source,
+                })?;
+            tasks.push(tokio::spawn(crate::node_control::serve(
+                listener,
+                workloads.kubelet_handle(),
+            )));
+        }
         Ok(Environment {
             workloads,
             addr,
@@ -304,7 +368,7 @@ impl EnvironmentBuilder {
             core,
             traffic,
             shutdown: shutdown_tx,
-            tasks: vec![serve, controllers],
+            tasks,
             _temp: temp,
         })
     }
@@ -472,6 +536,19 @@ async fn bootstrap(core: &Core) -> Result<(), Error> {
             "metadata": {"name": "standard", "annotations": {"storageclass.kubernetes.io/is-default-class": "true"}},
             "provisioner": "kube-local.io/local-path", "reclaimPolicy": "Delete", "volumeBindingMode": "WaitForFirstConsumer",
             "allowVolumeExpansion": true
+        }),
+    )
+    .await?;
+    // Network disks: a volume that follows its pod to any node (the default class's local disks keep theirs on one).
+    create(
+        core,
+        "storage.k8s.io",
+        "storageclasses",
+        "",
+        json!({
+            "metadata": {"name": NETWORK_CLASS},
+            "provisioner": crate::workloads::NETWORK_PROVISIONER, "reclaimPolicy": "Delete",
+            "volumeBindingMode": "WaitForFirstConsumer", "allowVolumeExpansion": true
         }),
     )
     .await?;

@@ -12,7 +12,7 @@ use futures::StreamExt;
 use k8s_openapi::api::apps::v1::{ControllerRevision, Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::core::v1::{
-    Endpoints, PersistentVolume, PersistentVolumeClaim, Pod, Service,
+    Endpoints, Node, PersistentVolume, PersistentVolumeClaim, Pod, Service,
 };
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -60,6 +60,7 @@ pub struct Caches {
     pub jobs: Store<Job>,
     pub cronjobs: Store<CronJob>,
     pub disruption_budgets: Store<PodDisruptionBudget>,
+    pub nodes: Store<Node>,
     changes: watch::Receiver<u64>,
 }
 
@@ -106,7 +107,8 @@ impl Caches {
             revisions: reflect(client, tx.clone(), tasks),
             jobs: reflect(client, tx.clone(), tasks),
             cronjobs: reflect(client, tx.clone(), tasks),
-            disruption_budgets: reflect(client, tx, tasks),
+            disruption_budgets: reflect(client, tx.clone(), tasks),
+            nodes: reflect(client, tx, tasks),
             changes: rx,
         };
         let _ = tokio::time::timeout(Duration::from_secs(10), async {
@@ -124,6 +126,7 @@ impl Caches {
             let _ = caches.jobs.wait_until_ready().await;
             let _ = caches.cronjobs.wait_until_ready().await;
             let _ = caches.disruption_budgets.wait_until_ready().await;
+            let _ = caches.nodes.wait_until_ready().await;
         })
         .await;
         caches

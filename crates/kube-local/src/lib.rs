@@ -28,6 +28,7 @@ mod list;
 mod managed_fields;
 pub mod meta;
 mod namespace_lifecycle;
+pub mod node_control;
 mod openapi;
 mod output;
 mod patch;

@@ -1,4 +1,6 @@
-//! `kube-local up --data-dir DIR [--tls] [--auth]`: serve a local control plane until SIGINT/SIGTERM.
+//! `kube-local up --data-dir DIR [--tls] [--auth] [--nodes N] [--zones K]`: serve a local control plane and its nodes
+//! until SIGINT/SIGTERM. `kube-local node kill|start NAME --data-dir DIR`: cut or restore a node's power in the
+//! environment serving DIR.
 
 use std::path::PathBuf;
 
@@ -31,6 +33,39 @@ enum Command {
         /// Implies --tls.
         #[arg(long)]
         auth: bool,
+        /// How many nodes (`node-1` … `node-N`), each with its own kubelet.
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
+        nodes: u16,
+        /// How many zones the nodes are spread over (`zone-a`, `zone-b`, …, round-robin; 0: no zone label).
+        #[arg(long, default_value_t = 3)]
+        zones: u16,
+        /// Seconds without a heartbeat before a node is declared `Ready=Unknown` (kube-controller-manager's
+        /// `--node-monitor-grace-period`).
+        #[arg(long, default_value_t = 40, value_parser = clap::value_parser!(u64).range(4..))]
+        node_monitor_grace_period: u64,
+    },
+    /// Power a node of a running environment off (as a power cut: its pods' processes get SIGKILL, heartbeats
+    /// stop, volumes stay) or on again.
+    Node {
+        #[command(subcommand)]
+        action: NodeAction,
+    },
+}
+
+#[derive(Subcommand)]
+enum NodeAction {
+    /// Cut the node's power.
+    Kill {
+        name: String,
+        /// The data directory the environment was started with (`up --data-dir`).
+        #[arg(long)]
+        data_dir: PathBuf,
+    },
+    /// Power the node on: its kubelet returns and runs the pods still bound to it, with their data.
+    Start {
+        name: String,
+        #[arg(long)]
+        data_dir: PathBuf,
     },
 }
 
@@ -49,12 +84,20 @@ async fn main() -> std::process::ExitCode {
             port,
             tls,
             auth,
+            nodes,
+            zones,
+            node_monitor_grace_period,
         } => {
             let env = match kube_local::Environment::builder()
                 .data_dir(&data_dir)
                 .port(port)
                 .tls(tls)
                 .authenticate(auth)
+                .nodes(usize::from(nodes))
+                .zones(usize::from(zones))
+                .node_monitor_grace_period(std::time::Duration::from_secs(
+                    node_monitor_grace_period,
+                ))
                 .build()
                 .await
             {
@@ -68,6 +111,20 @@ async fn main() -> std::process::ExitCode {
             wait_for_signal().await;
             drop(env);
             std::process::ExitCode::SUCCESS
+        }
+        Command::Node { action } => {
+            use kube_local::node_control::{Power, request};
+            let (power, name, data_dir) = match action {
+                NodeAction::Kill { name, data_dir } => (Power::Kill, name, data_dir),
+                NodeAction::Start { name, data_dir } => (Power::Start, name, data_dir),
+            };
+            match request(&data_dir, power, &name).await {
+                Ok(()) => std::process::ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("kube-local: {e}");
+                    std::process::ExitCode::FAILURE
+                }
+            }
         }
     }
 }

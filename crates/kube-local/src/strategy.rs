@@ -93,6 +93,40 @@ fn default_template(template: Option<&mut Value>) {
     }
 }
 
+/// How long a pod stays on a node that is not ready or unreachable before it is evicted, unless it says otherwise
+/// (upstream's DefaultTolerationSeconds admission plugin, `--default-not-ready-toleration-seconds`).
+pub const DEFAULT_TOLERATION_SECONDS: i64 = 300;
+
+/// The DefaultTolerationSeconds admission of a new pod: tolerations of the `not-ready` and `unreachable` NoExecute
+/// taints for [`DEFAULT_TOLERATION_SECONDS`], unless the pod tolerates them already.
+pub fn add_default_tolerations(pod: &mut Value) {
+    let Some(spec) = pod.get_mut("spec").and_then(Value::as_object_mut) else {
+        return;
+    };
+    let tolerations = spec.entry("tolerations").or_insert_with(|| json!([]));
+    let Some(list) = tolerations.as_array_mut() else {
+        return;
+    };
+    for key in [
+        "node.kubernetes.io/not-ready",
+        "node.kubernetes.io/unreachable",
+    ] {
+        let tolerated = list.iter().any(|t| {
+            let effect = t.get("effect").and_then(Value::as_str).unwrap_or_default();
+            let t_key = t.get("key").and_then(Value::as_str).unwrap_or_default();
+            let exists = t.get("operator").and_then(Value::as_str) == Some("Exists");
+            (effect.is_empty() || effect == "NoExecute")
+                && (t_key == key || (t_key.is_empty() && exists))
+        });
+        if !tolerated {
+            list.push(json!({
+                "key": key, "operator": "Exists", "effect": "NoExecute",
+                "tolerationSeconds": DEFAULT_TOLERATION_SECONDS,
+            }));
+        }
+    }
+}
+
 /// Upstream defaulting, run on every write of a built-in type.
 pub fn apply_defaults(rt: &ResourceType, obj: &mut Value) {
     if rt.is_custom() {

@@ -43,6 +43,22 @@ pub struct UpArgs {
     /// directory lacks fail to start, as an image that cannot be pulled.
     #[arg(long, value_name = "FILE")]
     pub image_map: Option<PathBuf>,
+    /// How many nodes (`node-1` … `node-N`), each with its own kubelet; the
+    /// members of a cluster spread over them.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u16).range(1..))]
+    pub nodes: u16,
+    /// How many zones the nodes are spread over (`zone-a`, `zone-b`, …).
+    #[arg(long, default_value_t = 3)]
+    pub zones: u16,
+}
+
+#[derive(Debug, Args, Clone)]
+pub struct NodeArgs {
+    /// The node, e.g. `node-2` (`kubectl get nodes`).
+    pub name: String,
+    /// The data directory `dkv local up` runs with.
+    #[arg(long, default_value = ".dkv-local")]
+    pub data_dir: PathBuf,
 }
 
 #[derive(Debug, Args, Clone)]
@@ -113,6 +129,8 @@ pub async fn up(args: UpArgs) -> anyhow::Result<()> {
         .data_dir(&data_dir)
         .port(args.port)
         .kubelet_config(kubelet)
+        .nodes(usize::from(args.nodes))
+        .zones(usize::from(args.zones))
         .build()
         .await
         .context("starting kube-local")?;
@@ -179,7 +197,9 @@ fn detach(args: &UpArgs, data_dir: &Path, image_map: Option<&Path>) -> anyhow::R
     command
         .args(["local", "up", "--data-dir"])
         .arg(data_dir)
-        .args(["--port", &args.port.to_string()]);
+        .args(["--port", &args.port.to_string()])
+        .args(["--nodes", &args.nodes.to_string()])
+        .args(["--zones", &args.zones.to_string()]);
     if let Some(file) = image_map {
         command.arg("--image-map").arg(file);
     }
@@ -216,6 +236,22 @@ fn detach(args: &UpArgs, data_dir: &Path, image_map: Option<&Path>) -> anyhow::R
         "Stop: dkv local down --data-dir {}",
         args.data_dir.display()
     );
+    Ok(())
+}
+
+/// Cuts a node's power (`kill`) or restores it (`start`) in a running
+/// `dkv local up`.
+pub async fn node(args: &NodeArgs, power: kube_local::node_control::Power) -> anyhow::Result<()> {
+    kube_local::node_control::request(&args.data_dir, power, &args.name)
+        .await
+        .with_context(|| format!("node {}", args.name))?;
+    match power {
+        kube_local::node_control::Power::Kill => println!(
+            "node {} is down: its pods' processes were killed; its volumes stay",
+            args.name
+        ),
+        kube_local::node_control::Power::Start => println!("node {} is up", args.name),
+    }
     Ok(())
 }
 

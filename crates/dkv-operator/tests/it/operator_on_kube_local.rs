@@ -272,7 +272,7 @@ async fn invalid_spec_backups_pause_and_deletion() {
         .message;
     assert!(
         message.contains(
-            "StorageClass \"gold\" does not exist; create it or use one of: fixed-size, standard"
+            "StorageClass \"gold\" does not exist; create it or use one of: fixed-size, network, standard"
         ),
         "{message}"
     );

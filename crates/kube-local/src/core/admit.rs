@@ -234,6 +234,9 @@ impl Core {
     ) -> ApiResult<Vec<String>> {
         let mut warnings = Vec::new();
         self.normalize(rt, obj, opts, &mut warnings)?;
+        if old.is_none() && sub == Subresource::Main && rt.group.is_empty() && rt.kind == "Pod" {
+            strategy::add_default_tolerations(obj);
+        }
         let webhooks = !opts.internal && !admission::exempt(rt);
         let name = meta::name(obj).to_string();
         let namespace = meta::namespace(obj).to_string();

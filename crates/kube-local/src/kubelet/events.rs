@@ -17,6 +17,8 @@ pub fn record(
     let ns = pod.metadata.namespace.clone().unwrap_or_default();
     let name = pod.metadata.name.clone().unwrap_or_default();
     let now = jiff::Timestamp::now();
+    // The node whose kubelet reports: the pod's.
+    let node = pod.spec.as_ref().and_then(|s| s.node_name.clone());
     let event = Event {
         metadata: ObjectMeta {
             generate_name: Some(format!("{name}.")),
@@ -37,10 +39,10 @@ pub fn record(
         type_: Some(if warning { "Warning" } else { "Normal" }.into()),
         source: Some(EventSource {
             component: Some(component.into()),
-            host: Some(super::NODE_NAME.into()),
+            host: node.clone(),
         }),
         reporting_component: Some(component.into()),
-        reporting_instance: Some(super::NODE_NAME.into()),
+        reporting_instance: node,
         first_timestamp: Some(Time(now)),
         last_timestamp: Some(Time(now)),
         event_time: Some(MicroTime(now)),

@@ -1,15 +1,23 @@
-//! The process kubelet of the single node `kube-local`: runs pods as local processes, as a client of the API server.
+//! The process kubelets of the environment's nodes (`node-1` … `node-N`): each runs the pods bound to its node as
+//! local processes, as a client of the API server.
 //!
-//! It registers the Node, binds unscheduled pods to it (a trivial scheduler), and runs every pod bound to it: volumes,
-//! a pod IP, cluster DNS through a hosts file, init containers, containers with restart policy and probes, status, and
-//! graceful termination. See the module docs of [`sandbox`] for how a container runs and why no process outlives the
-//! kubelet. Tests reach into running pods through the fault hooks on [`Kubelet`].
+//! Each node's kubelet registers its Node (hostname and zone labels as on a cloud cluster), renews its heartbeat Lease
+//! in `kube-node-lease`, and runs every pod bound to it: volumes, a pod IP, cluster DNS through a hosts file, init
+//! containers, containers with restart policy and probes, status, and graceful termination. Placement is the
+//! scheduler's ([`crate::scheduler`]); the nodes share the host's loopback network ([`network`]). See the module docs
+//! of [`sandbox`] for how a container runs and why no process outlives its kubelet.
+//!
+//! Tests reach into running pods through the fault hooks on [`Kubelet`], on whichever node runs them, and cut a node's
+//! power with [`Kubelet::kill_node`] (its processes get SIGKILL, its heartbeats stop, its volumes stay) and bring it
+//! back with [`Kubelet::start_node`].
 
 pub mod addresses;
 mod dns;
 pub mod environment;
 mod events;
 pub mod image_map;
+mod lease;
+mod network;
 mod node;
 mod pod_worker;
 pub mod probe;
@@ -19,7 +27,7 @@ mod server;
 mod service_proxy;
 pub mod volumes;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -32,12 +40,61 @@ use tokio::sync::{Notify, watch};
 pub use image_map::{ImageMap, ImageTarget};
 
 use crate::informer::{Caches, Tasks};
-use addresses::Addresses;
+use network::Network;
 use pod_worker::PodRuntime;
 use sandbox::Processes;
 
-/// The name of the one node.
-pub const NODE_NAME: &str = "kube-local";
+/// The label of a Node's zone, as cloud providers set it.
+pub const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
+
+/// How many nodes the environment has and how they are spread over zones.
+#[derive(Clone, Debug)]
+pub struct NodeLayout {
+    /// Nodes `node-1` … `node-N` (at least one).
+    pub count: usize,
+    /// Zones `zone-a`, `zone-b`, … given to the nodes round-robin (0: no zone label).
+    pub zones: usize,
+    /// How long a node's heartbeats may stop before the node lifecycle controller declares it `Ready=Unknown`
+    /// (kube-controller-manager's `--node-monitor-grace-period`, 40 s).
+    pub monitor_grace: Duration,
+}
+
+impl Default for NodeLayout {
+    fn default() -> Self {
+        NodeLayout {
+            count: 1,
+            zones: 3,
+            monitor_grace: Duration::from_secs(40),
+        }
+    }
+}
+
+/// One node: its name and labels.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeIdentity {
+    pub name: String,
+    pub zone: Option<String>,
+}
+
+impl NodeLayout {
+    /// The nodes, named `node-1` … and zoned `zone-a`, `zone-b`, … round-robin.
+    pub fn nodes(&self) -> Vec<NodeIdentity> {
+        (0..self.count.max(1))
+            .map(|i| NodeIdentity {
+                name: format!("node-{}", i + 1),
+                zone: (self.zones > 0).then(|| zone_name(i % self.zones)),
+            })
+            .collect()
+    }
+}
+
+/// `zone-a` … `zone-z`, then `zone-27` ….
+fn zone_name(i: usize) -> String {
+    match u8::try_from(i).ok().filter(|i| *i < 26) {
+        Some(i) => format!("zone-{}", char::from(b'a' + i)),
+        None => format!("zone-{}", i + 1),
+    }
+}
 
 /// How the kubelet runs pods.
 #[derive(Clone, Debug)]
@@ -56,6 +113,8 @@ pub struct KubeletConfig {
     /// off by default because pods here see the host's filesystem, which a
     /// non-root user may not write (a `file://` backup directory).
     pub enforce_security_context: bool,
+    /// The nodes.
+    pub nodes: NodeLayout,
 }
 
 /// The API server as pods see it.
@@ -74,6 +133,7 @@ impl Default for KubeletConfig {
             backoff_max: Duration::from_secs(300),
             api_server: None,
             enforce_security_context: false,
+            nodes: NodeLayout::default(),
         }
     }
 }
@@ -107,6 +167,8 @@ pub enum KubeletError {
         path: PathBuf,
         source: std::io::Error,
     },
+    #[error("no node {0} (nodes: {1})")]
+    NoNode(String, String),
     #[error("no running pod {0}")]
     NoPod(String),
     #[error("no running container {container} in pod {pod}")]
@@ -171,15 +233,17 @@ impl Incarnations {
     }
 }
 
-/// State shared by the kubelet's loops and pod workers.
+/// State shared by one node's kubelet loops and pod workers.
 pub(crate) struct Shared {
     client: kube::Client,
     config: KubeletConfig,
+    node: NodeIdentity,
     /// Pod directories (volumes, hosts files, logs) live here.
     dir: PathBuf,
+    /// The node's InternalIP: a loopback address of its own, where its kubelet endpoint listens.
     host_ip: String,
     processes: Arc<Processes>,
-    addresses: Addresses,
+    network: Arc<Network>,
     caches: Caches,
     running: Mutex<HashMap<String, Arc<PodRuntime>>>,
     incarnations: Incarnations,
@@ -187,8 +251,6 @@ pub(crate) struct Shared {
     cut: Mutex<Vec<Ipv4Addr>>,
     /// Port of the kubelet's HTTP endpoint (logs, exec, attach; see [`server`]), published in the Node status.
     kubelet_port: std::sync::OnceLock<u16>,
-    /// Proxy addresses of ClusterIP Services.
-    proxies: Mutex<HashMap<(String, String), Ipv4Addr>>,
 }
 
 impl Shared {
@@ -203,11 +265,7 @@ impl Shared {
 
     /// Rewrites every running pod's hosts file from the current records.
     fn refresh_dns(&self) {
-        let proxies = self
-            .proxies
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
+        let proxies = self.network.proxy_table();
         let records = dns::cluster_records(&self.caches, &proxies);
         let pods: Vec<Arc<PodRuntime>> = self
             .running
@@ -226,14 +284,98 @@ impl Shared {
     }
 }
 
-/// A running kubelet. Dropping it kills every process it started.
-pub struct Kubelet {
+/// The kubelet of one running node. Dropping it is the node's power cut: every process it started gets SIGKILL, its
+/// loops and pod workers stop where they are (no status written, no heartbeat), its directories stay.
+struct NodeKubelet {
     shared: Arc<Shared>,
     _tasks: Tasks,
 }
 
+impl NodeKubelet {
+    async fn start(
+        base: &Base,
+        node: NodeIdentity,
+        mut tasks: Tasks,
+    ) -> Result<NodeKubelet, KubeletError> {
+        let dir = node_dir(&base.dir, &node.name);
+        std::fs::create_dir_all(&dir).map_err(|source| KubeletError::Dir {
+            path: dir.clone(),
+            source,
+        })?;
+        let processes = Processes::new().map_err(KubeletError::Spawner)?;
+        let host_ip = base.network.addresses.allocate();
+        let shared = Arc::new(Shared {
+            client: base.client.clone(),
+            config: base.config.clone(),
+            node,
+            dir,
+            host_ip: host_ip.to_string(),
+            processes,
+            network: base.network.clone(),
+            caches: base.caches.clone(),
+            running: Mutex::new(HashMap::new()),
+            incarnations: Incarnations::default(),
+            cut: Mutex::new(Vec::new()),
+            kubelet_port: std::sync::OnceLock::new(),
+        });
+        let port = server::start(shared.clone(), &mut tasks)
+            .await
+            .map_err(|source| KubeletError::Io {
+                what: "starting the kubelet endpoint".into(),
+                source,
+            })?;
+        let _ = shared.kubelet_port.set(port);
+        base.network.attach(&shared);
+        node::register(&shared).await;
+        tasks.spawn(lease::renew(shared.clone()));
+        tasks.spawn(node::keep_ready(shared.clone()));
+        tasks.spawn(pod_worker::sync_pods(shared.clone()));
+        Ok(NodeKubelet {
+            shared,
+            _tasks: tasks,
+        })
+    }
+}
+
+impl Drop for NodeKubelet {
+    fn drop(&mut self) {
+        self.shared.processes.kill_all();
+        let cut = std::mem::take(&mut *self.shared.cut.lock().unwrap_or_else(|e| e.into_inner()));
+        for ip in cut {
+            let _ = blackhole(ip, false);
+        }
+        if let Ok(ip) = self.shared.host_ip.parse() {
+            self.shared.network.addresses.release(ip);
+        }
+    }
+}
+
+/// What every node's kubelet starts from.
+struct Base {
+    client: kube::Client,
+    config: KubeletConfig,
+    caches: Caches,
+    network: Arc<Network>,
+    /// The environment's directory: node `N`'s pods and node-bound volumes live under `nodes/N`.
+    dir: PathBuf,
+}
+
+/// The directory of a node's kubelet: its pods (volumes, hosts files, logs) and the volumes bound to the node.
+pub fn node_dir(base: &Path, node: &str) -> PathBuf {
+    base.join("nodes").join(node)
+}
+
+/// The kubelets of every node of the environment, and the Service proxy they share. Dropping it kills every process
+/// they started.
+pub struct Kubelet {
+    base: Base,
+    nodes: Vec<NodeIdentity>,
+    running: Mutex<BTreeMap<String, NodeKubelet>>,
+    _tasks: Tasks,
+}
+
 impl Kubelet {
-    /// Registers the node and starts running pods. `dir` holds pod directories and logs.
+    /// Registers the nodes and starts running pods. `dir` holds each node's pods and volumes (`dir/nodes/NAME`).
     pub async fn start(
         client: kube::Client,
         config: KubeletConfig,
@@ -256,68 +398,135 @@ impl Kubelet {
             path: dir.to_path_buf(),
             source,
         })?;
-        let processes = Processes::new().map_err(KubeletError::Spawner)?;
-        let shared = Arc::new(Shared {
-            client: client.clone(),
-            config,
-            dir: dir.to_path_buf(),
-            host_ip: "127.0.0.1".into(),
-            processes,
-            addresses: Addresses::new(),
-            caches,
-            running: Mutex::new(HashMap::new()),
-            incarnations: Incarnations::default(),
-            cut: Mutex::new(Vec::new()),
-            proxies: Mutex::new(HashMap::new()),
-            kubelet_port: std::sync::OnceLock::new(),
-        });
-        let port = server::start(shared.clone(), &mut tasks)
-            .await
-            .map_err(|source| KubeletError::Io {
-                what: "starting the kubelet endpoint".into(),
-                source,
-            })?;
-        let _ = shared.kubelet_port.set(port);
-        node::register(&shared).await;
-        tasks.spawn(node::heartbeat(shared.clone()));
-        tasks.spawn(node::schedule(shared.clone()));
-        tasks.spawn(pod_worker::sync_pods(shared.clone()));
-        tasks.spawn(service_proxy::run(shared.clone()));
-        Ok(Kubelet {
-            shared,
+        let network = Arc::new(Network::new(
+            client.clone(),
+            caches.clone(),
+            config.api_server.as_ref().map(|a| a.address),
+        ));
+        tasks.spawn(service_proxy::run(network.clone()));
+        let nodes = config.nodes.nodes();
+        let kubelet = Kubelet {
+            base: Base {
+                client,
+                config,
+                caches,
+                network,
+                dir: dir.to_path_buf(),
+            },
+            nodes,
+            running: Mutex::new(BTreeMap::new()),
             _tasks: tasks,
-        })
+        };
+        for node in kubelet.nodes.clone() {
+            kubelet.start_node(&node.name).await?;
+        }
+        Ok(kubelet)
     }
 
-    /// The pod's IP while it runs on this kubelet.
+    /// The environment's nodes, running or not.
+    pub fn nodes(&self) -> &[NodeIdentity] {
+        &self.nodes
+    }
+
+    /// Whether a node's kubelet runs (not killed).
+    pub fn node_running(&self, name: &str) -> bool {
+        self.running
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains_key(name)
+    }
+
+    fn identity(&self, name: &str) -> Result<NodeIdentity, KubeletError> {
+        self.nodes
+            .iter()
+            .find(|n| n.name == name)
+            .cloned()
+            .ok_or_else(|| {
+                let names: Vec<&str> = self.nodes.iter().map(|n| n.name.as_str()).collect();
+                KubeletError::NoNode(name.to_string(), names.join(", "))
+            })
+    }
+
+    /// Cuts a node's power: its pods' processes get SIGKILL, its kubelet stops (no more heartbeats or pod status),
+    /// its volumes stay on disk. The API still shows its pods as they were until the node lifecycle controller acts.
+    /// Killing a node that is down does nothing.
+    pub fn kill_node(&self, name: &str) -> Result<(), KubeletError> {
+        self.identity(name)?;
+        let killed = self
+            .running
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(name);
+        drop(killed);
+        Ok(())
+    }
+
+    /// Powers a node back on: its kubelet registers, heartbeats again and runs the pods still bound to it, with their
+    /// data. Starting a running node does nothing.
+    pub async fn start_node(&self, name: &str) -> Result<(), KubeletError> {
+        let node = self.identity(name)?;
+        if self.node_running(name) {
+            return Ok(());
+        }
+        let started = NodeKubelet::start(&self.base, node, Tasks::default()).await?;
+        self.running
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(name.to_string(), started);
+        Ok(())
+    }
+
+    /// The running node that runs a pod, and the pod.
+    fn running_pod(&self, namespace: &str, name: &str) -> Option<(Arc<Shared>, Arc<PodRuntime>)> {
+        self.running
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .find_map(|n| {
+                n.shared
+                    .running_pod(namespace, name)
+                    .map(|p| (n.shared.clone(), p))
+            })
+    }
+
+    fn pod(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<(Arc<Shared>, Arc<PodRuntime>), KubeletError> {
+        self.running_pod(namespace, name)
+            .ok_or_else(|| KubeletError::NoPod(format!("{namespace}/{name}")))
+    }
+
+    /// The pod's IP while it runs.
     pub fn pod_ip(&self, namespace: &str, name: &str) -> Option<Ipv4Addr> {
-        self.shared.running_pod(namespace, name).map(|p| p.ip)
+        self.running_pod(namespace, name).map(|(_, p)| p.ip)
     }
 
     /// The address at which a ClusterIP Service's proxy listens (reachable from the host and from pods).
     pub fn service_address(&self, namespace: &str, name: &str) -> Option<Ipv4Addr> {
-        self.shared
-            .proxies
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&(namespace.to_string(), name.to_string()))
-            .copied()
+        self.base.network.proxy_address(namespace, name)
     }
 
-    /// How many container processes are running.
+    /// How many container processes are running, on every node.
     pub fn process_count(&self) -> usize {
-        self.shared.processes.count()
+        self.running
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .map(|n| n.shared.processes.count())
+            .sum()
     }
 
     /// The log file of a container's current (or last) run, as `kubectl logs` would show it.
     pub fn log_path(&self, namespace: &str, pod: &str, container: &str) -> Option<PathBuf> {
-        let p = self.shared.running_pod(namespace, pod)?;
+        let (_, p) = self.running_pod(namespace, pod)?;
         p.log_file(container, false)
     }
 
     /// The process id of a container's current run (to inspect what it runs as).
     pub fn container_pid(&self, namespace: &str, pod: &str, container: &str) -> Option<i32> {
-        self.shared.running_pod(namespace, pod)?.pid(container)
+        self.running_pod(namespace, pod)?.1.pid(container)
     }
 
     /// Fault hook: kills a container's processes with SIGKILL, as an OOM kill or crash would; the kubelet then
@@ -328,10 +537,7 @@ impl Kubelet {
         pod: &str,
         container: &str,
     ) -> Result<(), KubeletError> {
-        let p = self
-            .shared
-            .running_pod(namespace, pod)
-            .ok_or_else(|| KubeletError::NoPod(format!("{namespace}/{pod}")))?;
+        let (_, p) = self.pod(namespace, pod)?;
         if p.kill(container) {
             Ok(())
         } else {
@@ -371,10 +577,7 @@ impl Kubelet {
         container: &str,
         signal: rustix::process::Signal,
     ) -> Result<(), KubeletError> {
-        let p = self
-            .shared
-            .running_pod(namespace, pod)
-            .ok_or_else(|| KubeletError::NoPod(format!("{namespace}/{pod}")))?;
+        let (_, p) = self.pod(namespace, pod)?;
         if p.signal_container(container, signal) {
             Ok(())
         } else {
@@ -387,7 +590,7 @@ impl Kubelet {
 
     /// Fault hook: deletes everything in the volume bound to a claim, as a lost disk would.
     pub async fn wipe_volume(&self, namespace: &str, claim: &str) -> Result<(), KubeletError> {
-        let client = &self.shared.client;
+        let client = &self.base.client;
         let pvc = Api::<PersistentVolumeClaim>::namespaced(client.clone(), namespace)
             .get(claim)
             .await?;
@@ -422,18 +625,14 @@ impl Kubelet {
     /// Fault hook: makes a pod's IP unreachable (connections to and from it fail) until [`Kubelet::restore_network`].
     /// Needs root (it adds a blackhole route).
     pub fn cut_network(&self, namespace: &str, pod: &str) -> Result<(), KubeletError> {
-        let p = self
-            .shared
-            .running_pod(namespace, pod)
-            .ok_or_else(|| KubeletError::NoPod(format!("{namespace}/{pod}")))?;
+        let (node, p) = self.pod(namespace, pod)?;
         if !sandbox::is_root() {
             return Err(KubeletError::Unsupported(
                 "cutting a pod's network needs root".into(),
             ));
         }
         blackhole(p.ip, true)?;
-        self.shared
-            .cut
+        node.cut
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .push(p.ip);
@@ -441,12 +640,8 @@ impl Kubelet {
     }
 
     pub fn restore_network(&self, namespace: &str, pod: &str) -> Result<(), KubeletError> {
-        let p = self
-            .shared
-            .running_pod(namespace, pod)
-            .ok_or_else(|| KubeletError::NoPod(format!("{namespace}/{pod}")))?;
-        self.shared
-            .cut
+        let (node, p) = self.pod(namespace, pod)?;
+        node.cut
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .retain(|ip| *ip != p.ip);
@@ -474,16 +669,6 @@ fn blackhole(ip: Ipv4Addr, add: bool) -> Result<(), KubeletError> {
             ),
             source: std::io::Error::other(String::from_utf8_lossy(&out.stderr).trim().to_string()),
         })
-    }
-}
-
-impl Drop for Kubelet {
-    fn drop(&mut self) {
-        self.shared.processes.kill_all();
-        let cut = std::mem::take(&mut *self.shared.cut.lock().unwrap_or_else(|e| e.into_inner()));
-        for ip in cut {
-            let _ = blackhole(ip, false);
-        }
     }
 }
 

@@ -1,7 +1,7 @@
 //! A user-space service proxy: each ClusterIP Service gets a loopback address on which every Service port listens and
 //! forwards connections to a ready endpoint of its EndpointSlices (as kube-proxy reads them), round-robin. Pods reach
 //! it by the Service's DNS name (see [`super::dns`]);
-//! the host reaches it at [`super::Kubelet::service_address`].
+//! the host reaches it at [`super::Kubelet::service_address`]. One proxy serves the pods of every node.
 //!
 //! LoadBalancer Services get the proxy address as their `status.loadBalancer.ingress`.
 //!
@@ -17,7 +17,7 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 
-use super::Shared;
+use super::network::Network;
 use crate::informer::run_loop;
 use crate::meta::SERVICE_NAME_LABEL;
 
@@ -46,7 +46,7 @@ fn wants_proxy(svc: &Service) -> bool {
 }
 
 /// Keeps one proxy per ClusterIP Service.
-pub async fn run(shared: Arc<Shared>) {
+pub async fn run(shared: Arc<Network>) {
     let mut proxies: HashMap<(String, String), Proxy> = HashMap::new();
     let changes = shared.caches.changes();
     let shared2 = shared.clone();
@@ -130,7 +130,7 @@ pub async fn run(shared: Arc<Shared>) {
 }
 
 /// A LoadBalancer Service's external address is its proxy's, as a cloud load balancer's would be.
-fn publish_ingress(shared: &Arc<Shared>, svc: &Service, ip: Ipv4Addr) {
+fn publish_ingress(shared: &Arc<Network>, svc: &Service, ip: Ipv4Addr) {
     let published = svc
         .status
         .as_ref()
@@ -192,7 +192,7 @@ fn backends(slices: &[Arc<EndpointSlice>], port_name: &str) -> Vec<SocketAddr> {
 }
 
 /// The EndpointSlices of a Service.
-fn slices_of(shared: &Shared, namespace: &str, service: &str) -> Vec<Arc<EndpointSlice>> {
+fn slices_of(shared: &Network, namespace: &str, service: &str) -> Vec<Arc<EndpointSlice>> {
     shared.caches.endpoint_slices.state_filter(|s| {
         s.metadata.namespace.as_deref() == Some(namespace)
             && s.metadata
@@ -223,7 +223,7 @@ fn bind(ip: Ipv4Addr, port: i32) -> std::io::Result<TcpListener> {
 
 /// Accepts connections on a Service port and forwards each to a ready endpoint.
 async fn serve(
-    shared: Arc<Shared>,
+    shared: Arc<Network>,
     listener: TcpListener,
     namespace: String,
     service: String,
@@ -236,7 +236,7 @@ async fn serve(
         };
         // The `kubernetes` Service leads to the API server, whose endpoint the API server itself would publish.
         let api = (namespace == "default" && service == "kubernetes")
-            .then(|| shared.config.api_server.as_ref().map(|a| a.address))
+            .then_some(shared.api_server)
             .flatten();
         let candidates = match api {
             Some(address) => vec![address],

@@ -9,14 +9,17 @@ mod endpoint_slices;
 mod endpoints;
 mod hashing;
 mod job;
+mod node_lifecycle;
 mod ownership;
 mod replicaset;
+mod scheduling;
 mod statefulset;
 mod volume_binder;
 mod volume_protection;
 
 /// LabelSelector matching, shared with the scheduler's pod affinity and topology spread.
 pub(crate) use disruption::selector_matches;
+pub use volume_binder::{NETWORK_PROVISIONER, PROVISIONER};
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -28,9 +31,12 @@ use crate::informer::{self, Caches, Tasks};
 pub(crate) struct Context {
     pub client: kube::Client,
     pub caches: Caches,
-    /// Provisioned volumes are directories here.
-    pub volume_dir: PathBuf,
+    /// The environment's directory: volumes that follow their pod under `volumes/`, volumes bound to a node under
+    /// that node's directory (see [`crate::kubelet::node_dir`]).
+    pub dir: PathBuf,
     pub clock: Clock,
+    /// The node lifecycle controller's grace period for missed heartbeats.
+    pub node_monitor_grace: std::time::Duration,
 }
 
 /// Running workload controllers; dropping stops them.
@@ -39,25 +45,28 @@ pub struct Controllers {
 }
 
 impl Controllers {
-    /// Starts every controller against `client`; provisioned volumes go under `dir/volumes`.
+    /// Starts every controller against `client`; provisioned volumes go under `dir`.
     pub async fn start(client: kube::Client, dir: &Path, clock: Clock) -> Controllers {
         let mut tasks = Tasks::default();
         let caches = Caches::start(&client, &mut tasks).await;
-        Self::start_with(client, dir, clock, caches, tasks)
+        let grace = crate::kubelet::NodeLayout::default().monitor_grace;
+        Self::start_with(client, dir, clock, grace, caches, tasks)
     }
 
     fn start_with(
         client: kube::Client,
         dir: &Path,
         clock: Clock,
+        node_monitor_grace: std::time::Duration,
         caches: Caches,
         mut tasks: Tasks,
     ) -> Controllers {
         let ctx = Arc::new(Context {
             client,
             caches,
-            volume_dir: dir.join("volumes"),
+            dir: dir.to_path_buf(),
             clock,
+            node_monitor_grace,
         });
         macro_rules! control_loop {
             ($reconcile:path) => {{
@@ -76,6 +85,32 @@ impl Controllers {
         control_loop!(endpoint_slices::reconcile);
         control_loop!(job::reconcile);
         control_loop!(disruption::reconcile);
+        // The scheduler remembers its bindings until its pod cache shows them.
+        {
+            let ctx = ctx.clone();
+            let changes = ctx.caches.changes();
+            tasks.spawn(async move {
+                let scheduler = Arc::new(tokio::sync::Mutex::new(scheduling::Scheduler::default()));
+                informer::run_loop(changes, || {
+                    let (scheduler, ctx) = (scheduler.clone(), ctx.clone());
+                    async move { scheduler.lock().await.pass(&ctx).await }
+                })
+                .await;
+            });
+        }
+        // The node lifecycle controller reads the heartbeat Leases, which the caches do not watch.
+        {
+            let ctx = ctx.clone();
+            let changes = ctx.caches.changes();
+            tasks.spawn(async move {
+                let monitor = Arc::new(tokio::sync::Mutex::new(node_lifecycle::Monitor::default()));
+                informer::run_loop(changes, || {
+                    let (monitor, ctx) = (monitor.clone(), ctx.clone());
+                    async move { monitor.lock().await.pass(&ctx).await }
+                })
+                .await;
+            });
+        }
         // The ReplicaSet controller remembers its writes until its pod cache shows them.
         {
             let ctx = ctx.clone();
@@ -101,7 +136,7 @@ impl Controllers {
 /// The workload controllers and the kubelet of one environment (see `EnvironmentBuilder::kubelet`).
 pub struct Workloads {
     // Field order is drop order: the kubelet stops its processes first.
-    kubelet: crate::kubelet::Kubelet,
+    kubelet: Arc<crate::kubelet::Kubelet>,
     clock: Clock,
     _controllers: Controllers,
 }
@@ -114,6 +149,7 @@ impl Workloads {
         config: crate::kubelet::KubeletConfig,
     ) -> Result<Workloads, crate::kubelet::KubeletError> {
         let clock = Clock::default();
+        let grace = config.nodes.monitor_grace;
         // One set of watches serves both.
         let mut cache_tasks = Tasks::default();
         let caches = Caches::start(&client, &mut cache_tasks).await;
@@ -121,19 +157,14 @@ impl Workloads {
             client.clone(),
             dir,
             clock.clone(),
+            grace,
             caches.clone(),
             Tasks::default(),
         );
-        let kubelet = crate::kubelet::Kubelet::start_with(
-            client,
-            config,
-            &dir.join("kubelet"),
-            caches,
-            cache_tasks,
-        )
-        .await?;
+        let kubelet =
+            crate::kubelet::Kubelet::start_with(client, config, dir, caches, cache_tasks).await?;
         Ok(Workloads {
-            kubelet,
+            kubelet: Arc::new(kubelet),
             clock,
             _controllers: controllers,
         })
@@ -141,6 +172,11 @@ impl Workloads {
 
     pub fn kubelet(&self) -> &crate::kubelet::Kubelet {
         &self.kubelet
+    }
+
+    /// A handle on the kubelets that does not keep them running.
+    pub(crate) fn kubelet_handle(&self) -> std::sync::Weak<crate::kubelet::Kubelet> {
+        Arc::downgrade(&self.kubelet)
     }
 
     /// The clock CronJobs are scheduled by; tests move it forward.

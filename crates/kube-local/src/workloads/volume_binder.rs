@@ -1,9 +1,16 @@
-//! The local volume provisioner and PV/PVC binder.
+//! The volume provisioners and the PV/PVC binder.
 //!
-//! A claim of a StorageClass whose provisioner is kube-local's gets a PV backed by a directory under the data
-//! directory, once it may be provisioned (class `Immediate`, or the scheduler annotated `selected-node` for
+//! Two provisioners, as the two kinds of storage clusters have:
+//! - [`PROVISIONER`] (`kube-local.io/local-path`): a local disk. The volume is a directory under the selected node's
+//!   directory and carries node affinity for that node, so its claim keeps every later pod on that node (and a pod
+//!   whose node is gone cannot move).
+//! - [`NETWORK_PROVISIONER`] (`kube-local.io/network-disk`): a network disk. The volume is a directory shared by all
+//!   nodes, without node affinity: it follows its pod to any node.
+//!
+//! A claim is provisioned once it may be (class `Immediate`, or the scheduler annotated `selected-node` for
 //! `WaitForFirstConsumer`). Pre-bound or matching static PVs bind too. When a bound claim is deleted the PV is
-//! `Released`, and its reclaim policy decides: `Delete` removes the PV and its directory, `Retain` keeps both.
+//! `Released`, and its reclaim policy decides: `Delete` removes the PV and its directory (a local disk's only when its
+//! node is up, as local-path's helper pod needs the node), `Retain` keeps both.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -19,6 +26,8 @@ use serde_json::json;
 use super::Context;
 
 pub const PROVISIONER: &str = "kube-local.io/local-path";
+pub const NETWORK_PROVISIONER: &str = "kube-local.io/network-disk";
+const SELECTED_NODE: &str = "volume.kubernetes.io/selected-node";
 const DEFAULT_CLASS_ANNOTATION: &str = "storageclass.kubernetes.io/is-default-class";
 
 fn default_class(ctx: &Context) -> Option<Arc<StorageClass>> {
@@ -48,6 +57,7 @@ fn class_of(ctx: &Context, pvc: &PersistentVolumeClaim) -> Option<Arc<StorageCla
 
 /// One pass: provision, bind, release, reclaim.
 pub async fn reconcile(ctx: &Context) -> Option<std::time::Duration> {
+    let mut retry = None;
     let claims = ctx.caches.claims.state();
     let volumes = ctx.caches.volumes.state();
     for pvc in &claims {
@@ -84,7 +94,7 @@ pub async fn reconcile(ctx: &Context) -> Option<std::time::Duration> {
                 let Some(class) = class_of(ctx, pvc) else {
                     continue;
                 };
-                if class.provisioner != PROVISIONER {
+                if class.provisioner != PROVISIONER && class.provisioner != NETWORK_PROVISIONER {
                     continue;
                 }
                 let wait = class.volume_binding_mode.as_deref() == Some("WaitForFirstConsumer");
@@ -92,7 +102,7 @@ pub async fn reconcile(ctx: &Context) -> Option<std::time::Duration> {
                     .metadata
                     .annotations
                     .as_ref()
-                    .is_some_and(|a| a.contains_key("volume.kubernetes.io/selected-node"));
+                    .is_some_and(|a| a.contains_key(SELECTED_NODE));
                 if wait && !selected {
                     if phase.is_none() {
                         set_claim_phase(ctx, pvc, "Pending").await;
@@ -127,8 +137,14 @@ pub async fn reconcile(ctx: &Context) -> Option<std::time::Duration> {
             .and_then(|s| s.persistent_volume_reclaim_policy.as_deref())
             .unwrap_or("Retain");
         if policy == "Delete" {
+            if let Some(node) = local_volume_node(pv)
+                && !node_ready(ctx, &node)
+            {
+                retry = Some(std::time::Duration::from_secs(5));
+                continue;
+            }
             if let Some(path) = crate::kubelet::volumes::volume_path(pv)
-                && path.starts_with(&ctx.volume_dir)
+                && path.starts_with(&ctx.dir)
             {
                 let _ = std::fs::remove_dir_all(&path);
             }
@@ -142,7 +158,36 @@ pub async fn reconcile(ctx: &Context) -> Option<std::time::Duration> {
             set_volume_phase(ctx, pv, "Released").await;
         }
     }
-    None
+    retry
+}
+
+/// The node a local volume lives on (its node affinity's hostname), if it is one.
+fn local_volume_node(pv: &PersistentVolume) -> Option<String> {
+    let terms = &pv
+        .spec
+        .as_ref()?
+        .node_affinity
+        .as_ref()?
+        .required
+        .as_ref()?
+        .node_selector_terms;
+    terms
+        .iter()
+        .flat_map(|t| t.match_expressions.iter().flatten())
+        .find(|r| r.key == "kubernetes.io/hostname" && r.operator == "In")
+        .and_then(|r| r.values.as_ref()?.first().cloned())
+}
+
+fn node_ready(ctx: &Context, name: &str) -> bool {
+    ctx.caches
+        .nodes
+        .get(&kube::runtime::reflector::ObjectRef::new(name))
+        .is_some_and(|n| {
+            n.status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+        })
 }
 
 fn requested_storage(
@@ -185,7 +230,31 @@ async fn provision(
 ) -> Option<PersistentVolume> {
     let uid = pvc.metadata.uid.clone()?;
     let name = format!("pvc-{uid}");
-    let path = ctx.volume_dir.join(&name);
+    // A local disk lives on the node the scheduler chose (or, for a class that binds at once, the first node).
+    let node = (class.provisioner == PROVISIONER).then(|| {
+        pvc.metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(SELECTED_NODE).cloned())
+            .or_else(|| {
+                let mut names: Vec<String> = ctx
+                    .caches
+                    .nodes
+                    .state()
+                    .iter()
+                    .filter_map(|n| n.metadata.name.clone())
+                    .collect();
+                names.sort();
+                names.into_iter().next()
+            })
+    });
+    let node = node.flatten();
+    let path = match &node {
+        Some(node) => crate::kubelet::node_dir(&ctx.dir, node)
+            .join("volumes")
+            .join(&name),
+        None => ctx.dir.join("volumes").join(&name),
+    };
     if let Err(e) = std::fs::create_dir_all(&path) {
         tracing::warn!(path = %path.display(), error = %e, "provisioning a local volume");
         return None;
@@ -198,7 +267,7 @@ async fn provision(
             name: Some(name.clone()),
             annotations: Some(BTreeMap::from([(
                 "pv.kubernetes.io/provisioned-by".to_string(),
-                PROVISIONER.to_string(),
+                class.provisioner.clone(),
             )])),
             finalizers: None,
             ..ObjectMeta::default()
@@ -219,13 +288,13 @@ async fn provision(
                 path: path.display().to_string(),
                 type_: Some("DirectoryOrCreate".into()),
             }),
-            node_affinity: Some(VolumeNodeAffinity {
+            node_affinity: node.map(|node| VolumeNodeAffinity {
                 required: Some(NodeSelector {
                     node_selector_terms: vec![NodeSelectorTerm {
                         match_expressions: Some(vec![NodeSelectorRequirement {
                             key: "kubernetes.io/hostname".into(),
                             operator: "In".into(),
-                            values: Some(vec![crate::kubelet::NODE_NAME.into()]),
+                            values: Some(vec![node]),
                         }]),
                         ..NodeSelectorTerm::default()
                     }],
@@ -258,13 +327,19 @@ async fn bind(ctx: &Context, pvc: &PersistentVolumeClaim, pv: &PersistentVolume)
     let ns = pvc.metadata.namespace.clone().unwrap_or_default();
     let name = pvc.metadata.name.clone().unwrap_or_default();
     let pv_name = pv.metadata.name.clone().unwrap_or_default();
+    let provisioner = pv
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get("pv.kubernetes.io/provisioned-by"))
+        .map_or(PROVISIONER, String::as_str);
     let api: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
     let patch = json!({
         "metadata": {"annotations": {
             "pv.kubernetes.io/bind-completed": "yes",
             "pv.kubernetes.io/bound-by-controller": "yes",
-            "volume.kubernetes.io/storage-provisioner": PROVISIONER,
-            "volume.beta.kubernetes.io/storage-provisioner": PROVISIONER,
+            "volume.kubernetes.io/storage-provisioner": provisioner,
+            "volume.beta.kubernetes.io/storage-provisioner": provisioner,
         }},
         "spec": {"volumeName": pv_name},
     });

@@ -82,9 +82,11 @@ pub(super) async fn lifecycle(shared: &Arc<Shared>, rt: &Arc<PodRuntime>, stop: 
                 sidecar_stop_rx.clone(),
             );
             let name = c.name.clone();
-            sidecars.push(tokio::spawn(async move {
-                supervise(&task_shared, &task_rt, &c, true, &task_volumes, task_stop).await;
-            }));
+            sidecars.push(tokio_util::task::AbortOnDropHandle::new(tokio::spawn(
+                async move {
+                    supervise(&task_shared, &task_rt, &c, true, &task_volumes, task_stop).await;
+                },
+            )));
             // The next init container starts once the sidecar has started (its startup probe passed).
             loop {
                 if rt.init_started(&name) {

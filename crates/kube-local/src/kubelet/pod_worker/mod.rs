@@ -25,8 +25,8 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
+use super::Shared;
 use super::environment::PodFacts;
-use super::{NODE_NAME, Shared};
 use crate::informer::run_loop;
 use lifecycle::lifecycle;
 use status::{derive_phase_and_conditions, initial_status};
@@ -294,9 +294,10 @@ fn is_sidecar(c: &Container) -> bool {
 
 /// Starts a worker for every pod bound to this node and stops the workers of pods that are deleted.
 pub async fn sync_pods(shared: Arc<Shared>) {
+    // A worker dropped unfinished (the node's kubelet stopped) stops where it is.
     struct Worker {
         stop: watch::Sender<Option<Duration>>,
-        task: tokio::task::JoinHandle<()>,
+        task: tokio_util::task::AbortOnDropHandle<()>,
     }
     let mut workers: HashMap<String, Worker> = HashMap::new();
     let changes = shared.caches.changes();
@@ -304,7 +305,7 @@ pub async fn sync_pods(shared: Arc<Shared>) {
     run_loop(changes, move || {
         let shared = shared_for_loop.clone();
         let pods = shared.caches.pods.state_filter(|p| {
-            p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(NODE_NAME)
+            p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(shared.node.name.as_str())
         });
         let mut seen = std::collections::HashSet::new();
         for pod in &pods {
@@ -321,7 +322,11 @@ pub async fn sync_pods(shared: Arc<Shared>) {
             );
             let worker = workers.entry(uid.clone()).or_insert_with(|| {
                 let (stop, stop_rx) = watch::channel(None);
-                let task = tokio::spawn(run_pod(shared.clone(), (**pod).clone(), stop_rx));
+                let task = tokio_util::task::AbortOnDropHandle::new(tokio::spawn(run_pod(
+                    shared.clone(),
+                    (**pod).clone(),
+                    stop_rx,
+                )));
                 Worker { stop, task }
             });
             if let Some(rt) = shared
@@ -392,7 +397,7 @@ async fn run_pod(shared: Arc<Shared>, pod: Pod, mut stop: Stop) {
     {
         return;
     }
-    let ip = shared.addresses.allocate();
+    let ip = shared.network.addresses.allocate();
     let dir = super::pod_dir(&shared.dir, &pod);
     let hosts_file = dir.join("etc-hosts");
     let (status_changed, status_rx) = watch::channel(0u64);
@@ -417,7 +422,11 @@ async fn run_pod(shared: Arc<Shared>, pod: Pod, mut stop: Stop) {
         ),
         terminal: Mutex::new(None),
     });
-    let writer = tokio::spawn(write_status(shared.clone(), rt.clone(), status_rx));
+    let writer = tokio_util::task::AbortOnDropHandle::new(tokio::spawn(write_status(
+        shared.clone(),
+        rt.clone(),
+        status_rx,
+    )));
     rt.update(|_| {});
     if let Err(e) =
         std::fs::create_dir_all(&dir).and_then(|_| super::dns::write_in_place(&hosts_file, ""))
@@ -442,7 +451,7 @@ async fn run_pod(shared: Arc<Shared>, pod: Pod, mut stop: Stop) {
         .unwrap_or_else(|e| e.into_inner())
         .remove(&uid);
     shared.cut_released(ip);
-    shared.addresses.release(ip);
+    shared.network.addresses.release(ip);
     // The last status write, then the pod object goes (when it is being deleted gracefully).
     tokio::time::sleep(Duration::from_millis(30)).await;
     writer.abort();
@@ -537,7 +546,7 @@ fn facts<'a>(shared: &'a Shared, pod: &'a Pod, ip: Ipv4Addr) -> PodFacts<'a> {
         pod,
         pod_ip: ip.to_string(),
         host_ip: shared.host_ip.clone(),
-        node_name: NODE_NAME,
+        node_name: &shared.node.name,
         api_server: shared.config.api_server.as_ref().map(|a| a.address),
     }
 }

@@ -38,6 +38,16 @@ impl Cluster {
         Self::with_builder(namespace, |c| c, |b| b.authenticate(true)).await
     }
 
+    /// `count` nodes over three zones; a node whose heartbeats stop is declared lost after `grace`.
+    pub async fn with_nodes(namespace: &str, count: usize, grace: Duration) -> Cluster {
+        Self::with_builder(
+            namespace,
+            |c| c,
+            |b| b.nodes(count).node_monitor_grace_period(grace),
+        )
+        .await
+    }
+
     async fn with_builder(
         namespace: &str,
         f: impl FnOnce(KubeletConfig) -> KubeletConfig,
@@ -52,8 +62,7 @@ impl Cluster {
                 },
             )
             .backoff(Duration::from_millis(500), Duration::from_secs(4));
-        let env = builder(kube_local::Environment::builder())
-            .kubelet_config(f(config))
+        let env = builder(kube_local::Environment::builder().kubelet_config(f(config)))
             .build()
             .await
             .unwrap();

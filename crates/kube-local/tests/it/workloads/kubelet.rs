@@ -279,7 +279,7 @@ async fn a_failed_container_reports_its_exit_code_message_and_logs() {
     assert!(log.contains("testapp exiting with 3"), "{log}");
     // `kubectl logs` goes through the kubelet's log endpoint, published in the Node status.
     let node = kube::Api::<k8s_openapi::api::core::v1::Node>::all(c.client())
-        .get("kube-local")
+        .get("node-1")
         .await
         .unwrap();
     let status = node.status.unwrap();
@@ -492,7 +492,7 @@ async fn lifecycle_hooks_run_after_start_and_before_stop() {
 #[tokio::test]
 async fn the_scheduler_honours_node_selectors() {
     let c = Cluster::start(NS).await;
-    for (name, selector) in [("fits", "kube-local"), ("nowhere", "elsewhere")] {
+    for (name, selector) in [("fits", "node-1"), ("nowhere", "elsewhere")] {
         c.create::<Pod>(NS, json!({
             "metadata": {"name": name},
             "spec": {
@@ -505,7 +505,7 @@ async fn the_scheduler_honours_node_selectors() {
     }
     eventually("fits to run", Duration::from_secs(10), || async {
         let p = c.pod(NS, "fits").await?;
-        (p.spec?.node_name.as_deref() == Some("kube-local")).then_some(())
+        (p.spec?.node_name.as_deref() == Some("node-1")).then_some(())
     })
     .await;
     let pod = eventually("nowhere unschedulable", Duration::from_secs(10), || async {

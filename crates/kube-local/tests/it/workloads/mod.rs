@@ -8,6 +8,7 @@ mod exec;
 mod jobs;
 mod kubelet;
 mod logs;
+mod nodes;
 mod port_forward;
 mod service_accounts;
 mod statefulset;
