@@ -263,6 +263,7 @@ mod tests {
     use super::*;
     use crate::cluster::membership::ObservedPod;
     use dkv_etcd::FakeEtcd;
+    use serde_json::{Value, json};
 
     fn pods(n: i32) -> Vec<MemberPod> {
         (0..n)
@@ -407,6 +408,103 @@ mod tests {
                 format!("disarm NoSpace {}", alarm.member),
             ]
         );
+    }
+
+    /// Runs `step` against an API server that answers each request with
+    /// the next of `codes`; returns (method, path, body) of each request.
+    async fn api_calls(step: Step, codes: &[u16]) -> (Result<bool>, Vec<(String, String, Value)>) {
+        use http::{Request, Response};
+        use kube::client::Body;
+        let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+        let client = Client::new(service, "shop");
+        let codes = codes.to_vec();
+        let server = tokio::spawn(async move {
+            let mut calls = Vec::new();
+            for code in codes {
+                let Some((request, respond)) = handle.next_request().await else {
+                    break;
+                };
+                let method = request.method().to_string();
+                let path = request.uri().path().to_owned();
+                let bytes = request
+                    .into_body()
+                    .collect_bytes()
+                    .await
+                    .unwrap_or_else(|e| panic!("{e}"));
+                let body = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+                calls.push((method, path, body));
+                let status = json!({"kind": "Status", "apiVersion": "v1", "metadata": {},
+                    "status": if code < 300 { "Success" } else { "Failure" }, "code": code});
+                let response = Response::builder()
+                    .status(code)
+                    .body(Body::from(status.to_string().into_bytes()))
+                    .unwrap_or_else(|e| panic!("{e}"));
+                respond.send_response(response);
+            }
+            calls
+        });
+        let etcd = FakeEtcd::with_members(&["orders-0", "orders-1", "orders-2"], "3.5.16");
+        let pods = pods(3);
+        let target = Target {
+            client: &client,
+            admin: &etcd,
+            namespace: "shop",
+            cluster: "orders",
+            pods: &pods,
+            peer_scheme: "http",
+        };
+        let result = execute(&step, &target).await;
+        drop(client);
+        let calls = server.await.unwrap_or_else(|e| panic!("{e}"));
+        assert!(etcd.calls().is_empty(), "no etcd call: {:?}", etcd.calls());
+        (result, calls)
+    }
+
+    #[tokio::test]
+    async fn a_member_leaves_a_lost_node_claim_first_then_its_pod_forced_each_by_uid() {
+        let step = Step::EvictFromLostNode {
+            ordinal: 1,
+            pod_uid: Some("pod-uid".into()),
+            claim_uid: Some("claim-uid".into()),
+        };
+        let (result, calls) = api_calls(step, &[200, 200]).await;
+        assert!(matches!(result, Ok(true)), "{result:?}");
+        let paths: Vec<(&str, &str)> = calls
+            .iter()
+            .map(|(m, p, _)| (m.as_str(), p.as_str()))
+            .collect();
+        assert_eq!(
+            paths,
+            [
+                (
+                    "DELETE",
+                    "/api/v1/namespaces/shop/persistentvolumeclaims/data-orders-1"
+                ),
+                ("DELETE", "/api/v1/namespaces/shop/pods/orders-1"),
+            ]
+        );
+        assert_eq!(calls[0].2["preconditions"]["uid"], "claim-uid");
+        assert_eq!(calls[0].2["gracePeriodSeconds"], Value::Null);
+        assert_eq!(calls[1].2["preconditions"]["uid"], "pod-uid");
+        assert_eq!(calls[1].2["gracePeriodSeconds"], 0);
+    }
+
+    #[tokio::test]
+    async fn a_volume_that_follows_its_pod_is_kept_and_gone_objects_are_no_error() {
+        let evict = || Step::EvictFromLostNode {
+            ordinal: 2,
+            pod_uid: Some("pod-uid".into()),
+            claim_uid: None,
+        };
+        // 409: the precondition failed, the pod was already re-created.
+        let (result, calls) = api_calls(evict(), &[409]).await;
+        assert!(matches!(result, Ok(true)), "{result:?}");
+        assert_eq!(calls.len(), 1, "{calls:?}");
+        assert_eq!(calls[0].1, "/api/v1/namespaces/shop/pods/orders-2");
+        // Any other refusal is an error naming the pod.
+        let (result, _) = api_calls(evict(), &[403]).await;
+        let message = result.err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(message.contains("Pod orders-2"), "{message}");
     }
 
     #[test]
