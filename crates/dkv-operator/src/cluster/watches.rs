@@ -590,4 +590,95 @@ mod tests {
         );
         assert!(trimmed.metadata.managed_fields.is_none());
     }
+
+    fn node(ready: &str, taints: serde_json::Value, heartbeat: &str) -> Node {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {
+                "name": "node-2",
+                "labels": {ZONE_LABEL: "zone-b", "kubernetes.io/os": "linux"},
+                "annotations": {"node.alpha.kubernetes.io/ttl": "0"},
+            },
+            "spec": {"podCIDR": "10.0.2.0/24", "taints": taints},
+            "status": {
+                "conditions": [
+                    {"type": "Ready", "status": ready, "lastHeartbeatTime": heartbeat},
+                    {"type": "MemoryPressure", "status": "False", "lastHeartbeatTime": heartbeat},
+                ],
+                "images": [{"names": ["registry.k8s.io/etcd:3.5.16-0"], "sizeBytes": 1}],
+            },
+        }))
+        .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn a_trimmed_node_keeps_what_says_it_is_lost_and_its_zone() {
+        let unreachable = serde_json::json!([
+            {"key": crate::cluster::lost_node::UNREACHABLE_TAINT, "effect": "NoExecute"}
+        ]);
+        for whole in [
+            node("True", serde_json::json!([]), "2026-11-26T08:00:00Z"),
+            node("Unknown", unreachable.clone(), "2026-11-26T08:00:00Z"),
+            node("True", unreachable, "2026-11-26T08:00:00Z"),
+        ] {
+            let mut trimmed = whole.clone();
+            trim_node(&mut trimmed);
+            assert_eq!(
+                crate::cluster::lost_node::node_loss(Some(&trimmed)),
+                crate::cluster::lost_node::node_loss(Some(&whole))
+            );
+            assert_eq!(
+                trimmed.labels().get(ZONE_LABEL).map(String::as_str),
+                Some("zone-b")
+            );
+            assert_eq!(node_relevance(&trimmed), node_relevance(&whole));
+            let status = trimmed.status.unwrap_or_default();
+            assert_eq!(status.conditions.map(|c| c.len()), Some(1));
+            assert_eq!(status.images, None);
+            assert_eq!(trimmed.metadata.annotations, None);
+        }
+    }
+
+    #[test]
+    fn a_node_triggers_on_being_lost_or_back_not_on_heartbeats() {
+        let fine = node_relevance(&node("True", serde_json::json!([]), "2026-11-26T08:00:00Z"));
+        assert_eq!(
+            fine,
+            node_relevance(&node("True", serde_json::json!([]), "2026-11-26T08:00:10Z")),
+            "a heartbeat is no change"
+        );
+        assert_ne!(
+            fine,
+            node_relevance(&node(
+                "Unknown",
+                serde_json::json!([]),
+                "2026-11-26T08:00:00Z"
+            ))
+        );
+    }
+
+    #[test]
+    fn a_node_maps_to_the_clusters_with_a_member_on_it() {
+        let (pods, mut writer) = store::<Pod>();
+        writer.apply_watcher_event(&Event::InitDone);
+        for (name, cluster, node) in [
+            ("orders-0", "orders", "node-1"),
+            ("orders-1", "orders", "node-2"),
+            ("orders-2", "orders", "node-2"),
+            ("carts-0", "carts", "node-2"),
+            ("users-0", "users", "node-3"),
+        ] {
+            let pod: Pod = serde_json::from_value(serde_json::json!({
+                "metadata": {"name": name, "namespace": "shop", "labels": {"dkv.io/cluster": cluster}},
+                "spec": {"containers": [], "nodeName": node},
+            }))
+            .unwrap_or_else(|e| panic!("{e}"));
+            writer.apply_watcher_event(&Event::Apply(pod));
+        }
+        let names: Vec<String> = clusters_on(&pods, "node-2")
+            .into_iter()
+            .map(|c| c.name)
+            .collect();
+        assert_eq!(names, ["carts", "orders"]);
+        assert!(clusters_on(&pods, "node-9").is_empty());
+    }
 }
