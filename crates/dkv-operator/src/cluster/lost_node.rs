@@ -1,4 +1,4 @@
-//! Members on lost nodes (pure): where each member pod is placed (node and
+//! Members on lost nodes: where each member pod is placed (node and
 //! zone), which of those nodes Kubernetes has lost, since when the operator
 //! has seen each member lost, and whether `spec.recovery.lostNode` lets the
 //! operator move it off its node now.
