@@ -72,6 +72,16 @@ step "kubectl wait --for=condition=Available dkv/example (the three members form
 kubectl wait --for=condition=Available dkv/example --timeout=180s
 kubectl get dkv,pods,pvc
 
+step "the members spread over three nodes in three zones"
+kubectl get nodes -L topology.kubernetes.io/zone
+kubectl get pods -l app.kubernetes.io/instance=example,app.kubernetes.io/component=etcd -o wide
+member_nodes=$(kubectl get pods -l app.kubernetes.io/instance=example,app.kubernetes.io/component=etcd \
+  -o jsonpath='{range .items[*]}{.spec.nodeName}{"\n"}{end}' | sort -u | wc -l)
+if [ "$member_nodes" != 3 ]; then
+  echo "the 3 members run on $member_nodes node(s), not one per node" >&2
+  false
+fi
+
 # etcdctl_pod CLUSTER POD ARGS...: a client pod holding the cluster's client
 # certificate, through the client Service.
 source scripts/lib/etcdctl-pod.sh

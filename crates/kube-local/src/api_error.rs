@@ -275,6 +275,37 @@ impl ApiError {
         Self::new(403, "Forbidden", message).with_details(Value::Object(details))
     }
 
+    /// 429 TooManyRequests; `retry_after_seconds` (when non-zero) goes to `details.retryAfterSeconds` and the
+    /// `Retry-After` header, as upstream's `NewTooManyRequests`.
+    pub fn too_many_requests(message: impl Into<String>, retry_after_seconds: u32) -> Self {
+        let details = if retry_after_seconds > 0 {
+            json!({"retryAfterSeconds": retry_after_seconds})
+        } else {
+            json!({})
+        };
+        Self::new(429, "TooManyRequests", message).with_details(details)
+    }
+
+    /// A failure answered with `code` and no reason (upstream's `StatusReasonUnknown`), e.g. a `Status` a REST
+    /// handler returns itself rather than an error of a known kind.
+    pub fn unreasoned(code: u16, message: impl Into<String>) -> Self {
+        ApiError {
+            code,
+            reason: "".into(),
+            message: message.into(),
+            details: None,
+        }
+    }
+
+    /// `details.retryAfterSeconds`, when the error carries one.
+    pub fn retry_after_seconds(&self) -> Option<u64> {
+        self.details
+            .as_ref()
+            .and_then(|d| d.get("retryAfterSeconds"))
+            .and_then(Value::as_u64)
+            .filter(|s| *s > 0)
+    }
+
     pub fn timeout(message: impl Into<String>) -> Self {
         Self::new(504, "Timeout", message)
     }

@@ -67,6 +67,8 @@ pub fn builtin_defs() -> &'static (Defs, KindDefs) {
         add!("authorization.k8s.io", "v1", "SelfSubjectAccessReview", authz::SelfSubjectAccessReview);
         add!("authorization.k8s.io", "v1", "SelfSubjectRulesReview", authz::SelfSubjectRulesReview);
         add!("authentication.k8s.io", "v1", "SelfSubjectReview", authn::SelfSubjectReview);
+        add!("certificates.k8s.io", "v1", "CertificateSigningRequest", k8s_openapi::api::certificates::v1::CertificateSigningRequest);
+        add!("apiregistration.k8s.io", "v1", "APIService", k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService);
         generator.subschema_for::<k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta>();
         let mut defs: Defs = generator.take_definitions(true).into_iter().collect();
         add_patch_metadata(&mut defs);

@@ -1,12 +1,15 @@
 //! The API server's object semantics independent of HTTP: create, update, patch, apply, delete, get and list, with
 //! admission (normalizing, webhooks, validation) and conversion on the way. This module holds the types, reads,
 //! creates and what follows a write; the admission chain is in `admit`, updates and patches in `update`, deletes in
-//! `delete`, writes through `/scale` in `scale_subresource`, and what follows a CRD's write or deletion in
+//! `delete`, the APIServices of the served group versions in `api_services`, `pods/eviction` (deletes a disruption budget allows) in `eviction`, writes through `/scale` in
+//! `scale_subresource`, and what follows a CRD's write or deletion in
 //! `crd_lifecycle`.
 
 mod admit;
+mod api_services;
 mod crd_lifecycle;
 mod delete;
+mod eviction;
 mod scale_subresource;
 mod update;
 
@@ -63,6 +66,8 @@ pub enum Subresource {
     /// A write through `/scale`: stored like the main resource, admitted as
     /// an autoscaling/v1 `Scale` (what webhooks on `<plural>/scale` see).
     Scale,
+    /// A write through a CertificateSigningRequest's `/approval`: only its conditions change.
+    Approval,
 }
 
 impl Subresource {
@@ -71,6 +76,7 @@ impl Subresource {
             Subresource::Main => None,
             Subresource::Status => Some("status"),
             Subresource::Scale => Some("scale"),
+            Subresource::Approval => Some("approval"),
         }
     }
 }
@@ -117,6 +123,9 @@ pub struct Core {
     pub registry: Registry,
     /// Signs and checks ServiceAccount tokens (TokenRequest, TokenReview).
     pub tokens: crate::service_account_tokens::ServiceAccountTokens,
+    /// The CA that signs approved `kubernetes.io/kube-apiserver-client` CertificateSigningRequests; set when the
+    /// server has one (HTTPS).
+    certificate_signer: std::sync::OnceLock<crate::tls::CertificateAuthority>,
 }
 
 fn type_info(rt: &ResourceType) -> TypeInfo<'_> {
@@ -150,11 +159,14 @@ fn without_volatile(obj: &Value) -> Value {
 
 impl Core {
     pub fn new(history_limit: usize) -> Self {
-        Core {
+        let core = Core {
             store: Store::new(history_limit),
             registry: Registry::new(),
             tokens: Default::default(),
-        }
+            certificate_signer: Default::default(),
+        };
+        api_services::sync(&core);
+        core
     }
 
     /// A core over a store kept in `dir`; the custom resource types of stored CRDs are served again.
@@ -166,6 +178,7 @@ impl Core {
             store: Store::open(history_limit, dir)?,
             registry: Registry::new(),
             tokens: Default::default(),
+            certificate_signer: Default::default(),
         };
         let crds = StorageResource {
             group: "apiextensions.k8s.io".into(),
@@ -174,6 +187,7 @@ impl Core {
         for crd in core.store.list(&crds, None).objects {
             crd_lifecycle::on_crd_written(&core, &crd).await;
         }
+        api_services::sync(&core);
         Ok(core)
     }
 
@@ -371,6 +385,10 @@ impl Core {
         Box::pin(async move {
             if rt.group == "apiextensions.k8s.io" && rt.plural == "customresourcedefinitions" {
                 crd_lifecycle::on_crd_written(self, saved).await;
+                api_services::sync(self);
+            }
+            if rt.has_approval() {
+                self.sign_certificate_request(rt, saved);
             }
         })
     }
@@ -378,6 +396,31 @@ impl Core {
     async fn after_delete(&self, rt: &ResourceType, last: &Arc<Value>) {
         if rt.group == "apiextensions.k8s.io" && rt.plural == "customresourcedefinitions" {
             crd_lifecycle::on_crd_deleted(self, last);
+            api_services::sync(self);
+        }
+    }
+
+    /// Signs approved CertificateSigningRequests of `kubernetes.io/kube-apiserver-client` with `ca` from now on
+    /// (`None`: a server without a CA signs nothing).
+    pub fn set_certificate_signer(&self, ca: Option<&crate::tls::CertificateAuthority>) {
+        if let Some(ca) = ca {
+            let _ = self.certificate_signer.set(ca.clone());
+        }
+    }
+
+    /// What the signer does once a request is written approved: its certificate (or `Failed`) in its status,
+    /// written unless the request changed meanwhile (its next write is looked at again).
+    fn sign_certificate_request(&self, rt: &ResourceType, saved: &Arc<Value>) {
+        let Some(ca) = self.certificate_signer.get() else {
+            return;
+        };
+        let Some(signed) = crate::certificate_signing::sign(ca, saved, jiff::Timestamp::now())
+        else {
+            return;
+        };
+        let key = Self::key(rt, "", meta::name(saved));
+        if let Err(e) = self.store.update(&key, crate::store::rv_of(saved), signed) {
+            tracing::debug!(request = meta::name(saved), error = %e, "writing a signed certificate");
         }
     }
 

@@ -225,7 +225,8 @@ pub fn resource_types(crd: &Value) -> Vec<ResourceType> {
                 generation: true,
                 storage: StorageResource { group: group.clone(), resource: plural.clone() },
                 view: View::Plain,
-                delete_returns_object: true,
+                // Custom resources answer an immediate delete with a `Status`, as upstream's CR registry.
+                delete_returns_object: false,
                 unconditional_update: false,
                 create_only: false,
                 custom: Some(CustomVersion {

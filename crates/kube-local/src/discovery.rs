@@ -149,6 +149,7 @@ pub fn api_resource_list(reg: &Registry, group: &str, version: &str) -> Option<V
         resources.push(r);
         if t.has_log() {
             resources.push(json!({"name": format!("{}/attach", t.plural), "singularName": "", "namespaced": t.namespaced, "kind": "PodAttachOptions", "verbs": ["create", "get"]}));
+            resources.push(json!({"name": format!("{}/eviction", t.plural), "singularName": "", "namespaced": t.namespaced, "group": "policy", "version": "v1", "kind": "Eviction", "verbs": ["create"]}));
             resources.push(json!({"name": format!("{}/exec", t.plural), "singularName": "", "namespaced": t.namespaced, "kind": "PodExecOptions", "verbs": ["create", "get"]}));
             resources.push(json!({"name": format!("{}/log", t.plural), "singularName": "", "namespaced": t.namespaced, "kind": t.kind, "verbs": ["get"]}));
         }
@@ -157,6 +158,9 @@ pub fn api_resource_list(reg: &Registry, group: &str, version: &str) -> Option<V
         }
         if t.status {
             resources.push(json!({"name": format!("{}/status", t.plural), "singularName": "", "namespaced": t.namespaced, "kind": t.kind, "verbs": ["get", "patch", "update"]}));
+        }
+        if t.has_approval() {
+            resources.push(json!({"name": format!("{}/approval", t.plural), "singularName": "", "namespaced": t.namespaced, "kind": t.kind, "verbs": ["get", "patch", "update"]}));
         }
         if t.scale.is_some() {
             resources.push(json!({"name": format!("{}/scale", t.plural), "singularName": "", "namespaced": t.namespaced, "group": "autoscaling", "version": "v1", "kind": "Scale", "verbs": ["get", "patch", "update"]}));
@@ -184,6 +188,7 @@ fn aggregated_resource(t: &ResourceType) -> Value {
     let mut subs = Vec::new();
     if t.has_log() {
         subs.push(json!({"subresource": "attach", "responseKind": {"group": "", "version": "v1", "kind": "PodAttachOptions"}, "verbs": ["create", "get"]}));
+        subs.push(json!({"subresource": "eviction", "responseKind": {"group": "policy", "version": "v1", "kind": "Eviction"}, "verbs": ["create"]}));
         subs.push(json!({"subresource": "exec", "responseKind": {"group": "", "version": "v1", "kind": "PodExecOptions"}, "verbs": ["create", "get"]}));
         subs.push(json!({"subresource": "log", "responseKind": {"group": t.group, "version": t.version, "kind": t.kind}, "verbs": ["get"]}));
     }
@@ -192,6 +197,9 @@ fn aggregated_resource(t: &ResourceType) -> Value {
     }
     if t.status {
         subs.push(json!({"subresource": "status", "responseKind": {"group": t.group, "version": t.version, "kind": t.kind}, "verbs": ["get", "patch", "update"]}));
+    }
+    if t.has_approval() {
+        subs.push(json!({"subresource": "approval", "responseKind": {"group": t.group, "version": t.version, "kind": t.kind}, "verbs": ["get", "patch", "update"]}));
     }
     if t.scale.is_some() {
         subs.push(json!({"subresource": "scale", "responseKind": {"group": "autoscaling", "version": "v1", "kind": "Scale"}, "verbs": ["get", "patch", "update"]}));

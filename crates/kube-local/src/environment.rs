@@ -277,6 +277,7 @@ impl EnvironmentBuilder {
         } else {
             None
         };
+        core.set_certificate_signer(ca.as_ref());
         let serve = match &ca {
             None => {
                 let mut serve_shutdown = shutdown_rx.clone();

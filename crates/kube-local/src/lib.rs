@@ -13,6 +13,7 @@ pub mod api_error;
 pub mod api_traffic;
 mod auth;
 mod builtin_schemas;
+mod certificate_signing;
 pub mod clock;
 mod controllers;
 mod conversion;

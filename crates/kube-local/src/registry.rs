@@ -98,14 +98,27 @@ impl ResourceType {
         self.group.is_empty() && self.plural == "pods"
     }
 
+    /// Whether the type has the `approval` subresource (CertificateSigningRequests).
+    pub fn has_approval(&self) -> bool {
+        self.group == "certificates.k8s.io" && self.plural == "certificatesigningrequests"
+    }
+
     /// Whether the type has the TokenRequest subresource `token` (core serviceaccounts only).
     pub fn has_token(&self) -> bool {
         self.group.is_empty() && self.plural == "serviceaccounts"
     }
 
+    /// Served for reading only: kube-local's own APIServices (it aggregates no other API server).
+    pub fn is_read_only(&self) -> bool {
+        self.group == "apiregistration.k8s.io" && self.custom.is_none()
+    }
+
     pub fn verbs(&self) -> Vec<&'static str> {
         if self.create_only {
             return vec!["create"];
+        }
+        if self.is_read_only() {
+            return vec!["get", "list", "watch"];
         }
         vec![
             "create",
@@ -390,6 +403,24 @@ const BUILTINS: &[Builtin] = &[
         false,
     ),
     b(
+        "certificates.k8s.io",
+        "v1",
+        "certificatesigningrequests",
+        "CertificateSigningRequest",
+        false,
+        &["csr"],
+        true,
+    ),
+    b(
+        "apiregistration.k8s.io",
+        "v1",
+        "apiservices",
+        "APIService",
+        false,
+        &[],
+        true,
+    ),
+    b(
         "authentication.k8s.io",
         "v1",
         "tokenreviews",
@@ -478,9 +509,17 @@ fn builtin_type(bt: &Builtin) -> ResourceType {
         generation: bt.generation,
         storage,
         view,
+        // Upstream's registries that return the object: pods, services, serviceaccounts and storageclasses set
+        // `ReturnDeletedObject`; namespaces and CRDs are always deleted through a finalizer, which answers with the
+        // object too. Every other built-in answers with a `Status`.
         delete_returns_object: matches!(
             bt.plural,
-            "pods" | "serviceaccounts" | "storageclasses" | "namespaces"
+            "pods"
+                | "services"
+                | "serviceaccounts"
+                | "storageclasses"
+                | "namespaces"
+                | "customresourcedefinitions"
         ),
         unconditional_update: true,
         create_only: bt.create_only,

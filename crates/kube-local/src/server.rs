@@ -58,7 +58,12 @@ fn json_response(code: u16, body: &Value) -> Response {
 }
 
 fn error_response(e: &ApiError) -> Response {
-    json_response(e.code, &e.to_status())
+    let mut resp = json_response(e.code, &e.to_status());
+    if let Some(seconds) = e.retry_after_seconds() {
+        resp.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+    }
+    resp
 }
 
 fn with_warnings(mut resp: Response, warnings: &[String]) -> Response {
@@ -307,7 +312,8 @@ async fn dispatch(server: &Server, req: Request) -> ApiResult<Response> {
             // Pods stream their containers' logs, commands and output.
             "exec" | "attach" => rt.has_log() && name.is_some(),
             "token" => rt.has_token() && name.is_some(),
-            "portforward" => is_pods(&rt) && name.is_some(),
+            "portforward" | "eviction" => is_pods(&rt) && name.is_some(),
+            "approval" => rt.has_approval() && name.is_some(),
             _ => false,
         };
         if !ok {
@@ -325,6 +331,11 @@ async fn dispatch(server: &Server, req: Request) -> ApiResult<Response> {
             None => rt.plural.clone(),
         };
         server.traffic.record(verb, &counted)?;
+    }
+    if rt.is_read_only() && req.method() != Method::GET {
+        return Err(ApiError::method_not_allowed(
+            "the server does not allow this method on the requested resource",
+        ));
     }
     if rt.create_only || sub.as_deref() == Some("token") {
         return review(server, req, &rt, namespace, name, sub).await;
@@ -424,6 +435,7 @@ fn body_kind(rt: &ResourceType, subresource: Option<&str>) -> (String, String) {
     match subresource {
         Some("scale") => ("autoscaling/v1".into(), "Scale".into()),
         Some("token") => ("authentication.k8s.io/v1".into(), "TokenRequest".into()),
+        Some("eviction") => ("policy/v1".into(), "Eviction".into()),
         _ if rt.group.is_empty() => (rt.version.clone(), rt.kind.clone()),
         _ => (format!("{}/{}", rt.group, rt.version), rt.kind.clone()),
     }
@@ -619,6 +631,10 @@ async fn resource(server: &Server, req: Request, t: Target) -> ApiResult<Respons
         let ns = t.namespace.as_deref().unwrap_or_default();
         return crate::streaming::port_forward::serve(core, &rt, ns, name, req).await;
     }
+    if let (Some("eviction"), Some(name)) = (t.subresource.as_deref(), t.name.as_deref()) {
+        let ns = t.namespace.as_deref().unwrap_or_default();
+        return eviction(core, &rt, ns, name, &q, req).await;
+    }
     let format = output::negotiate(
         header_str(&req, header::ACCEPT),
         q.get("includeObject").map(String::as_str),
@@ -628,6 +644,7 @@ async fn resource(server: &Server, req: Request, t: Target) -> ApiResult<Respons
     let method = req.method().clone();
     let sub = match t.subresource.as_deref() {
         Some("status") => Subresource::Status,
+        Some("approval") => Subresource::Approval,
         _ => Subresource::Main,
     };
     match (method, t.name.clone()) {
@@ -715,8 +732,20 @@ async fn resource(server: &Server, req: Request, t: Target) -> ApiResult<Respons
         }
         (Method::POST, None) => {
             let opts = write_options(&q, ua.as_deref())?;
+            let requester = req
+                .extensions()
+                .get::<UserInfo>()
+                .cloned()
+                .unwrap_or_else(Authenticator::admin);
             let (ct, body) = read_body(req).await?;
-            let obj = decode_object(&rt, t.subresource.as_deref(), ct.as_deref(), &body)?;
+            let mut obj = decode_object(&rt, t.subresource.as_deref(), ct.as_deref(), &body)?;
+            if rt.has_approval() {
+                crate::certificate_signing::set_requester(
+                    &mut obj,
+                    &requester.name,
+                    &requester.groups,
+                );
+            }
             let w = core.create(&rt, &ns, obj, &opts).await?;
             Ok(written_response(format, &rt, w))
         }
@@ -811,4 +840,59 @@ async fn resource(server: &Server, req: Request, t: Target) -> ApiResult<Respons
             "the server does not allow this method on the requested resource",
         )),
     }
+}
+
+/// POST of `pods/{name}/eviction` with a policy/v1 (or v1beta1) `Eviction`: 201 and a `Status` of `Success` once the
+/// pod is deleted (see [`Core::evict`] for the refusals).
+async fn eviction(
+    core: &Core,
+    pods: &ResourceType,
+    namespace: &str,
+    name: &str,
+    q: &HashMap<String, String>,
+    req: Request,
+) -> ApiResult<Response> {
+    if req.method() != Method::POST {
+        return Err(ApiError::method_not_allowed(
+            "the server does not allow this method on the requested resource",
+        ));
+    }
+    let request_dry_run = write_options(q, None)?.dry_run;
+    let (ct, body) = read_body(req).await?;
+    let eviction = decode_object(pods, Some("eviction"), ct.as_deref(), &body)?;
+    match (
+        eviction.get("apiVersion").and_then(Value::as_str),
+        eviction.get("kind").and_then(Value::as_str),
+    ) {
+        (None | Some("policy/v1" | "policy/v1beta1"), None | Some("Eviction")) => {}
+        (version, kind) => {
+            return Err(ApiError::bad_request(format!(
+                "{} in version {:?} cannot be handled as a Eviction: the eviction subresource accepts policy/v1 and policy/v1beta1 Evictions",
+                kind.unwrap_or("Eviction"),
+                version.unwrap_or_default()
+            )));
+        }
+    }
+    if meta::name(&eviction) != name {
+        return Err(ApiError::bad_request(
+            "name in URL does not match name in Eviction object",
+        ));
+    }
+    let body_namespace = meta::namespace(&eviction);
+    if !body_namespace.is_empty() && body_namespace != namespace {
+        return Err(ApiError::bad_request(
+            "the namespace of the provided object does not match the namespace sent on the request",
+        ));
+    }
+    let delete_body = match eviction.get("deleteOptions") {
+        Some(d) if !d.is_null() => d.to_string().into_bytes(),
+        _ => Vec::new(),
+    };
+    let mut delete = delete_options(&HashMap::new(), &delete_body)?;
+    delete.dry_run |= request_dry_run;
+    core.evict(pods, namespace, name, &eviction, delete).await?;
+    Ok(json_response(
+        201,
+        &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
+    ))
 }

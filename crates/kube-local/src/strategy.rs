@@ -691,8 +691,16 @@ pub fn prepare_create(rt: &ResourceType, obj: &mut Value) {
     }
 }
 
-/// Carries over server-assigned fields a client's update omitted.
+/// Carries over server-assigned fields a client's update omitted, and fields no update may change.
 pub fn prepare_update(rt: &ResourceType, new: &mut Value, old: &Value) {
+    // A CertificateSigningRequest's spec never changes after create (upstream's update strategy keeps the old one).
+    if rt.has_approval() {
+        let root = meta::object_mut(new);
+        match old.get("spec") {
+            Some(spec) => root.insert("spec".into(), spec.clone()),
+            None => root.remove("spec"),
+        };
+    }
     if rt.group.is_empty() && rt.kind == "Service" {
         for f in ["clusterIP", "clusterIPs", "ipFamilies", "ipFamilyPolicy"] {
             if new.pointer(&format!("/spec/{f}")).is_none()

@@ -77,8 +77,21 @@ pub fn certificate_subject(der: &[u8]) -> Option<(String, Vec<String>)> {
     Some((name, groups))
 }
 
+/// Cheap to clone: clones share the CA's key.
+#[derive(Clone)]
 pub struct CertificateAuthority {
-    issuer: CertifiedIssuer<'static, KeyPair>,
+    issuer: Arc<CertifiedIssuer<'static, KeyPair>>,
+}
+
+/// Why a certificate request could not be signed.
+#[derive(Debug, thiserror::Error)]
+pub enum SignRequestError {
+    #[error("the request is not a PEM certificate request with a valid signature: {0}")]
+    Request(rcgen::Error),
+    #[error("signing the certificate: {0}")]
+    Sign(rcgen::Error),
+    #[error("the validity period is out of range")]
+    Validity,
 }
 
 impl CertificateAuthority {
@@ -94,7 +107,9 @@ impl CertificateAuthority {
             KeyUsagePurpose::DigitalSignature,
         ];
         let issuer = CertifiedIssuer::self_signed(params, KeyPair::generate()?)?;
-        Ok(CertificateAuthority { issuer })
+        Ok(CertificateAuthority {
+            issuer: Arc::new(issuer),
+        })
     }
 
     /// The CA certificate (DER).
@@ -128,6 +143,33 @@ impl CertificateAuthority {
             cert_der: cert.der().clone(),
             key_der: key.serialize_der(),
         })
+    }
+
+    /// Signs a PEM certificate request: the request's subject and names, `key_usages` and `extended_key_usages`,
+    /// valid from `not_before` to `not_after` (Unix seconds). Returns the certificate as PEM.
+    pub fn sign_request(
+        &self,
+        request_pem: &str,
+        key_usages: Vec<KeyUsagePurpose>,
+        extended_key_usages: Vec<ExtendedKeyUsagePurpose>,
+        not_before: i64,
+        not_after: i64,
+    ) -> Result<String, SignRequestError> {
+        let mut request = rcgen::CertificateSigningRequestParams::from_pem(request_pem)
+            .map_err(SignRequestError::Request)?;
+        let at = |secs| {
+            time::OffsetDateTime::from_unix_timestamp(secs).map_err(|_| SignRequestError::Validity)
+        };
+        request.params.not_before = at(not_before)?;
+        request.params.not_after = at(not_after)?;
+        request.params.is_ca = IsCa::ExplicitNoCa;
+        request.params.key_usages = key_usages;
+        request.params.extended_key_usages = extended_key_usages;
+        request.params.use_authority_key_identifier_extension = true;
+        let cert = request
+            .signed_by(&self.issuer)
+            .map_err(SignRequestError::Sign)?;
+        Ok(cert.pem())
     }
 
     /// A serving certificate for DNS names and IP addresses (IPs become IP SANs).

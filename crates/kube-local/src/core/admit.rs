@@ -290,6 +290,9 @@ impl Core {
         if rt.kind == "CustomResourceDefinition" && rt.group == "apiextensions.k8s.io" {
             causes.extend(crate::crd::validate(obj, old));
         }
+        if rt.has_approval() {
+            causes.extend(crate::certificate_signing::validate(obj, old));
+        }
         if !causes.is_empty() {
             return Err(ApiError::invalid(&rt.group, &rt.kind, &name, causes));
         }

@@ -73,6 +73,26 @@ impl Core {
                     };
                 }
             }
+            Subresource::Approval => {
+                let conditions = new.pointer("/status/conditions").cloned();
+                let managed = new.pointer("/metadata/managedFields").cloned();
+                let mut out = old.clone();
+                let root = meta::object_mut(&mut out);
+                let status = root.entry("status").or_insert_with(|| json!({}));
+                if !status.is_object() {
+                    *status = json!({});
+                }
+                if let Some(status) = status.as_object_mut() {
+                    match conditions {
+                        Some(c) => status.insert("conditions".into(), c),
+                        None => status.remove("conditions"),
+                    };
+                }
+                if let Some(mf) = managed {
+                    meta::set_meta(&mut out, "managedFields", mf);
+                }
+                new = out;
+            }
             Subresource::Status => {
                 let status = new.get("status").cloned();
                 let managed = new.pointer("/metadata/managedFields").cloned();
@@ -315,7 +335,7 @@ impl Core {
                         Subresource::Main if status_sub => {
                             set.children.remove("f:status");
                         }
-                        Subresource::Status => {
+                        Subresource::Status | Subresource::Approval => {
                             set.children.retain(|k, _| k == "f:status");
                         }
                         Subresource::Main | Subresource::Scale => {}

@@ -73,7 +73,8 @@ fn convert<M: Message + ToJson>(raw: &[u8]) -> Result<Value, Failure> {
 const KINDS: &[(&str, &str, Converter)] = {
     use k8s_pb::api::{
         apps::v1 as apps, authentication::v1 as authentication, authorization::v1 as authorization,
-        autoscaling::v1 as autoscaling, batch::v1 as batch, core::v1 as core, policy::v1 as policy,
+        autoscaling::v1 as autoscaling, batch::v1 as batch, certificates::v1 as certificates,
+        core::v1 as core, policy::v1 as policy, policy::v1beta1 as policy_v1beta1,
         rbac::v1 as rbac,
     };
     &[
@@ -89,6 +90,17 @@ const KINDS: &[(&str, &str, Converter)] = {
             "policy/v1",
             "PodDisruptionBudget",
             convert::<policy::PodDisruptionBudget>,
+        ),
+        ("policy/v1", "Eviction", convert::<policy::Eviction>),
+        (
+            "policy/v1beta1",
+            "Eviction",
+            convert::<policy_v1beta1::Eviction>,
+        ),
+        (
+            "certificates.k8s.io/v1",
+            "CertificateSigningRequest",
+            convert::<certificates::CertificateSigningRequest>,
         ),
         ("autoscaling/v1", "Scale", convert::<autoscaling::Scale>),
         (

@@ -568,6 +568,8 @@ pub(super) fn builtin_columns(rt: &ResourceType) -> Option<Printer> {
                 c("Version", "string"),
             ],
             |o| {
+                // As upstream's printer: the Ready condition (Unknown without one), then SchedulingDisabled
+                // for a cordoned node; roles from the node-role labels.
                 let ready = o
                     .pointer("/status/conditions")
                     .and_then(Value::as_array)
@@ -575,14 +577,121 @@ pub(super) fn builtin_columns(rt: &ResourceType) -> Option<Printer> {
                         cs.iter()
                             .find(|c| c.get("type").and_then(Value::as_str) == Some("Ready"))
                     })
-                    .and_then(|c| c.get("status").and_then(Value::as_str))
-                    == Some("True");
+                    .map(|c| c.get("status").and_then(Value::as_str) == Some("True"));
+                let mut status = vec![match ready {
+                    Some(true) => "Ready",
+                    Some(false) => "NotReady",
+                    None => "Unknown",
+                }];
+                if o.pointer("/spec/unschedulable").and_then(Value::as_bool) == Some(true) {
+                    status.push("SchedulingDisabled");
+                }
+                let mut roles: Vec<&str> = meta::labels(o)
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|(k, v)| match k.strip_prefix("node-role.kubernetes.io/") {
+                        Some(role) if !role.is_empty() => Some(role),
+                        _ if k == "kubernetes.io/role" => v.as_str().filter(|r| !r.is_empty()),
+                        _ => None,
+                    })
+                    .collect();
+                roles.sort_unstable();
+                roles.dedup();
                 vec![
                     json!(meta::name(o)),
-                    json!(if ready { "Ready" } else { "NotReady" }),
-                    json!("<none>"),
+                    json!(status.join(",")),
+                    json!(if roles.is_empty() {
+                        "<none>".to_string()
+                    } else {
+                        roles.join(",")
+                    }),
                     age(o),
                     json!(s(o.pointer("/status/nodeInfo/kubeletVersion"))),
+                ]
+            },
+        ),
+        // Upstream's CertificateSigningRequest printer: the condition reads Denied/Approved/Pending, then
+        // `,Failed` and `,Issued`.
+        ("certificates.k8s.io", "certificatesigningrequests") => (
+            vec![
+                c("Name", "string"),
+                c("Age", "string"),
+                c("SignerName", "string"),
+                c("Requestor", "string"),
+                c("RequestedDuration", "string"),
+                c("Condition", "string"),
+            ],
+            |o| {
+                let types: Vec<String> = o
+                    .pointer("/status/conditions")
+                    .and_then(Value::as_array)
+                    .map(|cs| cs.iter().map(|c| s(c.get("type"))).collect())
+                    .unwrap_or_default();
+                let has = |t: &str| types.iter().any(|x| x == t);
+                let mut condition = if has("Denied") {
+                    "Denied".to_string()
+                } else if has("Approved") {
+                    "Approved".to_string()
+                } else {
+                    "Pending".to_string()
+                };
+                if has("Failed") {
+                    condition.push_str(",Failed");
+                }
+                if !s(o.pointer("/status/certificate")).is_empty() {
+                    condition.push_str(",Issued");
+                }
+                let duration = o
+                    .pointer("/spec/expirationSeconds")
+                    .and_then(Value::as_i64)
+                    .map_or_else(|| "<none>".to_string(), human_duration);
+                vec![
+                    json!(meta::name(o)),
+                    age(o),
+                    json!(s(o.pointer("/spec/signerName"))),
+                    json!(s(o.pointer("/spec/username"))),
+                    json!(duration),
+                    json!(condition),
+                ]
+            },
+        ),
+        // Upstream's APIService printer: the service (`Local` without one) and the Available condition.
+        ("apiregistration.k8s.io", "apiservices") => (
+            vec![
+                c("Name", "string"),
+                c("Service", "string"),
+                c("Available", "string"),
+                c("Age", "string"),
+            ],
+            |o| {
+                let service = match (
+                    o.pointer("/spec/service/namespace").and_then(Value::as_str),
+                    o.pointer("/spec/service/name").and_then(Value::as_str),
+                ) {
+                    (Some(ns), Some(name)) => format!("{ns}/{name}"),
+                    _ => "Local".to_string(),
+                };
+                let available = o
+                    .pointer("/status/conditions")
+                    .and_then(Value::as_array)
+                    .and_then(|cs| {
+                        cs.iter()
+                            .find(|c| c.get("type").and_then(Value::as_str) == Some("Available"))
+                    })
+                    .map(|c| {
+                        let status = s(c.get("status"));
+                        if status == "True" {
+                            status
+                        } else {
+                            format!("{status} ({})", s(c.get("reason")))
+                        }
+                    })
+                    .unwrap_or_else(|| "Unknown".to_string());
+                vec![
+                    json!(meta::name(o)),
+                    json!(service),
+                    json!(available),
+                    age(o),
                 ]
             },
         ),

@@ -1,5 +1,5 @@
 //! Workload controllers, as clients of the API server: Deployment, ReplicaSet, StatefulSet, Job, CronJob, the local
-//! volume provisioner and binder, Endpoints and EndpointSlices, and PodDisruptionBudget status. One module per
+//! volume provisioner and binder, Endpoints and EndpointSlices, PodDisruptionBudget status, and the unschedulable taint of cordoned nodes. One module per
 //! controller.
 
 mod cronjob;
@@ -10,6 +10,7 @@ mod endpoints;
 mod hashing;
 mod job;
 mod node_lifecycle;
+mod node_taints;
 mod ownership;
 mod replicaset;
 mod scheduling;
@@ -85,6 +86,7 @@ impl Controllers {
         control_loop!(endpoint_slices::reconcile);
         control_loop!(job::reconcile);
         control_loop!(disruption::reconcile);
+        control_loop!(node_taints::reconcile);
         // The scheduler remembers its bindings until its pod cache shows them.
         {
             let ctx = ctx.clone();

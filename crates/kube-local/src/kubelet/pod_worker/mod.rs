@@ -74,6 +74,14 @@ impl PodRuntime {
         self.pod.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
+    /// The status the kubelet computed last (what it writes to the API).
+    pub fn status_now(&self) -> PodStatus {
+        self.status
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
     /// The process id of a container's current run.
     pub fn pid(&self, container: &str) -> Option<i32> {
         self.pids

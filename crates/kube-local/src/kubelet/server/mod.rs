@@ -2,7 +2,9 @@
 //!
 //! - `GET /containerLogs/{namespace}/{pod}/{container}` — a container's log ([`logs`]);
 //! - `GET /exec/{namespace}/{pod}/{container}?command=…` — a command run in a container ([`exec`]);
-//! - `GET /attach/{namespace}/{pod}/{container}` — a running container's output ([`attach`]).
+//! - `GET /attach/{namespace}/{pod}/{container}` — a running container's output ([`attach`]);
+//! - `GET /healthz` — `ok` while the kubelet runs;
+//! - `GET /pods` — a `v1` PodList of the pods this kubelet runs, with the status it last computed.
 //!
 //! Exec and attach are WebSocket upgrades speaking the channel protocol of [`channels`]; the API server checks the
 //! request and the pod, then hands the upgraded connection through (see `crate::pod_exec`). The endpoint listens on
@@ -33,6 +35,8 @@ pub async fn start(
     let listener = tokio::net::TcpListener::bind((shared.host_ip.as_str(), 0)).await?;
     let port = listener.local_addr()?.port();
     let app = axum::Router::new()
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/pods", get(pods))
         .route(
             "/containerLogs/{namespace}/{pod}/{container}",
             get(logs::container_logs),
@@ -52,6 +56,28 @@ pub async fn start(
         }
     });
     Ok(port)
+}
+
+/// The pods this kubelet runs, as its pod manager knows them (the status is the kubelet's own, not the API's copy).
+async fn pods(axum::extract::State(shared): axum::extract::State<Arc<Shared>>) -> Response {
+    let mut items: Vec<k8s_openapi::api::core::v1::Pod> = shared
+        .running
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .values()
+        .map(|rt| {
+            let mut pod = rt.pod();
+            pod.status = Some(rt.status_now());
+            pod
+        })
+        .collect();
+    items.sort_by(|a, b| {
+        (&a.metadata.namespace, &a.metadata.name).cmp(&(&b.metadata.namespace, &b.metadata.name))
+    });
+    let list = serde_json::json!({
+        "kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": items,
+    });
+    axum::Json(list).into_response()
 }
 
 fn error(code: StatusCode, message: String) -> Response {

@@ -1,4 +1,5 @@
-//! apps/v1 Deployment, batch/v1 Job and CronJob, policy/v1 PodDisruptionBudget, autoscaling/v1 Scale,
+//! apps/v1 Deployment, batch/v1 Job and CronJob, policy/v1 PodDisruptionBudget, policy/v1 and v1beta1 Eviction,
+//! certificates.k8s.io/v1 CertificateSigningRequest, autoscaling/v1 Scale,
 //! authentication.k8s.io/v1 TokenRequest and SelfSubjectReview, authorization.k8s.io/v1 SelfSubjectAccessReview and
 //! SelfSubjectRulesReview, rbac.authorization.k8s.io/v1 Roles, ClusterRoles and their bindings.
 //!
@@ -7,14 +8,23 @@
 use k8s_openapi::api::{
     apps::v1 as openapi_apps, authentication::v1 as openapi_authentication,
     authorization::v1 as openapi_authorization, autoscaling::v1 as openapi_autoscaling,
-    batch::v1 as openapi_batch, policy::v1 as openapi_policy, rbac::v1 as openapi_rbac,
+    batch::v1 as openapi_batch, certificates::v1 as openapi_certificates,
+    policy::v1 as openapi_policy, rbac::v1 as openapi_rbac,
 };
 use k8s_pb::api::{
     apps::v1 as apps, authentication::v1 as authentication, authorization::v1 as authorization,
-    autoscaling::v1 as autoscaling, batch::v1 as batch, policy::v1 as policy, rbac::v1 as rbac,
+    autoscaling::v1 as autoscaling, batch::v1 as batch, certificates::v1 as certificates,
+    policy::v1 as policy, policy::v1beta1 as policy_v1beta1, rbac::v1 as rbac,
 };
 
-use super::fields::messages;
+use super::fields::{ConvertError, ToJson, messages};
+
+/// authentication's `ExtraValue` is a `[]string` in Go: a JSON array, not an object.
+impl ToJson for certificates::ExtraValue {
+    fn to_json(self, _: &str) -> Result<serde_json::Value, ConvertError> {
+        Ok(serde_json::json!(self.items))
+    }
+}
 
 messages! {
     apps::Deployment => openapi_apps::Deployment {
@@ -152,6 +162,45 @@ messages! {
         desired_healthy: keep,
         expected_pods: keep,
         conditions: omit,
+    }
+
+    // `kubectl drain`; v1beta1 has the same shape (k8s-openapi no longer has it).
+    policy::Eviction => openapi_policy::Eviction {
+        metadata: keep,
+        delete_options: ptr,
+    }
+    policy_v1beta1::Eviction => openapi_policy::Eviction {
+        metadata: keep,
+        delete_options: ptr,
+    }
+
+    // `kubectl certificate approve|deny` (through `/approval`).
+    certificates::CertificateSigningRequest => openapi_certificates::CertificateSigningRequest {
+        metadata: keep,
+        spec: keep,
+        status: keep,
+    }
+    certificates::CertificateSigningRequestSpec => openapi_certificates::CertificateSigningRequestSpec {
+        request: keep,
+        signer_name: keep,
+        expiration_seconds: ptr,
+        usages: omit,
+        username: omit,
+        uid: omit,
+        groups: omit,
+        extra: omit,
+    }
+    certificates::CertificateSigningRequestStatus => openapi_certificates::CertificateSigningRequestStatus {
+        conditions: omit,
+        certificate: omit,
+    }
+    certificates::CertificateSigningRequestCondition => openapi_certificates::CertificateSigningRequestCondition {
+        r#type: keep,
+        status: keep,
+        reason: omit,
+        message: omit,
+        last_update_time: keep,
+        last_transition_time: keep,
     }
 
     autoscaling::Scale => openapi_autoscaling::Scale {

@@ -49,6 +49,19 @@ messages! {
         operator: keep,
         values: omit,
     }
+    // The `deleteOptions` of an Eviction (`kubectl drain`).
+    pb::DeleteOptions => openapi::DeleteOptions {
+        grace_period_seconds: ptr,
+        preconditions: ptr,
+        orphan_dependents: ptr,
+        propagation_policy: ptr,
+        dry_run: omit,
+        ignore_store_read_error_with_cluster_breaking_potential: ptr,
+    }
+    pb::Preconditions => openapi::Preconditions {
+        uid: ptr,
+        resource_version: ptr,
+    }
     pb::Condition => openapi::Condition {
         r#type: keep,
         status: keep,

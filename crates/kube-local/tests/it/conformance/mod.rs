@@ -3,10 +3,13 @@
 mod common;
 
 mod access_control;
+mod api_services;
 mod auth;
+mod certificates;
 mod conversion;
 mod crds;
 mod crud;
+mod delete_answers;
 mod discovery;
 mod kubectl;
 mod lifecycle;

@@ -4,6 +4,7 @@
 mod common;
 
 mod deployment;
+mod eviction;
 mod exec;
 mod jobs;
 mod kubelet;

@@ -163,6 +163,38 @@ async fn three_nodes_in_three_zones_spread_a_statefulset_and_keep_its_volumes_on
     .await;
     let placed: BTreeSet<String> = pods.iter().map(node_of).collect();
     assert_eq!(placed.len(), 3, "one pod per node: {placed:?}");
+    // Each node's kubelet answers at the endpoint its Node advertises, about its own pods only.
+    for node in &nodes {
+        let status = node.status.as_ref().unwrap();
+        let ip = status.addresses.as_ref().unwrap()[0].address.clone();
+        let port = status
+            .daemon_endpoints
+            .as_ref()
+            .unwrap()
+            .kubelet_endpoint
+            .as_ref()
+            .unwrap()
+            .port;
+        assert_eq!(
+            http_get(&ip, port as u16, "/healthz").await.as_deref(),
+            Some("ok")
+        );
+        let list: serde_json::Value =
+            serde_json::from_str(&http_get(&ip, port as u16, "/pods").await.unwrap()).unwrap();
+        let names: Vec<&str> = list["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|p| p.pointer("/metadata/name").and_then(|n| n.as_str()))
+            .collect();
+        let expected: Vec<String> = pods
+            .iter()
+            .filter(|p| Some(node_of(p)) == node.metadata.name)
+            .map(|p| p.metadata.name.clone().unwrap())
+            .collect();
+        assert_eq!(names, expected, "{:?}", node.metadata.name);
+        assert_eq!(list["kind"], "PodList");
+    }
     for p in &pods {
         let name = p.metadata.name.clone().unwrap();
         // The claim's local volume lives on the pod's node and says so.
