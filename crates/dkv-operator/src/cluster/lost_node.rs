@@ -156,6 +156,9 @@ pub fn lost_members(
                 .find(|m| m.name == name && m.node.as_deref() == Some(node.as_str()))
                 .and_then(|m| m.node_lost_since.as_ref())
                 .map_or(now, |t| t.0);
+            // Whole seconds, as status stores it: the time read back after
+            // a restart is the same, and so is the message quoting it.
+            let since = jiff::Timestamp::from_second(since.as_second()).unwrap_or(since);
             Some(LostMember {
                 ordinal: p.ordinal,
                 node,
@@ -449,7 +452,8 @@ mod tests {
                 ..MemberStatus::default()
             },
         ];
-        let lost = lost_members("orders", &placements, &previous, at(100));
+        let now = at(100) + jiff::SignedDuration::from_millis(250);
+        let lost = lost_members("orders", &placements, &previous, now);
         let since: Vec<_> = lost.iter().map(|l| (l.ordinal, l.since)).collect();
         assert_eq!(since, [(0, at(0)), (1, at(100)), (2, at(100))]);
         let healthy = Placement {
