@@ -33,6 +33,7 @@ mod local_mode;
 mod member_init_etcd;
 mod membership_flow;
 mod metrics_on_kube_local;
+mod nodes_on_kube_local;
 mod nospace_on_kube_local;
 mod operator_on_kube_local;
 mod pipeline;

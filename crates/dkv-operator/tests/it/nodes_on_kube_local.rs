@@ -1,0 +1,384 @@
+//! dkv on several nodes: members spread over nodes and zones; a node that
+//! dies (its power cut: processes SIGKILLed, heartbeats stopped, volumes
+//! kept) and comes back; a whole zone lost. A writer counts every
+//! acknowledged write, and none may be lost.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use dkv_api::DistributedKV;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::{Api, ListParams};
+use kube::{Client, CustomResourceExt, ResourceExt};
+use serde_json::json;
+
+use dkv_test_support as support;
+
+use support::etcd_cluster::{Writer, wait_for, wait_settled};
+
+const IMAGE: &str = "registry.k8s.io/etcd:3.5.16-0";
+/// Nodes whose heartbeats stop are declared lost after this long (40 s on a
+/// real cluster; shortened so the tests wait less).
+const GRACE: Duration = Duration::from_secs(6);
+
+/// kube-local with `nodes` nodes over 3 zones, and the operator.
+async fn environment(
+    ns: &str,
+    nodes: usize,
+) -> (kube_local::Environment, Client, support::RunningOperator) {
+    let mut config = support::kubelet_config();
+    config.nodes.count = nodes;
+    config.nodes.zones = 3;
+    config.nodes.monitor_grace = GRACE;
+    let env = support::environment_configured(
+        vec![
+            DistributedKV::crd(),
+            dkv_api::DistributedKVBackup::crd(),
+        ],
+        Some(config),
+    )
+    .await;
+    let client = env.client();
+    support::create_namespace(&client, ns).await;
+    let operator = support::RunningOperator::start(client.clone(), false);
+    (env, client, operator)
+}
+
+/// Member pod → (node, zone).
+async fn placement(client: &Client, ns: &str) -> BTreeMap<String, (String, String)> {
+    let nodes: BTreeMap<String, String> = Api::<Node>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .map(|n| {
+            let zone = n
+                .labels()
+                .get("topology.kubernetes.io/zone")
+                .cloned()
+                .unwrap_or_default();
+            (n.name_any(), zone)
+        })
+        .collect();
+    Api::<Pod>::namespaced(client.clone(), ns)
+        .list(&ListParams::default().labels("app.kubernetes.io/component=etcd"))
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .map(|p| {
+            let node = p
+                .spec
+                .as_ref()
+                .and_then(|s| s.node_name.clone())
+                .unwrap_or_default();
+            let zone = nodes.get(&node).cloned().unwrap_or_default();
+            (p.name_any(), (node, zone))
+        })
+        .collect()
+}
+
+fn member_ids(d: &DistributedKV) -> Vec<(String, Option<String>)> {
+    d.status
+        .iter()
+        .flat_map(|s| &s.members)
+        .map(|m| (m.name.clone(), m.id.clone()))
+        .collect()
+}
+
+async fn node_ready(client: &Client, node: &str) -> Option<String> {
+    Api::<Node>::all(client.clone())
+        .get(node)
+        .await
+        .ok()?
+        .status?
+        .conditions?
+        .into_iter()
+        .find(|c| c.type_ == "Ready")
+        .map(|c| c.status)
+}
+
+/// Keeps writing while `nodes` are down: acknowledged writes must keep
+/// coming (quorum kept); returns how many were acknowledged meanwhile.
+async fn writes_during(writer: &Writer, how_long: Duration) -> usize {
+    let before = writer.acknowledged().await;
+    tokio::time::sleep(how_long).await;
+    writer.acknowledged().await - before
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_member_whose_node_dies_is_waited_for_and_rejoins_with_its_data() {
+    const NS: &str = "node-lost";
+    let (env, client, _operator) = environment(NS, 3).await;
+    let dkvs = support::create_cluster(&client, NS, "orders", 3, IMAGE, json!({})).await;
+    wait_settled(&dkvs, "orders", 3).await;
+    let placed = placement(&client, NS).await;
+    let nodes: BTreeSet<&String> = placed.values().map(|(n, _)| n).collect();
+    assert_eq!(nodes.len(), 3, "one member per node: {placed:?}");
+    let before = dkvs.get("orders").await.unwrap();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    let victim_uid = pods.get("orders-1").await.unwrap().uid();
+    let (node, _) = placed["orders-1"].clone();
+
+    let writer = Writer::start(client.clone(), NS, "orders");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let kubelet = env.kubelet().unwrap();
+    kubelet.kill_node(&node).unwrap();
+    let killed = Instant::now();
+    wait_for(&dkvs, "orders", "the lost member seen unhealthy", |d| {
+        d.status
+            .as_ref()
+            .is_some_and(|s| s.members.iter().any(|m| m.name == "orders-1" && !m.healthy))
+    })
+    .await;
+    let mut lost_at = None;
+    while lost_at.is_none() {
+        if node_ready(&client, &node).await.as_deref() == Some("Unknown") {
+            lost_at = Some(killed.elapsed());
+        }
+        assert!(killed.elapsed() < GRACE * 5, "{node} never declared lost");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    eprintln!("[{NS}] {node} declared lost {lost_at:?} after its power was cut");
+    // The two others keep serving.
+    let during = writes_during(&writer, Duration::from_secs(5)).await;
+    assert!(
+        during > 0,
+        "no write acknowledged while one member's node was down"
+    );
+    let d = dkvs.get("orders").await.unwrap();
+    assert!(
+        d.status
+            .as_ref()
+            .and_then(|s| s.conditions.iter().find(|c| c.type_ == "Available"))
+            .is_some_and(|c| c.status == "True"),
+        "Available with 2 of 3 members: {:?}",
+        d.status
+    );
+
+    kubelet.start_node(&node).await.unwrap();
+    let back = Instant::now();
+    wait_settled(&dkvs, "orders", 3).await;
+    eprintln!(
+        "[{NS}] {node} back: 3 healthy voters {:?} later",
+        back.elapsed()
+    );
+    let report = writer.stop().await;
+    let after = dkvs.get("orders").await.unwrap();
+    assert_eq!(
+        member_ids(&before),
+        member_ids(&after),
+        "without an opt-in, the same member comes back: nothing replaced"
+    );
+    assert_eq!(
+        pods.get("orders-1").await.unwrap().uid(),
+        victim_uid,
+        "the same pod, with its data"
+    );
+    eprintln!(
+        "[{NS}] {} acknowledged writes ({during} while {node} was down)",
+        report.acked.len()
+    );
+    support::etcd_cluster::assert_no_write_lost(&client, NS, &report).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_lost_zone_leaves_quorum_and_loses_no_write() {
+    const NS: &str = "zone-lost";
+    // Six nodes, two per zone.
+    let (env, client, _operator) = environment(NS, 6).await;
+    let spread = json!({"pod": {"topologySpreadConstraints": [{
+        "maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone",
+        "whenUnsatisfiable": "DoNotSchedule",
+        "labelSelector": {"matchLabels": {"app.kubernetes.io/instance": "orders"}},
+    }]}});
+    let dkvs = support::create_cluster(&client, NS, "orders", 3, IMAGE, spread).await;
+    wait_settled(&dkvs, "orders", 3).await;
+    let placed = placement(&client, NS).await;
+    let zones: BTreeSet<&String> = placed.values().map(|(_, z)| z).collect();
+    assert_eq!(zones.len(), 3, "one member per zone: {placed:?}");
+    let (_, zone) = placed["orders-2"].clone();
+    let zone_nodes: Vec<String> = Api::<Node>::all(client.clone())
+        .list(&ListParams::default().labels(&format!("topology.kubernetes.io/zone={zone}")))
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .map(|n| n.name_any())
+        .collect();
+    assert_eq!(zone_nodes.len(), 2, "{zone_nodes:?}");
+
+    let writer = Writer::start(client.clone(), NS, "orders");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let kubelet = env.kubelet().unwrap();
+    for node in &zone_nodes {
+        kubelet.kill_node(node).unwrap();
+    }
+    eprintln!("[{NS}] {zone} lost: {zone_nodes:?} killed");
+    tokio::time::sleep(GRACE).await;
+    let during = writes_during(&writer, Duration::from_secs(5)).await;
+    assert!(during > 0, "no write acknowledged while {zone} was down");
+    for node in &zone_nodes {
+        kubelet.start_node(node).await.unwrap();
+    }
+    wait_settled(&dkvs, "orders", 3).await;
+    let report = writer.stop().await;
+    eprintln!(
+        "[{NS}] {} acknowledged writes ({during} while {zone} was down)",
+        report.acked.len()
+    );
+    support::etcd_cluster::assert_no_write_lost(&client, NS, &report).await;
+}
+
+/// `kubectl args` in a blocking thread, started now; yields (success,
+/// stdout + stderr).
+fn kubectl_task(
+    env: &kube_local::Environment,
+    args: &[&str],
+) -> tokio::task::JoinHandle<(bool, String)> {
+    let kubeconfig = env.kubeconfig_path().to_path_buf();
+    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    tokio::task::spawn_blocking(move || {
+        let out = std::process::Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .args(&args)
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ),
+        )
+    })
+}
+
+async fn kubectl(env: &kube_local::Environment, args: &[&str]) -> (bool, String) {
+    kubectl_task(env, args).await.unwrap()
+}
+
+/// `kubectl drain NODE` as a node upgrade runs it, started now.
+fn drain_task(
+    env: &kube_local::Environment,
+    node: &str,
+) -> tokio::task::JoinHandle<(bool, String)> {
+    kubectl_task(
+        env,
+        &[
+            "drain",
+            node,
+            "--ignore-daemonsets",
+            "--delete-emptydir-data",
+            "--timeout=150s",
+        ],
+    )
+}
+
+async fn drain(env: &kube_local::Environment, node: &str) -> String {
+    let (ok, out) = drain_task(env, node).await.unwrap();
+    assert!(ok, "kubectl drain {node}: {out}");
+    out
+}
+
+const BUDGET_REFUSAL: &str = "Cannot evict pod as it would violate the pod's disruption budget";
+
+/// Counts the Ready member pods every 100 ms; the fewest seen.
+fn watch_ready_members(
+    client: Client,
+    ns: &'static str,
+) -> (
+    std::sync::Arc<std::sync::atomic::AtomicBool>,
+    tokio::task::JoinHandle<usize>,
+) {
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stopped = stop.clone();
+    let task = tokio::spawn(async move {
+        let pods: Api<Pod> = Api::namespaced(client, ns);
+        let mut fewest = usize::MAX;
+        while !stopped.load(std::sync::atomic::Ordering::Relaxed) {
+            if let Ok(list) = pods
+                .list(&ListParams::default().labels("app.kubernetes.io/component=etcd"))
+                .await
+            {
+                let ready = list
+                    .items
+                    .iter()
+                    .filter(|p| {
+                        p.metadata.deletion_timestamp.is_none()
+                            && p.status
+                                .as_ref()
+                                .and_then(|s| s.conditions.as_ref())
+                                .is_some_and(|cs| {
+                                    cs.iter().any(|c| c.type_ == "Ready" && c.status == "True")
+                                })
+                    })
+                    .count();
+                fewest = fewest.min(ready);
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        fewest
+    });
+    (stop, task)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn draining_every_node_in_turn_keeps_quorum_and_loses_no_write() {
+    const NS: &str = "drains";
+    let (env, client, _operator) = environment(NS, 3).await;
+    let dkvs = support::create_cluster(&client, NS, "orders", 3, IMAGE, json!({})).await;
+    wait_settled(&dkvs, "orders", 3).await;
+    let placed = placement(&client, NS).await;
+    let node_of = |member: &str| placed[member].0.clone();
+    let writer = Writer::start(client.clone(), NS, "orders");
+    let (stop_watch, watch) = watch_ready_members(client.clone(), NS);
+    let started = Instant::now();
+    let mut refusals = 0;
+
+    // The first node: its member is evicted and, its volume being local to
+    // the node, waits Pending until the node is uncordoned.
+    let first = node_of("orders-0");
+    let out = drain(&env, &first).await;
+    refusals += out.matches(BUDGET_REFUSAL).count();
+    assert!(out.contains(&format!("node/{first} drained")), "{out}");
+    // A second drain while that member is away is refused by the budget
+    // (429) and retried by kubectl until the member is back.
+    let second = node_of("orders-1");
+    let second_drain = drain_task(&env, &second);
+    tokio::time::sleep(Duration::from_secs(7)).await;
+    let (ok, _) = kubectl(&env, &["uncordon", &first]).await;
+    assert!(ok);
+    let (ok, out) = second_drain.await.unwrap();
+    assert!(ok, "kubectl drain {second}: {out}");
+    let refused_second = out.matches(BUDGET_REFUSAL).count();
+    assert!(
+        refused_second > 0,
+        "the second drain met the budget while the first member was away: {out}"
+    );
+    refusals += refused_second;
+    assert!(kubectl(&env, &["uncordon", &second]).await.0);
+    wait_settled(&dkvs, "orders", 3).await;
+    // The third, alone.
+    let third = node_of("orders-2");
+    refusals += drain(&env, &third).await.matches(BUDGET_REFUSAL).count();
+    assert!(kubectl(&env, &["uncordon", &third]).await.0);
+    wait_settled(&dkvs, "orders", 3).await;
+    let took = started.elapsed();
+
+    stop_watch.store(true, std::sync::atomic::Ordering::Relaxed);
+    let fewest_ready = watch.await.unwrap();
+    let report = writer.stop().await;
+    eprintln!(
+        "[{NS}] drained {first}, {second}, {third} in {took:?}: {refusals} evictions refused by the budget (429), never fewer than {fewest_ready} members Ready, {} acknowledged writes",
+        report.acked.len()
+    );
+    assert!(
+        fewest_ready >= 2,
+        "fewer than quorum members Ready during the drains: {fewest_ready}"
+    );
+    support::etcd_cluster::assert_no_write_lost(&client, NS, &report).await;
+}
