@@ -31,10 +31,7 @@ async fn environment(
     config.nodes.zones = 3;
     config.nodes.monitor_grace = GRACE;
     let env = support::environment_configured(
-        vec![
-            DistributedKV::crd(),
-            dkv_api::DistributedKVBackup::crd(),
-        ],
+        vec![DistributedKV::crd(), dkv_api::DistributedKVBackup::crd()],
         Some(config),
     )
     .await;
