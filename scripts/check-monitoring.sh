@@ -101,7 +101,7 @@ REQUIRED = {
     "DkvHighFsyncDuration", "DkvHighCommitDuration", "DkvDBSizeNearQuota",
     "DkvNoSpaceAlarm", "DkvFrequentLeaderChanges", "DkvBackupFailing",
     "DkvBackupTooOld", "DkvContinuousBackupLagging",
-    "DkvCertificateExpiringSoon", "DkvReconcileErrors",
+    "DkvCertificateExpiringSoon", "DkvReconcileErrors", "DkvMemberNodeLost",
 }
 DURATION = re.compile(r"^([0-9]+(ms|s|m|h|d|w|y))+$")
 
@@ -476,6 +476,7 @@ series("dkv_continuous_backup_newest_point_timestamp_seconds", op, lambda t: sta
 series("dkv_continuous_backup_newest_revision", op, lambda t: 1000 + t)
 for p in pods:
     series("dkv_cluster_member_healthy", f'{op}, member="{p}"', lambda t: 1)
+series("dkv_cluster_member_node_lost_since_timestamp_seconds", f'{op}, member="example-2", node="node-3"', lambda t: start)
 series("dkv_cluster_alarm", f'{op}, member="example-0", alarm="NOSPACE"', lambda t: 1)
 for secret, days in [("example-tls-member", 300), ("example-tls-client", 10)]:
     series("dkv_certificate_expiry_timestamp_seconds", f'{op}, secret="{secret}"', lambda t, d=days: end + d * 86400)

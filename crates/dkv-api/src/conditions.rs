@@ -34,6 +34,8 @@ pub mod reasons {
     /// Members restart one at a time onto a reissued TLS certificate.
     pub const RENEWING_CERTIFICATES: &str = "RenewingCertificates";
     pub const REPLACING_MEMBER: &str = "ReplacingMember";
+    /// A member on a lost node is moved to another (`spec.recovery.lostNode`).
+    pub const RELOCATING_MEMBER: &str = "RelocatingMember";
     pub const RECOVERING_QUORUM: &str = "RecoveringQuorum";
     pub const RESTORING: &str = "Restoring";
     pub const PAUSED: &str = "ReconcilePaused";
@@ -49,6 +51,10 @@ pub mod reasons {
     pub const INVALID_SPEC: &str = "InvalidSpec";
     pub const QUORUM_LOST: &str = "QuorumLost";
     pub const MEMBER_UNHEALTHY: &str = "MemberUnhealthy";
+    /// A member's pod is on a node Kubernetes has lost (`Ready` not `True`,
+    /// tainted unreachable, or gone): it cannot serve until the node is back
+    /// or the member is moved off it.
+    pub const MEMBER_NODE_LOST: &str = "MemberNodeLost";
     /// Continuous backup has stored nothing for a while (its agent keeps
     /// failing): the recovery point falls behind.
     pub const CONTINUOUS_BACKUP_FAILING: &str = "ContinuousBackupFailing";

@@ -32,23 +32,72 @@ pub struct RecoverySpec {
     /// recreate every member from the newest completed backup
     /// (`status.lastBackup`); writes made after it are lost, and nothing
     /// happens without such a backup. Either way the old members' data is
-    /// moved aside on their volumes, never deleted.
+    /// moved aside on their volumes, never deleted. Defaults to `Manual`
+    /// (so that `lostNode` can be set alone).
+    #[serde(default)]
     pub policy: RecoveryPolicy,
     /// How long quorum must have been lost before the operator acts. Members
     /// that come back within this time rejoin with their data instead.
     #[serde(default = "default_recovery_after_seconds")]
     #[schemars(range(min = 10))]
     pub after_seconds: i32,
+    /// What the operator does with a member whose node is lost (the Node's
+    /// `Ready` condition is not `True`, it carries the
+    /// `node.kubernetes.io/unreachable` taint, or the Node object is gone).
+    /// Without it the member is reported (`Degraded/MemberNodeLost`) and
+    /// left for its node to come back.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lost_node: Option<LostNodeRecovery>,
 }
 
 fn default_recovery_after_seconds() -> i32 {
     300
 }
 
+/// Opt-in replacement of a member whose node is lost.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct LostNodeRecovery {
+    /// `Wait` (the default): report the member and wait for its node to come
+    /// back, or for a human. `Replace`: once the node has been lost for
+    /// `afterSeconds`, the member is not healthy in etcd, the other members
+    /// keep quorum and no other operation is under way, the operator moves
+    /// the member off the node. A member whose volume is bound to the lost
+    /// node (a local disk), or that has no volume, is removed from etcd, its
+    /// pod force-deleted, its PersistentVolumeClaim deleted, and a new empty
+    /// member joins as a learner and is promoted once caught up. A member
+    /// whose volume can attach elsewhere (a network disk) keeps its data and
+    /// identity: only its pod is force-deleted, to start on another node.
+    #[serde(default)]
+    pub policy: LostNodePolicy,
+    /// How long the member's node must have been lost, counted from when the
+    /// operator first saw it lost (`status.members[].nodeLostSince`), before
+    /// `Replace` acts. A node back within this time keeps its member and
+    /// data.
+    #[serde(default = "default_lost_node_after_seconds")]
+    #[schemars(range(min = 0, max = 86400))]
+    pub after_seconds: i32,
+}
+
+fn default_lost_node_after_seconds() -> i32 {
+    300
+}
+
+/// What happens to a member on a lost node.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum LostNodePolicy {
+    /// Report it and wait for the node (or a human).
+    #[default]
+    Wait,
+    /// Move the member off the node (see `policy`).
+    Replace,
+}
+
 /// How a cluster that lost quorum for good is brought back.
-#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum RecoveryPolicy {
     /// Report `QuorumLost` and wait for a human.
+    #[default]
     Manual,
     /// Restart the most up-to-date reachable member alone with etcd's
     /// `--force-new-cluster` (it keeps what it had: writes only the lost
@@ -439,7 +488,9 @@ pub struct PodOverrides {
     /// removed from the pods too.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub annotations: Option<BTreeMap<String, String>>,
-    /// Replaces the default (members preferably on distinct nodes).
+    /// Replaces the default affinity, a preferred pod anti-affinity that
+    /// keeps members on distinct nodes where it can. The default spread
+    /// over zones and nodes (`topologySpreadConstraints`) stays.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub affinity: Option<Affinity>,
     /// Tolerations of the member pods.
@@ -449,6 +500,9 @@ pub struct PodOverrides {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_selector: Option<BTreeMap<String, String>>,
     /// How member pods spread across topology domains (zones, nodes).
+    /// Replaces the default constraints (at most one member more in any
+    /// zone, then on any node, than in another, `ScheduleAnyway`); an empty
+    /// list removes them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub topology_spread_constraints: Option<Vec<TopologySpreadConstraint>>,
     /// PriorityClass of the member pods.
@@ -555,6 +609,18 @@ pub struct MemberStatus {
     /// The etcd version the member reports.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub version: Option<String>,
+    /// The node its pod is bound to (`spec.nodeName`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+    /// The zone of that node (its `topology.kubernetes.io/zone` label).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zone: Option<String>,
+    /// When the operator first saw the member's node lost (`Ready` not
+    /// `True`, the `node.kubernetes.io/unreachable` taint, or the Node
+    /// gone); cleared once the node is back. `spec.recovery.lostNode`
+    /// counts its `afterSeconds` from here, across operator restarts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_lost_since: Option<Time>,
 }
 
 /// A disruptive step in flight.
@@ -563,7 +629,8 @@ pub struct MemberStatus {
 pub struct Operation {
     /// The step: `AddLearner`, `PromoteLearner`, `RemoveMember`,
     /// `UpgradeMember`, `ReplaceMember`, `RestartMember`,
-    /// `RenewCertificate`, `RecoverQuorum` or `RestoreFromBackup`.
+    /// `RenewCertificate`, `RecoverQuorum`, `RestoreFromBackup` or
+    /// `RelocateMember`.
     pub kind: OperationKind,
     /// The member (pod name) the step acts on.
     pub target: String,
@@ -592,6 +659,11 @@ pub enum OperationKind {
     /// spec edit that changes what members run, or `dkv.io/restartedAt`),
     /// one member at a time.
     RestartMember,
+    /// Move the target off its lost node (`spec.recovery.lostNode:
+    /// Replace`): removed from etcd, its pod force-deleted and its claim
+    /// deleted, then added again empty as a learner, when its data is bound
+    /// to the node; only its pod force-deleted when its volume follows it.
+    RelocateMember,
 }
 
 /// The recoverable window of continuous backup: a new cluster can be

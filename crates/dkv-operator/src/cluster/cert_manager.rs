@@ -198,23 +198,9 @@ mod tests {
     use dkv_api::distributedkv::v1beta1::{TlsMode, TlsSpec, TlsTransport};
 
     fn cluster_with(spec: TlsSpec) -> ValidatedCluster {
-        let dkv: dkv_api::DistributedKV = serde_json::from_value(json!({
-            "apiVersion": "dkv.io/v1beta1",
-            "kind": "DistributedKV",
-            "metadata": {"name": "orders", "namespace": "shop", "uid": "u-1"},
-            "spec": {"size": 3, "image": "quay.io/coreos/etcd:v3.5.16", "tls": spec},
-        }))
-        .unwrap_or_else(|e| panic!("{e}"));
-        let facts = crate::cluster::validate::Facts {
-            storage_classes: None,
-            deployed_version: None,
-            deployed_storage_size: None,
-        };
-        let defaults = crate::cluster::validate::Defaults {
-            operator_image: "dkv:test".to_owned(),
-        };
-        crate::cluster::validate::validate(&dkv, &facts, &defaults)
-            .unwrap_or_else(|e| panic!("{e}"))
+        crate::cluster::validate::validated_for_tests(
+            json!({"size": 3, "image": "quay.io/coreos/etcd:v3.5.16", "tls": spec}),
+        )
     }
 
     fn cert_manager(issuer: &str) -> TlsTransport {

@@ -8,7 +8,7 @@ use dkv_etcd::{EtcdAdmin, MemberId};
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::Client;
-use kube::api::{Api, DeleteParams, EvictParams};
+use kube::api::{Api, DeleteParams, EvictParams, Preconditions};
 use tracing::info;
 
 use super::build::statefulset::DATA_VOLUME;
@@ -114,7 +114,7 @@ pub async fn execute(step: &Step, target: &Target<'_>) -> Result<bool> {
         Step::ReclaimSpace => reclaim_space(target).await?,
         Step::DeleteVolume { ordinal } => {
             let name = volume_claim(target.cluster, *ordinal);
-            delete::<PersistentVolumeClaim>(target, &name, "PersistentVolumeClaim").await?;
+            delete::<PersistentVolumeClaim>(target, &name, "PersistentVolumeClaim", None).await?;
             info!(%name, "deleted the removed member's volume");
         }
         Step::RestartPod { ordinal } => {
@@ -123,9 +123,39 @@ pub async fn execute(step: &Step, target: &Target<'_>) -> Result<bool> {
                 evict(target, &name).await?;
                 info!(%name, "restarted member pod (evicted within the disruption budget)");
             } else {
-                delete::<Pod>(target, &name, "Pod").await?;
+                delete::<Pod>(target, &name, "Pod", None).await?;
                 info!(%name, "restarted member pod");
             }
+        }
+        Step::EvictFromLostNode {
+            ordinal,
+            pod_uid,
+            claim_uid,
+        } => {
+            // The claim first: it goes once no pod uses it, so the pod the
+            // StatefulSet re-creates gets a new one, not this one.
+            if let Some(uid) = claim_uid {
+                let name = volume_claim(target.cluster, *ordinal);
+                let params = exactly(uid, None);
+                delete::<PersistentVolumeClaim>(
+                    target,
+                    &name,
+                    "PersistentVolumeClaim",
+                    Some(params),
+                )
+                .await?;
+                info!(%name, "deleted the claim of a member on a lost node");
+            }
+            // Grace period 0: the kubelet of a lost node cannot confirm the
+            // pod stopped, so only a force deletion lets the StatefulSet
+            // re-create it.
+            let name = naming::member(target.cluster, *ordinal);
+            let params = match pod_uid {
+                Some(uid) => exactly(uid, Some(0)),
+                None => DeleteParams::default().grace_period(0),
+            };
+            delete::<Pod>(target, &name, "Pod", Some(params)).await?;
+            info!(%name, "force-deleted the pod of a member on a lost node");
         }
         Step::Begin(_)
         | Step::Finish(_)
@@ -253,7 +283,28 @@ async fn evict(target: &Target<'_>, name: &str) -> Result<()> {
     }
 }
 
-async fn delete<K>(target: &Target<'_>, name: &str, kind: &'static str) -> Result<()>
+/// Deletion of the object with `uid` only (never a successor of the same
+/// name), with `grace` seconds if set.
+fn exactly(uid: &str, grace: Option<u32>) -> DeleteParams {
+    let params = DeleteParams {
+        preconditions: Some(Preconditions {
+            uid: Some(uid.to_owned()),
+            resource_version: None,
+        }),
+        ..DeleteParams::default()
+    };
+    match grace {
+        Some(seconds) => params.grace_period(seconds),
+        None => params,
+    }
+}
+
+async fn delete<K>(
+    target: &Target<'_>,
+    name: &str,
+    kind: &'static str,
+    params: Option<DeleteParams>,
+) -> Result<()>
 where
     K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
         + Clone
@@ -261,10 +312,11 @@ where
         + std::fmt::Debug,
 {
     let api: Api<K> = Api::namespaced(target.client.clone(), target.namespace);
-    match api.delete(name, &DeleteParams::default()).await {
+    match api.delete(name, &params.unwrap_or_default()).await {
         Ok(_) => Ok(()),
-        // Already gone: the step's goal holds.
-        Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+        // Already gone: the step's goal holds. (409: a precondition failed,
+        // so the object asked for is gone and another holds its name.)
+        Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => Ok(()),
         Err(source) => Err(Error::Delete {
             kind,
             name: name.to_owned(),
@@ -286,6 +338,7 @@ mod tests {
     }
     use crate::cluster::membership::ObservedPod;
     use dkv_etcd::FakeEtcd;
+    use serde_json::{Value, json};
 
     fn pods(n: i32) -> Vec<MemberPod> {
         (0..n)
@@ -430,6 +483,103 @@ mod tests {
                 format!("disarm NoSpace {}", alarm.member),
             ]
         );
+    }
+
+    /// Runs `step` against an API server that answers each request with
+    /// the next of `codes`; returns (method, path, body) of each request.
+    async fn api_calls(step: Step, codes: &[u16]) -> (Result<bool>, Vec<(String, String, Value)>) {
+        use http::{Request, Response};
+        use kube::client::Body;
+        let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+        let client = Client::new(service, "shop");
+        let codes = codes.to_vec();
+        let server = tokio::spawn(async move {
+            let mut calls = Vec::new();
+            for code in codes {
+                let Some((request, respond)) = handle.next_request().await else {
+                    break;
+                };
+                let method = request.method().to_string();
+                let path = request.uri().path().to_owned();
+                let bytes = request
+                    .into_body()
+                    .collect_bytes()
+                    .await
+                    .unwrap_or_else(|e| panic!("{e}"));
+                let body = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+                calls.push((method, path, body));
+                let status = json!({"kind": "Status", "apiVersion": "v1", "metadata": {},
+                    "status": if code < 300 { "Success" } else { "Failure" }, "code": code});
+                let response = Response::builder()
+                    .status(code)
+                    .body(Body::from(status.to_string().into_bytes()))
+                    .unwrap_or_else(|e| panic!("{e}"));
+                respond.send_response(response);
+            }
+            calls
+        });
+        let etcd = FakeEtcd::with_members(&["orders-0", "orders-1", "orders-2"], "3.5.16");
+        let pods = pods(3);
+        let target = Target {
+            client: &client,
+            admin: &etcd,
+            namespace: "shop",
+            cluster: "orders",
+            pods: &pods,
+            peer_scheme: "http",
+        };
+        let result = execute(&step, &target).await;
+        drop(client);
+        let calls = server.await.unwrap_or_else(|e| panic!("{e}"));
+        assert!(etcd.calls().is_empty(), "no etcd call: {:?}", etcd.calls());
+        (result, calls)
+    }
+
+    #[tokio::test]
+    async fn a_member_leaves_a_lost_node_claim_first_then_its_pod_forced_each_by_uid() {
+        let step = Step::EvictFromLostNode {
+            ordinal: 1,
+            pod_uid: Some("pod-uid".into()),
+            claim_uid: Some("claim-uid".into()),
+        };
+        let (result, calls) = api_calls(step, &[200, 200]).await;
+        assert!(matches!(result, Ok(true)), "{result:?}");
+        let paths: Vec<(&str, &str)> = calls
+            .iter()
+            .map(|(m, p, _)| (m.as_str(), p.as_str()))
+            .collect();
+        assert_eq!(
+            paths,
+            [
+                (
+                    "DELETE",
+                    "/api/v1/namespaces/shop/persistentvolumeclaims/data-orders-1"
+                ),
+                ("DELETE", "/api/v1/namespaces/shop/pods/orders-1"),
+            ]
+        );
+        assert_eq!(calls[0].2["preconditions"]["uid"], "claim-uid");
+        assert_eq!(calls[0].2["gracePeriodSeconds"], Value::Null);
+        assert_eq!(calls[1].2["preconditions"]["uid"], "pod-uid");
+        assert_eq!(calls[1].2["gracePeriodSeconds"], 0);
+    }
+
+    #[tokio::test]
+    async fn a_volume_that_follows_its_pod_is_kept_and_gone_objects_are_no_error() {
+        let evict = || Step::EvictFromLostNode {
+            ordinal: 2,
+            pod_uid: Some("pod-uid".into()),
+            claim_uid: None,
+        };
+        // 409: the precondition failed, the pod was already re-created.
+        let (result, calls) = api_calls(evict(), &[409]).await;
+        assert!(matches!(result, Ok(true)), "{result:?}");
+        assert_eq!(calls.len(), 1, "{calls:?}");
+        assert_eq!(calls[0].1, "/api/v1/namespaces/shop/pods/orders-2");
+        // Any other refusal is an error naming the pod.
+        let (result, _) = api_calls(evict(), &[403]).await;
+        let message = result.err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(message.contains("Pod orders-2"), "{message}");
     }
 
     #[test]

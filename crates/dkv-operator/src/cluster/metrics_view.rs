@@ -33,6 +33,10 @@ pub fn view(
                         name: m.name.clone(),
                         healthy: m.healthy,
                         learner: m.learner,
+                        node_lost: m
+                            .node
+                            .clone()
+                            .zip(m.node_lost_since.as_ref().map(|t| t.0.as_second())),
                     })
                     .collect()
             })

@@ -27,6 +27,7 @@ pub mod error;
 pub mod etcd_access;
 pub mod execute;
 pub mod hibernation;
+pub mod lost_node;
 pub mod membership;
 pub mod membership_record;
 pub mod metrics_view;
@@ -53,7 +54,7 @@ use dkv_api::{DistributedKV, DistributedKVBackup};
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::CronJob;
-use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Node, PersistentVolumeClaim, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::StorageClass;
@@ -226,6 +227,11 @@ async fn reconcile_cluster(
     seen.pods = pods.clone();
     seen.volumes = Some(volumes::observe(&cluster, &observed.claims));
     let cluster = &*seen.cluster.insert(cluster);
+    let now = jiff::Timestamp::now();
+    let lost_nodes =
+        observe_lost_nodes(dkv, cluster, &observed, seen.operation.as_ref(), now, ctx).await?;
+    seen.placements = lost_nodes.placements;
+    seen.lost = lost_nodes.lost;
 
     // 3. Credentials, then etcd's view through them.
     let deployed = observed.statefulset.is_some();
@@ -284,7 +290,6 @@ async fn reconcile_cluster(
         .unwrap_or_default();
 
     // 4. Plan (pure).
-    let now = jiff::Timestamp::now();
     if space_alarm
         && let Some(at) = ctx.space_reclaimed_at(&obj_ref)
         && let retry_at = at + NOSPACE_RETRY
@@ -309,6 +314,7 @@ async fn reconcile_cluster(
             && dkv.status.as_ref().is_some_and(|s| s.last_backup.is_some()),
         recovery_epoch: epoch,
         tls_serial: credentials.tls.as_ref().map(|t| t.member_serial.clone()),
+        stranded: lost_nodes.stranded,
     };
     let mut plan = plan::plan(
         cluster,
@@ -400,6 +406,12 @@ async fn reconcile_cluster(
         .await?;
         if matches!(plan.step, membership::Step::ReclaimSpace) {
             space_reclaimed(dkv, cluster, &obj_ref, now, ctx).await;
+        }
+        if let membership::Step::EvictFromLostNode {
+            ordinal, claim_uid, ..
+        } = &plan.step
+        {
+            announce_eviction(dkv, cluster, *ordinal, claim_uid.is_some(), &seen.lost, ctx).await;
         }
         // Authentication goes on once the cluster has formed and nothing
         // else is under way; the root user exists before it does.
@@ -546,6 +558,14 @@ async fn reconcile_cluster(
         due_at: [
             credentials.tls.as_ref().map(|t| t.renew_at),
             seen.volumes.as_ref().and_then(status::volume_grace_ends),
+            // A lost member's replacement comes due.
+            seen.lost
+                .iter()
+                .filter_map(|l| {
+                    lost_node::replace_at(lost_node::replace_policy(cluster.lost_node.as_ref()), l)
+                })
+                .filter(|at| *at > now)
+                .min(),
             refresh_at,
             defrag_at,
         ]
@@ -553,6 +573,139 @@ async fn reconcile_cluster(
         .flatten()
         .min(),
     })
+}
+
+/// What a pass observed of its members' nodes.
+struct LostNodes {
+    /// Where each member pod runs (for status).
+    placements: Vec<lost_node::Placement>,
+    /// The members whose node is lost (for status).
+    lost: Vec<lost_node::LostMember>,
+    /// What the planner needs of the members to move off their node.
+    stranded: Vec<membership::Stranded>,
+}
+
+/// Where each member pod runs, which members' nodes are lost, and what the
+/// planner needs of the members to move off their node: the facts of their
+/// pods and volumes are read only with `spec.recovery.lostNode: Replace` or
+/// while a relocation is pinned (`operation`).
+async fn observe_lost_nodes(
+    dkv: &DistributedKV,
+    cluster: &validate::ValidatedCluster,
+    observed: &dereference::Observed,
+    operation: Option<&Operation>,
+    now: jiff::Timestamp,
+    ctx: &Context,
+) -> Result<LostNodes> {
+    let placements = lost_node::placements(&cluster.name, &observed.pods, |node| {
+        ctx.stores.nodes.get(&ObjectRef::new(node))
+    });
+    let previous = dkv.status.as_ref().map(|s| s.members.as_slice());
+    let lost = lost_node::lost_members(
+        &cluster.name,
+        &placements,
+        previous.unwrap_or_default(),
+        now,
+    );
+    let policy = lost_node::replace_policy(cluster.lost_node.as_ref());
+    let relocating = operation
+        .filter(|op| op.kind == OperationKind::RelocateMember)
+        .and_then(|op| {
+            Some((
+                naming::ordinal_of(&cluster.name, &op.target)?,
+                op.started_at.0,
+            ))
+        });
+    if policy.is_none() && relocating.is_none() {
+        let stranded = lost_node::stranded(&lost, None, None, |_| None, now);
+        return Ok(LostNodes {
+            placements,
+            lost,
+            stranded,
+        });
+    }
+    let mut facts = std::collections::BTreeMap::new();
+    for ordinal in lost
+        .iter()
+        .map(|l| l.ordinal)
+        .chain(relocating.map(|(ordinal, _)| ordinal))
+    {
+        let found = lost_node::pod_facts(
+            &ctx.client,
+            cluster,
+            ordinal,
+            &observed.pods,
+            &observed.claims,
+        )
+        .await?;
+        facts.insert(ordinal, found);
+    }
+    let stranded = lost_node::stranded(
+        &lost,
+        policy,
+        relocating,
+        |ordinal| facts.get(&ordinal).cloned().flatten(),
+        now,
+    );
+    Ok(LostNodes {
+        placements,
+        lost,
+        stranded,
+    })
+}
+
+/// The Event of a member pod force-deleted off a lost node.
+async fn announce_eviction(
+    dkv: &DistributedKV,
+    cluster: &validate::ValidatedCluster,
+    ordinal: i32,
+    claim_deleted: bool,
+    lost: &[lost_node::LostMember],
+    ctx: &Context,
+) {
+    let member = naming::member(&cluster.name, ordinal);
+    let node = lost
+        .iter()
+        .find(|l| l.ordinal == ordinal)
+        .map_or_else(String::new, |l| format!(" on node {} ({})", l.node, l.loss));
+    let note = if claim_deleted {
+        format!(
+            "{member}{node} left etcd; its pod was force-deleted and its claim {} (bound to that node) deleted: the StatefulSet re-creates it elsewhere, empty, and it joins as a learner",
+            execute::volume_claim(&cluster.name, ordinal)
+        )
+    } else if cluster.storage.is_some() {
+        format!(
+            "the pod of {member}{node} was force-deleted: the StatefulSet re-creates it elsewhere and it restarts from its volume, which follows it"
+        )
+    } else {
+        format!(
+            "{member}{node} left etcd; its pod was force-deleted: the StatefulSet re-creates it elsewhere, empty, and it joins as a learner"
+        )
+    };
+    info!(%note, "member moved off a lost node");
+    context::publish(
+        dkv,
+        Event {
+            type_: EventType::Warning,
+            reason: "MemberEvicted".to_owned(),
+            note: Some(note),
+            action: "RelocateMember".to_owned(),
+            secondary: Some(member_pod_ref(&cluster.namespace, &member)),
+        },
+        ctx,
+    )
+    .await;
+}
+
+/// A member pod, as the related object of an Event about it.
+fn member_pod_ref(namespace: &str, member: &str) -> k8s_openapi::api::core::v1::ObjectReference {
+    k8s_openapi::api::core::v1::ObjectReference {
+        api_version: Some("v1".to_owned()),
+        kind: Some("Pod".to_owned()),
+        name: Some(member.to_owned()),
+        namespace: Some(namespace.to_owned()),
+        ..Default::default()
+    }
 }
 
 /// The Event of a cluster whose members are all back after hibernation.
@@ -648,13 +801,7 @@ async fn report_defrag(
                 reason: reason.to_owned(),
                 note: Some(note),
                 action: "Defragment".to_owned(),
-                secondary: Some(k8s_openapi::api::core::v1::ObjectReference {
-                    api_version: Some("v1".to_owned()),
-                    kind: Some("Pod".to_owned()),
-                    name: Some(member.clone()),
-                    namespace: Some(cluster.namespace.clone()),
-                    ..Default::default()
-                }),
+                secondary: Some(member_pod_ref(&cluster.namespace, member)),
             },
             ctx,
         )
@@ -918,6 +1065,7 @@ pub async fn run(
     let (endpoint_slices, slice_writer) = watches::store::<EndpointSlice>();
     let (claims, claim_writer) = watches::store::<PersistentVolumeClaim>();
     let (backups, backup_writer) = watches::store::<DistributedKVBackup>();
+    let (nodes, node_writer) = watches::store::<Node>();
     let stores = Stores {
         statefulsets,
         services,
@@ -929,6 +1077,7 @@ pub async fn run(
         endpoint_slices,
         claims,
         backups,
+        nodes,
     };
 
     // The cluster watch ignores status-only updates (our own status writes
@@ -970,6 +1119,19 @@ pub async fn run(
             .map(|d| ObjectRef::from_obj(d.as_ref()))
             .collect::<Vec<_>>()
     };
+
+    // Nodes are not ours either: a node that is lost or back (its Ready
+    // status, the unreachable taint) re-triggers the clusters with a member
+    // pod on it.
+    let node_stream = watches::relevant_stream(
+        Api::<Node>::all(client.clone()),
+        watcher::Config::default(),
+        node_writer,
+        watches::node_relevance,
+        watches::trim_node,
+    );
+    let member_pods = stores.pods.clone();
+    let by_node = move |node: Node| watches::clusters_on(&member_pods, &node.name_any());
 
     let ctx = Arc::new(
         Context::new(client.clone(), stores, defaults, metrics, reporter)
@@ -1019,6 +1181,7 @@ pub async fn run(
             spec_relevance::<ConfigMap>,
         ))
         .watches_stream(sc_stream, by_storage_class)
+        .watches_stream(node_stream, by_node)
         // Member pods belong to the StatefulSet, not to the cluster: map
         // them back through their cluster label.
         .watches_stream(

@@ -86,6 +86,8 @@ pub struct MembershipView {
     pub recovery_epoch: Option<String>,
     /// The serial of the current member certificate, with `spec.tls`.
     pub tls_serial: Option<String>,
+    /// Members to move off a lost node (see [`super::lost_node`]).
+    pub stranded: Vec<membership::Stranded>,
 }
 
 /// The record of a cluster being created: its initial members bootstrap
@@ -278,6 +280,7 @@ pub fn plan(
         restore_allowed: view.restore_allowed,
         desired_tls_serial: view.tls_serial.clone(),
         update_revision: update_revision(sts),
+        stranded: view.stranded.clone(),
     });
     Plan {
         replicas,

@@ -13,7 +13,7 @@ use std::hash::{DefaultHasher, Hash, Hasher};
 
 use futures::{Stream, StreamExt, future};
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
+use k8s_openapi::api::core::v1::{Container, Node, NodeSpec, NodeStatus, Pod, PodSpec};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::Api;
 use kube::runtime::reflector::{self, ObjectRef, Store};
@@ -21,6 +21,8 @@ use kube::runtime::watcher::{self, Event};
 use kube::runtime::{WatchStreamExt, reflector::store::Writer};
 use kube::{Resource, ResourceExt};
 use serde::de::DeserializeOwned;
+
+use super::build::statefulset::ZONE_LABEL;
 
 /// Hash of what a controller reacts to in an object of type `K`.
 pub type Relevance<K> = fn(&K) -> u64;
@@ -307,6 +309,54 @@ pub fn claim_relevance(claim: &k8s_openapi::api::core::v1::PersistentVolumeClaim
     hash_of((requested, capacity, status.and_then(|s| s.phase.clone())))
 }
 
+/// Nodes are read for their zone label, their `Ready` condition and their
+/// taints; the rest (images, addresses, capacity, other conditions, most
+/// labels) is dropped: a cluster's nodes outnumber dkv's members.
+pub fn trim_node(node: &mut Node) {
+    trim(node);
+    node.metadata.annotations = None;
+    if let Some(labels) = node.metadata.labels.as_mut() {
+        labels.retain(|key, _| key == ZONE_LABEL);
+    }
+    if let Some(spec) = node.spec.take() {
+        node.spec = Some(NodeSpec {
+            taints: spec.taints,
+            ..NodeSpec::default()
+        });
+    }
+    if let Some(status) = node.status.take() {
+        node.status = Some(NodeStatus {
+            conditions: status
+                .conditions
+                .map(|c| c.into_iter().filter(|c| c.type_ == "Ready").collect()),
+            ..NodeStatus::default()
+        });
+    }
+}
+
+/// Nodes: whether and why they are lost (their Ready status, the
+/// unreachable taint) and their zone, which status reports. Heartbeat times are left out:
+/// every node renews them every few seconds.
+pub fn node_relevance(node: &Node) -> u64 {
+    hash_of((
+        super::lost_node::node_loss(Some(node)),
+        node.labels().get(ZONE_LABEL),
+    ))
+}
+
+/// The clusters with a member pod on `node`, as the pod cache knows them.
+pub fn clusters_on(pods: &Store<Pod>, node: &str) -> Vec<ObjectRef<dkv_api::DistributedKV>> {
+    let mut clusters: Vec<ObjectRef<dkv_api::DistributedKV>> = pods
+        .state()
+        .iter()
+        .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node))
+        .filter_map(|p| cluster_of(p.as_ref().clone()))
+        .collect();
+    clusters.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+    clusters.dedup();
+    clusters
+}
+
 /// The cluster an object that is not owned by it belongs to (member pods,
 /// their volume claims, the Services' EndpointSlices), by its cluster label.
 pub fn cluster_of<K: Resource>(obj: K) -> Option<ObjectRef<dkv_api::DistributedKV>> {
@@ -334,6 +384,9 @@ pub struct Stores {
     /// Every `DistributedKVBackup` (the cluster's status derives its backup
     /// facts from them).
     pub backups: Store<dkv_api::DistributedKVBackup>,
+    /// Every Node, as [`trim_node`] leaves it: where members run, and
+    /// whether their nodes are lost (see [`super::lost_node`]).
+    pub nodes: Store<Node>,
 }
 
 impl Stores {
@@ -342,7 +395,7 @@ impl Stores {
     pub fn ready(&self) -> Result<(), &'static str> {
         // `wait_until_ready` is async; the non-blocking check is whether the
         // ready future resolves immediately.
-        let checks: [(&'static str, bool); 10] = [
+        let checks: [(&'static str, bool); 11] = [
             ("Pod cache", is_ready(&self.pods)),
             ("ConfigMap cache", is_ready(&self.configmaps)),
             ("StatefulSet cache", is_ready(&self.statefulsets)),
@@ -353,6 +406,7 @@ impl Stores {
             ("EndpointSlice cache", is_ready(&self.endpoint_slices)),
             ("PersistentVolumeClaim cache", is_ready(&self.claims)),
             ("DistributedKVBackup cache", is_ready(&self.backups)),
+            ("Node cache", is_ready(&self.nodes)),
         ];
         match checks.into_iter().find(|(_, ready)| !ready) {
             Some((what, _)) => Err(what),
@@ -535,5 +589,96 @@ mod tests {
             })
         );
         assert!(trimmed.metadata.managed_fields.is_none());
+    }
+
+    fn node(ready: &str, taints: serde_json::Value, heartbeat: &str) -> Node {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {
+                "name": "node-2",
+                "labels": {ZONE_LABEL: "zone-b", "kubernetes.io/os": "linux"},
+                "annotations": {"node.alpha.kubernetes.io/ttl": "0"},
+            },
+            "spec": {"podCIDR": "10.0.2.0/24", "taints": taints},
+            "status": {
+                "conditions": [
+                    {"type": "Ready", "status": ready, "lastHeartbeatTime": heartbeat},
+                    {"type": "MemoryPressure", "status": "False", "lastHeartbeatTime": heartbeat},
+                ],
+                "images": [{"names": ["registry.k8s.io/etcd:3.5.16-0"], "sizeBytes": 1}],
+            },
+        }))
+        .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn a_trimmed_node_keeps_what_says_it_is_lost_and_its_zone() {
+        let unreachable = serde_json::json!([
+            {"key": crate::cluster::lost_node::UNREACHABLE_TAINT, "effect": "NoExecute"}
+        ]);
+        for whole in [
+            node("True", serde_json::json!([]), "2026-11-26T08:00:00Z"),
+            node("Unknown", unreachable.clone(), "2026-11-26T08:00:00Z"),
+            node("True", unreachable, "2026-11-26T08:00:00Z"),
+        ] {
+            let mut trimmed = whole.clone();
+            trim_node(&mut trimmed);
+            assert_eq!(
+                crate::cluster::lost_node::node_loss(Some(&trimmed)),
+                crate::cluster::lost_node::node_loss(Some(&whole))
+            );
+            assert_eq!(
+                trimmed.labels().get(ZONE_LABEL).map(String::as_str),
+                Some("zone-b")
+            );
+            assert_eq!(node_relevance(&trimmed), node_relevance(&whole));
+            let status = trimmed.status.unwrap_or_default();
+            assert_eq!(status.conditions.map(|c| c.len()), Some(1));
+            assert_eq!(status.images, None);
+            assert_eq!(trimmed.metadata.annotations, None);
+        }
+    }
+
+    #[test]
+    fn a_node_triggers_on_being_lost_or_back_not_on_heartbeats() {
+        let fine = node_relevance(&node("True", serde_json::json!([]), "2026-11-26T08:00:00Z"));
+        assert_eq!(
+            fine,
+            node_relevance(&node("True", serde_json::json!([]), "2026-11-26T08:00:10Z")),
+            "a heartbeat is no change"
+        );
+        assert_ne!(
+            fine,
+            node_relevance(&node(
+                "Unknown",
+                serde_json::json!([]),
+                "2026-11-26T08:00:00Z"
+            ))
+        );
+    }
+
+    #[test]
+    fn a_node_maps_to_the_clusters_with_a_member_on_it() {
+        let (pods, mut writer) = store::<Pod>();
+        writer.apply_watcher_event(&Event::InitDone);
+        for (name, cluster, node) in [
+            ("orders-0", "orders", "node-1"),
+            ("orders-1", "orders", "node-2"),
+            ("orders-2", "orders", "node-2"),
+            ("carts-0", "carts", "node-2"),
+            ("users-0", "users", "node-3"),
+        ] {
+            let pod: Pod = serde_json::from_value(serde_json::json!({
+                "metadata": {"name": name, "namespace": "shop", "labels": {"dkv.io/cluster": cluster}},
+                "spec": {"containers": [], "nodeName": node},
+            }))
+            .unwrap_or_else(|e| panic!("{e}"));
+            writer.apply_watcher_event(&Event::Apply(pod));
+        }
+        let names: Vec<String> = clusters_on(&pods, "node-2")
+            .into_iter()
+            .map(|c| c.name)
+            .collect();
+        assert_eq!(names, ["carts", "orders"]);
+        assert!(clusters_on(&pods, "node-9").is_empty());
     }
 }

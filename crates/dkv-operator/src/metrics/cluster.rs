@@ -26,6 +26,14 @@ struct MemberLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct MemberNodeLabels {
+    namespace: String,
+    cluster: String,
+    member: String,
+    node: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct AlarmLabels {
     namespace: String,
     cluster: String,
@@ -60,6 +68,8 @@ pub struct MemberView {
     pub name: String,
     pub healthy: bool,
     pub learner: bool,
+    /// (node, since as unix seconds) while the member's node is lost.
+    pub node_lost: Option<(String, i64)>,
 }
 
 /// What one pass saw of a cluster.
@@ -91,6 +101,8 @@ pub struct ClusterView {
 #[derive(Debug, Default)]
 struct Exported {
     members: BTreeSet<String>,
+    /// (member, node) of members on lost nodes.
+    lost: BTreeSet<(String, String)>,
     alarms: BTreeSet<(String, String)>,
     secrets: BTreeSet<String>,
 }
@@ -100,6 +112,7 @@ pub(super) struct ClusterGauges {
     members_healthy: Family<ClusterLabels, IntGauge>,
     quorum: Family<ClusterLabels, IntGauge>,
     member_healthy: Family<MemberLabels, IntGauge>,
+    member_node_lost: Family<MemberNodeLabels, IntGauge>,
     hibernated: Family<ClusterLabels, IntGauge>,
     alarm: Family<AlarmLabels, IntGauge>,
     certificate_expiry: Family<SecretLabels, IntGauge>,
@@ -118,6 +131,7 @@ impl ClusterGauges {
             members_healthy: Family::default(),
             quorum: Family::default(),
             member_healthy: Family::default(),
+            member_node_lost: Family::default(),
             hibernated: Family::default(),
             alarm: Family::default(),
             certificate_expiry: Family::default(),
@@ -147,6 +161,11 @@ impl ClusterGauges {
             "cluster_member_healthy",
             "1 while a member answers etcd's status and follows a leader, else 0 (member = pod name)",
             gauges.member_healthy.clone(),
+        );
+        registry.register(
+            "cluster_member_node_lost_since_timestamp_seconds",
+            "Since when (unix seconds) a member's node is lost (Ready not True, tainted unreachable, or deleted), by member and node; absent while its node is fine",
+            gauges.member_node_lost.clone(),
         );
         registry.register(
             "cluster_hibernated",
@@ -237,6 +256,11 @@ impl ClusterGauges {
             .unwrap_or_default();
         let now = Exported {
             members: view.members.iter().map(|m| m.name.clone()).collect(),
+            lost: view
+                .members
+                .iter()
+                .filter_map(|m| Some((m.name.clone(), m.node_lost.as_ref()?.0.clone())))
+                .collect(),
             alarms: view.alarms.iter().cloned().collect(),
             secrets: view.certificates.iter().map(|(s, _)| s.clone()).collect(),
         };
@@ -244,6 +268,11 @@ impl ClusterGauges {
             self.member_healthy
                 .get_or_create(&member_labels(view, &member.name))
                 .set(i64::from(member.healthy));
+            if let Some((node, since)) = &member.node_lost {
+                self.member_node_lost
+                    .get_or_create(&member_node_labels(view, &member.name, node))
+                    .set(*since);
+            }
         }
         for (member, alarm) in &view.alarms {
             self.alarm
@@ -327,6 +356,10 @@ impl ClusterGauges {
         for member in previous.members.difference(&now.members) {
             self.member_healthy.remove(&member_labels(view, member));
         }
+        for (member, node) in previous.lost.difference(&now.lost) {
+            self.member_node_lost
+                .remove(&member_node_labels(view, member, node));
+        }
         for (member, alarm) in previous.alarms.difference(&now.alarms) {
             self.alarm.remove(&alarm_labels(view, member, alarm));
         }
@@ -356,6 +389,15 @@ fn member_labels(view: &ClusterView, member: &str) -> MemberLabels {
         namespace: view.namespace.clone(),
         cluster: view.cluster.clone(),
         member: member.to_owned(),
+    }
+}
+
+fn member_node_labels(view: &ClusterView, member: &str, node: &str) -> MemberNodeLabels {
+    MemberNodeLabels {
+        namespace: view.namespace.clone(),
+        cluster: view.cluster.clone(),
+        member: member.to_owned(),
+        node: node.to_owned(),
     }
 }
 
@@ -392,6 +434,7 @@ mod tests {
                     name: (*name).to_owned(),
                     healthy: *healthy,
                     learner: false,
+                    node_lost: None,
                 })
                 .collect(),
             alarms: alarms
@@ -443,5 +486,28 @@ mod tests {
         metrics.forget(&kube::runtime::reflector::ObjectRef::new("orders").within("shop"));
         let out = text(&metrics);
         assert!(!out.contains("cluster=\"orders\""), "{out}");
+    }
+
+    #[test]
+    fn a_member_on_a_lost_node_has_a_series_while_it_is_lost() {
+        let metrics = Metrics::new();
+        let mut lost = view(&[("orders-0", true), ("orders-1", false)], &[]);
+        lost.members[1].node_lost = Some(("node-2".to_owned(), 1_800_000_000));
+        metrics.observe_cluster(&lost);
+        let series = "dkv_cluster_member_node_lost_since_timestamp_seconds{namespace=\"shop\",cluster=\"orders\",member=\"orders-1\",node=\"node-2\"} 1800000000";
+        let out = text(&metrics);
+        assert!(out.contains(series), "{series} missing in:\n{out}");
+        assert!(!out.contains("member=\"orders-0\",node="), "{out}");
+        // Its node is back: the series goes (it is not left at 0).
+        metrics.observe_cluster(&view(&[("orders-0", true), ("orders-1", true)], &[]));
+        assert!(
+            !text(&metrics).contains("dkv_cluster_member_node_lost_since_timestamp_seconds{"),
+            "{}",
+            text(&metrics)
+        );
+        // Lost again, then the cluster is deleted: nothing is left.
+        metrics.observe_cluster(&lost);
+        metrics.forget(&kube::runtime::reflector::ObjectRef::new("orders").within("shop"));
+        assert!(!text(&metrics).contains("node=\"node-2\""));
     }
 }

@@ -6,6 +6,7 @@
 //! rules that only make sense against the previous object (one-step quorum
 //! loss, version moves) or against other objects (the restore source).
 
+use dkv_api::distributedkv::v1beta1::LostNodePolicy;
 use dkv_api::{DistributedKV, DistributedKVBackup};
 use kube::ResourceExt;
 
@@ -120,6 +121,7 @@ pub fn review_cluster(
             check_restore_source(new, restore, &mut verdict);
             warn_even_size(new.spec.size, &mut verdict);
             warn_file_destination(new, None, &mut verdict);
+            warn_lost_node_replacement(new, &mut verdict);
         }
         ClusterWrite::Update {
             old,
@@ -159,6 +161,7 @@ pub fn review_cluster(
                 warn_even_size(new.spec.size, &mut verdict);
             }
             warn_file_destination(new, Some(old), &mut verdict);
+            warn_lost_node_replacement(new, &mut verdict);
         }
         ClusterWrite::Scale {
             old,
@@ -244,6 +247,37 @@ fn check_scale_down(old: i32, new: i32, verdict: &mut Verdict) {
                  scale down to {floor} first and continue once the cluster is Available again"
             ),
         );
+    }
+}
+
+/// Below this, `spec.recovery.lostNode.afterSeconds` is shorter than a
+/// node takes to reboot, so a routine restart costs a member (and, on a
+/// local volume, its copy of the data).
+const SHORT_LOST_NODE_GRACE: i32 = 60;
+
+/// `spec.recovery.lostNode: Replace` where it cannot act, or may act on a
+/// node that is only rebooting.
+fn warn_lost_node_replacement(dkv: &DistributedKV, verdict: &mut Verdict) {
+    let Some(lost_node) = dkv
+        .spec
+        .recovery
+        .as_ref()
+        .and_then(|r| r.lost_node.as_ref())
+        .filter(|l| l.policy == LostNodePolicy::Replace)
+    else {
+        return;
+    };
+    let size = dkv.spec.size;
+    if size < 3 {
+        verdict.warnings.push(format!(
+            "spec.recovery.lostNode: with spec.size {size}, the members left when one's node is lost are too few for quorum, so none is ever replaced; it takes 3 members or more"
+        ));
+    }
+    if lost_node.after_seconds < SHORT_LOST_NODE_GRACE {
+        verdict.warnings.push(format!(
+            "spec.recovery.lostNode.afterSeconds: {}s is shorter than most nodes take to reboot; a member whose node only restarts would be replaced (and a local volume's copy of its data given up)",
+            lost_node.after_seconds
+        ));
     }
 }
 
@@ -696,6 +730,53 @@ mod tests {
         assert!(verdict.allowed(), "{verdict:?}");
         assert_eq!(verdict.warnings.len(), 1);
         assert!(verdict.warnings[0].starts_with("spec.size: 4 members"));
+    }
+
+    #[test]
+    fn lost_node_replacement_is_bounded_and_warned_about_where_it_cannot_help() {
+        let create = |size, lost_node| {
+            review_cluster(
+                ClusterWrite::Create(&dkv(
+                    size,
+                    ETCD_35,
+                    serde_json::json!({"recovery": {"lostNode": lost_node}}),
+                )),
+                &RestoreSource::NotAsked,
+                &defaults(),
+            )
+        };
+        let fine = create(
+            3,
+            serde_json::json!({"policy": "Replace", "afterSeconds": 120}),
+        );
+        assert!(fine.allowed() && fine.warnings.is_empty(), "{fine:?}");
+        let waiting = create(1, serde_json::json!({"policy": "Wait", "afterSeconds": 0}));
+        assert!(
+            waiting.allowed() && waiting.warnings.is_empty(),
+            "{waiting:?}"
+        );
+        let small = create(1, serde_json::json!({"policy": "Replace"}));
+        assert!(small.allowed(), "{small:?}");
+        assert_eq!(small.warnings.len(), 1, "{small:?}");
+        assert!(small.warnings[0].contains("too few for quorum"));
+        let hasty = create(
+            3,
+            serde_json::json!({"policy": "Replace", "afterSeconds": 10}),
+        );
+        assert!(hasty.allowed(), "{hasty:?}");
+        assert!(hasty.warnings[0].contains("reboot"), "{hasty:?}");
+        let negative = create(
+            3,
+            serde_json::json!({"policy": "Replace", "afterSeconds": -1}),
+        );
+        assert!(!negative.allowed());
+        assert!(
+            negative
+                .message()
+                .contains("spec.recovery.lostNode.afterSeconds"),
+            "{}",
+            negative.message()
+        );
     }
 
     #[test]

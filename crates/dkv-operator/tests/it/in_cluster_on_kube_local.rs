@@ -75,6 +75,10 @@ const UNUSED_ON_PURPOSE: &[(&str, &str)] = &[
         "a member whose volume is lost is replaced with a new claim",
     ),
     (
+        "dkv-operator /persistentvolumes get",
+        "spec.recovery.lostNode: Replace reads the volume of a member on a lost node",
+    ),
+    (
         "dkv-operator /secrets patch",
         "spec.auth: the root credentials Secret is marked once authentication is on",
     ),

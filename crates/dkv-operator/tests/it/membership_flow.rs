@@ -201,6 +201,8 @@ fn world(
     ready(&mut w9, vec![client_endpoints(3)]);
     let (claims, mut w10) = watches::store();
     ready(&mut w10, vec![]);
+    let (nodes, mut w11) = watches::store();
+    ready(&mut w11, vec![]);
     let stores = Stores {
         statefulsets,
         services,
@@ -212,6 +214,7 @@ fn world(
         endpoint_slices,
         claims,
         backups,
+        nodes,
     };
     let (client, log) = recording_api();
     let ctx = Context::new(

@@ -1249,6 +1249,7 @@ mod status_of_a_pass {
             learner: false,
             healthy: true,
             version: Some("3.5.16".into()),
+            ..MemberStatus::default()
         };
         dkv.status = Some(DistributedKVStatus {
             members: vec![member("orders-0"), member("orders-1")],

@@ -152,6 +152,8 @@ fn stores_serving(
     ready(&mut backup_w, records);
     let (claims, mut claim_w) = watches::store();
     ready(&mut claim_w, Vec::new());
+    let (nodes, mut node_w) = watches::store();
+    ready(&mut node_w, Vec::new());
     let (endpoint_slices, mut slice_w) = watches::store();
     ready(
         &mut slice_w,
@@ -171,6 +173,7 @@ fn stores_serving(
         endpoint_slices,
         claims,
         backups,
+        nodes,
     }
 }
 

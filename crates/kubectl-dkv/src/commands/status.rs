@@ -71,6 +71,14 @@ pub struct Member {
     pub version: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pod: Option<PodState>,
+    /// The node the operator last saw the member's pod on, and its zone.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub zone: Option<String>,
+    /// Since when that node is lost, as the operator saw it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub node_lost_since: Option<Time>,
     /// What etcd itself answers now (`etcdctl endpoint status` and `alarm
     /// list`, run in a member pod).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -265,6 +273,9 @@ pub fn report(
             healthy: m.healthy,
             version: m.version.clone(),
             pod: None,
+            node: m.node.clone(),
+            zone: m.zone.clone(),
+            node_lost_since: m.node_lost_since.clone(),
             live: None,
         })
         .collect();
@@ -280,6 +291,9 @@ pub fn report(
                 healthy: false,
                 version: None,
                 pod: Some(state),
+                node: None,
+                zone: None,
+                node_lost_since: None,
                 live: None,
             }),
         }
@@ -417,6 +431,21 @@ fn certificates_in(secret: &Secret) -> Vec<Certificate> {
         .collect()
 }
 
+/// The member's node (its pod's, else the one status names), and how long
+/// it has been lost when it is.
+fn node_column(m: &Member, now: Timestamp) -> String {
+    let node = m
+        .pod
+        .as_ref()
+        .and_then(|p| p.node.clone())
+        .or_else(|| m.node.clone());
+    match (node, &m.node_lost_since) {
+        (Some(node), Some(since)) => format!("{node} (lost {})", time::ago(since, now)),
+        (Some(node), None) => node,
+        (None, _) => "-".to_owned(),
+    }
+}
+
 fn yes(flag: bool) -> String {
     if flag { "yes" } else { "no" }.to_owned()
 }
@@ -505,7 +534,8 @@ pub fn text(r: &Report, now: Timestamp) -> String {
                     pod.map_or_else(|| "missing".to_owned(), |p| p.phase.clone()),
                     pod.map_or_else(dash, |p| yes(p.ready)),
                     pod.map_or_else(dash, |p| p.restarts.to_string()),
-                    pod.and_then(|p| p.node.clone()).unwrap_or_else(dash),
+                    node_column(m, now),
+                    m.zone.clone().unwrap_or_else(dash),
                     m.live.as_ref().map_or_else(dash, |l| {
                         format!(
                             "{} ({} used)",
@@ -543,6 +573,7 @@ pub fn text(r: &Report, now: Timestamp) -> String {
                 "READY",
                 "RESTARTS",
                 "NODE",
+                "ZONE",
                 "DB SIZE",
                 "RAFT INDEX",
                 "LAG",
@@ -627,4 +658,43 @@ pub fn text(r: &Report, now: Timestamp) -> String {
         ));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn members_show_their_node_and_zone_and_how_long_a_lost_node_is_gone() {
+        let cluster: DistributedKV = serde_json::from_value(json!({
+            "apiVersion": "dkv.io/v1beta1",
+            "kind": "DistributedKV",
+            "metadata": {"name": "orders", "namespace": "shop"},
+            "spec": {"size": 2, "image": "registry.k8s.io/etcd:3.5.16-0"},
+            "status": {"members": [
+                {"name": "orders-0", "healthy": true, "node": "node-1", "zone": "zone-a"},
+                {"name": "orders-1", "healthy": false, "node": "node-2", "zone": "zone-b",
+                 "nodeLostSince": "2026-11-26T08:00:00Z"},
+            ]},
+        }))
+        .unwrap_or_else(|e| panic!("{e}"));
+        let now: Timestamp = "2026-11-26T08:05:00Z"
+            .parse()
+            .unwrap_or_else(|e| panic!("{e}"));
+        let report = report(&cluster, &[], &[], &[], now);
+        let text = text(&report, now);
+        let line = |member: &str| {
+            text.lines()
+                .find(|l| l.trim_start().starts_with(member))
+                .unwrap_or_else(|| panic!("no line for {member} in {text}"))
+                .to_owned()
+        };
+        assert!(text.contains("ZONE"), "{text}");
+        assert!(line("orders-0").contains("node-1"), "{text}");
+        assert!(line("orders-0").contains("zone-a"), "{text}");
+        assert!(!line("orders-0").contains("lost"), "{text}");
+        assert!(line("orders-1").contains("node-2 (lost 5m ago)"), "{text}");
+        assert!(line("orders-1").contains("zone-b"), "{text}");
+    }
 }

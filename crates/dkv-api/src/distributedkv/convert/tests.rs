@@ -147,10 +147,15 @@ fn object(
         option::of("3\\.[0-9]\\.[0-9]{1,2}"),
         option::of(("[a-z]{1,8}", 1..100u32, any::<bool>())),
         option::of(backup),
-        option::of((any::<bool>(), 10..1000i32)),
+        option::of((
+            any::<bool>(),
+            10..1000i32,
+            option::of((any::<bool>(), 0..=86_400i32)),
+        )),
         option::of((
             0..=5i32,
             prop_oneof![Just("Running"), Just("Creating"), Just("Hibernated")],
+            option::of(("node-[1-9]", "zone-[abc]", any::<bool>())),
         )),
         any::<bool>(),
     )
@@ -166,16 +171,26 @@ fn object(
                 if let Some(b) = backup {
                     spec["backup"] = b;
                 }
-                if let Some((manual, after)) = recovery {
+                if let Some((manual, after, lost_node)) = recovery {
                     spec["recovery"] = json!({"policy": if manual { "Manual" } else { "ForceNewCluster" }, "afterSeconds": after});
+                    if let Some((replace, after)) = lost_node {
+                        spec["recovery"]["lostNode"] = json!({"policy": if replace { "Replace" } else { "Wait" }, "afterSeconds": after});
+                    }
                 }
                 // `false` is the default and never stored.
                 if hibernation {
                     spec["hibernation"] = json!(true);
                 }
                 let mut object = json!({"apiVersion": api_version, "kind": "DistributedKV", "metadata": metadata, "spec": spec});
-                if let Some((ready, phase)) = status {
+                if let Some((ready, phase, placed)) = status {
                     object["status"] = json!({"readyReplicas": ready, "replicas": 3, "phase": phase});
+                    if let Some((node, zone, lost)) = placed {
+                        let mut member = json!({"name": "x-0", "learner": false, "healthy": !lost, "node": node, "zone": zone});
+                        if lost {
+                            member["nodeLostSince"] = json!("2026-11-26T08:00:00Z");
+                        }
+                        object["status"]["members"] = json!([member]);
+                    }
                 }
                 object
             },

@@ -13,6 +13,11 @@
 //!
 //! A cluster created from a backup runs two more init containers first, the
 //! restore steps ([`crate::cluster::restore`] resolves their source).
+//!
+//! Placement: by default members spread over zones, then over nodes
+//! ([`default_spread`]), and prefer nodes without another member
+//! ([`spread_members`]); all of it preferred, never required, so that a
+//! cluster of one node (or of nodes without zone labels) still schedules.
 
 use std::collections::BTreeMap;
 
@@ -24,8 +29,8 @@ use k8s_openapi::api::core::v1::{
     Affinity, ConfigMapVolumeSource, Container, ContainerPort, EmptyDirVolumeSource, EnvFromSource,
     EnvVar, EnvVarSource, HTTPGetAction, ObjectFieldSelector, PersistentVolumeClaim,
     PersistentVolumeClaimSpec, PodAffinityTerm, PodAntiAffinity, PodSpec, PodTemplateSpec, Probe,
-    ResourceRequirements, SecretEnvSource, TCPSocketAction, Volume, VolumeMount,
-    VolumeResourceRequirements, WeightedPodAffinityTerm,
+    ResourceRequirements, SecretEnvSource, TCPSocketAction, TopologySpreadConstraint, Volume,
+    VolumeMount, VolumeResourceRequirements, WeightedPodAffinityTerm,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
@@ -198,7 +203,15 @@ fn pod_template(cluster: &ValidatedCluster, plan: &Plan) -> PodTemplateSpec {
             ),
             tolerations: cluster.pod.tolerations.clone(),
             node_selector: cluster.pod.node_selector.clone(),
-            topology_spread_constraints: cluster.pod.topology_spread_constraints.clone(),
+            // The user's list replaces ours; an empty one asks for none.
+            topology_spread_constraints: Some(
+                cluster
+                    .pod
+                    .topology_spread_constraints
+                    .clone()
+                    .unwrap_or_else(|| default_spread(&cluster.name)),
+            )
+            .filter(|constraints| !constraints.is_empty()),
             priority_class_name: cluster.pod.priority_class_name.clone(),
             ..PodSpec::default()
         }),
@@ -232,7 +245,7 @@ fn spread_members(cluster: &str) -> Affinity {
                             match_labels: Some(dkv_api::labels::selector_labels(cluster)),
                             ..LabelSelector::default()
                         }),
-                        topology_key: "kubernetes.io/hostname".to_owned(),
+                        topology_key: HOSTNAME_LABEL.to_owned(),
                         ..PodAffinityTerm::default()
                     },
                 },
@@ -241,6 +254,34 @@ fn spread_members(cluster: &str) -> Affinity {
         }),
         ..Affinity::default()
     }
+}
+
+/// The node label kube-scheduler and cloud providers use for zones.
+pub const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
+/// The node label naming each node.
+pub const HOSTNAME_LABEL: &str = "kubernetes.io/hostname";
+
+/// Default spread: at most one member more in any zone than in another,
+/// then the same over nodes. `ScheduleAnyway`: kube-scheduler only scores
+/// these (a node without the key is not filtered out, it scores lowest; when
+/// no node has it the constraint changes nothing), so a cluster with fewer
+/// zones or nodes than members still schedules, its members doubled up.
+/// The zone constraint comes first: losing a zone costs more than losing a
+/// node.
+fn default_spread(cluster: &str) -> Vec<TopologySpreadConstraint> {
+    [ZONE_LABEL, HOSTNAME_LABEL]
+        .into_iter()
+        .map(|key| TopologySpreadConstraint {
+            max_skew: 1,
+            topology_key: key.to_owned(),
+            when_unsatisfiable: "ScheduleAnyway".to_owned(),
+            label_selector: Some(LabelSelector {
+                match_labels: Some(dkv_api::labels::selector_labels(cluster)),
+                ..LabelSelector::default()
+            }),
+            ..TopologySpreadConstraint::default()
+        })
+        .collect()
 }
 
 fn field_env(name: &str, path: &str) -> EnvVar {
@@ -543,5 +584,121 @@ fn etcd_container(cluster: &ValidatedCluster) -> Container {
         // member answers within a second or two.
         startup_probe: Some(liveness_probe(cluster.version, 1, 300)),
         ..Container::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn built(pod: serde_json::Value) -> PodSpec {
+        let cluster = crate::cluster::validate::validated_for_tests(
+            json!({"size": 3, "image": "quay.io/coreos/etcd:v3.5.16", "pod": pod}),
+        );
+        let plan = crate::cluster::plan::plan(&cluster, None, None, &Default::default());
+        build(&cluster, &plan)
+            .spec
+            .template
+            .spec
+            .unwrap_or_else(|| panic!("no pod spec"))
+    }
+
+    fn spread_keys(spec: &PodSpec) -> Vec<(String, String, i32)> {
+        spec.topology_spread_constraints
+            .iter()
+            .flatten()
+            .map(|c| {
+                (
+                    c.topology_key.clone(),
+                    c.when_unsatisfiable.clone(),
+                    c.max_skew,
+                )
+            })
+            .collect()
+    }
+
+    fn anti_affinity_keys(spec: &PodSpec) -> Vec<String> {
+        spec.affinity
+            .iter()
+            .filter_map(|a| a.pod_anti_affinity.as_ref())
+            .flat_map(|a| {
+                a.preferred_during_scheduling_ignored_during_execution
+                    .iter()
+                    .flatten()
+            })
+            .map(|t| t.pod_affinity_term.topology_key.clone())
+            .collect()
+    }
+
+    #[test]
+    fn members_spread_over_zones_then_nodes_by_preference_by_default() {
+        let spec = built(json!({}));
+        assert_eq!(
+            spread_keys(&spec),
+            [
+                (ZONE_LABEL.to_owned(), "ScheduleAnyway".to_owned(), 1),
+                (HOSTNAME_LABEL.to_owned(), "ScheduleAnyway".to_owned(), 1),
+            ]
+        );
+        // Every constraint counts this cluster's members, and only them.
+        for constraint in spec.topology_spread_constraints.iter().flatten() {
+            assert_eq!(
+                constraint
+                    .label_selector
+                    .as_ref()
+                    .and_then(|s| s.match_labels.clone()),
+                Some(dkv_api::labels::selector_labels("orders"))
+            );
+            assert_eq!(constraint.min_domains, None);
+            assert_eq!(constraint.match_label_keys, None);
+        }
+        assert_eq!(anti_affinity_keys(&spec), [HOSTNAME_LABEL]);
+        let required = spec
+            .affinity
+            .as_ref()
+            .and_then(|a| a.pod_anti_affinity.as_ref())
+            .and_then(|a| {
+                a.required_during_scheduling_ignored_during_execution
+                    .as_ref()
+            });
+        assert_eq!(required, None, "nothing is required: one node must do");
+    }
+
+    #[test]
+    fn user_constraints_replace_the_default_spread_and_keep_the_anti_affinity() {
+        let spec = built(json!({"topologySpreadConstraints": [{
+            "maxSkew": 2,
+            "topologyKey": "example.com/rack",
+            "whenUnsatisfiable": "DoNotSchedule",
+            "labelSelector": {"matchLabels": {"app": "x"}},
+        }]}));
+        assert_eq!(
+            spread_keys(&spec),
+            [("example.com/rack".to_owned(), "DoNotSchedule".to_owned(), 2)]
+        );
+        assert_eq!(anti_affinity_keys(&spec), [HOSTNAME_LABEL]);
+    }
+
+    #[test]
+    fn an_empty_constraint_list_turns_the_default_spread_off() {
+        let spec = built(json!({"topologySpreadConstraints": []}));
+        assert_eq!(spec.topology_spread_constraints, None);
+    }
+
+    #[test]
+    fn user_affinity_replaces_the_default_anti_affinity_and_keeps_the_spread() {
+        let spec = built(json!({"affinity": {"nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                {"matchExpressions": [{"key": "disk", "operator": "In", "values": ["ssd"]}]}
+            ]}
+        }}}));
+        assert!(anti_affinity_keys(&spec).is_empty());
+        assert!(
+            spec.affinity
+                .as_ref()
+                .is_some_and(|a| a.node_affinity.is_some())
+        );
+        assert_eq!(spread_keys(&spec).len(), 2);
     }
 }

@@ -1,5 +1,5 @@
 //! With no operation pinned: which operation to begin, in order of precedence (restore, quorum recovery, space
-//! reclaim, member replacement, learners, scaling, upgrades, certificate and template restarts), or why to wait.
+//! reclaim, member replacement (lost data, then lost nodes), learners, scaling, upgrades, certificate and template restarts), or why to wait.
 
 use dkv_api::distributedkv::v1beta1::OperationKind;
 
@@ -51,6 +51,23 @@ pub(super) fn unpinned_step(obs: &Observation) -> Step {
             Ok(()) => Step::Begin(Pinned {
                 kind: OperationKind::ReplaceMember,
                 ordinal: lost.ordinal,
+            }),
+            Err(reason) => Step::Wait(reason),
+        };
+    }
+
+    // A member on a lost node, once `spec.recovery.lostNode` says to
+    // replace it: never while it still serves (its node may only be
+    // flapping), and only while the others keep quorum without it.
+    if let Some(stranded) = obs.stranded.iter().find(|s| s.replace)
+        && let Some(member) = obs.member(stranded.ordinal)
+        && !member.healthy
+    {
+        let removed = stranded.data != super::DataPlacement::FollowsPod;
+        return match obs.safe_to_lose(member.id, removed) {
+            Ok(()) => Step::Begin(Pinned {
+                kind: OperationKind::RelocateMember,
+                ordinal: stranded.ordinal,
             }),
             Err(reason) => Step::Wait(reason),
         };

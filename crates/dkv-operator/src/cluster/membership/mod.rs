@@ -76,6 +76,39 @@ pub struct ObservedPod {
     pub revision: Option<String>,
 }
 
+/// A member whose pod is bound to a lost node (see
+/// [`crate::cluster::lost_node`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stranded {
+    pub ordinal: i32,
+    /// `spec.recovery.lostNode` asks for replacement and its grace has
+    /// passed.
+    pub replace: bool,
+    /// Where the member's data lives.
+    pub data: DataPlacement,
+    /// The uid of the pod left on the node: only that pod is ever deleted,
+    /// never one the StatefulSet created since.
+    pub pod_uid: Option<String>,
+    /// The uid of its volume claim, if it has one.
+    pub claim_uid: Option<String>,
+}
+
+/// Where a member's data lives, which decides how it is moved off a lost
+/// node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DataPlacement {
+    /// On a volume bound to the node (a local disk): unreachable with the
+    /// node. The member is removed, its claim deleted, and a new empty
+    /// member joins.
+    NodeBound,
+    /// On a volume that attaches wherever the pod runs (a network disk): the
+    /// member keeps its identity and data; only its pod is moved.
+    FollowsPod,
+    /// In an emptyDir (no `spec.storage`): gone with the node. The member is
+    /// removed and a new empty member joins; there is no claim.
+    Ephemeral,
+}
+
 /// The pinned operation, as stored in status.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Pinned {
@@ -113,6 +146,8 @@ pub struct Observation {
     /// (the rollout's target is not known yet). Pods on another revision
     /// restart onto it, one at a time.
     pub update_revision: Option<String>,
+    /// Members whose pod is bound to a lost node.
+    pub stranded: Vec<Stranded>,
 }
 
 /// The one thing to do this pass.
@@ -145,6 +180,15 @@ pub enum Step {
     /// Delete a pod so that it restarts (on the new template, for upgrades;
     /// with an empty volume, for replacements).
     RestartPod { ordinal: i32 },
+    /// Force-delete (grace period 0) the pod with `pod_uid`, of a member on
+    /// a lost node, so that the StatefulSet re-creates it on another node;
+    /// first delete the claim with `claim_uid`, if set (its data is bound
+    /// to that node).
+    EvictFromLostNode {
+        ordinal: i32,
+        pod_uid: Option<String>,
+        claim_uid: Option<String>,
+    },
     /// Nothing safe to do now; the reason is reported in status.
     Wait(WaitReason),
     /// Membership matches the spec.
@@ -166,6 +210,7 @@ impl Step {
                 | Step::MoveLeader { .. }
                 | Step::RemoveMember { .. }
                 | Step::DeleteVolume { .. }
+                | Step::EvictFromLostNode { .. }
         )
     }
 }
@@ -217,6 +262,15 @@ impl Observation {
 
     fn pod(&self, ordinal: i32) -> Option<&ObservedPod> {
         self.pods.iter().find(|p| p.ordinal == ordinal)
+    }
+
+    fn stranded(&self, ordinal: i32) -> Option<&Stranded> {
+        self.stranded.iter().find(|s| s.ordinal == ordinal)
+    }
+
+    /// Whether member `ordinal` is on a lost node and due to be relocated.
+    fn relocation_due(&self, ordinal: i32) -> bool {
+        self.stranded(ordinal).is_some_and(|s| s.replace)
     }
 
     fn leader(&self) -> Option<&ObservedMember> {
@@ -346,6 +400,46 @@ pub fn next_step(obs: &Observation) -> Step {
     match obs.pinned {
         Some(pinned) => resume::continue_operation(obs, pinned),
         None => begin::unpinned_step(obs),
+    }
+}
+
+/// A healthy, started voter and its Ready pod, as the planner's and the
+/// status's tests build clusters from.
+#[cfg(test)]
+pub(crate) mod fixtures {
+    use super::{ObservedMember, ObservedPod};
+    use crate::etcd_version::EtcdVersion;
+
+    const V35: EtcdVersion = EtcdVersion::new(3, 5, 16);
+
+    pub(crate) fn member(ordinal: i32) -> ObservedMember {
+        ObservedMember {
+            id: 100 + ordinal as u64,
+            ordinal,
+            learner: false,
+            started: true,
+            healthy: true,
+            reachable: true,
+            leader: ordinal == 0,
+            raft_index: 1000,
+            version: Some(V35),
+            cluster_id: 7,
+        }
+    }
+
+    pub(crate) fn pod(ordinal: i32) -> ObservedPod {
+        ObservedPod {
+            ordinal,
+            ready: true,
+            data_lost: false,
+            version: Some(V35),
+            init_done: true,
+            forced_new_cluster: false,
+            init_refused: false,
+            restored: false,
+            tls_serial: None,
+            revision: Some("rev-1".to_owned()),
+        }
     }
 }
 

@@ -3,7 +3,7 @@
 
 use dkv_api::distributedkv::v1beta1::OperationKind;
 
-use super::{Observation, Pinned, Step, WaitReason, caught_up};
+use super::{DataPlacement, Observation, Pinned, Step, WaitReason, caught_up};
 
 pub(super) fn continue_operation(obs: &Observation, pinned: Pinned) -> Step {
     let ordinal = pinned.ordinal;
@@ -16,35 +16,11 @@ pub(super) fn continue_operation(obs: &Observation, pinned: Pinned) -> Step {
     let member = obs.member(ordinal);
     let leader_index = obs.leader().map_or(0, |l| l.raft_index);
     match pinned.kind {
-        OperationKind::AddLearner | OperationKind::PromoteLearner => match member {
-            // Crashed between pinning and adding: add now (idempotent: the
-            // member is looked up by ordinal first).
-            None => Step::AddLearner { ordinal },
-            Some(m) if m.learner => {
-                if obs.replicas <= ordinal {
-                    Step::SetReplicas(ordinal + 1)
-                } else if !m.started && obs.pod(ordinal).is_some_and(|p| p.init_refused) {
-                    // Its pod refused to start before the member was added
-                    // (e.g. a member re-added after a quorum recovery): a
-                    // restart makes it read the record now, not after its
-                    // backoff.
-                    Step::RestartPod { ordinal }
-                } else if caught_up(m, leader_index) {
-                    Step::Promote { id: m.id, ordinal }
-                } else if obs.pod(ordinal).is_none_or(|p| !p.ready) && !m.started {
-                    Step::Wait(WaitReason::PodNotReady { ordinal })
-                } else {
-                    Step::Wait(WaitReason::LearnerCatchingUp { ordinal })
-                }
-            }
-            // Promoted: done once it serves clients too (a learner's pod
-            // turns Ready only after its promotion).
-            Some(m) if m.healthy && obs.pod(ordinal).is_some_and(|p| p.ready) => {
-                Step::Finish(pinned)
-            }
-            Some(m) if m.healthy => Step::Wait(WaitReason::PodNotReady { ordinal }),
-            Some(_) => Step::Wait(WaitReason::MemberUnhealthy { ordinal }),
-        },
+        OperationKind::AddLearner | OperationKind::PromoteLearner => {
+            continue_learner(obs, pinned, member)
+        }
+        OperationKind::RelocateMember => continue_relocation(obs, pinned, member),
+
         OperationKind::RemoveMember => match member {
             // The last voter is never removed, whatever the pin says (it can
             // only say so if someone wrote it into status by hand).
@@ -72,6 +48,9 @@ pub(super) fn continue_operation(obs: &Observation, pinned: Pinned) -> Step {
         | OperationKind::RenewCertificate
         | OperationKind::RestartMember => match member {
             None => Step::Finish(pinned),
+            // Its own node is lost and it is due to be relocated: the
+            // relocation re-creates its pod (on the current template) anyway.
+            Some(m) if obs.relocation_due(m.ordinal) => Step::Finish(pinned),
             Some(m) => {
                 let restarted = match pinned.kind {
                     OperationKind::RestartMember => {
@@ -110,6 +89,12 @@ pub(super) fn continue_operation(obs: &Observation, pinned: Pinned) -> Step {
                     .into_iter()
                     .find(|v| !v.healthy && v.id != m.id)
                 {
+                    // Its node is lost and due to be replaced: this restart
+                    // (not begun; it would only wait for the node) yields,
+                    // and is begun again once the member is relocated.
+                    if obs.relocation_due(sick.ordinal) {
+                        return Step::Finish(pinned);
+                    }
                     return Step::Wait(WaitReason::MemberUnhealthy {
                         ordinal: sick.ordinal,
                     });
@@ -186,6 +171,79 @@ pub(super) fn continue_operation(obs: &Observation, pinned: Pinned) -> Step {
                 Some(_) => Step::Wait(WaitReason::MemberUnhealthy { ordinal }),
             }
         }
+    }
+}
+
+/// A learner being added (scale-up, or a relocated member joining again):
+/// added, its pod started, caught up, promoted, then done once it serves.
+fn continue_learner(
+    obs: &Observation,
+    pinned: Pinned,
+    member: Option<&super::ObservedMember>,
+) -> Step {
+    let ordinal = pinned.ordinal;
+    let leader_index = obs.leader().map_or(0, |l| l.raft_index);
+    match member {
+        // Crashed between pinning and adding: add now (idempotent: the
+        // member is looked up by ordinal first).
+        None => Step::AddLearner { ordinal },
+        Some(m) if m.learner => {
+            if obs.replicas <= ordinal {
+                Step::SetReplicas(ordinal + 1)
+            } else if !m.started && obs.pod(ordinal).is_some_and(|p| p.init_refused) {
+                // Its pod refused to start before the member was added
+                // (e.g. a member re-added after a quorum recovery): a
+                // restart makes it read the record now, not after its
+                // backoff.
+                Step::RestartPod { ordinal }
+            } else if caught_up(m, leader_index) {
+                Step::Promote { id: m.id, ordinal }
+            } else if obs.pod(ordinal).is_none_or(|p| !p.ready) && !m.started {
+                Step::Wait(WaitReason::PodNotReady { ordinal })
+            } else {
+                Step::Wait(WaitReason::LearnerCatchingUp { ordinal })
+            }
+        }
+        // Promoted: done once it serves clients too (a learner's pod
+        // turns Ready only after its promotion).
+        Some(m) if m.healthy && obs.pod(ordinal).is_some_and(|p| p.ready) => Step::Finish(pinned),
+        Some(m) if m.healthy => Step::Wait(WaitReason::PodNotReady { ordinal }),
+        Some(_) => Step::Wait(WaitReason::MemberUnhealthy { ordinal }),
+    }
+}
+
+/// `RelocateMember`: while the target's old pod is still there (bound to the
+/// lost node, or back on it; see [`super::Stranded`]), it is moved off — membership first: a member
+/// whose data stays with the node leaves etcd before its pod and claim go,
+/// so that data can never rejoin; one whose volume follows its pod keeps
+/// its place and its data. Then a member that left joins again as a learner.
+fn continue_relocation(
+    obs: &Observation,
+    pinned: Pinned,
+    member: Option<&super::ObservedMember>,
+) -> Step {
+    let ordinal = pinned.ordinal;
+    let Some(stranded) = obs.stranded(ordinal) else {
+        return continue_learner(obs, pinned, member);
+    };
+    match member {
+        // Its node came back and it serves again: nothing left to move.
+        Some(m) if m.healthy => Step::Finish(pinned),
+        // An unhealthy member is no leader: there is no leadership to move.
+        Some(m) if stranded.data != DataPlacement::FollowsPod => {
+            match obs.safe_to_lose(m.id, true) {
+                Ok(()) => Step::RemoveMember { id: m.id, ordinal },
+                Err(reason) => Step::Wait(reason),
+            }
+        }
+        _ => Step::EvictFromLostNode {
+            ordinal,
+            pod_uid: stranded.pod_uid.clone(),
+            claim_uid: stranded
+                .claim_uid
+                .clone()
+                .filter(|_| stranded.data == DataPlacement::NodeBound),
+        },
     }
 }
 

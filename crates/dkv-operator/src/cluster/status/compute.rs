@@ -8,8 +8,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::Resource;
 
 use super::faults::{
-    backup_failed_message, change_pending, expected_down, not_ready_detail, pod_fault,
-    rollout_pending, volume_pending,
+    backup_failed_message, change_pending, expected_down, node_lost_message, not_ready_detail,
+    pod_fault, rollout_pending, volume_pending,
 };
 use super::messages::{operation_reason, step_detail, wait_message};
 use super::{Observation, Want, formed_before, serving_endpoints, set_condition, with_backups};
@@ -274,6 +274,13 @@ pub(super) fn compute(
                 ),
             },
         }
+    } else if let Some(message) = node_lost_message(obs) {
+        Want {
+            type_: types::DEGRADED,
+            status: true,
+            reason: reasons::MEMBER_NODE_LOST,
+            message,
+        }
     } else if formed && ready + i32::from(expected_down(obs, now)) < members {
         Want {
             type_: types::DEGRADED,
@@ -360,12 +367,19 @@ pub(super) fn compute(
     let member_statuses: Option<Vec<MemberStatus>> = obs.members.map(|members| {
         members
             .iter()
-            .map(|m| MemberStatus {
-                name: naming::member(&obs.cluster.name, m.ordinal),
-                id: Some(format!("{:x}", m.id)),
-                learner: m.learner,
-                healthy: m.healthy,
-                version: m.version.map(|v| v.to_string()),
+            .map(|m| {
+                placed(
+                    obs,
+                    m.ordinal,
+                    MemberStatus {
+                        name: naming::member(&obs.cluster.name, m.ordinal),
+                        id: Some(format!("{:x}", m.id)),
+                        learner: m.learner,
+                        healthy: m.healthy,
+                        version: m.version.map(|v| v.to_string()),
+                        ..MemberStatus::default()
+                    },
+                )
             })
             .collect()
     });
@@ -394,9 +408,15 @@ pub(super) fn compute(
         members: member_statuses.unwrap_or_else(|| {
             old.members
                 .iter()
-                .map(|m| MemberStatus {
-                    healthy: false,
-                    ..m.clone()
+                .map(|m| {
+                    let status = MemberStatus {
+                        healthy: false,
+                        ..m.clone()
+                    };
+                    match naming::ordinal_of(&obs.cluster.name, &m.name) {
+                        Some(ordinal) => placed(obs, ordinal, status),
+                        None => status,
+                    }
                 })
                 .collect()
         }),
@@ -417,6 +437,23 @@ pub(super) fn compute(
         operation: obs.operation.clone(),
         conditions,
         ..with_backups(old, obs.backups)
+    }
+}
+
+/// `member` with where its pod runs (node, zone) and since when that node
+/// is lost; all three unset when its pod is not placed (not scheduled, or
+/// gone).
+fn placed(obs: &Observation<'_>, ordinal: i32, member: MemberStatus) -> MemberStatus {
+    let placement = obs.placements.iter().find(|p| p.ordinal == ordinal);
+    MemberStatus {
+        node: placement.and_then(|p| p.node.clone()),
+        zone: placement.and_then(|p| p.zone.clone()),
+        node_lost_since: obs
+            .lost
+            .iter()
+            .find(|l| l.ordinal == ordinal)
+            .map(|l| Time(l.since)),
+        ..member
     }
 }
 

@@ -6,9 +6,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::Observation;
 use crate::cluster::backup_catalogue::FailedRun;
-use crate::cluster::naming;
 use crate::cluster::plan::update_revision;
 use crate::cluster::volumes::Volumes;
+use crate::cluster::{lost_node, naming};
 
 /// How long a member's claim may wait for a volume before that is a fault:
 /// provisioners of network disks take seconds to tens of seconds.
@@ -73,6 +73,7 @@ pub(super) fn expected_down(obs: &Observation<'_>, now: &Time) -> bool {
             | OperationKind::RenewCertificate
             | OperationKind::RestartMember
             | OperationKind::ReplaceMember
+            | OperationKind::RelocateMember
     );
     let within_grace = now.0.duration_since(op.started_at.0) < STEP_GRACE;
     let Some(target) = naming::ordinal_of(&obs.cluster.name, &op.target) else {
@@ -126,6 +127,38 @@ pub(super) fn not_ready_detail(obs: &Observation<'_>) -> String {
     } else {
         format!(": {}", problems.join("; "))
     }
+}
+
+/// The members whose node is lost, each with its node, why, since when and
+/// what will or can be done; `None` when no member's node is lost.
+pub(super) fn node_lost_message(obs: &Observation<'_>) -> Option<String> {
+    let policy = lost_node::replace_policy(obs.cluster.lost_node.as_ref());
+    let lost: Vec<String> = obs
+        .lost
+        .iter()
+        .map(|l| {
+            let member = naming::member(&obs.cluster.name, l.ordinal);
+            let plan = match lost_node::replace_at(policy, l) {
+                Some(at) => {
+                    format!("; dkv moves it off the node from {at} on (spec.recovery.lostNode)")
+                }
+                None => String::new(),
+            };
+            format!(
+                "member {member} is on node {}, lost since {} ({}){plan}",
+                l.node, l.since, l.loss
+            )
+        })
+        .collect();
+    if lost.is_empty() {
+        return None;
+    }
+    let advice = if policy.is_some() {
+        "it serves again if its node comes back first"
+    } else {
+        "it serves again when its node comes back. If the node is gone for good: with volumes that follow their pod, `kubectl delete node` lets the member start elsewhere with its data; otherwise set spec.recovery.lostNode.policy: Replace and dkv replaces the member (its data on that node is given up; the other members hold every acknowledged write)"
+    };
+    Some(format!("{}: {advice}", lost.join("; ")))
 }
 
 pub(super) fn backup_failed_message(failed: &FailedRun) -> String {

@@ -18,6 +18,7 @@ pub(super) fn operation_reason(kind: OperationKind) -> &'static str {
         OperationKind::RecoverQuorum => reasons::RECOVERING_QUORUM,
         OperationKind::RestoreFromBackup => reasons::RESTORING,
         OperationKind::RestartMember => reasons::ROLLING_OUT,
+        OperationKind::RelocateMember => reasons::RELOCATING_MEMBER,
     }
 }
 

@@ -68,6 +68,10 @@ pub struct Seen {
     pub hibernation: super::hibernation::State,
     /// When a scheduled defragmentation run finished in this pass.
     pub defragged_at: Option<Time>,
+    /// Where each member pod runs (node and zone).
+    pub placements: Vec<super::lost_node::Placement>,
+    /// The members whose node is lost.
+    pub lost: Vec<super::lost_node::LostMember>,
 }
 
 /// The status of `dkv` after a pass that observed `seen` and, if it failed,
@@ -95,6 +99,8 @@ pub fn derive(
                 backups,
                 volumes,
                 hibernation: &seen.hibernation,
+                placements: &seen.placements,
+                lost: &seen.lost,
             },
             now,
         )),
@@ -177,6 +183,10 @@ struct Observation<'a> {
     pub volumes: &'a Volumes,
     /// Where the cluster stands with `spec.hibernation`.
     pub hibernation: &'a super::hibernation::State,
+    /// Where each member pod runs.
+    pub placements: &'a [super::lost_node::Placement],
+    /// The members whose node is lost.
+    pub lost: &'a [super::lost_node::LostMember],
 }
 
 /// One condition as the operator wants it now.
@@ -337,3 +347,6 @@ fn with_backups(status: DistributedKVStatus, backups: &BackupSummary) -> Distrib
         ..status
     }
 }
+
+#[cfg(test)]
+mod tests;

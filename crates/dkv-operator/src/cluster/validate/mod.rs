@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use dkv_api::distributedkv::v1beta1::{
-    Compression, KeySecretReference, PodOverrides, ReclaimPolicy,
+    Compression, KeySecretReference, LostNodeRecovery, PodOverrides, ReclaimPolicy,
 };
 use dkv_api::{DistributedKV, DistributedKVSpec, labels};
 use dkv_backup::RetentionPolicy;
@@ -94,6 +94,8 @@ pub struct ValidatedCluster {
     pub hibernation: bool,
     /// `spec.maintenance.defrag`: scheduled defragmentation.
     pub defrag: Option<DefragSettings>,
+    /// `spec.recovery.lostNode`: what happens to members on lost nodes.
+    pub lost_node: Option<LostNodeRecovery>,
 }
 
 /// `spec.maintenance.defrag`, checked.
@@ -291,6 +293,7 @@ pub fn validate(
                     schedule: d.schedule.trim().to_owned(),
                     threshold_percent: d.threshold_percent,
                 }),
+            lost_node: spec.recovery.as_ref().and_then(|r| r.lost_node.clone()),
         }),
         _ => Err(InvalidSpec(problems.0)),
     }
@@ -352,6 +355,18 @@ fn check_spec(
         problems.add(
             "spec.hibernation",
             "the cluster has no spec.storage: its members keep their data in emptyDir volumes, which stopping them would delete; only clusters with persistent storage can hibernate (take a backup and delete the cluster instead)",
+        );
+    }
+
+    if let Some(lost_node) = spec.recovery.as_ref().and_then(|r| r.lost_node.as_ref())
+        && !(0..=86_400).contains(&lost_node.after_seconds)
+    {
+        problems.add(
+            "spec.recovery.lostNode.afterSeconds",
+            format!(
+                "must be between 0 and 86400 (got {}): the seconds a member's node must have been lost before it is replaced",
+                lost_node.after_seconds
+            ),
         );
     }
 
@@ -580,4 +595,26 @@ fn check_cluster_name(name: &str, problems: &mut Problems) {
             ),
         );
     }
+}
+
+/// A cluster `orders` in namespace `shop` with `spec`, validated, for the
+/// tests of the steps after validation.
+#[cfg(test)]
+pub(crate) fn validated_for_tests(spec: serde_json::Value) -> ValidatedCluster {
+    let dkv: DistributedKV = serde_json::from_value(serde_json::json!({
+        "apiVersion": "dkv.io/v1beta1",
+        "kind": "DistributedKV",
+        "metadata": {"name": "orders", "namespace": "shop", "uid": "u-1"},
+        "spec": spec,
+    }))
+    .unwrap_or_else(|e| panic!("test cluster: {e}"));
+    let facts = Facts {
+        storage_classes: None,
+        deployed_version: None,
+        deployed_storage_size: None,
+    };
+    let defaults = Defaults {
+        operator_image: "dkv:test".to_owned(),
+    };
+    validate(&dkv, &facts, &defaults).unwrap_or_else(|e| panic!("{e}"))
 }

@@ -10,12 +10,18 @@ use super::*;
 /// that has not caught up.
 #[test]
 fn no_step_breaks_the_rules_for_any_mix_of_member_states() {
-    const KINDS: [OperationKind; 5] = [
+    const KINDS: [OperationKind; 6] = [
         OperationKind::AddLearner,
         OperationKind::PromoteLearner,
         OperationKind::RemoveMember,
         OperationKind::UpgradeMember,
         OperationKind::ReplaceMember,
+        OperationKind::RelocateMember,
+    ];
+    const PLACEMENTS: [DataPlacement; 3] = [
+        DataPlacement::NodeBound,
+        DataPlacement::FollowsPod,
+        DataPlacement::Ephemeral,
     ];
     let mut checked = 0u64;
     for n in 1..=9i32 {
@@ -38,6 +44,22 @@ fn no_step_breaks_the_rules_for_any_mix_of_member_states() {
             }
             for (pod, m) in obs.pods.iter_mut().zip(members.iter()) {
                 pod.ready = m.healthy;
+            }
+            // Every other mix: the unwell members are on lost nodes, due
+            // for replacement, their data placed each way in turn.
+            if mix % 2 == 1 {
+                let data = PLACEMENTS[(mix / 2 % 3) as usize];
+                obs.stranded = members
+                    .iter()
+                    .filter(|m| !m.healthy)
+                    .map(|m| Stranded {
+                        ordinal: m.ordinal,
+                        replace: true,
+                        data,
+                        pod_uid: Some(format!("pod-{}", m.ordinal)),
+                        claim_uid: Some(format!("claim-{}", m.ordinal)),
+                    })
+                    .collect();
             }
             // Sampling the desired sizes and pins keeps the run short;
             // every mix still meets every desired size and pin kind
@@ -76,7 +98,18 @@ fn check_rules(obs: &Observation, step: Step) {
         Step::Begin(p) => {
             assert!(obs.pinned.is_none(), "a second operation: {}", context());
             let replacing_lost_volume = p.kind == OperationKind::ReplaceMember;
-            if !replacing_lost_volume {
+            if p.kind == OperationKind::RelocateMember {
+                let target = members.iter().find(|m| m.ordinal == p.ordinal);
+                assert!(
+                    target.is_some_and(|m| !m.healthy)
+                        && obs
+                            .stranded
+                            .iter()
+                            .any(|s| s.ordinal == p.ordinal && s.replace),
+                    "relocating a member that serves or is not due: {}",
+                    context()
+                );
+            } else if !replacing_lost_volume {
                 assert!(
                     members.iter().all(|m| m.healthy),
                     "an operation began while a member is unwell: {}",
@@ -106,6 +139,34 @@ fn check_rules(obs: &Observation, step: Step) {
                     );
                 }
             }
+        }
+        Step::EvictFromLostNode {
+            ordinal, claim_uid, ..
+        } => {
+            assert!(
+                obs.pinned.is_some_and(
+                    |p| p.kind == OperationKind::RelocateMember && p.ordinal == *ordinal
+                ),
+                "a pod evicted outside its relocation: {}",
+                context()
+            );
+            let stranded = obs.stranded.iter().find(|s| s.ordinal == *ordinal);
+            let Some(stranded) = stranded else {
+                panic!("evicting a pod not on a lost node: {}", context());
+            };
+            if let Some(m) = members.iter().find(|m| m.ordinal == *ordinal) {
+                assert!(
+                    !m.healthy && stranded.data == DataPlacement::FollowsPod,
+                    "a member's pod went while it serves or before its node-bound data left etcd: {}",
+                    context()
+                );
+            }
+            assert_eq!(
+                claim_uid.is_some(),
+                stranded.data == DataPlacement::NodeBound,
+                "a claim deleted that was not bound to the node, or kept that was: {}",
+                context()
+            );
         }
         Step::MoveLeader { from, to, .. } => {
             let from = members.iter().find(|m| m.id == *from).unwrap();

@@ -2,42 +2,27 @@
 //! submodules.
 
 mod invariants;
+mod lost_nodes;
 mod recovery;
 mod restarts;
 mod scaling;
 
+use super::fixtures::{member, pod};
 use super::*;
 
 const V35: EtcdVersion = EtcdVersion::new(3, 5, 16);
 const V34: EtcdVersion = EtcdVersion::new(3, 4, 23);
 
-fn member(ordinal: i32) -> ObservedMember {
+/// A learner just added as member `ordinal` with `id`: its process has not
+/// started yet.
+fn new_learner(ordinal: i32, id: u64) -> ObservedMember {
     ObservedMember {
-        id: 100 + ordinal as u64,
-        ordinal,
-        learner: false,
-        started: true,
-        healthy: true,
-        reachable: true,
-        leader: ordinal == 0,
-        raft_index: 1000,
-        version: Some(V35),
-        cluster_id: 7,
-    }
-}
-
-fn pod(ordinal: i32) -> ObservedPod {
-    ObservedPod {
-        ordinal,
-        ready: true,
-        data_lost: false,
-        version: Some(V35),
-        init_done: true,
-        forced_new_cluster: false,
-        init_refused: false,
-        restored: false,
-        tls_serial: None,
-        revision: Some("rev-1".to_owned()),
+        id,
+        learner: true,
+        started: false,
+        healthy: false,
+        leader: false,
+        ..member(ordinal)
     }
 }
 
@@ -54,6 +39,7 @@ fn cluster(size: i32, desired: i32) -> Observation {
         restore_allowed: false,
         desired_tls_serial: None,
         update_revision: Some("rev-1".to_owned()),
+        stranded: Vec::new(),
     }
 }
 

@@ -23,13 +23,7 @@ fn a_lost_volume_is_replaced_remove_add_restart_promote() {
     );
     obs.members.as_mut().unwrap().remove(1);
     assert_eq!(next_step(&obs), Step::AddLearner { ordinal: 1 });
-    let mut learner = member(1);
-    learner.id = 201;
-    learner.learner = true;
-    learner.started = false;
-    learner.healthy = false;
-    learner.leader = false;
-    obs.members.as_mut().unwrap().insert(1, learner);
+    obs.members.as_mut().unwrap().insert(1, new_learner(1, 201));
     assert_eq!(next_step(&obs), Step::RestartPod { ordinal: 1 });
     obs.pods[1].data_lost = false;
     let m = &mut obs.members.as_mut().unwrap()[1];

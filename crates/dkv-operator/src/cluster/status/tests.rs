@@ -1,0 +1,229 @@
+//! The status a pass leaves when members' nodes are lost: where each member runs, the
+//! `MemberNodeLost` fault and its place among the other Degraded reasons.
+
+use dkv_api::conditions::{reasons, types};
+use dkv_api::distributedkv::v1beta1::{DistributedKVStatus, MemberStatus, Phase};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use serde_json::json;
+
+use super::{Seen, derive};
+use crate::cluster::backup_catalogue::BackupSummary;
+use crate::cluster::lost_node::{LostMember, NodeLoss, Placement};
+use crate::cluster::membership::fixtures;
+use crate::cluster::observe_members::MemberPod;
+use crate::cluster::volumes::Volumes;
+
+fn at(text: &str) -> jiff::Timestamp {
+    text.parse().unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn now() -> Time {
+    Time(at("2026-11-26T09:00:00Z"))
+}
+
+/// `orders`, 3 members, as last seen formed; `lost_node` its
+/// `spec.recovery.lostNode`.
+fn formed(lost_node: serde_json::Value) -> (dkv_api::DistributedKV, Seen) {
+    let mut spec = json!({"size": 3, "image": "quay.io/coreos/etcd:v3.5.16"});
+    if !lost_node.is_null() {
+        spec["recovery"] = json!({"lostNode": lost_node});
+    }
+    let mut dkv: dkv_api::DistributedKV = serde_json::from_value(json!({
+        "apiVersion": "dkv.io/v1beta1",
+        "kind": "DistributedKV",
+        "metadata": {"name": "orders", "namespace": "shop", "uid": "u-1"},
+        "spec": spec.clone(),
+    }))
+    .unwrap_or_else(|e| panic!("{e}"));
+    dkv.status = Some(DistributedKVStatus {
+        phase: Some(Phase::Running),
+        conditions: vec![Condition {
+            type_: types::AVAILABLE.into(),
+            status: "True".into(),
+            reason: reasons::QUORUM_HEALTHY.into(),
+            message: String::new(),
+            observed_generation: None,
+            last_transition_time: now(),
+        }],
+        ..DistributedKVStatus::default()
+    });
+    let cluster = crate::cluster::validate::validated_for_tests(spec);
+    let plan = crate::cluster::plan::plan(&cluster, None, None, &Default::default());
+    let members = (0..3).map(fixtures::member).collect();
+    let pods = (0..3)
+        .map(|ordinal| MemberPod {
+            view: fixtures::pod(ordinal),
+            endpoint: None,
+            restore_failure: None,
+            problem: None,
+            bootstrap_size: None,
+        })
+        .collect();
+    let placements = (0..3)
+        .map(|ordinal| Placement {
+            ordinal,
+            node: Some(format!("node-{}", ordinal + 1)),
+            zone: Some(["zone-a", "zone-b", "zone-c"][ordinal as usize].to_owned()),
+            loss: None,
+        })
+        .collect();
+    let seen = Seen {
+        cluster: Some(cluster),
+        plan: Some(plan),
+        volumes: Some(Volumes::default()),
+        members: Some(members),
+        pods,
+        placements,
+        ..Seen::default()
+    };
+    (dkv, seen)
+}
+
+/// Member `ordinal`'s node is lost since `since`: etcd cannot reach the
+/// member and its pod is not Ready.
+fn lose(seen: &mut Seen, ordinal: i32, since: &str) {
+    if let Some(m) = seen
+        .members
+        .iter_mut()
+        .flatten()
+        .find(|m| m.ordinal == ordinal)
+    {
+        m.healthy = false;
+        m.reachable = false;
+        m.leader = false;
+    }
+    if let Some(p) = seen.pods.iter_mut().find(|p| p.view.ordinal == ordinal) {
+        p.view.ready = false;
+    }
+    if let Some(p) = seen.placements.iter_mut().find(|p| p.ordinal == ordinal) {
+        p.loss = Some(NodeLoss::NotReady("Unknown".into()));
+    }
+    seen.lost.push(LostMember {
+        ordinal,
+        node: format!("node-{}", ordinal + 1),
+        loss: NodeLoss::NotReady("Unknown".into()),
+        since: at(since),
+    });
+}
+
+fn status(dkv: &dkv_api::DistributedKV, seen: &Seen) -> DistributedKVStatus {
+    derive(dkv, seen, None, &BackupSummary::default(), &now())
+        .unwrap_or_else(|| panic!("no status derived"))
+}
+
+fn degraded(status: &DistributedKVStatus) -> (String, String, String) {
+    let c = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == types::DEGRADED)
+        .unwrap_or_else(|| panic!("no Degraded in {:?}", status.conditions));
+    (c.status.clone(), c.reason.clone(), c.message.clone())
+}
+
+fn member<'a>(status: &'a DistributedKVStatus, name: &str) -> &'a MemberStatus {
+    status
+        .members
+        .iter()
+        .find(|m| m.name == name)
+        .unwrap_or_else(|| panic!("no member {name} in {:?}", status.members))
+}
+
+#[test]
+fn members_carry_their_node_and_zone() {
+    let (dkv, seen) = formed(serde_json::Value::Null);
+    let status = status(&dkv, &seen);
+    let placed: Vec<_> = status
+        .members
+        .iter()
+        .map(|m| {
+            (
+                m.node.as_deref(),
+                m.zone.as_deref(),
+                m.node_lost_since.is_some(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        placed,
+        [
+            (Some("node-1"), Some("zone-a"), false),
+            (Some("node-2"), Some("zone-b"), false),
+            (Some("node-3"), Some("zone-c"), false),
+        ]
+    );
+    assert_eq!(degraded(&status).0, "False");
+}
+
+#[test]
+fn a_member_on_a_lost_node_is_reported_with_its_node_since_when_and_what_to_do() {
+    let (dkv, mut seen) = formed(serde_json::Value::Null);
+    lose(&mut seen, 1, "2026-11-26T08:55:00Z");
+    let status = status(&dkv, &seen);
+    let (state, reason, message) = degraded(&status);
+    assert_eq!(
+        (state.as_str(), reason.as_str()),
+        ("True", reasons::MEMBER_NODE_LOST)
+    );
+    for part in [
+        "orders-1",
+        "node-2",
+        "2026-11-26T08:55:00Z",
+        "Ready=Unknown",
+        "kubectl delete node",
+        "spec.recovery.lostNode.policy: Replace",
+    ] {
+        assert!(message.contains(part), "{part:?} not in {message}");
+    }
+    assert_eq!(status.phase, Some(Phase::Degraded));
+    let lost = member(&status, "orders-1");
+    assert_eq!(lost.node.as_deref(), Some("node-2"));
+    assert_eq!(lost.node_lost_since, Some(Time(at("2026-11-26T08:55:00Z"))));
+    assert_eq!(member(&status, "orders-0").node_lost_since, None);
+}
+
+#[test]
+fn with_replacement_opted_in_the_message_says_when_it_happens() {
+    let (dkv, mut seen) = formed(json!({"policy": "Replace", "afterSeconds": 120}));
+    lose(&mut seen, 2, "2026-11-26T08:59:00Z");
+    let (_, reason, message) = degraded(&status(&dkv, &seen));
+    assert_eq!(reason, reasons::MEMBER_NODE_LOST);
+    assert!(
+        message.contains("moves it off the node from 2026-11-26T09:01:00Z on"),
+        "{message}"
+    );
+    assert!(!message.contains("kubectl delete node"), "{message}");
+}
+
+#[test]
+fn a_lost_quorum_outranks_a_lost_node_which_outranks_an_unhealthy_member() {
+    let (dkv, mut seen) = formed(serde_json::Value::Null);
+    lose(&mut seen, 1, "2026-11-26T08:55:00Z");
+    // Member 0 is unhealthy too, on a node that is fine.
+    if let Some(m) = seen.members.iter_mut().flatten().find(|m| m.ordinal == 0) {
+        m.healthy = false;
+    }
+    assert_eq!(degraded(&status(&dkv, &seen)).1, reasons::QUORUM_LOST);
+    if let Some(m) = seen.members.iter_mut().flatten().find(|m| m.ordinal == 0) {
+        m.healthy = true;
+    }
+    assert_eq!(degraded(&status(&dkv, &seen)).1, reasons::MEMBER_NODE_LOST);
+    // The node is back, the member not serving yet.
+    seen.lost.clear();
+    assert_eq!(degraded(&status(&dkv, &seen)).1, reasons::MEMBER_UNHEALTHY);
+}
+
+#[test]
+fn a_node_back_clears_the_fault_and_the_time_it_was_lost() {
+    let (mut dkv, mut seen) = formed(serde_json::Value::Null);
+    lose(&mut seen, 1, "2026-11-26T08:55:00Z");
+    dkv.status = Some(status(&dkv, &seen));
+    let (_, mut back) = formed(serde_json::Value::Null);
+    back.placements = seen.placements.clone();
+    for p in &mut back.placements {
+        p.loss = None;
+    }
+    let status = status(&dkv, &back);
+    assert_eq!(degraded(&status).0, "False");
+    assert_eq!(member(&status, "orders-1").node_lost_since, None);
+    assert_eq!(member(&status, "orders-1").node.as_deref(), Some("node-2"));
+}
