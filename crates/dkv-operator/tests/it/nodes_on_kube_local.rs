@@ -14,7 +14,7 @@ use serde_json::json;
 
 use dkv_test_support as support;
 
-use support::etcd_cluster::{Writer, wait_for, wait_settled};
+use support::etcd_cluster::{Writer, condition_message, condition_reason, wait_for, wait_settled};
 
 const IMAGE: &str = "registry.k8s.io/etcd:3.5.16-0";
 /// Nodes whose heartbeats stop are declared lost after this long (40 s on a
@@ -114,6 +114,24 @@ async fn a_member_whose_node_dies_is_waited_for_and_rejoins_with_its_data() {
     let nodes: BTreeSet<&String> = placed.values().map(|(n, _)| n).collect();
     assert_eq!(nodes.len(), 3, "one member per node: {placed:?}");
     let before = dkvs.get("orders").await.unwrap();
+    // Each member's node and zone, in status.
+    let in_status: BTreeMap<String, (String, String)> = before
+        .status
+        .iter()
+        .flat_map(|s| &s.members)
+        .map(|m| {
+            (
+                m.name.clone(),
+                (
+                    m.node.clone().unwrap_or_default(),
+                    m.zone.clone().unwrap_or_default(),
+                ),
+            )
+        })
+        .collect();
+    assert_eq!(in_status, placed, "status.members says where members run");
+    let zones: BTreeSet<&String> = placed.values().map(|(_, z)| z).collect();
+    assert_eq!(zones.len(), 3, "one member per zone by default: {placed:?}");
     let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
     let victim_uid = pods.get("orders-1").await.unwrap().uid();
     let (node, _) = placed["orders-1"].clone();
@@ -138,6 +156,24 @@ async fn a_member_whose_node_dies_is_waited_for_and_rejoins_with_its_data() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     eprintln!("[{NS}] {node} declared lost {lost_at:?} after its power was cut");
+    // Status says which member is lost on which node, and what to do.
+    wait_for(&dkvs, "orders", "Degraded/MemberNodeLost", |d| {
+        condition_reason(d, "Degraded", "True").as_deref() == Some("MemberNodeLost")
+    })
+    .await;
+    let d = dkvs.get("orders").await.unwrap();
+    let message = condition_message(&d, "Degraded", Some("True"));
+    assert!(
+        message.contains("orders-1") && message.contains(&node),
+        "{message}"
+    );
+    eprintln!("[{NS}] Degraded: {message}");
+    assert!(
+        d.status
+            .iter()
+            .flat_map(|s| &s.members)
+            .any(|m| m.name == "orders-1" && m.node_lost_since.is_some())
+    );
     // The two others keep serving.
     let during = writes_during(&writer, Duration::from_secs(5)).await;
     assert!(
@@ -376,6 +412,93 @@ async fn draining_every_node_in_turn_keeps_quorum_and_loses_no_write() {
     assert!(
         fewest_ready >= 2,
         "fewer than quorum members Ready during the drains: {fewest_ready}"
+    );
+    support::etcd_cluster::assert_no_write_lost(&client, NS, &report).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn with_replace_a_member_on_a_lost_node_is_replaced_on_another_node() {
+    const NS: &str = "node-replaced";
+    // Four nodes: the fourth (zone-a) is where the lost member can go.
+    let (env, client, _operator) = environment(NS, 4).await;
+    let recovery = json!({"recovery": {"lostNode": {"policy": "Replace", "afterSeconds": 5}}});
+    let dkvs = support::create_cluster(&client, NS, "orders", 3, IMAGE, recovery).await;
+    wait_settled(&dkvs, "orders", 3).await;
+    let placed = placement(&client, NS).await;
+    let (node, _) = placed["orders-1"].clone();
+    let before = dkvs.get("orders").await.unwrap();
+    let old_id = member_ids(&before)
+        .into_iter()
+        .find(|(n, _)| n == "orders-1")
+        .and_then(|(_, id)| id)
+        .unwrap();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    let old_claim =
+        Api::<k8s_openapi::api::core::v1::PersistentVolumeClaim>::namespaced(client.clone(), NS)
+            .get("data-orders-1")
+            .await
+            .unwrap();
+
+    let writer = Writer::start(client.clone(), NS, "orders");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let kubelet = env.kubelet().unwrap();
+    kubelet.kill_node(&node).unwrap();
+    let killed = Instant::now();
+    while node_ready(&client, &node).await.as_deref() != Some("Unknown") {
+        assert!(killed.elapsed() < GRACE * 5, "{node} never declared lost");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let declared = Instant::now();
+    eprintln!(
+        "[{NS}] {node} declared lost {:?} after its power was cut",
+        killed.elapsed()
+    );
+    wait_for(&dkvs, "orders", "orders-1 replaced by a new voter", |d| {
+        d.status.as_ref().is_some_and(|s| {
+            s.members.iter().any(|m| {
+                m.name == "orders-1"
+                    && m.id.as_ref().is_some_and(|id| *id != old_id)
+                    && !m.learner
+                    && m.healthy
+            })
+        })
+    })
+    .await;
+    let replaced_in = declared.elapsed();
+    eprintln!("[{NS}] node declared lost -> replacement voter in {replaced_in:?}");
+    let new_node = pods
+        .get("orders-1")
+        .await
+        .unwrap()
+        .spec
+        .and_then(|s| s.node_name)
+        .unwrap_or_default();
+    assert_ne!(new_node, node, "the new member runs on another node");
+    wait_settled(&dkvs, "orders", 3).await;
+
+    // The old node returns: its member was removed, its pod force-deleted and
+    // its claim deleted, so nothing of it rejoins.
+    kubelet.start_node(&node).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    wait_settled(&dkvs, "orders", 3).await;
+    let after = dkvs.get("orders").await.unwrap();
+    assert!(
+        member_ids(&after)
+            .iter()
+            .all(|(_, id)| id.as_deref() != Some(old_id.as_str())),
+        "the replaced member never rejoins: {:?}",
+        member_ids(&after)
+    );
+    let claim =
+        Api::<k8s_openapi::api::core::v1::PersistentVolumeClaim>::namespaced(client.clone(), NS)
+            .get("data-orders-1")
+            .await
+            .unwrap();
+    assert_ne!(claim.uid(), old_claim.uid(), "a new claim on the new node");
+    let report = writer.stop().await;
+    eprintln!(
+        "[{NS}] {} acknowledged writes; replacement voter {replaced_in:?} after the node was declared lost (target 60 s)",
+        report.acked.len()
     );
     support::etcd_cluster::assert_no_write_lost(&client, NS, &report).await;
 }
