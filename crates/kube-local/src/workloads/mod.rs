@@ -12,6 +12,7 @@ mod job;
 mod node_lifecycle;
 mod node_taints;
 mod ownership;
+mod pod_gc;
 mod replicaset;
 mod scheduling;
 mod statefulset;
@@ -96,6 +97,19 @@ impl Controllers {
                 informer::run_loop(changes, || {
                     let (scheduler, ctx) = (scheduler.clone(), ctx.clone());
                     async move { scheduler.lock().await.pass(&ctx).await }
+                })
+                .await;
+            });
+        }
+        // The pod garbage collector remembers since when a node has been missing.
+        {
+            let ctx = ctx.clone();
+            let changes = ctx.caches.changes();
+            tasks.spawn(async move {
+                let gc = Arc::new(tokio::sync::Mutex::new(pod_gc::PodGc::default()));
+                informer::run_loop(changes, || {
+                    let (gc, ctx) = (gc.clone(), ctx.clone());
+                    async move { gc.lock().await.pass(&ctx).await }
                 })
                 .await;
             });

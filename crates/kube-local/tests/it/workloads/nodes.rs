@@ -609,3 +609,50 @@ async fn kube_local_node_kill_and_start_act_on_the_running_environment() {
     .await;
     child.kill().await.unwrap();
 }
+
+/// A node deleted for good (`kubectl delete node`): its pods are force-deleted by the pod garbage collector, and a
+/// StatefulSet's pod with a network volume starts on another node with its data.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_pods_of_a_deleted_node_are_collected_and_a_network_volume_follows_its_pod() {
+    let c = Cluster::with_nodes(NS, 2, Duration::from_secs(3)).await;
+    let mut set = spread_set("roamer", 1, false);
+    set["spec"]["volumeClaimTemplates"][0]["spec"]["storageClassName"] = json!("network");
+    set["spec"]["template"]["spec"]["affinity"] = json!({"nodeAffinity": {
+        "preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 100, "preference": {
+            "matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": ["node-2"]}],
+        }}],
+    }});
+    c.create::<StatefulSet>(NS, set).await;
+    let first = eventually(
+        "roamer-0 ready on node-2",
+        Duration::from_secs(60),
+        || async {
+            let p = c.pod(NS, "roamer-0").await?;
+            (ready(&p) && node_of(&p) == "node-2").then_some(p)
+        },
+    )
+    .await;
+    c.kubelet().kill_node("node-2").unwrap();
+    Api::<Node>::all(c.client())
+        .delete("node-2", &Default::default())
+        .await
+        .unwrap();
+    let moved = eventually(
+        "roamer-0 ready on node-1",
+        Duration::from_secs(60),
+        || async {
+            let p = c.pod(NS, "roamer-0").await?;
+            (p.metadata.uid != first.metadata.uid && ready(&p) && node_of(&p) == "node-1")
+                .then_some(p)
+        },
+    )
+    .await;
+    let ip = moved.status.unwrap().pod_ip.unwrap();
+    assert_eq!(
+        http_get(&ip, 8080, "/file?path=/data/starts")
+            .await
+            .as_deref(),
+        Some("roamer-0\nroamer-0\n"),
+        "the network volume followed its pod"
+    );
+}
