@@ -59,6 +59,9 @@ pub struct Facts<'a> {
     /// etcd's members (`None`: none answered).
     pub members: Option<&'a [ObservedMember]>,
     pub pods: &'a [MemberPod],
+    /// Member pods being deleted that have not stopped yet (a graceful
+    /// deletion: etcd may still be running in them).
+    pub terminating: usize,
 }
 
 /// Where `dkv` stands with hibernation, given what the pass observed and
@@ -67,7 +70,7 @@ pub fn decide(dkv: &DistributedKV, facts: &Facts<'_>) -> State {
     let at_zero = facts.statefulset.is_some_and(at_zero);
     if facts.wanted {
         let waiting_for = (!at_zero).then(|| inconsistency(facts)).flatten();
-        return match (waiting_for, facts.pods.len()) {
+        return match (waiting_for, facts.pods.len() + facts.terminating) {
             (Some(why), _) => State::Waiting(why),
             (None, 0) if at_zero => State::Hibernated,
             (None, left) => State::Stopping { left },
@@ -275,6 +278,7 @@ mod tests {
         step: Step,
         members: Vec<ObservedMember>,
         pods: Vec<MemberPod>,
+        terminating: usize,
         phase: Option<Phase>,
     }
 
@@ -291,6 +295,7 @@ mod tests {
                 plan: &plan,
                 members: (!case.members.is_empty()).then_some(case.members.as_slice()),
                 pods: &case.pods,
+                terminating: case.terminating,
             },
         )
     }
@@ -303,6 +308,7 @@ mod tests {
             step: Step::Converged,
             members: (0..3).map(|i| member(i, true)).collect(),
             pods: (0..3).map(pod).collect(),
+            terminating: 0,
             phase: Some(Phase::Running),
         }
     }
@@ -362,6 +368,15 @@ mod tests {
             ..healthy()
         });
         assert_eq!(stopping, State::Stopping { left: 1 });
+        // A pod deleted gracefully may still run etcd: not hibernated yet.
+        let terminating = decide_case(Case {
+            replicas: 0,
+            members: vec![],
+            pods: vec![],
+            terminating: 2,
+            ..healthy()
+        });
+        assert_eq!(terminating, State::Stopping { left: 2 });
         let stopped = decide_case(Case {
             replicas: 0,
             members: vec![],

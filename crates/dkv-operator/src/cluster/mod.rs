@@ -340,6 +340,14 @@ async fn reconcile_cluster(
             plan: &plan,
             members: seen.members.as_deref(),
             pods: &seen.pods,
+            terminating: observed
+                .pods
+                .iter()
+                .filter(|p| {
+                    p.metadata.deletion_timestamp.is_some()
+                        && naming::ordinal_of(&cluster.name, &p.name_any()).is_some()
+                })
+                .count(),
         },
     );
     if hibernation.stopped() {

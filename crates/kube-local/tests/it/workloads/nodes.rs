@@ -637,16 +637,41 @@ async fn the_pods_of_a_deleted_node_are_collected_and_a_network_volume_follows_i
         .delete("node-2", &Default::default())
         .await
         .unwrap();
-    let moved = eventually(
-        "roamer-0 ready on node-1",
-        Duration::from_secs(60),
-        || async {
-            let p = c.pod(NS, "roamer-0").await?;
-            (p.metadata.uid != first.metadata.uid && ready(&p) && node_of(&p) == "node-1")
-                .then_some(p)
-        },
-    )
-    .await;
+    // Waited for by hand, to show what the pod looked like should it not move.
+    let started = std::time::Instant::now();
+    let moved = loop {
+        let p = c.pod(NS, "roamer-0").await;
+        if let Some(p) = &p
+            && p.metadata.uid != first.metadata.uid
+            && ready(p)
+            && node_of(p) == "node-1"
+        {
+            break p.clone();
+        }
+        if started.elapsed() > Duration::from_secs(90) {
+            let events: Vec<String> = c
+                .api::<Event>(NS)
+                .list(&ListParams::default())
+                .await
+                .map(|l| {
+                    l.items
+                        .into_iter()
+                        .map(|e| {
+                            format!(
+                                "{:?} {:?}: {:?}",
+                                e.involved_object.name, e.reason, e.message
+                            )
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            panic!(
+                "roamer-0 did not move to node-1 within 90 s: {}\nevents: {events:#?}",
+                serde_json::to_string_pretty(&p).unwrap_or_default()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
     let ip = moved.status.unwrap().pod_ip.unwrap();
     assert_eq!(
         http_get(&ip, 8080, "/file?path=/data/starts")
