@@ -278,7 +278,7 @@ async fn finished_phase(pods: &Api<Pod>, name: &str, within: Duration) -> String
 /// each written to at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_started_when_available_is_reported_reaches_the_cluster_every_time() {
-    const ROUNDS: usize = 20;
+    const ROUNDS: usize = 12;
     let ns = "first-write";
     let (env, client, operator) = support::running_operator(ns).await;
     let dkvs: Api<DistributedKV> = Api::namespaced(client.clone(), ns);
