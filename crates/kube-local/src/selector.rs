@@ -1,5 +1,9 @@
-//! Label and field selectors as the list and watch query parameters spell them.
+//! Label and field selectors as the list and watch query parameters spell them, and typed `LabelSelector`s as objects
+//! hold them ([`selector_matches`]).
 
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector as TypedLabelSelector;
 use serde_json::Value;
 
 use crate::api_error::{ApiError, ApiResult};
@@ -365,6 +369,26 @@ fn field_value(obj: &Value, path: &str) -> String {
         },
         Some(other) => other.to_string(),
     }
+}
+
+/// Whether `labels` match a LabelSelector (matchLabels and matchExpressions).
+pub fn selector_matches(selector: &TypedLabelSelector, labels: &BTreeMap<String, String>) -> bool {
+    let by_labels = selector
+        .match_labels
+        .iter()
+        .flatten()
+        .all(|(k, v)| labels.get(k) == Some(v));
+    let by_expressions = selector.match_expressions.iter().flatten().all(|e| {
+        let values = e.values.clone().unwrap_or_default();
+        match e.operator.as_str() {
+            "In" => labels.get(&e.key).is_some_and(|v| values.contains(v)),
+            "NotIn" => labels.get(&e.key).is_none_or(|v| !values.contains(v)),
+            "Exists" => labels.contains_key(&e.key),
+            "DoesNotExist" => !labels.contains_key(&e.key),
+            _ => false,
+        }
+    });
+    by_labels && by_expressions
 }
 
 #[cfg(test)]

@@ -11,7 +11,6 @@ use kube::Client;
 use kube::api::{Api, DeleteParams, EvictParams, Preconditions};
 use tracing::info;
 
-use super::build::statefulset::DATA_VOLUME;
 use super::error::{Error, Result};
 use super::membership::Step;
 use super::naming;
@@ -28,10 +27,7 @@ pub struct Target<'a> {
     pub peer_scheme: &'a str,
 }
 
-/// Name of the PVC the StatefulSet created for `ordinal`.
-pub fn volume_claim(cluster: &str, ordinal: i32) -> String {
-    format!("{DATA_VOLUME}-{}-{ordinal}", naming::statefulset(cluster))
-}
+pub use super::naming::volume_claim;
 
 /// Executes `step`; returns whether it did anything.
 pub async fn execute(step: &Step, target: &Target<'_>) -> Result<bool> {

@@ -21,11 +21,11 @@ use dkv_api::distributedkv::v1beta1::{LostNodePolicy, LostNodeRecovery, MemberSt
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use kube::ResourceExt;
 
-use super::build::statefulset::{HOSTNAME_LABEL, ZONE_LABEL};
 use super::error::{Error, Result};
-use super::execute::volume_claim;
 use super::membership::{DataPlacement, Stranded};
 use super::naming;
+use super::naming::volume_claim;
+use super::naming::{HOSTNAME_LABEL, ZONE_LABEL};
 use super::validate::ValidatedCluster;
 
 /// The taint the node lifecycle controller puts on a node whose kubelet

@@ -679,7 +679,7 @@ async fn announce_eviction(
     let note = if claim_deleted {
         format!(
             "{member}{node} left etcd; its pod was force-deleted and its claim {} (bound to that node) deleted: the StatefulSet re-creates it elsewhere, empty, and it joins as a learner",
-            execute::volume_claim(&cluster.name, ordinal)
+            naming::volume_claim(&cluster.name, ordinal)
         )
     } else if cluster.storage.is_some() {
         format!(

@@ -10,6 +10,18 @@ pub const CLIENT_PORT: i32 = 2379;
 pub const PEER_PORT: i32 = 2380;
 pub const METRICS_PORT: i32 = 2381;
 
+/// The volume (claim template) of a member's data.
+pub const DATA_VOLUME: &str = "data";
+/// The node label kube-scheduler and cloud providers use for zones.
+pub const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
+/// The node label naming each node.
+pub const HOSTNAME_LABEL: &str = "kubernetes.io/hostname";
+
+/// Name of the PVC the StatefulSet created for `ordinal`.
+pub fn volume_claim(cluster: &str, ordinal: i32) -> String {
+    format!("{DATA_VOLUME}-{}-{ordinal}", statefulset(cluster))
+}
+
 /// Name of the StatefulSet (and of the PodDisruptionBudget).
 pub fn statefulset(cluster: &str) -> String {
     cluster.to_owned()

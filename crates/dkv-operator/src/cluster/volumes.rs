@@ -23,7 +23,7 @@ use tracing::info;
 
 use super::apply::{FIELD_MANAGER, as_applied};
 use super::error::{Error, Result};
-use super::execute::volume_claim;
+use super::naming::volume_claim;
 use super::validate::ValidatedCluster;
 use crate::quantity::parse_quantity;
 

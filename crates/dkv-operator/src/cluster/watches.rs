@@ -22,7 +22,7 @@ use kube::runtime::{WatchStreamExt, reflector::store::Writer};
 use kube::{Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 
-use super::build::statefulset::ZONE_LABEL;
+use super::naming::ZONE_LABEL;
 
 /// Hash of what a controller reacts to in an object of type `K`.
 pub type Relevance<K> = fn(&K) -> u64;

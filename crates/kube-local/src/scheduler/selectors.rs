@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{Node, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
-use crate::workloads::selector_matches;
+use crate::selector::selector_matches;
 
 /// Whether one requirement holds for a value (`None`: the label or field is absent).
 fn requirement_holds(r: &NodeSelectorRequirement, value: Option<&str>) -> bool {

@@ -20,37 +20,18 @@ use std::time::Duration;
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetStatus};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{Api, PostParams};
 
 use super::Context;
 use super::endpoints::is_pod_ready;
 use crate::informer::get;
+pub(crate) use crate::selector::selector_matches;
 
 /// How long an eviction recorded in `disruptedPods` keeps its pod out of the healthy count (upstream's
 /// `DeletionTimeout`).
 const DELETION_TIMEOUT: jiff::SignedDuration = jiff::SignedDuration::from_secs(120);
-
-/// Whether `labels` match a LabelSelector (matchLabels and matchExpressions).
-pub fn selector_matches(selector: &LabelSelector, labels: &BTreeMap<String, String>) -> bool {
-    let by_labels = selector
-        .match_labels
-        .iter()
-        .flatten()
-        .all(|(k, v)| labels.get(k) == Some(v));
-    let by_expressions = selector.match_expressions.iter().flatten().all(|e| {
-        let values = e.values.clone().unwrap_or_default();
-        match e.operator.as_str() {
-            "In" => labels.get(&e.key).is_some_and(|v| values.contains(v)),
-            "NotIn" => labels.get(&e.key).is_none_or(|v| !values.contains(v)),
-            "Exists" => labels.contains_key(&e.key),
-            "DoesNotExist" => !labels.contains_key(&e.key),
-            _ => false,
-        }
-    });
-    by_labels && by_expressions
-}
 
 /// `intstr.GetScaledValueFromIntOrPercent` with rounding up; a malformed percentage is an error.
 fn scaled(value: &IntOrString, total: i32) -> Result<i32, String> {

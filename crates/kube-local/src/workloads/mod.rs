@@ -19,8 +19,6 @@ mod statefulset;
 mod volume_binder;
 mod volume_protection;
 
-/// LabelSelector matching, shared with the scheduler's pod affinity and topology spread.
-pub(crate) use disruption::selector_matches;
 pub use volume_binder::{NETWORK_PROVISIONER, PROVISIONER};
 
 use std::path::{Path, PathBuf};

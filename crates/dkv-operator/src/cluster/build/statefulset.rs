@@ -48,7 +48,7 @@ use crate::cluster::validate::ValidatedCluster;
 use crate::cluster::{backup_keys, tls};
 use crate::etcd_version::EtcdVersion;
 
-pub const DATA_VOLUME: &str = "data";
+pub use crate::cluster::naming::DATA_VOLUME;
 pub const DATA_MOUNT: &str = "/var/lib/etcd";
 /// etcd's data directory: a subdirectory of the volume, because a fresh
 /// filesystem's root may hold `lost+found`, which etcd refuses as a data dir.
@@ -256,10 +256,7 @@ fn spread_members(cluster: &str) -> Affinity {
     }
 }
 
-/// The node label kube-scheduler and cloud providers use for zones.
-pub const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
-/// The node label naming each node.
-pub const HOSTNAME_LABEL: &str = "kubernetes.io/hostname";
+pub use crate::cluster::naming::{HOSTNAME_LABEL, ZONE_LABEL};
 
 /// Default spread: at most one member more in any zone than in another,
 /// then the same over nodes. `ScheduleAnyway`: kube-scheduler only scores
