@@ -403,6 +403,8 @@ async fn run_pod(shared: Arc<Shared>, pod: Pod, mut stop: Stop) {
         .claim(key.clone(), &uid, &mut stop)
         .await
     {
+        // Deleted while it waited for its predecessor: it never ran, and nothing else will finish its deletion.
+        finish_deletion(&shared, &namespace, &name, &uid).await;
         return;
     }
     let ip = shared.network.addresses.allocate();
@@ -463,23 +465,31 @@ async fn run_pod(shared: Arc<Shared>, pod: Pod, mut stop: Stop) {
     // The last status write, then the pod object goes (when it is being deleted gracefully).
     tokio::time::sleep(Duration::from_millis(30)).await;
     writer.abort();
-    let api: Api<Pod> = Api::namespaced(shared.client.clone(), &namespace);
-    if let Ok(Some(current)) = api.get_opt(&name).await
-        && current.metadata.uid.as_deref() == Some(uid.as_str())
+    finish_deletion(&shared, &namespace, &name, &uid).await;
+    let _ = std::fs::remove_dir_all(&dir);
+    shared.incarnations.release(&key, &uid);
+}
+
+/// The kubelet's last word on a pod being deleted gracefully: its containers have stopped (or never started), so the
+/// object goes for good (grace 0, only this incarnation: the uid precondition).
+async fn finish_deletion(shared: &Shared, namespace: &str, name: &str, uid: &str) {
+    let api: Api<Pod> = Api::namespaced(shared.client.clone(), namespace);
+    if let Ok(Some(current)) = api.get_opt(name).await
+        && current.metadata.uid.as_deref() == Some(uid)
         && current.metadata.deletion_timestamp.is_some()
     {
         let dp = DeleteParams {
             grace_period_seconds: Some(0),
             preconditions: Some(Preconditions {
-                uid: Some(uid.clone()),
+                uid: Some(uid.to_owned()),
                 resource_version: None,
             }),
             ..DeleteParams::default()
         };
-        let _ = api.delete(&name, &dp).await;
+        if let Err(e) = api.delete(name, &dp).await {
+            tracing::debug!(pod = %name, error = %e, "finishing a pod's deletion");
+        }
     }
-    let _ = std::fs::remove_dir_all(&dir);
-    shared.incarnations.release(&key, &uid);
 }
 
 impl Shared {
