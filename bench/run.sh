@@ -6,7 +6,7 @@
 # runs every section and writes bench/results.md and bench/results.json.
 #
 #   bench/run.sh                       # everything (~30 min on 2 cores)
-#   bench/run.sh --only footprint      # one section (footprint, ops, backup)
+#   bench/run.sh --only footprint      # one section (footprint, ops, backup, continuous, nodes)
 #   bench/run.sh --counts 100 --backup-size-mib 256   # smaller, quicker
 #
 # Extra arguments go to the harness (`--help` lists them). Results of a
@@ -21,12 +21,16 @@ cargo build --release --locked -p dkv-backup --features testing --example backup
 # The operator as the container image ships it (Dockerfile): no local mode,
 # cargo profile `image` (whole-program, size-optimized; ~8 min on 2 cores).
 cargo build --profile image --locked -p dkv-operator --no-default-features --bin dkv
+# kube-local as its own process, for its RSS with 3 nodes against 1 (nodes).
+cargo build --release --locked -p kube-local --bin kube-local
 cargo bench --locked -p dkv-operator --bench harness --no-run
 
 echo "== running"
+target="${CARGO_TARGET_DIR:-$PWD/target}"
 rustc_version="$(rustc --version)"
 cargo bench --locked -p dkv-operator --bench harness -- \
-  --backup-example "$PWD/target/release/examples/backup_throughput" \
-  --operator "$PWD/target/image/dkv" \
+  --backup-example "$target/release/examples/backup_throughput" \
+  --operator "$target/image/dkv" \
+  --kube-local "$target/release/kube-local" \
   --build "cargo bench profile (release: opt-level 3, no debug info), $rustc_version, commit $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- crates Cargo.toml Cargo.lock || echo ' + uncommitted changes')" \
   "$@"

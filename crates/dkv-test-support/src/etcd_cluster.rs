@@ -364,6 +364,31 @@ impl Observer {
     }
 }
 
+/// Whether etcd agrees the cluster is whole with `size` voters: every
+/// member pod answers a status request with a leader, and the member list
+/// has `size` members, none a learner.
+pub async fn etcd_agrees(client: &Client, ns: &str, cluster: &str, size: usize) -> bool {
+    let endpoints = member_endpoints(client, ns, cluster).await;
+    if endpoints.len() != size {
+        return false;
+    }
+    for endpoint in &endpoints {
+        let Some(mut c) = connect(vec![endpoint.clone()]).await else {
+            return false;
+        };
+        match c.status().await {
+            Ok(s) if s.leader() != 0 => {}
+            _ => return false,
+        }
+    }
+    let Some(mut c) = connect(endpoints).await else {
+        return false;
+    };
+    c.member_list()
+        .await
+        .is_ok_and(|l| l.members().len() == size && l.members().iter().all(|m| !m.is_learner()))
+}
+
 /// Whether etcd lists member `name` (or, before it started, a member whose
 /// peer URL names it) as a learner.
 pub async fn is_learner(client: &Client, ns: &str, cluster: &str, name: &str) -> Option<bool> {

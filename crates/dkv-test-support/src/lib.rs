@@ -1,7 +1,8 @@
 //! What dkv's integration tests (and the benchmark harness) share:
 //! kube-local environments with dkv's CRDs and the real operator running
 //! in-process against them (this module), talking to the etcd clusters it
-//! runs (`etcd_cluster`, `tls`), backups to a real S3 server
+//! runs (`etcd_cluster`, `tls`), several nodes and their drains (`nodes`),
+//! backups to a real S3 server
 //! (`backups`; the server itself is `dkv_backup::testing::MotoServer`),
 //! scraping `/metrics` (`http`, `metrics`), the suite-wide secret scan
 //! (`secret_scan`), waiting for a condition (`wait`) and where things are
@@ -29,6 +30,7 @@ pub mod backups;
 pub mod etcd_cluster;
 pub mod http;
 pub mod metrics;
+pub mod nodes;
 pub mod paths;
 pub mod secret_scan;
 pub mod tls;

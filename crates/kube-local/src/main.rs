@@ -1,5 +1,5 @@
-//! `kube-local up --data-dir DIR [--tls] [--auth] [--nodes N] [--zones K]`: serve a local control plane and its nodes
-//! until SIGINT/SIGTERM. `kube-local node kill|start NAME --data-dir DIR`: cut or restore a node's power in the
+//! `kube-local up --data-dir DIR [--tls] [--auth] [--nodes N] [--zones K] [--image-map FILE]`: serve a local control
+//! plane and its nodes until SIGINT/SIGTERM. `kube-local node kill|start NAME --data-dir DIR`: cut or restore a node's power in the
 //! environment serving DIR.
 
 use std::path::PathBuf;
@@ -43,6 +43,10 @@ enum Command {
         /// `--node-monitor-grace-period`).
         #[arg(long, default_value_t = 40, value_parser = clap::value_parser!(u64).range(4..))]
         node_monitor_grace_period: u64,
+        /// What the kubelets run for each image: a TOML image map (`[[image]]` entries of `pattern`, `bin_dir`,
+        /// `entrypoint`; see the `kubelet::image_map` module). Without it no image is mapped and pods cannot start.
+        #[arg(long)]
+        image_map: Option<PathBuf>,
     },
     /// Power a node of a running environment off (as a power cut: its pods' processes get SIGKILL, heartbeats
     /// stop, volumes stay) or on again.
@@ -87,12 +91,24 @@ async fn main() -> std::process::ExitCode {
             nodes,
             zones,
             node_monitor_grace_period,
+            image_map,
         } => {
+            let mut kubelet = kube_local::kubelet::KubeletConfig::default();
+            if let Some(file) = &image_map {
+                kubelet = match kubelet.image_map_file(file) {
+                    Ok(kubelet) => kubelet,
+                    Err(e) => {
+                        eprintln!("kube-local: {e}");
+                        return std::process::ExitCode::FAILURE;
+                    }
+                };
+            }
             let env = match kube_local::Environment::builder()
                 .data_dir(&data_dir)
                 .port(port)
                 .tls(tls)
                 .authenticate(auth)
+                .kubelet_config(kubelet)
                 .nodes(usize::from(nodes))
                 .zones(usize::from(zones))
                 .node_monitor_grace_period(std::time::Duration::from_secs(

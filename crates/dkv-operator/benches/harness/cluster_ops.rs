@@ -36,8 +36,8 @@ use crate::operator_process::OperatorProcess;
 use crate::report::{Baseline, Goal, Metric, Reliability};
 use crate::support;
 use crate::support::etcd_cluster::{
-    LeaderMonitor, Writer, WriterReport, condition_reason, connect, lost_writes, member_endpoints,
-    settled_at,
+    LeaderMonitor, Writer, WriterReport, condition_reason, connect, etcd_agrees, lost_writes,
+    member_endpoints, settled_at,
 };
 
 const NS: &str = "ops";
@@ -400,7 +400,7 @@ pub async fn run(settings: Settings<'_>, out: &mut Output) -> anyhow::Result<()>
     let network_recovery = match cut {
         Ok(()) => {
             tokio::time::sleep(Duration::from_secs(5)).await;
-            let cut_seen = !etcd_agrees(&client, 3).await;
+            let cut_seen = !etcd_agrees(&client, NS, CLUSTER, 3).await;
             tokio::time::sleep(Duration::from_secs(5)).await;
             kubelet
                 .restore_network(NS, "orders-2")
@@ -1445,7 +1445,7 @@ async fn wait_healthy(
     let started = Instant::now();
     loop {
         let settled = dkvs.get(CLUSTER).await.is_ok_and(|d| settled_at(&d, size));
-        if settled && etcd_agrees(client, size).await {
+        if settled && etcd_agrees(client, NS, CLUSTER, size).await {
             return Ok(started.elapsed());
         }
         if started.elapsed() > timeout {
@@ -1453,28 +1453,6 @@ async fn wait_healthy(
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
-}
-
-async fn etcd_agrees(client: &Client, size: usize) -> bool {
-    let endpoints = member_endpoints(client, NS, CLUSTER).await;
-    if endpoints.len() != size {
-        return false;
-    }
-    for endpoint in &endpoints {
-        let Some(mut c) = connect(vec![endpoint.clone()]).await else {
-            return false;
-        };
-        match c.status().await {
-            Ok(s) if s.leader() != 0 => {}
-            _ => return false,
-        }
-    }
-    let Some(mut c) = connect(endpoints).await else {
-        return false;
-    };
-    c.member_list()
-        .await
-        .is_ok_and(|l| l.members().len() == size && l.members().iter().all(|m| !m.is_learner()))
 }
 
 /// Deletes the writer's keys (`key-…`) of `cluster`.

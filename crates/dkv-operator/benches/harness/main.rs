@@ -11,13 +11,18 @@
 //! - `ops`: real etcd on kube-local: create, scale, faults, upgrade,
 //!   rolling restart, storage growth;
 //! - `backup`: backup and restore throughput against etcdctl/etcdutl;
-//! - `continuous`: continuous backup's lag and cost at ~1,000 writes/s.
+//! - `continuous`: continuous backup's lag and cost at ~1,000 writes/s;
+//! - `nodes`: several nodes: kube-local's RSS with 3 nodes against 1, the
+//!   drains of all three nodes under a dkv cluster against a bare
+//!   StatefulSet, a member's lost node replaced.
 
 mod backup_throughput;
 mod bare_etcd;
+mod bare_statefulset;
 mod cluster_ops;
 mod continuous;
 mod footprint;
+mod nodes;
 mod operator_process;
 mod report;
 
@@ -50,11 +55,11 @@ struct Args {
     /// Database size of the backup measurement.
     #[arg(long, default_value_t = 1024)]
     backup_size_mib: usize,
-    /// Sections to run (footprint, ops, backup, continuous).
+    /// Sections to run (footprint, ops, backup, continuous, nodes).
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "footprint,ops,backup,continuous"
+        default_value = "footprint,ops,backup,continuous,nodes"
     )]
     only: Vec<String>,
     /// Passed by `cargo bench` to every bench target; nothing to do with it.
@@ -65,6 +70,11 @@ struct Args {
     /// `dkv` this harness was built with (local mode linked in).
     #[arg(long)]
     operator: Option<PathBuf>,
+    /// The release build of the `kube-local` binary, whose RSS with 3 nodes
+    /// and with 1 the nodes section compares; without it that figure is
+    /// not measured.
+    #[arg(long)]
+    kube_local: Option<PathBuf>,
     /// How the binaries were built, for the record.
     #[arg(long, default_value = "unknown")]
     build: String,
@@ -174,6 +184,21 @@ const METRICS: &[(&str, &str, &str)] = &[
         "≤ interval + 2 s",
     ),
     (
+        "lostNodeToVoterSeconds",
+        "member's node declared lost → replacement voter, 3/3",
+        "≤ 60 s",
+    ),
+    (
+        "drainThreeNodesSeconds",
+        "draining all 3 nodes in turn under a 3-member cluster",
+        "≤ 1.5 × the bare StatefulSet",
+    ),
+    (
+        "kubeLocalRss3NodesMiB",
+        "kube-local RSS with 3 nodes against 1",
+        "≤ 1.3 × 1 node",
+    ),
+    (
         "acknowledgedWritesLost",
         "acknowledged writes lost in fault scenarios (outside deliberate quorum loss)",
         "0",
@@ -197,6 +222,7 @@ fn section_of(id: &str) -> &'static str {
         | "restoreMiBPerSecond"
         | "backupPeakRssMiB" => "backup",
         "continuousLagP99Seconds" => "continuous",
+        "lostNodeToVoterSeconds" | "drainThreeNodesSeconds" | "kubeLocalRss3NodesMiB" => "nodes",
         _ => "footprint",
     }
 }
@@ -348,6 +374,37 @@ async fn run(args: Args) -> anyhow::Result<()> {
         }
     } else {
         failures.push(("continuous", "not selected (--only)".into()));
+    }
+
+    if wanted("nodes") {
+        eprintln!("bench: several nodes (drains, a lost node, kube-local's RSS)");
+        let (dkv, work, kube_local) = (dkv.clone(), work.clone(), args.kube_local.clone());
+        let section = tokio::spawn(async move {
+            let mut out = cluster_ops::Output::default();
+            let result = nodes::run(
+                nodes::Settings {
+                    dkv: &dkv,
+                    work: &work,
+                    kube_local: kube_local.as_deref(),
+                },
+                &mut out,
+            )
+            .await;
+            (out, result)
+        });
+        match section.await {
+            Ok((out, result)) => {
+                metrics.extend(out.metrics);
+                reliability.extend(out.reliability);
+                context.extend(out.context);
+                if let Err(e) = result {
+                    failures.push(("nodes", format!("{e:#}")));
+                }
+            }
+            Err(e) => failures.push(("nodes", panic_message(e))),
+        }
+    } else {
+        failures.push(("nodes", "not selected (--only)".into()));
     }
 
     // The invariant, summed over the fault scenarios that ran.

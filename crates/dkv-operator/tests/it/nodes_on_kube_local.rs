@@ -9,12 +9,15 @@ use std::time::{Duration, Instant};
 use dkv_api::DistributedKV;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, ListParams};
-use kube::{Client, CustomResourceExt, ResourceExt};
+use kube::{Client, ResourceExt};
 use serde_json::json;
 
 use dkv_test_support as support;
 
 use support::etcd_cluster::{Writer, condition_message, condition_reason, wait_for, wait_settled};
+use support::nodes::{
+    BUDGET_REFUSAL, drain_task, kubectl_task, node_ready, placement, watch_ready_members,
+};
 
 const IMAGE: &str = "registry.k8s.io/etcd:3.5.16-0";
 /// Nodes whose heartbeats stop are declared lost after this long (40 s on a
@@ -26,54 +29,11 @@ async fn environment(
     ns: &str,
     nodes: usize,
 ) -> (kube_local::Environment, Client, support::RunningOperator) {
-    let mut config = support::kubelet_config();
-    config.nodes.count = nodes;
-    config.nodes.zones = 3;
-    config.nodes.monitor_grace = GRACE;
-    let env = support::environment_configured(
-        vec![DistributedKV::crd(), dkv_api::DistributedKVBackup::crd()],
-        Some(config),
-    )
-    .await;
+    let env = support::nodes::environment(nodes, GRACE).await;
     let client = env.client();
     support::create_namespace(&client, ns).await;
     let operator = support::RunningOperator::start(client.clone(), false);
     (env, client, operator)
-}
-
-/// Member pod → (node, zone).
-async fn placement(client: &Client, ns: &str) -> BTreeMap<String, (String, String)> {
-    let nodes: BTreeMap<String, String> = Api::<Node>::all(client.clone())
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .map(|n| {
-            let zone = n
-                .labels()
-                .get("topology.kubernetes.io/zone")
-                .cloned()
-                .unwrap_or_default();
-            (n.name_any(), zone)
-        })
-        .collect();
-    Api::<Pod>::namespaced(client.clone(), ns)
-        .list(&ListParams::default().labels("app.kubernetes.io/component=etcd"))
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .map(|p| {
-            let node = p
-                .spec
-                .as_ref()
-                .and_then(|s| s.node_name.clone())
-                .unwrap_or_default();
-            let zone = nodes.get(&node).cloned().unwrap_or_default();
-            (p.name_any(), (node, zone))
-        })
-        .collect()
 }
 
 fn member_ids(d: &DistributedKV) -> Vec<(String, Option<String>)> {
@@ -82,18 +42,6 @@ fn member_ids(d: &DistributedKV) -> Vec<(String, Option<String>)> {
         .flat_map(|s| &s.members)
         .map(|m| (m.name.clone(), m.id.clone()))
         .collect()
-}
-
-async fn node_ready(client: &Client, node: &str) -> Option<String> {
-    Api::<Node>::all(client.clone())
-        .get(node)
-        .await
-        .ok()?
-        .status?
-        .conditions?
-        .into_iter()
-        .find(|c| c.type_ == "Ready")
-        .map(|c| c.status)
 }
 
 /// Keeps writing while `nodes` are down: acknowledged writes must keep
@@ -264,99 +212,22 @@ async fn a_lost_zone_leaves_quorum_and_loses_no_write() {
     support::etcd_cluster::assert_no_write_lost(&client, NS, &report).await;
 }
 
-/// `kubectl args` in a blocking thread, started now; yields (success,
-/// stdout + stderr).
-fn kubectl_task(
-    env: &kube_local::Environment,
-    args: &[&str],
-) -> tokio::task::JoinHandle<(bool, String)> {
-    let kubeconfig = env.kubeconfig_path().to_path_buf();
-    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
-    tokio::task::spawn_blocking(move || {
-        let out = std::process::Command::new("kubectl")
-            .arg("--kubeconfig")
-            .arg(&kubeconfig)
-            .args(&args)
-            .output()
-            .unwrap();
-        (
-            out.status.success(),
-            format!(
-                "{}{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            ),
-        )
-    })
-}
-
+/// `kubectl args` against `env`: (success, stdout + stderr).
 async fn kubectl(env: &kube_local::Environment, args: &[&str]) -> (bool, String) {
-    kubectl_task(env, args).await.unwrap()
+    kubectl_task(env.kubeconfig_path(), args)
+        .await
+        .unwrap()
+        .unwrap()
 }
 
-/// `kubectl drain NODE` as a node upgrade runs it, started now.
-fn drain_task(
-    env: &kube_local::Environment,
-    node: &str,
-) -> tokio::task::JoinHandle<(bool, String)> {
-    kubectl_task(
-        env,
-        &[
-            "drain",
-            node,
-            "--ignore-daemonsets",
-            "--delete-emptydir-data",
-            "--timeout=150s",
-        ],
-    )
-}
-
+/// `kubectl drain NODE`, which must succeed; what it printed.
 async fn drain(env: &kube_local::Environment, node: &str) -> String {
-    let (ok, out) = drain_task(env, node).await.unwrap();
+    let (ok, out) = drain_task(env.kubeconfig_path(), node)
+        .await
+        .unwrap()
+        .unwrap();
     assert!(ok, "kubectl drain {node}: {out}");
     out
-}
-
-const BUDGET_REFUSAL: &str = "Cannot evict pod as it would violate the pod's disruption budget";
-
-/// Counts the Ready member pods every 100 ms; the fewest seen.
-fn watch_ready_members(
-    client: Client,
-    ns: &'static str,
-) -> (
-    std::sync::Arc<std::sync::atomic::AtomicBool>,
-    tokio::task::JoinHandle<usize>,
-) {
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let stopped = stop.clone();
-    let task = tokio::spawn(async move {
-        let pods: Api<Pod> = Api::namespaced(client, ns);
-        let mut fewest = usize::MAX;
-        while !stopped.load(std::sync::atomic::Ordering::Relaxed) {
-            if let Ok(list) = pods
-                .list(&ListParams::default().labels("app.kubernetes.io/component=etcd"))
-                .await
-            {
-                let ready = list
-                    .items
-                    .iter()
-                    .filter(|p| {
-                        p.metadata.deletion_timestamp.is_none()
-                            && p.status
-                                .as_ref()
-                                .and_then(|s| s.conditions.as_ref())
-                                .is_some_and(|cs| {
-                                    cs.iter().any(|c| c.type_ == "Ready" && c.status == "True")
-                                })
-                    })
-                    .count();
-                fewest = fewest.min(ready);
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        fewest
-    });
-    (stop, task)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -381,11 +252,11 @@ async fn draining_every_node_in_turn_keeps_quorum_and_loses_no_write() {
     // A second drain while that member is away is refused by the budget
     // (429) and retried by kubectl until the member is back.
     let second = node_of("orders-1");
-    let second_drain = drain_task(&env, &second);
+    let second_drain = drain_task(env.kubeconfig_path(), &second);
     tokio::time::sleep(Duration::from_secs(7)).await;
     let (ok, _) = kubectl(&env, &["uncordon", &first]).await;
     assert!(ok);
-    let (ok, out) = second_drain.await.unwrap();
+    let (ok, out) = second_drain.await.unwrap().unwrap();
     assert!(ok, "kubectl drain {second}: {out}");
     let refused_second = out.matches(BUDGET_REFUSAL).count();
     assert!(
