@@ -1406,7 +1406,7 @@ async fn etcd_restarts(pods: &Api<Pod>, pod: &str) -> i32 {
 
 /// Polls (every 250 ms, up to `timeout`) until `check` holds for the
 /// cluster; how long it took.
-async fn wait_until(
+pub async fn wait_until(
     dkvs: &Api<DistributedKV>,
     name: &str,
     what: &str,

@@ -313,17 +313,14 @@ async fn run(args: Args) -> anyhow::Result<()> {
             .await;
             (out, result)
         });
-        match section.await {
-            Ok((out, result)) => {
-                metrics.extend(out.metrics);
-                reliability.extend(out.reliability);
-                context.extend(out.context);
-                if let Err(e) = result {
-                    failures.push(("ops", format!("{e:#}")));
-                }
-            }
-            Err(e) => failures.push(("ops", panic_message(e))),
-        }
+        take_output(
+            "ops",
+            section.await,
+            &mut metrics,
+            &mut reliability,
+            &mut context,
+            &mut failures,
+        );
     } else {
         failures.push(("ops", "not selected (--only)".into()));
     }
@@ -392,17 +389,14 @@ async fn run(args: Args) -> anyhow::Result<()> {
             .await;
             (out, result)
         });
-        match section.await {
-            Ok((out, result)) => {
-                metrics.extend(out.metrics);
-                reliability.extend(out.reliability);
-                context.extend(out.context);
-                if let Err(e) = result {
-                    failures.push(("nodes", format!("{e:#}")));
-                }
-            }
-            Err(e) => failures.push(("nodes", panic_message(e))),
-        }
+        take_output(
+            "nodes",
+            section.await,
+            &mut metrics,
+            &mut reliability,
+            &mut context,
+            &mut failures,
+        );
     } else {
         failures.push(("nodes", "not selected (--only)".into()));
     }
@@ -475,6 +469,29 @@ async fn run(args: Args) -> anyhow::Result<()> {
         started.elapsed().as_secs_f64()
     );
     Ok(())
+}
+
+/// Takes what a section reporting through a [`cluster_ops::Output`]
+/// measured — kept even when it failed part way — and its error or panic.
+fn take_output(
+    section: &'static str,
+    joined: Result<(cluster_ops::Output, anyhow::Result<()>), tokio::task::JoinError>,
+    metrics: &mut Vec<Metric>,
+    reliability: &mut Vec<report::Reliability>,
+    context: &mut Vec<(String, String)>,
+    failures: &mut Vec<(&'static str, String)>,
+) {
+    match joined {
+        Ok((out, result)) => {
+            metrics.extend(out.metrics);
+            reliability.extend(out.reliability);
+            context.extend(out.context);
+            if let Err(e) = result {
+                failures.push((section, format!("{e:#}")));
+            }
+        }
+        Err(e) => failures.push((section, panic_message(e))),
+    }
 }
 
 /// A section's result, with a panic (the shared test helpers assert) or an
