@@ -147,8 +147,7 @@ async fn wait_whole(
 ) -> anyhow::Result<Duration> {
     let started = Instant::now();
     loop {
-        if ready_members(client, ns).await == Some(3) && etcd_agrees(client, ns, cluster, 3).await
-        {
+        if ready_members(client, ns).await == Some(3) && etcd_agrees(client, ns, cluster, 3).await {
             return Ok(started.elapsed());
         }
         if started.elapsed() > timeout {
@@ -181,7 +180,9 @@ impl DrainRun {
         let steps: Vec<String> = self
             .steps
             .iter()
-            .map(|(node, drained, back)| format!("{node} drained {drained:.1} s, whole {back:.1} s"))
+            .map(|(node, drained, back)| {
+                format!("{node} drained {drained:.1} s, whole {back:.1} s")
+            })
             .collect();
         format!(
             "{:.1} s ({}); {} evictions refused by the budget (429, retried by kubectl every 5 s); never fewer than {} member pods Ready; writer: {} acknowledged, {} failed attempts (retried), longest gap {:.1} s, {} lost",
@@ -379,7 +380,10 @@ async fn wait_settled(
     name: &str,
     timeout: Duration,
 ) -> anyhow::Result<Duration> {
-    wait_until(dkvs, name, "3 healthy voters", timeout, |d| settled_at(d, 3)).await
+    wait_until(dkvs, name, "3 healthy voters", timeout, |d| {
+        settled_at(d, 3)
+    })
+    .await
 }
 
 /// etcd's member list, from the first member of `endpoints` that answers,
@@ -557,9 +561,10 @@ async fn lost_node(env: &kube_local::Environment, out: &mut Output) -> anyhow::R
         .get(VICTIM)
         .map(|(n, _)| n.clone())
         .unwrap_or_default();
-    let after_seconds_at = phases
-        .operator_lost_since
-        .and_then(|t| t.checked_add(jiff::SignedDuration::from_secs(AFTER_SECONDS)).ok());
+    let after_seconds_at = phases.operator_lost_since.and_then(|t| {
+        t.checked_add(jiff::SignedDuration::from_secs(AFTER_SECONDS))
+            .ok()
+    });
     let phases_note = format!(
         "after the declared loss: seen by the harness {}, nodeLostSince {}, afterSeconds ({AFTER_SECONDS}) over {}, old member removed {}, learner added {}, new pod Running {}, learner started {}, voter {}, 3/3 {}",
         seconds_after(phases.declared_seen, declared),
@@ -724,7 +729,12 @@ async fn rss_with_nodes(
     let process = KubeLocalProcess { child };
     let client = connect_kubeconfig(&dir.join("kubeconfig"), Duration::from_secs(60))
         .await
-        .with_context(|| format!("kube-local with {nodes} nodes (log: {})", log_path.display()))?;
+        .with_context(|| {
+            format!(
+                "kube-local with {nodes} nodes (log: {})",
+                log_path.display()
+            )
+        })?;
     tokio::time::sleep(Duration::from_secs(5)).await;
     let pid = process.pid()?;
     let idle = proc_status_kib(pid, "VmRSS:")? as f64 / 1024.0;
