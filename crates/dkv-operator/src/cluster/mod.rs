@@ -303,6 +303,13 @@ async fn reconcile_cluster(
             ),
         });
     }
+    // Member pods being deleted: stopping, not missing.
+    let terminating: Vec<i32> = observed
+        .pods
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_some())
+        .filter_map(|p| naming::ordinal_of(&cluster.name, &p.name_any()))
+        .collect();
     let view = plan::MembershipView {
         members,
         pods,
@@ -315,6 +322,7 @@ async fn reconcile_cluster(
         recovery_epoch: epoch,
         tls_serial: credentials.tls.as_ref().map(|t| t.member_serial.clone()),
         stranded: lost_nodes.stranded,
+        terminating: terminating.clone(),
     };
     let mut plan = plan::plan(
         cluster,
@@ -340,14 +348,7 @@ async fn reconcile_cluster(
             plan: &plan,
             members: seen.members.as_deref(),
             pods: &seen.pods,
-            terminating: observed
-                .pods
-                .iter()
-                .filter(|p| {
-                    p.metadata.deletion_timestamp.is_some()
-                        && naming::ordinal_of(&cluster.name, &p.name_any()).is_some()
-                })
-                .count(),
+            terminating: terminating.len(),
         },
     );
     if hibernation.stopped() {
