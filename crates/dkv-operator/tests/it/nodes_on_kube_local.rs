@@ -502,3 +502,86 @@ async fn with_replace_a_member_on_a_lost_node_is_replaced_on_another_node() {
     );
     support::etcd_cluster::assert_no_write_lost(&client, NS, &report).await;
 }
+
+/// An install whose RBAC leaves Nodes out (deploy/'s ClusterRole without its
+/// nodes rule) on a kube-local that enforces RBAC: the operator never asks
+/// for Nodes, and still creates and serves its clusters, with the member's
+/// node (from its pod) but no zone in status.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_operator_that_may_not_watch_nodes_still_runs_its_clusters() {
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+    use kube::api::PostParams;
+
+    const NS: &str = "no-nodes";
+    const OPERATOR_NS: &str = "dkv-system";
+    let mut config = support::kubelet_config();
+    config.nodes.count = 2;
+    let env = kube_local::Environment::builder()
+        .crds(vec![
+            DistributedKV::crd(),
+            dkv_api::DistributedKVBackup::crd(),
+        ])
+        .kubelet_config(config)
+        .authenticate(true)
+        .build()
+        .await
+        .unwrap();
+    let admin = env.client();
+    support::create_namespace(&admin, OPERATOR_NS).await;
+    support::create_namespace(&admin, NS).await;
+
+    let path = support::repo_root().join("deploy/rbac/cluster_role.yaml");
+    let mut role: ClusterRole =
+        serde_saphyr::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let rules = role.rules.get_or_insert_default();
+    let before = rules.len();
+    rules.retain(|r| {
+        !r.resources
+            .as_ref()
+            .is_some_and(|res| res.iter().any(|x| x == "nodes"))
+    });
+    assert_eq!(
+        rules.len(),
+        before - 1,
+        "deploy/'s ClusterRole grants nodes"
+    );
+    let role_name = role.name_any();
+    Api::<ClusterRole>::all(admin.clone())
+        .create(&PostParams::default(), &role)
+        .await
+        .unwrap();
+    let binding: ClusterRoleBinding = serde_json::from_value(json!({
+        "metadata": {"name": "dkv-operator-without-nodes"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role_name},
+        "subjects": [{"kind": "ServiceAccount", "name": "dkv-operator", "namespace": OPERATOR_NS}],
+    }))
+    .unwrap();
+    Api::<ClusterRoleBinding>::all(admin.clone())
+        .create(&PostParams::default(), &binding)
+        .await
+        .unwrap();
+    let token = support::metrics::service_account_token(&admin, OPERATOR_NS, "dkv-operator").await;
+    let operator =
+        support::RunningOperator::start(env.client_with_token(Some(&token)).unwrap(), false);
+
+    let dkvs = support::create_cluster(&admin, NS, "limited", 1, IMAGE, json!({})).await;
+    wait_settled(&dkvs, "limited", 1).await;
+    let dkv = dkvs.get("limited").await.unwrap();
+    let member = &dkv.status.as_ref().unwrap().members[0];
+    assert!(
+        member.node.is_some(),
+        "the node comes from the pod: {member:?}"
+    );
+    assert_eq!(member.zone, None, "zones come from Nodes, not watched");
+    assert_eq!(member.node_lost_since, None);
+    let refused: Vec<_> = env
+        .forbidden()
+        .into_iter()
+        .filter(|r| r.user.contains("dkv-operator"))
+        .collect();
+    assert!(
+        refused.is_empty(),
+        "the operator asked for what it may not: {refused:?}"
+    );
+    operator.stop().await;
+}
