@@ -408,10 +408,7 @@ impl Stores {
             ("EndpointSlice cache", is_ready(&self.endpoint_slices)),
             ("PersistentVolumeClaim cache", is_ready(&self.claims)),
             ("DistributedKVBackup cache", is_ready(&self.backups)),
-            (
-                "Node cache",
-                self.nodes.as_ref().is_none_or(|nodes| is_ready(nodes)),
-            ),
+            ("Node cache", self.nodes.as_ref().is_none_or(is_ready)),
         ];
         match checks.into_iter().find(|(_, ready)| !ready) {
             Some((what, _)) => Err(what),
