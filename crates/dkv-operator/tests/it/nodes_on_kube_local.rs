@@ -9,14 +9,14 @@ use std::time::{Duration, Instant};
 use dkv_api::DistributedKV;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, ListParams};
-use kube::{Client, ResourceExt};
+use kube::{Client, CustomResourceExt, ResourceExt};
 use serde_json::json;
 
 use dkv_test_support as support;
 
 use support::etcd_cluster::{Writer, condition_message, condition_reason, wait_for, wait_settled};
 use support::nodes::{
-    BUDGET_REFUSAL, drain_task, kubectl_task, node_ready, placement, watch_ready_members,
+    BUDGET_REFUSAL, drain_task, kubectl_task, node_ready, placement, pod_ready, watch_ready_members,
 };
 
 const IMAGE: &str = "registry.k8s.io/etcd:3.5.16-0";
@@ -403,11 +403,7 @@ async fn with_replace_a_member_on_a_network_volume_restarts_elsewhere_on_it() {
         let pod = pods.get_opt("orders-1").await.unwrap();
         let elsewhere = pod.as_ref().is_some_and(|p| {
             p.spec.as_ref().and_then(|s| s.node_name.as_deref()) != Some(node.as_str())
-                && p.metadata.deletion_timestamp.is_none()
-                && p.status
-                    .as_ref()
-                    .and_then(|s| s.conditions.as_ref())
-                    .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+                && pod_ready(p)
         });
         if elsewhere {
             break;
