@@ -1,6 +1,6 @@
 //! `kube-local up --data-dir DIR [--tls] [--auth] [--nodes N] [--zones K] [--image-map FILE]`: serve a local control
-//! plane and its nodes until SIGINT/SIGTERM. `kube-local node kill|start NAME --data-dir DIR`: cut or restore a node's power in the
-//! environment serving DIR.
+//! plane and its nodes until SIGINT/SIGTERM. `kube-local node kill|start NAME --data-dir DIR`: cut or restore a node's
+//! power in the environment serving DIR.
 
 use std::path::PathBuf;
 
