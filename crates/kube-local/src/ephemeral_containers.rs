@@ -22,11 +22,12 @@ const MIRROR_POD_ANNOTATION: &str = "kubernetes.io/config.mirror";
 /// The fields of a container an ephemeral container may not set, in the order of the API type (the order upstream
 /// reports them in). Ephemeral containers serve no traffic, hold no resources and are never restarted, so ports,
 /// probes, lifecycle hooks, resources and restart settings have no meaning for them.
-const FORBIDDEN_FIELDS: [&str; 8] = [
+const FORBIDDEN_FIELDS: [&str; 9] = [
     "ports",
     "resources",
     "resizePolicy",
     "restartPolicy",
+    "restartPolicyRules",
     "livenessProbe",
     "readinessProbe",
     "startupProbe",

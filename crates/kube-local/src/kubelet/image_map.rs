@@ -11,6 +11,10 @@
 //! ```
 //!
 //! The first matching entry wins; entries added later (from a file or the builder) take precedence over defaults.
+//!
+//! The defaults map the images people pass to `kubectl debug --image` (busybox, alpine, ubuntu, debian) to the
+//! host's `/bin` with `sh` as entrypoint: a debug container is a shell and the host's tools, which is what those
+//! images are used for. Every other image is unmapped until an embedder or a file maps it.
 
 use std::path::{Path, PathBuf};
 
@@ -55,9 +59,31 @@ pub enum ImageMapError {
 }
 
 /// Image patterns and their local targets.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct ImageMap {
     entries: Vec<Entry>,
+}
+
+/// The images users debug with (`kubectl debug --image=busybox`), short and fully qualified.
+const DEBUG_IMAGES: [&str; 4] = ["busybox", "alpine", "ubuntu", "debian"];
+
+impl Default for ImageMap {
+    /// The debug images (see the module docs).
+    fn default() -> Self {
+        let shell = ImageTarget {
+            bin_dir: Some(PathBuf::from("/bin")),
+            entrypoint: vec!["sh".into()],
+        };
+        let entries = DEBUG_IMAGES
+            .iter()
+            .flat_map(|name| [format!("{name}*"), format!("docker.io/library/{name}*")])
+            .map(|pattern| Entry {
+                pattern,
+                target: shell.clone(),
+            })
+            .collect();
+        ImageMap { entries }
+    }
 }
 
 /// What a container runs: the resolved program and its arguments.
@@ -276,6 +302,32 @@ mod tests {
             map.resolve("nginx:1", &[], &[]),
             Err(ResolveError::Unmapped("nginx:1".into()))
         );
+    }
+
+    #[test]
+    fn debug_images_are_the_host_shell_by_default() {
+        let map = ImageMap::default();
+        for image in [
+            "busybox",
+            "busybox:1.36",
+            "docker.io/library/busybox:latest",
+            "alpine:3",
+            "ubuntu",
+            "docker.io/library/debian:bookworm",
+        ] {
+            let p = map.resolve(image, &[], &[]).unwrap();
+            assert_eq!(p.path, PathBuf::from("/bin/sh"), "{image}");
+            assert!(p.args.is_empty());
+        }
+        let p = map
+            .resolve("busybox", &["sh".into(), "-c".into()], &["true".into()])
+            .unwrap();
+        assert_eq!(p.path, PathBuf::from("/bin/sh"));
+        assert_eq!(p.args, vec!["-c".to_string(), "true".to_string()]);
+        assert!(matches!(
+            map.resolve("docker.io/library/nginx:1", &[], &[]),
+            Err(ResolveError::Unmapped(_))
+        ));
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! The order of a pod's containers: volumes first, then init containers one by one (sidecars started beside them),
 //! then the containers together, each supervised under the restart policy with back-off until it is done, and the
-//! phase the pod ends in.
+//! phase the pod ends in. Ephemeral containers ([`super::ephemeral`]) run beside all of them once the volumes are
+//! ready.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -12,11 +13,12 @@ use k8s_openapi::api::core::v1::Container;
 use tokio::sync::watch;
 
 use super::container::{RunEnd, run_once};
+use super::ephemeral::EphemeralContainers;
 use super::restart::{
     CrashLoopBackoff, StartBackoff, init_exit_fails_pod, not_started_backoff_reason, restarts,
 };
 use super::status::{set_condition, terminal_phase, waiting};
-use super::{PodRuntime, Stop, enforcing, facts, is_sidecar, sleep_unless_stopped};
+use super::{ContainerKind, PodRuntime, Stop, enforcing, facts, is_sidecar, sleep_unless_stopped};
 use crate::kubelet::{Shared, events, security, volumes};
 
 pub(super) async fn lifecycle(shared: &Arc<Shared>, rt: &Arc<PodRuntime>, stop: &mut Stop) {
@@ -68,6 +70,32 @@ pub(super) async fn lifecycle(shared: &Arc<Shared>, rt: &Arc<PodRuntime>, stop: 
     }
     rt.update(|s| set_condition(s, "PodReadyToStartContainers", true, None, None));
 
+    let ephemeral = EphemeralContainers::start(shared, rt, &volumes, stop.clone());
+    run_containers(shared, rt, stop, &volumes).await;
+    let grace = stop.borrow().unwrap_or_else(|| grace_period(&pod));
+    ephemeral.stop(grace).await;
+}
+
+/// The pod's termination grace period.
+fn grace_period(pod: &k8s_openapi::api::core::v1::Pod) -> Duration {
+    Duration::from_secs(
+        pod.spec
+            .as_ref()
+            .and_then(|s| s.termination_grace_period_seconds)
+            .unwrap_or(30)
+            .max(0) as u64,
+    )
+}
+
+/// Init containers in order (sidecars started beside them), then the containers, until they are done or the pod
+/// stops; sets the phase the pod ends in.
+async fn run_containers(
+    shared: &Arc<Shared>,
+    rt: &Arc<PodRuntime>,
+    stop: &mut Stop,
+    volumes: &HashMap<String, PathBuf>,
+) {
+    let pod = rt.pod();
     let policy = rt.restart_policy();
     // Sidecars (init containers with restartPolicy Always) keep running beside the containers; they stop with the
     // pod, or once the containers of a pod that does not restart them have finished.
@@ -84,7 +112,15 @@ pub(super) async fn lifecycle(shared: &Arc<Shared>, rt: &Arc<PodRuntime>, stop: 
             let name = c.name.clone();
             sidecars.push(tokio_util::task::AbortOnDropHandle::new(tokio::spawn(
                 async move {
-                    supervise(&task_shared, &task_rt, &c, true, &task_volumes, task_stop).await;
+                    supervise(
+                        &task_shared,
+                        &task_rt,
+                        &c,
+                        ContainerKind::Init,
+                        &task_volumes,
+                        task_stop,
+                    )
+                    .await;
                 },
             )));
             // The next init container starts once the sidecar has started (its startup probe passed).
@@ -100,7 +136,7 @@ pub(super) async fn lifecycle(shared: &Arc<Shared>, rt: &Arc<PodRuntime>, stop: 
             }
             continue;
         }
-        match supervise(shared, rt, &c, true, &volumes, stop.clone()).await {
+        match supervise(shared, rt, &c, ContainerKind::Init, volumes, stop.clone()).await {
             Outcome::Stopped => {
                 sidecar_stop.send_replace(stop.borrow().or(Some(Duration::ZERO)));
                 join_all(sidecars).await;
@@ -124,16 +160,10 @@ pub(super) async fn lifecycle(shared: &Arc<Shared>, rt: &Arc<PodRuntime>, stop: 
     let outcomes = join_all(
         containers
             .iter()
-            .map(|c| supervise(shared, rt, c, false, &volumes, stop.clone())),
+            .map(|c| supervise(shared, rt, c, ContainerKind::Regular, volumes, stop.clone())),
     )
     .await;
-    let grace = stop.borrow().or(Some(Duration::from_secs(
-        pod.spec
-            .as_ref()
-            .and_then(|s| s.termination_grace_period_seconds)
-            .unwrap_or(30)
-            .max(0) as u64,
-    )));
+    let grace = stop.borrow().or(Some(grace_period(&pod)));
     sidecar_stop.send_replace(grace);
     join_all(sidecars).await;
     if outcomes.iter().any(|o| matches!(o, Outcome::Stopped)) {
@@ -151,19 +181,20 @@ pub(super) async fn lifecycle(shared: &Arc<Shared>, rt: &Arc<PodRuntime>, stop: 
     rt.update(|_| {});
 }
 
-enum Outcome {
+pub(super) enum Outcome {
     /// The pod is stopping; the container was terminated.
     Stopped,
     /// The container exited and is not restarted (its code).
     Exited(i32),
 }
 
-/// Runs a container under the pod's restart policy until it is done (init containers: until success).
-async fn supervise(
+/// Runs a container under the pod's restart policy until it is done (init containers: until success; ephemeral
+/// containers: until their one run ends).
+pub(super) async fn supervise(
     shared: &Arc<Shared>,
     rt: &Arc<PodRuntime>,
     container: &Container,
-    init: bool,
+    kind: ContainerKind,
     volumes: &HashMap<String, PathBuf>,
     mut stop: Stop,
 ) -> Outcome {
@@ -182,7 +213,7 @@ async fn supervise(
             shared,
             rt,
             container,
-            init,
+            kind,
             volumes,
             restart_count,
             &mut stop,
@@ -191,7 +222,7 @@ async fn supervise(
         {
             RunEnd::Stopped => return Outcome::Stopped,
             RunEnd::NotStarted(reason, message) => {
-                rt.container_status(init, &container.name, |cs| {
+                rt.container_status(kind, &container.name, |cs| {
                     cs.state = Some(waiting(reason, Some(message.clone())));
                 });
                 let backoff_reason = not_started_backoff_reason(reason);
@@ -207,7 +238,7 @@ async fn supervise(
                 if !sleep_unless_stopped(Duration::from_millis(200), &mut stop).await {
                     return Outcome::Stopped;
                 }
-                rt.container_status(init, &container.name, |cs| {
+                rt.container_status(kind, &container.name, |cs| {
                     cs.state = Some(waiting(
                         backoff_reason,
                         Some(format!(
@@ -223,7 +254,10 @@ async fn supervise(
                 }
             }
             RunEnd::Exited { code, ran } => {
-                if !restarts(&policy, init, is_sidecar(container), code) {
+                // Ephemeral containers are never restarted, whatever the pod's policy.
+                if kind == ContainerKind::Ephemeral
+                    || !restarts(&policy, kind.is_init(), is_sidecar(container), code)
+                {
                     return Outcome::Exited(code);
                 }
                 // Upstream backoff: the first restart is immediate, then initial, doubling, up to max; a container
@@ -234,7 +268,7 @@ async fn supervise(
                         "back-off {:?} restarting failed container={} pod={}_{}({})",
                         crash_delay, container.name, rt.name, rt.namespace, rt.uid
                     );
-                    rt.container_status(init, &container.name, |cs| {
+                    rt.container_status(kind, &container.name, |cs| {
                         cs.last_state = cs.state.take();
                         cs.state = Some(waiting("CrashLoopBackOff", Some(message.clone())));
                     });
