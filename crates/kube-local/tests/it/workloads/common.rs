@@ -59,6 +59,7 @@ impl Cluster {
                 ImageTarget {
                     bin_dir: testapp().parent().map(|p| p.to_path_buf()),
                     entrypoint: vec![testapp().display().to_string()],
+                    cmd: Vec::new(),
                 },
             )
             .backoff(Duration::from_millis(500), Duration::from_secs(4));

@@ -133,6 +133,48 @@ async fn kubectl_debug_runs_a_debug_container_in_the_pod_and_shows_its_logs() {
 }
 
 #[tokio::test]
+async fn kubectl_exec_reaches_a_running_debug_container_and_it_stops_with_its_pod() {
+    let c = Cluster::start(NS).await;
+    app(&c).await;
+    let (ok, _, err) = kubectl(
+        &c.env,
+        &[
+            "debug",
+            "-n",
+            NS,
+            "app",
+            "--image=alpine:3",
+            "-c",
+            "shell",
+            "--env=WHO=the-shell",
+            "--",
+            "sh",
+            "-c",
+            "exec sleep 600",
+        ],
+    )
+    .await;
+    assert!(ok, "{err}");
+    eventually("the debug container running", Duration::from_secs(20), || async {
+        let pod = c.pod(NS, "app").await?;
+        ephemeral_status(&pod, "shell")?.state?.running
+    })
+    .await;
+    let (ok, out, err) = kubectl(
+        &c.env,
+        &["exec", "-n", NS, "app", "-c", "shell", "--", "sh", "-c", "echo in:$WHO"],
+    )
+    .await;
+    assert!(ok, "{err}");
+    assert_eq!(out, "in:the-shell\n");
+
+    // Deleting the pod stops its debug container too, and the pod goes.
+    let (ok, _, err) = kubectl(&c.env, &["delete", "pod", "-n", NS, "app", "--wait=true"]).await;
+    assert!(ok, "{err}");
+    assert!(c.pod(NS, "app").await.is_none());
+}
+
+#[tokio::test]
 async fn kubectl_debug_interactive_reads_piped_stdin_and_returns_the_output() {
     let c = Cluster::start(NS).await;
     app(&c).await;
