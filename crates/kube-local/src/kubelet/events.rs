@@ -4,6 +4,26 @@ use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, Time};
 use kube::api::{Api, ObjectMeta, PostParams};
 
+/// How an event names a container of the pod: by the list it is in (`spec.initContainers{init}`), as upstream's
+/// container references do.
+fn field_path(pod: &Pod, container: &str) -> String {
+    let list = match pod.spec.as_ref() {
+        Some(s) if s.init_containers.iter().flatten().any(|c| c.name == container) => {
+            "initContainers"
+        }
+        Some(s)
+            if s.ephemeral_containers
+                .iter()
+                .flatten()
+                .any(|c| c.name == container) =>
+        {
+            "ephemeralContainers"
+        }
+        _ => "containers",
+    };
+    format!("spec.{list}{{{container}}}")
+}
+
 /// Records an event in the background; failures only cost the event.
 pub fn record(
     client: &kube::Client,
@@ -32,7 +52,7 @@ pub fn record(
             namespace: Some(ns.clone()),
             uid: pod.metadata.uid.clone(),
             resource_version: pod.metadata.resource_version.clone(),
-            field_path: container.map(|c| format!("spec.containers{{{c}}}")),
+            field_path: container.map(|c| field_path(pod, c)),
         },
         reason: Some(reason.into()),
         message: Some(message),

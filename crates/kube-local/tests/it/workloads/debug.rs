@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
+use k8s_openapi::api::core::v1::{ContainerStatus, Event, Pod};
 use serde_json::{Value, json};
 
 use super::common::{Cluster, TESTAPP, eventually, kubectl, kubectl_in};
@@ -238,6 +238,21 @@ async fn an_unmapped_debug_image_waits_like_a_failed_pull() {
             .as_deref()
             .is_some_and(|m| m.contains("example.com/no-such-tool:1")),
         "{waiting:?}"
+    );
+    // `kubectl describe pod` shows the failure under the ephemeral container.
+    let events: kube::Api<Event> = c.api(NS);
+    let params = kube::api::ListParams::default().fields("involvedObject.name=app");
+    let failed = events
+        .list(&params)
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .find(|e| e.reason.as_deref() == Some("Failed"))
+        .unwrap();
+    assert_eq!(
+        failed.involved_object.field_path.as_deref(),
+        Some("spec.ephemeralContainers{lost}")
     );
 }
 
