@@ -247,8 +247,14 @@ mod tests {
         assert_eq!(
             fields(&validate_spec(&p)),
             vec![
-                ("spec.ephemeralContainers[0].name", "Duplicate value: \"app\""),
-                ("spec.ephemeralContainers[1].name", "Duplicate value: \"init\""),
+                (
+                    "spec.ephemeralContainers[0].name",
+                    "Duplicate value: \"app\""
+                ),
+                (
+                    "spec.ephemeralContainers[1].name",
+                    "Duplicate value: \"init\""
+                ),
                 ("spec.ephemeralContainers[3].name", "Duplicate value: \"d\""),
             ]
         );
@@ -340,8 +346,7 @@ mod tests {
         let d = json!({"name": "d", "image": "b"});
         let e = json!({"name": "e", "image": "b"});
         let old = pod(json!([d.clone(), e.clone()]));
-        let reordered_and_added =
-            pod(json!([e.clone(), d.clone(), {"name": "f", "image": "b"}]));
+        let reordered_and_added = pod(json!([e.clone(), d.clone(), {"name": "f", "image": "b"}]));
         assert_eq!(validate_update(&reordered_and_added, &old), vec![]);
         let removed = pod(json!([e.clone()]));
         assert_eq!(
@@ -364,15 +369,14 @@ mod tests {
     #[test]
     fn static_pods_get_none() {
         let mut old = pod(json!([]));
-        meta::set_meta(
-            &mut old,
-            "annotations",
-            json!({MIRROR_POD_ANNOTATION: "x"}),
-        );
+        meta::set_meta(&mut old, "annotations", json!({MIRROR_POD_ANNOTATION: "x"}));
         let new = pod(json!([{"name": "d", "image": "b"}]));
         assert_eq!(
             fields(&validate_update(&new, &old)),
-            vec![("", "Forbidden: static pods do not support ephemeral containers")]
+            vec![(
+                "",
+                "Forbidden: static pods do not support ephemeral containers"
+            )]
         );
     }
 

@@ -155,7 +155,13 @@ pub(crate) fn choose_container(
     let init = names(pod.pointer("/spec/initContainers"));
     let ephemeral = names(pod.pointer("/spec/ephemeralContainers"));
     match requested {
-        Some(c) if containers.iter().chain(&init).chain(&ephemeral).any(|n| n == c) => {
+        Some(c)
+            if containers
+                .iter()
+                .chain(&init)
+                .chain(&ephemeral)
+                .any(|n| n == c) =>
+        {
             Ok(c.to_string())
         }
         Some(c) => Err(ApiError::bad_request(format!(

@@ -8,7 +8,12 @@ use kube::api::{Api, ObjectMeta, PostParams};
 /// container references do.
 fn field_path(pod: &Pod, container: &str) -> String {
     let list = match pod.spec.as_ref() {
-        Some(s) if s.init_containers.iter().flatten().any(|c| c.name == container) => {
+        Some(s)
+            if s.init_containers
+                .iter()
+                .flatten()
+                .any(|c| c.name == container) =>
+        {
             "initContainers"
         }
         Some(s)

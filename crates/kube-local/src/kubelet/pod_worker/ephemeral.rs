@@ -21,8 +21,8 @@ use k8s_openapi::api::core::v1::{
 use tokio::sync::watch;
 use tokio_util::task::AbortOnDropHandle;
 
-use super::lifecycle::supervise;
 use super::status::waiting;
+use super::supervise::supervise;
 use super::{ContainerKind, PodRuntime, Stop, now, stopped};
 use crate::kubelet::Shared;
 

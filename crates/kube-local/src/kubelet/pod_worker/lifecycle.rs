@@ -1,6 +1,6 @@
 //! The order of a pod's containers: volumes first, then init containers one by one (sidecars started beside them),
-//! then the containers together, each supervised under the restart policy with back-off until it is done, and the
-//! phase the pod ends in. Ephemeral containers ([`super::ephemeral`]) run beside all of them once the volumes are
+//! then the containers together, each supervised under the restart policy ([`super::supervise`]) until it is done,
+//! and the phase the pod ends in. Ephemeral containers ([`super::ephemeral`]) run beside all of them once the volumes are
 //! ready.
 
 use std::collections::HashMap;
@@ -9,15 +9,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::join_all;
-use k8s_openapi::api::core::v1::Container;
 use tokio::sync::watch;
 
-use super::container::{RunEnd, run_once};
 use super::ephemeral::EphemeralContainers;
-use super::restart::{
-    CrashLoopBackoff, StartBackoff, init_exit_fails_pod, not_started_backoff_reason, restarts,
-};
-use super::status::{set_condition, terminal_phase, waiting};
+use super::restart::init_exit_fails_pod;
+use super::status::{set_condition, terminal_phase};
+use super::supervise::{Outcome, supervise};
 use super::{ContainerKind, PodRuntime, Stop, enforcing, facts, is_sidecar, sleep_unless_stopped};
 use crate::kubelet::{Shared, events, security, volumes};
 
@@ -179,114 +176,4 @@ async fn run_containers(
     let phase = terminal_phase(&policy, &exit_codes);
     *rt.terminal.lock().unwrap_or_else(|e| e.into_inner()) = Some(phase);
     rt.update(|_| {});
-}
-
-pub(super) enum Outcome {
-    /// The pod is stopping; the container was terminated.
-    Stopped,
-    /// The container exited and is not restarted (its code).
-    Exited(i32),
-}
-
-/// Runs a container under the pod's restart policy until it is done (init containers: until success; ephemeral
-/// containers: until their one run ends).
-pub(super) async fn supervise(
-    shared: &Arc<Shared>,
-    rt: &Arc<PodRuntime>,
-    container: &Container,
-    kind: ContainerKind,
-    volumes: &HashMap<String, PathBuf>,
-    mut stop: Stop,
-) -> Outcome {
-    let policy = rt.restart_policy();
-    let mut restart_count = 0i32;
-    let mut crash_backoff =
-        CrashLoopBackoff::new(shared.config.backoff_initial, shared.config.backoff_max);
-    let mut start_backoff =
-        StartBackoff::new(shared.config.backoff_initial, shared.config.backoff_max);
-    let pod_ref = rt.pod();
-    loop {
-        if stop.borrow().is_some() {
-            return Outcome::Stopped;
-        }
-        match run_once(
-            shared,
-            rt,
-            container,
-            kind,
-            volumes,
-            restart_count,
-            &mut stop,
-        )
-        .await
-        {
-            RunEnd::Stopped => return Outcome::Stopped,
-            RunEnd::NotStarted(reason, message) => {
-                rt.container_status(kind, &container.name, |cs| {
-                    cs.state = Some(waiting(reason, Some(message.clone())));
-                });
-                let backoff_reason = not_started_backoff_reason(reason);
-                events::record(
-                    &shared.client,
-                    &pod_ref,
-                    Some(&container.name),
-                    true,
-                    "Failed",
-                    message.clone(),
-                    "kubelet",
-                );
-                if !sleep_unless_stopped(Duration::from_millis(200), &mut stop).await {
-                    return Outcome::Stopped;
-                }
-                rt.container_status(kind, &container.name, |cs| {
-                    cs.state = Some(waiting(
-                        backoff_reason,
-                        Some(format!(
-                            "Back-off pulling image \"{}\": {message}",
-                            container.image.clone().unwrap_or_default()
-                        ))
-                        .filter(|_| backoff_reason == "ImagePullBackOff")
-                        .or(Some(message.clone())),
-                    ));
-                });
-                if !sleep_unless_stopped(start_backoff.next(), &mut stop).await {
-                    return Outcome::Stopped;
-                }
-            }
-            RunEnd::Exited { code, ran } => {
-                // Ephemeral containers are never restarted, whatever the pod's policy.
-                if kind == ContainerKind::Ephemeral
-                    || !restarts(&policy, kind.is_init(), is_sidecar(container), code)
-                {
-                    return Outcome::Exited(code);
-                }
-                // Upstream backoff: the first restart is immediate, then initial, doubling, up to max; a container
-                // that ran for 10 minutes starts over.
-                let crash_delay = crash_backoff.next(ran);
-                if !crash_delay.is_zero() {
-                    let message = format!(
-                        "back-off {:?} restarting failed container={} pod={}_{}({})",
-                        crash_delay, container.name, rt.name, rt.namespace, rt.uid
-                    );
-                    rt.container_status(kind, &container.name, |cs| {
-                        cs.last_state = cs.state.take();
-                        cs.state = Some(waiting("CrashLoopBackOff", Some(message.clone())));
-                    });
-                    events::record(
-                        &shared.client,
-                        &pod_ref,
-                        Some(&container.name),
-                        true,
-                        "BackOff",
-                        "Back-off restarting failed container".into(),
-                        "kubelet",
-                    );
-                    if !sleep_unless_stopped(crash_delay, &mut stop).await {
-                        return Outcome::Stopped;
-                    }
-                }
-                restart_count += 1;
-            }
-        }
-    }
 }

@@ -5,8 +5,8 @@
 //! This module owns the pod's runtime state ([`PodRuntime`]), the workers that start and stop with the pods bound to
 //! the node, and the status writer. The decisions are pure functions with unit tests: `status` (phase, conditions,
 //! the initial status), `restart` (restart policy and back-off) and the readiness rules in `probes`; `lifecycle`
-//! (the order of the containers, supervision) and `container` (one run of a container) carry them out; `ephemeral`
-//! runs the ephemeral containers `kubectl debug` adds to a running pod.
+//! (the order of the containers), `supervise` (one container under the restart policy) and `container` (one run of a
+//! container) carry them out; `ephemeral` runs the ephemeral containers `kubectl debug` adds to a running pod.
 
 mod container;
 mod ephemeral;
@@ -14,6 +14,7 @@ mod lifecycle;
 mod probes;
 mod restart;
 mod status;
+mod supervise;
 
 use std::collections::HashMap;
 use std::net::Ipv4Addr;
@@ -21,8 +22,8 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Container, ContainerState, ContainerStatus, Pod, PodStatus};
 use ephemeral::as_container;
+use k8s_openapi::api::core::v1::{Container, ContainerState, ContainerStatus, Pod, PodStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
 use serde_json::{Value, json};

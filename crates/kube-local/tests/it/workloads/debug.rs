@@ -129,7 +129,10 @@ async fn kubectl_debug_runs_a_debug_container_in_the_pod_and_shows_its_logs() {
     // A name that is none of the pod's containers is refused as upstream refuses it.
     let (ok, _, err) = kubectl(&c.env, &["logs", "-n", NS, "app", "-c", "nope"]).await;
     assert!(!ok);
-    assert!(err.contains("container nope is not valid for pod app"), "{err}");
+    assert!(
+        err.contains("container nope is not valid for pod app"),
+        "{err}"
+    );
 }
 
 #[tokio::test]
@@ -155,14 +158,29 @@ async fn kubectl_exec_reaches_a_running_debug_container_and_it_stops_with_its_po
     )
     .await;
     assert!(ok, "{err}");
-    eventually("the debug container running", Duration::from_secs(20), || async {
-        let pod = c.pod(NS, "app").await?;
-        ephemeral_status(&pod, "shell")?.state?.running
-    })
+    eventually(
+        "the debug container running",
+        Duration::from_secs(20),
+        || async {
+            let pod = c.pod(NS, "app").await?;
+            ephemeral_status(&pod, "shell")?.state?.running
+        },
+    )
     .await;
     let (ok, out, err) = kubectl(
         &c.env,
-        &["exec", "-n", NS, "app", "-c", "shell", "--", "sh", "-c", "echo in:$WHO"],
+        &[
+            "exec",
+            "-n",
+            NS,
+            "app",
+            "-c",
+            "shell",
+            "--",
+            "sh",
+            "-c",
+            "echo in:$WHO",
+        ],
     )
     .await;
     assert!(ok, "{err}");
@@ -286,16 +304,23 @@ async fn the_subresource_adds_ephemeral_containers_and_refuses_other_changes() {
     let (code, _, pod) = raw(&c.env, "PATCH", SUBRESOURCE, Some(STRATEGIC), Some(body)).await;
     assert_eq!(code, 200, "{pod}");
     assert_eq!(pod["kind"], "Pod");
-    assert_eq!(pod.pointer("/spec/ephemeralContainers/0/name"), Some(&json!("d1")));
+    assert_eq!(
+        pod.pointer("/spec/ephemeralContainers/0/name"),
+        Some(&json!("d1"))
+    );
     assert_eq!(pod.pointer("/metadata/labels/sneaked"), None);
     let (code, _, got) = raw(&c.env, "GET", SUBRESOURCE, None, None).await;
     assert_eq!(code, 200);
-    assert_eq!(got["spec"]["ephemeralContainers"], pod["spec"]["ephemeralContainers"]);
+    assert_eq!(
+        got["spec"]["ephemeralContainers"],
+        pod["spec"]["ephemeralContainers"]
+    );
 
     let refused = |body: Value, content_type: &'static str, method: &'static str| {
         let env = &c.env;
         async move {
-            let (code, _, answer) = raw(env, method, SUBRESOURCE, Some(content_type), Some(body)).await;
+            let (code, _, answer) =
+                raw(env, method, SUBRESOURCE, Some(content_type), Some(body)).await;
             assert_eq!(code, 422, "{answer}");
             assert_eq!(answer["reason"], "Invalid");
             causes(&answer)
@@ -343,7 +368,12 @@ async fn the_subresource_adds_ephemeral_containers_and_refuses_other_changes() {
     );
     // A name another container has.
     assert_eq!(
-        refused(add(json!([{"name": "main", "image": "busybox"}])), STRATEGIC, "PATCH").await,
+        refused(
+            add(json!([{"name": "main", "image": "busybox"}])),
+            STRATEGIC,
+            "PATCH"
+        )
+        .await,
         vec![(
             "spec.ephemeralContainers[1].name".to_string(),
             "Duplicate value: \"main\"".to_string()
