@@ -125,6 +125,17 @@ where
     crate::shared::eventually_every(what, within, Duration::from_millis(100), check).await
 }
 
+/// Whether every container of the pod runs.
+pub fn running(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .is_some_and(|cs| {
+            cs.iter()
+                .all(|c| c.state.as_ref().is_some_and(|s| s.running.is_some()))
+        })
+}
+
 pub fn ready(pod: &Pod) -> bool {
     pod.status
         .as_ref()

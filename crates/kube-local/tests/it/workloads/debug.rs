@@ -6,20 +6,10 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{ContainerStatus, Event, Pod};
 use serde_json::{Value, json};
 
-use super::common::{Cluster, TESTAPP, eventually, kubectl, kubectl_in};
+use super::common::{Cluster, TESTAPP, eventually, kubectl, kubectl_in, running};
 use crate::shared::raw;
 
 const NS: &str = "debug";
-
-fn running(pod: &Pod) -> bool {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.container_statuses.as_ref())
-        .is_some_and(|cs| {
-            cs.iter()
-                .all(|c| c.state.as_ref().is_some_and(|s| s.running.is_some()))
-        })
-}
 
 fn ephemeral_status(pod: &Pod, name: &str) -> Option<ContainerStatus> {
     pod.status
@@ -54,6 +44,13 @@ async fn app(c: &Cluster) -> Pod {
     .await
 }
 
+/// `kubectl debug -n debug app ARGS…` with `stdin`; (success, stdout, stderr).
+async fn debug_app(c: &Cluster, args: &[&str], stdin: Option<&str>) -> (bool, String, String) {
+    let mut full = vec!["debug", "-n", NS, "app"];
+    full.extend_from_slice(args);
+    kubectl_in(&c.env, &full, stdin).await
+}
+
 /// Waits until the ephemeral container `name` of `app` has terminated; returns the pod.
 async fn terminated(c: &Cluster, name: &str) -> Pod {
     eventually(
@@ -74,13 +71,9 @@ async fn kubectl_debug_runs_a_debug_container_in_the_pod_and_shows_its_logs() {
     let pod = app(&c).await;
     let ip = pod.status.and_then(|s| s.pod_ip).unwrap();
 
-    let (ok, _, err) = kubectl(
-        &c.env,
+    let (ok, _, err) = debug_app(
+        &c,
         &[
-            "debug",
-            "-n",
-            NS,
-            "app",
             "--image=busybox",
             "--target=main",
             "-c",
@@ -91,6 +84,7 @@ async fn kubectl_debug_runs_a_debug_container_in_the_pod_and_shows_its_logs() {
             "-c",
             "echo hello-from-debug; echo who=$WHO; cat /etc/hosts",
         ],
+        None,
     )
     .await;
     assert!(ok, "{err}");
@@ -139,13 +133,9 @@ async fn kubectl_debug_runs_a_debug_container_in_the_pod_and_shows_its_logs() {
 async fn kubectl_exec_reaches_a_running_debug_container_and_it_stops_with_its_pod() {
     let c = Cluster::start(NS).await;
     app(&c).await;
-    let (ok, _, err) = kubectl(
-        &c.env,
+    let (ok, _, err) = debug_app(
+        &c,
         &[
-            "debug",
-            "-n",
-            NS,
-            "app",
             "--image=alpine:3",
             "-c",
             "shell",
@@ -155,6 +145,7 @@ async fn kubectl_exec_reaches_a_running_debug_container_and_it_stops_with_its_po
             "-c",
             "exec sleep 600",
         ],
+        None,
     )
     .await;
     assert!(ok, "{err}");
@@ -197,13 +188,9 @@ async fn kubectl_debug_interactive_reads_piped_stdin_and_returns_the_output() {
     let c = Cluster::start(NS).await;
     app(&c).await;
 
-    let (ok, out, err) = kubectl_in(
-        &c.env,
+    let (ok, out, err) = debug_app(
+        &c,
         &[
-            "debug",
-            "-n",
-            NS,
-            "app",
             "-i",
             "--image=docker.io/library/busybox:1.36",
             "-c",
@@ -228,19 +215,16 @@ async fn kubectl_debug_interactive_reads_piped_stdin_and_returns_the_output() {
 async fn an_unmapped_debug_image_waits_like_a_failed_pull() {
     let c = Cluster::start(NS).await;
     app(&c).await;
-    let (ok, _, err) = kubectl(
-        &c.env,
+    let (ok, _, err) = debug_app(
+        &c,
         &[
-            "debug",
-            "-n",
-            NS,
-            "app",
             "--image=example.com/no-such-tool:1",
             "-c",
             "lost",
             "--",
             "true",
         ],
+        None,
     )
     .await;
     assert!(ok, "{err}");
