@@ -8,23 +8,29 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# Each phase is announced with the minutes and seconds since the start, so a
+# slow CI run says where its time went.
+phase() {
+  printf '== [%dm%02ds] %s\n' $((SECONDS / 60)) $((SECONDS % 60)) "$1"
+}
+
 scripts/install-prerequisites.sh
 
-echo "== cargo fmt"
+phase "cargo fmt"
 cargo fmt --all -- --check
 
-echo "== import cycles between modules"
+phase "import cycles between modules"
 python3 scripts/module-cycles.py
 
-echo "== relative links in docs"
+phase "relative links in docs"
 python3 scripts/check-links.py
 
-echo "== cargo clippy"
+phase "cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 # The operator as the container image builds it: without local mode.
 cargo clippy --locked -p dkv-operator --no-default-features --bin dkv -- -D warnings
 
-echo "== tests"
+phase "tests"
 # Every test that runs the operator records, for the secret scan below, the
 # values of every Secret and everything people and log pipelines see.
 DKV_SECRET_SCAN_DIR="$(mktemp -d)"
@@ -36,16 +42,16 @@ else
   cargo test --workspace --locked --no-fail-fast
 fi
 
-echo "== secret scan (the logs, Events and objects of the whole test run)"
+phase "secret scan (the logs, Events and objects of the whole test run)"
 scripts/scan-secrets.py "$DKV_SECRET_SCAN_DIR"
 
-echo "== deploy manifests"
+phase "deploy manifests"
 scripts/validate-manifests.sh
 
-echo "== monitoring: rules, rule tests, dashboard queries"
+phase "monitoring: rules, rule tests, dashboard queries"
 scripts/check-monitoring.sh
 
-echo "== the README's first command, exactly as a newcomer runs it"
+phase "the README's first command, exactly as a newcomer runs it"
 # It reuses the debug build above; any failed step fails CI (the demo says
 # which and stops its control plane). On success it leaves kube-local
 # running for the user: stop it here.
@@ -55,5 +61,6 @@ rm -f target/debug/dkv target/debug/kubectl-dkv
 scripts/demo.sh
 target/debug/dkv local down
 
-echo "== the release build, installed, as a user runs it"
+phase "the release build, installed, as a user runs it"
 scripts/release-smoke.sh
+phase "done"

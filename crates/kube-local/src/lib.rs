@@ -34,6 +34,7 @@ pub mod node_control;
 mod openapi;
 mod output;
 mod patch;
+mod pod_events;
 mod pod_exec;
 mod pod_log;
 mod registry;

@@ -1,10 +1,12 @@
-//! The `pods/{name}/exec` and `pods/{name}/attach` subresources: the API server checks the request and the pod as
-//! upstream's `ExecLocation`/`AttachLocation` do, then hands the connection to the pod's node's kubelet
-//! (`/exec/{namespace}/{pod}/{container}`, `/attach/…`, see `crate::kubelet`), the way kube-apiserver proxies an
-//! upgrade: the client's upgrade request goes to the kubelet as it came, the kubelet's `101 Switching Protocols`
-//! comes back, and from then on bytes are copied both ways. The API server does not speak the stream protocol
-//! itself; the kubelet negotiates it (WebSocket `v5.channel.k8s.io`/`v4.channel.k8s.io`) and refuses what it does
-//! not serve (SPDY, a TTY) in words the client shows.
+//! The `pods/{name}/exec`, `pods/{name}/attach` and `pods/{name}/portforward` subresources: the API server checks
+//! the request and the pod as upstream's `ExecLocation`/`AttachLocation`/`PortForwardLocation` do, then hands the
+//! connection to the pod's node's kubelet (`/exec/{namespace}/{pod}/{container}`, `/attach/…`,
+//! `/portForward/{namespace}/{pod}`, see `crate::kubelet`), the way kube-apiserver proxies an upgrade: the client's
+//! upgrade request goes to the kubelet as it came, the kubelet's `101 Switching Protocols` comes back, and from then
+//! on bytes are copied both ways. The API server does not speak the stream protocols itself; the kubelet negotiates
+//! them (WebSocket `v5.channel.k8s.io`/`v4.channel.k8s.io` for exec and attach; SPDY/3.1, plain or in WebSocket, for
+//! port-forward) and refuses what it does not serve in words the client shows. A pod whose node is down cannot be
+//! reached: its kubelet does not answer.
 
 use std::collections::HashMap;
 
@@ -24,13 +26,14 @@ use crate::registry::ResourceType;
 
 /// The request headers handed to the kubelet unchanged: those that make the upgrade (the WebSocket key is answered
 /// there) and the client's name.
-const FORWARDED_HEADERS: [header::HeaderName; 6] = [
+const FORWARDED_HEADERS: [header::HeaderName; 7] = [
     header::CONNECTION,
     header::UPGRADE,
     header::SEC_WEBSOCKET_KEY,
     header::SEC_WEBSOCKET_VERSION,
     header::SEC_WEBSOCKET_PROTOCOL,
     header::USER_AGENT,
+    header::HeaderName::from_static("x-stream-protocol-version"),
 ];
 
 fn flag(q: &HashMap<String, String>, key: &str) -> bool {
@@ -99,6 +102,47 @@ pub async fn connect(
         segment(&container)
     );
     forward(req, &address, &path, name, &format!("pods/{subresource}")).await
+}
+
+/// GET or POST `pods/{name}/portforward` (WebSocket-tunnelled or plain SPDY; the kubelet tells them apart).
+pub async fn port_forward(
+    core: &Core,
+    rt: &ResourceType,
+    namespace: &str,
+    name: &str,
+    req: Request,
+) -> ApiResult<Response> {
+    if req.method() != Method::GET && req.method() != Method::POST {
+        return Err(ApiError::method_not_allowed(
+            "the server does not allow this method on the requested resource",
+        ));
+    }
+    let pod = core.get(rt, namespace, name)?;
+    let node = forwardable_node(&pod, name)?;
+    let address = kubelet_address(core, node)?;
+    let segment = |s: &str| percent_encoding::utf8_percent_encode(s, SEGMENT).to_string();
+    let path = format!("/portForward/{}/{}", segment(namespace), segment(name));
+    forward(req, &address, &path, name, "pods/portforward").await
+}
+
+/// The node of a pod that can be forwarded to, or a 400. kube-apiserver itself checks only that the pod has a node
+/// (`pod P does not have a host assigned`) and leaves a pod without a running sandbox to the kubelet; here that case
+/// is answered with the words kubectl uses when it checks the phase itself (`unable to forward port because pod is
+/// not running. Current status=PHASE`).
+fn forwardable_node<'p>(pod: &'p Value, name: &str) -> ApiResult<&'p str> {
+    let text = |p: &str| pod.pointer(p).and_then(Value::as_str).unwrap_or_default();
+    let node = text("/spec/nodeName");
+    if node.is_empty() {
+        return Err(ApiError::bad_request(format!(
+            "pod {name} does not have a host assigned"
+        )));
+    }
+    match text("/status/phase") {
+        "Running" => Ok(node),
+        phase => Err(ApiError::bad_request(format!(
+            "unable to forward port because pod is not running. Current status={phase}"
+        ))),
+    }
 }
 
 fn unreachable_kubelet(address: &str, e: impl std::fmt::Display) -> ApiError {
@@ -192,5 +236,24 @@ mod tests {
         let q = validate_options("exec", "command=ls&command=-l&stderr=true&container=c").unwrap();
         assert_eq!(q.get("container").map(String::as_str), Some("c"));
         assert!(validate_options("attach", "stdout=1").is_ok());
+    }
+
+    #[test]
+    fn only_running_scheduled_pods_are_forwarded_to() {
+        let pod = |node: &str, phase: &str| serde_json::json!({"spec": {"nodeName": node}, "status": {"phase": phase}});
+        assert_eq!(forwardable_node(&pod("n", "Running"), "p").unwrap(), "n");
+        let e = forwardable_node(&pod("", "Pending"), "p").unwrap_err();
+        assert_eq!(
+            (e.code, e.message.as_str()),
+            (400, "pod p does not have a host assigned")
+        );
+        let e = forwardable_node(&pod("n", "Succeeded"), "p").unwrap_err();
+        assert_eq!(
+            (e.code, e.message.as_str()),
+            (
+                400,
+                "unable to forward port because pod is not running. Current status=Succeeded"
+            )
+        );
     }
 }

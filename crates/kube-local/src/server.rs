@@ -629,7 +629,7 @@ async fn resource(server: &Server, req: Request, t: Target) -> ApiResult<Respons
     }
     if let (Some("portforward"), Some(name)) = (t.subresource.as_deref(), t.name.as_deref()) {
         let ns = t.namespace.as_deref().unwrap_or_default();
-        return crate::streaming::port_forward::serve(core, &rt, ns, name, req).await;
+        return crate::pod_exec::port_forward(core, &rt, ns, name, req).await;
     }
     if let (Some("eviction"), Some(name)) = (t.subresource.as_deref(), t.name.as_deref()) {
         let ns = t.namespace.as_deref().unwrap_or_default();

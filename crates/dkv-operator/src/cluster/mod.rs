@@ -32,6 +32,7 @@ pub mod membership;
 pub mod membership_record;
 pub mod metrics_view;
 pub mod naming;
+mod node_access;
 pub mod observe_members;
 pub mod outcome;
 pub mod plan;
@@ -303,6 +304,13 @@ async fn reconcile_cluster(
             ),
         });
     }
+    // Member pods being deleted: stopping, not missing.
+    let terminating: Vec<i32> = observed
+        .pods
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_some())
+        .filter_map(|p| naming::ordinal_of(&cluster.name, &p.name_any()))
+        .collect();
     let view = plan::MembershipView {
         members,
         pods,
@@ -315,6 +323,7 @@ async fn reconcile_cluster(
         recovery_epoch: epoch,
         tls_serial: credentials.tls.as_ref().map(|t| t.member_serial.clone()),
         stranded: lost_nodes.stranded,
+        terminating: terminating.clone(),
     };
     let mut plan = plan::plan(
         cluster,
@@ -340,14 +349,7 @@ async fn reconcile_cluster(
             plan: &plan,
             members: seen.members.as_deref(),
             pods: &seen.pods,
-            terminating: observed
-                .pods
-                .iter()
-                .filter(|p| {
-                    p.metadata.deletion_timestamp.is_some()
-                        && naming::ordinal_of(&cluster.name, &p.name_any()).is_some()
-                })
-                .count(),
+            terminating: terminating.len(),
         },
     );
     if hibernation.stopped() {
@@ -605,9 +607,18 @@ async fn observe_lost_nodes(
     now: jiff::Timestamp,
     ctx: &Context,
 ) -> Result<LostNodes> {
-    let placements = lost_node::placements(&cluster.name, &observed.pods, |node| {
-        ctx.stores.nodes.get(&ObjectRef::new(node))
+    let mut placements = lost_node::placements(&cluster.name, &observed.pods, |node| {
+        ctx.stores
+            .nodes
+            .as_ref()
+            .and_then(|nodes| nodes.get(&ObjectRef::new(node)))
     });
+    if ctx.stores.nodes.is_none() {
+        // Nodes are not watched: a node missing from no cache is not gone.
+        for placement in &mut placements {
+            placement.loss = None;
+        }
+    }
     let previous = dkv.status.as_ref().map(|s| s.members.as_slice());
     let lost = lost_node::lost_members(
         &cluster.name,
@@ -1073,7 +1084,10 @@ pub async fn run(
     let (endpoint_slices, slice_writer) = watches::store::<EndpointSlice>();
     let (claims, claim_writer) = watches::store::<PersistentVolumeClaim>();
     let (backups, backup_writer) = watches::store::<DistributedKVBackup>();
-    let (nodes, node_writer) = watches::store::<Node>();
+    let (node_store, node_writer) = watches::store::<Node>();
+    let nodes = node_access::may_watch_nodes(&client)
+        .await
+        .then_some(node_store);
     let stores = Stores {
         statefulsets,
         services,
@@ -1131,13 +1145,18 @@ pub async fn run(
     // Nodes are not ours either: a node that is lost or back (its Ready
     // status, the unreachable taint) re-triggers the clusters with a member
     // pod on it.
-    let node_stream = watches::relevant_stream(
-        Api::<Node>::all(client.clone()),
-        watcher::Config::default(),
-        node_writer,
-        watches::node_relevance,
-        watches::trim_node,
-    );
+    let node_stream = if stores.nodes.is_some() {
+        watches::relevant_stream(
+            Api::<Node>::all(client.clone()),
+            watcher::Config::default(),
+            node_writer,
+            watches::node_relevance,
+            watches::trim_node,
+        )
+        .boxed()
+    } else {
+        futures::stream::empty().boxed()
+    };
     let member_pods = stores.pods.clone();
     let by_node = move |node: Node| watches::clusters_on(&member_pods, &node.name_any());
 

@@ -88,6 +88,8 @@ pub struct MembershipView {
     pub tls_serial: Option<String>,
     /// Members to move off a lost node (see [`super::lost_node`]).
     pub stranded: Vec<membership::Stranded>,
+    /// Ordinals whose member pod is being deleted.
+    pub terminating: Vec<i32>,
 }
 
 /// The record of a cluster being created: its initial members bootstrap
@@ -281,6 +283,7 @@ pub fn plan(
         desired_tls_serial: view.tls_serial.clone(),
         update_revision: update_revision(sts),
         stranded: view.stranded.clone(),
+        terminating: view.terminating.clone(),
     });
     Plan {
         replicas,

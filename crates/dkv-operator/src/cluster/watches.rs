@@ -385,8 +385,10 @@ pub struct Stores {
     /// facts from them).
     pub backups: Store<dkv_api::DistributedKVBackup>,
     /// Every Node, as [`trim_node`] leaves it: where members run, and
-    /// whether their nodes are lost (see [`super::lost_node`]).
-    pub nodes: Store<Node>,
+    /// whether their nodes are lost (see [`super::lost_node`]). `None` when
+    /// the operator may not list and watch Nodes (its RBAC leaves them
+    /// out): members' zones and lost nodes are then not known.
+    pub nodes: Option<Store<Node>>,
 }
 
 impl Stores {
@@ -406,7 +408,7 @@ impl Stores {
             ("EndpointSlice cache", is_ready(&self.endpoint_slices)),
             ("PersistentVolumeClaim cache", is_ready(&self.claims)),
             ("DistributedKVBackup cache", is_ready(&self.backups)),
-            ("Node cache", is_ready(&self.nodes)),
+            ("Node cache", self.nodes.as_ref().is_none_or(is_ready)),
         ];
         match checks.into_iter().find(|(_, ready)| !ready) {
             Some((what, _)) => Err(what),

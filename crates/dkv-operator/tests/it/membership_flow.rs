@@ -214,7 +214,7 @@ fn world(
         endpoint_slices,
         claims,
         backups,
-        nodes,
+        nodes: Some(nodes),
     };
     let (client, log) = recording_api();
     let ctx = Context::new(

@@ -502,3 +502,156 @@ async fn with_replace_a_member_on_a_lost_node_is_replaced_on_another_node() {
     );
     support::etcd_cluster::assert_no_write_lost(&client, NS, &report).await;
 }
+
+/// With network volumes (they follow their pod), `Replace` keeps the member:
+/// its stuck pod is force-deleted and restarts on another node on the same
+/// volume, with the same member ID and its data; nothing is removed from etcd.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn with_replace_a_member_on_a_network_volume_restarts_elsewhere_on_it() {
+    const NS: &str = "node-network";
+    let (env, client, _operator) = environment(NS, 4).await;
+    let spec = json!({
+        "storage": {"storageClassName": "network", "size": "1Gi", "reclaimPolicy": "Delete"},
+        "recovery": {"lostNode": {"policy": "Replace", "afterSeconds": 5}},
+    });
+    let dkvs = support::create_cluster(&client, NS, "orders", 3, IMAGE, spec).await;
+    wait_settled(&dkvs, "orders", 3).await;
+    let (node, _) = placement(&client, NS).await["orders-1"].clone();
+    let ids_before = member_ids(&dkvs.get("orders").await.unwrap());
+    let claims =
+        Api::<k8s_openapi::api::core::v1::PersistentVolumeClaim>::namespaced(client.clone(), NS);
+    let old_claim = claims.get("data-orders-1").await.unwrap();
+
+    let writer = Writer::start(client.clone(), NS, "orders");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let kubelet = env.kubelet().unwrap();
+    kubelet.kill_node(&node).unwrap();
+    let killed = Instant::now();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    loop {
+        let pod = pods.get_opt("orders-1").await.unwrap();
+        let elsewhere = pod.as_ref().is_some_and(|p| {
+            p.spec.as_ref().and_then(|s| s.node_name.as_deref()) != Some(node.as_str())
+                && p.metadata.deletion_timestamp.is_none()
+                && p.status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+        });
+        if elsewhere {
+            break;
+        }
+        assert!(
+            killed.elapsed() < Duration::from_secs(120),
+            "orders-1 never restarted off {node}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    eprintln!(
+        "[{NS}] orders-1 Ready on another node {:?} after {node} lost power",
+        killed.elapsed()
+    );
+    wait_settled(&dkvs, "orders", 3).await;
+    assert_eq!(
+        member_ids(&dkvs.get("orders").await.unwrap()),
+        ids_before,
+        "the same members, with the same IDs"
+    );
+    assert_eq!(
+        claims.get("data-orders-1").await.unwrap().uid(),
+        old_claim.uid(),
+        "the same volume"
+    );
+
+    // The old node returns with nothing of the member on it.
+    kubelet.start_node(&node).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    wait_settled(&dkvs, "orders", 3).await;
+    assert_eq!(member_ids(&dkvs.get("orders").await.unwrap()), ids_before);
+    let report = writer.stop().await;
+    eprintln!("[{NS}] {} acknowledged writes", report.acked.len());
+    support::etcd_cluster::assert_no_write_lost(&client, NS, &report).await;
+}
+
+/// An install whose RBAC leaves Nodes out (deploy/'s ClusterRole without its
+/// nodes rule) on a kube-local that enforces RBAC: the operator never asks
+/// for Nodes, and still creates and serves its clusters, with the member's
+/// node (from its pod) but no zone in status.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_operator_that_may_not_watch_nodes_still_runs_its_clusters() {
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+    use kube::api::PostParams;
+
+    const NS: &str = "no-nodes";
+    const OPERATOR_NS: &str = "dkv-system";
+    let mut config = support::kubelet_config();
+    config.nodes.count = 2;
+    let env = kube_local::Environment::builder()
+        .crds(vec![
+            DistributedKV::crd(),
+            dkv_api::DistributedKVBackup::crd(),
+        ])
+        .kubelet_config(config)
+        .authenticate(true)
+        .build()
+        .await
+        .unwrap();
+    let admin = env.client();
+    support::create_namespace(&admin, OPERATOR_NS).await;
+    support::create_namespace(&admin, NS).await;
+
+    let path = support::repo_root().join("deploy/rbac/cluster_role.yaml");
+    let mut role: ClusterRole =
+        serde_saphyr::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let rules = role.rules.get_or_insert_default();
+    let before = rules.len();
+    rules.retain(|r| {
+        !r.resources
+            .as_ref()
+            .is_some_and(|res| res.iter().any(|x| x == "nodes"))
+    });
+    assert_eq!(
+        rules.len(),
+        before - 1,
+        "deploy/'s ClusterRole grants nodes"
+    );
+    let role_name = role.name_any();
+    Api::<ClusterRole>::all(admin.clone())
+        .create(&PostParams::default(), &role)
+        .await
+        .unwrap();
+    let binding: ClusterRoleBinding = serde_json::from_value(json!({
+        "metadata": {"name": "dkv-operator-without-nodes"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role_name},
+        "subjects": [{"kind": "ServiceAccount", "name": "dkv-operator", "namespace": OPERATOR_NS}],
+    }))
+    .unwrap();
+    Api::<ClusterRoleBinding>::all(admin.clone())
+        .create(&PostParams::default(), &binding)
+        .await
+        .unwrap();
+    let token = support::metrics::service_account_token(&admin, OPERATOR_NS, "dkv-operator").await;
+    let operator =
+        support::RunningOperator::start(env.client_with_token(Some(&token)).unwrap(), false);
+
+    let dkvs = support::create_cluster(&admin, NS, "limited", 1, IMAGE, json!({})).await;
+    wait_settled(&dkvs, "limited", 1).await;
+    let dkv = dkvs.get("limited").await.unwrap();
+    let member = &dkv.status.as_ref().unwrap().members[0];
+    assert!(
+        member.node.is_some(),
+        "the node comes from the pod: {member:?}"
+    );
+    assert_eq!(member.zone, None, "zones come from Nodes, not watched");
+    assert_eq!(member.node_lost_since, None);
+    let refused: Vec<_> = env
+        .forbidden()
+        .into_iter()
+        .filter(|r| r.user.contains("dkv-operator"))
+        .collect();
+    assert!(
+        refused.is_empty(),
+        "the operator asked for what it may not: {refused:?}"
+    );
+    operator.stop().await;
+}

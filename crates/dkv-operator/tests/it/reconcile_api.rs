@@ -173,7 +173,7 @@ fn stores_serving(
         endpoint_slices,
         claims,
         backups,
-        nodes,
+        nodes: Some(nodes),
     }
 }
 

@@ -1,5 +1,5 @@
-//! The `pods/{name}/portforward` subresource: checks the pod as kube-apiserver does, then upgrades the connection
-//! and runs a [`port_forward_session`](super::port_forward_session) over it.
+//! The kubelet's end of `kubectl port-forward`: upgrades the connection the API server handed through and runs a
+//! [`port_forward_session`](super::port_forward_session) over it, dialing the pod's address.
 //!
 //! Two transports carry the same SPDY/3.1 session:
 //! * WebSocket (kubectl ≥ 1.31 tries it first, KEP 4006): a `GET` with `Upgrade: websocket` and the subprotocol
@@ -8,13 +8,10 @@
 //!   `Upgrade: SPDY/3.1` and `X-Stream-Protocol-Version: portforward.k8s.io`, answered 101 Switching Protocols with
 //!   the same headers; then the connection is the SPDY session.
 //!
-//! Where the bytes go: upstream's API server proxies the stream to the kubelet, which dials the port inside the
-//! pod's network namespace. kube-local's pods are host processes, each bound to its own loopback address that the
-//! host reaches directly, so the API server dials `status.podIP:port` itself. Going through the kubelet would add a
-//! second SPDY (or plain) hop with nothing to gain: no namespace to enter, the same address, and the kubelet's
-//! HTTP server would have to grow an upgrade path only to copy bytes the API server can copy.
+//! The API server checks the request and the pod and proxies the upgrade to the pod's node's kubelet
+//! (`crate::pod_exec`), which calls [`accept`] from its `/portForward/{namespace}/{pod}` route; so a pod on a node
+//! that is down cannot be forwarded to, as on a cluster.
 
-use std::net::IpAddr;
 use std::sync::Arc;
 
 use axum::body::Body;
@@ -24,16 +21,13 @@ use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
 use axum::response::Response;
 use bytes::{Bytes, BytesMut};
 use futures::{SinkExt, StreamExt};
-use http::{HeaderValue, Method, StatusCode, header};
+use http::{HeaderValue, StatusCode, header};
 use hyper_util::rt::TokioIo;
-use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::mpsc;
 
-use super::port_forward_session::{self, Target};
-use crate::api_error::{ApiError, ApiResult};
-use crate::core::Core;
-use crate::registry::ResourceType;
+use super::port_forward_session;
+pub(crate) use super::port_forward_session::Target;
 
 /// The stream protocol, negotiated in `X-Stream-Protocol-Version` (plain SPDY) or as the suffix of the WebSocket
 /// subprotocol.
@@ -45,21 +39,10 @@ const OUTPUT_QUEUE: usize = 64;
 /// Frames coalesced into one write (or one WebSocket message) when several are waiting.
 const COALESCE: usize = 256 * 1024;
 
-/// GET or POST `pods/{name}/portforward`.
-pub async fn serve(
-    core: &Core,
-    rt: &ResourceType,
-    namespace: &str,
-    name: &str,
-    req: Request,
-) -> ApiResult<Response> {
-    if req.method() != Method::GET && req.method() != Method::POST {
-        return Err(ApiError::method_not_allowed(
-            "the server does not allow this method on the requested resource",
-        ));
-    }
-    let pod = core.get(rt, namespace, name)?;
-    let target = Arc::new(target(&pod, namespace, name)?);
+/// Upgrades `req` (WebSocket or plain SPDY) and runs a session forwarding to `target`; `Err` is why the request is
+/// not a port-forward upgrade this side serves (the kubelet answers it 400).
+pub(crate) async fn accept(req: Request, target: Target) -> Result<Response, String> {
+    let target = Arc::new(target);
     let upgrade = req
         .headers()
         .get(header::UPGRADE)
@@ -71,34 +54,7 @@ pub async fn serve(
     } else if upgrade.split(',').any(|u| u.trim() == "spdy/3.1") {
         spdy(req, target)
     } else {
-        Err(ApiError::bad_request(
-            "unable to upgrade: missing upgrade headers in request",
-        ))
-    }
-}
-
-/// The pod's address, or a 400 for a pod that cannot be forwarded to. kube-apiserver itself checks only that the pod
-/// has a node (`pod P does not have a host assigned`) and leaves a pod without a running sandbox to the kubelet; here
-/// that case is answered with the words kubectl uses when it checks the phase itself (`unable to forward port
-/// because pod is not running. Current status=PHASE`).
-fn target(pod: &Value, namespace: &str, name: &str) -> ApiResult<Target> {
-    let text = |p: &str| pod.pointer(p).and_then(Value::as_str).unwrap_or_default();
-    if text("/spec/nodeName").is_empty() {
-        return Err(ApiError::bad_request(format!(
-            "pod {name} does not have a host assigned"
-        )));
-    }
-    let phase = text("/status/phase");
-    let ip = text("/status/podIP").parse::<IpAddr>();
-    match (phase, ip) {
-        ("Running", Ok(ip)) => Ok(Target {
-            pod: format!("{namespace}/{name}"),
-            uid: text("/metadata/uid").to_string(),
-            ip,
-        }),
-        _ => Err(ApiError::bad_request(format!(
-            "unable to forward port because pod is not running. Current status={phase}"
-        ))),
+        Err("unable to upgrade: missing upgrade headers in request".into())
     }
 }
 
@@ -113,16 +69,16 @@ fn offers(req: &Request, name: &str, wanted: &str) -> bool {
 }
 
 /// SPDY tunnelled in WebSocket binary messages.
-async fn websocket(req: Request, target: Arc<Target>) -> ApiResult<Response> {
+async fn websocket(req: Request, target: Arc<Target>) -> Result<Response, String> {
     if !offers(&req, "sec-websocket-protocol", TUNNEL_PROTOCOL) {
-        return Err(ApiError::bad_request(format!(
+        return Err(format!(
             "unable to upgrade: the WebSocket subprotocol {TUNNEL_PROTOCOL} was not requested"
-        )));
+        ));
     }
     let (mut parts, _body) = req.into_parts();
     let ws = WebSocketUpgrade::from_request_parts(&mut parts, &())
         .await
-        .map_err(|e| ApiError::bad_request(format!("unable to upgrade: {}", e.body_text())))?;
+        .map_err(|e| format!("unable to upgrade: {}", e.body_text()))?;
     Ok(ws
         .protocols([TUNNEL_PROTOCOL])
         .on_upgrade(move |socket| tunnel(socket, target)))
@@ -186,13 +142,13 @@ fn coalesce(first: Bytes, rx: &mut mpsc::Receiver<Bytes>) -> Bytes {
 }
 
 /// Plain SPDY after an HTTP/1.1 upgrade.
-fn spdy(mut req: Request, target: Arc<Target>) -> ApiResult<Response> {
+fn spdy(mut req: Request, target: Arc<Target>) -> Result<Response, String> {
     if req.headers().contains_key("x-stream-protocol-version")
         && !offers(&req, "x-stream-protocol-version", PROTOCOL)
     {
-        return Err(ApiError::bad_request(format!(
+        return Err(format!(
             "unable to upgrade: unable to negotiate protocol: server supports [{PROTOCOL}]"
-        )));
+        ));
     }
     let on_upgrade = hyper::upgrade::on(&mut req);
     tokio::spawn(async move {
@@ -252,7 +208,6 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
 
     #[tokio::test]
     async fn queued_frames_are_coalesced_up_to_the_limit() {
@@ -271,26 +226,5 @@ mod tests {
         // What did not fit stays queued, and a lone frame is passed through as is.
         let second = coalesce(rx.recv().await.unwrap(), &mut rx);
         assert_eq!(second.as_ref(), b"c");
-    }
-
-    #[test]
-    fn only_running_scheduled_pods_with_an_address_are_forwarded_to() {
-        let pod = |node: &str, phase: &str, ip: &str| json!({"metadata": {"uid": "u"}, "spec": {"nodeName": node}, "status": {"phase": phase, "podIP": ip}});
-        let t = target(&pod("n", "Running", "127.0.5.7"), "ns", "p").unwrap();
-        assert_eq!(t.ip.to_string(), "127.0.5.7");
-        assert_eq!((t.pod.as_str(), t.uid.as_str()), ("ns/p", "u"));
-        let e = target(&pod("", "Pending", ""), "ns", "p").unwrap_err();
-        assert_eq!(
-            (e.code, e.message.as_str()),
-            (400, "pod p does not have a host assigned")
-        );
-        let e = target(&pod("n", "Succeeded", "127.0.5.7"), "ns", "p").unwrap_err();
-        assert_eq!(
-            (e.code, e.message.as_str()),
-            (
-                400,
-                "unable to forward port because pod is not running. Current status=Succeeded"
-            )
-        );
     }
 }

@@ -9,9 +9,9 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{Event, EventSource, Node, ObjectReference, Pod};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, Time};
-use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
 
 use super::Context;
@@ -32,6 +32,9 @@ pub struct Scheduler {
     reported: HashMap<String, String>,
 }
 
+/// The scheduler's name: pods that name no other are its; it signs its Events with it.
+const SCHEDULER: &str = "default-scheduler";
+
 fn is_pending_for_us(pod: &Pod) -> bool {
     let Some(spec) = &pod.spec else { return false };
     spec.node_name.as_deref().unwrap_or_default().is_empty()
@@ -39,7 +42,7 @@ fn is_pending_for_us(pod: &Pod) -> bool {
         && spec
             .scheduler_name
             .as_deref()
-            .is_none_or(|s| s == "default-scheduler")
+            .is_none_or(|s| s == SCHEDULER)
         && !matches!(
             pod.status.as_ref().and_then(|s| s.phase.as_deref()),
             Some("Succeeded" | "Failed")
@@ -267,44 +270,22 @@ async fn bind(ctx: &Context, pod: &Pod, node: &str) -> bool {
 
 /// Records a scheduler Event about the pod in the background; failures only cost the Event.
 fn record_event(ctx: &Context, pod: &Pod, warning: bool, reason: &str, message: String) {
-    let ns = pod.metadata.namespace.clone().unwrap_or_default();
-    let name = pod.metadata.name.clone().unwrap_or_default();
-    let now = jiff::Timestamp::now();
-    let event = Event {
-        metadata: ObjectMeta {
-            generate_name: Some(format!("{name}.")),
-            namespace: Some(ns.clone()),
-            ..ObjectMeta::default()
-        },
-        involved_object: ObjectReference {
-            api_version: Some("v1".into()),
-            kind: Some("Pod".into()),
-            name: Some(name),
-            namespace: Some(ns.clone()),
-            uid: pod.metadata.uid.clone(),
-            resource_version: pod.metadata.resource_version.clone(),
-            field_path: None,
-        },
-        reason: Some(reason.into()),
-        message: Some(message),
-        type_: Some(if warning { "Warning" } else { "Normal" }.into()),
-        source: Some(EventSource {
-            component: Some("default-scheduler".into()),
+    crate::pod_events::record(
+        &ctx.client,
+        pod,
+        crate::pod_events::Reporter {
+            component: SCHEDULER,
+            instance: Some(SCHEDULER.into()),
             host: None,
-        }),
-        reporting_component: Some("default-scheduler".into()),
-        reporting_instance: Some("default-scheduler".into()),
-        first_timestamp: Some(Time(now)),
-        last_timestamp: Some(Time(now)),
-        event_time: Some(MicroTime(now)),
-        action: Some(if warning { "Scheduling" } else { "Binding" }.into()),
-        count: Some(1),
-        ..Event::default()
-    };
-    let api: Api<Event> = Api::namespaced(ctx.client.clone(), &ns);
-    tokio::spawn(async move {
-        let _ = api.create(&PostParams::default(), &event).await;
-    });
+        },
+        crate::pod_events::PodEvent {
+            container: None,
+            warning,
+            reason,
+            message,
+            action: if warning { "Scheduling" } else { "Binding" },
+        },
+    );
 }
 
 #[cfg(test)]

@@ -148,6 +148,9 @@ pub struct Observation {
     pub update_revision: Option<String>,
     /// Members whose pod is bound to a lost node.
     pub stranded: Vec<Stranded>,
+    /// Ordinals whose member pod is being deleted (`deletionTimestamp` set):
+    /// it is stopping, and `pods` does not list it.
+    pub terminating: Vec<i32>,
 }
 
 /// The one thing to do this pass.
@@ -233,6 +236,9 @@ pub enum WaitReason {
     /// A member restarted onto the current template is not Ready, or has
     /// not caught up with the leader, yet.
     RestartInProgress { ordinal: i32 },
+    /// The member's pod is being deleted (its kubelet has not confirmed it
+    /// stopped yet): deleting it again would change nothing.
+    PodTerminating { ordinal: i32 },
     /// The StatefulSet's controller has not reported the revision of its
     /// latest template yet.
     TemplatePending,
@@ -397,9 +403,16 @@ fn caught_up(learner: &ObservedMember, leader_index: u64) -> bool {
 
 /// Chooses the next step. See the module documentation for the rules.
 pub fn next_step(obs: &Observation) -> Step {
-    match obs.pinned {
+    let step = match obs.pinned {
         Some(pinned) => resume::continue_operation(obs, pinned),
         None => begin::unpinned_step(obs),
+    };
+    match step {
+        // Already going: the restart is under way once its kubelet stops it.
+        Step::RestartPod { ordinal } if obs.terminating.contains(&ordinal) => {
+            Step::Wait(WaitReason::PodTerminating { ordinal })
+        }
+        step => step,
     }
 }
 

@@ -187,6 +187,10 @@ fn continue_learner(
         // Crashed between pinning and adding: add now (idempotent: the
         // member is looked up by ordinal first).
         None => Step::AddLearner { ordinal },
+        // Its own node is lost and it is due to be relocated: waiting would
+        // last as long as the node is gone; the relocation takes it out of
+        // etcd and adds it again from another node.
+        Some(m) if !m.healthy && obs.relocation_due(ordinal) => Step::Finish(pinned),
         Some(m) if m.learner => {
             if obs.replicas <= ordinal {
                 Step::SetReplicas(ordinal + 1)

@@ -57,6 +57,10 @@ pub(super) fn wait_message(cluster: &str, reason: &WaitReason) -> String {
             "member {} restarted onto the current template and is not Ready and caught up yet",
             naming::member(cluster, *ordinal)
         ),
+        WaitReason::PodTerminating { ordinal } => format!(
+            "pod {} is stopping (deleted; its kubelet has not confirmed it stopped yet)",
+            naming::member(cluster, *ordinal)
+        ),
         WaitReason::TemplatePending => {
             "the StatefulSet's controller has not reported the revision of the members' new template yet".to_owned()
         }

@@ -3,17 +3,20 @@
 //! - `GET /containerLogs/{namespace}/{pod}/{container}` — a container's log ([`logs`]);
 //! - `GET /exec/{namespace}/{pod}/{container}?command=…` — a command run in a container ([`exec`]);
 //! - `GET /attach/{namespace}/{pod}/{container}` — a running container's output ([`attach`]);
+//! - `GET`/`POST /portForward/{namespace}/{pod}` — `kubectl port-forward` to the pod's address ([`port_forward`]);
 //! - `GET /healthz` — `ok` while the kubelet runs;
 //! - `GET /pods` — a `v1` PodList of the pods this kubelet runs, with the status it last computed.
 //!
-//! Exec and attach are WebSocket upgrades speaking the channel protocol of [`channels`]; the API server checks the
-//! request and the pod, then hands the upgraded connection through (see `crate::pod_exec`). The endpoint listens on
+//! Exec and attach are WebSocket upgrades speaking the channel protocol of [`channels`], port-forward SPDY/3.1
+//! (plain, or tunnelled in WebSocket); the API server checks the request and the pod, then hands the upgraded
+//! connection through (see `crate::pod_exec`). The endpoint listens on
 //! the Node's InternalIP, and its port is published in the Node's `status.daemonEndpoints.kubeletEndpoint.Port`.
 
 mod attach;
 mod channels;
 mod exec;
 mod logs;
+mod port_forward;
 mod terminal;
 
 use std::sync::Arc;
@@ -48,6 +51,10 @@ pub async fn start(
         .route(
             "/attach/{namespace}/{pod}/{container}",
             get(attach::attach).post(attach::attach),
+        )
+        .route(
+            "/portForward/{namespace}/{pod}",
+            get(port_forward::port_forward).post(port_forward::port_forward),
         )
         .with_state(shared);
     tasks.spawn(async move {

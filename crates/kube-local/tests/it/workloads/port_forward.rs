@@ -151,11 +151,17 @@ async fn echo_pod() -> Cluster {
 
 /// [`echo_pod`] in the cluster `c`.
 async fn with_echo_pod(c: Cluster) -> Cluster {
+    with_echo_pod_on(c, None).await
+}
+
+/// [`echo_pod`] in the cluster `c`, on `node` when given.
+async fn with_echo_pod_on(c: Cluster, node: Option<&str>) -> Cluster {
     c.create::<Pod>(
         NS,
         json!({
             "metadata": {"name": "echo", "labels": {"app": "echo"}},
             "spec": {
+                "nodeName": node,
                 "terminationGracePeriodSeconds": 1,
                 "containers": [{
                     "name": "app",
@@ -370,4 +376,43 @@ async fn port_forward_answers_like_kube_apiserver_for_missing_and_unready_pods()
         (code, message.as_str()),
         (400, "unable to upgrade: missing upgrade headers in request")
     );
+}
+
+#[tokio::test]
+async fn port_forward_reaches_the_pod_through_its_nodes_kubelet_and_not_while_that_node_is_down() {
+    let c = Cluster::with_nodes(NS, 2, Duration::from_secs(40)).await;
+    let c = with_echo_pod_on(c, Some("node-2")).await;
+    let f = Forward::start(&c, "pod/echo", &format!("0:{ECHO}"), &[]).await;
+    let mut conn = f.connect().await;
+    ping(&mut conn, "through node-2's kubelet").await;
+    drop(conn);
+    f.stop().await;
+
+    // The node loses power: the pod is still Running as far as the API knows (the grace period has not run out),
+    // but the kubelet the API server hands the stream to is gone.
+    c.kubelet().kill_node("node-2").unwrap();
+    let pod = c.pod(NS, "echo").await.unwrap();
+    assert_eq!(
+        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+        Some("Running")
+    );
+    let request = http::Request::post(format!(
+        "/api/v1/namespaces/{NS}/pods/echo/portforward?ports={ECHO}"
+    ))
+    .header("connection", "Upgrade")
+    .header("upgrade", "SPDY/3.1")
+    .header("x-stream-protocol-version", "portforward.k8s.io")
+    .body(Vec::new())
+    .unwrap();
+    match c.client().request_text(request).await {
+        Err(kube::Error::Api(e)) => {
+            assert_eq!(e.code, 500, "{}", e.message);
+            assert!(
+                e.message.starts_with("error dialing the kubelet at "),
+                "{}",
+                e.message
+            );
+        }
+        other => panic!("expected the API server to fail reaching the kubelet, got {other:?}"),
+    }
 }

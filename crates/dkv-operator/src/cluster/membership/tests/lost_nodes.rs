@@ -299,3 +299,46 @@ fn a_restart_of_the_member_on_the_lost_node_itself_yields_too() {
         Step::Wait(WaitReason::UpgradeInProgress { ordinal: 1 })
     );
 }
+
+#[test]
+fn a_learner_whose_node_is_lost_mid_scale_up_is_relocated_instead_of_waited_for() {
+    let add = Pinned {
+        kind: OperationKind::AddLearner,
+        ordinal: 3,
+    };
+    let mut obs = cluster(3, 4);
+    obs.members.as_mut().unwrap().push(new_learner(3, 203));
+    obs.pods.push(ObservedPod {
+        ready: false,
+        ..pod(3)
+    });
+    obs.replicas = 4;
+    obs.pinned = Some(add);
+    assert_eq!(
+        next_step(&obs),
+        Step::Wait(WaitReason::PodNotReady { ordinal: 3 })
+    );
+    // Without the opt-in it waits for the node.
+    obs.stranded = vec![stranded(3, false, DataPlacement::NodeBound)];
+    assert_eq!(
+        next_step(&obs),
+        Step::Wait(WaitReason::PodNotReady { ordinal: 3 })
+    );
+    // With it, the scale-up yields and the learner is relocated.
+    obs.stranded = vec![stranded(3, true, DataPlacement::NodeBound)];
+    assert_eq!(next_step(&obs), Step::Finish(add));
+    obs.pinned = None;
+    let relocate = Pinned {
+        kind: OperationKind::RelocateMember,
+        ordinal: 3,
+    };
+    assert_eq!(next_step(&obs), Step::Begin(relocate));
+    obs.pinned = Some(relocate);
+    assert_eq!(
+        next_step(&obs),
+        Step::RemoveMember {
+            id: 203,
+            ordinal: 3
+        }
+    );
+}

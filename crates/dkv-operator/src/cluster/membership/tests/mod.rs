@@ -40,6 +40,7 @@ fn cluster(size: i32, desired: i32) -> Observation {
         desired_tls_serial: None,
         update_revision: Some("rev-1".to_owned()),
         stranded: Vec::new(),
+        terminating: Vec::new(),
     }
 }
 

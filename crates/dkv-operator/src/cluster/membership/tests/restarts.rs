@@ -270,3 +270,36 @@ fn a_single_member_cluster_can_be_upgraded() {
     });
     assert_eq!(next_step(&obs), Step::RestartPod { ordinal: 0 });
 }
+
+#[test]
+fn a_member_pod_already_being_deleted_is_waited_for_not_deleted_again() {
+    let mut obs = cluster(3, 3);
+    for m in obs.members.as_mut().unwrap() {
+        m.version = Some(V34);
+    }
+    for p in &mut obs.pods {
+        p.version = Some(V34);
+    }
+    obs.pinned = Some(Pinned {
+        kind: OperationKind::UpgradeMember,
+        ordinal: 2,
+    });
+    assert_eq!(next_step(&obs), Step::RestartPod { ordinal: 2 });
+    // Evicted: the pod stops gracefully and, until its kubelet confirms,
+    // is listed only as terminating; etcd still sees the member serve.
+    obs.pods.retain(|p| p.ordinal != 2);
+    obs.terminating = vec![2];
+    assert_eq!(
+        next_step(&obs),
+        Step::Wait(WaitReason::PodTerminating { ordinal: 2 })
+    );
+    // Gone, and re-created on the new version: the upgrade goes on.
+    obs.terminating.clear();
+    obs.pods.push(pod(2));
+    obs.pods.sort_by_key(|p| p.ordinal);
+    obs.pods[2].version = Some(V35);
+    assert_ne!(
+        next_step(&obs),
+        Step::Wait(WaitReason::PodTerminating { ordinal: 2 })
+    );
+}
