@@ -70,6 +70,11 @@ async fn kubectl_debug_runs_a_debug_container_in_the_pod_and_shows_its_logs() {
     let c = Cluster::start(NS).await;
     let pod = app(&c).await;
     let ip = pod.status.and_then(|s| s.pod_ip).unwrap();
+    // The target's process, which the debug container sees as a runtime's shared process namespace would show it.
+    let target = c.kubelet().container_pid(NS, "app", "main").unwrap();
+    let script = format!(
+        "echo hello-from-debug; echo who=$WHO; grep -aq sleep /proc/{target}/cmdline && echo sees-target; cat /etc/hosts"
+    );
 
     let (ok, _, err) = debug_app(
         &c,
@@ -82,7 +87,7 @@ async fn kubectl_debug_runs_a_debug_container_in_the_pod_and_shows_its_logs() {
             "--",
             "sh",
             "-c",
-            "echo hello-from-debug; echo who=$WHO; cat /etc/hosts",
+            &script,
         ],
         None,
     )
@@ -115,7 +120,7 @@ async fn kubectl_debug_runs_a_debug_container_in_the_pod_and_shows_its_logs() {
     let (ok, out, err) = kubectl(&c.env, &["logs", "-n", NS, "app", "-c", "debugger"]).await;
     assert!(ok, "{err}");
     assert!(
-        out.starts_with("hello-from-debug\nwho=the-debugger\n"),
+        out.starts_with("hello-from-debug\nwho=the-debugger\nsees-target\n"),
         "{out}"
     );
     assert!(out.contains(&format!("{ip}\tapp\n")), "{ip} not in {out}");
