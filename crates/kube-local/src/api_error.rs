@@ -60,6 +60,24 @@ impl FieldCause {
         }
     }
 
+    /// A value that must be unique and is not (upstream `field.Duplicate`).
+    pub fn duplicate(field: impl Into<String>, value: &Value) -> Self {
+        FieldCause {
+            reason: "FieldValueDuplicate",
+            message: format!("Duplicate value: {value}"),
+            field: field.into(),
+        }
+    }
+
+    /// A value that must name something that exists and does not (upstream `field.NotFound`).
+    pub fn not_found(field: impl Into<String>, value: &Value) -> Self {
+        FieldCause {
+            reason: "FieldValueNotFound",
+            message: format!("Not found: {value}"),
+            field: field.into(),
+        }
+    }
+
     pub fn unsupported(field: impl Into<String>, value: &Value, allowed: &[Value]) -> Self {
         let allowed: Vec<String> = allowed.iter().map(|v| v.to_string()).collect();
         FieldCause {

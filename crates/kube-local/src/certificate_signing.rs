@@ -165,11 +165,10 @@ pub fn validate(obj: &Value, old: Option<&Value>) -> Vec<FieldCause> {
         }
         if matches!(kind, "Approved" | "Denied" | "Failed") {
             if seen.contains(&kind) {
-                causes.push(FieldCause {
-                    reason: "FieldValueDuplicate",
-                    field: format!("status.conditions[{i}].type"),
-                    message: format!("Duplicate value: {kind:?}"),
-                });
+                causes.push(FieldCause::duplicate(
+                    format!("status.conditions[{i}].type"),
+                    &json!(kind),
+                ));
             }
             seen.push(kind);
             if status != "True" {

@@ -68,6 +68,9 @@ pub enum Subresource {
     Scale,
     /// A write through a CertificateSigningRequest's `/approval`: only its conditions change.
     Approval,
+    /// A write through a pod's `/ephemeralcontainers`: only `spec.ephemeralContainers` changes (see
+    /// [`crate::ephemeral_containers`]).
+    EphemeralContainers,
 }
 
 impl Subresource {
@@ -77,6 +80,7 @@ impl Subresource {
             Subresource::Status => Some("status"),
             Subresource::Scale => Some("scale"),
             Subresource::Approval => Some("approval"),
+            Subresource::EphemeralContainers => Some("ephemeralcontainers"),
         }
     }
 }

@@ -149,6 +149,7 @@ pub fn api_resource_list(reg: &Registry, group: &str, version: &str) -> Option<V
         resources.push(r);
         if t.has_log() {
             resources.push(json!({"name": format!("{}/attach", t.plural), "singularName": "", "namespaced": t.namespaced, "kind": "PodAttachOptions", "verbs": ["create", "get"]}));
+            resources.push(json!({"name": format!("{}/ephemeralcontainers", t.plural), "singularName": "", "namespaced": t.namespaced, "kind": t.kind, "verbs": ["get", "patch", "update"]}));
             resources.push(json!({"name": format!("{}/eviction", t.plural), "singularName": "", "namespaced": t.namespaced, "group": "policy", "version": "v1", "kind": "Eviction", "verbs": ["create"]}));
             resources.push(json!({"name": format!("{}/exec", t.plural), "singularName": "", "namespaced": t.namespaced, "kind": "PodExecOptions", "verbs": ["create", "get"]}));
             resources.push(json!({"name": format!("{}/log", t.plural), "singularName": "", "namespaced": t.namespaced, "kind": t.kind, "verbs": ["get"]}));
@@ -188,6 +189,7 @@ fn aggregated_resource(t: &ResourceType) -> Value {
     let mut subs = Vec::new();
     if t.has_log() {
         subs.push(json!({"subresource": "attach", "responseKind": {"group": "", "version": "v1", "kind": "PodAttachOptions"}, "verbs": ["create", "get"]}));
+        subs.push(json!({"subresource": "ephemeralcontainers", "responseKind": {"group": t.group, "version": t.version, "kind": t.kind}, "verbs": ["get", "patch", "update"]}));
         subs.push(json!({"subresource": "eviction", "responseKind": {"group": "policy", "version": "v1", "kind": "Eviction"}, "verbs": ["create"]}));
         subs.push(json!({"subresource": "exec", "responseKind": {"group": "", "version": "v1", "kind": "PodExecOptions"}, "verbs": ["create", "get"]}));
         subs.push(json!({"subresource": "log", "responseKind": {"group": t.group, "version": t.version, "kind": t.kind}, "verbs": ["get"]}));

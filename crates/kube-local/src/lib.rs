@@ -21,6 +21,7 @@ pub mod core;
 mod crd;
 mod discovery;
 mod environment;
+mod ephemeral_containers;
 mod field_set;
 mod garbage_collector;
 mod informer;

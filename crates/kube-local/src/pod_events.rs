@@ -27,6 +27,31 @@ pub struct PodEvent<'a> {
     pub action: &'a str,
 }
 
+/// How an Event names a container of the pod: by the list it is in (`spec.initContainers{init}`,
+/// `spec.ephemeralContainers{debugger}`), as upstream's container references do.
+fn field_path(pod: &Pod, container: &str) -> String {
+    let list = match pod.spec.as_ref() {
+        Some(s)
+            if s.init_containers
+                .iter()
+                .flatten()
+                .any(|c| c.name == container) =>
+        {
+            "initContainers"
+        }
+        Some(s)
+            if s.ephemeral_containers
+                .iter()
+                .flatten()
+                .any(|c| c.name == container) =>
+        {
+            "ephemeralContainers"
+        }
+        _ => "containers",
+    };
+    format!("spec.{list}{{{container}}}")
+}
+
 /// Records `event` about `pod` in the background; a failure only costs the Event.
 pub fn record(client: &kube::Client, pod: &Pod, reporter: Reporter<'_>, event: PodEvent<'_>) {
     let ns = pod.metadata.namespace.clone().unwrap_or_default();
@@ -45,7 +70,7 @@ pub fn record(client: &kube::Client, pod: &Pod, reporter: Reporter<'_>, event: P
             namespace: Some(ns.clone()),
             uid: pod.metadata.uid.clone(),
             resource_version: pod.metadata.resource_version.clone(),
-            field_path: event.container.map(|c| format!("spec.containers{{{c}}}")),
+            field_path: event.container.map(|c| field_path(pod, c)),
         },
         reason: Some(event.reason.into()),
         message: Some(event.message),

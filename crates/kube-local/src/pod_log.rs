@@ -144,7 +144,8 @@ fn names(containers: Option<&Value>) -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// The container a log request is for: the named one (a container or an init container), or the only container.
+/// The container a log, exec or attach request is for: the named one (a container, an init container or an
+/// ephemeral container), or the only container.
 pub(crate) fn choose_container(
     pod: &Value,
     name: &str,
@@ -152,8 +153,17 @@ pub(crate) fn choose_container(
 ) -> ApiResult<String> {
     let containers = names(pod.pointer("/spec/containers"));
     let init = names(pod.pointer("/spec/initContainers"));
+    let ephemeral = names(pod.pointer("/spec/ephemeralContainers"));
     match requested {
-        Some(c) if containers.iter().chain(init.iter()).any(|n| n == c) => Ok(c.to_string()),
+        Some(c)
+            if containers
+                .iter()
+                .chain(&init)
+                .chain(&ephemeral)
+                .any(|n| n == c) =>
+        {
+            Ok(c.to_string())
+        }
         Some(c) => Err(ApiError::bad_request(format!(
             "container {c} is not valid for pod {name}"
         ))),
@@ -171,6 +181,12 @@ pub(crate) fn choose_container(
                     message.push_str(&format!(
                         " or one of the init containers: [{}]",
                         init.join(" ")
+                    ));
+                }
+                if !ephemeral.is_empty() {
+                    message.push_str(&format!(
+                        " or one of the ephemeral containers: [{}]",
+                        ephemeral.join(" ")
                     ));
                 }
                 Err(ApiError::bad_request(message))
@@ -364,14 +380,19 @@ mod tests {
         let pod = json!({"spec": {
             "initContainers": [{"name": "init"}],
             "containers": [{"name": "a"}, {"name": "b"}],
+            "ephemeralContainers": [{"name": "debugger"}],
         }});
         let err = choose_container(&pod, "p", None).unwrap_err();
         assert_eq!(err.code, 400);
         assert_eq!(
             err.message,
-            "a container name must be specified for pod p, choose one of: [a b] or one of the init containers: [init]"
+            "a container name must be specified for pod p, choose one of: [a b] or one of the init containers: [init] or one of the ephemeral containers: [debugger]"
         );
         assert_eq!(choose_container(&pod, "p", Some("init")).unwrap(), "init");
+        assert_eq!(
+            choose_container(&pod, "p", Some("debugger")).unwrap(),
+            "debugger"
+        );
         assert_eq!(
             choose_container(&pod, "p", Some("z")).unwrap_err().message,
             "container z is not valid for pod p"

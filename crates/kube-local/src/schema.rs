@@ -356,11 +356,7 @@ fn validate_node(schema: &Value, v: &Value, path: &str, causes: &mut Vec<FieldCa
             {
                 for (i, item) in items.iter().enumerate() {
                     if items[..i].contains(item) {
-                        causes.push(FieldCause {
-                            reason: "FieldValueDuplicate",
-                            field: format!("{path}[{i}]"),
-                            message: format!("Duplicate value: {item}"),
-                        });
+                        causes.push(FieldCause::duplicate(format!("{path}[{i}]"), item));
                     }
                 }
             }
@@ -383,11 +379,10 @@ fn validate_node(schema: &Value, v: &Value, path: &str, causes: &mut Vec<FieldCa
                             .zip(k)
                             .map(|(a, b)| (a.to_string(), b))
                             .collect();
-                        causes.push(FieldCause {
-                            reason: "FieldValueDuplicate",
-                            field: format!("{path}[{i}]"),
-                            message: format!("Duplicate value: {}", Value::Object(shown)),
-                        });
+                        causes.push(FieldCause::duplicate(
+                            format!("{path}[{i}]"),
+                            &Value::Object(shown),
+                        ));
                     }
                 }
             }

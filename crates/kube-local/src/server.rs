@@ -312,7 +312,7 @@ async fn dispatch(server: &Server, req: Request) -> ApiResult<Response> {
             // Pods stream their containers' logs, commands and output.
             "exec" | "attach" => rt.has_log() && name.is_some(),
             "token" => rt.has_token() && name.is_some(),
-            "portforward" | "eviction" => is_pods(&rt) && name.is_some(),
+            "portforward" | "eviction" | "ephemeralcontainers" => is_pods(&rt) && name.is_some(),
             "approval" => rt.has_approval() && name.is_some(),
             _ => false,
         };
@@ -645,8 +645,16 @@ async fn resource(server: &Server, req: Request, t: Target) -> ApiResult<Respons
     let sub = match t.subresource.as_deref() {
         Some("status") => Subresource::Status,
         Some("approval") => Subresource::Approval,
+        Some("ephemeralcontainers") => Subresource::EphemeralContainers,
         _ => Subresource::Main,
     };
+    // What is left of the subresources (status, scale, approval, finalize, ephemeralcontainers) is read and
+    // written, never created or deleted: upstream serves them with get/update/patch only.
+    if t.subresource.is_some() && matches!(method, Method::POST | Method::DELETE) {
+        return Err(ApiError::method_not_allowed(
+            "the server does not allow this method on the requested resource",
+        ));
+    }
     match (method, t.name.clone()) {
         (Method::GET, None) => {
             let (labels, fields) = selectors(&rt, &q)?;

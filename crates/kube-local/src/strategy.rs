@@ -64,7 +64,7 @@ fn default_pod_spec(spec: &mut Value) {
     default_field(m, "dnsPolicy", json!("ClusterFirst"));
     default_field(m, "securityContext", json!({}));
     default_field(m, "schedulerName", json!("default-scheduler"));
-    for key in ["containers", "initContainers"] {
+    for key in ["containers", "initContainers", "ephemeralContainers"] {
         if let Some(cs) = m.get_mut(key).and_then(Value::as_array_mut) {
             cs.iter_mut().for_each(default_container);
         }
@@ -461,7 +461,10 @@ pub fn validate(rt: &ResourceType, obj: &Value) -> Vec<FieldCause> {
         }
     };
     match (rt.group.as_str(), rt.kind.as_str()) {
-        ("", "Pod") => containers_at(&mut causes, obj.get("spec"), "spec"),
+        ("", "Pod") => {
+            containers_at(&mut causes, obj.get("spec"), "spec");
+            causes.extend(crate::ephemeral_containers::validate_spec(obj));
+        }
         ("apps", "StatefulSet")
         | ("apps", "Deployment")
         | ("apps", "ReplicaSet")

@@ -98,6 +98,7 @@ pub fn image_map(tools: &Path, dkv_binary: &Path) -> ImageMap {
         ImageTarget {
             bin_dir: dkv_binary.parent().map(Path::to_path_buf),
             entrypoint: vec![dkv_binary.display().to_string()],
+            cmd: Vec::new(),
         },
     );
     for release in RELEASES.iter().rev() {
@@ -107,6 +108,7 @@ pub fn image_map(tools: &Path, dkv_binary: &Path) -> ImageMap {
                 ImageTarget {
                     bin_dir: Some(bin_dir(tools, release)),
                     entrypoint: vec!["etcd".into()],
+                    cmd: Vec::new(),
                 },
             );
         }

@@ -283,8 +283,17 @@ impl Core {
             }
         } else {
             causes.extend(strategy::validate(rt, obj));
-            if let Some(old) = old {
-                causes.extend(strategy::validate_update(rt, obj, old));
+            match old {
+                // The subresource's own rules replace the pod's update rules (which refuse any change of
+                // `spec.ephemeralContainers`).
+                Some(old) if sub == Subresource::EphemeralContainers => {
+                    causes.extend(crate::ephemeral_containers::validate_update(obj, old));
+                }
+                Some(old) => causes.extend(strategy::validate_update(rt, obj, old)),
+                None if rt.group.is_empty() && rt.kind == "Pod" => {
+                    causes.extend(crate::ephemeral_containers::validate_create(obj));
+                }
+                None => {}
             }
         }
         if rt.kind == "CustomResourceDefinition" && rt.group == "apiextensions.k8s.io" {

@@ -93,6 +93,9 @@ impl Core {
                 }
                 new = out;
             }
+            Subresource::EphemeralContainers => {
+                new = crate::ephemeral_containers::keep_only_ephemeral_containers(old, &new);
+            }
             Subresource::Status => {
                 let status = new.get("status").cloned();
                 let managed = new.pointer("/metadata/managedFields").cloned();
@@ -337,6 +340,12 @@ impl Core {
                         }
                         Subresource::Status | Subresource::Approval => {
                             set.children.retain(|k, _| k == "f:status");
+                        }
+                        Subresource::EphemeralContainers => {
+                            set.children.retain(|k, _| k == "f:spec");
+                            if let Some(spec) = set.children.get_mut("f:spec") {
+                                spec.children.retain(|k, _| k == "f:ephemeralContainers");
+                            }
                         }
                         Subresource::Main | Subresource::Scale => {}
                     };

@@ -1,16 +1,23 @@
 //! Resolves container images to local executables: the process kubelet's stand-in for pulling images.
 //!
 //! An image maps to a directory of executables (where a container's `command[0]` is looked up) and optionally an
-//! entrypoint (what runs when the container has no `command`). The map is TOML:
+//! entrypoint and default arguments, as an image's `ENTRYPOINT` and `CMD`: a container's `command` replaces the
+//! entrypoint (and the default arguments), its `args` replace the default arguments. The map is TOML:
 //!
 //! ```toml
 //! [[image]]
 //! pattern = "registry.k8s.io/etcd:3.5.*"   # `*` matches any run of characters
 //! bin_dir = "/opt/etcd-3.5/bin"
 //! entrypoint = ["etcd"]                    # optional
+//! cmd = []                                 # optional
 //! ```
 //!
 //! The first matching entry wins; entries added later (from a file or the builder) take precedence over defaults.
+//!
+//! The defaults map the images people pass to `kubectl debug --image` (busybox, alpine, ubuntu, debian) to the
+//! host's `/bin`, running `sh` when given no command, as those images run their shell by default (no entrypoint,
+//! the shell as default arguments): a debug container is a shell with the host's tools. Every other image is
+//! unmapped until an embedder or a file maps it.
 
 use std::path::{Path, PathBuf};
 
@@ -25,6 +32,10 @@ pub struct ImageTarget {
     /// The image's entrypoint: the program (a path, or a name in `bin_dir`) and leading arguments.
     #[serde(default)]
     pub entrypoint: Vec<String>,
+    /// The image's default arguments (its `CMD`): what follows the entrypoint when the container has neither
+    /// `command` nor `args` — or the whole command line of an image without entrypoint.
+    #[serde(default)]
+    pub cmd: Vec<String>,
 }
 
 #[derive(Clone, Debug, Deserialize, PartialEq)]
@@ -55,9 +66,32 @@ pub enum ImageMapError {
 }
 
 /// Image patterns and their local targets.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct ImageMap {
     entries: Vec<Entry>,
+}
+
+/// The images users debug with (`kubectl debug --image=busybox`), short and fully qualified.
+const DEBUG_IMAGES: [&str; 4] = ["busybox", "alpine", "ubuntu", "debian"];
+
+impl Default for ImageMap {
+    /// The debug images (see the module docs).
+    fn default() -> Self {
+        let shell = ImageTarget {
+            bin_dir: Some(PathBuf::from("/bin")),
+            entrypoint: Vec::new(),
+            cmd: vec!["sh".into()],
+        };
+        let entries = DEBUG_IMAGES
+            .iter()
+            .flat_map(|name| [format!("{name}*"), format!("docker.io/library/{name}*")])
+            .map(|pattern| Entry {
+                pattern,
+                target: shell.clone(),
+            })
+            .collect();
+        ImageMap { entries }
+    }
 }
 
 /// What a container runs: the resolved program and its arguments.
@@ -130,7 +164,8 @@ impl ImageMap {
     }
 
     /// The program and arguments a container with this image, `command` and `args` runs, as a container runtime
-    /// combines them: `command` replaces the entrypoint, `args` replace the image's default arguments.
+    /// combines them: `command` replaces the entrypoint and the default arguments, `args` replace the default
+    /// arguments.
     pub fn resolve(
         &self,
         image: &str,
@@ -145,7 +180,11 @@ impl ImageMap {
         } else {
             command.to_vec()
         };
-        argv.extend(args.iter().cloned());
+        if command.is_empty() && args.is_empty() {
+            argv.extend(target.cmd.iter().cloned());
+        } else {
+            argv.extend(args.iter().cloned());
+        }
         let Some(first) = argv.first().cloned() else {
             return Err(ResolveError::NotFound(format!(
                 "no command specified and image {image} has no entrypoint"
@@ -243,6 +282,7 @@ mod tests {
             ImageTarget {
                 bin_dir: Some(PathBuf::from("/opt/tool/bin")),
                 entrypoint: vec!["/bin/true".into()],
+                cmd: Vec::new(),
             },
         );
         map.insert(
@@ -250,6 +290,7 @@ mod tests {
             ImageTarget {
                 bin_dir: Some(PathBuf::from("/usr/bin")),
                 entrypoint: vec!["etcd".into()],
+                cmd: Vec::new(),
             },
         );
         map
@@ -276,6 +317,41 @@ mod tests {
             map.resolve("nginx:1", &[], &[]),
             Err(ResolveError::Unmapped("nginx:1".into()))
         );
+    }
+
+    #[test]
+    fn debug_images_are_the_host_shell_by_default() {
+        let map = ImageMap::default();
+        for image in [
+            "busybox",
+            "busybox:1.36",
+            "docker.io/library/busybox:latest",
+            "alpine:3",
+            "ubuntu",
+            "docker.io/library/debian:bookworm",
+        ] {
+            let p = map.resolve(image, &[], &[]).unwrap();
+            assert_eq!(p.path, PathBuf::from("/bin/sh"), "{image}");
+            assert!(p.args.is_empty());
+        }
+        // `kubectl debug -- sh -c …` sets the command; `kubectl run -- sh -c …` the arguments, which replace the
+        // default `sh`.
+        let sh_c = (
+            PathBuf::from("/bin/sh"),
+            vec!["-c".to_string(), "true".to_string()],
+        );
+        let p = map
+            .resolve("busybox", &["sh".into(), "-c".into()], &["true".into()])
+            .unwrap();
+        assert_eq!((p.path, p.args), sh_c.clone());
+        let p = map
+            .resolve("busybox", &[], &["sh".into(), "-c".into(), "true".into()])
+            .unwrap();
+        assert_eq!((p.path, p.args), sh_c);
+        assert!(matches!(
+            map.resolve("docker.io/library/nginx:1", &[], &[]),
+            Err(ResolveError::Unmapped(_))
+        ));
     }
 
     #[test]

@@ -13,7 +13,7 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::probes::{ProbeSet, ProbeVerdict, Probes};
-use super::{ContainerStdin, PodRuntime, Stop, enforcing, facts, now, stopped};
+use super::{ContainerKind, ContainerStdin, PodRuntime, Stop, enforcing, facts, now, stopped};
 use crate::kubelet::environment::{container_env, expand_all};
 use crate::kubelet::image_map::ResolveError;
 use crate::kubelet::sandbox::{self, ContainerProcess, Launch, Mount};
@@ -35,7 +35,7 @@ pub(super) async fn run_once(
     shared: &Arc<Shared>,
     rt: &Arc<PodRuntime>,
     container: &Container,
-    init: bool,
+    kind: ContainerKind,
     volumes: &HashMap<String, PathBuf>,
     restarts: i32,
     stop: &mut Stop,
@@ -220,7 +220,7 @@ pub(super) async fn run_once(
             finish(
                 rt,
                 container,
-                init,
+                kind,
                 code,
                 &started_at,
                 &termination_file,
@@ -233,9 +233,9 @@ pub(super) async fn run_once(
         }
     }
     // Plain init containers have no probes; sidecars probe like containers.
-    let probes = Probes::of(container, init);
+    let probes = Probes::of(container, kind.is_init());
     let (started, ready) = probes.at_start();
-    rt.container_status(init, &container.name, |cs| {
+    rt.container_status(kind, &container.name, |cs| {
         if restarts > cs.restart_count {
             cs.last_state = cs
                 .state
@@ -252,8 +252,14 @@ pub(super) async fn run_once(
             }),
             ..ContainerState::default()
         });
-        cs.started = Some(started);
-        cs.ready = ready;
+        // Ephemeral containers are neither probed nor ever ready; upstream reports no `started` for them.
+        if kind == ContainerKind::Ephemeral {
+            cs.started = None;
+            cs.ready = false;
+        } else {
+            cs.started = Some(started);
+            cs.ready = ready;
+        }
     });
     events::record(
         &shared.client,
@@ -284,12 +290,12 @@ pub(super) async fn run_once(
                 events::record(&shared.client, &pod, Some(&container.name), false, "Killing", format!("Stopping container {}", container.name), "kubelet");
                 let grace = pre_stop(grace).await;
                 let code = process.terminate(grace).await;
-                finish(rt, container, init, code, &started_at, &termination_file, &log);
+                finish(rt, container, kind, code, &started_at, &termination_file, &log);
                 break None;
             }
             verdict = probe_set.next() => match verdict {
                 ProbeVerdict::Started => {
-                    rt.container_status(init, &container.name, |cs| {
+                    rt.container_status(kind, &container.name, |cs| {
                         cs.started = Some(true);
                         if let Some(ready) = probes.ready_after_startup() {
                             cs.ready = ready;
@@ -297,7 +303,7 @@ pub(super) async fn run_once(
                     });
                 }
                 ProbeVerdict::Ready(ready) => {
-                    rt.container_status(init, &container.name, |cs| cs.ready = ready);
+                    rt.container_status(kind, &container.name, |cs| cs.ready = ready);
                 }
                 ProbeVerdict::Restart(which) => {
                     events::record(&shared.client, &pod, Some(&container.name), false, "Killing", format!("Container {} failed {which} probe, will be restarted", container.name), "kubelet");
@@ -319,7 +325,7 @@ pub(super) async fn run_once(
     finish(
         rt,
         container,
-        init,
+        kind,
         code,
         &started_at,
         &termination_file,
@@ -336,7 +342,7 @@ pub(super) async fn run_once(
 fn finish(
     rt: &PodRuntime,
     container: &Container,
-    init: bool,
+    kind: ContainerKind,
     code: i32,
     started_at: &Time,
     termination_file: &Path,
@@ -356,9 +362,9 @@ fn finish(
         let start = tail.len().saturating_sub(2048);
         message = tail.get(start..).unwrap_or_default().to_string();
     }
-    rt.container_status(init, &container.name, |cs| {
+    rt.container_status(kind, &container.name, |cs| {
         cs.ready = false;
-        cs.started = Some(false);
+        cs.started = (kind != ContainerKind::Ephemeral).then_some(false);
         cs.state = Some(ContainerState {
             terminated: Some(ContainerStateTerminated {
                 exit_code: code,

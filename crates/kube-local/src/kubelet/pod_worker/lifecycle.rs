@@ -1,6 +1,7 @@
 //! The order of a pod's containers: volumes first, then init containers one by one (sidecars started beside them),
-//! then the containers together, each supervised under the restart policy with back-off until it is done, and the
-//! phase the pod ends in.
+//! then the containers together, each supervised under the restart policy ([`super::supervise`]) until it is done,
+//! and the phase the pod ends in. Ephemeral containers ([`super::ephemeral`]) run beside all of them once the volumes are
+//! ready.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -8,15 +9,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::join_all;
-use k8s_openapi::api::core::v1::Container;
 use tokio::sync::watch;
 
-use super::container::{RunEnd, run_once};
-use super::restart::{
-    CrashLoopBackoff, StartBackoff, init_exit_fails_pod, not_started_backoff_reason, restarts,
-};
-use super::status::{set_condition, terminal_phase, waiting};
-use super::{PodRuntime, Stop, enforcing, facts, is_sidecar, sleep_unless_stopped};
+use super::ephemeral::EphemeralContainers;
+use super::restart::init_exit_fails_pod;
+use super::status::{set_condition, terminal_phase};
+use super::supervise::{Outcome, supervise};
+use super::{ContainerKind, PodRuntime, Stop, enforcing, facts, is_sidecar, sleep_unless_stopped};
 use crate::kubelet::{Shared, events, security, volumes};
 
 pub(super) async fn lifecycle(shared: &Arc<Shared>, rt: &Arc<PodRuntime>, stop: &mut Stop) {
@@ -68,6 +67,32 @@ pub(super) async fn lifecycle(shared: &Arc<Shared>, rt: &Arc<PodRuntime>, stop: 
     }
     rt.update(|s| set_condition(s, "PodReadyToStartContainers", true, None, None));
 
+    let ephemeral = EphemeralContainers::start(shared, rt, &volumes, stop.clone());
+    run_containers(shared, rt, stop, &volumes).await;
+    let grace = stop.borrow().unwrap_or_else(|| grace_period(&pod));
+    ephemeral.stop(grace).await;
+}
+
+/// The pod's termination grace period.
+fn grace_period(pod: &k8s_openapi::api::core::v1::Pod) -> Duration {
+    Duration::from_secs(
+        pod.spec
+            .as_ref()
+            .and_then(|s| s.termination_grace_period_seconds)
+            .unwrap_or(30)
+            .max(0) as u64,
+    )
+}
+
+/// Init containers in order (sidecars started beside them), then the containers, until they are done or the pod
+/// stops; sets the phase the pod ends in.
+async fn run_containers(
+    shared: &Arc<Shared>,
+    rt: &Arc<PodRuntime>,
+    stop: &mut Stop,
+    volumes: &HashMap<String, PathBuf>,
+) {
+    let pod = rt.pod();
     let policy = rt.restart_policy();
     // Sidecars (init containers with restartPolicy Always) keep running beside the containers; they stop with the
     // pod, or once the containers of a pod that does not restart them have finished.
@@ -84,7 +109,15 @@ pub(super) async fn lifecycle(shared: &Arc<Shared>, rt: &Arc<PodRuntime>, stop: 
             let name = c.name.clone();
             sidecars.push(tokio_util::task::AbortOnDropHandle::new(tokio::spawn(
                 async move {
-                    supervise(&task_shared, &task_rt, &c, true, &task_volumes, task_stop).await;
+                    supervise(
+                        &task_shared,
+                        &task_rt,
+                        &c,
+                        ContainerKind::Init,
+                        &task_volumes,
+                        task_stop,
+                    )
+                    .await;
                 },
             )));
             // The next init container starts once the sidecar has started (its startup probe passed).
@@ -100,7 +133,7 @@ pub(super) async fn lifecycle(shared: &Arc<Shared>, rt: &Arc<PodRuntime>, stop: 
             }
             continue;
         }
-        match supervise(shared, rt, &c, true, &volumes, stop.clone()).await {
+        match supervise(shared, rt, &c, ContainerKind::Init, volumes, stop.clone()).await {
             Outcome::Stopped => {
                 sidecar_stop.send_replace(stop.borrow().or(Some(Duration::ZERO)));
                 join_all(sidecars).await;
@@ -124,16 +157,10 @@ pub(super) async fn lifecycle(shared: &Arc<Shared>, rt: &Arc<PodRuntime>, stop: 
     let outcomes = join_all(
         containers
             .iter()
-            .map(|c| supervise(shared, rt, c, false, &volumes, stop.clone())),
+            .map(|c| supervise(shared, rt, c, ContainerKind::Regular, volumes, stop.clone())),
     )
     .await;
-    let grace = stop.borrow().or(Some(Duration::from_secs(
-        pod.spec
-            .as_ref()
-            .and_then(|s| s.termination_grace_period_seconds)
-            .unwrap_or(30)
-            .max(0) as u64,
-    )));
+    let grace = stop.borrow().or(Some(grace_period(&pod)));
     sidecar_stop.send_replace(grace);
     join_all(sidecars).await;
     if outcomes.iter().any(|o| matches!(o, Outcome::Stopped)) {
@@ -149,110 +176,4 @@ pub(super) async fn lifecycle(shared: &Arc<Shared>, rt: &Arc<PodRuntime>, stop: 
     let phase = terminal_phase(&policy, &exit_codes);
     *rt.terminal.lock().unwrap_or_else(|e| e.into_inner()) = Some(phase);
     rt.update(|_| {});
-}
-
-enum Outcome {
-    /// The pod is stopping; the container was terminated.
-    Stopped,
-    /// The container exited and is not restarted (its code).
-    Exited(i32),
-}
-
-/// Runs a container under the pod's restart policy until it is done (init containers: until success).
-async fn supervise(
-    shared: &Arc<Shared>,
-    rt: &Arc<PodRuntime>,
-    container: &Container,
-    init: bool,
-    volumes: &HashMap<String, PathBuf>,
-    mut stop: Stop,
-) -> Outcome {
-    let policy = rt.restart_policy();
-    let mut restart_count = 0i32;
-    let mut crash_backoff =
-        CrashLoopBackoff::new(shared.config.backoff_initial, shared.config.backoff_max);
-    let mut start_backoff =
-        StartBackoff::new(shared.config.backoff_initial, shared.config.backoff_max);
-    let pod_ref = rt.pod();
-    loop {
-        if stop.borrow().is_some() {
-            return Outcome::Stopped;
-        }
-        match run_once(
-            shared,
-            rt,
-            container,
-            init,
-            volumes,
-            restart_count,
-            &mut stop,
-        )
-        .await
-        {
-            RunEnd::Stopped => return Outcome::Stopped,
-            RunEnd::NotStarted(reason, message) => {
-                rt.container_status(init, &container.name, |cs| {
-                    cs.state = Some(waiting(reason, Some(message.clone())));
-                });
-                let backoff_reason = not_started_backoff_reason(reason);
-                events::record(
-                    &shared.client,
-                    &pod_ref,
-                    Some(&container.name),
-                    true,
-                    "Failed",
-                    message.clone(),
-                    "kubelet",
-                );
-                if !sleep_unless_stopped(Duration::from_millis(200), &mut stop).await {
-                    return Outcome::Stopped;
-                }
-                rt.container_status(init, &container.name, |cs| {
-                    cs.state = Some(waiting(
-                        backoff_reason,
-                        Some(format!(
-                            "Back-off pulling image \"{}\": {message}",
-                            container.image.clone().unwrap_or_default()
-                        ))
-                        .filter(|_| backoff_reason == "ImagePullBackOff")
-                        .or(Some(message.clone())),
-                    ));
-                });
-                if !sleep_unless_stopped(start_backoff.next(), &mut stop).await {
-                    return Outcome::Stopped;
-                }
-            }
-            RunEnd::Exited { code, ran } => {
-                if !restarts(&policy, init, is_sidecar(container), code) {
-                    return Outcome::Exited(code);
-                }
-                // Upstream backoff: the first restart is immediate, then initial, doubling, up to max; a container
-                // that ran for 10 minutes starts over.
-                let crash_delay = crash_backoff.next(ran);
-                if !crash_delay.is_zero() {
-                    let message = format!(
-                        "back-off {:?} restarting failed container={} pod={}_{}({})",
-                        crash_delay, container.name, rt.name, rt.namespace, rt.uid
-                    );
-                    rt.container_status(init, &container.name, |cs| {
-                        cs.last_state = cs.state.take();
-                        cs.state = Some(waiting("CrashLoopBackOff", Some(message.clone())));
-                    });
-                    events::record(
-                        &shared.client,
-                        &pod_ref,
-                        Some(&container.name),
-                        true,
-                        "BackOff",
-                        "Back-off restarting failed container".into(),
-                        "kubelet",
-                    );
-                    if !sleep_unless_stopped(crash_delay, &mut stop).await {
-                        return Outcome::Stopped;
-                    }
-                }
-                restart_count += 1;
-            }
-        }
-    }
 }

@@ -5,13 +5,16 @@
 //! This module owns the pod's runtime state ([`PodRuntime`]), the workers that start and stop with the pods bound to
 //! the node, and the status writer. The decisions are pure functions with unit tests: `status` (phase, conditions,
 //! the initial status), `restart` (restart policy and back-off) and the readiness rules in `probes`; `lifecycle`
-//! (the order of the containers, supervision) and `container` (one run of a container) carry them out.
+//! (the order of the containers), `supervise` (one container under the restart policy) and `container` (one run of a
+//! container) carry them out; `ephemeral` runs the ephemeral containers `kubectl debug` adds to a running pod.
 
 mod container;
+mod ephemeral;
 mod lifecycle;
 mod probes;
 mod restart;
 mod status;
+mod supervise;
 
 use std::collections::HashMap;
 use std::net::Ipv4Addr;
@@ -19,6 +22,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use ephemeral::as_container;
 use k8s_openapi::api::core::v1::{Container, ContainerState, ContainerStatus, Pod, PodStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
@@ -38,6 +42,21 @@ fn now() -> Time {
     Time(jiff::Timestamp::now())
 }
 
+/// Which of the pod's container lists a container is in: where its status is reported, and what the kubelet does
+/// with it (init containers run first, ephemeral containers are added later and never restarted).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum ContainerKind {
+    Init,
+    Regular,
+    Ephemeral,
+}
+
+impl ContainerKind {
+    fn is_init(self) -> bool {
+        self == ContainerKind::Init
+    }
+}
+
 /// The standard input of a container with `stdin: true`, which attached clients write to.
 pub struct ContainerStdin {
     /// The pipe while it is open; taken (closed) when a `stdinOnce` container's first client is done with it.
@@ -55,6 +74,8 @@ pub struct PodRuntime {
     pub dir: PathBuf,
     pub hosts_file: PathBuf,
     pod: Mutex<Pod>,
+    /// Bumped whenever the pod object changes (the ephemeral containers' runner looks for new ones).
+    pod_changed: watch::Sender<u64>,
     status: Mutex<PodStatus>,
     status_changed: watch::Sender<u64>,
     /// Main process id of each running container.
@@ -72,6 +93,31 @@ pub struct PodRuntime {
 impl PodRuntime {
     pub fn pod(&self) -> Pod {
         self.pod.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// The pod as the API shows it now.
+    fn set_pod(&self, pod: Pod) {
+        *self.pod.lock().unwrap_or_else(|e| e.into_inner()) = pod;
+        self.pod_changed.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    /// The spec of a container, init container or ephemeral container of the pod (the names are unique across
+    /// the three).
+    pub fn container_spec(&self, name: &str) -> Option<Container> {
+        let pod = self.pod.lock().unwrap_or_else(|e| e.into_inner());
+        let spec = pod.spec.as_ref()?;
+        spec.containers
+            .iter()
+            .chain(spec.init_containers.iter().flatten())
+            .find(|c| c.name == name)
+            .cloned()
+            .or_else(|| {
+                spec.ephemeral_containers
+                    .iter()
+                    .flatten()
+                    .find(|c| c.name == name)
+                    .map(as_container)
+            })
     }
 
     /// The status the kubelet computed last (what it writes to the API).
@@ -204,14 +250,10 @@ impl PodRuntime {
         }
     }
 
-    /// The container's current state in the pod status (containers and init containers).
+    /// The container's current state in the pod status (containers, init containers and ephemeral containers).
     fn container_state(&self, container: &str) -> Option<ContainerState> {
         let status = self.status.lock().unwrap_or_else(|e| e.into_inner());
-        status
-            .container_statuses
-            .iter()
-            .chain(status.init_container_statuses.iter())
-            .flatten()
+        all_statuses(&status)
             .find(|c| c.name == container)
             .and_then(|c| c.state.clone())
     }
@@ -219,11 +261,7 @@ impl PodRuntime {
     /// Whether the container has a terminated run behind it (its status has a last terminated state).
     fn restarted(&self, container: &str) -> bool {
         let status = self.status.lock().unwrap_or_else(|e| e.into_inner());
-        status
-            .container_statuses
-            .iter()
-            .chain(status.init_container_statuses.iter())
-            .flatten()
+        all_statuses(&status)
             .find(|c| c.name == container)
             .is_some_and(|c| {
                 c.last_state
@@ -281,18 +319,37 @@ impl PodRuntime {
         self.status_changed.send_modify(|n| *n = n.wrapping_add(1));
     }
 
-    fn container_status(&self, init: bool, name: &str, f: impl FnOnce(&mut ContainerStatus)) {
+    fn container_status(
+        &self,
+        kind: ContainerKind,
+        name: &str,
+        f: impl FnOnce(&mut ContainerStatus),
+    ) {
         self.update(|s| {
-            let list = if init {
-                s.init_container_statuses.get_or_insert_with(Vec::new)
-            } else {
-                s.container_statuses.get_or_insert_with(Vec::new)
+            let list = match kind {
+                ContainerKind::Init => &mut s.init_container_statuses,
+                ContainerKind::Regular => &mut s.container_statuses,
+                ContainerKind::Ephemeral => &mut s.ephemeral_container_statuses,
             };
-            if let Some(cs) = list.iter_mut().find(|c| c.name == name) {
+            if let Some(cs) = list
+                .get_or_insert_with(Vec::new)
+                .iter_mut()
+                .find(|c| c.name == name)
+            {
                 f(cs);
             }
         });
     }
+}
+
+/// Every container status of a pod: containers, init containers, ephemeral containers.
+fn all_statuses(status: &PodStatus) -> impl Iterator<Item = &ContainerStatus> {
+    status
+        .container_statuses
+        .iter()
+        .chain(status.init_container_statuses.iter())
+        .chain(status.ephemeral_container_statuses.iter())
+        .flatten()
 }
 
 /// An init container with `restartPolicy: Always` runs beside the containers (Kubernetes 1.29+ sidecars).
@@ -343,7 +400,7 @@ pub async fn sync_pods(shared: Arc<Shared>) {
                 .unwrap_or_else(|e| e.into_inner())
                 .get(&uid)
             {
-                *rt.pod.lock().unwrap_or_else(|e| e.into_inner()) = (**pod).clone();
+                rt.set_pod((**pod).clone());
             }
             if pod.metadata.deletion_timestamp.is_some() && worker.stop.borrow().is_none() {
                 let deletion_grace = pod
@@ -411,7 +468,9 @@ async fn run_pod(shared: Arc<Shared>, pod: Pod, mut stop: Stop) {
     let dir = super::pod_dir(&shared.dir, &pod);
     let hosts_file = dir.join("etc-hosts");
     let (status_changed, status_rx) = watch::channel(0u64);
-    let initial = initial_status(&pod, ip, &shared.host_ip);
+    let mut initial = initial_status(&pod, ip, &shared.host_ip);
+    initial.ephemeral_container_statuses = ephemeral::carried_statuses(&pod);
+    let (pod_changed, _) = watch::channel(0u64);
     let rt = Arc::new(PodRuntime {
         uid: uid.clone(),
         namespace: namespace.clone(),
@@ -420,6 +479,7 @@ async fn run_pod(shared: Arc<Shared>, pod: Pod, mut stop: Stop) {
         dir: dir.clone(),
         hosts_file: hosts_file.clone(),
         pod: Mutex::new(pod.clone()),
+        pod_changed,
         status: Mutex::new(initial),
         status_changed,
         pids: Mutex::new(HashMap::new()),

@@ -78,14 +78,7 @@ pub(super) async fn exec(
         Err((code, message)) => return error(code, message),
     };
     let image = rt
-        .pod()
-        .spec
-        .and_then(|s| {
-            s.containers
-                .into_iter()
-                .chain(s.init_containers.into_iter().flatten())
-                .find(|c| c.name == container)
-        })
+        .container_spec(&container)
         .and_then(|c| c.image)
         .unwrap_or_default();
     // A command the image map cannot place runs as given: nsenter reports it missing (127).

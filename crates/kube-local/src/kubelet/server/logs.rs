@@ -64,13 +64,7 @@ pub(super) async fn container_logs(
             format!("pod \"{namespace}/{pod}\" does not exist"),
         );
     };
-    let known = rt.pod().spec.is_some_and(|s| {
-        s.containers
-            .iter()
-            .chain(s.init_containers.iter().flatten())
-            .any(|c| c.name == container)
-    });
-    if !known {
+    if rt.container_spec(&container).is_none() {
         return error(
             StatusCode::BAD_REQUEST,
             format!("container {container:?} in pod {pod:?} is not available"),

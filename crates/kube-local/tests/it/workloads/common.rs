@@ -59,6 +59,7 @@ impl Cluster {
                 ImageTarget {
                     bin_dir: testapp().parent().map(|p| p.to_path_buf()),
                     entrypoint: vec![testapp().display().to_string()],
+                    cmd: Vec::new(),
                 },
             )
             .backoff(Duration::from_millis(500), Duration::from_secs(4));
@@ -122,6 +123,17 @@ where
     Fut: Future<Output = Option<T>>,
 {
     crate::shared::eventually_every(what, within, Duration::from_millis(100), check).await
+}
+
+/// Whether every container of the pod runs.
+pub fn running(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .is_some_and(|cs| {
+            cs.iter()
+                .all(|c| c.state.as_ref().is_some_and(|s| s.running.is_some()))
+        })
 }
 
 pub fn ready(pod: &Pod) -> bool {

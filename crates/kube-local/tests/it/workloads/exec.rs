@@ -10,19 +10,9 @@ use kube_local::api_traffic::Verb;
 use serde_json::json;
 use tokio::io::AsyncReadExt;
 
-use super::common::{Cluster, TESTAPP, eventually, kubectl, kubectl_in};
+use super::common::{Cluster, TESTAPP, eventually, kubectl, kubectl_in, running};
 
 const NS: &str = "exec";
-
-fn running(pod: &Pod) -> bool {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.container_statuses.as_ref())
-        .is_some_and(|cs| {
-            cs.iter()
-                .all(|c| c.state.as_ref().is_some_and(|s| s.running.is_some()))
-        })
-}
 
 /// A pod whose container (the test image, running a shell) prints `early`, waits for `/trigger/go` to appear in its
 /// emptyDir, prints `after`, and ends. Returns once it runs.

@@ -3,6 +3,7 @@
 
 mod common;
 
+mod debug;
 mod deployment;
 mod eviction;
 mod exec;
