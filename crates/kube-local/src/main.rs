@@ -44,7 +44,8 @@ enum Command {
         #[arg(long, default_value_t = 40, value_parser = clap::value_parser!(u64).range(4..))]
         node_monitor_grace_period: u64,
         /// What the kubelets run for each image: a TOML image map (`[[image]]` entries of `pattern`, `bin_dir`,
-        /// `entrypoint`; see the `kubelet::image_map` module). Without it no image is mapped and pods cannot start.
+        /// `entrypoint`, `cmd`; see the `kubelet::image_map` module), over the defaults. Without it only the debug
+        /// images (busybox, alpine, ubuntu, debian: the host's shell) are mapped.
         #[arg(long)]
         image_map: Option<PathBuf>,
     },
