@@ -6,11 +6,12 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::AttachParams;
-use kube_local::api_traffic::Verb;
 use serde_json::json;
 use tokio::io::AsyncReadExt;
 
-use super::common::{Cluster, TESTAPP, eventually, kubectl, kubectl_in, running};
+use super::common::{
+    Cluster, KubectlOnTerminal, TESTAPP, connected, eventually, kubectl, kubectl_in, running,
+};
 
 const NS: &str = "exec";
 
@@ -151,17 +152,6 @@ async fn kubectl_exec_into_an_unknown_container_or_pod_fails_like_upstream() {
     );
 }
 
-/// Waits until the API server has received `n` GETs of `pods/{subresource}` (kubectl has connected).
-async fn connected(c: &Cluster, subresource: &str, n: u64) {
-    let resource = format!("pods/{subresource}");
-    eventually(
-        &format!("kubectl requesting {resource}"),
-        Duration::from_secs(20),
-        || async { (c.env.requests().count(Verb::Get, &resource) >= n).then_some(()) },
-    )
-    .await;
-}
-
 #[tokio::test]
 async fn kubectl_logs_follow_shows_lines_written_after_it_started() {
     let c = Cluster::start(NS).await;
@@ -247,6 +237,61 @@ async fn kubectl_attach_writes_to_the_stdin_of_a_container_that_has_one() {
     .expect("kubectl attach ends when the container does");
     assert!(ok, "{err}");
     assert_eq!(out, "got a\ngot b\neof\n", "{err}");
+}
+
+#[tokio::test]
+async fn kubectl_attach_it_reaches_the_terminal_of_a_tty_container() {
+    let c = Cluster::start(NS).await;
+    c.create::<Pod>(
+        NS,
+        json!({
+            "metadata": {"name": "console"},
+            "spec": {
+                "restartPolicy": "Never",
+                "containers": [{
+                    "name": "main",
+                    "image": "busybox",
+                    "command": ["sh"],
+                    "stdin": true,
+                    "tty": true,
+                }],
+            },
+        }),
+    )
+    .await;
+    eventually("the pod running", Duration::from_secs(20), || async {
+        c.pod(NS, "console").await.filter(running)
+    })
+    .await;
+    // A terminal of 100×30: kubectl sends its size on channel 4, and the container's terminal takes it (the shell
+    // waits for it, whenever the resize arrives).
+    let mut session =
+        KubectlOnTerminal::start(&c.env, &["attach", "-it", "-n", NS, "console"], 100, 30);
+    connected(&c, "attach", 1).await;
+    session.type_keys(
+        "until [ \"$(stty size)\" = '30 100' ]; do sleep 0.05; done; echo sized-$((2+3)) $TERM; tty; exit 3\r",
+    );
+    let (ok, screen) = session.exit(Duration::from_secs(30)).await;
+    // The container's exit code is not the attach's: the stream ends with Success when the run does.
+    assert!(ok, "{screen}");
+    assert!(screen.contains("sized-5 xterm\r\n/dev/pts/"), "{screen}");
+
+    let pod = eventually(
+        "the container terminated",
+        Duration::from_secs(20),
+        || async {
+            let pod = c.pod(NS, "console").await?;
+            let state = pod.status.as_ref()?.container_statuses.as_ref()?[0]
+                .state
+                .clone()?;
+            state.terminated
+        },
+    )
+    .await;
+    assert_eq!(pod.exit_code, 3);
+    let (ok, out, err) = kubectl(&c.env, &["logs", "-n", NS, "console"]).await;
+    assert!(ok, "{err}");
+    assert!(out.contains("sized-5 xterm\r\n"), "{out}");
 }
 
 #[tokio::test]
