@@ -295,6 +295,38 @@ async fn kubectl_attach_it_reaches_the_terminal_of_a_tty_container() {
 }
 
 #[tokio::test]
+async fn an_attach_asking_for_a_tty_gets_what_the_container_has() {
+    let c = Cluster::start(NS).await;
+    waiting_pod(&c, "box").await;
+    let log = c.kubelet().log_path(NS, "box", "main").unwrap();
+    eventually("the first line logged", Duration::from_secs(10), || async {
+        std::fs::read_to_string(&log)
+            .ok()
+            .filter(|t| t.contains("early"))
+    })
+    .await;
+    // The container runs without a terminal: as upstream's kubelet, the container's setting decides, not the
+    // request's, and the output comes as the container writes it (no terminal turning \n into \r\n).
+    let params = AttachParams {
+        tty: true,
+        stdin: false,
+        stdout: true,
+        stderr: false,
+        ..AttachParams::default()
+    };
+    let mut attached = c.api::<Pod>(NS).attach("box", &params).await.unwrap();
+    let mut stdout = attached.stdout().unwrap();
+    let status = attached.take_status().unwrap();
+    connected(&c, "attach", 1).await;
+    let (code, _, err) = exec(&c, &["box", "--", "touch", "/trigger/go"], None).await;
+    assert_eq!(code, Some(0), "{err}");
+    let mut out = String::new();
+    stdout.read_to_string(&mut out).await.unwrap();
+    assert_eq!(out, "after\ndone\n");
+    assert_eq!(status.await.unwrap().status.as_deref(), Some("Success"));
+}
+
+#[tokio::test]
 async fn kube_client_exec_streams_both_ways_and_reports_the_status() {
     let c = Cluster::start(NS).await;
     waiting_pod(&c, "box").await;
