@@ -71,6 +71,23 @@ pub struct ContainerStdin {
     pub once: bool,
 }
 
+/// What a container's current run has of `T` (its stdin, its terminal), by container name.
+fn of_current_run<T: Clone>(runs: &Mutex<HashMap<String, T>>, container: &str) -> Option<T> {
+    runs.lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(container)
+        .cloned()
+}
+
+/// Records what a container's new run has of `T`, or that it has none.
+fn set_for_current_run<T>(runs: &Mutex<HashMap<String, T>>, container: &str, value: Option<T>) {
+    let mut runs = runs.lock().unwrap_or_else(|e| e.into_inner());
+    match value {
+        Some(v) => runs.insert(container.to_string(), v),
+        None => runs.remove(container),
+    };
+}
+
 /// A pod running on this kubelet.
 pub struct PodRuntime {
     pub uid: String,
@@ -157,36 +174,20 @@ impl PodRuntime {
 
     /// The standard input of a container's current run, if it has one (`stdin: true`).
     pub fn stdin(&self, container: &str) -> Option<Arc<ContainerStdin>> {
-        self.stdins
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(container)
-            .cloned()
+        of_current_run(&self.stdins, container)
     }
 
     fn set_stdin(&self, container: &str, stdin: Option<Arc<ContainerStdin>>) {
-        let mut stdins = self.stdins.lock().unwrap_or_else(|e| e.into_inner());
-        match stdin {
-            Some(s) => stdins.insert(container.to_string(), s),
-            None => stdins.remove(container),
-        };
+        set_for_current_run(&self.stdins, container, stdin);
     }
 
     /// The terminal of a container's current run, if it runs on one (`tty: true`).
     pub fn terminal(&self, container: &str) -> Option<Arc<ContainerTerminal>> {
-        self.terminals
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(container)
-            .cloned()
+        of_current_run(&self.terminals, container)
     }
 
     fn set_terminal(&self, container: &str, terminal: Option<Arc<ContainerTerminal>>) {
-        let mut terminals = self.terminals.lock().unwrap_or_else(|e| e.into_inner());
-        match terminal {
-            Some(t) => terminals.insert(container.to_string(), t),
-            None => terminals.remove(container),
-        };
+        set_for_current_run(&self.terminals, container, terminal);
     }
 
     /// Kills a container's processes (fault hook).

@@ -43,6 +43,17 @@ async fn waiting_pod(c: &Cluster, name: &str) -> Pod {
     .await
 }
 
+/// Waits until the [`waiting_pod`] `box` has logged `early` (what an attach from then on no longer sees).
+async fn logged_early(c: &Cluster) {
+    let log = c.kubelet().log_path(NS, "box", "main").unwrap();
+    eventually("the first line logged", Duration::from_secs(10), || async {
+        std::fs::read_to_string(&log)
+            .ok()
+            .filter(|t| t.contains("early"))
+    })
+    .await;
+}
+
 /// `kubectl exec` with its exit status, output and error output.
 async fn exec(c: &Cluster, args: &[&str], stdin: Option<&str>) -> (Option<i32>, String, String) {
     let mut full = vec!["exec", "-n", NS];
@@ -176,13 +187,7 @@ async fn kubectl_logs_follow_shows_lines_written_after_it_started() {
 async fn kubectl_attach_streams_what_the_container_writes_until_it_ends() {
     let c = Cluster::start(NS).await;
     waiting_pod(&c, "box").await;
-    let log = c.kubelet().log_path(NS, "box", "main").unwrap();
-    eventually("the first line logged", Duration::from_secs(10), || async {
-        std::fs::read_to_string(&log)
-            .ok()
-            .filter(|t| t.contains("early"))
-    })
-    .await;
+    logged_early(&c).await;
     let attached = tokio::time::timeout(
         Duration::from_secs(30),
         kubectl(&c.env, &["attach", "-n", NS, "box", "-c", "main"]),
@@ -298,13 +303,7 @@ async fn kubectl_attach_it_reaches_the_terminal_of_a_tty_container() {
 async fn an_attach_asking_for_a_tty_gets_what_the_container_has() {
     let c = Cluster::start(NS).await;
     waiting_pod(&c, "box").await;
-    let log = c.kubelet().log_path(NS, "box", "main").unwrap();
-    eventually("the first line logged", Duration::from_secs(10), || async {
-        std::fs::read_to_string(&log)
-            .ok()
-            .filter(|t| t.contains("early"))
-    })
-    .await;
+    logged_early(&c).await;
     // The container runs without a terminal: as upstream's kubelet, the container's setting decides, not the
     // request's, and the output comes as the container writes it (no terminal turning \n into \r\n).
     let params = AttachParams {
