@@ -286,8 +286,8 @@ impl KubectlOnTerminal {
         String::from_utf8_lossy(&self.screen.lock().unwrap()).into_owned()
     }
 
-    /// Waits (at most `within`) for kubectl to exit; its success and everything the terminal showed.
-    pub async fn exit(mut self, within: Duration) -> (bool, String) {
+    /// Waits (at most `within`) for kubectl to exit; its exit code and everything the terminal showed.
+    pub async fn exit(mut self, within: Duration) -> (Option<i32>, String) {
         let waited = tokio::time::timeout(within, async {
             loop {
                 if let Some(status) = self.child.try_wait().unwrap() {
@@ -307,6 +307,6 @@ impl KubectlOnTerminal {
         let screen = self.screen.clone();
         let _ = tokio::task::spawn_blocking(move || self.reader.join()).await;
         let shown = String::from_utf8_lossy(&screen.lock().unwrap()).into_owned();
-        (status.success(), shown)
+        (status.code(), shown)
     }
 }

@@ -242,8 +242,8 @@ async fn kubectl_debug_it_on_a_terminal_gives_an_interactive_shell() {
     // kubectl attaches (its terminal raw by then) once the debug container runs.
     connected(&c, "attach", 1).await;
     session.type_keys("echo tty-$((6*7)); tty; exit\r");
-    let (ok, screen) = session.exit(Duration::from_secs(30)).await;
-    assert!(ok, "{screen}");
+    let (code, screen) = session.exit(Duration::from_secs(30)).await;
+    assert_eq!(code, Some(0), "{screen}");
     // The shell ran the line (the terminal echoes it as typed, so only the shell's output says 42) on a terminal
     // of its own; kubectl did not fall back to the container's logs.
     assert!(screen.contains("tty-42\r\n"), "{screen}");

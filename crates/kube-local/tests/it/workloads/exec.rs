@@ -276,9 +276,9 @@ async fn kubectl_attach_it_reaches_the_terminal_of_a_tty_container() {
     session.type_keys(
         "until [ \"$(stty size)\" = '30 100' ]; do sleep 0.05; done; echo sized-$((2+3)) $TERM; tty; exit 3\r",
     );
-    let (ok, screen) = session.exit(Duration::from_secs(30)).await;
+    let (code, screen) = session.exit(Duration::from_secs(30)).await;
     // The container's exit code is not the attach's: the stream ends with Success when the run does.
-    assert!(ok, "{screen}");
+    assert_eq!(code, Some(0), "{screen}");
     assert!(screen.contains("sized-5 xterm\r\n/dev/pts/"), "{screen}");
 
     let pod = eventually(
@@ -297,6 +297,40 @@ async fn kubectl_attach_it_reaches_the_terminal_of_a_tty_container() {
     let (ok, out, err) = kubectl(&c.env, &["logs", "-n", NS, "console"]).await;
     assert!(ok, "{err}");
     assert!(out.contains("sized-5 xterm\r\n"), "{out}");
+}
+
+#[tokio::test]
+async fn kubectl_run_it_on_a_terminal_gives_a_shell_and_its_exit_code() {
+    let c = Cluster::start(NS).await;
+    // kubectl makes the pod (stdin, stdinOnce, tty), waits for it to run, attaches, and with --restart=Never
+    // returns the container's exit code once the session ends.
+    let mut session = KubectlOnTerminal::start(
+        &c.env,
+        &[
+            "run",
+            "-it",
+            "-n",
+            NS,
+            "shell",
+            "--image=busybox",
+            "--restart=Never",
+            "--",
+            "sh",
+        ],
+        80,
+        24,
+    );
+    connected(&c, "attach", 1).await;
+    session.type_keys("echo run-$((3*3)); exit 4\r");
+    let (code, screen) = session.exit(Duration::from_secs(30)).await;
+    assert_eq!(code, Some(4), "{screen}");
+    assert!(screen.contains("run-9\r\n"), "{screen}");
+    let pod = c.pod(NS, "shell").await.unwrap();
+    let container = &pod.spec.as_ref().unwrap().containers[0];
+    assert_eq!(
+        (container.tty, container.stdin, container.stdin_once),
+        (Some(true), Some(true), Some(true))
+    );
 }
 
 #[tokio::test]
