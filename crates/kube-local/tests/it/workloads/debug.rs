@@ -1,5 +1,6 @@
 //! `kubectl debug` with ephemeral containers: the `pods/{name}/ephemeralcontainers` subresource (what it accepts and
-//! refuses, in discovery) and the kubelet running what it adds — status, logs, attach with stdin, unmapped images.
+//! refuses, in discovery) and the kubelet running what it adds — status, logs, attach with stdin, an interactive
+//! shell on a terminal (`kubectl debug -it`), unmapped images.
 
 use std::time::Duration;
 
