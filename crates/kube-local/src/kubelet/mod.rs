@@ -25,6 +25,7 @@ pub mod sandbox;
 pub mod security;
 mod server;
 mod service_proxy;
+mod terminal;
 pub mod volumes;
 
 use std::collections::{BTreeMap, HashMap};

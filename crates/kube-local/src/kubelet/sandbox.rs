@@ -4,6 +4,10 @@
 //! namespace, a per-pod hosts file is bind-mounted over `/etc/hosts` and every volume at its `mountPath`. It leads its
 //! own process group, so stopping a container signals everything it started.
 //!
+//! A container with `tty: true` runs on a pseudo-terminal instead ([`Launch::tty`]): it leads a session of its own
+//! with the terminal as its controlling one (hence also its own process group), and the kubelet copies what it
+//! prints from the terminal into its log, as a container runtime logs a TTY container's output.
+//!
 //! No process may outlive the environment: every process is recorded in [`Processes`], which kills them all when the
 //! kubelet drops; and each is spawned from one long-lived thread with a parent-death signal, so that even a crashed
 //! test binary takes its processes down with it (the signal fires when the spawning *thread* ends, hence a dedicated
@@ -17,7 +21,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 
 use rustix::process::{Pid, Signal};
-use tokio::sync::oneshot;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::{oneshot, watch};
+
+use super::terminal::Terminal;
 
 /// A bind mount inside the container's mount namespace.
 #[derive(Clone, Debug)]
@@ -46,6 +53,10 @@ pub struct Launch {
     /// Whether the process reads a pipe the kubelet keeps for attached clients (`stdin: true`); otherwise its
     /// standard input is `/dev/null`.
     pub stdin: bool,
+    /// Whether the process runs on a pseudo-terminal (`tty: true`): its standard streams are the terminal, whose
+    /// output the kubelet copies to [`Launch::log`]; what attached clients send goes to the terminal when [`Launch::stdin`]
+    /// is also set.
+    pub tty: bool,
 }
 
 pub fn is_root() -> bool {
@@ -158,8 +169,18 @@ fn setup_script(launch: &Launch, stage: &Path) -> String {
 }
 
 /// The command line that runs `launch` in its sandbox.
+///
+/// On a terminal, `setsid --ctty` runs first: the process leads a new session with its standard input (the
+/// terminal) as controlling terminal, so a shell gets job control and ^C. (It is not a group leader when spawned —
+/// see [`Processes::spawn`] — so it becomes the session's leader under its own pid, without forking.)
 fn sandbox_command(launch: &Launch, stage: &Path) -> std::process::Command {
-    let mut cmd = std::process::Command::new("unshare");
+    let mut cmd = if launch.tty {
+        let mut cmd = std::process::Command::new("setsid");
+        cmd.args(["--ctty", "unshare"]);
+        cmd
+    } else {
+        std::process::Command::new("unshare")
+    };
     if !is_root() {
         cmd.arg("--map-root-user");
     }
@@ -208,12 +229,17 @@ impl Processes {
         }))
     }
 
+    /// Spawns `cmd` as the leader of a process group of its own; `session`: `cmd` makes itself the leader of a
+    /// session (and so of a group) and must not lead a group when it starts.
     async fn spawn(
         self: &Arc<Self>,
         mut cmd: std::process::Command,
+        session: bool,
     ) -> io::Result<ContainerProcess> {
         use std::os::unix::process::CommandExt;
-        cmd.process_group(0);
+        if !session {
+            cmd.process_group(0);
+        }
         let (reply_tx, reply_rx) = oneshot::channel();
         {
             let spawner = self.spawner.lock().unwrap_or_else(|e| e.into_inner());
@@ -242,6 +268,8 @@ impl Processes {
             id,
             processes: self.clone(),
             exec_path: None,
+            terminal: None,
+            output_copy: None,
         })
     }
 
@@ -256,15 +284,37 @@ impl Processes {
             .open(&launch.log)?;
         let stage = stage_dir(launch);
         let mut cmd = sandbox_command(launch, &stage);
-        cmd.stdin(if launch.stdin {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(log.try_clone()?)
-        .stderr(log);
-        let mut process = self.spawn(cmd).await?;
+        if !launch.tty {
+            cmd.stdin(if launch.stdin {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
+            .stdout(log.try_clone()?)
+            .stderr(log);
+            let mut process = self.spawn(cmd, false).await?;
+            process.exec_path = Some(staged_program(launch, &stage));
+            return Ok(process);
+        }
+        let (terminal, slave) = Terminal::open()?;
+        cmd.stdin(Stdio::from(slave.try_clone()?))
+            .stdout(Stdio::from(slave.try_clone()?))
+            .stderr(Stdio::from(slave));
+        let output = terminal.master_file()?;
+        // The spawner drops the command, and with it the kubelet's copies of the slave end: the terminal's output
+        // ends when the container's processes have all closed theirs.
+        let mut process = self.spawn(cmd, true).await?;
         process.exec_path = Some(staged_program(launch, &stage));
+        let (logged, watched) = watch::channel(0);
+        process.output_copy = Some(tokio::spawn(copy_to_log(
+            output,
+            tokio::fs::File::from_std(log),
+            logged,
+        )));
+        process.terminal = Some(Arc::new(ContainerTerminal {
+            terminal,
+            logged: watched,
+        }));
         Ok(process)
     }
 
@@ -292,6 +342,60 @@ impl Drop for Processes {
     }
 }
 
+/// Copies what a container prints on its terminal to its log until the terminal's output ends (EIO once every
+/// process has closed the slave end), counting the bytes logged in `logged` for whoever follows the log.
+async fn copy_to_log(
+    mut terminal: tokio::fs::File,
+    mut log: tokio::fs::File,
+    logged: watch::Sender<u64>,
+) {
+    let mut buf = vec![0u8; 32 * 1024];
+    loop {
+        let n = match terminal.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        // Flushed before it is announced: a follower woken by the count finds the bytes in the file.
+        if let Err(e) = async {
+            log.write_all(&buf[..n]).await?;
+            log.flush().await
+        }
+        .await
+        {
+            tracing::warn!(error = %e, "writing a container's terminal output to its log");
+            return;
+        }
+        logged.send_modify(|total| *total += n as u64);
+    }
+}
+
+/// How long the exit of a container on a terminal waits for the copy of its last output into the log: it ends as
+/// soon as the terminal has been read to its end, unless something the container started still holds the terminal.
+const TERMINAL_DRAIN: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// The pseudo-terminal a container with `tty: true` runs on ([`Launch::tty`]).
+pub struct ContainerTerminal {
+    terminal: Terminal,
+    logged: watch::Receiver<u64>,
+}
+
+impl ContainerTerminal {
+    /// A writer on the terminal: what it writes, the container reads as typed input.
+    pub fn input(&self) -> io::Result<tokio::fs::File> {
+        self.terminal.master_file()
+    }
+
+    /// Applies a resize message (channel 4) to the terminal.
+    pub fn resize(&self, message: &[u8]) {
+        self.terminal.resize(message);
+    }
+
+    /// Changes each time more of the container's output has been copied to its log.
+    pub fn logged(&self) -> watch::Receiver<u64> {
+        self.logged.clone()
+    }
+}
+
 /// A running container process (the leader of its process group). Dropping it kills the group.
 pub struct ContainerProcess {
     child: tokio::process::Child,
@@ -300,6 +404,10 @@ pub struct ContainerProcess {
     processes: Arc<Processes>,
     /// The program's path once the sandbox setup has exec'd it.
     exec_path: Option<PathBuf>,
+    /// The terminal it runs on ([`Launch::tty`]).
+    terminal: Option<Arc<ContainerTerminal>>,
+    /// The copy of the terminal's output into the log, until it has drained after the exit.
+    output_copy: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl ContainerProcess {
@@ -333,21 +441,36 @@ impl ContainerProcess {
         self.child.stdin.take()
     }
 
+    /// The terminal the process runs on, when it was launched on one ([`Launch::tty`]).
+    pub fn terminal(&self) -> Option<Arc<ContainerTerminal>> {
+        self.terminal.clone()
+    }
+
     /// Signals the whole process group.
     pub fn signal(&self, signal: Signal) {
         let _ = rustix::process::kill_process_group(self.pid, signal);
     }
 
-    /// Waits for the process to exit; returns its exit code (128 + signal when killed by a signal).
+    /// Waits for the process to exit; returns its exit code (128 + signal when killed by a signal). On a terminal,
+    /// also until its last output is in the log (see [`TERMINAL_DRAIN`]): a run is over once its log is complete.
     pub async fn wait(&mut self) -> i32 {
         use std::os::unix::process::ExitStatusExt;
-        match self.child.wait().await {
+        let code = match self.child.wait().await {
             Ok(status) => status
                 .code()
                 .or_else(|| status.signal().map(|s| 128 + s))
                 .unwrap_or(128),
             Err(_) => 128,
+        };
+        if let Some(copy) = self.output_copy.take()
+            && tokio::time::timeout(TERMINAL_DRAIN, copy).await.is_err()
+        {
+            tracing::debug!(
+                pid = self.pid(),
+                "a container's terminal is still held after its exit"
+            );
         }
+        code
     }
 
     /// Sends SIGTERM, waits up to `grace`, then SIGKILL; returns the exit code.

@@ -13,11 +13,13 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::probes::{ProbeSet, ProbeVerdict, Probes};
-use super::{ContainerKind, ContainerStdin, PodRuntime, Stop, enforcing, facts, now, stopped};
+use super::{
+    ContainerKind, ContainerStdin, PodRuntime, StdinWriter, Stop, enforcing, facts, now, stopped,
+};
 use crate::kubelet::environment::{container_env, expand_all};
 use crate::kubelet::image_map::ResolveError;
 use crate::kubelet::sandbox::{self, ContainerProcess, Launch, Mount};
-use crate::kubelet::{Shared, events, probe, security, volumes};
+use crate::kubelet::{Shared, events, probe, security, terminal, volumes};
 
 /// How one run of a container ended.
 pub(super) enum RunEnd {
@@ -67,8 +69,15 @@ pub(super) async fn run_once(
     } else {
         security::Enforced::default()
     };
+    let tty = container.tty == Some(true);
     let env = match container_env(&shared.client, &facts(shared, &pod, rt.ip), container).await {
-        Ok(env) => env,
+        Ok(mut env) => {
+            if tty {
+                // Part of the container's environment, as a runtime sets it: commands exec'd into it see it too.
+                terminal::add_term(&mut env);
+            }
+            env
+        }
         Err(e) => return RunEnd::NotStarted("CreateContainerConfigError", e.to_string()),
     };
     let program = match shared.config.image_map.resolve(
@@ -167,19 +176,37 @@ pub(super) async fn run_once(
         stage: rt.dir.join("mounts").join(&container.name),
         security,
         stdin: container.stdin == Some(true),
+        tty,
     };
     let mut process = match shared.processes.launch(&launch).await {
         Ok(p) => p,
         Err(e) => return RunEnd::NotStarted("RunContainerError", e.to_string()),
     };
-    // Each run reads a pipe of its own; attach writes to the current one.
-    let stdin = process.take_stdin().map(|pipe| {
+    // Each run reads a pipe (or a terminal) of its own; attach writes to the current one.
+    let terminal = process.terminal();
+    let input: Option<StdinWriter> = match &terminal {
+        Some(t) if container.stdin == Some(true) => match t.input() {
+            Ok(writer) => Some(Box::new(writer)),
+            Err(e) => {
+                return RunEnd::NotStarted(
+                    "RunContainerError",
+                    format!("opening the terminal of container {}: {e}", container.name),
+                );
+            }
+        },
+        Some(_) => None,
+        None => process
+            .take_stdin()
+            .map(|pipe| Box::new(pipe) as StdinWriter),
+    };
+    let stdin = input.map(|writer| {
         Arc::new(ContainerStdin {
-            pipe: tokio::sync::Mutex::new(Some(pipe)),
+            pipe: tokio::sync::Mutex::new(Some(writer)),
             once: container.stdin_once == Some(true),
         })
     });
     rt.set_stdin(&container.name, stdin);
+    rt.set_terminal(&container.name, terminal);
     let started_at = now();
     let began = Instant::now();
     rt.envs
@@ -319,6 +346,8 @@ pub(super) async fn run_once(
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .remove(&container.name);
+    // The run's terminal goes with it (nothing attaches to a container that is not running).
+    rt.set_terminal(&container.name, None);
     let Some(code) = end else {
         return RunEnd::Stopped;
     };

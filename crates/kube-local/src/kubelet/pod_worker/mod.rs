@@ -31,6 +31,7 @@ use tokio::sync::watch;
 
 use super::Shared;
 use super::environment::PodFacts;
+use super::sandbox::ContainerTerminal;
 use crate::informer::run_loop;
 use lifecycle::lifecycle;
 use status::{derive_phase_and_conditions, initial_status};
@@ -57,12 +58,34 @@ impl ContainerKind {
     }
 }
 
-/// The standard input of a container with `stdin: true`, which attached clients write to.
+/// Where an attached client's input goes: the write end of a container's stdin pipe, or its terminal.
+pub type StdinWriter = Box<dyn tokio::io::AsyncWrite + Send + Unpin>;
+
+/// The standard input of a container with `stdin: true`, which attached clients write to: a pipe, or the terminal of
+/// a container with `tty: true`.
 pub struct ContainerStdin {
-    /// The pipe while it is open; taken (closed) when a `stdinOnce` container's first client is done with it.
-    pub pipe: tokio::sync::Mutex<Option<tokio::process::ChildStdin>>,
+    /// The writer while it is open; taken when a `stdinOnce` container's first client is done with it (a pipe closes:
+    /// the container reads end of file; a terminal stays, but takes no more input from attached clients).
+    pub pipe: tokio::sync::Mutex<Option<StdinWriter>>,
     /// `stdinOnce`: the container sees end of file once the first attached client closes its stdin.
     pub once: bool,
+}
+
+/// What a container's current run has of `T` (its stdin, its terminal), by container name.
+fn of_current_run<T: Clone>(runs: &Mutex<HashMap<String, T>>, container: &str) -> Option<T> {
+    runs.lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(container)
+        .cloned()
+}
+
+/// Records what a container's new run has of `T`, or that it has none.
+fn set_for_current_run<T>(runs: &Mutex<HashMap<String, T>>, container: &str, value: Option<T>) {
+    let mut runs = runs.lock().unwrap_or_else(|e| e.into_inner());
+    match value {
+        Some(v) => runs.insert(container.to_string(), v),
+        None => runs.remove(container),
+    };
 }
 
 /// A pod running on this kubelet.
@@ -84,6 +107,8 @@ pub struct PodRuntime {
     envs: Mutex<HashMap<String, Vec<(String, String)>>>,
     /// The standard input of each container's current run that has `stdin: true`.
     stdins: Mutex<HashMap<String, Arc<ContainerStdin>>>,
+    /// The terminal of each container's current run that has `tty: true`.
+    terminals: Mutex<HashMap<String, Arc<ContainerTerminal>>>,
     /// Whether the init containers have all completed.
     initialized: Mutex<bool>,
     /// Set when the pod reached Succeeded or Failed.
@@ -149,19 +174,20 @@ impl PodRuntime {
 
     /// The standard input of a container's current run, if it has one (`stdin: true`).
     pub fn stdin(&self, container: &str) -> Option<Arc<ContainerStdin>> {
-        self.stdins
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(container)
-            .cloned()
+        of_current_run(&self.stdins, container)
     }
 
     fn set_stdin(&self, container: &str, stdin: Option<Arc<ContainerStdin>>) {
-        let mut stdins = self.stdins.lock().unwrap_or_else(|e| e.into_inner());
-        match stdin {
-            Some(s) => stdins.insert(container.to_string(), s),
-            None => stdins.remove(container),
-        };
+        set_for_current_run(&self.stdins, container, stdin);
+    }
+
+    /// The terminal of a container's current run, if it runs on one (`tty: true`).
+    pub fn terminal(&self, container: &str) -> Option<Arc<ContainerTerminal>> {
+        of_current_run(&self.terminals, container)
+    }
+
+    fn set_terminal(&self, container: &str, terminal: Option<Arc<ContainerTerminal>>) {
+        set_for_current_run(&self.terminals, container, terminal);
     }
 
     /// Kills a container's processes (fault hook).
@@ -485,6 +511,7 @@ async fn run_pod(shared: Arc<Shared>, pod: Pod, mut stop: Stop) {
         pids: Mutex::new(HashMap::new()),
         envs: Mutex::new(HashMap::new()),
         stdins: Mutex::new(HashMap::new()),
+        terminals: Mutex::new(HashMap::new()),
         initialized: Mutex::new(
             pod.spec
                 .as_ref()

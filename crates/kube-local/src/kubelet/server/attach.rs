@@ -10,6 +10,12 @@
 //! asked for stdin writes to it, and when that client's stdin ends (v5 CLOSE) or it goes away, a `stdinOnce` container
 //! reads end of file while others keep the pipe open for the next client. A container without `stdin: true` reads
 //! `/dev/null`, so what a client sends is discarded, as container runtimes do.
+//!
+//! A container with `tty: true` runs on a terminal (see [`crate::kubelet::sandbox`]) whose output the kubelet copies
+//! to its log: attaching follows the log as above, woken by each copy rather than polling; input goes to the terminal
+//! (with `stdin: true`) and resize messages resize it. Whether the stream is a TTY is the container's to say, not the
+//! request's: as upstream's kubelet, the `tty` query parameter is ignored, since a process cannot move onto or off a
+//! terminal once it runs (kubectl itself drops `-t` with a warning for a container without `tty: true`).
 
 use std::sync::Arc;
 
@@ -26,6 +32,7 @@ use super::channels::{self, FromClient};
 use super::{error, flag, query_pairs, running_container};
 use crate::kubelet::Shared;
 use crate::kubelet::pod_worker::ContainerStdin;
+use crate::kubelet::sandbox::ContainerTerminal;
 
 /// GET (or POST) `/attach/{namespace}/{pod}/{container}`.
 pub(super) async fn attach(
@@ -35,9 +42,6 @@ pub(super) async fn attach(
     upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> Response {
     let pairs = query_pairs(query.as_deref());
-    if flag(&pairs, "tty") {
-        return error(StatusCode::BAD_REQUEST, super::NO_TTY.into());
-    }
     let output = flag(&pairs, "stdout") || flag(&pairs, "stderr");
     let (rt, _) = match running_container(&shared, &namespace, &pod, &container) {
         Ok(found) => found,
@@ -66,8 +70,25 @@ pub(super) async fn attach(
     } else {
         None
     };
-    let written = super::logs::appended(path, offset, rt, container, None);
-    upgrade.on_upgrade(move |socket| relay(socket, written, output, stdin))
+    let terminal = rt.terminal(&container);
+    let logged = terminal.as_ref().map(|t| t.logged());
+    let written = super::logs::appended(path, offset, rt, container, None, logged);
+    let streams = Streams {
+        output,
+        stdin,
+        terminal,
+    };
+    upgrade.on_upgrade(move |socket| relay(socket, written, streams))
+}
+
+/// What one attached client gets of the container.
+struct Streams {
+    /// Whether it asked for stdout or stderr.
+    output: bool,
+    /// The container's input, when the client asked for stdin and the container has one.
+    stdin: Option<Arc<ContainerStdin>>,
+    /// The container's terminal, which resize messages resize (`tty: true`).
+    terminal: Option<Arc<ContainerTerminal>>,
 }
 
 /// Sends what the container writes until its run ends, then `Success`, and hands what the client sends on stdin to
@@ -75,9 +96,13 @@ pub(super) async fn attach(
 async fn relay(
     socket: WebSocket,
     written: impl futures::Stream<Item = std::io::Result<bytes::Bytes>> + Send + 'static,
-    output: bool,
-    mut stdin: Option<Arc<ContainerStdin>>,
+    streams: Streams,
 ) {
+    let Streams {
+        output,
+        mut stdin,
+        terminal,
+    } = streams;
     let (mut sink, mut source) = socket.split();
     let mut written = std::pin::pin!(written);
     loop {
@@ -114,7 +139,12 @@ async fn relay(
                             done_with(&pipe).await;
                         }
                     }
-                    FromClient::Resize(_) | FromClient::Ignored => {}
+                    FromClient::Resize(size) => {
+                        if let Some(t) = &terminal {
+                            t.resize(&size);
+                        }
+                    }
+                    FromClient::Ignored => {}
                 },
                 Some(Ok(Message::Close(_))) | Some(Err(_)) | None => break,
                 Some(Ok(_)) => {}
@@ -129,8 +159,9 @@ async fn relay(
 /// Writes to the container's stdin; a container that closed it (or ended) takes no more.
 async fn write(stdin: &ContainerStdin, data: &[u8]) {
     let mut pipe = stdin.pipe.lock().await;
+    // Flushed: a terminal is written by a background task, and the client's keystrokes must not wait in it.
     if let Some(p) = pipe.as_mut()
-        && p.write_all(data).await.is_err()
+        && (p.write_all(data).await.is_err() || p.flush().await.is_err())
     {
         *pipe = None;
     }

@@ -24,10 +24,10 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 
 use super::channels::{self, FromClient};
-use super::terminal::Terminal;
 use super::{error, flag, query_pairs, running_container};
 use crate::kubelet::Shared;
 use crate::kubelet::sandbox;
+use crate::kubelet::terminal::{self, Terminal};
 
 /// What an exec request asks for.
 struct ExecRequest {
@@ -94,9 +94,8 @@ pub(super) async fn exec(
         ),
     };
     let mut env = rt.env(&container);
-    if tty && !env.iter().any(|(k, _)| k == "TERM") {
-        // What container runtimes give a process on a terminal.
-        env.push(("TERM".into(), "xterm".into()));
+    if tty {
+        terminal::add_term(&mut env);
     }
     let mut cmd = sandbox::command_in(pid, program.as_os_str(), &args, &env, tty);
     let terminal = if tty {

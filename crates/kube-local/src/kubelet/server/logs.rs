@@ -123,23 +123,27 @@ pub(super) async fn container_logs(
     // Follow: what is there, then what gets appended while this run of the container lasts.
     let first =
         futures::stream::once(async move { Ok::<_, std::io::Error>(bytes::Bytes::from(text)) });
-    let rest = appended(path, offset, rt, container, budget);
+    let logged = rt.terminal(&container).map(|t| t.logged());
+    let rest = appended(path, offset, rt, container, budget, logged);
     use futures::StreamExt;
     Response::new(Body::from_stream(first.chain(rest)))
 }
 
 /// What the current run of `container` appends to its log at `path` after `offset`, until that run ends (at most
-/// `budget` bytes when set). Polls the file: processes write their logs directly, so there is no writer to hear from.
+/// `budget` bytes when set). Polls the file: processes write their logs directly, so there is no writer to hear from —
+/// except for a container on a terminal, whose output the kubelet copies to the log and announces on `logged`, which
+/// wakes the follower at once (an interactive shell's echo should not wait for the next poll).
 pub(super) fn appended(
     path: PathBuf,
     offset: u64,
     rt: Arc<PodRuntime>,
     container: String,
     budget: Option<usize>,
+    logged: Option<tokio::sync::watch::Receiver<u64>>,
 ) -> impl futures::Stream<Item = std::io::Result<bytes::Bytes>> + Send + 'static {
     futures::stream::unfold(
-        (path, offset, rt, container, budget),
-        |(path, mut offset, rt, container, mut budget)| async move {
+        (path, offset, rt, container, budget, logged),
+        |(path, mut offset, rt, container, mut budget, mut logged)| async move {
             if budget == Some(0) {
                 return None;
             }
@@ -162,13 +166,24 @@ pub(super) fn appended(
                     }
                     return Some((
                         Ok(bytes::Bytes::from(chunk)),
-                        (path, offset, rt, container, budget),
+                        (path, offset, rt, container, budget, logged),
                     ));
                 }
                 if !still_current {
                     return None;
                 }
-                tokio::time::sleep(Duration::from_millis(200)).await;
+                let poll = tokio::time::sleep(Duration::from_millis(200));
+                match logged.as_mut() {
+                    // A count seen changed since the last wait returns at once: no copy is missed between the read
+                    // and the wait. (A closed channel, the copy over, falls back to polling until the run ends.)
+                    Some(l) => {
+                        tokio::select! {
+                            _ = poll => {}
+                            changed = l.changed() => if changed.is_err() { logged = None; },
+                        }
+                    }
+                    None => poll.await,
+                }
             }
         },
     )

@@ -17,7 +17,6 @@ mod channels;
 mod exec;
 mod logs;
 mod port_forward;
-mod terminal;
 
 use std::sync::Arc;
 
@@ -129,11 +128,6 @@ fn flag(pairs: &[(String, String)], key: &str) -> bool {
         .iter()
         .any(|(k, v)| k == key && (v == "true" || v == "1"))
 }
-
-/// Why `tty=true` is refused: a terminal needs a pseudo-terminal between the client and the process, which this
-/// kubelet does not allocate.
-const NO_TTY: &str =
-    "kube-local's kubelet does not allocate a TTY: exec and attach run without one (tty=false)";
 
 /// The WebSocket upgrade of an exec or attach request with its channel protocol chosen, or the answer to a request
 /// that is not one (SPDY, a plain request: upstream's kubelet also speaks SPDY, this one only [`channels`]) or that

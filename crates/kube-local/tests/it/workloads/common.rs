@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::api::{Api, PostParams};
+use kube_local::api_traffic::Verb;
 use kube_local::clock::Clock;
 use kube_local::kubelet::{ImageTarget, Kubelet, KubeletConfig};
 use serde_json::{Value, json};
@@ -125,6 +126,17 @@ where
     crate::shared::eventually_every(what, within, Duration::from_millis(100), check).await
 }
 
+/// Waits until the API server has received `n` GETs of `pods/{subresource}` (kubectl has connected).
+pub async fn connected(c: &Cluster, subresource: &str, n: u64) {
+    let resource = format!("pods/{subresource}");
+    eventually(
+        &format!("kubectl requesting {resource}"),
+        Duration::from_secs(20),
+        || async { (c.env.requests().count(Verb::Get, &resource) >= n).then_some(()) },
+    )
+    .await;
+}
+
 /// Whether every container of the pod runs.
 pub fn running(pod: &Pod) -> bool {
     pod.status
@@ -205,4 +217,96 @@ pub async fn kubectl_in(
         crate::shared::stdout(&out),
         crate::shared::stderr(&out),
     )
+}
+
+/// `kubectl` as a user runs it in a terminal emulator: its standard streams on a pseudo-terminal of a given size,
+/// which the test types into and reads (kubectl's `-t` needs a terminal on its stdin).
+pub struct KubectlOnTerminal {
+    child: std::process::Child,
+    keyboard: std::fs::File,
+    screen: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
+    reader: std::thread::JoinHandle<()>,
+}
+
+impl KubectlOnTerminal {
+    /// Starts `kubectl ARGS…` on a new terminal of `cols`×`rows`.
+    pub fn start(env: &kube_local::Environment, args: &[&str], cols: u16, rows: u16) -> Self {
+        use rustix::pty::{OpenptFlags, grantpt, ioctl_tiocgptpeer, openpt, unlockpt};
+        let flags = OpenptFlags::RDWR | OpenptFlags::NOCTTY | OpenptFlags::CLOEXEC;
+        let master = openpt(flags).unwrap();
+        grantpt(&master).unwrap();
+        unlockpt(&master).unwrap();
+        let size = rustix::termios::Winsize {
+            ws_row: rows,
+            ws_col: cols,
+            ws_xpixel: 0,
+            ws_ypixel: 0,
+        };
+        rustix::termios::tcsetwinsize(&master, size).unwrap();
+        let slave = ioctl_tiocgptpeer(&master, flags).unwrap();
+        let kubeconfig = env.kubeconfig_path().to_path_buf();
+        let child = std::process::Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .arg("--cache-dir")
+            .arg(kubeconfig.parent().unwrap().join("kubectl-cache"))
+            .args(args)
+            .stdin(slave.try_clone().unwrap())
+            .stdout(slave.try_clone().unwrap())
+            .stderr(slave)
+            .spawn()
+            .expect("kubectl runs");
+        // The terminal's output ends (EIO) once kubectl, the only holder of the slave end, has exited.
+        let screen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let mut display = std::fs::File::from(master.try_clone().unwrap());
+        let shown = screen.clone();
+        let reader = std::thread::spawn(move || {
+            use std::io::Read;
+            let mut buf = [0u8; 4096];
+            while let Ok(n @ 1..) = display.read(&mut buf) {
+                shown.lock().unwrap().extend_from_slice(&buf[..n]);
+            }
+        });
+        KubectlOnTerminal {
+            child,
+            keyboard: std::fs::File::from(master),
+            screen,
+            reader,
+        }
+    }
+
+    /// Types `keys` (a raw terminal takes Enter as `\r`).
+    pub fn type_keys(&mut self, keys: &str) {
+        use std::io::Write;
+        self.keyboard.write_all(keys.as_bytes()).unwrap();
+    }
+
+    /// What the terminal has shown so far.
+    pub fn screen(&self) -> String {
+        String::from_utf8_lossy(&self.screen.lock().unwrap()).into_owned()
+    }
+
+    /// Waits (at most `within`) for kubectl to exit; its exit code and everything the terminal showed.
+    pub async fn exit(mut self, within: Duration) -> (Option<i32>, String) {
+        let waited = tokio::time::timeout(within, async {
+            loop {
+                if let Some(status) = self.child.try_wait().unwrap() {
+                    return status;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        })
+        .await;
+        let Ok(status) = waited else {
+            let _ = self.child.kill();
+            panic!(
+                "kubectl did not exit; the terminal shows:\n{}",
+                self.screen()
+            );
+        };
+        let screen = self.screen.clone();
+        let _ = tokio::task::spawn_blocking(move || self.reader.join()).await;
+        let shown = String::from_utf8_lossy(&screen.lock().unwrap()).into_owned();
+        (status.code(), shown)
+    }
 }

@@ -1,12 +1,15 @@
 //! `kubectl debug` with ephemeral containers: the `pods/{name}/ephemeralcontainers` subresource (what it accepts and
-//! refuses, in discovery) and the kubelet running what it adds — status, logs, attach with stdin, unmapped images.
+//! refuses, in discovery) and the kubelet running what it adds — status, logs, attach with stdin, an interactive
+//! shell on a terminal (`kubectl debug -it`), unmapped images.
 
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{ContainerStatus, Event, Pod};
 use serde_json::{Value, json};
 
-use super::common::{Cluster, TESTAPP, eventually, kubectl, kubectl_in, running};
+use super::common::{
+    Cluster, KubectlOnTerminal, TESTAPP, connected, eventually, kubectl, kubectl_in, running,
+};
 use crate::shared::raw;
 
 const NS: &str = "debug";
@@ -214,6 +217,61 @@ async fn kubectl_debug_interactive_reads_piped_stdin_and_returns_the_output() {
     let pod = terminated(&c, "reader").await;
     let status = ephemeral_status(&pod, "reader").unwrap();
     assert_eq!(status.state.unwrap().terminated.unwrap().exit_code, 0);
+}
+
+#[tokio::test]
+async fn kubectl_debug_it_on_a_terminal_gives_an_interactive_shell() {
+    let c = Cluster::start(NS).await;
+    app(&c).await;
+    // As a user types it, in a terminal.
+    let mut session = KubectlOnTerminal::start(
+        &c.env,
+        &[
+            "debug",
+            "-it",
+            "-n",
+            NS,
+            "app",
+            "--image=busybox",
+            "--target=main",
+            "--",
+            "sh",
+        ],
+        80,
+        24,
+    );
+    // kubectl attaches (its terminal raw by then) once the debug container runs.
+    connected(&c, "attach", 1).await;
+    session.type_keys("echo tty-$((6*7)); tty; exit\r");
+    let (code, screen) = session.exit(Duration::from_secs(30)).await;
+    assert_eq!(code, Some(0), "{screen}");
+    // The shell ran the line (the terminal echoes it as typed, so only the shell's output says 42) on a terminal
+    // of its own; kubectl did not fall back to the container's logs.
+    assert!(screen.contains("tty-42\r\n"), "{screen}");
+    assert!(screen.contains("\r\n/dev/pts/"), "{screen}");
+    assert!(
+        !screen.contains("falling back to streaming logs"),
+        "{screen}"
+    );
+
+    let pod = c.pod(NS, "app").await.unwrap();
+    let name = pod
+        .spec
+        .as_ref()
+        .unwrap()
+        .ephemeral_containers
+        .as_ref()
+        .unwrap()[0]
+        .name
+        .clone();
+    let pod = terminated(&c, &name).await;
+    let status = ephemeral_status(&pod, &name).unwrap();
+    assert_eq!(status.state.unwrap().terminated.unwrap().exit_code, 0);
+    assert_eq!(status.restart_count, 0);
+    // What it printed is in its log too, as a runtime logs a TTY container's output.
+    let (ok, out, err) = kubectl(&c.env, &["logs", "-n", NS, "app", "-c", &name]).await;
+    assert!(ok, "{err}");
+    assert!(out.contains("tty-42\r\n"), "{out}");
 }
 
 #[tokio::test]

@@ -6,11 +6,12 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::AttachParams;
-use kube_local::api_traffic::Verb;
 use serde_json::json;
 use tokio::io::AsyncReadExt;
 
-use super::common::{Cluster, TESTAPP, eventually, kubectl, kubectl_in, running};
+use super::common::{
+    Cluster, KubectlOnTerminal, TESTAPP, connected, eventually, kubectl, kubectl_in, running,
+};
 
 const NS: &str = "exec";
 
@@ -40,6 +41,17 @@ async fn waiting_pod(c: &Cluster, name: &str) -> Pod {
         c.pod(NS, name).await.filter(running)
     })
     .await
+}
+
+/// Waits until the [`waiting_pod`] `box` has logged `early` (what an attach from then on no longer sees).
+async fn logged_early(c: &Cluster) {
+    let log = c.kubelet().log_path(NS, "box", "main").unwrap();
+    eventually("the first line logged", Duration::from_secs(10), || async {
+        std::fs::read_to_string(&log)
+            .ok()
+            .filter(|t| t.contains("early"))
+    })
+    .await;
 }
 
 /// `kubectl exec` with its exit status, output and error output.
@@ -151,17 +163,6 @@ async fn kubectl_exec_into_an_unknown_container_or_pod_fails_like_upstream() {
     );
 }
 
-/// Waits until the API server has received `n` GETs of `pods/{subresource}` (kubectl has connected).
-async fn connected(c: &Cluster, subresource: &str, n: u64) {
-    let resource = format!("pods/{subresource}");
-    eventually(
-        &format!("kubectl requesting {resource}"),
-        Duration::from_secs(20),
-        || async { (c.env.requests().count(Verb::Get, &resource) >= n).then_some(()) },
-    )
-    .await;
-}
-
 #[tokio::test]
 async fn kubectl_logs_follow_shows_lines_written_after_it_started() {
     let c = Cluster::start(NS).await;
@@ -186,13 +187,7 @@ async fn kubectl_logs_follow_shows_lines_written_after_it_started() {
 async fn kubectl_attach_streams_what_the_container_writes_until_it_ends() {
     let c = Cluster::start(NS).await;
     waiting_pod(&c, "box").await;
-    let log = c.kubelet().log_path(NS, "box", "main").unwrap();
-    eventually("the first line logged", Duration::from_secs(10), || async {
-        std::fs::read_to_string(&log)
-            .ok()
-            .filter(|t| t.contains("early"))
-    })
-    .await;
+    logged_early(&c).await;
     let attached = tokio::time::timeout(
         Duration::from_secs(30),
         kubectl(&c.env, &["attach", "-n", NS, "box", "-c", "main"]),
@@ -247,6 +242,121 @@ async fn kubectl_attach_writes_to_the_stdin_of_a_container_that_has_one() {
     .expect("kubectl attach ends when the container does");
     assert!(ok, "{err}");
     assert_eq!(out, "got a\ngot b\neof\n", "{err}");
+}
+
+#[tokio::test]
+async fn kubectl_attach_it_reaches_the_terminal_of_a_tty_container() {
+    let c = Cluster::start(NS).await;
+    c.create::<Pod>(
+        NS,
+        json!({
+            "metadata": {"name": "console"},
+            "spec": {
+                "restartPolicy": "Never",
+                "containers": [{
+                    "name": "main",
+                    "image": "busybox",
+                    "command": ["sh"],
+                    "stdin": true,
+                    "tty": true,
+                }],
+            },
+        }),
+    )
+    .await;
+    eventually("the pod running", Duration::from_secs(20), || async {
+        c.pod(NS, "console").await.filter(running)
+    })
+    .await;
+    // A terminal of 100×30: kubectl sends its size on channel 4, and the container's terminal takes it (the shell
+    // waits for it, whenever the resize arrives).
+    let mut session =
+        KubectlOnTerminal::start(&c.env, &["attach", "-it", "-n", NS, "console"], 100, 30);
+    connected(&c, "attach", 1).await;
+    session.type_keys(
+        "until [ \"$(stty size)\" = '30 100' ]; do sleep 0.05; done; echo sized-$((2+3)) $TERM; tty; exit 3\r",
+    );
+    let (code, screen) = session.exit(Duration::from_secs(30)).await;
+    // The container's exit code is not the attach's: the stream ends with Success when the run does.
+    assert_eq!(code, Some(0), "{screen}");
+    assert!(screen.contains("sized-5 xterm\r\n/dev/pts/"), "{screen}");
+
+    let pod = eventually(
+        "the container terminated",
+        Duration::from_secs(20),
+        || async {
+            let pod = c.pod(NS, "console").await?;
+            let state = pod.status.as_ref()?.container_statuses.as_ref()?[0]
+                .state
+                .clone()?;
+            state.terminated
+        },
+    )
+    .await;
+    assert_eq!(pod.exit_code, 3);
+    let (ok, out, err) = kubectl(&c.env, &["logs", "-n", NS, "console"]).await;
+    assert!(ok, "{err}");
+    assert!(out.contains("sized-5 xterm\r\n"), "{out}");
+}
+
+#[tokio::test]
+async fn kubectl_run_it_on_a_terminal_gives_a_shell_and_its_exit_code() {
+    let c = Cluster::start(NS).await;
+    // kubectl makes the pod (stdin, stdinOnce, tty), waits for it to run, attaches, and with --restart=Never
+    // returns the container's exit code once the session ends.
+    let mut session = KubectlOnTerminal::start(
+        &c.env,
+        &[
+            "run",
+            "-it",
+            "-n",
+            NS,
+            "shell",
+            "--image=busybox",
+            "--restart=Never",
+            "--",
+            "sh",
+        ],
+        80,
+        24,
+    );
+    connected(&c, "attach", 1).await;
+    session.type_keys("echo run-$((3*3)); exit 4\r");
+    let (code, screen) = session.exit(Duration::from_secs(30)).await;
+    assert_eq!(code, Some(4), "{screen}");
+    assert!(screen.contains("run-9\r\n"), "{screen}");
+    let pod = c.pod(NS, "shell").await.unwrap();
+    let container = &pod.spec.as_ref().unwrap().containers[0];
+    assert_eq!(
+        (container.tty, container.stdin, container.stdin_once),
+        (Some(true), Some(true), Some(true))
+    );
+}
+
+#[tokio::test]
+async fn an_attach_asking_for_a_tty_gets_what_the_container_has() {
+    let c = Cluster::start(NS).await;
+    waiting_pod(&c, "box").await;
+    logged_early(&c).await;
+    // The container runs without a terminal: as upstream's kubelet, the container's setting decides, not the
+    // request's, and the output comes as the container writes it (no terminal turning \n into \r\n).
+    let params = AttachParams {
+        tty: true,
+        stdin: false,
+        stdout: true,
+        stderr: false,
+        ..AttachParams::default()
+    };
+    let mut attached = c.api::<Pod>(NS).attach("box", &params).await.unwrap();
+    let mut stdout = attached.stdout().unwrap();
+    let status = attached.take_status().unwrap();
+    connected(&c, "attach", 1).await;
+    let (code, _, err) = exec(&c, &["box", "--", "touch", "/trigger/go"], None).await;
+    assert_eq!(code, Some(0), "{err}");
+    let mut out = String::new();
+    stdout.read_to_string(&mut out).await.unwrap();
+    assert_eq!(out, "after\ndone\n");
+    assert_eq!(status.await.unwrap().status.as_deref(), Some("Success"));
 }
 
 #[tokio::test]

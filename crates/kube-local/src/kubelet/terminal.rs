@@ -1,6 +1,7 @@
-//! The pseudo-terminal of an exec with `tty=true`: the command's standard streams are the terminal's slave end,
-//! the kubelet reads and writes the master end (everything the command prints arrives on the stdout channel, as
-//! upstream's with a TTY), and a resize message (channel 4, `{"Width": …, "Height": …}`) sets the window size.
+//! Pseudo-terminals: the one an exec with `tty=true` runs on, and the one a container with `tty: true` runs on for
+//! its whole run. The process's standard streams are the terminal's slave end; the kubelet reads and writes the
+//! master end (everything the process prints is one stream, which upstream puts on the stdout channel with a TTY),
+//! and a resize message (channel 4, `{"Width": …, "Height": …}`) sets the window size.
 
 use std::io;
 use std::os::fd::OwnedFd;
@@ -10,7 +11,7 @@ use rustix::termios::{Winsize, tcsetwinsize};
 use serde::Deserialize;
 
 /// The master end of a pseudo-terminal.
-pub(super) struct Terminal {
+pub(crate) struct Terminal {
     master: OwnedFd,
 }
 
@@ -25,7 +26,7 @@ struct TerminalSize {
 impl Terminal {
     /// A new pseudo-terminal and its slave end, for the command's stdin, stdout and stderr. Neither end becomes the
     /// kubelet's controlling terminal.
-    pub(super) fn open() -> io::Result<(Terminal, OwnedFd)> {
+    pub(crate) fn open() -> io::Result<(Terminal, OwnedFd)> {
         let flags = OpenptFlags::RDWR | OpenptFlags::NOCTTY | OpenptFlags::CLOEXEC;
         let master = openpt(flags)?;
         grantpt(&master)?;
@@ -36,17 +37,18 @@ impl Terminal {
 
     /// The master end to read the command's output from and write its input to (reads fail with EIO once every
     /// process has closed the slave end: the end of the output).
-    pub(super) fn io(&self) -> io::Result<(tokio::fs::File, tokio::fs::File)> {
-        let reader = std::fs::File::from(self.master.try_clone()?);
-        let writer = std::fs::File::from(self.master.try_clone()?);
-        Ok((
-            tokio::fs::File::from_std(reader),
-            tokio::fs::File::from_std(writer),
-        ))
+    pub(crate) fn io(&self) -> io::Result<(tokio::fs::File, tokio::fs::File)> {
+        Ok((self.master_file()?, self.master_file()?))
+    }
+
+    /// One more handle on the master end, for reading or writing.
+    pub(crate) fn master_file(&self) -> io::Result<tokio::fs::File> {
+        let file = std::fs::File::from(self.master.try_clone()?);
+        Ok(tokio::fs::File::from_std(file))
     }
 
     /// Applies a resize message; a malformed one is ignored, as upstream's kubelet logs and drops it.
-    pub(super) fn resize(&self, message: &[u8]) {
+    pub(crate) fn resize(&self, message: &[u8]) {
         let Ok(size) = serde_json::from_slice::<TerminalSize>(message) else {
             tracing::debug!("ignoring a malformed terminal size");
             return;
@@ -60,6 +62,14 @@ impl Terminal {
         if let Err(e) = tcsetwinsize(&self.master, winsize) {
             tracing::debug!(error = %e, "setting the terminal size");
         }
+    }
+}
+
+/// What a process on a terminal finds in its environment: `TERM=xterm` unless the container sets its own, as
+/// container runtimes give it.
+pub(crate) fn add_term(env: &mut Vec<(String, String)>) {
+    if !env.iter().any(|(k, _)| k == "TERM") {
+        env.push(("TERM".into(), "xterm".into()));
     }
 }
 
