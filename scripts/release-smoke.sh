@@ -57,12 +57,15 @@ trap 'on_failure $LINENO' ERR
 
 scripts/install-prerequisites.sh
 step "building the release binaries (cargo build --release)"
+# CARGO_TARGET_DIR is honoured: scripts/test.sh builds these in a directory
+# of their own, in the background while the tests run.
+TARGET_DIR="$(realpath -m "${CARGO_TARGET_DIR:-target}")"
 cargo build --release --locked -q -p dkv-operator --bin dkv -p kubectl-dkv --bin kubectl-dkv
 
 step "installing them into a temporary root"
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/dkv-release-smoke.XXXXXX")"
-install -D -m 0755 target/release/dkv "$WORK/bin/dkv"
-install -D -m 0755 target/release/kubectl-dkv "$WORK/bin/kubectl-dkv"
+install -D -m 0755 "$TARGET_DIR/release/dkv" "$WORK/bin/dkv"
+install -D -m 0755 "$TARGET_DIR/release/kubectl-dkv" "$WORK/bin/kubectl-dkv"
 # As a user installs a kubectl plugin: on the PATH, found by `kubectl dkv`.
 export PATH="$WORK/bin:$PATH"
 # The etcd releases scripts/install-prerequisites.sh fetched; without this the

@@ -116,7 +116,10 @@ pub async fn take_backup_until(
         snapshot,
         taken_at,
     } = prepared;
-    let uploaded = upload(
+    // The key count and hash are read while the store completes the
+    // upload: etcd's HashKV and the store's assembly of the parts overlap
+    // instead of adding up.
+    let (uploaded, content) = upload(
         &store,
         &location,
         &source.endpoint,
@@ -124,6 +127,7 @@ pub async fn take_backup_until(
         request.upload,
         &request.encoding,
         stop.as_mut(),
+        content_at(admin, &source.endpoint, source.revision),
     )
     .await?;
 
@@ -136,7 +140,7 @@ pub async fn take_backup_until(
         taken_at,
         compression: request.encoding.compression().map(str::to_owned),
         encryption_key_id: request.encoding.key_id().map(str::to_owned),
-        content: content_at(admin, &source.endpoint, source.revision).await,
+        content,
     };
     if let Err(err) = artifact::write_sidecar(&store, &artifact).await {
         // An unrecorded artifact would be orphaned: no record, no retention.
@@ -243,10 +247,25 @@ pub async fn upload_snapshot(
     encoding: &Encoding,
 ) -> Result<Uploaded> {
     let never = std::pin::pin!(std::future::pending::<()>().fuse());
-    upload(store, location, source, snapshot, options, encoding, never).await
+    let (uploaded, ()) = upload(
+        store,
+        location,
+        source,
+        snapshot,
+        options,
+        encoding,
+        never,
+        async {},
+    )
+    .await?;
+    Ok(uploaded)
 }
 
-async fn upload<S: Future<Output = ()>>(
+/// [`upload_snapshot`], stopped by `stop`, with `while_completing` run
+/// once the whole snapshot is sent, alongside the store's completion of
+/// the upload (which, for a large object, can take seconds).
+#[allow(clippy::too_many_arguments)]
+async fn upload<S: Future<Output = ()>, C: Future>(
     store: &Store,
     location: &Location,
     source: &str,
@@ -254,7 +273,8 @@ async fn upload<S: Future<Output = ()>>(
     options: UploadOptions,
     encoding: &Encoding,
     stop: Pin<&mut futures::future::Fuse<S>>,
-) -> Result<Uploaded> {
+    while_completing: C,
+) -> Result<(Uploaded, C::Output)> {
     options.check()?;
     store.check_same_bucket(location)?;
     let encoder = encoding.encoder().map_err(Error::codec(location))?;
@@ -288,14 +308,13 @@ async fn upload<S: Future<Output = ()>>(
         return Err(err);
     }
     // `finish` aborts the upload itself when completing fails.
-    writer
-        .finish()
-        .await
-        .map_err(|e| store.error("multipart upload", path, &e))?;
-    Ok(Uploaded {
+    let (finished, alongside) = tokio::join!(writer.finish(), while_completing);
+    finished.map_err(|e| store.error("multipart upload", path, &e))?;
+    let uploaded = Uploaded {
         size_bytes: digest.size,
         sha256: format!("{:x}", digest.sha256.finalize()),
-    })
+    };
+    Ok((uploaded, alongside))
 }
 
 /// etcd's check of what it sent, and the digest and size of what is stored.

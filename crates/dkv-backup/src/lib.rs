@@ -77,4 +77,4 @@ pub use retention::{
     BackupRecord, Outcome, Prune, PruneReason, RetentionPolicy, select_for_pruning,
 };
 pub use source::{SnapshotSource, choose_snapshot_source, pick_source};
-pub use store::{S3Options, Store, StoreConfig};
+pub use store::{S3Options, Store, StoreConfig, checksums_requested};

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use futures::stream::BoxStream;
 use futures::{StreamExt, TryStreamExt};
-use object_store::aws::AmazonS3Builder;
+use object_store::aws::{AmazonS3Builder, Checksum};
 use object_store::azure::MicrosoftAzureBuilder;
 use object_store::gcp::GoogleCloudStorageBuilder;
 use object_store::local::LocalFileSystem;
@@ -32,6 +32,13 @@ pub struct S3Options {
     /// Allow a plain-HTTP endpoint (`AWS_ALLOW_HTTP=true`): a server inside
     /// the cluster or on loopback in tests.
     pub allow_http: bool,
+    /// Send a SHA-256 checksum with every part and object
+    /// (`x-amz-checksum-sha256`), so the server checks each part as it
+    /// arrives and keeps a checksum of the object. The digest is the one
+    /// the request signature already needs, so it costs the client nothing.
+    /// On unless `AWS_REQUEST_CHECKSUM_CALCULATION=when_required` (the AWS
+    /// SDKs' switch), for S3-compatible servers that refuse the header.
+    pub checksums: bool,
 }
 
 impl Default for S3Options {
@@ -41,6 +48,7 @@ impl Default for S3Options {
             region: None,
             path_style: true,
             allow_http: false,
+            checksums: true,
         }
     }
 }
@@ -48,6 +56,14 @@ impl Default for S3Options {
 pub const AWS_REGION: &str = "AWS_REGION";
 pub const AWS_ENDPOINT_URL: &str = "AWS_ENDPOINT_URL";
 pub const AWS_ALLOW_HTTP: &str = "AWS_ALLOW_HTTP";
+pub const AWS_REQUEST_CHECKSUM_CALCULATION: &str = "AWS_REQUEST_CHECKSUM_CALCULATION";
+
+/// Whether `AWS_REQUEST_CHECKSUM_CALCULATION`'s value asks for checksums.
+/// As in the AWS SDKs: `when_supported` (the default) sends them,
+/// `when_required` leaves them out; anything else keeps the default.
+pub fn checksums_requested(value: Option<&str>) -> bool {
+    !value.is_some_and(|v| v.trim().eq_ignore_ascii_case("when_required"))
+}
 
 /// Everything needed to open the store a URI names.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -71,6 +87,7 @@ impl StoreConfig {
                 region: get(AWS_REGION),
                 path_style: true,
                 allow_http: get(AWS_ALLOW_HTTP).is_some_and(|v| is_true(&v)),
+                checksums: checksums_requested(get(AWS_REQUEST_CHECKSUM_CALCULATION).as_deref()),
             },
             credentials: Credentials::from_lookup(lookup),
         }
@@ -118,6 +135,9 @@ impl Store {
                     .with_allow_http(s3.allow_http);
                 if let Some(endpoint) = &s3.endpoint {
                     builder = builder.with_endpoint(endpoint);
+                }
+                if s3.checksums {
+                    builder = builder.with_checksum_algorithm(Checksum::SHA256);
                 }
                 if let Some(aws) = &credentials.aws {
                     builder = builder
@@ -370,9 +390,27 @@ mod tests {
                 region: Some("eu-west-1".to_owned()),
                 path_style: true,
                 allow_http: true,
+                checksums: true,
             }
         );
         assert_eq!(config.credentials.aws.unwrap().access_key_id, "AKID");
+    }
+
+    #[test]
+    fn checksums_are_sent_unless_only_required_ones_are_asked_for() {
+        for (value, expected) in [
+            (None, true),
+            (Some("when_supported"), true),
+            (Some("WHEN_SUPPORTED"), true),
+            (Some("when_required"), false),
+            (Some(" When_Required "), false),
+        ] {
+            assert_eq!(checksums_requested(value), expected, "{value:?}");
+        }
+        let config = StoreConfig::from_lookup(|name| {
+            (name == AWS_REQUEST_CHECKSUM_CALCULATION).then(|| "when_required".to_owned())
+        });
+        assert!(!config.s3.checksums);
     }
 
     #[test]

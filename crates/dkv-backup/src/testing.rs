@@ -69,6 +69,10 @@ if op == "digest":
         h.update(chunk)
         size += len(chunk)
     print(json.dumps({"size": size, "sha256": h.hexdigest()}))
+elif op == "checksum":
+    bucket, key = args
+    head = s3.head_object(Bucket=bucket, Key=key, ChecksumMode="ENABLED")
+    print(json.dumps({"sha256": head.get("ChecksumSHA256")}))
 elif op == "flip":
     bucket, key, offset = args
     data = bytearray(s3.get_object(Bucket=bucket, Key=key)["Body"].read())
@@ -122,6 +126,14 @@ pub struct MotoServer {
 pub struct ObjectDigest {
     pub size: u64,
     pub sha256: String,
+}
+
+/// The checksum the S3 server keeps for an object (`HeadObject` with
+/// `ChecksumMode=ENABLED`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
+pub struct StoredChecksum {
+    /// `x-amz-checksum-sha256`, when the object was stored with one.
+    pub sha256: Option<String>,
 }
 
 /// What a bucket holds.
@@ -221,6 +233,7 @@ impl MotoServer {
                 region: Some("us-east-1".to_owned()),
                 path_style: true,
                 allow_http: true,
+                checksums: true,
             },
         }
     }
@@ -243,6 +256,12 @@ impl MotoServer {
     pub fn digest(&self, key: &str) -> ObjectDigest {
         let out = self.client(&["digest", &self.bucket, key]);
         serde_json::from_str(&out).unwrap_or_else(|e| panic!("digest printed {out:?}: {e}"))
+    }
+
+    /// The checksum the server keeps for an object.
+    pub fn stored_checksum(&self, key: &str) -> StoredChecksum {
+        let out = self.client(&["checksum", &self.bucket, key]);
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("checksum printed {out:?}: {e}"))
     }
 
     /// Flips every bit of the byte at `offset` of an object, in place.

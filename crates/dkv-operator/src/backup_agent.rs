@@ -113,6 +113,11 @@ pub struct ObjectStoreArgs {
         value_parser = clap::builder::BoolishValueParser::new()
     )]
     pub s3_allow_http: bool,
+    /// `when_supported` (the default) sends a SHA-256 checksum with every
+    /// part, checked by the server on arrival; `when_required` leaves it
+    /// out, for S3-compatible servers that refuse the header.
+    #[arg(long, env = "AWS_REQUEST_CHECKSUM_CALCULATION", value_parser = ["when_supported", "when_required"], ignore_case = true)]
+    pub s3_request_checksum_calculation: Option<String>,
 }
 
 /// Kubernetes keeps at most this much of a termination message.
@@ -279,6 +284,9 @@ impl ObjectStoreArgs {
                 region: self.s3_region.clone().filter(|r| !r.is_empty()),
                 path_style: self.s3_path_style,
                 allow_http: self.s3_allow_http,
+                checksums: dkv_backup::checksums_requested(
+                    self.s3_request_checksum_calculation.as_deref(),
+                ),
             },
         }
     }

@@ -12,8 +12,8 @@ use bytes::Bytes;
 use dkv_backup::testing::{EtcdProcess, MotoServer, etcd_bin_dir, loopback_ip, test_key};
 use dkv_backup::{
     Artifact, BackupRequest, Category, Encoding, Error, Key, Keyring, Location, MemberRestore,
-    RestoreTool, StoreErrorKind, UploadOptions, choose_snapshot_source, delete_artifact,
-    fetch_artifact, restore_member, take_backup, upload_snapshot,
+    RestoreTool, StoreConfig, StoreErrorKind, UploadOptions, choose_snapshot_source,
+    delete_artifact, fetch_artifact, restore_member, take_backup, upload_snapshot,
 };
 use dkv_etcd::GrpcAdmin;
 
@@ -142,6 +142,10 @@ async fn backup_fetch_restore(minor: &str, group: u8) {
     let digest = moto.digest(&key);
     assert_eq!(digest.size, artifact.size_bytes);
     assert_eq!(digest.sha256, artifact.sha256);
+    // Every part went with its SHA-256, checked by the server on arrival;
+    // the object keeps the checksum of its parts' checksums.
+    let stored = moto.stored_checksum(&key);
+    assert!(stored.sha256.is_some(), "{stored:?}");
 
     // Fetch: with the recorded digest, and by bare URI through the record.
     let fetched = fetch_artifact(
@@ -234,6 +238,37 @@ async fn a_corrupted_artifact_is_refused_with_both_digests() {
     .await
     .unwrap_err();
     assert!(matches!(err, Error::ChecksumMismatch { .. }), "{err}");
+}
+
+/// For S3-compatible servers that refuse checksum headers: with
+/// `AWS_REQUEST_CHECKSUM_CALCULATION=when_required` none is sent, and the
+/// backup still restores, checked against its own recorded digest.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn checksums_can_be_left_out_for_servers_that_refuse_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let moto = MotoServer::start("dkv-backups");
+    let source = source_cluster("3.5", dir.path(), 8).await;
+    let mut config = moto.config();
+    let env = |name: &str| {
+        (name == "AWS_REQUEST_CHECKSUM_CALCULATION").then(|| "when_required".to_owned())
+    };
+    config.s3.checksums = StoreConfig::from_lookup(env).s3.checksums;
+    assert!(!config.s3.checksums);
+    let artifact = take_backup(&source.admin, &config, &request(&source, &moto.uri("p")))
+        .await
+        .unwrap();
+    let stored = moto.stored_checksum(&key_of(&artifact));
+    assert_eq!(stored.sha256, None, "{stored:?}");
+    let fetched = fetch_artifact(
+        &config,
+        &artifact.uri,
+        Some(&artifact.sha256),
+        &Keyring::default(),
+        &dir.path().join("snapshot.db"),
+    )
+    .await
+    .unwrap();
+    assert_eq!(fetched.sha256, artifact.sha256);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
