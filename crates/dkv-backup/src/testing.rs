@@ -499,6 +499,82 @@ impl EtcdProcess {
         }
     }
 
+    /// Writes about `bytes` of JSON documents of about 6 KiB, 100 per
+    /// transaction (under etcd's default limits on operations and request
+    /// size): the kind of values a key-value store holds (configuration,
+    /// records), with the fields and shape repeating and ids, versions,
+    /// times and amounts varying. zstd takes such data to a few times
+    /// smaller, as it does real etcd databases; [`Self::fill`] is the
+    /// incompressible worst case.
+    pub async fn fill_documents(&self, bytes: usize) {
+        let mut client = self.client().await;
+        let mut random = 0x9e37_79b9_7f4a_7c15_u64;
+        let mut next = move || {
+            random ^= random << 13;
+            random ^= random >> 7;
+            random ^= random << 17;
+            random
+        };
+        const REGIONS: [&str; 4] = ["eu-west-1", "us-east-1", "ap-south-1", "sa-east-1"];
+        const STATES: [&str; 3] = ["active", "suspended", "pending-review"];
+        let mut written = 0usize;
+        let mut doc = 0u64;
+        while written < bytes {
+            let mut ops = Vec::new();
+            let mut batch = 0usize;
+            while ops.len() < 100 {
+                let mut value = format!(
+                    r#"{{"apiVersion":"shop.example.com/v1","kind":"Account","metadata":{{"name":"account-{doc:08}","namespace":"tenant-{}","uid":"{:016x}{:016x}","resourceVersion":"{}","creationTimestamp":"2026-{:02}-{:02}T{:02}:{:02}:{:02}Z","labels":{{"region":"{}","tier":"{}"}}}},"spec":{{"owner":"user-{:06}@example.com","state":"{}","limits":{{"requestsPerSecond":{},"storageGiB":{}}},"entries":["#,
+                    doc % 97,
+                    next(),
+                    next(),
+                    next() % 10_000_000,
+                    1 + next() % 12,
+                    1 + next() % 28,
+                    next() % 24,
+                    next() % 60,
+                    next() % 60,
+                    REGIONS[(next() % 4) as usize],
+                    if next() % 5 == 0 {
+                        "premium"
+                    } else {
+                        "standard"
+                    },
+                    next() % 1_000_000,
+                    STATES[(next() % 3) as usize],
+                    100 * (1 + next() % 50),
+                    next() % 2048,
+                );
+                for entry in 0..48 {
+                    if entry > 0 {
+                        value.push(',');
+                    }
+                    value.push_str(&format!(
+                        r#"{{"id":"{:012x}","etag":"{:016x}","sku":"SKU-{:05}","quantity":{},"priceCents":{},"currency":"EUR","note":"order line {entry} of account {doc}"}}"#,
+                        next() & 0xffff_ffff_ffff,
+                        next(),
+                        next() % 20_000,
+                        1 + next() % 9,
+                        next() % 100_000,
+                    ));
+                }
+                value.push_str("]}}");
+                batch += value.len();
+                ops.push(etcd_client::TxnOp::put(
+                    format!("/dkv-fill/accounts/{doc:08}"),
+                    value,
+                    None,
+                ));
+                doc += 1;
+            }
+            written += batch;
+            client
+                .txn(etcd_client::Txn::new().and_then(ops))
+                .await
+                .unwrap_or_else(|e| panic!("fill documents up to {doc}: {e}"));
+        }
+    }
+
     /// Every key and value under `/dkv-test/`.
     pub async fn test_keys(&self) -> Vec<(String, String)> {
         let mut client = self.client().await;

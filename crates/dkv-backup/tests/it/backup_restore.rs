@@ -396,7 +396,7 @@ async fn a_file_destination_works_end_to_end() {
     let dir = tempfile::tempdir().unwrap();
     let source = source_cluster("3.5", dir.path(), 5).await;
     let destination = format!("file://{}/backups", dir.path().display());
-    let config = dkv_backup::StoreConfig::default();
+    let config = StoreConfig::default();
     let artifact = take_backup(&source.admin, &config, &request(&source, &destination))
         .await
         .unwrap();
@@ -457,7 +457,7 @@ async fn a_three_member_cluster_is_backed_up_from_a_follower() {
     let destination = format!("file://{}/backups", dir.path().display());
     let artifact = take_backup(
         &admin,
-        &dkv_backup::StoreConfig::default(),
+        &StoreConfig::default(),
         &BackupRequest {
             namespace: "shop".to_owned(),
             cluster: "orders".to_owned(),
@@ -481,7 +481,7 @@ async fn three_members_restored_from_one_snapshot_form_one_new_cluster() {
     let dir = tempfile::tempdir().unwrap();
     let source = source_cluster("3.5", dir.path(), 7).await;
     let destination = format!("file://{}/backups", dir.path().display());
-    let config = dkv_backup::StoreConfig::default();
+    let config = StoreConfig::default();
     // Compressed and encrypted, as with spec.backup.encryption.
     let key = Key::parse(&[0x5a; 32]).unwrap();
     let mut request = request(&source, &destination);
