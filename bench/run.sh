@@ -18,9 +18,9 @@ scripts/install-prerequisites.sh
 
 echo "== building (release profile)"
 cargo build --release --locked -p dkv-backup --features testing --example backup_throughput
-# The operator as the container image ships it (Dockerfile): no local mode,
-# cargo profile `image` (whole-program, size-optimized; ~8 min on 2 cores).
-cargo build --profile image --locked -p dkv-operator --no-default-features --bin dkv
+# The operator as the container image ships it (Dockerfile).
+source scripts/lib/image-build.sh
+build_image_binary
 # kube-local as its own process, for its RSS with 3 nodes against 1 (nodes).
 cargo build --release --locked -p kube-local --bin kube-local
 cargo bench --locked -p dkv-operator --bench harness --no-run

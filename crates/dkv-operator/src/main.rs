@@ -5,6 +5,11 @@ use dkv_operator::cli::{Cli, Command};
 #[cfg(feature = "local")]
 use dkv_operator::cli::{LocalCommand, NodeCommand};
 
+// The image build links the functions listed here first (Dockerfile,
+// scripts/lib/image-build.sh). Read here only so that cargo relinks the
+// binary when the list changes; an unused constant puts nothing in it.
+const _IMAGE_SYMBOL_ORDER: &str = include_str!("../image-symbol-order.txt");
+
 /// With the `dhat-heap` feature every allocation goes through dhat's
 /// counting allocator; it profiles only while a profiler runs (below).
 #[cfg(feature = "dhat-heap")]
