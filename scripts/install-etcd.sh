@@ -61,7 +61,9 @@ latest="$TOOLS/etcd-3.5.30"
 if [ ! -x "$latest/usr/bin/etcd" ]; then
   echo "fetching etcd 3.5.30 (Debian unstable) into $latest"
   fetch unstable "$latest"
-  if ! "$latest/usr/bin/etcd" --version | grep -q 'etcd Version: 3.5.30$'; then
+  # The version is read whole first: `grep -q` stopping early would make
+  # etcd's write fail and, under pipefail, the check report a mismatch.
+  if ! grep -q 'etcd Version: 3.5.30$' <<<"$("$latest/usr/bin/etcd" --version)"; then
     echo "Debian unstable no longer has etcd 3.5.30 ($("$latest/usr/bin/etcd" --version | head -1)); update scripts/install-etcd.sh and kube-local's image map" >&2
   fi
 fi

@@ -135,7 +135,12 @@ pub fn operator_args(leader_election: bool) -> OperatorArgs {
 /// The admission webhooks as `dkv local up` runs them: a server on a free
 /// loopback port that registers the configurations with kube-local by URL.
 pub fn webhook_args() -> WebhookArgs {
-    dkv_operator::local::local_webhooks().unwrap()
+    WebhookArgs {
+        // `dkv local up` keeps the certificate's Secret in dkv-system, which
+        // it creates; the tests' environments have only the usual namespaces.
+        namespace: "default".into(),
+        ..dkv_operator::local::local_webhooks().unwrap()
+    }
 }
 
 /// The operator, running in this process until [`RunningOperator::stop`].

@@ -130,6 +130,8 @@ pub struct Core {
     /// The CA that signs approved `kubernetes.io/kube-apiserver-client` CertificateSigningRequests; set when the
     /// server has one (HTTPS).
     certificate_signer: std::sync::OnceLock<crate::tls::CertificateAuthority>,
+    /// How pods' log, exec, attach and port-forward reach their node's kubelet; plain TCP unless set.
+    kubelet_client: std::sync::OnceLock<crate::kubelet_client::KubeletClient>,
 }
 
 fn type_info(rt: &ResourceType) -> TypeInfo<'_> {
@@ -168,6 +170,7 @@ impl Core {
             registry: Registry::new(),
             tokens: Default::default(),
             certificate_signer: Default::default(),
+            kubelet_client: Default::default(),
         };
         api_services::sync(&core);
         core
@@ -183,6 +186,7 @@ impl Core {
             registry: Registry::new(),
             tokens: Default::default(),
             certificate_signer: Default::default(),
+            kubelet_client: Default::default(),
         };
         let crds = StorageResource {
             group: "apiextensions.k8s.io".into(),
@@ -410,6 +414,16 @@ impl Core {
         if let Some(ca) = ca {
             let _ = self.certificate_signer.set(ca.clone());
         }
+    }
+
+    /// Reach the kubelets this way from now on (a server with a CA speaks TLS to them).
+    pub fn set_kubelet_client(&self, client: crate::kubelet_client::KubeletClient) {
+        let _ = self.kubelet_client.set(client);
+    }
+
+    /// How the API server reaches a kubelet.
+    pub(crate) fn kubelet_client(&self) -> crate::kubelet_client::KubeletClient {
+        self.kubelet_client.get().cloned().unwrap_or_default()
     }
 
     /// What the signer does once a request is written approved: its certificate (or `Failed`) in its status,

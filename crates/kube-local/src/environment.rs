@@ -13,9 +13,15 @@ use tokio::task::JoinHandle;
 
 use crate::api_error::ApiError;
 use crate::api_traffic::{ApiTraffic, Fault, RequestCounts};
-use crate::auth::authenticate::{Authenticator, ClientCertificate};
+use crate::auth::authenticate::Authenticator;
 use crate::core::{Core, WriteOptions};
 use crate::server::{self, Server};
+
+/// Where a data directory keeps the cluster's keys (0700): the CA (`ca.crt`, `ca.key`) and the ServiceAccount
+/// token key.
+pub const PKI_DIR: &str = "pki";
+const SERVICE_ACCOUNT_KEY: &str = "service-account.key";
+const CA_NAME: &str = "kube-local-ca";
 
 /// The StorageClass whose claims cannot grow (`allowVolumeExpansion` unset);
 /// the default class, `standard`, allows expansion.
@@ -208,7 +214,8 @@ impl EnvironmentBuilder {
         }
         let (dir, temp) = match &self.data_dir {
             Some(d) => {
-                std::fs::create_dir_all(d).map_err(|source| Error::DataDir {
+                // It holds the store (every Secret), the keys and the admin's kubeconfig: its owner's alone.
+                crate::private_files::create_dir(d).map_err(|source| Error::DataDir {
                     path: d.clone(),
                     source,
                 })?;
@@ -225,7 +232,7 @@ impl EnvironmentBuilder {
                 (t.path().to_path_buf(), Some(t))
             }
         };
-        let core = match &self.data_dir {
+        let mut core = match &self.data_dir {
             Some(d) => {
                 let path = d.join("store");
                 Core::open(self.watch_history, &path)
@@ -234,6 +241,19 @@ impl EnvironmentBuilder {
             }
             None => Core::new(self.watch_history),
         };
+        // A data directory keeps the keys, as a cluster does: the kubeconfig, pods' `ca.crt` and the tokens
+        // issued before a restart stay valid after it.
+        let pki = self.data_dir.as_ref().map(|d| d.join(PKI_DIR));
+        if let Some(pki) = &pki {
+            crate::private_files::create_dir(pki).map_err(|source| Error::DataDir {
+                path: pki.clone(),
+                source,
+            })?;
+            let path = pki.join(SERVICE_ACCOUNT_KEY);
+            core.tokens =
+                crate::service_account_tokens::ServiceAccountTokens::load_or_create(&path)
+                    .map_err(|source| Error::DataDir { path, source })?;
+        }
         let core = Arc::new(core);
         bootstrap(&core).await?;
         for crd in &self.crds {
@@ -273,11 +293,22 @@ impl EnvironmentBuilder {
         let app = server::router(server);
         // Credentials need HTTPS: kubectl (client-go) does not send a token to a plain HTTP server.
         let ca = if self.tls || self.authenticate {
-            Some(crate::tls::CertificateAuthority::new("kube-local-ca").map_err(Error::Tls)?)
+            Some(
+                match &pki {
+                    Some(dir) => crate::tls::CertificateAuthority::load_or_create(dir, CA_NAME),
+                    None => crate::tls::CertificateAuthority::new(CA_NAME),
+                }
+                .map_err(Error::Tls)?,
+            )
         } else {
             None
         };
         core.set_certificate_signer(ca.as_ref());
+        if let Some(ca) = &ca {
+            core.set_kubelet_client(
+                crate::kubelet_client::KubeletClient::tls(ca).map_err(Error::Tls)?,
+            );
+        }
         let serve = match &ca {
             None => {
                 let mut serve_shutdown = shutdown_rx.clone();
@@ -301,7 +332,10 @@ impl EnvironmentBuilder {
                     issued.server_config()
                 }
                 .map_err(Error::Tls)?;
-                tokio::spawn(serve_tls(listener, app, config, shutdown_rx.clone()))
+                let mut stop = shutdown_rx.clone();
+                tokio::spawn(crate::https::serve(listener, app, config, async move {
+                    let _ = stop.wait_for(|s| *s).await;
+                }))
             }
         };
         let controllers = tokio::spawn(crate::controllers::run(core.clone(), shutdown_rx));
@@ -322,9 +356,9 @@ impl EnvironmentBuilder {
             ),
             _ => None,
         };
-        std::fs::write(
+        crate::private_files::write(
             &kubeconfig,
-            kubeconfig_yaml(&url, ca_pem.as_deref(), admin_certificate.as_ref()),
+            kubeconfig_yaml(&url, ca_pem.as_deref(), admin_certificate.as_ref()).as_bytes(),
         )
         .map_err(|source| Error::Kubeconfig {
             path: kubeconfig.clone(),
@@ -337,6 +371,11 @@ impl EnvironmentBuilder {
                 config.api_server = Some(crate::kubelet::ApiServerAccess {
                     address: addr,
                     ca_pem: ca_pem.clone(),
+                });
+                // The kubelets speak TLS where the API server does, and check their callers where it does.
+                config.serving = ca.as_ref().map(|ca| crate::kubelet::KubeletServing {
+                    ca: ca.clone(),
+                    authorize: self.authenticate,
                 });
                 Some(crate::workloads::Workloads::start(client.clone(), &dir, config).await?)
             }
@@ -372,55 +411,6 @@ impl EnvironmentBuilder {
             tasks,
             _temp: temp,
         })
-    }
-}
-
-/// Serves HTTPS connections until shutdown.
-async fn serve_tls(
-    listener: tokio::net::TcpListener,
-    app: axum::Router,
-    config: rustls::ServerConfig,
-    mut shutdown: tokio::sync::watch::Receiver<bool>,
-) {
-    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
-    loop {
-        let accepted = tokio::select! {
-            a = listener.accept() => a,
-            _ = shutdown.wait_for(|s| *s) => return,
-        };
-        let Ok((tcp, _)) = accepted else { continue };
-        let acceptor = acceptor.clone();
-        let app = app.clone();
-        tokio::spawn(async move {
-            let Ok(tls) = acceptor.accept(tcp).await else {
-                return;
-            };
-            // A certificate the handshake verified identifies every request of this connection.
-            let certificate = tls
-                .get_ref()
-                .1
-                .peer_certificates()
-                .and_then(|chain| chain.first())
-                .and_then(|leaf| ClientCertificate::from_der(leaf));
-            let app = tower::ServiceExt::map_request(
-                app,
-                move |mut req: http::Request<hyper::body::Incoming>| {
-                    if let Some(certificate) = &certificate {
-                        req.extensions_mut().insert(certificate.clone());
-                    }
-                    req
-                },
-            );
-            let service = hyper_util::service::TowerToHyperService::new(app);
-            let conn = hyper::server::conn::http1::Builder::new()
-                .serve_connection(hyper_util::rt::TokioIo::new(tls), service)
-                // Streaming subresources take the connection over after a 101: port-forward here,
-                // exec and attach by handing it to the kubelet.
-                .with_upgrades();
-            if let Err(e) = conn.await {
-                tracing::debug!(error = %e, "TLS connection ended");
-            }
-        });
     }
 }
 

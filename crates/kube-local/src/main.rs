@@ -1,5 +1,6 @@
-//! `kube-local up --data-dir DIR [--tls] [--auth] [--nodes N] [--zones K] [--image-map FILE]`: serve a local control
-//! plane and its nodes until SIGINT/SIGTERM. `kube-local node kill|start NAME --data-dir DIR`: cut or restore a node's
+//! `kube-local up --data-dir DIR [--nodes N] [--zones K] [--image-map FILE]`: serve a local control plane and its
+//! nodes until SIGINT/SIGTERM, as a cluster serves: HTTPS only, every request authenticated and authorized (the
+//! kubeconfig, written 0600 into DIR, carries an admin client certificate), the kubelets likewise. `kube-local node kill|start NAME --data-dir DIR`: cut or restore a node's
 //! power in the environment serving DIR.
 
 use std::path::PathBuf;
@@ -25,14 +26,6 @@ enum Command {
         /// Port on 127.0.0.1 (default: random).
         #[arg(long, default_value_t = 0)]
         port: u16,
-        /// Serve HTTPS (a fresh CA; the kubeconfig trusts it).
-        #[arg(long)]
-        tls: bool,
-        /// Authenticate and authorize requests as kube-apiserver does: the kubeconfig carries an admin client
-        /// certificate (`system:masters`), ServiceAccount tokens authenticate their account, RBAC decides.
-        /// Implies --tls.
-        #[arg(long)]
-        auth: bool,
         /// How many nodes (`node-1` … `node-N`), each with its own kubelet.
         #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
         nodes: u16,
@@ -87,8 +80,6 @@ async fn main() -> std::process::ExitCode {
         Command::Up {
             data_dir,
             port,
-            tls,
-            auth,
             nodes,
             zones,
             node_monitor_grace_period,
@@ -107,8 +98,7 @@ async fn main() -> std::process::ExitCode {
             let env = match kube_local::Environment::builder()
                 .data_dir(&data_dir)
                 .port(port)
-                .tls(tls)
-                .authenticate(auth)
+                .authenticate(true)
                 .kubelet_config(kubelet)
                 .nodes(usize::from(nodes))
                 .zones(usize::from(zones))

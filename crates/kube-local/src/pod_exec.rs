@@ -13,7 +13,6 @@ use std::collections::HashMap;
 use axum::body::Body;
 use axum::extract::Request;
 use axum::response::Response;
-use bytes::Bytes;
 use http::{Method, StatusCode, header};
 use http_body_util::{BodyExt, Empty};
 use hyper_util::rt::TokioIo;
@@ -101,7 +100,15 @@ pub async fn connect(
         segment(name),
         segment(&container)
     );
-    forward(req, &address, &path, name, &format!("pods/{subresource}")).await
+    forward(
+        core,
+        req,
+        &address,
+        &path,
+        name,
+        &format!("pods/{subresource}"),
+    )
+    .await
 }
 
 /// GET or POST `pods/{name}/portforward` (WebSocket-tunnelled or plain SPDY; the kubelet tells them apart).
@@ -122,7 +129,7 @@ pub async fn port_forward(
     let address = kubelet_address(core, node)?;
     let segment = |s: &str| percent_encoding::utf8_percent_encode(s, SEGMENT).to_string();
     let path = format!("/portForward/{}/{}", segment(namespace), segment(name));
-    forward(req, &address, &path, name, "pods/portforward").await
+    forward(core, req, &address, &path, name, "pods/portforward").await
 }
 
 /// The node of a pod that can be forwarded to, or a 400. kube-apiserver itself checks only that the pod has a node
@@ -145,31 +152,17 @@ fn forwardable_node<'p>(pod: &'p Value, name: &str) -> ApiResult<&'p str> {
     }
 }
 
-fn unreachable_kubelet(address: &str, e: impl std::fmt::Display) -> ApiError {
-    ApiError::internal(format!("error dialing the kubelet at {address}: {e}"))
-}
-
 /// Sends the client's upgrade request to the kubelet at `address`; on `101` answers the client the same and splices
 /// the two upgraded connections, otherwise reports the kubelet's refusal.
 async fn forward(
+    core: &Core,
     mut req: Request,
     address: &str,
     path: &str,
     pod: &str,
     kind: &str,
 ) -> ApiResult<Response> {
-    let stream = tokio::net::TcpStream::connect(address)
-        .await
-        .map_err(|e| unreachable_kubelet(address, e))?;
-    let (mut sender, connection) =
-        hyper::client::conn::http1::handshake::<_, Empty<Bytes>>(TokioIo::new(stream))
-            .await
-            .map_err(|e| unreachable_kubelet(address, e))?;
-    tokio::spawn(async move {
-        if let Err(e) = connection.with_upgrades().await {
-            tracing::debug!(error = %e, "kubelet stream connection ended");
-        }
-    });
+    let mut sender = core.kubelet_client().connect(address).await?;
     let mut upstream = http::Request::builder()
         .method(req.method().clone())
         .uri(path)
@@ -185,7 +178,7 @@ async fn forward(
     let mut answer = sender
         .send_request(upstream)
         .await
-        .map_err(|e| unreachable_kubelet(address, e))?;
+        .map_err(|e| ApiError::internal(format!("error dialing the kubelet at {address}: {e}")))?;
     let status = answer.status();
     if status != StatusCode::SWITCHING_PROTOCOLS {
         let body = answer

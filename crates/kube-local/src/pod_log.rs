@@ -6,12 +6,8 @@ use std::collections::HashMap;
 
 use axum::body::Body;
 use axum::response::Response;
-use bytes::Bytes;
 use http::{HeaderValue, StatusCode, header};
 use http_body_util::{BodyExt, Empty};
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
 use serde_json::{Value, json};
 
 use crate::api_error::{ApiError, ApiResult, FieldCause};
@@ -291,7 +287,7 @@ pub async fn get(
     let address = kubelet_address(core, node)?;
     let path = |s: &str| percent_encoding::utf8_percent_encode(s, SEGMENT).to_string();
     let mut uri = format!(
-        "http://{address}/containerLogs/{}/{}/{}",
+        "/containerLogs/{}/{}/{}",
         path(namespace),
         path(name),
         path(&container)
@@ -301,14 +297,15 @@ pub async fn get(
         uri.push('?');
         uri.push_str(&q);
     }
-    let client: Client<HttpConnector, Empty<Bytes>> =
-        Client::builder(TokioExecutor::new()).build_http();
+    let mut sender = core.kubelet_client().connect(&address).await?;
     let req = http::Request::get(&uri)
+        .header(header::HOST, &address)
         .body(Empty::new())
         .map_err(|e| ApiError::internal(format!("building the kubelet request {uri}: {e}")))?;
-    let resp = client.request(req).await.map_err(|e| {
+    let resp = sender.send_request(req).await.map_err(|e| {
         ApiError::internal(format!(
-            "Get {uri:?}: failed to reach the kubelet of node {node:?}: {e}"
+            "Get {:?}: failed to reach the kubelet of node {node:?}: {e}",
+            format!("{address}{uri}")
         ))
     })?;
     let status = resp.status();

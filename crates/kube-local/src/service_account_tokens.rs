@@ -4,9 +4,10 @@
 //! upstream puts in a service account token (`iss`, `sub`, `aud`, `exp`,
 //! `iat`, `nbf`, `jti`, `kubernetes.io`). Upstream signs with the service
 //! account key pair (RS256) so that others can verify offline; here only this
-//! server verifies (through TokenReview), so a random per-server HMAC-SHA256
-//! key is enough and never leaves the process. Tokens therefore do not
-//! survive a restart of kube-local, even with a data dir.
+//! server verifies (through TokenReview), so a random HMAC-SHA256 key is
+//! enough. Without a data directory the key lives in the process and tokens
+//! die with it; with one it is kept there (`pki/service-account.key`, 0600)
+//! and tokens outlive a restart, as on a cluster.
 
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -79,10 +80,33 @@ fn from_base64url(part: &str) -> Option<Vec<u8>> {
 impl ServiceAccountTokens {
     pub fn new() -> Self {
         let secret: [u8; 32] = rand::random();
+        Self::with_secret(&secret)
+    }
+
+    /// Tokens signed with `secret`: those a previous run issued with it verify.
+    pub fn with_secret(secret: &[u8]) -> Self {
         Self {
-            key: ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &secret),
+            key: ring::hmac::Key::new(ring::hmac::HMAC_SHA256, secret),
             clock: Clock::default(),
         }
+    }
+
+    /// The signing secret kept in `path`, or a new random one written there (0600).
+    pub fn load_or_create(path: &std::path::Path) -> std::io::Result<Self> {
+        match std::fs::read(path) {
+            Ok(secret) if secret.len() >= 32 => return Ok(Self::with_secret(&secret)),
+            Ok(_) => {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    format!("{} holds fewer than 32 bytes", path.display()),
+                ));
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+        let secret: [u8; 32] = rand::random();
+        crate::private_files::write(path, &secret)?;
+        Ok(Self::with_secret(&secret))
     }
 
     /// The clock tokens are issued and checked against; tests advance it to expire tokens.

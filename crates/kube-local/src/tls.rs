@@ -1,11 +1,15 @@
-//! A throw-away certificate authority for serving HTTPS (the API server, test webhooks) on loopback.
+//! A certificate authority for serving HTTPS (the API server, the kubelets, test webhooks) on loopback and for the
+//! client certificates that authenticate to them: fresh for each run, or kept in a directory
+//! ([`CertificateAuthority::load_or_create`]) so that kubeconfigs and pods' `ca.crt` stay valid across restarts.
 
+use std::path::Path;
 use std::sync::Arc;
 
 use rcgen::{
-    BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa,
-    KeyPair, KeyUsagePurpose,
+    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+    KeyUsagePurpose,
 };
+use rustls::pki_types::pem::PemObject as _;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 
 #[derive(Debug, thiserror::Error)]
@@ -16,6 +20,17 @@ pub enum TlsError {
     Config(#[from] rustls::Error),
     #[error("building the client certificate verifier: {0}")]
     ClientVerifier(#[from] rustls::server::VerifierBuilderError),
+    #[error("{what} {path}: {source}")]
+    Io {
+        what: &'static str,
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
+    #[error("reading the CA kept in {path}: {source}")]
+    Stored {
+        path: std::path::PathBuf,
+        source: rcgen::Error,
+    },
 }
 
 /// A serving certificate and its key.
@@ -80,8 +95,14 @@ pub fn certificate_subject(der: &[u8]) -> Option<(String, Vec<String>)> {
 /// Cheap to clone: clones share the CA's key.
 #[derive(Clone)]
 pub struct CertificateAuthority {
-    issuer: Arc<CertifiedIssuer<'static, KeyPair>>,
+    issuer: Arc<Issuer<'static, KeyPair>>,
+    cert_der: CertificateDer<'static>,
+    cert_pem: String,
 }
+
+/// Where [`CertificateAuthority::load_or_create`] keeps the CA in its directory.
+const CA_CERT_FILE: &str = "ca.crt";
+const CA_KEY_FILE: &str = "ca.key";
 
 /// Why a certificate request could not be signed.
 #[derive(Debug, thiserror::Error)]
@@ -106,20 +127,91 @@ impl CertificateAuthority {
             KeyUsagePurpose::CrlSign,
             KeyUsagePurpose::DigitalSignature,
         ];
-        let issuer = CertifiedIssuer::self_signed(params, KeyPair::generate()?)?;
+        let key = KeyPair::generate()?;
+        let cert = params.self_signed(&key)?;
         Ok(CertificateAuthority {
-            issuer: Arc::new(issuer),
+            issuer: Arc::new(Issuer::new(params, key)),
+            cert_pem: cert.pem(),
+            cert_der: cert.der().clone(),
         })
+    }
+
+    /// The CA kept in `dir` (`ca.crt`, `ca.key`), or a new one written there: the key readable by its owner only
+    /// (0600) in a directory only its owner may enter (0700).
+    pub fn load_or_create(dir: &Path, common_name: &str) -> Result<Self, TlsError> {
+        let cert_path = dir.join(CA_CERT_FILE);
+        let key_path = dir.join(CA_KEY_FILE);
+        if cert_path.exists() && key_path.exists() {
+            let read = |path: &Path| {
+                std::fs::read_to_string(path).map_err(|source| TlsError::Io {
+                    what: "reading",
+                    path: path.to_path_buf(),
+                    source,
+                })
+            };
+            let stored = |source| TlsError::Stored {
+                path: dir.to_path_buf(),
+                source,
+            };
+            let cert_pem = read(&cert_path)?;
+            let key = KeyPair::from_pem(&read(&key_path)?).map_err(stored)?;
+            let cert_der = CertificateDer::from_pem_slice(cert_pem.as_bytes()).map_err(|_| {
+                TlsError::Stored {
+                    path: cert_path.clone(),
+                    source: rcgen::Error::CouldNotParseCertificate,
+                }
+            })?;
+            let issuer = Issuer::from_ca_cert_der(&cert_der, key).map_err(stored)?;
+            return Ok(CertificateAuthority {
+                issuer: Arc::new(issuer),
+                cert_der,
+                cert_pem,
+            });
+        }
+        let ca = Self::new(common_name)?;
+        crate::private_files::create_dir(dir).map_err(|source| TlsError::Io {
+            what: "creating",
+            path: dir.to_path_buf(),
+            source,
+        })?;
+        for (path, contents) in [
+            (&key_path, ca.issuer.key().serialize_pem()),
+            (&cert_path, ca.cert_pem.clone()),
+        ] {
+            crate::private_files::write(path, contents.as_bytes()).map_err(|source| {
+                TlsError::Io {
+                    what: "writing",
+                    path: path.clone(),
+                    source,
+                }
+            })?;
+        }
+        Ok(ca)
     }
 
     /// The CA certificate (DER).
     pub fn ca_der(&self) -> Vec<u8> {
-        self.issuer.der().to_vec()
+        self.cert_der.to_vec()
     }
 
     /// The CA certificate (PEM), e.g. for a `caBundle` (base64 of this) or a kubeconfig.
     pub fn ca_pem(&self) -> String {
-        self.issuer.pem()
+        self.cert_pem.clone()
+    }
+
+    /// A rustls client configuration that trusts this CA's servers and presents `client` (HTTP/1.1): how the API
+    /// server reaches the kubelets.
+    pub fn client_config(&self, client: &Issued) -> Result<rustls::ClientConfig, TlsError> {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(self.cert_der.clone())?;
+        let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(client.key_der.clone()));
+        let mut config = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()?
+            .with_root_certificates(roots)
+            .with_client_auth_cert(vec![client.cert_der.clone()], key)?;
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        Ok(config)
     }
 
     /// A client certificate for `user` in `group` (subject common name and organization), for TLS client

@@ -2,6 +2,11 @@
 //! Kubernetes it starts kube-local (a local Kubernetes-API-compatible control
 //! plane) with dkv's CRDs and the operator, and leaves a kubeconfig so that
 //! `kubectl` works against it as against a real cluster.
+//!
+//! Secure as a cluster is: the API server and every kubelet speak HTTPS only
+//! and let in authenticated, authorized callers (the kubeconfig carries an
+//! admin client certificate); the operator runs as its ServiceAccount under
+//! deploy/'s RBAC ([`install`]); the data directory is its owner's alone.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -18,6 +23,7 @@ use crate::server::EndpointArgs;
 use crate::webhook::WebhookArgs;
 
 pub mod etcd_tools;
+pub mod install;
 use crate::telemetry::LogFormat;
 
 const PID_FILE: &str = "dkv-local.pid";
@@ -69,7 +75,9 @@ pub struct DownArgs {
 
 /// Starts the local control plane and operator.
 pub async fn up(args: UpArgs) -> anyhow::Result<()> {
-    std::fs::create_dir_all(&args.data_dir)
+    // The store holds every Secret and the kubeconfig the admin's key: the
+    // directory is its owner's alone (an existing one is made so).
+    kube_local::private_files::create_dir(&args.data_dir)
         .with_context(|| format!("creating {}", args.data_dir.display()))?;
     let data_dir = args
         .data_dir
@@ -128,14 +136,32 @@ pub async fn up(args: UpArgs) -> anyhow::Result<()> {
         ])
         .data_dir(&data_dir)
         .port(args.port)
+        // HTTPS; every request authenticated (the kubeconfig's admin client
+        // certificate, ServiceAccount tokens) and authorized by RBAC; the
+        // kubelets likewise.
+        .authenticate(true)
         .kubelet_config(kubelet)
         .nodes(usize::from(args.nodes))
         .zones(usize::from(args.zones))
         .build()
         .await
         .context("starting kube-local")?;
-    std::fs::write(data_dir.join(PID_FILE), std::process::id().to_string())
-        .context("writing the pid file")?;
+    // The operator's namespace, ServiceAccount, RBAC and webhook
+    // configurations, as deploy/ installs them; then the operator runs as
+    // that ServiceAccount.
+    let admin = env.client();
+    install::apply(&admin)
+        .await
+        .context("installing the operator's RBAC and webhook configurations")?;
+    let token = install::operator_token(&admin).await?;
+    let operator_client = env
+        .client_with_token(Some(&token))
+        .context("building the operator's client")?;
+    kube_local::private_files::write(
+        &data_dir.join(PID_FILE),
+        std::process::id().to_string().as_bytes(),
+    )
+    .context("writing the pid file")?;
     print_usage(env.kubeconfig_path(), &args.data_dir);
 
     let (stop_tx, stop_rx) = watch::channel(false);
@@ -147,8 +173,9 @@ pub async fn up(args: UpArgs) -> anyhow::Result<()> {
     let operator = OperatorArgs {
         endpoints: EndpointArgs {
             metrics_addr: "127.0.0.1:0".parse().context("metrics address")?,
-            // One user on one machine: plain HTTP, as before.
-            metrics_secure: false,
+            // As in-cluster: HTTPS, scrapers authenticated by TokenReview and
+            // authorized for GET /metrics by SubjectAccessReview.
+            metrics_secure: true,
             metrics_cert_dir: None,
             health_addr: None,
         },
@@ -159,12 +186,12 @@ pub async fn up(args: UpArgs) -> anyhow::Result<()> {
         // One process owns this control plane: nobody to elect against.
         leader_election: false,
         leader_election_lease: "dkv-operator-leader".to_owned(),
-        leader_election_namespace: "default".to_owned(),
+        leader_election_namespace: install::NAMESPACE.to_owned(),
         identity: Some("dkv-local".to_owned()),
         tls_certificate_validity_seconds: 365 * 24 * 3600,
         webhook: local_webhooks()?,
     };
-    let result = crate::operator::run_with(env.client(), operator, stop_rx).await;
+    let result = crate::operator::run_with(operator_client, operator, stop_rx).await;
     env.stop();
     let _ = std::fs::remove_file(data_dir.join(PID_FILE));
     result
@@ -176,7 +203,7 @@ pub fn local_webhooks() -> anyhow::Result<WebhookArgs> {
     Ok(WebhookArgs {
         enabled: true,
         addr: "127.0.0.1:0".parse().context("webhook address")?,
-        namespace: "default".to_owned(),
+        namespace: install::NAMESPACE.to_owned(),
         service: "dkv-operator-webhook".to_owned(),
         secret: "dkv-operator-webhook-tls".to_owned(),
         configuration: "dkv-operator".to_owned(),
@@ -190,7 +217,8 @@ pub fn local_webhooks() -> anyhow::Result<WebhookArgs> {
 fn detach(args: &UpArgs, data_dir: &Path, image_map: Option<&Path>) -> anyhow::Result<()> {
     use std::os::unix::process::CommandExt;
     let exe = std::env::current_exe().context("locating the dkv binary")?;
-    let log = std::fs::File::create(data_dir.join(LOG_FILE)).context("creating the log file")?;
+    let log = kube_local::private_files::open(&data_dir.join(LOG_FILE), false)
+        .context("creating the log file")?;
     let kubeconfig = data_dir.join(KUBECONFIG);
     let _ = std::fs::remove_file(&kubeconfig);
     let mut command = Command::new(exe);
@@ -200,6 +228,9 @@ fn detach(args: &UpArgs, data_dir: &Path, image_map: Option<&Path>) -> anyhow::R
         .args(["--port", &args.port.to_string()])
         .args(["--nodes", &args.nodes.to_string()])
         .args(["--zones", &args.zones.to_string()]);
+    if let Some(format) = clap::ValueEnum::to_possible_value(&args.log_format) {
+        command.args(["--log-format", format.get_name()]);
+    }
     if let Some(file) = image_map {
         command.arg("--image-map").arg(file);
     }

@@ -16,7 +16,7 @@ use k8s_openapi::api::admissionregistration::v1::{
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
     CustomResourceDefinition, WebhookClientConfig as CrdWebhookClientConfig,
 };
-use kube::api::{Api, ObjectMeta, Patch, PatchParams};
+use kube::api::{Api, ObjectMeta, PostParams};
 use kube::{Client, Resource};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -30,8 +30,6 @@ pub const DEFAULT_BACKUP_PATH: &str = "/default/distributedkvbackup";
 pub const CONVERT_PATH: &str = "/convert";
 /// The CRD whose `spec.conversion` calls [`CONVERT_PATH`].
 pub const CONVERTED_CRD: &str = "distributedkvs.dkv.io";
-
-const FIELD_MANAGER: &str = "dkv-operator";
 
 /// Where the API server sends admission requests.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -166,16 +164,19 @@ pub fn mutating(
     }
 }
 
-/// Creates or updates both configurations and points the conversion of
-/// [`CONVERTED_CRD`] at us (local mode).
+/// Updates both configurations (creating one that does not exist) and points
+/// the conversion of [`CONVERTED_CRD`] at us (local mode). An update needs
+/// only deploy/'s `get` and `update` of the configurations named `name`,
+/// which `dkv local up` creates from deploy/webhook before the operator
+/// starts.
 pub async fn register(
     client: &Client,
     name: &str,
     endpoint: &Endpoint,
     ca_bundle: &ByteString,
 ) -> Result<(), kube::Error> {
-    apply(client, &validating(name, endpoint, Some(ca_bundle))).await?;
-    apply(client, &mutating(name, endpoint, Some(ca_bundle))).await?;
+    put(client, validating(name, endpoint, Some(ca_bundle))).await?;
+    put(client, mutating(name, endpoint, Some(ca_bundle))).await?;
     if let Endpoint::Url(base) = endpoint {
         let url = format!("{}{CONVERT_PATH}", base.trim_end_matches('/'));
         set_conversion_client(client, CONVERTED_CRD, |config| {
@@ -224,7 +225,10 @@ async fn set_conversion_client(
     Ok(true)
 }
 
-async fn apply<K>(client: &Client, object: &K) -> Result<(), kube::Error>
+/// Makes the cluster-scoped `desired` the stored object: replaces the stored
+/// one when its content differs (its metadata and status aside), creates it
+/// when there is none.
+async fn put<K>(client: &Client, mut desired: K) -> Result<(), kube::Error>
 where
     K: Resource<DynamicType = (), Scope = k8s_openapi::ClusterResourceScope>
         + Clone
@@ -233,16 +237,24 @@ where
         + DeserializeOwned,
 {
     let api: Api<K> = Api::all(client.clone());
-    let name = object.meta().name.clone().unwrap_or_default();
-    let mut body = serde_json::to_value(object).map_err(kube::Error::SerdeError)?;
-    body["apiVersion"] = K::api_version(&()).into();
-    body["kind"] = K::kind(&()).into();
-    api.patch(
-        &name,
-        &PatchParams::apply(FIELD_MANAGER).force(),
-        &Patch::Apply(&body),
-    )
-    .await?;
+    let name = desired.meta().name.clone().unwrap_or_default();
+    let Some(stored) = api.get_opt(&name).await? else {
+        api.create(&PostParams::default(), &desired).await?;
+        return Ok(());
+    };
+    let content = |object: &K| -> Result<serde_json::Value, kube::Error> {
+        let mut value = serde_json::to_value(object).map_err(kube::Error::SerdeError)?;
+        if let Some(map) = value.as_object_mut() {
+            map.remove("metadata");
+            map.remove("status");
+        }
+        Ok(value)
+    };
+    if content(&stored)? == content(&desired)? {
+        return Ok(());
+    }
+    desired.meta_mut().resource_version = stored.meta().resource_version.clone();
+    api.replace(&name, &PostParams::default(), &desired).await?;
     Ok(())
 }
 

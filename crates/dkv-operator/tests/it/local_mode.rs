@@ -6,7 +6,8 @@ use std::time::{Duration, Instant};
 
 use dkv_test_support as support;
 
-fn dkv(args: &[&str], dir: &std::path::Path) -> std::process::Output {
+/// `dkv ARGS --data-dir DIR`, with the checkout's etcd releases.
+pub(crate) fn dkv(args: &[&str], dir: &std::path::Path) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_dkv"))
         .env("DKV_TOOLS_DIR", support::tools_dir())
         .args(args)

@@ -30,6 +30,7 @@ mod in_cluster_on_kube_local;
 mod interruptions_on_kube_local;
 mod leader_election;
 mod local_mode;
+mod local_mode_security;
 mod member_init_etcd;
 mod membership_flow;
 mod metrics_on_kube_local;

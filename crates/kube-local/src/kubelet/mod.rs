@@ -116,6 +116,29 @@ pub struct KubeletConfig {
     pub enforce_security_context: bool,
     /// The nodes.
     pub nodes: NodeLayout,
+    /// How each kubelet's endpoint (logs, exec, attach, port-forward, `/pods`) is secured; `None` serves plain HTTP
+    /// to anyone (an environment without a CA).
+    pub serving: Option<KubeletServing>,
+}
+
+/// The kubelet endpoint's TLS and access control (set by the Environment when it has a CA).
+#[derive(Clone)]
+pub struct KubeletServing {
+    /// Issues each kubelet's serving certificate (for its node's address and name) and verifies the client
+    /// certificates callers present, as the kubelet's `--client-ca-file`.
+    pub ca: crate::tls::CertificateAuthority,
+    /// Authenticate every request (a client certificate of [`KubeletServing::ca`], else a bearer token checked
+    /// with a TokenReview) and authorize it with a SubjectAccessReview, as the kubelet's webhook modes do:
+    /// anonymous callers get 401, callers without the `nodes/proxy` (…) permission 403. `false` serves anyone.
+    pub authorize: bool,
+}
+
+impl std::fmt::Debug for KubeletServing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KubeletServing")
+            .field("authorize", &self.authorize)
+            .finish_non_exhaustive()
+    }
 }
 
 /// The API server as pods see it.
@@ -135,6 +158,7 @@ impl Default for KubeletConfig {
             api_server: None,
             enforce_security_context: false,
             nodes: NodeLayout::default(),
+            serving: None,
         }
     }
 }

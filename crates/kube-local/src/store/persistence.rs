@@ -9,7 +9,7 @@
 //! OS crash or power loss can lose changes made since the last one.
 
 use std::collections::BTreeMap;
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -79,7 +79,8 @@ impl Journal {
 
     /// Loads `dir` (created if missing), compacts it into a fresh snapshot, and opens an empty journal.
     pub fn open(dir: &Path) -> Result<(Journal, Loaded), PersistError> {
-        std::fs::create_dir_all(dir).map_err(io("creating", dir))?;
+        // The store holds every Secret: its directory and files are its owner's alone.
+        crate::private_files::create_dir(dir).map_err(io("creating", dir))?;
         let mut loaded = read_snapshot(&Self::snapshot_path(dir))?;
         replay(&Self::journal_path(dir), &mut loaded)?;
         write_snapshot(dir, loaded.rv, loaded.objects.iter())?;
@@ -210,7 +211,7 @@ fn write_snapshot<'a>(
         .map(|(k, o)| json!({"key": key_json(k), "object": **o}))
         .collect();
     let doc = json!({"resourceVersion": rv, "objects": entries});
-    let mut file = File::create(&tmp).map_err(io("creating", &tmp))?;
+    let mut file = crate::private_files::open(&tmp, false).map_err(io("creating", &tmp))?;
     file.write_all(doc.to_string().as_bytes())
         .map_err(io("writing", &tmp))?;
     file.sync_all().map_err(io("syncing", &tmp))?;
@@ -225,12 +226,7 @@ fn write_snapshot<'a>(
 /// Starts an empty journal (its entries are all in the snapshot just written).
 fn new_journal(dir: &Path) -> Result<File, PersistError> {
     let path = Journal::journal_path(dir);
-    OpenOptions::new()
-        .create(true)
-        .write(true)
-        .truncate(true)
-        .open(&path)
-        .map_err(io("creating", &path))
+    crate::private_files::open(&path, false).map_err(io("creating", &path))
 }
 
 #[cfg(test)]
@@ -259,7 +255,10 @@ mod tests {
             j.append(3, &key("a"), None).unwrap();
         }
         let journal = dir.path().join("journal.jsonl");
-        let mut f = OpenOptions::new().append(true).open(&journal).unwrap();
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&journal)
+            .unwrap();
         f.write_all(b"{\"rv\": 4, \"key\": {\"gro").unwrap();
         drop(f);
         let (_, loaded) = Journal::open(dir.path()).unwrap();

@@ -7,11 +7,16 @@
 //! - `GET /healthz` — `ok` while the kubelet runs;
 //! - `GET /pods` — a `v1` PodList of the pods this kubelet runs, with the status it last computed.
 //!
+//! With [`super::KubeletConfig::serving`] the endpoint speaks HTTPS with a certificate of the cluster CA and, when
+//! asked, lets only authenticated and authorized callers in ([`access`]), as a kubelet with webhook authentication
+//! and authorization does; the API server reaches it with its kubelet-client certificate (`crate::kubelet_client`).
+//!
 //! Exec and attach are WebSocket upgrades speaking the channel protocol of [`channels`], port-forward SPDY/3.1
 //! (plain, or tunnelled in WebSocket); the API server checks the request and the pod, then hands the upgraded
 //! connection through (see `crate::pod_exec`). The endpoint listens on
 //! the Node's InternalIP, and its port is published in the Node's `status.daemonEndpoints.kubeletEndpoint.Port`.
 
+mod access;
 mod attach;
 mod channels;
 mod exec;
@@ -36,7 +41,7 @@ pub async fn start(
 ) -> std::io::Result<u16> {
     let listener = tokio::net::TcpListener::bind((shared.host_ip.as_str(), 0)).await?;
     let port = listener.local_addr()?.port();
-    let app = axum::Router::new()
+    let mut app = axum::Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route("/pods", get(pods))
         .route(
@@ -55,12 +60,32 @@ pub async fn start(
             "/portForward/{namespace}/{pod}",
             get(port_forward::port_forward).post(port_forward::port_forward),
         )
-        .with_state(shared);
-    tasks.spawn(async move {
-        if let Err(e) = axum::serve(listener, app).await {
-            tracing::warn!(error = %e, "kubelet endpoint stopped");
-        }
-    });
+        .with_state(shared.clone());
+    let Some(serving) = &shared.config.serving else {
+        tasks.spawn(async move {
+            if let Err(e) = axum::serve(listener, app).await {
+                tracing::warn!(error = %e, "kubelet endpoint stopped");
+            }
+        });
+        return Ok(port);
+    };
+    if serving.authorize {
+        app = app.layer(axum::middleware::from_fn_with_state(
+            shared.clone(),
+            access::authorize,
+        ));
+    }
+    let tls = serving
+        .ca
+        .issue(&[shared.host_ip.as_str(), shared.node.name.as_str()])
+        .and_then(|issued| issued.server_config_with_client_certificates(&serving.ca.ca_der()))
+        .map_err(std::io::Error::other)?;
+    tasks.spawn(crate::https::serve(
+        listener,
+        app,
+        tls,
+        std::future::pending(),
+    ));
     Ok(port)
 }
 

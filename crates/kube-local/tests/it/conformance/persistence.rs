@@ -188,19 +188,66 @@ async fn kube_local_up_keeps_acknowledged_writes_across_a_kill() {
     };
     let (mut child, kubeconfig) = up().await;
     let out = kubectl_at(
-        kubeconfig,
+        kubeconfig.clone(),
         &["create", "configmap", "survivor", "--from-literal=a=b"],
     )
     .await;
     assert!(out.status.success(), "{}", stderr(&out));
+    // Credentials given out before the restart: a copy of this kubeconfig
+    // (its admin certificate) and a ServiceAccount token.
+    let kept = dir.path().join("kubeconfig-before-restart");
+    std::fs::copy(&kubeconfig, &kept).unwrap();
+    let out = kubectl_at(kubeconfig.clone(), &["create", "serviceaccount", "keeper"]).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = kubectl_at(kubeconfig.clone(), &["create", "token", "keeper"]).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    let token = stdout(&out).trim().to_owned();
     child.kill().await.unwrap();
 
     let (mut child, kubeconfig) = up().await;
     let out = kubectl_at(
-        kubeconfig,
+        kubeconfig.clone(),
         &["get", "configmap", "survivor", "-o", "jsonpath={.data.a}"],
     )
     .await;
     assert_eq!(stdout(&out), "b", "{}", stderr(&out));
+    // The CA and the token key are kept in the data directory: both still
+    // authenticate after the restart.
+    // (The port is new: the old kubeconfig is pointed at it.)
+    let server = std::fs::read_to_string(&kubeconfig)
+        .unwrap()
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("server: ").map(str::to_owned))
+        .unwrap();
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(&kept)
+            .arg(format!("--server={server}"))
+            .args(["get", "configmap", "survivor", "-o", "jsonpath={.data.a}"])
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert_eq!(stdout(&out), "b", "{}", stderr(&out));
+    // The token's account has no grant: a 403 (not a 401) says the token
+    // itself was accepted.
+    let mut config = kube::Config::from_custom_kubeconfig(
+        kube::config::Kubeconfig::read_from(&kubeconfig).unwrap(),
+        &Default::default(),
+    )
+    .await
+    .unwrap();
+    config.auth_info = kube::config::AuthInfo {
+        token: Some(token.into()),
+        ..Default::default()
+    };
+    let as_keeper: Api<ConfigMap> =
+        Api::default_namespaced(kube::Client::try_from(config).unwrap());
+    match as_keeper.get("survivor").await {
+        Err(kube::Error::Api(status)) => assert_eq!(status.code, 403, "{status:?}"),
+        other => panic!("keeper without grants read the ConfigMap: {other:?}"),
+    }
     child.kill().await.unwrap();
 }
