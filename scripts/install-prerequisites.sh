@@ -21,6 +21,14 @@ if ((${#need_apt[@]})); then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null
 fi
 
+# cargo-nextest runs the suite (each test in a process of its own, as the
+# tests expect; see .config/nextest.toml). Built from crates.io, pinned.
+NEXTEST_PIN="${NEXTEST_PIN:-0.9.151}"
+if ! cargo nextest --version 2>/dev/null | grep -q "cargo-nextest $NEXTEST_PIN"; then
+  echo "installing cargo-nextest $NEXTEST_PIN (cargo install, a few minutes once)"
+  cargo install --quiet --locked cargo-nextest --version "$NEXTEST_PIN"
+fi
+
 # Real etcd for the tests that run members (3.4 system-wide, 3.5 under .tools/).
 "$(dirname "$0")/install-etcd.sh" >/dev/null
 
