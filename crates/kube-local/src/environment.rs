@@ -222,8 +222,12 @@ impl EnvironmentBuilder {
                 (d.clone(), None)
             }
             None => {
+                // Private, as a data directory is (tempfile's default follows the umask, often 0755).
                 let t = tempfile::Builder::new()
                     .prefix("kube-local-")
+                    .permissions(std::os::unix::fs::PermissionsExt::from_mode(
+                        crate::private_files::DIR_MODE,
+                    ))
                     .tempdir()
                     .map_err(|source| Error::DataDir {
                         path: std::env::temp_dir(),

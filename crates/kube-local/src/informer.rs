@@ -64,6 +64,15 @@ pub struct Caches {
     changes: watch::Receiver<u64>,
 }
 
+/// A cache nothing fills: a kind this process does not watch.
+fn unwatched<K>() -> Store<K>
+where
+    K: Resource + Clone + 'static,
+    K::DynamicType: Default + Eq + Hash + Clone,
+{
+    reflector::store().0
+}
+
 fn reflect<K>(client: &Client, changed: watch::Sender<u64>, tasks: &mut Tasks) -> Store<K>
 where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
@@ -126,6 +135,39 @@ impl Caches {
             let _ = caches.jobs.wait_until_ready().await;
             let _ = caches.cronjobs.wait_until_ready().await;
             let _ = caches.disruption_budgets.wait_until_ready().await;
+            let _ = caches.nodes.wait_until_ready().await;
+        })
+        .await;
+        caches
+    }
+
+    /// The caches a node agent needs (pods, Services, Endpoints, EndpointSlices, Nodes), watched with `client`; the
+    /// workload kinds stay empty. For kubelets joined to an API server whose own controllers run the workloads.
+    pub async fn start_for_nodes(client: &Client, tasks: &mut Tasks) -> Caches {
+        let (tx, rx) = watch::channel(0u64);
+        let caches = Caches {
+            pods: reflect(client, tx.clone(), tasks),
+            services: reflect(client, tx.clone(), tasks),
+            endpoints: reflect(client, tx.clone(), tasks),
+            endpoint_slices: reflect(client, tx.clone(), tasks),
+            claims: unwatched(),
+            volumes: unwatched(),
+            storage_classes: unwatched(),
+            statefulsets: unwatched(),
+            deployments: unwatched(),
+            replicasets: unwatched(),
+            revisions: unwatched(),
+            jobs: unwatched(),
+            cronjobs: unwatched(),
+            disruption_budgets: unwatched(),
+            nodes: reflect(client, tx, tasks),
+            changes: rx,
+        };
+        let _ = tokio::time::timeout(Duration::from_secs(10), async {
+            let _ = caches.pods.wait_until_ready().await;
+            let _ = caches.services.wait_until_ready().await;
+            let _ = caches.endpoints.wait_until_ready().await;
+            let _ = caches.endpoint_slices.wait_until_ready().await;
             let _ = caches.nodes.wait_until_ready().await;
         })
         .await;

@@ -63,4 +63,4 @@ pub mod workloads;
 
 pub use auth::access_log::{AllowedRequest, ForbiddenRequest};
 pub use auth::rbac::Grant;
-pub use environment::{Environment, EnvironmentBuilder, Error};
+pub use environment::{Environment, EnvironmentBuilder, Error, PKI_DIR};

@@ -26,6 +26,12 @@ enum Command {
         /// Port on 127.0.0.1 (default: random).
         #[arg(long, default_value_t = 0)]
         port: u16,
+        /// Accepted for scripts written before serving securely became the only way; does nothing.
+        #[arg(long, hide = true)]
+        tls: bool,
+        /// Accepted for scripts written before serving securely became the only way; does nothing.
+        #[arg(long, hide = true)]
+        auth: bool,
         /// How many nodes (`node-1` … `node-N`), each with its own kubelet.
         #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
         nodes: u16,
@@ -80,6 +86,8 @@ async fn main() -> std::process::ExitCode {
         Command::Up {
             data_dir,
             port,
+            tls: _,
+            auth: _,
             nodes,
             zones,
             node_monitor_grace_period,

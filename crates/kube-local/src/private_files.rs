@@ -20,11 +20,23 @@ pub fn create_dir(dir: &Path) -> std::io::Result<()> {
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(DIR_MODE))
 }
 
-/// Writes `contents` to `path` readable and writable by its owner only, replacing what was there (and making an
-/// existing file private before anything is written into it).
+/// Writes `contents` to `path` readable and writable by its owner only, replacing what was there at once: written
+/// to a new private file beside it, synced, then renamed over it, so a crash leaves the old contents or the new,
+/// never a torn file.
 pub fn write(path: &Path, contents: &[u8]) -> std::io::Result<()> {
-    let mut file = open(path, false)?;
-    file.write_all(contents)
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(".tmp");
+    let temporary = path.with_file_name(name);
+    let _ = std::fs::remove_file(&temporary);
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(FILE_MODE)
+        .open(&temporary)?;
+    file.write_all(contents)?;
+    file.sync_all()?;
+    drop(file);
+    std::fs::rename(&temporary, path)
 }
 
 /// Opens `path` for writing, private: created with mode 0600, or an existing file set to it. `append` keeps what

@@ -100,9 +100,21 @@ pub struct CertificateAuthority {
     cert_pem: String,
 }
 
+/// How long an issued certificate is valid: a kept CA outlives many runs, and a kubeconfig given out once must
+/// not stay valid forever. Every run issues its own anew.
+const ISSUED_VALIDITY: time::Duration = time::Duration::days(365);
+
+fn bounded_validity(params: &mut CertificateParams) {
+    let now = time::OffsetDateTime::now_utc();
+    // A little in the past: clocks of the processes on one machine agree, but a certificate used in the second it
+    // is made must already be valid.
+    params.not_before = now - time::Duration::minutes(5);
+    params.not_after = now + ISSUED_VALIDITY;
+}
+
 /// Where [`CertificateAuthority::load_or_create`] keeps the CA in its directory.
-const CA_CERT_FILE: &str = "ca.crt";
-const CA_KEY_FILE: &str = "ca.key";
+pub const CA_CERT_FILE: &str = "ca.crt";
+pub const CA_KEY_FILE: &str = "ca.key";
 
 /// Why a certificate request could not be signed.
 #[derive(Debug, thiserror::Error)]
@@ -141,7 +153,26 @@ impl CertificateAuthority {
     pub fn load_or_create(dir: &Path, common_name: &str) -> Result<Self, TlsError> {
         let cert_path = dir.join(CA_CERT_FILE);
         let key_path = dir.join(CA_KEY_FILE);
-        if cert_path.exists() && key_path.exists() {
+        if cert_path.exists() != key_path.exists() {
+            let (present, missing) = if cert_path.exists() {
+                (&cert_path, &key_path)
+            } else {
+                (&key_path, &cert_path)
+            };
+            return Err(TlsError::Io {
+                what: "the CA is incomplete: found",
+                path: present.clone(),
+                source: std::io::Error::new(
+                    std::io::ErrorKind::NotFound,
+                    format!(
+                        "{} is missing; restore it, or remove {} to start over with a new CA (every kubeconfig and token given out becomes invalid)",
+                        missing.display(),
+                        dir.display()
+                    ),
+                ),
+            });
+        }
+        if cert_path.exists() {
             let read = |path: &Path| {
                 std::fs::read_to_string(path).map_err(|source| TlsError::Io {
                     what: "reading",
@@ -161,6 +192,15 @@ impl CertificateAuthority {
                     source: rcgen::Error::CouldNotParseCertificate,
                 }
             })?;
+            let stored_key = x509_parser::parse_x509_certificate(&cert_der)
+                .map(|(_, cert)| cert.public_key().subject_public_key.data.to_vec())
+                .unwrap_or_default();
+            if stored_key != key.public_key_raw() {
+                return Err(TlsError::Stored {
+                    path: dir.to_path_buf(),
+                    source: rcgen::Error::CouldNotParseKeyPair,
+                });
+            }
             let issuer = Issuer::from_ca_cert_der(&cert_der, key).map_err(stored)?;
             return Ok(CertificateAuthority {
                 issuer: Arc::new(issuer),
@@ -217,17 +257,25 @@ impl CertificateAuthority {
     /// A client certificate for `user` in `group` (subject common name and organization), for TLS client
     /// authentication.
     pub fn issue_client(&self, user: &str, group: &str) -> Result<Issued, TlsError> {
+        self.issue_client_in(user, Some(group))
+    }
+
+    /// A client certificate for `user`, in `group` if given (rcgen writes one organization at most).
+    pub fn issue_client_in(&self, user: &str, group: Option<&str>) -> Result<Issued, TlsError> {
         let key = KeyPair::generate()?;
         let mut params = CertificateParams::new(Vec::<String>::new())?;
         params.distinguished_name.push(DnType::CommonName, user);
-        params
-            .distinguished_name
-            .push(DnType::OrganizationName, group);
+        if let Some(group) = group {
+            params
+                .distinguished_name
+                .push(DnType::OrganizationName, group);
+        }
         params.key_usages = vec![
             KeyUsagePurpose::DigitalSignature,
             KeyUsagePurpose::KeyEncipherment,
         ];
         params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        bounded_validity(&mut params);
         let cert = params.signed_by(&key, &self.issuer)?;
         Ok(Issued {
             cert_pem: cert.pem(),
@@ -273,6 +321,9 @@ impl CertificateAuthority {
             DnType::CommonName,
             names.first().copied().unwrap_or("kube-local"),
         );
+        // For serving only: without an extended key usage a certificate would also pass as a client's.
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        bounded_validity(&mut params);
         let cert = params.signed_by(&key, &self.issuer)?;
         Ok(Issued {
             cert_pem: cert.pem(),

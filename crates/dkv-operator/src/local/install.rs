@@ -9,6 +9,7 @@
 use anyhow::Context as _;
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::ServiceAccount;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::discovery::ApiResource;
 use kube::{Client, Resource as _};
@@ -133,7 +134,8 @@ fn objects() -> anyhow::Result<Vec<(DynamicObject, ApiResource, Option<String>)>
 
 /// Applies deploy/'s namespace, RBAC and webhook configurations with `admin`
 /// (server-side apply, so a later `dkv local up` updates what an earlier one
-/// made).
+/// made; the webhook configurations, which the operator keeps pointed at
+/// itself, only when they do not exist yet).
 pub async fn apply(admin: &Client) -> anyhow::Result<()> {
     for (object, resource, namespace) in objects()? {
         let name = object.meta().name.clone().unwrap_or_default();
@@ -141,6 +143,18 @@ pub async fn apply(admin: &Client) -> anyhow::Result<()> {
             Some(ns) => Api::namespaced_with(admin.clone(), ns, &resource),
             None => Api::all_with(admin.clone(), &resource),
         };
+        // The operator points the webhook configurations at its own address
+        // once it serves; applying deploy/'s Service reference over that
+        // would leave both in the object. They are created once.
+        if resource.kind.ends_with("WebhookConfiguration")
+            && api
+                .get_opt(&name)
+                .await
+                .with_context(|| format!("reading {} {name}", resource.kind))?
+                .is_some()
+        {
+            continue;
+        }
         api.patch(
             &name,
             &PatchParams::apply(FIELD_MANAGER).force(),
@@ -148,6 +162,35 @@ pub async fn apply(admin: &Client) -> anyhow::Result<()> {
         )
         .await
         .with_context(|| format!("applying {} {name}", resource.kind))?;
+    }
+    Ok(())
+}
+
+/// Installs (or updates) `crds` with `admin`, as `kubectl apply` of
+/// deploy/crds does, and waits until each is established.
+pub async fn crds(admin: &Client, crds: &[CustomResourceDefinition]) -> anyhow::Result<()> {
+    let api: Api<CustomResourceDefinition> = Api::all(admin.clone());
+    for crd in crds {
+        let name = crd.metadata.name.clone().unwrap_or_default();
+        let mut body = serde_json::to_value(crd).context("serializing a CRD")?;
+        body["apiVersion"] = "apiextensions.k8s.io/v1".into();
+        body["kind"] = "CustomResourceDefinition".into();
+        api.patch(
+            &name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&body),
+        )
+        .await
+        .with_context(|| format!("installing CRD {name}"))?;
+        let established = kube::runtime::wait::await_condition(
+            api.clone(),
+            &name,
+            kube::runtime::wait::conditions::is_crd_established(),
+        );
+        tokio::time::timeout(std::time::Duration::from_secs(60), established)
+            .await
+            .with_context(|| format!("CRD {name} was not established within 60 s"))?
+            .with_context(|| format!("waiting for CRD {name}"))?;
     }
     Ok(())
 }

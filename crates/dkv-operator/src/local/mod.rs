@@ -10,6 +10,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
@@ -24,6 +25,7 @@ use crate::webhook::WebhookArgs;
 
 pub mod etcd_tools;
 pub mod install;
+pub mod kubernetes;
 use crate::telemetry::LogFormat;
 
 const PID_FILE: &str = "dkv-local.pid";
@@ -56,6 +58,13 @@ pub struct UpArgs {
     /// How many zones the nodes are spread over (`zone-a`, `zone-b`, …).
     #[arg(long, default_value_t = 3)]
     pub zones: u16,
+    /// Run the real Kubernetes control plane of this release (`1.37`, or
+    /// `1.34`, the oldest dkv supports) instead of kube-local's API server:
+    /// kube-apiserver, kube-controller-manager and kube-scheduler, built
+    /// from their Go modules on first use (needs Go) and kept in the tools
+    /// directory; kube-local's kubelets join it as the nodes.
+    #[arg(long, value_name = "VERSION")]
+    pub kubernetes: Option<String>,
 }
 
 #[derive(Debug, Args, Clone)]
@@ -106,6 +115,10 @@ pub async fn up(args: UpArgs) -> anyhow::Result<()> {
     if image_map_file.is_none() {
         etcd_tools::ensure(&tools)?;
     }
+    // Likewise the Kubernetes build, a long one the first time.
+    if let Some(version) = &args.kubernetes {
+        kubernetes::release::find(version)?.ensure(&tools)?;
+    }
     if args.detach {
         return detach(&args, &data_dir, image_map_file.as_deref());
     }
@@ -127,42 +140,66 @@ pub async fn up(args: UpArgs) -> anyhow::Result<()> {
         enforce_security_context: true,
         ..kube_local::kubelet::KubeletConfig::default()
     };
-    let env = kube_local::Environment::builder()
-        // Both served versions, as `dkv crd` installs them; the operator
-        // points the conversion at its webhook once that serves.
-        .crds(vec![
-            crate::crd::distributedkv(&crate::crd::ConversionService::default()),
-            dkv_api::DistributedKVBackup::crd(),
-        ])
-        .data_dir(&data_dir)
-        .port(args.port)
-        // HTTPS; every request authenticated (the kubeconfig's admin client
-        // certificate, ServiceAccount tokens) and authorized by RBAC; the
-        // kubelets likewise.
-        .authenticate(true)
-        .kubelet_config(kubelet)
-        .nodes(usize::from(args.nodes))
-        .zones(usize::from(args.zones))
-        .build()
-        .await
-        .context("starting kube-local")?;
+    let platform = match &args.kubernetes {
+        None => Platform::KubeLocal(
+            kube_local::Environment::builder()
+                // Both served versions, as `dkv crd` installs them; the
+                // operator points the conversion at its webhook once that
+                // serves.
+                .crds(crds())
+                .data_dir(&data_dir)
+                .port(args.port)
+                // HTTPS; every request authenticated (the kubeconfig's admin
+                // client certificate, ServiceAccount tokens) and authorized
+                // by RBAC; the kubelets likewise.
+                .authenticate(true)
+                .kubelet_config(kubelet)
+                .nodes(usize::from(args.nodes))
+                .zones(usize::from(args.zones))
+                .build()
+                .await
+                .context("starting kube-local")?,
+        ),
+        Some(version) => {
+            let release = kubernetes::release::find(version)?;
+            let bin = release.ensure(&tools)?;
+            let etcd = etcd_tools::bin_dir(&tools, &etcd_tools::RELEASES[1]).join("etcd");
+            let plane =
+                kubernetes::ControlPlane::start(release, &bin, &etcd, &data_dir, args.port).await?;
+            let mut kubelet = kubelet;
+            kubelet.nodes.count = usize::from(args.nodes);
+            kubelet.nodes.zones = usize::from(args.zones);
+            let nodes = Arc::new(plane.join_nodes(kubelet, &data_dir).await?);
+            let control = kube_local::node_control::listen(&data_dir)
+                .context("listening for `dkv local node` requests")?;
+            tokio::spawn(kube_local::node_control::serve(
+                control,
+                Arc::downgrade(&nodes),
+            ));
+            install::crds(&plane.admin, &crds()).await?;
+            Platform::Kubernetes {
+                plane,
+                _nodes: nodes,
+            }
+        }
+    };
     // The operator's namespace, ServiceAccount, RBAC and webhook
     // configurations, as deploy/ installs them; then the operator runs as
     // that ServiceAccount.
-    let admin = env.client();
+    let admin = platform.admin();
     install::apply(&admin)
         .await
         .context("installing the operator's RBAC and webhook configurations")?;
     let token = install::operator_token(&admin).await?;
-    let operator_client = env
-        .client_with_token(Some(&token))
+    let operator_client = platform
+        .token_client(&token)
         .context("building the operator's client")?;
     kube_local::private_files::write(
         &data_dir.join(PID_FILE),
         std::process::id().to_string().as_bytes(),
     )
     .context("writing the pid file")?;
-    print_usage(env.kubeconfig_path(), &args.data_dir);
+    print_usage(platform.kubeconfig(), &args.data_dir);
 
     let (stop_tx, stop_rx) = watch::channel(false);
     tokio::spawn(async move {
@@ -192,9 +229,67 @@ pub async fn up(args: UpArgs) -> anyhow::Result<()> {
         webhook: local_webhooks()?,
     };
     let result = crate::operator::run_with(operator_client, operator, stop_rx).await;
-    env.stop();
+    platform.stop();
     let _ = std::fs::remove_file(data_dir.join(PID_FILE));
     result
+}
+
+/// dkv's CRDs as `dkv crd` installs them: both served versions.
+fn crds()
+-> Vec<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>
+{
+    vec![
+        crate::crd::distributedkv(&crate::crd::ConversionService::default()),
+        dkv_api::DistributedKVBackup::crd(),
+    ]
+}
+
+/// What `dkv local up` runs dkv on.
+enum Platform {
+    /// kube-local: its API server, controllers and kubelets.
+    KubeLocal(kube_local::Environment),
+    /// The real control plane with kube-local's kubelets as its nodes.
+    Kubernetes {
+        plane: kubernetes::ControlPlane,
+        _nodes: Arc<kube_local::kubelet::Kubelet>,
+    },
+}
+
+impl Platform {
+    /// A client as the cluster's admin.
+    fn admin(&self) -> kube::Client {
+        match self {
+            Platform::KubeLocal(env) => env.client(),
+            Platform::Kubernetes { plane, .. } => plane.admin.clone(),
+        }
+    }
+
+    /// A client with a bearer token.
+    fn token_client(&self, token: &str) -> anyhow::Result<kube::Client> {
+        match self {
+            Platform::KubeLocal(env) => Ok(env.client_with_token(Some(token))?),
+            Platform::Kubernetes { plane, .. } => plane.token_client(token),
+        }
+    }
+
+    /// The admin's kubeconfig.
+    fn kubeconfig(&self) -> &Path {
+        match self {
+            Platform::KubeLocal(env) => env.kubeconfig_path(),
+            Platform::Kubernetes { plane, .. } => &plane.kubeconfig,
+        }
+    }
+
+    /// Stops everything (the kubelets' pods first).
+    fn stop(self) {
+        match self {
+            Platform::KubeLocal(env) => env.stop(),
+            Platform::Kubernetes { plane, _nodes } => {
+                drop(_nodes);
+                drop(plane);
+            }
+        }
+    }
 }
 
 /// Admission as on a cluster, reached by URL: kube-local runs on this
@@ -228,6 +323,9 @@ fn detach(args: &UpArgs, data_dir: &Path, image_map: Option<&Path>) -> anyhow::R
         .args(["--port", &args.port.to_string()])
         .args(["--nodes", &args.nodes.to_string()])
         .args(["--zones", &args.zones.to_string()]);
+    if let Some(version) = &args.kubernetes {
+        command.args(["--kubernetes", version]);
+    }
     if let Some(format) = clap::ValueEnum::to_possible_value(&args.log_format) {
         command.args(["--log-format", format.get_name()]);
     }

@@ -267,6 +267,17 @@ async fn local_mode_refuses_strangers_on_every_listener_and_keeps_its_data_priva
             .unwrap();
         assert_eq!(allowed.0, 200, "{name}: {}", allowed.1);
         assert!(allowed.1.contains("PodList"), "{}", allowed.1);
+        // `get` on nodes/proxy reads; it opens no stream into a container
+        // (exec asks `create`, whatever the method).
+        let exec = https_get_unverified(
+            kubelet,
+            "/exec/default/example-0/etcd?command=true&stdout=true",
+            Some(&node_reader),
+        )
+        .await
+        .unwrap();
+        assert_eq!(exec.0, 403, "{name}: {}", exec.1);
+        assert!(exec.1.contains("verb=create"), "{}", exec.1);
     }
 
     // The operator's metrics: HTTPS, authorized scrapers only.

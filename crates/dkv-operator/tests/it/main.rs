@@ -38,6 +38,7 @@ mod nodes_on_kube_local;
 mod nospace_on_kube_local;
 mod operator_on_kube_local;
 mod pipeline;
+mod real_control_plane;
 mod reconcile_api;
 mod restore_on_kube_local;
 mod scaling_on_kube_local;

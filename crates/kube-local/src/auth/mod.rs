@@ -6,9 +6,10 @@
 //! never stored, as upstream: the answer is the request with its `status`
 //! filled in.
 //!
-//! By default the server trusts every caller (as the admin user,
-//! `system:masters`). With [`crate::EnvironmentBuilder::authenticate`] (or
-//! `kube-local up --auth`) it authenticates every request but `/healthz`,
+//! A library environment trusts every caller (as the admin user,
+//! `system:masters`) unless built with
+//! [`crate::EnvironmentBuilder::authenticate`], which the `kube-local up`
+//! binary always is; then it authenticates every request but `/healthz`,
 //! `/livez`, `/readyz` and `/version` ([`authenticate`]: the kubeconfig's
 //! admin token or a ServiceAccount token it issued; otherwise 401) and
 //! authorizes it with [`rbac`] from the request's [`attributes`] (otherwise
@@ -87,11 +88,24 @@ pub fn token_request(core: &Core, namespace: &str, name: &str, request: Value) -
             "may not specify a duration larger than 2^32 seconds",
         ));
     }
-    if spec.get("boundObjectRef").is_some_and(|b| !b.is_null()) {
-        causes.push(FieldCause::forbidden(
-            "spec.boundObjectRef",
-            "kube-local does not bind tokens to objects",
-        ));
+    // A token may be bound to a Pod, Secret or Node (a kubelet binds its pods' tokens to the pod); the binding is
+    // checked here and recorded nowhere: the token outlives its object (see the README's differences).
+    if let Some(bound) = spec.get("boundObjectRef").filter(|b| !b.is_null()) {
+        let kind = bound.get("kind").and_then(Value::as_str).unwrap_or("");
+        if !["Pod", "Secret", "Node"].contains(&kind) {
+            causes.push(FieldCause::invalid(
+                "spec.boundObjectRef.kind",
+                &json!(kind),
+                "supported values: \"Pod\", \"Secret\", \"Node\"",
+            ));
+        }
+        if bound
+            .get("name")
+            .and_then(Value::as_str)
+            .is_none_or(str::is_empty)
+        {
+            causes.push(FieldCause::required("spec.boundObjectRef.name", ""));
+        }
     }
     if !causes.is_empty() {
         return Err(ApiError::invalid(

@@ -329,8 +329,12 @@ impl NodeKubelet {
         })?;
         let processes = Processes::new().map_err(KubeletError::Spawner)?;
         let host_ip = base.network.addresses.allocate();
+        let client = match &base.node_clients {
+            Some(clients) => clients(&node.name),
+            None => base.client.clone(),
+        };
         let shared = Arc::new(Shared {
-            client: base.client.clone(),
+            client,
             config: base.config.clone(),
             node,
             dir,
@@ -375,9 +379,15 @@ impl Drop for NodeKubelet {
     }
 }
 
+/// The client each node's kubelet uses, by node name: its own credentials (`system:node:NAME`), as a kubelet joined
+/// to a real API server must have for NodeRestriction.
+pub type NodeClients = Arc<dyn Fn(&str) -> kube::Client + Send + Sync>;
+
 /// What every node's kubelet starts from.
 struct Base {
+    /// The caches' and the Service proxy's client; each node's kubelet uses it too unless `node_clients` is set.
     client: kube::Client,
+    node_clients: Option<NodeClients>,
     config: KubeletConfig,
     caches: Caches,
     network: Arc<Network>,
@@ -411,9 +421,35 @@ impl Kubelet {
         Self::start_with(client, config, dir, caches, tasks).await
     }
 
+    /// Node agents joined to an API server of another kind (the real kube-apiserver, whose controllers run the
+    /// workloads): each node registers and runs its pods with the client `node_clients` gives for its name, and the
+    /// caches and Service proxy use `client` (which needs to list and watch pods, Services, Endpoints,
+    /// EndpointSlices and Nodes).
+    pub async fn join(
+        client: kube::Client,
+        node_clients: NodeClients,
+        config: KubeletConfig,
+        dir: &Path,
+    ) -> Result<Kubelet, KubeletError> {
+        let mut tasks = Tasks::default();
+        let caches = Caches::start_for_nodes(&client, &mut tasks).await;
+        Self::start_on(client, Some(node_clients), config, dir, caches, tasks).await
+    }
+
     /// [`Kubelet::start`] on caches shared with the workload controllers.
     pub(crate) async fn start_with(
         client: kube::Client,
+        config: KubeletConfig,
+        dir: &Path,
+        caches: Caches,
+        tasks: Tasks,
+    ) -> Result<Kubelet, KubeletError> {
+        Self::start_on(client, None, config, dir, caches, tasks).await
+    }
+
+    async fn start_on(
+        client: kube::Client,
+        node_clients: Option<NodeClients>,
         config: KubeletConfig,
         dir: &Path,
         caches: Caches,
@@ -433,6 +469,7 @@ impl Kubelet {
         let kubelet = Kubelet {
             base: Base {
                 client,
+                node_clients,
                 config,
                 caches,
                 network,

@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
-use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::api::core::v1::{
     ConfigMap, DownwardAPIVolumeFile, KeyToPath, PersistentVolume, PersistentVolumeClaim, Pod,
@@ -198,6 +198,13 @@ async fn pod_token(
                     .to_owned(),
             ]),
             expiration_seconds: Some(seconds.unwrap_or(POD_TOKEN_SECONDS)),
+            // Bound to the pod, as a kubelet's are: NodeRestriction lets a node ask only for tokens of its own pods.
+            bound_object_ref: Some(BoundObjectReference {
+                api_version: Some("v1".to_owned()),
+                kind: Some("Pod".to_owned()),
+                name: pod.metadata.name.clone(),
+                uid: pod.metadata.uid.clone(),
+            }),
             ..TokenRequestSpec::default()
         }),
         ..TokenRequest::default()

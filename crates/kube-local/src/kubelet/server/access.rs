@@ -34,22 +34,30 @@ struct Attributes {
     subresource: &'static str,
 }
 
-/// The RBAC attributes of a request to the kubelet, as upstream maps them: the verb from the method, the
+/// The RBAC attributes of a request to the kubelet, as upstream maps them: the verb from the method (`create` for
+/// every stream into a container: exec, attach, run, port-forward, also over a WebSocket GET), the
 /// subresource from the path (`/stats` → `stats`, `/metrics` → `metrics`, `/logs` → `log`, `/spec` → `spec`,
 /// anything else — `/pods`, `/containerLogs`, `/exec`, `/attach`, `/portForward`, `/healthz` — `proxy`).
 fn attributes(method: &http::Method, path: &str) -> Attributes {
-    let verb = match *method {
-        http::Method::POST => "create",
-        http::Method::PUT => "update",
-        http::Method::PATCH => "patch",
-        http::Method::DELETE => "delete",
-        _ => "get",
-    };
     let under = |prefix: &str| {
         path == prefix
             || path
                 .strip_prefix(prefix)
                 .is_some_and(|rest| rest.starts_with('/'))
+    };
+    // A stream into a container runs or reaches something in it, whatever the method: a WebSocket upgrade is a
+    // GET, and `get` alone (which reads like read-only access) must not open a shell (as the API server asks
+    // `create` of a WebSocket `pods/exec`).
+    let stream = ["/exec", "/attach", "/run", "/portForward"]
+        .iter()
+        .any(|p| under(p));
+    let verb = match *method {
+        _ if stream => "create",
+        http::Method::POST => "create",
+        http::Method::PUT => "update",
+        http::Method::PATCH => "patch",
+        http::Method::DELETE => "delete",
+        _ => "get",
     };
     let subresource = if under("/stats") {
         "stats"
@@ -214,7 +222,10 @@ mod tests {
             (&get, "/pods", "get", "proxy"),
             (&get, "/containerLogs/ns/p/c", "get", "proxy"),
             (&post, "/exec/ns/p/c", "create", "proxy"),
-            (&get, "/portForward/ns/p", "get", "proxy"),
+            (&get, "/exec/ns/p/c", "create", "proxy"),
+            (&get, "/attach/ns/p/c", "create", "proxy"),
+            (&get, "/portForward/ns/p", "create", "proxy"),
+            (&get, "/exect", "get", "proxy"),
             (&get, "/stats/summary", "get", "stats"),
             (&get, "/metrics", "get", "metrics"),
             (&get, "/metricsx", "get", "proxy"),

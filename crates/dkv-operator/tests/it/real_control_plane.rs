@@ -1,0 +1,157 @@
+//! `dkv local up --kubernetes 1.37`: the real kube-apiserver,
+//! kube-controller-manager and kube-scheduler (built from their Go modules
+//! on first use, then cached in the tools directory), with kube-local's
+//! kubelets joined as the nodes. Tried as a user would: the server is the
+//! real release, three nodes register and stay Ready, each as its own node
+//! identity (NodeRestriction refuses one node editing another), the real
+//! scheduler places a pod that a kubelet runs, and its log comes back
+//! through the real API server from the kubelet over TLS.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::Client;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+
+use super::local_mode::dkv;
+
+/// A client from a kubeconfig, as a user's program builds it.
+async fn client_of(kubeconfig: &Path) -> Client {
+    let config = kube::Config::from_custom_kubeconfig(
+        Kubeconfig::read_from(kubeconfig).unwrap(),
+        &KubeConfigOptions::default(),
+    )
+    .await
+    .unwrap();
+    Client::try_from(config).unwrap()
+}
+
+struct Down<'a>(&'a Path);
+
+impl Drop for Down<'_> {
+    fn drop(&mut self) {
+        let _ = dkv(&["local", "down"], self.0);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_real_control_plane_runs_pods_on_kube_local_nodes_that_authenticate_as_nodes() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let up = dkv(&["local", "up", "--detach", "--kubernetes", "1.37"], &state);
+    let _down = Down(&state);
+    assert!(
+        up.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&up.stdout),
+        String::from_utf8_lossy(&up.stderr)
+    );
+    let client = client_of(&state.join("kubeconfig")).await;
+    let version = client.apiserver_version().await.unwrap();
+    assert_eq!(version.git_version, "v1.37.2");
+
+    let nodes: Api<Node> = Api::all(client.clone());
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let ready = nodes
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .iter()
+            .filter(|n| {
+                n.status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+            })
+            .count();
+        if ready == 3 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{ready} of 3 nodes Ready");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let zones: Vec<String> = nodes
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .filter_map(|n| {
+            n.metadata
+                .labels
+                .as_ref()?
+                .get("topology.kubernetes.io/zone")
+                .cloned()
+        })
+        .collect();
+    assert_eq!(zones.len(), 3, "{zones:?}");
+
+    // A node's own credentials (a certificate of the cluster CA for
+    // system:node:node-1) may not edit another node: NodeRestriction.
+    let ca = kube_local::tls::CertificateAuthority::load_or_create(
+        &state.join(kube_local::PKI_DIR),
+        "unused",
+    )
+    .unwrap();
+    let issued = ca
+        .issue_client_in("system:node:node-1", Some("system:nodes"))
+        .unwrap();
+    let mut config = kube::Config::from_custom_kubeconfig(
+        Kubeconfig::read_from(state.join("kubeconfig")).unwrap(),
+        &KubeConfigOptions::default(),
+    )
+    .await
+    .unwrap();
+    use base64::Engine as _;
+    let b64 = base64::engine::general_purpose::STANDARD;
+    config.auth_info.client_certificate_data = Some(b64.encode(&issued.cert_pem));
+    config.auth_info.client_key_data = Some(b64.encode(&issued.key_pem).into());
+    let as_node_1: Api<Node> = Api::all(Client::try_from(config).unwrap());
+    let label = serde_json::json!({"metadata": {"labels": {"dkv.io/probe": "x"}}});
+    let own = as_node_1
+        .patch("node-1", &PatchParams::default(), &Patch::Merge(&label))
+        .await;
+    assert!(own.is_ok(), "a node edits its own Node: {own:?}");
+    match as_node_1
+        .patch("node-2", &PatchParams::default(), &Patch::Merge(&label))
+        .await
+    {
+        Err(kube::Error::Api(status)) => assert_eq!(status.code, 403, "{status:?}"),
+        other => panic!("node-1 edited node-2: {other:?}"),
+    }
+
+    // The real scheduler places a pod; a kubelet runs it; its log comes
+    // back through kube-apiserver from the kubelet.
+    let pods: Api<Pod> = Api::default_namespaced(client.clone());
+    let pod: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "hello"},
+        "spec": {"restartPolicy": "Never", "containers": [{
+            "name": "hello", "image": "busybox",
+            "command": ["sh", "-c", "echo hello from a kube-local node"],
+        }]},
+    }))
+    .unwrap();
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let phase = loop {
+        let phase = pods
+            .get("hello")
+            .await
+            .unwrap()
+            .status
+            .and_then(|s| s.phase)
+            .unwrap_or_default();
+        if phase == "Succeeded" || phase == "Failed" {
+            break phase;
+        }
+        assert!(Instant::now() < deadline, "the pod is still {phase:?}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    assert_eq!(phase, "Succeeded");
+    let log = pods.logs("hello", &Default::default()).await.unwrap();
+    assert_eq!(log.trim(), "hello from a kube-local node");
+}
