@@ -68,6 +68,9 @@ scripts/scan-secrets.py "$DKV_SECRET_SCAN_DIR"
 phase "deploy manifests"
 scripts/validate-manifests.sh
 
+phase "helm chart: lint, and the same objects as deploy/default"
+scripts/check-helm.sh
+
 phase "monitoring: rules, rule tests, dashboard queries"
 scripts/check-monitoring.sh
 

@@ -10,4 +10,6 @@ assert len(docs) == len(names), f"expected {len(names)} CRDs, got {len(docs)}"
 for name, doc in zip(names, docs):
     open(f"deploy/crds/{name}", "w").write(doc)
 '
-echo "deploy/crds/ updated"
+# The Helm chart ships the same CRDs (scripts/check-helm.sh checks the copies).
+cp deploy/crds/distributedkv.yaml deploy/crds/distributedkvbackup.yaml charts/dkv/crds/
+echo "deploy/crds/ and charts/dkv/crds/ updated"

@@ -23,14 +23,6 @@ pub const PKI_DIR: &str = "pki";
 const SERVICE_ACCOUNT_KEY: &str = "service-account.key";
 const CA_NAME: &str = "kube-local-ca";
 
-/// The StorageClass whose claims cannot grow (`allowVolumeExpansion` unset);
-/// the default class, `standard`, allows expansion.
-pub const FIXED_SIZE_CLASS: &str = "fixed-size";
-
-/// The StorageClass of network disks: volumes that follow their pod to any node. The default class, `standard`, is
-/// of local disks, bound to the node where their claim was first used.
-pub const NETWORK_CLASS: &str = "network";
-
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("binding the API server to {addr}: {source}")]
@@ -522,43 +514,9 @@ async fn bootstrap(core: &Core) -> Result<(), Error> {
         }),
     )
     .await?;
-    create(
-        core,
-        "storage.k8s.io",
-        "storageclasses",
-        "",
-        json!({
-            "metadata": {"name": "standard", "annotations": {"storageclass.kubernetes.io/is-default-class": "true"}},
-            "provisioner": "kube-local.io/local-path", "reclaimPolicy": "Delete", "volumeBindingMode": "WaitForFirstConsumer",
-            "allowVolumeExpansion": true
-        }),
-    )
-    .await?;
-    // Network disks: a volume that follows its pod to any node (the default class's local disks keep theirs on one).
-    create(
-        core,
-        "storage.k8s.io",
-        "storageclasses",
-        "",
-        json!({
-            "metadata": {"name": NETWORK_CLASS},
-            "provisioner": crate::workloads::NETWORK_PROVISIONER, "reclaimPolicy": "Delete",
-            "volumeBindingMode": "WaitForFirstConsumer", "allowVolumeExpansion": true
-        }),
-    )
-    .await?;
-    // The same volumes without expansion, as many clouds' older classes are: growing a claim of it is refused.
-    create(
-        core,
-        "storage.k8s.io",
-        "storageclasses",
-        "",
-        json!({
-            "metadata": {"name": FIXED_SIZE_CLASS},
-            "provisioner": "kube-local.io/local-path", "reclaimPolicy": "Delete", "volumeBindingMode": "WaitForFirstConsumer"
-        }),
-    )
-    .await?;
+    for class in crate::workloads::storage_classes() {
+        create(core, "storage.k8s.io", "storageclasses", "", class).await?;
+    }
     Ok(())
 }
 

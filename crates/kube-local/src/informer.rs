@@ -174,6 +174,37 @@ impl Caches {
         caches
     }
 
+    /// The caches a volume provisioner needs (claims, volumes, StorageClasses, Nodes), watched with `client`.
+    pub async fn start_for_volumes(client: &Client, tasks: &mut Tasks) -> Caches {
+        let (tx, rx) = watch::channel(0u64);
+        let caches = Caches {
+            pods: unwatched(),
+            services: unwatched(),
+            endpoints: unwatched(),
+            endpoint_slices: unwatched(),
+            claims: reflect(client, tx.clone(), tasks),
+            volumes: reflect(client, tx.clone(), tasks),
+            storage_classes: reflect(client, tx.clone(), tasks),
+            statefulsets: unwatched(),
+            deployments: unwatched(),
+            replicasets: unwatched(),
+            revisions: unwatched(),
+            jobs: unwatched(),
+            cronjobs: unwatched(),
+            disruption_budgets: unwatched(),
+            nodes: reflect(client, tx, tasks),
+            changes: rx,
+        };
+        let _ = tokio::time::timeout(Duration::from_secs(10), async {
+            let _ = caches.claims.wait_until_ready().await;
+            let _ = caches.volumes.wait_until_ready().await;
+            let _ = caches.storage_classes.wait_until_ready().await;
+            let _ = caches.nodes.wait_until_ready().await;
+        })
+        .await;
+        caches
+    }
+
     /// A receiver that wakes on any change to any cache.
     pub fn changes(&self) -> watch::Receiver<u64> {
         self.changes.clone()

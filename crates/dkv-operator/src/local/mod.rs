@@ -176,10 +176,12 @@ pub async fn up(args: UpArgs) -> anyhow::Result<()> {
                 control,
                 Arc::downgrade(&nodes),
             ));
+            let storage = plane.start_storage(&data_dir).await?;
             install::crds(&plane.admin, &crds()).await?;
             Platform::Kubernetes {
                 plane,
                 _nodes: nodes,
+                _storage: storage,
             }
         }
     };
@@ -252,6 +254,7 @@ enum Platform {
     Kubernetes {
         plane: kubernetes::ControlPlane,
         _nodes: Arc<kube_local::kubelet::Kubelet>,
+        _storage: kube_local::workloads::ExternalProvisioner,
     },
 }
 
@@ -284,7 +287,12 @@ impl Platform {
     fn stop(self) {
         match self {
             Platform::KubeLocal(env) => env.stop(),
-            Platform::Kubernetes { plane, _nodes } => {
+            Platform::Kubernetes {
+                plane,
+                _nodes,
+                _storage,
+            } => {
+                drop(_storage);
                 drop(_nodes);
                 drop(plane);
             }

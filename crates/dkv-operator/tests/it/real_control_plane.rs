@@ -10,7 +10,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use kube::Client;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
@@ -124,15 +124,25 @@ async fn the_real_control_plane_runs_pods_on_kube_local_nodes_that_authenticate_
         other => panic!("node-1 edited node-2: {other:?}"),
     }
 
-    // The real scheduler places a pod; a kubelet runs it; its log comes
-    // back through kube-apiserver from the kubelet.
+    // The real scheduler places a pod with a volume of the default class;
+    // kube-local's provisioner makes the volume on the chosen node, the real
+    // PersistentVolume controller binds it; a kubelet runs the pod; its log
+    // comes back through kube-apiserver from the kubelet.
+    let claims: Api<PersistentVolumeClaim> = Api::default_namespaced(client.clone());
+    let claim: PersistentVolumeClaim = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "hello-data"},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
+    }))
+    .unwrap();
+    claims.create(&PostParams::default(), &claim).await.unwrap();
     let pods: Api<Pod> = Api::default_namespaced(client.clone());
     let pod: Pod = serde_json::from_value(serde_json::json!({
         "metadata": {"name": "hello"},
         "spec": {"restartPolicy": "Never", "containers": [{
             "name": "hello", "image": "busybox",
-            "command": ["sh", "-c", "echo hello from a kube-local node"],
-        }]},
+            "command": ["sh", "-c", "echo hello from a kube-local node; echo kept > /data/file"],
+            "volumeMounts": [{"name": "data", "mountPath": "/data"}],
+        }], "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "hello-data"}}]},
     }))
     .unwrap();
     pods.create(&PostParams::default(), &pod).await.unwrap();
@@ -154,4 +164,27 @@ async fn the_real_control_plane_runs_pods_on_kube_local_nodes_that_authenticate_
     assert_eq!(phase, "Succeeded");
     let log = pods.logs("hello", &Default::default()).await.unwrap();
     assert_eq!(log.trim(), "hello from a kube-local node");
+
+    let bound = claims.get("hello-data").await.unwrap();
+    assert_eq!(bound.status.and_then(|s| s.phase).as_deref(), Some("Bound"));
+    let volume = Api::<PersistentVolume>::all(client.clone())
+        .get(&bound.spec.and_then(|s| s.volume_name).unwrap())
+        .await
+        .unwrap();
+    let provisioned_by = volume
+        .metadata
+        .annotations
+        .unwrap_or_default()
+        .get("pv.kubernetes.io/provisioned-by")
+        .cloned();
+    assert_eq!(provisioned_by.as_deref(), Some("kube-local.io/local-path"));
+    let path = volume
+        .spec
+        .and_then(|s| s.host_path)
+        .map(|h| h.path)
+        .unwrap();
+    assert_eq!(
+        std::fs::read_to_string(Path::new(&path).join("file")).unwrap(),
+        "kept\n"
+    );
 }

@@ -191,12 +191,11 @@ async fn pod_token(
     let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
     let request = TokenRequest {
         spec: Some(TokenRequestSpec {
-            audiences: Some(vec![
-                audience
-                    .filter(|a| !a.is_empty())
-                    .unwrap_or(crate::service_account_tokens::ISSUER)
-                    .to_owned(),
-            ]),
+            // No audience: the API server's own (a node may ask for no other on a pod's behalf unless the pod
+            // names it).
+            audiences: audience
+                .filter(|a| !a.is_empty())
+                .map(|a| vec![a.to_owned()]),
             expiration_seconds: Some(seconds.unwrap_or(POD_TOKEN_SECONDS)),
             // Bound to the pod, as a kubelet's are: NodeRestriction lets a node ask only for tokens of its own pods.
             bound_object_ref: Some(BoundObjectReference {

@@ -19,7 +19,9 @@ mod statefulset;
 mod volume_binder;
 mod volume_protection;
 
-pub use volume_binder::{NETWORK_PROVISIONER, PROVISIONER};
+pub use volume_binder::{
+    FIXED_SIZE_CLASS, NETWORK_CLASS, NETWORK_PROVISIONER, PROVISIONER, storage_classes,
+};
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -37,6 +39,35 @@ pub(crate) struct Context {
     pub clock: Clock,
     /// The node lifecycle controller's grace period for missed heartbeats.
     pub node_monitor_grace: std::time::Duration,
+}
+
+/// kube-local's volume provisioners (`kube-local.io/local-path`, `kube-local.io/network-disk`) working beside a
+/// real control plane, as an external provisioner and resizer do: the API server's PersistentVolume controller
+/// binds, these make, grow and delete the volumes. Dropping it stops them.
+pub struct ExternalProvisioner {
+    _tasks: Tasks,
+}
+
+impl ExternalProvisioner {
+    /// Starts provisioning with `client` (which needs to read claims, volumes, StorageClasses and Nodes, write
+    /// volumes, and update claims' status); volumes go under `dir` (a node's under `dir/nodes/NAME`, as the kubelets
+    /// joined with the same directory find them).
+    pub async fn start(client: kube::Client, dir: &Path) -> ExternalProvisioner {
+        let mut tasks = Tasks::default();
+        let caches = Caches::start_for_volumes(&client, &mut tasks).await;
+        let ctx = Arc::new(Context {
+            client,
+            caches,
+            dir: dir.to_path_buf(),
+            clock: Clock::default(),
+            node_monitor_grace: crate::kubelet::NodeLayout::default().monitor_grace,
+        });
+        let changes = ctx.caches.changes();
+        tasks.spawn(async move {
+            informer::run_loop(changes, || volume_binder::reconcile_external(&ctx)).await;
+        });
+        ExternalProvisioner { _tasks: tasks }
+    }
 }
 
 /// Running workload controllers; dropping stops them.

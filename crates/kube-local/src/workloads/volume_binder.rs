@@ -25,10 +25,43 @@ use serde_json::json;
 
 use super::Context;
 
+/// The StorageClass whose claims cannot grow (`allowVolumeExpansion` unset);
+/// the default class, `standard`, allows expansion.
+pub const FIXED_SIZE_CLASS: &str = "fixed-size";
+
+/// The StorageClass of network disks: volumes that follow their pod to any node. The default class, `standard`, is
+/// of local disks, bound to the node where their claim was first used.
+pub const NETWORK_CLASS: &str = "network";
+
 pub const PROVISIONER: &str = "kube-local.io/local-path";
 pub const NETWORK_PROVISIONER: &str = "kube-local.io/network-disk";
 const SELECTED_NODE: &str = "volume.kubernetes.io/selected-node";
 const DEFAULT_CLASS_ANNOTATION: &str = "storageclass.kubernetes.io/is-default-class";
+
+/// The StorageClasses a cluster of kube-local nodes has: `standard` (the default: local disks, bound to the node
+/// where their claim was first used, expandable), `network` (disks that follow their pod to any node) and
+/// `fixed-size` (local disks that cannot grow), as JSON objects to create.
+pub fn storage_classes() -> Vec<serde_json::Value> {
+    vec![
+        json!({
+            "apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+            "metadata": {"name": "standard", "annotations": {DEFAULT_CLASS_ANNOTATION: "true"}},
+            "provisioner": PROVISIONER, "reclaimPolicy": "Delete", "volumeBindingMode": "WaitForFirstConsumer",
+            "allowVolumeExpansion": true
+        }),
+        json!({
+            "apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+            "metadata": {"name": NETWORK_CLASS},
+            "provisioner": NETWORK_PROVISIONER, "reclaimPolicy": "Delete",
+            "volumeBindingMode": "WaitForFirstConsumer", "allowVolumeExpansion": true
+        }),
+        json!({
+            "apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+            "metadata": {"name": FIXED_SIZE_CLASS},
+            "provisioner": PROVISIONER, "reclaimPolicy": "Delete", "volumeBindingMode": "WaitForFirstConsumer"
+        }),
+    ]
+}
 
 fn default_class(ctx: &Context) -> Option<Arc<StorageClass>> {
     ctx.caches.storage_classes.find(|c| {
@@ -159,6 +192,91 @@ pub async fn reconcile(ctx: &Context) -> Option<std::time::Duration> {
         }
     }
     retry
+}
+
+/// The annotation the real PersistentVolume controller puts on a claim it leaves to an external provisioner.
+const STORAGE_PROVISIONER: &str = "volume.kubernetes.io/storage-provisioner";
+
+/// One pass as an external provisioner and resizer beside the real PersistentVolume controller (which binds):
+/// provision the claims it hands to one of our provisioners, grow bound volumes whose claim asks for more, and
+/// delete the `Released` volumes of ours whose policy is `Delete`, with their directories.
+pub async fn reconcile_external(ctx: &Context) -> Option<std::time::Duration> {
+    let mut retry = None;
+    let claims = ctx.caches.claims.state();
+    let volumes = ctx.caches.volumes.state();
+    for pvc in &claims {
+        if pvc.metadata.deletion_timestamp.is_some() {
+            continue;
+        }
+        let ours = pvc
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(STORAGE_PROVISIONER))
+            .is_some_and(|p| p == PROVISIONER || p == NETWORK_PROVISIONER);
+        match pvc.spec.as_ref().and_then(|s| s.volume_name.as_deref()) {
+            Some(pv_name) => {
+                let bound = pvc.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound");
+                if let Some(pv) = volumes
+                    .iter()
+                    .find(|v| v.metadata.name.as_deref() == Some(pv_name))
+                    && bound
+                    && is_ours(pv)
+                {
+                    expand_if_asked(ctx, pvc, pv).await;
+                }
+            }
+            None if ours => {
+                let Some(class) = class_of(ctx, pvc) else {
+                    continue;
+                };
+                let name = pvc.metadata.uid.as_ref().map(|uid| format!("pvc-{uid}"));
+                let exists = volumes.iter().any(|v| v.metadata.name == name);
+                if !exists && provision(ctx, pvc, &class).await.is_none() {
+                    retry = Some(std::time::Duration::from_secs(5));
+                }
+            }
+            None => {}
+        }
+    }
+    for pv in &volumes {
+        let released = pv.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Released");
+        let delete = pv
+            .spec
+            .as_ref()
+            .and_then(|s| s.persistent_volume_reclaim_policy.as_deref())
+            == Some("Delete");
+        if !(released && delete && is_ours(pv)) {
+            continue;
+        }
+        if let Some(node) = local_volume_node(pv)
+            && !node_ready(ctx, &node)
+        {
+            retry = Some(std::time::Duration::from_secs(5));
+            continue;
+        }
+        if let Some(path) = crate::kubelet::volumes::volume_path(pv)
+            && path.starts_with(&ctx.dir)
+        {
+            let _ = std::fs::remove_dir_all(&path);
+        }
+        let _ = Api::<PersistentVolume>::all(ctx.client.clone())
+            .delete(
+                pv.metadata.name.as_deref().unwrap_or_default(),
+                &DeleteParams::default(),
+            )
+            .await;
+    }
+    retry
+}
+
+/// Whether one of our provisioners made `pv`.
+fn is_ours(pv: &PersistentVolume) -> bool {
+    pv.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get("pv.kubernetes.io/provisioned-by"))
+        .is_some_and(|p| p == PROVISIONER || p == NETWORK_PROVISIONER)
 }
 
 /// The node a local volume lives on (its node affinity's hostname), if it is one.

@@ -33,6 +33,8 @@ use release::Release;
 /// The user the nodes' shared caches and Service proxy act as: it lists and
 /// watches what kube-proxy and cluster DNS read, and the pods.
 const NODE_AGENT_USER: &str = "dkv-local:node-agent";
+/// The user kube-local's volume provisioner acts as.
+const PROVISIONER_USER: &str = "dkv-local:provisioner";
 /// The user the API server reaches the kubelets as.
 const KUBELET_CLIENT_USER: &str = "kube-apiserver-kubelet-client";
 
@@ -46,6 +48,11 @@ pub struct ControlPlane {
     pub admin: kube::Client,
     /// The kubeconfig written for the user (the admin).
     pub kubeconfig: PathBuf,
+}
+
+/// Where the kubelets keep their pods and the provisioner its volumes.
+fn kubelet_dir(data_dir: &Path) -> PathBuf {
+    data_dir.join("kubelet")
 }
 
 /// A free port on loopback (taken back at once: the program that binds it
@@ -292,7 +299,7 @@ impl ControlPlane {
         mut config: kube_local::kubelet::KubeletConfig,
         data_dir: &Path,
     ) -> anyhow::Result<kube_local::kubelet::Kubelet> {
-        grant_node_agent(&self.admin).await?;
+        grant(&self.admin, NODE_AGENT_USER, node_agent_rules()).await?;
         let mut clients = HashMap::new();
         for node in config.nodes.nodes() {
             let client =
@@ -315,40 +322,86 @@ impl ControlPlane {
             authorize: true,
         });
         let agent = self.client(NODE_AGENT_USER, None)?;
-        kube_local::kubelet::Kubelet::join(agent, node_clients, config, &data_dir.join("kubelet"))
+        kube_local::kubelet::Kubelet::join(agent, node_clients, config, &kubelet_dir(data_dir))
             .await
             .context("joining the nodes")
+    }
+
+    /// kube-local's StorageClasses (`standard`, the default, `network`,
+    /// `fixed-size`) and their provisioner, beside the real PersistentVolume
+    /// controller, as [`PROVISIONER_USER`].
+    pub async fn start_storage(
+        &self,
+        data_dir: &Path,
+    ) -> anyhow::Result<kube_local::workloads::ExternalProvisioner> {
+        let classes: Api<k8s_openapi::api::storage::v1::StorageClass> =
+            Api::all(self.admin.clone());
+        for class in kube_local::workloads::storage_classes() {
+            let name = class["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
+            classes
+                .patch(
+                    &name,
+                    &PatchParams::apply("dkv-local").force(),
+                    &Patch::Apply(&class),
+                )
+                .await
+                .with_context(|| format!("creating StorageClass {name}"))?;
+        }
+        grant(&self.admin, PROVISIONER_USER, provisioner_rules()).await?;
+        let client = self.client(PROVISIONER_USER, None)?;
+        Ok(kube_local::workloads::ExternalProvisioner::start(client, &kubelet_dir(data_dir)).await)
     }
 }
 
 /// What the nodes' shared caches read: pods, and what kube-proxy and cluster
 /// DNS read.
-async fn grant_node_agent(admin: &kube::Client) -> anyhow::Result<()> {
+fn node_agent_rules() -> serde_json::Value {
+    serde_json::json!([
+        {"apiGroups": [""], "resources": ["pods", "services", "endpoints", "nodes"], "verbs": ["get", "list", "watch"]},
+        {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["get", "list", "watch"]},
+    ])
+}
+
+/// What an external provisioner and resizer do: make, grow and delete
+/// volumes, read the claims and report their new size.
+fn provisioner_rules() -> serde_json::Value {
+    serde_json::json!([
+        {"apiGroups": [""], "resources": ["persistentvolumes"], "verbs": ["get", "list", "watch", "create", "delete", "patch", "update"]},
+        {"apiGroups": [""], "resources": ["persistentvolumeclaims"], "verbs": ["get", "list", "watch"]},
+        {"apiGroups": [""], "resources": ["persistentvolumeclaims/status"], "verbs": ["patch", "update"]},
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]},
+        {"apiGroups": ["storage.k8s.io"], "resources": ["storageclasses"], "verbs": ["get", "list", "watch"]},
+        {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch", "update"]},
+    ])
+}
+
+/// A ClusterRole named after `user` with `rules`, bound to that user.
+async fn grant(admin: &kube::Client, user: &str, rules: serde_json::Value) -> anyhow::Result<()> {
     let role: ClusterRole = serde_json::from_value(serde_json::json!({
         "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-        "metadata": {"name": NODE_AGENT_USER},
-        "rules": [
-            {"apiGroups": [""], "resources": ["pods", "services", "endpoints", "nodes"], "verbs": ["get", "list", "watch"]},
-            {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["get", "list", "watch"]},
-        ],
+        "metadata": {"name": user},
+        "rules": rules,
     }))
-    .context("the node agent's ClusterRole")?;
+    .with_context(|| format!("the ClusterRole of {user}"))?;
     let binding: ClusterRoleBinding = serde_json::from_value(serde_json::json!({
         "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-        "metadata": {"name": NODE_AGENT_USER},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": NODE_AGENT_USER},
-        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": NODE_AGENT_USER}],
+        "metadata": {"name": user},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": user},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
     }))
-    .context("the node agent's ClusterRoleBinding")?;
+    .with_context(|| format!("the ClusterRoleBinding of {user}"))?;
     let params = PatchParams::apply("dkv-local").force();
     Api::<ClusterRole>::all(admin.clone())
-        .patch(NODE_AGENT_USER, &params, &Patch::Apply(&role))
+        .patch(user, &params, &Patch::Apply(&role))
         .await
-        .context("granting the node agent its reads")?;
+        .with_context(|| format!("granting {user} its permissions"))?;
     Api::<ClusterRoleBinding>::all(admin.clone())
-        .patch(NODE_AGENT_USER, &params, &Patch::Apply(&binding))
+        .patch(user, &params, &Patch::Apply(&binding))
         .await
-        .context("granting the node agent its reads")?;
+        .with_context(|| format!("granting {user} its permissions"))?;
     Ok(())
 }
 
