@@ -34,12 +34,14 @@ phase "the real Kubernetes control plane for its tests (built from Go modules on
 # `dkv local up --kubernetes 1.37` builds it on first use too; building it
 # here keeps a long first build out of a test's time. With Go's caches warm
 # (a machine that built it before) this takes seconds.
-KUBERNETES_BIN="$PWD/.tools/kubernetes-v1.37.2/bin"
-if [ ! -x "$KUBERNETES_BIN/kube-apiserver" ]; then
-  nice -n 10 bash go/kubernetes/build.sh 1.37 "$KUBERNETES_BIN.partial"
-  rm -rf "$KUBERNETES_BIN"
-  mv "$KUBERNETES_BIN.partial" "$KUBERNETES_BIN"
-fi
+for release in 1.37:v1.37.2 1.34:v1.34.4; do
+  KUBERNETES_BIN="$PWD/.tools/kubernetes-${release#*:}/bin"
+  if [ ! -x "$KUBERNETES_BIN/kube-apiserver" ]; then
+    nice -n 10 bash go/kubernetes/build.sh "${release%%:*}" "$KUBERNETES_BIN.partial"
+    rm -rf "$KUBERNETES_BIN"
+    mv "$KUBERNETES_BIN.partial" "$KUBERNETES_BIN"
+  fi
+done
 
 phase "tests (and, in the background, the release build for the smoke test)"
 # The release build takes about as long as the tests, which mostly wait on

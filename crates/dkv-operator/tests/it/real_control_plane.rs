@@ -1,4 +1,4 @@
-//! `dkv local up --kubernetes 1.37`: the real kube-apiserver,
+//! `dkv local up --kubernetes 1.37` (and 1.34): the real kube-apiserver,
 //! kube-controller-manager and kube-scheduler (built from their Go modules
 //! on first use, then cached in the tools directory), with kube-local's
 //! kubelets joined as the nodes. Tried as a user would: the server is the
@@ -37,10 +37,23 @@ impl Drop for Down<'_> {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn the_real_control_plane_runs_pods_on_kube_local_nodes_that_authenticate_as_nodes() {
+async fn kubernetes_1_37_runs_pods_on_kube_local_nodes_that_authenticate_as_nodes() {
+    runs_pods_on_kube_local_nodes("1.37", "v1.37.2").await;
+}
+
+/// The oldest release dkv supports.
+#[tokio::test(flavor = "multi_thread")]
+async fn kubernetes_1_34_runs_pods_on_kube_local_nodes_that_authenticate_as_nodes() {
+    runs_pods_on_kube_local_nodes("1.34", "v1.34.4").await;
+}
+
+async fn runs_pods_on_kube_local_nodes(release: &str, version: &str) {
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("state");
-    let up = dkv(&["local", "up", "--detach", "--kubernetes", "1.37"], &state);
+    let up = dkv(
+        &["local", "up", "--detach", "--kubernetes", release],
+        &state,
+    );
     let _down = Down(&state);
     assert!(
         up.status.success(),
@@ -49,8 +62,10 @@ async fn the_real_control_plane_runs_pods_on_kube_local_nodes_that_authenticate_
         String::from_utf8_lossy(&up.stderr)
     );
     let client = client_of(&state.join("kubeconfig")).await;
-    let version = client.apiserver_version().await.unwrap();
-    assert_eq!(version.git_version, "v1.37.2");
+    assert_eq!(
+        client.apiserver_version().await.unwrap().git_version,
+        version
+    );
 
     let nodes: Api<Node> = Api::all(client.clone());
     let deadline = Instant::now() + Duration::from_secs(60);
