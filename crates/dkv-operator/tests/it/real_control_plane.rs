@@ -104,6 +104,14 @@ async fn runs_pods_on_kube_local_nodes(release: &str, version: &str) {
         })
         .collect();
     assert_eq!(zones.len(), 3, "{zones:?}");
+    // A kubelet never newer than its API server: the nodes report its release.
+    for node in nodes.list(&Default::default()).await.unwrap().items {
+        let kubelet = node
+            .status
+            .and_then(|s| s.node_info)
+            .map(|i| i.kubelet_version);
+        assert_eq!(kubelet, Some(format!("{version}-kube-local")));
+    }
 
     // A node's own credentials (a certificate of the cluster CA for
     // system:node:node-1) may not edit another node: NodeRestriction.

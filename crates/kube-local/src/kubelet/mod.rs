@@ -119,7 +119,13 @@ pub struct KubeletConfig {
     /// How each kubelet's endpoint (logs, exec, attach, port-forward, `/pods`) is secured; `None` serves plain HTTP
     /// to anyone (an environment without a CA).
     pub serving: Option<KubeletServing>,
+    /// The version the Nodes report (`status.nodeInfo.kubeletVersion`). A kubelet may not be newer than its API
+    /// server, so [`Kubelet::join`] reports the server's own release.
+    pub version: String,
 }
+
+/// What kube-local's own nodes report as their kubelet's version.
+pub const VERSION: &str = "v1.37.0-kube-local";
 
 /// The kubelet endpoint's TLS and access control (set by the Environment when it has a CA).
 #[derive(Clone)]
@@ -159,6 +165,7 @@ impl Default for KubeletConfig {
             enforce_security_context: false,
             nodes: NodeLayout::default(),
             serving: None,
+            version: VERSION.to_owned(),
         }
     }
 }
@@ -431,6 +438,11 @@ impl Kubelet {
         config: KubeletConfig,
         dir: &Path,
     ) -> Result<Kubelet, KubeletError> {
+        let mut config = config;
+        config.version = format!(
+            "{}-kube-local",
+            client.apiserver_version().await?.git_version
+        );
         let mut tasks = Tasks::default();
         let caches = Caches::start_for_nodes(&client, &mut tasks).await;
         Self::start_on(client, Some(node_clients), config, dir, caches, tasks).await

@@ -92,7 +92,7 @@ fn node_object(shared: &Shared) -> Node {
                 container_runtime_version: "kube-local://process".into(),
                 kernel_version: String::new(),
                 kube_proxy_version: String::new(),
-                kubelet_version: "v1.37.0-kube-local".into(),
+                kubelet_version: shared.config.version.clone(),
                 machine_id: String::new(),
                 operating_system: "linux".into(),
                 os_image: "kube-local".into(),
