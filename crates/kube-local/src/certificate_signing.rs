@@ -97,6 +97,29 @@ fn has_true_condition(obj: &Value, kind: &str) -> bool {
     })
 }
 
+/// Why a new request may not be made at all, as upstream's CertificateSubjectRestriction admission refuses it: a
+/// request to the API server's client signer for the `system:masters` group, which no approval may turn into an
+/// admin's certificate.
+pub fn restricted(obj: &Value) -> Option<String> {
+    if meta::str_at(obj, &["spec", "signerName"]) != Some(KUBE_APISERVER_CLIENT) {
+        return None;
+    }
+    let params = rcgen::CertificateSigningRequestParams::from_pem(&request_pem(obj).ok()?).ok()?;
+    let is_masters = |value: &rcgen::DnValue| match value {
+        rcgen::DnValue::PrintableString(s) => s.as_str() == "system:masters",
+        rcgen::DnValue::Utf8String(s) => s == "system:masters",
+        _ => false,
+    };
+    let masters = params
+        .params
+        .distinguished_name
+        .iter()
+        .any(|(kind, value)| *kind == rcgen::DnType::OrganizationName && is_masters(value));
+    masters.then(|| {
+        format!("use of {KUBE_APISERVER_CLIENT} signer with system:masters group is not allowed")
+    })
+}
+
 /// What a write of a CertificateSigningRequest must hold (`old` for updates).
 pub fn validate(obj: &Value, old: Option<&Value>) -> Vec<FieldCause> {
     let mut causes = Vec::new();
@@ -292,6 +315,10 @@ mod tests {
     use super::*;
 
     fn request(cn: &str) -> String {
+        request_in(cn, "devs")
+    }
+
+    fn request_in(cn: &str, group: &str) -> String {
         let key = rcgen::KeyPair::generate().unwrap();
         let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
         params
@@ -299,8 +326,25 @@ mod tests {
             .push(rcgen::DnType::CommonName, cn);
         params
             .distinguished_name
-            .push(rcgen::DnType::OrganizationName, "devs");
+            .push(rcgen::DnType::OrganizationName, group);
         BASE64.encode(params.serialize_request(&key).unwrap().pem().unwrap())
+    }
+
+    #[test]
+    fn no_request_for_system_masters_to_the_api_server_client_signer_is_admitted() {
+        let asking = |group: &str, signer: &str| {
+            restricted(&json!({"spec": {
+                "request": request_in("mallory", group), "signerName": signer, "usages": ["client auth"],
+            }}))
+        };
+        assert_eq!(
+            asking("system:masters", KUBE_APISERVER_CLIENT).as_deref(),
+            Some(
+                "use of kubernetes.io/kube-apiserver-client signer with system:masters group is not allowed"
+            )
+        );
+        assert_eq!(asking("devs", KUBE_APISERVER_CLIENT), None);
+        assert_eq!(asking("system:masters", "example.com/other"), None);
     }
 
     fn csr(usages: Value, conditions: Value) -> Value {

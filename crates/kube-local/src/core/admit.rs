@@ -300,6 +300,18 @@ impl Core {
             causes.extend(crate::crd::validate(obj, old));
         }
         if rt.has_approval() {
+            if old.is_none()
+                && let Some(why) = crate::certificate_signing::restricted(obj)
+            {
+                return Err(ApiError::forbidden(
+                    crate::api_error::Subject {
+                        group: &rt.group,
+                        resource: &rt.plural,
+                        name: &name,
+                    },
+                    why,
+                ));
+            }
             causes.extend(crate::certificate_signing::validate(obj, old));
         }
         if !causes.is_empty() {
