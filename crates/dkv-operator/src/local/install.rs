@@ -175,6 +175,18 @@ pub async fn crds(admin: &Client, crds: &[CustomResourceDefinition]) -> anyhow::
         let mut body = serde_json::to_value(crd).context("serializing a CRD")?;
         body["apiVersion"] = "apiextensions.k8s.io/v1".into();
         body["kind"] = "CustomResourceDefinition".into();
+        // The operator points the conversion at itself once it serves: a
+        // CRD from an earlier run keeps that (applying the Service reference
+        // over it would leave both, which kube-apiserver refuses).
+        if let Some(stored) = api
+            .get_opt(&name)
+            .await
+            .with_context(|| format!("reading CRD {name}"))?
+            && let Some(conversion) = stored.spec.conversion
+        {
+            body["spec"]["conversion"] =
+                serde_json::to_value(conversion).context("serializing a CRD's conversion")?;
+        }
         api.patch(
             &name,
             &PatchParams::apply(FIELD_MANAGER).force(),

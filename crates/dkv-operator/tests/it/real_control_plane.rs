@@ -4,8 +4,10 @@
 //! kubelets joined as the nodes. Tried as a user would: the server is the
 //! real release, three nodes register and stay Ready, each as its own node
 //! identity (NodeRestriction refuses one node editing another), the real
-//! scheduler places a pod that a kubelet runs, and its log comes back
-//! through the real API server from the kubelet over TLS.
+//! scheduler places a pod that a kubelet runs, its volume is provisioned by
+//! kube-local and bound by the real controller, its log comes back through
+//! the real API server from the kubelet over TLS, and `kubectl exec` reaches
+//! a container (kube-apiserver speaking SPDY to the kubelet).
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -201,6 +203,60 @@ async fn runs_pods_on_kube_local_nodes(release: &str, version: &str) {
         .get("pv.kubernetes.io/provisioned-by")
         .cloned();
     assert_eq!(provisioned_by.as_deref(), Some("kube-local.io/local-path"));
+    // kubectl exec: kubectl speaks WebSocket to kube-apiserver, which speaks
+    // SPDY to the kubelet; output, stdin and the exit code come through.
+    let shell: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "shell"},
+        "spec": {"containers": [{"name": "shell", "image": "busybox", "command": ["sleep", "600"]}]},
+    }))
+    .unwrap();
+    pods.create(&PostParams::default(), &shell).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while pods
+        .get("shell")
+        .await
+        .unwrap()
+        .status
+        .and_then(|s| s.phase)
+        .as_deref()
+        != Some("Running")
+    {
+        assert!(Instant::now() < deadline, "the shell pod never ran");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let kubeconfig = state.join("kubeconfig");
+    let exec = tokio::task::spawn_blocking(move || {
+        use std::io::Write as _;
+        let mut child = std::process::Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .args(["exec", "-i", "shell", "--", "sh", "-c", "cat; exit 5"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(b"via kube-apiserver\n")
+            .unwrap();
+        child.wait_with_output().unwrap()
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        exec.status.code(),
+        Some(5),
+        "{}",
+        String::from_utf8_lossy(&exec.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&exec.stdout),
+        "via kube-apiserver\n"
+    );
+
     let path = volume
         .spec
         .and_then(|s| s.host_path)

@@ -1,5 +1,5 @@
 //! `kubectl attach` on the kubelet: `/attach/{namespace}/{pod}/{container}?stdout=&stderr=&stdin=`, a WebSocket
-//! upgrade speaking [`super::channels`].
+//! upgrade speaking [`super::channels`], or a SPDY/3.1 upgrade carrying the same channels ([`super::transport`]).
 //!
 //! A container's stdout and stderr go to its log file (see [`crate::kubelet::sandbox`]), so attaching follows that
 //! file from its current end, as `logs -f` does, and relays what the container writes on the stdout channel (the
@@ -19,16 +19,14 @@
 
 use std::sync::Arc;
 
-use axum::extract::ws::{
-    Message, WebSocket, WebSocketUpgrade, rejection::WebSocketUpgradeRejection,
-};
-use axum::extract::{Path, RawQuery, State};
+use axum::extract::{Path, RawQuery, Request, State};
 use axum::http::StatusCode;
 use axum::response::Response;
-use futures::{SinkExt, StreamExt};
+use futures::{FutureExt as _, StreamExt};
 use tokio::io::AsyncWriteExt;
 
 use super::channels::{self, FromClient};
+use super::transport::{Incoming, Outgoing};
 use super::{error, flag, query_pairs, running_container};
 use crate::kubelet::Shared;
 use crate::kubelet::pod_worker::ContainerStdin;
@@ -39,16 +37,12 @@ pub(super) async fn attach(
     State(shared): State<Arc<Shared>>,
     Path((namespace, pod, container)): Path<(String, String, String)>,
     RawQuery(query): RawQuery,
-    upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
+    req: Request,
 ) -> Response {
     let pairs = query_pairs(query.as_deref());
     let output = flag(&pairs, "stdout") || flag(&pairs, "stderr");
     let (rt, _) = match running_container(&shared, &namespace, &pod, &container) {
         Ok(found) => found,
-        Err((code, message)) => return error(code, message),
-    };
-    let upgrade = match super::negotiate(upgrade) {
-        Ok(u) => u,
         Err((code, message)) => return error(code, message),
     };
     let path = match rt.container_log(&container, false) {
@@ -78,7 +72,12 @@ pub(super) async fn attach(
         stdin,
         terminal,
     };
-    upgrade.on_upgrade(move |socket| relay(socket, written, streams))
+    let relay: super::transport::Relay =
+        Box::new(move |outgoing, incoming| relay(outgoing, incoming, written, streams).boxed());
+    match super::transport::upgrade(req, relay).await {
+        Ok(response) => response,
+        Err((code, message)) => error(code, message),
+    }
 }
 
 /// What one attached client gets of the container.
@@ -94,7 +93,8 @@ struct Streams {
 /// Sends what the container writes until its run ends, then `Success`, and hands what the client sends on stdin to
 /// the container's `stdin`; stops early when the client goes away.
 async fn relay(
-    socket: WebSocket,
+    mut sink: Outgoing,
+    mut source: Incoming,
     written: impl futures::Stream<Item = std::io::Result<bytes::Bytes>> + Send + 'static,
     streams: Streams,
 ) {
@@ -103,32 +103,24 @@ async fn relay(
         mut stdin,
         terminal,
     } = streams;
-    let (mut sink, mut source) = socket.split();
     let mut written = std::pin::pin!(written);
     loop {
         tokio::select! {
             chunk = written.next() => match chunk {
                 Some(Ok(data)) => {
-                    if output
-                        && sink
-                            .send(Message::Binary(channels::frame(channels::STDOUT, &data)))
-                            .await
-                            .is_err()
-                    {
+                    if output && !sink.send(channels::frame(channels::STDOUT, &data)).await {
                         break;
                     }
                 }
                 Some(Err(_)) | None => {
                     let status = channels::exit_status(0, &[]);
-                    let _ = sink
-                        .send(Message::Binary(channels::status_frame(&status)))
-                        .await;
-                    let _ = sink.send(channels::close()).await;
+                    sink.send(channels::status_frame(&status)).await;
+                    sink.finish().await;
                     break;
                 }
             },
             message = source.next() => match message {
-                Some(Ok(Message::Binary(data))) => match channels::parse(&data) {
+                Some(data) => match channels::parse(&data) {
                     FromClient::Stdin(bytes) => {
                         if let Some(pipe) = &stdin {
                             write(pipe, &bytes).await;
@@ -146,8 +138,7 @@ async fn relay(
                     }
                     FromClient::Ignored => {}
                 },
-                Some(Ok(Message::Close(_))) | Some(Err(_)) | None => break,
-                Some(Ok(_)) => {}
+                None => break,
             },
         }
     }

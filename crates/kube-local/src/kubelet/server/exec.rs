@@ -1,5 +1,6 @@
 //! `kubectl exec` on the kubelet: `/exec/{namespace}/{pod}/{container}?command=…&stdin=&stdout=&stderr=&tty=`, a
-//! WebSocket upgrade speaking [`super::channels`].
+//! WebSocket upgrade speaking [`super::channels`], or a SPDY/3.1 upgrade (what kube-apiserver speaks to a kubelet)
+//! carrying the same channels ([`super::transport`]).
 //!
 //! The command is resolved through the container's image, as the container's own program is (`etcdctl` in an etcd
 //! image is the mapped etcd directory's `etcdctl`, anything else the host's), and runs inside the container's mount
@@ -12,18 +13,16 @@ use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::Arc;
 
-use axum::extract::ws::{
-    Message, WebSocket, WebSocketUpgrade, rejection::WebSocketUpgradeRejection,
-};
-use axum::extract::{Path, RawQuery, State};
+use axum::extract::{Path, RawQuery, Request, State};
 use axum::http::StatusCode;
 use axum::response::Response;
 use bytes::Bytes;
-use futures::{SinkExt, StreamExt};
+use futures::FutureExt as _;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 
 use super::channels::{self, FromClient};
+use super::transport::{Incoming, Outgoing};
 use super::{error, flag, query_pairs, running_container};
 use crate::kubelet::Shared;
 use crate::kubelet::sandbox;
@@ -48,7 +47,7 @@ pub(super) async fn exec(
     State(shared): State<Arc<Shared>>,
     Path((namespace, pod, container)): Path<(String, String, String)>,
     RawQuery(query): RawQuery,
-    upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
+    req: Request,
 ) -> Response {
     let pairs = query_pairs(query.as_deref());
     let tty = flag(&pairs, "tty");
@@ -71,10 +70,6 @@ pub(super) async fn exec(
     }
     let (rt, pid) = match running_container(&shared, &namespace, &pod, &container) {
         Ok(found) => found,
-        Err((code, message)) => return error(code, message),
-    };
-    let upgrade = match super::negotiate(upgrade) {
-        Ok(u) => u,
         Err((code, message)) => return error(code, message),
     };
     let image = rt
@@ -115,7 +110,13 @@ pub(super) async fn exec(
             .stderr(piped(request.stderr));
         None
     };
-    upgrade.on_upgrade(move |socket| run(socket, Prepared { cmd, terminal }, request))
+    let prepared = Prepared { cmd, terminal };
+    let relay: super::transport::Relay =
+        Box::new(move |outgoing, incoming| run(outgoing, incoming, prepared, request).boxed());
+    match super::transport::upgrade(req, relay).await {
+        Ok(response) => response,
+        Err((code, message)) => error(code, message),
+    }
 }
 
 /// Puts the command's standard streams on a new pseudo-terminal's slave end.
@@ -129,9 +130,8 @@ fn wire_terminal(cmd: &mut tokio::process::Command) -> std::io::Result<Terminal>
 
 type Input = Box<dyn AsyncWrite + Send + Unpin>;
 
-/// Relays one command's streams over `socket` until it has exited and its output has been sent.
-async fn run(socket: WebSocket, prepared: Prepared, request: ExecRequest) {
-    let (mut sink, mut source) = socket.split();
+/// Relays one command's streams until it has exited and its output has been sent.
+async fn run(mut sink: Outgoing, mut source: Incoming, prepared: Prepared, request: ExecRequest) {
     let Prepared { mut cmd, terminal } = prepared;
     let spawned = cmd.spawn();
     // The kubelet's copies of a terminal's slave end go with the command: the output ends when the command's do.
@@ -146,10 +146,8 @@ async fn run(socket: WebSocket, prepared: Prepared, request: ExecRequest) {
                 "error executing command {:?} in the container: {e}",
                 request.command
             ));
-            let _ = sink
-                .send(Message::Binary(channels::status_frame(&status)))
-                .await;
-            let _ = sink.send(channels::close()).await;
+            sink.send(channels::status_frame(&status)).await;
+            sink.finish().await;
             return;
         }
     };
@@ -192,7 +190,7 @@ async fn run(socket: WebSocket, prepared: Prepared, request: ExecRequest) {
         tokio::select! {
             chunk = out_rx.recv(), if output_open => match chunk {
                 Some(data) => {
-                    if sink.send(Message::Binary(data)).await.is_err() {
+                    if !sink.send(data).await {
                         sandbox::kill_group(group);
                         return;
                     }
@@ -201,7 +199,7 @@ async fn run(socket: WebSocket, prepared: Prepared, request: ExecRequest) {
             },
             status = child.wait(), if !output_open => break exit_code(status),
             message = source.next() => match message {
-                Some(Ok(Message::Binary(data))) => match channels::parse(&data) {
+                Some(data) => match channels::parse(&data) {
                     FromClient::Stdin(bytes) => {
                         if let Some(tx) = &stdin && tx.send(bytes).is_err() {
                             stdin = None;
@@ -215,20 +213,17 @@ async fn run(socket: WebSocket, prepared: Prepared, request: ExecRequest) {
                     }
                     FromClient::Ignored => {}
                 },
-                Some(Ok(Message::Close(_))) | Some(Err(_)) | None => {
+                None => {
                     // The client went away: nobody is left to read the output or the exit code.
                     sandbox::kill_group(group);
                     return;
                 }
-                Some(Ok(_)) => {}
             },
         }
     };
     let status = channels::exit_status(code, &request.command);
-    let _ = sink
-        .send(Message::Binary(channels::status_frame(&status)))
-        .await;
-    let _ = sink.send(channels::close()).await;
+    sink.send(channels::status_frame(&status)).await;
+    sink.finish().await;
 }
 
 /// The exit code of a finished command; a command killed by a signal counts as 128 + the signal, as container

@@ -22,6 +22,7 @@ mod channels;
 mod exec;
 mod logs;
 mod port_forward;
+mod transport;
 
 use std::sync::Arc;
 
@@ -147,16 +148,24 @@ fn query_pairs(raw: Option<&str>) -> Vec<(String, String)> {
         .unwrap_or_default()
 }
 
-/// A boolean stream option as upstream's query decoding reads it (`true`/`1`).
+/// A boolean stream option as upstream's query decoding reads it (`true`/`1`). The kubelet's own names for the
+/// streams are `input`, `output` and `error` (what kube-apiserver sends); `stdin`, `stdout` and `stderr`, the pod
+/// subresource's names, are read as the same options.
 fn flag(pairs: &[(String, String)], key: &str) -> bool {
+    let kubelet_name = match key {
+        "stdin" => "input",
+        "stdout" => "output",
+        "stderr" => "error",
+        other => other,
+    };
     pairs
         .iter()
-        .any(|(k, v)| k == key && (v == "true" || v == "1"))
+        .any(|(k, v)| (k == key || k == kubelet_name) && (v == "true" || v == "1"))
 }
 
 /// The WebSocket upgrade of an exec or attach request with its channel protocol chosen, or the answer to a request
-/// that is not one (SPDY, a plain request: upstream's kubelet also speaks SPDY, this one only [`channels`]) or that
-/// offers none of the protocols served.
+/// that is not one (a plain request; SPDY upgrades are told apart before, see [`transport`]) or that offers none of
+/// the protocols served.
 fn negotiate(
     upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> Result<WebSocketUpgrade, Refusal> {

@@ -559,16 +559,55 @@ async fn the_kubelet_negotiates_v5_or_v4_and_refuses_other_protocols() {
         (101, Some("v4.channel.k8s.io")),
         "{body}"
     );
-    // The text protocols of old clients, and SPDY (kubectl's fallback), are refused in words.
+    // The text protocols of old clients are refused in words, over WebSocket and over SPDY.
     let (status, _, body) = upgrade_request(&c, "GET", "websocket", "channel.k8s.io").await;
     assert_eq!(status, 400);
     assert!(
         body.contains("none of the offered WebSocket subprotocols is served"),
         "{body}"
     );
+    let (status, _, body) = upgrade_request(&c, "POST", "SPDY/3.1", "channel.k8s.io").await;
+    assert_eq!(status, 403, "{body}");
+    assert!(body.contains("unable to negotiate protocol"), "{body}");
+    // SPDY with v4 (what kube-apiserver speaks to a kubelet) is served.
     let (status, _, body) = upgrade_request(&c, "POST", "SPDY/3.1", "v4.channel.k8s.io").await;
-    assert_eq!(status, 400);
-    assert!(body.contains("over WebSockets only"), "{body}");
+    assert_eq!(status, 101, "{body}");
+}
+
+/// kubectl's SPDY transport (kube-apiserver's to a kubelet, and kubectl's own when WebSockets are turned off):
+/// output, error output, the exit code and stdin, as over WebSockets.
+#[tokio::test]
+async fn kubectl_exec_over_spdy_relays_the_streams_and_the_exit_code() {
+    let c = Cluster::start(NS).await;
+    waiting_pod(&c, "box").await;
+    let kubeconfig = c.env.kubeconfig_path().to_path_buf();
+    let out = tokio::task::spawn_blocking(move || {
+        use std::io::Write as _;
+        let mut child = std::process::Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .args(["exec", "-i", "-n", NS, "box", "--", "sh", "-c"])
+            .arg("cat; echo to-stderr >&2; exit 7")
+            .env("KUBECTL_REMOTE_COMMAND_WEBSOCKETS", "false")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(b"through spdy\n")
+            .unwrap();
+        child.wait_with_output().unwrap()
+    })
+    .await
+    .unwrap();
+    let stderr = crate::shared::stderr(&out);
+    assert_eq!(out.status.code(), Some(7), "{stderr}");
+    assert_eq!(crate::shared::stdout(&out), "through spdy\n");
+    assert!(stderr.contains("to-stderr"), "{stderr}");
 }
 
 #[tokio::test]

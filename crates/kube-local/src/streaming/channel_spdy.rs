@@ -1,0 +1,207 @@
+//! Exec and attach over plain SPDY/3.1, as kube-apiserver speaks them to a kubelet (and kubectl does when asked to,
+//! `KUBECTL_REMOTE_COMMAND_WEBSOCKETS=false`), turned into the channel messages the WebSocket protocol carries (a
+//! channel byte — 0 stdin, 1 stdout, 2 stderr, 3 error, 4 resize — then the data), so one relay serves both.
+//!
+//! The client opens one SPDY stream per channel, each named by its `streamType` header (`stdin`, `stdout`,
+//! `stderr`, `error`, `resize`); this side answers each SYN_STREAM with a SYN_REPLY at once. Bytes the client sends
+//! on `stdin` or `resize` become messages on channels 0 and 4; the client's FIN on `stdin` becomes the v5 CLOSE
+//! message for channel 0 (the command reads end of file). Messages the relay sends on channels 1, 2 and 3 go out as
+//! DATA on the matching stream (held back until the client has opened it); the relay's end closes every stream it
+//! wrote to with FIN and the connection after them.
+
+use std::collections::HashMap;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::sync::mpsc;
+
+use super::spdy::{FLAG_FIN, Frame, FrameDecoder, HeaderCompressor, HeaderDecompressor, header};
+
+/// The channel protocol version served over SPDY (the error stream carries a JSON Status).
+pub(crate) const PROTOCOL: &str = "v4.channel.k8s.io";
+
+const STDIN: u8 = 0;
+const ERROR: u8 = 3;
+const RESIZE: u8 = 4;
+/// How long a finished relay waits for the client to open the streams its output is for (upstream's kubelet waits
+/// this long for a client's streams).
+const STREAM_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+/// v5's CLOSE signal, used here for the client's FIN on stdin.
+const CLOSE: u8 = 255;
+
+/// The channel of a `streamType`.
+fn channel(stream_type: &str) -> Option<u8> {
+    match stream_type {
+        "stdin" => Some(0),
+        "stdout" => Some(1),
+        "stderr" => Some(2),
+        "error" => Some(3),
+        "resize" => Some(4),
+        _ => None,
+    }
+}
+
+/// The two ends a relay uses: messages from the client, and a sender for messages to it (dropping the sender ends
+/// the session).
+pub(crate) struct ChannelEnds {
+    pub from_client: mpsc::Receiver<Bytes>,
+    pub to_client: mpsc::Sender<Bytes>,
+}
+
+/// Runs the SPDY side of a session over `io` in the background; returns the relay's ends.
+pub(crate) fn serve<T>(io: T) -> ChannelEnds
+where
+    T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let (from_client_tx, from_client) = mpsc::channel(16);
+    let (to_client, to_client_rx) = mpsc::channel(16);
+    tokio::spawn(async move {
+        if let Err(e) = session(io, from_client_tx, to_client_rx).await {
+            tracing::debug!(error = %e, "exec/attach over SPDY ended");
+        }
+    });
+    ChannelEnds {
+        from_client,
+        to_client,
+    }
+}
+
+async fn session<T>(
+    io: T,
+    from_client: mpsc::Sender<Bytes>,
+    mut to_client: mpsc::Receiver<Bytes>,
+) -> Result<(), Box<dyn std::error::Error + Send + Sync>>
+where
+    T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let (mut reader, mut writer) = tokio::io::split(io);
+    let mut decoder = FrameDecoder::default();
+    let mut inflate = HeaderDecompressor::default();
+    let mut deflate = HeaderCompressor::new()?;
+    // Channel → the client's stream for it; stream → channel.
+    let mut streams: HashMap<u8, u32> = HashMap::new();
+    let mut channels: HashMap<u32, u8> = HashMap::new();
+    // Output for a channel whose stream the client has not opened yet.
+    let mut held: HashMap<u8, Vec<Bytes>> = HashMap::new();
+    let mut buf = BytesMut::with_capacity(64 * 1024);
+    // Dropped when the client's connection ends: the relay then sees the client gone.
+    let mut from_client = Some(from_client);
+    let mut relay_open = true;
+    let mut client_open = true;
+    // Once the relay is done, how long to wait for streams the client has not opened yet (a command may end before
+    // the client has opened its streams; its output and exit status wait for them).
+    let mut linger: Option<tokio::time::Instant> = None;
+    loop {
+        if !relay_open {
+            let waiting = !held.is_empty() || !streams.contains_key(&ERROR);
+            let deadline = *linger.get_or_insert_with(|| tokio::time::Instant::now() + STREAM_WAIT);
+            if !waiting || !client_open || tokio::time::Instant::now() >= deadline {
+                break;
+            }
+        }
+        let linger_until = linger.unwrap_or_else(tokio::time::Instant::now);
+        tokio::select! {
+            () = tokio::time::sleep_until(linger_until), if !relay_open => {}
+            read = reader.read_buf(&mut buf), if client_open => {
+                if read? == 0 {
+                    // The client is gone: the relay sees its end of input and stops the command.
+                    client_open = false;
+                    from_client = None;
+                    continue;
+                }
+                decoder.extend(&buf.split());
+                while let Some(frame) = decoder.next_frame()? {
+                    match frame {
+                        Frame::SynStream { stream, flags, block, .. } => {
+                            let headers = inflate.decompress(&block)?;
+                            let reply = Frame::SynReply { stream, flags: 0, block: deflate.compress(&[])? };
+                            writer.write_all(&reply.encode()).await?;
+                            let Some(ch) = header(&headers, "streamtype").and_then(channel) else {
+                                continue;
+                            };
+                            streams.insert(ch, stream);
+                            channels.insert(stream, ch);
+                            for data in held.remove(&ch).unwrap_or_default() {
+                                writer.write_all(&Frame::Data { stream, flags: 0, data }.encode()).await?;
+                            }
+                            if ch == STDIN && flags & FLAG_FIN != 0 && let Some(tx) = &from_client {
+                                let _ = tx.send(Bytes::from_static(&[CLOSE, STDIN])).await;
+                            }
+                        }
+                        Frame::Data { stream, flags, data } => {
+                            let Some(&ch) = channels.get(&stream) else { continue };
+                            let Some(tx) = &from_client else { continue };
+                            if (ch == STDIN || ch == RESIZE) && !data.is_empty() {
+                                let mut message = BytesMut::with_capacity(data.len() + 1);
+                                message.put_u8(ch);
+                                message.put_slice(&data);
+                                let _ = tx.send(message.freeze()).await;
+                            }
+                            if ch == STDIN && flags & FLAG_FIN != 0 {
+                                let _ = tx.send(Bytes::from_static(&[CLOSE, STDIN])).await;
+                            }
+                        }
+                        Frame::Ping { id } => writer.write_all(&Frame::Ping { id }.encode()).await?,
+                        Frame::Headers { block, .. } => {
+                            inflate.decompress(&block)?;
+                        }
+                        _ => {}
+                    }
+                }
+                writer.flush().await?;
+            }
+            message = to_client.recv(), if relay_open => match message {
+                Some(message) => {
+                    let Some((&ch, data)) = message.split_first() else { continue };
+                    let data = message.slice(message.len() - data.len()..);
+                    match streams.get(&ch) {
+                        Some(&stream) => {
+                            writer.write_all(&Frame::Data { stream, flags: 0, data }.encode()).await?;
+                            writer.flush().await?;
+                        }
+                        None => held.entry(ch).or_default().push(data),
+                    }
+                }
+                None => relay_open = false,
+            },
+        }
+    }
+    // The relay is done: every stream this side writes ends, then the connection.
+    for (&ch, &stream) in &streams {
+        if ch != STDIN && ch != RESIZE {
+            let fin = Frame::Data {
+                stream,
+                flags: FLAG_FIN,
+                data: Bytes::new(),
+            };
+            writer.write_all(&fin.encode()).await?;
+        }
+    }
+    writer.flush().await?;
+    // The client closes the connection once it has read every stream to its end; closing first could cut off
+    // output it has not taken in yet. A client that never does is left after a while.
+    if client_open {
+        let drain = async {
+            let mut scratch = [0u8; 4096];
+            while matches!(reader.read(&mut scratch).await, Ok(n) if n > 0) {}
+        };
+        let _ = tokio::time::timeout(STREAM_WAIT, drain).await;
+    }
+    writer.shutdown().await?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stream_types_name_the_channels() {
+        assert_eq!(channel("stdin"), Some(0));
+        assert_eq!(channel("stdout"), Some(1));
+        assert_eq!(channel("stderr"), Some(2));
+        assert_eq!(channel("error"), Some(3));
+        assert_eq!(channel("resize"), Some(4));
+        assert_eq!(channel("data"), None);
+    }
+}
