@@ -314,6 +314,27 @@ impl CertificateAuthority {
 
     /// A serving certificate for DNS names and IP addresses (IPs become IP SANs).
     pub fn issue(&self, names: &[&str]) -> Result<Issued, TlsError> {
+        // For serving only: without an extended key usage a certificate would also pass as a client's.
+        self.issue_for(names, vec![ExtendedKeyUsagePurpose::ServerAuth])
+    }
+
+    /// A certificate for a peer that both serves and connects (an etcd member's peer port): serving and client
+    /// usage, for `names`.
+    pub fn issue_peer(&self, names: &[&str]) -> Result<Issued, TlsError> {
+        self.issue_for(
+            names,
+            vec![
+                ExtendedKeyUsagePurpose::ServerAuth,
+                ExtendedKeyUsagePurpose::ClientAuth,
+            ],
+        )
+    }
+
+    fn issue_for(
+        &self,
+        names: &[&str],
+        usages: Vec<ExtendedKeyUsagePurpose>,
+    ) -> Result<Issued, TlsError> {
         let key = KeyPair::generate()?;
         let mut params =
             CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>())?;
@@ -321,8 +342,7 @@ impl CertificateAuthority {
             DnType::CommonName,
             names.first().copied().unwrap_or("kube-local"),
         );
-        // For serving only: without an extended key usage a certificate would also pass as a client's.
-        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        params.extended_key_usages = usages;
         bounded_validity(&mut params);
         let cert = params.signed_by(&key, &self.issuer)?;
         Ok(Issued {

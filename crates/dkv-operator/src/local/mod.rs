@@ -251,10 +251,12 @@ enum Platform {
     /// kube-local: its API server, controllers and kubelets.
     KubeLocal(kube_local::Environment),
     /// The real control plane with kube-local's kubelets as its nodes.
+    /// (Fields drop in order: the provisioner and the kubelets before the
+    /// control plane they talk to.)
     Kubernetes {
-        plane: kubernetes::ControlPlane,
-        _nodes: Arc<kube_local::kubelet::Kubelet>,
         _storage: kube_local::workloads::ExternalProvisioner,
+        _nodes: Arc<kube_local::kubelet::Kubelet>,
+        plane: kubernetes::ControlPlane,
     },
 }
 
@@ -348,7 +350,9 @@ fn detach(args: &UpArgs, data_dir: &Path, image_map: Option<&Path>) -> anyhow::R
         .process_group(0)
         .spawn()
         .context("starting dkv local in the background")?;
-    let deadline = Instant::now() + Duration::from_secs(60);
+    // The real control plane waits for its API server and controllers too.
+    let limit = if args.kubernetes.is_some() { 300 } else { 60 };
+    let deadline = Instant::now() + Duration::from_secs(limit);
     while running_pid(data_dir).is_none() {
         if let Some(status) = child
             .try_wait()
@@ -360,8 +364,12 @@ fn detach(args: &UpArgs, data_dir: &Path, image_map: Option<&Path>) -> anyhow::R
             );
         }
         if Instant::now() > deadline {
+            // Nothing is left behind that `dkv local down` could not find:
+            // the background process, and with it what it started, stops.
+            let _ = child.kill();
+            let _ = child.wait();
             bail!(
-                "dkv local did not start within 60 s; see {}",
+                "dkv local did not start within {limit} s; see {}",
                 data_dir.join(LOG_FILE).display()
             );
         }

@@ -48,15 +48,17 @@ pub(crate) struct ChannelEnds {
     pub to_client: mpsc::Sender<Bytes>,
 }
 
-/// Runs the SPDY side of a session over `io` in the background; returns the relay's ends.
-pub(crate) fn serve<T>(io: T) -> ChannelEnds
+/// Runs the SPDY side of a session over `io` in the background; returns the relay's ends. `expected` are the
+/// channels the client opens streams for (the error channel and those the request asked for): once the relay is
+/// done, the session still answers and ends each of them that the client has yet to open.
+pub(crate) fn serve<T>(io: T, expected: Vec<u8>) -> ChannelEnds
 where
     T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let (from_client_tx, from_client) = mpsc::channel(16);
     let (to_client, to_client_rx) = mpsc::channel(16);
     tokio::spawn(async move {
-        if let Err(e) = session(io, from_client_tx, to_client_rx).await {
+        if let Err(e) = session(io, expected, from_client_tx, to_client_rx).await {
             tracing::debug!(error = %e, "exec/attach over SPDY ended");
         }
     });
@@ -68,6 +70,7 @@ where
 
 async fn session<T>(
     io: T,
+    expected: Vec<u8>,
     from_client: mpsc::Sender<Bytes>,
     mut to_client: mpsc::Receiver<Bytes>,
 ) -> Result<(), Box<dyn std::error::Error + Send + Sync>>
@@ -93,7 +96,9 @@ where
     let mut linger: Option<tokio::time::Instant> = None;
     loop {
         if !relay_open {
-            let waiting = !held.is_empty() || !streams.contains_key(&ERROR);
+            let waiting = !held.is_empty()
+                || !streams.contains_key(&ERROR)
+                || expected.iter().any(|ch| !streams.contains_key(ch));
             let deadline = *linger.get_or_insert_with(|| tokio::time::Instant::now() + STREAM_WAIT);
             if !waiting || !client_open || tokio::time::Instant::now() >= deadline {
                 break;

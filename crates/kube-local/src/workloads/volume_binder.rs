@@ -255,8 +255,10 @@ pub async fn reconcile_external(ctx: &Context) -> Option<std::time::Duration> {
             retry = Some(std::time::Duration::from_secs(5));
             continue;
         }
+        // Only the directory this provisioner made for the volume: the one its name and node give, whatever
+        // path the object names.
         if let Some(path) = crate::kubelet::volumes::volume_path(pv)
-            && path.starts_with(&ctx.dir)
+            && Some(&path) == provisioned_path(ctx, pv).as_ref()
         {
             let _ = std::fs::remove_dir_all(&path);
         }
@@ -268,6 +270,24 @@ pub async fn reconcile_external(ctx: &Context) -> Option<std::time::Duration> {
             .await;
     }
     retry
+}
+
+/// Where [`provision`] puts the directory of `pv`: under its node's directory for a local disk, else under the
+/// shared `volumes/`.
+fn provisioned_path(ctx: &Context, pv: &PersistentVolume) -> Option<std::path::PathBuf> {
+    let name = pv.metadata.name.as_deref()?;
+    if name.contains('/') || name == ".." || name == "." {
+        return None;
+    }
+    Some(match local_volume_node(pv) {
+        Some(node) if !node.contains('/') && node != ".." && node != "." => {
+            crate::kubelet::node_dir(&ctx.dir, &node)
+                .join("volumes")
+                .join(name)
+        }
+        Some(_) => return None,
+        None => ctx.dir.join("volumes").join(name),
+    })
 }
 
 /// Whether one of our provisioners made `pv`.
@@ -367,6 +387,17 @@ async fn provision(
             })
     });
     let node = node.flatten();
+    // A node the cluster has: the annotation is the scheduler's, but anyone who may edit the claim can write it.
+    if let Some(name) = &node
+        && ctx
+            .caches
+            .nodes
+            .get(&kube::runtime::reflector::ObjectRef::new(name))
+            .is_none()
+    {
+        tracing::debug!(node = %name, "a claim's selected node is not a node of the cluster");
+        return None;
+    }
     let path = match &node {
         Some(node) => crate::kubelet::node_dir(&ctx.dir, node)
             .join("volumes")

@@ -6,7 +6,8 @@
 //! holds), then dkv installed as on any cluster.
 //!
 //! Every component listens on 127.0.0.1 only and authenticates its callers
-//! with certificates of the local cluster's CA ([`pki`]); state lives in
+//! with certificates of the local cluster's CA ([`pki`]; etcd too, over TLS
+//! on its client and peer ports); state lives in
 //! `DATA_DIR/control-plane` (etcd's data, the components' logs and files).
 
 pub mod pki;
@@ -93,18 +94,30 @@ impl ControlPlane {
         let etcd_client = free_port()?;
         let etcd_peer = free_port()?;
         let etcd_data = home.join("etcd");
+        // etcd holds every Secret: TLS on both ports, and only holders of a
+        // certificate of the CA (the API server) get in.
+        let [etcd_cert, etcd_key, etcd_client_cert, etcd_client_key] = plane.pki.etcd()?;
+        let ca_cert = plane.pki.ca_cert.display().to_string();
         plane.spawn(
             "etcd",
             etcd,
             &[
                 "--name=control-plane".into(),
                 format!("--data-dir={}", etcd_data.display()),
-                format!("--listen-client-urls=http://127.0.0.1:{etcd_client}"),
-                format!("--advertise-client-urls=http://127.0.0.1:{etcd_client}"),
-                format!("--listen-peer-urls=http://127.0.0.1:{etcd_peer}"),
-                format!("--initial-advertise-peer-urls=http://127.0.0.1:{etcd_peer}"),
-                format!("--initial-cluster=control-plane=http://127.0.0.1:{etcd_peer}"),
+                format!("--listen-client-urls=https://127.0.0.1:{etcd_client}"),
+                format!("--advertise-client-urls=https://127.0.0.1:{etcd_client}"),
+                format!("--listen-peer-urls=https://127.0.0.1:{etcd_peer}"),
+                format!("--initial-advertise-peer-urls=https://127.0.0.1:{etcd_peer}"),
+                format!("--initial-cluster=control-plane=https://127.0.0.1:{etcd_peer}"),
                 "--listen-metrics-urls=".into(),
+                format!("--cert-file={}", etcd_cert.display()),
+                format!("--key-file={}", etcd_key.display()),
+                "--client-cert-auth".into(),
+                format!("--trusted-ca-file={ca_cert}"),
+                format!("--peer-cert-file={}", etcd_cert.display()),
+                format!("--peer-key-file={}", etcd_key.display()),
+                "--peer-client-cert-auth".into(),
+                format!("--peer-trusted-ca-file={ca_cert}"),
             ],
             &home,
         )?;
@@ -117,10 +130,12 @@ impl ControlPlane {
             KUBELET_CLIENT_USER,
             Some("system:masters"),
         )?;
-        let ca_cert = pki.ca_cert.display().to_string();
         let ca_key = pki.ca_key.display().to_string();
         let apiserver_args = vec![
-            format!("--etcd-servers=http://127.0.0.1:{etcd_client}"),
+            format!("--etcd-servers=https://127.0.0.1:{etcd_client}"),
+            format!("--etcd-cafile={ca_cert}"),
+            format!("--etcd-certfile={}", etcd_client_cert.display()),
+            format!("--etcd-keyfile={}", etcd_client_key.display()),
             "--bind-address=127.0.0.1".into(),
             "--advertise-address=127.0.0.1".into(),
             format!("--secure-port={port}"),
@@ -218,19 +233,21 @@ impl ControlPlane {
     async fn wait_ready(&mut self, limit: Duration) -> anyhow::Result<()> {
         let deadline = Instant::now() + limit;
         loop {
-            let request = http::Request::get("/readyz").body(Vec::new());
-            if let Ok(request) = request
-                && let Ok(text) = self.admin.request_text(request).await
-                && text.trim() == "ok"
-            {
-                return Ok(());
-            }
+            // A process that exited (a port another took) fails the start,
+            // before anything could answer in its place.
             for (name, child) in &mut self.processes {
                 if let Some(status) = child.try_wait().context("watching the control plane")? {
                     bail!(
                         "{name} exited ({status}) before the API server was ready; see its log in the data directory's control-plane/"
                     );
                 }
+            }
+            let request = http::Request::get("/readyz").body(Vec::new());
+            if let Ok(request) = request
+                && let Ok(text) = self.admin.request_text(request).await
+                && text.trim() == "ok"
+            {
+                return Ok(());
             }
             if Instant::now() > deadline {
                 bail!("the API server was not ready within {} s", limit.as_secs());
@@ -369,12 +386,11 @@ fn node_agent_rules() -> serde_json::Value {
 /// volumes, read the claims and report their new size.
 fn provisioner_rules() -> serde_json::Value {
     serde_json::json!([
-        {"apiGroups": [""], "resources": ["persistentvolumes"], "verbs": ["get", "list", "watch", "create", "delete", "patch", "update"]},
+        {"apiGroups": [""], "resources": ["persistentvolumes"], "verbs": ["get", "list", "watch", "create", "delete", "patch"]},
         {"apiGroups": [""], "resources": ["persistentvolumeclaims"], "verbs": ["get", "list", "watch"]},
-        {"apiGroups": [""], "resources": ["persistentvolumeclaims/status"], "verbs": ["patch", "update"]},
+        {"apiGroups": [""], "resources": ["persistentvolumeclaims/status"], "verbs": ["patch"]},
         {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]},
         {"apiGroups": ["storage.k8s.io"], "resources": ["storageclasses"], "verbs": ["get", "list", "watch"]},
-        {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch", "update"]},
     ])
 }
 

@@ -69,6 +69,25 @@ impl Pki {
         ))
     }
 
+    /// The control plane's etcd: its serving and peer certificate (for
+    /// 127.0.0.1) and the API server's client certificate, as files
+    /// `(serving cert, serving key, client cert, client key)`. etcd asks
+    /// every client and peer for a certificate of the CA.
+    pub fn etcd(&self) -> anyhow::Result<[PathBuf; 4]> {
+        let serving = self
+            .ca
+            .issue_peer(&["127.0.0.1", "localhost"])
+            .context("issuing etcd's certificate")?;
+        let (client_cert, client_key) =
+            self.client("apiserver-etcd-client", "kube-apiserver-etcd-client", None)?;
+        Ok([
+            self.write("etcd.crt", &serving.cert_pem)?,
+            self.write("etcd.key", &serving.key_pem)?,
+            client_cert,
+            client_key,
+        ])
+    }
+
     /// The ServiceAccount token signing key (ECDSA P-256), private and
     /// public, made once and kept: tokens outlive a restart.
     pub fn service_account_keys(&self) -> anyhow::Result<(PathBuf, PathBuf)> {

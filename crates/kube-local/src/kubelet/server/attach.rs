@@ -72,9 +72,15 @@ pub(super) async fn attach(
         stdin,
         terminal,
     };
+    let asked = super::transport::Streams {
+        stdin: flag(&pairs, "stdin"),
+        stdout: flag(&pairs, "stdout"),
+        stderr: flag(&pairs, "stderr") && !flag(&pairs, "tty"),
+        tty: flag(&pairs, "tty"),
+    };
     let relay: super::transport::Relay =
         Box::new(move |outgoing, incoming| relay(outgoing, incoming, written, streams).boxed());
-    match super::transport::upgrade(req, relay).await {
+    match super::transport::upgrade(req, asked, relay).await {
         Ok(response) => response,
         Err((code, message)) => error(code, message),
     }

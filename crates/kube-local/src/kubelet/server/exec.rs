@@ -110,10 +110,16 @@ pub(super) async fn exec(
             .stderr(piped(request.stderr));
         None
     };
+    let streams = super::transport::Streams {
+        stdin: request.stdin,
+        stdout: request.stdout,
+        stderr: request.stderr,
+        tty,
+    };
     let prepared = Prepared { cmd, terminal };
     let relay: super::transport::Relay =
         Box::new(move |outgoing, incoming| run(outgoing, incoming, prepared, request).boxed());
-    match super::transport::upgrade(req, relay).await {
+    match super::transport::upgrade(req, streams, relay).await {
         Ok(response) => response,
         Err((code, message)) => error(code, message),
     }

@@ -64,6 +64,32 @@ impl Outgoing {
     }
 }
 
+/// The streams a request asked for, besides the error stream every session has.
+pub(super) struct Streams {
+    pub stdin: bool,
+    pub stdout: bool,
+    pub stderr: bool,
+    pub tty: bool,
+}
+
+impl Streams {
+    /// Their channels, the error channel first.
+    fn channels(&self) -> Vec<u8> {
+        let mut channels = vec![channels::ERROR];
+        for (asked, channel) in [
+            (self.stdin, channels::STDIN),
+            (self.stdout, channels::STDOUT),
+            (self.stderr, channels::STDERR),
+            (self.tty, channels::RESIZE),
+        ] {
+            if asked {
+                channels.push(channel);
+            }
+        }
+        channels
+    }
+}
+
 /// A relay to run once the connection is upgraded.
 pub(super) type Relay =
     Box<dyn FnOnce(Outgoing, Incoming) -> futures::future::BoxFuture<'static, ()> + Send>;
@@ -71,7 +97,11 @@ pub(super) type Relay =
 /// Answers an exec or attach request: a WebSocket upgrade with a channel protocol negotiated, or a SPDY upgrade
 /// offering `v4.channel.k8s.io`; `relay` runs on the upgraded connection. Anything else is refused in words the
 /// client shows.
-pub(super) async fn upgrade(req: Request, relay: Relay) -> Result<Response, Refusal> {
+pub(super) async fn upgrade(
+    req: Request,
+    streams: Streams,
+    relay: Relay,
+) -> Result<Response, Refusal> {
     let upgrade = req
         .headers()
         .get(header::UPGRADE)
@@ -79,7 +109,7 @@ pub(super) async fn upgrade(req: Request, relay: Relay) -> Result<Response, Refu
         .unwrap_or_default()
         .to_ascii_lowercase();
     if upgrade.split(',').any(|u| u.trim() == "spdy/3.1") {
-        return spdy(req, relay);
+        return spdy(req, streams, relay);
     }
     let (mut parts, _body) = req.into_parts();
     let ws = WebSocketUpgrade::from_request_parts(&mut parts, &()).await;
@@ -92,7 +122,7 @@ pub(super) async fn upgrade(req: Request, relay: Relay) -> Result<Response, Refu
 
 /// The SPDY upgrade: `X-Stream-Protocol-Version` must offer v4 (what kube-apiserver and kubectl offer first among
 /// the versions with a structured error stream).
-fn spdy(mut req: Request, relay: Relay) -> Result<Response, Refusal> {
+fn spdy(mut req: Request, streams: Streams, relay: Relay) -> Result<Response, Refusal> {
     let offered: Vec<String> = req
         .headers()
         .get_all("x-stream-protocol-version")
@@ -119,7 +149,7 @@ fn spdy(mut req: Request, relay: Relay) -> Result<Response, Refusal> {
                 return;
             }
         };
-        let ends = channel_spdy::serve(upgraded);
+        let ends = channel_spdy::serve(upgraded, streams.channels());
         relay(
             Outgoing::Spdy(ends.to_client),
             Incoming::Spdy(ends.from_client),

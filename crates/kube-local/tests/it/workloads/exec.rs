@@ -608,6 +608,30 @@ async fn kubectl_exec_over_spdy_relays_the_streams_and_the_exit_code() {
     assert_eq!(out.status.code(), Some(7), "{stderr}");
     assert_eq!(crate::shared::stdout(&out), "through spdy\n");
     assert!(stderr.contains("to-stderr"), "{stderr}");
+
+    // Commands that end before the client has opened all its streams: their exit code still comes through.
+    for (command, code) in [("true", 0), ("exit 3", 3)] {
+        for _ in 0..3 {
+            let kubeconfig = c.env.kubeconfig_path().to_path_buf();
+            let out = tokio::task::spawn_blocking(move || {
+                std::process::Command::new("kubectl")
+                    .arg("--kubeconfig")
+                    .arg(&kubeconfig)
+                    .args(["exec", "-n", NS, "box", "--", "sh", "-c", command])
+                    .env("KUBECTL_REMOTE_COMMAND_WEBSOCKETS", "false")
+                    .output()
+                    .unwrap()
+            })
+            .await
+            .unwrap();
+            assert_eq!(
+                out.status.code(),
+                Some(code),
+                "{command}: {}",
+                crate::shared::stderr(&out)
+            );
+        }
+    }
 }
 
 #[tokio::test]
