@@ -68,27 +68,119 @@ where
     }
 }
 
+/// What the reader asks of the writer, in the order the frames must go out.
+enum ToWriter {
+    /// The client opened `stream` for `channel` (`None`: a type not served): reply, then flush what was held.
+    Opened { stream: u32, channel: Option<u8> },
+    /// A frame to send as it is (a PING's answer).
+    Frame(Frame),
+}
+
+/// The session: a reader and a writer of their own, so that a client flooding stdin never holds back output, nor
+/// a relay that is slow to take input the client's reading.
 async fn session<T>(
     io: T,
     expected: Vec<u8>,
     from_client: mpsc::Sender<Bytes>,
-    mut to_client: mpsc::Receiver<Bytes>,
+    to_client: mpsc::Receiver<Bytes>,
 ) -> Result<(), Box<dyn std::error::Error + Send + Sync>>
 where
     T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let (mut reader, mut writer) = tokio::io::split(io);
+    let (reader, writer) = tokio::io::split(io);
+    let (to_writer, from_reader) = mpsc::unbounded_channel();
+    let reading = tokio::spawn(read(reader, from_client, to_writer));
+    write(writer, expected, from_reader, to_client, reading).await
+}
+
+/// Reads the client's frames: stream openings go to the writer, stdin and resize data (and stdin's end) to the
+/// relay. Ends with the connection; dropping its senders tells the relay and the writer the client is gone.
+async fn read<R>(
+    mut reader: R,
+    from_client: mpsc::Sender<Bytes>,
+    to_writer: mpsc::UnboundedSender<ToWriter>,
+) -> Result<(), Box<dyn std::error::Error + Send + Sync>>
+where
+    R: AsyncRead + Unpin,
+{
     let mut decoder = FrameDecoder::default();
     let mut inflate = HeaderDecompressor::default();
-    let mut deflate = HeaderCompressor::new()?;
-    // Channel → the client's stream for it; stream → channel.
-    let mut streams: HashMap<u8, u32> = HashMap::new();
     let mut channels: HashMap<u32, u8> = HashMap::new();
+    let mut buf = BytesMut::with_capacity(64 * 1024);
+    let close_stdin = || Bytes::from_static(&[CLOSE, STDIN]);
+    while reader.read_buf(&mut buf).await? > 0 {
+        decoder.extend(&buf.split());
+        while let Some(frame) = decoder.next_frame()? {
+            match frame {
+                Frame::SynStream {
+                    stream,
+                    flags,
+                    block,
+                    ..
+                } => {
+                    let headers = inflate.decompress(&block)?;
+                    let channel = header(&headers, "streamtype").and_then(channel);
+                    if let Some(ch) = channel {
+                        channels.insert(stream, ch);
+                    }
+                    if to_writer
+                        .send(ToWriter::Opened { stream, channel })
+                        .is_err()
+                    {
+                        return Ok(());
+                    }
+                    if channel == Some(STDIN) && flags & FLAG_FIN != 0 {
+                        let _ = from_client.send(close_stdin()).await;
+                    }
+                }
+                Frame::Data {
+                    stream,
+                    flags,
+                    data,
+                } => {
+                    let Some(&ch) = channels.get(&stream) else {
+                        continue;
+                    };
+                    if (ch == STDIN || ch == RESIZE) && !data.is_empty() {
+                        let mut message = BytesMut::with_capacity(data.len() + 1);
+                        message.put_u8(ch);
+                        message.put_slice(&data);
+                        let _ = from_client.send(message.freeze()).await;
+                    }
+                    if ch == STDIN && flags & FLAG_FIN != 0 {
+                        let _ = from_client.send(close_stdin()).await;
+                    }
+                }
+                Frame::Ping { id } => {
+                    let _ = to_writer.send(ToWriter::Frame(Frame::Ping { id }));
+                }
+                Frame::Headers { block, .. } => {
+                    inflate.decompress(&block)?;
+                }
+                _ => {}
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Writes the replies and the relay's output; once the relay is done, answers and ends the streams still
+/// expected, then waits for the client to close the connection.
+async fn write<W>(
+    mut writer: W,
+    expected: Vec<u8>,
+    mut from_reader: mpsc::UnboundedReceiver<ToWriter>,
+    mut to_client: mpsc::Receiver<Bytes>,
+    reading: tokio::task::JoinHandle<Result<(), Box<dyn std::error::Error + Send + Sync>>>,
+) -> Result<(), Box<dyn std::error::Error + Send + Sync>>
+where
+    W: AsyncWrite + Unpin,
+{
+    let mut deflate = HeaderCompressor::new()?;
+    // Channel → the client's stream for it.
+    let mut streams: HashMap<u8, u32> = HashMap::new();
     // Output for a channel whose stream the client has not opened yet.
     let mut held: HashMap<u8, Vec<Bytes>> = HashMap::new();
-    let mut buf = BytesMut::with_capacity(64 * 1024);
-    // Dropped when the client's connection ends: the relay then sees the client gone.
-    let mut from_client = Some(from_client);
     let mut relay_open = true;
     let mut client_open = true;
     // Once the relay is done, how long to wait for streams the client has not opened yet (a command may end before
@@ -107,54 +199,24 @@ where
         let linger_until = linger.unwrap_or_else(tokio::time::Instant::now);
         tokio::select! {
             () = tokio::time::sleep_until(linger_until), if !relay_open => {}
-            read = reader.read_buf(&mut buf), if client_open => {
-                if read? == 0 {
-                    // The client is gone: the relay sees its end of input and stops the command.
-                    client_open = false;
-                    from_client = None;
-                    continue;
-                }
-                decoder.extend(&buf.split());
-                while let Some(frame) = decoder.next_frame()? {
-                    match frame {
-                        Frame::SynStream { stream, flags, block, .. } => {
-                            let headers = inflate.decompress(&block)?;
-                            let reply = Frame::SynReply { stream, flags: 0, block: deflate.compress(&[])? };
-                            writer.write_all(&reply.encode()).await?;
-                            let Some(ch) = header(&headers, "streamtype").and_then(channel) else {
-                                continue;
-                            };
-                            streams.insert(ch, stream);
-                            channels.insert(stream, ch);
-                            for data in held.remove(&ch).unwrap_or_default() {
-                                writer.write_all(&Frame::Data { stream, flags: 0, data }.encode()).await?;
-                            }
-                            if ch == STDIN && flags & FLAG_FIN != 0 && let Some(tx) = &from_client {
-                                let _ = tx.send(Bytes::from_static(&[CLOSE, STDIN])).await;
-                            }
+            command = from_reader.recv(), if client_open => match command {
+                Some(ToWriter::Opened { stream, channel }) => {
+                    let reply = Frame::SynReply { stream, flags: 0, block: deflate.compress(&[])? };
+                    writer.write_all(&reply.encode()).await?;
+                    if let Some(ch) = channel {
+                        streams.insert(ch, stream);
+                        for data in held.remove(&ch).unwrap_or_default() {
+                            writer.write_all(&Frame::Data { stream, flags: 0, data }.encode()).await?;
                         }
-                        Frame::Data { stream, flags, data } => {
-                            let Some(&ch) = channels.get(&stream) else { continue };
-                            let Some(tx) = &from_client else { continue };
-                            if (ch == STDIN || ch == RESIZE) && !data.is_empty() {
-                                let mut message = BytesMut::with_capacity(data.len() + 1);
-                                message.put_u8(ch);
-                                message.put_slice(&data);
-                                let _ = tx.send(message.freeze()).await;
-                            }
-                            if ch == STDIN && flags & FLAG_FIN != 0 {
-                                let _ = tx.send(Bytes::from_static(&[CLOSE, STDIN])).await;
-                            }
-                        }
-                        Frame::Ping { id } => writer.write_all(&Frame::Ping { id }.encode()).await?,
-                        Frame::Headers { block, .. } => {
-                            inflate.decompress(&block)?;
-                        }
-                        _ => {}
                     }
+                    writer.flush().await?;
                 }
-                writer.flush().await?;
-            }
+                Some(ToWriter::Frame(frame)) => {
+                    writer.write_all(&frame.encode()).await?;
+                    writer.flush().await?;
+                }
+                None => client_open = false,
+            },
             message = to_client.recv(), if relay_open => match message {
                 Some(message) => {
                     let Some((&ch, data)) = message.split_first() else { continue };
@@ -186,11 +248,9 @@ where
     // The client closes the connection once it has read every stream to its end; closing first could cut off
     // output it has not taken in yet. A client that never does is left after a while.
     if client_open {
-        let drain = async {
-            let mut scratch = [0u8; 4096];
-            while matches!(reader.read(&mut scratch).await, Ok(n) if n > 0) {}
-        };
-        let _ = tokio::time::timeout(STREAM_WAIT, drain).await;
+        let _ = tokio::time::timeout(STREAM_WAIT, reading).await;
+    } else {
+        reading.abort();
     }
     writer.shutdown().await?;
     Ok(())

@@ -609,6 +609,44 @@ async fn kubectl_exec_over_spdy_relays_the_streams_and_the_exit_code() {
     assert_eq!(crate::shared::stdout(&out), "through spdy\n");
     assert!(stderr.contains("to-stderr"), "{stderr}");
 
+    // Both directions full at once (a client sending megabytes to `cat` while it echoes them): nothing waits on
+    // the other side for ever.
+    let kubeconfig = c.env.kubeconfig_path().to_path_buf();
+    let big = tokio::task::spawn_blocking(move || {
+        use std::io::Write as _;
+        let mut child = std::process::Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .args(["exec", "-i", "-n", NS, "box", "--", "cat"])
+            .env("KUBECTL_REMOTE_COMMAND_WEBSOCKETS", "false")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        let writer = std::thread::spawn(move || {
+            let chunk = vec![b'x'; 64 * 1024];
+            for _ in 0..(8 * 1024 * 1024 / chunk.len()) {
+                stdin.write_all(&chunk).unwrap();
+            }
+        });
+        let out = child.wait_with_output().unwrap();
+        writer.join().unwrap();
+        out
+    });
+    let big = tokio::time::timeout(Duration::from_secs(120), big)
+        .await
+        .expect("8 MiB through cat over SPDY within 2 minutes")
+        .unwrap();
+    assert_eq!(
+        big.status.code(),
+        Some(0),
+        "{}",
+        crate::shared::stderr(&big)
+    );
+    assert_eq!(big.stdout.len(), 8 * 1024 * 1024);
+
     // Commands that end before the client has opened all its streams: their exit code still comes through.
     for (command, code) in [("true", 0), ("exit 3", 3)] {
         for _ in 0..3 {
