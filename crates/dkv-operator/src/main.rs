@@ -16,8 +16,29 @@ const _IMAGE_SYMBOL_ORDER: &str = include_str!("../image-symbol-order.txt");
 #[global_allocator]
 static ALLOC: dhat::Alloc = dhat::Alloc;
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+fn main() -> anyhow::Result<()> {
+    match Cli::parse().command {
+        // `dkv local up` prepares before the runtime's threads start: with
+        // `--kubernetes` this process moves into a network namespace of its
+        // own, which only threads started afterwards share.
+        #[cfg(feature = "local")]
+        Command::Local(LocalCommand::Up(args)) => match dkv_operator::local::prepare(args)? {
+            Some(prepared) => runtime()?.block_on(dkv_operator::local::up(prepared)),
+            None => Ok(()),
+        },
+        command => runtime()?.block_on(run(command)),
+    }
+}
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    use anyhow::Context as _;
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")
+}
+
+async fn run(command: Command) -> anyhow::Result<()> {
     // `DKV_DHAT_OUT=FILE` (with the `dhat-heap` feature): profile the heap
     // until the process ends normally (SIGTERM for the operator) and write
     // dhat's JSON to FILE (bench/heap-profile.sh reads it).
@@ -37,7 +58,7 @@ async fn main() -> anyhow::Result<()> {
             Err(_) => Some(profiler),
         }
     });
-    match Cli::parse().command {
+    match command {
         Command::Operator(args) => dkv_operator::operator::run(args).await,
         Command::Crd => {
             print!("{}", dkv_operator::crd::all_yaml()?);
@@ -48,7 +69,9 @@ async fn main() -> anyhow::Result<()> {
         Command::RestoreFetch(args) => dkv_operator::restore_agent::fetch(&args).await,
         Command::RestoreMember(args) => dkv_operator::restore_agent::restore_member(&args).await,
         #[cfg(feature = "local")]
-        Command::Local(LocalCommand::Up(args)) => dkv_operator::local::up(args).await,
+        Command::Local(LocalCommand::Up(_)) => {
+            unreachable!("`dkv local up` is started by main before the runtime")
+        }
         #[cfg(feature = "local")]
         Command::Local(LocalCommand::Down(args)) => dkv_operator::local::down(&args),
         #[cfg(feature = "local")]

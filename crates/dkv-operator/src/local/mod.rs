@@ -82,8 +82,23 @@ pub struct DownArgs {
     pub data_dir: PathBuf,
 }
 
-/// Starts the local control plane and operator.
-pub async fn up(args: UpArgs) -> anyhow::Result<()> {
+/// What `dkv local up` has set up before its runtime starts.
+pub struct Prepared {
+    args: UpArgs,
+    data_dir: PathBuf,
+    image_map_file: Option<PathBuf>,
+    tools: PathBuf,
+    /// With `--kubernetes`: the API server's port on the host, this process
+    /// being in the pods' network namespace ([`kubernetes::pod_network`]).
+    host_port: Option<kubernetes::pod_network::HostPort>,
+}
+
+/// The part of `dkv local up` that runs before the async runtime starts:
+/// checks, downloads and builds (progress and errors reach the terminal),
+/// the background process for `--detach` (then `None`: nothing left to
+/// do), and with `--kubernetes` the move into the pods' network namespace,
+/// which only threads started afterwards share.
+pub fn prepare(args: UpArgs) -> anyhow::Result<Option<Prepared>> {
     // The store holds every Secret and the kubeconfig the admin's key: the
     // directory is its owner's alone (an existing one is made so).
     kube_local::private_files::create_dir(&args.data_dir)
@@ -120,8 +135,32 @@ pub async fn up(args: UpArgs) -> anyhow::Result<()> {
         kubernetes::release::find(version)?.ensure(&tools)?;
     }
     if args.detach {
-        return detach(&args, &data_dir, image_map_file.as_deref());
+        detach(&args, &data_dir, image_map_file.as_deref())?;
+        return Ok(None);
     }
+    let host_port = args
+        .kubernetes
+        .is_some()
+        .then(|| kubernetes::pod_network::enter(args.port))
+        .transpose()?;
+    Ok(Some(Prepared {
+        args,
+        data_dir,
+        image_map_file,
+        tools,
+        host_port,
+    }))
+}
+
+/// Starts the local control plane and operator (after [`prepare`]).
+pub async fn up(prepared: Prepared) -> anyhow::Result<()> {
+    let Prepared {
+        args,
+        data_dir,
+        image_map_file,
+        tools,
+        host_port,
+    } = prepared;
 
     // Pods run as local processes: etcd images map to the etcd releases in
     // the tools directory, the dkv image to this very executable
@@ -164,11 +203,16 @@ pub async fn up(args: UpArgs) -> anyhow::Result<()> {
             let release = kubernetes::release::find(version)?;
             let bin = release.ensure(&tools)?;
             let etcd = etcd_tools::bin_dir(&tools, &etcd_tools::RELEASES[1]).join("etcd");
+            let host_port = host_port.context("the API server's host port")?;
             let plane =
-                kubernetes::ControlPlane::start(release, &bin, &etcd, &data_dir, args.port).await?;
+                kubernetes::ControlPlane::start(release, &bin, &etcd, &data_dir, host_port.port()?)
+                    .await?;
+            let relay = host_port.serve()?;
             let mut kubelet = kubelet;
             kubelet.nodes.count = usize::from(args.nodes);
             kubelet.nodes.zones = usize::from(args.zones);
+            kubelet.pod_network =
+                kube_local::kubelet::PodNetwork::Local16(kubernetes::pod_network::POD_BLOCK);
             let nodes = Arc::new(plane.join_nodes(kubelet, &data_dir).await?);
             let control = kube_local::node_control::listen(&data_dir)
                 .context("listening for `dkv local node` requests")?;
@@ -179,6 +223,7 @@ pub async fn up(args: UpArgs) -> anyhow::Result<()> {
             let storage = plane.start_storage(&data_dir).await?;
             install::crds(&plane.admin, &crds()).await?;
             Platform::Kubernetes {
+                _relay: tokio_util::task::AbortOnDropHandle::new(relay),
                 plane,
                 _nodes: nodes,
                 _storage: storage,
@@ -254,6 +299,8 @@ enum Platform {
     /// (Fields drop in order: the provisioner and the kubelets before the
     /// control plane they talk to.)
     Kubernetes {
+        /// Relays the host's API server port into the pods' network.
+        _relay: tokio_util::task::AbortOnDropHandle<()>,
         _storage: kube_local::workloads::ExternalProvisioner,
         _nodes: Arc<kube_local::kubelet::Kubelet>,
         plane: kubernetes::ControlPlane,
@@ -290,10 +337,12 @@ impl Platform {
         match self {
             Platform::KubeLocal(env) => env.stop(),
             Platform::Kubernetes {
+                _relay,
                 plane,
                 _nodes,
                 _storage,
             } => {
+                drop(_relay);
                 drop(_storage);
                 drop(_nodes);
                 drop(plane);

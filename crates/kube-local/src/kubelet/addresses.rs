@@ -1,16 +1,31 @@
-//! Pod IPs: a distinct loopback address per pod (and per Service proxy), reachable from the host and from other pods.
+//! Pod IPs: a distinct address per node, pod and Service proxy, reachable from the host and from other pods.
 //!
-//! All of 127.0.0.0/8 is local on Linux, so a process can bind any of it without configuration. Each allocator takes a
-//! random block so that several environments on one machine (parallel tests) rarely collide; an address is also
-//! skipped when something already listens on it.
+//! By default ([`PodNetwork::Loopback`]) the addresses are loopback ones: all of 127.0.0.0/8 is local on Linux, so a
+//! process can bind any of it without configuration. Each allocator takes a random block so that several
+//! environments on one machine (parallel tests) rarely collide; an address is also skipped when something already
+//! listens on it.
+//!
+//! A real API server refuses loopback addresses in Endpoints and EndpointSlices, so kubelets that join one take
+//! their addresses from an ordinary /16 instead ([`PodNetwork::Local16`]), which whoever runs them makes local (a
+//! `local` route to the loopback device in a network namespace of their own).
 
 use std::collections::BTreeSet;
 use std::net::Ipv4Addr;
 use std::sync::Mutex;
 
+/// Where the addresses come from.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum PodNetwork {
+    /// A random /16 of 127.0.0.0/8.
+    #[default]
+    Loopback,
+    /// The /16 whose first two octets these are (say `[10, 244]`); the caller has made it local.
+    Local16([u8; 2]),
+}
+
 pub struct Addresses {
-    /// Second octet of every address this allocator hands out.
-    block: u8,
+    /// First two octets of every address this allocator hands out.
+    block: [u8; 2],
     next: Mutex<u32>,
     used: Mutex<BTreeSet<Ipv4Addr>>,
 }
@@ -33,16 +48,19 @@ fn next_block() -> u8 {
 
 impl Default for Addresses {
     fn default() -> Self {
-        Self::new()
+        Self::new(PodNetwork::Loopback)
     }
 }
 
 impl Addresses {
-    pub fn new() -> Addresses {
+    pub fn new(network: PodNetwork) -> Addresses {
         use rand::Rng;
         let mut rng = rand::rng();
         Addresses {
-            block: next_block(),
+            block: match network {
+                PodNetwork::Loopback => [127, next_block()],
+                PodNetwork::Local16(block) => block,
+            },
             next: Mutex::new(rng.random_range(0..200) * 256),
             used: Mutex::new(BTreeSet::new()),
         }
@@ -59,7 +77,7 @@ impl Addresses {
             if c == 0 || c == 255 {
                 continue;
             }
-            let ip = Ipv4Addr::new(127, self.block, b, c);
+            let ip = Ipv4Addr::new(self.block[0], self.block[1], b, c);
             if used.contains(&ip) || in_use_on_host(ip) {
                 continue;
             }
@@ -97,11 +115,23 @@ mod tests {
 
     #[test]
     fn addresses_are_distinct_loopback() {
-        let a = Addresses::new();
+        let a = Addresses::default();
         let x = a.allocate();
         let y = a.allocate();
         assert_ne!(x, y);
         assert!(x.is_loopback() && y.is_loopback());
         a.release(x);
+    }
+
+    #[test]
+    fn a_local_network_hands_out_its_own_addresses() {
+        let a = Addresses::new(PodNetwork::Local16([10, 244]));
+        let x = a.allocate();
+        let y = a.allocate();
+        assert_ne!(x, y);
+        for ip in [x, y] {
+            assert_eq!(ip.octets()[..2], [10, 244], "{ip}");
+            assert!(!ip.is_loopback());
+        }
     }
 }

@@ -38,6 +38,7 @@ use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
 use kube::api::Api;
 use tokio::sync::{Notify, watch};
 
+pub use addresses::PodNetwork;
 pub use image_map::{ImageMap, ImageTarget};
 
 use crate::informer::{Caches, Tasks};
@@ -122,6 +123,8 @@ pub struct KubeletConfig {
     /// The version the Nodes report (`status.nodeInfo.kubeletVersion`). A kubelet may not be newer than its API
     /// server, so [`Kubelet::join`] reports the server's own release.
     pub version: String,
+    /// Where node, pod and Service proxy addresses come from.
+    pub pod_network: PodNetwork,
 }
 
 /// What kube-local's own nodes report as their kubelet's version.
@@ -166,6 +169,7 @@ impl Default for KubeletConfig {
             nodes: NodeLayout::default(),
             serving: None,
             version: VERSION.to_owned(),
+            pod_network: PodNetwork::Loopback,
         }
     }
 }
@@ -475,6 +479,7 @@ impl Kubelet {
             client.clone(),
             caches.clone(),
             config.api_server.as_ref().map(|a| a.address),
+            config.pod_network,
         ));
         tasks.spawn(service_proxy::run(network.clone()));
         let nodes = config.nodes.nodes();

@@ -7,7 +7,7 @@ use std::net::Ipv4Addr;
 use std::sync::{Arc, Mutex, Weak};
 
 use super::Shared;
-use super::addresses::Addresses;
+use super::addresses::{Addresses, PodNetwork};
 use crate::informer::Caches;
 
 pub(crate) struct Network {
@@ -27,11 +27,12 @@ impl Network {
         client: kube::Client,
         caches: Caches,
         api_server: Option<std::net::SocketAddr>,
+        pod_network: PodNetwork,
     ) -> Network {
         Network {
             client,
             caches,
-            addresses: Addresses::new(),
+            addresses: Addresses::new(pod_network),
             api_server,
             proxies: Mutex::new(HashMap::new()),
             nodes: Mutex::new(Vec::new()),

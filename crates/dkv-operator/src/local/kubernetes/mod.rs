@@ -11,6 +11,7 @@
 //! `DATA_DIR/control-plane` (etcd's data, the components' logs and files).
 
 pub mod pki;
+pub mod pod_network;
 pub mod release;
 
 use std::collections::HashMap;
@@ -155,6 +156,10 @@ impl ControlPlane {
             format!("--kubelet-certificate-authority={ca_cert}"),
             "--kubelet-preferred-address-types=InternalIP".into(),
             "--allow-privileged=true".into(),
+            // Webhooks and aggregated APIs behind a Service are dialled at
+            // an endpoint (a pod address), as no kube-proxy routes the
+            // Service's cluster IP here.
+            "--enable-aggregator-routing=true".into(),
         ];
         let apiserver = bin.join("kube-apiserver");
         plane.spawn("kube-apiserver", &apiserver, &apiserver_args, &home)?;
