@@ -245,9 +245,22 @@ def cmd_values(args):
         "operator",
         f"--log-format={values['logFormat']}",
         f"--metrics-secure={'true' if metrics['secure'] else 'false'}",
-        f"--metrics-addr=0.0.0.0:{metrics['port']}",
-        "--health-addr=0.0.0.0:8081",
     ]
+    if values.get("listenOn", "all") == "podIP":
+        wanted_args += [
+            f"--metrics-addr=$(POD_IP):{metrics['port']}",
+            "--health-addr=$(POD_IP):8081",
+            "--webhook-addr=$(POD_IP):9443",
+        ]
+        op["env"].append(
+            {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}
+        )
+        put("listenOn=podIP", "args --*-addr=$(POD_IP):PORT and env POD_IP")
+    else:
+        wanted_args += [
+            f"--metrics-addr=0.0.0.0:{metrics['port']}",
+            "--health-addr=0.0.0.0:8081",
+        ]
     if values.get("watchNamespace"):
         wanted_args.append(f"--namespace={values['watchNamespace']}")
         put(f"watchNamespace={values['watchNamespace']}", "arg --namespace")

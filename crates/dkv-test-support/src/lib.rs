@@ -30,6 +30,7 @@ pub mod backups;
 pub mod etcd_cluster;
 pub mod http;
 pub mod metrics;
+pub mod network;
 pub mod nodes;
 pub mod paths;
 pub mod secret_scan;

@@ -65,6 +65,12 @@ pub struct UpArgs {
     /// directory; kube-local's kubelets join it as the nodes.
     #[arg(long, value_name = "VERSION")]
     pub kubernetes: Option<String>,
+    /// Start the cluster without dkv: install the operator yourself, as on
+    /// any cluster (`helm install dkv charts/dkv --namespace dkv-system
+    /// --create-namespace --set listenOn=podIP`, or `kubectl apply
+    /// --server-side -k deploy/local`); it then runs as a pod.
+    #[arg(long)]
+    pub no_operator: bool,
 }
 
 #[derive(Debug, Args, Clone)]
@@ -221,7 +227,9 @@ pub async fn up(prepared: Prepared) -> anyhow::Result<()> {
                 Arc::downgrade(&nodes),
             ));
             let storage = plane.start_storage(&data_dir).await?;
-            install::crds(&plane.admin, &crds()).await?;
+            if !args.no_operator {
+                install::crds(&plane.admin, &crds()).await?;
+            }
             Platform::Kubernetes {
                 _relay: tokio_util::task::AbortOnDropHandle::new(relay),
                 plane,
@@ -230,6 +238,15 @@ pub async fn up(prepared: Prepared) -> anyhow::Result<()> {
             }
         }
     };
+    if args.no_operator {
+        write_pid_file(&data_dir)?;
+        print_usage(platform.kubeconfig(), &args.data_dir);
+        crate::operator::wait_for_signal().await;
+        info!("shutdown requested");
+        platform.stop();
+        let _ = std::fs::remove_file(data_dir.join(PID_FILE));
+        return Ok(());
+    }
     // The operator's namespace, ServiceAccount, RBAC and webhook
     // configurations, as deploy/ installs them; then the operator runs as
     // that ServiceAccount.
@@ -241,11 +258,7 @@ pub async fn up(prepared: Prepared) -> anyhow::Result<()> {
     let operator_client = platform
         .token_client(&token)
         .context("building the operator's client")?;
-    kube_local::private_files::write(
-        &data_dir.join(PID_FILE),
-        std::process::id().to_string().as_bytes(),
-    )
-    .context("writing the pid file")?;
+    write_pid_file(&data_dir)?;
     print_usage(platform.kubeconfig(), &args.data_dir);
 
     let (stop_tx, stop_rx) = watch::channel(false);
@@ -385,6 +398,9 @@ fn detach(args: &UpArgs, data_dir: &Path, image_map: Option<&Path>) -> anyhow::R
     if let Some(version) = &args.kubernetes {
         command.args(["--kubernetes", version]);
     }
+    if args.no_operator {
+        command.arg("--no-operator");
+    }
     if let Some(format) = clap::ValueEnum::to_possible_value(&args.log_format) {
         command.args(["--log-format", format.get_name()]);
     }
@@ -472,6 +488,15 @@ pub fn down(args: &DownArgs) -> anyhow::Result<()> {
     let _ = std::fs::remove_file(args.data_dir.join(PID_FILE));
     println!("dkv local stopped");
     Ok(())
+}
+
+/// Says that this process serves (what `--detach` waits for).
+fn write_pid_file(data_dir: &Path) -> anyhow::Result<()> {
+    kube_local::private_files::write(
+        &data_dir.join(PID_FILE),
+        std::process::id().to_string().as_bytes(),
+    )
+    .context("writing the pid file")
 }
 
 /// The pid of a live `dkv local up` serving from `data_dir`, if any.

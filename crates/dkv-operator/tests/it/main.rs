@@ -42,6 +42,7 @@ mod real_control_plane;
 mod reconcile_api;
 mod restore_on_kube_local;
 mod scaling_on_kube_local;
+mod scenarios_on_kubernetes;
 mod secrets_stay_secret;
 mod tls_on_kube_local;
 mod tls_sources_on_kube_local;
