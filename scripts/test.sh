@@ -43,6 +43,9 @@ for release in 1.37:v1.37.2 1.34:v1.34.4; do
   fi
 done
 
+phase "helm chart: lint, and the same objects as deploy/default (builds the helm the tests install with)"
+scripts/check-helm.sh
+
 phase "tests (and, in the background, the release build for the smoke test)"
 # The release build takes about as long as the tests, which mostly wait on
 # etcd: it runs beside them at the lowest priority, in a target directory of
@@ -69,9 +72,6 @@ scripts/scan-secrets.py "$DKV_SECRET_SCAN_DIR"
 
 phase "deploy manifests"
 scripts/validate-manifests.sh
-
-phase "helm chart: lint, and the same objects as deploy/default"
-scripts/check-helm.sh
 
 phase "monitoring: rules, rule tests, dashboard queries"
 scripts/check-monitoring.sh

@@ -476,7 +476,7 @@ async fn scenarios_in_network(release: &str, state: &Path) {
     let logs = format!("{before_upgrade}\n{}", operator_logs(&kubeconfig).await);
     let refused: Vec<&str> = logs
         .lines()
-        .filter(|l| l.contains("403") || l.contains("forbidden") || l.contains("Forbidden"))
+        .filter(|l| l.contains("forbidden") || l.contains("Forbidden") || l.contains("code: 403"))
         .collect();
     assert!(
         refused.is_empty(),
