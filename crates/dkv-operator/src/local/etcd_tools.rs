@@ -2,6 +2,12 @@
 //! that sends each etcd image to one of them and the dkv image to this very
 //! executable.
 //!
+//! An image maps only to the release of exactly its version, by the tags the
+//! registries publish (`registry.k8s.io/etcd:3.5.16-0`,
+//! `quay.io/coreos/etcd:v3.5.16`, `gcr.io/etcd-development/etcd:v3.5.16`):
+//! any other tag fails to start as one that cannot be pulled (`ErrImagePull`),
+//! as it would on a real node, rather than running a neighbouring release.
+//!
 //! Each release lives in a per-user tools directory — `$DKV_TOOLS_DIR`, else
 //! `$XDG_DATA_HOME/dkv/tools`, else `~/.local/share/dkv/tools` — as
 //! `etcd-<line>/usr/bin/{etcd,etcdctl}`, unpacked from Debian's packages
@@ -26,6 +32,9 @@ pub struct Release {
     pub line: &'static str,
     /// The Debian suite whose `etcd-server`/`etcd-client` packages carry it.
     pub suite: &'static str,
+    /// The etcd version those packages carry: the images of exactly this
+    /// version map to it.
+    pub version: &'static str,
 }
 
 /// The releases, the patch release installed on its own before its minor
@@ -34,14 +43,17 @@ pub const RELEASES: [Release; 3] = [
     Release {
         line: "3.5.30",
         suite: "unstable",
+        version: "3.5.30",
     },
     Release {
         line: "3.5",
         suite: "trixie",
+        version: "3.5.16",
     },
     Release {
         line: "3.4",
         suite: "bookworm",
+        version: "3.4.23",
     },
 ];
 
@@ -72,18 +84,12 @@ pub fn bin_dir(tools: &Path, release: &Release) -> PathBuf {
 
 /// The image patterns of `release`: the registries etcd publishes to.
 fn patterns(release: &Release) -> Vec<String> {
-    // `3.5.` for a minor line; `3.5.30-` (registry.k8s.io tags carry a
-    // build suffix) for a patch release.
-    let is_patch = release.line.matches('.').count() == 2;
-    let (k8s, upstream) = if is_patch {
-        (format!("{}-", release.line), release.line.to_owned())
-    } else {
-        (format!("{}.", release.line), format!("{}.", release.line))
-    };
+    // registry.k8s.io's tags carry a build suffix; the upstream ones a `v`.
+    let version = release.version;
     vec![
-        format!("registry.k8s.io/etcd:{k8s}*"),
-        format!("quay.io/coreos/etcd:v{upstream}*"),
-        format!("gcr.io/etcd-development/etcd:v{upstream}*"),
+        format!("registry.k8s.io/etcd:{version}-0"),
+        format!("quay.io/coreos/etcd:v{version}"),
+        format!("gcr.io/etcd-development/etcd:v{version}"),
     ]
 }
 
@@ -144,6 +150,25 @@ pub fn ensure(tools: &Path) -> anyhow::Result<()> {
             bail!(
                 "Debian {}'s etcd packages did not provide {}/etcd and etcdctl",
                 release.suite,
+                bin_dir(tools, &release).display()
+            );
+        }
+        let etcd = bin_dir(tools, &release).join("etcd");
+        let reported = Command::new(&etcd)
+            .arg("--version")
+            .output()
+            .with_context(|| format!("running {} --version", etcd.display()))?;
+        let wanted = format!("etcd Version: {}\n", release.version);
+        if !String::from_utf8_lossy(&reported.stdout).starts_with(&wanted) {
+            bail!(
+                "Debian {} now ships another etcd than {} ({}): dkv maps the images of {} to it; remove {} and use a dkv that knows the new release",
+                release.suite,
+                release.version,
+                String::from_utf8_lossy(&reported.stdout)
+                    .lines()
+                    .next()
+                    .unwrap_or_default(),
+                release.version,
                 bin_dir(tools, &release).display()
             );
         }
@@ -257,7 +282,12 @@ mod tests {
         assert_eq!(dir("registry.k8s.io/etcd:3.5.30-0"), line("3.5.30"));
         assert_eq!(dir("quay.io/coreos/etcd:v3.5.30"), line("3.5.30"));
         assert_eq!(dir("registry.k8s.io/etcd:3.5.16-0"), line("3.5"));
-        assert_eq!(dir("gcr.io/etcd-development/etcd:v3.5.9"), line("3.5"));
+        assert_eq!(dir("gcr.io/etcd-development/etcd:v3.5.16"), line("3.5"));
+        // A tag of no installed release pulls nothing, as from a registry
+        // that lacks it.
+        assert_eq!(dir("gcr.io/etcd-development/etcd:v3.5.9"), None);
+        assert_eq!(dir("registry.k8s.io/etcd:3.5.99-0"), None);
+        assert_eq!(dir("registry.k8s.io/etcd:3.5.16-1"), None);
         assert_eq!(dir("registry.k8s.io/etcd:3.4.23-0"), line("3.4"));
         assert_eq!(dir("registry.k8s.io/etcd:3.6.5-0"), None);
         let dkv = map.lookup("ghcr.io/dkv-io/dkv:1.2.3");

@@ -280,6 +280,26 @@ async fn scenarios_in_network(release: &str, state: &Path) {
     )
     .await;
     assert!(refused.contains("spec.backup.schedule"), "{refused}");
+    // A CEL rule of the CRD, evaluated by the API server on the old and the
+    // new object.
+    let refused = kubectl_fails(
+        &kubeconfig,
+        &[
+            "-n",
+            NS,
+            "patch",
+            "dkv",
+            CLUSTER,
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"storage":{"size":"100Mi"}}}"#,
+        ],
+    )
+    .await;
+    assert!(
+        refused.contains("spec.storage.size") && refused.contains("never shrink"),
+        "{refused}"
+    );
 
     // Scale 3→5→3 through the scale subresource, as `kubectl scale` does.
     for size in [5, 3] {
