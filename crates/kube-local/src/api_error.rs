@@ -130,7 +130,17 @@ impl ApiError {
         }
     }
 
-    fn with_details(mut self, details: Value) -> Self {
+    /// `details`, without the fields upstream omits when empty (`name`, `group`, `kind`, `causes`, ...: every field
+    /// of `StatusDetails` is `omitempty`; the core group is the empty one).
+    fn with_details(mut self, mut details: Value) -> Self {
+        if let Value::Object(fields) = &mut details {
+            fields.retain(|_, v| match v {
+                Value::Null => false,
+                Value::String(s) => !s.is_empty(),
+                Value::Array(a) => !a.is_empty(),
+                _ => true,
+            });
+        }
         self.details = Some(Box::new(details));
         self
     }
@@ -185,6 +195,12 @@ impl ApiError {
         .with_details(json!({"name": s.name, "group": s.group, "kind": s.resource}))
     }
 
+    /// 409 for a server-side apply that would take fields other managers own: upstream names no object in its
+    /// details, only the conflicting fields as causes.
+    pub fn apply_conflict(message: impl Into<String>, causes: Vec<Value>) -> Self {
+        Self::new(409, "Conflict", message).with_details(json!({"causes": causes}))
+    }
+
     pub fn stale(s: Subject<'_>) -> Self {
         Self::conflict(
             s,
@@ -215,6 +231,11 @@ impl ApiError {
             format!("{gk} {name:?} is invalid: {summary}"),
         )
         .with_details(json!({"name": name, "group": group, "kind": kind, "causes": causes}))
+    }
+
+    /// 422 for query parameters (`ListOptions.meta.k8s.io ""`), as upstream's `ValidateListOptions` reports them.
+    pub fn invalid_list_options(cause: FieldCause) -> Self {
+        Self::invalid("meta.k8s.io", "ListOptions", "", vec![cause])
     }
 
     pub fn bad_request(message: impl Into<String>) -> Self {

@@ -498,11 +498,7 @@ fn patch_mentions_rv(kind: PatchKind, body: &[u8]) -> bool {
     }
 }
 
-fn conflict_error(
-    rt: &ResourceType,
-    name: &str,
-    conflicts: &[managed_fields::Conflict],
-) -> ApiError {
+fn conflict_error(conflicts: &[managed_fields::Conflict]) -> ApiError {
     let lines: Vec<String> = conflicts
         .iter()
         .map(|c| {
@@ -527,7 +523,5 @@ fn conflict_error(
             json!({"reason": "FieldManagerConflict", "message": format!("conflict with {:?} using {}", c.manager, c.api_version), "field": c.path})
         })
         .collect();
-    let mut e = ApiError::conflict(rt.subject(name), "").with_causes(causes);
-    e.message = message;
-    e
+    ApiError::apply_conflict(message, causes)
 }

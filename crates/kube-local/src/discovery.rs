@@ -122,6 +122,11 @@ pub fn api_group(reg: &Registry, group: &str) -> Option<Value> {
         })
 }
 
+/// Namespaces, which have the `finalize` subresource.
+fn is_namespaces(t: &ResourceType) -> bool {
+    t.group.is_empty() && t.plural == "namespaces"
+}
+
 fn types_in(reg: &Registry, group: &str, version: &str) -> Vec<Arc<ResourceType>> {
     reg.all()
         .into_iter()
@@ -153,6 +158,10 @@ pub fn api_resource_list(reg: &Registry, group: &str, version: &str) -> Option<V
             resources.push(json!({"name": format!("{}/eviction", t.plural), "singularName": "", "namespaced": t.namespaced, "group": "policy", "version": "v1", "kind": "Eviction", "verbs": ["create"]}));
             resources.push(json!({"name": format!("{}/exec", t.plural), "singularName": "", "namespaced": t.namespaced, "kind": "PodExecOptions", "verbs": ["create", "get"]}));
             resources.push(json!({"name": format!("{}/log", t.plural), "singularName": "", "namespaced": t.namespaced, "kind": t.kind, "verbs": ["get"]}));
+            resources.push(json!({"name": format!("{}/portforward", t.plural), "singularName": "", "namespaced": t.namespaced, "kind": "PodPortForwardOptions", "verbs": ["create", "get"]}));
+        }
+        if is_namespaces(t) {
+            resources.push(json!({"name": "namespaces/finalize", "singularName": "", "namespaced": false, "kind": "Namespace", "verbs": ["update"]}));
         }
         if t.has_token() {
             resources.push(json!({"name": format!("{}/token", t.plural), "singularName": "", "namespaced": t.namespaced, "group": "authentication.k8s.io", "version": "v1", "kind": "TokenRequest", "verbs": ["create"]}));
@@ -193,6 +202,10 @@ fn aggregated_resource(t: &ResourceType) -> Value {
         subs.push(json!({"subresource": "eviction", "responseKind": {"group": "policy", "version": "v1", "kind": "Eviction"}, "verbs": ["create"]}));
         subs.push(json!({"subresource": "exec", "responseKind": {"group": "", "version": "v1", "kind": "PodExecOptions"}, "verbs": ["create", "get"]}));
         subs.push(json!({"subresource": "log", "responseKind": {"group": t.group, "version": t.version, "kind": t.kind}, "verbs": ["get"]}));
+        subs.push(json!({"subresource": "portforward", "responseKind": {"group": "", "version": "v1", "kind": "PodPortForwardOptions"}, "verbs": ["create", "get"]}));
+    }
+    if is_namespaces(t) {
+        subs.push(json!({"subresource": "finalize", "responseKind": {"group": "", "version": "v1", "kind": "Namespace"}, "verbs": ["update"]}));
     }
     if t.has_token() {
         subs.push(json!({"subresource": "token", "responseKind": {"group": "authentication.k8s.io", "version": "v1", "kind": "TokenRequest"}, "verbs": ["create"]}));

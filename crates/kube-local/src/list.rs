@@ -44,20 +44,6 @@ fn decode_token(token: &str) -> Option<(u64, String, String)> {
     Some((rv, ns.to_string(), name.to_string()))
 }
 
-fn invalid_list(rt: &ResourceType, field: &str, value: &str, why: &str) -> ApiError {
-    let mut e = ApiError::invalid(
-        "meta.k8s.io",
-        "ListOptions",
-        "",
-        vec![FieldCause::invalid(field, &json!(value), why)],
-    );
-    e.message = format!(
-        "ListOptions.meta.k8s.io \"\" is invalid: {field}: Invalid value: {value:?}: {why}"
-    );
-    let _ = rt;
-    e
-}
-
 pub fn parse_rv(rv: &str) -> ApiResult<u64> {
     rv.parse::<u64>()
         .map_err(|_| ApiError::bad_request(format!("invalid resource version: {rv:?}")))
@@ -76,45 +62,36 @@ pub fn list(
         .filter(|s| !s.is_empty())
     {
         if rv_param.is_none() {
-            return Err(invalid_list(
-                rt,
+            return Err(ApiError::invalid_list_options(FieldCause::forbidden(
                 "resourceVersionMatch",
-                m,
                 "resourceVersionMatch is forbidden unless resourceVersion is provided",
-            ));
+            )));
         }
         if q.continue_token.is_some() {
-            return Err(invalid_list(
-                rt,
+            return Err(ApiError::invalid_list_options(FieldCause::forbidden(
                 "resourceVersionMatch",
-                m,
                 "resourceVersionMatch is forbidden when continue is provided",
-            ));
+            )));
         }
         if m == "Exact" && rv_param == Some("0") {
-            return Err(invalid_list(
-                rt,
+            return Err(ApiError::invalid_list_options(FieldCause::forbidden(
                 "resourceVersionMatch",
-                m,
                 "resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\"",
-            ));
+            )));
         }
         if m != "Exact" && m != "NotOlderThan" {
-            return Err(invalid_list(
-                rt,
+            return Err(ApiError::invalid_list_options(FieldCause::unsupported(
                 "resourceVersionMatch",
-                m,
-                "supported values: \"Exact\", \"NotOlderThan\"",
-            ));
+                &json!(m),
+                &[json!("Exact"), json!("NotOlderThan")],
+            )));
         }
     }
     if q.continue_token.is_some() && rv_param.is_some_and(|r| r != "0") {
-        return Err(invalid_list(
-            rt,
+        return Err(ApiError::invalid_list_options(FieldCause::forbidden(
             "resourceVersion",
-            rv_param.unwrap_or(""),
             "specifying resource version is not allowed when using continue",
-        ));
+        )));
     }
     let (snapshot, start_after) = match &q.continue_token {
         Some(token) => {

@@ -57,6 +57,18 @@ fn json_response(code: u16, body: &Value) -> Response {
     resp
 }
 
+/// What kube-apiserver's mux answers for a path under no served API group or version: plain text, not a Status
+/// (clients read the code; kubectl says "the server could not find the requested resource").
+fn page_not_found() -> Response {
+    let mut resp = Response::new(Body::from("404 page not found\n"));
+    *resp.status_mut() = StatusCode::NOT_FOUND;
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    resp
+}
+
 fn error_response(e: &ApiError) -> Response {
     let mut resp = json_response(e.code, &e.to_status());
     if let Some(seconds) = e.retry_after_seconds() {
@@ -239,16 +251,18 @@ async fn dispatch(server: &Server, req: Request) -> ApiResult<Response> {
                 .ok_or_else(ApiError::not_found_path);
         }
         ["apis", group] => {
+            let Some(d) = discovery::api_group(reg, group) else {
+                return Ok(page_not_found());
+            };
             get_only()?;
-            return discovery::api_group(reg, group)
-                .map(|d| json_response(200, &d))
-                .ok_or_else(ApiError::not_found_path);
+            return Ok(json_response(200, &d));
         }
         ["apis", group, version] => {
+            let Some(d) = discovery::api_resource_list(reg, group, version) else {
+                return Ok(page_not_found());
+            };
             get_only()?;
-            return discovery::api_resource_list(reg, group, version)
-                .map(|d| json_response(200, &d))
-                .ok_or_else(ApiError::not_found_path);
+            return Ok(json_response(200, &d));
         }
         ["openapi", "v3"] => {
             get_only()?;
@@ -273,6 +287,9 @@ async fn dispatch(server: &Server, req: Request) -> ApiResult<Response> {
         ["apis", g, v, rest @ ..] if !rest.is_empty() => (*g, *v, rest),
         _ => return Err(ApiError::not_found_path()),
     };
+    if !group.is_empty() && discovery::api_resource_list(reg, group, version).is_none() {
+        return Ok(page_not_found());
+    }
     let (namespace, plural, name, sub) = match rest {
         ["namespaces", ns, plural, tail @ ..]
             if !(group.is_empty()
@@ -800,13 +817,21 @@ async fn resource(server: &Server, req: Request, t: Target) -> ApiResult<Respons
             let (_, body) = read_body(req).await?;
             let opts = delete_options(&q, &body)?;
             match core.delete(&rt, &ns, &name, &opts).await? {
-                Deleted::Now(obj) if !rt.delete_returns_object => Ok(json_response(
-                    200,
-                    &json!({
-                        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
-                        "details": {"name": name, "group": rt.group, "kind": rt.plural, "uid": meta::uid(&obj)}
-                    }),
-                )),
+                Deleted::Now(obj) if !rt.delete_returns_object => {
+                    // Every field of StatusDetails is omitted when empty (the core group).
+                    let mut details =
+                        json!({"name": name, "kind": rt.plural, "uid": meta::uid(&obj)});
+                    if !rt.group.is_empty() {
+                        details["group"] = json!(rt.group);
+                    }
+                    Ok(json_response(
+                        200,
+                        &json!({
+                            "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
+                            "details": details
+                        }),
+                    ))
+                }
                 Deleted::Now(obj) | Deleted::Pending(obj) => {
                     Ok(json_response(200, &output::object(format, &rt, obj)))
                 }

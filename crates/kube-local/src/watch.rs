@@ -33,42 +33,32 @@ pub struct WatchSettings {
     pub shutdown: tokio::sync::watch::Receiver<bool>,
 }
 
-fn invalid(field: &str, value: &str, why: &str) -> ApiError {
-    let mut e = ApiError::invalid(
-        "meta.k8s.io",
-        "ListOptions",
-        "",
-        vec![FieldCause::invalid(field, &json!(value), why)],
-    );
-    e.message = format!("ListOptions.meta.k8s.io \"\" is invalid: {field}: Forbidden: {why}");
-    e
+fn forbidden(field: &str, why: &str) -> ApiError {
+    ApiError::invalid_list_options(FieldCause::forbidden(field, why))
 }
 
 /// Checks done before the 200 is sent (they are proper HTTP errors).
 pub fn validate(q: &WatchQuery) -> ApiResult<()> {
-    if let Some(send) = q.send_initial_events {
+    if q.send_initial_events.is_some() {
         if q.resource_version_match.as_deref() != Some("NotOlderThan") {
-            return Err(invalid(
+            return Err(forbidden(
                 "sendInitialEvents",
-                &send.to_string(),
                 "sendInitialEvents is forbidden for watch unless resourceVersionMatch is set to NotOlderThan",
             ));
         }
         if !q.bookmarks {
-            return Err(invalid(
+            return Err(forbidden(
                 "allowWatchBookmarks",
-                "false",
                 "allowWatchBookmarks must be set to true when sendInitialEvents is set",
             ));
         }
-    } else if let Some(m) = q
+    } else if q
         .resource_version_match
         .as_deref()
-        .filter(|m| !m.is_empty())
+        .is_some_and(|m| !m.is_empty())
     {
-        return Err(invalid(
+        return Err(forbidden(
             "resourceVersionMatch",
-            m,
             "resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided",
         ));
     }

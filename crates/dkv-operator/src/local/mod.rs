@@ -191,7 +191,7 @@ pub async fn up(prepared: Prepared) -> anyhow::Result<()> {
                 // Both served versions, as `dkv crd` installs them; the
                 // operator points the conversion at its webhook once that
                 // serves.
-                .crds(crds())
+                .crds(if args.no_operator { Vec::new() } else { crds() })
                 .data_dir(&data_dir)
                 .port(args.port)
                 // HTTPS; every request authenticated (the kubeconfig's admin

@@ -28,6 +28,7 @@ mod hardened_pods_on_kube_local;
 mod hibernation_on_kube_local;
 mod in_cluster_on_kube_local;
 mod interruptions_on_kube_local;
+mod kube_local_against_kubernetes;
 mod leader_election;
 mod local_mode;
 mod local_mode_security;

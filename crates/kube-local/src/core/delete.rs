@@ -66,7 +66,7 @@ impl Core {
                     finalizers.push(f.to_string());
                 }
             };
-            match opts.propagation {
+            match opts.propagation.or_else(|| default_propagation(rt)) {
                 Some(Propagation::Foreground) => add(FOREGROUND_FINALIZER),
                 Some(Propagation::Orphan) => add(ORPHAN_FINALIZER),
                 _ => {}
@@ -145,6 +145,13 @@ impl Core {
             "too many concurrent writers",
         ))
     }
+}
+
+/// What a DELETE without a propagation policy does to dependents, where upstream's strategy keeps the old default:
+/// batch/v1 Jobs orphan their pods (the `orphan` finalizer), as they did before garbage collection existed. Every
+/// other kind deletes its dependents in the background.
+fn default_propagation(rt: &ResourceType) -> Option<Propagation> {
+    (rt.group == "batch" && rt.plural == "jobs").then_some(Propagation::Orphan)
 }
 
 /// How long a pod being deleted has to stop, as kube-apiserver's pod strategy decides: the request's

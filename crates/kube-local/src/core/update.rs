@@ -359,7 +359,7 @@ impl Core {
                         sub.name(),
                         restrict,
                     )
-                    .map_err(|conflicts| conflict_error(rt, name, &conflicts))?;
+                    .map_err(|conflicts| conflict_error(&conflicts))?;
                     let mut merged = merged;
                     if current.is_none() {
                         meta::set_meta(&mut merged, "name", json!(name));

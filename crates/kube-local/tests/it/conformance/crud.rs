@@ -402,7 +402,12 @@ async fn unsupported_method_is_405_and_unknown_resource_404() {
         (code, body["reason"].as_str()),
         (405, Some("MethodNotAllowed"))
     );
+    // Under no served group, kube-apiserver's mux answers in plain text, not
+    // with a Status.
     let (code, _, body) = raw(&env, "GET", "/apis/nope.io/v1/things", None, None).await;
+    assert_eq!((code, body["reason"].as_str()), (404, None), "{body}");
+    // A served group without the resource: a NotFound Status.
+    let (code, _, body) = raw(&env, "GET", "/apis/apps/v1/things", None, None).await;
     assert_eq!((code, body["reason"].as_str()), (404, Some("NotFound")));
 }
 
