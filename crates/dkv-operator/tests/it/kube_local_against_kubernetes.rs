@@ -25,10 +25,6 @@ use super::local_mode::dkv;
 /// Probes whose answers differ on purpose, with the reason.
 const KNOWN: &[(&str, &str)] = &[
     (
-        "POST api/v1/namespaces/probe/persistentvolumeclaims",
-        "no StorageObjectInUseProtection: kube-local adds no kubernetes.io/pvc-protection finalizer, so a claim in use is deleted at once",
-    ),
-    (
         "POST api/v1/namespaces/probe/replicationcontrollers",
         "kube-local serves no ReplicationController (ReplicaSet replaced it; nothing dkv runs creates one)",
     ),

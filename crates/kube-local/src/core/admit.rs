@@ -11,6 +11,7 @@ use crate::registry::{ResourceType, StorageResource};
 use crate::schema;
 use crate::store::ObjectKey;
 use crate::strategy;
+use crate::workloads::PVC_PROTECTION_FINALIZER;
 
 impl Core {
     /// Upstream's PersistentVolumeClaimResize admission: a claim may grow only when it is bound and its
@@ -236,6 +237,19 @@ impl Core {
         self.normalize(rt, obj, opts, &mut warnings)?;
         if old.is_none() && sub == Subresource::Main && rt.group.is_empty() && rt.kind == "Pod" {
             strategy::add_default_tolerations(obj);
+        }
+        // StorageObjectInUseProtection: a claim is protected from its creation on (the controller in
+        // workloads::volume_protection lets it go once no pod uses it).
+        if old.is_none()
+            && sub == Subresource::Main
+            && rt.group.is_empty()
+            && rt.kind == "PersistentVolumeClaim"
+        {
+            let mut finalizers = meta::finalizers(obj);
+            if !finalizers.iter().any(|f| f == PVC_PROTECTION_FINALIZER) {
+                finalizers.push(PVC_PROTECTION_FINALIZER.to_owned());
+                meta::set_meta(obj, "finalizers", json!(finalizers));
+            }
         }
         let webhooks = !opts.internal && !admission::exempt(rt);
         let name = meta::name(obj).to_string();

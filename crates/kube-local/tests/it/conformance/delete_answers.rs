@@ -125,7 +125,9 @@ fn cases() -> Vec<Case> {
             "persistentvolumeclaims",
             "PersistentVolumeClaim",
             json!({"spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}),
-            Status,
+            // Protected from creation on (the kubernetes.io/pvc-protection
+            // finalizer): the answer is the claim, being deleted.
+            Object,
         ),
         case(
             "/api/v1/persistentvolumes",
