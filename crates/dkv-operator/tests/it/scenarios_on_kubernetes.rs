@@ -1,7 +1,8 @@
 //! dkv on the real Kubernetes control plane (kube-apiserver,
 //! kube-controller-manager and kube-scheduler of 1.37 and of 1.34, the
 //! oldest dkv supports), installed as users install it and put through what
-//! users do, while a writer counts acknowledged writes:
+//! users do, while a writer counts acknowledged writes (and the same on
+//! kube-local, to compare):
 //!
 //! - `dkv local up --kubernetes X --no-operator`, then `helm install` of
 //!   charts/dkv: the operator runs as two pods under the chart's RBAC, its
@@ -9,10 +10,11 @@
 //!   their Service; CEL rules evaluated by it.
 //! - A 3-member TLS cluster with backups to a real S3 server (moto) and
 //!   continuous backup; scaled 3→5→3 with `kubectl scale`; a day-2 edit
-//!   rolled out; etcd upgraded 3.5.16 → 3.5.30; every node drained in turn
-//!   with `kubectl drain` (evictions through the real disruption controller
-//!   and the PodDisruptionBudget); a node killed and started again, its
-//!   member back with its data; `helm upgrade` to a new operator build.
+//!   rolled out; the volumes grown; etcd upgraded 3.5.16 → 3.5.30; every
+//!   node drained in turn with `kubectl drain` (evictions through the real
+//!   disruption controller and the PodDisruptionBudget); a node killed and
+//!   started again, its member back with its data; `helm upgrade` to a new
+//!   operator build.
 //! - The object read and written as v1alpha1 through the conversion
 //!   webhook; invalid edits refused with the field named.
 //! - An on-demand backup restored into a new cluster, a point-in-time
@@ -58,13 +60,20 @@ const NEXT_TAG: &str = "0.1.1-next";
 
 #[test]
 fn on_kubernetes_1_37_dkv_installed_with_helm_keeps_every_write_through_day_2() {
-    scenarios("1.37");
+    scenarios(Some("1.37"));
 }
 
 /// The oldest release dkv supports.
 #[test]
 fn on_kubernetes_1_34_dkv_installed_with_helm_keeps_every_write_through_day_2() {
-    scenarios("1.34");
+    scenarios(Some("1.34"));
+}
+
+/// The same on kube-local, for comparison (its time against the real
+/// control plane's is in the report).
+#[test]
+fn on_kube_local_dkv_installed_with_helm_keeps_every_write_through_day_2() {
+    scenarios(None);
 }
 
 struct Down<'a>(&'a Path);
@@ -75,7 +84,9 @@ impl Drop for Down<'_> {
     }
 }
 
-fn scenarios(release: &str) {
+/// `kubernetes`: the release of the real control plane; `None`: kube-local.
+fn scenarios(kubernetes: Option<&str>) {
+    let release = kubernetes.unwrap_or("kube-local");
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("state");
     // The "new operator build" of `helm upgrade`: this build's binary under
@@ -94,19 +105,18 @@ fn scenarios(release: &str) {
     )
     .unwrap();
     let started = Instant::now();
-    let up = dkv(
-        &[
-            "local",
-            "up",
-            "--detach",
-            "--no-operator",
-            "--kubernetes",
-            release,
-            "--image-map",
-            image_map.to_str().unwrap(),
-        ],
-        &state,
-    );
+    let mut args = vec![
+        "local",
+        "up",
+        "--detach",
+        "--no-operator",
+        "--image-map",
+        image_map.to_str().unwrap(),
+    ];
+    if let Some(version) = kubernetes {
+        args.extend(["--kubernetes", version]);
+    }
+    let up = dkv(&args, &state);
     let _down = Down(&state);
     assert!(
         up.status.success(),
@@ -114,16 +124,16 @@ fn scenarios(release: &str) {
         String::from_utf8_lossy(&up.stdout),
         String::from_utf8_lossy(&up.stderr)
     );
-    eprintln!(
-        "[{release}] dkv local up --kubernetes: {:?}",
-        started.elapsed()
-    );
+    eprintln!("[{release}] dkv local up: {:?}", started.elapsed());
     let pid: u32 = std::fs::read_to_string(state.join("dkv-local.pid"))
         .unwrap()
         .trim()
         .parse()
         .unwrap();
-    support::network::enter_network_of(pid).unwrap();
+    // (kube-local's pods are on the host's loopback: nothing to join.)
+    if kubernetes.is_some() {
+        support::network::enter_network_of(pid).unwrap();
+    }
     // Built after the move: its threads share the pods' network.
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(4)
@@ -186,6 +196,18 @@ async fn scenarios_in_network(release: &str, state: &Path) {
         ],
     );
     wait_operator_available(&client, None).await;
+    // `kubectl port-forward` to a replica's health endpoint, through the API
+    // server and the kubelet.
+    let replica = Api::<Pod>::namespaced(client.clone(), OPERATOR_NS)
+        .list(&ListParams::default().labels("app.kubernetes.io/name=dkv-operator"))
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .find_map(|p| p.metadata.name)
+        .unwrap();
+    let health = port_forwarded_get(&kubeconfig, &replica, 8081, "/healthz").await;
+    assert!(health.starts_with("HTTP/1.1 200"), "{health}");
     support::create_namespace(&client, NS).await;
     support::wait_until_admission_answers(&client, NS).await;
 
@@ -327,6 +349,39 @@ async fn scenarios_in_network(release: &str, state: &Path) {
     .await;
     wait_converged(&dkvs, generation, 3).await;
     eprintln!("[{release}] day-2 edit rolled out in {:?}", t.elapsed());
+
+    // The volumes grown: the claims expanded by the provisioner's resizer
+    // beside the real PersistentVolume controller.
+    let t = Instant::now();
+    let generation = patch(&dkvs, json!({"spec": {"storage": {"size": "2Gi"}}})).await;
+    wait_converged(&dkvs, generation, 3).await;
+    let claims: Api<k8s_openapi::api::core::v1::PersistentVolumeClaim> =
+        Api::namespaced(client.clone(), NS);
+    eventually(
+        "every member claim at 2Gi",
+        Duration::from_secs(120),
+        Duration::from_millis(500),
+        async || {
+            let list = claims
+                .list(&ListParams::default().labels(&format!("dkv.io/cluster={CLUSTER}")))
+                .await
+                .ok()?;
+            let grown = list
+                .items
+                .iter()
+                .filter(|c| {
+                    c.status
+                        .as_ref()
+                        .and_then(|s| s.capacity.as_ref())
+                        .and_then(|c| c.get("storage"))
+                        .is_some_and(|q| q.0 == "2Gi")
+                })
+                .count();
+            (grown >= 3).then_some(())
+        },
+    )
+    .await;
+    eprintln!("[{release}] volumes grown in {:?}", t.elapsed());
 
     // etcd upgraded, leader last.
     let t = Instant::now();
@@ -503,6 +558,51 @@ async fn scenarios_in_network(release: &str, state: &Path) {
         "RBAC refused the operator: {refused:#?}"
     );
     eprintln!("[{release}] every scenario in {:?}", started.elapsed());
+}
+
+/// `GET path` through `kubectl port-forward` to `port` of operator pod
+/// `pod`: the raw HTTP answer.
+async fn port_forwarded_get(kubeconfig: &Path, pod: &str, port: u16, path: &str) -> String {
+    use tokio::io::{AsyncBufReadExt as _, AsyncReadExt as _, AsyncWriteExt as _};
+    let mut forward = tokio::process::Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args([
+            "-n",
+            OPERATOR_NS,
+            "port-forward",
+            &format!("pod/{pod}"),
+            &format!(":{port}"),
+        ])
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    // "Forwarding from 127.0.0.1:LOCAL -> PORT"
+    let mut lines = tokio::io::BufReader::new(forward.stdout.take().unwrap()).lines();
+    let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
+        .await
+        .expect("kubectl port-forward said where it listens")
+        .unwrap()
+        .unwrap();
+    let local = line
+        .split_whitespace()
+        .find(|w| w.starts_with("127.0.0.1:"))
+        .unwrap_or_else(|| panic!("{line}"))
+        .to_owned();
+    let mut stream = tokio::net::TcpStream::connect(&local).await.unwrap();
+    stream
+        .write_all(
+            format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes(),
+        )
+        .await
+        .unwrap();
+    let mut answer = String::new();
+    tokio::time::timeout(Duration::from_secs(10), stream.read_to_string(&mut answer))
+        .await
+        .expect("the forwarded answer")
+        .unwrap();
+    answer
 }
 
 async fn has(etcd: &mut etcd_client::Client, key: &str) -> bool {

@@ -126,11 +126,10 @@ impl ControlPlane {
         let pki = &plane.pki;
         let (serving_cert, serving_key) = pki.api_server()?;
         let (sa_key, sa_pub) = pki.service_account_keys()?;
-        let (kubelet_cert, kubelet_key) = pki.client(
-            "apiserver-kubelet-client",
-            KUBELET_CLIENT_USER,
-            Some("system:masters"),
-        )?;
+        // Not an admin: what it may do on kubelets is bound below, as
+        // kubeadm binds it.
+        let (kubelet_cert, kubelet_key) =
+            pki.client("apiserver-kubelet-client", KUBELET_CLIENT_USER, None)?;
         let ca_key = pki.ca_key.display().to_string();
         let apiserver_args = vec![
             format!("--etcd-servers=https://127.0.0.1:{etcd_client}"),
@@ -164,6 +163,7 @@ impl ControlPlane {
         let apiserver = bin.join("kube-apiserver");
         plane.spawn("kube-apiserver", &apiserver, &apiserver_args, &home)?;
         plane.wait_ready(Duration::from_secs(120)).await?;
+        bind_kubelet_client(&plane.admin).await?;
 
         for (name, user) in [
             ("kube-controller-manager", "system:kube-controller-manager"),
@@ -397,6 +397,29 @@ fn provisioner_rules() -> serde_json::Value {
         {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]},
         {"apiGroups": ["storage.k8s.io"], "resources": ["storageclasses"], "verbs": ["get", "list", "watch"]},
     ])
+}
+
+/// The API server's kubelet client may use the kubelets' API (logs, exec,
+/// attach, port-forward, stats): the bootstrap ClusterRole
+/// `system:kubelet-api-admin`, which the kubelets check by
+/// SubjectAccessReview.
+async fn bind_kubelet_client(admin: &kube::Client) -> anyhow::Result<()> {
+    let binding: ClusterRoleBinding = serde_json::from_value(serde_json::json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": KUBELET_CLIENT_USER},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "system:kubelet-api-admin"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": KUBELET_CLIENT_USER}],
+    }))
+    .context("the kubelet client's ClusterRoleBinding")?;
+    Api::<ClusterRoleBinding>::all(admin.clone())
+        .patch(
+            KUBELET_CLIENT_USER,
+            &PatchParams::apply("dkv-local").force(),
+            &Patch::Apply(&binding),
+        )
+        .await
+        .context("granting the API server's kubelet client its access to the kubelets")?;
+    Ok(())
 }
 
 /// A ClusterRole named after `user` with `rules`, bound to that user.
