@@ -8,6 +8,10 @@ use serde_json::{Map, Value};
 /// kubelet's service proxy).
 pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
 
+/// The finalizer that keeps a claim while a pod uses it (StorageObjectInUseProtection): added when a claim is
+/// created, removed by `workloads::volume_protection`.
+pub const PVC_PROTECTION_FINALIZER: &str = "kubernetes.io/pvc-protection";
+
 pub fn str_at<'a>(obj: &'a Value, path: &[&str]) -> Option<&'a str> {
     value_at(obj, path).and_then(Value::as_str)
 }

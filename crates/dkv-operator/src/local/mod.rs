@@ -138,7 +138,11 @@ pub fn prepare(args: UpArgs) -> anyhow::Result<Option<Prepared>> {
     }
     // Likewise the Kubernetes build, a long one the first time.
     if let Some(version) = &args.kubernetes {
-        kubernetes::release::find(version)?.ensure(&tools)?;
+        let release = kubernetes::release::find(version)?;
+        // Here rather than in the background process: the refusal reaches
+        // the terminal.
+        kubernetes::check_release(&data_dir, release)?;
+        release.ensure(&tools)?;
     }
     if args.detach {
         detach(&args, &data_dir, image_map_file.as_deref())?;

@@ -7,7 +7,9 @@
 //! scheduler places a pod that a kubelet runs, its volume is provisioned by
 //! kube-local and bound by the real controller, its log comes back through
 //! the real API server from the kubelet over TLS, and `kubectl exec` reaches
-//! a container (kube-apiserver speaking SPDY to the kubelet).
+//! a container (kube-apiserver speaking SPDY to the kubelet). Stopped and
+//! started again, it comes back on its state; another minor release is
+//! refused on that state.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -265,5 +267,78 @@ async fn runs_pods_on_kube_local_nodes(release: &str, version: &str) {
     assert_eq!(
         std::fs::read_to_string(Path::new(&path).join("file")).unwrap(),
         "kept\n"
+    );
+
+    // Stopped and started again on its data directory: the same cluster,
+    // its nodes Ready again, its objects kept.
+    let down = dkv(&["local", "down"], &state);
+    assert!(
+        down.status.success(),
+        "{}",
+        String::from_utf8_lossy(&down.stderr)
+    );
+    // Another minor release on this state is refused, naming the one it ran.
+    let other = if release == "1.37" { "1.34" } else { "1.37" };
+    let refused = dkv(&["local", "up", "--detach", "--kubernetes", other], &state);
+    assert!(!refused.status.success());
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        said.contains(&format!("Kubernetes {release} control plane")),
+        "{said}"
+    );
+    let again = dkv(
+        &["local", "up", "--detach", "--kubernetes", release],
+        &state,
+    );
+    assert!(
+        again.status.success(),
+        "{}",
+        String::from_utf8_lossy(&again.stderr)
+    );
+    let client = client_of(&state.join("kubeconfig")).await;
+    let nodes: Api<Node> = Api::all(client.clone());
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let ready = nodes
+            .list(&Default::default())
+            .await
+            .map(|l| {
+                l.items
+                    .iter()
+                    .filter(|n| {
+                        n.status
+                            .as_ref()
+                            .and_then(|s| s.conditions.as_ref())
+                            .is_some_and(|c| {
+                                c.iter().any(|c| c.type_ == "Ready" && c.status == "True")
+                            })
+                    })
+                    .count()
+            })
+            .unwrap_or(0);
+        if ready == 3 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{ready} of 3 nodes Ready after the restart"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let pods: Api<Pod> = Api::default_namespaced(client.clone());
+    assert!(
+        pods.get_opt("hello").await.unwrap().is_some(),
+        "the pod survived the restart"
+    );
+    let claims: Api<PersistentVolumeClaim> = Api::default_namespaced(client);
+    assert_eq!(
+        claims
+            .get("hello-data")
+            .await
+            .unwrap()
+            .status
+            .and_then(|s| s.phase)
+            .as_deref(),
+        Some("Bound")
     );
 }

@@ -11,7 +11,6 @@ use crate::registry::{ResourceType, StorageResource};
 use crate::schema;
 use crate::store::ObjectKey;
 use crate::strategy;
-use crate::workloads::PVC_PROTECTION_FINALIZER;
 
 impl Core {
     /// Upstream's PersistentVolumeClaimResize admission: a claim may grow only when it is bound and its
@@ -246,8 +245,11 @@ impl Core {
             && rt.kind == "PersistentVolumeClaim"
         {
             let mut finalizers = meta::finalizers(obj);
-            if !finalizers.iter().any(|f| f == PVC_PROTECTION_FINALIZER) {
-                finalizers.push(PVC_PROTECTION_FINALIZER.to_owned());
+            if !finalizers
+                .iter()
+                .any(|f| f == meta::PVC_PROTECTION_FINALIZER)
+            {
+                finalizers.push(meta::PVC_PROTECTION_FINALIZER.to_owned());
                 meta::set_meta(obj, "finalizers", json!(finalizers));
             }
         }

@@ -22,7 +22,6 @@ mod volume_protection;
 pub use volume_binder::{
     FIXED_SIZE_CLASS, NETWORK_CLASS, NETWORK_PROVISIONER, PROVISIONER, storage_classes,
 };
-pub use volume_protection::FINALIZER as PVC_PROTECTION_FINALIZER;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

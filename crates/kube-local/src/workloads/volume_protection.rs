@@ -9,7 +9,7 @@ use serde_json::json;
 
 use super::Context;
 
-pub const FINALIZER: &str = "kubernetes.io/pvc-protection";
+use crate::meta::PVC_PROTECTION_FINALIZER as FINALIZER;
 
 fn uses(pod: &Pod, claim: &str) -> bool {
     let finished = matches!(

@@ -40,6 +40,34 @@ const PROVISIONER_USER: &str = "dkv-local:provisioner";
 /// The user the API server reaches the kubelets as.
 const KUBELET_CLIENT_USER: &str = "kube-apiserver-kubelet-client";
 
+/// The control plane's state: etcd's data, the components' logs and files.
+fn control_plane_dir(data_dir: &Path) -> PathBuf {
+    data_dir.join("control-plane")
+}
+
+/// Where the data directory records the release its control plane ran.
+const RELEASE_FILE: &str = "release";
+
+/// Refuses to start `release` on the state of another minor release: a
+/// cluster's control plane moves one minor at a time and never back (its
+/// etcd holds objects in the storage versions of the release that wrote
+/// them), and dkv builds 1.34 and 1.37 only.
+pub fn check_release(data_dir: &Path, release: &Release) -> anyhow::Result<()> {
+    let Ok(recorded) = std::fs::read_to_string(control_plane_dir(data_dir).join(RELEASE_FILE))
+    else {
+        return Ok(());
+    };
+    let recorded = recorded.trim();
+    if recorded != release.minor {
+        bail!(
+            "{} holds the state of a Kubernetes {recorded} control plane; starting {} on it would skip or go back minor releases, which Kubernetes does not allow. Start it with --kubernetes {recorded}, or use another --data-dir",
+            data_dir.display(),
+            release.minor
+        );
+    }
+    Ok(())
+}
+
 /// A running control plane; dropping it stops its processes.
 pub struct ControlPlane {
     processes: Vec<(String, Child)>,
@@ -75,8 +103,9 @@ impl ControlPlane {
         data_dir: &Path,
         port: u16,
     ) -> anyhow::Result<ControlPlane> {
-        let home = data_dir.join("control-plane");
+        let home = control_plane_dir(data_dir);
         private_files::create_dir(&home).with_context(|| format!("creating {}", home.display()))?;
+        check_release(data_dir, release)?;
         let pki = Pki::open(data_dir)?;
         let port = if port == 0 { free_port()? } else { port };
         let url = format!("https://127.0.0.1:{port}");
@@ -204,6 +233,8 @@ impl ControlPlane {
             "dkv-local-admin",
             Some("system:masters"),
         )?;
+        private_files::write(&home.join(RELEASE_FILE), release.minor.as_bytes())
+            .context("recording the control plane's release")?;
         tracing::info!(version = release.version, url = %url, "the Kubernetes control plane is ready");
         Ok(plane)
     }
