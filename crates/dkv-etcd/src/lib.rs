@@ -3,9 +3,9 @@
 //! [`EtcdAdmin`] is everything the operator asks of an etcd cluster:
 //! membership (learners, promotion, removal), per-member status, leadership
 //! transfer, alarms, defragmentation and snapshots. [`GrpcAdmin`] speaks etcd's
-//! v3 gRPC API with a timeout on every call; [`FakeEtcd`] is an in-memory
-//! cluster that refuses what real etcd refuses, for unit tests of the
-//! operator's decisions. [`GrpcAdmin::watch_changes`] and
+//! v3 gRPC API with a timeout on every call; `FakeEtcd` (feature `fake`,
+//! for tests only) is an in-memory cluster that refuses what real etcd
+//! refuses, for unit tests of the operator's decisions. [`GrpcAdmin::watch_changes`] and
 //! [`GrpcAdmin::replay`] read and write the data itself, for continuous
 //! backup and point-in-time restore.
 
@@ -14,6 +14,7 @@
 mod admin;
 mod changes;
 mod error;
+#[cfg(feature = "fake")]
 pub mod fake;
 mod grpc;
 mod model;
@@ -21,6 +22,7 @@ mod model;
 pub use admin::{EtcdAdmin, SnapshotStream};
 pub use changes::{Change, ChangeKind, ChangeWatch, WatchedChanges};
 pub use error::{Error, Result};
+#[cfg(feature = "fake")]
 pub use fake::FakeEtcd;
 pub use grpc::{ClientTls, GrpcAdmin, UserCredentials};
 pub use model::{Alarm, AlarmKind, ContentDigest, EndpointStatus, Member, MemberId};

@@ -1,5 +1,7 @@
-//! Parsing of Kubernetes resource quantities (`1Gi`, `500M`, `1.5e3`), enough to
-//! validate and compare storage sizes without an API server.
+//! Kubernetes resource quantities (`1Gi`, `500M`, `1.5e3`) as numbers, to
+//! validate and compare storage sizes without an API server. The parsing is
+//! `kube_quantity`'s (the grammar of apimachinery's `resource.Quantity`);
+//! this adds the error users read.
 
 use std::fmt;
 
@@ -20,40 +22,15 @@ impl fmt::Display for InvalidQuantity {
 /// The value of a quantity in base units (bytes for storage), as a float:
 /// exact for every size a volume can have.
 pub fn parse_quantity(text: &str) -> Result<f64, InvalidQuantity> {
-    let invalid = || InvalidQuantity(text.to_owned());
-    let text = text.trim();
-    let split = text
-        .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '+' || c == '-'))
-        .unwrap_or(text.len());
-    let (number, suffix) = text.split_at(split);
-    if number.is_empty() {
-        return Err(invalid());
-    }
-    let value: f64 = number.parse().map_err(|_| invalid())?;
-    let multiplier = match suffix {
-        "" => 1.0,
-        "Ki" => 1024f64,
-        "Mi" => 1024f64.powi(2),
-        "Gi" => 1024f64.powi(3),
-        "Ti" => 1024f64.powi(4),
-        "Pi" => 1024f64.powi(5),
-        "Ei" => 1024f64.powi(6),
-        "n" => 1e-9,
-        "u" => 1e-6,
-        "m" => 1e-3,
-        "k" => 1e3,
-        "M" => 1e6,
-        "G" => 1e9,
-        "T" => 1e12,
-        "P" => 1e15,
-        "E" => 1e18,
-        exp if exp.starts_with(['e', 'E']) => {
-            let power: i32 = exp[1..].parse().map_err(|_| invalid())?;
-            10f64.powi(power)
-        }
-        _ => return Err(invalid()),
-    };
-    Ok(value * multiplier)
+    let trimmed = text.trim();
+    // kube_quantity reads "" and a bare suffix ("Gi") as zero; apimachinery
+    // wants a number first.
+    trimmed
+        .starts_with(|c: char| c.is_ascii_digit() || matches!(c, '+' | '-' | '.'))
+        .then(|| kube_quantity::ParsedQuantity::try_from(trimmed).ok())
+        .flatten()
+        .and_then(|q| q.to_bytes_f64())
+        .ok_or_else(|| InvalidQuantity(text.to_owned()))
 }
 
 #[cfg(test)]

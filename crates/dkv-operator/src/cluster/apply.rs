@@ -31,8 +31,6 @@ pub struct Applied {
     /// The StatefulSet as the API server returned it (or as cached, when no
     /// write was needed).
     pub statefulset: StatefulSet,
-    /// Number of write requests this pass sent.
-    pub writes: u32,
 }
 
 /// Applies every prepared child and removes children no longer wanted.
@@ -43,14 +41,12 @@ pub async fn apply(
     observed: &Observed,
     verified: &VerifiedTemplates,
 ) -> Result<Applied> {
-    let mut writes = 0;
     // The record first: a pod the StatefulSet starts reads it.
     apply_one(
         client,
         namespace,
         &prepared.members,
         observed.members.as_deref(),
-        &mut writes,
     )
     .await?;
     let statefulset = apply_statefulset(
@@ -59,7 +55,6 @@ pub async fn apply(
         &prepared.statefulset,
         observed.statefulset.as_deref(),
         verified,
-        &mut writes,
     )
     .await?;
     apply_one(
@@ -67,7 +62,6 @@ pub async fn apply(
         namespace,
         &prepared.peer_service,
         observed.peer_service.as_deref(),
-        &mut writes,
     )
     .await?;
     if let Some(service) = &prepared.client_service {
@@ -76,32 +70,20 @@ pub async fn apply(
             namespace,
             service,
             observed.client_service.as_deref(),
-            &mut writes,
         )
         .await?;
     }
-    apply_one(
-        client,
-        namespace,
-        &prepared.pdb,
-        observed.pdb.as_deref(),
-        &mut writes,
-    )
-    .await?;
+    apply_one(client, namespace, &prepared.pdb, observed.pdb.as_deref()).await?;
     match (&prepared.backup_cronjob, observed.backup_cronjob.as_deref()) {
         (Some(cronjob), live) => {
-            apply_one(client, namespace, cronjob, live, &mut writes).await?;
+            apply_one(client, namespace, cronjob, live).await?;
         }
         (None, Some(stale)) => {
             delete_stale(client, namespace, stale).await?;
-            writes += 1;
         }
         (None, None) => {}
     }
-    Ok(Applied {
-        statefulset,
-        writes,
-    })
+    Ok(Applied { statefulset })
 }
 
 /// StatefulSets whose whole object (pod template included) was last seen to
@@ -147,18 +129,17 @@ async fn apply_statefulset(
     desired: &StatefulSet,
     live: Option<&StatefulSet>,
     verified: &VerifiedTemplates,
-    writes: &mut u32,
 ) -> Result<StatefulSet> {
     let applied = as_applied(desired);
     let hash = applied_hash(&applied).unwrap_or_default();
     let Some(live) = live else {
-        let created = apply_one(client, namespace, desired, None, writes).await?;
+        let created = apply_one(client, namespace, desired, None).await?;
         verified.record(&created, &hash);
         return Ok(created);
     };
     if live.spec.template.spec.is_some() {
         // A whole object (not from the cache): compared as any child.
-        return apply_one(client, namespace, desired, Some(live), writes).await;
+        return apply_one(client, namespace, desired, Some(live)).await;
     }
     let mut outside_template = applied.clone();
     outside_template.spec.template.spec = None;
@@ -184,7 +165,7 @@ async fn apply_statefulset(
             return Ok(full);
         }
     }
-    let written = apply_one(client, namespace, desired, None, writes).await?;
+    let written = apply_one(client, namespace, desired, None).await?;
     verified.record(&written, &hash);
     Ok(written)
 }
@@ -199,13 +180,7 @@ fn applied_hash(applied: &StatefulSet) -> Option<String> {
 }
 
 /// Server-side applies `desired` unless `live` already matches it.
-async fn apply_one<K>(
-    client: &Client,
-    namespace: &str,
-    desired: &K,
-    live: Option<&K>,
-    writes: &mut u32,
-) -> Result<K>
+async fn apply_one<K>(client: &Client, namespace: &str, desired: &K, live: Option<&K>) -> Result<K>
 where
     K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
         + Clone
@@ -231,7 +206,6 @@ where
             name: name.clone(),
             source,
         })?;
-    *writes += 1;
     info!(kind = %K::kind(&()), %name, created = live.is_none(), "applied child");
     Ok(applied)
 }

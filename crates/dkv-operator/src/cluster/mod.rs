@@ -8,40 +8,40 @@
 //! what an error shows and when to look again.
 //! Deletion runs [`cleanup`] behind the `dkv.io/finalizer` finalizer.
 
-pub mod apply;
-pub mod auth;
+pub(crate) mod apply;
+pub(crate) mod auth;
 pub mod backup_catalogue;
-pub mod backup_keys;
+pub(crate) mod backup_keys;
 pub mod build;
-pub mod ca_rotation;
-pub mod cert_manager;
-pub mod certificates;
-pub mod cleanup;
+pub(crate) mod ca_rotation;
+pub(crate) mod cert_manager;
+pub(crate) mod certificates;
+pub(crate) mod cleanup;
 pub mod context;
-pub mod continuous;
-pub mod credentials;
-pub mod defrag;
-pub mod dereference;
-pub mod diff;
+pub(crate) mod continuous;
+pub(crate) mod credentials;
+pub(crate) mod defrag;
+pub(crate) mod dereference;
+pub(crate) mod diff;
 pub mod error;
 pub mod etcd_access;
-pub mod execute;
+pub(crate) mod execute;
 pub mod hibernation;
-pub mod lost_node;
+pub(crate) mod lost_node;
 pub mod membership;
 pub mod membership_record;
-pub mod metrics_view;
+pub(crate) mod metrics_view;
 pub mod naming;
 mod node_access;
 pub mod observe_members;
 pub mod outcome;
 pub mod plan;
 pub mod restore;
-pub mod schedule;
+pub(crate) mod schedule;
 pub mod status;
-pub mod tls;
+pub(crate) mod tls;
 pub mod validate;
-pub mod verification;
+pub(crate) mod verification;
 pub mod volumes;
 pub mod watches;
 

@@ -83,29 +83,10 @@ pub(super) fn etcd_settings(tuning: Option<&EtcdTuning>, problems: &mut Problems
     }
 }
 
-/// Whether `text` is a Go duration such as `1h30m` or `1.5s`.
+/// Whether `text` is a duration etcd accepts (Go's `time.ParseDuration`,
+/// such as `1h30m` or `1.5s`) and not negative.
 fn is_go_duration(text: &str) -> bool {
-    let mut rest = text;
-    if rest.is_empty() {
-        return false;
-    }
-    while !rest.is_empty() {
-        let digits = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .unwrap_or(rest.len());
-        if digits == 0 || rest[..digits].parse::<f64>().is_err() {
-            return false;
-        }
-        rest = &rest[digits..];
-        let unit = ["ns", "us", "µs", "ms", "s", "m", "h"]
-            .iter()
-            .find(|u| rest.starts_with(*u) && !(**u == "m" && rest.starts_with("ms")));
-        match unit {
-            Some(u) => rest = &rest[u.len()..],
-            None => return false,
-        }
-    }
-    true
+    go_parse_duration::parse_duration(text).is_ok_and(|nanos| nanos >= 0)
 }
 
 #[cfg(test)]
