@@ -21,6 +21,7 @@ use kube::Client;
 use serde_json::{Value, json};
 
 use super::local_mode::dkv;
+use super::real_control_plane::{Down, client_of};
 
 /// Probes whose answers differ on purpose, with the reason.
 const KNOWN: &[(&str, &str)] = &[
@@ -54,14 +55,6 @@ const KNOWN: &[(&str, &str)] = &[
     ),
 ];
 
-struct Down<'a>(&'a Path);
-
-impl Drop for Down<'_> {
-    fn drop(&mut self) {
-        let _ = dkv(&["local", "down"], self.0);
-    }
-}
-
 fn up(state: &Path, extra: &[&str]) {
     let mut args = vec!["local", "up", "--detach", "--no-operator", "--nodes", "1"];
     args.extend_from_slice(extra);
@@ -72,16 +65,6 @@ fn up(state: &Path, extra: &[&str]) {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-}
-
-async fn client_of(kubeconfig: &Path) -> Client {
-    let config = kube::Config::from_custom_kubeconfig(
-        kube::config::Kubeconfig::read_from(kubeconfig).unwrap(),
-        &kube::config::KubeConfigOptions::default(),
-    )
-    .await
-    .unwrap();
-    Client::try_from(config).unwrap()
 }
 
 /// One request's answer: its status code and body (JSON, or the text).

@@ -22,7 +22,7 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use super::local_mode::dkv;
 
 /// A client from a kubeconfig, as a user's program builds it.
-async fn client_of(kubeconfig: &Path) -> Client {
+pub(crate) async fn client_of(kubeconfig: &Path) -> Client {
     let config = kube::Config::from_custom_kubeconfig(
         Kubeconfig::read_from(kubeconfig).unwrap(),
         &KubeConfigOptions::default(),
@@ -32,7 +32,40 @@ async fn client_of(kubeconfig: &Path) -> Client {
     Client::try_from(config).unwrap()
 }
 
-struct Down<'a>(&'a Path);
+/// Waits (a minute at most) until `count` nodes are Ready.
+async fn wait_nodes_ready(nodes: &Api<Node>, count: usize, when: &str) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let ready = nodes
+            .list(&Default::default())
+            .await
+            .map(|l| {
+                l.items
+                    .iter()
+                    .filter(|n| {
+                        n.status
+                            .as_ref()
+                            .and_then(|s| s.conditions.as_ref())
+                            .is_some_and(|c| {
+                                c.iter().any(|c| c.type_ == "Ready" && c.status == "True")
+                            })
+                    })
+                    .count()
+            })
+            .unwrap_or(0);
+        if ready == count {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{ready} of {count} nodes Ready {when}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// `dkv local down` of a data directory when dropped.
+pub(crate) struct Down<'a>(pub(crate) &'a Path);
 
 impl Drop for Down<'_> {
     fn drop(&mut self) {
@@ -72,27 +105,7 @@ async fn runs_pods_on_kube_local_nodes(release: &str, version: &str) {
     );
 
     let nodes: Api<Node> = Api::all(client.clone());
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let ready = nodes
-            .list(&Default::default())
-            .await
-            .unwrap()
-            .items
-            .iter()
-            .filter(|n| {
-                n.status
-                    .as_ref()
-                    .and_then(|s| s.conditions.as_ref())
-                    .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-            })
-            .count();
-        if ready == 3 {
-            break;
-        }
-        assert!(Instant::now() < deadline, "{ready} of 3 nodes Ready");
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    wait_nodes_ready(&nodes, 3, "after the start").await;
     let zones: Vec<String> = nodes
         .list(&Default::default())
         .await
@@ -297,34 +310,7 @@ async fn runs_pods_on_kube_local_nodes(release: &str, version: &str) {
     );
     let client = client_of(&state.join("kubeconfig")).await;
     let nodes: Api<Node> = Api::all(client.clone());
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let ready = nodes
-            .list(&Default::default())
-            .await
-            .map(|l| {
-                l.items
-                    .iter()
-                    .filter(|n| {
-                        n.status
-                            .as_ref()
-                            .and_then(|s| s.conditions.as_ref())
-                            .is_some_and(|c| {
-                                c.iter().any(|c| c.type_ == "Ready" && c.status == "True")
-                            })
-                    })
-                    .count()
-            })
-            .unwrap_or(0);
-        if ready == 3 {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{ready} of 3 nodes Ready after the restart"
-        );
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    wait_nodes_ready(&nodes, 3, "after the restart").await;
     let pods: Api<Pod> = Api::default_namespaced(client.clone());
     assert!(
         pods.get_opt("hello").await.unwrap().is_some(),

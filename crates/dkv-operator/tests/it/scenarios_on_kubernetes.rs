@@ -48,6 +48,7 @@ use support::nodes::drain_task;
 use support::tls::Target;
 
 use super::local_mode::dkv;
+use super::real_control_plane::{Down, client_of};
 
 const OPERATOR_NS: &str = "dkv-system";
 const NS: &str = "shop";
@@ -74,14 +75,6 @@ fn on_kubernetes_1_34_dkv_installed_with_helm_keeps_every_write_through_day_2() 
 #[test]
 fn on_kube_local_dkv_installed_with_helm_keeps_every_write_through_day_2() {
     scenarios(None);
-}
-
-struct Down<'a>(&'a Path);
-
-impl Drop for Down<'_> {
-    fn drop(&mut self) {
-        let _ = dkv(&["local", "down"], self.0);
-    }
 }
 
 /// `kubernetes`: the release of the real control plane; `None`: kube-local.
@@ -272,52 +265,21 @@ async fn scenarios_in_network(release: &str, state: &Path) {
     assert!(stored.spec.tls.is_some(), "a v1alpha1 write kept TLS");
 
     // Invalid edits are refused with the field and the fix.
-    let refused = kubectl_fails(
+    let refused = refused_patch(
         &kubeconfig,
-        &[
-            "-n",
-            NS,
-            "patch",
-            "dkv",
-            CLUSTER,
-            "--type=merge",
-            "-p",
-            r#"{"spec":{"image":"registry.k8s.io/etcd:3.4.23-0"}}"#,
-        ],
+        r#"{"spec":{"image":"registry.k8s.io/etcd:3.4.23-0"}}"#,
     )
     .await;
     assert!(refused.contains("spec.version"), "{refused}");
-    let refused = kubectl_fails(
+    let refused = refused_patch(
         &kubeconfig,
-        &[
-            "-n",
-            NS,
-            "patch",
-            "dkv",
-            CLUSTER,
-            "--type=merge",
-            "-p",
-            r#"{"spec":{"backup":{"schedule":"every day"}}}"#,
-        ],
+        r#"{"spec":{"backup":{"schedule":"every day"}}}"#,
     )
     .await;
     assert!(refused.contains("spec.backup.schedule"), "{refused}");
     // A CEL rule of the CRD, evaluated by the API server on the old and the
     // new object.
-    let refused = kubectl_fails(
-        &kubeconfig,
-        &[
-            "-n",
-            NS,
-            "patch",
-            "dkv",
-            CLUSTER,
-            "--type=merge",
-            "-p",
-            r#"{"spec":{"storage":{"size":"100Mi"}}}"#,
-        ],
-    )
-    .await;
+    let refused = refused_patch(&kubeconfig, r#"{"spec":{"storage":{"size":"100Mi"}}}"#).await;
     assert!(
         refused.contains("spec.storage.size") && refused.contains("never shrink"),
         "{refused}"
@@ -609,17 +571,6 @@ async fn has(etcd: &mut etcd_client::Client, key: &str) -> bool {
     !etcd.get(key, None).await.unwrap().kvs().is_empty()
 }
 
-/// A client from a kubeconfig, as a user's program builds it.
-async fn client_of(kubeconfig: &Path) -> Client {
-    let config = kube::Config::from_custom_kubeconfig(
-        kube::config::Kubeconfig::read_from(kubeconfig).unwrap(),
-        &kube::config::KubeConfigOptions::default(),
-    )
-    .await
-    .unwrap();
-    Client::try_from(config).unwrap()
-}
-
 /// The helm the chart checks build (scripts/check-helm.sh).
 fn helm_binary() -> PathBuf {
     let helm = std::env::var_os("HELM")
@@ -656,6 +607,25 @@ async fn kubectl(kubeconfig: &Path, args: &[&str]) -> String {
         .unwrap();
     assert!(ok, "kubectl {args:?}: {out}");
     out
+}
+
+/// `kubectl patch` of the cluster with a merge `patch` that must be
+/// refused; what kubectl said.
+async fn refused_patch(kubeconfig: &Path, patch: &str) -> String {
+    kubectl_fails(
+        kubeconfig,
+        &[
+            "-n",
+            NS,
+            "patch",
+            "dkv",
+            CLUSTER,
+            "--type=merge",
+            "-p",
+            patch,
+        ],
+    )
+    .await
 }
 
 /// `kubectl ARGS`, which must fail; what it said.
