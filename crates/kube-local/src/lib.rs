@@ -52,6 +52,7 @@ mod store;
 mod strategic_merge;
 mod strategy;
 mod streaming;
+mod subresource;
 mod table;
 pub mod tls;
 mod type_info;

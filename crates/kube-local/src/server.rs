@@ -26,6 +26,7 @@ use crate::patch::PatchKind;
 use crate::registry::ResourceType;
 use crate::scale;
 use crate::selector::{FieldSelector, LabelSelector};
+use crate::subresource::PathSubresource;
 use crate::watch::{self, WatchQuery, WatchSettings};
 
 mod protobuf;
@@ -186,7 +187,7 @@ struct Target {
     rt: Arc<ResourceType>,
     namespace: Option<String>,
     name: Option<String>,
-    subresource: Option<String>,
+    subresource: Option<PathSubresource>,
 }
 
 async fn dispatch(server: &Server, req: Request) -> ApiResult<Response> {
@@ -320,31 +321,21 @@ async fn dispatch(server: &Server, req: Request) -> ApiResult<Response> {
     if namespace.is_some() && !rt.namespaced {
         return Err(ApiError::not_found_path());
     }
-    if let Some(s) = &sub {
-        let ok = match s.as_str() {
-            "status" => rt.status,
-            "scale" => rt.scale.is_some(),
-            "finalize" => rt.group.is_empty() && rt.plural == "namespaces",
-            "log" => rt.has_log() && name.is_some(),
-            // Pods stream their containers' logs, commands and output.
-            "exec" | "attach" => rt.has_log() && name.is_some(),
-            "token" => rt.has_token() && name.is_some(),
-            "portforward" | "eviction" | "ephemeralcontainers" => is_pods(&rt) && name.is_some(),
-            "approval" => rt.has_approval() && name.is_some(),
-            _ => false,
-        };
-        if !ok {
-            return Err(ApiError::not_found_path());
-        }
-    }
+    let sub = match sub {
+        None => None,
+        Some(segment) => Some(
+            PathSubresource::of(&segment, &rt, name.is_some())
+                .ok_or_else(ApiError::not_found_path)?,
+        ),
+    };
     if let Some(verb) = Verb::of(
         req.method(),
         name.is_some(),
         flag(&query_map(&req), "watch"),
         header_str(&req, header::CONTENT_TYPE),
     ) {
-        let counted = match &sub {
-            Some(s) => format!("{}/{s}", rt.plural),
+        let counted = match sub {
+            Some(s) => format!("{}/{}", rt.plural, s.as_str()),
             None => rt.plural.clone(),
         };
         server.traffic.record(verb, &counted)?;
@@ -354,7 +345,7 @@ async fn dispatch(server: &Server, req: Request) -> ApiResult<Response> {
             "the server does not allow this method on the requested resource",
         ));
     }
-    if rt.create_only || sub.as_deref() == Some("token") {
+    if rt.create_only || sub == Some(PathSubresource::Token) {
         return review(server, req, &rt, namespace, name, sub).await;
     }
     resource(
@@ -370,11 +361,6 @@ async fn dispatch(server: &Server, req: Request) -> ApiResult<Response> {
     .await
 }
 
-/// Whether `rt` is the core group's pods (the streaming subresources are theirs).
-fn is_pods(rt: &ResourceType) -> bool {
-    rt.group.is_empty() && rt.plural == "pods"
-}
-
 /// The create-only APIs of [`crate::auth`]: TokenReview, SubjectAccessReview,
 /// SelfSubjectAccessReview, SelfSubjectRulesReview, SelfSubjectReview (collections) and a
 /// ServiceAccount's `token` subresource.
@@ -384,10 +370,10 @@ async fn review(
     rt: &ResourceType,
     namespace: Option<String>,
     name: Option<String>,
-    subresource: Option<String>,
+    subresource: Option<PathSubresource>,
 ) -> ApiResult<Response> {
-    let token_of = match (&name, subresource.as_deref()) {
-        (Some(name), Some("token")) => Some(name.clone()),
+    let token_of = match (&name, subresource) {
+        (Some(name), Some(PathSubresource::Token)) => Some(name.clone()),
         (None, None) => None,
         _ => return Err(ApiError::not_found_path()),
     };
@@ -403,7 +389,7 @@ async fn review(
         .cloned()
         .unwrap_or_else(Authenticator::admin);
     let (ct, body) = read_body(req).await?;
-    let object = decode_object(rt, subresource.as_deref(), ct.as_deref(), &body)?;
+    let object = decode_object(rt, subresource, ct.as_deref(), &body)?;
     let core = &server.core;
     let answer = match token_of {
         Some(name) => crate::auth::token_request(
@@ -448,11 +434,11 @@ async fn read_body(req: Request) -> ApiResult<(Option<String>, bytes::Bytes)> {
 }
 
 /// The apiVersion and kind a write's body is decoded as when it does not say (protobuf envelopes may not).
-fn body_kind(rt: &ResourceType, subresource: Option<&str>) -> (String, String) {
+fn body_kind(rt: &ResourceType, subresource: Option<PathSubresource>) -> (String, String) {
     match subresource {
-        Some("scale") => ("autoscaling/v1".into(), "Scale".into()),
-        Some("token") => ("authentication.k8s.io/v1".into(), "TokenRequest".into()),
-        Some("eviction") => ("policy/v1".into(), "Eviction".into()),
+        Some(PathSubresource::Scale) => ("autoscaling/v1".into(), "Scale".into()),
+        Some(PathSubresource::Token) => ("authentication.k8s.io/v1".into(), "TokenRequest".into()),
+        Some(PathSubresource::Eviction) => ("policy/v1".into(), "Eviction".into()),
         _ if rt.group.is_empty() => (rt.version.clone(), rt.kind.clone()),
         _ => (format!("{}/{}", rt.group, rt.version), rt.kind.clone()),
     }
@@ -460,7 +446,7 @@ fn body_kind(rt: &ResourceType, subresource: Option<&str>) -> (String, String) {
 
 fn decode_object(
     rt: &ResourceType,
-    subresource: Option<&str>,
+    subresource: Option<PathSubresource>,
     ct: Option<&str>,
     body: &[u8],
 ) -> ApiResult<Value> {
@@ -629,28 +615,26 @@ async fn resource(server: &Server, req: Request, t: Target) -> ApiResult<Respons
     let core = &server.core;
     let rt = t.rt.clone();
     let q = query_map(&req);
-    if let (Some(sub @ ("exec" | "attach")), Some(name)) =
-        (t.subresource.as_deref(), t.name.as_deref())
-    {
+    if let (Some(sub), Some(name)) = (t.subresource, t.name.as_deref()) {
         let ns = t.namespace.as_deref().unwrap_or_default();
-        return crate::pod_exec::connect(core, &rt, ns, name, sub, req).await;
-    }
-    if let (Some("log"), Some(name)) = (t.subresource.as_deref(), t.name.as_deref()) {
-        if req.method() != Method::GET {
-            return Err(ApiError::method_not_allowed(
-                "the server does not allow this method on the requested resource",
-            ));
+        match sub {
+            PathSubresource::Exec | PathSubresource::Attach => {
+                return crate::pod_exec::connect(core, &rt, ns, name, sub.as_str(), req).await;
+            }
+            PathSubresource::Log => {
+                if req.method() != Method::GET {
+                    return Err(ApiError::method_not_allowed(
+                        "the server does not allow this method on the requested resource",
+                    ));
+                }
+                return crate::pod_log::get(core, &rt, ns, name, &q).await;
+            }
+            PathSubresource::PortForward => {
+                return crate::pod_exec::port_forward(core, &rt, ns, name, req).await;
+            }
+            PathSubresource::Eviction => return eviction(core, &rt, ns, name, &q, req).await,
+            _ => {}
         }
-        let ns = t.namespace.as_deref().unwrap_or_default();
-        return crate::pod_log::get(core, &rt, ns, name, &q).await;
-    }
-    if let (Some("portforward"), Some(name)) = (t.subresource.as_deref(), t.name.as_deref()) {
-        let ns = t.namespace.as_deref().unwrap_or_default();
-        return crate::pod_exec::port_forward(core, &rt, ns, name, req).await;
-    }
-    if let (Some("eviction"), Some(name)) = (t.subresource.as_deref(), t.name.as_deref()) {
-        let ns = t.namespace.as_deref().unwrap_or_default();
-        return eviction(core, &rt, ns, name, &q, req).await;
     }
     let format = output::negotiate(
         header_str(&req, header::ACCEPT),
@@ -659,10 +643,10 @@ async fn resource(server: &Server, req: Request, t: Target) -> ApiResult<Respons
     let ua = header_str(&req, header::USER_AGENT).map(String::from);
     let ns = t.namespace.clone().unwrap_or_default();
     let method = req.method().clone();
-    let sub = match t.subresource.as_deref() {
-        Some("status") => Subresource::Status,
-        Some("approval") => Subresource::Approval,
-        Some("ephemeralcontainers") => Subresource::EphemeralContainers,
+    let sub = match t.subresource {
+        Some(PathSubresource::Status) => Subresource::Status,
+        Some(PathSubresource::Approval) => Subresource::Approval,
+        Some(PathSubresource::EphemeralContainers) => Subresource::EphemeralContainers,
         _ => Subresource::Main,
     };
     // What is left of the subresources (status, scale, approval, finalize, ephemeralcontainers) is read and
@@ -748,7 +732,7 @@ async fn resource(server: &Server, req: Request, t: Target) -> ApiResult<Respons
             ))
         }
         (Method::GET, Some(name)) => {
-            if t.subresource.as_deref() == Some("scale") {
+            if t.subresource == Some(PathSubresource::Scale) {
                 let obj = core.get(&rt, &ns, &name)?;
                 return Ok(json_response(200, &scale::to_scale(&rt, &obj)));
             }
@@ -763,7 +747,7 @@ async fn resource(server: &Server, req: Request, t: Target) -> ApiResult<Respons
                 .cloned()
                 .unwrap_or_else(Authenticator::admin);
             let (ct, body) = read_body(req).await?;
-            let mut obj = decode_object(&rt, t.subresource.as_deref(), ct.as_deref(), &body)?;
+            let mut obj = decode_object(&rt, t.subresource, ct.as_deref(), &body)?;
             if rt.has_approval() {
                 crate::certificate_signing::set_requester(
                     &mut obj,
@@ -777,12 +761,12 @@ async fn resource(server: &Server, req: Request, t: Target) -> ApiResult<Respons
         (Method::PUT, Some(name)) => {
             let opts = write_options(&q, ua.as_deref())?;
             let (ct, body) = read_body(req).await?;
-            let obj = decode_object(&rt, t.subresource.as_deref(), ct.as_deref(), &body)?;
-            if t.subresource.as_deref() == Some("scale") {
+            let obj = decode_object(&rt, t.subresource, ct.as_deref(), &body)?;
+            if t.subresource == Some(PathSubresource::Scale) {
                 let w = core.update_scale(&rt, &ns, &name, obj, &opts).await?;
                 return Ok(with_warnings(json_response(200, &w.object), &w.warnings));
             }
-            if t.subresource.as_deref() == Some("finalize") {
+            if t.subresource == Some(PathSubresource::Finalize) {
                 let w = crate::namespace_lifecycle::finalize(core, &rt, &name, obj).await?;
                 return Ok(json_response(200, &w));
             }
@@ -804,7 +788,7 @@ async fn resource(server: &Server, req: Request, t: Target) -> ApiResult<Respons
                 authorize_create_by_apply(server, &req, || core.get(&rt, &ns, &name).is_ok())?;
             }
             let (_, body) = read_body(req).await?;
-            if t.subresource.as_deref() == Some("scale") {
+            if t.subresource == Some(PathSubresource::Scale) {
                 let w = core
                     .patch_scale(&rt, &ns, &name, kind, &body, &opts)
                     .await?;
@@ -892,7 +876,7 @@ async fn eviction(
     }
     let request_dry_run = write_options(q, None)?.dry_run;
     let (ct, body) = read_body(req).await?;
-    let eviction = decode_object(pods, Some("eviction"), ct.as_deref(), &body)?;
+    let eviction = decode_object(pods, Some(PathSubresource::Eviction), ct.as_deref(), &body)?;
     match (
         eviction.get("apiVersion").and_then(Value::as_str),
         eviction.get("kind").and_then(Value::as_str),
