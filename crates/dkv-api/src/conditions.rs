@@ -4,6 +4,27 @@
 //! get dkv`'s Status column and in alerts), so they live here as constants and
 //! never inline at call sites.
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+
+/// The condition of `type_` in `conditions` if its status is `True`.
+pub fn find_true<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'a Condition> {
+    conditions
+        .iter()
+        .find(|c| c.type_ == type_ && c.status == status::TRUE)
+}
+
+/// Whether the condition of `type_` is `True`.
+pub fn is_true(conditions: &[Condition], type_: &str) -> bool {
+    find_true(conditions, type_).is_some()
+}
+
+/// The values of a condition's status.
+pub mod status {
+    pub const TRUE: &str = "True";
+    pub const FALSE: &str = "False";
+    pub const UNKNOWN: &str = "Unknown";
+}
+
 /// Condition types.
 pub mod types {
     /// Quorum is healthy and every voting member serves.

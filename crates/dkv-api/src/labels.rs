@@ -23,6 +23,10 @@ pub const RECONCILE_PAUSED: &str = "dkv.io/reconcile-paused";
 /// for a Deployment: changing it changes the members' pod template.
 pub const RESTARTED_AT: &str = "dkv.io/restartedAt";
 
+/// On a scratch cluster the operator restores a backup into to verify it:
+/// the name of that backup.
+pub const VERIFIES: &str = "dkv.io/verifies";
+
 /// Label selector matching every object the operator manages, whatever the
 /// cluster: used to scope the operator's watches of child kinds.
 pub fn managed_selector() -> String {

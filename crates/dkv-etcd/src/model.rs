@@ -59,13 +59,29 @@ impl EndpointStatus {
 }
 
 /// The kinds of alarm etcd raises.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum AlarmKind {
     /// The backend reached its quota: writes are refused until space is
     /// reclaimed (compact + defragment) and the alarm disarmed.
     NoSpace,
     /// A member detected data corruption.
     Corrupt,
+}
+
+impl AlarmKind {
+    /// The alarm's name as etcd and `etcdctl alarm list` spell it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AlarmKind::NoSpace => "NOSPACE",
+            AlarmKind::Corrupt => "CORRUPT",
+        }
+    }
+}
+
+impl fmt::Display for AlarmKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// An alarm raised by one member.

@@ -13,10 +13,11 @@ use tracing::warn;
 
 use super::certificates::CertificateLifetime;
 use super::etcd_access::{EtcdConnector, GrpcConnector};
-use super::validate::Defaults;
+use super::validate::{Defaults, ValidatedCluster};
 use super::watches::Stores;
 use crate::continuous_backup::Agents;
 use crate::metrics::Metrics;
+use k8s_openapi::api::core::v1::ObjectReference;
 use tokio::sync::mpsc::UnboundedReceiver;
 
 pub struct Context {
@@ -128,7 +129,17 @@ impl Context {
 /// Publishes an Event about `dkv`. Events are best effort: failing to record
 /// one must not fail the reconcile that did the work.
 pub async fn publish(dkv: &DistributedKV, event: Event, ctx: &Context) {
-    if let Err(err) = ctx.recorder.publish(&event, &dkv.object_ref(&())).await {
-        warn!(name = %dkv.name_any(), reason = %event.reason, error = %err, "failed to publish event");
+    publish_to(&dkv.object_ref(&()), &dkv.name_any(), event, ctx).await;
+}
+
+/// Publishes an Event about the validated `cluster` (the stages after
+/// validation know the cluster by its validated spec, not by the object).
+pub async fn publish_about(cluster: &ValidatedCluster, event: Event, ctx: &Context) {
+    publish_to(&cluster.object_reference(), &cluster.name, event, ctx).await;
+}
+
+async fn publish_to(reference: &ObjectReference, name: &str, event: Event, ctx: &Context) {
+    if let Err(err) = ctx.recorder.publish(&event, reference).await {
+        warn!(%name, reason = %event.reason, error = %err, "failed to publish event");
     }
 }

@@ -13,7 +13,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::Api;
 use tracing::info;
 
-use super::context::{Context, publish};
+use super::context::{Context, publish, publish_about};
 use super::credentials::Credentials;
 use super::error::{Error, Result};
 use super::naming;
@@ -134,7 +134,6 @@ pub async fn ensure(
 /// after the base snapshot into the formed cluster, records that it did
 /// (the client Service follows in the next pass) and says so in an Event.
 pub async fn replay(
-    dkv: &DistributedKV,
     cluster: &ValidatedCluster,
     pending: &ResolvedRestore,
     replay: &Replay,
@@ -171,8 +170,8 @@ pub async fn replay(
         source_revision = replayed.source_revision,
         "continuous backup replayed"
     );
-    publish(
-        dkv,
+    publish_about(
+        cluster,
         Event {
             type_: EventType::Normal,
             reason: "Replayed".to_owned(),

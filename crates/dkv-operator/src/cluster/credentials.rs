@@ -1,14 +1,13 @@
-//! Step 3 of a reconcile: the cluster's credentials. Its TLS CA and
+//! The cluster's credentials (the first half of the connected stage, see
+//! [`super::stage::connected`]). Its TLS CA and
 //! certificates exist before any pod needs them, and its etcd root user
 //! before authentication goes on; the operator's own identity towards etcd
 //! comes from them.
 
-use dkv_api::DistributedKV;
 use dkv_etcd::{ClientTls, UserCredentials};
 use kube::ResourceExt;
 
 use super::auth::{self, AuthState};
-use super::ca_rotation;
 use super::certificates::{self, TlsState};
 use super::context::Context;
 use super::error::{Error, Result};
@@ -39,6 +38,16 @@ impl Credentials {
         self.auth.as_ref().filter(|a| a.enabled).map(|a| &a.root)
     }
 
+    /// No TLS and no authentication (for tests of what follows).
+    #[cfg(test)]
+    pub fn plaintext() -> Self {
+        Self {
+            tls: None,
+            auth: None,
+            client_tls: false,
+        }
+    }
+
     /// The root user exists but authentication is not on yet.
     pub fn auth_pending(&self) -> Option<&AuthState> {
         self.auth.as_ref().filter(|a| !a.enabled)
@@ -48,21 +57,19 @@ impl Credentials {
 /// Ensures the credentials of `cluster`. `exists`: the cluster has run (its
 /// StatefulSet exists, or its membership record says it formed); a new CA
 /// is created only for a cluster that never has.
+/// `idle`: status records no operation in progress.
 pub async fn ensure(
-    dkv: &DistributedKV,
     cluster: &ValidatedCluster,
     pods: &[MemberPod],
     exists: bool,
+    idle: bool,
     ctx: &Context,
 ) -> Result<Credentials> {
     let tls = if cluster.tls.any() {
         let seen = certificates::Observed {
-            rotation_requested: dkv
-                .annotations()
-                .get(ca_rotation::ROTATE_ANNOTATION)
-                .map(String::as_str),
+            rotation_requested: cluster.ca_rotation_request.as_deref(),
             pod_serials: pods.iter().map(|p| p.view.tls_serial.clone()).collect(),
-            idle: dkv.status.as_ref().is_none_or(|s| s.operation.is_none()),
+            idle,
         };
         let may_create_ca = !exists && !cluster.paused;
         Some(

@@ -1,9 +1,14 @@
-//! Step 1 of a reconcile: gather what exists for a cluster. Reads only the
-//! reflector caches, so a reconcile costs no API reads.
+//! Stage 1 of a reconcile, observed: what exists for a cluster, and what
+//! its status recorded when the pass began. Reads only the reflector
+//! caches, so a reconcile costs no API reads.
 
 use std::sync::Arc;
 
 use dkv_api::DistributedKV;
+use dkv_api::conditions::{self, reasons, types};
+use dkv_api::distributedkv::v1beta1::{
+    BackupArtifactRef, MemberStatus, Operation, OperationKind, Phase,
+};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::CronJob;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Service};
@@ -41,6 +46,75 @@ pub struct Observed {
     /// The members' volume claims (created by the StatefulSet).
     pub claims: Vec<Arc<PersistentVolumeClaim>>,
     pub facts: Facts,
+    /// What the cluster's status recorded when the pass began.
+    pub recorded: Recorded,
+}
+
+/// What the cluster's status (and metadata) recorded when the pass began:
+/// the previous pass's conclusions, read once here, so that no stage after
+/// validation reads the object itself.
+#[derive(Debug, Clone, Default)]
+pub struct Recorded {
+    /// The operation pinned in status.
+    pub operation: Option<Operation>,
+    /// The members as status last listed them (when each node was lost).
+    pub members: Vec<MemberStatus>,
+    /// The newest completed backup.
+    pub last_backup: Option<BackupArtifactRef>,
+    /// When the last scheduled defragmentation ran.
+    pub last_defrag: Option<jiff::Timestamp>,
+    /// When the cluster was created.
+    pub created: Option<jiff::Timestamp>,
+    /// Since when `Degraded` has said `QuorumLost`.
+    pub quorum_lost_since: Option<jiff::Timestamp>,
+    /// Status says the cluster formed before (so a cluster that looks new
+    /// again, all members away, is not created anew).
+    pub formed: bool,
+    /// Status says it hibernated, or is waking: until every member is
+    /// healthy again, a cluster coming back is waking, not missing members.
+    pub waking: bool,
+    /// Why a member's restore failed (`Degraded=True, RestoreFailed`).
+    pub restore_failed: Option<String>,
+}
+
+impl Recorded {
+    /// Reads what `dkv`'s status records.
+    pub fn of(dkv: &DistributedKV) -> Self {
+        let status = dkv.status.as_ref();
+        let conditions = status.map(|s| s.conditions.as_slice()).unwrap_or_default();
+        let hibernated = status.is_some_and(|s| s.phase == Some(Phase::Hibernated));
+        Self {
+            operation: status.and_then(|s| s.operation.clone()),
+            members: status.map(|s| s.members.clone()).unwrap_or_default(),
+            last_backup: status.and_then(|s| s.last_backup.clone()),
+            last_defrag: status
+                .and_then(|s| s.last_defrag_time.as_ref())
+                .map(|t| t.0),
+            created: dkv.metadata.creation_timestamp.as_ref().map(|t| t.0),
+            quorum_lost_since: conditions::find_true(conditions, types::DEGRADED)
+                .filter(|c| c.reason == reasons::QUORUM_LOST)
+                .map(|c| c.last_transition_time.0),
+            formed: formed_before(dkv),
+            waking: hibernated
+                || conditions::find_true(conditions, types::PROGRESSING)
+                    .is_some_and(|c| c.reason == reasons::WAKING),
+            restore_failed: conditions::find_true(conditions, types::DEGRADED)
+                .filter(|c| c.reason == reasons::RESTORE_FAILED)
+                .map(|c| c.message.clone()),
+        }
+    }
+
+    /// The epoch of the quorum recovery pinned in status, derived from when
+    /// it was pinned so that every pass of it agrees.
+    pub fn recovery_epoch(&self) -> Option<String> {
+        let op = self.operation.as_ref()?;
+        let prefix = match op.kind {
+            OperationKind::RecoverQuorum => "recovery",
+            OperationKind::RestoreFromBackup => "restore",
+            _ => return None,
+        };
+        Some(format!("{prefix}-{}", op.started_at.0.as_second()))
+    }
 }
 
 /// The label that ties an EndpointSlice to its Service.
@@ -109,12 +183,32 @@ pub fn observe(dkv: &DistributedKV, namespace: &str, stores: &Stores) -> Observe
         pdb: watches::get(&stores.pdbs, namespace, &naming::pdb(&name)),
         backup_cronjob: watches::get(&stores.cronjobs, namespace, &naming::backup_cronjob(&name)),
         statefulset,
+        recorded: Recorded::of(dkv),
         facts: Facts {
             storage_classes,
             deployed_version,
             deployed_storage_size,
         },
     }
+}
+
+/// Whether the cluster's status records that it has formed: its Available
+/// condition was once QuorumHealthy, and stays QuorumHealthy, QuorumLost or
+/// EndpointsNotReady — or one of hibernation's, which only a formed cluster
+/// reaches.
+pub fn formed_before(dkv: &DistributedKV) -> bool {
+    dkv.status.iter().flat_map(|s| &s.conditions).any(|c| {
+        c.type_ == types::AVAILABLE
+            && [
+                reasons::QUORUM_HEALTHY,
+                reasons::QUORUM_LOST,
+                reasons::ENDPOINTS_NOT_READY,
+                reasons::HIBERNATING,
+                reasons::HIBERNATED,
+                reasons::WAKING,
+            ]
+            .contains(&c.reason.as_str())
+    })
 }
 
 /// The cached objects in `namespace` whose label `key` is `value`.

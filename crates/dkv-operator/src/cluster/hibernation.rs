@@ -9,9 +9,7 @@
 //! membership and cluster ID are untouched; waking raises the StatefulSet
 //! back to the recorded members, which start on their own data.
 
-use dkv_api::DistributedKV;
-use dkv_api::conditions::{reasons, types};
-use dkv_api::distributedkv::v1beta1::{Operation, Phase};
+use dkv_api::distributedkv::v1beta1::Operation;
 use k8s_openapi::api::apps::v1::StatefulSet;
 
 use super::membership::{ObservedMember, Step};
@@ -62,11 +60,13 @@ pub struct Facts<'a> {
     /// Member pods being deleted that have not stopped yet (a graceful
     /// deletion: etcd may still be running in them).
     pub terminating: usize,
+    /// Status records the cluster hibernated or waking.
+    pub recorded_waking: bool,
 }
 
-/// Where `dkv` stands with hibernation, given what the pass observed and
-/// planned.
-pub fn decide(dkv: &DistributedKV, facts: &Facts<'_>) -> State {
+/// Where the cluster stands with hibernation, given what the pass observed
+/// and planned.
+pub fn decide(facts: &Facts<'_>) -> State {
     let at_zero = facts.statefulset.is_some_and(at_zero);
     if facts.wanted {
         let waiting_for = (!at_zero).then(|| inconsistency(facts)).flatten();
@@ -76,7 +76,7 @@ pub fn decide(dkv: &DistributedKV, facts: &Facts<'_>) -> State {
             (None, left) => State::Stopping { left },
         };
     }
-    if at_zero || (recorded_waking(dkv) && !all_healthy(facts)) {
+    if at_zero || (facts.recorded_waking && !all_healthy(facts)) {
         State::Waking
     } else {
         State::Awake
@@ -86,23 +86,6 @@ pub fn decide(dkv: &DistributedKV, facts: &Facts<'_>) -> State {
 /// Whether the StatefulSet runs no member: the record of a hibernation.
 pub fn at_zero(sts: &StatefulSet) -> bool {
     sts.spec.replicas == Some(0)
-}
-
-/// Whether the cluster's status records it hibernated.
-pub fn recorded_hibernated(dkv: &DistributedKV) -> bool {
-    dkv.status
-        .as_ref()
-        .is_some_and(|s| s.phase == Some(Phase::Hibernated))
-}
-
-/// Whether the cluster's status records it hibernated or waking: until
-/// every member is healthy again, a cluster coming back is waking, not
-/// missing members.
-pub fn recorded_waking(dkv: &DistributedKV) -> bool {
-    recorded_hibernated(dkv)
-        || dkv.status.iter().flat_map(|s| &s.conditions).any(|c| {
-            c.type_ == types::PROGRESSING && c.status == "True" && c.reason == reasons::WAKING
-        })
 }
 
 /// Why the cluster is not at a point where it may stop: an operation is
@@ -179,9 +162,12 @@ pub fn stopped_plan(mut plan: Plan) -> Plan {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cluster::dereference::Recorded;
     use crate::cluster::membership::{ObservedPod, WaitReason};
     use crate::cluster::membership_record::{ClusterState, MembershipRecord, RecordedMember};
+    use dkv_api::DistributedKV;
     use dkv_api::distributedkv::v1beta1::OperationKind;
+    use dkv_api::distributedkv::v1beta1::Phase;
 
     fn record() -> MembershipRecord {
         MembershipRecord {
@@ -285,19 +271,17 @@ mod tests {
     fn decide_case(case: Case<'_>) -> State {
         let sts = statefulset(case.replicas);
         let plan = plan(case.step);
-        decide(
-            &cluster(case.phase),
-            &Facts {
-                cluster: "orders",
-                wanted: case.wanted,
-                statefulset: Some(&sts),
-                operation: case.operation,
-                plan: &plan,
-                members: (!case.members.is_empty()).then_some(case.members.as_slice()),
-                pods: &case.pods,
-                terminating: case.terminating,
-            },
-        )
+        decide(&Facts {
+            cluster: "orders",
+            wanted: case.wanted,
+            statefulset: Some(&sts),
+            operation: case.operation,
+            plan: &plan,
+            members: (!case.members.is_empty()).then_some(case.members.as_slice()),
+            pods: &case.pods,
+            terminating: case.terminating,
+            recorded_waking: Recorded::of(&cluster(case.phase)).waking,
+        })
     }
 
     fn healthy() -> Case<'static> {

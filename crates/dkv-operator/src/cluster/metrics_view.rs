@@ -8,17 +8,16 @@ use kube::ResourceExt;
 
 use crate::metrics::{ClusterView, MemberView};
 
-use super::status::Seen;
+use super::pass::Pass;
 
 pub fn view(
     dkv: &DistributedKV,
     status: Option<&DistributedKVStatus>,
-    seen: &Seen,
+    pass: &Pass,
     continuous_interval: Option<std::time::Duration>,
 ) -> ClusterView {
-    let schedule = seen
-        .cluster
-        .as_ref()
+    let schedule = pass
+        .cluster()
         .and_then(|c| c.backup.as_ref())
         .map(|b| b.schedule.as_str());
     ClusterView {
@@ -43,7 +42,7 @@ pub fn view(
             .unwrap_or_default(),
         // Stopping or stopped for spec.hibernation: its members are away by
         // design, and the alerts leave it alone.
-        hibernated: seen.hibernation.stopped()
+        hibernated: pass.hibernation().stopped()
             || status.and_then(|s| s.phase)
                 == Some(dkv_api::distributedkv::v1beta1::Phase::Hibernated),
         forming: status.and_then(|s| s.phase).is_none_or(|phase| {
@@ -53,12 +52,17 @@ pub fn view(
                     | dkv_api::distributedkv::v1beta1::Phase::Restoring
             )
         }),
-        has_backup: seen.cluster.as_ref().is_some_and(|c| c.backup.is_some()),
-        alarms: seen.alarms.clone().unwrap_or_default(),
-        certificates: seen
-            .certificates
+        has_backup: pass.cluster().is_some_and(|c| c.backup.is_some()),
+        alarms: pass
+            .connected
+            .as_ref()
+            .and_then(|c| c.alarms.clone())
+            .unwrap_or_default(),
+        certificates: pass
+            .connected
             .iter()
-            .map(|(secret, not_after)| (secret.clone(), not_after.as_second()))
+            .flat_map(|c| c.certificates())
+            .map(|(secret, not_after)| (secret, not_after.as_second()))
             .collect(),
         backup_schedule_interval: schedule
             .and_then(|s| super::schedule::longest_gap(s, jiff::Timestamp::now()))

@@ -141,6 +141,20 @@ pub fn ordinal_of(cluster: &str, pod: &str) -> Option<i32> {
     pod.strip_prefix(cluster)?.strip_prefix('-')?.parse().ok()
 }
 
+/// A member pod, as the related object of an Event about it.
+pub fn member_pod_reference(
+    namespace: &str,
+    member: &str,
+) -> k8s_openapi::api::core::v1::ObjectReference {
+    k8s_openapi::api::core::v1::ObjectReference {
+        api_version: Some("v1".to_owned()),
+        kind: Some("Pod".to_owned()),
+        name: Some(member.to_owned()),
+        namespace: Some(namespace.to_owned()),
+        ..Default::default()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

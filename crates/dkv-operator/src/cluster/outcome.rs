@@ -32,24 +32,49 @@ pub enum Outcome {
     /// etcd authentication was switched on.
     AuthEnabled,
     /// The pass applied what the plan asked for.
-    Applied {
-        /// An operation, or a wait for etcd, is under way.
-        busy: bool,
-        /// This pass executed a step after which the next may be possible
-        /// at once (see [`super::membership::Step::advances`]).
-        advanced: bool,
-        /// etcd was asked this pass (the cluster has members to ask).
-        etcd: bool,
-        /// A CA rotation advances once members have rolled out its phase.
-        rotating: bool,
-        /// The next moment time alone changes something: a certificate
-        /// comes due for renewal, a claim waiting for a volume has waited
-        /// too long.
-        due_at: Option<jiff::Timestamp>,
-    },
+    Applied(Applied),
     /// The finalizer helper acted instead of the pipeline (it added the
     /// finalizer, or deletion ran its cleanup): its action stands.
     Finalizer(Action),
+}
+
+/// Where a pass that applied the plan left the cluster.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Applied {
+    pub work: Work,
+    pub etcd: EtcdContact,
+    pub rotation: Rotation,
+    /// The next moment time alone changes something: a certificate comes
+    /// due for renewal, a claim waiting for a volume has waited too long, a
+    /// scheduled run is due.
+    pub due_at: Option<jiff::Timestamp>,
+}
+
+/// What is under way after the pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Work {
+    /// Nothing: the cluster is as the spec asks.
+    Settled,
+    /// An operation, or a wait for etcd, is under way.
+    UnderWay,
+    /// This pass executed a step after which the next may be possible at
+    /// once (see [`super::membership::Step::advances`]).
+    Advanced,
+}
+
+/// Whether the pass asked etcd (the cluster has members to ask).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EtcdContact {
+    Asked,
+    NotAsked,
+}
+
+/// Whether a CA rotation is in progress: it advances once the members
+/// have rolled out its phase, which no watch reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rotation {
+    Idle,
+    InProgress,
 }
 
 /// How soon a pass follows one that pinned an operation or executed a step
@@ -78,30 +103,31 @@ pub fn next_action(outcome: &Outcome, unsettled: bool, now: jiff::Timestamp) -> 
     match outcome {
         Outcome::Finalizer(action) => action.clone(),
         Outcome::Paused => Action::await_change(),
-        Outcome::Pinned
-        | Outcome::Applied {
-            advanced: true,
-            etcd: true,
-            ..
-        } => Action::requeue(STEP_FOLLOW_UP),
+        Outcome::Pinned => Action::requeue(STEP_FOLLOW_UP),
         Outcome::AuthEnabled => Action::requeue(OPERATION_POLL),
+        Outcome::Applied(applied) => after_applied(applied, unsettled, now),
+    }
+}
+
+fn after_applied(applied: &Applied, unsettled: bool, now: jiff::Timestamp) -> Action {
+    match (applied.work, applied.etcd, applied.rotation) {
+        (Work::Advanced, EtcdContact::Asked, _) => Action::requeue(STEP_FOLLOW_UP),
         // etcd's progress (a learner catching up, a member rejoining) is
         // not watched, and a fault only in part (a hung member's pod turns
         // unready, but what etcd says of it is not watched; a member that
         // hangs while the cluster forms changes nothing at all): keep
         // looking while something is under way or status says Degraded or
         // Progressing, so status follows the members both ways.
-        Outcome::Applied {
-            busy, etcd: true, ..
-        } if *busy || unsettled => Action::requeue(OPERATION_POLL),
-        Outcome::Applied { rotating: true, .. } => Action::requeue(OPERATION_POLL),
+        (Work::UnderWay, EtcdContact::Asked, _) => Action::requeue(OPERATION_POLL),
+        (Work::Settled, EtcdContact::Asked, _) if unsettled => Action::requeue(OPERATION_POLL),
+        (_, _, Rotation::InProgress) => Action::requeue(OPERATION_POLL),
         // Every other change that matters arrives through a watch, except
         // time, and what only etcd knows (an alarm, a member that stopped
         // following the leader while its pod stays Ready): a settled
         // cluster's members are asked again every HEALTH_LOOK.
-        Outcome::Applied { due_at, etcd, .. } => {
-            let look = etcd.then_some(HEALTH_LOOK.as_secs());
-            let due = due_at.map(|at| {
+        (_, etcd, Rotation::Idle) => {
+            let look = (etcd == EtcdContact::Asked).then_some(HEALTH_LOOK.as_secs());
+            let due = applied.due_at.map(|at| {
                 let wait = at.as_second().saturating_sub(now.as_second());
                 // At least a second; at most a day (the clock may jump).
                 wait.clamp(1, 86_400).unsigned_abs()
@@ -251,35 +277,35 @@ const CERTIFICATE_PENDING_RECHECK: Duration = Duration::from_secs(3);
 mod tests {
     use super::*;
 
-    fn applied(busy: bool, rotating: bool, due_at: Option<jiff::Timestamp>) -> Outcome {
-        Outcome::Applied {
-            busy,
-            advanced: false,
-            etcd: true,
-            rotating,
+    fn applied(work: Work, rotation: Rotation, due_at: Option<jiff::Timestamp>) -> Outcome {
+        Outcome::Applied(Applied {
+            work,
+            etcd: EtcdContact::Asked,
+            rotation,
             due_at,
-        }
+        })
     }
 
     #[test]
     fn a_pass_is_looked_at_again_while_something_is_under_way_or_wrong() {
         let now = jiff::Timestamp::UNIX_EPOCH;
         let poll = Action::requeue(OPERATION_POLL);
-        assert_eq!(next_action(&applied(true, false, None), false, now), poll);
-        assert_eq!(next_action(&applied(false, false, None), true, now), poll);
-        assert_eq!(next_action(&applied(false, true, None), false, now), poll);
+        let (settled, idle) = (Work::Settled, Rotation::Idle);
+        assert_eq!(
+            next_action(&applied(Work::UnderWay, idle, None), false, now),
+            poll
+        );
+        assert_eq!(next_action(&applied(settled, idle, None), true, now), poll);
+        assert_eq!(
+            next_action(&applied(settled, Rotation::InProgress, None), false, now),
+            poll
+        );
         let soon = Action::requeue(STEP_FOLLOW_UP);
         assert_eq!(next_action(&Outcome::Pinned, false, now), soon);
-        let advanced = Outcome::Applied {
-            busy: true,
-            advanced: true,
-            etcd: true,
-            rotating: false,
-            due_at: None,
-        };
+        let advanced = applied(Work::Advanced, idle, None);
         assert_eq!(next_action(&advanced, false, now), soon);
         assert_eq!(
-            next_action(&applied(false, false, None), false, now),
+            next_action(&applied(settled, idle, None), false, now),
             Action::requeue(HEALTH_LOOK)
         );
         assert_eq!(
@@ -287,13 +313,12 @@ mod tests {
             Action::await_change()
         );
         // No member to ask yet: the pods' watch brings the next pass.
-        let no_etcd = Outcome::Applied {
-            busy: true,
-            advanced: false,
-            etcd: false,
-            rotating: false,
+        let no_etcd = Outcome::Applied(Applied {
+            work: Work::UnderWay,
+            etcd: EtcdContact::NotAsked,
+            rotation: Rotation::Idle,
             due_at: None,
-        };
+        });
         assert_eq!(next_action(&no_etcd, true, now), Action::await_change());
     }
 
@@ -303,21 +328,26 @@ mod tests {
         let at = |secs: i64| Some(now + jiff::SignedDuration::from_secs(secs));
         // With members to ask: every HEALTH_LOOK at the latest.
         assert_eq!(
-            next_action(&applied(false, false, at(3_600)), false, now),
+            next_action(
+                &applied(Work::Settled, Rotation::Idle, at(3_600)),
+                false,
+                now
+            ),
             Action::requeue(HEALTH_LOOK)
         );
         // Overdue: at once (a second).
         assert_eq!(
-            next_action(&applied(false, false, at(-5)), false, now),
+            next_action(&applied(Work::Settled, Rotation::Idle, at(-5)), false, now),
             Action::requeue(Duration::from_secs(1))
         );
         // No member to ask: when time changes something, at most a day.
-        let idle = |due_at| Outcome::Applied {
-            busy: false,
-            advanced: false,
-            etcd: false,
-            rotating: false,
-            due_at,
+        let idle = |due_at| {
+            Outcome::Applied(Applied {
+                work: Work::Settled,
+                etcd: EtcdContact::NotAsked,
+                rotation: Rotation::Idle,
+                due_at,
+            })
         };
         assert_eq!(
             next_action(&idle(at(3_600)), false, now),

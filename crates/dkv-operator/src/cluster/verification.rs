@@ -8,38 +8,37 @@
 
 use crate::events::{Event, EventType};
 use dkv_api::backup::v1alpha1::{BackupContent, BackupVerification, VerificationPhase};
-use dkv_api::conditions::{reasons, types};
 use dkv_api::{DistributedKV, DistributedKVBackup};
 use dkv_etcd::{ContentDigest, EtcdAdmin};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::Resource;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
-use kube::{Resource, ResourceExt};
 use serde_json::{Value, json};
 use tracing::{info, warn};
 
 use super::context::Context;
 use super::error::{Error, Result};
+use super::validate::ValidatedCluster;
 
 /// On a scratch cluster: the name of the backup it verifies.
-pub const VERIFIES_LABEL: &str = "dkv.io/verifies";
+pub const VERIFIES_LABEL: &str = dkv_api::labels::VERIFIES;
 
-/// Checks the scratch cluster `dkv` if it is one. `formed`: it has formed
-/// and holds all its data; `admin` reaches its members at `endpoints`.
+/// Checks the scratch cluster `cluster` if it is one. `restore_failed`:
+/// why its restore failed, if it did; `formed`: it has formed and holds all
+/// its data; `admin` reaches its members at `endpoints`.
 pub async fn check(
-    dkv: &DistributedKV,
+    cluster: &ValidatedCluster,
+    restore_failed: Option<&str>,
     formed: bool,
     admin: Option<&dyn EtcdAdmin>,
     endpoints: &[String],
     ctx: &Context,
 ) -> Result<()> {
-    let Some(backup_name) = dkv.labels().get(VERIFIES_LABEL) else {
+    let Some(backup_name) = &cluster.verifies else {
         return Ok(());
     };
-    if dkv.metadata.deletion_timestamp.is_some() {
-        return Ok(());
-    }
-    let ns = dkv.namespace().unwrap_or_default();
-    let name = dkv.name_any();
+    let ns = cluster.namespace.clone();
+    let name = cluster.name.clone();
     let backups: Api<DistributedKVBackup> = Api::namespaced(ctx.client.clone(), &ns);
     let backup = backups
         .get_opt(backup_name)
@@ -58,7 +57,7 @@ pub async fn check(
     });
     let (Some(backup), Some(verification), true) = (backup, verification, running) else {
         // Nobody waits for this one any more.
-        delete_self(dkv, ctx).await;
+        delete_self(cluster, ctx).await;
         return Ok(());
     };
     let recorded = backup
@@ -66,7 +65,7 @@ pub async fn check(
         .as_ref()
         .and_then(|s| s.artifact.as_ref())
         .and_then(|a| a.content);
-    let outcome = if let Some(why) = restore_failed(dkv) {
+    let outcome = if let Some(why) = restore_failed {
         Some(Err(format!("the restore failed: {why}")))
     } else {
         match (formed, admin) {
@@ -111,20 +110,8 @@ pub async fn check(
     if let Err(err) = ctx.recorder.publish(&event, &backup.object_ref(&())).await {
         warn!(backup = %backup_name, error = %err, "failed to publish event");
     }
-    delete_self(dkv, ctx).await;
+    delete_self(cluster, ctx).await;
     Ok(())
-}
-
-/// The message of `Degraded=True, RestoreFailed`, if the cluster has it.
-fn restore_failed(dkv: &DistributedKV) -> Option<String> {
-    dkv.status
-        .as_ref()?
-        .conditions
-        .iter()
-        .find(|c| {
-            c.type_ == types::DEGRADED && c.status == "True" && c.reason == reasons::RESTORE_FAILED
-        })
-        .map(|c| c.message.clone())
 }
 
 /// Reads the restored copy at the recorded revision and judges it; `None`
@@ -218,13 +205,12 @@ pub async fn write_verification(
     Ok(())
 }
 
-async fn delete_self(dkv: &DistributedKV, ctx: &Context) {
-    let ns = dkv.namespace().unwrap_or_default();
-    let api: Api<DistributedKV> = Api::namespaced(ctx.client.clone(), &ns);
-    if let Err(err) = api.delete(&dkv.name_any(), &DeleteParams::default()).await
+async fn delete_self(cluster: &ValidatedCluster, ctx: &Context) {
+    let api: Api<DistributedKV> = Api::namespaced(ctx.client.clone(), &cluster.namespace);
+    if let Err(err) = api.delete(&cluster.name, &DeleteParams::default()).await
         && !matches!(&err, kube::Error::Api(s) if s.code == 404)
     {
-        warn!(cluster = %dkv.name_any(), error = %err, "could not delete a scratch cluster");
+        warn!(cluster = %cluster.name, error = %err, "could not delete a scratch cluster");
     }
 }
 

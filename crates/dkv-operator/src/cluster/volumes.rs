@@ -165,6 +165,22 @@ pub async fn grow(
     Ok(volumes)
 }
 
+/// How long a member's claim may wait for a volume before that is a fault:
+/// provisioners of network disks take seconds to tens of seconds.
+pub const VOLUME_GRACE: jiff::SignedDuration = jiff::SignedDuration::from_secs(60);
+
+/// When the first member claim still within [`VOLUME_GRACE`] leaves it:
+/// status must be looked at again then, as nothing else may change.
+pub fn volume_grace_ends(volumes: &Volumes) -> Option<jiff::Timestamp> {
+    volumes
+        .pending
+        .iter()
+        .filter_map(|c| c.since)
+        .map(|since| since + VOLUME_GRACE)
+        .filter(|end| *end > jiff::Timestamp::now())
+        .min()
+}
+
 /// Whether the StatefulSet's claim template is smaller than `spec.storage.size`
 /// while every member volume already has that size: the template is then
 /// brought in line by [`recreate_statefulset`].
@@ -179,6 +195,28 @@ pub fn template_behind(cluster: &ValidatedCluster, volumes: &Volumes) -> bool {
         return false;
     };
     template < wanted && volumes.total > 0 && volumes.below == 0 && volumes.refused.is_none()
+}
+
+/// `built` with its claim template asking for `size`: the StatefulSet
+/// [`recreate_statefulset`] puts in place once every member volume has
+/// grown.
+pub fn with_claim_size(built: &StatefulSet, size: &str) -> StatefulSet {
+    let mut statefulset = built.clone();
+    let requests = statefulset
+        .spec
+        .volume_claim_templates
+        .as_mut()
+        .and_then(|templates| templates.first_mut())
+        .and_then(|claim| claim.spec.as_mut())
+        .and_then(|spec| spec.resources.as_mut())
+        .and_then(|resources| resources.requests.as_mut());
+    if let Some(requests) = requests {
+        requests.insert(
+            "storage".to_owned(),
+            k8s_openapi::apimachinery::pkg::api::resource::Quantity(size.to_owned()),
+        );
+    }
+    statefulset
 }
 
 /// How long the garbage collector may take to release the pods of a

@@ -88,13 +88,22 @@ pub struct ClusterView {
     pub forming: bool,
     /// Backups are configured (`spec.backup`).
     pub has_backup: bool,
-    /// (member, alarm) for every alarm etcd has raised.
-    pub alarms: Vec<(String, String)>,
+    /// Every alarm etcd has raised.
+    pub alarms: Vec<MemberAlarm>,
     /// (Secret, notAfter as unix seconds) of each certificate in use.
     pub certificates: Vec<(String, i64)>,
     /// The longest gap between two runs of the backup schedule.
     pub backup_schedule_interval: Option<i64>,
     pub continuous_interval: Option<i64>,
+}
+
+/// An alarm etcd raised, and the member that raised it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct MemberAlarm {
+    /// The member's name (its pod's), or its ID in hex when no member of
+    /// the cluster has that ID.
+    pub member: String,
+    pub kind: dkv_etcd::AlarmKind,
 }
 
 /// The label sets a cluster's series were last exported with.
@@ -103,7 +112,7 @@ struct Exported {
     members: BTreeSet<String>,
     /// (member, node) of members on lost nodes.
     lost: BTreeSet<(String, String)>,
-    alarms: BTreeSet<(String, String)>,
+    alarms: BTreeSet<MemberAlarm>,
     secrets: BTreeSet<String>,
 }
 
@@ -274,10 +283,8 @@ impl ClusterGauges {
                     .set(*since);
             }
         }
-        for (member, alarm) in &view.alarms {
-            self.alarm
-                .get_or_create(&alarm_labels(view, member, alarm))
-                .set(1);
+        for alarm in &view.alarms {
+            self.alarm.get_or_create(&alarm_labels(view, alarm)).set(1);
         }
         for (secret, not_after) in &view.certificates {
             self.certificate_expiry
@@ -360,8 +367,8 @@ impl ClusterGauges {
             self.member_node_lost
                 .remove(&member_node_labels(view, member, node));
         }
-        for (member, alarm) in previous.alarms.difference(&now.alarms) {
-            self.alarm.remove(&alarm_labels(view, member, alarm));
+        for alarm in previous.alarms.difference(&now.alarms) {
+            self.alarm.remove(&alarm_labels(view, alarm));
         }
         for secret in previous.secrets.difference(&now.secrets) {
             self.certificate_expiry.remove(&secret_labels(view, secret));
@@ -401,12 +408,12 @@ fn member_node_labels(view: &ClusterView, member: &str, node: &str) -> MemberNod
     }
 }
 
-fn alarm_labels(view: &ClusterView, member: &str, alarm: &str) -> AlarmLabels {
+fn alarm_labels(view: &ClusterView, alarm: &MemberAlarm) -> AlarmLabels {
     AlarmLabels {
         namespace: view.namespace.clone(),
         cluster: view.cluster.clone(),
-        member: member.to_owned(),
-        alarm: alarm.to_owned(),
+        member: alarm.member.clone(),
+        alarm: alarm.kind.as_str().to_owned(),
     }
 }
 
@@ -423,7 +430,7 @@ mod tests {
     use super::super::Metrics;
     use super::*;
 
-    fn view(members: &[(&str, bool)], alarms: &[(&str, &str)]) -> ClusterView {
+    fn view(members: &[(&str, bool)], alarms: &[(&str, dkv_etcd::AlarmKind)]) -> ClusterView {
         ClusterView {
             namespace: "shop".to_owned(),
             cluster: "orders".to_owned(),
@@ -439,7 +446,10 @@ mod tests {
                 .collect(),
             alarms: alarms
                 .iter()
-                .map(|(m, a)| ((*m).to_owned(), (*a).to_owned()))
+                .map(|(m, kind)| MemberAlarm {
+                    member: (*m).to_owned(),
+                    kind: *kind,
+                })
                 .collect(),
             certificates: vec![("orders-tls-member".to_owned(), 1_900_000_000)],
             backup_schedule_interval: Some(3600),
@@ -456,7 +466,7 @@ mod tests {
         let metrics = Metrics::new();
         metrics.observe_cluster(&view(
             &[("orders-0", true), ("orders-1", false), ("orders-2", true)],
-            &[("orders-1", "NOSPACE")],
+            &[("orders-1", dkv_etcd::AlarmKind::NoSpace)],
         ));
         let out = text(&metrics);
         for line in [

@@ -2,7 +2,7 @@
 
 mod cluster;
 
-pub use cluster::{ClusterView, MemberView};
+pub use cluster::{ClusterView, MemberAlarm, MemberView};
 
 use std::collections::HashMap;
 use std::sync::Mutex;

@@ -999,8 +999,12 @@ mod status_of_a_pass {
     use dkv_api::conditions::{reasons, types};
     use dkv_api::distributedkv::v1beta1::{DistributedKVStatus, Phase};
     use dkv_operator::cluster::backup_catalogue::BackupSummary;
+    use dkv_operator::cluster::hibernation::State;
     use dkv_operator::cluster::outcome::Fault;
-    use dkv_operator::cluster::status::{Seen, derive};
+    use dkv_operator::cluster::pass::Pass;
+    use dkv_operator::cluster::stage::planned::{Gate, Planned};
+    use dkv_operator::cluster::stage::validated::Validated;
+    use dkv_operator::cluster::status::derive;
     use dkv_operator::cluster::volumes::{PendingClaim, Volumes};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
     use pretty_assertions::assert_eq;
@@ -1010,14 +1014,33 @@ mod status_of_a_pass {
     }
 
     /// What a pass over a new cluster saw, up to its plan.
-    fn planned(dkv: &DistributedKV, volumes: Volumes) -> Seen {
+    fn planned(dkv: &DistributedKV, volumes: Volumes) -> Pass {
         let (cluster, plan, _) = prepare(dkv);
-        Seen {
-            cluster: Some(cluster),
-            plan: Some(plan),
-            volumes: Some(volumes),
-            ..Seen::default()
+        Pass {
+            observed: Some(Default::default()),
+            validated: Some(Validated {
+                cluster,
+                pods: Vec::new(),
+                volumes,
+                placements: Vec::new(),
+                lost: Vec::new(),
+                stranded: Vec::new(),
+            }),
+            planned: Some(Planned {
+                plan,
+                hibernation: State::Awake,
+                operation: None,
+                gate: Gate::Proceed,
+            }),
+            ..Pass::default()
         }
+    }
+
+    /// `pass` with its plan's hibernation state `state`.
+    fn hibernation(pass: &mut Pass, state: State) -> &mut Planned {
+        let planned = pass.planned.as_mut().expect("planned");
+        planned.hibernation = state;
+        planned
     }
 
     fn condition<'a>(status: &'a DistributedKVStatus, type_: &str) -> &'a Condition {
@@ -1073,12 +1096,11 @@ mod status_of_a_pass {
 
     #[test]
     fn a_hibernated_pass_is_neither_available_nor_degraded_and_keeps_the_membership() {
-        use dkv_operator::cluster::hibernation::{self, State};
         let dkv = formed(fixture("minimal"));
-        let mut seen = planned(&dkv, Volumes::default());
-        seen.plan = seen.plan.map(hibernation::stopped_plan);
-        seen.hibernation = State::Hibernated;
-        let status = derive(&dkv, &seen, None, &BackupSummary::default(), &now()).unwrap();
+        let mut pass = planned(&dkv, Volumes::default());
+        let planned = hibernation(&mut pass, State::Hibernated);
+        planned.plan = dkv_operator::cluster::hibernation::stopped_plan(planned.plan.clone());
+        let status = derive(&dkv, &pass, None, &BackupSummary::default(), &now()).unwrap();
         for type_ in [types::AVAILABLE, types::PROGRESSING, types::DEGRADED] {
             let c = condition(&status, type_);
             assert_eq!(
@@ -1097,14 +1119,13 @@ mod status_of_a_pass {
 
     #[test]
     fn waking_members_are_not_a_lost_quorum() {
-        use dkv_operator::cluster::hibernation::State;
         let mut dkv = formed(fixture("minimal"));
         if let Some(status) = dkv.status.as_mut() {
             status.phase = Some(Phase::Hibernated);
         }
-        let mut seen = planned(&dkv, Volumes::default());
-        seen.hibernation = State::Waking;
-        let status = derive(&dkv, &seen, None, &BackupSummary::default(), &now()).unwrap();
+        let mut pass = planned(&dkv, Volumes::default());
+        hibernation(&mut pass, State::Waking);
+        let status = derive(&dkv, &pass, None, &BackupSummary::default(), &now()).unwrap();
         let available = condition(&status, types::AVAILABLE);
         assert_eq!(
             (available.status.as_str(), available.reason.as_str()),
@@ -1119,8 +1140,8 @@ mod status_of_a_pass {
         assert_eq!(degraded.status, "False", "{}", degraded.message);
         assert_eq!(status.phase, Some(Phase::Running));
         // The same pass without hibernation would be a lost quorum.
-        seen.hibernation = State::Awake;
-        let lost = derive(&dkv, &seen, None, &BackupSummary::default(), &now()).unwrap();
+        hibernation(&mut pass, State::Awake);
+        let lost = derive(&dkv, &pass, None, &BackupSummary::default(), &now()).unwrap();
         assert_eq!(
             condition(&lost, types::DEGRADED).reason,
             reasons::QUORUM_LOST
@@ -1203,7 +1224,7 @@ mod status_of_a_pass {
         };
         let status = derive(
             &dkv,
-            &Seen::default(),
+            &Pass::default(),
             Some(&fault),
             &BackupSummary::default(),
             &now(),
@@ -1226,7 +1247,7 @@ mod status_of_a_pass {
         };
         let status = derive(
             &dkv,
-            &Seen::default(),
+            &Pass::default(),
             Some(&waiting),
             &BackupSummary::default(),
             &now(),
@@ -1278,7 +1299,7 @@ mod status_of_a_pass {
         assert_eq!(
             derive(
                 &dkv,
-                &Seen::default(),
+                &Pass::default(),
                 None,
                 &BackupSummary::default(),
                 &now()

@@ -12,7 +12,8 @@ use super::faults::{
     pod_fault, rollout_pending, volume_pending,
 };
 use super::messages::{operation_reason, step_detail, wait_message};
-use super::{Observation, Want, formed_before, serving_endpoints, set_condition, with_backups};
+use super::{Observation, Want, serving_endpoints, set_condition, with_backups};
+use crate::cluster::dereference::formed_before;
 use crate::cluster::hibernation::State as HibernationState;
 use crate::cluster::membership::{ObservedMember, Step, WaitReason, quorum};
 use crate::cluster::naming;

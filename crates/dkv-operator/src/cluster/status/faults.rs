@@ -7,24 +7,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use super::Observation;
 use crate::cluster::backup_catalogue::FailedRun;
 use crate::cluster::plan::update_revision;
-use crate::cluster::volumes::Volumes;
+use crate::cluster::volumes::{VOLUME_GRACE, Volumes};
 use crate::cluster::{lost_node, naming};
-
-/// How long a member's claim may wait for a volume before that is a fault:
-/// provisioners of network disks take seconds to tens of seconds.
-const VOLUME_GRACE: jiff::SignedDuration = jiff::SignedDuration::from_secs(60);
-
-/// When the first member claim still within [`VOLUME_GRACE`] leaves it:
-/// status must be looked at again then, as nothing else may change.
-pub fn volume_grace_ends(volumes: &Volumes) -> Option<jiff::Timestamp> {
-    volumes
-        .pending
-        .iter()
-        .filter_map(|c| c.since)
-        .map(|since| since + VOLUME_GRACE)
-        .filter(|end| *end > jiff::Timestamp::now())
-        .min()
-}
 
 /// Says which member claims have waited for a volume longer than
 /// [`VOLUME_GRACE`].

@@ -29,81 +29,57 @@ use super::backup_catalogue::BackupSummary;
 use super::membership::ObservedMember;
 use super::observe_members::MemberPod;
 use super::outcome::Fault;
+use super::pass::Pass;
 use super::plan::Plan;
 use super::validate::ValidatedCluster;
 use super::volumes::Volumes;
 use compute::compute;
-pub use faults::volume_grace_ends;
 pub use patch::write;
 
-/// What one pass observed and decided, filled in step by step as the pass
-/// goes: status is derived from it whichever step the pass stopped at.
-#[derive(Default)]
-pub struct Seen {
-    /// The spec, once it validated.
-    pub cluster: Option<ValidatedCluster>,
-    /// The member pods.
-    pub pods: Vec<MemberPod>,
-    /// etcd's members (`None`: not asked, or no member answered).
-    pub members: Option<Vec<ObservedMember>>,
-    /// The plan, once made.
-    pub plan: Option<Plan>,
-    /// The StatefulSet as last read or applied.
-    pub statefulset: Option<Arc<StatefulSet>>,
-    /// The EndpointSlices of the client Service.
-    pub client_endpoints: Vec<Arc<EndpointSlice>>,
-    /// The operation pinned once the pass's step is done (the one pinned
-    /// before it while the step has not succeeded).
-    pub operation: Option<Operation>,
-    /// Where the member volumes stand against `spec.storage.size`.
-    pub volumes: Option<Volumes>,
-    /// What the continuous backup agent reported this pass.
-    pub continuous: Option<crate::continuous_backup::Report>,
-    /// (member, alarm) for each alarm etcd has raised (`None`: not asked).
-    pub alarms: Option<Vec<(String, String)>>,
-    /// (Secret, notAfter) of each certificate the members and the operator
-    /// use.
-    pub certificates: Vec<(String, jiff::Timestamp)>,
-    /// Where the cluster stands with `spec.hibernation`.
-    pub hibernation: super::hibernation::State,
-    /// When a scheduled defragmentation run finished in this pass.
-    pub defragged_at: Option<Time>,
-    /// Where each member pod runs (node and zone).
-    pub placements: Vec<super::lost_node::Placement>,
-    /// The members whose node is lost.
-    pub lost: Vec<super::lost_node::LostMember>,
-}
-
-/// The status of `dkv` after a pass that observed `seen` and, if it failed,
+/// The status of `dkv` after a pass that reached `pass` and, if it failed,
 /// showed `fault`. `None` when the pass saw nothing status records and
 /// failed with nothing to show (a cluster being deleted, say).
 pub fn derive(
     dkv: &DistributedKV,
-    seen: &Seen,
+    pass: &Pass,
     fault: Option<&Fault>,
     backups: &BackupSummary,
     now: &Time,
 ) -> Option<DistributedKVStatus> {
-    let observed = match (&seen.cluster, &seen.plan, &seen.volumes) {
-        (Some(cluster), Some(plan), Some(volumes)) => Some(compute(
-            dkv,
-            &Observation {
-                cluster,
-                plan,
-                statefulset: seen.statefulset.as_deref(),
-                members: seen.members.as_deref(),
-                pods: &seen.pods,
-                client_endpoints: &seen.client_endpoints,
-                operation: seen.operation.clone(),
-                restore_failure: seen.pods.iter().find_map(|p| p.restore_failure.as_deref()),
-                backups,
-                volumes,
-                hibernation: &seen.hibernation,
-                placements: &seen.placements,
-                lost: &seen.lost,
-            },
-            now,
-        )),
+    // A pass that planned: its status follows from what it saw. One that
+    // stopped before keeps what status said, with its fault on top.
+    let observed = match (
+        &pass.observed,
+        &pass.validated,
+        &pass.planned,
+        pass.volumes(),
+    ) {
+        (Some(observed), Some(validated), Some(planned), Some(volumes)) => {
+            let hibernation = pass.hibernation();
+            let statefulset = pass.statefulset();
+            Some(compute(
+                dkv,
+                &Observation {
+                    cluster: &validated.cluster,
+                    plan: &planned.plan,
+                    statefulset: statefulset.as_deref(),
+                    members: pass.connected.as_ref().and_then(|c| c.members.as_deref()),
+                    pods: &validated.pods,
+                    client_endpoints: &observed.client_endpoints,
+                    operation: pass.operation(),
+                    restore_failure: validated
+                        .pods
+                        .iter()
+                        .find_map(|p| p.restore_failure.as_deref()),
+                    backups,
+                    volumes,
+                    hibernation: &hibernation,
+                    placements: &validated.placements,
+                    lost: &validated.lost,
+                },
+                now,
+            ))
+        }
         _ => None,
     };
     let status = match (observed, fault) {
@@ -120,7 +96,7 @@ pub fn derive(
         (None, None) => None,
     };
     status.map(|status| DistributedKVStatus {
-        last_defrag_time: seen.defragged_at.clone().or_else(|| {
+        last_defrag_time: pass.maintained.defragged_at.clone().or_else(|| {
             dkv.status
                 .as_ref()
                 .and_then(|old| old.last_defrag_time.clone())
@@ -195,25 +171,6 @@ struct Want {
     status: bool,
     reason: &'static str,
     message: String,
-}
-
-/// Whether the cluster's status records that it has formed: its Available
-/// condition was once QuorumHealthy, and stays QuorumHealthy, QuorumLost or
-/// EndpointsNotReady — or one of hibernation's, which only a formed cluster
-/// reaches.
-pub fn formed_before(dkv: &DistributedKV) -> bool {
-    dkv.status.iter().flat_map(|s| &s.conditions).any(|c| {
-        c.type_ == types::AVAILABLE
-            && [
-                reasons::QUORUM_HEALTHY,
-                reasons::QUORUM_LOST,
-                reasons::ENDPOINTS_NOT_READY,
-                reasons::HIBERNATING,
-                reasons::HIBERNATED,
-                reasons::WAKING,
-            ]
-            .contains(&c.reason.as_str())
-    })
 }
 
 /// How many distinct addresses the client Service routes to: the ready

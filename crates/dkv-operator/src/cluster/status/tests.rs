@@ -6,11 +6,19 @@ use dkv_api::distributedkv::v1beta1::{DistributedKVStatus, MemberStatus, Phase};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use serde_json::json;
 
-use super::{Seen, derive};
+use super::derive;
 use crate::cluster::backup_catalogue::BackupSummary;
+use crate::cluster::credentials::Credentials;
 use crate::cluster::lost_node::{LostMember, NodeLoss, Placement};
+use crate::cluster::membership::ObservedMember;
 use crate::cluster::membership::fixtures;
 use crate::cluster::observe_members::MemberPod;
+use crate::cluster::pass::Pass;
+use crate::cluster::plan::Plan;
+use crate::cluster::stage::connected::Connected;
+use crate::cluster::stage::planned::{Gate, Planned};
+use crate::cluster::stage::validated::Validated;
+use crate::cluster::validate::ValidatedCluster;
 use crate::cluster::volumes::Volumes;
 
 fn at(text: &str) -> jiff::Timestamp {
@@ -19,6 +27,47 @@ fn at(text: &str) -> jiff::Timestamp {
 
 fn now() -> Time {
     Time(at("2026-11-26T09:00:00Z"))
+}
+
+/// What the tests vary of a pass that planned.
+struct Seen {
+    cluster: ValidatedCluster,
+    plan: Plan,
+    members: Option<Vec<ObservedMember>>,
+    pods: Vec<MemberPod>,
+    placements: Vec<Placement>,
+    lost: Vec<LostMember>,
+}
+
+impl Seen {
+    /// The stages of a pass that saw this.
+    fn pass(&self) -> Pass {
+        Pass {
+            observed: Some(Default::default()),
+            validated: Some(Validated {
+                cluster: self.cluster.clone(),
+                pods: self.pods.clone(),
+                volumes: Volumes::default(),
+                placements: self.placements.clone(),
+                lost: self.lost.clone(),
+                stranded: Vec::new(),
+            }),
+            connected: Some(Connected {
+                credentials: Credentials::plaintext(),
+                admin: None,
+                endpoints: Vec::new(),
+                members: self.members.clone(),
+                alarms: None,
+            }),
+            planned: Some(Planned {
+                plan: self.plan.clone(),
+                hibernation: Default::default(),
+                operation: None,
+                gate: Gate::Proceed,
+            }),
+            ..Pass::default()
+        }
+    }
 }
 
 /// `orders`, 3 members, as last seen formed; `lost_node` its
@@ -68,13 +117,12 @@ fn formed(lost_node: serde_json::Value) -> (dkv_api::DistributedKV, Seen) {
         })
         .collect();
     let seen = Seen {
-        cluster: Some(cluster),
-        plan: Some(plan),
-        volumes: Some(Volumes::default()),
+        cluster,
+        plan,
         members: Some(members),
         pods,
         placements,
-        ..Seen::default()
+        lost: Vec::new(),
     };
     (dkv, seen)
 }
@@ -107,7 +155,7 @@ fn lose(seen: &mut Seen, ordinal: i32, since: &str) {
 }
 
 fn status(dkv: &dkv_api::DistributedKV, seen: &Seen) -> DistributedKVStatus {
-    derive(dkv, seen, None, &BackupSummary::default(), &now())
+    derive(dkv, &seen.pass(), None, &BackupSummary::default(), &now())
         .unwrap_or_else(|| panic!("no status derived"))
 }
 

@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use dkv_api::distributedkv::v1beta1::{
-    Compression, KeySecretReference, LostNodeRecovery, PodOverrides, ReclaimPolicy,
+    Compression, KeySecretReference, LostNodeRecovery, PodOverrides, ReclaimPolicy, RecoveryPolicy,
 };
 use dkv_api::{DistributedKV, DistributedKVSpec, labels};
 use dkv_backup::RetentionPolicy;
@@ -96,6 +96,33 @@ pub struct ValidatedCluster {
     pub defrag: Option<DefragSettings>,
     /// `spec.recovery.lostNode`: what happens to members on lost nodes.
     pub lost_node: Option<LostNodeRecovery>,
+    /// `spec.recovery`: what dkv may do once quorum is lost, and when.
+    pub recovery: Option<(RecoveryPolicy, jiff::SignedDuration)>,
+    /// The value of the `dkv.io/rotate-ca` annotation: a new value asks for
+    /// a CA rotation.
+    pub ca_rotation_request: Option<String>,
+    /// The backup this cluster is a scratch copy of, to verify it (the
+    /// `dkv.io/verifies` label).
+    pub verifies: Option<String>,
+}
+
+impl ValidatedCluster {
+    /// The cluster object, as the key of per-cluster state.
+    pub fn object_ref(&self) -> kube::runtime::reflector::ObjectRef<DistributedKV> {
+        kube::runtime::reflector::ObjectRef::new(&self.name).within(&self.namespace)
+    }
+
+    /// The cluster object, as the subject of an Event.
+    pub fn object_reference(&self) -> k8s_openapi::api::core::v1::ObjectReference {
+        k8s_openapi::api::core::v1::ObjectReference {
+            api_version: Some(DistributedKV::api_version(&()).into_owned()),
+            kind: Some(DistributedKV::kind(&()).into_owned()),
+            name: Some(self.name.clone()),
+            namespace: Some(self.namespace.clone()),
+            uid: Some(self.uid.clone()),
+            ..Default::default()
+        }
+    }
 }
 
 /// `spec.maintenance.defrag`, checked.
@@ -294,6 +321,17 @@ pub fn validate(
                     threshold_percent: d.threshold_percent,
                 }),
             lost_node: spec.recovery.as_ref().and_then(|r| r.lost_node.clone()),
+            recovery: spec.recovery.as_ref().map(|r| {
+                (
+                    r.policy,
+                    jiff::SignedDuration::from_secs(i64::from(r.after_seconds)),
+                )
+            }),
+            ca_rotation_request: dkv
+                .annotations()
+                .get(crate::cluster::ca_rotation::ROTATE_ANNOTATION)
+                .cloned(),
+            verifies: dkv.labels().get(labels::VERIFIES).cloned(),
         }),
         _ => Err(InvalidSpec(problems.0)),
     }

@@ -1,0 +1,119 @@
+//! Stage 3, connected: the cluster's credentials ensured
+//! ([`crate::cluster::credentials`]), then etcd's view through them — its
+//! members and the alarms they raised.
+
+use std::sync::Arc;
+
+use dkv_etcd::{AlarmKind, EtcdAdmin};
+
+use crate::cluster::context::Context;
+use crate::cluster::credentials::{self, Credentials};
+use crate::cluster::dereference::Observed;
+use crate::cluster::error::Result;
+use crate::cluster::membership::ObservedMember;
+use crate::cluster::membership_record::ClusterState;
+use crate::cluster::naming;
+use crate::cluster::observe_members;
+use crate::metrics::MemberAlarm;
+
+use super::validated::Validated;
+
+/// The credentials, and what etcd said through them.
+pub struct Connected {
+    pub credentials: Credentials,
+    /// The operator's etcd client, once the cluster is deployed and a member
+    /// has an endpoint.
+    pub admin: Option<Arc<dyn EtcdAdmin>>,
+    /// The endpoints of the member pods that have one.
+    pub endpoints: Vec<String>,
+    /// etcd's members (`None`: not asked, or no member answered).
+    pub members: Option<Vec<ObservedMember>>,
+    /// The alarms etcd has raised (`None`: not asked).
+    pub alarms: Option<Vec<MemberAlarm>>,
+}
+
+impl Connected {
+    /// etcd refuses writes: its backend reached the quota.
+    pub fn space_alarm(&self) -> bool {
+        self.alarms
+            .iter()
+            .flatten()
+            .any(|a| a.kind == AlarmKind::NoSpace)
+    }
+
+    /// Every member answered, healthy.
+    pub fn all_healthy(&self) -> bool {
+        self.members
+            .as_ref()
+            .is_some_and(|m| !m.is_empty() && m.iter().all(|m| m.healthy))
+    }
+
+    /// (Secret, notAfter) of each certificate the members and the operator
+    /// use.
+    pub fn certificates(&self) -> Vec<(String, jiff::Timestamp)> {
+        self.credentials
+            .tls
+            .as_ref()
+            .map(|t| t.expiries.clone())
+            .unwrap_or_default()
+    }
+}
+
+/// Ensures the credentials of the validated cluster and asks etcd, through
+/// them, for its members and alarms.
+pub async fn connected(
+    validated: &Validated,
+    observed: &Observed,
+    ctx: &Context,
+) -> Result<Connected> {
+    let cluster = &validated.cluster;
+    let deployed = observed.statefulset.is_some();
+    let exists = deployed
+        || observed
+            .record
+            .as_ref()
+            .is_some_and(|r| r.state == ClusterState::Existing);
+    let idle = observed.recorded.operation.is_none();
+    let credentials = credentials::ensure(cluster, &validated.pods, exists, idle, ctx).await?;
+    let endpoints = validated.endpoints();
+    let admin = (!endpoints.is_empty() && deployed).then(|| {
+        ctx.etcd.connect(
+            &endpoints,
+            credentials.client_identity(),
+            credentials.user(),
+        )
+    });
+    let members = match &admin {
+        Some(admin) => {
+            observe_members::observe_members(&cluster.name, admin.as_ref(), &validated.pods).await
+        }
+        None => None,
+    };
+    let alarms = match (&admin, &members) {
+        (Some(admin), Some(_)) => admin.alarms().await.ok(),
+        _ => None,
+    };
+    let alarms = alarms.map(|alarms| {
+        alarms
+            .iter()
+            .map(|a| MemberAlarm {
+                member: members
+                    .iter()
+                    .flatten()
+                    .find(|m| m.id == a.member.0)
+                    .map_or_else(
+                        || format!("{:x}", a.member.0),
+                        |m| naming::member(&cluster.name, m.ordinal),
+                    ),
+                kind: a.kind,
+            })
+            .collect()
+    });
+    Ok(Connected {
+        credentials,
+        admin,
+        endpoints,
+        members,
+        alarms,
+    })
+}

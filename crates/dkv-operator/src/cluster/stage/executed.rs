@@ -1,0 +1,147 @@
+//! Stage 7, executed: the plan's one membership step carried out against
+//! etcd ([`crate::cluster::execute`]), with the Events of the steps that
+//! need one, and the operation as the step leaves it.
+
+use dkv_api::distributedkv::v1beta1::Operation;
+use tracing::info;
+
+use crate::cluster::context::{self, Context};
+use crate::cluster::error::Result;
+use crate::cluster::execute;
+use crate::cluster::lost_node::LostMember;
+use crate::cluster::membership::Step;
+use crate::cluster::naming;
+use crate::cluster::validate::ValidatedCluster;
+use crate::events::{Event, EventType};
+
+use super::connected::Connected;
+use super::planned::{NOSPACE_RETRY, Planned};
+use super::validated::Validated;
+
+/// The operation once the pass's step is done.
+pub struct Executed {
+    /// `None` once the step finished the operation pinned before it.
+    pub operation: Option<Operation>,
+}
+
+/// Executes the plan's step, when etcd can be asked.
+pub async fn executed(
+    validated: &Validated,
+    connected: &Connected,
+    planned: &Planned,
+    now: jiff::Timestamp,
+    ctx: &Context,
+) -> Result<Executed> {
+    let cluster = &validated.cluster;
+    let step = &planned.plan.step;
+    if let Some(admin) = &connected.admin {
+        execute::execute(
+            step,
+            &execute::Target {
+                client: &ctx.client,
+                admin: admin.as_ref(),
+                namespace: &cluster.namespace,
+                cluster: &cluster.name,
+                pods: &validated.pods,
+                peer_scheme: cluster.tls.peer_scheme(),
+            },
+        )
+        .await?;
+        if matches!(step, Step::ReclaimSpace) {
+            space_reclaimed(cluster, now, ctx).await;
+        }
+        if let Step::EvictFromLostNode {
+            ordinal, claim_uid, ..
+        } = step
+        {
+            announce_eviction(cluster, *ordinal, claim_uid.is_some(), &validated.lost, ctx).await;
+        }
+    }
+    let finished = match step {
+        Step::Finish(pin) => {
+            info!(kind = ?pin.kind, ordinal = pin.ordinal, "operation complete");
+            true
+        }
+        // Deleting the removed member's volume is the last step of a
+        // removal, and it has just succeeded (or the volume was gone).
+        Step::DeleteVolume { ordinal } if connected.admin.is_some() => {
+            info!(ordinal, "member removal complete");
+            true
+        }
+        _ => false,
+    };
+    Ok(Executed {
+        operation: if finished {
+            None
+        } else {
+            planned.operation.clone()
+        },
+    })
+}
+
+/// The Event of a member pod force-deleted off a lost node.
+async fn announce_eviction(
+    cluster: &ValidatedCluster,
+    ordinal: i32,
+    claim_deleted: bool,
+    lost: &[LostMember],
+    ctx: &Context,
+) {
+    let member = naming::member(&cluster.name, ordinal);
+    let node = lost
+        .iter()
+        .find(|l| l.ordinal == ordinal)
+        .map_or_else(String::new, |l| format!(" on node {} ({})", l.node, l.loss));
+    let note = if claim_deleted {
+        format!(
+            "{member}{node} left etcd; its pod was force-deleted and its claim {} (bound to that node) deleted: the StatefulSet re-creates it elsewhere, empty, and it joins as a learner",
+            naming::volume_claim(&cluster.name, ordinal)
+        )
+    } else if cluster.storage.is_some() {
+        format!(
+            "the pod of {member}{node} was force-deleted: the StatefulSet re-creates it elsewhere and it restarts from its volume, which follows it"
+        )
+    } else {
+        format!(
+            "{member}{node} left etcd; its pod was force-deleted: the StatefulSet re-creates it elsewhere, empty, and it joins as a learner"
+        )
+    };
+    info!(%note, "member moved off a lost node");
+    context::publish_about(
+        cluster,
+        Event {
+            type_: EventType::Warning,
+            reason: "MemberEvicted".to_owned(),
+            note: Some(note),
+            action: "RelocateMember".to_owned(),
+            secondary: Some(naming::member_pod_reference(&cluster.namespace, &member)),
+        },
+        ctx,
+    )
+    .await;
+}
+
+/// After the NOSPACE recovery (compact, defragment, disarm): remembered, so
+/// that a NOSPACE that comes straight back is reported rather than looped
+/// on, counted, and told in an Event.
+async fn space_reclaimed(cluster: &ValidatedCluster, now: jiff::Timestamp, ctx: &Context) {
+    ctx.record_space_reclaimed(&cluster.object_ref(), now);
+    ctx.metrics
+        .count_nospace_recovery(&cluster.namespace, &cluster.name);
+    context::publish_about(
+        cluster,
+        Event {
+            type_: EventType::Warning,
+            reason: "NoSpaceRecovered".to_owned(),
+            note: Some(format!(
+                "etcd refused writes (NOSPACE: the backend reached spec.etcd.quotaBackendBytes, {} bytes); dkv compacted the history, defragmented every member one at a time and disarmed the alarm: writes are accepted again. If it comes back within {} minutes dkv stops and reports it: raise the quota or find what writes so much",
+                cluster.etcd.quota_backend_bytes,
+                NOSPACE_RETRY.as_mins()
+            )),
+            action: "ReclaimSpace".to_owned(),
+            secondary: None,
+        },
+        ctx,
+    )
+    .await;
+}

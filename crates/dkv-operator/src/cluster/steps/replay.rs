@@ -1,0 +1,42 @@
+//! A restore from continuous backup replays the recorded changes once every
+//! member runs from the base snapshot; clients are let in after (the
+//! client Service follows in the next pass).
+
+use crate::cluster::context::Context;
+use crate::cluster::continuous;
+use crate::cluster::error::Result;
+use crate::cluster::outcome::{Applied, EtcdContact, Outcome, Rotation, Work};
+
+use super::{Input, Maintained, StepOutcome};
+
+pub async fn run(input: &Input<'_>, _: &mut Maintained, ctx: &Context) -> Result<StepOutcome> {
+    let plan = &input.planned.plan;
+    let Some(pending) = &plan.replay else {
+        return Ok(StepOutcome::Continue);
+    };
+    let Some(replay) = &pending.replay else {
+        return Ok(StepOutcome::Continue);
+    };
+    if input.connected.admin.is_none()
+        || plan.creating
+        || !input.converged()
+        || !input.connected.all_healthy()
+    {
+        return Ok(StepOutcome::Continue);
+    }
+    continuous::replay(
+        &input.validated.cluster,
+        pending,
+        replay,
+        &input.connected.endpoints,
+        &input.connected.credentials,
+        ctx,
+    )
+    .await?;
+    Ok(StepOutcome::Done(Outcome::Applied(Applied {
+        work: Work::Advanced,
+        etcd: EtcdContact::Asked,
+        rotation: Rotation::Idle,
+        due_at: None,
+    })))
+}
