@@ -33,6 +33,39 @@ pub fn parse_quantity(text: &str) -> Result<f64, InvalidQuantity> {
         .ok_or_else(|| InvalidQuantity(text.to_owned()))
 }
 
+/// A storage size as the spec wrote it (what claims are asked for) and its
+/// value in bytes (what sizes are compared by): parsed once.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StorageSize {
+    text: String,
+    bytes: f64,
+}
+
+impl StorageSize {
+    pub fn parse(text: &str) -> Result<Self, InvalidQuantity> {
+        Ok(Self {
+            bytes: parse_quantity(text)?,
+            text: text.trim().to_owned(),
+        })
+    }
+
+    /// The size as written.
+    pub fn as_str(&self) -> &str {
+        &self.text
+    }
+
+    /// The size in bytes.
+    pub fn bytes(&self) -> f64 {
+        self.bytes
+    }
+}
+
+impl fmt::Display for StorageSize {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -19,7 +19,7 @@ pub fn view(
     let schedule = pass
         .cluster()
         .and_then(|c| c.backup.as_ref())
-        .map(|b| b.schedule.as_str());
+        .map(|b| &b.schedule);
     ClusterView {
         namespace: dkv.namespace().unwrap_or_default(),
         cluster: dkv.name_any(),
@@ -65,7 +65,7 @@ pub fn view(
             .map(|(secret, not_after)| (secret, not_after.as_second()))
             .collect(),
         backup_schedule_interval: schedule
-            .and_then(|s| super::schedule::longest_gap(s, jiff::Timestamp::now()))
+            .and_then(|s| s.longest_gap(jiff::Timestamp::now()))
             .map(|gap| gap.as_secs()),
         continuous_interval: continuous_interval
             .map(|i| i64::try_from(i.as_secs()).unwrap_or(i64::MAX)),

@@ -10,50 +10,77 @@ use jiff::{SignedDuration, Timestamp};
 /// with a few runs a day.
 const RUNS_EXAMINED: usize = 64;
 
-/// The schedule, or why it is not one (worded for the field's user).
-pub fn parse(schedule: &str) -> Result<Cron, String> {
-    let schedule = schedule.trim();
-    if schedule.starts_with("TZ=") || schedule.starts_with("CRON_TZ=") {
-        return Err(
-            "time zones in the schedule are not supported; schedules run in UTC".to_owned(),
-        );
-    }
-    let fields = schedule.split_whitespace().count();
-    if !schedule.starts_with('@') && fields != 5 {
-        return Err(format!(
-            "{schedule:?} has {fields} fields; a schedule has five (minute hour day-of-month month day-of-week), e.g. \"0 */6 * * *\""
-        ));
-    }
-    CronParser::builder()
-        .seconds(Seconds::Disallowed)
-        .year(Year::Disallowed)
-        .build()
-        .parse(schedule)
-        .map_err(|err| format!("{schedule:?} is not a valid cron schedule: {err}"))
+/// A schedule as validated: its text (what a CronJob is given) and the
+/// cron it parsed into, so that nothing parses it again.
+#[derive(Debug, Clone)]
+pub struct Schedule {
+    text: String,
+    cron: Cron,
 }
 
-/// The first run of `schedule` after `after`.
-pub fn next_run(schedule: &str, after: Timestamp) -> Option<Timestamp> {
-    let cron = parse(schedule).ok()?;
-    cron.find_next_occurrence(&after.to_zoned(jiff::tz::TimeZone::UTC), false)
-        .ok()
-        .map(|next| next.timestamp())
+impl PartialEq for Schedule {
+    fn eq(&self, other: &Self) -> bool {
+        self.text == other.text
+    }
 }
 
-/// The longest time between two consecutive runs of `schedule` over its
-/// next [`RUNS_EXAMINED`] runs after `from`.
-pub fn longest_gap(schedule: &str, from: Timestamp) -> Option<SignedDuration> {
-    let mut previous = next_run(schedule, from)?;
-    let mut longest: Option<SignedDuration> = None;
-    for _ in 1..RUNS_EXAMINED {
-        let Some(run) = next_run(schedule, previous) else {
-            break;
-        };
-        let gap = run.duration_since(previous);
-        longest = Some(longest.map_or(gap, |l| l.max(gap)));
-        previous = run;
+impl Eq for Schedule {}
+
+impl Schedule {
+    /// The schedule, or why it is not one (worded for the field's user).
+    pub fn parse(schedule: &str) -> Result<Self, String> {
+        let text = schedule.trim();
+        if text.starts_with("TZ=") || text.starts_with("CRON_TZ=") {
+            return Err(
+                "time zones in the schedule are not supported; schedules run in UTC".to_owned(),
+            );
+        }
+        let fields = text.split_whitespace().count();
+        if !text.starts_with('@') && fields != 5 {
+            return Err(format!(
+                "{text:?} has {fields} fields; a schedule has five (minute hour day-of-month month day-of-week), e.g. \"0 */6 * * *\""
+            ));
+        }
+        let cron = CronParser::builder()
+            .seconds(Seconds::Disallowed)
+            .year(Year::Disallowed)
+            .build()
+            .parse(text)
+            .map_err(|err| format!("{text:?} is not a valid cron schedule: {err}"))?;
+        Ok(Self {
+            text: text.to_owned(),
+            cron,
+        })
     }
-    longest
+
+    /// The schedule as written (trimmed).
+    pub fn as_str(&self) -> &str {
+        &self.text
+    }
+
+    /// The first run after `after`.
+    pub fn next_run(&self, after: Timestamp) -> Option<Timestamp> {
+        self.cron
+            .find_next_occurrence(&after.to_zoned(jiff::tz::TimeZone::UTC), false)
+            .ok()
+            .map(|next| next.timestamp())
+    }
+
+    /// The longest time between two consecutive runs over the next
+    /// [`RUNS_EXAMINED`] runs after `from`.
+    pub fn longest_gap(&self, from: Timestamp) -> Option<SignedDuration> {
+        let mut previous = self.next_run(from)?;
+        let mut longest: Option<SignedDuration> = None;
+        for _ in 1..RUNS_EXAMINED {
+            let Some(run) = self.next_run(previous) else {
+                break;
+            };
+            let gap = run.duration_since(previous);
+            longest = Some(longest.map_or(gap, |l| l.max(gap)));
+            previous = run;
+        }
+        longest
+    }
 }
 
 #[cfg(test)]
@@ -66,33 +93,36 @@ mod tests {
 
     #[test]
     fn schedules_follow_kubernetes_rules() {
-        assert!(parse("0 */6 * * *").is_ok());
-        assert!(parse("@daily").is_ok());
-        assert!(parse("*/5 * * * *").is_ok());
-        assert!(parse("0 0 */6 * * *").is_err(), "no seconds field");
-        assert!(parse("61 * * * *").is_err());
-        assert!(parse("every day").is_err());
-        assert!(parse("CRON_TZ=UTC 0 * * * *").is_err());
+        assert!(Schedule::parse("0 */6 * * *").is_ok());
+        assert!(Schedule::parse("@daily").is_ok());
+        assert!(Schedule::parse("*/5 * * * *").is_ok());
+        assert!(
+            Schedule::parse("0 0 */6 * * *").is_err(),
+            "no seconds field"
+        );
+        assert!(Schedule::parse("61 * * * *").is_err());
+        assert!(Schedule::parse("every day").is_err());
+        assert!(Schedule::parse("CRON_TZ=UTC 0 * * * *").is_err());
     }
 
     #[test]
     fn the_next_run_follows_the_given_time() {
         let from = at("2026-11-26T02:59:00Z");
+        let daily = Schedule::parse("0 3 * * *").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(daily.next_run(from), Some(at("2026-11-26T03:00:00Z")));
         assert_eq!(
-            next_run("0 3 * * *", from),
-            Some(at("2026-11-26T03:00:00Z"))
-        );
-        assert_eq!(
-            next_run("0 3 * * *", at("2026-11-26T03:00:00Z")),
+            daily.next_run(at("2026-11-26T03:00:00Z")),
             Some(at("2026-11-27T03:00:00Z"))
         );
-        assert_eq!(next_run("not a schedule", from), None);
     }
 
     #[test]
     fn the_longest_gap_between_runs_is_the_schedules_interval() {
         let hours = |schedule| {
-            longest_gap(schedule, at("2026-11-26T00:00:00Z")).map_or(-1, |g| g.as_hours())
+            Schedule::parse(schedule)
+                .ok()
+                .and_then(|s| s.longest_gap(at("2026-11-26T00:00:00Z")))
+                .map_or(-1, |g| g.as_hours())
         };
         assert_eq!(hours("0 * * * *"), 1);
         assert_eq!(hours("0 */6 * * *"), 6);

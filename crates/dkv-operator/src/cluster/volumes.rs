@@ -25,7 +25,7 @@ use super::apply::{FIELD_MANAGER, as_applied};
 use super::error::{Error, Result};
 use super::naming::volume_claim;
 use super::validate::ValidatedCluster;
-use crate::quantity::parse_quantity;
+use crate::quantity::{StorageSize, parse_quantity};
 
 /// Where the member volumes stand against `spec.storage.size`.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -104,9 +104,7 @@ pub fn observe(cluster: &ValidatedCluster, claims: &[Arc<PersistentVolumeClaim>]
     let Some(storage) = &cluster.storage else {
         return Volumes::default();
     };
-    let Ok(wanted) = parse_quantity(&storage.size) else {
-        return Volumes::default();
-    };
+    let wanted = storage.size.bytes();
     let members: Vec<_> = member_claims(cluster, claims).collect();
     Volumes {
         total: members.len(),
@@ -114,7 +112,7 @@ pub fn observe(cluster: &ValidatedCluster, claims: &[Arc<PersistentVolumeClaim>]
             .iter()
             .filter(|c| capacity(c).is_none_or(|have| have < wanted))
             .count(),
-        size: Some(storage.size.clone()),
+        size: Some(storage.size.as_str().to_owned()),
         refused: None,
         pending: members.iter().filter_map(|c| pending(c)).collect(),
     }
@@ -131,9 +129,7 @@ pub async fn grow(
     let Some(storage) = &cluster.storage else {
         return Ok(Volumes::default());
     };
-    let Ok(wanted) = parse_quantity(&storage.size) else {
-        return Ok(Volumes::default());
-    };
+    let wanted = storage.size.bytes();
     let api: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &cluster.namespace);
     let mut volumes = observe(cluster, claims);
     for claim in member_claims(cluster, claims) {
@@ -141,7 +137,8 @@ pub async fn grow(
             continue;
         }
         let name = claim.name_any();
-        let patch = json!({"spec": {"resources": {"requests": {"storage": storage.size}}}});
+        let patch =
+            json!({"spec": {"resources": {"requests": {"storage": storage.size.as_str()}}}});
         match api
             .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
             .await
@@ -188,19 +185,16 @@ pub fn template_behind(cluster: &ValidatedCluster, volumes: &Volumes) -> bool {
     let Some(storage) = &cluster.storage else {
         return false;
     };
-    let (Ok(template), Ok(wanted)) = (
-        parse_quantity(&storage.template_size),
-        parse_quantity(&storage.size),
-    ) else {
-        return false;
-    };
-    template < wanted && volumes.total > 0 && volumes.below == 0 && volumes.refused.is_none()
+    storage.template_size.bytes() < storage.size.bytes()
+        && volumes.total > 0
+        && volumes.below == 0
+        && volumes.refused.is_none()
 }
 
 /// `built` with its claim template asking for `size`: the StatefulSet
 /// [`recreate_statefulset`] puts in place once every member volume has
 /// grown.
-pub fn with_claim_size(built: &StatefulSet, size: &str) -> StatefulSet {
+pub fn with_claim_size(built: &StatefulSet, size: &StorageSize) -> StatefulSet {
     let mut statefulset = built.clone();
     let requests = statefulset
         .spec
@@ -213,7 +207,7 @@ pub fn with_claim_size(built: &StatefulSet, size: &str) -> StatefulSet {
     if let Some(requests) = requests {
         requests.insert(
             "storage".to_owned(),
-            k8s_openapi::apimachinery::pkg::api::resource::Quantity(size.to_owned()),
+            k8s_openapi::apimachinery::pkg::api::resource::Quantity(size.as_str().to_owned()),
         );
     }
     statefulset

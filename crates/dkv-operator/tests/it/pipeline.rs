@@ -563,7 +563,7 @@ fn a_defrag_schedule_and_threshold_are_checked_and_carried() {
     .unwrap();
     let cluster = validated(&dkv);
     let defrag = cluster.defrag.unwrap();
-    assert_eq!(defrag.schedule, "0 3 * * *");
+    assert_eq!(defrag.schedule.as_str(), "0 3 * * *");
     assert_eq!(defrag.threshold_percent, 25, "the default");
 
     dkv.spec.maintenance = serde_json::from_value(serde_json::json!(

@@ -192,7 +192,7 @@ pub fn build(cluster: &ValidatedCluster, hibernated: bool) -> Option<CronJob> {
     Some(CronJob {
         metadata: child_meta(cluster, naming::backup_cronjob(&cluster.name), "backup"),
         spec: CronJobSpec {
-            schedule: backup.schedule.clone(),
+            schedule: backup.schedule.as_str().to_owned(),
             time_zone: Some("Etc/UTC".to_owned()),
             // Two snapshots of one cluster at once only double the load on
             // the members; a late run is better skipped than stacked.

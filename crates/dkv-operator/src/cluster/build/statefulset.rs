@@ -116,7 +116,7 @@ pub fn build(cluster: &ValidatedCluster, plan: &Plan) -> StatefulSet {
                         resources: Some(VolumeResourceRequirements {
                             requests: Some(BTreeMap::from([(
                                 "storage".to_owned(),
-                                Quantity(storage.template_size.clone()),
+                                Quantity(storage.template_size.as_str().to_owned()),
                             )])),
                             ..VolumeResourceRequirements::default()
                         }),

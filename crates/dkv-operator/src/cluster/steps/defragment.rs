@@ -54,7 +54,9 @@ pub async fn run(input: &Input<'_>, done: &mut Maintained, ctx: &Context) -> Res
         .map(|t| t.0)
         .or(recorded.last_defrag)
         .unwrap_or(now);
-    Ok(defrag::next_run(&settings.schedule, last)
+    Ok(settings
+        .schedule
+        .next_run(last)
         .map_or(StepOutcome::Continue, StepOutcome::RequeueAt))
 }
 

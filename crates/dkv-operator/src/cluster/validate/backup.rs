@@ -150,12 +150,6 @@ pub(super) fn retention_policy(
     }
 }
 
-/// Checks a CronJob schedule the way Kubernetes reads it: five fields (or a
-/// macro such as `@daily`), no seconds, no years.
-pub fn check_cron(schedule: &str) -> Result<(), String> {
-    crate::cluster::schedule::parse(schedule).map(drop)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

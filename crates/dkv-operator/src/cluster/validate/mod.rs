@@ -29,10 +29,11 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::{Resource, ResourceExt};
 
 use super::naming::MAX_CLUSTER_NAME_LEN;
+use super::schedule::Schedule;
 use super::tls::{Sources, TlsSettings};
 use crate::etcd_version::{EtcdVersion, check_version_change};
-use crate::quantity::parse_quantity;
-pub use backup::{check_cron, retention_of};
+use crate::quantity::StorageSize;
+pub use backup::retention_of;
 use backup::{check_destination, retention_policy};
 use etcd::etcd_settings;
 pub use etcd::{DEFAULT_QUOTA_BACKEND_BYTES, MAX_QUOTA_BACKEND_BYTES, etcd_tuning_with_defaults};
@@ -129,7 +130,7 @@ impl ValidatedCluster {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DefragSettings {
     /// A cron schedule, five fields, UTC.
-    pub schedule: String,
+    pub schedule: Schedule,
     /// Defragment a member when at least this percent of its file is free.
     pub threshold_percent: i32,
 }
@@ -138,11 +139,11 @@ pub struct DefragSettings {
 pub struct ValidatedStorage {
     pub storage_class_name: String,
     /// The size every member volume must have (`spec.storage.size`).
-    pub size: String,
+    pub size: StorageSize,
     /// The size in the StatefulSet's claim template: the one it was created
     /// with (immutable), or `size` for a new StatefulSet. Volumes created
     /// from it are grown to `size` afterwards.
-    pub template_size: String,
+    pub template_size: StorageSize,
     pub reclaim_policy: ReclaimPolicy,
 }
 
@@ -150,7 +151,7 @@ pub struct ValidatedStorage {
 pub struct ValidatedBackup {
     /// `spec.backup.destination.uri`: `s3://`, `gs://`, `az://` or `file://`.
     pub destination: String,
-    pub schedule: String,
+    pub schedule: Schedule,
     pub image: String,
     /// `spec.backup.retention`; the default keeps every backup.
     pub retention: RetentionPolicy,
@@ -270,6 +271,7 @@ pub fn validate(
     let CheckedSpec {
         version,
         storage,
+        defrag,
         backup,
         restore,
         etcd,
@@ -312,14 +314,7 @@ pub fn validate(
             tls_sources: Sources::from_spec(spec.tls.as_ref()),
             auth: spec.auth.as_ref().is_some_and(|a| a.enabled),
             hibernation: spec.hibernation,
-            defrag: spec
-                .maintenance
-                .as_ref()
-                .and_then(|m| m.defrag.as_ref())
-                .map(|d| DefragSettings {
-                    schedule: d.schedule.trim().to_owned(),
-                    threshold_percent: d.threshold_percent,
-                }),
+            defrag,
             lost_node: spec.recovery.as_ref().and_then(|r| r.lost_node.clone()),
             recovery: spec.recovery.as_ref().map(|r| {
                 (
@@ -360,6 +355,7 @@ pub fn spec_version(spec: &DistributedKVSpec) -> Option<EtcdVersion> {
 struct CheckedSpec {
     version: Option<EtcdVersion>,
     storage: Option<ValidatedStorage>,
+    defrag: Option<DefragSettings>,
     backup: Option<ValidatedBackup>,
     restore: Option<ValidatedRestore>,
     etcd: EtcdSettings,
@@ -422,7 +418,7 @@ fn check_spec(
         );
     }
 
-    let storage = spec.storage.as_ref().map(|storage| {
+    let storage = spec.storage.as_ref().and_then(|storage| {
         let class = storage.storage_class_name.trim();
         if class.is_empty() {
             problems.add(
@@ -444,77 +440,92 @@ fn check_spec(
                 ),
             );
         }
-        let size = storage.size.0.clone();
-        match parse_quantity(&size) {
-            Ok(bytes) if bytes >= 1024.0 * 1024.0 => {}
-            Ok(_) => problems.add(
-                "spec.storage.size",
-                format!("{size:?} is too small for an etcd member; use at least 1Mi (1Gi or more in production)"),
-            ),
-            Err(err) => problems.add("spec.storage.size", err.to_string()),
-        }
-        if let Some(deployed) = &facts.deployed_storage_size
-            && let (Ok(wanted), Ok(have)) = (parse_quantity(&size), parse_quantity(deployed))
-            && wanted < have
+        let size = match StorageSize::parse(&storage.size.0) {
+            Ok(size) if size.bytes() >= 1024.0 * 1024.0 => Some(size),
+            Ok(size) => {
+                problems.add(
+                    "spec.storage.size",
+                    format!("{:?} is too small for an etcd member; use at least 1Mi (1Gi or more in production)", size.as_str()),
+                );
+                None
+            }
+            Err(err) => {
+                problems.add("spec.storage.size", err.to_string());
+                None
+            }
+        };
+        let deployed = facts
+            .deployed_storage_size
+            .as_deref()
+            .and_then(|deployed| StorageSize::parse(deployed).ok());
+        if let (Some(size), Some(deployed)) = (&size, &deployed)
+            && size.bytes() < deployed.bytes()
         {
             problems.add(
                 "spec.storage.size",
-                format!("{size:?} is smaller than the members' volumes ({deployed}); volumes never shrink: set it to {deployed} or more"),
+                format!("{:?} is smaller than the members' volumes ({deployed}); volumes never shrink: set it to {deployed} or more", size.as_str()),
             );
         }
-        ValidatedStorage {
+        let size = size?;
+        Some(ValidatedStorage {
             storage_class_name: class.to_owned(),
-            template_size: facts
-                .deployed_storage_size
-                .clone()
-                .unwrap_or_else(|| size.clone()),
+            template_size: deployed.unwrap_or_else(|| size.clone()),
             size,
             reclaim_policy: storage.reclaim_policy,
-        }
+        })
     });
 
     if let Some(tls) = &spec.tls {
         check_tls(tls, problems);
     }
-    if let Some(defrag) = spec.maintenance.as_ref().and_then(|m| m.defrag.as_ref()) {
-        if let Err(message) = check_cron(&defrag.schedule) {
-            problems.add("spec.maintenance.defrag.schedule", message);
-        }
-        if !(1..=99).contains(&defrag.threshold_percent) {
-            problems.add(
-                "spec.maintenance.defrag.thresholdPercent",
-                format!(
-                    "must be between 1 and 99 (percent of a member's database file that is free space), got {}",
-                    defrag.threshold_percent
-                ),
-            );
-        }
-    }
+    let defrag = spec
+        .maintenance
+        .as_ref()
+        .and_then(|m| m.defrag.as_ref())
+        .and_then(|defrag| {
+            let schedule = Schedule::parse(&defrag.schedule)
+                .map_err(|message| problems.add("spec.maintenance.defrag.schedule", message));
+            if !(1..=99).contains(&defrag.threshold_percent) {
+                problems.add(
+                    "spec.maintenance.defrag.thresholdPercent",
+                    format!(
+                        "must be between 1 and 99 (percent of a member's database file that is free space), got {}",
+                        defrag.threshold_percent
+                    ),
+                );
+            }
+            Some(DefragSettings {
+                schedule: schedule.ok()?,
+                threshold_percent: defrag.threshold_percent,
+            })
+        });
 
-    let backup = spec.backup.as_ref().map(|backup| {
+    let backup = spec.backup.as_ref().and_then(|backup| {
         check_destination(&backup.destination.uri, problems);
-        if let Err(message) = check_cron(&backup.schedule) {
-            problems.add("spec.backup.schedule", message);
-        }
-        ValidatedBackup {
+        let schedule = Schedule::parse(&backup.schedule)
+            .map_err(|message| problems.add("spec.backup.schedule", message))
+            .ok();
+        let retention = retention_policy(backup.retention.as_ref(), problems);
+        let continuous = backup::continuous_settings(backup.continuous.as_ref(), problems);
+        Some(ValidatedBackup {
             destination: backup.destination.uri.trim().to_owned(),
-            schedule: backup.schedule.trim().to_owned(),
+            schedule: schedule?,
             image: backup
                 .backup_image
                 .clone()
                 .filter(|i| !i.trim().is_empty())
                 .unwrap_or_else(|| defaults.operator_image.clone()),
-            retention: retention_policy(backup.retention.as_ref(), problems),
+            retention,
             credentials_secret: backup
                 .destination
                 .credentials_secret
                 .clone()
                 .filter(|s| !s.is_empty()),
             final_backup_on_delete: backup.final_backup_on_delete.unwrap_or(false),
-            continuous: backup::continuous_settings(backup.continuous.as_ref(), problems),
+            continuous,
             compress: backup.compression != Some(Compression::None),
             encryption: backup.encryption.as_ref().map(|e| e.key_secret.clone()),
-        }
+        })
     });
 
     let restore = spec
@@ -600,6 +611,7 @@ fn check_spec(
     CheckedSpec {
         version,
         storage,
+        defrag,
         backup,
         restore,
         etcd,
