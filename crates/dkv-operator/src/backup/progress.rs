@@ -1,6 +1,7 @@
 //! A backup's phase, read from its Job and the Job's pod (pure).
 
 use dkv_api::backup::v1alpha1::{BackupArtifact, BackupContent, BackupPhase};
+use dkv_api::conditions::status as condition_status;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use serde::Deserialize;
@@ -34,7 +35,10 @@ fn condition(job: &Job, type_: &str) -> bool {
     job.status
         .as_ref()
         .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|cs| cs.iter().any(|c| c.type_ == type_ && c.status == "True"))
+        .is_some_and(|cs| {
+            cs.iter()
+                .any(|c| c.type_ == type_ && c.status == condition_status::TRUE)
+        })
 }
 
 /// The newest termination message of the agent container among the pods.

@@ -17,6 +17,7 @@
 //! node affinity decides how a member is moved (only for members being
 //! moved: a rare event does not warrant a watch on every volume).
 
+use dkv_api::conditions::status as condition_status;
 use dkv_api::distributedkv::v1beta1::{LostNodePolicy, LostNodeRecovery, MemberStatus};
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use kube::ResourceExt;
@@ -77,9 +78,9 @@ pub fn node_loss(node: Option<&Node>) -> Option<NodeLoss> {
         .and_then(|s| s.conditions.as_ref())
         .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
         .map(|c| c.status.clone());
-    if ready.as_deref() != Some("True") {
+    if ready.as_deref() != Some(condition_status::TRUE) {
         return Some(NodeLoss::NotReady(
-            ready.unwrap_or_else(|| "Unknown".to_owned()),
+            ready.unwrap_or_else(|| condition_status::UNKNOWN.to_owned()),
         ));
     }
     let unreachable = node

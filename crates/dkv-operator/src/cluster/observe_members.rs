@@ -8,6 +8,7 @@
 //! members are queried concurrently, so one dead member costs one timeout,
 //! not one per member.
 
+use dkv_api::conditions::status as condition_status;
 use std::sync::Arc;
 
 use dkv_api::conditions::reasons;
@@ -74,13 +75,13 @@ pub fn pod_problem(pod: &Pod) -> Option<PodProblem> {
         .conditions
         .iter()
         .flatten()
-        .any(|c| c.type_ == "Ready" && c.status == "True");
+        .any(|c| c.type_ == "Ready" && c.status == condition_status::TRUE);
     if ready {
         return None;
     }
     if let Some(unschedulable) = status.conditions.iter().flatten().find(|c| {
         c.type_ == "PodScheduled"
-            && c.status == "False"
+            && c.status == condition_status::FALSE
             && c.reason.as_deref() == Some("Unschedulable")
     }) {
         return Some(PodProblem {
@@ -189,9 +190,10 @@ pub fn member_pods(
         .filter_map(|pod| {
             let ordinal = naming::ordinal_of(cluster, &pod.name_any())?;
             let status = pod.status.as_ref();
-            let ready = status
-                .and_then(|s| s.conditions.as_ref())
-                .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+            let ready = status.and_then(|s| s.conditions.as_ref()).is_some_and(|c| {
+                c.iter()
+                    .any(|c| c.type_ == "Ready" && c.status == condition_status::TRUE)
+            });
             let version = pod
                 .spec
                 .as_ref()

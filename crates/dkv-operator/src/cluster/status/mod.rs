@@ -272,7 +272,11 @@ fn with_conditions(
 /// Sets one condition, keeping `lastTransitionTime` when its status did not
 /// change (so an unchanged status compares equal and is not rewritten).
 fn set_condition(conditions: &mut Vec<Condition>, want: Want, generation: Option<i64>, now: &Time) {
-    let status = if want.status { "True" } else { "False" };
+    let status = if want.status {
+        dkv_api::conditions::status::TRUE
+    } else {
+        dkv_api::conditions::status::FALSE
+    };
     let existing = conditions.iter_mut().find(|c| c.type_ == want.type_);
     let condition = Condition {
         type_: want.type_.to_owned(),

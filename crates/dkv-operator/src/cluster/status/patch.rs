@@ -3,6 +3,7 @@
 
 use crate::events::{Event, EventType};
 use dkv_api::DistributedKV;
+use dkv_api::conditions::status as condition_status;
 use dkv_api::conditions::{reasons, types};
 use dkv_api::distributedkv::v1beta1::DistributedKVStatus;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
@@ -74,13 +75,13 @@ fn transitions(old: &[Condition], new: &[Condition]) -> Vec<Event> {
         })
         .filter(|c| {
             !(c.type_ == types::DEGRADED
-                && c.status == "False"
+                && c.status == condition_status::FALSE
                 && old.iter().all(|o| o.type_ != c.type_))
         })
         .map(|c| {
-            let bad = (c.type_ == types::DEGRADED && c.status == "True")
+            let bad = (c.type_ == types::DEGRADED && c.status == condition_status::TRUE)
                 || (c.type_ == types::AVAILABLE
-                    && c.status == "False"
+                    && c.status == condition_status::FALSE
                     && c.reason == reasons::QUORUM_LOST);
             Event {
                 type_: if bad {
