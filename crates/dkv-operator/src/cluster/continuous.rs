@@ -117,7 +117,7 @@ pub async fn ensure(
     Ok(Some(ctx.agents.ensure(AgentSpec {
         namespace: cluster.namespace.clone(),
         cluster: cluster.name.clone(),
-        destination: backup.destination.clone(),
+        destination: backup.destination.as_str().to_owned(),
         store,
         endpoints,
         tls: credentials.client_identity().cloned(),

@@ -123,7 +123,7 @@ pub async fn resolve(
         RestoreRef::Uri(uri) => {
             return Ok(ResolvedRestore {
                 backup: None,
-                uri: uri.clone(),
+                uri: uri.as_str().to_owned(),
                 sha256: None,
                 credentials_secret: restore.credentials_secret.clone(),
                 epoch: None,
@@ -165,26 +165,26 @@ async fn resolve_continuous(
     source: &ContinuousSource,
     restore: &ValidatedRestore,
 ) -> Result<ResolvedRestore> {
+    let destination = source.destination.location();
     let store = open_store(
         client,
         namespace,
-        &source.destination,
+        destination,
         restore.credentials_secret.as_deref(),
     )
     .await?;
-    let destination = parse_destination(&source.destination)?;
-    let continuous = continuous_location(&destination, &source.namespace, &source.cluster);
+    let continuous = continuous_location(destination, &source.namespace, &source.cluster);
     let keys = restore_keys(client, namespace, restore.decryption_keys.as_ref()).await?;
     let bases = read_bases(&store, &continuous)
         .await
-        .map_err(|e| store_failure(&source.destination, &e))?;
+        .map_err(|e| store_failure(source.destination.as_str(), &e))?;
     let mut segments = Vec::new();
     for base in &bases {
         let chain_dir = chain_location(&continuous, &base.chain);
         segments.extend(
             read_chain(&store, &chain_dir, &keys)
                 .await
-                .map_err(|e| store_failure(&source.destination, &e))?,
+                .map_err(|e| store_failure(source.destination.as_str(), &e))?,
         );
     }
     let built = chains(&bases, &segments);
@@ -221,7 +221,7 @@ async fn resolve_continuous(
         credentials_secret: restore.credentials_secret.clone(),
         epoch: None,
         replay: Some(Replay {
-            destination: source.destination.clone(),
+            destination: source.destination.as_str().to_owned(),
             namespace: source.namespace.clone(),
             cluster: source.cluster.clone(),
             chain: planned.base.chain.clone(),
@@ -247,9 +247,11 @@ pub async fn replay(
     decryption_keys: Option<&KeySecretReference>,
     etcd: &GrpcAdmin,
 ) -> Result<Replayed> {
-    let store = open_store(client, namespace, &replay.destination, credentials_secret).await?;
-    let keys = restore_keys(client, namespace, decryption_keys).await?;
+    // Read back from the StatefulSet's annotation: parsed here, where it
+    // enters again.
     let destination = parse_destination(&replay.destination)?;
+    let store = open_store(client, namespace, &destination, credentials_secret).await?;
+    let keys = restore_keys(client, namespace, decryption_keys).await?;
     let continuous = continuous_location(&destination, &replay.namespace, &replay.cluster);
     let failed = |e: &dkv_backup::Error| store_failure(&replay.destination, e);
     let base = read_bases(&store, &continuous)
@@ -313,7 +315,7 @@ async fn restore_keys(
 async fn open_store(
     client: &Client,
     namespace: &str,
-    uri: &str,
+    destination: &Location,
     secret: Option<&str>,
 ) -> Result<Store> {
     let config = match secret {
@@ -336,8 +338,7 @@ async fn open_store(
             crate::secret_store::store_config(&found)
         }
     };
-    let destination = parse_destination(uri)?;
-    Store::open(&destination, &config).map_err(|e| store_failure(uri, &e))
+    Store::open(destination, &config).map_err(|e| store_failure(&destination.to_string(), &e))
 }
 
 fn parse_destination(uri: &str) -> Result<Location> {

@@ -180,7 +180,7 @@ pub fn build(cluster: &ValidatedCluster, hibernated: bool) -> Option<CronJob> {
     let run = AgentRun {
         image: &backup.image,
         cluster: &cluster.name,
-        destination: &backup.destination,
+        destination: backup.destination.as_str(),
         credentials_secret: backup.credentials_secret.as_deref(),
         client_tls: cluster.tls_sources.client_secret(&cluster.name),
         auth: cluster.auth,

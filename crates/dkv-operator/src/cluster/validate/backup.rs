@@ -72,19 +72,53 @@ fn parse_interval(text: &str) -> Option<Duration> {
     }
 }
 
-pub(super) fn check_destination(uri: &str, problems: &mut Problems) {
+/// A store URI as the spec wrote it (what a backup Job or a member is
+/// given, trimmed) and the location it parsed into.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoreUri {
+    text: String,
+    location: dkv_backup::Location,
+}
+
+impl StoreUri {
+    pub fn parse(uri: &str) -> Result<Self, dkv_backup::Error> {
+        let text = uri.trim();
+        Ok(Self {
+            location: dkv_backup::Location::parse(text)?,
+            text: text.to_owned(),
+        })
+    }
+
+    /// The URI as written.
+    pub fn as_str(&self) -> &str {
+        &self.text
+    }
+
+    pub fn location(&self) -> &dkv_backup::Location {
+        &self.location
+    }
+}
+
+impl std::fmt::Display for StoreUri {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+/// `spec.backup.destination.uri`, parsed and checked.
+pub(super) fn check_destination(uri: &str, problems: &mut Problems) -> Option<StoreUri> {
     const FIELD: &str = "spec.backup.destination.uri";
-    let uri = uri.trim();
-    let location = match dkv_backup::Location::parse(uri) {
-        Ok(location) => location,
+    let uri = match StoreUri::parse(uri) {
+        Ok(uri) => uri,
         Err(err) => {
             problems.add(
                 FIELD,
                 format!("{err}; write e.g. s3://my-bucket/backups/ or file:///var/backups/dkv/"),
             );
-            return;
+            return None;
         }
     };
+    let location = uri.location();
     if location.scheme() == dkv_backup::Scheme::S3 {
         let bucket = location.bucket();
         let bucket_ok = (3..=63).contains(&bucket.len())
@@ -100,6 +134,7 @@ pub(super) fn check_destination(uri: &str, problems: &mut Problems) {
             );
         }
     }
+    Some(uri)
 }
 
 /// The retention `backup` asks for; a limit that does not validate prunes

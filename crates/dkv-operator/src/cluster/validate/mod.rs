@@ -33,6 +33,7 @@ use super::schedule::Schedule;
 use super::tls::{Sources, TlsSettings};
 use crate::etcd_version::{EtcdVersion, check_version_change};
 use crate::quantity::StorageSize;
+pub use backup::StoreUri;
 pub use backup::retention_of;
 use backup::{check_destination, retention_policy};
 use etcd::etcd_settings;
@@ -150,7 +151,7 @@ pub struct ValidatedStorage {
 #[derive(Debug, Clone, PartialEq)]
 pub struct ValidatedBackup {
     /// `spec.backup.destination.uri`: `s3://`, `gs://`, `az://` or `file://`.
-    pub destination: String,
+    pub destination: StoreUri,
     pub schedule: Schedule,
     pub image: String,
     /// `spec.backup.retention`; the default keeps every backup.
@@ -185,7 +186,7 @@ pub enum RestoreRef {
     /// A `DistributedKVBackup` in the cluster's namespace.
     Backup(String),
     /// An artifact URI; its sha256 comes from the record beside it.
-    Uri(String),
+    Uri(StoreUri),
     /// A cluster's continuous backup, to a point.
     Continuous(ContinuousSource),
 }
@@ -194,7 +195,7 @@ pub enum RestoreRef {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ContinuousSource {
     /// The source cluster's backup destination.
-    pub destination: String,
+    pub destination: StoreUri,
     pub namespace: String,
     pub cluster: String,
     pub target: Target,
@@ -501,14 +502,14 @@ fn check_spec(
         });
 
     let backup = spec.backup.as_ref().and_then(|backup| {
-        check_destination(&backup.destination.uri, problems);
+        let destination = check_destination(&backup.destination.uri, problems);
         let schedule = Schedule::parse(&backup.schedule)
             .map_err(|message| problems.add("spec.backup.schedule", message))
             .ok();
         let retention = retention_policy(backup.retention.as_ref(), problems);
         let continuous = backup::continuous_settings(backup.continuous.as_ref(), problems);
         Some(ValidatedBackup {
-            destination: backup.destination.uri.trim().to_owned(),
+            destination: destination?,
             schedule: schedule?,
             image: backup
                 .backup_image
@@ -537,8 +538,8 @@ fn check_spec(
                 (Some(name), None) if !name.trim().is_empty() => {
                     RestoreRef::Backup(name.trim().to_owned())
                 }
-                (None, Some(uri)) => match dkv_backup::Location::parse(uri.trim()) {
-                    Ok(_) if continuous_restore(restore) => {
+                (None, Some(uri)) => match StoreUri::parse(uri) {
+                    Ok(uri) if continuous_restore(restore) => {
                         let (source_namespace, source_cluster) =
                             match restore.source_cluster.as_deref().map(str::trim) {
                                 Some(text) => match text.split_once('/') {
@@ -564,13 +565,13 @@ fn check_spec(
                             },
                         };
                         RestoreRef::Continuous(ContinuousSource {
-                            destination: uri.trim().to_owned(),
+                            destination: uri,
                             namespace: source_namespace,
                             cluster: source_cluster,
                             target,
                         })
                     }
-                    Ok(_) => RestoreRef::Uri(uri.trim().to_owned()),
+                    Ok(uri) => RestoreRef::Uri(uri),
                     Err(err) => {
                         problems.add("spec.bootstrap.restore.uri", format!("{err}; write e.g. s3://bucket/prefix/shop/orders/orders-20261122-060012.db"));
                         return None;
