@@ -83,6 +83,12 @@ pub struct MemberRestore {
     /// The member's data directory; must not exist or be empty. Not a
     /// volume's mount point itself (it is replaced by a rename).
     pub data_dir: PathBuf,
+    /// Revisions to add to the snapshot's, marking every revision below
+    /// the result compacted (etcdutl 3.5.10 and later): a client that
+    /// resumes a watch from a revision of the source cluster is told its
+    /// revision was compacted, and relists, instead of missing changes or
+    /// seeing revisions it already saw with other contents.
+    pub revision_bump: Option<i64>,
 }
 
 impl MemberRestore {
@@ -102,6 +108,14 @@ impl MemberRestore {
             format!("--initial-cluster-token={}", self.initial_cluster_token),
             format!("--data-dir={}", into.display()),
         ]
+        .into_iter()
+        .chain(self.revision_bump.into_iter().flat_map(|bump| {
+            [
+                format!("--bump-revision={bump}"),
+                "--mark-compacted".to_owned(),
+            ]
+        }))
+        .collect()
     }
 }
 
@@ -227,6 +241,22 @@ mod tests {
         }
     }
 
+    #[test]
+    fn a_bump_moves_revisions_up_and_marks_the_rest_compacted() {
+        let dir = Path::new("/data/restore");
+        let plain = request(dir).tool_args(dir);
+        assert!(!plain.iter().any(|a| a.starts_with("--bump-revision")));
+        let bumped = MemberRestore {
+            revision_bump: Some(1_000_000_000),
+            ..request(dir)
+        }
+        .tool_args(dir);
+        assert_eq!(
+            bumped[bumped.len() - 2..],
+            ["--bump-revision=1000000000", "--mark-compacted"]
+        );
+    }
+
     fn request(dir: &Path) -> MemberRestore {
         MemberRestore {
             snapshot: dir.join("snapshot.db"),
@@ -235,6 +265,7 @@ mod tests {
             initial_advertise_peer_urls: "http://127.0.0.1:2380".to_owned(),
             initial_cluster_token: "t".to_owned(),
             data_dir: dir.join("data"),
+            revision_bump: None,
         }
     }
 

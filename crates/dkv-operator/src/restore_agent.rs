@@ -71,6 +71,10 @@ pub struct RestoreMemberArgs {
     /// Directory holding etcdutl/etcdctl.
     #[arg(long, default_value = "/usr/local/bin")]
     pub etcd_bin_dir: PathBuf,
+    /// Start the restored member this many revisions above the snapshot's,
+    /// and mark what lies below compacted (etcdutl 3.5.10 and later).
+    #[arg(long)]
+    pub bump_revision: Option<i64>,
     #[arg(long, default_value = "/dev/termination-log")]
     pub termination_log: PathBuf,
     #[arg(long, value_enum, default_value = "text", env = "DKV_LOG_FORMAT")]
@@ -156,6 +160,7 @@ pub async fn restore_member(args: &RestoreMemberArgs) -> anyhow::Result<()> {
                 initial_advertise_peer_urls: args.initial_advertise_peer_urls.clone(),
                 initial_cluster_token: args.initial_cluster_token.clone(),
                 data_dir: args.data_dir.clone(),
+                revision_bump: args.bump_revision,
             },
         )
         .await

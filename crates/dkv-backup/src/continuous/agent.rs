@@ -487,6 +487,7 @@ mod tests {
                 initial_advertise_peer_urls: format!("http://{restored_ip}:2380"),
                 initial_cluster_token: "restored".into(),
                 data_dir: data_dir.clone(),
+                revision_bump: None,
             },
         )
         .await
@@ -494,7 +495,7 @@ mod tests {
         let restored = EtcdProcess::start(&bin, "restored", &restored_ip, &data_dir, "restored");
         restored.wait_ready().await;
         let into = GrpcAdmin::new(vec![restored.client_url.clone()], Duration::from_secs(5));
-        let replayed = replay(&into, &store, &planned, &keys).await.unwrap();
+        let replayed = replay(&into, &store, &planned, &keys, 0).await.unwrap();
         assert_eq!(replayed.source_revision, target);
         assert!(replayed.events > 0);
         assert_eq!(restored.key_values_at(0).await, at_target);

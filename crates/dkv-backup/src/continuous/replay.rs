@@ -42,11 +42,16 @@ pub async fn replay(
     store: &Store,
     plan: &ReplayPlan,
     keys: &Keyring,
+    revision_offset: i64,
 ) -> Result<Replayed> {
+    // The restored members started `revision_offset` revisions above the
+    // base snapshot's (`--bump-revision`); each replayed source revision is
+    // one transaction, so the source's revision is the restored one less
+    // the offset.
     let restored = etcd.current_revision().await.map_err(|cause| Error::Etcd {
         operation: "reading the restored cluster's revision",
         cause,
-    })?;
+    })? - revision_offset;
     if let Some(until) = plan.until_revision
         && until < restored
     {
@@ -229,7 +234,7 @@ mod tests {
             restored.wait_ready().await;
             let into = GrpcAdmin::new(vec![restored.client_url.clone()], Duration::from_secs(5));
             let planned = plan(&built, target).unwrap();
-            let replayed = replay(&into, &store, &planned, &Keyring::default())
+            let replayed = replay(&into, &store, &planned, &Keyring::default(), 0)
                 .await
                 .unwrap();
             assert_eq!(replayed.source_revision, revision);

@@ -92,6 +92,7 @@ async fn restore_and_read(
             initial_advertise_peer_urls: format!("http://{ip}:2380"),
             initial_cluster_token: "restored-token".to_owned(),
             data_dir: data_dir.clone(),
+            revision_bump: None,
         },
     )
     .await
@@ -521,6 +522,7 @@ async fn three_members_restored_from_one_snapshot_form_one_new_cluster() {
                 initial_advertise_peer_urls: format!("http://{ip}:2380"),
                 initial_cluster_token: "restored-three".to_owned(),
                 data_dir: dir.path().join(format!("r{i}")),
+                revision_bump: None,
             },
         )
         .await

@@ -156,6 +156,7 @@ pub async fn replay(
         pending.credentials_secret.as_deref(),
         pending.decryption_keys.as_ref(),
         &etcd,
+        pending.applied_revision_bump(cluster).unwrap_or(0),
     )
     .await?;
     super::restore::mark_replayed(

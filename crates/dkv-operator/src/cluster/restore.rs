@@ -87,6 +87,42 @@ pub struct ResolvedRestore {
     /// encrypted backup.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decryption_keys: Option<KeySecretReference>,
+    /// How many revisions above the snapshot's the restored members start
+    /// ([`revision_bump`]), fixed when the restore is resolved so that
+    /// every pass builds the same members.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision_bump: Option<i64>,
+}
+
+impl ResolvedRestore {
+    /// The revisions the members of `cluster` start above the snapshot's:
+    /// the bump, where etcdutl can apply it (3.5.10 and later) and the
+    /// cluster is not a scratch copy verifying a backup (that one is
+    /// compared with the source at the snapshot's revisions, and no client
+    /// of the source ever reads it).
+    pub fn applied_revision_bump(&self, cluster: &ValidatedCluster) -> Option<i64> {
+        self.revision_bump.filter(|_| {
+            cluster.version >= crate::etcd_version::EtcdVersion::new(3, 5, 10)
+                && cluster.verifies.is_none()
+        })
+    }
+}
+
+/// The least a restored cluster's revisions start above its snapshot's.
+pub const MIN_REVISION_BUMP: i64 = 1_000_000_000;
+
+/// More revisions a second than any etcd commits (it manages tens of
+/// thousands at most): the bound of what a source can have served.
+const REVISIONS_PER_SECOND_BOUND: i64 = 100_000;
+
+/// How far above its snapshot's revision a restored cluster starts, so that
+/// its revisions never go back for a client of the source: past every
+/// revision the source can have served since the snapshot was taken
+/// (`taken_at`; unknown for a bare artifact URI), and never less than
+/// [`MIN_REVISION_BUMP`]. Everything below is marked compacted.
+pub fn revision_bump(taken_at: Option<jiff::Timestamp>, now: jiff::Timestamp) -> i64 {
+    let age = taken_at.map_or(0, |taken| now.duration_since(taken).as_secs().max(0));
+    MIN_REVISION_BUMP.max(age.saturating_mul(REVISIONS_PER_SECOND_BOUND))
 }
 
 /// The second half of a restore from continuous backup: the changes the
@@ -129,6 +165,7 @@ pub async fn resolve(
                 epoch: None,
                 replay: None,
                 decryption_keys: None,
+                revision_bump: Some(revision_bump(None, jiff::Timestamp::now())),
             });
         }
         RestoreRef::Continuous(source) => {
@@ -143,6 +180,10 @@ pub async fn resolve(
         source,
     })?;
     let mut resolved = resolve_backup(name, backup.as_ref(), restore)?;
+    resolved.revision_bump = Some(revision_bump(
+        backup.as_ref().and_then(completed_at),
+        jiff::Timestamp::now(),
+    ));
     if resolved.credentials_secret.is_none()
         && let Some(backup) = &backup
     {
@@ -232,6 +273,12 @@ async fn resolve_continuous(
             },
         }),
         decryption_keys: restore.decryption_keys.clone(),
+        // The source may have served revisions past the replay's target:
+        // counted from the base snapshot.
+        revision_bump: Some(revision_bump(
+            Some(planned.base.taken_at),
+            jiff::Timestamp::now(),
+        )),
     })
 }
 
@@ -246,6 +293,7 @@ pub async fn replay(
     credentials_secret: Option<&str>,
     decryption_keys: Option<&KeySecretReference>,
     etcd: &GrpcAdmin,
+    revision_offset: i64,
 ) -> Result<Replayed> {
     // Read back from the StatefulSet's annotation: parsed here, where it
     // enters again.
@@ -282,7 +330,7 @@ pub async fn replay(
             ),
             waiting: false,
         })?;
-    dkv_backup::continuous::replay::replay(etcd, &store, &planned, &keys)
+    dkv_backup::continuous::replay::replay(etcd, &store, &planned, &keys, revision_offset)
         .await
         .map_err(|e| failed(&e))
 }
@@ -438,7 +486,18 @@ pub fn resolve_backup(
         epoch: None,
         replay: None,
         decryption_keys: None,
+        revision_bump: None,
     })
+}
+
+/// When a backup completed, as its record says.
+fn completed_at(backup: &DistributedKVBackup) -> Option<jiff::Timestamp> {
+    backup
+        .status
+        .as_ref()?
+        .completion_time
+        .as_ref()
+        .map(|t| t.0)
 }
 
 /// The newest completed backup of an existing cluster (its
@@ -484,8 +543,13 @@ pub async fn resolve_latest(
             epoch: None,
             replay: None,
             decryption_keys: None,
+            revision_bump: None,
         });
     source.epoch = Some(epoch);
+    source.revision_bump = Some(revision_bump(
+        record.as_ref().and_then(completed_at),
+        jiff::Timestamp::now(),
+    ));
     Ok(source)
 }
 
@@ -612,6 +676,7 @@ mod tests {
                 epoch: None,
                 replay: None,
                 decryption_keys: None,
+                revision_bump: None,
             }
         );
         let explicit = resolve_backup(
@@ -647,6 +712,20 @@ mod tests {
     }
 
     #[test]
+    fn a_restore_starts_above_every_revision_the_source_can_have_served() {
+        let now: jiff::Timestamp = "2026-11-27T12:00:00Z"
+            .parse()
+            .unwrap_or_else(|e| panic!("{e}"));
+        let ago = |secs| Some(now - jiff::SignedDuration::from_secs(secs));
+        assert_eq!(revision_bump(None, now), MIN_REVISION_BUMP);
+        assert_eq!(revision_bump(ago(60), now), MIN_REVISION_BUMP);
+        // A week-old snapshot: a week at the bound's rate.
+        assert_eq!(revision_bump(ago(7 * 86_400), now), 7 * 86_400 * 100_000);
+        // A clock that went back does not lower it.
+        assert_eq!(revision_bump(ago(-3_600), now), MIN_REVISION_BUMP);
+    }
+
+    #[test]
     fn the_source_survives_the_annotation_round_trip() {
         let source = ResolvedRestore {
             backup: None,
@@ -666,6 +745,7 @@ mod tests {
                 name: "backup-key".to_owned(),
                 key: None,
             }),
+            revision_bump: Some(MIN_REVISION_BUMP),
         };
         let mut sts = StatefulSet::default();
         sts.metadata.annotations = Some(

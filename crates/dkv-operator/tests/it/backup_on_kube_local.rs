@@ -157,6 +157,7 @@ async fn an_on_demand_backup_lands_in_the_bucket_and_restores_the_same_keys() {
             initial_advertise_peer_urls: format!("http://{ip}:2380"),
             initial_cluster_token: "restored".to_owned(),
             data_dir: data_dir.clone(),
+            revision_bump: None,
         },
     )
     .await

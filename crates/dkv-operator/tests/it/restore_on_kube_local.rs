@@ -139,6 +139,14 @@ async fn a_backup_restores_into_a_new_cluster_and_a_corrupted_one_starts_nothing
         .unwrap();
     // Writes after the backup are not in it.
     put_retrying(&mut etcd, "after-the-backup", "x").await;
+    // The newest revision a client of the source has seen.
+    let source_revision = etcd
+        .get("after-the-backup", None)
+        .await
+        .unwrap()
+        .header()
+        .expect("a response has a header")
+        .revision();
 
     // A new cluster from the backup record (credentials: the record's own).
     let started = Instant::now();
@@ -198,6 +206,46 @@ async fn a_backup_restores_into_a_new_cluster_and_a_corrupted_one_starts_nothing
     );
     let restored_id = cluster_id(&client, "copy").await;
     assert_ne!(restored_id, source_id, "a new cluster ID");
+    // Revisions never go back: the copy starts above every revision the
+    // source served, and a client resuming a watch from one is told it was
+    // compacted (and relists) instead of missing changes.
+    let restored_revision = restored
+        .get("/dkv-test/", None)
+        .await
+        .unwrap()
+        .header()
+        .expect("a response has a header")
+        .revision();
+    assert!(
+        restored_revision > source_revision && restored_revision > 1_000_000_000,
+        "the copy's revision {restored_revision} is not far above the source's {source_revision}"
+    );
+    let mut events = restored
+        .watch(
+            "/dkv-test/",
+            Some(
+                etcd_client::WatchOptions::new()
+                    .with_prefix()
+                    .with_start_revision(source_revision),
+            ),
+        )
+        .await
+        .unwrap();
+    let compacted = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            match events.message().await {
+                Ok(Some(response)) if response.canceled() => break response.compact_revision(),
+                Ok(Some(_)) => continue,
+                other => panic!("the watch ended without being cancelled: {other:?}"),
+            }
+        }
+    })
+    .await
+    .expect("a watch from a revision of the source is cancelled at once");
+    assert!(
+        compacted > source_revision,
+        "compacted at {compacted}, the source's revision was {source_revision}"
+    );
     let members = restored.member_list().await.unwrap();
     let mut names: Vec<&str> = members.members().iter().map(|m| m.name()).collect();
     names.sort_unstable();

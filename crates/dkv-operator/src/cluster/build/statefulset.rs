@@ -402,6 +402,9 @@ fn restore_container(cluster: &ValidatedCluster, source: &ResolvedRestore) -> Co
         ),
         initial_cluster_token: token,
         data_dir: STAGING_DIR.into(),
+        // A 3.4 or older 3.5 member restores with the snapshot's revisions
+        // (docs/operations.md).
+        revision_bump: source.applied_revision_bump(cluster),
     };
     let mut env = vec![EnvVar {
         name: "POD_NAME".to_owned(),
