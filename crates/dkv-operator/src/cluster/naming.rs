@@ -94,10 +94,9 @@ pub fn backup_cronjob(cluster: &str) -> String {
     format!("{cluster}-backup")
 }
 
-/// Pod (and etcd member) name of ordinal `ordinal`.
-pub fn member(cluster: &str, ordinal: i32) -> String {
-    format!("{cluster}-{ordinal}")
-}
+/// Member names (`<cluster>-<ordinal>`) are the API's: `kubectl dkv`
+/// reads them too.
+pub use dkv_api::naming::{member, ordinal_of};
 
 /// Stable DNS name of a member through the headless peer Service.
 pub fn member_host(cluster: &str, namespace: &str, ordinal: i32) -> String {
@@ -136,11 +135,6 @@ pub fn cluster_token(cluster: &str, namespace: &str, uid: &str) -> String {
     format!("{namespace}-{cluster}-{uid}")
 }
 
-/// Ordinal of a StatefulSet pod name of this cluster, if it is one.
-pub fn ordinal_of(cluster: &str, pod: &str) -> Option<i32> {
-    pod.strip_prefix(cluster)?.strip_prefix('-')?.parse().ok()
-}
-
 /// A member pod, as the related object of an Event about it.
 pub fn member_pod_reference(
     namespace: &str,
@@ -167,12 +161,5 @@ mod tests {
              orders-1=http://orders-1.orders-peer.shop.svc:2380,\
              orders-2=http://orders-2.orders-peer.shop.svc:2380"
         );
-    }
-
-    #[test]
-    fn ordinal_parsing_rejects_other_clusters_pods() {
-        assert_eq!(ordinal_of("orders", "orders-4"), Some(4));
-        assert_eq!(ordinal_of("orders", "orders-x"), None);
-        assert_eq!(ordinal_of("orders", "orders2-1"), None);
     }
 }

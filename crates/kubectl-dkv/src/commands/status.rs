@@ -9,7 +9,9 @@ use dkv_api::DistributedKV;
 use dkv_api::backup::v1alpha1::BackupPhase;
 use dkv_api::distributedkv::v1beta1::{BackupArtifactRef, ContinuousBackupStatus, Operation};
 use dkv_api::labels::{CLUSTER_KEY, COMPONENT_KEY};
-use jiff::{Timestamp, tz::TimeZone};
+use dkv_api::naming::ordinal_of;
+use dkv_api::schedule::Schedule;
+use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::ResourceExt;
@@ -298,6 +300,9 @@ pub fn report(
             }),
         }
     }
+    // By ordinal (`orders-10` after `orders-9`), anything else last.
+    let name = cluster.name_any();
+    let ordinal = |member: &str| ordinal_of(&name, member).unwrap_or(i32::MAX);
     members.sort_by(|a, b| {
         ordinal(&a.name)
             .cmp(&ordinal(&b.name))
@@ -358,12 +363,10 @@ pub fn report(
     }
 }
 
-/// Member pods sort by ordinal (`orders-10` after `orders-9`).
-fn ordinal(name: &str) -> u32 {
-    name.rsplit('-')
-        .next()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(u32::MAX)
+/// The next run of `schedule` after `now`, if it is one (the webhook
+/// refuses any other).
+fn next_run(schedule: &str, now: Timestamp) -> Option<Timestamp> {
+    Schedule::parse(schedule).ok()?.next_run(now)
 }
 
 fn pod_state(pod: &Pod) -> PodState {
@@ -391,21 +394,6 @@ fn pod_state(pod: &Pod) -> PodState {
         node: pod.spec.as_ref().and_then(|s| s.node_name.clone()),
         ip: status.pod_ip.clone(),
     }
-}
-
-/// The next time a CronJob with `schedule` runs (UTC, as dkv's backup
-/// CronJobs do).
-fn next_run(schedule: &str, now: Timestamp) -> Option<Timestamp> {
-    use croner::parser::{CronParser, Seconds, Year};
-    let cron = CronParser::builder()
-        .seconds(Seconds::Disallowed)
-        .year(Year::Disallowed)
-        .build()
-        .parse(schedule.trim())
-        .ok()?;
-    cron.find_next_occurrence(&now.to_zoned(TimeZone::UTC), false)
-        .ok()
-        .map(|next| next.timestamp())
 }
 
 /// The certificates a TLS Secret holds (`tls.crt`, and `ca.crt` when it is
@@ -696,5 +684,29 @@ mod tests {
         assert!(!line("orders-0").contains("lost"), "{text}");
         assert!(line("orders-1").contains("node-2 (lost 5m ago)"), "{text}");
         assert!(line("orders-1").contains("zone-b"), "{text}");
+    }
+
+    #[test]
+    fn members_are_listed_in_ordinal_order_with_pods_of_no_member_last() {
+        let cluster: DistributedKV = serde_json::from_value(json!({
+            "apiVersion": "dkv.io/v1beta1",
+            "kind": "DistributedKV",
+            "metadata": {"name": "orders", "namespace": "shop"},
+            "spec": {"size": 3, "image": "registry.k8s.io/etcd:3.5.16-0"},
+            "status": {"members": [
+                {"name": "orders-10", "healthy": true},
+                {"name": "orders-9", "healthy": true},
+                {"name": "", "healthy": false},
+                {"name": "orders-1", "healthy": true},
+            ]},
+        }))
+        .unwrap_or_else(|e| panic!("{e}"));
+        let now = Timestamp::UNIX_EPOCH;
+        let names: Vec<String> = report(&cluster, &[], &[], &[], now)
+            .members
+            .into_iter()
+            .map(|m| m.name)
+            .collect();
+        assert_eq!(names, ["orders-1", "orders-9", "orders-10", ""]);
     }
 }
