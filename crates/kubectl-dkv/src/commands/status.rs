@@ -371,11 +371,7 @@ fn next_run(schedule: &str, now: Timestamp) -> Option<Timestamp> {
 
 fn pod_state(pod: &Pod) -> PodState {
     let status = pod.status.clone().unwrap_or_default();
-    let ready = status
-        .conditions
-        .iter()
-        .flatten()
-        .any(|c| c.type_ == "Ready" && c.status == "True");
+    let ready = dkv_readouts::pod::is_ready(pod);
     let restarts = status
         .container_statuses
         .iter()
@@ -405,15 +401,13 @@ fn certificates_in(secret: &Secret) -> Vec<Certificate> {
         .into_iter()
         .filter(|key| *key == "tls.crt" || own_ca)
         .filter_map(|key| {
-            let pem = data.get(key)?;
-            let (_, pem) = x509_parser::pem::parse_x509_pem(&pem.0).ok()?;
-            let cert = pem.parse_x509().ok()?;
-            let not_after = Timestamp::from_second(cert.validity().not_after.timestamp()).ok()?;
+            // One that does not read is left out, as one that is missing.
+            let cert = dkv_readouts::certificate::read_pem(&data.get(key)?.0).ok()?;
             Some(Certificate {
                 secret: secret.name_any(),
                 key: key.to_owned(),
-                subject: cert.subject().to_string(),
-                not_after,
+                subject: cert.subject,
+                not_after: cert.not_after,
             })
         })
         .collect()
@@ -527,8 +521,8 @@ pub fn text(r: &Report, now: Timestamp) -> String {
                     m.live.as_ref().map_or_else(dash, |l| {
                         format!(
                             "{} ({} used)",
-                            output::bytes(l.db_size),
-                            output::bytes(l.db_size_in_use)
+                            dkv_readouts::size::binary(l.db_size),
+                            dkv_readouts::size::binary(l.db_size_in_use)
                         )
                     }),
                     m.live
@@ -597,7 +591,7 @@ pub fn text(r: &Report, now: Timestamp) -> String {
                 last.name,
                 time.as_ref()
                     .map_or_else(String::new, |t| format!(" ({})", time::ago(t, now))),
-                output::bytes(last.size_bytes),
+                dkv_readouts::size::binary(last.size_bytes),
                 last.uri
             ),
             (None, _) => "none".to_owned(),
