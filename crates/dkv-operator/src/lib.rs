@@ -6,6 +6,7 @@
 
 pub mod backup;
 pub mod backup_agent;
+pub mod backup_status;
 pub mod cli;
 pub mod cluster;
 pub mod continuous_backup;

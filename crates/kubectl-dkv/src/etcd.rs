@@ -81,7 +81,7 @@ impl<'a> Etcdctl<'a> {
             });
         let auth = cluster.spec.auth.as_ref().is_some_and(|a| a.enabled);
         let user = if auth {
-            let secret_name = format!("{name}-etcd-root");
+            let secret_name = dkv_api::naming::auth_secret(&name);
             let secret = target
                 .api::<Secret>()
                 .get(&secret_name)
@@ -115,10 +115,8 @@ impl<'a> Etcdctl<'a> {
 
     /// A member's client URL, as it advertises it.
     pub fn endpoint(&self, member: &str) -> String {
-        format!(
-            "{}://{member}.{}-peer.{}.svc:2379",
-            self.scheme, self.cluster, self.target.namespace
-        )
+        let host = dkv_api::naming::host_of_member(&self.cluster, &self.target.namespace, member);
+        format!("{}://{host}:{}", self.scheme, dkv_api::naming::CLIENT_PORT)
     }
 
     /// The flags that reach the cluster from `pod`: its certificate and

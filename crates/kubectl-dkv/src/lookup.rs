@@ -58,7 +58,7 @@ pub async fn pick_pod(target: &Target, cluster: &DistributedKV) -> Result<String
     let ready: Vec<String> = member_pods(target, &name)
         .await?
         .into_iter()
-        .filter(is_ready)
+        .filter(dkv_readouts::pod::is_ready)
         .map(|p| p.name_any())
         .collect();
     let leader = cluster.status.as_ref().and_then(|s| s.leader.clone());
@@ -71,11 +71,4 @@ pub async fn pick_pod(target: &Target, cluster: &DistributedKV) -> Result<String
                 target.namespace
             ))
         })
-}
-
-fn is_ready(pod: &Pod) -> bool {
-    pod.status
-        .iter()
-        .flat_map(|s| s.conditions.iter().flatten())
-        .any(|c| c.type_ == "Ready" && c.status == "True")
 }

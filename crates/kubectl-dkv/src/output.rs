@@ -68,22 +68,6 @@ pub fn table(indent: &str, header: &[&str], rows: &[Vec<String>]) -> String {
     out
 }
 
-/// Bytes in binary units, as `kubectl top` and etcd's tools print them.
-pub fn bytes(n: i64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut value = n as f64;
-    let mut unit = 0;
-    while value >= 1024.0 && unit + 1 < UNITS.len() {
-        value /= 1024.0;
-        unit += 1;
-    }
-    if unit == 0 {
-        format!("{n} B")
-    } else {
-        format!("{value:.1} {}", UNITS[unit])
-    }
-}
-
 /// The continuous backup window in one line, if anything is recorded.
 pub fn continuous_line(
     continuous: Option<&dkv_api::distributedkv::v1beta1::ContinuousBackupStatus>,
@@ -129,12 +113,5 @@ mod tests {
             table("  ", &["NAME", "HEALTHY", "ROLE"], &rows),
             "  NAME       HEALTHY  ROLE\n  orders-0   yes      leader\n  orders-10  no\n"
         );
-    }
-
-    #[test]
-    fn sizes_in_binary_units() {
-        assert_eq!(bytes(512), "512 B");
-        assert_eq!(bytes(2048), "2.0 KiB");
-        assert_eq!(bytes(5 * 1024 * 1024 + 512 * 1024), "5.5 MiB");
     }
 }

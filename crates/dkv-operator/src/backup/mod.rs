@@ -37,11 +37,10 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::Resource;
-use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, ListParams, PostParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
-use serde_json::json;
 use tracing::{info, warn};
 
 use self::job::Resolved;
@@ -54,6 +53,8 @@ pub enum Error {
         #[source]
         source: kube::Error,
     },
+    #[error(transparent)]
+    Status(#[from] crate::backup_status::Error),
     #[error("keeping the cluster's root credentials with the backup: {0}")]
     Credentials(#[source] Box<crate::cluster::error::Error>),
 }
@@ -169,7 +170,7 @@ async fn reconcile(backup: Arc<DistributedKVBackup>, ctx: Arc<Context>) -> Resul
                 message: Some(why),
                 verification: None,
             };
-            write_status(&ctx.client, &ns, &name, &old, status).await?;
+            crate::backup_status::write(&ctx.client, &backup, &status).await?;
             return Ok(Action::await_change());
         }
     };
@@ -200,7 +201,7 @@ async fn reconcile(backup: Arc<DistributedKVBackup>, ctx: Arc<Context>) -> Resul
                 message: Some(format!("the scheduled Job {job_name} no longer exists")),
                 verification: None,
             };
-            write_status(&ctx.client, &ns, &name, &old, status).await?;
+            crate::backup_status::write(&ctx.client, &backup, &status).await?;
             return Ok(Action::await_change());
         }
         let built = job::build(&backup, &resolved);
@@ -213,7 +214,7 @@ async fn reconcile(backup: Arc<DistributedKVBackup>, ctx: Arc<Context>) -> Resul
             start_time: Some(now),
             ..DistributedKVBackupStatus::default()
         };
-        write_status(&ctx.client, &ns, &name, &old, status).await?;
+        crate::backup_status::write(&ctx.client, &backup, &status).await?;
         return Ok(Action::requeue(POLL));
     };
 
@@ -239,7 +240,7 @@ async fn reconcile(backup: Arc<DistributedKVBackup>, ctx: Arc<Context>) -> Resul
         warn!(backup = %name, message = ?progress.message, "backup failed");
     }
     let changed_phase = old.phase != status.phase;
-    write_status(&ctx.client, &ns, &name, &old, status).await?;
+    crate::backup_status::write(&ctx.client, &backup, &status).await?;
     if changed_phase && finished {
         let started = old.start_time.as_ref().map_or(now.0, |t| t.0);
         let took = now.0.duration_since(started).unsigned_abs();
@@ -405,27 +406,4 @@ async fn job_pods(client: &Client, ns: &str, job: &Job) -> Result<Vec<Pod>, Erro
             job.name_any()
         )))?
         .items)
-}
-
-async fn write_status(
-    client: &Client,
-    ns: &str,
-    name: &str,
-    old: &DistributedKVBackupStatus,
-    new: DistributedKVBackupStatus,
-) -> Result<(), Error> {
-    if *old == new {
-        return Ok(());
-    }
-    let api: Api<DistributedKVBackup> = Api::namespaced(client.clone(), ns);
-    api.patch_status(
-        name,
-        &PatchParams::default(),
-        &Patch::Merge(&json!({ "status": new })),
-    )
-    .await
-    .map_err(kube_error(format!(
-        "updating the status of DistributedKVBackup {ns}/{name}"
-    )))?;
-    Ok(())
 }

@@ -24,22 +24,9 @@ use serde_json::{Value, json};
 use tracing::{info, warn};
 
 use super::{Context, Error, kube_error};
+use crate::backup_status::write_verification;
 use crate::cluster::naming::MAX_CLUSTER_NAME_LEN;
-use crate::cluster::verification::{VERIFIES_LABEL, write_verification};
-
-/// Replaces `status.verification` of the backup `name`.
-async fn write(
-    client: &kube::Client,
-    ns: &str,
-    name: &str,
-    verification: &BackupVerification,
-) -> Result<(), Error> {
-    write_verification(client, ns, name, verification)
-        .await
-        .map_err(kube_error(format!(
-            "updating the status of DistributedKVBackup {ns}/{name}"
-        )))
-}
+use crate::cluster::verification::VERIFIES_LABEL;
 
 /// Set to a new value to verify a backup (again).
 pub const VERIFY_ANNOTATION: &str = "dkv.io/verify";
@@ -164,7 +151,7 @@ pub(super) async fn drive(backup: &DistributedKVBackup, ctx: &Context) -> Result
             )),
             ..current
         };
-        write(&ctx.client, &ns, &name, &outcome).await?;
+        write_verification(&ctx.client, backup, outcome).await?;
         delete_quietly(&clusters, &scratch).await;
         return Ok(Action::await_change());
     }
@@ -189,7 +176,7 @@ pub(super) async fn drive(backup: &DistributedKVBackup, ctx: &Context) -> Result
                 message: Some(why),
                 cluster: None,
             };
-            write(&ctx.client, &ns, &name, &outcome).await?;
+            write_verification(&ctx.client, backup, outcome).await?;
             return Ok(Action::await_change());
         }
     };
@@ -221,7 +208,7 @@ pub(super) async fn drive(backup: &DistributedKVBackup, ctx: &Context) -> Result
         completion_time: None,
         message: Some(format!("restoring into the scratch cluster {scratch_name}")),
     };
-    write(&ctx.client, &ns, &name, &running).await?;
+    write_verification(&ctx.client, backup, running).await?;
     Ok(Action::requeue(POLL))
 }
 

@@ -1,14 +1,16 @@
 //! Names of the objects dkv creates for a cluster, and the DNS names members
 //! use to find each other. One place, so every builder agrees.
 
+/// How members are named and reached, and the root credentials' Secret,
+/// are the API's: `kubectl dkv` reads them too.
+pub use dkv_api::naming::{
+    CLIENT_PORT, METRICS_PORT, PEER_PORT, auth_secret, member, ordinal_of, peer_service,
+};
+
 /// Longest `DistributedKV` name accepted. The CronJob `<name>-backup` must fit
 /// in 52 characters (CronJob names get an 11-character Job suffix within the
 /// 63-character label limit), which is the tightest bound of all children.
 pub const MAX_CLUSTER_NAME_LEN: usize = 45;
-
-pub const CLIENT_PORT: i32 = 2379;
-pub const PEER_PORT: i32 = 2380;
-pub const METRICS_PORT: i32 = 2381;
 
 /// The volume (claim template) of a member's data.
 pub const DATA_VOLUME: &str = "data";
@@ -31,11 +33,6 @@ pub fn pdb(cluster: &str) -> String {
     cluster.to_owned()
 }
 
-/// Headless Service giving each member a stable DNS name for peer traffic.
-pub fn peer_service(cluster: &str) -> String {
-    format!("{cluster}-peer")
-}
-
 /// ClusterIP Service clients connect to; only ready members back it.
 pub fn client_service(cluster: &str) -> String {
     format!("{cluster}-client")
@@ -44,11 +41,6 @@ pub fn client_service(cluster: &str) -> String {
 /// ConfigMap holding the membership record the member pods read.
 pub fn members_configmap(cluster: &str) -> String {
     format!("{cluster}-members")
-}
-
-/// The etcd root user's credentials (`spec.auth.enabled`).
-pub fn auth_secret(cluster: &str) -> String {
-    format!("{cluster}-etcd-root")
 }
 
 /// The root credentials a backup's snapshot needs once restored (a copy of
@@ -94,18 +86,9 @@ pub fn backup_cronjob(cluster: &str) -> String {
     format!("{cluster}-backup")
 }
 
-/// Pod (and etcd member) name of ordinal `ordinal`.
-pub fn member(cluster: &str, ordinal: i32) -> String {
-    format!("{cluster}-{ordinal}")
-}
-
 /// Stable DNS name of a member through the headless peer Service.
 pub fn member_host(cluster: &str, namespace: &str, ordinal: i32) -> String {
-    format!(
-        "{}.{}.{namespace}.svc",
-        member(cluster, ordinal),
-        peer_service(cluster)
-    )
+    dkv_api::naming::host_of_member(cluster, namespace, &member(cluster, ordinal))
 }
 
 /// A member's peer URL; `scheme` is `https` with peer TLS.
@@ -136,11 +119,6 @@ pub fn cluster_token(cluster: &str, namespace: &str, uid: &str) -> String {
     format!("{namespace}-{cluster}-{uid}")
 }
 
-/// Ordinal of a StatefulSet pod name of this cluster, if it is one.
-pub fn ordinal_of(cluster: &str, pod: &str) -> Option<i32> {
-    pod.strip_prefix(cluster)?.strip_prefix('-')?.parse().ok()
-}
-
 /// A member pod, as the related object of an Event about it.
 pub fn member_pod_reference(
     namespace: &str,
@@ -167,12 +145,5 @@ mod tests {
              orders-1=http://orders-1.orders-peer.shop.svc:2380,\
              orders-2=http://orders-2.orders-peer.shop.svc:2380"
         );
-    }
-
-    #[test]
-    fn ordinal_parsing_rejects_other_clusters_pods() {
-        assert_eq!(ordinal_of("orders", "orders-4"), Some(4));
-        assert_eq!(ordinal_of("orders", "orders-x"), None);
-        assert_eq!(ordinal_of("orders", "orders2-1"), None);
     }
 }

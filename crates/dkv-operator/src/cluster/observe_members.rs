@@ -71,12 +71,7 @@ const START_FAILURES: [&str; 4] = [
 pub fn pod_problem(pod: &Pod) -> Option<PodProblem> {
     let name = pod.name_any();
     let status = pod.status.as_ref()?;
-    let ready = status
-        .conditions
-        .iter()
-        .flatten()
-        .any(|c| c.type_ == "Ready" && c.status == condition_status::TRUE);
-    if ready {
+    if dkv_readouts::pod::is_ready(pod) {
         return None;
     }
     if let Some(unschedulable) = status.conditions.iter().flatten().find(|c| {
@@ -190,10 +185,7 @@ pub fn member_pods(
         .filter_map(|pod| {
             let ordinal = naming::ordinal_of(cluster, &pod.name_any())?;
             let status = pod.status.as_ref();
-            let ready = status.and_then(|s| s.conditions.as_ref()).is_some_and(|c| {
-                c.iter()
-                    .any(|c| c.type_ == "Ready" && c.status == condition_status::TRUE)
-            });
+            let ready = dkv_readouts::pod::is_ready(pod);
             let version = pod
                 .spec
                 .as_ref()

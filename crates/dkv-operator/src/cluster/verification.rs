@@ -12,8 +12,7 @@ use dkv_api::{DistributedKV, DistributedKVBackup};
 use dkv_etcd::{ContentDigest, EtcdAdmin};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::Resource;
-use kube::api::{Api, DeleteParams, Patch, PatchParams};
-use serde_json::{Value, json};
+use kube::api::{Api, DeleteParams};
 use tracing::{info, warn};
 
 use super::context::Context;
@@ -97,7 +96,7 @@ pub async fn check(
         message: Some(message.clone()),
         ..verification
     };
-    write_verification(&ctx.client, &ns, backup_name, &done)
+    crate::backup_status::write_verification(&ctx.client, &backup, done)
         .await
         .map_err(|e| Error::Verification(e.to_string()))?;
     let event = Event {
@@ -175,34 +174,6 @@ pub fn judge(recorded: &BackupContent, copy: &ContentDigest) -> Result<String, S
         "{} keys and HashKV {} at revision {revision}, as the source held them",
         copy.keys, copy.hash
     ))
-}
-
-/// Replaces `status.verification` of the backup `name`.
-pub async fn write_verification(
-    client: &kube::Client,
-    ns: &str,
-    name: &str,
-    verification: &BackupVerification,
-) -> Result<(), kube::Error> {
-    // Every field named, absent ones as null: a merge patch replaces the
-    // whole record, leaving nothing of an earlier verification behind.
-    let mut record = json!({
-        "phase": null, "cluster": null, "request": null,
-        "startTime": null, "completionTime": null, "message": null,
-    });
-    if let (Some(fields), Ok(Value::Object(set))) =
-        (record.as_object_mut(), serde_json::to_value(verification))
-    {
-        fields.extend(set);
-    }
-    let api: Api<DistributedKVBackup> = Api::namespaced(client.clone(), ns);
-    api.patch_status(
-        name,
-        &PatchParams::default(),
-        &Patch::Merge(&json!({"status": {"verification": record}})),
-    )
-    .await?;
-    Ok(())
 }
 
 async fn delete_self(cluster: &ValidatedCluster, ctx: &Context) {

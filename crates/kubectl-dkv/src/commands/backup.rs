@@ -84,7 +84,7 @@ pub async fn take(
                 match artifact {
                     Some(a) => format!(
                         "backup {backup_name} completed: {} at revision {}, {}\n",
-                        output::bytes(a.size_bytes),
+                        dkv_readouts::size::binary(a.size_bytes),
                         a.revision,
                         a.uri
                     ),
@@ -179,7 +179,10 @@ fn text(listing: &Listing, cluster: &DistributedKV) -> String {
                     (Some(start), Some(end)) => time::short(end.0.duration_since(start.0)),
                     _ => "-".to_owned(),
                 },
-                artifact.map_or_else(|| "-".to_owned(), |a| output::bytes(a.size_bytes)),
+                artifact.map_or_else(
+                    || "-".to_owned(),
+                    |a| dkv_readouts::size::binary(a.size_bytes),
+                ),
                 artifact.map_or_else(|| "-".to_owned(), |a| a.revision.to_string()),
                 status
                     .verification

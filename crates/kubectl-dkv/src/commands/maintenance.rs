@@ -8,7 +8,6 @@ use kube::ResourceExt;
 use crate::client::{Target, is_paused};
 use crate::error::{Error, Result};
 use crate::etcd::{Etcdctl, parse_endpoint_status};
-use crate::output;
 
 /// Runs etcdctl `args` in `member` (or the leader's pod, else any ready
 /// member pod), output passed through; returns etcdctl's exit code.
@@ -135,8 +134,8 @@ pub async fn defrag(target: &Target, name: &str) -> Result<()> {
         println!(
             "{member}{}: {} -> {}",
             if *member == leader { " (leader)" } else { "" },
-            output::bytes(before),
-            output::bytes(after)
+            dkv_readouts::size::binary(before),
+            dkv_readouts::size::binary(after)
         );
     }
     Ok(())

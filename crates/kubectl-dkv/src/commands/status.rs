@@ -9,7 +9,9 @@ use dkv_api::DistributedKV;
 use dkv_api::backup::v1alpha1::BackupPhase;
 use dkv_api::distributedkv::v1beta1::{BackupArtifactRef, ContinuousBackupStatus, Operation};
 use dkv_api::labels::{CLUSTER_KEY, COMPONENT_KEY};
-use jiff::{Timestamp, tz::TimeZone};
+use dkv_api::naming::ordinal_of;
+use dkv_api::schedule::Schedule;
+use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::ResourceExt;
@@ -298,6 +300,9 @@ pub fn report(
             }),
         }
     }
+    // By ordinal (`orders-10` after `orders-9`), anything else last.
+    let name = cluster.name_any();
+    let ordinal = |member: &str| ordinal_of(&name, member).unwrap_or(i32::MAX);
     members.sort_by(|a, b| {
         ordinal(&a.name)
             .cmp(&ordinal(&b.name))
@@ -358,21 +363,15 @@ pub fn report(
     }
 }
 
-/// Member pods sort by ordinal (`orders-10` after `orders-9`).
-fn ordinal(name: &str) -> u32 {
-    name.rsplit('-')
-        .next()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(u32::MAX)
+/// The next run of `schedule` after `now`, if it is one (the webhook
+/// refuses any other).
+fn next_run(schedule: &str, now: Timestamp) -> Option<Timestamp> {
+    Schedule::parse(schedule).ok()?.next_run(now)
 }
 
 fn pod_state(pod: &Pod) -> PodState {
     let status = pod.status.clone().unwrap_or_default();
-    let ready = status
-        .conditions
-        .iter()
-        .flatten()
-        .any(|c| c.type_ == "Ready" && c.status == "True");
+    let ready = dkv_readouts::pod::is_ready(pod);
     let restarts = status
         .container_statuses
         .iter()
@@ -393,21 +392,6 @@ fn pod_state(pod: &Pod) -> PodState {
     }
 }
 
-/// The next time a CronJob with `schedule` runs (UTC, as dkv's backup
-/// CronJobs do).
-fn next_run(schedule: &str, now: Timestamp) -> Option<Timestamp> {
-    use croner::parser::{CronParser, Seconds, Year};
-    let cron = CronParser::builder()
-        .seconds(Seconds::Disallowed)
-        .year(Year::Disallowed)
-        .build()
-        .parse(schedule.trim())
-        .ok()?;
-    cron.find_next_occurrence(&now.to_zoned(TimeZone::UTC), false)
-        .ok()
-        .map(|next| next.timestamp())
-}
-
 /// The certificates a TLS Secret holds (`tls.crt`, and `ca.crt` when it is
 /// the CA's own Secret), with their expiry.
 fn certificates_in(secret: &Secret) -> Vec<Certificate> {
@@ -417,15 +401,13 @@ fn certificates_in(secret: &Secret) -> Vec<Certificate> {
         .into_iter()
         .filter(|key| *key == "tls.crt" || own_ca)
         .filter_map(|key| {
-            let pem = data.get(key)?;
-            let (_, pem) = x509_parser::pem::parse_x509_pem(&pem.0).ok()?;
-            let cert = pem.parse_x509().ok()?;
-            let not_after = Timestamp::from_second(cert.validity().not_after.timestamp()).ok()?;
+            // One that does not read is left out, as one that is missing.
+            let cert = dkv_readouts::certificate::read_pem(&data.get(key)?.0).ok()?;
             Some(Certificate {
                 secret: secret.name_any(),
                 key: key.to_owned(),
-                subject: cert.subject().to_string(),
-                not_after,
+                subject: cert.subject,
+                not_after: cert.not_after,
             })
         })
         .collect()
@@ -539,8 +521,8 @@ pub fn text(r: &Report, now: Timestamp) -> String {
                     m.live.as_ref().map_or_else(dash, |l| {
                         format!(
                             "{} ({} used)",
-                            output::bytes(l.db_size),
-                            output::bytes(l.db_size_in_use)
+                            dkv_readouts::size::binary(l.db_size),
+                            dkv_readouts::size::binary(l.db_size_in_use)
                         )
                     }),
                     m.live
@@ -609,7 +591,7 @@ pub fn text(r: &Report, now: Timestamp) -> String {
                 last.name,
                 time.as_ref()
                     .map_or_else(String::new, |t| format!(" ({})", time::ago(t, now))),
-                output::bytes(last.size_bytes),
+                dkv_readouts::size::binary(last.size_bytes),
                 last.uri
             ),
             (None, _) => "none".to_owned(),
@@ -696,5 +678,29 @@ mod tests {
         assert!(!line("orders-0").contains("lost"), "{text}");
         assert!(line("orders-1").contains("node-2 (lost 5m ago)"), "{text}");
         assert!(line("orders-1").contains("zone-b"), "{text}");
+    }
+
+    #[test]
+    fn members_are_listed_in_ordinal_order_with_pods_of_no_member_last() {
+        let cluster: DistributedKV = serde_json::from_value(json!({
+            "apiVersion": "dkv.io/v1beta1",
+            "kind": "DistributedKV",
+            "metadata": {"name": "orders", "namespace": "shop"},
+            "spec": {"size": 3, "image": "registry.k8s.io/etcd:3.5.16-0"},
+            "status": {"members": [
+                {"name": "orders-10", "healthy": true},
+                {"name": "orders-9", "healthy": true},
+                {"name": "", "healthy": false},
+                {"name": "orders-1", "healthy": true},
+            ]},
+        }))
+        .unwrap_or_else(|e| panic!("{e}"));
+        let now = Timestamp::UNIX_EPOCH;
+        let names: Vec<String> = report(&cluster, &[], &[], &[], now)
+            .members
+            .into_iter()
+            .map(|m| m.name)
+            .collect();
+        assert_eq!(names, ["orders-1", "orders-9", "orders-10", ""]);
     }
 }

@@ -276,9 +276,9 @@ pub async fn ensure(
 /// When the (first) certificate in a Secret's `tls.crt` expires.
 fn certificate_expiry(secret: &Secret) -> Option<jiff::Timestamp> {
     let pem = secret.data.as_ref()?.get(TLS_CERT)?;
-    let (_, pem) = x509_parser::pem::parse_x509_pem(&pem.0).ok()?;
-    let certificate = pem.parse_x509().ok()?;
-    jiff::Timestamp::from_second(certificate.validity().not_after.timestamp()).ok()
+    dkv_readouts::certificate::read_pem(&pem.0)
+        .ok()
+        .map(|c| c.not_after)
 }
 
 async fn read(secrets: &Api<Secret>, name: &str) -> Result<Option<Secret>> {

@@ -68,13 +68,8 @@ async fn report(
     stopped: Option<&defrag::Stopped>,
     ctx: &Context,
 ) {
-    let size = |bytes: i64| {
-        if bytes >= 1024 * 1024 {
-            format!("{:.1} MiB", bytes as f64 / (1024.0 * 1024.0))
-        } else {
-            format!("{:.0} KiB", bytes as f64 / 1024.0)
-        }
-    };
+    // As `kubectl dkv defrag` prints them.
+    let size = dkv_readouts::size::binary;
     for result in results {
         let (type_, reason, note) = match result {
             defrag::MemberResult::Defragmented {
