@@ -767,7 +767,7 @@ async fn resource(server: &Server, req: Request, t: Target) -> ApiResult<Respons
                 return Ok(with_warnings(json_response(200, &w.object), &w.warnings));
             }
             if t.subresource == Some(PathSubresource::Finalize) {
-                let w = crate::namespace_lifecycle::finalize(core, &rt, &name, obj).await?;
+                let w = crate::namespace_finalize::finalize(core, &rt, &name, obj).await?;
                 return Ok(json_response(200, &w));
             }
             let w = core.update(&rt, &ns, &name, sub, obj, &opts).await?;

@@ -453,7 +453,7 @@ impl Kubelet {
     }
 
     /// [`Kubelet::start`] on caches shared with the workload controllers.
-    pub(crate) async fn start_with(
+    pub async fn start_with(
         client: kube::Client,
         config: KubeletConfig,
         dir: &Path,
