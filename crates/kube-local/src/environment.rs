@@ -334,7 +334,10 @@ impl EnvironmentBuilder {
                 }))
             }
         };
-        let controllers = tokio::spawn(crate::controllers::run(core.clone(), shutdown_rx));
+        let controllers = tokio::spawn(kube_local_controllers::builtin::run(
+            core.clone(),
+            shutdown_rx,
+        ));
         let scheme = if ca.is_some() { "https" } else { "http" };
         let url = format!("{scheme}://{addr}");
         let kubeconfig = dir.join("kubeconfig");

@@ -7,60 +7,23 @@
 //! println!("KUBECONFIG={}", env.kubeconfig_path().display());
 //! # drop(client); Ok(()) }
 //! ```
+//!
+//! This crate is the facade over kube-local's layers, one crate each: [`kube_local_base`] (the pieces they share),
+//! [`kube_local_apiserver`] (store, registry, strategies, apply, HTTP), [`kube_local_kubelet`] (the node agent) and
+//! [`kube_local_controllers`] (the built-in loops, the scheduler, the workload controllers). It keeps the
+//! [`Environment`] that starts them together, the node power socket ([`node_control`]) and the binary, and
+//! re-exports each layer's public modules under the paths they have always had.
 
-mod admission;
-pub mod api_error;
-pub mod api_traffic;
-mod auth;
-mod builtin_schemas;
-mod certificate_signing;
-pub mod clock;
-mod controllers;
-mod conversion;
-pub mod core;
-mod crd;
-mod discovery;
 mod environment;
-mod ephemeral_containers;
-mod field_set;
-mod garbage_collector;
-mod https;
-mod informer;
-pub mod kubelet;
-mod kubelet_client;
-mod list;
-mod managed_fields;
-pub mod meta;
-mod namespace_lifecycle;
 pub mod node_control;
-mod openapi;
-mod output;
-mod patch;
-mod pod_events;
-mod pod_exec;
-mod pod_log;
-pub mod private_files;
-mod registry;
-mod scale;
-pub mod scheduler;
-mod schema;
-mod selector;
-mod server;
-mod service_account_tokens;
-mod service_accounts;
-mod store;
-mod strategic_merge;
-mod strategy;
-mod streaming;
-mod subresource;
-mod table;
-pub mod tls;
-mod type_info;
-mod typed;
-mod views;
-mod watch;
-mod webhook_client;
-pub mod workloads;
+
+pub use kube_local_apiserver::{api_traffic, core};
+pub use kube_local_base::{api_error, clock, meta, private_files, tls};
+pub use kube_local_controllers::{scheduler, workloads};
+pub use kube_local_kubelet::kubelet;
+
+use kube_local_apiserver::{auth, kubelet_client, server, service_account_tokens, store};
+use kube_local_base::https;
 
 pub use auth::access_log::{AllowedRequest, ForbiddenRequest};
 pub use auth::rbac::Grant;

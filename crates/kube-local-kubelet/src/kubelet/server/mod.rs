@@ -9,11 +9,11 @@
 //!
 //! With [`super::KubeletConfig::serving`] the endpoint speaks HTTPS with a certificate of the cluster CA and, when
 //! asked, lets only authenticated and authorized callers in ([`access`]), as a kubelet with webhook authentication
-//! and authorization does; the API server reaches it with its kubelet-client certificate (`crate::kubelet_client`).
+//! and authorization does; the API server reaches it with its kubelet-client certificate (`kube_local_apiserver::kubelet_client`).
 //!
 //! Exec and attach are WebSocket upgrades speaking the channel protocol of [`channels`], port-forward SPDY/3.1
 //! (plain, or tunnelled in WebSocket); the API server checks the request and the pod, then hands the upgraded
-//! connection through (see `crate::pod_exec`). The endpoint listens on
+//! connection through (see the API server's `pod_exec`). The endpoint listens on
 //! the Node's InternalIP, and its port is published in the Node's `status.daemonEndpoints.kubeletEndpoint.Port`.
 
 mod access;

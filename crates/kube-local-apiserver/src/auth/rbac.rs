@@ -20,12 +20,7 @@ const GROUP: &str = "rbac.authorization.k8s.io";
 /// Members of this group may do anything (upstream's privileged group).
 const MASTERS: &str = "system:masters";
 
-/// Who asks.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct UserInfo {
-    pub name: String,
-    pub groups: Vec<String>,
-}
+pub use kube_local_base::identity::UserInfo;
 
 /// What is asked for.
 #[derive(Debug, Clone, PartialEq, Eq)]

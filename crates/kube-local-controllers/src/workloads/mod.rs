@@ -220,7 +220,7 @@ impl Workloads {
     }
 
     /// A handle on the kubelets that does not keep them running.
-    pub(crate) fn kubelet_handle(&self) -> std::sync::Weak<crate::kubelet::Kubelet> {
+    pub fn kubelet_handle(&self) -> std::sync::Weak<crate::kubelet::Kubelet> {
         Arc::downgrade(&self.kubelet)
     }
 

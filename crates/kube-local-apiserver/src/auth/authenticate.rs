@@ -1,5 +1,5 @@
 //! Authentication of the server's own callers (opt-in, see
-//! [`crate::EnvironmentBuilder::authenticate`]), in kube-apiserver's order: a
+//! `kube_local::EnvironmentBuilder::authenticate`), in kube-apiserver's order: a
 //! client certificate issued by the server's CA (the kubeconfig's admin user,
 //! common name the user and organizations the groups), else a bearer token —
 //! the admin token the environment's own client uses, or a ServiceAccount
@@ -11,13 +11,12 @@ use super::access_log::AccessLog;
 use super::rbac::UserInfo;
 use crate::core::Core;
 use crate::service_account_tokens::ISSUER;
+pub use kube_local_base::identity::{AUTHENTICATED_GROUP, ClientCertificate};
 
 /// The user of the admin token (the kubeconfig's user).
 pub const ADMIN_USER: &str = "kube-local-admin";
 /// The privileged group: allowed everything.
 pub const MASTERS_GROUP: &str = "system:masters";
-/// Every authenticated caller is in this group.
-pub const AUTHENTICATED_GROUP: &str = "system:authenticated";
 
 /// Paths anyone may read without credentials, as upstream's
 /// `system:public-info-viewer` lets unauthenticated callers.
@@ -26,20 +25,6 @@ pub fn is_public(path: &str) -> bool {
     ["/healthz", "/livez", "/readyz", "/version"]
         .iter()
         .any(|p| path == *p || path.strip_prefix(p).is_some_and(|r| r.starts_with('/')))
-}
-
-/// The identity of the verified client certificate a TLS connection presented, attached to each of its
-/// requests.
-#[derive(Debug, Clone)]
-pub struct ClientCertificate(pub UserInfo);
-
-impl ClientCertificate {
-    /// The user of a certificate the TLS handshake verified (see [`crate::tls::certificate_subject`]).
-    pub fn from_der(der: &[u8]) -> Option<Self> {
-        let (name, mut groups) = crate::tls::certificate_subject(der)?;
-        groups.push(AUTHENTICATED_GROUP.into());
-        Some(ClientCertificate(UserInfo { name, groups }))
-    }
 }
 
 /// Checks callers' credentials and keeps the authorizer's decisions.

@@ -9,7 +9,7 @@
 //!   the same headers; then the connection is the SPDY session.
 //!
 //! The API server checks the request and the pod and proxies the upgrade to the pod's node's kubelet
-//! (`crate::pod_exec`), which calls [`accept`] from its `/portForward/{namespace}/{pod}` route; so a pod on a node
+//! (the API server's `pod_exec`), which calls [`accept`] from its `/portForward/{namespace}/{pod}` route; so a pod on a node
 //! that is down cannot be forwarded to, as on a cluster.
 
 use std::sync::Arc;

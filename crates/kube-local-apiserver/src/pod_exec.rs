@@ -1,7 +1,7 @@
 //! The `pods/{name}/exec`, `pods/{name}/attach` and `pods/{name}/portforward` subresources: the API server checks
 //! the request and the pod as upstream's `ExecLocation`/`AttachLocation`/`PortForwardLocation` do, then hands the
 //! connection to the pod's node's kubelet (`/exec/{namespace}/{pod}/{container}`, `/attach/…`,
-//! `/portForward/{namespace}/{pod}`, see `crate::kubelet`), the way kube-apiserver proxies an upgrade: the client's
+//! `/portForward/{namespace}/{pod}`, see `kube_local_kubelet::kubelet`), the way kube-apiserver proxies an upgrade: the client's
 //! upgrade request goes to the kubelet as it came, the kubelet's `101 Switching Protocols` comes back, and from then
 //! on bytes are copied both ways. The API server does not speak the stream protocols itself; the kubelet negotiates
 //! them (WebSocket `v5.channel.k8s.io`/`v4.channel.k8s.io` for exec and attach; SPDY/3.1, plain or in WebSocket, for

@@ -16,8 +16,8 @@ use k8s_openapi::api::authorization::v1::{
 };
 use kube::api::{Api, PostParams};
 
-use crate::auth::authenticate::ClientCertificate;
 use crate::kubelet::Shared;
+use kube_local_base::identity::ClientCertificate;
 
 /// The authenticated caller.
 #[derive(Debug, Clone, PartialEq, Eq)]

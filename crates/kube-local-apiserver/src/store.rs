@@ -1,7 +1,7 @@
 //! Object storage with one global, increasing resourceVersion and a bounded history of changes for watches: in
 //! memory, and with a data directory also on disk (see [`persistence`]).
 
-pub(crate) mod persistence;
+pub mod persistence;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};

@@ -4,7 +4,7 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use crate::auth::authenticate::ClientCertificate;
+use crate::identity::ClientCertificate;
 
 /// Serves HTTPS connections on `listener` until `shutdown` completes. Streaming subresources take a connection over
 /// after a 101 (exec, attach, port-forward), so upgrades are served.

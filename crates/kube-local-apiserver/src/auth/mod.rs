@@ -8,7 +8,7 @@
 //!
 //! A library environment trusts every caller (as the admin user,
 //! `system:masters`) unless built with
-//! [`crate::EnvironmentBuilder::authenticate`], which the `kube-local up`
+//! `kube_local::EnvironmentBuilder::authenticate`, which the `kube-local up`
 //! binary always is; then it authenticates every request but `/healthz`,
 //! `/livez`, `/readyz` and `/version` ([`authenticate`]: the kubeconfig's
 //! admin token or a ServiceAccount token it issued; otherwise 401) and

@@ -28,7 +28,7 @@ impl Clock {
         self.moved.notify_waiters();
     }
 
-    pub(crate) async fn moved(&self) {
+    pub async fn moved(&self) {
         self.moved.notified().await;
     }
 }

@@ -4,7 +4,7 @@
 //! Each node's kubelet registers its Node (hostname and zone labels as on a cloud cluster), renews its heartbeat Lease
 //! in `kube-node-lease`, and runs every pod bound to it: volumes, a pod IP, cluster DNS through a hosts file, init
 //! containers, containers with restart policy and probes, status, and graceful termination. Placement is the
-//! scheduler's ([`crate::scheduler`]); the nodes share the host's loopback network ([`network`]). See the module docs
+//! scheduler's (`kube_local_controllers::scheduler`); the nodes share the host's loopback network ([`network`]). See the module docs
 //! of [`sandbox`] for how a container runs and why no process outlives its kubelet.
 //!
 //! Tests reach into running pods through the fault hooks on [`Kubelet`], on whichever node runs them, and cut a node's
@@ -453,7 +453,7 @@ impl Kubelet {
     }
 
     /// [`Kubelet::start`] on caches shared with the workload controllers.
-    pub(crate) async fn start_with(
+    pub async fn start_with(
         client: kube::Client,
         config: KubeletConfig,
         dir: &Path,
