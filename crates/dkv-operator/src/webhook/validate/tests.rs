@@ -1,0 +1,474 @@
+//! The admission verdicts, checked from YAML-shaped specs.
+
+use super::*;
+
+fn dkv(size: i32, image: &str, extra: serde_json::Value) -> DistributedKV {
+    let mut spec = serde_json::json!({"size": size, "image": image});
+    if let (Some(spec), serde_json::Value::Object(extra)) = (spec.as_object_mut(), extra) {
+        spec.extend(extra);
+    }
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "dkv.io/v1beta1", "kind": "DistributedKV",
+        "metadata": {"name": "orders", "namespace": "shop"},
+        "spec": spec,
+    }))
+    .unwrap_or_else(|e| panic!("test object: {e}"))
+}
+
+fn defaults() -> Defaults {
+    Defaults {
+        operator_image: "ghcr.io/dkv-io/dkv:test".into(),
+    }
+}
+
+const ETCD_35: &str = "registry.k8s.io/etcd:3.5.16-0";
+
+#[test]
+fn a_v1alpha1_writer_is_told_the_v1alpha1_field_names() {
+    let bad_bucket = dkv(
+        3,
+        ETCD_35,
+        serde_json::json!({"backup": {"destination": {"uri": "s3://Bad_Bucket/dkv/"}, "schedule": "@daily"}}),
+    );
+    let verdict = review_cluster(
+        ClusterWrite::Create(&bad_bucket),
+        &RestoreSource::NotAsked,
+        &defaults(),
+    );
+    assert!(
+        verdict.message().contains("spec.backup.destination.uri"),
+        "{}",
+        verdict.message()
+    );
+    let v1alpha1 = verdict.clone().for_written_version("dkv.io/v1alpha1");
+    assert!(
+        v1alpha1.message().contains("spec.backup.s3Path")
+            && !v1alpha1.message().contains("destination"),
+        "{}",
+        v1alpha1.message()
+    );
+    assert_eq!(
+        verdict
+            .clone()
+            .for_written_version("dkv.io/v1beta1")
+            .message(),
+        verdict.message()
+    );
+}
+
+#[test]
+fn every_destination_scheme_and_retention_limit_is_checked() {
+    let verdict_for = |backup: serde_json::Value| {
+        let cluster = dkv(3, ETCD_35, serde_json::json!({ "backup": backup }));
+        review_cluster(
+            ClusterWrite::Create(&cluster),
+            &RestoreSource::NotAsked,
+            &defaults(),
+        )
+    };
+    for uri in [
+        "s3://bucket/dkv/",
+        "gs://bucket/dkv/",
+        "az://container/dkv/",
+        "file:///var/backups/dkv/",
+    ] {
+        let verdict = verdict_for(serde_json::json!({
+            "destination": {"uri": uri}, "schedule": "@daily",
+            "retention": {"maxBackups": 5, "maxAge": "36h"}
+        }));
+        assert!(verdict.allowed(), "{uri}: {}", verdict.message());
+        assert_eq!(
+            verdict.warnings.len(),
+            usize::from(uri.starts_with("file:")),
+            "{uri}: {:?}",
+            verdict.warnings
+        );
+    }
+    for (backup, field) in [
+        (
+            serde_json::json!({"destination": {"uri": "ftp://host/dkv/"}, "schedule": "@daily"}),
+            "spec.backup.destination.uri",
+        ),
+        (
+            serde_json::json!({"destination": {"uri": "file://relative/dkv/"}, "schedule": "@daily"}),
+            "spec.backup.destination.uri",
+        ),
+        (
+            serde_json::json!({"destination": {"uri": "s3://b/"}, "schedule": "@daily",
+                               "retention": {"maxBackups": 0}}),
+            "spec.backup.retention.maxBackups",
+        ),
+        (
+            serde_json::json!({"destination": {"uri": "s3://bucket/"}, "schedule": "@daily",
+                               "retention": {"maxAge": "30m"}}),
+            "spec.backup.retention.maxAge",
+        ),
+    ] {
+        let verdict = verdict_for(backup.clone());
+        assert!(
+            verdict.denials.iter().any(|d| d.field == field),
+            "{backup}: {}",
+            verdict.message()
+        );
+    }
+}
+
+const STORAGE: &str = r#"{"storageClassName": "standard", "size": "1Gi"}"#;
+
+fn hibernating(size: i32, image: &str, on: bool, extra: serde_json::Value) -> DistributedKV {
+    let mut spec = serde_json::json!({
+        "hibernation": on,
+        "storage": serde_json::from_str::<serde_json::Value>(STORAGE).unwrap_or_default(),
+        "backup": {"destination": {"uri": "s3://bucket/dkv/"}, "schedule": "@daily"},
+    });
+    if let (Some(spec), serde_json::Value::Object(extra)) = (spec.as_object_mut(), extra) {
+        spec.extend(extra);
+    }
+    dkv(size, image, spec)
+}
+
+fn update(old: &DistributedKV, new: &DistributedKV) -> Verdict {
+    review_cluster(
+        ClusterWrite::Update {
+            old,
+            new,
+            expandable: None,
+        },
+        &RestoreSource::NotAsked,
+        &defaults(),
+    )
+}
+
+#[test]
+fn a_hibernated_cluster_refuses_scale_upgrade_backup_and_storage_edits() {
+    let old = hibernating(3, ETCD_35, true, serde_json::json!({}));
+    for (new, field, then) in [
+        (
+            hibernating(5, ETCD_35, true, serde_json::json!({})),
+            "spec.size",
+            "then scale",
+        ),
+        (
+            hibernating(
+                3,
+                "registry.k8s.io/etcd:3.5.17-0",
+                true,
+                serde_json::json!({}),
+            ),
+            "spec.image",
+            "then upgrade",
+        ),
+        (
+            hibernating(3, ETCD_35, true, serde_json::json!({"version": "3.5.17"})),
+            "spec.version",
+            "then upgrade",
+        ),
+        (
+            hibernating(
+                3,
+                ETCD_35,
+                true,
+                serde_json::json!({"backup": {"destination": {"uri": "s3://bucket/dkv/"}, "schedule": "@hourly"}}),
+            ),
+            "spec.backup",
+            "then change the backup",
+        ),
+        (
+            hibernating(
+                3,
+                ETCD_35,
+                true,
+                serde_json::json!({"storage": {"storageClassName": "standard", "size": "2Gi"}}),
+            ),
+            "spec.storage",
+            "then change the storage",
+        ),
+    ] {
+        let verdict = update(&old, &new);
+        assert!(!verdict.allowed(), "{field}: allowed");
+        let message = verdict.message();
+        assert!(
+            message.contains(&format!(
+                "{field}: cluster shop/orders is hibernated; wake it first (spec.hibernation: false), {then}"
+            )),
+            "{message}"
+        );
+    }
+    let through_scale = review_cluster(
+        ClusterWrite::Scale {
+            old: 3,
+            new: 5,
+            hibernated: Some("shop/orders"),
+        },
+        &RestoreSource::NotAsked,
+        &defaults(),
+    );
+    assert!(
+        through_scale
+            .message()
+            .contains("spec.size: cluster shop/orders is hibernated; wake it first"),
+        "{}",
+        through_scale.message()
+    );
+}
+
+#[test]
+fn waking_and_metadata_edits_of_a_hibernated_cluster_go_through() {
+    let old = hibernating(3, ETCD_35, true, serde_json::json!({}));
+    let mut labelled = old.clone();
+    labelled
+        .metadata
+        .labels
+        .get_or_insert_default()
+        .insert("team".into(), "shop".into());
+    assert!(update(&old, &labelled).allowed());
+    let awake = hibernating(3, ETCD_35, false, serde_json::json!({}));
+    let verdict = update(&old, &awake);
+    assert!(verdict.allowed(), "{}", verdict.message());
+    // Waking and scaling at once: the cluster wakes, then scales.
+    let verdict = update(&old, &hibernating(5, ETCD_35, false, serde_json::json!({})));
+    assert!(verdict.allowed(), "{}", verdict.message());
+    // An unchanged size through the scale subresource is no edit.
+    let same = review_cluster(
+        ClusterWrite::Scale {
+            old: 3,
+            new: 3,
+            hibernated: Some("shop/orders"),
+        },
+        &RestoreSource::NotAsked,
+        &defaults(),
+    );
+    assert!(same.allowed());
+}
+
+#[test]
+fn hibernating_and_scaling_in_one_edit_is_refused() {
+    let old = hibernating(3, ETCD_35, false, serde_json::json!({}));
+    let verdict = update(&old, &hibernating(5, ETCD_35, true, serde_json::json!({})));
+    assert!(
+        verdict
+            .message()
+            .contains("spec.size: cluster shop/orders cannot hibernate and scale in one edit"),
+        "{}",
+        verdict.message()
+    );
+    let verdict = update(&old, &hibernating(3, ETCD_35, true, serde_json::json!({})));
+    assert!(verdict.allowed(), "{}", verdict.message());
+}
+
+#[test]
+fn a_hibernated_cluster_takes_no_on_demand_backup() {
+    let backup: DistributedKVBackup = serde_json::from_value(serde_json::json!({
+        "apiVersion": "dkv.io/v1alpha1", "kind": "DistributedKVBackup",
+        "metadata": {"name": "orders-now", "namespace": "shop"},
+        "spec": {"cluster": "orders"},
+    }))
+    .unwrap_or_else(|e| panic!("{e}"));
+    let verdict = review_backup(
+        &backup,
+        &BackupTarget::Found {
+            has_destination: true,
+            hibernated: true,
+        },
+    );
+    assert!(
+        verdict.message().contains(
+            "spec.cluster: cluster shop/orders is hibernated; wake it first (spec.hibernation: false), then back it up"
+        ),
+        "{}",
+        verdict.message()
+    );
+    let awake = review_backup(
+        &backup,
+        &BackupTarget::Found {
+            has_destination: true,
+            hibernated: false,
+        },
+    );
+    assert!(awake.allowed(), "{}", awake.message());
+}
+
+#[test]
+fn only_a_cluster_with_persistent_storage_can_hibernate() {
+    let old = dkv(3, ETCD_35, serde_json::json!({}));
+    let new = dkv(3, ETCD_35, serde_json::json!({"hibernation": true}));
+    let verdict = update(&old, &new);
+    assert!(
+        verdict
+            .message()
+            .contains("spec.hibernation: the cluster has no spec.storage"),
+        "{}",
+        verdict.message()
+    );
+}
+
+#[test]
+fn scale_down_keeps_a_quorum_of_the_old_size() {
+    let old = dkv(5, ETCD_35, serde_json::json!({}));
+    for (new, allowed) in [(4, true), (3, true), (2, false), (1, false), (7, true)] {
+        let verdict = review_cluster(
+            ClusterWrite::Update {
+                old: &old,
+                new: &dkv(new, ETCD_35, serde_json::json!({})),
+                expandable: None,
+            },
+            &RestoreSource::NotAsked,
+            &defaults(),
+        );
+        assert_eq!(verdict.allowed(), allowed, "5 -> {new}: {verdict:?}");
+        if !allowed {
+            assert!(verdict.message().contains("spec.size"), "{verdict:?}");
+            assert!(verdict.message().contains("quorum of 3"), "{verdict:?}");
+        }
+    }
+    let scale = review_cluster(
+        ClusterWrite::Scale {
+            old: 5,
+            new: 1,
+            hibernated: None,
+        },
+        &RestoreSource::NotAsked,
+        &defaults(),
+    );
+    assert!(
+        scale.message().contains("scale down to 3 first"),
+        "{scale:?}"
+    );
+}
+
+#[test]
+fn even_sizes_are_warned_about_not_refused() {
+    let verdict = review_cluster(
+        ClusterWrite::Create(&dkv(4, ETCD_35, serde_json::json!({}))),
+        &RestoreSource::NotAsked,
+        &defaults(),
+    );
+    assert!(verdict.allowed(), "{verdict:?}");
+    assert_eq!(verdict.warnings.len(), 1);
+    assert!(verdict.warnings[0].starts_with("spec.size: 4 members"));
+}
+
+#[test]
+fn lost_node_replacement_is_bounded_and_warned_about_where_it_cannot_help() {
+    let create = |size, lost_node| {
+        review_cluster(
+            ClusterWrite::Create(&dkv(
+                size,
+                ETCD_35,
+                serde_json::json!({"recovery": {"lostNode": lost_node}}),
+            )),
+            &RestoreSource::NotAsked,
+            &defaults(),
+        )
+    };
+    let fine = create(
+        3,
+        serde_json::json!({"policy": "Replace", "afterSeconds": 120}),
+    );
+    assert!(fine.allowed() && fine.warnings.is_empty(), "{fine:?}");
+    let waiting = create(1, serde_json::json!({"policy": "Wait", "afterSeconds": 0}));
+    assert!(
+        waiting.allowed() && waiting.warnings.is_empty(),
+        "{waiting:?}"
+    );
+    let small = create(1, serde_json::json!({"policy": "Replace"}));
+    assert!(small.allowed(), "{small:?}");
+    assert_eq!(small.warnings.len(), 1, "{small:?}");
+    assert!(small.warnings[0].contains("too few for quorum"));
+    let hasty = create(
+        3,
+        serde_json::json!({"policy": "Replace", "afterSeconds": 10}),
+    );
+    assert!(hasty.allowed(), "{hasty:?}");
+    assert!(hasty.warnings[0].contains("reboot"), "{hasty:?}");
+    let negative = create(
+        3,
+        serde_json::json!({"policy": "Replace", "afterSeconds": -1}),
+    );
+    assert!(!negative.allowed());
+    assert!(
+        negative
+            .message()
+            .contains("spec.recovery.lostNode.afterSeconds"),
+        "{}",
+        negative.message()
+    );
+}
+
+#[test]
+fn version_moves_one_minor_up_never_down() {
+    let old = dkv(3, "registry.k8s.io/etcd:3.4.23-0", serde_json::json!({}));
+    let to = |image| {
+        review_cluster(
+            ClusterWrite::Update {
+                old: &old,
+                new: &dkv(3, image, serde_json::json!({})),
+                expandable: None,
+            },
+            &RestoreSource::NotAsked,
+            &defaults(),
+        )
+    };
+    assert!(to(ETCD_35).allowed());
+    let skip = to("registry.k8s.io/etcd:3.6.1-0");
+    assert!(
+        skip.message()
+            .starts_with("spec.image: etcd upgrades move one minor"),
+        "{skip:?}"
+    );
+    let down = to("registry.k8s.io/etcd:3.4.1-0");
+    assert!(
+        down.message()
+            .starts_with("spec.image: etcd cannot be downgraded"),
+        "{down:?}"
+    );
+}
+
+#[test]
+fn metadata_only_updates_pass_even_when_the_spec_is_invalid() {
+    let stored = dkv(
+        3,
+        ETCD_35,
+        serde_json::json!({"backup": {"destination": {"uri": "s3://bucket/"}, "schedule": "never"}}),
+    );
+    let mut deleting = stored.clone();
+    deleting.metadata.finalizers = Some(vec![]);
+    let verdict = review_cluster(
+        ClusterWrite::Update {
+            old: &stored,
+            new: &deleting,
+            expandable: None,
+        },
+        &RestoreSource::NotAsked,
+        &defaults(),
+    );
+    assert!(verdict.allowed(), "{verdict:?}");
+}
+
+#[test]
+fn restore_source_must_exist() {
+    let new = dkv(
+        3,
+        ETCD_35,
+        serde_json::json!({"bootstrap": {"restore": {"backupName": "nightly"}}}),
+    );
+    let verdict = review_cluster(
+        ClusterWrite::Create(&new),
+        &RestoreSource::Missing,
+        &defaults(),
+    );
+    assert!(
+        verdict.message().starts_with(
+            "spec.bootstrap.restore.backupName: DistributedKVBackup \"nightly\" does not exist"
+        ),
+        "{verdict:?}"
+    );
+    assert!(
+        review_cluster(
+            ClusterWrite::Create(&new),
+            &RestoreSource::Found { completed: true },
+            &defaults()
+        )
+        .allowed()
+    );
+}
