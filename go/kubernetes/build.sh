@@ -10,11 +10,8 @@
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-
-die() {
-	echo "build.sh: error: $*" >&2
-	exit 1
-}
+# shellcheck source=../lib.sh
+source "$here/../lib.sh"
 
 [[ $# -eq 2 ]] || die "usage: build.sh MINOR OUTDIR (MINOR is one of: $(cd "$here" && ls -d v*/ | tr -d v/ | tr '\n' ' '))"
 minor=${1#v}
@@ -22,42 +19,15 @@ out=$2
 moddir=$here/v$minor
 [[ -f $moddir/go.mod ]] || die "no module for Kubernetes $minor: $moddir/go.mod is missing"
 
-command -v go >/dev/null 2>&1 ||
-	die "'go' is not on PATH: install Go 1.26 or newer (e.g. /usr/local/go/bin) and retry"
-
 mkdir -p "$out" || die "cannot create output directory $out"
 out=$(cd "$out" && pwd)
 
 cd "$moddir"
 export CGO_ENABLED=0
-
-# The Go version go.mod asks for, versus the go that would run.
-need=$(awk '$1 == "go" { print $2; exit }' go.mod)
-have=$(go env GOVERSION 2>&1) || die "'go env GOVERSION' failed in $moddir: $have"
-have=${have#go}
-if [[ $(printf '%s\n%s\n' "$need" "$have" | sort -V | head -1) != "$need" ]]; then
-	die "Kubernetes $minor needs go >= $need, but go on PATH is $have (GOTOOLCHAIN=$(go env GOTOOLCHAIN)): put a newer go on PATH or export GOTOOLCHAIN=go$need or newer (served by the Go module proxy)"
-fi
-
-version=$(awk '$1 == "require" && $2 == "k8s.io/kubernetes" { print $3 } $1 == "k8s.io/kubernetes" { print $2 }' go.mod | head -1)
+go_check "Kubernetes $minor"
+version=$(go_required k8s.io/kubernetes)
 [[ $version == v1.* ]] || die "no 'require k8s.io/kubernetes v1.x.y' line in $moddir/go.mod"
-
-# Fetch every module first, so a proxy failure is reported by module name.
-log=$(mktemp)
-trap 'rm -f "$log"' EXIT
-if ! go mod download -json >"$log" 2>&1; then
-	failed=$(awk -F'"' '
-		/"Path":/    { p = $4 }
-		/"Version":/ { v = $4 }
-		/"Error":/   { e = $0; sub(/^[^:]*: "/, "", e); sub(/",?$/, "", e); print p "@" v ": " e }
-	' "$log")
-	[[ -n $failed ]] || failed=$(grep -v '^[[:space:]{}]' "$log")
-	n=$(printf '%s\n' "$failed" | wc -l)
-	failed=$(printf '%s\n' "$failed" | head -5)
-	((n <= 5)) || failed+=$'\n'"(and $((n - 5)) more)"
-	die "fetching the modules of k8s.io/kubernetes $version failed (GOPROXY=$(go env GOPROXY)):
-$failed"
-fi
+go_fetch "k8s.io/kubernetes $version"
 
 date=$(go list -m -f '{{if .Time}}{{.Time.UTC.Format "2006-01-02T15:04:05Z"}}{{end}}' k8s.io/kubernetes) ||
 	die "cannot read the release date of k8s.io/kubernetes $version"

@@ -332,25 +332,14 @@ mod tests {
         assert!(budget_can_allow(3));
         assert!(budget_can_allow(5));
     }
-    use crate::cluster::membership::ObservedPod;
+    use crate::cluster::membership::fixtures;
     use dkv_etcd::FakeEtcd;
     use serde_json::{Value, json};
 
     fn pods(n: i32) -> Vec<MemberPod> {
         (0..n)
             .map(|i| MemberPod {
-                view: ObservedPod {
-                    ordinal: i,
-                    ready: true,
-                    data_lost: false,
-                    version: None,
-                    init_done: true,
-                    forced_new_cluster: false,
-                    init_refused: false,
-                    restored: false,
-                    tls_serial: None,
-                    revision: None,
-                },
+                view: fixtures::pod(i),
                 endpoint: Some(format!("http://orders-{i}:2379")),
                 bootstrap_size: None,
                 restore_failure: None,

@@ -163,7 +163,7 @@ pub fn stopped_plan(mut plan: Plan) -> Plan {
 mod tests {
     use super::*;
     use crate::cluster::dereference::Recorded;
-    use crate::cluster::membership::{ObservedPod, WaitReason};
+    use crate::cluster::membership::{WaitReason, fixtures};
     use crate::cluster::membership_record::{ClusterState, MembershipRecord, RecordedMember};
     use dkv_api::DistributedKV;
     use dkv_api::distributedkv::v1beta1::OperationKind;
@@ -216,18 +216,7 @@ mod tests {
 
     fn pod(ordinal: i32) -> MemberPod {
         MemberPod {
-            view: ObservedPod {
-                ordinal,
-                ready: true,
-                data_lost: false,
-                version: None,
-                init_done: true,
-                forced_new_cluster: false,
-                init_refused: false,
-                restored: false,
-                tls_serial: None,
-                revision: None,
-            },
+            view: fixtures::pod(ordinal),
             endpoint: Some(format!("http://10.0.0.{ordinal}:2379")),
             restore_failure: None,
             problem: None,

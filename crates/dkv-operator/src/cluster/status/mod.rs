@@ -114,27 +114,20 @@ fn with_fault(
     now: &Time,
 ) -> DistributedKVStatus {
     let generation = dkv.meta().generation;
-    match fault {
+    let (type_, reason, message) = match fault {
         Fault::Degraded { reason, message } => {
-            let want = Want {
-                type_: types::DEGRADED,
-                status: true,
-                reason,
-                message: message.clone(),
-            };
-            set_condition(&mut status.conditions, want, generation, now);
             status.phase = Some(Phase::Degraded);
+            (types::DEGRADED, reason, message)
         }
-        Fault::Waiting { reason, message } => {
-            let want = Want {
-                type_: types::PROGRESSING,
-                status: true,
-                reason,
-                message: message.clone(),
-            };
-            set_condition(&mut status.conditions, want, generation, now);
-        }
-    }
+        Fault::Waiting { reason, message } => (types::PROGRESSING, reason, message),
+    };
+    let want = Want {
+        type_,
+        status: true,
+        reason,
+        message: message.clone(),
+    };
+    set_condition(&mut status.conditions, want, generation, now);
     status
 }
 
