@@ -14,6 +14,16 @@ pub const PEER_PORT: i32 = 2380;
 /// The port of members' `/metrics` and `/health`.
 pub const METRICS_PORT: i32 = 2381;
 
+/// The container that runs etcd in a member pod.
+pub const MEMBER_CONTAINER: &str = "etcd";
+/// Where a member pod mounts its certificate when one serves both
+/// transports (`tls.crt`, `tls.key`, `ca.crt`).
+pub const MEMBER_TLS_DIR: &str = "/etc/dkv/tls/member";
+/// Where a member pod mounts each certificate when peers and clients have
+/// their own.
+pub const PEER_TLS_DIR: &str = "/etc/dkv/tls/peer";
+pub const SERVER_TLS_DIR: &str = "/etc/dkv/tls/server";
+
 /// Pod (and etcd member) name of ordinal `ordinal`.
 pub fn member(cluster: &str, ordinal: i32) -> String {
     format!("{cluster}-{ordinal}")

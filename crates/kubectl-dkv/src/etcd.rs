@@ -12,6 +12,7 @@
 use std::collections::BTreeMap;
 
 use dkv_api::DistributedKV;
+use dkv_api::naming::{MEMBER_CONTAINER as CONTAINER, MEMBER_TLS_DIR, SERVER_TLS_DIR};
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Status;
 use kube::ResourceExt;
@@ -21,11 +22,9 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use crate::client::Target;
 use crate::error::{Error, Result};
 
-/// The member container in a member pod.
-const CONTAINER: &str = "etcd";
-/// Where member pods mount their certificate: one for both transports, or
-/// the serving one when peers and clients have their own.
-const TLS_DIRS: [&str; 2] = ["/etc/dkv/tls/member", "/etc/dkv/tls/server"];
+/// Where member pods mount the certificate etcdctl can use: one for both
+/// transports, or the serving one when peers and clients have their own.
+const TLS_DIRS: [&str; 2] = [MEMBER_TLS_DIR, SERVER_TLS_DIR];
 
 /// What a finished etcdctl printed and returned.
 #[derive(Debug)]

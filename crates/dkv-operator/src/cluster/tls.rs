@@ -12,8 +12,7 @@ use k8s_openapi::api::core::v1::{KeyToPath, SecretVolumeSource, Volume, VolumeMo
 
 use super::naming;
 
-/// Where members find their certificate (`tls.crt`, `tls.key`, `ca.crt`).
-pub const MEMBER_TLS_DIR: &str = "/etc/dkv/tls/member";
+pub use dkv_api::naming::{MEMBER_TLS_DIR, PEER_TLS_DIR, SERVER_TLS_DIR};
 /// Where backup agents find the client certificate.
 pub const CLIENT_TLS_DIR: &str = "/etc/dkv/tls/client";
 pub const CA_CERT: &str = "ca.crt";
@@ -27,10 +26,6 @@ pub const SERIAL_ANNOTATION: &str = "dkv.io/tls-member-serial";
 pub const CLIENT_COMMON_NAME: &str = "dkv-client";
 const MEMBER_TLS_VOLUME: &str = "member-tls";
 const CLIENT_TLS_VOLUME: &str = "client-tls";
-/// When the peer and client transports use different certificates: where
-/// members find each.
-pub const PEER_TLS_DIR: &str = "/etc/dkv/tls/peer";
-pub const SERVER_TLS_DIR: &str = "/etc/dkv/tls/server";
 const PEER_TLS_VOLUME: &str = "peer-tls";
 const SERVER_TLS_VOLUME: &str = "server-tls";
 

@@ -552,7 +552,7 @@ fn liveness_probe(version: EtcdVersion, period: i32, failures: i32) -> Probe {
 
 fn etcd_container(cluster: &ValidatedCluster) -> Container {
     Container {
-        name: "etcd".to_owned(),
+        name: dkv_api::naming::MEMBER_CONTAINER.to_owned(),
         image: Some(cluster.image.clone()),
         command: Some(vec!["etcd".to_owned()]),
         args: Some(vec![format!("--config-file={CONFIG_FILE}")]),
