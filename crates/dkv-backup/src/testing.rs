@@ -1,9 +1,14 @@
-//! Test harness (feature `testing`): a real S3-compatible server (moto) and
-//! real etcd processes on loopback, for this crate's integration tests and
-//! the `dkv backup` binary's.
+//! Test harness (feature `testing`): real object store servers (moto for
+//! S3; Azurite and fake-gcs-server in [`stores`]) and real etcd processes on
+//! loopback, for this crate's integration tests and the `dkv backup`
+//! binary's.
 //!
-//! Nothing here skips: a missing moto or etcd fails the test with the
+//! Nothing here skips: a missing server or etcd fails the test with the
 //! command that installs it (`scripts/install-prerequisites.sh`).
+
+mod stores;
+
+pub use stores::{AzuriteServer, FakeGcsServer, StoreKind, StoreServer};
 
 use std::collections::BTreeMap;
 use std::io::Read;
@@ -235,6 +240,7 @@ impl MotoServer {
                 allow_http: true,
                 checksums: true,
             },
+            ..StoreConfig::default()
         }
     }
 
