@@ -482,6 +482,28 @@ impl FakeGcsServer {
         names
     }
 
+    /// Stores an object through the JSON API (a media upload): how the
+    /// tests put objects into this server, which takes no XML API writes.
+    pub async fn put(&self, key: &str, bytes: Vec<u8>) {
+        let name: String = url::form_urlencoded::byte_serialize(key.as_bytes()).collect();
+        let url = format!(
+            "http://{}/upload/storage/v1/b/{}/o?uploadType=media&name={name}",
+            self.host, self.bucket
+        );
+        let response = http_client()
+            .post(&url)
+            .header("Content-Type", "application/octet-stream")
+            .body(bytes)
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("POST {url}: {e}"));
+        assert!(
+            response.status().is_success(),
+            "POST {url}: {}",
+            response.status()
+        );
+    }
+
     /// An object's content (JSON API media download).
     pub async fn get(&self, key: &str) -> Vec<u8> {
         let name: String = url::form_urlencoded::byte_serialize(key.as_bytes()).collect();

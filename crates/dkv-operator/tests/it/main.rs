@@ -45,6 +45,7 @@ mod restore_on_kube_local;
 mod scaling_on_kube_local;
 mod scenarios_on_kubernetes;
 mod secrets_stay_secret;
+mod stores_on_kube_local;
 mod tls_on_kube_local;
 mod tls_sources_on_kube_local;
 mod upgrade_on_kube_local;
