@@ -5,7 +5,8 @@
 //! `AZURE_STORAGE_ENDPOINT`). A cluster with encrypted continuous backup
 //! takes an on-demand snapshot that the container really holds, and both
 //! the snapshot and the newest point of its continuous backup restore into
-//! new clusters with exactly the keys written. (S3 runs the same paths in
+//! new clusters with exactly the keys written; retention then deletes the
+//! expired snapshot's objects and keeps the newer one's. (S3 runs the same paths in
 //! the other `*_on_kube_local` suites; dkv-backup's `every_store` covers
 //! each store below the operator.)
 
@@ -14,7 +15,8 @@ use std::time::{Duration, Instant};
 use dkv_api::DistributedKVBackup;
 use dkv_backup::testing::{StoreKind, StoreServer, test_key};
 use dkv_backup::{Location, Store};
-use kube::api::{Api, PostParams};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
 
 use dkv_test_support as support;
@@ -82,7 +84,8 @@ async fn backups_restore_through_the_operator(kind: StoreKind) {
             "destination": {"uri": uri, "credentialsSecret": "store-creds"},
             "schedule": "0 0 1 1 *",
             "continuous": {"enabled": true, "interval": "1s"},
-            "encryption": {"keySecret": {"name": "store-key"}}
+            "encryption": {"keySecret": {"name": "store-key"}},
+            "retention": {"maxAge": "1d"}
         }}),
     )
     .await;
@@ -107,14 +110,8 @@ async fn backups_restore_through_the_operator(kind: StoreKind) {
     wait_stored(&store, &destination, NS, "orders", revision).await;
 
     let backups: Api<DistributedKVBackup> = Api::namespaced(client.clone(), NS);
-    let backup: DistributedKVBackup = serde_json::from_value(json!({
-        "apiVersion": "dkv.io/v1alpha1", "kind": "DistributedKVBackup",
-        "metadata": {"name": "orders-manual", "namespace": NS},
-        "spec": {"cluster": "orders"}
-    }))
-    .unwrap();
     backups
-        .create(&PostParams::default(), &backup)
+        .create(&PostParams::default(), &on_demand("orders-manual"))
         .await
         .unwrap();
     let artifact = wait_backup_completed(&backups, "orders-manual")
@@ -170,6 +167,59 @@ async fn backups_restore_through_the_operator(kind: StoreKind) {
     assert_eq!(test_keys(&client, "copy").await, expected);
     wait_settled(&dkvs, "newest", 1).await;
     assert_eq!(test_keys(&client, "newest").await, expected);
+
+    // Retention (maxAge 1d): once a newer backup exists and the first is
+    // two days old, its record goes and so do its objects; the newer
+    // one's stay.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    backups
+        .create(&PostParams::default(), &on_demand("orders-later"))
+        .await
+        .unwrap();
+    let later = wait_backup_completed(&backups, "orders-later")
+        .await
+        .status
+        .unwrap()
+        .artifact
+        .unwrap();
+    let then = Time(jiff::Timestamp::now() - jiff::SignedDuration::from_hours(48));
+    backups
+        .patch_status(
+            "orders-manual",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"startTime": then, "completionTime": then}})),
+        )
+        .await
+        .unwrap();
+    let started = Instant::now();
+    while backups.get_opt("orders-manual").await.unwrap().is_some() {
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "orders-manual was not pruned"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let objects = server.objects().await;
+    let later_object = Location::parse(&later.uri)
+        .unwrap()
+        .path()
+        .as_ref()
+        .to_owned();
+    for key in [object.clone(), format!("{object}.json")] {
+        assert!(!objects.contains(&key), "{key} still in {objects:?}");
+    }
+    for key in [later_object.clone(), format!("{later_object}.json")] {
+        assert!(objects.contains(&key), "{key} missing from {objects:?}");
+    }
+}
+
+fn on_demand(name: &str) -> DistributedKVBackup {
+    serde_json::from_value(json!({
+        "apiVersion": "dkv.io/v1alpha1", "kind": "DistributedKVBackup",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {"cluster": "orders"}
+    }))
+    .unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
