@@ -22,7 +22,9 @@ use crate::telemetry::LogFormat;
 /// `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`; `GOOGLE_SERVICE_ACCOUNT_KEY`
 /// or `GOOGLE_APPLICATION_CREDENTIALS`; `AZURE_STORAGE_ACCOUNT_NAME` with
 /// `AZURE_STORAGE_ACCOUNT_KEY` or `AZURE_STORAGE_SAS_TOKEN`. Never flags:
-/// those show in the pod spec and the process list.
+/// those show in the pod spec and the process list. The Azure and GCS
+/// endpoints (`AZURE_STORAGE_ENDPOINT`, `STORAGE_EMULATOR_HOST`) come from
+/// the environment too, beside them in the same Secret.
 #[derive(Debug, Args)]
 pub struct BackupArgs {
     /// Name of the DistributedKV.

@@ -133,10 +133,11 @@ pub struct BackupDestination {
     /// `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, optionally
     /// `AWS_SESSION_TOKEN`, `AWS_REGION`, `AWS_ENDPOINT_URL`,
     /// `AWS_ALLOW_HTTP`. `gs://`: `GOOGLE_SERVICE_ACCOUNT_KEY` (the JSON
-    /// key) or `GOOGLE_APPLICATION_CREDENTIALS`. `az://`:
-    /// `AZURE_STORAGE_ACCOUNT_NAME` with `AZURE_STORAGE_ACCOUNT_KEY` or
-    /// `AZURE_STORAGE_SAS_TOKEN`. Without it the store's ambient identity
-    /// is used.
+    /// key) or `GOOGLE_APPLICATION_CREDENTIALS`; `STORAGE_EMULATOR_HOST` for
+    /// an emulator. `az://`: `AZURE_STORAGE_ACCOUNT_NAME` with
+    /// `AZURE_STORAGE_ACCOUNT_KEY` or `AZURE_STORAGE_SAS_TOKEN`, optionally
+    /// `AZURE_STORAGE_ENDPOINT` (another blob service URL). Without it the
+    /// store's ambient identity is used.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub credentials_secret: Option<String>,
 }
