@@ -25,8 +25,8 @@ use dkv_test_support as support;
 
 use support::backups::{create_secret, wait_backup_completed, wait_backup_finished, wait_stored};
 use support::etcd_cluster::{
-    condition_message, condition_reason, connect, member_endpoints, put_retrying, wait_for,
-    wait_restore_refused, wait_settled,
+    condition_message, condition_reason, connect, member_endpoints, put_retrying, test_keys,
+    wait_for, wait_restore_refused, wait_settled,
 };
 
 const NS: &str = "encrypted";
@@ -35,37 +35,6 @@ const KEYS: usize = 200;
 /// The key, as `openssl rand -hex 32` prints it.
 const KEY_HEX: &str = "6b2f0c3e9a41d5877e0f1b2c3d4e5f60718293a4b5c6d7e8f90112233445566a";
 const OTHER_KEY_HEX: &str = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
-
-/// Every key under `/dkv-test/` of `cluster`, in order.
-async fn test_keys(client: &kube::Client, cluster: &str) -> Vec<(String, String)> {
-    let started = Instant::now();
-    loop {
-        if let Some(mut etcd) = connect(member_endpoints(client, NS, cluster).await).await
-            && let Ok(response) = etcd
-                .get(
-                    "/dkv-test/",
-                    Some(etcd_client::GetOptions::new().with_prefix()),
-                )
-                .await
-        {
-            return response
-                .kvs()
-                .iter()
-                .map(|kv| {
-                    (
-                        String::from_utf8_lossy(kv.key()).into_owned(),
-                        String::from_utf8_lossy(kv.value()).into_owned(),
-                    )
-                })
-                .collect();
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(30),
-            "{cluster} did not answer"
-        );
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
-}
 
 /// The verification of `backup` once it has finished (answering `request`).
 async fn wait_verification(
@@ -308,9 +277,9 @@ async fn encrypted_backups_restore_only_with_their_key() {
     .await
     .unwrap();
     wait_settled(&dkvs, "copy", 1).await;
-    assert_eq!(test_keys(&client, "copy").await, expected);
+    assert_eq!(test_keys(&client, NS, "copy").await, expected);
     wait_settled(&dkvs, "newest", 1).await;
-    assert_eq!(test_keys(&client, "newest").await, expected);
+    assert_eq!(test_keys(&client, NS, "newest").await, expected);
 
     // The scratch cluster went once it reported.
     let scratch = verify_scratch_gone(&dkvs, "vault-manual-verify").await;

@@ -22,43 +22,12 @@ use serde_json::json;
 use dkv_test_support as support;
 
 use support::backups::{create_secret, wait_backup_completed, wait_stored};
-use support::etcd_cluster::{connect, member_endpoints, put_retrying, wait_settled};
+use support::etcd_cluster::{connect, member_endpoints, put_retrying, test_keys, wait_settled};
 
 const NS: &str = "stores";
 const IMAGE: &str = "registry.k8s.io/etcd:3.5.16-0";
 const KEYS: usize = 100;
 const KEY_HEX: &str = "0f1e2d3c4b5a69788796a5b4c3d2e1f00f1e2d3c4b5a69788796a5b4c3d2e1f0";
-
-/// Every key under `/dkv-test/` of `cluster`, in order.
-async fn test_keys(client: &kube::Client, cluster: &str) -> Vec<(String, String)> {
-    let started = Instant::now();
-    loop {
-        if let Some(mut etcd) = connect(member_endpoints(client, NS, cluster).await).await
-            && let Ok(response) = etcd
-                .get(
-                    "/dkv-test/",
-                    Some(etcd_client::GetOptions::new().with_prefix()),
-                )
-                .await
-        {
-            return response
-                .kvs()
-                .iter()
-                .map(|kv| {
-                    (
-                        String::from_utf8_lossy(kv.key()).into_owned(),
-                        String::from_utf8_lossy(kv.value()).into_owned(),
-                    )
-                })
-                .collect();
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(30),
-            "{cluster} did not answer"
-        );
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
-}
 
 /// Encrypted continuous and on-demand backups of one cluster to `kind`,
 /// restored from the snapshot and from the newest point.
@@ -164,9 +133,9 @@ async fn backups_restore_through_the_operator(kind: StoreKind) {
     .await
     .unwrap();
     wait_settled(&dkvs, "copy", 1).await;
-    assert_eq!(test_keys(&client, "copy").await, expected);
+    assert_eq!(test_keys(&client, NS, "copy").await, expected);
     wait_settled(&dkvs, "newest", 1).await;
-    assert_eq!(test_keys(&client, "newest").await, expected);
+    assert_eq!(test_keys(&client, NS, "newest").await, expected);
 
     // Retention (maxAge 1d): once a newer backup exists and the first is
     // two days old, its record goes and so do its objects; the newer
