@@ -12,9 +12,11 @@
 //! as far as an emulator can go: the `object_store` crate writes to GCS
 //! through its XML API (a single PUT, or a multipart upload for snapshots),
 //! which neither fake-gcs-server nor any other emulator available here
-//! implements. So a backup is copied into the bucket by the test's own
-//! client (its record rewritten to name the new place), and restore, the record, the key check and retention's deletion
-//! are proven against the server; writing is not.
+//! implements. So the same two scenarios write to a local directory that
+//! the test's own client copies into the bucket (each record rewritten to
+//! name its artifact's new place), and everything after that — restore,
+//! the key check, point-in-time planning and replay, retention's deletions
+//! — runs against the server. Writing to GCS is not proven.
 //!
 //! What a server holds is checked with the test's own client, never
 //! through dkv's store layer.
@@ -89,6 +91,45 @@ async fn restored_member(
     let member = EtcdProcess::start(&bin, "restored", ip, &data_dir, "restored-token");
     member.wait_ready().await;
     member
+}
+
+/// Copies every file under `local` into the GCS server's bucket under the
+/// same relative name, as a move between stores would: a record (`.json`)
+/// naming an artifact under `local` is rewritten to name the artifact's new
+/// place. Returns the names, sorted.
+async fn copy_into_gcs(gcs: &FakeGcsServer, local: &std::path::Path) -> Vec<String> {
+    let old_prefix = format!("file://{}/", local.display());
+    let new_prefix = format!("gs://{}/", gcs.bucket);
+    let mut copied = Vec::new();
+    let mut pending = vec![local.to_path_buf()];
+    while let Some(at) = pending.pop() {
+        for entry in std::fs::read_dir(&at).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                pending.push(path);
+                continue;
+            }
+            let key = path
+                .strip_prefix(local)
+                .unwrap()
+                .to_string_lossy()
+                .into_owned();
+            let mut bytes = std::fs::read(&path).unwrap();
+            if key.ends_with(".json") {
+                let mut record: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+                if let Some(uri) = record["uri"].as_str()
+                    && let Some(rest) = uri.strip_prefix(&old_prefix)
+                {
+                    record["uri"] = format!("{new_prefix}{rest}").into();
+                    bytes = serde_json::to_vec(&record).unwrap();
+                }
+            }
+            gcs.put(&key, bytes).await;
+            copied.push(key);
+        }
+    }
+    copied.sort();
+    copied
 }
 
 /// An encrypted full backup: the server holds the artifact and its record
@@ -180,7 +221,9 @@ async fn full_backup_restores_and_is_deleted(kind: StoreKind) {
 /// An encrypted continuous backup recorded by the agent restores to a
 /// revision in the middle of its chain; an older chain past its age is
 /// deleted whole (record, segments, base snapshot and its record) and the
-/// current one kept.
+/// current one kept. On GCS, whose writes no emulator here takes, the
+/// agent records to a local directory that is then copied into the bucket:
+/// the restore and the retention run against the server.
 async fn continuous_backup_restores_to_a_revision_and_expires(kind: StoreKind) {
     let dir = tempfile::tempdir().unwrap();
     let server = StoreServer::start(kind, "dkv-continuous");
@@ -199,12 +242,22 @@ async fn continuous_backup_restores_to_a_revision_and_expires(kind: StoreKind) {
             .await
             .unwrap();
     }
-    let config = server.config();
-    let destination = Location::parse(&server.uri("pitr")).unwrap();
+    let local = dir.path().join("local");
+    let (recording_config, recording_root) = match &server {
+        StoreServer::Gcs(_) => (
+            StoreConfig::default(),
+            format!("file://{}", local.display()),
+        ),
+        _ => (
+            server.config(),
+            server.uri("").trim_end_matches('/').to_owned(),
+        ),
+    };
+    let recording = Location::parse(&format!("{recording_root}/pitr")).unwrap();
     let settings = AgentSettings {
         namespace: "shop".into(),
         cluster: "orders".into(),
-        destination: destination.clone(),
+        destination: recording.clone(),
         endpoints: vec![source.client_url.clone()],
         cut: CutSettings {
             interval: Duration::from_millis(200),
@@ -217,7 +270,7 @@ async fn continuous_backup_restores_to_a_revision_and_expires(kind: StoreKind) {
     let (stop, stopped) = watch::channel(false);
     let agent = {
         let etcd = GrpcAdmin::new(vec![source.client_url.clone()], Duration::from_secs(5));
-        let (config, settings) = (config.clone(), settings.clone());
+        let (config, settings) = (recording_config.clone(), settings.clone());
         tokio::spawn(async move {
             let mut progress = Vec::new();
             let result = agent::run(&etcd, &config, &settings, stopped, |p| progress.push(p)).await;
@@ -255,8 +308,27 @@ async fn continuous_backup_restores_to_a_revision_and_expires(kind: StoreKind) {
         "{progress:?}"
     );
 
+    // An older chain, a week old, beside it: for retention below.
+    let week_ago = Timestamp::now() - SignedDuration::from_hours(24 * 7);
+    let recording_store = Store::open(&recording, &recording_config).unwrap();
+    let recording_continuous = continuous_location(&recording, "shop", "orders");
+    write_chain(
+        &recording_store,
+        &recording,
+        &recording_continuous,
+        "old",
+        1,
+        week_ago,
+    )
+    .await;
+    if let StoreServer::Gcs(gcs) = &server {
+        copy_into_gcs(gcs, &local).await;
+    }
+
     // Every object is encrypted, and all are in the bucket as listed by
     // the test's own client.
+    let config = server.config();
+    let destination = Location::parse(&server.uri("pitr")).unwrap();
     let objects = server.objects().await;
     assert!(
         objects
@@ -273,11 +345,17 @@ async fn continuous_backup_restores_to_a_revision_and_expires(kind: StoreKind) {
     let store = Store::open(&destination, &config).unwrap();
     let continuous = continuous_location(&destination, "shop", "orders");
     let bases = read_bases(&store, &continuous).await.unwrap();
-    assert_eq!(bases.len(), 1, "{bases:?}");
-    let segments = read_chain(&store, &chain_location(&continuous, &bases[0].chain), &keys)
-        .await
-        .unwrap();
+    assert_eq!(bases.len(), 2, "{bases:?}");
+    let mut segments = Vec::new();
+    for base in &bases {
+        let chain = chain_location(&continuous, &base.chain);
+        segments.extend(read_chain(&store, &chain, &keys).await.unwrap());
+    }
     let planned = plan(&chains(&bases, &segments), Target::Revision(target)).unwrap();
+    assert_eq!(
+        planned.base, bases[1],
+        "the recorded chain, not the old one"
+    );
     let snapshot = dir.path().join("base.db");
     fetch_artifact(&config, &planned.base.uri, None, &keys, &snapshot)
         .await
@@ -289,11 +367,8 @@ async fn continuous_backup_restores_to_a_revision_and_expires(kind: StoreKind) {
     assert!(replayed.events > 0, "{replayed:?}");
     assert_eq!(restored.key_values_at(0).await, at_target);
 
-    // Retention: an older chain, a week old, expires; the current one is
-    // the newest and stays.
-    let before = server.objects().await;
-    let week_ago = Timestamp::now() - SignedDuration::from_hours(24 * 7);
-    write_chain(&store, &destination, &continuous, "old", 1, week_ago).await;
+    // Retention: the old chain expires, the current one is the newest and
+    // stays.
     let ages = chain_ages(&store, &continuous, &keys).await.unwrap();
     assert_eq!(ages.len(), 2, "{ages:?}");
     let gone = expired(&ages, SignedDuration::from_hours(24), Timestamp::now());
@@ -302,7 +377,23 @@ async fn continuous_backup_restores_to_a_revision_and_expires(kind: StoreKind) {
     delete_chain(&store, &config, &continuous, gone[0])
         .await
         .unwrap();
-    assert_eq!(server.objects().await, before);
+    let old_chain = format!("{}/", chain_location(&continuous, "old").path().as_ref());
+    let current_record = format!("/{}/base.json", bases[1].chain);
+    let left = server.objects().await;
+    assert!(
+        left.iter()
+            .all(|o| !o.starts_with(&old_chain) && !o.starts_with("pitr/old.db")),
+        "{left:?}"
+    );
+    assert!(
+        left.iter().any(|o| o.ends_with(&current_record)),
+        "{left:?}"
+    );
+    assert_eq!(
+        left.len(),
+        objects.len() - 5,
+        "the old chain's 5 objects went: {left:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -354,34 +445,7 @@ async fn gcs_a_backup_copied_into_the_bucket_restores_and_is_deleted() {
         .unwrap();
 
     // The artifact and its record, copied under the same names.
-    let mut copied = Vec::new();
-    let mut pending = vec![local.clone()];
-    while let Some(at) = pending.pop() {
-        for entry in std::fs::read_dir(&at).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                pending.push(path);
-            } else {
-                let key = path
-                    .strip_prefix(&local)
-                    .unwrap()
-                    .to_string_lossy()
-                    .into_owned();
-                let mut bytes = std::fs::read(&path).unwrap();
-                if key.ends_with(".json") {
-                    // The record names its artifact: moved between stores,
-                    // it names the new place.
-                    let mut record: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
-                    let moved = key.trim_end_matches(".json");
-                    record["uri"] = format!("gs://dkv-backups/{moved}").into();
-                    bytes = serde_json::to_vec(&record).unwrap();
-                }
-                gcs.put(&key, bytes).await;
-                copied.push(key);
-            }
-        }
-    }
-    copied.sort();
+    let copied = copy_into_gcs(&gcs, &local).await;
     assert_eq!(gcs.objects().await, copied);
     let object = Location::parse(&artifact.uri)
         .unwrap()
@@ -427,4 +491,9 @@ async fn gcs_a_backup_copied_into_the_bucket_restores_and_is_deleted() {
 
     delete_artifact(&config, &uri).await.unwrap();
     assert_eq!(gcs.objects().await, Vec::<String>::new());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gcs_a_continuous_backup_copied_into_the_bucket_restores_to_a_revision_and_expires() {
+    continuous_backup_restores_to_a_revision_and_expires(StoreKind::Gcs).await;
 }
