@@ -12,9 +12,6 @@ command -v cc >/dev/null 2>&1 || need_apt+=(gcc)
 # etcd-client compiles etcd's protobuf definitions at build time.
 command -v protoc >/dev/null 2>&1 || need_apt+=(protobuf-compiler)
 command -v unshare >/dev/null 2>&1 || need_apt+=(util-linux)
-# Azurite, the Azure Blob Storage emulator of the backup tests, is an npm
-# package.
-command -v npm >/dev/null 2>&1 || need_apt+=(nodejs npm)
 
 if ((${#need_apt[@]})); then
   SUDO=""
@@ -57,29 +54,3 @@ if [[ "$moto_installed" != "$MOTO_PIN" || ! -x "$VENV/bin/moto_server" ]]; then
   "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "moto[server]==$MOTO_PIN"
 fi
 
-# The other object stores of the backup tests, in the tools directory
-# (DKV_TOOLS_DIR, else .tools; where install-etcd.sh puts etcd), each
-# reinstalled only when missing or when its pin moved:
-# - Azurite, the Azure Blob Storage emulator, from npm.
-# - fake-gcs-server, a Google Cloud Storage emulator, built from the Go
-#   module proxy by go/fake-gcs-server/build.sh at the version its go.mod
-#   requires (a minute once; seconds with Go's caches warm).
-TOOLS="${DKV_TOOLS_DIR:-$ROOT/.tools}"
-AZURITE_PIN="${AZURITE_PIN:-3.37.0}"
-azurite_installed="$(node -p 'require(process.argv[1]).version' \
-  "$TOOLS/azurite/node_modules/azurite/package.json" 2>/dev/null || true)"
-if [[ "$azurite_installed" != "$AZURITE_PIN" || ! -x "$TOOLS/azurite/node_modules/.bin/azurite-blob" ]]; then
-  echo "installing azurite@$AZURITE_PIN into $TOOLS/azurite"
-  mkdir -p "$TOOLS/azurite"
-  npm install --prefix "$TOOLS/azurite" --no-audit --no-fund --no-save --silent "azurite@$AZURITE_PIN"
-fi
-FAKE_GCS="$TOOLS/fake-gcs-server"
-fake_gcs_pin="$(awk '$1 == "require" && $2 == "github.com/fsouza/fake-gcs-server" { print $3 }' \
-  "$ROOT/go/fake-gcs-server/go.mod")"
-if [[ "$(cat "$FAKE_GCS/VERSION" 2>/dev/null || true)" != "$fake_gcs_pin" || ! -x "$FAKE_GCS/fake-gcs-server" ]]; then
-  export PATH="$PATH:/usr/local/go/bin"
-  rm -rf "$FAKE_GCS.partial"
-  nice -n 10 bash "$ROOT/go/fake-gcs-server/build.sh" "$FAKE_GCS.partial"
-  rm -rf "$FAKE_GCS"
-  mv "$FAKE_GCS.partial" "$FAKE_GCS"
-fi

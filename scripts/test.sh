@@ -15,6 +15,9 @@ phase() {
 }
 
 scripts/install-prerequisites.sh
+# The Azure and GCS servers of the backup tests (not the demo's: it needs no
+# Go).
+scripts/install-store-servers.sh
 
 phase "cargo fmt"
 cargo fmt --all -- --check

@@ -4,7 +4,8 @@
 //! binary's.
 //!
 //! Nothing here skips: a missing server or etcd fails the test with the
-//! command that installs it (`scripts/install-prerequisites.sh`).
+//! command that installs it (`scripts/install-prerequisites.sh`, and
+//! `scripts/install-store-servers.sh` for Azurite and fake-gcs-server).
 
 mod stores;
 

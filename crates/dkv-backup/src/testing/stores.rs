@@ -21,7 +21,7 @@ use crate::StoreConfig;
 use crate::credentials::{AzureCredentials, AzureKey, Credentials, Secret};
 use crate::store::{AZURE_STORAGE_ENDPOINT, AzureOptions, GcsOptions, STORAGE_EMULATOR_HOST};
 
-const INSTALL: &str = "run scripts/install-prerequisites.sh (it installs Azurite from npm and builds fake-gcs-server into .tools)";
+const INSTALL: &str = "run scripts/install-store-servers.sh (it installs Azurite from npm and builds fake-gcs-server into .tools)";
 
 /// The kinds of object store the tests run against.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
