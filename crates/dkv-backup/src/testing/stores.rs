@@ -504,6 +504,54 @@ impl FakeGcsServer {
         );
     }
 
+    /// Copies every file under `local` into the bucket under the same
+    /// relative name, as a move between stores would: a record (`.json`)
+    /// naming an artifact under `local` is rewritten to name the
+    /// artifact's new place. How the tests fill this server with backups
+    /// (it takes no XML API writes, the only ones dkv makes). Returns the
+    /// names, sorted.
+    pub async fn copy_in(&self, local: &std::path::Path) -> Vec<String> {
+        let old_prefix = format!("file://{}/", local.display());
+        let new_prefix = format!("gs://{}/", self.bucket);
+        let mut copied = Vec::new();
+        let mut pending = vec![local.to_path_buf()];
+        while let Some(at) = pending.pop() {
+            let entries =
+                std::fs::read_dir(&at).unwrap_or_else(|e| panic!("reading {}: {e}", at.display()));
+            for entry in entries {
+                let path = entry
+                    .unwrap_or_else(|e| panic!("reading {}: {e}", at.display()))
+                    .path();
+                if path.is_dir() {
+                    pending.push(path);
+                    continue;
+                }
+                let key = path
+                    .strip_prefix(local)
+                    .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+                    .to_string_lossy()
+                    .into_owned();
+                let mut bytes = std::fs::read(&path)
+                    .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+                if key.ends_with(".json") {
+                    let mut record: serde_json::Value = serde_json::from_slice(&bytes)
+                        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+                    if let Some(uri) = record["uri"].as_str()
+                        && let Some(rest) = uri.strip_prefix(&old_prefix)
+                    {
+                        record["uri"] = format!("{new_prefix}{rest}").into();
+                        bytes = serde_json::to_vec(&record)
+                            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+                    }
+                }
+                self.put(&key, bytes).await;
+                copied.push(key);
+            }
+        }
+        copied.sort();
+        copied
+    }
+
     /// An object's content (JSON API media download).
     pub async fn get(&self, key: &str) -> Vec<u8> {
         let name: String = url::form_urlencoded::byte_serialize(key.as_bytes()).collect();

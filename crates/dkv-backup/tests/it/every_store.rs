@@ -93,45 +93,6 @@ async fn restored_member(
     member
 }
 
-/// Copies every file under `local` into the GCS server's bucket under the
-/// same relative name, as a move between stores would: a record (`.json`)
-/// naming an artifact under `local` is rewritten to name the artifact's new
-/// place. Returns the names, sorted.
-async fn copy_into_gcs(gcs: &FakeGcsServer, local: &std::path::Path) -> Vec<String> {
-    let old_prefix = format!("file://{}/", local.display());
-    let new_prefix = format!("gs://{}/", gcs.bucket);
-    let mut copied = Vec::new();
-    let mut pending = vec![local.to_path_buf()];
-    while let Some(at) = pending.pop() {
-        for entry in std::fs::read_dir(&at).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                pending.push(path);
-                continue;
-            }
-            let key = path
-                .strip_prefix(local)
-                .unwrap()
-                .to_string_lossy()
-                .into_owned();
-            let mut bytes = std::fs::read(&path).unwrap();
-            if key.ends_with(".json") {
-                let mut record: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
-                if let Some(uri) = record["uri"].as_str()
-                    && let Some(rest) = uri.strip_prefix(&old_prefix)
-                {
-                    record["uri"] = format!("{new_prefix}{rest}").into();
-                    bytes = serde_json::to_vec(&record).unwrap();
-                }
-            }
-            gcs.put(&key, bytes).await;
-            copied.push(key);
-        }
-    }
-    copied.sort();
-    copied
-}
-
 /// An encrypted full backup: the server holds the artifact and its record
 /// with the digest dkv reported; a restore from it holds exactly the keys
 /// written, and needs the key; wrong credentials are refused (where the
@@ -322,7 +283,7 @@ async fn continuous_backup_restores_to_a_revision_and_expires(kind: StoreKind) {
     )
     .await;
     if let StoreServer::Gcs(gcs) = &server {
-        copy_into_gcs(gcs, &local).await;
+        gcs.copy_in(&local).await;
     }
 
     // Every object is encrypted, and all are in the bucket as listed by
@@ -445,7 +406,7 @@ async fn gcs_a_backup_copied_into_the_bucket_restores_and_is_deleted() {
         .unwrap();
 
     // The artifact and its record, copied under the same names.
-    let copied = copy_into_gcs(&gcs, &local).await;
+    let copied = gcs.copy_in(&local).await;
     assert_eq!(gcs.objects().await, copied);
     let object = Location::parse(&artifact.uri)
         .unwrap()
