@@ -16,7 +16,7 @@
 
 use std::time::{Duration, Instant};
 
-use dkv_api::DistributedKVBackup;
+use dkv_api::{DistributedKV, DistributedKVBackup};
 use dkv_backup::testing::{
     EtcdProcess, FakeGcsServer, StoreKind, StoreServer, etcd_bin_dir, loopback_ip, test_key,
 };
@@ -252,7 +252,7 @@ async fn gcs_a_backup_in_the_bucket_restores_through_the_operator() {
         vec![("key".to_owned(), KEY_HEX.to_owned())],
     )
     .await;
-    let dkvs = kube::Api::<dkv_api::DistributedKV>::namespaced(client.clone(), NS);
+    let dkvs: Api<DistributedKV> = Api::namespaced(client.clone(), NS);
     dkvs.create(
         &PostParams::default(),
         &support::cluster(
