@@ -23,10 +23,11 @@ use serde_json::json;
 
 use dkv_test_support as support;
 
-use support::backups::{create_secret, wait_backup_completed, wait_backup_finished, wait_stored};
+use support::backups::{
+    cluster_with_recorded_keys, create_secret, wait_backup_completed, wait_backup_finished,
+};
 use support::etcd_cluster::{
-    condition_message, condition_reason, connect, member_endpoints, put_retrying, test_keys,
-    wait_for, wait_restore_refused, wait_settled,
+    condition_message, condition_reason, test_keys, wait_for, wait_restore_refused, wait_settled,
 };
 
 const NS: &str = "encrypted";
@@ -100,39 +101,24 @@ async fn encrypted_backups_restore_only_with_their_key() {
     .await;
     let key_id = Key::parse(KEY_HEX.as_bytes()).unwrap().id().to_owned();
     let uri = moto.uri("vault");
-    let dkvs = support::create_cluster(
+    let destination = Location::parse(&uri).unwrap();
+    let store = Store::open(&destination, &moto.config()).unwrap();
+    let (dkvs, expected) = cluster_with_recorded_keys(
         &client,
         NS,
         "vault",
-        1,
         IMAGE,
-        json!({"backup": {
+        json!({
             "destination": {"uri": uri, "credentialsSecret": "s3-creds"},
             "schedule": "0 0 1 1 *",
             "continuous": {"enabled": true, "interval": "1s"},
             "encryption": {"keySecret": {"name": "vault-key"}}
-        }}),
+        }),
+        &store,
+        &destination,
+        KEYS,
     )
     .await;
-    wait_settled(&dkvs, "vault", 1).await;
-    let mut etcd = connect(member_endpoints(&client, NS, "vault").await)
-        .await
-        .unwrap();
-    for i in 0..KEYS {
-        let (key, value) = test_key(i);
-        put_retrying(&mut etcd, &key, &value).await;
-    }
-    let revision = etcd
-        .get("/dkv-test/", None)
-        .await
-        .unwrap()
-        .header()
-        .map(|h| h.revision())
-        .unwrap();
-    let expected: Vec<(String, String)> = (0..KEYS).map(test_key).collect();
-    let destination = Location::parse(&uri).unwrap();
-    let store = Store::open(&destination, &moto.config()).unwrap();
-    wait_stored(&store, &destination, NS, "vault", revision).await;
 
     // An on-demand snapshot: compressed, encrypted, the key's id recorded.
     let backups: Api<DistributedKVBackup> = Api::namespaced(client.clone(), NS);

@@ -30,8 +30,8 @@ use serde_json::json;
 
 use dkv_test_support as support;
 
-use support::backups::{create_secret, wait_backup_completed, wait_stored};
-use support::etcd_cluster::{connect, member_endpoints, put_retrying, test_keys, wait_settled};
+use support::backups::{cluster_with_recorded_keys, create_secret, wait_backup_completed};
+use support::etcd_cluster::{test_keys, wait_settled};
 
 const NS: &str = "stores";
 const IMAGE: &str = "registry.k8s.io/etcd:3.5.16-0";
@@ -52,40 +52,25 @@ async fn backups_restore_through_the_operator(kind: StoreKind) {
     )
     .await;
     let uri = server.uri("kube");
-    let dkvs = support::create_cluster(
+    let destination = Location::parse(&uri).unwrap();
+    let store = Store::open(&destination, &server.config()).unwrap();
+    let (dkvs, expected) = cluster_with_recorded_keys(
         &client,
         NS,
         "orders",
-        1,
         IMAGE,
-        json!({"backup": {
+        json!({
             "destination": {"uri": uri, "credentialsSecret": "store-creds"},
             "schedule": "0 0 1 1 *",
             "continuous": {"enabled": true, "interval": "1s"},
             "encryption": {"keySecret": {"name": "store-key"}},
             "retention": {"maxAge": "1d"}
-        }}),
+        }),
+        &store,
+        &destination,
+        KEYS,
     )
     .await;
-    wait_settled(&dkvs, "orders", 1).await;
-    let mut etcd = connect(member_endpoints(&client, NS, "orders").await)
-        .await
-        .unwrap();
-    for i in 0..KEYS {
-        let (key, value) = test_key(i);
-        put_retrying(&mut etcd, &key, &value).await;
-    }
-    let revision = etcd
-        .get("/dkv-test/", None)
-        .await
-        .unwrap()
-        .header()
-        .map(|h| h.revision())
-        .unwrap();
-    let expected: Vec<(String, String)> = (0..KEYS).map(test_key).collect();
-    let destination = Location::parse(&uri).unwrap();
-    let store = Store::open(&destination, &server.config()).unwrap();
-    wait_stored(&store, &destination, NS, "orders", revision).await;
 
     let backups: Api<DistributedKVBackup> = Api::namespaced(client.clone(), NS);
     backups
