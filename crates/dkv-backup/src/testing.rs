@@ -582,6 +582,38 @@ impl EtcdProcess {
         }
     }
 
+    /// A history around one revision, for restoring to it: 20 puts under
+    /// `during/`, `before/00` deleted, `before/05` overwritten (the target
+    /// revision), then 10 puts under `after/`. Returns the target and every
+    /// key and value the member held at it.
+    pub async fn write_around_a_target(&self) -> (i64, BTreeMap<Vec<u8>, Vec<u8>>) {
+        let mut writer = self.client().await;
+        for i in 0..20 {
+            writer
+                .put(format!("during/{i:02}"), format!("{i}"), None)
+                .await
+                .unwrap_or_else(|e| panic!("put during/{i:02}: {e}"));
+        }
+        writer
+            .delete("before/00", None)
+            .await
+            .unwrap_or_else(|e| panic!("delete before/00: {e}"));
+        let target = writer
+            .put("before/05", "changed", None)
+            .await
+            .unwrap_or_else(|e| panic!("put before/05: {e}"))
+            .header()
+            .map_or(0, |h| h.revision());
+        let at_target = self.key_values_at(target).await;
+        for i in 0..10 {
+            writer
+                .put(format!("after/{i:02}"), format!("{i}"), None)
+                .await
+                .unwrap_or_else(|e| panic!("put after/{i:02}: {e}"));
+        }
+        (target, at_target)
+    }
+
     /// Every key and value under `/dkv-test/`.
     pub async fn test_keys(&self) -> Vec<(String, String)> {
         let mut client = self.client().await;

@@ -388,27 +388,7 @@ mod tests {
         // First run: a chain from a full snapshot, then the writes.
         let agent = start_agent(&source.client_url, &settings);
         tokio::time::sleep(Duration::from_millis(1500)).await;
-        for i in 0..20 {
-            writer
-                .put(format!("during/{i:02}"), format!("{i}"), None)
-                .await
-                .unwrap();
-        }
-        writer.delete("before/00", None).await.unwrap();
-        let target = writer
-            .put("before/05", "changed", None)
-            .await
-            .unwrap()
-            .header()
-            .unwrap()
-            .revision();
-        let at_target = source.key_values_at(target).await;
-        for i in 0..10 {
-            writer
-                .put(format!("after/{i:02}"), format!("{i}"), None)
-                .await
-                .unwrap();
-        }
+        let (target, at_target) = source.write_around_a_target().await;
         let first = stop_agent(agent).await;
         assert_eq!(started(&first), vec![None], "one chain, started fresh");
 

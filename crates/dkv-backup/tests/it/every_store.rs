@@ -239,27 +239,7 @@ async fn continuous_backup_restores_to_a_revision_and_expires(kind: StoreKind) {
         })
     };
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    for i in 0..20 {
-        writer
-            .put(format!("during/{i:02}"), format!("{i}"), None)
-            .await
-            .unwrap();
-    }
-    writer.delete("before/00", None).await.unwrap();
-    let target = writer
-        .put("before/05", "changed", None)
-        .await
-        .unwrap()
-        .header()
-        .unwrap()
-        .revision();
-    let at_target = source.key_values_at(target).await;
-    for i in 0..10 {
-        writer
-            .put(format!("after/{i:02}"), format!("{i}"), None)
-            .await
-            .unwrap();
-    }
+    let (target, at_target) = source.write_around_a_target().await;
     tokio::time::sleep(Duration::from_millis(700)).await;
     stop.send(true).unwrap();
     let (result, progress) = agent.await.unwrap();
