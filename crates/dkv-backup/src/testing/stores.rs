@@ -179,6 +179,26 @@ fn http_client() -> reqwest::Client {
         .unwrap_or_else(|e| panic!("building an HTTP client: {e}"))
 }
 
+/// The body of a response to `what`; fails the test on a transport error
+/// or any status but 2xx, with the server's answer.
+async fn successful_body(
+    response: Result<reqwest::Response, reqwest::Error>,
+    what: &str,
+) -> Vec<u8> {
+    let response = response.unwrap_or_else(|e| panic!("{what}: {e}"));
+    let status = response.status();
+    let body = response
+        .bytes()
+        .await
+        .unwrap_or_else(|e| panic!("{what}: reading the body: {e}"));
+    assert!(
+        status.is_success(),
+        "{what}: {status}: {}",
+        String::from_utf8_lossy(&body)
+    );
+    body.to_vec()
+}
+
 /// Azurite's blob service with one storage account of its own (a random
 /// key, so a wrong key is refused as by Azure) and one container.
 /// Requests are addressed path-style, `http://127.0.0.1:PORT/<account>`,
@@ -290,19 +310,8 @@ impl AzuriteServer {
             )
             .header("Content-Length", "0")
             .send()
-            .await
-            .unwrap_or_else(|e| panic!("Azurite {method} {path}: {e}"));
-        let status = response.status();
-        let body = response
-            .bytes()
-            .await
-            .unwrap_or_else(|e| panic!("Azurite {method} {path}: reading the body: {e}"));
-        assert!(
-            status.is_success(),
-            "Azurite {method} {path}: {status}: {}",
-            String::from_utf8_lossy(&body)
-        );
-        body.to_vec()
+            .await;
+        successful_body(response, &format!("Azurite {method} {path}")).await
     }
 
     /// `127.0.0.1:PORT`
@@ -419,13 +428,8 @@ impl FakeGcsServer {
                 .header("Content-Type", "application/json")
                 .body(body)
                 .send()
-                .await
-                .unwrap_or_else(|e| panic!("creating the bucket at {url}: {e}"));
-            assert!(
-                response.status().is_success(),
-                "creating the bucket at {url}: {}",
-                response.status()
-            );
+                .await;
+            successful_body(response, &format!("creating the bucket at {url}")).await;
         });
     }
 
@@ -444,22 +448,8 @@ impl FakeGcsServer {
     }
 
     async fn get_ok(&self, url: &str) -> Vec<u8> {
-        let response = http_client()
-            .get(url)
-            .send()
-            .await
-            .unwrap_or_else(|e| panic!("GET {url}: {e}"));
-        let status = response.status();
-        let body = response
-            .bytes()
-            .await
-            .unwrap_or_else(|e| panic!("GET {url}: reading the body: {e}"));
-        assert!(
-            status.is_success(),
-            "GET {url}: {status}: {}",
-            String::from_utf8_lossy(&body)
-        );
-        body.to_vec()
+        let response = http_client().get(url).send().await;
+        successful_body(response, &format!("GET {url}")).await
     }
 
     /// Every object in the bucket (JSON API listing; one page is enough in
@@ -495,13 +485,8 @@ impl FakeGcsServer {
             .header("Content-Type", "application/octet-stream")
             .body(bytes)
             .send()
-            .await
-            .unwrap_or_else(|e| panic!("POST {url}: {e}"));
-        assert!(
-            response.status().is_success(),
-            "POST {url}: {}",
-            response.status()
-        );
+            .await;
+        successful_body(response, &format!("POST {url}")).await;
     }
 
     /// Copies every file under `local` into the bucket under the same
