@@ -684,6 +684,7 @@ pub async fn write_chain(
     let settings = CutSettings {
         interval: Duration::from_secs(10),
         max_segment_bytes: 1 << 20,
+        ..CutSettings::default()
     };
     let mut cutter = Cutter::start(name, revision, settings, taken_at);
     for (i, at) in [(1, end - SignedDuration::from_mins(30)), (2, end)] {

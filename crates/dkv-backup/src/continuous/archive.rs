@@ -209,6 +209,7 @@ mod tests {
         let settings = CutSettings {
             interval: Duration::from_secs(10),
             max_segment_bytes: 1 << 20,
+            ..CutSettings::default()
         };
         let mut cutter = Cutter::start("base-100", 100, settings, now);
         for (revision, key) in [(101, "a"), (102, "b"), (103, "c")] {

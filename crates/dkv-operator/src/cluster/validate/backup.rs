@@ -210,6 +210,7 @@ mod tests {
             Some(CutSettings {
                 interval: Duration::from_secs(120),
                 max_segment_bytes: 1 << 20,
+                ..CutSettings::default()
             })
         );
         for bad in ["0s", "11m", "10", "1h", "s", "1.5s"] {
