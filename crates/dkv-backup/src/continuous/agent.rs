@@ -9,9 +9,9 @@
 //! reports the gap and starts a new chain.
 
 use bytes::Bytes;
-use serde::Deserialize;
 use dkv_etcd::{EtcdAdmin, GrpcAdmin};
 use jiff::Timestamp;
+use serde::Deserialize;
 use tokio::sync::watch;
 use tracing::{info, warn};
 
@@ -80,14 +80,13 @@ pub async fn run(
         settings,
         cluster_id: &cluster_id,
     };
-    let (mut cutter, mut extent) =
-        match resume(&store, &continuous, settings, &cluster_id).await? {
-            Some(resumed) => resumed,
-            None => {
-                let base = take_base(etcd, config, settings).await?;
-                begin_chain(&recording, &base, None, &mut report).await?
-            }
-        };
+    let (mut cutter, mut extent) = match resume(&store, &continuous, settings, &cluster_id).await? {
+        Some(resumed) => resumed,
+        None => {
+            let base = take_base(etcd, config, settings).await?;
+            begin_chain(&recording, &base, None, &mut report).await?
+        }
+    };
     loop {
         let chain_dir = chain_location(&continuous, cutter.chain());
         let outcome = record(
@@ -697,7 +696,11 @@ mod tests {
         // too; the third is being recorded at the end.
         for i in 0..250u64 {
             writer
-                .put(format!("k/{:03}", i % 40), incompressible(i, 10 << 10), None)
+                .put(
+                    format!("k/{:03}", i % 40),
+                    incompressible(i, 10 << 10),
+                    None,
+                )
                 .await
                 .unwrap();
             if i % 25 == 0 {

@@ -103,9 +103,15 @@ mod tests {
     fn a_chain_ends_by_age_or_by_its_changes_against_its_base() {
         let limits = ChainLimits::default();
         assert_eq!(extent(100, 0).end(&limits, at_hours(23)), None);
-        assert_eq!(extent(100, 0).end(&limits, at_hours(24)), Some(ChainEnd::Age));
+        assert_eq!(
+            extent(100, 0).end(&limits, at_hours(24)),
+            Some(ChainEnd::Age)
+        );
         assert_eq!(extent(100, 24).end(&limits, at_hours(1)), None);
-        assert_eq!(extent(100, 25).end(&limits, at_hours(1)), Some(ChainEnd::Size));
+        assert_eq!(
+            extent(100, 25).end(&limits, at_hours(1)),
+            Some(ChainEnd::Size)
+        );
         assert_eq!(
             extent(100, 24).grown(1 << 20).end(&limits, at_hours(1)),
             Some(ChainEnd::Size)
