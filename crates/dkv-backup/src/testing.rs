@@ -18,7 +18,7 @@ use etcd_client::{Client, GetOptions};
 use jiff::{SignedDuration, Timestamp};
 
 use crate::artifact::{Artifact, sidecar_location};
-use crate::continuous::agent::BASE_RECORD;
+use crate::continuous::archive::BASE_RECORD;
 use crate::continuous::archive::{chain_location, store_segment};
 use crate::continuous::cutter::{CutSettings, Cutter};
 use crate::continuous::segment::{Event, EventKind};

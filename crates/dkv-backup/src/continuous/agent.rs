@@ -15,7 +15,9 @@ use serde::Deserialize;
 use tokio::sync::watch;
 use tracing::{info, warn};
 
-use super::archive::{chain_location, continuous_location, newest_segment};
+use super::archive::{
+    BASE_RECORD, chain_location, continuous_location, newest_segment, read_bases,
+};
 use super::chain::{Base, StoredSegment};
 use super::cutter::{CutSettings, Cutter};
 use super::recorder::{Ended, Until, record};
@@ -27,9 +29,6 @@ use crate::encryption::Keyring;
 use crate::error::{Error, Result};
 use crate::location::Location;
 use crate::store::{Store, StoreConfig};
-
-/// The record of a chain's full snapshot, in the chain's directory.
-pub const BASE_RECORD: &str = "base.json";
 
 /// Which cluster the agent records, and where to.
 #[derive(Debug, Clone)]
@@ -351,30 +350,6 @@ fn chain_name(artifact: &Artifact) -> String {
         artifact.taken_at.strftime("%Y%m%dT%H%M%SZ"),
         artifact.revision
     )
-}
-
-/// The bases of every chain under `continuous`.
-pub async fn read_bases(store: &Store, continuous: &Location) -> Result<Vec<Base>> {
-    let mut bases = Vec::new();
-    for path in store.list(continuous.path()).await? {
-        let Some(dir) = path.as_ref().strip_suffix(&format!("/{BASE_RECORD}")) else {
-            continue;
-        };
-        let chain = dir.rsplit('/').next().unwrap_or_default().to_owned();
-        let bytes = store.get_small(&path).await?;
-        let artifact: Artifact = serde_json::from_slice(&bytes).map_err(|e| Error::BadSidecar {
-            uri: store.location(&path).to_string(),
-            message: e.to_string(),
-        })?;
-        bases.push(Base {
-            chain,
-            revision: artifact.revision,
-            taken_at: artifact.taken_at,
-            uri: artifact.uri,
-        });
-    }
-    bases.sort_by_key(|b| b.revision);
-    Ok(bases)
 }
 
 #[cfg(test)]

@@ -6,8 +6,7 @@
 
 use jiff::{SignedDuration, Timestamp};
 
-use super::agent::{BASE_RECORD, read_bases};
-use super::archive::{chain_location, newest_segment};
+use super::archive::{BASE_RECORD, chain_location, newest_segment, read_bases};
 use crate::artifact::delete_artifact;
 use crate::encryption::Keyring;
 use crate::error::{Error, Result};
