@@ -231,4 +231,59 @@ mod tests {
             2
         );
     }
+
+    /// Thirty days of daily chains under `maxAge: 7d`, pruned after each
+    /// as the operator does: the store holds the last seven days and the
+    /// newest chain, and stops growing once the first week has passed.
+    #[tokio::test]
+    async fn with_daily_chains_and_a_week_of_retention_the_store_stops_growing() {
+        let dir = tempfile::tempdir().unwrap();
+        let destination = Location::parse(&format!("file://{}/", dir.path().display())).unwrap();
+        let store = Store::open(&destination, &StoreConfig::default()).unwrap();
+        let continuous = continuous_location(&destination, "shop", "orders");
+        let week = ChainRetention {
+            max_age: Some(SignedDuration::from_hours(7 * 24)),
+            max_chains: None,
+        };
+        let mut stored = Vec::new();
+        for day in 0..30i64 {
+            let name = format!("day-{day:02}");
+            write_chain(
+                &store,
+                &destination,
+                &continuous,
+                &name,
+                100 * (day + 1),
+                at(24 * day),
+            )
+            .await;
+            let now = at(24 * day + 1);
+            let ages = chain_ages(&store, &continuous, &Keyring::default())
+                .await
+                .unwrap();
+            for chain in expired(&ages, week, now) {
+                delete_chain(&store, &StoreConfig::default(), &continuous, chain)
+                    .await
+                    .unwrap();
+            }
+            let left = chain_ages(&store, &continuous, &Keyring::default())
+                .await
+                .unwrap();
+            stored.push((
+                left.len(),
+                store.total_size(destination.path()).await.unwrap(),
+            ));
+        }
+        // From the eighth day on: the chains of the last seven days (each
+        // holds points up to the next one's start), and the same bytes
+        // (within the few bytes by which records of other revisions differ).
+        let (chains, bytes) = stored[7];
+        assert_eq!(chains, 7, "{stored:?}");
+        assert!(
+            stored[7..]
+                .iter()
+                .all(|(n, b)| *n == chains && b.abs_diff(bytes) * 100 < bytes),
+            "{stored:?}"
+        );
+    }
 }
