@@ -432,6 +432,15 @@ impl Store {
             .map_err(|e| self.error("list", prefix, &e))
     }
 
+    /// The total size of the objects under `prefix`, from one listing.
+    pub async fn total_size(&self, prefix: &Path) -> Result<u64> {
+        self.inner
+            .list(Some(prefix))
+            .try_fold(0, |total, meta| async move { Ok(total + meta.size) })
+            .await
+            .map_err(|e| self.error("list", prefix, &e))
+    }
+
     /// Deletes an object; an object that is already gone is not an error
     /// (deletion is retried by callers after partial failures).
     pub async fn delete(&self, path: &Path) -> Result<()> {

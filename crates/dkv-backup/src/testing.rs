@@ -24,7 +24,7 @@ use etcd_client::{Client, GetOptions};
 use jiff::{SignedDuration, Timestamp};
 
 use crate::artifact::{Artifact, sidecar_location};
-use crate::continuous::agent::BASE_RECORD;
+use crate::continuous::archive::BASE_RECORD;
 use crate::continuous::archive::{chain_location, store_segment};
 use crate::continuous::cutter::{CutSettings, Cutter};
 use crate::continuous::segment::{Event, EventKind};
@@ -723,6 +723,7 @@ pub async fn write_chain(
     let settings = CutSettings {
         interval: Duration::from_secs(10),
         max_segment_bytes: 1 << 20,
+        ..CutSettings::default()
     };
     let mut cutter = Cutter::start(name, revision, settings, taken_at);
     for (i, at) in [(1, end - SignedDuration::from_mins(30)), (2, end)] {

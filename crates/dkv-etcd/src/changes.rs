@@ -113,16 +113,31 @@ impl ChangeWatch {
     }
 }
 
+/// The largest watch response accepted: well above the largest request
+/// etcd accepts (`--max-request-bytes`, which bounds one event and the
+/// fragments of a fragmented response).
+pub const MAX_WATCH_MESSAGE_BYTES: usize = 256 << 20;
+
 impl GrpcAdmin {
     /// Watches every key from `from_revision` (inclusive), with progress
     /// notifications.
+    ///
+    /// A watch that catches up from an old revision receives many events
+    /// per response (etcd batches up to a thousand revisions): the server
+    /// is asked to fragment responses larger than its request limit, and
+    /// the client accepts messages up to [`MAX_WATCH_MESSAGE_BYTES`] (etcd's
+    /// own client accepts any size; gRPC's default of 4 MiB fails such a
+    /// watch for good once values are large).
     pub async fn watch_changes(&self, from_revision: i64) -> Result<ChangeWatch> {
-        let mut client = self.client_for("watch").await?;
+        let client = self.client_for("watch").await?;
         let options = WatchOptions::new()
             .with_all_keys()
             .with_start_revision(from_revision)
-            .with_progress_notify();
+            .with_progress_notify()
+            .with_fragment();
         let stream = client
+            .watch_client()
+            .max_decoding_message_size(MAX_WATCH_MESSAGE_BYTES)
             .watch("", Some(options))
             .await
             .map_err(|e| Error::from_client("watch", e, None))?;

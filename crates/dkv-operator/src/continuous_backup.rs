@@ -26,7 +26,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use dkv_backup::continuous::agent::{self, AgentSettings, Progress, read_bases};
+use dkv_backup::continuous::agent::{self, AgentSettings, Progress};
+use dkv_backup::continuous::archive::read_bases;
 use dkv_backup::continuous::archive::{chain_ends, continuous_location};
 use dkv_backup::continuous::cutter::CutSettings;
 use dkv_backup::{Location, Store, StoreConfig};

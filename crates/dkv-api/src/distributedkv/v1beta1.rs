@@ -112,6 +112,30 @@ pub struct ContinuousBackup {
     /// (a quantity: `16Mi`, the default, from `64Ki` to `256Mi`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_segment_bytes: Option<Quantity>,
+
+    /// When recording ends a chain and starts the next from a fresh full
+    /// snapshot. A point-in-time restore replays the changes of one chain
+    /// at most, so this bounds restore time; retention deletes whole
+    /// chains.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub new_chain: Option<NewChain>,
+}
+
+/// When continuous backup starts a new chain; whichever limit comes first.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct NewChain {
+    /// At least this often: minutes, hours or days, `10m` to `30d`; `24h`
+    /// by default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^[1-9][0-9]{0,5}[mhd]$"))]
+    pub every: Option<String>,
+
+    /// ... or once the changes stored in the chain reach this percentage
+    /// of its base snapshot's stored size: 1 to 1000, 25 by default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 1000))]
+    pub change_percent: Option<i32>,
 }
 
 /// An object store location (or a directory) for snapshots.

@@ -11,13 +11,17 @@
 use bytes::Bytes;
 use dkv_etcd::{EtcdAdmin, GrpcAdmin};
 use jiff::Timestamp;
+use serde::Deserialize;
 use tokio::sync::watch;
 use tracing::{info, warn};
 
-use super::archive::{chain_location, continuous_location, newest_segment};
+use super::archive::{
+    BASE_RECORD, chain_location, continuous_location, newest_segment, read_bases,
+};
 use super::chain::{Base, StoredSegment};
 use super::cutter::{CutSettings, Cutter};
-use super::recorder::record;
+use super::recorder::{Ended, Until, record};
+use super::rotation::ChainExtent;
 use crate::artifact::Artifact;
 use crate::backup::{BackupRequest, UploadOptions, take_backup};
 use crate::encoding::Encoding;
@@ -25,9 +29,6 @@ use crate::encryption::Keyring;
 use crate::error::{Error, Result};
 use crate::location::Location;
 use crate::store::{Store, StoreConfig};
-
-/// The record of a chain's full snapshot, in the chain's directory.
-pub const BASE_RECORD: &str = "base.json";
 
 /// Which cluster the agent records, and where to.
 #[derive(Debug, Clone)]
@@ -78,21 +79,55 @@ pub async fn run(
         settings,
         cluster_id: &cluster_id,
     };
-    let mut cutter = match resume(&store, &continuous, settings, &cluster_id).await? {
-        Some(cutter) => cutter,
-        None => start_chain(etcd, config, &recording, None, &mut report).await?,
+    let (mut cutter, mut extent) = match resume(&store, &continuous, settings, &cluster_id).await? {
+        Some(resumed) => resumed,
+        None => {
+            let base = take_base(etcd, config, settings).await?;
+            begin_chain(&recording, &base, None, &mut report).await?
+        }
     };
     loop {
         let chain_dir = chain_location(&continuous, cutter.chain());
-        let stopped = async {
-            let _ = stop.wait_for(|s| *s).await;
-        };
-        let outcome = record(etcd, &store, &chain_dir, &mut cutter, stopped, |segment| {
-            report(Progress::Stored(segment.clone()));
-        })
+        let outcome = record(
+            etcd,
+            &store,
+            &chain_dir,
+            &mut cutter,
+            stopped(&mut stop),
+            Until::ChainEnds(&mut extent),
+            |segment| report(Progress::Stored(segment.clone())),
+        )
         .await;
         match outcome {
-            Ok(()) => return Ok(()),
+            Ok(Ended::ChainEnds(why)) => {
+                info!(chain = cutter.chain(), %why, "ending the chain; starting the next from a full snapshot");
+                after_second_of(extent.started_at).await;
+                let base = take_base(etcd, config, settings).await?;
+                // The ending chain is stored through the new base's
+                // revision, so that every point between them stays
+                // restorable: from the old chain up to the base, from the
+                // new one after.
+                let tail = record(
+                    etcd,
+                    &store,
+                    &chain_dir,
+                    &mut cutter,
+                    stopped(&mut stop),
+                    Until::Stored(base.revision),
+                    |segment| report(Progress::Stored(segment.clone())),
+                )
+                .await;
+                let gap_after = match tail {
+                    Ok(Ended::Reached) => None,
+                    Ok(_) => Some(cutter.resume_revision() - 1),
+                    Err(e) => {
+                        warn!(chain = cutter.chain(), error = %e, "could not store the ending chain through the next base");
+                        Some(cutter.resume_revision() - 1)
+                    }
+                };
+                (cutter, extent) = begin_chain(&recording, &base, gap_after, &mut report).await?;
+            }
+            Ok(_) => return Ok(()),
             Err(Error::Etcd {
                 cause: dkv_etcd::Error::Compacted { compact_revision },
                 ..
@@ -104,11 +139,30 @@ pub async fn run(
                     compact_revision,
                     "the cluster compacted revisions the chain needs; starting a new chain"
                 );
-                cutter = start_chain(etcd, config, &recording, Some(reached), &mut report).await?;
+                let base = take_base(etcd, config, settings).await?;
+                (cutter, extent) =
+                    begin_chain(&recording, &base, Some(reached), &mut report).await?;
             }
             Err(e) => return Err(e),
         }
     }
+}
+
+/// Waits until the clock is past the whole second of `taken_at`: snapshot
+/// objects are named to the second, so two bases never share a name.
+async fn after_second_of(taken_at: Timestamp) {
+    let next = taken_at.as_second().saturating_add(1).saturating_mul(1000);
+    let wait = next.saturating_sub(Timestamp::now().as_millisecond());
+    if let Ok(wait) = u64::try_from(wait)
+        && wait > 0
+    {
+        tokio::time::sleep(std::time::Duration::from_millis(wait)).await;
+    }
+}
+
+/// Completes when `stop` turns true (or its sender is gone).
+async fn stopped(stop: &mut watch::Receiver<bool>) {
+    let _ = stop.wait_for(|s| *s).await;
 }
 
 /// The newest chain, continued after its last stored segment; `None` when
@@ -118,12 +172,16 @@ pub async fn run(
 ///
 /// A chain whose newest segment the agent's key cannot decrypt (the key
 /// was replaced) is not continued: a new chain starts, under the new key.
+///
+/// With the cutter comes the chain's extent (its base's size, from the
+/// chain's record, and its segments' from the listing), so that a restart
+/// does not reset when the chain ends.
 async fn resume(
     store: &Store,
     continuous: &Location,
     settings: &AgentSettings,
     cluster_id: &str,
-) -> Result<Option<Cutter>> {
+) -> Result<Option<(Cutter, ChainExtent)>> {
     let cut = settings.cut;
     let bases = read_bases(store, continuous).await?;
     let Some(newest) = bases.iter().max_by_key(|b| b.revision) else {
@@ -131,9 +189,16 @@ async fn resume(
     };
     let record = chain_location(continuous, &newest.chain).join(BASE_RECORD);
     let bytes = store.get_small(record.path()).await?;
-    let recorded = serde_json::from_slice::<serde_json::Value>(&bytes)
-        .ok()
+    let record = serde_json::from_slice::<serde_json::Value>(&bytes).ok();
+    let recorded = record
+        .as_ref()
         .and_then(|v| v.get(CLUSTER_ID_FIELD)?.as_str().map(str::to_owned));
+    // A record that does not read as a snapshot's counts as an empty base:
+    // the chain then ends by size after `MIN_CHANGE_BYTES` of changes.
+    let base_bytes = record
+        .as_ref()
+        .and_then(|v| Artifact::deserialize(v).ok())
+        .map_or(0, |artifact| artifact.size_bytes);
     if let Some(recorded) = recorded
         && recorded != cluster_id
     {
@@ -163,7 +228,15 @@ async fn resume(
         Some(last) => Cutter::resume(&last, cut, now),
         None => Cutter::start(&newest.chain, newest.revision, cut, now),
     };
-    Ok(Some(cutter.encrypting(settings.encoding.key.clone())))
+    let extent = ChainExtent {
+        started_at: newest.taken_at,
+        base_bytes,
+        change_bytes: store.total_size(dir.path()).await?,
+    };
+    Ok(Some((
+        cutter.encrypting(settings.encoding.key.clone()),
+        extent,
+    )))
 }
 
 /// What one agent records and where: the cluster (its settings and etcd
@@ -175,22 +248,13 @@ struct Recording<'a> {
     cluster_id: &'a str,
 }
 
-/// Takes a full snapshot and starts a chain on it.
-async fn start_chain(
+/// Takes the full snapshot a new chain starts from.
+async fn take_base(
     etcd: &GrpcAdmin,
     config: &StoreConfig,
-    recording: &Recording<'_>,
-    gap_after: Option<i64>,
-    report: &mut impl FnMut(Progress),
-) -> Result<Cutter> {
-    let Recording {
-        store,
-        continuous,
-        settings,
-        cluster_id,
-    } = recording;
-    let taken_at = Timestamp::now();
-    let artifact = take_backup(
+    settings: &AgentSettings,
+) -> Result<Artifact> {
+    take_backup(
         etcd,
         config,
         &BackupRequest {
@@ -198,16 +262,33 @@ async fn start_chain(
             cluster: settings.cluster.clone(),
             destination: settings.destination.clone(),
             seed_endpoints: settings.endpoints.clone(),
-            taken_at,
+            taken_at: Timestamp::now(),
             upload: UploadOptions::default(),
             encoding: settings.encoding.clone(),
         },
     )
-    .await?;
-    let chain = chain_name(&artifact);
+    .await
+}
+
+/// Starts a chain on the full snapshot `artifact`: writes the chain's
+/// record (from then on it is the newest chain, the one an agent resumes
+/// and a restore to the newest point plans over) and reports it.
+async fn begin_chain(
+    recording: &Recording<'_>,
+    artifact: &Artifact,
+    gap_after: Option<i64>,
+    report: &mut impl FnMut(Progress),
+) -> Result<(Cutter, ChainExtent)> {
+    let Recording {
+        store,
+        continuous,
+        settings,
+        cluster_id,
+    } = recording;
+    let chain = chain_name(artifact);
     let encoding =
         |e: serde_json::Error| Error::InvalidArgument(format!("encoding the base record: {e}"));
-    let mut record = serde_json::to_value(&artifact).map_err(encoding)?;
+    let mut record = serde_json::to_value(artifact).map_err(encoding)?;
     if let Some(fields) = record.as_object_mut() {
         fields.insert(CLUSTER_ID_FIELD.to_owned(), (*cluster_id).into());
     }
@@ -224,10 +305,14 @@ async fn start_chain(
     };
     info!(%chain, revision = base.revision, "started a continuous backup chain");
     report(Progress::ChainStarted { base, gap_after });
-    Ok(
-        Cutter::start(&chain, artifact.revision, settings.cut, Timestamp::now())
-            .encrypting(settings.encoding.key.clone()),
-    )
+    let cutter = Cutter::start(&chain, artifact.revision, settings.cut, Timestamp::now())
+        .encrypting(settings.encoding.key.clone());
+    let extent = ChainExtent {
+        started_at: artifact.taken_at,
+        base_bytes: artifact.size_bytes,
+        change_bytes: 0,
+    };
+    Ok((cutter, extent))
 }
 
 /// In a chain's record (`base.json`), beside the snapshot's own record:
@@ -265,30 +350,6 @@ fn chain_name(artifact: &Artifact) -> String {
         artifact.taken_at.strftime("%Y%m%dT%H%M%SZ"),
         artifact.revision
     )
-}
-
-/// The bases of every chain under `continuous`.
-pub async fn read_bases(store: &Store, continuous: &Location) -> Result<Vec<Base>> {
-    let mut bases = Vec::new();
-    for path in store.list(continuous.path()).await? {
-        let Some(dir) = path.as_ref().strip_suffix(&format!("/{BASE_RECORD}")) else {
-            continue;
-        };
-        let chain = dir.rsplit('/').next().unwrap_or_default().to_owned();
-        let bytes = store.get_small(&path).await?;
-        let artifact: Artifact = serde_json::from_slice(&bytes).map_err(|e| Error::BadSidecar {
-            uri: store.location(&path).to_string(),
-            message: e.to_string(),
-        })?;
-        bases.push(Base {
-            chain,
-            revision: artifact.revision,
-            taken_at: artifact.taken_at,
-            uri: artifact.uri,
-        });
-    }
-    bases.sort_by_key(|b| b.revision);
-    Ok(bases)
 }
 
 #[cfg(test)]
@@ -376,6 +437,7 @@ mod tests {
             cut: CutSettings {
                 interval: Duration::from_millis(200),
                 max_segment_bytes: 4096,
+                ..CutSettings::default()
             },
             // Encrypted, as with spec.backup.encryption.
             encoding: Encoding {
@@ -499,6 +561,7 @@ mod tests {
             cut: CutSettings {
                 interval: Duration::from_millis(200),
                 max_segment_bytes: 4096,
+                ..CutSettings::default()
             },
             encoding: Encoding::default(),
         };
@@ -536,5 +599,114 @@ mod tests {
         let continuous = continuous_location(&destination, "shop", "orders");
         let store = Store::open(&destination, &StoreConfig::default()).unwrap();
         assert_eq!(read_bases(&store, &continuous).await.unwrap().len(), 1);
+    }
+
+    /// Values that zstd cannot shrink, so that stored changes grow as
+    /// written (xorshift; the test needs no randomness, only entropy).
+    fn incompressible(seed: u64, len: usize) -> Vec<u8> {
+        let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        (0..len)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                (x >> 24) as u8
+            })
+            .collect()
+    }
+
+    /// Once a chain's stored changes reach `newChain.changePercent` of its
+    /// base (here the 1 MiB floor, the base being tiny), the agent takes a
+    /// new full snapshot, stores the ending chain through that snapshot's
+    /// revision and starts the next chain on it: no revision between them
+    /// is left uncovered, and the newest point is restored from the newest
+    /// chain alone.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_chain_that_outgrows_its_base_ends_and_the_next_continues_without_a_gap() {
+        let work = tempfile::tempdir().unwrap();
+        let bin = etcd_bin_dir("3.5");
+        let ip = loopback_ip(42, 2);
+        let source = EtcdProcess::start(&bin, "source", &ip, &work.path().join("source"), "src");
+        source.wait_ready().await;
+        let mut writer = source.client().await;
+        std::fs::create_dir_all(work.path().join("bucket")).unwrap();
+        let settings = AgentSettings {
+            namespace: "shop".into(),
+            cluster: "orders".into(),
+            destination: Location::parse(&format!(
+                "file://{}/",
+                work.path().join("bucket").display()
+            ))
+            .unwrap(),
+            endpoints: vec![source.client_url.clone()],
+            cut: CutSettings {
+                interval: Duration::from_millis(200),
+                ..CutSettings::default()
+            },
+            encoding: Encoding::default(),
+        };
+        let agent = start_agent(&source.client_url, &settings);
+        tokio::time::sleep(Duration::from_millis(1000)).await;
+        // 2.5 MiB of changes: the first chain ends after 1 MiB, the second
+        // too; the third is being recorded at the end.
+        for i in 0..250u64 {
+            writer
+                .put(
+                    format!("k/{:03}", i % 40),
+                    incompressible(i, 10 << 10),
+                    None,
+                )
+                .await
+                .unwrap();
+            if i % 25 == 0 {
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+        }
+        let last = writer.put("last", "x", None).await.unwrap();
+        let last = last.header().unwrap().revision();
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let progress = stop_agent(agent).await;
+        let started = started(&progress);
+        assert!(started.len() >= 3, "{progress:?}");
+        assert!(started.iter().all(Option::is_none), "no gap: {started:?}");
+
+        let store = Store::open(&settings.destination, &StoreConfig::default()).unwrap();
+        let continuous = continuous_location(&settings.destination, "shop", "orders");
+        let bases = read_bases(&store, &continuous).await.unwrap();
+        assert_eq!(bases.len(), started.len());
+        let keys = Keyring::default();
+        let mut segments = Vec::new();
+        for base in &bases {
+            segments.extend(
+                read_chain(&store, &chain_location(&continuous, &base.chain), &keys)
+                    .await
+                    .unwrap(),
+            );
+        }
+        let built = chains(&bases, &segments);
+        for pair in built.windows(2) {
+            assert!(
+                pair[0].last_revision() >= pair[1].base.revision,
+                "chain {} ends at {} before the next base {}",
+                pair[0].base.chain,
+                pair[0].last_revision(),
+                pair[1].base.revision
+            );
+        }
+        let window = super::super::chain::window(&built).unwrap();
+        assert!(window.gaps.is_empty(), "{window:?}");
+        assert_eq!(window.newest_revision, last);
+        let newest = plan(&built, Target::Latest).unwrap();
+        assert_eq!(newest.base, bases[bases.len() - 1]);
+        assert!(
+            newest
+                .segments
+                .iter()
+                .all(|s| s.header.chain == newest.base.chain),
+            "{newest:?}"
+        );
+        // A revision the first chain recorded is restored from the first.
+        let early = plan(&built, Target::Revision(bases[0].revision + 5)).unwrap();
+        assert_eq!(early.base, bases[0]);
     }
 }

@@ -6,13 +6,17 @@ use std::collections::BTreeMap;
 
 use bytes::Bytes;
 
-use super::chain::StoredSegment;
+use super::chain::{Base, Chain, PlanError, ReplayPlan, StoredSegment, Target, chains, plan};
 use super::cutter::Sealed;
 use super::segment::{self, ENCRYPTED_SUFFIX, Event, SEGMENT_SUFFIX, SegmentError};
+use crate::artifact::Artifact;
 use crate::encryption::Keyring;
 use crate::error::{Error, Result};
 use crate::location::Location;
 use crate::store::Store;
+
+/// The record of a chain's full snapshot, in the chain's directory.
+pub const BASE_RECORD: &str = "base.json";
 
 /// The directory of `cluster`'s chains under a backup `destination`.
 pub fn continuous_location(destination: &Location, namespace: &str, cluster: &str) -> Location {
@@ -42,6 +46,74 @@ pub async fn store_segment(
         uri: location.to_string(),
         sha256: sealed.encoded.sha256.clone(),
     })
+}
+
+/// The bases of every chain under `continuous`.
+pub async fn read_bases(store: &Store, continuous: &Location) -> Result<Vec<Base>> {
+    let mut bases = Vec::new();
+    for path in store.list(continuous.path()).await? {
+        let Some(dir) = path.as_ref().strip_suffix(&format!("/{BASE_RECORD}")) else {
+            continue;
+        };
+        let chain = dir.rsplit('/').next().unwrap_or_default().to_owned();
+        let bytes = store.get_small(&path).await?;
+        let artifact: Artifact = serde_json::from_slice(&bytes).map_err(|e| Error::BadSidecar {
+            uri: store.location(&path).to_string(),
+            message: e.to_string(),
+        })?;
+        bases.push(Base {
+            chain,
+            revision: artifact.revision,
+            taken_at: artifact.taken_at,
+            uri: artifact.uri,
+        });
+    }
+    bases.sort_by_key(|b| b.revision);
+    Ok(bases)
+}
+
+/// Plans a restore to `target` reading as little as it can: the bases,
+/// then the segments of the one chain the target falls in (the newest
+/// whose base is at or before it), however many chains are stored. Only
+/// when that chain does not reach the target are the others read, for the
+/// plan over all of them or the precise reason there is none (too early,
+/// too late, in a gap).
+pub async fn plan_restore(
+    store: &Store,
+    continuous: &Location,
+    keys: &Keyring,
+    target: Target,
+) -> Result<std::result::Result<ReplayPlan, PlanError>> {
+    let bases = read_bases(store, continuous).await?;
+    let candidate = bases.iter().rev().find(|base| match target {
+        Target::Latest => true,
+        Target::Revision(r) => base.revision <= r,
+        Target::Time(t) => base.taken_at <= t,
+    });
+    if let Some(base) = candidate {
+        let segments = read_chain(store, &chain_location(continuous, &base.chain), keys).await?;
+        if let Ok(planned) = plan(&chains(std::slice::from_ref(base), &segments), target) {
+            return Ok(Ok(planned));
+        }
+    }
+    Ok(plan(
+        &read_chains(store, continuous, keys, &bases).await?,
+        target,
+    ))
+}
+
+/// Every chain of `bases`, read whole.
+pub async fn read_chains(
+    store: &Store,
+    continuous: &Location,
+    keys: &Keyring,
+    bases: &[Base],
+) -> Result<Vec<Chain>> {
+    let mut segments = Vec::new();
+    for base in bases {
+        segments.extend(read_chain(store, &chain_location(continuous, &base.chain), keys).await?);
+    }
+    Ok(chains(bases, &segments))
 }
 
 /// Reads every segment of the chain in `chain_dir`, in chain order: each
@@ -209,6 +281,7 @@ mod tests {
         let settings = CutSettings {
             interval: Duration::from_secs(10),
             max_segment_bytes: 1 << 20,
+            ..CutSettings::default()
         };
         let mut cutter = Cutter::start("base-100", 100, settings, now);
         for (revision, key) in [(101, "a"), (102, "b"), (103, "c")] {

@@ -15,16 +15,19 @@ use std::time::Duration;
 use jiff::Timestamp;
 
 use super::chain::StoredSegment;
+use super::rotation::ChainLimits;
 use super::segment::{self, EncodedSegment, Event, FORMAT, SegmentError, SegmentHeader};
 use crate::encryption::Key;
 
-/// When segments are cut (`spec.backup.continuous`).
+/// When segments and chains are cut (`spec.backup.continuous`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CutSettings {
     /// A segment is sealed at most this long after it opened.
     pub interval: Duration,
     /// ... or once its events (keys and values) reach this many bytes.
     pub max_segment_bytes: usize,
+    /// When the chain ends and a new one starts.
+    pub new_chain: ChainLimits,
 }
 
 impl Default for CutSettings {
@@ -32,6 +35,7 @@ impl Default for CutSettings {
         CutSettings {
             interval: Duration::from_secs(10),
             max_segment_bytes: 16 << 20,
+            new_chain: ChainLimits::default(),
         }
     }
 }
@@ -109,6 +113,11 @@ impl Cutter {
     pub fn encrypting(mut self, key: Option<Key>) -> Self {
         self.key = key;
         self
+    }
+
+    /// When segments and the chain are cut.
+    pub fn settings(&self) -> &CutSettings {
+        &self.settings
     }
 
     /// The revision a watch must start at so that nothing is missed.
@@ -221,6 +230,7 @@ mod tests {
         CutSettings {
             interval: Duration::from_secs(10),
             max_segment_bytes: 1000,
+            ..CutSettings::default()
         }
     }
 

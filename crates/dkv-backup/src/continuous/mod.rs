@@ -15,6 +15,8 @@
 //!   from a full snapshot, record, start over after a compaction gap.
 //! - [`replay`]: a plan's segments written into a restored cluster.
 //! - [`retention`]: which whole chains have expired, and deleting them.
+//! - [`rotation`]: when a chain ends and the next starts from a fresh full
+//!   snapshot (by age, or by its changes against its base).
 //!
 //! Layout under a cluster's backup prefix:
 //!
@@ -31,4 +33,5 @@ pub mod cutter;
 pub mod recorder;
 pub mod replay;
 pub mod retention;
+pub mod rotation;
 pub mod segment;

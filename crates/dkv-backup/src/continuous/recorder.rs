@@ -1,5 +1,8 @@
 //! The recording loop of a continuous backup agent: watch the cluster from
-//! where the chain stands, cut segments, store them.
+//! where the chain stands, cut segments, store them, until told to stop,
+//! until the chain should end ([`Until::ChainEnds`]), or until the chain is
+//! stored through a revision ([`Until::Stored`]: the tail of a chain that
+//! ends, up to the next chain's base).
 //!
 //! A segment that fails to upload is kept and retried at the next tick (the
 //! chain cannot move past it); the watch keeps feeding the open segment
@@ -18,6 +21,7 @@ use tracing::{info, warn};
 use super::archive::store_segment;
 use super::chain::StoredSegment;
 use super::cutter::Cutter;
+use super::rotation::{ChainEnd, ChainExtent};
 use super::segment::{Event, EventKind};
 use crate::error::{Error, Result};
 use crate::location::Location;
@@ -26,17 +30,47 @@ use crate::store::Store;
 /// How often the loop looks at the clock when no event arrives.
 const TICK: Duration = Duration::from_millis(500);
 
-/// Records until `stop` completes, then seals and stores what is pending.
-/// Calls `on_stored` with each segment once it is durable (the agent
-/// reports the chain's progress from it).
+/// When recording ends, besides its stop.
+#[derive(Debug)]
+pub enum Until<'a> {
+    /// Only at the stop.
+    Stopped,
+    /// When the chain should end (`CutSettings::new_chain`); the extent
+    /// grows with each stored segment.
+    ChainEnds(&'a mut ChainExtent),
+    /// Once the chain is stored through this revision.
+    Stored(i64),
+}
+
+/// Why recording ended without an error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ended {
+    /// Stopped; what was pending is stored.
+    Stopped,
+    /// The chain should end; what was pending is stored.
+    ChainEnds(ChainEnd),
+    /// The chain is stored through the revision of [`Until::Stored`].
+    Reached,
+}
+
+/// Records until `stop` completes or `until` holds, then seals and stores
+/// what is pending. Calls `on_stored` with each segment once it is durable
+/// (the agent reports the chain's progress from it).
 pub async fn record(
     etcd: &GrpcAdmin,
     store: &Store,
     chain_dir: &Location,
     cutter: &mut Cutter,
     stop: impl Future<Output = ()>,
+    mut until: Until<'_>,
     mut on_stored: impl FnMut(&StoredSegment),
-) -> Result<()> {
+) -> Result<Ended> {
+    if let Until::Stored(through) = until
+        && cutter.resume_revision() > through
+    {
+        store_pending(store, chain_dir, cutter, &mut on_stored).await?;
+        return Ok(Ended::Reached);
+    }
     let from = cutter.resume_revision();
     let mut watch = etcd
         .watch_changes(from)
@@ -49,9 +83,9 @@ pub async fn record(
     let mut tick = tokio::time::interval(TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     tokio::pin!(stop);
-    loop {
+    let ended = loop {
         tokio::select! {
-            () = &mut stop => break,
+            () = &mut stop => break Ended::Stopped,
             watched = watch.next() => {
                 let watched = watched.map_err(|cause| Error::Etcd {
                     operation: "watch for continuous backup",
@@ -72,19 +106,47 @@ pub async fn record(
                         .push(event_of(change, received_ms))
                         .map_err(|e| Error::InvalidArgument(e.to_string()))?;
                 }
+                if let Until::Stored(through) = until
+                    && cutter.resume_revision() > through
+                {
+                    break Ended::Reached;
+                }
             }
             _ = tick.tick() => {}
         }
-        if cutter.due(Timestamp::now())
-            && let Err(e) = seal_and_store(store, chain_dir, cutter, &mut on_stored).await
-        {
-            warn!(chain = cutter.chain(), error = %e, "storing a segment failed; retrying");
+        if cutter.due(Timestamp::now()) {
+            match seal_and_store(store, chain_dir, cutter, &mut on_stored).await {
+                Ok(bytes) => {
+                    if let Until::ChainEnds(extent) = &mut until {
+                        **extent = extent.grown(bytes);
+                        let limits = cutter.settings().new_chain;
+                        if let Some(end) = extent.end(&limits, Timestamp::now()) {
+                            break Ended::ChainEnds(end);
+                        }
+                    }
+                }
+                Err(e) => {
+                    warn!(chain = cutter.chain(), error = %e, "storing a segment failed; retrying");
+                }
+            }
         }
-    }
-    // Stopping: what is pending is sealed; a few tries to store it.
+    };
+    store_pending(store, chain_dir, cutter, &mut on_stored).await?;
+    Ok(ended)
+}
+
+/// Seals what is pending and stores it, with a few tries.
+async fn store_pending(
+    store: &Store,
+    chain_dir: &Location,
+    cutter: &mut Cutter,
+    on_stored: &mut impl FnMut(&StoredSegment),
+) -> Result<()> {
     let mut last = Ok(());
     for attempt in 0..3 {
-        last = seal_and_store(store, chain_dir, cutter, &mut on_stored).await;
+        last = seal_and_store(store, chain_dir, cutter, on_stored)
+            .await
+            .map(drop);
         if last.is_ok() {
             break;
         }
@@ -93,19 +155,20 @@ pub async fn record(
     last
 }
 
+/// Seals a segment and stores it; returns its stored size.
 async fn seal_and_store(
     store: &Store,
     chain_dir: &Location,
     cutter: &mut Cutter,
     on_stored: &mut impl FnMut(&StoredSegment),
-) -> Result<()> {
+) -> Result<u64> {
     let sealed = cutter
         .seal(Timestamp::now())
         .map_err(|e| Error::InvalidArgument(format!("sealing a segment: {e}")))?;
     let stored = store_segment(store, chain_dir, &sealed).await?;
     cutter.stored();
     on_stored(&stored);
-    Ok(())
+    Ok(sealed.encoded.bytes.len() as u64)
 }
 
 /// A watched change as a segment event.

@@ -98,7 +98,7 @@ mod tests {
     use super::super::archive::{chain_location, continuous_location, read_chain};
     use super::super::chain::{Base, Target, chains, plan};
     use super::super::cutter::{CutSettings, Cutter};
-    use super::super::recorder::record;
+    use super::super::recorder::{Until, record};
     use super::*;
     use crate::location::Location;
     use crate::store::StoreConfig;
@@ -134,6 +134,7 @@ mod tests {
         let settings = CutSettings {
             interval: Duration::from_millis(300),
             max_segment_bytes: 2048,
+            ..CutSettings::default()
         };
         let mut cutter = Cutter::start("base", base_revision, settings, Timestamp::now());
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
@@ -149,6 +150,7 @@ mod tests {
                     async {
                         let _ = stop_rx.await;
                     },
+                    Until::Stopped,
                     |_| {},
                 )
                 .await

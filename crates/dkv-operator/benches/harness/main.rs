@@ -24,6 +24,7 @@ mod continuous;
 mod footprint;
 mod nodes;
 mod operator_process;
+mod pitr;
 mod report;
 
 use dkv_test_support as support;
@@ -55,11 +56,15 @@ struct Args {
     /// Database size of the backup measurement.
     #[arg(long, default_value_t = 1024)]
     backup_size_mib: usize,
-    /// Sections to run (footprint, ops, backup, continuous, nodes).
+    /// Database size of the point-in-time restore measurement (ten times
+    /// this is written as changes).
+    #[arg(long, default_value_t = 128)]
+    pitr_size_mib: usize,
+    /// Sections to run (footprint, ops, backup, continuous, pitr, nodes).
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "footprint,ops,backup,continuous,nodes"
+        default_value = "footprint,ops,backup,continuous,pitr,nodes"
     )]
     only: Vec<String>,
     /// Passed by `cargo bench` to every bench target; nothing to do with it.
@@ -184,6 +189,11 @@ const METRICS: &[(&str, &str, &str)] = &[
         "≤ 64 MiB",
     ),
     (
+        "pitrRestoreVsFullRestore",
+        "restore to the newest point after 10 × the database in changes, against a full restore of the same data",
+        "≤ 1.5 × the full restore",
+    ),
+    (
         "continuousLagP99Seconds",
         "continuous backup lag p99 (write → durable segment)",
         "≤ interval + 2 s",
@@ -228,6 +238,7 @@ fn section_of(id: &str) -> &'static str {
         | "restoreMiBPerSecond"
         | "backupPeakRssMiB" => "backup",
         "continuousLagP99Seconds" => "continuous",
+        "pitrRestoreVsFullRestore" => "pitr",
         "lostNodeToVoterSeconds" | "drainThreeNodesSeconds" | "kubeLocalRss3NodesMiB" => "nodes",
         _ => "footprint",
     }
@@ -377,6 +388,30 @@ async fn run(args: Args) -> anyhow::Result<()> {
         }
     } else {
         failures.push(("continuous", "not selected (--only)".into()));
+    }
+
+    if wanted("pitr") {
+        eprintln!(
+            "bench: point-in-time restore after {} MiB × 10 of changes",
+            args.pitr_size_mib
+        );
+        let (work, size_mib) = (work.clone(), args.pitr_size_mib);
+        let section = tokio::spawn(async move {
+            pitr::run(pitr::Settings {
+                work: &work,
+                size_mib,
+            })
+            .await
+        });
+        match flatten(section.await) {
+            Ok((m, c)) => {
+                metrics.extend(m);
+                context.extend(c);
+            }
+            Err(e) => failures.push(("pitr", e)),
+        }
+    } else {
+        failures.push(("pitr", "not selected (--only)".into()));
     }
 
     if wanted("nodes") {

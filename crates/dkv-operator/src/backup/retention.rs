@@ -33,7 +33,9 @@ use crate::events::{Event, EventType, Recorder};
 use dkv_api::backup::v1alpha1::BackupPhase;
 use dkv_api::{DistributedKV, DistributedKVBackup};
 use dkv_backup::continuous::archive::continuous_location;
-use dkv_backup::continuous::retention::{ChainAge, chain_ages, delete_chain, expired};
+use dkv_backup::continuous::retention::{
+    ChainAge, ChainRetention, chain_ages, delete_chain, expired,
+};
 use dkv_backup::{BackupRecord, Outcome, PruneReason, RetentionPolicy, StoreConfig};
 use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
@@ -327,7 +329,13 @@ async fn reconcile(cluster: Arc<DistributedKV>, ctx: Arc<Context>) -> Result<Act
             }
         }
     }
-    if let (Some(max_age), Some(backup)) = (policy.max_age, cluster.spec.backup.as_ref()) {
+    let keep_chains = ChainRetention {
+        max_age: policy.max_age,
+        max_chains: policy.max_backups,
+    };
+    if let Some(backup) = cluster.spec.backup.as_ref()
+        && keep_chains != ChainRetention::default()
+    {
         let secret = backup.destination.credentials_secret.clone();
         // The ages of encrypted chains are read with every key of the
         // cluster's key Secret; a chain none decrypts is kept.
@@ -345,7 +353,15 @@ async fn reconcile(cluster: Arc<DistributedKV>, ctx: Arc<Context>) -> Result<Act
             keys,
         ) {
             (Ok(config), Ok(keys)) => {
-                prune_chains(&config, &backup.destination.uri, &ns, &name, max_age, &keys).await
+                prune_chains(
+                    &config,
+                    &backup.destination.uri,
+                    &ns,
+                    &name,
+                    keep_chains,
+                    &keys,
+                )
+                .await
             }
             (Err(why), _) | (_, Err(why)) => Err(why),
         };
@@ -360,7 +376,7 @@ async fn reconcile(cluster: Arc<DistributedKV>, ctx: Arc<Context>) -> Result<Act
                         EventType::Normal,
                         "ContinuousChainPruned",
                         format!(
-                            "deleted continuous backup chain {} (its base snapshot and segments): every point it restores to is older than the retention ({limits})",
+                            "deleted continuous backup chain {} (its base snapshot and segments): every point it restores to is older than the retention, or newer chains fill it ({limits})",
                             chain.chain
                         ),
                     )
@@ -444,14 +460,14 @@ async fn store_config(
 }
 
 /// Deletes the continuous backup chains of `namespace/cluster` in
-/// `destination` whose every point is older than `max_age` (never the
-/// newest chain); returns the chains deleted.
+/// `destination` that `keep` lets go (never the newest chain); returns the
+/// chains deleted.
 async fn prune_chains(
     config: &StoreConfig,
     destination: &str,
     namespace: &str,
     cluster: &str,
-    max_age: jiff::SignedDuration,
+    keep: ChainRetention,
     keys: &dkv_backup::Keyring,
 ) -> Result<Vec<ChainAge>, String> {
     let location = dkv_backup::Location::parse(destination).map_err(|e| e.to_string())?;
@@ -461,7 +477,7 @@ async fn prune_chains(
         .await
         .map_err(|e| e.to_string())?;
     let mut deleted = Vec::new();
-    for chain in expired(&ages, max_age, jiff::Timestamp::now()) {
+    for chain in expired(&ages, keep, jiff::Timestamp::now()) {
         delete_chain(&store, config, &continuous, chain)
             .await
             .map_err(|e| format!("deleting chain {}: {e}", chain.chain))?;
@@ -725,7 +741,10 @@ mod tests {
             &uri,
             "shop",
             "orders",
-            SignedDuration::from_hours(36),
+            ChainRetention {
+                max_age: Some(SignedDuration::from_hours(36)),
+                max_chains: None,
+            },
             &dkv_backup::Keyring::default(),
         )
         .await
@@ -738,7 +757,10 @@ mod tests {
             &uri,
             "shop",
             "orders",
-            SignedDuration::from_hours(1),
+            ChainRetention {
+                max_age: Some(SignedDuration::from_hours(1)),
+                max_chains: None,
+            },
             &dkv_backup::Keyring::default(),
         )
         .await

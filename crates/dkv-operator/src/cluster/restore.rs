@@ -29,8 +29,9 @@
 use dkv_api::backup::v1alpha1::BackupPhase;
 use dkv_api::distributedkv::v1beta1::{BackupArtifactRef, KeySecretReference};
 use dkv_api::{DistributedKV, DistributedKVBackup};
-use dkv_backup::continuous::agent::read_bases;
-use dkv_backup::continuous::archive::{chain_location, continuous_location, read_chain};
+use dkv_backup::continuous::archive::{
+    chain_location, continuous_location, plan_restore, read_bases, read_chain,
+};
 use dkv_backup::continuous::chain::{PlanError, Target, chains, plan};
 use dkv_backup::continuous::replay::Replayed;
 use dkv_backup::{Keyring, Location, Store, StoreConfig};
@@ -216,20 +217,10 @@ async fn resolve_continuous(
     .await?;
     let continuous = continuous_location(destination, &source.namespace, &source.cluster);
     let keys = restore_keys(client, namespace, restore.decryption_keys.as_ref()).await?;
-    let bases = read_bases(&store, &continuous)
+    let planned = plan_restore(&store, &continuous, &keys, source.target)
         .await
         .map_err(|e| store_failure(source.destination.as_str(), &e))?;
-    let mut segments = Vec::new();
-    for base in &bases {
-        let chain_dir = chain_location(&continuous, &base.chain);
-        segments.extend(
-            read_chain(&store, &chain_dir, &keys)
-                .await
-                .map_err(|e| store_failure(source.destination.as_str(), &e))?,
-        );
-    }
-    let built = chains(&bases, &segments);
-    let planned = plan(&built, source.target).map_err(|err| {
+    let planned = planned.map_err(|err| {
         let hint = match err {
             PlanError::NoBase => format!(
                 "; is {}/{} the cluster whose backup this is (spec.bootstrap.restore.sourceCluster), and {} its spec.backup.destination.uri?",

@@ -119,6 +119,12 @@ fn beta_backup() -> impl Strategy<Value = Value> {
                     final_backup_on_delete: final_backup,
                     continuous: continuous.map(|(enabled, interval, max_bytes)| {
                         v1beta1::ContinuousBackup {
+                            // Chain limits ride along whenever an interval
+                            // is set, so the round trip covers them.
+                            new_chain: interval.as_ref().map(|_| v1beta1::NewChain {
+                                every: Some("12h".to_owned()),
+                                change_percent: Some(50),
+                            }),
                             enabled,
                             interval,
                             max_segment_bytes: max_bytes.map(Quantity),

@@ -3,9 +3,12 @@
 
 use std::time::Duration;
 
-use dkv_api::distributedkv::v1beta1::{BackupRetention, BackupSpec, ContinuousBackup, MaxAge};
+use dkv_api::distributedkv::v1beta1::{
+    BackupRetention, BackupSpec, ContinuousBackup, MaxAge, NewChain,
+};
 use dkv_backup::RetentionPolicy;
 use dkv_backup::continuous::cutter::CutSettings;
+use dkv_backup::continuous::rotation::ChainLimits;
 use jiff::SignedDuration;
 
 use super::Problems;
@@ -13,6 +16,9 @@ use crate::quantity::parse_quantity;
 
 /// Bounds of `spec.backup.continuous.interval`.
 const INTERVAL_RANGE: (Duration, Duration) = (Duration::from_secs(1), Duration::from_secs(600));
+/// Bounds of `spec.backup.continuous.newChain.every`.
+const NEW_CHAIN_EVERY_RANGE: (Duration, Duration) =
+    (Duration::from_secs(600), Duration::from_secs(30 * 86_400));
 /// Bounds of `spec.backup.continuous.maxSegmentBytes`: 64Ki to 256Mi.
 const SEGMENT_BYTES_RANGE: (usize, usize) = (64 << 10, 256 << 20);
 
@@ -25,7 +31,7 @@ pub(super) fn continuous_settings(
     let continuous = continuous.filter(|c| c.enabled)?;
     let mut settings = CutSettings::default();
     if let Some(text) = continuous.interval.as_deref() {
-        match parse_interval(text.trim()) {
+        match parse_whole_duration(text.trim(), &[SECOND, MINUTE]) {
             Some(interval)
                 if interval >= INTERVAL_RANGE.0 && interval <= INTERVAL_RANGE.1 =>
             {
@@ -55,21 +61,54 @@ pub(super) fn continuous_settings(
             Err(err) => problems.add("spec.backup.continuous.maxSegmentBytes", err.to_string()),
         }
     }
+    settings.new_chain = new_chain_limits(continuous.new_chain.as_ref(), problems);
     Some(settings)
 }
 
-/// `10s` or `2m`.
-fn parse_interval(text: &str) -> Option<Duration> {
+/// Seconds in each unit a duration of the continuous backup spec may use.
+const SECOND: (&str, u64) = ("s", 1);
+const MINUTE: (&str, u64) = ("m", 60);
+const HOUR: (&str, u64) = ("h", 3600);
+const DAY: (&str, u64) = ("d", 86_400);
+
+/// A whole number and one of `units`: `10s`, `2m`, `24h`.
+fn parse_whole_duration(text: &str, units: &[(&str, u64)]) -> Option<Duration> {
     let (digits, unit) = text.split_at(text.len().checked_sub(1)?);
     if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
     let number: u64 = digits.parse().ok()?;
-    match unit {
-        "s" => Some(Duration::from_secs(number)),
-        "m" => Some(Duration::from_secs(number.checked_mul(60)?)),
-        _ => None,
+    let (_, seconds) = units.iter().find(|(name, _)| *name == unit)?;
+    Some(Duration::from_secs(number.checked_mul(*seconds)?))
+}
+
+/// `spec.backup.continuous.newChain` into the chain limits.
+fn new_chain_limits(new_chain: Option<&NewChain>, problems: &mut Problems) -> ChainLimits {
+    let mut limits = ChainLimits::default();
+    let Some(new_chain) = new_chain else {
+        return limits;
+    };
+    if let Some(text) = new_chain.every.as_deref() {
+        match parse_whole_duration(text.trim(), &[MINUTE, HOUR, DAY]) {
+            Some(every) if every >= NEW_CHAIN_EVERY_RANGE.0 && every <= NEW_CHAIN_EVERY_RANGE.1 => {
+                limits.every = every;
+            }
+            _ => problems.add(
+                "spec.backup.continuous.newChain.every",
+                format!("{text:?} is not a duration from 10m to 30d; write minutes, hours or days, e.g. 12h or 1d"),
+            ),
+        }
     }
+    if let Some(percent) = new_chain.change_percent {
+        match u32::try_from(percent) {
+            Ok(percent) if (1..=1000).contains(&percent) => limits.change_percent = percent,
+            _ => problems.add(
+                "spec.backup.continuous.newChain.changePercent",
+                format!("{percent} is outside 1 to 1000; omit it for the default 25"),
+            ),
+        }
+    }
+    limits
 }
 
 /// A store URI as the spec wrote it (what a backup Job or a member is
@@ -198,6 +237,7 @@ mod tests {
                 enabled: true,
                 interval: interval.map(str::to_owned),
                 max_segment_bytes: bytes.map(|b| Quantity(b.to_owned())),
+                new_chain: None,
             };
             let settings = continuous_settings(Some(&spec), &mut problems);
             (settings, format!("{:?}", problems.0))
@@ -210,6 +250,7 @@ mod tests {
             Some(CutSettings {
                 interval: Duration::from_secs(120),
                 max_segment_bytes: 1 << 20,
+                ..CutSettings::default()
             })
         );
         for bad in ["0s", "11m", "10", "1h", "s", "1.5s"] {
@@ -231,7 +272,44 @@ mod tests {
             enabled: false,
             interval: None,
             max_segment_bytes: None,
+            new_chain: None,
         };
         assert_eq!(continuous_settings(Some(&off), &mut problems), None);
+    }
+
+    #[test]
+    fn new_chain_limits_have_defaults_and_bounds() {
+        let limits = |every: Option<&str>, percent: Option<i32>| {
+            let mut problems = Problems::default();
+            let new_chain = NewChain {
+                every: every.map(str::to_owned),
+                change_percent: percent,
+            };
+            let limits = new_chain_limits(Some(&new_chain), &mut problems);
+            (limits, format!("{:?}", problems.0))
+        };
+        assert_eq!(limits(None, None).0, ChainLimits::default());
+        assert_eq!(
+            limits(Some("12h"), Some(100)).0,
+            ChainLimits {
+                every: Duration::from_secs(12 * 3600),
+                change_percent: 100
+            }
+        );
+        assert_eq!(
+            limits(Some("7d"), None).0.every,
+            Duration::from_secs(7 * 86_400)
+        );
+        for bad in ["5m", "31d", "1w", "24", "1.5h"] {
+            let (_, problems) = limits(Some(bad), None);
+            assert!(problems.contains("newChain.every"), "{bad}: {problems}");
+        }
+        for bad in [0, 1001, -5] {
+            let (_, problems) = limits(None, Some(bad));
+            assert!(
+                problems.contains("newChain.changePercent"),
+                "{bad}: {problems}"
+            );
+        }
     }
 }
