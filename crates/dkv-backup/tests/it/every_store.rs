@@ -23,12 +23,14 @@
 
 use std::time::Duration;
 
-use dkv_backup::continuous::agent::{self, AgentSettings, Progress, read_bases};
-use dkv_backup::continuous::archive::{chain_location, continuous_location, read_chain};
-use dkv_backup::continuous::chain::{Target, chains, plan};
+use dkv_backup::continuous::agent::{self, AgentSettings, Progress};
+use dkv_backup::continuous::archive::{
+    chain_location, continuous_location, plan_restore, read_bases,
+};
+use dkv_backup::continuous::chain::Target;
 use dkv_backup::continuous::cutter::CutSettings;
 use dkv_backup::continuous::replay::replay;
-use dkv_backup::continuous::retention::{chain_ages, delete_chain, expired};
+use dkv_backup::continuous::retention::{ChainRetention, chain_ages, delete_chain, expired};
 use dkv_backup::testing::{
     EtcdProcess, FakeGcsServer, StoreKind, StoreServer, etcd_bin_dir, loopback_ip, test_key,
     write_chain,
@@ -223,6 +225,7 @@ async fn continuous_backup_restores_to_a_revision_and_expires(kind: StoreKind) {
         cut: CutSettings {
             interval: Duration::from_millis(200),
             max_segment_bytes: 4096,
+            ..CutSettings::default()
         },
         encoding: encoding(0x42),
     };
@@ -287,12 +290,10 @@ async fn continuous_backup_restores_to_a_revision_and_expires(kind: StoreKind) {
     let continuous = continuous_location(&destination, "shop", "orders");
     let bases = read_bases(&store, &continuous).await.unwrap();
     assert_eq!(bases.len(), 2, "{bases:?}");
-    let mut segments = Vec::new();
-    for base in &bases {
-        let chain = chain_location(&continuous, &base.chain);
-        segments.extend(read_chain(&store, &chain, &keys).await.unwrap());
-    }
-    let planned = plan(&chains(&bases, &segments), Target::Revision(target)).unwrap();
+    let planned = plan_restore(&store, &continuous, &keys, Target::Revision(target))
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(
         planned.base, bases[1],
         "the recorded chain, not the old one"
@@ -312,7 +313,11 @@ async fn continuous_backup_restores_to_a_revision_and_expires(kind: StoreKind) {
     // stays.
     let ages = chain_ages(&store, &continuous, &keys).await.unwrap();
     assert_eq!(ages.len(), 2, "{ages:?}");
-    let gone = expired(&ages, SignedDuration::from_hours(24), Timestamp::now());
+    let keep = ChainRetention {
+        max_age: Some(SignedDuration::from_hours(24)),
+        max_chains: None,
+    };
+    let gone = expired(&ages, keep, Timestamp::now());
     assert_eq!(gone.len(), 1, "{gone:?}");
     assert_eq!(gone[0].chain, "old");
     delete_chain(&store, &config, &continuous, gone[0])
