@@ -57,6 +57,16 @@ pub fn render_config(args: &MemberInitArgs, start: &Start) -> anyhow::Result<Val
         "logger": "zap",
         "log-outputs": ["stderr"],
     });
+    if let Some(text) = &args.etcd_version {
+        let Some(version) = crate::etcd_version::EtcdVersion::parse(text) else {
+            bail!("--etcd-version {text:?} is not an etcd version (MAJOR.MINOR.PATCH)");
+        };
+        for (key, value) in
+            super::corruption_checks::settings(version, super::corruption_checks::PERIODIC_CHECK)
+        {
+            config[key] = value;
+        }
+    }
     // Each transport's certificate (server and client usage: members dial
     // their peers with it, and etcd's gRPC gateway its own member); the
     // other side must present a certificate signed by a CA in its ca.crt.

@@ -1,12 +1,14 @@
 //! Stage 3, connected: the cluster's credentials ensured
 //! ([`crate::cluster::credentials`]), then etcd's view through them — its
-//! members and the alarms they raised.
+//! members, the alarms they raised, and the members its corruption checks
+//! found to differ from their peers.
 
 use std::sync::Arc;
 
 use dkv_etcd::{AlarmKind, EtcdAdmin};
 
 use crate::cluster::context::Context;
+use crate::cluster::corruption::{self, CorruptMember};
 use crate::cluster::credentials::{self, Credentials};
 use crate::cluster::dereference::Observed;
 use crate::cluster::error::Result;
@@ -30,6 +32,9 @@ pub struct Connected {
     pub members: Option<Vec<ObservedMember>>,
     /// The alarms etcd has raised (`None`: not asked).
     pub alarms: Option<Vec<MemberAlarm>>,
+    /// The members etcd's corruption checks found to differ from their
+    /// peers: alarmed, or refused at start.
+    pub corrupt: Vec<CorruptMember>,
 }
 
 impl Connected {
@@ -109,11 +114,17 @@ pub async fn connected(
             })
             .collect()
     });
+    let corrupt = corruption::corrupt_members(
+        &cluster.name,
+        alarms.as_deref().unwrap_or_default(),
+        &validated.pods,
+    );
     Ok(Connected {
         credentials,
         admin,
         endpoints,
         members,
         alarms,
+        corrupt,
     })
 }
