@@ -486,6 +486,14 @@ pub struct EtcdTuning {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = r"^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$|^[0-9]+$"))]
     pub auto_compaction_retention: Option<String>,
+    /// How often the leader compares every member's hash of the keyspace
+    /// (etcd's periodic corruption check), a duration from `5s` to `24h`;
+    /// default `5m`. Each check hashes the whole keyspace on every member.
+    /// A member found to differ gets etcd's CORRUPT alarm (see
+    /// `spec.recovery.corruptMember`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$"))]
+    pub corrupt_check_interval: Option<String>,
 }
 
 /// etcd's auto-compaction modes.

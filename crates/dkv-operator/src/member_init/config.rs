@@ -61,9 +61,17 @@ pub fn render_config(args: &MemberInitArgs, start: &Start) -> anyhow::Result<Val
         let Some(version) = crate::etcd_version::EtcdVersion::parse(text) else {
             bail!("--etcd-version {text:?} is not an etcd version (MAJOR.MINOR.PATCH)");
         };
-        for (key, value) in
-            super::corruption_checks::settings(version, super::corruption_checks::PERIODIC_CHECK)
-        {
+        let interval = go_parse_duration::parse_duration(&args.corrupt_check_interval)
+            .ok()
+            .and_then(|nanos| u64::try_from(nanos).ok())
+            .map(std::time::Duration::from_nanos);
+        let Some(interval) = interval else {
+            bail!(
+                "--corrupt-check-interval {:?} is not a duration",
+                args.corrupt_check_interval
+            );
+        };
+        for (key, value) in super::corruption_checks::settings(version, interval) {
             config[key] = value;
         }
     }

@@ -18,10 +18,12 @@ use serde_json::{Value, json};
 
 use crate::etcd_version::EtcdVersion;
 
-/// How often the leader compares every member's hash. Each check hashes the
-/// whole keyspace on every member, so it is not run often; the compact-hash
-/// check (3.5.5+) catches a divergence at every compaction in between.
-pub const PERIODIC_CHECK: std::time::Duration = std::time::Duration::from_secs(5 * 60);
+/// How often the leader compares every member's hash by default
+/// (`spec.etcd.corruptCheckInterval`). Each check hashes the whole keyspace
+/// on every member, so it is not run often; the compact-hash check (3.5.5+)
+/// catches a divergence at every compaction in between.
+#[cfg(test)]
+const PERIODIC_CHECK: std::time::Duration = std::time::Duration::from_secs(5 * 60);
 
 /// The first 3.5 release with the compact-hash check.
 const COMPACT_HASH_CHECK_SINCE: EtcdVersion = EtcdVersion::new(3, 5, 5);

@@ -77,6 +77,9 @@ pub struct MemberInitArgs {
     /// than the checks) they stay off.
     #[arg(long)]
     pub etcd_version: Option<String>,
+    /// How often the leader compares the members' hashes (a Go duration).
+    #[arg(long, default_value = "5m")]
+    pub corrupt_check_interval: String,
     /// The operator's membership record (mounted from a ConfigMap). Without
     /// it, the member set is `--bootstrap-size` members, bootstrapping new.
     #[arg(long)]

@@ -320,6 +320,7 @@ fn member_init_gets_the_bootstrap_parameters() {
         "--auto-compaction-mode=revision".to_owned(),
         "--auto-compaction-retention=5000".to_owned(),
         "--etcd-version=3.5.16".to_owned(),
+        "--corrupt-check-interval=5m".to_owned(),
         "--members-file=/etc/dkv/members/members.json".to_owned(),
     ];
     assert_eq!(args, expected);

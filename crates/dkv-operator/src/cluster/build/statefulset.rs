@@ -459,6 +459,10 @@ fn member_init_container(cluster: &ValidatedCluster, plan: &Plan) -> Container {
         // Its corruption checks are this version's (member_init::corruption_checks).
         format!("--etcd-version={}", cluster.version),
         format!(
+            "--corrupt-check-interval={}",
+            cluster.etcd.corrupt_check_interval
+        ),
+        format!(
             "--members-file={MEMBERS_MOUNT}/{}",
             crate::cluster::membership_record::RECORD_KEY
         ),

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use dkv_etcd::{AlarmKind, EtcdAdmin};
 
 use crate::cluster::context::Context;
-use crate::cluster::corruption::{self, CorruptMember};
+use crate::cluster::corruption::{self, Agreement, CorruptMember};
 use crate::cluster::credentials::{self, Credentials};
 use crate::cluster::dereference::Observed;
 use crate::cluster::error::Result;
@@ -35,6 +35,8 @@ pub struct Connected {
     /// The members etcd's corruption checks found to differ from their
     /// peers: alarmed, or refused at start.
     pub corrupt: Vec<CorruptMember>,
+    /// While a CORRUPT alarm names no member: what the members' hashes say.
+    pub agreement: Agreement,
 }
 
 impl Connected {
@@ -114,11 +116,27 @@ pub async fn connected(
             })
             .collect()
     });
-    let corrupt = corruption::corrupt_members(
-        &cluster.name,
-        alarms.as_deref().unwrap_or_default(),
-        &validated.pods,
-    );
+    let alarmed = alarms.as_deref().unwrap_or_default();
+    // An alarm that names none of the members: their own hashes tell who
+    // differs, and when all agree again.
+    let agreement = match (&admin, &members) {
+        (Some(admin), Some(members)) if corruption::unattributed_alarm(&cluster.name, alarmed) => {
+            let hashes = futures::future::join_all(validated.pods.iter().filter_map(|pod| {
+                let endpoint = pod.endpoint.clone()?;
+                let ordinal = pod.view.ordinal;
+                let admin = admin.clone();
+                Some(async move {
+                    let hash = admin.kv_hash(&endpoint).await.ok().flatten()?;
+                    Some(corruption::MemberHash { ordinal, hash })
+                })
+            }))
+            .await;
+            let hashes: Vec<corruption::MemberHash> = hashes.into_iter().flatten().collect();
+            corruption::compare(&hashes, members.len())
+        }
+        _ => Agreement::Unknown,
+    };
+    let corrupt = corruption::corrupt_members(&cluster.name, alarmed, &agreement, &validated.pods);
     Ok(Connected {
         credentials,
         admin,
@@ -126,5 +144,6 @@ pub async fn connected(
         members,
         alarms,
         corrupt,
+        agreement,
     })
 }

@@ -59,6 +59,7 @@ impl Seen {
                 members: self.members.clone(),
                 alarms: None,
                 corrupt: Vec::new(),
+                agreement: Default::default(),
             }),
             planned: Some(Planned {
                 plan: self.plan.clone(),

@@ -1,7 +1,8 @@
-//! A CORRUPT alarm raised on a member that is no longer in the cluster is
-//! disarmed: the member whose data disagreed was removed (replaced from its
-//! peers, `spec.recovery.corruptMember: Replace`, or by hand), and while
-//! its alarm stays, etcd refuses reads and writes on every other member.
+//! A CORRUPT alarm that names no member of the cluster (one since removed,
+//! or member 0, as etcd 3.4/3.5's periodic check raises it) is disarmed
+//! once every member's hash agrees: the member whose data disagreed was
+//! replaced (`spec.recovery.corruptMember: Replace`, or by hand), and while
+//! the alarm stays, etcd refuses reads and writes on every member.
 //! An alarm on a member still in the cluster is left alone: it is what
 //! status reports and what the replacement acts on.
 
@@ -26,7 +27,7 @@ pub async fn run(input: &Input<'_>, _: &mut Maintained, ctx: &Context) -> Result
         return Ok(StepOutcome::Continue);
     };
     let cluster = &input.validated.cluster;
-    for id in corruption::stale_alarms(&cluster.name, alarms) {
+    for id in corruption::stale_alarms(&cluster.name, alarms, &input.connected.agreement) {
         admin
             .disarm(Alarm {
                 member: MemberId(id),

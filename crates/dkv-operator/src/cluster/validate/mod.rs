@@ -223,6 +223,8 @@ pub struct EtcdSettings {
     pub quota_backend_bytes: i64,
     pub auto_compaction_mode: &'static str,
     pub auto_compaction_retention: String,
+    /// `spec.etcd.corruptCheckInterval`, as written (a Go duration).
+    pub corrupt_check_interval: String,
 }
 
 /// One invalid field and how to fix it.

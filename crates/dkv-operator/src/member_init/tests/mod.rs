@@ -24,6 +24,7 @@ fn args(member: &str) -> MemberInitArgs {
         auto_compaction_mode: "periodic".into(),
         auto_compaction_retention: "1h".into(),
         etcd_version: None,
+        corrupt_check_interval: "5m".into(),
         members_file: None,
         termination_log: PathBuf::from("/dev/null"),
         peer_tls: false,
