@@ -88,7 +88,10 @@ fn etcd_termination(pod: &Pod) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_member_whose_data_differs_is_refused_reported_and_replaced_by_policy() {
     let poke = support::paths::bbolt_poke();
-    let (env, client, operator) = support::running_operator(NS).await;
+    let env = support::environment(true).await;
+    let client = env.client();
+    support::create_namespace(&client, NS).await;
+    let (operator, metrics) = support::RunningOperator::start_with_metrics(client.clone());
     let dkvs = support::create_cluster(
         &client,
         NS,
@@ -217,6 +220,20 @@ async fn a_member_whose_data_differs_is_refused_reported_and_replaced_by_policy(
         // the members' hashes.
         eprintln!("[{NS}] etcd's alarms: {raised:?}");
         assert!(raised.iter().any(|a| a.ends_with("/Corrupt")), "{raised:?}");
+        // What DkvCorruptAlarm fires on, from that alarm, naming the member.
+        let series = format!(
+            "dkv_cluster_alarm{{namespace=\"{NS}\",cluster=\"orders\",member=\"{VICTIM}\",alarm=\"CORRUPT\"}} 1"
+        );
+        support::eventually(
+            "the operator's dkv_cluster_alarm names the victim",
+            Duration::from_secs(30),
+            Duration::from_millis(500),
+            async || {
+                let (_, text) = support::http::plain_get(metrics, "/metrics").await?;
+                text.contains(&series).then_some(())
+            },
+        )
+        .await;
     }
     // Report only: nothing is done about it.
     for _ in 0..5 {

@@ -48,6 +48,35 @@ impl Connected {
             .any(|a| a.kind == AlarmKind::NoSpace)
     }
 
+    /// The alarms, a CORRUPT alarm that names no member (etcd 3.4/3.5 raise
+    /// it on member 0) attributed to the members whose hashes differ, as
+    /// the metrics and alerts name them.
+    pub fn attributed_alarms(&self, cluster: &str) -> Vec<MemberAlarm> {
+        let alarms = self.alarms.as_deref().unwrap_or_default();
+        let attributed: Vec<MemberAlarm> = self
+            .corrupt
+            .iter()
+            .filter(|c| c.found_by == corruption::FoundBy::Alarm)
+            .map(|c| MemberAlarm {
+                member: naming::member(cluster, c.ordinal),
+                kind: AlarmKind::Corrupt,
+            })
+            .collect();
+        let mut out: Vec<MemberAlarm> = alarms
+            .iter()
+            .filter(|a| {
+                attributed.is_empty()
+                    || a.kind != AlarmKind::Corrupt
+                    || naming::ordinal_of(cluster, &a.member).is_some()
+            })
+            .cloned()
+            .chain(attributed)
+            .collect();
+        out.sort();
+        out.dedup();
+        out
+    }
+
     /// Every member answered, healthy.
     pub fn all_healthy(&self) -> bool {
         self.members
