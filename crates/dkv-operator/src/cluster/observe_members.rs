@@ -508,6 +508,41 @@ mod tests {
     }
 
     #[test]
+    fn a_refusal_by_the_initial_corruption_check_is_read_from_etcd_and_replacements_from_member_init()
+     {
+        let mut p = (*pod("orders-1", "10.0.0.2", false)).clone();
+        let etcd: ContainerStatus = serde_json::from_value(serde_json::json!({
+            "name": "etcd", "image": "etcd", "imageID": "", "ready": false, "restartCount": 3,
+            "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+            "lastState": {"terminated": {"exitCode": 1, "message": "{\"level\":\"fatal\",\"msg\":\"discovery failed\",\"error\":\"48fc9e1c8340c5cc found data inconsistency with peers\"}"}}
+        }))
+        .unwrap_or_else(|e| panic!("{e}"));
+        let init: ContainerStatus = serde_json::from_value(serde_json::json!({
+            "name": "member-init", "image": "dkv", "imageID": "", "ready": false, "restartCount": 0,
+            "state": {"terminated": {"exitCode": 0, "message": "dkv:replacement replace-17 orders-1 starts for its replacement"}}
+        }))
+        .unwrap_or_else(|e| panic!("{e}"));
+        if let Some(s) = p.status.as_mut() {
+            s.container_statuses = Some(vec![etcd]);
+            s.init_container_statuses = Some(vec![init]);
+        }
+        let pods = [Arc::new(p)];
+        let views = member_pods("orders", &pods, None, Some("replace-17"), "http");
+        assert!(views[0].refused_as_corrupt);
+        assert!(views[0].view.replaced);
+        let other = member_pods("orders", &pods, None, Some("replace-18"), "http");
+        assert!(!other[0].view.replaced, "another replacement's start");
+        let healthy = member_pods(
+            "orders",
+            &[pod("orders-0", "10.0.0.1", true)],
+            None,
+            None,
+            "http",
+        );
+        assert!(!healthy[0].refused_as_corrupt);
+    }
+
+    #[test]
     fn a_data_loss_refusal_is_read_from_the_init_container() {
         let mut p = (*pod("orders-1", "10.0.0.2", false)).clone();
         let status: ContainerStatus = serde_json::from_value(serde_json::json!({

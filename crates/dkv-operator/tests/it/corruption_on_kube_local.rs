@@ -202,20 +202,33 @@ async fn a_member_whose_data_differs_is_refused_reported_and_replaced_by_policy(
         );
     }
     if alarmed {
-        // etcd's own record of it: the CORRUPT alarm.
-        let alarms = etcd
-            .alarm(
-                etcd_client::AlarmAction::Get,
-                etcd_client::AlarmType::None,
-                None,
-            )
-            .await
-            .unwrap();
-        let raised: Vec<String> = alarms
-            .alarms()
-            .iter()
-            .map(|a| format!("{:x}/{:?}", a.member_id(), a.alarm()))
-            .collect();
+        // etcd's own record of it: the CORRUPT alarm (asked of a peer: the
+        // victim's pod may be between runs).
+        let raised: Vec<String> = support::eventually(
+            "etcd's alarm list",
+            Duration::from_secs(30),
+            Duration::from_millis(500),
+            async || {
+                let endpoint = member_endpoint(&client, NS, "orders-0").await?;
+                let mut peer = connect(vec![endpoint]).await?;
+                let alarms = peer
+                    .alarm(
+                        etcd_client::AlarmAction::Get,
+                        etcd_client::AlarmType::None,
+                        None,
+                    )
+                    .await
+                    .ok()?;
+                Some(
+                    alarms
+                        .alarms()
+                        .iter()
+                        .map(|a| format!("{:x}/{:?}", a.member_id(), a.alarm()))
+                        .collect::<Vec<_>>(),
+                )
+            },
+        )
+        .await;
         // etcd 3.5 raises it on member 0; dkv found the victim by comparing
         // the members' hashes.
         eprintln!("[{NS}] etcd's alarms: {raised:?}");

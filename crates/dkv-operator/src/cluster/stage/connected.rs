@@ -62,10 +62,11 @@ impl Connected {
                 kind: AlarmKind::Corrupt,
             })
             .collect();
+        let found = !attributed.is_empty();
         let mut out: Vec<MemberAlarm> = alarms
             .iter()
             .filter(|a| {
-                attributed.is_empty()
+                !found
                     || a.kind != AlarmKind::Corrupt
                     || naming::ordinal_of(cluster, &a.member).is_some()
             })
