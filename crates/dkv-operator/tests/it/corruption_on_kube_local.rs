@@ -1,5 +1,5 @@
 //! A member whose data really differs from its peers', on kube-local with
-//! real etcd 3.5 and a writer counting every acknowledged write:
+//! real etcd (3.5 and 3.4) and a writer counting every acknowledged write:
 //! - the member is stopped (its node cordoned, its pod deleted: the new pod
 //!   waits Pending, as its volume is bound to the node), one value in its
 //!   bbolt `key` bucket is changed at the same revisions (`bbolt-poke`),
@@ -33,8 +33,6 @@ use support::etcd_cluster::{
     put_retrying, settled_at, wait_for, wait_settled,
 };
 
-const IMAGE: &str = "registry.k8s.io/etcd:3.5.16-0";
-const NS: &str = "corrupt-member";
 const VICTIM: &str = "orders-1";
 const PROBE_KEY: &str = "corruption-probe";
 const PROBE_VALUE: &str = "the value every member agrees on";
@@ -47,9 +45,9 @@ fn member_id(d: &DistributedKV, name: &str) -> Option<String> {
         .and_then(|m| m.id.clone())
 }
 
-/// The host directory of the volume bound to `claim`.
-async fn volume_dir(client: &Client, claim: &str) -> PathBuf {
-    let pvc = Api::<PersistentVolumeClaim>::namespaced(client.clone(), NS)
+/// The host directory of the volume bound to `claim` in namespace `ns`.
+async fn volume_dir(client: &Client, ns: &str, claim: &str) -> PathBuf {
+    let pvc = Api::<PersistentVolumeClaim>::namespaced(client.clone(), ns)
         .get(claim)
         .await
         .unwrap();
@@ -87,31 +85,42 @@ fn etcd_termination(pod: &Pod) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_member_whose_data_differs_is_refused_reported_and_replaced_by_policy() {
+    corrupt_member_found_and_replaced("corrupt-member", "registry.k8s.io/etcd:3.5.16-0").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn on_etcd_3_4_a_member_whose_data_differs_is_reported_and_replaced_by_policy() {
+    corrupt_member_found_and_replaced("corrupt-member-34", "registry.k8s.io/etcd:3.4.23-0").await;
+}
+
+/// The scenario of the module documentation, in namespace `ns` with etcd
+/// image `image`.
+async fn corrupt_member_found_and_replaced(ns: &str, image: &str) {
     let poke = support::paths::bbolt_poke();
     let env = support::environment(true).await;
     let client = env.client();
-    support::create_namespace(&client, NS).await;
+    support::create_namespace(&client, ns).await;
     let (operator, metrics) = support::RunningOperator::start_with_metrics(client.clone());
     let dkvs = support::create_cluster(
         &client,
-        NS,
+        ns,
         "orders",
         3,
-        IMAGE,
+        image,
         json!({"etcd": {"corruptCheckInterval": "5s"}}),
     )
     .await;
     let formed = wait_settled(&dkvs, "orders", 3).await;
-    eprintln!("[{NS}] 3 healthy voters after {formed:?}");
-    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    eprintln!("[{ns}] 3 healthy voters after {formed:?}");
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
     let old_id = member_id(&dkvs.get("orders").await.unwrap(), VICTIM).unwrap();
 
-    let mut etcd = connect(member_endpoints(&client, NS, "orders").await)
+    let mut etcd = connect(member_endpoints(&client, ns, "orders").await)
         .await
         .unwrap();
     put_retrying(&mut etcd, PROBE_KEY, PROBE_VALUE).await;
     // The victim has applied it before it stops.
-    let victim_endpoint = member_endpoint(&client, NS, VICTIM).await.unwrap();
+    let victim_endpoint = member_endpoint(&client, ns, VICTIM).await.unwrap();
     support::eventually(
         "the victim holds the probe",
         Duration::from_secs(30),
@@ -133,7 +142,7 @@ async fn a_member_whose_data_differs_is_refused_reported_and_replaced_by_policy(
     )
     .await;
 
-    let writer = Writer::start(client.clone(), NS, "orders");
+    let writer = Writer::start(client.clone(), ns, "orders");
     tokio::time::sleep(Duration::from_secs(1)).await;
 
     // Stop the victim: its node cordoned, its pod deleted; the new pod
@@ -156,7 +165,7 @@ async fn a_member_whose_data_differs_is_refused_reported_and_replaced_by_policy(
     .await;
 
     // Its data now differs from its peers' at the same revisions.
-    let volume = volume_dir(&client, &format!("data-{VICTIM}")).await;
+    let volume = volume_dir(&client, ns, &format!("data-{VICTIM}")).await;
     let db = volume.join("data/member/snap/db");
     let out = std::process::Command::new(&poke)
         .arg(&db)
@@ -171,7 +180,7 @@ async fn a_member_whose_data_differs_is_refused_reported_and_replaced_by_policy(
         String::from_utf8_lossy(&out.stderr)
     );
     eprintln!(
-        "[{NS}] {VICTIM} stopped after {:?}; {}",
+        "[{ns}] {VICTIM} stopped after {:?}; {}",
         started.elapsed(),
         String::from_utf8_lossy(&out.stdout).trim()
     );
@@ -189,7 +198,7 @@ async fn a_member_whose_data_differs_is_refused_reported_and_replaced_by_policy(
     )
     .await;
     let message = condition_message(&dkvs.get("orders").await.unwrap(), "Degraded", Some("True"));
-    eprintln!("[{NS}] reported {reported:?} after the restart: {message}");
+    eprintln!("[{ns}] reported {reported:?} after the restart: {message}");
     assert!(message.contains("corruptMember: Replace"), "{message}");
     let alarmed = message.contains("CORRUPT alarm");
     let refused = message.contains("initial corruption check");
@@ -209,7 +218,7 @@ async fn a_member_whose_data_differs_is_refused_reported_and_replaced_by_policy(
             Duration::from_secs(30),
             Duration::from_millis(500),
             async || {
-                let endpoint = member_endpoint(&client, NS, "orders-0").await?;
+                let endpoint = member_endpoint(&client, ns, "orders-0").await?;
                 let mut peer = connect(vec![endpoint]).await?;
                 let alarms = peer
                     .alarm(
@@ -231,11 +240,11 @@ async fn a_member_whose_data_differs_is_refused_reported_and_replaced_by_policy(
         .await;
         // etcd 3.5 raises it on member 0; dkv found the victim by comparing
         // the members' hashes.
-        eprintln!("[{NS}] etcd's alarms: {raised:?}");
+        eprintln!("[{ns}] etcd's alarms: {raised:?}");
         assert!(raised.iter().any(|a| a.ends_with("/Corrupt")), "{raised:?}");
         // What DkvCorruptAlarm fires on, from that alarm, naming the member.
         let series = format!(
-            "dkv_cluster_alarm{{namespace=\"{NS}\",cluster=\"orders\",member=\"{VICTIM}\",alarm=\"CORRUPT\"}} 1"
+            "dkv_cluster_alarm{{namespace=\"{ns}\",cluster=\"orders\",member=\"{VICTIM}\",alarm=\"CORRUPT\"}} 1"
         );
         support::eventually(
             "the operator's dkv_cluster_alarm names the victim",
@@ -287,7 +296,7 @@ async fn a_member_whose_data_differs_is_refused_reported_and_replaced_by_policy(
     )
     .await;
     eprintln!(
-        "[{NS}] replaced {healed:?} after the policy was set ({:?} since it was stopped)",
+        "[{ns}] replaced {healed:?} after the policy was set ({:?} after its restart)",
         replacing.elapsed() + reported
     );
     tokio::time::sleep(Duration::from_secs(1)).await;
@@ -317,7 +326,7 @@ async fn a_member_whose_data_differs_is_refused_reported_and_replaced_by_policy(
     assert!(aside[0].join("member/snap/db").is_file());
     // Every member now holds the value its peers agreed on.
     for pod in ["orders-0", "orders-1", "orders-2"] {
-        let endpoint = member_endpoint(&client, NS, pod).await.unwrap();
+        let endpoint = member_endpoint(&client, ns, pod).await.unwrap();
         let mut member = connect(vec![endpoint]).await.unwrap();
         let got = member
             .get(
@@ -333,11 +342,11 @@ async fn a_member_whose_data_differs_is_refused_reported_and_replaced_by_policy(
         );
     }
     eprintln!(
-        "[{NS}] writer: {} acknowledged, {} failed attempts, longest gap {:?}",
+        "[{ns}] writer: {} acknowledged, {} failed attempts, longest gap {:?}",
         report.acked.len(),
         report.failures,
         report.longest_gap
     );
-    support::etcd_cluster::assert_no_write_lost(&client, NS, &report).await;
+    support::etcd_cluster::assert_no_write_lost(&client, ns, &report).await;
     operator.stop().await;
 }
