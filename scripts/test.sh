@@ -46,6 +46,14 @@ for release in 1.37:v1.37.2 1.34:v1.34.4; do
   fi
 done
 
+phase "bbolt-poke, the corruption test's tool (built from Go modules once, then cached)"
+# corruption_on_kube_local.rs changes a stopped member's data with it; the
+# test would build it on first use too, in its own time.
+BBOLT_POKE_DIR="${DKV_TOOLS_DIR:-$PWD/.tools}/bbolt-poke"
+if [ ! -x "$BBOLT_POKE_DIR/bbolt-poke" ]; then
+  nice -n 10 bash go/bbolt-poke/build.sh "$BBOLT_POKE_DIR"
+fi
+
 phase "helm chart: lint, and the same objects as deploy/default (builds the helm the tests install with)"
 scripts/check-helm.sh
 

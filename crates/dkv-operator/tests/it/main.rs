@@ -19,6 +19,7 @@ mod bench_harness_parts;
 mod cluster_on_kube_local;
 mod continuous_backup_on_kube_local;
 mod conversion_on_kube_local;
+mod corruption_on_kube_local;
 mod crd;
 mod defrag_on_kube_local;
 mod encrypted_backup_on_kube_local;
