@@ -14,12 +14,8 @@ source "$here/../lib.sh"
 [[ $# -eq 1 ]] || die "usage: build.sh OUTDIR"
 out=$1
 
-mkdir -p "$out" || die "cannot create output directory $out"
-out=$(cd "$out" && pwd)
-
-cd "$here"
-export CGO_ENABLED=0
-go_check bbolt-poke
+out=$(out_dir "$out")
+go_enter "$here" bbolt-poke
 go_fetch "bbolt-poke (go.etcd.io/bbolt $(go_required go.etcd.io/bbolt))"
 go build -buildvcs=false -trimpath -o "$out/bbolt-poke.partial" . ||
 	die "go build of bbolt-poke failed (see the go output above)"

@@ -16,13 +16,9 @@ source "$here/../lib.sh"
 [[ $# -eq 1 ]] || die "usage: build.sh OUTDIR"
 out=$1
 
-mkdir -p "$out" || die "cannot create output directory $out"
-out=$(cd "$out" && pwd)
-
-cd "$here"
-export CGO_ENABLED=0
+out=$(out_dir "$out")
+go_enter "$here" fake-gcs-server
 module=github.com/fsouza/fake-gcs-server
-go_check fake-gcs-server
 version=$(go_required "$module")
 [[ $version == v* ]] || die "no 'require $module vX.Y.Z' line in $here/go.mod"
 go_fetch "$module $version"

@@ -329,6 +329,20 @@ impl Drop for MotoServer {
 }
 
 /// A TCP port on 127.0.0.1 nothing listens on (at the time of asking).
+/// `len` bytes nothing can compress, the same for the same `seed`
+/// (xorshift: cheap; a test needs entropy, not randomness).
+pub fn incompressible(seed: u64, len: usize) -> Vec<u8> {
+    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state >> 24) as u8
+        })
+        .collect()
+}
+
 pub fn free_port() -> u16 {
     let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
         .unwrap_or_else(|e| panic!("binding a free port: {e}"));
@@ -488,17 +502,8 @@ impl EtcdProcess {
     /// under `/dkv-fill/`.
     pub async fn fill(&self, bytes: usize) {
         let mut client = self.client().await;
-        let mut state = 0x2545_f491_4f6c_dd1d_u64;
         for i in 0..bytes.div_ceil(1 << 20) {
-            let value: Vec<u8> = (0..(1 << 20))
-                .map(|_| {
-                    // xorshift: cheap, and nothing a page could compress.
-                    state ^= state << 13;
-                    state ^= state >> 7;
-                    state ^= state << 17;
-                    state as u8
-                })
-                .collect();
+            let value = incompressible(i as u64, 1 << 20);
             client
                 .put(format!("/dkv-fill/{i:05}"), value, None)
                 .await

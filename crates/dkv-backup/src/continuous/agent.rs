@@ -364,7 +364,7 @@ mod tests {
     use super::*;
     use crate::fetch_artifact;
     use crate::restore::{MemberRestore, RestoreTool, restore_member};
-    use crate::testing::{EtcdProcess, etcd_bin_dir, loopback_ip};
+    use crate::testing::{EtcdProcess, etcd_bin_dir, incompressible, loopback_ip};
 
     struct Running {
         stop: watch::Sender<bool>,
@@ -599,20 +599,6 @@ mod tests {
         let continuous = continuous_location(&destination, "shop", "orders");
         let store = Store::open(&destination, &StoreConfig::default()).unwrap();
         assert_eq!(read_bases(&store, &continuous).await.unwrap().len(), 1);
-    }
-
-    /// Values that zstd cannot shrink, so that stored changes grow as
-    /// written (xorshift; the test needs no randomness, only entropy).
-    fn incompressible(seed: u64, len: usize) -> Vec<u8> {
-        let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-        (0..len)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                (x >> 24) as u8
-            })
-            .collect()
     }
 
     /// Once a chain's stored changes reach `newChain.changePercent` of its
