@@ -4,10 +4,7 @@
 
 use std::collections::BTreeSet;
 
-use etcd_client::{
-    Compare, CompareOp, EventType, GetOptions, LeaseGrantOptions, PutOptions, Txn, TxnOp,
-    WatchOptions,
-};
+use etcd_client::{EventType, GetOptions, LeaseGrantOptions, PutOptions, Txn, TxnOp, WatchOptions};
 
 use crate::error::{Error, Result};
 use crate::grpc::GrpcAdmin;
@@ -164,111 +161,44 @@ impl GrpcAdmin {
     /// order. A lease a put names that does not exist yet is granted with
     /// that ID and `lease_ttl_seconds` (the source's remaining time is not
     /// known), so keys that shared a lease expire together.
-    ///
-    /// Up to [`REPLAY_PIPELINE`] transactions are in flight at once, so
-    /// that etcd commits them in shared batches instead of one disk sync
-    /// each. Order is kept all the same: every transaction but the first
-    /// applies only if the one before it has (it compares a key the one
-    /// before wrote: its modification revision, or its absence for a
-    /// delete), and one that arrived early is sent again. Each applied
-    /// transaction is still exactly one revision, in source order.
     pub async fn replay(&self, changes: &[Change], lease_ttl_seconds: i64) -> Result<()> {
         let mut client = self.client_for("replay").await?;
         let mut granted: BTreeSet<i64> = BTreeSet::new();
-        let mut revisions: Vec<&[Change]> = Vec::new();
-        let mut rest = changes;
-        while let Some(first) = rest.first() {
-            let n = rest
+        let mut start = 0;
+        while start < changes.len() {
+            let revision = changes[start].revision;
+            let end = changes[start..]
                 .iter()
-                .position(|c| c.revision != first.revision)
-                .unwrap_or(rest.len());
-            let (one, after) = rest.split_at(n);
-            for change in one {
-                if change.kind == ChangeKind::Put
-                    && change.lease != 0
-                    && granted.insert(change.lease)
-                {
-                    grant_lease(&mut client, change.lease, lease_ttl_seconds).await?;
+                .position(|c| c.revision != revision)
+                .map_or(changes.len(), |n| start + n);
+            let mut operations = Vec::new();
+            for change in &changes[start..end] {
+                match change.kind {
+                    ChangeKind::Put => {
+                        let mut options = PutOptions::new();
+                        if change.lease != 0 {
+                            if granted.insert(change.lease) {
+                                grant_lease(&mut client, change.lease, lease_ttl_seconds).await?;
+                            }
+                            options = options.with_lease(change.lease);
+                        }
+                        operations.push(TxnOp::put(
+                            change.key.clone(),
+                            change.value.clone(),
+                            Some(options),
+                        ));
+                    }
+                    ChangeKind::Delete => operations.push(TxnOp::delete(change.key.clone(), None)),
                 }
             }
-            revisions.push(one);
-            rest = after;
-        }
-        let start = self.current_revision().await?;
-        let mut applied = 0;
-        while applied < revisions.len() {
-            let window = applied..revisions.len().min(applied + REPLAY_PIPELINE);
-            let sent = window.clone().map(|i| {
-                let mut client = client.clone();
-                // Transaction `i` applies at revision `start + i + 1`, and
-                // only then: once the one before it has, and not twice.
-                let mut guards = vec![not_applied_guard(revisions[i], start + i as i64 + 1)];
-                if let Some(before) = i.checked_sub(1) {
-                    guards.push(applied_guard(revisions[before], start + i as i64));
-                }
-                let txn = replay_txn(revisions[i], guards);
-                async move { client.txn(txn).await }
-            });
-            let answers = futures::future::join_all(sent).await;
-            // What applied is read back from the revision (an answer lost
-            // to a timeout may still have applied).
-            let now = self.current_revision().await? - start;
-            let reached = usize::try_from(now).unwrap_or(0).min(revisions.len());
-            if reached <= applied
-                && let Some(Err(e)) = answers.into_iter().find(Result::is_err)
-            {
-                return Err(Error::from_client("replay", e, None));
-            }
-            applied = reached.max(applied);
+            client
+                .txn(Txn::new().and_then(operations))
+                .await
+                .map_err(|e| Error::from_client("replay", e, None))?;
+            start = end;
         }
         Ok(())
     }
-}
-
-/// How many replay transactions are in flight at once.
-pub const REPLAY_PIPELINE: usize = 32;
-
-/// The transaction of one source revision's changes, applied when
-/// `guards` hold.
-fn replay_txn(changes: &[Change], guards: Vec<Compare>) -> Txn {
-    let operations: Vec<TxnOp> = changes
-        .iter()
-        .map(|change| match change.kind {
-            ChangeKind::Put => {
-                let mut options = PutOptions::new();
-                if change.lease != 0 {
-                    options = options.with_lease(change.lease);
-                }
-                TxnOp::put(change.key.clone(), change.value.clone(), Some(options))
-            }
-            ChangeKind::Delete => TxnOp::delete(change.key.clone(), None),
-        })
-        .collect();
-    Txn::new().when(guards).and_then(operations)
-}
-
-/// What holds once the changes of one source revision applied at
-/// `revision`: a key it put has that modification revision, or a key it
-/// deleted is gone (it existed before: the delete was an event).
-fn applied_guard(changes: &[Change], revision: i64) -> Compare {
-    match changes.iter().find(|c| c.kind == ChangeKind::Put) {
-        Some(put) => Compare::mod_revision(put.key.clone(), CompareOp::Equal, revision),
-        None => Compare::version(first_key(changes), CompareOp::Equal, 0),
-    }
-}
-
-/// What holds until the changes of one source revision applied at
-/// `revision`: a key it puts was last modified before, or a key it deletes
-/// is still there.
-fn not_applied_guard(changes: &[Change], revision: i64) -> Compare {
-    match changes.iter().find(|c| c.kind == ChangeKind::Put) {
-        Some(put) => Compare::mod_revision(put.key.clone(), CompareOp::Less, revision),
-        None => Compare::version(first_key(changes), CompareOp::Greater, 0),
-    }
-}
-
-fn first_key(changes: &[Change]) -> Vec<u8> {
-    changes.first().map(|c| c.key.clone()).unwrap_or_default()
 }
 
 /// Grants lease `id`; one that already exists (restored with the snapshot)
