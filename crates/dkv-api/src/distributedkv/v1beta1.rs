@@ -136,6 +136,14 @@ pub struct NewChain {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 1000))]
     pub change_percent: Option<i32>,
+
+    /// ... or once the chain recorded this many revisions: a restore
+    /// replays them one at a time, a few hundred a second, so this bounds
+    /// restore time where writes are small and many. 1,000 to
+    /// 100,000,000; 100,000 by default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1000, max = 100_000_000))]
+    pub max_revisions: Option<i64>,
 }
 
 /// An object store location (or a directory) for snapshots.

@@ -232,6 +232,8 @@ async fn resume(
         started_at: newest.taken_at,
         base_bytes,
         change_bytes: store.total_size(dir.path()).await?,
+        base_revision: newest.revision,
+        reached: cutter.resume_revision() - 1,
     };
     Ok(Some((
         cutter.encrypting(settings.encoding.key.clone()),
@@ -311,6 +313,8 @@ async fn begin_chain(
         started_at: artifact.taken_at,
         base_bytes: artifact.size_bytes,
         change_bytes: 0,
+        base_revision: artifact.revision,
+        reached: artifact.revision,
     };
     Ok((cutter, extent))
 }

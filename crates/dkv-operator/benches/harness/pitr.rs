@@ -295,7 +295,7 @@ pub async fn run(settings: Settings<'_>) -> anyhow::Result<(Vec<Metric>, Vec<(St
         "≤ 1.5 × the full restore",
     )
     .with_note(format!(
-        "{} chains recorded (newChain defaults: 24h, 25 %); the newest point replayed {} events; {:.0} MiB of changes written in {:.1} s; continuous backup stored {:.0} MiB",
+        "{} chains recorded (newChain defaults: 24h, 25 %, 100,000 revisions); the newest point replayed {} events; {:.0} MiB of changes written in {:.1} s; continuous backup stored {:.0} MiB",
         bases.len(),
         to_newest.replayed.events,
         (changes * VALUE_BYTES) as f64 / f64::from(1 << 20),
