@@ -64,7 +64,10 @@ const GO_3_6: GoModule = GoModule {
     files: [
         ("go.mod", include_str!("../../../../go/etcd/v3.6/go.mod")),
         ("go.sum", include_str!("../../../../go/etcd/v3.6/go.sum")),
-        ("tools.go", include_str!("../../../../go/etcd/v3.6/tools.go")),
+        (
+            "tools.go",
+            include_str!("../../../../go/etcd/v3.6/tools.go"),
+        ),
         (
             "etcd/main.go",
             include_str!("../../../../go/etcd/v3.6/etcd/main.go"),
@@ -77,7 +80,10 @@ const GO_3_7: GoModule = GoModule {
     files: [
         ("go.mod", include_str!("../../../../go/etcd/v3.7/go.mod")),
         ("go.sum", include_str!("../../../../go/etcd/v3.7/go.sum")),
-        ("tools.go", include_str!("../../../../go/etcd/v3.7/tools.go")),
+        (
+            "tools.go",
+            include_str!("../../../../go/etcd/v3.7/tools.go"),
+        ),
         (
             "etcd/main.go",
             include_str!("../../../../go/etcd/v3.7/etcd/main.go"),
@@ -213,12 +219,10 @@ pub fn missing(tools: &Path) -> Vec<Release> {
 pub fn find_go_release(minor: &str) -> anyhow::Result<Release> {
     let wanted = minor.trim_start_matches('v');
     let built_from_go = || {
-        RELEASES
-            .iter()
-            .filter_map(|r| match r.source {
-                Source::GoModules(module) => Some((r, module)),
-                Source::Debian { .. } => None,
-            })
+        RELEASES.iter().filter_map(|r| match r.source {
+            Source::GoModules(module) => Some((r, module)),
+            Source::Debian { .. } => None,
+        })
     };
     if let Some((release, _)) =
         built_from_go().find(|(r, m)| m.minor == wanted || r.version == wanted)
@@ -361,7 +365,8 @@ fn build(tools: &Path, release: &Release, module: &GoModule) -> anyhow::Result<(
         );
     }
     if let Some(parent) = bin.parent() {
-        std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
+        std::fs::create_dir_all(parent)
+            .with_context(|| format!("creating {}", parent.display()))?;
     }
     let _ = std::fs::remove_dir_all(&bin);
     std::fs::rename(&staging, &bin)
