@@ -1,11 +1,25 @@
 # Shared by the build.sh scripts under go/: checks that the go on PATH can
 # build the module in the current directory, and fetches its modules with
-# errors reported by module name. Source it; it defines die, go_check and
-# go_fetch.
+# errors reported by module name. Source it; it defines die, out_dir,
+# go_enter, go_check, go_required and go_fetch.
 
 die() {
 	echo "build.sh: error: $*" >&2
 	exit 1
+}
+
+# out_dir DIR: DIR created, printed as an absolute path.
+out_dir() {
+	mkdir -p "$1" || die "cannot create output directory $1"
+	(cd "$1" && pwd)
+}
+
+# go_enter MODDIR WHAT: into the module's directory, for a static build
+# with a go that can build WHAT.
+go_enter() {
+	cd "$1" || die "no module directory $1"
+	export CGO_ENABLED=0
+	go_check "$2"
 }
 
 # go_check WHAT: the go on PATH is at least the version ./go.mod asks for.

@@ -53,3 +53,4 @@ if [[ "$moto_installed" != "$MOTO_PIN" || ! -x "$VENV/bin/moto_server" ]]; then
   echo "installing moto[server]==$MOTO_PIN into $VENV"
   "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "moto[server]==$MOTO_PIN"
 fi
+

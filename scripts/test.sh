@@ -15,6 +15,9 @@ phase() {
 }
 
 scripts/install-prerequisites.sh
+# The Azure and GCS servers of the backup tests (not the demo's: it needs no
+# Go).
+scripts/install-store-servers.sh
 
 phase "cargo fmt"
 cargo fmt --all -- --check
@@ -55,6 +58,14 @@ for release in 3.6:3.6.16 3.7:3.7.3; do
     mv "$ETCD_BIN.partial" "$ETCD_BIN"
   fi
 done
+
+phase "bbolt-poke, the corruption test's tool (built from Go modules once, then cached)"
+# corruption_on_kube_local.rs changes a stopped member's data with it; the
+# test would build it on first use too, in its own time.
+BBOLT_POKE_DIR="${DKV_TOOLS_DIR:-$PWD/.tools}/bbolt-poke"
+if [ ! -x "$BBOLT_POKE_DIR/bbolt-poke" ]; then
+  nice -n 10 bash go/bbolt-poke/build.sh "$BBOLT_POKE_DIR"
+fi
 
 phase "helm chart: lint, and the same objects as deploy/default (builds the helm the tests install with)"
 scripts/check-helm.sh

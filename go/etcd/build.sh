@@ -24,12 +24,8 @@ out=$2
 moddir=$here/v$minor
 [[ -f $moddir/go.mod ]] || die "no module for etcd $minor: $moddir/go.mod is missing"
 
-mkdir -p "$out" || die "cannot create output directory $out"
-out=$(cd "$out" && pwd)
-
-cd "$moddir"
-export CGO_ENABLED=0
-go_check "etcd $minor"
+out=$(out_dir "$out")
+go_enter "$moddir" "etcd $minor"
 version=$(go_required go.etcd.io/etcd/server/v3)
 [[ $version == v$minor.* ]] || die "no 'require go.etcd.io/etcd/server/v3 v$minor.x' line in $moddir/go.mod"
 for module in etcdctl etcdutl; do

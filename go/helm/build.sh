@@ -15,12 +15,8 @@ source "$here/../lib.sh"
 [[ $# -eq 1 ]] || die "usage: build.sh OUTDIR"
 out=$1
 
-mkdir -p "$out" || die "cannot create output directory $out"
-out=$(cd "$out" && pwd)
-
-cd "$here"
-export CGO_ENABLED=0
-go_check helm
+out=$(out_dir "$out")
+go_enter "$here" helm
 version=$(go_required helm.sh/helm/v3)
 [[ $version == v3.* ]] || die "no 'require helm.sh/helm/v3 v3.x.y' line in $here/go.mod"
 go_fetch "helm.sh/helm/v3 $version"

@@ -19,12 +19,8 @@ out=$2
 moddir=$here/v$minor
 [[ -f $moddir/go.mod ]] || die "no module for Kubernetes $minor: $moddir/go.mod is missing"
 
-mkdir -p "$out" || die "cannot create output directory $out"
-out=$(cd "$out" && pwd)
-
-cd "$moddir"
-export CGO_ENABLED=0
-go_check "Kubernetes $minor"
+out=$(out_dir "$out")
+go_enter "$moddir" "Kubernetes $minor"
 version=$(go_required k8s.io/kubernetes)
 [[ $version == v1.* ]] || die "no 'require k8s.io/kubernetes v1.x.y' line in $moddir/go.mod"
 go_fetch "k8s.io/kubernetes $version"

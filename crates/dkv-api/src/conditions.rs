@@ -72,6 +72,10 @@ pub mod reasons {
     pub const INVALID_SPEC: &str = "InvalidSpec";
     pub const QUORUM_LOST: &str = "QuorumLost";
     pub const MEMBER_UNHEALTHY: &str = "MemberUnhealthy";
+    /// etcd's corruption checks found a member's data differs from its
+    /// peers' (the CORRUPT alarm, or its initial check refusing to start
+    /// it): the message names it.
+    pub const MEMBER_CORRUPT: &str = "MemberCorrupt";
     /// A member's pod is on a node Kubernetes has lost (`Ready` not `True`,
     /// tainted unreachable, or gone): it cannot serve until the node is back
     /// or the member is moved off it.

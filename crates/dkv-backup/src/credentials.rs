@@ -12,7 +12,9 @@
 //! | Azure Blob Storage | `AZURE_STORAGE_ACCOUNT_NAME` with `AZURE_STORAGE_ACCOUNT_KEY` or `AZURE_STORAGE_SAS_TOKEN` |
 //!
 //! Non-secret S3 settings (`AWS_REGION`, `AWS_ENDPOINT_URL`, `AWS_ALLOW_HTTP`)
-//! live in [`crate::S3Options`]. Without any credentials the stores fall back
+//! live in [`crate::S3Options`]; the Azure and GCS endpoints
+//! (`AZURE_STORAGE_ENDPOINT`, `STORAGE_EMULATOR_HOST`) in
+//! [`crate::AzureOptions`] and [`crate::GcsOptions`]. Without any credentials the stores fall back
 //! to their ambient identity (instance metadata, workload identity).
 
 use std::fmt;

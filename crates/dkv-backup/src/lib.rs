@@ -77,4 +77,7 @@ pub use retention::{
     BackupRecord, Outcome, Prune, PruneReason, RetentionPolicy, select_for_pruning,
 };
 pub use source::{SnapshotSource, choose_snapshot_source, pick_source};
-pub use store::{S3Options, Store, StoreConfig, checksums_requested};
+pub use store::{
+    AZURE_STORAGE_ENDPOINT, AzureOptions, GcsOptions, S3Options, STORAGE_EMULATOR_HOST, Store,
+    StoreConfig, checksums_requested,
+};

@@ -8,10 +8,14 @@ use futures::stream::BoxStream;
 use futures::{StreamExt, TryStreamExt};
 use object_store::aws::{AmazonS3Builder, Checksum};
 use object_store::azure::MicrosoftAzureBuilder;
-use object_store::gcp::GoogleCloudStorageBuilder;
+use object_store::gcp::{GcpCredential, GoogleCloudStorageBuilder};
 use object_store::local::LocalFileSystem;
 use object_store::path::Path;
-use object_store::{MultipartUpload, ObjectStore, ObjectStoreExt, PutPayload};
+use object_store::{
+    ClientOptions, MultipartUpload, ObjectStore, ObjectStoreExt, PutPayload,
+    StaticCredentialProvider,
+};
+use url::Url;
 
 use crate::credentials::{AzureKey, Credentials, GcpCredentials, Redactor};
 use crate::error::{Error, Result, StoreErrorKind};
@@ -53,10 +57,35 @@ impl Default for S3Options {
     }
 }
 
+/// Non-secret Azure Blob Storage settings.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AzureOptions {
+    /// The blob service's URL (`AZURE_STORAGE_ENDPOINT`), containers
+    /// being addressed as `<endpoint>/<container>`: a sovereign cloud's
+    /// (`https://<account>.blob.core.chinacloudapi.cn`), a private
+    /// endpoint, or an emulator's with the account as its path
+    /// (`http://127.0.0.1:10000/<account>`). An `http://` URL is used as
+    /// written: for an emulator or a server inside the cluster. When unset,
+    /// `https://<account>.blob.core.windows.net`.
+    pub endpoint: Option<String>,
+}
+
+/// Non-secret Google Cloud Storage settings.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GcsOptions {
+    /// A storage emulator's address (`STORAGE_EMULATOR_HOST`, the variable
+    /// Google's own client libraries read): `host:port` (plain HTTP) or a
+    /// URL. Requests go there without credentials, as those libraries send
+    /// them; unset means Google Cloud Storage itself.
+    pub emulator_host: Option<String>,
+}
+
 pub const AWS_REGION: &str = "AWS_REGION";
 pub const AWS_ENDPOINT_URL: &str = "AWS_ENDPOINT_URL";
 pub const AWS_ALLOW_HTTP: &str = "AWS_ALLOW_HTTP";
 pub const AWS_REQUEST_CHECKSUM_CALCULATION: &str = "AWS_REQUEST_CHECKSUM_CALCULATION";
+pub const AZURE_STORAGE_ENDPOINT: &str = "AZURE_STORAGE_ENDPOINT";
+pub const STORAGE_EMULATOR_HOST: &str = "STORAGE_EMULATOR_HOST";
 
 /// Whether `AWS_REQUEST_CHECKSUM_CALCULATION`'s value asks for checksums.
 /// As in the AWS SDKs: `when_supported` (the default) sends them,
@@ -70,6 +99,8 @@ pub fn checksums_requested(value: Option<&str>) -> bool {
 pub struct StoreConfig {
     pub credentials: Credentials,
     pub s3: S3Options,
+    pub azure: AzureOptions,
+    pub gcs: GcsOptions,
 }
 
 impl StoreConfig {
@@ -89,8 +120,50 @@ impl StoreConfig {
                 allow_http: get(AWS_ALLOW_HTTP).is_some_and(|v| is_true(&v)),
                 checksums: checksums_requested(get(AWS_REQUEST_CHECKSUM_CALCULATION).as_deref()),
             },
+            azure: AzureOptions {
+                endpoint: get(AZURE_STORAGE_ENDPOINT),
+            },
+            gcs: GcsOptions {
+                emulator_host: get(STORAGE_EMULATOR_HOST),
+            },
             credentials: Credentials::from_lookup(lookup),
         }
+    }
+}
+
+/// Checks a store endpoint a user set in `variable`: an `http` or `https`
+/// URL with a host, and nothing that would be dropped or leaked (user
+/// information, a query, a fragment). Returns it without a trailing slash,
+/// as the store clients append paths to it.
+fn endpoint_url(variable: &str, value: &str) -> std::result::Result<String, String> {
+    let invalid = |reason: &str| format!("{variable} {value:?} is not a usable endpoint: {reason}");
+    let url = Url::parse(value.trim()).map_err(|e| invalid(&e.to_string()))?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err(invalid("use an http:// or https:// URL"));
+    }
+    if url.host_str().is_none_or(str::is_empty) {
+        return Err(invalid("the host is missing"));
+    }
+    if !url.username().is_empty() || url.password().is_some() {
+        // Never echo credentials.
+        return Err(format!(
+            "{variable} carries credentials; put them in the credentials Secret's own keys"
+        ));
+    }
+    if url.query().is_some() || url.fragment().is_some() {
+        return Err(invalid("query strings and fragments are not supported"));
+    }
+    Ok(url.as_str().trim_end_matches('/').to_owned())
+}
+
+/// `STORAGE_EMULATOR_HOST` as Google's client libraries read it: a bare
+/// `host:port` means plain HTTP.
+fn emulator_url(value: &str) -> std::result::Result<String, String> {
+    let value = value.trim();
+    if value.contains("://") {
+        endpoint_url(STORAGE_EMULATOR_HOST, value)
+    } else {
+        endpoint_url(STORAGE_EMULATOR_HOST, &format!("http://{value}"))
     }
 }
 
@@ -152,6 +225,24 @@ impl Store {
             Scheme::Gcs => {
                 let mut builder =
                     GoogleCloudStorageBuilder::new().with_bucket_name(location.bucket());
+                if let Some(host) = &config.gcs.emulator_host {
+                    let url = emulator_url(host).map_err(|message| Error::Open {
+                        uri: root.to_string(),
+                        message,
+                    })?;
+                    // An emulator takes unauthenticated requests: no token
+                    // is fetched from Google (or a metadata server) for it.
+                    let anonymous = GcpCredential {
+                        bearer: String::new(),
+                    };
+                    builder = builder
+                        .with_base_url(&url)
+                        .with_credentials(Arc::new(StaticCredentialProvider::new(anonymous)))
+                        .with_client_options(
+                            ClientOptions::new().with_allow_http(url.starts_with("http://")),
+                        )
+                        .with_skip_signature(true);
+                }
                 match &credentials.gcp {
                     Some(GcpCredentials::ServiceAccountKey(key)) => {
                         builder = builder.with_service_account_key(key.expose());
@@ -166,6 +257,18 @@ impl Store {
             Scheme::Azure => {
                 let mut builder =
                     MicrosoftAzureBuilder::new().with_container_name(location.bucket());
+                if let Some(endpoint) = &config.azure.endpoint {
+                    let url =
+                        endpoint_url(AZURE_STORAGE_ENDPOINT, endpoint).map_err(|message| {
+                            Error::Open {
+                                uri: root.to_string(),
+                                message,
+                            }
+                        })?;
+                    builder = builder
+                        .with_allow_http(url.starts_with("http://"))
+                        .with_endpoint(url);
+                }
                 if let Some(azure) = &credentials.azure {
                     builder = builder.with_account(&azure.account);
                     builder = match &azure.key {
@@ -432,6 +535,80 @@ mod tests {
         // Azure needs an account name before anything else.
         let err = Store::open(&Location::parse("az://c/p").unwrap(), &config).unwrap_err();
         assert!(matches!(err, Error::Open { .. }), "{err}");
+    }
+
+    /// Endpoints a user sets are checked before anything is contacted, and a
+    /// URL with credentials in it is refused without echoing them.
+    #[test]
+    fn bad_custom_endpoints_are_refused_when_the_store_is_opened() {
+        let open = |uri: &str, name: &str, value: &str| {
+            let config = StoreConfig::from_lookup(|key| {
+                match key {
+                    "AZURE_STORAGE_ACCOUNT_NAME" => Some("acct".to_owned()),
+                    "AZURE_STORAGE_ACCOUNT_KEY" => Some("a2V5".to_owned()),
+                    _ => None,
+                }
+                .or_else(|| (key == name).then(|| value.to_owned()))
+            });
+            Store::open(&Location::parse(uri).unwrap(), &config).map(|_| ())
+        };
+        for (uri, name, value, why) in [
+            (
+                "az://c/p",
+                "AZURE_STORAGE_ENDPOINT",
+                "ftp://h/acct",
+                "http:// or https://",
+            ),
+            (
+                "az://c/p",
+                "AZURE_STORAGE_ENDPOINT",
+                "not a url",
+                "relative URL",
+            ),
+            (
+                "az://c/p",
+                "AZURE_STORAGE_ENDPOINT",
+                "https://h/acct?sig=1",
+                "query",
+            ),
+            (
+                "gs://b/p",
+                "STORAGE_EMULATOR_HOST",
+                "127.0.0.1:4443/x?y=1",
+                "query",
+            ),
+        ] {
+            let err = open(uri, name, value).unwrap_err().to_string();
+            assert!(err.contains(why) && err.contains(name), "{value}: {err}");
+        }
+        let err = open(
+            "az://c/p",
+            "AZURE_STORAGE_ENDPOINT",
+            "https://u:pa55w0rd@h/acct",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(!err.contains("pa55w0rd"), "{err}");
+        for (uri, name, value) in [
+            (
+                "az://c/p",
+                "AZURE_STORAGE_ENDPOINT",
+                "https://acct.blob.core.chinacloudapi.cn/",
+            ),
+            (
+                "az://c/p",
+                "AZURE_STORAGE_ENDPOINT",
+                "http://127.0.0.1:10000/acct",
+            ),
+            ("gs://b/p", "STORAGE_EMULATOR_HOST", "127.0.0.1:4443"),
+            (
+                "gs://b/p",
+                "STORAGE_EMULATOR_HOST",
+                "https://gcs.internal:4443",
+            ),
+        ] {
+            open(uri, name, value).unwrap_or_else(|e| panic!("{value}: {e}"));
+        }
     }
 
     #[tokio::test]

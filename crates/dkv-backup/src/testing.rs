@@ -1,9 +1,15 @@
-//! Test harness (feature `testing`): a real S3-compatible server (moto) and
-//! real etcd processes on loopback, for this crate's integration tests and
-//! the `dkv backup` binary's.
+//! Test harness (feature `testing`): real object store servers (moto for
+//! S3; Azurite and fake-gcs-server in [`stores`]) and real etcd processes on
+//! loopback, for this crate's integration tests and the `dkv backup`
+//! binary's.
 //!
-//! Nothing here skips: a missing moto or etcd fails the test with the
-//! command that installs it (`scripts/install-prerequisites.sh`).
+//! Nothing here skips: a missing server or etcd fails the test with the
+//! command that installs it (`scripts/install-prerequisites.sh`, and
+//! `scripts/install-store-servers.sh` for Azurite and fake-gcs-server).
+
+mod stores;
+
+pub use stores::{AzuriteServer, FakeGcsServer, StoreKind, StoreServer};
 
 use std::collections::BTreeMap;
 use std::io::Read;
@@ -235,6 +241,7 @@ impl MotoServer {
                 allow_http: true,
                 checksums: true,
             },
+            ..StoreConfig::default()
         }
     }
 
@@ -322,6 +329,20 @@ impl Drop for MotoServer {
 }
 
 /// A TCP port on 127.0.0.1 nothing listens on (at the time of asking).
+/// `len` bytes nothing can compress, the same for the same `seed`
+/// (xorshift: cheap; a test needs entropy, not randomness).
+pub fn incompressible(seed: u64, len: usize) -> Vec<u8> {
+    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state >> 24) as u8
+        })
+        .collect()
+}
+
 pub fn free_port() -> u16 {
     let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
         .unwrap_or_else(|e| panic!("binding a free port: {e}"));
@@ -481,17 +502,8 @@ impl EtcdProcess {
     /// under `/dkv-fill/`.
     pub async fn fill(&self, bytes: usize) {
         let mut client = self.client().await;
-        let mut state = 0x2545_f491_4f6c_dd1d_u64;
         for i in 0..bytes.div_ceil(1 << 20) {
-            let value: Vec<u8> = (0..(1 << 20))
-                .map(|_| {
-                    // xorshift: cheap, and nothing a page could compress.
-                    state ^= state << 13;
-                    state ^= state >> 7;
-                    state ^= state << 17;
-                    state as u8
-                })
-                .collect();
+            let value = incompressible(i as u64, 1 << 20);
             client
                 .put(format!("/dkv-fill/{i:05}"), value, None)
                 .await
@@ -573,6 +585,38 @@ impl EtcdProcess {
                 .await
                 .unwrap_or_else(|e| panic!("fill documents up to {doc}: {e}"));
         }
+    }
+
+    /// A history around one revision, for restoring to it: 20 puts under
+    /// `during/`, `before/00` deleted, `before/05` overwritten (the target
+    /// revision), then 10 puts under `after/`. Returns the target and every
+    /// key and value the member held at it.
+    pub async fn write_around_a_target(&self) -> (i64, BTreeMap<Vec<u8>, Vec<u8>>) {
+        let mut writer = self.client().await;
+        for i in 0..20 {
+            writer
+                .put(format!("during/{i:02}"), format!("{i}"), None)
+                .await
+                .unwrap_or_else(|e| panic!("put during/{i:02}: {e}"));
+        }
+        writer
+            .delete("before/00", None)
+            .await
+            .unwrap_or_else(|e| panic!("delete before/00: {e}"));
+        let target = writer
+            .put("before/05", "changed", None)
+            .await
+            .unwrap_or_else(|e| panic!("put before/05: {e}"))
+            .header()
+            .map_or(0, |h| h.revision());
+        let at_target = self.key_values_at(target).await;
+        for i in 0..10 {
+            writer
+                .put(format!("after/{i:02}"), format!("{i}"), None)
+                .await
+                .unwrap_or_else(|e| panic!("put after/{i:02}: {e}"));
+        }
+        (target, at_target)
     }
 
     /// Every key and value under `/dkv-test/`.

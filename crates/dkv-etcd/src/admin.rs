@@ -7,7 +7,7 @@ use bytes::Bytes;
 use futures::Stream;
 
 use crate::error::Result;
-use crate::model::{Alarm, ContentDigest, EndpointStatus, Member, MemberId};
+use crate::model::{Alarm, ContentDigest, EndpointStatus, KvHash, Member, MemberId};
 
 /// A snapshot of the backend database, as a stream of chunks.
 pub type SnapshotStream = Pin<Box<dyn Stream<Item = Result<Bytes>> + Send>>;
@@ -66,6 +66,15 @@ pub trait EtcdAdmin: Send + Sync {
     /// `None` where the implementation cannot tell (test doubles).
     async fn content_digest(&self, endpoint: &str, revision: i64) -> Result<Option<ContentDigest>> {
         let _ = (endpoint, revision);
+        Ok(None)
+    }
+
+    /// etcd's hash of the key-value history of the member serving
+    /// `endpoint`, at its latest revision (`HashKV`, a maintenance call that
+    /// a CORRUPT alarm does not stop); `None` where the implementation
+    /// cannot tell (test doubles).
+    async fn kv_hash(&self, endpoint: &str) -> Result<Option<KvHash>> {
+        let _ = endpoint;
         Ok(None)
     }
 }

@@ -14,7 +14,7 @@ use tokio::sync::Mutex;
 
 use crate::admin::{EtcdAdmin, SnapshotStream};
 use crate::error::{Error, Result};
-use crate::model::{Alarm, AlarmKind, ContentDigest, EndpointStatus, Member, MemberId};
+use crate::model::{Alarm, AlarmKind, ContentDigest, EndpointStatus, KvHash, Member, MemberId};
 
 /// What a client presents to an etcd cluster with client TLS: the CA that
 /// signed the members' certificate, its own certificate and key (PEM), and
@@ -512,6 +512,22 @@ impl EtcdAdmin for GrpcAdmin {
             c.auth_enable().await.map(|_| ())
         })
         .await
+    }
+
+    async fn kv_hash(&self, endpoint: &str) -> Result<Option<KvHash>> {
+        let hashed = self
+            .run(
+                "hash",
+                endpoint,
+                None,
+                |mut c| async move { c.hash_kv(0).await },
+            )
+            .await?;
+        Ok(Some(KvHash {
+            revision: hashed.header().map_or(0, |h| h.revision()),
+            compact_revision: hashed.compact_version(),
+            hash: hashed.hash(),
+        }))
     }
 
     async fn content_digest(&self, endpoint: &str, revision: i64) -> Result<Option<ContentDigest>> {

@@ -25,4 +25,4 @@ pub use error::{Error, Result};
 #[cfg(feature = "fake")]
 pub use fake::FakeEtcd;
 pub use grpc::{ClientTls, GrpcAdmin, UserCredentials};
-pub use model::{Alarm, AlarmKind, ContentDigest, EndpointStatus, Member, MemberId};
+pub use model::{Alarm, AlarmKind, ContentDigest, EndpointStatus, KvHash, Member, MemberId};

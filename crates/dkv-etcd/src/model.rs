@@ -91,6 +91,15 @@ pub struct Alarm {
     pub kind: AlarmKind,
 }
 
+/// A member's hash of its key-value history at its latest revision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KvHash {
+    pub revision: i64,
+    /// The compaction the hash starts after.
+    pub compact_revision: i64,
+    pub hash: u32,
+}
+
 /// What a member holds at one revision: the number of keys and etcd's
 /// `HashKV` of the key-value history up to it. A copy of the same data
 /// (a member restored from a snapshot of it) gives the same numbers at the

@@ -10,9 +10,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::Args;
-use dkv_backup::{
-    BackupRequest, Credentials, Encoding, Location, S3Options, StoreConfig, UploadOptions,
-};
+use dkv_backup::{BackupRequest, Encoding, Location, S3Options, StoreConfig, UploadOptions};
 use dkv_etcd::{ClientTls, EtcdAdmin, GrpcAdmin, UserCredentials};
 
 use crate::cluster::naming::{CLIENT_PORT, client_service};
@@ -24,7 +22,9 @@ use crate::telemetry::LogFormat;
 /// `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`; `GOOGLE_SERVICE_ACCOUNT_KEY`
 /// or `GOOGLE_APPLICATION_CREDENTIALS`; `AZURE_STORAGE_ACCOUNT_NAME` with
 /// `AZURE_STORAGE_ACCOUNT_KEY` or `AZURE_STORAGE_SAS_TOKEN`. Never flags:
-/// those show in the pod spec and the process list.
+/// those show in the pod spec and the process list. The Azure and GCS
+/// endpoints (`AZURE_STORAGE_ENDPOINT`, `STORAGE_EMULATOR_HOST`) come from
+/// the environment too, beside them in the same Secret.
 #[derive(Debug, Args)]
 pub struct BackupArgs {
     /// Name of the DistributedKV.
@@ -274,11 +274,16 @@ async fn wait_for_cluster(admin: &GrpcAdmin, patience: Duration) {
 }
 
 impl ObjectStoreArgs {
-    /// The settings from the command line, the credentials from the
-    /// environment (see [`dkv_backup::credentials`]).
+    /// The S3 settings from the command line; the credentials and the
+    /// Azure and GCS endpoints (`AZURE_STORAGE_ENDPOINT`,
+    /// `STORAGE_EMULATOR_HOST`) from the environment (see
+    /// [`dkv_backup::credentials`]).
     pub fn store_config(&self) -> StoreConfig {
+        let from_env = StoreConfig::from_env();
         StoreConfig {
-            credentials: Credentials::from_env(),
+            credentials: from_env.credentials,
+            azure: from_env.azure,
+            gcs: from_env.gcs,
             s3: S3Options {
                 endpoint: self.s3_endpoint.clone().filter(|e| !e.is_empty()),
                 region: self.s3_region.clone().filter(|r| !r.is_empty()),

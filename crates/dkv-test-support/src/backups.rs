@@ -195,3 +195,39 @@ pub async fn wait_stored(
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
+
+/// A one-member cluster `name` created with `backup` as its
+/// `spec.backup` (continuous backup on, to `store`'s `destination`), once
+/// settled, with `keys` test keys (`dkv_backup::testing::test_key`) written
+/// and recorded by its continuous backup. Returns the cluster API and the
+/// keys and values written, in order, for comparing restores with.
+#[allow(clippy::too_many_arguments)]
+pub async fn cluster_with_recorded_keys(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    image: &str,
+    backup: serde_json::Value,
+    store: &dkv_backup::Store,
+    destination: &dkv_backup::Location,
+    keys: usize,
+) -> (Api<dkv_api::DistributedKV>, Vec<(String, String)>) {
+    let dkvs = super::create_cluster(client, ns, name, 1, image, json!({ "backup": backup })).await;
+    super::etcd_cluster::wait_settled(&dkvs, name, 1).await;
+    let endpoints = super::etcd_cluster::member_endpoints(client, ns, name).await;
+    let Some(mut etcd) = super::etcd_cluster::connect(endpoints.clone()).await else {
+        panic!("no member of {ns}/{name} answered at {endpoints:?}");
+    };
+    let written: Vec<(String, String)> = (0..keys).map(dkv_backup::testing::test_key).collect();
+    for (key, value) in &written {
+        super::etcd_cluster::put_retrying(&mut etcd, key, value).await;
+    }
+    let revision = etcd
+        .get("/dkv-test/", None)
+        .await
+        .unwrap_or_else(|e| panic!("reading {ns}/{name}: {e}"))
+        .header()
+        .map_or(0, |h| h.revision());
+    wait_stored(store, destination, ns, name, revision).await;
+    (dkvs, written)
+}

@@ -171,6 +171,39 @@ async fn write_loop(
     (failures, longest_gap)
 }
 
+/// Every key under `/dkv-test/` of `cluster` (what the tests write with
+/// `dkv_backup::testing::test_key`), in order; trying again for 30 s while
+/// no member answers (one may still be starting right after a restore).
+pub async fn test_keys(client: &Client, ns: &str, cluster: &str) -> Vec<(String, String)> {
+    let started = Instant::now();
+    loop {
+        if let Some(mut etcd) = connect(member_endpoints(client, ns, cluster).await).await
+            && let Ok(response) = etcd
+                .get(
+                    "/dkv-test/",
+                    Some(etcd_client::GetOptions::new().with_prefix()),
+                )
+                .await
+        {
+            return response
+                .kvs()
+                .iter()
+                .map(|kv| {
+                    (
+                        String::from_utf8_lossy(kv.key()).into_owned(),
+                        String::from_utf8_lossy(kv.value()).into_owned(),
+                    )
+                })
+                .collect();
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "{cluster} did not answer"
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
 /// Reads every acknowledged write back (linearizable reads) and returns the
 /// sequence numbers whose key is missing or holds another value.
 pub async fn lost_writes(client: &Client, ns: &str, cluster: &str, acked: &[u64]) -> Vec<u64> {

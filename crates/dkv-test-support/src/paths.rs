@@ -43,3 +43,31 @@ pub fn prometheus_binary() -> PathBuf {
     );
     path
 }
+
+/// `bbolt-poke` (go/bbolt-poke), which makes a stopped member's data differ
+/// from its peers': `DKV_BBOLT_POKE` when set, else
+/// `<tools>/bbolt-poke/bbolt-poke`, built there with Go on first use
+/// (`scripts/test.sh` builds it before the tests, so that no test spends
+/// its time on it).
+pub fn bbolt_poke() -> PathBuf {
+    if let Some(path) = std::env::var_os("DKV_BBOLT_POKE") {
+        return PathBuf::from(path);
+    }
+    let dir = tools_dir().join("bbolt-poke");
+    let path = dir.join("bbolt-poke");
+    if !path.exists() {
+        let script = repo_root().join("go/bbolt-poke/build.sh");
+        let out = std::process::Command::new("bash")
+            .arg(&script)
+            .arg(&dir)
+            .output()
+            .unwrap_or_else(|e| panic!("running {}: {e}", script.display()));
+        assert!(
+            out.status.success(),
+            "{} failed (it needs Go on PATH): {}",
+            script.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    path
+}

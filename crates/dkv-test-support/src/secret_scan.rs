@@ -54,7 +54,8 @@ pub fn capture_operator_log() {
 
 /// What must never appear, from a Secret's values: the base64 lines of
 /// private keys (a partial leak is a leak) and values under secret-sounding
-/// keys (passwords, tokens, secret keys). Certificates are public.
+/// keys (passwords, tokens, secret keys, Azure's account key). Certificates
+/// are public.
 pub fn needles(secret: &Secret) -> Vec<String> {
     let mut out = Vec::new();
     for (key, value) in secret.data.iter().flatten() {
@@ -68,7 +69,7 @@ pub fn needles(secret: &Secret) -> Vec<String> {
             );
         } else {
             let key = key.to_ascii_lowercase();
-            let secretive = ["password", "secret", "token"]
+            let secretive = ["password", "secret", "token", "account_key"]
                 .iter()
                 .any(|w| key.contains(w));
             if secretive && !value.contains("CERTIFICATE") && value.len() >= 12 {

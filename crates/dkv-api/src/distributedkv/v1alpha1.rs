@@ -48,6 +48,27 @@ pub struct RecoverySpec {
     /// left for its node to come back.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lost_node: Option<LostNodeRecovery>,
+    /// What the operator does with a member whose data differs from its
+    /// peers' (etcd's corruption checks: the CORRUPT alarm raised on it, or
+    /// its initial check refusing to start it). `Report` (the default):
+    /// `Degraded/MemberCorrupt` names it, and a human decides. `Replace`:
+    /// the member is replaced from its healthy peers — removed from etcd,
+    /// its data moved aside on its volume (never deleted), added again as
+    /// an empty learner, promoted once caught up — one member at a time,
+    /// only while the other members are healthy and keep quorum without it.
+    /// Needs `size` 3 or more.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub corrupt_member: Option<CorruptMemberPolicy>,
+}
+
+/// What happens to a member whose data differs from its peers'.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum CorruptMemberPolicy {
+    /// Report it (`Degraded/MemberCorrupt`) and wait for a human.
+    #[default]
+    Report,
+    /// Replace it from its healthy peers (see `corruptMember`).
+    Replace,
 }
 
 fn default_recovery_after_seconds() -> i32 {
@@ -465,6 +486,14 @@ pub struct EtcdTuning {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = r"^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$|^[0-9]+$"))]
     pub auto_compaction_retention: Option<String>,
+    /// How often the leader compares every member's hash of the keyspace
+    /// (etcd's periodic corruption check), a duration from `5s` to `24h`;
+    /// default `5m`. Each check hashes the whole keyspace on every member.
+    /// A member found to differ gets etcd's CORRUPT alarm (see
+    /// `spec.recovery.corruptMember`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$"))]
+    pub corrupt_check_interval: Option<String>,
 }
 
 /// etcd's auto-compaction modes.

@@ -19,11 +19,11 @@ use serde::{Deserialize, Serialize};
 
 pub use super::v1alpha1::{
     AuthSpec, AutoCompactionMode, BackupArtifactRef, BackupEncryption, BootstrapSpec,
-    ContinuousBackupStatus, DefragSpec, DistributedKVStatus, EtcdTuning, IssuerReference,
-    KeySecretReference, LostNodePolicy, LostNodeRecovery, MaintenanceSpec, MemberStatus, Operation,
-    OperationKind, Phase, PodOverrides, PointInTime, ReclaimPolicy, RecoveryPoint, RecoveryPolicy,
-    RecoverySpec, RestoreSource, RevisionGap, SecretReference, StorageSpec, TlsMode, TlsSpec,
-    TlsTransport,
+    ContinuousBackupStatus, CorruptMemberPolicy, DefragSpec, DistributedKVStatus, EtcdTuning,
+    IssuerReference, KeySecretReference, LostNodePolicy, LostNodeRecovery, MaintenanceSpec,
+    MemberStatus, Operation, OperationKind, Phase, PodOverrides, PointInTime, ReclaimPolicy,
+    RecoveryPoint, RecoveryPolicy, RecoverySpec, RestoreSource, RevisionGap, SecretReference,
+    StorageSpec, TlsMode, TlsSpec, TlsTransport,
 };
 
 distributedkv_spec!("v1beta1", BackupSpec);
@@ -136,6 +136,14 @@ pub struct NewChain {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 1000))]
     pub change_percent: Option<i32>,
+
+    /// ... or once the chain recorded this many revisions: a restore
+    /// replays them one at a time, a few hundred a second, so this bounds
+    /// restore time where writes are small and many. 1,000 to
+    /// 100,000,000; 100,000 by default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1000, max = 100_000_000))]
+    pub max_revisions: Option<i64>,
 }
 
 /// An object store location (or a directory) for snapshots.
@@ -157,10 +165,11 @@ pub struct BackupDestination {
     /// `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, optionally
     /// `AWS_SESSION_TOKEN`, `AWS_REGION`, `AWS_ENDPOINT_URL`,
     /// `AWS_ALLOW_HTTP`. `gs://`: `GOOGLE_SERVICE_ACCOUNT_KEY` (the JSON
-    /// key) or `GOOGLE_APPLICATION_CREDENTIALS`. `az://`:
-    /// `AZURE_STORAGE_ACCOUNT_NAME` with `AZURE_STORAGE_ACCOUNT_KEY` or
-    /// `AZURE_STORAGE_SAS_TOKEN`. Without it the store's ambient identity
-    /// is used.
+    /// key) or `GOOGLE_APPLICATION_CREDENTIALS`; `STORAGE_EMULATOR_HOST` for
+    /// an emulator. `az://`: `AZURE_STORAGE_ACCOUNT_NAME` with
+    /// `AZURE_STORAGE_ACCOUNT_KEY` or `AZURE_STORAGE_SAS_TOKEN`, optionally
+    /// `AZURE_STORAGE_ENDPOINT` (another blob service URL). Without it the
+    /// store's ambient identity is used.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub credentials_secret: Option<String>,
 }

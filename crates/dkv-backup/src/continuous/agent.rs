@@ -232,6 +232,8 @@ async fn resume(
         started_at: newest.taken_at,
         base_bytes,
         change_bytes: store.total_size(dir.path()).await?,
+        base_revision: newest.revision,
+        reached: cutter.resume_revision() - 1,
     };
     Ok(Some((
         cutter.encrypting(settings.encoding.key.clone()),
@@ -311,6 +313,8 @@ async fn begin_chain(
         started_at: artifact.taken_at,
         base_bytes: artifact.size_bytes,
         change_bytes: 0,
+        base_revision: artifact.revision,
+        reached: artifact.revision,
     };
     Ok((cutter, extent))
 }
@@ -364,7 +368,7 @@ mod tests {
     use super::*;
     use crate::fetch_artifact;
     use crate::restore::{MemberRestore, RestoreTool, restore_member};
-    use crate::testing::{EtcdProcess, etcd_bin_dir, loopback_ip};
+    use crate::testing::{EtcdProcess, etcd_bin_dir, incompressible, loopback_ip};
 
     struct Running {
         stop: watch::Sender<bool>,
@@ -450,27 +454,7 @@ mod tests {
         // First run: a chain from a full snapshot, then the writes.
         let agent = start_agent(&source.client_url, &settings);
         tokio::time::sleep(Duration::from_millis(1500)).await;
-        for i in 0..20 {
-            writer
-                .put(format!("during/{i:02}"), format!("{i}"), None)
-                .await
-                .unwrap();
-        }
-        writer.delete("before/00", None).await.unwrap();
-        let target = writer
-            .put("before/05", "changed", None)
-            .await
-            .unwrap()
-            .header()
-            .unwrap()
-            .revision();
-        let at_target = source.key_values_at(target).await;
-        for i in 0..10 {
-            writer
-                .put(format!("after/{i:02}"), format!("{i}"), None)
-                .await
-                .unwrap();
-        }
+        let (target, at_target) = source.write_around_a_target().await;
         let first = stop_agent(agent).await;
         assert_eq!(started(&first), vec![None], "one chain, started fresh");
 
@@ -619,20 +603,6 @@ mod tests {
         let continuous = continuous_location(&destination, "shop", "orders");
         let store = Store::open(&destination, &StoreConfig::default()).unwrap();
         assert_eq!(read_bases(&store, &continuous).await.unwrap().len(), 1);
-    }
-
-    /// Values that zstd cannot shrink, so that stored changes grow as
-    /// written (xorshift; the test needs no randomness, only entropy).
-    fn incompressible(seed: u64, len: usize) -> Vec<u8> {
-        let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-        (0..len)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                (x >> 24) as u8
-            })
-            .collect()
     }
 
     /// Once a chain's stored changes reach `newChain.changePercent` of its

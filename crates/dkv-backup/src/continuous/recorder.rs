@@ -118,7 +118,7 @@ pub async fn record(
             match seal_and_store(store, chain_dir, cutter, &mut on_stored).await {
                 Ok(bytes) => {
                     if let Until::ChainEnds(extent) = &mut until {
-                        **extent = extent.grown(bytes);
+                        **extent = extent.grown(bytes, cutter.resume_revision() - 1);
                         let limits = cutter.settings().new_chain;
                         if let Some(end) = extent.end(&limits, Timestamp::now()) {
                             break Ended::ChainEnds(end);

@@ -240,6 +240,18 @@ mod tests {
                 .await
                 .unwrap();
             assert_eq!(replayed.source_revision, revision);
+            // One revision for each source revision replayed, each applied
+            // once, though transactions were in flight together.
+            let replayed_revisions = planned
+                .segments
+                .iter()
+                .map(|s| s.header.last_revision.min(revision) - s.header.after_revision)
+                .filter(|n| *n > 0)
+                .sum::<i64>();
+            assert_eq!(
+                into.current_revision().await.unwrap(),
+                1 + replayed_revisions.min(revision - base_revision)
+            );
             let mut reader = restored.client().await;
             assert_eq!(
                 restored.key_values_at(0).await,

@@ -15,6 +15,11 @@ pub struct ChainLimits {
     /// ... or one whose stored changes reach this percentage of its base
     /// snapshot's stored size.
     pub change_percent: u32,
+    /// ... or one that recorded this many revisions: a restore replays
+    /// them one at a time (a few hundred a second), so this bounds the
+    /// replay of a cluster of small, frequent writes, which the bytes
+    /// bound poorly.
+    pub max_revisions: u64,
 }
 
 impl Default for ChainLimits {
@@ -22,6 +27,7 @@ impl Default for ChainLimits {
         ChainLimits {
             every: Duration::from_secs(24 * 3600),
             change_percent: 25,
+            max_revisions: 100_000,
         }
     }
 }
@@ -40,6 +46,10 @@ pub struct ChainExtent {
     pub base_bytes: u64,
     /// The stored size of its segments.
     pub change_bytes: u64,
+    /// The revision of its base snapshot.
+    pub base_revision: i64,
+    /// The revision its stored segments reach.
+    pub reached: i64,
 }
 
 /// Why a chain ends.
@@ -49,6 +59,8 @@ pub enum ChainEnd {
     Age,
     /// Its changes reached `change_percent` of its base.
     Size,
+    /// It recorded `max_revisions` revisions.
+    Revisions,
 }
 
 impl std::fmt::Display for ChainEnd {
@@ -56,6 +68,7 @@ impl std::fmt::Display for ChainEnd {
         f.write_str(match self {
             ChainEnd::Age => "the chain reached newChain.every",
             ChainEnd::Size => "the chain's changes reached newChain.changePercent of its base",
+            ChainEnd::Revisions => "the chain recorded newChain.maxRevisions revisions",
         })
     }
 }
@@ -67,6 +80,10 @@ impl ChainExtent {
         if age.is_positive() && age.unsigned_abs() >= limits.every {
             return Some(ChainEnd::Age);
         }
+        let revisions = u64::try_from(self.reached.saturating_sub(self.base_revision)).unwrap_or(0);
+        if revisions >= limits.max_revisions {
+            return Some(ChainEnd::Revisions);
+        }
         let budget = self
             .base_bytes
             .saturating_mul(u64::from(limits.change_percent))
@@ -74,10 +91,12 @@ impl ChainExtent {
         (self.change_bytes >= budget.max(MIN_CHANGE_BYTES)).then_some(ChainEnd::Size)
     }
 
-    /// The chain after one more stored segment of `bytes`.
-    pub fn grown(self, bytes: u64) -> Self {
+    /// The chain after one more stored segment of `bytes`, reaching
+    /// revision `reached`.
+    pub fn grown(self, bytes: u64, reached: i64) -> Self {
         ChainExtent {
             change_bytes: self.change_bytes.saturating_add(bytes),
+            reached: reached.max(self.reached),
             ..self
         }
     }
@@ -92,6 +111,8 @@ mod tests {
             started_at: Timestamp::UNIX_EPOCH,
             base_bytes: base_mib << 20,
             change_bytes: changes_mib << 20,
+            base_revision: 1000,
+            reached: 1000,
         }
     }
 
@@ -113,7 +134,9 @@ mod tests {
             Some(ChainEnd::Size)
         );
         assert_eq!(
-            extent(100, 24).grown(1 << 20).end(&limits, at_hours(1)),
+            extent(100, 24)
+                .grown(1 << 20, 1010)
+                .end(&limits, at_hours(1)),
             Some(ChainEnd::Size)
         );
     }
@@ -122,14 +145,25 @@ mod tests {
     fn a_small_cluster_does_not_start_a_chain_every_segment() {
         let limits = ChainLimits::default();
         let tiny = ChainExtent {
-            started_at: Timestamp::UNIX_EPOCH,
             base_bytes: 20 << 10,
             change_bytes: 512 << 10,
+            ..extent(0, 0)
         };
         assert_eq!(tiny.end(&limits, at_hours(1)), None);
         assert_eq!(
-            tiny.grown(512 << 10).end(&limits, at_hours(1)),
+            tiny.grown(512 << 10, 1010).end(&limits, at_hours(1)),
             Some(ChainEnd::Size)
+        );
+    }
+
+    #[test]
+    fn a_chain_of_many_small_writes_ends_by_its_revisions() {
+        let limits = ChainLimits::default();
+        let busy = extent(1000, 1);
+        assert_eq!(busy.grown(1, 100_999).end(&limits, at_hours(1)), None);
+        assert_eq!(
+            busy.grown(1, 101_000).end(&limits, at_hours(1)),
+            Some(ChainEnd::Revisions)
         );
     }
 

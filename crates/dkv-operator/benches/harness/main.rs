@@ -305,10 +305,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             .await
         });
         match flatten(section.await) {
-            Ok((m, c)) => {
-                metrics.extend(m);
-                context.extend(c);
-            }
+            Ok(rows) => gather(rows, &mut metrics, &mut context),
             Err(e) => failures.push(("footprint", e)),
         }
     } else {
@@ -359,10 +356,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             .await
         });
         match flatten(section.await) {
-            Ok((m, c)) => {
-                metrics.extend(m);
-                context.extend(c);
-            }
+            Ok(rows) => gather(rows, &mut metrics, &mut context),
             Err(e) => failures.push(("backup", e)),
         }
     } else {
@@ -380,10 +374,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             .await
         });
         match flatten(section.await) {
-            Ok((m, c)) => {
-                metrics.extend(m);
-                context.extend(c);
-            }
+            Ok(rows) => gather(rows, &mut metrics, &mut context),
             Err(e) => failures.push(("continuous", e)),
         }
     } else {
@@ -404,10 +395,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             .await
         });
         match flatten(section.await) {
-            Ok((m, c)) => {
-                metrics.extend(m);
-                context.extend(c);
-            }
+            Ok(rows) => gather(rows, &mut metrics, &mut context),
             Err(e) => failures.push(("pitr", e)),
         }
     } else {
@@ -537,6 +525,16 @@ fn take_output(
 
 /// A section's result, with a panic (the shared test helpers assert) or an
 /// error turned into its message.
+/// A section's metrics and context rows, added to the report's.
+fn gather(
+    (m, c): (Vec<Metric>, Vec<(String, String)>),
+    metrics: &mut Vec<Metric>,
+    context: &mut Vec<(String, String)>,
+) {
+    metrics.extend(m);
+    context.extend(c);
+}
+
 fn flatten<T>(joined: Result<anyhow::Result<T>, tokio::task::JoinError>) -> Result<T, String> {
     match joined {
         Ok(Ok(value)) => Ok(value),

@@ -104,6 +104,16 @@ impl Recorded {
         }
     }
 
+    /// The token of the member replacement pinned in status (see
+    /// [`super::membership_record::RecordedMember::replacement`]), derived
+    /// from when it was pinned so that every pass of it agrees.
+    pub fn replacement(&self) -> Option<String> {
+        self.operation
+            .as_ref()
+            .filter(|op| op.kind == OperationKind::ReplaceMember)
+            .map(|op| format!("replace-{}", op.started_at.0.as_second()))
+    }
+
     /// The epoch of the quorum recovery pinned in status, derived from when
     /// it was pinned so that every pass of it agrees.
     pub fn recovery_epoch(&self) -> Option<String> {

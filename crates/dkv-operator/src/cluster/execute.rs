@@ -342,6 +342,7 @@ mod tests {
                 view: fixtures::pod(i),
                 endpoint: Some(format!("http://orders-{i}:2379")),
                 bootstrap_size: None,
+                refused_as_corrupt: false,
                 restore_failure: None,
                 problem: None,
             })

@@ -177,6 +177,7 @@ mod tests {
                     name: format!("orders-{i}"),
                     peer_url: format!("http://orders-{i}.orders-peer.shop.svc:2380"),
                     started: true,
+                    replacement: None,
                 })
                 .collect(),
             epoch: None,
@@ -221,6 +222,7 @@ mod tests {
             restore_failure: None,
             problem: None,
             bootstrap_size: Some(3),
+            refused_as_corrupt: false,
         }
     }
 

@@ -31,6 +31,13 @@ pub struct RecordedMember {
     /// The member has run and held data. Such a member starting with an
     /// empty volume lost its data and must be replaced, not restarted.
     pub started: bool,
+    /// While the member is being replaced (`ReplaceMember`: its data lost,
+    /// or found to differ from its peers'): the replacement's token. Data on
+    /// the member's volume from before the replacement is moved aside
+    /// (never deleted) by `member-init`, which notes the token beside the
+    /// data directory, so that the data the new member writes stays.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replacement: Option<String>,
 }
 
 /// The record as stored under [`RECORD_KEY`] in the ConfigMap.
@@ -61,6 +68,10 @@ pub const DATA_LOST: &str = "dkv:data-lost";
 /// Prefix of the termination message of a member-init that configured its
 /// member to restart alone with `--force-new-cluster` (quorum recovery).
 pub const FORCED_NEW_CLUSTER: &str = "dkv:force-new-cluster";
+
+/// Prefix of the termination message of a member-init that started its
+/// member for the replacement the record names: `dkv:replacement <token> ...`.
+pub const STARTED_FOR_REPLACEMENT: &str = "dkv:replacement ";
 
 /// Prefix of the termination message of a member-init that started its
 /// member with data of the record's epoch: `dkv:epoch <epoch> ...`.

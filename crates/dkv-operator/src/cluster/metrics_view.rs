@@ -56,7 +56,8 @@ pub fn view(
         alarms: pass
             .connected
             .as_ref()
-            .and_then(|c| c.alarms.clone())
+            .zip(pass.cluster())
+            .map(|(c, cluster)| c.attributed_alarms(&cluster.name))
             .unwrap_or_default(),
         certificates: pass
             .connected

@@ -23,6 +23,7 @@ pub(crate) mod cleanup;
 pub mod context;
 pub(crate) mod continuous;
 mod controller;
+pub mod corruption;
 pub(crate) mod credentials;
 pub(crate) mod defrag;
 pub(crate) mod dereference;

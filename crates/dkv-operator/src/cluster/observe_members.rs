@@ -17,10 +17,20 @@ use k8s_openapi::api::core::v1::{ContainerStateTerminated, ContainerStatus, Pod}
 use kube::ResourceExt;
 
 use super::membership::{ObservedMember, ObservedPod};
-use super::membership_record::{DATA_LOST, FORCED_NEW_CLUSTER, STARTED_UNDER_EPOCH};
+use super::membership_record::{
+    DATA_LOST, FORCED_NEW_CLUSTER, STARTED_FOR_REPLACEMENT, STARTED_UNDER_EPOCH,
+};
 use super::naming::{self, CLIENT_PORT};
 use super::restore::{FETCH_CONTAINER, RESTORE_CONTAINER};
 use crate::etcd_version::EtcdVersion;
+
+/// How a member's status reports an active CORRUPT alarm among its errors
+/// (etcd's text form of the alarm: `memberID:<id> alarm:CORRUPT`).
+const CORRUPT_ALARM_ERROR: &str = "alarm:CORRUPT";
+
+/// What etcd logs when its initial corruption check refuses to start the
+/// member: `<id> found data inconsistency with peers` (3.4, 3.5 and 3.6).
+pub const INITIAL_CHECK_REFUSAL: &str = "found data inconsistency with peers";
 
 /// The label the StatefulSet controller puts on each pod: the revision of the
 /// template it was created from.
@@ -41,6 +51,9 @@ pub struct MemberPod {
     /// (`--bootstrap-size`): what its StatefulSet said, should the
     /// StatefulSet itself be gone.
     pub bootstrap_size: Option<i32>,
+    /// etcd's initial corruption check refused to start this member (its
+    /// last run ended so): its data differs from its peers'.
+    pub refused_as_corrupt: bool,
 }
 
 /// Why a member pod does not serve, read from its status the way a human
@@ -172,11 +185,13 @@ pub fn pod_problem(pod: &Pod) -> Option<PodProblem> {
 }
 
 /// The member pods of `cluster` among `pods`, by ordinal. `epoch`: that of
-/// the recovery pinned now, if any; `scheme`: of the client URLs.
+/// the recovery pinned now, if any; `replacement`: the token of the member
+/// replacement pinned now, if any; `scheme`: of the client URLs.
 pub fn member_pods(
     cluster: &str,
     pods: &[Arc<Pod>],
     epoch: Option<&str>,
+    replacement: Option<&str>,
     scheme: &str,
 ) -> Vec<MemberPod> {
     let mut out: Vec<MemberPod> = pods
@@ -229,16 +244,48 @@ pub fn member_pods(
                         .get(super::tls::SERIAL_ANNOTATION)
                         .cloned(),
                     revision: pod.labels().get(REVISION_LABEL).cloned(),
+                    replaced: replacement.is_some_and(|token| {
+                        member_init(pod)
+                            .and_then(current_termination)
+                            .filter(|t| t.exit_code == 0)
+                            .and_then(|t| t.message.as_deref())
+                            .and_then(|m| m.strip_prefix(STARTED_FOR_REPLACEMENT))
+                            .is_some_and(|rest| rest.split_whitespace().next() == Some(token))
+                    }),
                 },
                 endpoint,
                 restore_failure: restore_failure(pod),
                 problem: pod_problem(pod),
                 bootstrap_size: started_bootstrap_size(pod),
+                refused_as_corrupt: refused_as_corrupt(pod),
             })
         })
         .collect();
     out.sort_by_key(|p| p.view.ordinal);
     out
+}
+
+/// Whether the etcd container's current or last run ended with its initial
+/// corruption check refusing the data (the end of its log is the
+/// termination message: `FallbackToLogsOnError`). In a crash loop each run
+/// lives a few seconds before the check ends it: only a container that
+/// turned Ready since has got past it.
+fn refused_as_corrupt(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .into_iter()
+        .flatten()
+        .filter(|s| s.name == dkv_api::naming::MEMBER_CONTAINER)
+        .filter(|s| !s.ready)
+        .flat_map(|s| [s.state.as_ref(), s.last_state.as_ref()])
+        .flatten()
+        .filter_map(|state| state.terminated.as_ref())
+        .any(|t| {
+            t.message
+                .as_deref()
+                .is_some_and(|m| m.contains(INITIAL_CHECK_REFUSAL))
+        })
 }
 
 /// The `--bootstrap-size` the pod's member-init container runs with.
@@ -389,9 +436,13 @@ pub async fn observe_members(
             // A member whose name and peer URL both belong to no pod of this
             // cluster is not ours to manage; the planner only sees ours.
             let ordinal = ordinal?;
-            let healthy = status
-                .as_ref()
-                .is_some_and(|s| s.errors.is_empty() && live_leaders.contains(&s.leader.0));
+            // A CORRUPT alarm is the cluster's, reported by every member;
+            // the members whose data agrees still follow their leader, and
+            // are what a corrupt member is replaced from.
+            let healthy = status.as_ref().is_some_and(|s| {
+                s.errors.iter().all(|e| e.contains(CORRUPT_ALARM_ERROR))
+                    && live_leaders.contains(&s.leader.0)
+            });
             Some(ObservedMember {
                 id: member.id.0,
                 ordinal,
@@ -448,12 +499,47 @@ mod tests {
             pod("orders-0", "10.0.0.1", false),
             pod("other-0", "10.0.0.9", true),
         ];
-        let views = member_pods("orders", &pods, None, "http");
+        let views = member_pods("orders", &pods, None, None, "http");
         assert_eq!(views.len(), 2);
         assert_eq!(views[0].view.ordinal, 0);
         assert!(!views[0].view.ready);
         assert_eq!(views[1].endpoint.as_deref(), Some("http://10.0.0.2:2379"));
         assert_eq!(views[1].view.version, Some(EtcdVersion::new(3, 5, 16)));
+    }
+
+    #[test]
+    fn a_refusal_by_the_initial_corruption_check_is_read_from_etcd_and_replacements_from_member_init()
+     {
+        let mut p = (*pod("orders-1", "10.0.0.2", false)).clone();
+        let etcd: ContainerStatus = serde_json::from_value(serde_json::json!({
+            "name": "etcd", "image": "etcd", "imageID": "", "ready": false, "restartCount": 3,
+            "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+            "lastState": {"terminated": {"exitCode": 1, "message": "{\"level\":\"fatal\",\"msg\":\"discovery failed\",\"error\":\"48fc9e1c8340c5cc found data inconsistency with peers\"}"}}
+        }))
+        .unwrap_or_else(|e| panic!("{e}"));
+        let init: ContainerStatus = serde_json::from_value(serde_json::json!({
+            "name": "member-init", "image": "dkv", "imageID": "", "ready": false, "restartCount": 0,
+            "state": {"terminated": {"exitCode": 0, "message": "dkv:replacement replace-17 orders-1 starts for its replacement"}}
+        }))
+        .unwrap_or_else(|e| panic!("{e}"));
+        if let Some(s) = p.status.as_mut() {
+            s.container_statuses = Some(vec![etcd]);
+            s.init_container_statuses = Some(vec![init]);
+        }
+        let pods = [Arc::new(p)];
+        let views = member_pods("orders", &pods, None, Some("replace-17"), "http");
+        assert!(views[0].refused_as_corrupt);
+        assert!(views[0].view.replaced);
+        let other = member_pods("orders", &pods, None, Some("replace-18"), "http");
+        assert!(!other[0].view.replaced, "another replacement's start");
+        let healthy = member_pods(
+            "orders",
+            &[pod("orders-0", "10.0.0.1", true)],
+            None,
+            None,
+            "http",
+        );
+        assert!(!healthy[0].refused_as_corrupt);
     }
 
     #[test]
@@ -467,7 +553,7 @@ mod tests {
         if let Some(s) = p.status.as_mut() {
             s.init_container_statuses = Some(vec![status]);
         }
-        let views = member_pods("orders", &[Arc::new(p)], None, "http");
+        let views = member_pods("orders", &[Arc::new(p)], None, None, "http");
         assert!(views[0].view.data_lost);
     }
 
@@ -513,7 +599,7 @@ mod tests {
         let pods: Vec<Arc<Pod>> = (0..3)
             .map(|i| pod(&format!("orders-{i}"), &format!("orders-{i}"), true))
             .collect();
-        let views = member_pods("orders", &pods, None, "http");
+        let views = member_pods("orders", &pods, None, None, "http");
         etcd.set_healthy("orders-2", false);
         let observed = block_on(observe_members("orders", &etcd, &views)).unwrap_or_default();
         assert_eq!(
@@ -532,7 +618,13 @@ mod tests {
         let learner =
             block_on(etcd.add_learner(&["http://orders-1.orders-peer.shop.svc:2380".to_owned()]));
         assert!(learner.is_ok());
-        let views = member_pods("orders", &[pod("orders-0", "orders-0", true)], None, "http");
+        let views = member_pods(
+            "orders",
+            &[pod("orders-0", "orders-0", true)],
+            None,
+            None,
+            "http",
+        );
         let observed = block_on(observe_members("orders", &etcd, &views)).unwrap_or_default();
         assert_eq!(observed.len(), 2);
         assert_eq!(observed[1].ordinal, 1);
@@ -544,7 +636,7 @@ mod tests {
         let etcd = FakeEtcd::with_members(&["orders-0", "orders-1", "orders-2"], "3.5.16");
         etcd.set_healthy("orders-1", false);
         etcd.set_healthy("orders-2", false);
-        let views = member_pods("orders", &[], None, "http");
+        let views = member_pods("orders", &[], None, None, "http");
         assert_eq!(
             block_on(observe_members("orders", &etcd, &views)),
             None,

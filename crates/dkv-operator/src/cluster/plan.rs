@@ -90,6 +90,13 @@ pub struct MembershipView {
     pub stranded: Vec<membership::Stranded>,
     /// Ordinals whose member pod is being deleted.
     pub terminating: Vec<i32>,
+    /// Members whose data differs from their peers'.
+    pub corrupt: Vec<i32>,
+    /// `spec.recovery.corruptMember: Replace`.
+    pub replace_corrupt: bool,
+    /// While a `ReplaceMember` is pinned: its token (see
+    /// [`RecordedMember::replacement`]), stable for the whole operation.
+    pub replacement: Option<String>,
 }
 
 /// The record of a cluster being created: its initial members bootstrap
@@ -107,6 +114,7 @@ pub fn bootstrap_record(cluster: &ValidatedCluster, size: i32) -> MembershipReco
                     i,
                 ),
                 started: false,
+                replacement: None,
             })
             .collect(),
         epoch: None,
@@ -141,6 +149,7 @@ fn record_from_members(
                     m.ordinal,
                 ),
                 started: m.started,
+                replacement: None,
             })
             .collect(),
         epoch: previous.and_then(|r| r.epoch.clone()),
@@ -260,6 +269,16 @@ pub fn plan(
             _ => record.recover_from.clone(),
         };
     }
+    // The member being replaced sets aside whatever its volume holds from
+    // before, once it is listed again.
+    if let (Some(token), Some(pinned)) = (&view.replacement, view.pinned)
+        && pinned.kind == OperationKind::ReplaceMember
+    {
+        let name = naming::member(&cluster.name, pinned.ordinal);
+        for member in record.members.iter_mut().filter(|m| m.name == name) {
+            member.replacement = Some(token.clone());
+        }
+    }
     // Pods are ordinals 0..replicas: the StatefulSet must reach the highest
     // recorded member. Counting members instead would, while a member in
     // the middle is being replaced (removed, not yet re-added), shrink the
@@ -284,6 +303,8 @@ pub fn plan(
         update_revision: update_revision(sts),
         stranded: view.stranded.clone(),
         terminating: view.terminating.clone(),
+        corrupt: view.corrupt.clone(),
+        replace_corrupt: view.replace_corrupt,
     });
     Plan {
         replicas,

@@ -574,6 +574,7 @@ mod tests {
                 "orders",
                 &[std::sync::Arc::new(p.clone())],
                 None,
+                None,
                 "https",
             )
         };

@@ -57,6 +57,24 @@ pub fn render_config(args: &MemberInitArgs, start: &Start) -> anyhow::Result<Val
         "logger": "zap",
         "log-outputs": ["stderr"],
     });
+    if let Some(text) = &args.etcd_version {
+        let Some(version) = crate::etcd_version::EtcdVersion::parse(text) else {
+            bail!("--etcd-version {text:?} is not an etcd version (MAJOR.MINOR.PATCH)");
+        };
+        let interval = go_parse_duration::parse_duration(&args.corrupt_check_interval)
+            .ok()
+            .and_then(|nanos| u64::try_from(nanos).ok())
+            .map(std::time::Duration::from_nanos);
+        let Some(interval) = interval else {
+            bail!(
+                "--corrupt-check-interval {:?} is not a duration",
+                args.corrupt_check_interval
+            );
+        };
+        for (key, value) in super::corruption_checks::settings(version, interval) {
+            config[key] = value;
+        }
+    }
     // Each transport's certificate (server and client usage: members dial
     // their peers with it, and etcd's gRPC gateway its own member); the
     // other side must present a certificate signed by a CA in its ca.crt.

@@ -21,6 +21,7 @@
 //! etcd configuration rendered in `config`.
 
 mod config;
+pub mod corruption_checks;
 mod decision;
 mod recoveries;
 
@@ -31,12 +32,12 @@ use clap::Args;
 use serde_json::json;
 
 use crate::cluster::membership_record::{
-    FORCED_NEW_CLUSTER, MembershipRecord, STARTED_UNDER_EPOCH,
+    FORCED_NEW_CLUSTER, MembershipRecord, STARTED_FOR_REPLACEMENT, STARTED_UNDER_EPOCH,
 };
 pub use config::render_config;
 pub use decision::{Refusal, Start, decide};
 pub use recoveries::{RESTORE_EPOCH_PREFIX, Recovery, recovery, restore_dir};
-use recoveries::{adopt_restored_data, epoch_file};
+use recoveries::{adopt_restored_data, epoch_file, set_aside_for_replacement};
 
 /// `dkv member-init`.
 #[derive(Debug, Args)]
@@ -71,6 +72,14 @@ pub struct MemberInitArgs {
     pub auto_compaction_mode: String,
     #[arg(long, default_value = "1h")]
     pub auto_compaction_retention: String,
+    /// The etcd version the member runs: its corruption checks are turned
+    /// on as that version spells them. Without it (a pod template older
+    /// than the checks) they stay off.
+    #[arg(long)]
+    pub etcd_version: Option<String>,
+    /// How often the leader compares the members' hashes (a Go duration).
+    #[arg(long, default_value = "5m")]
+    pub corrupt_check_interval: String,
     /// The operator's membership record (mounted from a ConfigMap). Without
     /// it, the member set is `--bootstrap-size` members, bootstrapping new.
     #[arg(long)]
@@ -131,6 +140,7 @@ pub fn run(args: &MemberInitArgs) -> anyhow::Result<()> {
             aside.display()
         );
     }
+    let replacement = set_aside_for_replacement(&args.member, &args.data_dir, record.as_ref())?;
     // After setting stale data aside: a restored backup may replace it.
     adopt_restored_data(&args.member, &args.data_dir, record.as_ref())?;
     has_data = args.data_dir.join("member").is_dir();
@@ -164,7 +174,16 @@ pub fn run(args: &MemberInitArgs) -> anyhow::Result<()> {
     let text = serde_json::to_string_pretty(&config).context("encoding the etcd configuration")?;
     std::fs::write(&args.config_file, text)
         .with_context(|| format!("writing {}", args.config_file.display()))?;
-    if let Recovery::ForceNewCluster { epoch } = &recovery {
+    if let Some(token) = &replacement {
+        // The operator reads this to know the member started afresh for
+        // the replacement pinned now.
+        let message = format!(
+            "{STARTED_FOR_REPLACEMENT}{token} {} starts for its replacement",
+            args.member
+        );
+        std::fs::write(&args.termination_log, &message)
+            .with_context(|| format!("writing {}", args.termination_log.display()))?;
+    } else if let Recovery::ForceNewCluster { epoch } = &recovery {
         let message = format!(
             "{FORCED_NEW_CLUSTER}: {} restarts alone from its data (quorum recovery {epoch})",
             args.member

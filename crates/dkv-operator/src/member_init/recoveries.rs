@@ -53,6 +53,50 @@ pub fn recovery(
     }
 }
 
+/// The note of the replacement this volume's data was written for lives
+/// beside the data directory, on the same volume.
+pub(super) fn replacement_file(data_dir: &Path) -> PathBuf {
+    data_dir.with_file_name("dkv-replacement")
+}
+
+/// What a replacement of this member (see
+/// [`crate::cluster::membership_record::RecordedMember::replacement`]) asks
+/// of its volume: data from before the replacement is moved aside, never
+/// deleted (it may be the only copy of something), and the replacement is
+/// noted, so that the data the new member then writes stays on later
+/// starts. The replacement's token, while there is one.
+pub(super) fn set_aside_for_replacement(
+    member: &str,
+    data_dir: &Path,
+    record: Option<&MembershipRecord>,
+) -> anyhow::Result<Option<String>> {
+    let Some(token) = record
+        .and_then(|r| r.member(member))
+        .and_then(|m| m.replacement.as_deref())
+    else {
+        return Ok(None);
+    };
+    let marker = replacement_file(data_dir);
+    let noted = std::fs::read_to_string(&marker).ok();
+    if noted.as_deref().map(str::trim) != Some(token) {
+        if data_dir.join("member").is_dir() {
+            let aside = data_dir.with_file_name(format!("data.before-{token}"));
+            std::fs::rename(data_dir, &aside).with_context(|| {
+                format!(
+                    "moving {member}'s data from before replacement {token} aside to {}",
+                    aside.display()
+                )
+            })?;
+            eprintln!(
+                "member-init: {member} is being replaced ({token}); its data was moved to {} and it joins without it",
+                aside.display()
+            );
+        }
+        std::fs::write(&marker, token).with_context(|| format!("writing {}", marker.display()))?;
+    }
+    Ok(Some(token.to_owned()))
+}
+
 /// Where the restore steps of a cluster created from a backup leave their
 /// work, beside the data directory on the same volume (see
 /// [`crate::cluster::restore`]).

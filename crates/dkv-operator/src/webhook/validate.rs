@@ -6,7 +6,7 @@
 //! rules that only make sense against the previous object (one-step quorum
 //! loss, version moves) or against other objects (the restore source).
 
-use dkv_api::distributedkv::v1beta1::LostNodePolicy;
+use dkv_api::distributedkv::v1beta1::{CorruptMemberPolicy, LostNodePolicy};
 use dkv_api::{DistributedKV, DistributedKVBackup};
 use kube::ResourceExt;
 
@@ -122,6 +122,7 @@ pub fn review_cluster(
             warn_even_size(new.spec.size, &mut verdict);
             warn_file_destination(new, None, &mut verdict);
             warn_lost_node_replacement(new, &mut verdict);
+            check_corrupt_member_replacement(new, &mut verdict);
         }
         ClusterWrite::Update {
             old,
@@ -162,6 +163,7 @@ pub fn review_cluster(
             }
             warn_file_destination(new, Some(old), &mut verdict);
             warn_lost_node_replacement(new, &mut verdict);
+            check_corrupt_member_replacement(new, &mut verdict);
         }
         ClusterWrite::Scale {
             old,
@@ -278,6 +280,23 @@ fn warn_lost_node_replacement(dkv: &DistributedKV, verdict: &mut Verdict) {
             "spec.recovery.lostNode.afterSeconds: {}s is shorter than most nodes take to reboot; a member whose node only restarts would be replaced (and a local volume's copy of its data given up)",
             lost_node.after_seconds
         ));
+    }
+}
+
+/// `spec.recovery.corruptMember: Replace` needs a majority of members whose
+/// data agrees: with one member there is no peer to copy from, and with two
+/// etcd's checks cannot tell which copy is the wrong one.
+fn check_corrupt_member_replacement(dkv: &DistributedKV, verdict: &mut Verdict) {
+    let replace = dkv.spec.recovery.as_ref().and_then(|r| r.corrupt_member)
+        == Some(CorruptMemberPolicy::Replace);
+    let size = dkv.spec.size;
+    if replace && size < 3 {
+        verdict.deny(
+            "spec.recovery.corruptMember",
+            format!(
+                "Replace needs spec.size 3 or more (it is {size}): a member is replaced from a majority of healthy peers whose data agrees, which {size} member(s) cannot have; use Report, or raise spec.size first"
+            ),
+        );
     }
 }
 

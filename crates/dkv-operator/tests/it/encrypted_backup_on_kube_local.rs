@@ -23,10 +23,11 @@ use serde_json::json;
 
 use dkv_test_support as support;
 
-use support::backups::{create_secret, wait_backup_completed, wait_backup_finished, wait_stored};
+use support::backups::{
+    cluster_with_recorded_keys, create_secret, wait_backup_completed, wait_backup_finished,
+};
 use support::etcd_cluster::{
-    condition_message, condition_reason, connect, member_endpoints, put_retrying, wait_for,
-    wait_restore_refused, wait_settled,
+    condition_message, condition_reason, test_keys, wait_for, wait_restore_refused, wait_settled,
 };
 
 const NS: &str = "encrypted";
@@ -35,37 +36,6 @@ const KEYS: usize = 200;
 /// The key, as `openssl rand -hex 32` prints it.
 const KEY_HEX: &str = "6b2f0c3e9a41d5877e0f1b2c3d4e5f60718293a4b5c6d7e8f90112233445566a";
 const OTHER_KEY_HEX: &str = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
-
-/// Every key under `/dkv-test/` of `cluster`, in order.
-async fn test_keys(client: &kube::Client, cluster: &str) -> Vec<(String, String)> {
-    let started = Instant::now();
-    loop {
-        if let Some(mut etcd) = connect(member_endpoints(client, NS, cluster).await).await
-            && let Ok(response) = etcd
-                .get(
-                    "/dkv-test/",
-                    Some(etcd_client::GetOptions::new().with_prefix()),
-                )
-                .await
-        {
-            return response
-                .kvs()
-                .iter()
-                .map(|kv| {
-                    (
-                        String::from_utf8_lossy(kv.key()).into_owned(),
-                        String::from_utf8_lossy(kv.value()).into_owned(),
-                    )
-                })
-                .collect();
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(30),
-            "{cluster} did not answer"
-        );
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
-}
 
 /// The verification of `backup` once it has finished (answering `request`).
 async fn wait_verification(
@@ -131,39 +101,24 @@ async fn encrypted_backups_restore_only_with_their_key() {
     .await;
     let key_id = Key::parse(KEY_HEX.as_bytes()).unwrap().id().to_owned();
     let uri = moto.uri("vault");
-    let dkvs = support::create_cluster(
+    let destination = Location::parse(&uri).unwrap();
+    let store = Store::open(&destination, &moto.config()).unwrap();
+    let (dkvs, expected) = cluster_with_recorded_keys(
         &client,
         NS,
         "vault",
-        1,
         IMAGE,
-        json!({"backup": {
+        json!({
             "destination": {"uri": uri, "credentialsSecret": "s3-creds"},
             "schedule": "0 0 1 1 *",
             "continuous": {"enabled": true, "interval": "1s"},
             "encryption": {"keySecret": {"name": "vault-key"}}
-        }}),
+        }),
+        &store,
+        &destination,
+        KEYS,
     )
     .await;
-    wait_settled(&dkvs, "vault", 1).await;
-    let mut etcd = connect(member_endpoints(&client, NS, "vault").await)
-        .await
-        .unwrap();
-    for i in 0..KEYS {
-        let (key, value) = test_key(i);
-        put_retrying(&mut etcd, &key, &value).await;
-    }
-    let revision = etcd
-        .get("/dkv-test/", None)
-        .await
-        .unwrap()
-        .header()
-        .map(|h| h.revision())
-        .unwrap();
-    let expected: Vec<(String, String)> = (0..KEYS).map(test_key).collect();
-    let destination = Location::parse(&uri).unwrap();
-    let store = Store::open(&destination, &moto.config()).unwrap();
-    wait_stored(&store, &destination, NS, "vault", revision).await;
 
     // An on-demand snapshot: compressed, encrypted, the key's id recorded.
     let backups: Api<DistributedKVBackup> = Api::namespaced(client.clone(), NS);
@@ -308,9 +263,9 @@ async fn encrypted_backups_restore_only_with_their_key() {
     .await
     .unwrap();
     wait_settled(&dkvs, "copy", 1).await;
-    assert_eq!(test_keys(&client, "copy").await, expected);
+    assert_eq!(test_keys(&client, NS, "copy").await, expected);
     wait_settled(&dkvs, "newest", 1).await;
-    assert_eq!(test_keys(&client, "newest").await, expected);
+    assert_eq!(test_keys(&client, NS, "newest").await, expected);
 
     // The scratch cluster went once it reported.
     let scratch = verify_scratch_gone(&dkvs, "vault-manual-verify").await;

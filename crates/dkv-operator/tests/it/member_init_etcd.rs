@@ -495,7 +495,7 @@ async fn the_operator_observes_real_members_by_pod_ip() {
             )
         })
         .collect();
-    let views = member_pods(CLUSTER, &pods, None, "http");
+    let views = member_pods(CLUSTER, &pods, None, None, "http");
     let endpoints: Vec<String> = views.iter().filter_map(|p| p.endpoint.clone()).collect();
     let admin = dkv_etcd::GrpcAdmin::new(endpoints, Duration::from_secs(2));
 

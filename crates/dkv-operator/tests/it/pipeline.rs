@@ -319,6 +319,8 @@ fn member_init_gets_the_bootstrap_parameters() {
         "--quota-backend-bytes=4294967296".to_owned(),
         "--auto-compaction-mode=revision".to_owned(),
         "--auto-compaction-retention=5000".to_owned(),
+        "--etcd-version=3.5.16".to_owned(),
+        "--corrupt-check-interval=5m".to_owned(),
         "--members-file=/etc/dkv/members/members.json".to_owned(),
     ];
     assert_eq!(args, expected);
@@ -1343,6 +1345,7 @@ fn a_formed_cluster_whose_statefulset_is_gone_gets_it_back_unchanged_not_bootstr
                 name: format!("orders-{i}"),
                 peer_url: format!("http://orders-{i}.orders-peer.shop.svc:2380"),
                 started: true,
+                replacement: None,
             })
             .collect(),
         epoch: None,
@@ -1361,11 +1364,13 @@ fn a_formed_cluster_whose_statefulset_is_gone_gets_it_back_unchanged_not_bootstr
             restored: false,
             tls_serial: None,
             revision: None,
+            replaced: false,
         },
         endpoint: None,
         restore_failure: None,
         problem: None,
         bootstrap_size: Some(3),
+        refused_as_corrupt: false,
     };
     let view = MembershipView {
         pods: (0..5).map(pod).collect(),

@@ -124,6 +124,7 @@ fn beta_backup() -> impl Strategy<Value = Value> {
                             new_chain: interval.as_ref().map(|_| v1beta1::NewChain {
                                 every: Some("12h".to_owned()),
                                 change_percent: Some(50),
+                                max_revisions: Some(20_000),
                             }),
                             enabled,
                             interval,

@@ -456,6 +456,12 @@ fn member_init_container(cluster: &ValidatedCluster, plan: &Plan) -> Container {
             "--auto-compaction-retention={}",
             cluster.etcd.auto_compaction_retention
         ),
+        // Its corruption checks are this version's (member_init::corruption_checks).
+        format!("--etcd-version={}", cluster.version),
+        format!(
+            "--corrupt-check-interval={}",
+            cluster.etcd.corrupt_check_interval
+        ),
         format!(
             "--members-file={MEMBERS_MOUNT}/{}",
             crate::cluster::membership_record::RECORD_KEY
@@ -583,6 +589,10 @@ fn etcd_container(cluster: &ValidatedCluster) -> Container {
         // and `Available`) is only evaluated once it passes, and a new
         // member answers within a second or two.
         startup_probe: Some(liveness_probe(cluster.version, 1, 300)),
+        // etcd writes no termination message; the end of its log says why
+        // it stopped, e.g. that its initial corruption check found its data
+        // differs from its peers' (read by `observe_members`).
+        termination_message_policy: Some("FallbackToLogsOnError".to_owned()),
         ..Container::default()
     }
 }

@@ -1,5 +1,5 @@
 //! With no operation pinned: which operation to begin, in order of precedence (restore, quorum recovery, space
-//! reclaim, member replacement (lost data, then lost nodes), learners, scaling, upgrades, certificate and template restarts), or why to wait.
+//! reclaim, member replacement (lost data, corrupt data, then lost nodes), learners, scaling, upgrades, certificate and template restarts), or why to wait.
 
 use dkv_api::distributedkv::v1beta1::OperationKind;
 
@@ -51,6 +51,26 @@ pub(super) fn unpinned_step(obs: &Observation) -> Step {
             Ok(()) => Step::Begin(Pinned {
                 kind: OperationKind::ReplaceMember,
                 ordinal: lost.ordinal,
+            }),
+            Err(reason) => Step::Wait(reason),
+        };
+    }
+
+    // A member whose data differs from its peers', once
+    // `spec.recovery.corruptMember` says to replace it: from the others,
+    // only while they agree and keep quorum without it.
+    if obs.replace_corrupt
+        && let Some(member) = obs
+            .corrupt
+            .iter()
+            .filter_map(|ordinal| obs.member(*ordinal))
+            .filter(|m| !m.learner)
+            .min_by_key(|m| m.ordinal)
+    {
+        return match obs.safe_to_replace_corrupt(member.id) {
+            Ok(()) => Step::Begin(Pinned {
+                kind: OperationKind::ReplaceMember,
+                ordinal: member.ordinal,
             }),
             Err(reason) => Step::Wait(reason),
         };

@@ -74,6 +74,9 @@ pub struct ObservedPod {
     /// The StatefulSet revision of the template the pod was created from
     /// (its `controller-revision-hash` label).
     pub revision: Option<String>,
+    /// `member-init` started this member for the `ReplaceMember` pinned now
+    /// (its data from before set aside).
+    pub replaced: bool,
 }
 
 /// A member whose pod is bound to a lost node (see
@@ -151,6 +154,11 @@ pub struct Observation {
     /// Ordinals whose member pod is being deleted (`deletionTimestamp` set):
     /// it is stopping, and `pods` does not list it.
     pub terminating: Vec<i32>,
+    /// Members whose data differs from their peers' (see
+    /// [`crate::cluster::corruption`]).
+    pub corrupt: Vec<i32>,
+    /// `spec.recovery.corruptMember: Replace`: such members are replaced.
+    pub replace_corrupt: bool,
 }
 
 /// The one thing to do this pass.
@@ -341,6 +349,29 @@ impl Observation {
             .max_by_key(|m| (m.raft_index, -m.ordinal))
     }
 
+    /// Whether voter `id`, found corrupt, may be replaced: at least three
+    /// voters, and the others healthy and not corrupt themselves make a
+    /// quorum of the voters left without it. A member that disagrees with
+    /// a majority is the one whose data is wrong; with no such majority
+    /// nobody can say which copy is right.
+    fn safe_to_replace_corrupt(&self, id: u64) -> Result<(), WaitReason> {
+        let voters = self.voters();
+        let sound = voters
+            .iter()
+            .filter(|m| m.id != id && m.healthy && !self.corrupt.contains(&m.ordinal))
+            .count();
+        let voters_after = voters.len().saturating_sub(1);
+        let needed = quorum(i32::try_from(voters_after).unwrap_or(i32::MAX)) as usize;
+        if voters.len() >= 3 && sound >= needed {
+            Ok(())
+        } else {
+            Err(WaitReason::WouldBreakQuorum {
+                healthy: sound,
+                needed: needed.max(2),
+            })
+        }
+    }
+
     /// Whether removing (or stopping) voter `id` keeps quorum among the
     /// healthy voters left.
     fn safe_to_lose(&self, id: u64, removed_from_membership: bool) -> Result<(), WaitReason> {
@@ -452,6 +483,7 @@ pub(crate) mod fixtures {
             restored: false,
             tls_serial: None,
             revision: Some("rev-1".to_owned()),
+            replaced: false,
         }
     }
 }

@@ -151,15 +151,38 @@ pub(super) fn continue_operation(obs: &Observation, pinned: Pinned) -> Step {
         OperationKind::RestoreFromBackup => continue_restore(obs, pinned),
         OperationKind::ReplaceMember => {
             let lost = obs.pod(ordinal).is_some_and(|p| p.data_lost);
+            let corrupt = obs.corrupt.contains(&ordinal);
+            // The pod still runs what it ran before the member was re-added:
+            // its member-init has run, but not for this replacement.
+            let stale_pod = obs
+                .pod(ordinal)
+                .is_some_and(|p| (p.init_done || p.init_refused) && !p.replaced);
             match member {
-                // The stale member (its data is gone) is removed first...
+                // The stale member (its data is gone, or differs from its
+                // peers') is removed first...
+                Some(m) if m.started && !m.learner && corrupt => {
+                    match obs.safe_to_replace_corrupt(m.id) {
+                        Err(reason) => Step::Wait(reason),
+                        Ok(()) => match (m.leader, obs.healthy_follower(m.id)) {
+                            (true, Some(to)) => Step::MoveLeader {
+                                from: m.id,
+                                from_ordinal: m.ordinal,
+                                to: to.id,
+                            },
+                            _ => Step::RemoveMember { id: m.id, ordinal },
+                        },
+                    }
+                }
                 Some(m) if m.started && !m.learner && lost => match obs.safe_to_lose(m.id, true) {
                     Ok(()) => Step::RemoveMember { id: m.id, ordinal },
                     Err(reason) => Step::Wait(reason),
                 },
-                // ...then re-added as a learner, and the pod restarts empty.
+                // ...then re-added as a learner, and the pod restarts: empty,
+                // or with its old data set aside by member-init.
                 None => Step::AddLearner { ordinal },
-                Some(m) if m.learner && !m.started && lost => Step::RestartPod { ordinal },
+                Some(m) if m.learner && !m.started && (lost || stale_pod) => {
+                    Step::RestartPod { ordinal }
+                }
                 Some(m) if m.learner => {
                     if caught_up(m, leader_index) {
                         Step::Promote { id: m.id, ordinal }

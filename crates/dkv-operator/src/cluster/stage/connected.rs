@@ -1,12 +1,14 @@
 //! Stage 3, connected: the cluster's credentials ensured
 //! ([`crate::cluster::credentials`]), then etcd's view through them — its
-//! members and the alarms they raised.
+//! members, the alarms they raised, and the members its corruption checks
+//! found to differ from their peers.
 
 use std::sync::Arc;
 
 use dkv_etcd::{AlarmKind, EtcdAdmin};
 
 use crate::cluster::context::Context;
+use crate::cluster::corruption::{self, Agreement, CorruptMember};
 use crate::cluster::credentials::{self, Credentials};
 use crate::cluster::dereference::Observed;
 use crate::cluster::error::Result;
@@ -30,6 +32,11 @@ pub struct Connected {
     pub members: Option<Vec<ObservedMember>>,
     /// The alarms etcd has raised (`None`: not asked).
     pub alarms: Option<Vec<MemberAlarm>>,
+    /// The members etcd's corruption checks found to differ from their
+    /// peers: alarmed, or refused at start.
+    pub corrupt: Vec<CorruptMember>,
+    /// While a CORRUPT alarm names no member: what the members' hashes say.
+    pub agreement: Agreement,
 }
 
 impl Connected {
@@ -39,6 +46,36 @@ impl Connected {
             .iter()
             .flatten()
             .any(|a| a.kind == AlarmKind::NoSpace)
+    }
+
+    /// The alarms, a CORRUPT alarm that names no member (etcd 3.4/3.5 raise
+    /// it on member 0) attributed to the members whose hashes differ, as
+    /// the metrics and alerts name them.
+    pub fn attributed_alarms(&self, cluster: &str) -> Vec<MemberAlarm> {
+        let alarms = self.alarms.as_deref().unwrap_or_default();
+        let attributed: Vec<MemberAlarm> = self
+            .corrupt
+            .iter()
+            .filter(|c| c.found_by == corruption::FoundBy::Alarm)
+            .map(|c| MemberAlarm {
+                member: naming::member(cluster, c.ordinal),
+                kind: AlarmKind::Corrupt,
+            })
+            .collect();
+        let found = !attributed.is_empty();
+        let mut out: Vec<MemberAlarm> = alarms
+            .iter()
+            .filter(|a| {
+                !found
+                    || a.kind != AlarmKind::Corrupt
+                    || naming::ordinal_of(cluster, &a.member).is_some()
+            })
+            .cloned()
+            .chain(attributed)
+            .collect();
+        out.sort();
+        out.dedup();
+        out
     }
 
     /// Every member answered, healthy.
@@ -109,11 +146,34 @@ pub async fn connected(
             })
             .collect()
     });
+    let alarmed = alarms.as_deref().unwrap_or_default();
+    // An alarm that names none of the members: their own hashes tell who
+    // differs, and when all agree again.
+    let agreement = match (&admin, &members) {
+        (Some(admin), Some(members)) if corruption::unattributed_alarm(&cluster.name, alarmed) => {
+            let hashes = futures::future::join_all(validated.pods.iter().filter_map(|pod| {
+                let endpoint = pod.endpoint.clone()?;
+                let ordinal = pod.view.ordinal;
+                let admin = admin.clone();
+                Some(async move {
+                    let hash = admin.kv_hash(&endpoint).await.ok().flatten()?;
+                    Some(corruption::MemberHash { ordinal, hash })
+                })
+            }))
+            .await;
+            let hashes: Vec<corruption::MemberHash> = hashes.into_iter().flatten().collect();
+            corruption::compare(&hashes, members.len())
+        }
+        _ => Agreement::Unknown,
+    };
+    let corrupt = corruption::corrupt_members(&cluster.name, alarmed, &agreement, &validated.pods);
     Ok(Connected {
         credentials,
         admin,
         endpoints,
         members,
         alarms,
+        corrupt,
+        agreement,
     })
 }

@@ -4,7 +4,9 @@
 //! cluster stands with hibernation; then whether the pass goes on (paused,
 //! or a new operation pinned first).
 
-use dkv_api::distributedkv::v1beta1::{Operation, OperationKind, RecoveryPolicy};
+use dkv_api::distributedkv::v1beta1::{
+    CorruptMemberPolicy, Operation, OperationKind, RecoveryPolicy,
+};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
@@ -100,6 +102,9 @@ pub async fn planned(
             .map(|t| t.member_serial.clone()),
         stranded: validated.stranded.clone(),
         terminating: terminating.clone(),
+        corrupt: connected.corrupt.iter().map(|c| c.ordinal).collect(),
+        replace_corrupt: cluster.corrupt_member == CorruptMemberPolicy::Replace,
+        replacement: recorded.replacement(),
     };
     let statefulset = observed.statefulset.as_deref();
     let mut plan = plan::plan(cluster, statefulset, observed.record.as_ref(), &view);

@@ -55,6 +55,7 @@ pub async fn validated(
         &cluster.name,
         &observed.pods,
         observed.recorded.recovery_epoch().as_deref(),
+        observed.recorded.replacement().as_deref(),
         cluster.tls.client_scheme(),
     );
     let volumes = volumes::observe(&cluster, &observed.claims);

@@ -8,8 +8,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::Resource;
 
 use super::faults::{
-    backup_failed_message, change_pending, expected_down, node_lost_message, not_ready_detail,
-    pod_fault, rollout_pending, volume_pending,
+    backup_failed_message, change_pending, corrupt_message, expected_down, node_lost_message,
+    not_ready_detail, pod_fault, rollout_pending, volume_pending,
 };
 use super::messages::{operation_reason, step_detail, wait_message};
 use super::{Observation, Want, serving_endpoints, set_condition, with_backups};
@@ -251,6 +251,13 @@ pub(super) fn compute(
             type_: types::DEGRADED,
             status: true,
             reason: reasons::VOLUME_PENDING,
+            message,
+        }
+    } else if let Some(message) = corrupt_message(obs) {
+        Want {
+            type_: types::DEGRADED,
+            status: true,
+            reason: reasons::MEMBER_CORRUPT,
             message,
         }
     } else if let Some((fault, message)) = pod_fault(obs) {

@@ -1,7 +1,7 @@
 //! The faults and the pending work status reports: member claims waiting for a volume, a member down as a step
-//! expects or not, failing member pods, a failed backup, changes not rolled out yet.
+//! expects or not, failing member pods, members found corrupt, a failed backup, changes not rolled out yet.
 
-use dkv_api::distributedkv::v1beta1::OperationKind;
+use dkv_api::distributedkv::v1beta1::{CorruptMemberPolicy, OperationKind};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::Observation;
@@ -185,4 +185,35 @@ pub(super) fn rollout_pending(obs: &Observation<'_>) -> Option<String> {
     (current < members).then(|| {
         format!("{current} of {members} members run the current template; the others restart one at a time")
     })
+}
+
+/// The members etcd's corruption checks found to differ from their peers,
+/// each named with how it was found, and what happens next.
+pub(super) fn corrupt_message(obs: &Observation<'_>) -> Option<String> {
+    let first = obs.corrupt.first()?;
+    let named: Vec<String> = obs
+        .corrupt
+        .iter()
+        .map(|c| {
+            format!(
+                "member {}'s data differs from its peers' ({})",
+                naming::member(&obs.cluster.name, c.ordinal),
+                c.found_by.describe()
+            )
+        })
+        .collect();
+    let next = if obs.cluster.corrupt_member == CorruptMemberPolicy::Replace {
+        match obs.operation.as_ref() {
+            Some(op) if op.kind == OperationKind::ReplaceMember
+                && op.target == naming::member(&obs.cluster.name, first.ordinal) =>
+            {
+                "dkv is replacing it from its healthy peers (spec.recovery.corruptMember: Replace)"
+                    .to_owned()
+            }
+            _ => "dkv replaces it from its healthy peers once they are a quorum without it and nothing else is under way (spec.recovery.corruptMember: Replace)".to_owned(),
+        }
+    } else {
+        "set spec.recovery.corruptMember: Replace for dkv to replace it from its healthy peers, or follow the DkvCorruptAlarm runbook".to_owned()
+    };
+    Some(format!("{}; {next}", named.join("; ")))
 }

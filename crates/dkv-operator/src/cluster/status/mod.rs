@@ -76,6 +76,11 @@ pub fn derive(
                     hibernation: &hibernation,
                     placements: &validated.placements,
                     lost: &validated.lost,
+                    corrupt: pass
+                        .connected
+                        .as_ref()
+                        .map(|c| c.corrupt.as_slice())
+                        .unwrap_or_default(),
                 },
                 now,
             ))
@@ -156,6 +161,8 @@ struct Observation<'a> {
     pub placements: &'a [super::lost_node::Placement],
     /// The members whose node is lost.
     pub lost: &'a [super::lost_node::LostMember],
+    /// The members found to differ from their peers.
+    pub corrupt: &'a [super::corruption::CorruptMember],
 }
 
 /// One condition as the operator wants it now.

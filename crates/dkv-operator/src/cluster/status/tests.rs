@@ -58,6 +58,8 @@ impl Seen {
                 endpoints: Vec::new(),
                 members: self.members.clone(),
                 alarms: None,
+                corrupt: Vec::new(),
+                agreement: Default::default(),
             }),
             planned: Some(Planned {
                 plan: self.plan.clone(),
@@ -106,6 +108,7 @@ fn formed(lost_node: serde_json::Value) -> (dkv_api::DistributedKV, Seen) {
             restore_failure: None,
             problem: None,
             bootstrap_size: None,
+            refused_as_corrupt: false,
         })
         .collect();
     let placements = (0..3)

@@ -11,6 +11,7 @@
 
 mod continuous_backup;
 mod defragment;
+mod disarm_corrupt;
 mod enable_auth;
 mod grow_volumes;
 mod replay;
@@ -37,6 +38,8 @@ use crate::continuous_backup::Report;
 /// The maintenance steps, in the order they run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MaintenanceStep {
+    /// The CORRUPT alarm of a member no longer in the cluster is disarmed.
+    DisarmCorrupt,
     /// Authentication goes on once the cluster has formed.
     EnableAuth,
     /// A restore from continuous backup replays the recorded changes.
@@ -51,10 +54,12 @@ pub enum MaintenanceStep {
     Defragment,
 }
 
-/// The order the steps run in: authentication before anything reads the
-/// data, the replay before clients are let in, verification and
+/// The order the steps run in: a stale CORRUPT alarm first (while it
+/// stays, etcd serves no reads or writes), authentication before anything
+/// reads the data, the replay before clients are let in, verification and
 /// defragmentation last, on a cluster that has all its data.
-pub const ORDER: [MaintenanceStep; 6] = [
+pub const ORDER: [MaintenanceStep; 7] = [
+    MaintenanceStep::DisarmCorrupt,
     MaintenanceStep::EnableAuth,
     MaintenanceStep::Replay,
     MaintenanceStep::GrowVolumes,
@@ -134,6 +139,7 @@ pub async fn run(input: &Input<'_>, done: &mut Maintained, ctx: &Context) -> Res
     let mut due_at: Option<jiff::Timestamp> = None;
     for step in ORDER {
         let outcome = match step {
+            MaintenanceStep::DisarmCorrupt => disarm_corrupt::run(input, done, ctx).await?,
             MaintenanceStep::EnableAuth => enable_auth::run(input, done, ctx).await?,
             MaintenanceStep::Replay => replay::run(input, done, ctx).await?,
             MaintenanceStep::GrowVolumes => grow_volumes::run(input, done, ctx).await?,

@@ -99,6 +99,17 @@ fn new_chain_limits(new_chain: Option<&NewChain>, problems: &mut Problems) -> Ch
             ),
         }
     }
+    if let Some(revisions) = new_chain.max_revisions {
+        match u64::try_from(revisions) {
+            Ok(revisions) if (1000..=100_000_000).contains(&revisions) => {
+                limits.max_revisions = revisions;
+            }
+            _ => problems.add(
+                "spec.backup.continuous.newChain.maxRevisions",
+                format!("{revisions} is outside 1000 to 100000000; omit it for the default 100000"),
+            ),
+        }
+    }
     if let Some(percent) = new_chain.change_percent {
         match u32::try_from(percent) {
             Ok(percent) if (1..=1000).contains(&percent) => limits.change_percent = percent,
@@ -284,6 +295,7 @@ mod tests {
             let new_chain = NewChain {
                 every: every.map(str::to_owned),
                 change_percent: percent,
+                max_revisions: None,
             };
             let limits = new_chain_limits(Some(&new_chain), &mut problems);
             (limits, format!("{:?}", problems.0))
@@ -293,7 +305,8 @@ mod tests {
             limits(Some("12h"), Some(100)).0,
             ChainLimits {
                 every: Duration::from_secs(12 * 3600),
-                change_percent: 100
+                change_percent: 100,
+                ..ChainLimits::default()
             }
         );
         assert_eq!(
@@ -304,6 +317,21 @@ mod tests {
             let (_, problems) = limits(Some(bad), None);
             assert!(problems.contains("newChain.every"), "{bad}: {problems}");
         }
+        let mut problems = Problems::default();
+        let few = NewChain {
+            max_revisions: Some(5000),
+            ..NewChain::default()
+        };
+        assert_eq!(
+            new_chain_limits(Some(&few), &mut problems).max_revisions,
+            5000
+        );
+        let too_few = NewChain {
+            max_revisions: Some(10),
+            ..NewChain::default()
+        };
+        new_chain_limits(Some(&too_few), &mut problems);
+        assert!(format!("{:?}", problems.0).contains("newChain.maxRevisions"));
         for bad in [0, 1001, -5] {
             let (_, problems) = limits(None, Some(bad));
             assert!(

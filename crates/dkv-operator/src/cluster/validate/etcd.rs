@@ -9,6 +9,13 @@ pub const DEFAULT_QUOTA_BACKEND_BYTES: i64 = 2 * 1024 * 1024 * 1024;
 /// etcd warns above 8 GiB; larger databases make snapshots and restarts slow.
 pub const MAX_QUOTA_BACKEND_BYTES: i64 = 8 * 1024 * 1024 * 1024;
 
+/// How often the leader compares the members' hashes, unless
+/// `spec.etcd.corruptCheckInterval` says otherwise.
+pub const DEFAULT_CORRUPT_CHECK_INTERVAL: &str = "5m";
+/// Bounds of `spec.etcd.corruptCheckInterval`, in nanoseconds: each check
+/// hashes the whole keyspace on every member.
+const CORRUPT_CHECK_RANGE: (i64, i64) = (5_000_000_000, 86_400_000_000_000);
+
 /// `spec.etcd` with every field the operator defaults filled in; fields that
 /// are set stay as they are (valid or not).
 pub fn etcd_tuning_with_defaults(tuning: Option<&EtcdTuning>) -> EtcdTuning {
@@ -76,10 +83,22 @@ pub(super) fn etcd_settings(tuning: Option<&EtcdTuning>, problems: &mut Problems
             },
         );
     }
+    let interval = tuning
+        .corrupt_check_interval
+        .unwrap_or_else(|| DEFAULT_CORRUPT_CHECK_INTERVAL.to_owned());
+    let in_range = go_parse_duration::parse_duration(&interval)
+        .is_ok_and(|nanos| (CORRUPT_CHECK_RANGE.0..=CORRUPT_CHECK_RANGE.1).contains(&nanos));
+    if !in_range {
+        problems.add(
+            "spec.etcd.corruptCheckInterval",
+            format!("{interval:?} is not a duration from 5s to 24h; use e.g. \"5m\" or \"1h\""),
+        );
+    }
     EtcdSettings {
         quota_backend_bytes: quota,
         auto_compaction_mode: mode_name,
         auto_compaction_retention: retention,
+        corrupt_check_interval: interval,
     }
 }
 
@@ -92,6 +111,25 @@ fn is_go_duration(text: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_corruption_check_interval_is_a_bounded_duration() {
+        let check = |interval: Option<&str>| {
+            let mut problems = Problems::default();
+            let tuning = EtcdTuning {
+                corrupt_check_interval: interval.map(str::to_owned),
+                ..EtcdTuning::default()
+            };
+            let settings = etcd_settings(Some(&tuning), &mut problems);
+            (settings.corrupt_check_interval, problems.0.len())
+        };
+        assert_eq!(check(None), ("5m".to_owned(), 0));
+        assert_eq!(check(Some("30s")), ("30s".to_owned(), 0));
+        assert_eq!(check(Some("24h")).1, 0);
+        for bad in ["1s", "25h", "5", "soon"] {
+            assert_eq!(check(Some(bad)).1, 1, "{bad}");
+        }
+    }
 
     #[test]
     fn go_durations() {

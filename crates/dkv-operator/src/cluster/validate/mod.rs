@@ -18,7 +18,8 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use dkv_api::distributedkv::v1beta1::{
-    Compression, KeySecretReference, LostNodeRecovery, PodOverrides, ReclaimPolicy, RecoveryPolicy,
+    Compression, CorruptMemberPolicy, KeySecretReference, LostNodeRecovery, PodOverrides,
+    ReclaimPolicy, RecoveryPolicy,
 };
 use dkv_api::{DistributedKV, DistributedKVSpec, labels};
 use dkv_backup::RetentionPolicy;
@@ -98,6 +99,9 @@ pub struct ValidatedCluster {
     pub defrag: Option<DefragSettings>,
     /// `spec.recovery.lostNode`: what happens to members on lost nodes.
     pub lost_node: Option<LostNodeRecovery>,
+    /// `spec.recovery.corruptMember`: whether a member whose data differs
+    /// from its peers' is replaced, or only reported.
+    pub corrupt_member: CorruptMemberPolicy,
     /// `spec.recovery`: what dkv may do once quorum is lost, and when.
     pub recovery: Option<(RecoveryPolicy, jiff::SignedDuration)>,
     /// The value of the `dkv.io/rotate-ca` annotation: a new value asks for
@@ -219,6 +223,8 @@ pub struct EtcdSettings {
     pub quota_backend_bytes: i64,
     pub auto_compaction_mode: &'static str,
     pub auto_compaction_retention: String,
+    /// `spec.etcd.corruptCheckInterval`, as written (a Go duration).
+    pub corrupt_check_interval: String,
 }
 
 /// One invalid field and how to fix it.
@@ -317,6 +323,11 @@ pub fn validate(
             hibernation: spec.hibernation,
             defrag,
             lost_node: spec.recovery.as_ref().and_then(|r| r.lost_node.clone()),
+            corrupt_member: spec
+                .recovery
+                .as_ref()
+                .and_then(|r| r.corrupt_member)
+                .unwrap_or_default(),
             recovery: spec.recovery.as_ref().map(|r| {
                 (
                     r.policy,

@@ -29,6 +29,32 @@ fn the_configuration_uses_no_flag_etcd_3_6_removed_or_deprecated() {
 }
 
 #[test]
+fn members_run_the_corruption_checks_of_their_version() {
+    let mut member = args("orders-0");
+    let start = decide(&member, false, None).unwrap_or_else(|e| panic!("{e}"));
+    for (version, on) in [
+        ("3.4.23", "experimental-initial-corrupt-check"),
+        ("3.5.16", "experimental-compact-hash-check-enabled"),
+    ] {
+        member.etcd_version = Some(version.to_owned());
+        let config = render_config(&member, &start).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(config[on], true, "{version}: {config}");
+        assert_eq!(
+            config["experimental-corrupt-check-time"], 300_000_000_000u64,
+            "{version}"
+        );
+    }
+    member.etcd_version = Some("3.6.5".to_owned());
+    let config = render_config(&member, &start).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        config["feature-gates"],
+        "InitialCorruptCheck=true,CompactHashCheck=true"
+    );
+    member.etcd_version = Some("3.5".to_owned());
+    assert!(render_config(&member, &start).is_err());
+}
+
+#[test]
 fn tls_transports_get_https_urls_and_require_certificates() {
     let mut tls = args("orders-1");
     tls.peer_tls = true;

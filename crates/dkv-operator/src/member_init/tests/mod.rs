@@ -23,6 +23,8 @@ fn args(member: &str) -> MemberInitArgs {
         quota_backend_bytes: 1024,
         auto_compaction_mode: "periodic".into(),
         auto_compaction_retention: "1h".into(),
+        etcd_version: None,
+        corrupt_check_interval: "5m".into(),
         members_file: None,
         termination_log: PathBuf::from("/dev/null"),
         peer_tls: false,
@@ -38,6 +40,7 @@ fn recorded(ordinal: i32, started: bool) -> RecordedMember {
         name: format!("orders-{ordinal}"),
         peer_url: format!("http://orders-{ordinal}.orders-peer.shop.svc:2380"),
         started,
+        replacement: None,
     }
 }
 

@@ -101,3 +101,45 @@ fn a_recovery_forces_the_survivor_once_and_sets_stale_data_aside() {
     r.recover_from = None;
     assert_eq!(recovery("orders-0", true, Some("e0"), Some(&r)), stale);
 }
+
+#[test]
+fn a_replaced_member_sets_its_old_data_aside_once_and_keeps_what_it_writes_after() {
+    let v = volume(false, true);
+    let data = v.path().join("data");
+    let mut entry = recorded(1, false);
+    entry.replacement = Some("replace-1700000000".to_owned());
+    let replacing = record(ClusterState::Existing, vec![recorded(0, true), entry]);
+
+    // Other members keep their data.
+    let token = set_aside_for_replacement("orders-0", &data, Some(&replacing)).unwrap();
+    assert_eq!(token, None);
+    assert!(data.join("member/own").is_file());
+
+    let token = set_aside_for_replacement("orders-1", &data, Some(&replacing)).unwrap();
+    assert_eq!(token.as_deref(), Some("replace-1700000000"));
+    assert!(!data.exists(), "the old data is moved, not copied");
+    let aside = v.path().join("data.before-replace-1700000000");
+    assert!(
+        aside.join("member/own").is_file(),
+        "moved aside, not deleted"
+    );
+
+    // The new member writes data; a later start under the same
+    // replacement keeps it.
+    std::fs::create_dir_all(data.join("member/snap")).unwrap();
+    std::fs::write(data.join("member/new"), "n").unwrap();
+    let again = set_aside_for_replacement("orders-1", &data, Some(&replacing)).unwrap();
+    assert_eq!(again.as_deref(), Some("replace-1700000000"));
+    assert!(data.join("member/new").is_file());
+
+    // Once the replacement is over the record names none, and nothing moves.
+    let done = record(
+        ClusterState::Existing,
+        vec![recorded(0, true), recorded(1, true)],
+    );
+    assert_eq!(
+        set_aside_for_replacement("orders-1", &data, Some(&done)).unwrap(),
+        None
+    );
+    assert!(data.join("member/new").is_file());
+}

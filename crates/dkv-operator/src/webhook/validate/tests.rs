@@ -396,6 +396,57 @@ fn lost_node_replacement_is_bounded_and_warned_about_where_it_cannot_help() {
 }
 
 #[test]
+fn corrupt_member_replacement_needs_three_members() {
+    let create = |size, policy: &str| {
+        review_cluster(
+            ClusterWrite::Create(&dkv(
+                size,
+                ETCD_35,
+                serde_json::json!({"recovery": {"corruptMember": policy}}),
+            )),
+            &RestoreSource::NotAsked,
+            &defaults(),
+        )
+    };
+    let fine = create(3, "Replace");
+    assert!(fine.allowed() && fine.warnings.is_empty(), "{fine:?}");
+    let reported = create(1, "Report");
+    assert!(reported.allowed(), "{reported:?}");
+    for size in [1, 2] {
+        let small = create(size, "Replace");
+        assert!(!small.allowed(), "{small:?}");
+        assert!(
+            small
+                .message()
+                .contains("spec.recovery.corruptMember: Replace needs spec.size 3 or more"),
+            "{}",
+            small.message()
+        );
+    }
+    // An edit that shrinks a replacing cluster below three is refused too.
+    let old = dkv(
+        3,
+        ETCD_35,
+        serde_json::json!({"recovery": {"corruptMember": "Replace"}}),
+    );
+    let new = dkv(
+        1,
+        ETCD_35,
+        serde_json::json!({"recovery": {"corruptMember": "Replace"}}),
+    );
+    let edit = review_cluster(
+        ClusterWrite::Update {
+            old: &old,
+            new: &new,
+            expandable: None,
+        },
+        &RestoreSource::NotAsked,
+        &defaults(),
+    );
+    assert!(!edit.allowed(), "{edit:?}");
+}
+
+#[test]
 fn version_moves_one_minor_up_never_down() {
     let old = dkv(3, "registry.k8s.io/etcd:3.4.23-0", serde_json::json!({}));
     let to = |image| {

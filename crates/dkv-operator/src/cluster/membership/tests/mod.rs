@@ -41,6 +41,8 @@ fn cluster(size: i32, desired: i32) -> Observation {
         update_revision: Some("rev-1".to_owned()),
         stranded: Vec::new(),
         terminating: Vec::new(),
+        corrupt: Vec::new(),
+        replace_corrupt: false,
     }
 }
 

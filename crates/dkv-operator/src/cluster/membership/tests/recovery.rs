@@ -42,6 +42,109 @@ fn a_lost_volume_is_replaced_remove_add_restart_promote() {
 }
 
 #[test]
+fn a_corrupt_member_is_replaced_only_with_the_opt_in_remove_add_restart_promote() {
+    // Member 1's initial corruption check refuses its data: it crash-loops.
+    let mut obs = cluster(3, 3);
+    obs.members.as_mut().unwrap()[1].healthy = false;
+    obs.pods[1].ready = false;
+    obs.corrupt = vec![1];
+    // Reported only: nothing disruptive while it is unwell.
+    assert_eq!(
+        next_step(&obs),
+        Step::Wait(WaitReason::MemberUnhealthy { ordinal: 1 })
+    );
+    obs.replace_corrupt = true;
+    let pinned = Pinned {
+        kind: OperationKind::ReplaceMember,
+        ordinal: 1,
+    };
+    assert_eq!(next_step(&obs), Step::Begin(pinned));
+    obs.pinned = Some(pinned);
+    assert_eq!(
+        next_step(&obs),
+        Step::RemoveMember {
+            id: 101,
+            ordinal: 1
+        }
+    );
+    obs.members.as_mut().unwrap().remove(1);
+    assert_eq!(next_step(&obs), Step::AddLearner { ordinal: 1 });
+    obs.members.as_mut().unwrap().insert(1, new_learner(1, 201));
+    // Its pod still runs the old data: it restarts, member-init sets the
+    // data aside.
+    assert_eq!(next_step(&obs), Step::RestartPod { ordinal: 1 });
+    // The new pod initialising: waited for, not restarted again.
+    obs.pods[1] = ObservedPod {
+        ready: false,
+        init_done: false,
+        ..pod(1)
+    };
+    obs.corrupt.clear();
+    assert_eq!(
+        next_step(&obs),
+        Step::Wait(WaitReason::LearnerCatchingUp { ordinal: 1 })
+    );
+    obs.pods[1].init_done = true;
+    obs.pods[1].replaced = true;
+    let m = &mut obs.members.as_mut().unwrap()[1];
+    m.started = true;
+    m.healthy = true;
+    assert_eq!(
+        next_step(&obs),
+        Step::Promote {
+            id: 201,
+            ordinal: 1
+        }
+    );
+    obs.members.as_mut().unwrap()[1].learner = false;
+    obs.pods[1].ready = true;
+    assert_eq!(next_step(&obs), Step::Finish(pinned));
+}
+
+#[test]
+fn a_corrupt_member_is_replaced_only_from_a_sound_majority() {
+    // Two of three flagged (a corrupt leader disagrees with both
+    // followers): no majority agrees, nobody is replaced.
+    let mut obs = cluster(3, 3);
+    obs.replace_corrupt = true;
+    obs.corrupt = vec![1, 2];
+    assert_eq!(
+        next_step(&obs),
+        Step::Wait(WaitReason::WouldBreakQuorum {
+            healthy: 1,
+            needed: 2
+        })
+    );
+    // One flagged while another member is down: the rest is no quorum.
+    obs.corrupt = vec![1];
+    obs.members.as_mut().unwrap()[2].healthy = false;
+    assert!(matches!(
+        next_step(&obs),
+        Step::Wait(WaitReason::WouldBreakQuorum { .. })
+    ));
+    // Two members: no majority to copy from.
+    let mut pair = cluster(2, 2);
+    pair.replace_corrupt = true;
+    pair.corrupt = vec![1];
+    assert!(matches!(
+        next_step(&pair),
+        Step::Wait(WaitReason::WouldBreakQuorum { .. })
+    ));
+    // A corrupt leader hands leadership over before it is removed.
+    let mut obs = cluster(3, 3);
+    obs.replace_corrupt = true;
+    obs.corrupt = vec![0];
+    obs.pinned = Some(Pinned {
+        kind: OperationKind::ReplaceMember,
+        ordinal: 0,
+    });
+    assert!(matches!(
+        next_step(&obs),
+        Step::MoveLeader { from: 100, .. }
+    ));
+}
+
+#[test]
 fn a_lost_volume_is_not_replaced_when_quorum_would_break() {
     let mut obs = cluster(3, 3);
     for i in [1, 2] {

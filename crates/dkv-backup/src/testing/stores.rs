@@ -1,0 +1,556 @@
+//! Real object store servers on loopback for the backup tests, one per kind
+//! dkv writes to: moto (S3), Azurite (Azure Blob Storage) and
+//! fake-gcs-server (Google Cloud Storage). Each is reached by dkv through
+//! the same settings a user puts in the credentials Secret, and checked by
+//! the test through a client of its own (boto3, or plain REST requests
+//! here), never through dkv's [`crate::Store`].
+
+use std::future::Future;
+use std::net::{Ipv4Addr, SocketAddr, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as BASE64;
+use ring::hmac;
+use sha2::{Digest, Sha256};
+
+use super::{MotoServer, ObjectDigest, free_port, tools_dir};
+use crate::StoreConfig;
+use crate::credentials::{AzureCredentials, AzureKey, Credentials, Secret};
+use crate::store::{AZURE_STORAGE_ENDPOINT, AzureOptions, GcsOptions, STORAGE_EMULATOR_HOST};
+
+const INSTALL: &str = "run scripts/install-store-servers.sh (it installs Azurite from npm and builds fake-gcs-server into .tools)";
+
+/// The kinds of object store the tests run against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StoreKind {
+    S3,
+    Azure,
+    Gcs,
+}
+
+impl StoreKind {
+    pub const ALL: [StoreKind; 3] = [StoreKind::S3, StoreKind::Azure, StoreKind::Gcs];
+
+    /// The URI scheme of this kind of store.
+    pub fn scheme(self) -> &'static str {
+        match self {
+            StoreKind::S3 => "s3",
+            StoreKind::Azure => "az",
+            StoreKind::Gcs => "gs",
+        }
+    }
+}
+
+/// One running store server with one bucket (container), killed on drop.
+pub enum StoreServer {
+    S3(MotoServer),
+    Azure(AzuriteServer),
+    Gcs(FakeGcsServer),
+}
+
+impl StoreServer {
+    pub fn start(kind: StoreKind, bucket: &str) -> Self {
+        match kind {
+            StoreKind::S3 => StoreServer::S3(MotoServer::start(bucket)),
+            StoreKind::Azure => StoreServer::Azure(AzuriteServer::start(bucket)),
+            StoreKind::Gcs => StoreServer::Gcs(FakeGcsServer::start(bucket)),
+        }
+    }
+
+    pub fn kind(&self) -> StoreKind {
+        match self {
+            StoreServer::S3(_) => StoreKind::S3,
+            StoreServer::Azure(_) => StoreKind::Azure,
+            StoreServer::Gcs(_) => StoreKind::Gcs,
+        }
+    }
+
+    pub fn bucket(&self) -> &str {
+        match self {
+            StoreServer::S3(s) => &s.bucket,
+            StoreServer::Azure(s) => &s.container,
+            StoreServer::Gcs(s) => &s.bucket,
+        }
+    }
+
+    /// `<scheme>://<bucket>/<prefix>`
+    pub fn uri(&self, prefix: &str) -> String {
+        format!("{}://{}/{prefix}", self.kind().scheme(), self.bucket())
+    }
+
+    /// The store configuration a backup gets from [`Self::env`].
+    pub fn config(&self) -> StoreConfig {
+        let env = self.env();
+        StoreConfig::from_lookup(|name| {
+            env.iter()
+                .find(|(key, _)| key == name)
+                .map(|(_, value)| value.clone())
+        })
+    }
+
+    /// The credentials Secret's keys (a backup Job's environment).
+    pub fn env(&self) -> Vec<(String, String)> {
+        match self {
+            StoreServer::S3(s) => s.env(),
+            StoreServer::Azure(s) => s.env(),
+            StoreServer::Gcs(s) => s.env(),
+        }
+    }
+
+    /// Every object in the bucket, sorted, as the server lists it.
+    pub async fn objects(&self) -> Vec<String> {
+        match self {
+            StoreServer::S3(s) => s.list().objects,
+            StoreServer::Azure(s) => s.objects().await,
+            StoreServer::Gcs(s) => s.objects().await,
+        }
+    }
+
+    /// Size and sha256 of an object, downloaded by the test's own client.
+    pub async fn digest(&self, key: &str) -> ObjectDigest {
+        match self {
+            StoreServer::S3(s) => s.digest(key),
+            StoreServer::Azure(s) => digest_of(&s.get(key).await),
+            StoreServer::Gcs(s) => digest_of(&s.get(key).await),
+        }
+    }
+}
+
+fn digest_of(bytes: &[u8]) -> ObjectDigest {
+    ObjectDigest {
+        size: bytes.len() as u64,
+        sha256: hex::encode(Sha256::digest(bytes)),
+    }
+}
+
+/// Starts `command` and waits until it listens on `port` of 127.0.0.1.
+fn spawn_listening(mut command: Command, what: &str, port: u16) -> Child {
+    let mut child = command
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("starting {what}: {e}; {INSTALL}"));
+    let address = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while TcpStream::connect_timeout(&address, Duration::from_millis(200)).is_err() {
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!("{what} exited ({status}) before listening on {address}");
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("{what} did not listen on {address} within 30 s");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    child
+}
+
+/// Runs `future` to completion on a thread and runtime of its own: the
+/// servers start from synchronous code that may itself run inside a
+/// runtime.
+fn block_on<F>(future: F) -> F::Output
+where
+    F: Future + Send,
+    F::Output: Send,
+{
+    std::thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .unwrap_or_else(|e| panic!("building a runtime: {e}"))
+                    .block_on(future)
+            })
+            .join()
+            .unwrap_or_else(|_| panic!("a store server's set-up request panicked"))
+    })
+}
+
+fn http_client() -> reqwest::Client {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .build()
+        .unwrap_or_else(|e| panic!("building an HTTP client: {e}"))
+}
+
+/// The body of a response to `what`; fails the test on a transport error
+/// or any status but 2xx, with the server's answer.
+async fn successful_body(
+    response: Result<reqwest::Response, reqwest::Error>,
+    what: &str,
+) -> Vec<u8> {
+    let response = response.unwrap_or_else(|e| panic!("{what}: {e}"));
+    let status = response.status();
+    let body = response
+        .bytes()
+        .await
+        .unwrap_or_else(|e| panic!("{what}: reading the body: {e}"));
+    assert!(
+        status.is_success(),
+        "{what}: {status}: {}",
+        String::from_utf8_lossy(&body)
+    );
+    body.to_vec()
+}
+
+/// Azurite's blob service with one storage account of its own (a random
+/// key, so a wrong key is refused as by Azure) and one container.
+/// Requests are addressed path-style, `http://127.0.0.1:PORT/<account>`,
+/// which dkv reaches through `AZURE_STORAGE_ENDPOINT`.
+pub struct AzuriteServer {
+    child: Child,
+    workspace: PathBuf,
+    pub account: String,
+    pub access_key: String,
+    pub container: String,
+    /// `http://127.0.0.1:PORT/<account>`
+    pub endpoint: String,
+}
+
+/// The x-ms-version the test's own requests use.
+const AZURE_API_VERSION: &str = "2021-08-06";
+
+impl AzuriteServer {
+    pub fn start(container: &str) -> Self {
+        let azurite = tools_dir().join("azurite/node_modules/.bin/azurite-blob");
+        assert!(
+            azurite.exists(),
+            "{} is missing: the Azure backup tests need Azurite; {INSTALL}",
+            azurite.display()
+        );
+        let port = free_port();
+        let account = "dkvbackups".to_owned();
+        let mut key = [0u8; 64];
+        ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut key)
+            .unwrap_or_else(|e| panic!("generating an account key: {e}"));
+        let access_key = BASE64.encode(key);
+        // A directory of its own for whatever it writes.
+        let workspace = std::env::temp_dir().join(format!("dkv-azurite-{port}"));
+        std::fs::create_dir_all(&workspace)
+            .unwrap_or_else(|e| panic!("creating {}: {e}", workspace.display()));
+        let mut command = Command::new(&azurite);
+        command
+            .args(["--blobHost", "127.0.0.1", "--blobPort", &port.to_string()])
+            .args(["--inMemoryPersistence", "--silent", "--disableTelemetry"])
+            .args(["--disableProductStyleUrl", "--skipApiVersionCheck"])
+            // In-memory persistence refuses --location; what it still
+            // writes goes to the working directory.
+            .current_dir(&workspace)
+            .env("AZURITE_ACCOUNTS", format!("{account}:{access_key}"));
+        let child = spawn_listening(command, "azurite-blob", port);
+        let server = Self {
+            child,
+            workspace,
+            endpoint: format!("http://127.0.0.1:{port}/{account}"),
+            account,
+            access_key,
+            container: container.to_owned(),
+        };
+        server.create_container();
+        server
+    }
+
+    fn create_container(&self) {
+        block_on(self.request(reqwest::Method::PUT, &[("restype", "container")], ""));
+    }
+
+    /// A signed request (Shared Key) to the container (`blob` empty) or a
+    /// blob in it; the response body. Fails the test on any status but 2xx.
+    async fn request(
+        &self,
+        method: reqwest::Method,
+        query: &[(&str, &str)],
+        blob: &str,
+    ) -> Vec<u8> {
+        let mut path = format!("/{}/{}", self.account, self.container);
+        if !blob.is_empty() {
+            path.push('/');
+            path.push_str(blob);
+        }
+        let date = jiff::Timestamp::now()
+            .strftime("%a, %d %b %Y %H:%M:%S GMT")
+            .to_string();
+        let mut sorted: Vec<(&str, &str)> = query.to_vec();
+        sorted.sort();
+        let mut resource = format!("/{}{path}", self.account);
+        for (name, value) in &sorted {
+            resource.push_str(&format!("\n{name}:{value}"));
+        }
+        // VERB, then the eleven standard headers (all empty here; a zero
+        // Content-Length counts as empty), then the x-ms- headers.
+        let to_sign = format!(
+            "{method}\n\n\n\n\n\n\n\n\n\n\n\nx-ms-date:{date}\nx-ms-version:{AZURE_API_VERSION}\n{resource}"
+        );
+        let key = BASE64
+            .decode(&self.access_key)
+            .unwrap_or_else(|e| panic!("decoding the account key: {e}"));
+        let signature = BASE64.encode(hmac::sign(
+            &hmac::Key::new(hmac::HMAC_SHA256, &key),
+            to_sign.as_bytes(),
+        ));
+        let mut url = format!("http://{}{path}", self.host());
+        if !query.is_empty() {
+            let pairs: Vec<String> = query.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            url.push('?');
+            url.push_str(&pairs.join("&"));
+        }
+        let response = http_client()
+            .request(method.clone(), &url)
+            .header("x-ms-date", &date)
+            .header("x-ms-version", AZURE_API_VERSION)
+            .header(
+                "Authorization",
+                format!("SharedKey {}:{signature}", self.account),
+            )
+            .header("Content-Length", "0")
+            .send()
+            .await;
+        successful_body(response, &format!("Azurite {method} {path}")).await
+    }
+
+    /// `127.0.0.1:PORT`
+    fn host(&self) -> &str {
+        let rest = self.endpoint.trim_start_matches("http://");
+        rest.split('/').next().unwrap_or(rest)
+    }
+
+    pub fn env(&self) -> Vec<(String, String)> {
+        [
+            ("AZURE_STORAGE_ACCOUNT_NAME", self.account.as_str()),
+            ("AZURE_STORAGE_ACCOUNT_KEY", self.access_key.as_str()),
+            (AZURE_STORAGE_ENDPOINT, self.endpoint.as_str()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect()
+    }
+
+    /// This server's configuration with another account key.
+    pub fn config_with_key(&self, key: &str) -> StoreConfig {
+        StoreConfig {
+            credentials: Credentials {
+                azure: Some(AzureCredentials {
+                    account: self.account.clone(),
+                    key: AzureKey::AccessKey(Secret::new(key)),
+                }),
+                ..Credentials::default()
+            },
+            azure: AzureOptions {
+                endpoint: Some(self.endpoint.clone()),
+            },
+            ..StoreConfig::default()
+        }
+    }
+
+    /// Every blob in the container (List Blobs; fewer than 5000 in tests).
+    pub async fn objects(&self) -> Vec<String> {
+        let body = self
+            .request(
+                reqwest::Method::GET,
+                &[("comp", "list"), ("restype", "container")],
+                "",
+            )
+            .await;
+        let text = String::from_utf8_lossy(&body);
+        let mut names: Vec<String> = text
+            .split("<Name>")
+            .skip(1)
+            .filter_map(|part| part.split("</Name>").next())
+            .map(str::to_owned)
+            .collect();
+        names.sort();
+        names
+    }
+
+    /// A blob's content.
+    pub async fn get(&self, key: &str) -> Vec<u8> {
+        self.request(reqwest::Method::GET, &[], key).await
+    }
+}
+
+impl Drop for AzuriteServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.workspace);
+    }
+}
+
+/// fake-gcs-server over plain HTTP, in memory, with one bucket. It takes
+/// unauthenticated requests, as Google's client libraries send them to
+/// `STORAGE_EMULATOR_HOST`.
+pub struct FakeGcsServer {
+    child: Child,
+    pub bucket: String,
+    /// `127.0.0.1:PORT`
+    pub host: String,
+}
+
+impl FakeGcsServer {
+    pub fn start(bucket: &str) -> Self {
+        let binary = tools_dir().join("fake-gcs-server/fake-gcs-server");
+        assert!(
+            binary.exists(),
+            "{} is missing: the GCS backup tests need fake-gcs-server; {INSTALL}",
+            binary.display()
+        );
+        let port = free_port();
+        let host = format!("127.0.0.1:{port}");
+        let mut command = Command::new(&binary);
+        command
+            .args(["-scheme", "http", "-host", "127.0.0.1", "-port"])
+            .arg(port.to_string())
+            .args(["-backend", "memory", "-log-level", "error"])
+            .args(["-public-host", &host, "-external-url"])
+            .arg(format!("http://{host}"));
+        let child = spawn_listening(command, "fake-gcs-server", port);
+        let server = Self {
+            child,
+            bucket: bucket.to_owned(),
+            host,
+        };
+        server.create_bucket();
+        server
+    }
+
+    fn create_bucket(&self) {
+        let url = format!("http://{}/storage/v1/b", self.host);
+        let body = serde_json::json!({ "name": self.bucket }).to_string();
+        block_on(async {
+            let response = http_client()
+                .post(&url)
+                .header("Content-Type", "application/json")
+                .body(body)
+                .send()
+                .await;
+            successful_body(response, &format!("creating the bucket at {url}")).await;
+        });
+    }
+
+    pub fn env(&self) -> Vec<(String, String)> {
+        vec![(STORAGE_EMULATOR_HOST.to_owned(), self.host.clone())]
+    }
+
+    /// This server's configuration (no credentials: the emulator takes none).
+    pub fn config(&self) -> StoreConfig {
+        StoreConfig {
+            gcs: GcsOptions {
+                emulator_host: Some(self.host.clone()),
+            },
+            ..StoreConfig::default()
+        }
+    }
+
+    async fn get_ok(&self, url: &str) -> Vec<u8> {
+        let response = http_client().get(url).send().await;
+        successful_body(response, &format!("GET {url}")).await
+    }
+
+    /// Every object in the bucket (JSON API listing; one page is enough in
+    /// tests).
+    pub async fn objects(&self) -> Vec<String> {
+        let url = format!(
+            "http://{}/storage/v1/b/{}/o?maxResults=1000",
+            self.host, self.bucket
+        );
+        let body = self.get_ok(&url).await;
+        let listing: serde_json::Value = serde_json::from_slice(&body)
+            .unwrap_or_else(|e| panic!("listing {url}: {e}: {}", String::from_utf8_lossy(&body)));
+        let mut names: Vec<String> = listing["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|item| item["name"].as_str().map(str::to_owned))
+            .collect();
+        names.sort();
+        names
+    }
+
+    /// Stores an object through the JSON API (a media upload): how the
+    /// tests put objects into this server, which takes no XML API writes.
+    pub async fn put(&self, key: &str, bytes: Vec<u8>) {
+        let name: String = url::form_urlencoded::byte_serialize(key.as_bytes()).collect();
+        let url = format!(
+            "http://{}/upload/storage/v1/b/{}/o?uploadType=media&name={name}",
+            self.host, self.bucket
+        );
+        let response = http_client()
+            .post(&url)
+            .header("Content-Type", "application/octet-stream")
+            .body(bytes)
+            .send()
+            .await;
+        successful_body(response, &format!("POST {url}")).await;
+    }
+
+    /// Copies every file under `local` into the bucket under the same
+    /// relative name, as a move between stores would: a record (`.json`)
+    /// naming an artifact under `local` is rewritten to name the
+    /// artifact's new place. How the tests fill this server with backups
+    /// (it takes no XML API writes, the only ones dkv makes). Returns the
+    /// names, sorted.
+    pub async fn copy_in(&self, local: &std::path::Path) -> Vec<String> {
+        let old_prefix = format!("file://{}/", local.display());
+        let new_prefix = format!("gs://{}/", self.bucket);
+        let mut copied = Vec::new();
+        let mut pending = vec![local.to_path_buf()];
+        while let Some(at) = pending.pop() {
+            let entries =
+                std::fs::read_dir(&at).unwrap_or_else(|e| panic!("reading {}: {e}", at.display()));
+            for entry in entries {
+                let path = entry
+                    .unwrap_or_else(|e| panic!("reading {}: {e}", at.display()))
+                    .path();
+                if path.is_dir() {
+                    pending.push(path);
+                    continue;
+                }
+                let key = path
+                    .strip_prefix(local)
+                    .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+                    .to_string_lossy()
+                    .into_owned();
+                let mut bytes = std::fs::read(&path)
+                    .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+                if key.ends_with(".json") {
+                    let mut record: serde_json::Value = serde_json::from_slice(&bytes)
+                        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+                    if let Some(uri) = record["uri"].as_str()
+                        && let Some(rest) = uri.strip_prefix(&old_prefix)
+                    {
+                        record["uri"] = format!("{new_prefix}{rest}").into();
+                        bytes = serde_json::to_vec(&record)
+                            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+                    }
+                }
+                self.put(&key, bytes).await;
+                copied.push(key);
+            }
+        }
+        copied.sort();
+        copied
+    }
+
+    /// An object's content (JSON API media download).
+    pub async fn get(&self, key: &str) -> Vec<u8> {
+        let name: String = url::form_urlencoded::byte_serialize(key.as_bytes()).collect();
+        let url = format!(
+            "http://{}/download/storage/v1/b/{}/o/{name}?alt=media",
+            self.host, self.bucket
+        );
+        self.get_ok(&url).await
+    }
+}
+
+impl Drop for FakeGcsServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
