@@ -318,31 +318,40 @@ fn config_flags(config: &serde_json::Value) -> Vec<String> {
 fn every_setting_member_init_writes_is_a_flag_of_each_etcd_release() {
     let cluster = Cluster::new("3.5", 6);
     let tls = cluster.dir.path().join("tls");
-    let init = cluster.member_init_with(
-        0,
-        &[
-            "--peer-tls".to_owned(),
-            "--client-tls".to_owned(),
-            format!("--tls-dir={}", tls.display()),
-        ],
-    );
-    assert!(
-        init.status.success(),
-        "member-init failed: {}",
-        String::from_utf8_lossy(&init.stderr)
-    );
-    let text = std::fs::read_to_string(&cluster.members[0].config).unwrap();
-    let config: serde_json::Value = serde_json::from_str(&text).unwrap();
-    let flags = config_flags(&config);
-    for wanted in [
-        "--name",
-        "--quota-backend-bytes",
-        "--peer-cert-file",
-        "--cert-file",
+    // Each tools directory and the release it holds: member-init spells
+    // some settings (the corruption checks) per version.
+    for (release, version) in [
+        ("3.4", "3.4.23"),
+        ("3.5", "3.5.16"),
+        ("3.5.30", "3.5.30"),
+        ("3.6.16", "3.6.16"),
+        ("3.7.3", "3.7.3"),
     ] {
-        assert!(flags.iter().any(|f| f == wanted), "{wanted} in {flags:?}");
-    }
-    for release in ["3.4", "3.5", "3.5.30", "3.6.16", "3.7.3"] {
+        let init = cluster.member_init_with(
+            0,
+            &[
+                "--peer-tls".to_owned(),
+                "--client-tls".to_owned(),
+                format!("--tls-dir={}", tls.display()),
+                format!("--etcd-version={version}"),
+            ],
+        );
+        assert!(
+            init.status.success(),
+            "member-init failed: {}",
+            String::from_utf8_lossy(&init.stderr)
+        );
+        let text = std::fs::read_to_string(&cluster.members[0].config).unwrap();
+        let config: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let flags = config_flags(&config);
+        for wanted in [
+            "--name",
+            "--quota-backend-bytes",
+            "--peer-cert-file",
+            "--cert-file",
+        ] {
+            assert!(flags.iter().any(|f| f == wanted), "{wanted} in {flags:?}");
+        }
         let help = Command::new(etcd_binary(release))
             .arg("--help")
             .output()
@@ -363,8 +372,18 @@ fn every_setting_member_init_writes_is_a_flag_of_each_etcd_release() {
             .collect();
         assert!(
             unknown.is_empty(),
-            "etcd {release} has no flag for {unknown:?} (member-init wrote:\n{text})"
+            "etcd {version} has no flag for {unknown:?} (member-init wrote:\n{text})"
         );
+        // Feature gates (3.6 on) are one flag: each gate must be one the
+        // release lists.
+        let gates = config["feature-gates"].as_str().unwrap_or_default();
+        for gate in gates.split(',').filter(|g| !g.is_empty()) {
+            let name = gate.split('=').next().unwrap_or_default();
+            assert!(
+                usage.contains(&format!("{name}=true|false")),
+                "etcd {version} has no feature gate {name}"
+            );
+        }
     }
 }
 
