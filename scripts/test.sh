@@ -46,6 +46,19 @@ for release in 1.37:v1.37.2 1.34:v1.34.4; do
   fi
 done
 
+phase "etcd 3.6 and 3.7 for their tests (built from Go modules once, then cached)"
+# No Debian release carries them; `dkv local up --etcd 3.6` builds them on
+# first use the same way. The demo needs neither (nor Go).
+ETCD_TOOLS="${DKV_TOOLS_DIR:-$PWD/.tools}"
+for release in 3.6:3.6.16 3.7:3.7.3; do
+  ETCD_BIN="$ETCD_TOOLS/etcd-${release#*:}/usr/bin"
+  if [ ! -x "$ETCD_BIN/etcd" ]; then
+    nice -n 10 bash go/etcd/build.sh "${release%%:*}" "$ETCD_BIN.partial"
+    rm -rf "$ETCD_BIN"
+    mv "$ETCD_BIN.partial" "$ETCD_BIN"
+  fi
+done
+
 phase "bbolt-poke, the corruption test's tool (built from Go modules once, then cached)"
 # corruption_on_kube_local.rs changes a stopped member's data with it; the
 # test would build it on first use too, in its own time.

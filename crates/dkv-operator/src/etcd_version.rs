@@ -55,8 +55,9 @@ impl fmt::Display for EtcdVersion {
 
 /// Oldest etcd dkv runs: learners (needed for safe scale-up) arrived in 3.4.
 pub const MIN_SUPPORTED: EtcdVersion = EtcdVersion::new(3, 4, 0);
-/// Newest minor line dkv knows how to run.
-pub const MAX_SUPPORTED_MINOR: (u32, u32) = (3, 6);
+/// Newest minor line dkv knows how to run (and tests: 3.7.3, built from
+/// etcd's Go modules).
+pub const MAX_SUPPORTED_MINOR: (u32, u32) = (3, 7);
 
 /// The oldest 3.5 release a cluster may upgrade to 3.6 from. etcd's 3.5 → 3.6
 /// upgrade guide ("Update 3.5") asks for every member on 3.5.26 or later:
@@ -176,6 +177,13 @@ mod tests {
         assert!(check_version_change(v(3, 5, 30), v(3, 6, 5)).is_ok());
         // A patch upgrade within 3.5 first is how to get there.
         assert!(check_version_change(v(3, 5, 16), v(3, 5, 30)).is_ok());
+        // From 3.6 on, any patch release moves one minor up.
+        assert!(check_version_change(v(3, 6, 0), v(3, 7, 3)).is_ok());
+        assert!(check_version_change(v(3, 6, 16), v(3, 7, 0)).is_ok());
+        assert!(matches!(
+            check_version_change(v(3, 5, 30), v(3, 7, 3)),
+            Err(VersionChangeError::SkipsMinor { .. })
+        ));
         let message = check_version_change(v(3, 5, 16), v(3, 6, 5))
             .unwrap_err()
             .to_string();

@@ -65,6 +65,12 @@ pub struct UpArgs {
     /// directory; kube-local's kubelets join it as the nodes.
     #[arg(long, value_name = "VERSION")]
     pub kubernetes: Option<String>,
+    /// Also run etcd of this release line (`3.6` or `3.7`; repeat for
+    /// both): built from etcd's Go modules on first use (needs Go) and kept
+    /// in the tools directory, then `registry.k8s.io/etcd:3.6.16-0` and its
+    /// quay.io and gcr.io tags run it. 3.4 and 3.5 need no flag and no Go.
+    #[arg(long = "etcd", value_name = "VERSION")]
+    pub etcd: Vec<String>,
     /// Start the cluster without dkv: install the operator yourself, as on
     /// any cluster (`helm install dkv charts/dkv --namespace dkv-system
     /// --create-namespace --set listenOn=podIP`, or `kubectl apply
@@ -133,9 +139,15 @@ pub fn prepare(args: UpArgs) -> anyhow::Result<Option<Prepared>> {
     // etcd releases are fetched on first use, here rather than in the
     // background process: progress and errors reach the terminal.
     let tools = etcd_tools::tools_dir()?;
+    let from_go = args
+        .etcd
+        .iter()
+        .map(|minor| etcd_tools::find_go_release(minor))
+        .collect::<anyhow::Result<Vec<_>>>()?;
     if image_map_file.is_none() {
         etcd_tools::ensure(&tools)?;
     }
+    etcd_tools::ensure_built(&tools, &from_go)?;
     // Likewise the Kubernetes build, a long one the first time.
     if let Some(version) = &args.kubernetes {
         let release = kubernetes::release::find(version)?;
@@ -212,7 +224,7 @@ pub async fn up(prepared: Prepared) -> anyhow::Result<()> {
         Some(version) => {
             let release = kubernetes::release::find(version)?;
             let bin = release.ensure(&tools)?;
-            let etcd = etcd_tools::bin_dir(&tools, &etcd_tools::RELEASES[1]).join("etcd");
+            let etcd = etcd_tools::bin_dir(&tools, &etcd_tools::RELEASE_3_5).join("etcd");
             let host_port = host_port.context("the API server's host port")?;
             let plane =
                 kubernetes::ControlPlane::start(release, &bin, &etcd, &data_dir, host_port.port()?)
@@ -401,6 +413,9 @@ fn detach(args: &UpArgs, data_dir: &Path, image_map: Option<&Path>) -> anyhow::R
         .args(["--zones", &args.zones.to_string()]);
     if let Some(version) = &args.kubernetes {
         command.args(["--kubernetes", version]);
+    }
+    for etcd in &args.etcd {
+        command.args(["--etcd", etcd]);
     }
     if args.no_operator {
         command.arg("--no-operator");

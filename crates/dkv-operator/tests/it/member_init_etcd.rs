@@ -1,6 +1,9 @@
 //! `dkv member-init` against real etcd: the configuration it writes for the
-//! members of a new cluster forms a working 3-member cluster (etcd 3.4 and
-//! 3.5), and a member restarting from its data rejoins.
+//! members of a new cluster forms a working 3-member cluster (etcd 3.4, 3.5,
+//! 3.6 and 3.7), a member restarting from its data rejoins, and every
+//! setting it writes is one each release knows (etcd ignores the keys of a
+//! configuration file it does not know, so a removed flag would pass
+//! silently).
 //!
 //! Each member runs as its own process on its own loopback address, inside a
 //! private mount namespace whose `/etc/hosts` resolves the members' stable DNS
@@ -277,6 +280,111 @@ fn etcd_3_5_members_configured_by_member_init_form_a_cluster() {
 #[test]
 fn etcd_3_4_members_configured_by_member_init_form_a_cluster() {
     forms_a_cluster_and_survives_a_member_restart("3.4", 1);
+}
+
+/// etcd 3.6.16 and 3.7.3, built from etcd's Go modules (`go/etcd/`).
+#[test]
+fn etcd_3_6_members_configured_by_member_init_form_a_cluster() {
+    forms_a_cluster_and_survives_a_member_restart("3.6.16", 4);
+}
+
+#[test]
+fn etcd_3_7_members_configured_by_member_init_form_a_cluster() {
+    forms_a_cluster_and_survives_a_member_restart("3.7.3", 5);
+}
+
+/// Every key of the configuration member-init writes, TLS on, as the flag
+/// etcd documents for it (`client-transport-security.cert-file` is
+/// `--cert-file`, the peer's `--peer-cert-file`).
+fn config_flags(config: &serde_json::Value) -> Vec<String> {
+    let mut flags = Vec::new();
+    for (key, value) in config.as_object().into_iter().flatten() {
+        let prefix = match key.as_str() {
+            "client-transport-security" => "",
+            "peer-transport-security" => "peer-",
+            _ => {
+                flags.push(format!("--{key}"));
+                continue;
+            }
+        };
+        for nested in value.as_object().into_iter().flatten().map(|(k, _)| k) {
+            flags.push(format!("--{prefix}{nested}"));
+        }
+    }
+    flags
+}
+
+#[test]
+fn every_setting_member_init_writes_is_a_flag_of_each_etcd_release() {
+    let cluster = Cluster::new("3.5", 6);
+    let tls = cluster.dir.path().join("tls");
+    // Each tools directory and the release it holds: member-init spells
+    // some settings (the corruption checks) per version.
+    for (release, version) in [
+        ("3.4", "3.4.23"),
+        ("3.5", "3.5.16"),
+        ("3.5.30", "3.5.30"),
+        ("3.6.16", "3.6.16"),
+        ("3.7.3", "3.7.3"),
+    ] {
+        let init = cluster.member_init_with(
+            0,
+            &[
+                "--peer-tls".to_owned(),
+                "--client-tls".to_owned(),
+                format!("--tls-dir={}", tls.display()),
+                format!("--etcd-version={version}"),
+            ],
+        );
+        assert!(
+            init.status.success(),
+            "member-init failed: {}",
+            String::from_utf8_lossy(&init.stderr)
+        );
+        let text = std::fs::read_to_string(&cluster.members[0].config).unwrap();
+        let config: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let flags = config_flags(&config);
+        for wanted in [
+            "--name",
+            "--quota-backend-bytes",
+            "--peer-cert-file",
+            "--cert-file",
+        ] {
+            assert!(flags.iter().any(|f| f == wanted), "{wanted} in {flags:?}");
+        }
+        let help = Command::new(etcd_binary(release))
+            .arg("--help")
+            .output()
+            .unwrap();
+        // etcd prints its usage to stderr (3.4, 3.5) or stdout.
+        let usage = format!(
+            "{}{}",
+            String::from_utf8_lossy(&help.stdout),
+            String::from_utf8_lossy(&help.stderr)
+        );
+        let known: std::collections::BTreeSet<&str> = usage
+            .split_whitespace()
+            .filter(|word| word.starts_with("--"))
+            .collect();
+        let unknown: Vec<&String> = flags
+            .iter()
+            .filter(|f| !known.contains(f.as_str()))
+            .collect();
+        assert!(
+            unknown.is_empty(),
+            "etcd {version} has no flag for {unknown:?} (member-init wrote:\n{text})"
+        );
+        // Feature gates (3.6 on) are one flag: each gate must be one the
+        // release lists.
+        let gates = config["feature-gates"].as_str().unwrap_or_default();
+        for gate in gates.split(',').filter(|g| !g.is_empty()) {
+            let name = gate.split('=').next().unwrap_or_default();
+            assert!(
+                usage.contains(&format!("{name}=true|false")),
+                "etcd {version} has no feature gate {name}"
+            );
+        }
+    }
 }
 
 fn write_record(cluster: &Cluster, state: &str, started: &[(usize, bool)]) -> PathBuf {

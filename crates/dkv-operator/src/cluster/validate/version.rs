@@ -59,3 +59,31 @@ pub(super) fn resolve_version(
     }
     Some(version)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn resolved(image: &str) -> (Option<EtcdVersion>, Vec<String>) {
+        let mut problems = Problems::default();
+        let version = resolve_version(image, None, &mut problems);
+        (version, problems.0.into_iter().map(|p| p.message).collect())
+    }
+
+    #[test]
+    fn etcd_3_4_through_3_7_are_supported_and_3_8_is_not() {
+        for (image, version) in [
+            ("registry.k8s.io/etcd:3.4.23-0", EtcdVersion::new(3, 4, 23)),
+            ("registry.k8s.io/etcd:3.6.16-0", EtcdVersion::new(3, 6, 16)),
+            ("quay.io/coreos/etcd:v3.7.3", EtcdVersion::new(3, 7, 3)),
+        ] {
+            assert_eq!(resolved(image), (Some(version), Vec::new()), "{image}");
+        }
+        let (version, problems) = resolved("gcr.io/etcd-development/etcd:v3.8.0");
+        assert_eq!(version, None);
+        assert_eq!(
+            problems,
+            vec!["etcd 3.8.0 is newer than this operator supports (up to 3.7.x)".to_owned()]
+        );
+    }
+}

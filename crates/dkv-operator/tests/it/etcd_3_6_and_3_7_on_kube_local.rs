@@ -1,0 +1,220 @@
+//! etcd 3.6 and 3.7 run by dkv on kube-local: the releases built from
+//! etcd's own Go modules (`go/etcd/`, cached in the tools directory by
+//! scripts/test.sh), each with a writer recording every acknowledged write.
+//! New 3-member clusters on 3.6.16 and on 3.7.3 become Available and report
+//! the version etcd reports (per member, `status.currentVersion`, and the
+//! VERSION column of `kubectl get`); a cluster on 3.5.30 is upgraded to
+//! 3.6.16 and then to 3.7.3, one minor at a time, each upgrade with at most
+//! one leader change (the planned MoveLeader before the leader restarts
+//! last); nothing acknowledged is lost.
+//!
+//! etcd 3.7 cannot replay a log entry that 3.5 wrote: a member whose log
+//! since its last snapshot still holds one panics on 3.7 ("unmarshal should
+//! never fail", found here; etcd snapshots every 10,000 entries). So before
+//! 3.6 → 3.7 each member must have taken a snapshot on 3.6; the upgrade test
+//! drives that many writes first. dkv does not check it yet (see
+//! docs/operations.md, "Upgrade etcd").
+
+use std::time::{Duration, Instant};
+
+use dkv_api::DistributedKV;
+use kube::Client;
+use kube::api::{Api, Patch, PatchParams};
+use serde_json::json;
+
+use dkv_test_support as support;
+
+use support::etcd_cluster::{LeaderMonitor, Writer, lost_writes, settled_at, wait_for};
+
+const NS: &str = "releases";
+const V3530: &str = "registry.k8s.io/etcd:3.5.30-0";
+const V36: &str = "registry.k8s.io/etcd:3.6.16-0";
+const V37: &str = "quay.io/coreos/etcd:v3.7.3";
+
+/// What each member's etcd reports (its Status RPC), as dkv records it.
+fn member_versions(d: &DistributedKV) -> Vec<String> {
+    d.status
+        .iter()
+        .flat_map(|s| &s.members)
+        .filter_map(|m| m.version.clone())
+        .collect()
+}
+
+fn current_version(d: &DistributedKV) -> Option<&str> {
+    d.status.as_ref()?.current_version.as_deref()
+}
+
+/// Every member healthy and reporting `version`, and the cluster's running
+/// version `version`.
+fn settled_on(d: &DistributedKV, version: &str) -> bool {
+    settled_at(d, 3)
+        && member_versions(d) == vec![version; 3]
+        && current_version(d) == Some(version)
+}
+
+/// The VERSION column `kubectl get dkv` prints for cluster `orders`.
+fn version_column(env: &kube_local::Environment) -> String {
+    let table = support::kubectl(env, &["get", "dkv", "orders", "-n", NS]);
+    let mut lines = table.lines();
+    let header: Vec<&str> = lines
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    let row: Vec<&str> = lines
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    let column = header
+        .iter()
+        .position(|h| *h == "VERSION")
+        .unwrap_or_else(|| panic!("no VERSION column in:\n{table}"));
+    row.get(column)
+        .unwrap_or_else(|| panic!("no VERSION value in:\n{table}"))
+        .to_string()
+}
+
+/// A new 3-member cluster on `image` reaches Available, reports etcd's
+/// `version`, and serves a writer without losing an acknowledged write.
+async fn new_cluster_serves(image: &str, version: &str) {
+    let (env, client, operator) = support::running_operator(NS).await;
+    let started = Instant::now();
+    let dkvs = support::create_cluster(&client, NS, "orders", 3, image, json!({})).await;
+    wait_for(
+        &dkvs,
+        "orders",
+        &format!("3 healthy voters on {version}"),
+        |d| settled_on(d, version),
+    )
+    .await;
+    eprintln!(
+        "create 3 members on etcd {version}: {:?}",
+        started.elapsed()
+    );
+    assert_eq!(version_column(&env), version);
+
+    let writer = Writer::start(client.clone(), NS, "orders");
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let report = writer.stop().await;
+    assert!(
+        report.acked.len() > 20,
+        "the writer wrote: {}",
+        report.acked.len()
+    );
+    support::etcd_cluster::assert_no_write_lost(&client, NS, &report).await;
+    operator.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_new_cluster_on_etcd_3_6_serves_and_reports_its_version() {
+    new_cluster_serves(V36, "3.6.16").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_new_cluster_on_etcd_3_7_serves_and_reports_its_version() {
+    new_cluster_serves(V37, "3.7.3").await;
+}
+
+/// Upgrades `orders` to `image` (etcd `version`) under a writer and a
+/// leader monitor: every member on it, at most one leader change, writes
+/// never stalled for long, nothing acknowledged lost.
+async fn upgrade(client: &Client, dkvs: &Api<DistributedKV>, image: &str, version: &str) {
+    let writer = Writer::start(client.clone(), NS, "orders");
+    let monitor = LeaderMonitor::start(client.clone(), NS, "orders");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    let started = Instant::now();
+    dkvs.patch(
+        "orders",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"image": image}})),
+    )
+    .await
+    .unwrap();
+    wait_for(dkvs, "orders", &format!("every member on {version}"), |d| {
+        settled_on(d, version)
+    })
+    .await;
+    let took = started.elapsed();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    let (leaders, term) = monitor.stop().await;
+    let report = writer.stop().await;
+    let lost = lost_writes(client, NS, "orders", &report.acked).await;
+    eprintln!(
+        "upgrade to {version} took {took:?}; leaders seen {leaders:x?} (last term {term}); writer: \
+         {} acknowledged, {} failed attempts, longest gap {:?}, {} lost",
+        report.acked.len(),
+        report.failures,
+        report.longest_gap,
+        lost.len()
+    );
+    assert!(
+        leaders.len() <= 2,
+        "at most one leader change (the planned MoveLeader) upgrading to {version}: {leaders:x?}"
+    );
+    assert!(
+        report.longest_gap < Duration::from_secs(5),
+        "writes stalled for {:?} upgrading to {version}",
+        report.longest_gap
+    );
+    assert!(report.acked.len() > 20, "the writer wrote throughout");
+    assert!(lost.is_empty(), "acknowledged writes lost: {lost:?}");
+}
+
+/// etcd's default `--snapshot-count` (3.6, 3.7): a member takes a snapshot
+/// once it has applied more entries than this since its last one.
+const SNAPSHOT_COUNT: usize = 10_000;
+
+/// Writes enough entries that every member of `orders` takes a snapshot
+/// (many writes in flight at once: one at a time would take minutes).
+async fn write_past_a_snapshot(client: &Client) {
+    let started = Instant::now();
+    let endpoints = support::etcd_cluster::member_endpoints(client, NS, "orders").await;
+    let etcd = support::etcd_cluster::connect(endpoints)
+        .await
+        .expect("connecting to the members");
+    const IN_FLIGHT: usize = 32;
+    let writers: Vec<_> = (0..IN_FLIGHT)
+        .map(|lane| {
+            let mut etcd = etcd.clone();
+            tokio::spawn(async move {
+                for i in (lane..=SNAPSHOT_COUNT + 100).step_by(IN_FLIGHT) {
+                    support::etcd_cluster::put_retrying(
+                        &mut etcd,
+                        &format!("/snapshot-filler/{}", i % 64),
+                        "x",
+                    )
+                    .await;
+                }
+            })
+        })
+        .collect();
+    for writer in writers {
+        writer.await.unwrap();
+    }
+    eprintln!(
+        "{} writes for a snapshot on every member: {:?}",
+        SNAPSHOT_COUNT + 100,
+        started.elapsed()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn rolling_upgrades_3_5_30_to_3_6_to_3_7_keep_the_cluster_serving() {
+    let (env, client, operator) = support::running_operator(NS).await;
+    let dkvs = support::create_cluster(&client, NS, "orders", 3, V3530, json!({})).await;
+    wait_for(&dkvs, "orders", "3 healthy voters on 3.5.30", |d| {
+        settled_on(d, "3.5.30")
+    })
+    .await;
+
+    upgrade(&client, &dkvs, V36, "3.6.16").await;
+    assert_eq!(version_column(&env), "3.6.16");
+    write_past_a_snapshot(&client).await;
+    upgrade(&client, &dkvs, V37, "3.7.3").await;
+    assert_eq!(version_column(&env), "3.7.3");
+
+    operator.stop().await;
+}
