@@ -1,7 +1,8 @@
 # Shared by the build.sh scripts under go/: checks that the go on PATH can
 # build the module in the current directory, and fetches its modules with
 # errors reported by module name. Source it; it defines die, out_dir,
-# go_enter, go_check, go_required and go_fetch.
+# go_enter, go_module_build, go_line_build, go_check, go_required and
+# go_fetch.
 
 die() {
 	echo "build.sh: error: $*" >&2
@@ -20,6 +21,33 @@ go_enter() {
 	cd "$1" || die "no module directory $1"
 	export CGO_ENABLED=0
 	go_check "$2"
+}
+
+# go_module_build WHAT ARGS...: the start of a build.sh of one module,
+# called with the script's arguments (OUTDIR): $out is OUTDIR, created and
+# absolute, and the shell is in the script's directory, with a go that can
+# build WHAT.
+go_module_build() {
+	local what=$1
+	shift
+	[[ $# -eq 1 ]] || die "usage: build.sh OUTDIR"
+	out=$(out_dir "$1")
+	go_enter "$(cd "$(dirname "${BASH_SOURCE[1]}")" && pwd)" "$what"
+}
+
+# go_line_build WHAT ARGS...: the start of a build.sh with a module per
+# release line in vMINOR/, called with the script's arguments (MINOR
+# OUTDIR): $minor is MINOR, $out is OUTDIR, created and absolute, and the
+# shell is in vMINOR/, with a go that can build it.
+go_line_build() {
+	local what=$1 here
+	shift
+	here=$(cd "$(dirname "${BASH_SOURCE[1]}")" && pwd)
+	[[ $# -eq 2 ]] || die "usage: build.sh MINOR OUTDIR (MINOR is one of: $(cd "$here" && ls -d v*/ | tr -d v/ | tr '\n' ' '))"
+	minor=${1#v}
+	[[ -f $here/v$minor/go.mod ]] || die "no module for $what $minor: $here/v$minor/go.mod is missing"
+	out=$(out_dir "$2")
+	go_enter "$here/v$minor" "$what $minor"
 }
 
 # go_check WHAT: the go on PATH is at least the version ./go.mod asks for.

@@ -14,6 +14,19 @@ phase() {
   printf '== [%dm%02ds] %s\n' $((SECONDS / 60)) $((SECONDS % 60)) "$1"
 }
 
+# build_once DIR FILE SCRIPT [ARGS...]: `SCRIPT ARGS... DIR` (a build.sh
+# under go/), unless DIR/FILE is there already; built aside and moved in
+# whole, so an interrupted build is not taken for a finished one.
+build_once() {
+  local dir=$1 file=$2 script=$3
+  shift 3
+  [ -x "$dir/$file" ] && return 0
+  rm -rf "$dir.partial"
+  nice -n 10 bash "$script" "$@" "$dir.partial"
+  rm -rf "$dir"
+  mv "$dir.partial" "$dir"
+}
+
 scripts/install-prerequisites.sh
 # The Azure and GCS servers of the backup tests (not the demo's: it needs no
 # Go).
@@ -38,12 +51,7 @@ phase "the real Kubernetes control plane for its tests (built from Go modules on
 # here keeps a long first build out of a test's time. With Go's caches warm
 # (a machine that built it before) this takes seconds.
 for release in 1.37:v1.37.2 1.34:v1.34.4; do
-  KUBERNETES_BIN="$PWD/.tools/kubernetes-${release#*:}/bin"
-  if [ ! -x "$KUBERNETES_BIN/kube-apiserver" ]; then
-    nice -n 10 bash go/kubernetes/build.sh "${release%%:*}" "$KUBERNETES_BIN.partial"
-    rm -rf "$KUBERNETES_BIN"
-    mv "$KUBERNETES_BIN.partial" "$KUBERNETES_BIN"
-  fi
+  build_once "$PWD/.tools/kubernetes-${release#*:}/bin" kube-apiserver go/kubernetes/build.sh "${release%%:*}"
 done
 
 phase "etcd 3.6 and 3.7 for their tests (built from Go modules once, then cached)"
@@ -51,21 +59,13 @@ phase "etcd 3.6 and 3.7 for their tests (built from Go modules once, then cached
 # first use the same way. The demo needs neither (nor Go).
 ETCD_TOOLS="${DKV_TOOLS_DIR:-$PWD/.tools}"
 for release in 3.6:3.6.16 3.7:3.7.3; do
-  ETCD_BIN="$ETCD_TOOLS/etcd-${release#*:}/usr/bin"
-  if [ ! -x "$ETCD_BIN/etcd" ]; then
-    nice -n 10 bash go/etcd/build.sh "${release%%:*}" "$ETCD_BIN.partial"
-    rm -rf "$ETCD_BIN"
-    mv "$ETCD_BIN.partial" "$ETCD_BIN"
-  fi
+  build_once "$ETCD_TOOLS/etcd-${release#*:}/usr/bin" etcd go/etcd/build.sh "${release%%:*}"
 done
 
 phase "bbolt-poke, the corruption test's tool (built from Go modules once, then cached)"
 # corruption_on_kube_local.rs changes a stopped member's data with it; the
 # test would build it on first use too, in its own time.
-BBOLT_POKE_DIR="${DKV_TOOLS_DIR:-$PWD/.tools}/bbolt-poke"
-if [ ! -x "$BBOLT_POKE_DIR/bbolt-poke" ]; then
-  nice -n 10 bash go/bbolt-poke/build.sh "$BBOLT_POKE_DIR"
-fi
+build_once "${DKV_TOOLS_DIR:-$PWD/.tools}/bbolt-poke" bbolt-poke go/bbolt-poke/build.sh
 
 phase "helm chart: lint, and the same objects as deploy/default (builds the helm the tests install with)"
 scripts/check-helm.sh

@@ -11,11 +11,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=../lib.sh
 source "$here/../lib.sh"
 
-[[ $# -eq 1 ]] || die "usage: build.sh OUTDIR"
-out=$1
-
-out=$(out_dir "$out")
-go_enter "$here" bbolt-poke
+go_module_build bbolt-poke "$@"
 go_fetch "bbolt-poke (go.etcd.io/bbolt $(go_required go.etcd.io/bbolt))"
 go build -buildvcs=false -trimpath -o "$out/bbolt-poke.partial" . ||
 	die "go build of bbolt-poke failed (see the go output above)"

@@ -18,14 +18,8 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=../lib.sh
 source "$here/../lib.sh"
 
-[[ $# -eq 2 ]] || die "usage: build.sh MINOR OUTDIR (MINOR is one of: $(cd "$here" && ls -d v*/ | tr -d v/ | tr '\n' ' '))"
-minor=${1#v}
-out=$2
-moddir=$here/v$minor
-[[ -f $moddir/go.mod ]] || die "no module for etcd $minor: $moddir/go.mod is missing"
-
-out=$(out_dir "$out")
-go_enter "$moddir" "etcd $minor"
+go_line_build etcd "$@"
+moddir=$PWD
 version=$(go_required go.etcd.io/etcd/server/v3)
 [[ $version == v$minor.* ]] || die "no 'require go.etcd.io/etcd/server/v3 v$minor.x' line in $moddir/go.mod"
 for module in etcdctl etcdutl; do

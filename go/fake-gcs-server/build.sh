@@ -13,11 +13,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=../lib.sh
 source "$here/../lib.sh"
 
-[[ $# -eq 1 ]] || die "usage: build.sh OUTDIR"
-out=$1
-
-out=$(out_dir "$out")
-go_enter "$here" fake-gcs-server
+go_module_build fake-gcs-server "$@"
 module=github.com/fsouza/fake-gcs-server
 version=$(go_required "$module")
 [[ $version == v* ]] || die "no 'require $module vX.Y.Z' line in $here/go.mod"

@@ -12,11 +12,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=../lib.sh
 source "$here/../lib.sh"
 
-[[ $# -eq 1 ]] || die "usage: build.sh OUTDIR"
-out=$1
-
-out=$(out_dir "$out")
-go_enter "$here" helm
+go_module_build helm "$@"
 version=$(go_required helm.sh/helm/v3)
 [[ $version == v3.* ]] || die "no 'require helm.sh/helm/v3 v3.x.y' line in $here/go.mod"
 go_fetch "helm.sh/helm/v3 $version"

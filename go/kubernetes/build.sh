@@ -13,14 +13,8 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=../lib.sh
 source "$here/../lib.sh"
 
-[[ $# -eq 2 ]] || die "usage: build.sh MINOR OUTDIR (MINOR is one of: $(cd "$here" && ls -d v*/ | tr -d v/ | tr '\n' ' '))"
-minor=${1#v}
-out=$2
-moddir=$here/v$minor
-[[ -f $moddir/go.mod ]] || die "no module for Kubernetes $minor: $moddir/go.mod is missing"
-
-out=$(out_dir "$out")
-go_enter "$moddir" "Kubernetes $minor"
+go_line_build Kubernetes "$@"
+moddir=$PWD
 version=$(go_required k8s.io/kubernetes)
 [[ $version == v1.* ]] || die "no 'require k8s.io/kubernetes v1.x.y' line in $moddir/go.mod"
 go_fetch "k8s.io/kubernetes $version"
