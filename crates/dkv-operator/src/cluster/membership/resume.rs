@@ -27,14 +27,7 @@ pub(super) fn continue_operation(obs: &Observation, pinned: Pinned) -> Step {
             Some(m) if !m.learner && obs.voters().len() == 1 => Step::Finish(pinned),
             Some(m) => match obs.safe_to_lose(m.id, true) {
                 Err(reason) => Step::Wait(reason),
-                Ok(()) => match (m.leader, obs.healthy_follower(m.id)) {
-                    (true, Some(to)) => Step::MoveLeader {
-                        from: m.id,
-                        from_ordinal: m.ordinal,
-                        to: to.id,
-                    },
-                    _ => Step::RemoveMember { id: m.id, ordinal },
-                },
+                Ok(()) => leadership_off_then_remove(obs, m, ordinal),
             },
             None if obs.replicas > ordinal => Step::SetReplicas(ordinal),
             None if obs.pod(ordinal).is_some() => Step::Wait(WaitReason::PodNotReady { ordinal }),
@@ -163,14 +156,7 @@ pub(super) fn continue_operation(obs: &Observation, pinned: Pinned) -> Step {
                 Some(m) if m.started && !m.learner && corrupt => {
                     match obs.safe_to_replace_corrupt(m.id) {
                         Err(reason) => Step::Wait(reason),
-                        Ok(()) => match (m.leader, obs.healthy_follower(m.id)) {
-                            (true, Some(to)) => Step::MoveLeader {
-                                from: m.id,
-                                from_ordinal: m.ordinal,
-                                to: to.id,
-                            },
-                            _ => Step::RemoveMember { id: m.id, ordinal },
-                        },
+                        Ok(()) => leadership_off_then_remove(obs, m, ordinal),
                     }
                 }
                 Some(m) if m.started && !m.learner && lost => match obs.safe_to_lose(m.id, true) {
@@ -302,5 +288,18 @@ fn continue_restore(obs: &Observation, pinned: Pinned) -> Step {
         Step::Finish(pinned)
     } else {
         Step::Wait(WaitReason::RestoreInProgress)
+    }
+}
+
+/// Removing member `m` (pod `ordinal`): its leadership moved to a healthy
+/// follower first, when it leads and there is one.
+fn leadership_off_then_remove(obs: &Observation, m: &super::ObservedMember, ordinal: i32) -> Step {
+    match (m.leader, obs.healthy_follower(m.id)) {
+        (true, Some(to)) => Step::MoveLeader {
+            from: m.id,
+            from_ordinal: m.ordinal,
+            to: to.id,
+        },
+        _ => Step::RemoveMember { id: m.id, ordinal },
     }
 }

@@ -82,6 +82,32 @@ fn parse_whole_duration(text: &str, units: &[(&str, u64)]) -> Option<Duration> {
     Some(Duration::from_secs(number.checked_mul(*seconds)?))
 }
 
+/// `spec.backup.continuous.newChain.<field>`, a whole number within
+/// `range`; a problem otherwise.
+fn bounded<T: TryFrom<i64>>(
+    value: i64,
+    range: std::ops::RangeInclusive<i64>,
+    field: &str,
+    default: i64,
+    problems: &mut Problems,
+) -> Option<T> {
+    let fits = range
+        .contains(&value)
+        .then(|| T::try_from(value).ok())
+        .flatten();
+    if fits.is_none() {
+        problems.add(
+            &format!("spec.backup.continuous.newChain.{field}"),
+            format!(
+                "{value} is outside {} to {}; omit it for the default {default}",
+                range.start(),
+                range.end()
+            ),
+        );
+    }
+    fits
+}
+
 /// `spec.backup.continuous.newChain` into the chain limits.
 fn new_chain_limits(new_chain: Option<&NewChain>, problems: &mut Problems) -> ChainLimits {
     let mut limits = ChainLimits::default();
@@ -99,25 +125,21 @@ fn new_chain_limits(new_chain: Option<&NewChain>, problems: &mut Problems) -> Ch
             ),
         }
     }
-    if let Some(revisions) = new_chain.max_revisions {
-        match u64::try_from(revisions) {
-            Ok(revisions) if (1000..=100_000_000).contains(&revisions) => {
-                limits.max_revisions = revisions;
-            }
-            _ => problems.add(
-                "spec.backup.continuous.newChain.maxRevisions",
-                format!("{revisions} is outside 1000 to 100000000; omit it for the default 100000"),
-            ),
-        }
+    if let Some(revisions) = new_chain.max_revisions
+        && let Some(revisions) = bounded(
+            revisions,
+            1000..=100_000_000,
+            "maxRevisions",
+            100_000,
+            problems,
+        )
+    {
+        limits.max_revisions = revisions;
     }
-    if let Some(percent) = new_chain.change_percent {
-        match u32::try_from(percent) {
-            Ok(percent) if (1..=1000).contains(&percent) => limits.change_percent = percent,
-            _ => problems.add(
-                "spec.backup.continuous.newChain.changePercent",
-                format!("{percent} is outside 1 to 1000; omit it for the default 25"),
-            ),
-        }
+    if let Some(percent) = new_chain.change_percent
+        && let Some(percent) = bounded(i64::from(percent), 1..=1000, "changePercent", 25, problems)
+    {
+        limits.change_percent = percent;
     }
     limits
 }
