@@ -394,6 +394,26 @@ mod tests {
         }
     }
 
+    /// The bases and segments of every chain stored under `settings`'
+    /// destination, the segments read with `keys`.
+    async fn stored_chains(
+        settings: &AgentSettings,
+        keys: &Keyring,
+    ) -> (Store, Vec<Base>, Vec<StoredSegment>) {
+        let store = Store::open(&settings.destination, &StoreConfig::default()).unwrap();
+        let continuous = continuous_location(&settings.destination, "shop", "orders");
+        let bases = read_bases(&store, &continuous).await.unwrap();
+        let mut segments = Vec::new();
+        for base in &bases {
+            segments.extend(
+                read_chain(&store, &chain_location(&continuous, &base.chain), keys)
+                    .await
+                    .unwrap(),
+            );
+        }
+        (store, bases, segments)
+    }
+
     fn start_agent(endpoint: &str, settings: &AgentSettings) -> Running {
         let (stop, stopped) = watch::channel(false);
         let etcd = GrpcAdmin::new(vec![endpoint.to_owned()], Duration::from_secs(5));
@@ -497,18 +517,8 @@ mod tests {
         assert!(gaps[0].is_some_and(|after| after < newest), "{gaps:?}");
 
         // Restore to the target revision of the first chain.
-        let store = Store::open(&settings.destination, &StoreConfig::default()).unwrap();
-        let continuous = continuous_location(&settings.destination, "shop", "orders");
-        let bases = read_bases(&store, &continuous).await.unwrap();
+        let (store, bases, segments) = stored_chains(&settings, &keys).await;
         assert_eq!(bases.len(), 2);
-        let mut segments = Vec::new();
-        for base in &bases {
-            segments.extend(
-                read_chain(&store, &chain_location(&continuous, &base.chain), &keys)
-                    .await
-                    .unwrap(),
-            );
-        }
         let built = chains(&bases, &segments);
         let planned = plan(&built, Target::Revision(target)).unwrap();
         assert_eq!(planned.base, bases[0]);
@@ -637,19 +647,9 @@ mod tests {
         assert!(started.len() >= 3, "{progress:?}");
         assert!(started.iter().all(Option::is_none), "no gap: {started:?}");
 
-        let store = Store::open(&settings.destination, &StoreConfig::default()).unwrap();
-        let continuous = continuous_location(&settings.destination, "shop", "orders");
-        let bases = read_bases(&store, &continuous).await.unwrap();
-        assert_eq!(bases.len(), started.len());
         let keys = Keyring::default();
-        let mut segments = Vec::new();
-        for base in &bases {
-            segments.extend(
-                read_chain(&store, &chain_location(&continuous, &base.chain), &keys)
-                    .await
-                    .unwrap(),
-            );
-        }
+        let (_, bases, segments) = stored_chains(&settings, &keys).await;
+        assert_eq!(bases.len(), started.len());
         let built = chains(&bases, &segments);
         for pair in built.windows(2) {
             assert!(
