@@ -515,6 +515,16 @@ pub fn member_ids(d: &DistributedKV) -> Vec<(String, Option<String>)> {
         .collect()
 }
 
+/// What each member's etcd reports as its version (its Status RPC), as
+/// `d`'s status records it.
+pub fn member_versions(d: &DistributedKV) -> Vec<String> {
+    d.status
+        .iter()
+        .flat_map(|s| &s.members)
+        .filter_map(|m| m.version.clone())
+        .collect()
+}
+
 /// Stops `monitor` and `writer`, which ran through a rolling upgrade
 /// (`what`, which took `took`), and checks what clients saw of it: at most
 /// one leader change (the planned MoveLeader), writes never stalled for 5 s

@@ -25,22 +25,13 @@ use serde_json::json;
 use dkv_test_support as support;
 
 use support::etcd_cluster::{
-    LeaderMonitor, Writer, assert_upgrade_kept_serving, settled_at, wait_for,
+    LeaderMonitor, Writer, assert_upgrade_kept_serving, member_versions, settled_at, wait_for,
 };
 
 const NS: &str = "releases";
 const V3530: &str = "registry.k8s.io/etcd:3.5.30-0";
 const V36: &str = "registry.k8s.io/etcd:3.6.16-0";
 const V37: &str = "quay.io/coreos/etcd:v3.7.3";
-
-/// What each member's etcd reports (its Status RPC), as dkv records it.
-fn member_versions(d: &DistributedKV) -> Vec<String> {
-    d.status
-        .iter()
-        .flat_map(|s| &s.members)
-        .filter_map(|m| m.version.clone())
-        .collect()
-}
 
 fn current_version(d: &DistributedKV) -> Option<&str> {
     d.status.as_ref()?.current_version.as_deref()
