@@ -50,6 +50,18 @@ fn begin(kind: OperationKind, ordinal: i32) -> Step {
     Step::Begin(Pinned { kind, ordinal })
 }
 
+/// Checks that replacing the member at `ordinal` begins next and pins that
+/// operation in `obs`; returns the pin.
+fn begin_replacing(obs: &mut Observation, ordinal: i32) -> Pinned {
+    let pinned = Pinned {
+        kind: OperationKind::ReplaceMember,
+        ordinal,
+    };
+    assert_eq!(next_step(obs), Step::Begin(pinned));
+    obs.pinned = Some(pinned);
+    pinned
+}
+
 /// Checks that the member at `ordinal` (etcd id `old_id`) is removed next
 /// and then a learner added in its place, applying both to `obs` (the new
 /// learner gets `new_id`): how a lost or corrupt member is replaced.

@@ -8,12 +8,7 @@ fn a_lost_volume_is_replaced_remove_add_restart_promote() {
     obs.members.as_mut().unwrap()[1].healthy = false;
     obs.pods[1].ready = false;
     obs.pods[1].data_lost = true;
-    let pinned = Pinned {
-        kind: OperationKind::ReplaceMember,
-        ordinal: 1,
-    };
-    assert_eq!(next_step(&obs), Step::Begin(pinned));
-    obs.pinned = Some(pinned);
+    let pinned = begin_replacing(&mut obs, 1);
     remove_then_add_learner(&mut obs, 1, 101, 201);
     assert_eq!(next_step(&obs), Step::RestartPod { ordinal: 1 });
     obs.pods[1].data_lost = false;
@@ -35,12 +30,7 @@ fn a_corrupt_member_is_replaced_only_with_the_opt_in_remove_add_restart_promote(
         Step::Wait(WaitReason::MemberUnhealthy { ordinal: 1 })
     );
     obs.replace_corrupt = true;
-    let pinned = Pinned {
-        kind: OperationKind::ReplaceMember,
-        ordinal: 1,
-    };
-    assert_eq!(next_step(&obs), Step::Begin(pinned));
-    obs.pinned = Some(pinned);
+    let pinned = begin_replacing(&mut obs, 1);
     remove_then_add_learner(&mut obs, 1, 101, 201);
     // Its pod still runs the old data: it restarts, member-init sets the
     // data aside.
