@@ -328,6 +328,32 @@ impl Drop for MotoServer {
     }
 }
 
+/// Restores `snapshot` with `tool` into `data_dir` as `name`, the one
+/// member of a new cluster (token `token`) peering at `ip`:2380.
+pub async fn restore_single_member(
+    tool: &crate::restore::RestoreTool,
+    snapshot: &Path,
+    name: &str,
+    ip: &str,
+    token: &str,
+    data_dir: &Path,
+) {
+    crate::restore::restore_member(
+        tool,
+        &crate::restore::MemberRestore {
+            snapshot: snapshot.to_path_buf(),
+            name: name.to_owned(),
+            initial_cluster: format!("{name}=http://{ip}:2380"),
+            initial_advertise_peer_urls: format!("http://{ip}:2380"),
+            initial_cluster_token: token.to_owned(),
+            data_dir: data_dir.to_path_buf(),
+            revision_bump: None,
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("restoring {} as {name}: {e}", snapshot.display()));
+}
+
 /// A TCP port on 127.0.0.1 nothing listens on (at the time of asking).
 /// `len` bytes nothing can compress, the same for the same `seed`
 /// (xorshift: cheap; a test needs entropy, not randomness).

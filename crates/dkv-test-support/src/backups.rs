@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use dkv_api::DistributedKVBackup;
-use dkv_api::backup::v1alpha1::BackupPhase;
+use dkv_api::backup::v1alpha1::{BackupArtifact, BackupPhase};
 use k8s_openapi::api::core::v1::Secret;
 use kube::Client;
 use kube::api::{Api, PostParams};
@@ -62,6 +62,54 @@ pub async fn wait_backup_completed(
     b
 }
 
+/// Creates the Secret `name` in `ns` holding the backup encryption key
+/// `key_hex` under `key`, where a `keySecret` without `key` looks.
+pub async fn create_key_secret(client: &Client, ns: &str, name: &str, key_hex: &str) {
+    create_secret(
+        client,
+        ns,
+        name,
+        vec![("key".to_owned(), key_hex.to_owned())],
+    )
+    .await;
+}
+
+/// Creates the `DistributedKVBackup` `name` in `ns` with `spec` and checks
+/// that it completed.
+pub async fn create_backup(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    spec: serde_json::Value,
+) -> DistributedKVBackup {
+    let backups: Api<DistributedKVBackup> = Api::namespaced(client.clone(), ns);
+    let backup: DistributedKVBackup = serde_json::from_value(json!({
+        "apiVersion": "dkv.io/v1alpha1", "kind": "DistributedKVBackup",
+        "metadata": {"name": name, "namespace": ns}, "spec": spec
+    }))
+    .unwrap();
+    backups
+        .create(&PostParams::default(), &backup)
+        .await
+        .unwrap();
+    wait_backup_completed(&backups, name).await
+}
+
+/// [`create_backup`], returning the artifact the completed backup records.
+pub async fn create_backup_artifact(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    spec: serde_json::Value,
+) -> BackupArtifact {
+    create_backup(client, ns, name, spec)
+        .await
+        .status
+        .unwrap()
+        .artifact
+        .unwrap()
+}
+
 /// Takes an on-demand backup `name` of `cluster` (a `DistributedKVBackup`
 /// to the cluster's own destination) and checks that it completed.
 pub async fn backup_now(
@@ -70,17 +118,54 @@ pub async fn backup_now(
     cluster: &str,
     name: &str,
 ) -> DistributedKVBackup {
-    let backups: Api<DistributedKVBackup> = Api::namespaced(client.clone(), ns);
-    let backup: DistributedKVBackup = serde_json::from_value(json!({
-        "apiVersion": "dkv.io/v1alpha1", "kind": "DistributedKVBackup",
-        "metadata": {"name": name, "namespace": ns}, "spec": {"cluster": cluster}
-    }))
-    .unwrap();
-    backups
-        .create(&PostParams::default(), &backup)
+    create_backup(client, ns, name, json!({"cluster": cluster})).await
+}
+
+/// The one-member cluster `name` in `ns` bootstrapped by restoring from
+/// `source` (a `spec.bootstrap.restore`).
+pub fn restored_cluster(
+    ns: &str,
+    name: &str,
+    image: &str,
+    source: serde_json::Value,
+) -> dkv_api::DistributedKV {
+    super::cluster(
+        ns,
+        name,
+        1,
+        image,
+        json!({"bootstrap": {"restore": source}}),
+    )
+}
+
+/// Creates a [`restored_cluster`] for each `(name, source)` in `restores`,
+/// all before waiting on any, then checks that each settles holding exactly
+/// `expected` (the test keys and values, in order).
+pub async fn restore_clusters_holding(
+    client: &Client,
+    ns: &str,
+    image: &str,
+    restores: Vec<(&str, serde_json::Value)>,
+    expected: &[(String, String)],
+) {
+    let dkvs: Api<dkv_api::DistributedKV> = Api::namespaced(client.clone(), ns);
+    let names: Vec<&str> = restores.iter().map(|(name, _)| *name).collect();
+    for (name, source) in restores {
+        dkvs.create(
+            &PostParams::default(),
+            &restored_cluster(ns, name, image, source),
+        )
         .await
         .unwrap();
-    wait_backup_completed(&backups, name).await
+    }
+    for name in names {
+        super::etcd_cluster::wait_settled(&dkvs, name, 1).await;
+        assert_eq!(
+            super::etcd_cluster::test_keys(client, ns, name).await,
+            expected,
+            "restored cluster {ns}/{name}"
+        );
+    }
 }
 
 /// What a test of backups to a real S3 server starts with: moto with a

@@ -505,6 +505,66 @@ impl LeaderMonitor {
     }
 }
 
+/// Each member's name and etcd id as `d`'s status reports them: equal
+/// before and after means no member was replaced.
+pub fn member_ids(d: &DistributedKV) -> Vec<(String, Option<String>)> {
+    d.status
+        .iter()
+        .flat_map(|s| &s.members)
+        .map(|m| (m.name.clone(), m.id.clone()))
+        .collect()
+}
+
+/// What each member's etcd reports as its version (its Status RPC), as
+/// `d`'s status records it.
+pub fn member_versions(d: &DistributedKV) -> Vec<String> {
+    d.status
+        .iter()
+        .flat_map(|s| &s.members)
+        .filter_map(|m| m.version.clone())
+        .collect()
+}
+
+/// Stops `monitor` and `writer`, which ran through a rolling upgrade
+/// (`what`, which took `took`), and checks what clients saw of it: at most
+/// one leader change (the planned MoveLeader), writes never stalled for 5 s
+/// or more, more than `min_acked` acknowledged, none of them lost.
+pub async fn assert_upgrade_kept_serving(
+    client: &Client,
+    ns: &str,
+    monitor: LeaderMonitor,
+    writer: Writer,
+    what: &str,
+    took: Duration,
+    min_acked: usize,
+) {
+    let (leaders, term) = monitor.stop().await;
+    let report = writer.stop().await;
+    let lost = lost_writes(client, ns, &report.cluster, &report.acked).await;
+    eprintln!(
+        "{what} took {took:?}; leaders seen {leaders:x?} (last term {term}); writer: \
+         {} acknowledged, {} failed attempts, longest gap {:?}, {} lost",
+        report.acked.len(),
+        report.failures,
+        report.longest_gap,
+        lost.len()
+    );
+    assert!(
+        leaders.len() <= 2,
+        "at most one leader change (the planned MoveLeader) in the {what}: {leaders:x?}"
+    );
+    assert!(
+        report.longest_gap < Duration::from_secs(5),
+        "writes stalled for {:?} in the {what}",
+        report.longest_gap
+    );
+    assert!(
+        report.acked.len() > min_acked,
+        "the writer wrote throughout"
+    );
+    assert!(lost.is_empty(), "acknowledged writes lost: {lost:?}");
+}
+
 /// Name, pod UID and etcd restart count of each member pod of `orders` in
 /// `ns`, sorted: equal before and after means no member was replaced or
 /// restarted.

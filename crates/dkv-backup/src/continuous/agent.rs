@@ -367,12 +367,51 @@ mod tests {
     use super::super::replay::replay;
     use super::*;
     use crate::fetch_artifact;
-    use crate::restore::{MemberRestore, RestoreTool, restore_member};
-    use crate::testing::{EtcdProcess, etcd_bin_dir, incompressible, loopback_ip};
+    use crate::restore::RestoreTool;
+    use crate::testing::{
+        EtcdProcess, etcd_bin_dir, incompressible, loopback_ip, restore_single_member,
+    };
 
     struct Running {
         stop: watch::Sender<bool>,
         task: tokio::task::JoinHandle<(Result<()>, Vec<Progress>)>,
+    }
+
+    /// Settings backing up `shop/orders` from `endpoint` into the directory
+    /// `bucket` (created here), cutting a segment every 200 ms, unencrypted.
+    fn settings_into(bucket: &std::path::Path, endpoint: &str) -> AgentSettings {
+        std::fs::create_dir_all(bucket).unwrap();
+        AgentSettings {
+            namespace: "shop".into(),
+            cluster: "orders".into(),
+            destination: Location::parse(&format!("file://{}/", bucket.display())).unwrap(),
+            endpoints: vec![endpoint.to_owned()],
+            cut: CutSettings {
+                interval: Duration::from_millis(200),
+                ..CutSettings::default()
+            },
+            encoding: Encoding::default(),
+        }
+    }
+
+    /// The bases and segments of every chain stored under `settings`'
+    /// destination, the segments read with `keys`.
+    async fn stored_chains(
+        settings: &AgentSettings,
+        keys: &Keyring,
+    ) -> (Store, Vec<Base>, Vec<StoredSegment>) {
+        let store = Store::open(&settings.destination, &StoreConfig::default()).unwrap();
+        let continuous = continuous_location(&settings.destination, "shop", "orders");
+        let bases = read_bases(&store, &continuous).await.unwrap();
+        let mut segments = Vec::new();
+        for base in &bases {
+            segments.extend(
+                read_chain(&store, &chain_location(&continuous, &base.chain), keys)
+                    .await
+                    .unwrap(),
+            );
+        }
+        (store, bases, segments)
     }
 
     fn start_agent(endpoint: &str, settings: &AgentSettings) -> Running {
@@ -428,26 +467,12 @@ mod tests {
                 .await
                 .unwrap();
         }
-        std::fs::create_dir_all(work.path().join("bucket")).unwrap();
-        let settings = AgentSettings {
-            namespace: "shop".into(),
-            cluster: "orders".into(),
-            destination: Location::parse(&format!(
-                "file://{}/",
-                work.path().join("bucket").display()
-            ))
-            .unwrap(),
-            endpoints: vec![source.client_url.clone()],
-            cut: CutSettings {
-                interval: Duration::from_millis(200),
-                max_segment_bytes: 4096,
-                ..CutSettings::default()
-            },
-            // Encrypted, as with spec.backup.encryption.
-            encoding: Encoding {
-                compress: true,
-                key: Some(crate::encryption::Key::parse(&[0x42; 32]).unwrap()),
-            },
+        let mut settings = settings_into(&work.path().join("bucket"), &source.client_url);
+        settings.cut.max_segment_bytes = 4096;
+        // Encrypted, as with spec.backup.encryption.
+        settings.encoding = Encoding {
+            compress: true,
+            key: Some(crate::encryption::Key::parse(&[0x42; 32]).unwrap()),
         };
         let keys = Keyring::from(settings.encoding.key.clone().unwrap());
 
@@ -492,18 +517,8 @@ mod tests {
         assert!(gaps[0].is_some_and(|after| after < newest), "{gaps:?}");
 
         // Restore to the target revision of the first chain.
-        let store = Store::open(&settings.destination, &StoreConfig::default()).unwrap();
-        let continuous = continuous_location(&settings.destination, "shop", "orders");
-        let bases = read_bases(&store, &continuous).await.unwrap();
+        let (store, bases, segments) = stored_chains(&settings, &keys).await;
         assert_eq!(bases.len(), 2);
-        let mut segments = Vec::new();
-        for base in &bases {
-            segments.extend(
-                read_chain(&store, &chain_location(&continuous, &base.chain), &keys)
-                    .await
-                    .unwrap(),
-            );
-        }
         let built = chains(&bases, &segments);
         let planned = plan(&built, Target::Revision(target)).unwrap();
         assert_eq!(planned.base, bases[0]);
@@ -524,20 +539,15 @@ mod tests {
         .unwrap();
         let restored_ip = loopback_ip(42, 1);
         let data_dir = work.path().join("restored");
-        restore_member(
+        restore_single_member(
             &RestoreTool::for_version("3.5.16", &bin).unwrap(),
-            &MemberRestore {
-                snapshot,
-                name: "restored".into(),
-                initial_cluster: format!("restored=http://{restored_ip}:2380"),
-                initial_advertise_peer_urls: format!("http://{restored_ip}:2380"),
-                initial_cluster_token: "restored".into(),
-                data_dir: data_dir.clone(),
-                revision_bump: None,
-            },
+            &snapshot,
+            "restored",
+            &restored_ip,
+            "restored",
+            &data_dir,
         )
-        .await
-        .unwrap();
+        .await;
         let restored = EtcdProcess::start(&bin, "restored", &restored_ip, &data_dir, "restored");
         restored.wait_ready().await;
         let into = GrpcAdmin::new(vec![restored.client_url.clone()], Duration::from_secs(5));
@@ -554,20 +564,12 @@ mod tests {
     async fn a_new_cluster_of_the_same_name_never_continues_the_old_ones_chain() {
         let work = tempfile::tempdir().unwrap();
         let bin = etcd_bin_dir("3.5");
-        std::fs::create_dir_all(work.path().join("bucket")).unwrap();
-        let destination =
-            Location::parse(&format!("file://{}/", work.path().join("bucket").display())).unwrap();
-        let settings = |endpoint: &str| AgentSettings {
-            namespace: "shop".into(),
-            cluster: "orders".into(),
-            destination: destination.clone(),
-            endpoints: vec![endpoint.to_owned()],
-            cut: CutSettings {
-                interval: Duration::from_millis(200),
-                max_segment_bytes: 4096,
-                ..CutSettings::default()
-            },
-            encoding: Encoding::default(),
+        let bucket = work.path().join("bucket");
+        let destination = Location::parse(&format!("file://{}/", bucket.display())).unwrap();
+        let settings = |endpoint: &str| {
+            let mut settings = settings_into(&bucket, endpoint);
+            settings.cut.max_segment_bytes = 4096;
+            settings
         };
         let old = EtcdProcess::start(
             &bin,
@@ -619,22 +621,7 @@ mod tests {
         let source = EtcdProcess::start(&bin, "source", &ip, &work.path().join("source"), "src");
         source.wait_ready().await;
         let mut writer = source.client().await;
-        std::fs::create_dir_all(work.path().join("bucket")).unwrap();
-        let settings = AgentSettings {
-            namespace: "shop".into(),
-            cluster: "orders".into(),
-            destination: Location::parse(&format!(
-                "file://{}/",
-                work.path().join("bucket").display()
-            ))
-            .unwrap(),
-            endpoints: vec![source.client_url.clone()],
-            cut: CutSettings {
-                interval: Duration::from_millis(200),
-                ..CutSettings::default()
-            },
-            encoding: Encoding::default(),
-        };
+        let settings = settings_into(&work.path().join("bucket"), &source.client_url);
         let agent = start_agent(&source.client_url, &settings);
         tokio::time::sleep(Duration::from_millis(1000)).await;
         // 2.5 MiB of changes: the first chain ends after 1 MiB, the second
@@ -660,19 +647,9 @@ mod tests {
         assert!(started.len() >= 3, "{progress:?}");
         assert!(started.iter().all(Option::is_none), "no gap: {started:?}");
 
-        let store = Store::open(&settings.destination, &StoreConfig::default()).unwrap();
-        let continuous = continuous_location(&settings.destination, "shop", "orders");
-        let bases = read_bases(&store, &continuous).await.unwrap();
-        assert_eq!(bases.len(), started.len());
         let keys = Keyring::default();
-        let mut segments = Vec::new();
-        for base in &bases {
-            segments.extend(
-                read_chain(&store, &chain_location(&continuous, &base.chain), &keys)
-                    .await
-                    .unwrap(),
-            );
-        }
+        let (_, bases, segments) = stored_chains(&settings, &keys).await;
+        assert_eq!(bases.len(), started.len());
         let built = chains(&bases, &segments);
         for pair in built.windows(2) {
             assert!(

@@ -9,7 +9,9 @@ use std::path::Path;
 use std::time::Duration;
 
 use bytes::Bytes;
-use dkv_backup::testing::{EtcdProcess, MotoServer, etcd_bin_dir, loopback_ip, test_key};
+use dkv_backup::testing::{
+    EtcdProcess, MotoServer, etcd_bin_dir, loopback_ip, restore_single_member, test_key,
+};
 use dkv_backup::{
     Artifact, BackupRequest, Category, Encoding, Error, Key, Keyring, Location, MemberRestore,
     RestoreTool, StoreConfig, StoreErrorKind, UploadOptions, choose_snapshot_source,
@@ -89,20 +91,7 @@ async fn restore_and_read(
     let tool = RestoreTool::for_version(version, &bin).unwrap();
     let ip = loopback_ip(group, 1);
     let data_dir = dir.join("restored");
-    restore_member(
-        &tool,
-        &MemberRestore {
-            snapshot: snapshot.to_path_buf(),
-            name: "new-0".to_owned(),
-            initial_cluster: format!("new-0=http://{ip}:2380"),
-            initial_advertise_peer_urls: format!("http://{ip}:2380"),
-            initial_cluster_token: "restored-token".to_owned(),
-            data_dir: data_dir.clone(),
-            revision_bump: None,
-        },
-    )
-    .await
-    .unwrap();
+    restore_single_member(&tool, snapshot, "new-0", &ip, "restored-token", &data_dir).await;
     assert!(data_dir.join("member").is_dir());
     let member = EtcdProcess::start(&bin, "new-0", &ip, &data_dir, "restored-token");
     let status = member.wait_ready().await;

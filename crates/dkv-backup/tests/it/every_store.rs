@@ -32,12 +32,12 @@ use dkv_backup::continuous::cutter::CutSettings;
 use dkv_backup::continuous::replay::replay;
 use dkv_backup::continuous::retention::{ChainRetention, chain_ages, delete_chain, expired};
 use dkv_backup::testing::{
-    EtcdProcess, FakeGcsServer, StoreKind, StoreServer, etcd_bin_dir, loopback_ip, test_key,
-    write_chain,
+    EtcdProcess, FakeGcsServer, StoreKind, StoreServer, etcd_bin_dir, loopback_ip,
+    restore_single_member, test_key, write_chain,
 };
 use dkv_backup::{
-    BackupRequest, Category, Encoding, Key, Keyring, Location, MemberRestore, RestoreTool, Store,
-    StoreConfig, UploadOptions, delete_artifact, fetch_artifact, restore_member, take_backup,
+    BackupRequest, Category, Encoding, Key, Keyring, Location, RestoreTool, Store, StoreConfig,
+    UploadOptions, delete_artifact, fetch_artifact, take_backup,
 };
 use dkv_etcd::GrpcAdmin;
 use jiff::{SignedDuration, Timestamp};
@@ -76,20 +76,15 @@ async fn restored_member(
 ) -> EtcdProcess {
     let bin = etcd_bin_dir("3.5");
     let data_dir = dir.join("restored");
-    restore_member(
+    restore_single_member(
         &RestoreTool::for_version("3.5.16", &bin).unwrap(),
-        &MemberRestore {
-            snapshot: snapshot.to_path_buf(),
-            name: "restored".to_owned(),
-            initial_cluster: format!("restored=http://{ip}:2380"),
-            initial_advertise_peer_urls: format!("http://{ip}:2380"),
-            initial_cluster_token: "restored-token".to_owned(),
-            data_dir: data_dir.clone(),
-            revision_bump: None,
-        },
+        snapshot,
+        "restored",
+        ip,
+        "restored-token",
+        &data_dir,
     )
-    .await
-    .unwrap();
+    .await;
     let member = EtcdProcess::start(&bin, "restored", ip, &data_dir, "restored-token");
     member.wait_ready().await;
     member

@@ -24,11 +24,10 @@ use serde_json::json;
 use dkv_test_support as support;
 
 use support::backups::{
-    cluster_with_recorded_keys, create_secret, wait_backup_completed, wait_backup_finished,
+    cluster_with_recorded_keys, create_backup_artifact, create_key_secret, create_secret,
+    restore_clusters_holding, restored_cluster, wait_backup_finished,
 };
-use support::etcd_cluster::{
-    condition_message, condition_reason, test_keys, wait_for, wait_restore_refused, wait_settled,
-};
+use support::etcd_cluster::{condition_message, condition_reason, wait_for, wait_restore_refused};
 
 const NS: &str = "encrypted";
 const IMAGE: &str = "registry.k8s.io/etcd:3.5.16-0";
@@ -85,20 +84,8 @@ async fn encrypted_backups_restore_only_with_their_key() {
     let moto = MotoServer::start("dkv-encrypted");
     let (_env, client, operator) = support::running_operator(NS).await;
     create_secret(&client, NS, "s3-creds", moto.env()).await;
-    create_secret(
-        &client,
-        NS,
-        "vault-key",
-        vec![("key".to_owned(), KEY_HEX.to_owned())],
-    )
-    .await;
-    create_secret(
-        &client,
-        NS,
-        "other-key",
-        vec![("key".to_owned(), OTHER_KEY_HEX.to_owned())],
-    )
-    .await;
+    create_key_secret(&client, NS, "vault-key", KEY_HEX).await;
+    create_key_secret(&client, NS, "other-key", OTHER_KEY_HEX).await;
     let key_id = Key::parse(KEY_HEX.as_bytes()).unwrap().id().to_owned();
     let uri = moto.uri("vault");
     let destination = Location::parse(&uri).unwrap();
@@ -122,22 +109,13 @@ async fn encrypted_backups_restore_only_with_their_key() {
 
     // An on-demand snapshot: compressed, encrypted, the key's id recorded.
     let backups: Api<DistributedKVBackup> = Api::namespaced(client.clone(), NS);
-    let backup: DistributedKVBackup = serde_json::from_value(json!({
-        "apiVersion": "dkv.io/v1alpha1", "kind": "DistributedKVBackup",
-        "metadata": {"name": "vault-manual", "namespace": NS},
-        "spec": {"cluster": "vault", "verify": true}
-    }))
-    .unwrap();
-    backups
-        .create(&PostParams::default(), &backup)
-        .await
-        .unwrap();
-    let artifact = wait_backup_completed(&backups, "vault-manual")
-        .await
-        .status
-        .unwrap()
-        .artifact
-        .unwrap();
+    let artifact = create_backup_artifact(
+        &client,
+        NS,
+        "vault-manual",
+        json!({"cluster": "vault", "verify": true}),
+    )
+    .await;
     assert!(artifact.uri.ends_with(".db.zst.enc"), "{artifact:?}");
     assert_eq!(artifact.compression.as_deref(), Some("zstd"));
     assert_eq!(artifact.encryption_key_id.as_deref(), Some(key_id.as_str()));
@@ -197,15 +175,7 @@ async fn encrypted_backups_restore_only_with_their_key() {
     );
 
     // Without the key: the fetch step refuses, naming the key it needs.
-    let restore = |name: &str, source: serde_json::Value| {
-        support::cluster(
-            NS,
-            name,
-            1,
-            IMAGE,
-            json!({"bootstrap": {"restore": source}}),
-        )
-    };
+    let restore = |name: &str, source: serde_json::Value| restored_cluster(NS, name, IMAGE, source);
     dkvs.create(
         &PostParams::default(),
         &restore("no-key", json!({"backupName": "vault-manual"})),
@@ -242,30 +212,25 @@ async fn encrypted_backups_restore_only_with_their_key() {
     );
 
     // With the key: the snapshot, and the newest point of continuous backup.
-    dkvs.create(
-        &PostParams::default(),
-        &restore(
-            "copy",
-            json!({"backupName": "vault-manual",
-                   "encryption": {"keySecret": {"name": "vault-key"}}}),
-        ),
+    restore_clusters_holding(
+        &client,
+        NS,
+        IMAGE,
+        vec![
+            (
+                "copy",
+                json!({"backupName": "vault-manual",
+                       "encryption": {"keySecret": {"name": "vault-key"}}}),
+            ),
+            (
+                "newest",
+                json!({"uri": uri, "credentialsSecret": "s3-creds", "sourceCluster": "vault",
+                       "encryption": {"keySecret": {"name": "vault-key", "key": "key"}}}),
+            ),
+        ],
+        &expected,
     )
-    .await
-    .unwrap();
-    dkvs.create(
-        &PostParams::default(),
-        &restore(
-            "newest",
-            json!({"uri": uri, "credentialsSecret": "s3-creds", "sourceCluster": "vault",
-                   "encryption": {"keySecret": {"name": "vault-key", "key": "key"}}}),
-        ),
-    )
-    .await
-    .unwrap();
-    wait_settled(&dkvs, "copy", 1).await;
-    assert_eq!(test_keys(&client, NS, "copy").await, expected);
-    wait_settled(&dkvs, "newest", 1).await;
-    assert_eq!(test_keys(&client, NS, "newest").await, expected);
+    .await;
 
     // The scratch cluster went once it reported.
     let scratch = verify_scratch_gone(&dkvs, "vault-manual-verify").await;

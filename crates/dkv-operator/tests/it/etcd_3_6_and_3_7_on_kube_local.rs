@@ -24,21 +24,14 @@ use serde_json::json;
 
 use dkv_test_support as support;
 
-use support::etcd_cluster::{LeaderMonitor, Writer, lost_writes, settled_at, wait_for};
+use support::etcd_cluster::{
+    LeaderMonitor, Writer, assert_upgrade_kept_serving, member_versions, settled_at, wait_for,
+};
 
 const NS: &str = "releases";
 const V3530: &str = "registry.k8s.io/etcd:3.5.30-0";
 const V36: &str = "registry.k8s.io/etcd:3.6.16-0";
 const V37: &str = "quay.io/coreos/etcd:v3.7.3";
-
-/// What each member's etcd reports (its Status RPC), as dkv records it.
-fn member_versions(d: &DistributedKV) -> Vec<String> {
-    d.status
-        .iter()
-        .flat_map(|s| &s.members)
-        .filter_map(|m| m.version.clone())
-        .collect()
-}
 
 fn current_version(d: &DistributedKV) -> Option<&str> {
     d.status.as_ref()?.current_version.as_deref()
@@ -139,28 +132,16 @@ async fn upgrade(client: &Client, dkvs: &Api<DistributedKV>, image: &str, versio
     let took = started.elapsed();
     tokio::time::sleep(Duration::from_secs(2)).await;
 
-    let (leaders, term) = monitor.stop().await;
-    let report = writer.stop().await;
-    let lost = lost_writes(client, NS, "orders", &report.acked).await;
-    eprintln!(
-        "upgrade to {version} took {took:?}; leaders seen {leaders:x?} (last term {term}); writer: \
-         {} acknowledged, {} failed attempts, longest gap {:?}, {} lost",
-        report.acked.len(),
-        report.failures,
-        report.longest_gap,
-        lost.len()
-    );
-    assert!(
-        leaders.len() <= 2,
-        "at most one leader change (the planned MoveLeader) upgrading to {version}: {leaders:x?}"
-    );
-    assert!(
-        report.longest_gap < Duration::from_secs(5),
-        "writes stalled for {:?} upgrading to {version}",
-        report.longest_gap
-    );
-    assert!(report.acked.len() > 20, "the writer wrote throughout");
-    assert!(lost.is_empty(), "acknowledged writes lost: {lost:?}");
+    assert_upgrade_kept_serving(
+        client,
+        NS,
+        monitor,
+        writer,
+        &format!("upgrade to {version}"),
+        took,
+        20,
+    )
+    .await;
 }
 
 /// etcd's default `--snapshot-count` (3.6, 3.7): a member takes a snapshot

@@ -29,8 +29,8 @@ use serde_json::json;
 use dkv_test_support as support;
 
 use support::etcd_cluster::{
-    Writer, WriterReport, condition_message, condition_reason, lost_writes, settled_at, wait_for,
-    wait_settled,
+    Writer, WriterReport, condition_message, condition_reason, lost_writes, member_ids, settled_at,
+    wait_for, wait_settled,
 };
 
 const IMAGE: &str = "registry.k8s.io/etcd:3.5.16-0";
@@ -48,14 +48,6 @@ async fn three_members(
     let formed = wait_settled(&dkvs, "orders", 3).await;
     eprintln!("[{ns}] 3 healthy voters after {formed:?}");
     (env, operator, dkvs)
-}
-
-fn member_ids(d: &DistributedKV) -> Vec<(String, Option<String>)> {
-    d.status
-        .iter()
-        .flat_map(|s| &s.members)
-        .map(|m| (m.name.clone(), m.id.clone()))
-        .collect()
 }
 
 async fn assert_nothing_lost(client: &Client, ns: &str, report: &WriterReport) {

@@ -22,20 +22,12 @@ use serde_json::json;
 use dkv_test_support as support;
 
 use support::etcd_cluster::{
-    Writer, assert_no_write_lost, condition_reason, wait_for, wait_settled,
+    Writer, assert_no_write_lost, condition_reason, member_ids, wait_for, wait_settled,
 };
 
 const NS: &str = "hibernation";
 const IMAGE: &str = "registry.k8s.io/etcd:3.5.16-0";
 const MEMBERS: &str = "dkv.io/cluster=orders,app.kubernetes.io/name=distributedkv";
-
-fn member_ids(d: &DistributedKV) -> Vec<(String, Option<String>)> {
-    d.status
-        .iter()
-        .flat_map(|s| &s.members)
-        .map(|m| (m.name.clone(), m.id.clone()))
-        .collect()
-}
 
 fn kubectl(env: &kube_local::Environment, args: &[&str]) -> Output {
     std::process::Command::new("kubectl")

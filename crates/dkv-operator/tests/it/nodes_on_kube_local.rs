@@ -14,7 +14,9 @@ use serde_json::json;
 
 use dkv_test_support as support;
 
-use support::etcd_cluster::{Writer, condition_message, condition_reason, wait_for, wait_settled};
+use support::etcd_cluster::{
+    Writer, condition_message, condition_reason, member_ids, wait_for, wait_settled,
+};
 use support::nodes::{
     BUDGET_REFUSAL, drain_task, kubectl_task, node_ready, placement, pod_ready, watch_ready_members,
 };
@@ -34,14 +36,6 @@ async fn environment(
     support::create_namespace(&client, ns).await;
     let operator = support::RunningOperator::start(client.clone(), false);
     (env, client, operator)
-}
-
-fn member_ids(d: &DistributedKV) -> Vec<(String, Option<String>)> {
-    d.status
-        .iter()
-        .flat_map(|s| &s.members)
-        .map(|m| (m.name.clone(), m.id.clone()))
-        .collect()
 }
 
 /// Keeps writing while `nodes` are down: acknowledged writes must keep

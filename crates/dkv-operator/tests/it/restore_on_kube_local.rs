@@ -7,7 +7,6 @@
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-use dkv_api::DistributedKVBackup;
 use dkv_api::distributedkv::v1alpha1::Phase;
 use dkv_backup::Location;
 use dkv_backup::testing::{MotoServer, test_key};
@@ -18,7 +17,7 @@ use serde_json::json;
 
 use dkv_test_support as support;
 
-use support::backups::{WithObjectStore, create_secret, wait_backup_completed};
+use support::backups::{WithObjectStore, backup_now, create_backup_artifact, create_secret};
 
 use support::etcd_cluster::{
     condition_message, condition_reason, connect, member_endpoints, put_retrying, wait_for,
@@ -120,23 +119,13 @@ async fn a_backup_restores_into_a_new_cluster_and_a_corrupted_one_starts_nothing
     let source_id = cluster_id(&client, "orders").await;
 
     create_secret(&client, NS, "s3-creds", moto.env()).await;
-    let backups: Api<DistributedKVBackup> = Api::namespaced(client.clone(), NS);
-    let backup: DistributedKVBackup = serde_json::from_value(json!({
-        "apiVersion": "dkv.io/v1alpha1", "kind": "DistributedKVBackup",
-        "metadata": {"name": "orders-manual", "namespace": NS},
-        "spec": {"cluster": "orders", "destination": {"uri": moto.uri("prod"), "credentialsSecret": "s3-creds"}}
-    }))
-    .unwrap();
-    backups
-        .create(&PostParams::default(), &backup)
-        .await
-        .unwrap();
-    let artifact = wait_backup_completed(&backups, "orders-manual")
-        .await
-        .status
-        .unwrap()
-        .artifact
-        .unwrap();
+    let artifact = create_backup_artifact(
+        &client,
+        NS,
+        "orders-manual",
+        json!({"cluster": "orders", "destination": {"uri": moto.uri("prod"), "credentialsSecret": "s3-creds"}}),
+    )
+    .await;
     // Writes after the backup are not in it.
     put_retrying(&mut etcd, "after-the-backup", "x").await;
     // The newest revision a client of the source has seen.
@@ -371,23 +360,13 @@ async fn an_etcd_3_4_cluster_restores_from_an_artifact_uri() {
     let source_id = cluster_id(&client, "legacy").await;
 
     create_secret(&client, NS, "s3-creds", moto.env()).await;
-    let backups: Api<DistributedKVBackup> = Api::namespaced(client.clone(), NS);
-    let backup: DistributedKVBackup = serde_json::from_value(json!({
-        "apiVersion": "dkv.io/v1alpha1", "kind": "DistributedKVBackup",
-        "metadata": {"name": "legacy-manual", "namespace": NS},
-        "spec": {"cluster": "legacy", "destination": {"uri": moto.uri("old"), "credentialsSecret": "s3-creds"}}
-    }))
-    .unwrap();
-    backups
-        .create(&PostParams::default(), &backup)
-        .await
-        .unwrap();
-    let artifact = wait_backup_completed(&backups, "legacy-manual")
-        .await
-        .status
-        .unwrap()
-        .artifact
-        .unwrap();
+    let artifact = create_backup_artifact(
+        &client,
+        NS,
+        "legacy-manual",
+        json!({"cluster": "legacy", "destination": {"uri": moto.uri("old"), "credentialsSecret": "s3-creds"}}),
+    )
+    .await;
     assert_eq!(artifact.etcd_version.as_deref(), Some("3.4.23"));
 
     dkvs.create(
@@ -444,18 +423,7 @@ async fn quorum_lost_for_good_is_recovered_from_the_newest_backup_by_policy() {
     }
     let old_id = cluster_id(&client, "ledger").await;
 
-    let backups: Api<DistributedKVBackup> = Api::namespaced(client.clone(), NS);
-    let backup: DistributedKVBackup = serde_json::from_value(json!({
-        "apiVersion": "dkv.io/v1alpha1", "kind": "DistributedKVBackup",
-        "metadata": {"name": "ledger-manual", "namespace": NS},
-        "spec": {"cluster": "ledger"}
-    }))
-    .unwrap();
-    backups
-        .create(&PostParams::default(), &backup)
-        .await
-        .unwrap();
-    wait_backup_completed(&backups, "ledger-manual").await;
+    backup_now(&client, NS, "ledger", "ledger-manual").await;
     wait_for(&dkvs, "ledger", "lastBackup", |d| {
         d.status
             .as_ref()

@@ -16,7 +16,7 @@
 
 use std::time::{Duration, Instant};
 
-use dkv_api::{DistributedKV, DistributedKVBackup};
+use dkv_api::DistributedKVBackup;
 use dkv_backup::testing::{
     EtcdProcess, FakeGcsServer, StoreKind, StoreServer, etcd_bin_dir, loopback_ip, test_key,
 };
@@ -25,13 +25,15 @@ use dkv_backup::{
 };
 use dkv_etcd::GrpcAdmin;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
 
 use dkv_test_support as support;
 
-use support::backups::{cluster_with_recorded_keys, create_secret, wait_backup_completed};
-use support::etcd_cluster::{test_keys, wait_settled};
+use support::backups::{
+    cluster_with_recorded_keys, create_backup_artifact, create_key_secret, create_secret,
+    restore_clusters_holding,
+};
 
 const NS: &str = "stores";
 const IMAGE: &str = "registry.k8s.io/etcd:3.5.16-0";
@@ -44,17 +46,11 @@ async fn backups_restore_through_the_operator(kind: StoreKind) {
     let server = StoreServer::start(kind, "dkv-stores");
     let (_env, client, _operator) = support::running_operator(NS).await;
     create_secret(&client, NS, "store-creds", server.env()).await;
-    create_secret(
-        &client,
-        NS,
-        "store-key",
-        vec![("key".to_owned(), KEY_HEX.to_owned())],
-    )
-    .await;
+    create_key_secret(&client, NS, "store-key", KEY_HEX).await;
     let uri = server.uri("kube");
     let destination = Location::parse(&uri).unwrap();
     let store = Store::open(&destination, &server.config()).unwrap();
-    let (dkvs, expected) = cluster_with_recorded_keys(
+    let (_dkvs, expected) = cluster_with_recorded_keys(
         &client,
         NS,
         "orders",
@@ -72,80 +68,44 @@ async fn backups_restore_through_the_operator(kind: StoreKind) {
     )
     .await;
 
-    let backups: Api<DistributedKVBackup> = Api::namespaced(client.clone(), NS);
-    backups
-        .create(&PostParams::default(), &on_demand("orders-manual"))
-        .await
-        .unwrap();
-    let artifact = wait_backup_completed(&backups, "orders-manual")
-        .await
-        .status
-        .unwrap()
-        .artifact
-        .unwrap();
+    let artifact = create_backup_artifact(&client, NS, "orders-manual", on_demand()).await;
     let prefix = format!("{}://dkv-stores/kube/{NS}/orders/orders-", kind.scheme());
     assert!(artifact.uri.starts_with(&prefix), "{artifact:?}");
     assert!(artifact.uri.ends_with(".db.zst.enc"), "{artifact:?}");
-    let object = Location::parse(&artifact.uri)
-        .unwrap()
-        .path()
-        .as_ref()
-        .to_owned();
+    let object = object_path(&artifact.uri);
     let digest = server.digest(&object).await;
     assert_eq!(
         (digest.size as i64, digest.sha256.as_str()),
         (artifact.size_bytes, artifact.sha256.as_str())
     );
 
-    let restore = |name: &str, source: serde_json::Value| {
-        support::cluster(
-            NS,
-            name,
-            1,
-            IMAGE,
-            json!({"bootstrap": {"restore": source}}),
-        )
-    };
-    dkvs.create(
-        &PostParams::default(),
-        &restore(
-            "copy",
-            json!({"backupName": "orders-manual",
-                   "encryption": {"keySecret": {"name": "store-key"}}}),
-        ),
+    restore_clusters_holding(
+        &client,
+        NS,
+        IMAGE,
+        vec![
+            (
+                "copy",
+                json!({"backupName": "orders-manual",
+                       "encryption": {"keySecret": {"name": "store-key"}}}),
+            ),
+            (
+                "newest",
+                json!({"uri": uri, "credentialsSecret": "store-creds", "sourceCluster": "orders",
+                       "encryption": {"keySecret": {"name": "store-key"}}}),
+            ),
+        ],
+        &expected,
     )
-    .await
-    .unwrap();
-    dkvs.create(
-        &PostParams::default(),
-        &restore(
-            "newest",
-            json!({"uri": uri, "credentialsSecret": "store-creds", "sourceCluster": "orders",
-                   "encryption": {"keySecret": {"name": "store-key"}}}),
-        ),
-    )
-    .await
-    .unwrap();
-    wait_settled(&dkvs, "copy", 1).await;
-    assert_eq!(test_keys(&client, NS, "copy").await, expected);
-    wait_settled(&dkvs, "newest", 1).await;
-    assert_eq!(test_keys(&client, NS, "newest").await, expected);
+    .await;
 
     // Retention (maxAge 1d): once a newer backup exists and the first is
     // two days old, its record goes and so do its objects; the newer
     // one's stay.
     tokio::time::sleep(Duration::from_millis(1100)).await;
-    backups
-        .create(&PostParams::default(), &on_demand("orders-later"))
-        .await
-        .unwrap();
-    let later = wait_backup_completed(&backups, "orders-later")
-        .await
-        .status
-        .unwrap()
-        .artifact
-        .unwrap();
+    let later = create_backup_artifact(&client, NS, "orders-later", on_demand()).await;
     let then = Time(jiff::Timestamp::now() - jiff::SignedDuration::from_hours(48));
+    let backups: Api<DistributedKVBackup> = Api::namespaced(client.clone(), NS);
     backups
         .patch_status(
             "orders-manual",
@@ -163,11 +123,7 @@ async fn backups_restore_through_the_operator(kind: StoreKind) {
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     let objects = server.objects().await;
-    let later_object = Location::parse(&later.uri)
-        .unwrap()
-        .path()
-        .as_ref()
-        .to_owned();
+    let later_object = object_path(&later.uri);
     for key in [object.clone(), format!("{object}.json")] {
         assert!(!objects.contains(&key), "{key} still in {objects:?}");
     }
@@ -176,13 +132,14 @@ async fn backups_restore_through_the_operator(kind: StoreKind) {
     }
 }
 
-fn on_demand(name: &str) -> DistributedKVBackup {
-    serde_json::from_value(json!({
-        "apiVersion": "dkv.io/v1alpha1", "kind": "DistributedKVBackup",
-        "metadata": {"name": name, "namespace": NS},
-        "spec": {"cluster": "orders"}
-    }))
-    .unwrap()
+/// The spec of an on-demand backup of `orders` to its own destination.
+fn on_demand() -> serde_json::Value {
+    json!({"cluster": "orders"})
+}
+
+/// The object an artifact's URI names, as the store server lists it.
+fn object_path(uri: &str) -> String {
+    Location::parse(uri).unwrap().path().as_ref().to_owned()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -230,30 +187,20 @@ async fn gcs_a_backup_in_the_bucket_restores_through_the_operator() {
 
     let (_env, client, _operator) = support::running_operator(NS).await;
     create_secret(&client, NS, "gcs-creds", gcs.env()).await;
-    create_secret(
+    create_key_secret(&client, NS, "store-key", KEY_HEX).await;
+    let expected: Vec<(String, String)> = (0..KEYS).map(test_key).collect();
+    restore_clusters_holding(
         &client,
         NS,
-        "store-key",
-        vec![("key".to_owned(), KEY_HEX.to_owned())],
-    )
-    .await;
-    let dkvs: Api<DistributedKV> = Api::namespaced(client.clone(), NS);
-    dkvs.create(
-        &PostParams::default(),
-        &support::cluster(
-            NS,
+        IMAGE,
+        vec![(
             "copy",
-            1,
-            IMAGE,
-            json!({"bootstrap": {"restore": {
+            json!({
                 "uri": uri, "credentialsSecret": "gcs-creds",
                 "encryption": {"keySecret": {"name": "store-key"}}
-            }}}),
-        ),
+            }),
+        )],
+        &expected,
     )
-    .await
-    .unwrap();
-    wait_settled(&dkvs, "copy", 1).await;
-    let expected: Vec<(String, String)> = (0..KEYS).map(test_key).collect();
-    assert_eq!(test_keys(&client, NS, "copy").await, expected);
+    .await;
 }

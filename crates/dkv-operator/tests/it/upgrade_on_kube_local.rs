@@ -16,20 +16,14 @@ use serde_json::json;
 
 use dkv_test_support as support;
 
-use support::etcd_cluster::{LeaderMonitor, Writer, lost_writes, wait_for};
+use support::etcd_cluster::{
+    LeaderMonitor, Writer, assert_upgrade_kept_serving, member_versions, wait_for,
+};
 
 const NS: &str = "upgrade";
 const V34: &str = "registry.k8s.io/etcd:3.4.23-0";
 const V35: &str = "registry.k8s.io/etcd:3.5.16-0";
 const V3530: &str = "registry.k8s.io/etcd:3.5.30-0";
-
-fn versions(d: &DistributedKV) -> Vec<String> {
-    d.status
-        .iter()
-        .flat_map(|s| &s.members)
-        .filter_map(|m| m.version.clone())
-        .collect()
-}
 
 async fn pod_images(client: &Client) -> Vec<String> {
     let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
@@ -73,7 +67,7 @@ async fn upgrade_from_3_4(image: &str, version: &str) {
 
     let dkvs = support::create_cluster(&client, NS, "orders", 3, V34, json!({})).await;
     let formed = wait_for(&dkvs, "orders", "3 healthy voters on 3.4", |d| {
-        support::etcd_cluster::settled_at(d, 3) && versions(d).iter().all(|v| v == "3.4.23")
+        support::etcd_cluster::settled_at(d, 3) && member_versions(d).iter().all(|v| v == "3.4.23")
     })
     .await;
     eprintln!("create 3 members on 3.4: {formed:?}");
@@ -92,7 +86,7 @@ async fn upgrade_from_3_4(image: &str, version: &str) {
     .unwrap();
     let upgraded = wait_for(&dkvs, "orders", "every member on the new version", |d| {
         support::etcd_cluster::settled_at(d, 3)
-            && versions(d) == vec![version; 3]
+            && member_versions(d) == vec![version; 3]
             && d.status.as_ref().and_then(|s| s.current_version.as_deref()) == Some(version)
     })
     .await;
@@ -104,29 +98,16 @@ async fn upgrade_from_3_4(image: &str, version: &str) {
     );
     tokio::time::sleep(Duration::from_secs(2)).await;
 
-    let (leaders, term) = monitor.stop().await;
-    let report = writer.stop().await;
-    let lost = lost_writes(&client, NS, "orders", &report.acked).await;
-    eprintln!(
-        "upgrade took {:?}; leaders seen {leaders:x?} (last term {term}); writer: {} acknowledged, \
-         {} failed attempts, longest gap {:?}, {} lost",
+    assert_upgrade_kept_serving(
+        &client,
+        NS,
+        monitor,
+        writer,
+        &format!("rolling upgrade 3.4 -> {version}"),
         started.elapsed(),
-        report.acked.len(),
-        report.failures,
-        report.longest_gap,
-        lost.len()
-    );
-    assert!(
-        leaders.len() <= 2,
-        "at most one leader change (the planned MoveLeader): {leaders:x?}"
-    );
-    assert!(
-        report.longest_gap < Duration::from_secs(5),
-        "writes stalled for {:?}",
-        report.longest_gap
-    );
-    assert!(report.acked.len() > 50, "the writer wrote throughout");
-    assert!(lost.is_empty(), "acknowledged writes lost: {lost:?}");
+        50,
+    )
+    .await;
 
     operator.stop().await;
 }
@@ -718,7 +699,7 @@ async fn a_patch_upgrade_3_5_16_to_3_5_30_keeps_the_cluster_serving() {
     .unwrap();
     let took = wait_for(&dkvs, "orders", "every member on 3.5.30", |d| {
         support::etcd_cluster::settled_at(d, 3)
-            && versions(d) == vec!["3.5.30"; 3]
+            && member_versions(d) == vec!["3.5.30"; 3]
             && d.status.as_ref().and_then(|s| s.current_version.as_deref()) == Some("3.5.30")
     })
     .await;

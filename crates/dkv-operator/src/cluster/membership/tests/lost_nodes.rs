@@ -82,17 +82,7 @@ fn a_member_bound_to_its_node_leaves_etcd_before_its_pod_and_claim_go_then_joins
         ready: false,
         ..pod(1)
     };
-    let m = &mut obs.members.as_mut().unwrap()[1];
-    m.started = true;
-    m.healthy = true;
-    assert_eq!(
-        next_step(&obs),
-        Step::Promote {
-            id: 201,
-            ordinal: 1
-        }
-    );
-    obs.members.as_mut().unwrap()[1].learner = false;
+    promote_started_learner(&mut obs, 1, 201);
     obs.pods[1].ready = true;
     assert_eq!(next_step(&obs), Step::Finish(RELOCATE));
 }
@@ -201,17 +191,7 @@ fn another_operation_in_flight_is_finished_first() {
     });
     obs.pods.push(pod(3));
     obs.replicas = 4;
-    obs.pinned = Some(Pinned {
-        kind: OperationKind::AddLearner,
-        ordinal: 3,
-    });
-    assert_eq!(
-        next_step(&obs),
-        Step::Promote {
-            id: 103,
-            ordinal: 3
-        }
-    );
+    assert_pinned_scale_up_promotes_member_3(&mut obs);
 }
 
 #[test]

@@ -50,6 +50,65 @@ fn begin(kind: OperationKind, ordinal: i32) -> Step {
     Step::Begin(Pinned { kind, ordinal })
 }
 
+/// Checks that replacing the member at `ordinal` begins next and pins that
+/// operation in `obs`; returns the pin.
+fn begin_replacing(obs: &mut Observation, ordinal: i32) -> Pinned {
+    let pinned = Pinned {
+        kind: OperationKind::ReplaceMember,
+        ordinal,
+    };
+    assert_eq!(next_step(obs), Step::Begin(pinned));
+    obs.pinned = Some(pinned);
+    pinned
+}
+
+/// Checks that the member at `ordinal` (etcd id `old_id`) is removed next
+/// and then a learner added in its place, applying both to `obs` (the new
+/// learner gets `new_id`): how a lost or corrupt member is replaced.
+fn remove_then_add_learner(obs: &mut Observation, ordinal: i32, old_id: u64, new_id: u64) {
+    assert_eq!(
+        next_step(obs),
+        Step::RemoveMember {
+            id: old_id,
+            ordinal
+        }
+    );
+    let index = usize::try_from(ordinal).unwrap();
+    obs.members.as_mut().unwrap().remove(index);
+    assert_eq!(next_step(obs), Step::AddLearner { ordinal });
+    obs.members
+        .as_mut()
+        .unwrap()
+        .insert(index, new_learner(ordinal, new_id));
+}
+
+/// Pins the scale-up to a fourth member at its learner step and checks
+/// that the learner, member 3 (etcd id 103), is promoted next.
+fn assert_pinned_scale_up_promotes_member_3(obs: &mut Observation) {
+    obs.pinned = Some(Pinned {
+        kind: OperationKind::AddLearner,
+        ordinal: 3,
+    });
+    assert_eq!(
+        next_step(obs),
+        Step::Promote {
+            id: 103,
+            ordinal: 3
+        }
+    );
+}
+
+/// Marks the learner at `ordinal` (etcd id `id`) started and healthy,
+/// checks that it is promoted next, and makes it a voter in `obs`.
+fn promote_started_learner(obs: &mut Observation, ordinal: i32, id: u64) {
+    let index = usize::try_from(ordinal).unwrap();
+    let m = &mut obs.members.as_mut().unwrap()[index];
+    m.started = true;
+    m.healthy = true;
+    assert_eq!(next_step(obs), Step::Promote { id, ordinal });
+    obs.members.as_mut().unwrap()[index].learner = false;
+}
+
 #[test]
 fn converged_clusters_of_every_size_do_nothing() {
     for n in 1..=9 {
@@ -118,15 +177,5 @@ fn a_spec_edit_during_an_operation_waits_for_it() {
     learner.raft_index = 1000;
     obs.members.as_mut().unwrap().push(learner);
     obs.replicas = 4;
-    obs.pinned = Some(Pinned {
-        kind: OperationKind::AddLearner,
-        ordinal: 3,
-    });
-    assert_eq!(
-        next_step(&obs),
-        Step::Promote {
-            id: 103,
-            ordinal: 3
-        }
-    );
+    assert_pinned_scale_up_promotes_member_3(&mut obs);
 }

@@ -8,36 +8,12 @@ fn a_lost_volume_is_replaced_remove_add_restart_promote() {
     obs.members.as_mut().unwrap()[1].healthy = false;
     obs.pods[1].ready = false;
     obs.pods[1].data_lost = true;
-    let pinned = Pinned {
-        kind: OperationKind::ReplaceMember,
-        ordinal: 1,
-    };
-    assert_eq!(next_step(&obs), Step::Begin(pinned));
-    obs.pinned = Some(pinned);
-    assert_eq!(
-        next_step(&obs),
-        Step::RemoveMember {
-            id: 101,
-            ordinal: 1
-        }
-    );
-    obs.members.as_mut().unwrap().remove(1);
-    assert_eq!(next_step(&obs), Step::AddLearner { ordinal: 1 });
-    obs.members.as_mut().unwrap().insert(1, new_learner(1, 201));
+    let pinned = begin_replacing(&mut obs, 1);
+    remove_then_add_learner(&mut obs, 1, 101, 201);
     assert_eq!(next_step(&obs), Step::RestartPod { ordinal: 1 });
     obs.pods[1].data_lost = false;
-    let m = &mut obs.members.as_mut().unwrap()[1];
-    m.started = true;
-    m.healthy = true;
-    m.raft_index = 1000;
-    assert_eq!(
-        next_step(&obs),
-        Step::Promote {
-            id: 201,
-            ordinal: 1
-        }
-    );
-    obs.members.as_mut().unwrap()[1].learner = false;
+    obs.members.as_mut().unwrap()[1].raft_index = 1000;
+    promote_started_learner(&mut obs, 1, 201);
     assert_eq!(next_step(&obs), Step::Finish(pinned));
 }
 
@@ -54,22 +30,8 @@ fn a_corrupt_member_is_replaced_only_with_the_opt_in_remove_add_restart_promote(
         Step::Wait(WaitReason::MemberUnhealthy { ordinal: 1 })
     );
     obs.replace_corrupt = true;
-    let pinned = Pinned {
-        kind: OperationKind::ReplaceMember,
-        ordinal: 1,
-    };
-    assert_eq!(next_step(&obs), Step::Begin(pinned));
-    obs.pinned = Some(pinned);
-    assert_eq!(
-        next_step(&obs),
-        Step::RemoveMember {
-            id: 101,
-            ordinal: 1
-        }
-    );
-    obs.members.as_mut().unwrap().remove(1);
-    assert_eq!(next_step(&obs), Step::AddLearner { ordinal: 1 });
-    obs.members.as_mut().unwrap().insert(1, new_learner(1, 201));
+    let pinned = begin_replacing(&mut obs, 1);
+    remove_then_add_learner(&mut obs, 1, 101, 201);
     // Its pod still runs the old data: it restarts, member-init sets the
     // data aside.
     assert_eq!(next_step(&obs), Step::RestartPod { ordinal: 1 });
@@ -86,17 +48,7 @@ fn a_corrupt_member_is_replaced_only_with_the_opt_in_remove_add_restart_promote(
     );
     obs.pods[1].init_done = true;
     obs.pods[1].replaced = true;
-    let m = &mut obs.members.as_mut().unwrap()[1];
-    m.started = true;
-    m.healthy = true;
-    assert_eq!(
-        next_step(&obs),
-        Step::Promote {
-            id: 201,
-            ordinal: 1
-        }
-    );
-    obs.members.as_mut().unwrap()[1].learner = false;
+    promote_started_learner(&mut obs, 1, 201);
     obs.pods[1].ready = true;
     assert_eq!(next_step(&obs), Step::Finish(pinned));
 }
