@@ -10,6 +10,8 @@ use kube::Client;
 use kube::api::{Api, PostParams};
 use serde_json::json;
 
+use crate::etcd_cluster::patch_spec;
+
 /// Creates the Secret `name` in `ns` with `data` as string data.
 pub async fn create_secret(client: &Client, ns: &str, name: &str, data: Vec<(String, String)>) {
     let data: serde_json::Map<String, serde_json::Value> =
@@ -233,13 +235,7 @@ pub async fn exercise_secured_cluster(
     super::etcd_cluster::wait_settled(&dkvs, cluster, 3).await;
     super::wait_auth_enabled(client, ns, cluster).await;
     backup_now(client, ns, cluster, backup).await;
-    dkvs.patch(
-        cluster,
-        &kube::api::PatchParams::default(),
-        &kube::api::Patch::Merge(json!({"spec": {"size": 4}})),
-    )
-    .await
-    .unwrap();
+    patch_spec(&dkvs, cluster, json!({"size": 4})).await;
     super::etcd_cluster::wait_settled(&dkvs, cluster, 4).await;
 }
 

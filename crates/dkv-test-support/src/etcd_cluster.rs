@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use dkv_api::DistributedKV;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Client;
-use kube::api::{Api, ListParams};
+use kube::api::{Api, ListParams, Patch, PatchParams};
 use tokio::sync::Mutex;
 
 /// Client URLs of a cluster's member pods that have an IP, sorted. (Only
@@ -267,6 +267,38 @@ pub fn settled_at(d: &DistributedKV, size: usize) -> bool {
         && status.operation.is_none()
         && available
         && d.spec.size as usize == size
+}
+
+/// Merge-patches an object the way `kubectl patch --type merge` does;
+/// returns the object as stored.
+pub async fn merge_patch<K>(api: &Api<K>, name: &str, patch: serde_json::Value) -> K
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap_or_else(|e| panic!("merge patch of {name} refused: {e}"))
+}
+
+/// Merge-patches an object's spec (a user's edit).
+pub async fn patch_spec<K>(api: &Api<K>, name: &str, spec: serde_json::Value) -> K
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    merge_patch(api, name, serde_json::json!({ "spec": spec })).await
+}
+
+/// Sets one annotation on an object.
+pub async fn annotate<K>(api: &Api<K>, name: &str, key: &str, value: &str) -> K
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    merge_patch(
+        api,
+        name,
+        serde_json::json!({"metadata": {"annotations": {key: value}}}),
+    )
+    .await
 }
 
 /// Waits until [`settled_at`] holds; returns how long it took.

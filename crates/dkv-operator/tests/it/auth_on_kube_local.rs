@@ -10,10 +10,9 @@
 use dkv_test_support as support;
 
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Patch, PatchParams};
 use serde_json::json;
 use support::backups::backup_now;
-use support::etcd_cluster::{member_endpoints, wait_for, wait_settled};
+use support::etcd_cluster::{member_endpoints, patch_spec, wait_for, wait_settled};
 
 const NS: &str = "ledger";
 const CLUSTER: &str = "accounts";
@@ -81,25 +80,18 @@ async fn with_auth_on_strangers_are_refused_and_the_operator_still_backs_up_upgr
         .unwrap();
 
     // An upgrade and a scale-up: the operator authenticates as root.
-    dkvs.patch(
+    patch_spec(
+        &dkvs,
         CLUSTER,
-        &PatchParams::default(),
-        &Patch::Merge(json!({"spec": {"image": "registry.k8s.io/etcd:3.5.16-0"}})),
+        json!({"image": "registry.k8s.io/etcd:3.5.16-0"}),
     )
-    .await
-    .unwrap();
+    .await;
     wait_for(&dkvs, CLUSTER, "all members on 3.5.16", |d| {
         support::etcd_cluster::settled_at(d, 3)
             && d.status.as_ref().and_then(|s| s.current_version.as_deref()) == Some("3.5.16")
     })
     .await;
-    dkvs.patch(
-        CLUSTER,
-        &PatchParams::default(),
-        &Patch::Merge(json!({"spec": {"size": 5}})),
-    )
-    .await
-    .unwrap();
+    patch_spec(&dkvs, CLUSTER, json!({"size": 5})).await;
     wait_settled(&dkvs, CLUSTER, 5).await;
     let mut etcd = root().await;
     assert_eq!(etcd.member_list().await.unwrap().members().len(), 5);

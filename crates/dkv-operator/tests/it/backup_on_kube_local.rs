@@ -23,7 +23,8 @@ use dkv_test_support as support;
 use support::backups::{WithObjectStore, create_secret, wait_backup_finished};
 
 use support::etcd_cluster::{
-    condition_message, condition_reason, connect, member_endpoints, wait_for, wait_settled,
+    annotate, condition_message, condition_reason, connect, member_endpoints, wait_for,
+    wait_settled,
 };
 
 const NS: &str = "backups";
@@ -748,13 +749,7 @@ async fn deletion_takes_a_verified_final_backup_and_a_failing_one_blocks_it() {
         dkvs.get_opt("ledger").await.unwrap().is_some(),
         "still blocked"
     );
-    dkvs.patch(
-        "ledger",
-        &PatchParams::default(),
-        &Patch::Merge(json!({"metadata": {"annotations": {"dkv.io/skip-final-backup": "true"}}})),
-    )
-    .await
-    .unwrap();
+    annotate(&dkvs, "ledger", "dkv.io/skip-final-backup", "true").await;
     wait_gone(&dkvs, "ledger", Duration::from_secs(60)).await;
     operator.stop().await;
 }

@@ -16,6 +16,7 @@ use kube::{Client, ResourceExt};
 use serde_json::json;
 
 use dkv_test_support as support;
+use support::etcd_cluster::patch_spec;
 
 const NS: &str = "shop";
 
@@ -578,13 +579,7 @@ async fn status_never_claims_more_ready_members_than_clients_can_reach() {
     support::etcd_cluster::wait_settled(&dkvs, "orders", 3).await;
     let writer = support::etcd_cluster::Writer::start(client.clone(), ns, "orders");
 
-    dkvs.patch(
-        "orders",
-        &kube::api::PatchParams::default(),
-        &kube::api::Patch::Merge(json!({"spec": {"size": 5}})),
-    )
-    .await
-    .unwrap();
+    patch_spec(&dkvs, "orders", json!({"size": 5})).await;
     support::etcd_cluster::wait_settled(&dkvs, "orders", 5).await;
 
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);

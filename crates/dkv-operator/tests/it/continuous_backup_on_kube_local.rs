@@ -22,8 +22,8 @@ use dkv_test_support as support;
 
 use support::backups::{create_secret, wait_stored};
 use support::etcd_cluster::{
-    Writer, condition_message, condition_reason, connect, lost_writes, member_endpoints, wait_for,
-    wait_restore_refused, wait_settled,
+    Writer, annotate, condition_message, condition_reason, connect, lost_writes, member_endpoints,
+    patch_spec, wait_for, wait_restore_refused, wait_settled,
 };
 
 const NS: &str = "continuous";
@@ -117,15 +117,14 @@ async fn continuous_backup_restores_to_any_point_and_the_newest_loses_at_most_an
     for i in 0..10 {
         before.push(change(&mut etcd, i).await);
     }
-    dkvs.patch(
+    patch_spec(
+        &dkvs,
         "orders",
-        &kube::api::PatchParams::default(),
-        &kube::api::Patch::Merge(json!({"spec": {"backup": {
+        json!({"backup": {
             "continuous": {"enabled": true, "interval": "2s"}
-        }}})),
+        }}),
     )
-    .await
-    .unwrap();
+    .await;
     // The agent took the chain's base snapshot: status shows the window.
     wait_for(
         &dkvs,
@@ -182,14 +181,13 @@ async fn continuous_backup_restores_to_any_point_and_the_newest_loses_at_most_an
     // A rolling restart while the writer runs: every member comes back on a
     // new pod, and the agent follows them without breaking its chain (the
     // newest-point restore below needs every segment of it).
-    dkvs.patch(
+    annotate(
+        &dkvs,
         "orders",
-        &kube::api::PatchParams::default(),
-        &kube::api::Patch::Merge(json!({"metadata": {"annotations": {
-            "dkv.io/restartedAt": "2026-11-25T21:00:00Z"}}})),
+        "dkv.io/restartedAt",
+        "2026-11-25T21:00:00Z",
     )
-    .await
-    .unwrap();
+    .await;
     wait_for(&dkvs, "orders", "the restart taken up", |d| {
         condition_reason(d, types::PROGRESSING, "True").as_deref() == Some(reasons::ROLLING_OUT)
     })

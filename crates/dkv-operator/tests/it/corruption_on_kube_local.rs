@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use dkv_api::DistributedKV;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
-use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
 
@@ -30,7 +30,7 @@ use dkv_test_support as support;
 
 use support::etcd_cluster::{
     Writer, condition_message, condition_reason, connect, member_endpoint, member_endpoints,
-    put_retrying, settled_at, wait_for, wait_settled,
+    patch_spec, put_retrying, settled_at, wait_for, wait_settled,
 };
 
 const VICTIM: &str = "orders-1";
@@ -270,13 +270,12 @@ async fn corrupt_member_found_and_replaced(ns: &str, image: &str) {
 
     // With the policy, the victim is replaced from its peers.
     let replacing = Instant::now();
-    dkvs.patch(
+    patch_spec(
+        &dkvs,
         "orders",
-        &PatchParams::default(),
-        &Patch::Merge(json!({"spec": {"recovery": {"corruptMember": "Replace"}}})),
+        json!({"recovery": {"corruptMember": "Replace"}}),
     )
-    .await
-    .unwrap();
+    .await;
     wait_for(&dkvs, "orders", "the victim being replaced", |d| {
         d.status
             .as_ref()

@@ -27,7 +27,9 @@ use support::backups::{
     cluster_with_recorded_keys, create_backup_artifact, create_key_secret, create_secret,
     restore_clusters_holding, restored_cluster, wait_backup_finished,
 };
-use support::etcd_cluster::{condition_message, condition_reason, wait_for, wait_restore_refused};
+use support::etcd_cluster::{
+    annotate, condition_message, condition_reason, wait_for, wait_restore_refused,
+};
 
 const NS: &str = "encrypted";
 const IMAGE: &str = "registry.k8s.io/etcd:3.5.16-0";
@@ -244,14 +246,7 @@ async fn encrypted_backups_restore_only_with_their_key() {
         .as_ref()
         .to_owned();
     moto.corrupt(&object, 100);
-    backups
-        .patch(
-            "vault-manual",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"annotations": {"dkv.io/verify": "after-damage"}}})),
-        )
-        .await
-        .unwrap();
+    annotate(&backups, "vault-manual", "dkv.io/verify", "after-damage").await;
     let failed = wait_verification(&backups, "vault-manual", Some("after-damage")).await;
     println!("verification after damage: {failed:?}");
     assert_eq!(failed.phase, Some(VerificationPhase::Failed), "{failed:?}");

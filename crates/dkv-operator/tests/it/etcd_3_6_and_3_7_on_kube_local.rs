@@ -19,13 +19,14 @@ use std::time::{Duration, Instant};
 
 use dkv_api::DistributedKV;
 use kube::Client;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::Api;
 use serde_json::json;
 
 use dkv_test_support as support;
 
 use support::etcd_cluster::{
-    LeaderMonitor, Writer, assert_upgrade_kept_serving, member_versions, settled_at, wait_for,
+    LeaderMonitor, Writer, assert_upgrade_kept_serving, member_versions, patch_spec, settled_at,
+    wait_for,
 };
 
 const NS: &str = "releases";
@@ -118,13 +119,7 @@ async fn upgrade(client: &Client, dkvs: &Api<DistributedKV>, image: &str, versio
     tokio::time::sleep(Duration::from_secs(2)).await;
 
     let started = Instant::now();
-    dkvs.patch(
-        "orders",
-        &PatchParams::default(),
-        &Patch::Merge(json!({"spec": {"image": image}})),
-    )
-    .await
-    .unwrap();
+    patch_spec(dkvs, "orders", json!({"image": image})).await;
     wait_for(dkvs, "orders", &format!("every member on {version}"), |d| {
         settled_on(d, version)
     })

@@ -29,8 +29,8 @@ use serde_json::json;
 use dkv_test_support as support;
 
 use support::etcd_cluster::{
-    Writer, WriterReport, condition_message, condition_reason, lost_writes, member_ids, settled_at,
-    wait_for, wait_settled,
+    Writer, WriterReport, condition_message, condition_reason, lost_writes, member_ids, patch_spec,
+    settled_at, wait_for, wait_settled,
 };
 
 const IMAGE: &str = "registry.k8s.io/etcd:3.5.16-0";
@@ -194,13 +194,7 @@ async fn a_scale_down_that_would_break_quorum_waits_for_health() {
     })
     .await;
     // Removing orders-2 now would leave orders-0 alone of two voters.
-    dkvs.patch(
-        "orders",
-        &PatchParams::default(),
-        &Patch::Merge(json!({"spec": {"size": 2}})),
-    )
-    .await
-    .unwrap();
+    patch_spec(&dkvs, "orders", json!({"size": 2})).await;
     wait_for(
         &dkvs,
         "orders",

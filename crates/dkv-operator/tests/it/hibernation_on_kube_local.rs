@@ -16,13 +16,13 @@ use dkv_api::distributedkv::v1beta1::Phase;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::CronJob;
 use k8s_openapi::api::core::v1::{Event, PersistentVolumeClaim, Pod};
-use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, ListParams, PostParams};
 use serde_json::json;
 
 use dkv_test_support as support;
 
 use support::etcd_cluster::{
-    Writer, assert_no_write_lost, condition_reason, member_ids, wait_for, wait_settled,
+    Writer, assert_no_write_lost, condition_reason, member_ids, patch_spec, wait_for, wait_settled,
 };
 
 const NS: &str = "hibernation";
@@ -127,13 +127,7 @@ async fn a_hibernated_cluster_wakes_with_the_same_members_and_no_acknowledged_wr
 
     // Hibernate.
     let started = Instant::now();
-    dkvs.patch(
-        "orders",
-        &PatchParams::default(),
-        &Patch::Merge(json!({"spec": {"hibernation": true}})),
-    )
-    .await
-    .unwrap();
+    patch_spec(&dkvs, "orders", json!({"hibernation": true})).await;
     wait_for(&dkvs, "orders", "phase Hibernated", |d| {
         d.status.as_ref().and_then(|s| s.phase) == Some(Phase::Hibernated)
     })
@@ -298,13 +292,7 @@ async fn a_hibernated_cluster_wakes_with_the_same_members_and_no_acknowledged_wr
 
     // Wake.
     let started = Instant::now();
-    dkvs.patch(
-        "orders",
-        &PatchParams::default(),
-        &Patch::Merge(json!({"spec": {"hibernation": null}})),
-    )
-    .await
-    .unwrap();
+    patch_spec(&dkvs, "orders", json!({"hibernation": null})).await;
     let took = wait_settled(&dkvs, "orders", 3).await;
     eprintln!("awake (3 healthy voters, Available) after {took:?}");
     let awake = dkvs.get("orders").await.unwrap();
@@ -380,13 +368,7 @@ async fn hibernation_waits_while_a_member_is_unhealthy() {
     })
     .await;
 
-    dkvs.patch(
-        "orders",
-        &PatchParams::default(),
-        &Patch::Merge(json!({"spec": {"hibernation": true}})),
-    )
-    .await
-    .unwrap();
+    patch_spec(&dkvs, "orders", json!({"hibernation": true})).await;
     let exported = support::http::plain_get(metrics, "/metrics")
         .await
         .map(|(_, body)| body)

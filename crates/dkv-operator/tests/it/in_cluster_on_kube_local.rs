@@ -28,10 +28,10 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding};
 use kube::Client;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use serde_json::json;
 use support::backups::{backup_now, create_secret};
-use support::etcd_cluster::{settled_at, wait_for, wait_settled};
+use support::etcd_cluster::{patch_spec, settled_at, wait_for, wait_settled};
 use support::metrics::{grant_metrics_reader, https_get_unverified, service_account_token};
 use support::tls::Target;
 
@@ -270,14 +270,8 @@ async fn installed_from_deploy_it_runs_under_its_own_rbac_and_survives_losing_it
 
     // Grow the member volumes: claims patched, the StatefulSet re-created
     // over its running pods.
-    let generation = dkvs
-        .patch(
-            CLUSTER,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"storage": {"size": "2Gi"}}})),
-        )
+    let generation = patch_spec(&dkvs, CLUSTER, json!({"storage": {"size": "2Gi"}}))
         .await
-        .unwrap()
         .metadata
         .generation
         .unwrap();

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use dkv_api::DistributedKV;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Client;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::Api;
 use serde_json::json;
 
 use dkv_test_support as support;
@@ -31,13 +31,7 @@ async fn create(client: &Client, ns: &str, size: i32, image: &str) -> Api<Distri
 }
 
 async fn set_spec(dkvs: &Api<DistributedKV>, spec: serde_json::Value) {
-    dkvs.patch(
-        "orders",
-        &PatchParams::default(),
-        &Patch::Merge(json!({ "spec": spec })),
-    )
-    .await
-    .unwrap();
+    support::etcd_cluster::patch_spec(dkvs, "orders", spec).await;
 }
 
 /// Asserts that each operation ran as one uninterrupted stretch: no target

@@ -5,12 +5,12 @@
 
 use dkv_api::DistributedKV;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, ListParams, PostParams};
 use serde_json::json;
 
 use dkv_test_support as support;
 
-use support::etcd_cluster::{Writer, lost_writes, wait_settled};
+use support::etcd_cluster::{Writer, lost_writes, patch_spec, wait_settled};
 
 const NS: &str = "scaling";
 
@@ -27,13 +27,7 @@ async fn scale_1_3_5_3_1_without_losing_an_acknowledged_write() {
     let writer = Writer::start(client.clone(), NS, "orders");
     for size in [3, 5, 3, 1] {
         let before = writer.acknowledged().await;
-        dkvs.patch(
-            "orders",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"size": size}})),
-        )
-        .await
-        .unwrap();
+        patch_spec(&dkvs, "orders", json!({"size": size})).await;
         let took = wait_settled(&dkvs, "orders", size).await;
         let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
         let running = pods

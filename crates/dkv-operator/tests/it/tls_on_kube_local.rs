@@ -14,7 +14,7 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
 use support::backups::backup_now;
-use support::etcd_cluster::wait_settled;
+use support::etcd_cluster::{annotate, patch_spec, wait_settled};
 use support::tls::{Target, can_read, options};
 
 const NS: &str = "vault";
@@ -89,13 +89,7 @@ async fn a_tls_cluster_refuses_plaintext_and_serves_the_documented_client_secret
     }
 
     // Scaling adds members over https peer URLs.
-    dkvs.patch(
-        CLUSTER,
-        &PatchParams::default(),
-        &Patch::Merge(json!({"spec": {"size": 5}})),
-    )
-    .await
-    .unwrap();
+    patch_spec(&dkvs, CLUSTER, json!({"size": 5})).await;
     let scaled = wait_settled(&dkvs, CLUSTER, 5).await;
     eprintln!("scaled 3 -> 5 in {scaled:?}");
     let mut etcd = etcd_client::Client::connect(
@@ -223,13 +217,7 @@ async fn a_ca_rotation_overlaps_both_cas_and_loses_no_write() {
     // enter its first phase before the first poll below.
     let before = ca_secret().await;
     assert_eq!(before.annotations().get("dkv.io/ca-rotation"), None);
-    dkvs.patch(
-        CLUSTER,
-        &PatchParams::default(),
-        &Patch::Merge(json!({"metadata": {"annotations": {"dkv.io/rotate-ca": "first"}}})),
-    )
-    .await
-    .unwrap();
+    annotate(&dkvs, CLUSTER, "dkv.io/rotate-ca", "first").await;
     let began = std::time::Instant::now();
     let mut phases: Vec<String> = vec!["-".to_owned()];
     loop {
@@ -373,13 +361,12 @@ async fn a_tls_cluster_on_etcd_3_4_upgrades_to_3_5_without_losing_a_write() {
     wait_settled(&dkvs, CLUSTER, 3).await;
     let writer = target().start_writer(&client);
     tokio::time::sleep(Duration::from_secs(2)).await;
-    dkvs.patch(
+    patch_spec(
+        &dkvs,
         CLUSTER,
-        &PatchParams::default(),
-        &Patch::Merge(json!({"spec": {"image": "registry.k8s.io/etcd:3.5.16-0"}})),
+        json!({"image": "registry.k8s.io/etcd:3.5.16-0"}),
     )
-    .await
-    .unwrap();
+    .await;
     let upgraded = support::etcd_cluster::wait_for(&dkvs, CLUSTER, "all members on 3.5.16", |d| {
         support::etcd_cluster::settled_at(d, 3)
             && d.status.as_ref().and_then(|s| s.current_version.as_deref()) == Some("3.5.16")

@@ -17,7 +17,8 @@ use serde_json::json;
 use dkv_test_support as support;
 
 use support::etcd_cluster::{
-    LeaderMonitor, Writer, assert_upgrade_kept_serving, member_versions, wait_for,
+    LeaderMonitor, Writer, annotate, assert_upgrade_kept_serving, member_versions, patch_spec,
+    wait_for,
 };
 
 const NS: &str = "upgrade";
@@ -77,13 +78,7 @@ async fn upgrade_from_3_4(image: &str, version: &str) {
     tokio::time::sleep(Duration::from_secs(2)).await;
 
     let started = Instant::now();
-    dkvs.patch(
-        "orders",
-        &PatchParams::default(),
-        &Patch::Merge(json!({"spec": {"image": image}})),
-    )
-    .await
-    .unwrap();
+    patch_spec(&dkvs, "orders", json!({"image": image})).await;
     let upgraded = wait_for(&dkvs, "orders", "every member on the new version", |d| {
         support::etcd_cluster::settled_at(d, 3)
             && member_versions(d) == vec![version; 3]
@@ -285,17 +280,15 @@ async fn a_spec_edit_and_a_restart_request_roll_through_the_members_one_at_a_tim
     // 1. spec.resources, and a label removed from spec.pod: the
     //    StatefulSet's template changes (OnDelete), and dkv restarts each
     //    member onto it.
-    let edited = dkvs
-        .patch(
-            "orders",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {
-                "resources": {"requests": {"cpu": "200m"}},
-                "pod": {"labels": null},
-            }})),
-        )
-        .await
-        .unwrap();
+    let edited = patch_spec(
+        &dkvs,
+        "orders",
+        json!({
+            "resources": {"requests": {"cpu": "200m"}},
+            "pod": {"labels": null},
+        }),
+    )
+    .await;
     let generation = edited.metadata.generation.unwrap();
     let watch = RolloutWatch::start(client.clone(), generation, |p| {
         etcd_cpu_request(p).as_deref() == Some("200m")
@@ -344,15 +337,13 @@ async fn a_spec_edit_and_a_restart_request_roll_through_the_members_one_at_a_tim
     // 2. dkv.io/restartedAt restarts every member the same way.
     let uids: Vec<Option<String>> = list.iter().map(|p| p.metadata.uid.clone()).collect();
     let monitor = LeaderMonitor::start(client.clone(), NS, "orders");
-    let edited = dkvs
-        .patch(
-            "orders",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"annotations": {
-                "dkv.io/restartedAt": "2026-11-25T07:00:00Z"}}})),
-        )
-        .await
-        .unwrap();
+    let edited = annotate(
+        &dkvs,
+        "orders",
+        "dkv.io/restartedAt",
+        "2026-11-25T07:00:00Z",
+    )
+    .await;
     // An annotation is no spec change: the generation stays, so wait for
     // the operator to take the request up before trusting Converged again.
     let generation = edited.metadata.generation.unwrap();
@@ -427,14 +418,7 @@ async fn growing_storage_expands_every_member_volume_without_a_restart() {
         .unwrap()
         .items;
 
-    let edited = dkvs
-        .patch(
-            "orders",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"storage": {"size": "2Gi"}}})),
-        )
-        .await
-        .unwrap();
+    let edited = patch_spec(&dkvs, "orders", json!({"storage": {"size": "2Gi"}})).await;
     let generation = edited.metadata.generation.unwrap();
     let capacities = || async {
         let mut out: Vec<(String, String)> = claims
@@ -532,13 +516,7 @@ async fn growing_storage_expands_every_member_volume_without_a_restart() {
 
     // Not wedged: the cluster still scales, and the new members get
     // volumes of the new size.
-    dkvs.patch(
-        "orders",
-        &PatchParams::default(),
-        &Patch::Merge(json!({"spec": {"size": 5}})),
-    )
-    .await
-    .unwrap();
+    patch_spec(&dkvs, "orders", json!({"size": 5})).await;
     wait_for(&dkvs, "orders", "5 members, every volume 2Gi", |d| {
         support::etcd_cluster::settled_at(d, 5)
             && support::etcd_cluster::condition_reason(d, "Progressing", "False").as_deref()
@@ -565,14 +543,7 @@ async fn growing_storage_expands_every_member_volume_without_a_restart() {
     )
     .await;
     support::etcd_cluster::wait_settled(&fixed, "fixed", 1).await;
-    fixed
-        .patch(
-            "fixed",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"storage": {"size": "2Gi"}}})),
-        )
-        .await
-        .unwrap();
+    patch_spec(&fixed, "fixed", json!({"storage": {"size": "2Gi"}})).await;
     let refused = wait_for(&fixed, "fixed", "Degraded/VolumeExpansionFailed", |d| {
         support::etcd_cluster::condition_reason(d, "Degraded", "True").as_deref()
             == Some("VolumeExpansionFailed")
@@ -615,13 +586,12 @@ async fn growing_storage_expands_every_member_volume_without_a_restart() {
 async fn an_image_that_cannot_be_pulled_stops_the_rollout_and_says_which_pod() {
     let serving = serving_cluster_on(V3530, json!({})).await;
     let (client, dkvs) = (serving.client.clone(), serving.dkvs.clone());
-    dkvs.patch(
+    patch_spec(
+        &dkvs,
         "orders",
-        &PatchParams::default(),
-        &Patch::Merge(json!({"spec": {"image": "registry.k8s.io/etcd:3.6.5-0"}})),
+        json!({"image": "registry.k8s.io/etcd:3.6.5-0"}),
     )
-    .await
-    .unwrap();
+    .await;
     let failed = wait_for(&dkvs, "orders", "Degraded/ImagePullFailed", |d| {
         support::etcd_cluster::condition_reason(d, "Degraded", "True").as_deref()
             == Some("ImagePullFailed")
@@ -690,13 +660,7 @@ async fn a_patch_upgrade_3_5_16_to_3_5_30_keeps_the_cluster_serving() {
     let (client, dkvs) = (serving.client.clone(), serving.dkvs.clone());
     let monitor = LeaderMonitor::start(client.clone(), NS, "orders");
     let target = V3530;
-    dkvs.patch(
-        "orders",
-        &PatchParams::default(),
-        &Patch::Merge(json!({"spec": {"image": target}})),
-    )
-    .await
-    .unwrap();
+    patch_spec(&dkvs, "orders", json!({"image": target})).await;
     let took = wait_for(&dkvs, "orders", "every member on 3.5.30", |d| {
         support::etcd_cluster::settled_at(d, 3)
             && member_versions(d) == vec!["3.5.30"; 3]
@@ -962,17 +926,15 @@ async fn an_edit_of_every_kind_does_what_the_table_says() {
 
     // In place: no member restarts, and the status describes the edit.
     let runs = support::etcd_cluster::member_runs(&client, NS).await;
-    let edited = dkvs
-        .patch(
-            "orders",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {
-                "recovery": {"policy": "ForceNewCluster", "afterSeconds": 120},
-                "storage": {"reclaimPolicy": "Retain"},
-            }})),
-        )
-        .await
-        .unwrap();
+    let edited = patch_spec(
+        &dkvs,
+        "orders",
+        json!({
+            "recovery": {"policy": "ForceNewCluster", "afterSeconds": 120},
+            "storage": {"reclaimPolicy": "Retain"},
+        }),
+    )
+    .await;
     let generation = generation_now(&edited);
     wait_for(&dkvs, "orders", "the in-place edit described", |d| {
         converged_at(d, generation)
@@ -987,14 +949,12 @@ async fn an_edit_of_every_kind_does_what_the_table_says() {
 
     // Rolling restart: an etcd setting reaches every running member.
     let monitor = LeaderMonitor::start(client.clone(), NS, "orders");
-    let edited = dkvs
-        .patch(
-            "orders",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"etcd": {"quotaBackendBytes": NEW_QUOTA}}})),
-        )
-        .await
-        .unwrap();
+    let edited = patch_spec(
+        &dkvs,
+        "orders",
+        json!({"etcd": {"quotaBackendBytes": NEW_QUOTA}}),
+    )
+    .await;
     let generation = generation_now(&edited);
     let watch = RolloutWatch::start(client.clone(), generation, runs_new_quota);
     let took = wait_for(&dkvs, "orders", "the quota rolled out", |d| {
@@ -1037,13 +997,7 @@ async fn an_edit_of_every_kind_does_what_the_table_says() {
 
     // No edit wedged the cluster: it still scales 3 → 5 → 3.
     for size in [5, 3] {
-        dkvs.patch(
-            "orders",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"size": size}})),
-        )
-        .await
-        .unwrap();
+        patch_spec(&dkvs, "orders", json!({"size": size})).await;
         let generation = generation_now(&dkvs.get("orders").await.unwrap());
         wait_for(&dkvs, "orders", &format!("{size} members"), |d| {
             support::etcd_cluster::settled_at(d, size)

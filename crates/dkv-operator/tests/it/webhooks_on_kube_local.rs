@@ -4,6 +4,7 @@
 //! the real `kubectl`. No pods run: admission needs no kubelet.
 
 use dkv_test_support as support;
+use support::etcd_cluster::patch_spec;
 
 use std::collections::BTreeSet;
 use std::process::Output;
@@ -205,14 +206,7 @@ async fn invalid_specs_version_jumps_and_downgrades_are_refused_by_field() {
         "{message}"
     );
     // One minor up is fine.
-    h.clusters()
-        .patch(
-            "old",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"image": ETCD_35}})),
-        )
-        .await
-        .unwrap();
+    patch_spec(&h.clusters(), "old", json!({"image": ETCD_35})).await;
 
     let (_, message) = api_message(
         h.create(&cluster(
@@ -396,14 +390,7 @@ async fn writes_fail_closed_while_the_webhook_server_is_down() {
     h.create(&cluster("after", 3, ETCD_35, json!({})))
         .await
         .unwrap();
-    h.clusters()
-        .patch(
-            "before",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"size": 5}})),
-        )
-        .await
-        .unwrap();
+    patch_spec(&h.clusters(), "before", json!({"size": 5})).await;
     h.operator.take().unwrap().stop().await;
 }
 
