@@ -77,6 +77,24 @@ pub async fn kubectl_in(
     .unwrap()
 }
 
+/// Sends a request with `client`; returns the status, headers and whole body.
+pub async fn send_request(
+    client: &kube::Client,
+    req: http::Request<Vec<u8>>,
+) -> (u16, http::HeaderMap, Vec<u8>) {
+    let resp = client
+        .send(req.map(kube::client::Body::from))
+        .await
+        .unwrap();
+    let status = resp.status().as_u16();
+    let headers = resp.headers().clone();
+    let bytes = http_body_util::BodyExt::collect(resp.into_body())
+        .await
+        .unwrap()
+        .to_bytes();
+    (status, headers, bytes.to_vec())
+}
+
 /// Raw HTTP request against the environment; returns (status, headers, body).
 pub async fn raw(
     env: &kube_local::Environment,
@@ -98,18 +116,7 @@ pub async fn raw(
             }
         })
         .unwrap_or_default();
-    let req = req.body(body).unwrap();
-    let resp = env
-        .client()
-        .send(req.map(kube::client::Body::from))
-        .await
-        .unwrap();
-    let status = resp.status().as_u16();
-    let headers = resp.headers().clone();
-    let bytes = http_body_util::BodyExt::collect(resp.into_body())
-        .await
-        .unwrap()
-        .to_bytes();
+    let (status, headers, bytes) = send_request(&env.client(), req.body(body).unwrap()).await;
     let v = serde_json::from_slice(&bytes)
         .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()));
     (status, headers, v)

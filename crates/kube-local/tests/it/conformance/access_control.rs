@@ -35,15 +35,7 @@ async fn send(
         .header("content-type", "application/json")
         .body(body.map(|b| b.to_string().into_bytes()).unwrap_or_default())
         .unwrap();
-    let resp = client
-        .send(req.map(kube::client::Body::from))
-        .await
-        .unwrap();
-    let status = resp.status().as_u16();
-    let bytes = http_body_util::BodyExt::collect(resp.into_body())
-        .await
-        .unwrap()
-        .to_bytes();
+    let (status, _, bytes) = crate::shared::send_request(client, req).await;
     let value = serde_json::from_slice(&bytes)
         .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()));
     (status, value)
@@ -507,15 +499,7 @@ async fn a_server_side_apply_that_creates_needs_create_as_well_as_patch() {
                 .header("content-type", "application/apply-patch+yaml")
                 .body(body.to_string().into_bytes())
                 .unwrap();
-            let resp = patcher
-                .send(req.map(kube::client::Body::from))
-                .await
-                .unwrap();
-            let status = resp.status().as_u16();
-            let bytes = http_body_util::BodyExt::collect(resp.into_body())
-                .await
-                .unwrap()
-                .to_bytes();
+            let (status, _, bytes) = crate::shared::send_request(&patcher, req).await;
             (status, String::from_utf8_lossy(&bytes).into_owned())
         }
     };

@@ -6,7 +6,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, PostParams};
 use serde_json::{Value, json};
 
-pub use crate::shared::{kubectl_in, raw, stderr, stdout};
+pub use crate::shared::{kubectl_in, raw, send_request, stderr, stdout};
 
 pub async fn env() -> kube_local::Environment {
     kube_local::Environment::builder()

@@ -14,17 +14,7 @@ async fn get_accept(
         .header("accept", accept)
         .body(Vec::new())
         .unwrap();
-    let resp = env
-        .client()
-        .send(req.map(kube::client::Body::from))
-        .await
-        .unwrap();
-    let status = resp.status().as_u16();
-    let headers = resp.headers().clone();
-    let bytes = http_body_util::BodyExt::collect(resp.into_body())
-        .await
-        .unwrap()
-        .to_bytes();
+    let (status, headers, bytes) = send_request(&env.client(), req).await;
     (status, headers, serde_json::from_slice(&bytes).unwrap())
 }
 

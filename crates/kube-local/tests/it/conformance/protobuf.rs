@@ -566,16 +566,7 @@ async fn send_protobuf(
         )
         .body(body)
         .unwrap();
-    let resp = env
-        .client()
-        .send(req.map(kube::client::Body::from))
-        .await
-        .unwrap();
-    let code = resp.status().as_u16();
-    let bytes = http_body_util::BodyExt::collect(resp.into_body())
-        .await
-        .unwrap()
-        .to_bytes();
+    let (code, _, bytes) = send_request(&env.client(), req).await;
     (code, serde_json::from_slice(&bytes).unwrap())
 }
 

@@ -333,16 +333,7 @@ async fn post_eviction(c: &Cluster, pod: &str, body: Value) -> (u16, Value) {
         .header("content-type", "application/json")
         .body(body.to_string().into_bytes())
         .unwrap();
-    let resp = c
-        .client()
-        .send(req.map(kube::client::Body::from))
-        .await
-        .unwrap();
-    let code = resp.status().as_u16();
-    let bytes = http_body_util::BodyExt::collect(resp.into_body())
-        .await
-        .unwrap()
-        .to_bytes();
+    let (code, _, bytes) = crate::shared::send_request(&c.client(), req).await;
     (code, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
 }
 
