@@ -337,25 +337,23 @@ async fn continuous_backup_restores_to_a_revision_and_expires(kind: StoreKind) {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn s3_full_backup_restores_and_is_deleted() {
-    full_backup_restores_and_is_deleted(StoreKind::S3).await;
+/// One test a store for each scenario, named `<store>_<scenario>`.
+macro_rules! on_stores {
+    ($scenario:ident: $($test:ident => $kind:expr),+) => {$(
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $test() {
+            $scenario($kind).await;
+        }
+    )+};
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn azure_full_backup_restores_and_is_deleted() {
-    full_backup_restores_and_is_deleted(StoreKind::Azure).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn s3_continuous_backup_restores_to_a_revision_and_expires() {
-    continuous_backup_restores_to_a_revision_and_expires(StoreKind::S3).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn azure_continuous_backup_restores_to_a_revision_and_expires() {
-    continuous_backup_restores_to_a_revision_and_expires(StoreKind::Azure).await;
-}
+on_stores!(full_backup_restores_and_is_deleted:
+    s3_full_backup_restores_and_is_deleted => StoreKind::S3,
+    azure_full_backup_restores_and_is_deleted => StoreKind::Azure);
+on_stores!(continuous_backup_restores_to_a_revision_and_expires:
+    s3_continuous_backup_restores_to_a_revision_and_expires => StoreKind::S3,
+    azure_continuous_backup_restores_to_a_revision_and_expires => StoreKind::Azure,
+    gcs_a_continuous_backup_copied_into_the_bucket_restores_to_a_revision_and_expires => StoreKind::Gcs);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gcs_a_backup_copied_into_the_bucket_restores_and_is_deleted() {
@@ -432,9 +430,4 @@ async fn gcs_a_backup_copied_into_the_bucket_restores_and_is_deleted() {
 
     delete_artifact(&config, &uri).await.unwrap();
     assert_eq!(gcs.objects().await, Vec::<String>::new());
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn gcs_a_continuous_backup_copied_into_the_bucket_restores_to_a_revision_and_expires() {
-    continuous_backup_restores_to_a_revision_and_expires(StoreKind::Gcs).await;
 }

@@ -734,38 +734,31 @@ mod tests {
         write_chain(&store, &destination, &continuous, "b", 20, hours_ago(30)).await;
         write_chain(&store, &destination, &continuous, "c", 30, hours_ago(40)).await;
         let names = |chains: Vec<ChainAge>| chains.into_iter().map(|c| c.chain).collect::<Vec<_>>();
+        let prune_older_than = |hours| {
+            let retention = ChainRetention {
+                max_age: Some(SignedDuration::from_hours(hours)),
+                max_chains: None,
+            };
+            let uri = uri.clone();
+            async move {
+                prune_chains(
+                    &StoreConfig::default(),
+                    &uri,
+                    "shop",
+                    "orders",
+                    retention,
+                    &dkv_backup::Keyring::default(),
+                )
+                .await
+                .unwrap()
+            }
+        };
 
         // 36 hours: only a's points are all older.
-        let pruned = prune_chains(
-            &StoreConfig::default(),
-            &uri,
-            "shop",
-            "orders",
-            ChainRetention {
-                max_age: Some(SignedDuration::from_hours(36)),
-                max_chains: None,
-            },
-            &dkv_backup::Keyring::default(),
-        )
-        .await
-        .unwrap();
-        assert_eq!(names(pruned), ["a"]);
+        assert_eq!(names(prune_older_than(36).await), ["a"]);
         // One hour: b goes; c, the newest chain (by its base), stays
         // however old its points are.
-        let pruned = prune_chains(
-            &StoreConfig::default(),
-            &uri,
-            "shop",
-            "orders",
-            ChainRetention {
-                max_age: Some(SignedDuration::from_hours(1)),
-                max_chains: None,
-            },
-            &dkv_backup::Keyring::default(),
-        )
-        .await
-        .unwrap();
-        assert_eq!(names(pruned), ["b"]);
+        assert_eq!(names(prune_older_than(1).await), ["b"]);
         let left = chain_ages(&store, &continuous, &dkv_backup::Keyring::default())
             .await
             .unwrap();
