@@ -4,7 +4,8 @@
 //! runs (`etcd_cluster`, `tls`), several nodes and their drains (`nodes`),
 //! backups to a real S3 server
 //! (`backups`; the server itself is `dkv_backup::testing::MotoServer`),
-//! scraping `/metrics` (`http`, `metrics`), the suite-wide secret scan
+//! scraping `/metrics` (`http`, `metrics`), a real Prometheus evaluating the
+//! shipped alerts (`prometheus`), the suite-wide secret scan
 //! (`secret_scan`), waiting for a condition (`wait`) and where things are
 //! (`paths`).
 //!
@@ -33,6 +34,7 @@ pub mod metrics;
 pub mod network;
 pub mod nodes;
 pub mod paths;
+pub mod prometheus;
 pub mod secret_scan;
 pub mod tls;
 pub mod wait;

@@ -11,6 +11,8 @@
 //!   one). etcd 3.5 raises the alarm on member 0; dkv finds the member by
 //!   comparing the members' hashes, and says so: `Degraded/MemberCorrupt`
 //!   naming it, nothing done (etcd refuses reads and writes meanwhile);
+//!   a real Prometheus with the shipped rules fires `DkvMemberCorrupt` (and
+//!   `DkvCorruptAlarm` on the alarm) naming it;
 //! - with `spec.recovery.corruptMember: Replace` the member is replaced from
 //!   its healthy peers (removed, the alarm disarmed once the others agree,
 //!   its data moved aside on its volume, added as an empty learner,
@@ -32,6 +34,7 @@ use support::etcd_cluster::{
     Writer, condition_message, condition_reason, connect, member_endpoint, member_endpoints,
     patch_spec, put_retrying, settled_at, wait_for, wait_settled,
 };
+use support::prometheus::{self, Prometheus};
 
 const VICTIM: &str = "orders-1";
 const PROBE_KEY: &str = "corruption-probe";
@@ -112,6 +115,12 @@ async fn corrupt_member_found_and_replaced(ns: &str, image: &str) {
     .await;
     let formed = wait_settled(&dkvs, "orders", 3).await;
     eprintln!("[{ns}] 3 healthy voters after {formed:?}");
+    // A real Prometheus evaluates the shipped alerts on the operator's
+    // metrics throughout.
+    let dir = tempfile::tempdir().unwrap();
+    let rules = prometheus::rules_file(dir.path(), &[], "");
+    let config = prometheus::config_file(dir.path(), &rules, metrics.port(), &[]);
+    let prometheus = Prometheus::start(dir.path(), &config);
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
     let old_id = member_id(&dkvs.get("orders").await.unwrap(), VICTIM).unwrap();
 
@@ -257,6 +266,35 @@ async fn corrupt_member_found_and_replaced(ns: &str, image: &str) {
         )
         .await;
     }
+    // The shipped alert names the member: DkvMemberCorrupt on either
+    // path, DkvCorruptAlarm too while etcd's alarm is active.
+    let firing = support::eventually(
+        "DkvMemberCorrupt firing for the victim",
+        Duration::from_secs(60),
+        Duration::from_millis(500),
+        async || {
+            let firing = prometheus.firing("orders").await;
+            firing
+                .contains(&("DkvMemberCorrupt".to_owned(), VICTIM.to_owned()))
+                .then_some(firing)
+        },
+    )
+    .await;
+    eprintln!("[{ns}] firing: {firing:?}");
+    if alarmed {
+        support::eventually(
+            "DkvCorruptAlarm firing for the victim",
+            Duration::from_secs(60),
+            Duration::from_millis(500),
+            async || {
+                let firing = prometheus.firing("orders").await;
+                firing
+                    .contains(&("DkvCorruptAlarm".to_owned(), VICTIM.to_owned()))
+                    .then_some(())
+            },
+        )
+        .await;
+    }
     // Report only: nothing is done about it.
     for _ in 0..5 {
         tokio::time::sleep(Duration::from_secs(1)).await;
@@ -300,6 +338,20 @@ async fn corrupt_member_found_and_replaced(ns: &str, image: &str) {
     );
     tokio::time::sleep(Duration::from_secs(1)).await;
     let report = writer.stop().await;
+    // Replaced: the corruption alerts resolve.
+    support::eventually(
+        "the corruption alerts resolved",
+        Duration::from_secs(60),
+        Duration::from_millis(500),
+        async || {
+            let firing = prometheus.firing("orders").await;
+            (!firing
+                .iter()
+                .any(|(alert, _)| alert == "DkvMemberCorrupt" || alert == "DkvCorruptAlarm"))
+            .then_some(())
+        },
+    )
+    .await;
 
     // Its old data was moved aside on its volume, not deleted.
     let aside: Vec<PathBuf> = std::fs::read_dir(&volume)
