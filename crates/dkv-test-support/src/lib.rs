@@ -43,6 +43,17 @@ pub use dkv_backup::testing::free_port;
 pub use paths::{dkv_binary, repo_root, tools_dir};
 pub use wait::{eventually, eventually_ok};
 
+/// The plan of a new cluster's first pass, as the operator makes it (its
+/// member side stamped as its planned stage stamps it).
+pub fn first_plan(
+    cluster: &dkv_operator::cluster::validate::ValidatedCluster,
+) -> dkv_operator::cluster::plan::Plan {
+    use dkv_operator::cluster::{build, member_side, plan};
+    let mut plan = plan::plan(cluster, None, None, &Default::default());
+    plan.member_side = build::statefulset::built_member_side(cluster, &plan, &member_side::code(0));
+    plan
+}
+
 /// kube-local with dkv's CRDs; with `kubelet`, pods run as local processes
 /// (etcd images → local etcd, the dkv image → this build's `dkv`).
 ///
@@ -126,6 +137,8 @@ pub fn operator_args(leader_election: bool) -> OperatorArgs {
         leader_election_namespace: "default".into(),
         identity: Some("test-operator".into()),
         tls_certificate_validity_seconds: 365 * 24 * 3600,
+        member_upgrades_per_minute: dkv_operator::cluster::member_side::DEFAULT_UPGRADES_PER_MINUTE,
+        member_side_epoch: 0,
         // Opt-in (see `webhook_args`): tests that do not exercise admission
         // keep writing straight to the API.
         webhook: WebhookArgs {

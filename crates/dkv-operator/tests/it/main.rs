@@ -40,6 +40,7 @@ mod metrics_on_kube_local;
 mod nodes_on_kube_local;
 mod nospace_on_kube_local;
 mod operator_on_kube_local;
+mod operator_upgrade_on_kube_local;
 mod pipeline;
 mod real_control_plane;
 mod reconcile_api;

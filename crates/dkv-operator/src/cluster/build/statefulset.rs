@@ -39,6 +39,7 @@ use kube::api::ObjectMeta;
 
 use super::{child_labels, child_meta, node_directory, security};
 use crate::cluster::dereference::ETCD_VERSION_ANNOTATION;
+use crate::cluster::member_side::{self, MemberSide};
 use crate::cluster::naming::{self, CLIENT_PORT, METRICS_PORT, PEER_PORT};
 use crate::cluster::plan::{BOOTSTRAP_SIZE_ANNOTATION, Plan};
 use crate::cluster::restore::{
@@ -80,6 +81,12 @@ pub fn build(cluster: &ValidatedCluster, plan: &Plan) -> StatefulSet {
     if let Some(replayed) = &plan.replayed {
         annotations.insert(restore::REPLAYED_ANNOTATION.to_owned(), replayed.clone());
     }
+    if let Some(generation) = cluster.generation {
+        annotations.insert(
+            member_side::GENERATION_ANNOTATION.to_owned(),
+            generation.to_string(),
+        );
+    }
     meta.annotations = Some(annotations);
 
     StatefulSet {
@@ -102,7 +109,7 @@ pub fn build(cluster: &ValidatedCluster, plan: &Plan) -> StatefulSet {
                 match_labels: Some(dkv_api::labels::selector_labels(&cluster.name)),
                 ..LabelSelector::default()
             },
-            template: pod_template(cluster, plan),
+            template: members_template(cluster, plan),
             volume_claim_templates: cluster.storage.as_ref().map(|storage| {
                 vec![PersistentVolumeClaim {
                     metadata: ObjectMeta {
@@ -130,6 +137,40 @@ pub fn build(cluster: &ValidatedCluster, plan: &Plan) -> StatefulSet {
         },
         status: None,
     }
+}
+
+/// The member pods' template as this pass runs it: built and stamped with
+/// its member-side hash and image, or the running one while an
+/// operator-only rollout waits for its turn (see [`member_side`]).
+fn members_template(cluster: &ValidatedCluster, plan: &Plan) -> PodTemplateSpec {
+    match &plan.member_side {
+        MemberSide::Held { template } => (**template).clone(),
+        MemberSide::Built { hash, keep } => {
+            let mut template = pod_template(cluster, plan);
+            member_side::stamp(
+                &mut template,
+                &cluster.operator_image,
+                hash,
+                keep.as_deref(),
+            );
+            template
+        }
+    }
+}
+
+/// The template as this operator builds it, run by its own image (what a
+/// new cluster gets).
+pub fn built_member_side(cluster: &ValidatedCluster, plan: &Plan, code: &str) -> MemberSide {
+    MemberSide::Built {
+        hash: member_side_hash(cluster, plan, code),
+        keep: None,
+    }
+}
+
+/// The member-side hash of the template this pass builds, with the
+/// operator's member-side `code` ([`member_side::code`]).
+pub fn member_side_hash(cluster: &ValidatedCluster, plan: &Plan, code: &str) -> String {
+    member_side::hash(&pod_template(cluster, plan), &cluster.operator_image, code)
 }
 
 fn pod_template(cluster: &ValidatedCluster, plan: &Plan) -> PodTemplateSpec {
