@@ -116,6 +116,11 @@ impl UploadError {
                 path,
                 source: Box::new(self),
             },
+            // The bucket is missing: repeating will not help.
+            Some(StatusCode::NOT_FOUND) => object_store::Error::NotFound {
+                path,
+                source: Box::new(self),
+            },
             Some(StatusCode::PRECONDITION_FAILED) => object_store::Error::Precondition {
                 path,
                 source: Box::new(self),
@@ -291,6 +296,13 @@ async fn put_result(
     })
 }
 
+/// What dkv's GCS uploads do not do (nothing in dkv asks for it).
+fn unsupported(what: &str) -> object_store::Error {
+    object_store::Error::NotSupported {
+        source: format!("GCS uploads through the JSON API do not support {what}").into(),
+    }
+}
+
 /// Google Cloud Storage with uploads through the JSON API; everything else
 /// through `object_store`'s client.
 #[derive(Debug)]
@@ -312,6 +324,9 @@ impl GcsJsonUploads {
             // A part of a few MiB on a slow link; a stalled request is
             // retried, not waited for.
             .timeout(Duration::from_secs(300))
+            // A session's `308 Resume Incomplete` is an answer, not a
+            // redirect to follow.
+            .redirect(reqwest::redirect::Policy::none())
             .build()
             .map_err(|e| format!("building the HTTP client for GCS uploads: {e}"))?;
         Ok(Self {
@@ -363,14 +378,25 @@ impl ObjectStore for GcsJsonUploads {
         payload: PutPayload,
         opts: PutOptions,
     ) -> object_store::Result<PutResult> {
+        if let PutMode::Update(version) = &opts.mode
+            && version.version.is_none()
+        {
+            return Err(unsupported("a conditional update without a generation"));
+        }
+        if !opts.attributes.is_empty() {
+            return Err(unsupported("object attributes"));
+        }
         self.media_upload(location, payload, &opts.mode).await
     }
 
     async fn put_multipart_opts(
         &self,
         location: &Path,
-        _opts: PutMultipartOptions,
+        opts: PutMultipartOptions,
     ) -> object_store::Result<Box<dyn MultipartUpload>> {
+        if !opts.attributes.is_empty() {
+            return Err(unsupported("object attributes"));
+        }
         const OPERATION: &str = "starting a resumable upload";
         let url = self
             .api
@@ -587,7 +613,8 @@ impl Session {
                 self.put("resumable upload status", offset, Bytes::new(), total)
                     .await?
             } else {
-                let from = usize::try_from(offset - start).unwrap_or(usize::MAX);
+                let from =
+                    usize::try_from(offset - start).map_or(data.len(), |f| f.min(data.len()));
                 self.put(OPERATION, offset, data.slice(from..), total)
                     .await?
             };

@@ -457,3 +457,33 @@ async fn small_objects_are_one_media_upload() {
         Some(&b"{\"a\":1}"[..])
     );
 }
+
+#[tokio::test]
+async fn a_missing_bucket_reads_as_not_found() {
+    let server = Arc::new(Mutex::new(Server::default()));
+    let host = serve(Arc::clone(&server)).await;
+    let location = Location::parse("gs://other-bucket/x.json").unwrap();
+    let config = StoreConfig {
+        gcs: GcsOptions {
+            emulator_host: Some(host),
+        },
+        ..StoreConfig::default()
+    };
+    let store = Store::open(&location, &config).unwrap();
+    let err = store
+        .put_small(location.path(), Bytes::from_static(b"{}"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::Store {
+                kind: StoreErrorKind::NotFound,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    let err = store.start_multipart(location.path()).await.unwrap_err();
+    assert!(err.to_string().contains("404"), "{err}");
+}
