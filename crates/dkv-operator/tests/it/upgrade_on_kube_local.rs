@@ -21,7 +21,7 @@ use support::etcd_cluster::{
     wait_for,
 };
 
-const NS: &str = "upgrade";
+pub(crate) const NS: &str = "upgrade";
 const V34: &str = "registry.k8s.io/etcd:3.4.23-0";
 const V35: &str = "registry.k8s.io/etcd:3.5.16-0";
 const V3530: &str = "registry.k8s.io/etcd:3.5.30-0";
@@ -151,22 +151,22 @@ async fn serving_cluster_on(image: &str, extra_spec: serde_json::Value) -> Servi
 /// at one time, and any moment the status said Converged while a pod did
 /// not yet run what the spec asks.
 #[derive(Debug, Default, Clone)]
-struct RolloutSeen {
-    most_unready: usize,
+pub(crate) struct RolloutSeen {
+    pub(crate) most_unready: usize,
     /// The members that were down when `most_unready` was seen.
-    down_at_worst: Vec<String>,
-    premature_converged: Vec<String>,
+    pub(crate) down_at_worst: Vec<String>,
+    pub(crate) premature_converged: Vec<String>,
 }
 
 /// Samples the cluster every 100 ms while a rollout runs. `wanted` says
 /// whether a pod runs the spec of generation `generation` or later.
-struct RolloutWatch {
+pub(crate) struct RolloutWatch {
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
     task: tokio::task::JoinHandle<RolloutSeen>,
 }
 
 impl RolloutWatch {
-    fn start(client: Client, generation: i64, wanted: fn(&Pod) -> bool) -> Self {
+    pub(crate) fn start(client: Client, generation: i64, wanted: fn(&Pod) -> bool) -> Self {
         use std::sync::atomic::{AtomicBool, Ordering};
         let stop = std::sync::Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
@@ -223,7 +223,7 @@ impl RolloutWatch {
         Self { stop, task }
     }
 
-    async fn stop(self) -> RolloutSeen {
+    pub(crate) async fn stop(self) -> RolloutSeen {
         self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
         self.task.await.unwrap()
     }
@@ -255,7 +255,7 @@ fn etcd_cpu_request(p: &Pod) -> Option<String> {
 }
 
 /// Whether the cluster reports Converged for generation `generation` or later.
-fn converged_at(d: &DistributedKV, generation: i64) -> bool {
+pub(crate) fn converged_at(d: &DistributedKV, generation: i64) -> bool {
     d.status.as_ref().is_some_and(|s| {
         s.observed_generation.is_some_and(|g| g >= generation)
             && s.conditions
