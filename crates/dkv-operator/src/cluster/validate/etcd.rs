@@ -49,6 +49,8 @@ fn default_compaction_retention(mode: AutoCompactionMode) -> &'static str {
 
 pub(super) fn etcd_settings(tuning: Option<&EtcdTuning>, problems: &mut Problems) -> EtcdSettings {
     let tuning = etcd_tuning_with_defaults(tuning);
+    let (heartbeat_interval, election_timeout) = raft_timings(&tuning, problems);
+    let extra_args = extra_args(&tuning, problems);
     let quota = tuning
         .quota_backend_bytes
         .unwrap_or(DEFAULT_QUOTA_BACKEND_BYTES);
@@ -101,7 +103,6 @@ pub(super) fn etcd_settings(tuning: Option<&EtcdTuning>, problems: &mut Problems
             format!("{interval:?} is not a duration from 5s to 24h; use e.g. \"5m\" or \"1h\""),
         );
     }
-    let (heartbeat_interval, election_timeout) = raft_timings(&tuning, problems);
     let max_request_bytes = tuning.max_request_bytes.and_then(|bytes| {
         let in_range = (MIN_REQUEST_BYTES..=quota.max(MIN_REQUEST_BYTES)).contains(&bytes);
         if !in_range {
@@ -133,7 +134,7 @@ pub(super) fn etcd_settings(tuning: Option<&EtcdTuning>, problems: &mut Problems
             problems,
         ),
         log_level: tuning.log_level.map(log_level_name),
-        extra_args: extra_args(&tuning, problems),
+        extra_args,
     }
 }
 
