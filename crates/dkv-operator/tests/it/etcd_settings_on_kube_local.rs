@@ -231,7 +231,6 @@ async fn etcd_settings_are_refused_or_in_effect_and_an_edit_rolls_out_one_member
     }
 
     let report = writer.stop().await;
-    eprintln!("writer: {report:?}");
     support::etcd_cluster::assert_no_write_lost(&client, NS, &report).await;
     operator.stop().await;
 }
