@@ -10,14 +10,14 @@ use std::time::{Duration, Instant};
 use dkv_api::DistributedKV;
 use etcd_client::{Txn, TxnOp};
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, ListParams, PostParams};
+use kube::api::{Api, PostParams};
 use serde_json::json;
 
 use dkv_test_support as support;
 
 use super::corruption_on_kube_local::volume_dir;
-use super::upgrade_on_kube_local::{NS, RolloutWatch, converged_at};
-use support::etcd_cluster::{Writer, connect, member_endpoint, patch_spec, wait_for};
+use super::upgrade_on_kube_local::{NS, rolled_out};
+use support::etcd_cluster::{Writer, connect, member_endpoint, patch_spec};
 
 const V35: &str = "registry.k8s.io/etcd:3.5.16-0";
 const MEMBERS: [&str; 3] = ["orders-0", "orders-1", "orders-2"];
@@ -72,13 +72,7 @@ async fn snapshots_of(client: &kube::Client, pod: &str) -> Vec<String> {
 /// a writer running, and nothing acknowledged is lost.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn etcd_settings_are_refused_or_in_effect_and_an_edit_rolls_out_one_member_at_a_time() {
-    let env = support::environment(true).await;
-    let client = env.client();
-    support::create_namespace(&client, NS).await;
-    let mut args = support::operator_args(false);
-    args.webhook = support::webhook_args();
-    let operator = support::RunningOperator::start_with(client.clone(), args);
-    support::wait_until_admission_answers(&client, NS).await;
+    let (env, client, operator) = support::running_operator_with_webhooks(NS).await;
     let dkvs: Api<DistributedKV> = Api::namespaced(client.clone(), NS);
     // Plaintext (the webhook would default TLS on), so that the test talks
     // to each member as it is.
@@ -205,22 +199,14 @@ async fn etcd_settings_are_refused_or_in_effect_and_an_edit_rolls_out_one_member
     )
     .await;
     let generation = edited.metadata.generation.unwrap();
-    let watch = RolloutWatch::start(client.clone(), generation, runs_raised_txn_ops);
-    let took = wait_for(&dkvs, "orders", "maxTxnOps rolled out", |d| {
-        converged_at(d, generation)
-    })
+    let (_, _, rolled) = rolled_out(
+        &client,
+        generation,
+        runs_raised_txn_ops,
+        "maxTxnOps rolled out",
+    )
     .await;
-    let seen = watch.stop().await;
-    eprintln!("maxTxnOps rolled out in {took:?}: {seen:?}");
-    assert!(seen.premature_converged.is_empty(), "{seen:?}");
-    assert!(seen.most_unready <= 1, "one member at a time: {seen:?}");
-    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
-    for pod in pods
-        .list(&ListParams::default().labels("dkv.io/cluster=orders"))
-        .await
-        .unwrap()
-        .items
-    {
+    for pod in rolled {
         let name = pod.metadata.name.clone().unwrap_or_default();
         assert!(runs_raised_txn_ops(&pod), "{name} runs the new template");
         txn_on(&client, &name, RAISED_TXN_OPS)

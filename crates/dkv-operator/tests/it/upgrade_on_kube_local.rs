@@ -152,21 +152,21 @@ async fn serving_cluster_on(image: &str, extra_spec: serde_json::Value) -> Servi
 /// not yet run what the spec asks.
 #[derive(Debug, Default, Clone)]
 pub(crate) struct RolloutSeen {
-    pub(crate) most_unready: usize,
+    most_unready: usize,
     /// The members that were down when `most_unready` was seen.
-    pub(crate) down_at_worst: Vec<String>,
-    pub(crate) premature_converged: Vec<String>,
+    down_at_worst: Vec<String>,
+    premature_converged: Vec<String>,
 }
 
 /// Samples the cluster every 100 ms while a rollout runs. `wanted` says
 /// whether a pod runs the spec of generation `generation` or later.
-pub(crate) struct RolloutWatch {
+struct RolloutWatch {
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
     task: tokio::task::JoinHandle<RolloutSeen>,
 }
 
 impl RolloutWatch {
-    pub(crate) fn start(client: Client, generation: i64, wanted: fn(&Pod) -> bool) -> Self {
+    fn start(client: Client, generation: i64, wanted: fn(&Pod) -> bool) -> Self {
         use std::sync::atomic::{AtomicBool, Ordering};
         let stop = std::sync::Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
@@ -223,7 +223,7 @@ impl RolloutWatch {
         Self { stop, task }
     }
 
-    pub(crate) async fn stop(self) -> RolloutSeen {
+    async fn stop(self) -> RolloutSeen {
         self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
         self.task.await.unwrap()
     }
@@ -254,8 +254,35 @@ fn etcd_cpu_request(p: &Pod) -> Option<String> {
     )
 }
 
+/// Watches the rollout of generation `generation` (a pod runs it when
+/// `wanted` says so) until the cluster reports it Converged; checks that
+/// it was not reported Converged early and that at most one member was
+/// down at a time. Returns how long it took, what the watch saw, and the
+/// member pods at the end.
+pub(crate) async fn rolled_out(
+    client: &Client,
+    generation: i64,
+    wanted: fn(&Pod) -> bool,
+    what: &str,
+) -> (Duration, RolloutSeen, Vec<Pod>) {
+    let dkvs: Api<DistributedKV> = Api::namespaced(client.clone(), NS);
+    let watch = RolloutWatch::start(client.clone(), generation, wanted);
+    let took = wait_for(&dkvs, "orders", what, |d| converged_at(d, generation)).await;
+    let seen = watch.stop().await;
+    eprintln!("{what} in {took:?}: {seen:?}");
+    assert!(seen.premature_converged.is_empty(), "{seen:?}");
+    assert!(seen.most_unready <= 1, "one member at a time: {seen:?}");
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    let list = pods
+        .list(&ListParams::default().labels("dkv.io/cluster=orders"))
+        .await
+        .unwrap()
+        .items;
+    (took, seen, list)
+}
+
 /// Whether the cluster reports Converged for generation `generation` or later.
-pub(crate) fn converged_at(d: &DistributedKV, generation: i64) -> bool {
+fn converged_at(d: &DistributedKV, generation: i64) -> bool {
     d.status.as_ref().is_some_and(|s| {
         s.observed_generation.is_some_and(|g| g >= generation)
             && s.conditions
@@ -866,13 +893,7 @@ fn refusal(result: Result<DistributedKV, kube::Error>) -> (u16, String) {
 /// still scales 3 → 5 → 3; no acknowledged write lost.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_edit_of_every_kind_does_what_the_table_says() {
-    let env = support::environment(true).await;
-    let client = env.client();
-    support::create_namespace(&client, NS).await;
-    let mut args = support::operator_args(false);
-    args.webhook = support::webhook_args();
-    let operator = support::RunningOperator::start_with(client.clone(), args);
-    support::wait_until_admission_answers(&client, NS).await;
+    let (env, client, operator) = support::running_operator_with_webhooks(NS).await;
     // Plaintext (the webhook would default TLS on), so that the test reads
     // each member's /metrics as it is.
     let dkvs = support::create_cluster(
@@ -956,20 +977,10 @@ async fn an_edit_of_every_kind_does_what_the_table_says() {
     )
     .await;
     let generation = generation_now(&edited);
-    let watch = RolloutWatch::start(client.clone(), generation, runs_new_quota);
-    let took = wait_for(&dkvs, "orders", "the quota rolled out", |d| {
-        converged_at(d, generation)
-    })
-    .await;
-    let seen = watch.stop().await;
+    let (_, _, rolled) =
+        rolled_out(&client, generation, runs_new_quota, "the quota rolled out").await;
     let (leaders, _) = monitor.stop().await;
-    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
-    for pod in pods
-        .list(&ListParams::default().labels("dkv.io/cluster=orders"))
-        .await
-        .unwrap()
-        .items
-    {
+    for pod in rolled {
         let name = pod.metadata.name.clone().unwrap_or_default();
         assert!(runs_new_quota(&pod), "{name} runs the new template");
         assert_eq!(
@@ -978,9 +989,6 @@ async fn an_edit_of_every_kind_does_what_the_table_says() {
             "etcd of {name} runs with the new quota"
         );
     }
-    eprintln!("quota rolled out in {took:?}: {seen:?}; leaders {leaders:x?}");
-    assert!(seen.premature_converged.is_empty(), "{seen:?}");
-    assert!(seen.most_unready <= 1, "one member at a time: {seen:?}");
     assert!(
         leaders.len() <= 2,
         "at most one leader change per rollout: {leaders:x?}"
