@@ -16,7 +16,7 @@ use serde_json::json;
 use dkv_test_support as support;
 
 use super::corruption_on_kube_local::volume_dir;
-use super::upgrade_on_kube_local::{NS, rolled_out};
+use super::upgrade_on_kube_local::{NS, member_init_has, rolled_out};
 use support::etcd_cluster::{Writer, connect, member_endpoint, patch_spec};
 
 const V35: &str = "registry.k8s.io/etcd:3.5.16-0";
@@ -26,13 +26,7 @@ const MEMBERS: [&str; 3] = ["orders-0", "orders-1", "orders-2"];
 const RAISED_TXN_OPS: usize = 8;
 
 fn runs_raised_txn_ops(p: &Pod) -> bool {
-    let flag = format!("--max-txn-ops={RAISED_TXN_OPS}");
-    p.spec
-        .as_ref()
-        .and_then(|s| s.init_containers.as_ref())
-        .into_iter()
-        .flatten()
-        .any(|c| c.args.iter().flatten().any(|a| *a == flag))
+    member_init_has(p, &format!("--max-txn-ops={RAISED_TXN_OPS}"))
 }
 
 /// A transaction of `ops` puts sent to member `pod` itself (etcd checks

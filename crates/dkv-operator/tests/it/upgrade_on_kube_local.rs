@@ -826,13 +826,17 @@ fn every_spec_field_says_what_changing_it_does() {
 const NEW_QUOTA: i64 = 3 * 1024 * 1024 * 1024;
 
 fn runs_new_quota(p: &Pod) -> bool {
-    let flag = format!("--quota-backend-bytes={NEW_QUOTA}");
+    member_init_has(p, &format!("--quota-backend-bytes={NEW_QUOTA}"))
+}
+
+/// Whether an init container of pod `p` (member-init) has argument `arg`.
+pub(crate) fn member_init_has(p: &Pod, arg: &str) -> bool {
     p.spec
         .as_ref()
         .and_then(|s| s.init_containers.as_ref())
         .into_iter()
         .flatten()
-        .any(|c| c.args.iter().flatten().any(|a| *a == flag))
+        .any(|c| c.args.iter().flatten().any(|a| a == arg))
 }
 
 /// The quota etcd itself reports running with (`/metrics` of the member).
