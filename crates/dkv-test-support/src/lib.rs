@@ -395,6 +395,21 @@ pub async fn running_operator(ns: &str) -> (kube_local::Environment, Client, Run
     (env, client, operator)
 }
 
+/// The same with the operator's admission webhooks serving, as `dkv local
+/// up` runs them: returns once they answer for `ns`.
+pub async fn running_operator_with_webhooks(
+    ns: &str,
+) -> (kube_local::Environment, Client, RunningOperator) {
+    let env = environment(true).await;
+    let client = env.client();
+    create_namespace(&client, ns).await;
+    let mut args = operator_args(false);
+    args.webhook = webhook_args();
+    let operator = RunningOperator::start_with(client.clone(), args);
+    wait_until_admission_answers(&client, ns).await;
+    (env, client, operator)
+}
+
 /// Creates the cluster [`cluster`] describes; returns the API of `ns`.
 pub async fn create_cluster(
     client: &Client,

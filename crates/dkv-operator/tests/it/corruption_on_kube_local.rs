@@ -49,7 +49,7 @@ fn member_id(d: &DistributedKV, name: &str) -> Option<String> {
 }
 
 /// The host directory of the volume bound to `claim` in namespace `ns`.
-async fn volume_dir(client: &Client, ns: &str, claim: &str) -> PathBuf {
+pub(crate) async fn volume_dir(client: &Client, ns: &str, claim: &str) -> PathBuf {
     let pvc = Api::<PersistentVolumeClaim>::namespaced(client.clone(), ns)
         .get(claim)
         .await

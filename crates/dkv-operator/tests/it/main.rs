@@ -24,6 +24,7 @@ mod crd;
 mod defrag_on_kube_local;
 mod encrypted_backup_on_kube_local;
 mod etcd_3_6_and_3_7_on_kube_local;
+mod etcd_settings_on_kube_local;
 mod examples;
 mod faults_on_kube_local;
 mod hardened_pods_on_kube_local;

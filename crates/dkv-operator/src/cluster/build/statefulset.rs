@@ -45,7 +45,7 @@ use crate::cluster::plan::{BOOTSTRAP_SIZE_ANNOTATION, Plan};
 use crate::cluster::restore::{
     self, FETCH_CONTAINER, RESTORE_CONTAINER, ResolvedRestore, SNAPSHOT_FILE, STAGING_DIR,
 };
-use crate::cluster::validate::ValidatedCluster;
+use crate::cluster::validate::{EtcdSettings, ValidatedCluster};
 use crate::cluster::{backup_keys, tls};
 use crate::etcd_version::EtcdVersion;
 
@@ -514,6 +514,7 @@ fn member_init_container(cluster: &ValidatedCluster, plan: &Plan) -> Container {
     ];
     let args: Vec<String> = args
         .into_iter()
+        .chain(etcd_tuning_args(&cluster.etcd))
         .chain(
             tls_flags
                 .into_iter()
@@ -545,6 +546,32 @@ fn member_init_container(cluster: &ValidatedCluster, plan: &Plan) -> Container {
         }),
         ..Container::default()
     }
+}
+
+/// member-init's arguments for the `spec.etcd` settings that are written
+/// only when set: a cluster that sets none keeps the pod template it had.
+fn etcd_tuning_args(etcd: &EtcdSettings) -> Vec<String> {
+    let millis = |d: Option<std::time::Duration>| d.map(|d| d.as_millis());
+    let numbers = [
+        ("--heartbeat-interval-ms", millis(etcd.heartbeat_interval)),
+        ("--election-timeout-ms", millis(etcd.election_timeout)),
+        ("--snapshot-count", etcd.snapshot_count.map(u128::from)),
+        (
+            "--max-request-bytes",
+            etcd.max_request_bytes.map(u128::from),
+        ),
+        ("--max-txn-ops", etcd.max_txn_ops.map(u128::from)),
+    ];
+    numbers
+        .into_iter()
+        .filter_map(|(flag, value)| Some(format!("{flag}={}", value?)))
+        .chain(etcd.log_level.map(|level| format!("--log-level={level}")))
+        .chain(
+            etcd.extra_args
+                .iter()
+                .map(|(name, value)| format!("--extra-arg={name}={value}")),
+        )
+        .collect()
 }
 
 fn container_port(name: &str, port: i32) -> ContainerPort {
@@ -653,6 +680,60 @@ mod tests {
             .template
             .spec
             .unwrap_or_else(|| panic!("no pod spec"))
+    }
+
+    /// member-init's arguments for a cluster with `etcd` as `spec.etcd`.
+    fn member_init_args(etcd: serde_json::Value) -> Vec<String> {
+        let cluster = crate::cluster::validate::validated_for_tests(
+            json!({"size": 3, "image": "quay.io/coreos/etcd:v3.5.16", "etcd": etcd}),
+        );
+        let plan = crate::cluster::plan::plan(&cluster, None, None, &Default::default());
+        member_init_container(&cluster, &plan)
+            .args
+            .unwrap_or_default()
+    }
+
+    #[test]
+    fn etcd_settings_reach_member_init_only_when_set() {
+        // Left out: the pod template is the one dkv built before these
+        // settings existed, so no member restarts on an operator upgrade.
+        let plain = member_init_args(json!({}));
+        let new_flags = [
+            "--heartbeat-interval-ms",
+            "--election-timeout-ms",
+            "--snapshot-count",
+            "--max-request-bytes",
+            "--max-txn-ops",
+            "--log-level",
+            "--extra-arg",
+        ];
+        for flag in new_flags {
+            assert!(
+                !plain.iter().any(|a| a.starts_with(flag)),
+                "{flag} in {plain:?}"
+            );
+        }
+        let tuned = member_init_args(json!({
+            "heartbeatInterval": "200ms",
+            "electionTimeout": "2s",
+            "snapshotCount": 5000,
+            "maxRequestBytes": 65536,
+            "maxTxnOps": 16,
+            "logLevel": "error",
+            "extraArgs": {"grpc-keepalive-interval": "1h", "max-concurrent-streams": "100"},
+        }));
+        for arg in [
+            "--heartbeat-interval-ms=200",
+            "--election-timeout-ms=2000",
+            "--snapshot-count=5000",
+            "--max-request-bytes=65536",
+            "--max-txn-ops=16",
+            "--log-level=error",
+            "--extra-arg=grpc-keepalive-interval=1h",
+            "--extra-arg=max-concurrent-streams=100",
+        ] {
+            assert!(tuned.iter().any(|a| a == arg), "{arg} in {tuned:?}");
+        }
     }
 
     fn spread_keys(spec: &PodSpec) -> Vec<(String, String, i32)> {
