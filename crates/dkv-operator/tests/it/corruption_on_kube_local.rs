@@ -88,29 +88,72 @@ fn etcd_termination(pod: &Pod) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_member_whose_data_differs_is_refused_reported_and_replaced_by_policy() {
-    corrupt_member_found_and_replaced("corrupt-member", "registry.k8s.io/etcd:3.5.16-0").await;
+    corrupt_member_found_and_replaced(
+        "corrupt-member",
+        "registry.k8s.io/etcd:3.5.16-0",
+        json!({}),
+        FoundBy::Alarm,
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn on_etcd_3_4_a_member_whose_data_differs_is_reported_and_replaced_by_policy() {
-    corrupt_member_found_and_replaced("corrupt-member-34", "registry.k8s.io/etcd:3.4.23-0").await;
+    corrupt_member_found_and_replaced(
+        "corrupt-member-34",
+        "registry.k8s.io/etcd:3.4.23-0",
+        json!({}),
+        FoundBy::Alarm,
+    )
+    .await;
+}
+
+/// With a raft snapshot on the member's disk (a small `snapshotCount`),
+/// etcd's initial check knows its peers and refuses to start it: the
+/// others keep serving, and the member is named and replaced the same way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn with_a_raft_snapshot_on_disk_the_initial_check_refuses_the_member_at_start() {
+    corrupt_member_found_and_replaced(
+        "corrupt-member-initial",
+        "registry.k8s.io/etcd:3.5.16-0",
+        json!({"snapshotCount": 50}),
+        FoundBy::InitialCheck,
+    )
+    .await;
+}
+
+/// Which of etcd's checks the scenario expects to find the member.
+#[derive(Debug, PartialEq, Eq)]
+enum FoundBy {
+    Alarm,
+    InitialCheck,
 }
 
 /// The scenario of the module documentation, in namespace `ns` with etcd
-/// image `image`.
-async fn corrupt_member_found_and_replaced(ns: &str, image: &str) {
+/// image `image` and `etcd` added to `spec.etcd`; `found_by` is the check
+/// expected to find the member.
+async fn corrupt_member_found_and_replaced(
+    ns: &str,
+    image: &str,
+    etcd: serde_json::Value,
+    found_by: FoundBy,
+) {
     let poke = support::paths::bbolt_poke();
     let env = support::environment(true).await;
     let client = env.client();
     support::create_namespace(&client, ns).await;
     let (operator, metrics) = support::RunningOperator::start_with_metrics(client.clone());
+    let mut etcd_spec = json!({"corruptCheckInterval": "5s"});
+    if let (Some(spec), Some(extra)) = (etcd_spec.as_object_mut(), etcd.as_object()) {
+        spec.extend(extra.clone());
+    }
     let dkvs = support::create_cluster(
         &client,
         ns,
         "orders",
         3,
         image,
-        json!({"etcd": {"corruptCheckInterval": "5s"}}),
+        json!({ "etcd": etcd_spec }),
     )
     .await;
     let formed = wait_settled(&dkvs, "orders", 3).await;
@@ -127,6 +170,11 @@ async fn corrupt_member_found_and_replaced(ns: &str, image: &str) {
     let mut etcd = connect(member_endpoints(&client, ns, "orders").await)
         .await
         .unwrap();
+    // More entries than a small snapshotCount: such members write a raft
+    // snapshot (the initial check then knows their peers).
+    for i in 0..120 {
+        put_retrying(&mut etcd, &format!("filler/{i:03}"), "x").await;
+    }
     put_retrying(&mut etcd, PROBE_KEY, PROBE_VALUE).await;
     // The victim has applied it before it stops.
     let victim_endpoint = member_endpoint(&client, ns, VICTIM).await.unwrap();
@@ -212,6 +260,9 @@ async fn corrupt_member_found_and_replaced(ns: &str, image: &str) {
     let alarmed = message.contains("CORRUPT alarm");
     let refused = message.contains("initial corruption check");
     assert!(alarmed || refused, "{message}");
+    if found_by == FoundBy::InitialCheck {
+        assert!(refused, "found by the initial check: {message}");
+    }
     if refused {
         let refusal = etcd_termination(&pods.get(VICTIM).await.unwrap());
         assert!(
