@@ -36,17 +36,6 @@ async fn with_auth_on_strangers_are_refused_and_the_operator_still_backs_up_upgr
     .await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn on_etcd_3_6_to_3_7_with_auth_on_strangers_are_refused_and_the_operator_still_backs_up_upgrades_and_scales()
- {
-    with_auth_on_strangers_are_refused_and_the_operator_still_backs_up_upgrades_and_scales_on(
-        "registry.k8s.io/etcd:3.6.16-0",
-        "registry.k8s.io/etcd:3.7.3-0",
-        "3.7.3",
-    )
-    .await;
-}
-
 async fn with_auth_on_strangers_are_refused_and_the_operator_still_backs_up_upgrades_and_scales_on(
     from: &str,
     to: &str,
