@@ -75,6 +75,9 @@ pub struct GrpcAdmin {
 
 const ALL: &str = "*";
 const STATUS: &str = "status";
+/// A member's status asked with the credentials: etcd 3.6 and later refuse
+/// it anonymously once authentication is on ("user name is empty").
+const AUTHENTICATED_STATUS: &str = "status (authenticated)";
 /// HTTP/2 windows of a snapshot's connection (see [`GrpcAdmin::bulk_client`]).
 const BULK_STREAM_WINDOW: u32 = 8 << 20;
 const BULK_CONNECTION_WINDOW: u32 = 16 << 20;
@@ -342,14 +345,19 @@ impl EtcdAdmin for GrpcAdmin {
     }
 
     async fn status(&self, endpoint: &str) -> Result<EndpointStatus> {
-        let response = self
-            .run(
-                STATUS,
-                endpoint,
-                None,
-                |mut c| async move { c.status().await },
-            )
-            .await?;
+        let ask = |operation| {
+            self.run(operation, endpoint, None, |mut c| async move {
+                c.status().await
+            })
+        };
+        // Anonymous first: a learner refuses to authenticate anyone, and
+        // etcd before 3.6 answers anyone.
+        let response = match ask(STATUS).await {
+            Err(e) if self.user.is_some() && e.to_string().contains("user name is empty") => {
+                ask(AUTHENTICATED_STATUS).await?
+            }
+            other => other?,
+        };
         let header = response.header();
         Ok(EndpointStatus {
             endpoint: endpoint.to_owned(),
