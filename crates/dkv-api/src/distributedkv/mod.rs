@@ -180,10 +180,17 @@ macro_rules! distributedkv_spec {
             /// Routine care of the members' data: scheduled defragmentation.
             #[serde(default, skip_serializing_if = "Option::is_none")]
             pub maintenance: Option<MaintenanceSpec>,
+
+            /// What happens when a rollout (members restarting onto a changed
+            /// pod template) stops making progress: pause there (the default)
+            /// or roll back.
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub rollout: Option<RolloutSpec>,
         }
     };
 }
 
 pub mod convert;
+pub mod rollout;
 pub mod v1alpha1;
 pub mod v1beta1;

@@ -19,6 +19,10 @@ use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+pub use super::rollout::{
+    RolledBack, RolloutFailurePolicy, RolloutSpec, RolloutStatus, RunningSpec,
+};
+
 distributedkv_spec!("v1alpha1", BackupSpec);
 
 /// Opt-in recovery from permanent quorum loss.
@@ -591,6 +595,10 @@ pub struct DistributedKVStatus {
     /// recoverable, as the operator's agent last reported it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub continuous_backup: Option<ContinuousBackupStatus>,
+    /// The spec that last ran on every member, and the rollback of a
+    /// failed rollout (`spec.rollout`), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<RolloutStatus>,
     /// `Available`, `Progressing` and `Degraded`, each with a reason and a
     /// message; every change is also an Event on the cluster.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

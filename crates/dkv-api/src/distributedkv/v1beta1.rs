@@ -25,6 +25,9 @@ pub use super::v1alpha1::{
     RecoveryPoint, RecoveryPolicy, RecoverySpec, RestoreSource, RevisionGap, SecretReference,
     StorageSpec, TlsMode, TlsSpec, TlsTransport,
 };
+pub use super::rollout::{
+    RolledBack, RolloutFailurePolicy, RolloutSpec, RolloutStatus, RunningSpec,
+};
 
 distributedkv_spec!("v1beta1", BackupSpec);
 

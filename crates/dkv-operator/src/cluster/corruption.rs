@@ -188,6 +188,7 @@ mod tests {
             problem: None,
             bootstrap_size: None,
             refused_as_corrupt: refused,
+            created: None,
         }
     }
 

@@ -27,22 +27,10 @@ const V35: &str = "registry.k8s.io/etcd:3.5.16-0";
 const V3530: &str = "registry.k8s.io/etcd:3.5.30-0";
 
 async fn pod_images(client: &Client) -> Vec<String> {
-    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
-    let mut images: Vec<String> = pods
-        .list(&ListParams::default().labels("dkv.io/cluster=orders"))
+    let mut images: Vec<String> = support::etcd_cluster::member_images(client, NS)
         .await
-        .unwrap()
-        .items
-        .iter()
-        .filter_map(|p| {
-            p.spec
-                .as_ref()?
-                .containers
-                .iter()
-                .find(|c| c.name == "etcd")?
-                .image
-                .clone()
-        })
+        .into_iter()
+        .map(|(_, image)| image)
         .collect();
     images.sort();
     images
@@ -713,6 +701,8 @@ const CHANGES: &[(&str, Change)] = &[
     ("spec.backup", Change::InPlace),
     // Read by the operator's scheduled defragmentation; no restart.
     ("spec.maintenance", Change::InPlace),
+    // Read while a rollout runs; no restart.
+    ("spec.rollout", Change::InPlace),
     ("spec.hibernation", Change::StopsMembers),
 ];
 

@@ -20,6 +20,7 @@ use crate::cluster::membership;
 use crate::cluster::naming;
 use crate::cluster::plan::{self, Plan};
 use crate::cluster::restore;
+use crate::cluster::rollout;
 use crate::cluster::validate::ValidatedCluster;
 
 use super::connected::Connected;
@@ -37,6 +38,8 @@ pub struct Planned {
     /// The operation pinned: as recorded, or new this pass.
     pub operation: Option<Operation>,
     pub gate: Gate,
+    /// A rollout that missed `spec.rollout.progressDeadline`.
+    pub stalled: Option<rollout::Stalled>,
 }
 
 /// Whether the pass goes on to build and apply the plan.
@@ -129,6 +132,13 @@ pub async fn planned(
     if hibernation.stopped() {
         plan = hibernation::stopped_plan(plan);
     }
+    let stalled = rollout::stalled(
+        cluster,
+        statefulset.and_then(plan::update_revision).as_deref(),
+        &validated.pods,
+        connected.members.as_deref(),
+        now,
+    );
     let mut operation = recorded.operation.clone();
     let gate = if cluster.paused {
         Gate::Paused
@@ -149,6 +159,7 @@ pub async fn planned(
         hibernation,
         operation,
         gate,
+        stalled,
     })
 }
 
