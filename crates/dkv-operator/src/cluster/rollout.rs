@@ -137,15 +137,21 @@ mod tests {
 
     #[test]
     fn a_member_on_the_new_template_not_serving_past_the_deadline_stalls_the_rollout() {
-        let cluster = cluster("Rollback");
-        let judge = |now| stalled(&cluster, Some("rev-2"), &pods(), Some(&members()), now);
+        let rolling_back = cluster("Rollback");
+        let judge = |now| stalled(&rolling_back, Some("rev-2"), &pods(), Some(&members()), now);
         assert_eq!(judge(at(30)), None, "within the deadline");
         let found = judge(at(31)).unwrap_or_else(|| panic!("stalled"));
         assert_eq!(found.pod, "orders-2");
         assert!(found.roll_back);
         assert!(found.why.contains("ImagePullBackOff"), "{}", found.why);
         // Under Pause it is reported, not rolled back.
-        let paused = stalled(&cluster("Pause"), Some("rev-2"), &pods(), Some(&members()), at(31));
+        let paused = stalled(
+            &cluster("Pause"),
+            Some("rev-2"),
+            &pods(),
+            Some(&members()),
+            at(31),
+        );
         assert_eq!(paused.map(|s| s.roll_back), Some(false));
     }
 
@@ -156,21 +162,33 @@ mod tests {
         let mut serving = pods();
         serving[2].view.ready = true;
         let healthy: Vec<_> = (0..3).map(fixtures::member).collect();
-        assert_eq!(stalled(&cluster, Some("rev-2"), &serving, Some(&healthy), at(300)), None);
+        assert_eq!(
+            stalled(&cluster, Some("rev-2"), &serving, Some(&healthy), at(300)),
+            None
+        );
         // Ready, but etcd does not report it healthy: not back yet.
         assert!(stalled(&cluster, Some("rev-2"), &serving, Some(&members()), at(300)).is_some());
         // A member failing on the template that last ran everywhere is a
         // fault, not a rollout to undo.
-        assert_eq!(stalled(&cluster, Some("rev-1"), &pods(), Some(&members()), at(300)), None);
+        assert_eq!(
+            stalled(&cluster, Some("rev-1"), &pods(), Some(&members()), at(300)),
+            None
+        );
         // The StatefulSet's controller has not reported the new revision.
-        assert_eq!(stalled(&cluster, None, &pods(), Some(&members()), at(300)), None);
+        assert_eq!(
+            stalled(&cluster, None, &pods(), Some(&members()), at(300)),
+            None
+        );
     }
 
     #[test]
     fn nothing_stalls_without_a_spec_to_go_back_to_or_once_rolled_back() {
         let mut unknown = cluster("Rollback");
         unknown.last_good = None;
-        assert_eq!(stalled(&unknown, Some("rev-2"), &pods(), Some(&members()), at(300)), None);
+        assert_eq!(
+            stalled(&unknown, Some("rev-2"), &pods(), Some(&members()), at(300)),
+            None
+        );
         let mut same = cluster("Rollback");
         same.running.image = OLD.to_owned();
         assert_eq!(
@@ -185,6 +203,9 @@ mod tests {
             reason: String::new(),
             at: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(at(40)),
         });
-        assert_eq!(stalled(&rolled, Some("rev-2"), &pods(), Some(&members()), at(300)), None);
+        assert_eq!(
+            stalled(&rolled, Some("rev-2"), &pods(), Some(&members()), at(300)),
+            None
+        );
     }
 }

@@ -30,10 +30,12 @@ const V3530: &str = "registry.k8s.io/etcd:3.5.30-0";
 /// reports `ErrImagePull`/`ImagePullBackOff`, as a kubelet does for an
 /// image it cannot pull.
 const UNPULLABLE: &str = "registry.invalid/etcd:3.5.30-0";
-/// An image that does not run etcd: kube-local maps dkv's own image to the
-/// dkv binary's directory, where the container's `etcd` command finds no
-/// etcd of the cluster's version, so the member never starts. Its tag is
-/// no version: `spec.version` (3.5.30) stays what it was.
+/// An image that does not hold the etcd it claims: kube-local maps dkv's own
+/// image to the dkv binary's directory, which holds no etcd, so the
+/// container's `etcd` command runs whatever the PATH holds (etcd 3.4 on the
+/// test machines, which exits on the data of a 3.5 cluster) or nothing: the
+/// member's container fails at every start. Its tag is no version: the edit
+/// says `spec.version: 3.5.30`, what the cluster runs.
 const NOT_ETCD: &str = "ghcr.io/dkv-io/dkv:not-etcd";
 
 /// A settled 3-member cluster `orders` on `image` with `spec.rollout:
@@ -102,13 +104,21 @@ async fn running(client: &Client, image: &str) -> Vec<String> {
         .collect()
 }
 
-/// Edits the image to `bad`, whose member never serves, and checks the
+/// Edits the image to `bad` (with the rest of `edit`), whose member never
+/// serves, and checks the
 /// rollback: the member that tried it returns to `good`, one member at a
 /// time; the spec stays `bad`; Progressing and Degraded say `RolledBack`
 /// naming the pod and quoting `why`; an Event says so. Returns the pod.
-async fn rolled_back_from(serving: &Serving, good: &str, bad: &str, why: &[&str]) -> String {
+async fn rolled_back_from(
+    serving: &Serving,
+    good: &str,
+    bad: &str,
+    mut edit: serde_json::Value,
+    why: &[&str],
+) -> String {
     let (client, dkvs) = (&serving.client, &serving.dkvs);
-    patch_spec(dkvs, "orders", json!({"image": bad})).await;
+    edit["image"] = json!(bad);
+    patch_spec(dkvs, "orders", edit).await;
     // One member tries the new image and never serves; past the 30 s
     // deadline dkv rolls back.
     let took = wait_for(dkvs, "orders", "Progressing=False/RolledBack", |d| {
@@ -135,11 +145,17 @@ async fn rolled_back_from(serving: &Serving, good: &str, bad: &str, why: &[&str]
         "Degraded while the spec does not run: {:?}",
         status.conditions
     );
-    assert_eq!(cluster.spec.image, bad, "the user's spec is never rewritten");
+    assert_eq!(
+        cluster.spec.image, bad,
+        "the user's spec is never rewritten"
+    );
     eprintln!("rolled back {took:?} after the edit: {message}");
 
     // The member returns to the last good image; every member serves again.
-    wait_for(dkvs, "orders", "every member back in service", |d| settled_at(d, 3)).await;
+    wait_for(dkvs, "orders", "every member back in service", |d| {
+        settled_at(d, 3)
+    })
+    .await;
     support::eventually(
         "every member on the last good image",
         Duration::from_secs(60),
@@ -188,6 +204,7 @@ async fn an_image_that_cannot_be_pulled_is_rolled_back_and_the_next_edit_rolls_o
         &serving,
         V35,
         UNPULLABLE,
+        json!({}),
         &["ImagePullBackOff", "ErrImagePull"],
     )
     .await;
@@ -224,6 +241,7 @@ async fn a_member_that_crash_loops_on_the_new_spec_is_rolled_back() {
         &serving,
         V3530,
         NOT_ETCD,
+        json!({"version": "3.5.30"}),
         &[
             "CrashLoopBackOff",
             "RunContainerError",
@@ -245,9 +263,15 @@ async fn under_pause_a_rollout_that_misses_its_deadline_stops_and_says_so() {
     let serving = Serving::start(V35, json!({"progressDeadline": "30s"})).await;
     let (client, dkvs) = (serving.client.clone(), serving.dkvs.clone());
     patch_spec(&dkvs, "orders", json!({"image": UNPULLABLE})).await;
-    let took = wait_for(&dkvs, "orders", "Progressing=False/ProgressDeadlineExceeded", |d| {
-        condition_reason(d, "Progressing", "False").as_deref() == Some("ProgressDeadlineExceeded")
-    })
+    let took = wait_for(
+        &dkvs,
+        "orders",
+        "Progressing=False/ProgressDeadlineExceeded",
+        |d| {
+            condition_reason(d, "Progressing", "False").as_deref()
+                == Some("ProgressDeadlineExceeded")
+        },
+    )
     .await;
     let cluster = dkvs.get("orders").await.unwrap();
     let message = condition_message(&cluster, "Progressing", Some("False"));

@@ -398,7 +398,9 @@ pub(super) fn compute(
     let update_revision = obs.statefulset.and_then(update_revision);
     let last_good = match (&update_revision, &rolled_back) {
         (Some(revision), None)
-            if !progressing.status && progressing.reason == reasons::CONVERGED && ready == members =>
+            if !progressing.status
+                && progressing.reason == reasons::CONVERGED
+                && ready == members =>
         {
             Some(RunningSpec {
                 revision: Some(revision.clone()),

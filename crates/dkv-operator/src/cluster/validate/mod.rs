@@ -39,9 +39,9 @@ pub use backup::StoreUri;
 pub use backup::retention_of;
 use backup::{check_destination, retention_policy};
 use etcd::etcd_settings;
+pub use etcd::{DEFAULT_QUOTA_BACKEND_BYTES, MAX_QUOTA_BACKEND_BYTES, etcd_tuning_with_defaults};
 pub use rollout::{RolloutPolicy, running_spec, same_template};
 use rollout::{last_good, rollback_in_effect, rollout_policy, with_running_spec};
-pub use etcd::{DEFAULT_QUOTA_BACKEND_BYTES, MAX_QUOTA_BACKEND_BYTES, etcd_tuning_with_defaults};
 use tls::check_tls;
 use version::resolve_version;
 

@@ -169,11 +169,15 @@ mod tests {
         let spec = serde_json::json!({"size": 3, "image": "registry.k8s.io/etcd:9.9.9-0",
                                       "version": "3.5.30", "etcd": {"quotaBackendBytes": 1000}});
         let dkv = cluster(spec.clone(), status(4));
-        let (rolled_back, running) = rollback_in_effect(&dkv).unwrap_or_else(|| panic!("in effect"));
+        let (rolled_back, running) =
+            rollback_in_effect(&dkv).unwrap_or_else(|| panic!("in effect"));
         assert_eq!(rolled_back.pod, "orders-2");
         let source = with_running_spec(&dkv, &running);
         assert!(same_template(&running_spec(&source), &good));
-        assert_eq!(source.spec.size, 3, "fields outside the template stay as written");
+        assert_eq!(
+            source.spec.size, 3,
+            "fields outside the template stay as written"
+        );
         // The user's spec itself is untouched.
         assert_eq!(dkv.spec.image, "registry.k8s.io/etcd:9.9.9-0");
         // A new edit (generation 5 now) ends the rollback.

@@ -92,7 +92,10 @@ fn no_member_moves_back_while_another_is_down() {
     obs.members.as_mut().unwrap()[0].healthy = true;
     assert!(matches!(
         next_step(&obs),
-        Step::MoveLeader { from_ordinal: 0, .. }
+        Step::MoveLeader {
+            from_ordinal: 0,
+            ..
+        }
     ));
 }
 
