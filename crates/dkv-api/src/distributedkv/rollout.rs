@@ -72,16 +72,33 @@ pub struct RunningSpec {
     pub image: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub version: Option<String>,
+    // The three below are recorded as the spec had them; their schema is
+    // the spec's, not repeated here (it would double the CRD's size).
+    /// `spec.resources` as it was.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "recorded_object")]
     pub resources: Option<ResourceRequirements>,
+    /// `spec.etcd` as it was.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "recorded_object")]
     pub etcd: Option<EtcdTuning>,
+    /// `spec.pod` as it was.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "recorded_object")]
     pub pod: Option<PodOverrides>,
     /// The annotations of the cluster that go into the template
     /// (`dkv.io/restartedAt`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub annotations: BTreeMap<String, String>,
+}
+
+/// The schema of a spec section recorded in status: an object kept as it
+/// is (the spec's own schema checked it when it was written).
+fn recorded_object(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "object",
+        "x-kubernetes-preserve-unknown-fields": true,
+    })
 }
 
 /// A rollout that was rolled back.
