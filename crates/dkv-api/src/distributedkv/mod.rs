@@ -191,6 +191,5 @@ macro_rules! distributedkv_spec {
 }
 
 pub mod convert;
-pub mod rollout;
 pub mod v1alpha1;
 pub mod v1beta1;

@@ -17,9 +17,6 @@ use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-pub use super::rollout::{
-    RolledBack, RolloutFailurePolicy, RolloutSpec, RolloutStatus, RunningSpec,
-};
 pub use super::v1alpha1::{
     AuthSpec, AutoCompactionMode, BackupArtifactRef, BackupEncryption, BootstrapSpec,
     ContinuousBackupStatus, CorruptMemberPolicy, DefragSpec, DistributedKVStatus, EtcdTuning,
@@ -27,6 +24,9 @@ pub use super::v1alpha1::{
     MemberStatus, Operation, OperationKind, Phase, PodOverrides, PointInTime, ReclaimPolicy,
     RecoveryPoint, RecoveryPolicy, RecoverySpec, RestoreSource, RevisionGap, SecretReference,
     StorageSpec, TlsMode, TlsSpec, TlsTransport,
+};
+pub use super::v1alpha1::{
+    RolledBack, RolloutFailurePolicy, RolloutSpec, RolloutStatus, RunningSpec,
 };
 
 distributedkv_spec!("v1beta1", BackupSpec);

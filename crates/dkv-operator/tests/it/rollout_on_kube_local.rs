@@ -18,8 +18,9 @@ use serde_json::json;
 
 use dkv_test_support as support;
 
+use support::Serving;
 use support::etcd_cluster::{
-    Writer, condition_message, condition_reason, member_images, patch_spec, settled_at, wait_for,
+    condition_message, condition_reason, member_images, patch_spec, settled_at, wait_for,
 };
 
 const NS: &str = "rollout";
@@ -39,45 +40,18 @@ const UNPULLABLE: &str = "registry.invalid/etcd:3.5.30-0";
 const NOT_ETCD: &str = "ghcr.io/dkv-io/dkv:not-etcd";
 
 /// A settled 3-member cluster `orders` on `image` with `spec.rollout:
-/// rollout`, and a writer started.
-struct Serving {
-    // Held for the test's duration: dropping it stops kube-local.
-    _env: kube_local::Environment,
-    client: Client,
-    operator: support::RunningOperator,
-    dkvs: Api<DistributedKV>,
-    writer: Writer,
-}
-
-impl Serving {
-    async fn start(image: &str, rollout: serde_json::Value) -> Self {
-        let (env, client, operator) = support::running_operator(NS).await;
-        let dkvs =
-            support::create_cluster(&client, NS, "orders", 3, image, json!({"rollout": rollout}))
-                .await;
-        support::etcd_cluster::wait_settled(&dkvs, "orders", 3).await;
-        // The spec that ran on every member is recorded once it converged.
-        wait_for(&dkvs, "orders", "the last good spec recorded", |d| {
-            last_good_image(d).as_deref() == Some(image)
-        })
-        .await;
-        let writer = Writer::start(client.clone(), NS, "orders");
-        Self {
-            _env: env,
-            client,
-            operator,
-            dkvs,
-            writer,
-        }
-    }
-
-    /// Stops the writer, checks that no acknowledged write was lost, and
-    /// stops the operator.
-    async fn finish(self) {
-        let report = self.writer.stop().await;
-        support::etcd_cluster::assert_no_write_lost(&self.client, NS, &report).await;
-        self.operator.stop().await;
-    }
+/// rollout`, its spec recorded as the last good one, and a writer started.
+async fn serving(image: &str, rollout: serde_json::Value) -> Serving {
+    let serving = Serving::start(NS, image, json!({"rollout": rollout})).await;
+    // The spec that ran on every member is recorded once it converged.
+    wait_for(
+        &serving.dkvs,
+        "orders",
+        "the last good spec recorded",
+        |d| last_good_image(d).as_deref() == Some(image),
+    )
+    .await;
+    serving
 }
 
 fn last_good_image(d: &DistributedKV) -> Option<String> {
@@ -194,7 +168,7 @@ async fn rolled_back_from(
 /// rolls out as usual and ends the rollback.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_image_that_cannot_be_pulled_is_rolled_back_and_the_next_edit_rolls_out() {
-    let serving = Serving::start(
+    let serving = serving(
         V35,
         json!({"onFailure": "Rollback", "progressDeadline": "30s"}),
     )
@@ -232,7 +206,7 @@ async fn an_image_that_cannot_be_pulled_is_rolled_back_and_the_next_edit_rolls_o
 /// `onFailure: Rollback`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_member_that_crash_loops_on_the_new_spec_is_rolled_back() {
-    let serving = Serving::start(
+    let serving = serving(
         V3530,
         json!({"onFailure": "Rollback", "progressDeadline": "30s"}),
     )
@@ -260,7 +234,7 @@ async fn a_member_that_crash_loops_on_the_new_spec_is_rolled_back() {
 /// deadline passed, naming the pod.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn under_pause_a_rollout_that_misses_its_deadline_stops_and_says_so() {
-    let serving = Serving::start(V35, json!({"progressDeadline": "30s"})).await;
+    let serving = serving(V35, json!({"progressDeadline": "30s"})).await;
     let (client, dkvs) = (serving.client.clone(), serving.dkvs.clone());
     patch_spec(&dkvs, "orders", json!({"image": UNPULLABLE})).await;
     let took = wait_for(
