@@ -25,7 +25,9 @@ use crate::store::{Store, StoreConfig};
 pub const MIN_PART_SIZE: usize = 5 * 1024 * 1024;
 
 /// How the upload is cut up. Peak memory is about
-/// `part_size * (parts_in_flight + 1)`.
+/// `part_size * (parts_in_flight + 1)`; one part more to Google Cloud
+/// Storage, whose resumable upload holds the newest part back until it
+/// knows whether it is the last.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct UploadOptions {
     pub part_size: usize,

@@ -21,6 +21,8 @@ use crate::credentials::{AzureKey, Credentials, GcpCredentials, Redactor};
 use crate::error::{Error, Result, StoreErrorKind};
 use crate::location::{Location, Scheme};
 
+mod gcs_upload;
+
 /// Non-secret S3 settings, for AWS and for S3-compatible servers.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct S3Options {
@@ -225,11 +227,13 @@ impl Store {
             Scheme::Gcs => {
                 let mut builder =
                     GoogleCloudStorageBuilder::new().with_bucket_name(location.bucket());
+                let mut base_url = gcs_upload::GOOGLE_BASE_URL.to_owned();
                 if let Some(host) = &config.gcs.emulator_host {
                     let url = emulator_url(host).map_err(|message| Error::Open {
                         uri: root.to_string(),
                         message,
                     })?;
+                    base_url.clone_from(&url);
                     // An emulator takes unauthenticated requests: no token
                     // is fetched from Google (or a metadata server) for it.
                     let anonymous = GcpCredential {
@@ -252,7 +256,17 @@ impl Store {
                     }
                     None => {}
                 }
-                Arc::new(builder.build().map_err(open_error)?)
+                // Writes through the JSON API (see `gcs_upload`), the rest
+                // through object_store's client.
+                let gcs = builder.build().map_err(open_error)?;
+                Arc::new(
+                    gcs_upload::GcsJsonUploads::new(gcs, &base_url, location.bucket()).map_err(
+                        |message| Error::Open {
+                            uri: root.to_string(),
+                            message,
+                        },
+                    )?,
+                )
             }
             Scheme::Azure => {
                 let mut builder =

@@ -11,6 +11,7 @@ pub mod cli;
 pub mod cluster;
 pub mod continuous_backup;
 pub mod crd;
+pub mod etcd_flags;
 pub mod etcd_version;
 pub mod events;
 pub mod leader;

@@ -63,6 +63,17 @@ pub struct OperatorArgs {
     /// with `spec.tls` (renewed when a third is left; at least 60).
     #[arg(long, default_value_t = 365 * 24 * 3600)]
     pub tls_certificate_validity_seconds: u64,
+    /// Clusters whose members start rolling onto this operator's
+    /// member-side code per minute, across the installation, when only the
+    /// operator changed (0 holds them all). Each rolls one member at a time;
+    /// an operator whose member side did not change restarts no member.
+    #[arg(long, default_value_t = crate::cluster::member_side::DEFAULT_UPGRADES_PER_MINUTE)]
+    pub member_upgrades_per_minute: u32,
+    /// Raise to roll every cluster's members onto this operator's image
+    /// although its member-side code did not change (say, an image rebuilt
+    /// for a fix in its base), at `--member-upgrades-per-minute`.
+    #[arg(long, default_value_t = 0)]
+    pub member_side_epoch: u32,
     #[command(flatten)]
     pub webhook: WebhookArgs,
 }
@@ -158,6 +169,8 @@ pub async fn run_with(
         certificate_lifetime: cluster::certificates::CertificateLifetime {
             leaf: std::time::Duration::from_secs(args.tls_certificate_validity_seconds.max(60)),
         },
+        member_upgrades_per_minute: args.member_upgrades_per_minute,
+        member_side_epoch: args.member_side_epoch,
     };
     let reporter = Reporter {
         controller: "dkv-operator".into(),

@@ -4,7 +4,8 @@
 //! runs (`etcd_cluster`, `tls`), several nodes and their drains (`nodes`),
 //! backups to a real S3 server
 //! (`backups`; the server itself is `dkv_backup::testing::MotoServer`),
-//! scraping `/metrics` (`http`, `metrics`), the suite-wide secret scan
+//! scraping `/metrics` (`http`, `metrics`), a real Prometheus evaluating the
+//! shipped alerts (`prometheus`), the suite-wide secret scan
 //! (`secret_scan`), waiting for a condition (`wait`) and where things are
 //! (`paths`).
 //!
@@ -33,6 +34,7 @@ pub mod metrics;
 pub mod network;
 pub mod nodes;
 pub mod paths;
+pub mod prometheus;
 pub mod secret_scan;
 pub mod tls;
 pub mod wait;
@@ -40,6 +42,17 @@ pub mod wait;
 pub use dkv_backup::testing::free_port;
 pub use paths::{dkv_binary, repo_root, tools_dir};
 pub use wait::{eventually, eventually_ok};
+
+/// The plan of a new cluster's first pass, as the operator makes it (its
+/// member side stamped as its planned stage stamps it).
+pub fn first_plan(
+    cluster: &dkv_operator::cluster::validate::ValidatedCluster,
+) -> dkv_operator::cluster::plan::Plan {
+    use dkv_operator::cluster::{build, member_side, plan};
+    let mut plan = plan::plan(cluster, None, None, &Default::default());
+    plan.member_side = build::statefulset::built_member_side(cluster, &plan, &member_side::code(0));
+    plan
+}
 
 /// kube-local with dkv's CRDs; with `kubelet`, pods run as local processes
 /// (etcd images → local etcd, the dkv image → this build's `dkv`).
@@ -124,6 +137,8 @@ pub fn operator_args(leader_election: bool) -> OperatorArgs {
         leader_election_namespace: "default".into(),
         identity: Some("test-operator".into()),
         tls_certificate_validity_seconds: 365 * 24 * 3600,
+        member_upgrades_per_minute: dkv_operator::cluster::member_side::DEFAULT_UPGRADES_PER_MINUTE,
+        member_side_epoch: 0,
         // Opt-in (see `webhook_args`): tests that do not exercise admission
         // keep writing straight to the API.
         webhook: WebhookArgs {
@@ -377,6 +392,21 @@ pub async fn running_operator(ns: &str) -> (kube_local::Environment, Client, Run
     let client = env.client();
     create_namespace(&client, ns).await;
     let operator = RunningOperator::start(client.clone(), false);
+    (env, client, operator)
+}
+
+/// The same with the operator's admission webhooks serving, as `dkv local
+/// up` runs them: returns once they answer for `ns`.
+pub async fn running_operator_with_webhooks(
+    ns: &str,
+) -> (kube_local::Environment, Client, RunningOperator) {
+    let env = environment(true).await;
+    let client = env.client();
+    create_namespace(&client, ns).await;
+    let mut args = operator_args(false);
+    args.webhook = webhook_args();
+    let operator = RunningOperator::start_with(client.clone(), args);
+    wait_until_admission_answers(&client, ns).await;
     (env, client, operator)
 }
 

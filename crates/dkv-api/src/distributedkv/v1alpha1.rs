@@ -494,6 +494,62 @@ pub struct EtcdTuning {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = r"^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$"))]
     pub corrupt_check_interval: Option<String>,
+    /// How often the leader sends heartbeats (etcd's `--heartbeat-interval`),
+    /// a duration in whole milliseconds such as `"100ms"`; etcd's default
+    /// `100ms`. Raise it with the round-trip time between members, e.g.
+    /// across zones. `electionTimeout` must stay at least 5 times it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$"))]
+    pub heartbeat_interval: Option<String>,
+    /// How long a follower waits without hearing from the leader before it
+    /// calls an election (etcd's `--election-timeout`), a duration in whole
+    /// milliseconds such as `"1s"`; etcd's default `1s`. At least 5 times
+    /// `heartbeatInterval` and at most `50s`, as etcd requires.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$"))]
+    pub election_timeout: Option<String>,
+    /// Committed entries between two snapshots of the raft log (etcd's
+    /// `--snapshot-count`); etcd's default: 100000 up to 3.5, 10000 from 3.6.
+    /// Lower keeps less log in memory and on disk, at the cost of more
+    /// frequent snapshots.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub snapshot_count: Option<i64>,
+    /// The largest client request etcd accepts, in bytes (etcd's
+    /// `--max-request-bytes`); etcd's default 1.5 MiB. From 1024 to
+    /// `quotaBackendBytes`. etcd refuses larger requests with "request is
+    /// too large".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1024, max = 8_589_934_592_i64))]
+    pub max_request_bytes: Option<i64>,
+    /// The most operations one transaction may hold (etcd's
+    /// `--max-txn-ops`); etcd's default 128.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 4_294_967_295_i64))]
+    pub max_txn_ops: Option<i64>,
+    /// etcd's log level (`--log-level`): `debug`, `info` (etcd's default),
+    /// `warn`, `error`, `panic` or `fatal`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log_level: Option<EtcdLogLevel>,
+    /// Any other etcd flag, by name without the leading `--`, and its value
+    /// as on etcd's command line (e.g. `grpc-keepalive-interval: "1h"`).
+    /// Unsupported territory: dkv does not check what a flag does. It
+    /// refuses the flags it sets itself (membership, names, directories,
+    /// URLs, TLS, logging output, the settings above) and malformed names.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub extra_args: Option<BTreeMap<String, String>>,
+}
+
+/// The levels etcd logs at (3.4 to 3.7 accept the same six).
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub enum EtcdLogLevel {
+    Debug,
+    Info,
+    Warn,
+    Error,
+    Panic,
+    Fatal,
 }
 
 /// etcd's auto-compaction modes.

@@ -19,11 +19,11 @@ use serde::{Deserialize, Serialize};
 
 pub use super::v1alpha1::{
     AuthSpec, AutoCompactionMode, BackupArtifactRef, BackupEncryption, BootstrapSpec,
-    ContinuousBackupStatus, CorruptMemberPolicy, DefragSpec, DistributedKVStatus, EtcdTuning,
-    IssuerReference, KeySecretReference, LostNodePolicy, LostNodeRecovery, MaintenanceSpec,
-    MemberStatus, Operation, OperationKind, Phase, PodOverrides, PointInTime, ReclaimPolicy,
-    RecoveryPoint, RecoveryPolicy, RecoverySpec, RestoreSource, RevisionGap, SecretReference,
-    StorageSpec, TlsMode, TlsSpec, TlsTransport,
+    ContinuousBackupStatus, CorruptMemberPolicy, DefragSpec, DistributedKVStatus, EtcdLogLevel,
+    EtcdTuning, IssuerReference, KeySecretReference, LostNodePolicy, LostNodeRecovery,
+    MaintenanceSpec, MemberStatus, Operation, OperationKind, Phase, PodOverrides, PointInTime,
+    ReclaimPolicy, RecoveryPoint, RecoveryPolicy, RecoverySpec, RestoreSource, RevisionGap,
+    SecretReference, StorageSpec, TlsMode, TlsSpec, TlsTransport,
 };
 pub use super::v1alpha1::{
     RolledBack, RolloutFailurePolicy, RolloutSpec, RolloutStatus, RunningSpec,

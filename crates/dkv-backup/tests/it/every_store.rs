@@ -1,22 +1,14 @@
 //! The backup data path against every kind of object store dkv writes to,
 //! each a real server on loopback reached through the settings a user puts
-//! in the credentials Secret: S3 (moto, signatures checked) and Azure Blob
+//! in the credentials Secret: S3 (moto, signatures checked), Azure Blob
 //! Storage (Azurite, shared-key signatures checked, through
-//! `AZURE_STORAGE_ENDPOINT`). For each: an encrypted full backup restores
-//! exactly its keys and only with its key, and retention deletes it; a
-//! continuous backup restores to a revision (base snapshot fetched,
-//! segments replayed), and an expired chain is deleted whole while the
-//! current one is kept.
-//!
-//! Google Cloud Storage (fake-gcs-server, through `STORAGE_EMULATOR_HOST`)
-//! as far as an emulator can go: the `object_store` crate writes to GCS
-//! through its XML API (a single PUT, or a multipart upload for snapshots),
-//! which neither fake-gcs-server nor any other emulator available here
-//! implements. So the same two scenarios write to a local directory that
-//! the test's own client copies into the bucket (each record rewritten to
-//! name its artifact's new place), and everything after that — restore,
-//! the key check, point-in-time planning and replay, retention's deletions
-//! — runs against the server. Writing to GCS is not proven.
+//! `AZURE_STORAGE_ENDPOINT`) and Google Cloud Storage (fake-gcs-server,
+//! through `STORAGE_EMULATOR_HOST`; dkv writes to it through the JSON API,
+//! a snapshot as one resumable upload). For each: an encrypted full backup
+//! of several upload parts restores exactly its keys and only with its
+//! key, and retention deletes it; a continuous backup restores to a
+//! revision (base snapshot fetched, segments replayed), and an expired
+//! chain is deleted whole while the current one is kept.
 //!
 //! What a server holds is checked with the test's own client, never
 //! through dkv's store layer.
@@ -32,11 +24,11 @@ use dkv_backup::continuous::cutter::CutSettings;
 use dkv_backup::continuous::replay::replay;
 use dkv_backup::continuous::retention::{ChainRetention, chain_ages, delete_chain, expired};
 use dkv_backup::testing::{
-    EtcdProcess, FakeGcsServer, StoreKind, StoreServer, etcd_bin_dir, loopback_ip,
-    restore_single_member, test_key, write_chain,
+    EtcdProcess, StoreKind, StoreServer, etcd_bin_dir, loopback_ip, restore_single_member,
+    test_key, write_chain,
 };
 use dkv_backup::{
-    BackupRequest, Category, Encoding, Key, Keyring, Location, RestoreTool, Store, StoreConfig,
+    BackupRequest, Category, Encoding, Key, Keyring, Location, MIN_PART_SIZE, RestoreTool, Store,
     UploadOptions, delete_artifact, fetch_artifact, take_backup,
 };
 use dkv_etcd::GrpcAdmin;
@@ -44,6 +36,10 @@ use jiff::{SignedDuration, Timestamp};
 use tokio::sync::watch;
 
 const KEYS: usize = 200;
+
+/// Incompressible data beside the keys, so that the encrypted snapshot
+/// takes several upload parts of [`MIN_PART_SIZE`].
+const FILL_BYTES: usize = 12 << 20;
 
 /// A distinct loopback group per store and scenario, so they run side by
 /// side.
@@ -90,8 +86,8 @@ async fn restored_member(
     member
 }
 
-/// An encrypted full backup: the server holds the artifact and its record
-/// with the digest dkv reported; a restore from it holds exactly the keys
+/// An encrypted full backup of three upload parts: the server holds the
+/// artifact and its record with the digest dkv reported; a restore from it holds exactly the keys
 /// written, and needs the key; wrong credentials are refused (where the
 /// server checks them) without the secret in the message; retention's
 /// deletion leaves the bucket empty.
@@ -107,6 +103,7 @@ async fn full_backup_restores_and_is_deleted(kind: StoreKind) {
     );
     source.wait_ready().await;
     source.put_keys(KEYS).await;
+    source.fill(FILL_BYTES).await;
     let admin = GrpcAdmin::new(vec![source.client_url.clone()], Duration::from_secs(5));
     let request = BackupRequest {
         namespace: "shop".to_owned(),
@@ -114,7 +111,10 @@ async fn full_backup_restores_and_is_deleted(kind: StoreKind) {
         destination: Location::parse(&server.uri("prod")).unwrap(),
         seed_endpoints: vec![source.client_url.clone()],
         taken_at: Timestamp::now(),
-        upload: UploadOptions::default(),
+        upload: UploadOptions {
+            part_size: MIN_PART_SIZE,
+            parts_in_flight: 2,
+        },
         encoding: encoding(0x5a),
     };
 
@@ -144,6 +144,10 @@ async fn full_backup_restores_and_is_deleted(kind: StoreKind) {
     );
     let digest = server.digest(&key).await;
     assert_eq!(digest.size, artifact.size_bytes);
+    assert!(
+        artifact.size_bytes > 2 * MIN_PART_SIZE as u64,
+        "three parts or more: {artifact:?}"
+    );
     assert_eq!(digest.sha256, artifact.sha256);
 
     let no_key = fetch_artifact(
@@ -168,7 +172,10 @@ async fn full_backup_restores_and_is_deleted(kind: StoreKind) {
     .unwrap();
     let restored =
         restored_member(&fetched.path, dir.path(), &loopback_ip(group(kind, 0), 1)).await;
-    assert_eq!(restored.key_count().await, KEYS as i64);
+    assert_eq!(
+        restored.key_count().await,
+        (KEYS + FILL_BYTES.div_ceil(1 << 20)) as i64
+    );
     let expected: Vec<_> = (0..KEYS).map(test_key).collect();
     assert_eq!(restored.test_keys().await, expected);
 
@@ -179,9 +186,7 @@ async fn full_backup_restores_and_is_deleted(kind: StoreKind) {
 /// An encrypted continuous backup recorded by the agent restores to a
 /// revision in the middle of its chain; an older chain past its age is
 /// deleted whole (record, segments, base snapshot and its record) and the
-/// current one kept. On GCS, whose writes no emulator here takes, the
-/// agent records to a local directory that is then copied into the bucket:
-/// the restore and the retention run against the server.
+/// current one kept.
 async fn continuous_backup_restores_to_a_revision_and_expires(kind: StoreKind) {
     let dir = tempfile::tempdir().unwrap();
     let server = StoreServer::start(kind, "dkv-continuous");
@@ -200,22 +205,12 @@ async fn continuous_backup_restores_to_a_revision_and_expires(kind: StoreKind) {
             .await
             .unwrap();
     }
-    let local = dir.path().join("local");
-    let (recording_config, recording_root) = match &server {
-        StoreServer::Gcs(_) => (
-            StoreConfig::default(),
-            format!("file://{}", local.display()),
-        ),
-        _ => (
-            server.config(),
-            server.uri("").trim_end_matches('/').to_owned(),
-        ),
-    };
-    let recording = Location::parse(&format!("{recording_root}/pitr")).unwrap();
+    let config = server.config();
+    let destination = Location::parse(&server.uri("pitr")).unwrap();
     let settings = AgentSettings {
         namespace: "shop".into(),
         cluster: "orders".into(),
-        destination: recording.clone(),
+        destination: destination.clone(),
         endpoints: vec![source.client_url.clone()],
         cut: CutSettings {
             interval: Duration::from_millis(200),
@@ -229,7 +224,7 @@ async fn continuous_backup_restores_to_a_revision_and_expires(kind: StoreKind) {
     let (stop, stopped) = watch::channel(false);
     let agent = {
         let etcd = GrpcAdmin::new(vec![source.client_url.clone()], Duration::from_secs(5));
-        let (config, settings) = (recording_config.clone(), settings.clone());
+        let (config, settings) = (config.clone(), settings.clone());
         tokio::spawn(async move {
             let mut progress = Vec::new();
             let result = agent::run(&etcd, &config, &settings, stopped, |p| progress.push(p)).await;
@@ -249,25 +244,12 @@ async fn continuous_backup_restores_to_a_revision_and_expires(kind: StoreKind) {
 
     // An older chain, a week old, beside it: for retention below.
     let week_ago = Timestamp::now() - SignedDuration::from_hours(24 * 7);
-    let recording_store = Store::open(&recording, &recording_config).unwrap();
-    let recording_continuous = continuous_location(&recording, "shop", "orders");
-    write_chain(
-        &recording_store,
-        &recording,
-        &recording_continuous,
-        "old",
-        1,
-        week_ago,
-    )
-    .await;
-    if let StoreServer::Gcs(gcs) = &server {
-        gcs.copy_in(&local).await;
-    }
+    let store = Store::open(&destination, &config).unwrap();
+    let continuous = continuous_location(&destination, "shop", "orders");
+    write_chain(&store, &destination, &continuous, "old", 1, week_ago).await;
 
     // Every object is encrypted, and all are in the bucket as listed by
     // the test's own client.
-    let config = server.config();
-    let destination = Location::parse(&server.uri("pitr")).unwrap();
     let objects = server.objects().await;
     assert!(
         objects
@@ -281,8 +263,6 @@ async fn continuous_backup_restores_to_a_revision_and_expires(kind: StoreKind) {
     );
 
     // Restore to the target revision: base fetched, segments replayed.
-    let store = Store::open(&destination, &config).unwrap();
-    let continuous = continuous_location(&destination, "shop", "orders");
     let bases = read_bases(&store, &continuous).await.unwrap();
     assert_eq!(bases.len(), 2, "{bases:?}");
     let planned = plan_restore(&store, &continuous, &keys, Target::Revision(target))
@@ -349,85 +329,9 @@ macro_rules! on_stores {
 
 on_stores!(full_backup_restores_and_is_deleted:
     s3_full_backup_restores_and_is_deleted => StoreKind::S3,
-    azure_full_backup_restores_and_is_deleted => StoreKind::Azure);
+    azure_full_backup_restores_and_is_deleted => StoreKind::Azure,
+    gcs_full_backup_restores_and_is_deleted => StoreKind::Gcs);
 on_stores!(continuous_backup_restores_to_a_revision_and_expires:
     s3_continuous_backup_restores_to_a_revision_and_expires => StoreKind::S3,
     azure_continuous_backup_restores_to_a_revision_and_expires => StoreKind::Azure,
-    gcs_a_continuous_backup_copied_into_the_bucket_restores_to_a_revision_and_expires => StoreKind::Gcs);
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn gcs_a_backup_copied_into_the_bucket_restores_and_is_deleted() {
-    let dir = tempfile::tempdir().unwrap();
-    let gcs = FakeGcsServer::start("dkv-backups");
-    let source = EtcdProcess::start(
-        &etcd_bin_dir("3.5"),
-        "src-0",
-        &loopback_ip(group(StoreKind::Gcs, 0), 0),
-        &dir.path().join("source"),
-        "source-token",
-    );
-    source.wait_ready().await;
-    source.put_keys(KEYS).await;
-    let admin = GrpcAdmin::new(vec![source.client_url.clone()], Duration::from_secs(5));
-    let local = dir.path().join("local");
-    let request = BackupRequest {
-        namespace: "shop".to_owned(),
-        cluster: "orders".to_owned(),
-        destination: Location::parse(&format!("file://{}/prod", local.display())).unwrap(),
-        seed_endpoints: vec![source.client_url.clone()],
-        taken_at: Timestamp::now(),
-        upload: UploadOptions::default(),
-        encoding: encoding(0x6b),
-    };
-    let artifact = take_backup(&admin, &StoreConfig::default(), &request)
-        .await
-        .unwrap();
-
-    // The artifact and its record, copied under the same names.
-    let copied = gcs.copy_in(&local).await;
-    assert_eq!(gcs.objects().await, copied);
-    let object = Location::parse(&artifact.uri)
-        .unwrap()
-        .path()
-        .as_ref()
-        .strip_prefix(local.strip_prefix("/").unwrap().to_str().unwrap())
-        .unwrap()
-        .trim_start_matches('/')
-        .to_owned();
-    assert!(object.starts_with("prod/shop/orders/orders-"), "{object}");
-    let uri = format!("gs://dkv-backups/{object}");
-
-    let config = StoreConfig::from_lookup(|name| {
-        gcs.env()
-            .into_iter()
-            .find(|(key, _)| key == name)
-            .map(|(_, value)| value)
-    });
-    let no_key = fetch_artifact(
-        &config,
-        &uri,
-        Some(&artifact.sha256),
-        &Keyring::default(),
-        &dir.path().join("no-key.db"),
-    )
-    .await
-    .unwrap_err();
-    assert!(no_key.to_string().contains("key"), "{no_key}");
-    let keys = Keyring::from(encoding(0x6b).key.unwrap());
-    // By its record alone, as a restore from a bare URI does.
-    let fetched = fetch_artifact(&config, &uri, None, &keys, &dir.path().join("fetch/s.db"))
-        .await
-        .unwrap();
-    assert_eq!(fetched.sha256, artifact.sha256);
-    let restored = restored_member(
-        &fetched.path,
-        dir.path(),
-        &loopback_ip(group(StoreKind::Gcs, 0), 1),
-    )
-    .await;
-    let expected: Vec<_> = (0..KEYS).map(test_key).collect();
-    assert_eq!(restored.test_keys().await, expected);
-
-    delete_artifact(&config, &uri).await.unwrap();
-    assert_eq!(gcs.objects().await, Vec::<String>::new());
-}
+    gcs_continuous_backup_restores_to_a_revision_and_expires => StoreKind::Gcs);

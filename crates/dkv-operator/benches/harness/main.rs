@@ -24,6 +24,7 @@ mod continuous;
 mod footprint;
 mod nodes;
 mod operator_process;
+mod operator_upgrade;
 mod pitr;
 mod report;
 
@@ -60,11 +61,15 @@ struct Args {
     /// this is written as changes).
     #[arg(long, default_value_t = 128)]
     pitr_size_mib: usize,
-    /// Sections to run (footprint, ops, backup, continuous, pitr, nodes).
+    /// Clusters of the upgrade section.
+    #[arg(long, default_value_t = 100)]
+    upgrade_clusters: usize,
+    /// Sections to run (footprint, ops, backup, continuous, pitr, nodes,
+    /// upgrade).
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "footprint,ops,backup,continuous,pitr,nodes"
+        default_value = "footprint,ops,backup,continuous,pitr,nodes,upgrade"
     )]
     only: Vec<String>,
     /// Passed by `cargo bench` to every bench target; nothing to do with it.
@@ -214,6 +219,16 @@ const METRICS: &[(&str, &str, &str)] = &[
         "≤ 1.3 × 1 node",
     ),
     (
+        "memberRestartsOnOperatorUpgrade",
+        "member pods restarted by an operator upgrade whose member side is unchanged (100 clusters)",
+        "0",
+    ),
+    (
+        "memberUpgradesPerMinute",
+        "most clusters starting a member-side rollout in one minute",
+        "≤ 2 × rate in any minute",
+    ),
+    (
         "acknowledgedWritesLost",
         "acknowledged writes lost in fault scenarios (outside deliberate quorum loss)",
         "0",
@@ -240,6 +255,7 @@ fn section_of(id: &str) -> &'static str {
         "continuousLagP99Seconds" => "continuous",
         "pitrRestoreVsFullRestore" => "pitr",
         "lostNodeToVoterSeconds" | "drainThreeNodesSeconds" | "kubeLocalRss3NodesMiB" => "nodes",
+        "memberRestartsOnOperatorUpgrade" | "memberUpgradesPerMinute" => "upgrade",
         _ => "footprint",
     }
 }
@@ -428,6 +444,28 @@ async fn run(args: Args) -> anyhow::Result<()> {
         );
     } else {
         failures.push(("nodes", "not selected (--only)".into()));
+    }
+
+    if wanted("upgrade") {
+        eprintln!(
+            "bench: operator upgrades and member restarts ({} clusters)",
+            args.upgrade_clusters
+        );
+        let (dkv, work, clusters) = (dkv.clone(), work.clone(), args.upgrade_clusters);
+        let section = tokio::spawn(async move {
+            operator_upgrade::run(operator_upgrade::Settings {
+                dkv: &dkv,
+                work: &work,
+                clusters,
+            })
+            .await
+        });
+        match flatten(section.await) {
+            Ok(rows) => gather(rows, &mut metrics, &mut context),
+            Err(e) => failures.push(("upgrade", e)),
+        }
+    } else {
+        failures.push(("upgrade", "not selected (--only)".into()));
     }
 
     // The invariant, summed over the fault scenarios that ran.

@@ -10,6 +10,10 @@ use anyhow::{Context as _, bail};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::process::{Child, Command};
 
+/// The operator image the bench's operators run as (kube-local's kubelet
+/// runs every `ghcr.io/dkv-io/dkv:*` image as this build's `dkv`).
+pub const TEST_IMAGE: &str = "ghcr.io/dkv-io/dkv:test";
+
 /// A running `dkv operator`, killed on drop.
 pub struct OperatorProcess {
     child: Child,
@@ -21,13 +25,25 @@ impl OperatorProcess {
     /// leader election or webhooks, logging to `log` (appended), and waits
     /// until its metrics endpoint answers.
     pub async fn start(dkv: &Path, kubeconfig: &Path, log: &Path) -> anyhow::Result<Self> {
-        Self::spawn(
-            dkv,
-            kubeconfig,
-            log,
-            &["--leader-election=false", "--identity=bench-operator"],
-        )
-        .await
+        Self::start_as(dkv, kubeconfig, log, TEST_IMAGE, &[]).await
+    }
+
+    /// [`Self::start`] as the operator image `image`, with `extra` flags.
+    pub async fn start_as(
+        dkv: &Path,
+        kubeconfig: &Path,
+        log: &Path,
+        image: &str,
+        extra: &[&str],
+    ) -> anyhow::Result<Self> {
+        let image = format!("--operator-image={image}");
+        let mut args = vec![
+            "--leader-election=false",
+            "--identity=bench-operator",
+            &image,
+        ];
+        args.extend_from_slice(extra);
+        Self::spawn(dkv, kubeconfig, log, &args).await
     }
 
     /// Starts a replica that takes part in leader election (the Lease
@@ -43,7 +59,11 @@ impl OperatorProcess {
             dkv,
             kubeconfig,
             log,
-            &["--leader-election=true", &format!("--identity={identity}")],
+            &[
+                "--leader-election=true",
+                &format!("--identity={identity}"),
+                &format!("--operator-image={TEST_IMAGE}"),
+            ],
         )
         .await
     }
@@ -52,7 +72,7 @@ impl OperatorProcess {
         dkv: &Path,
         kubeconfig: &Path,
         log: &Path,
-        election: &[&str],
+        args: &[&str],
     ) -> anyhow::Result<Self> {
         let port = dkv_test_support::free_port();
         let metrics_addr = format!("127.0.0.1:{port}");
@@ -69,9 +89,8 @@ impl OperatorProcess {
                 "operator",
                 &format!("--metrics-addr={metrics_addr}"),
                 "--webhooks=false",
-                "--operator-image=ghcr.io/dkv-io/dkv:test",
             ])
-            .args(election)
+            .args(args)
             .env("KUBECONFIG", kubeconfig)
             .env("RUST_LOG", "info")
             .env("NO_COLOR", "1")

@@ -35,6 +35,11 @@ pub struct Context {
     pub verified_templates: super::apply::VerifiedTemplates,
     /// The continuous backup agents this operator runs.
     pub agents: Agents,
+    /// Turns for rollouts only an operator upgrade asks for, shared by
+    /// every cluster (see [`super::member_side`]).
+    pub member_upgrades: super::member_side::UpgradeBudget,
+    /// The member-side code this operator runs ([`super::member_side::code`]).
+    pub member_side_code: String,
     /// Clusters whose agent report changed (taken once by the controller,
     /// which reconciles them).
     agent_changes: Mutex<Option<UnboundedReceiver<(String, String)>>>,
@@ -66,9 +71,24 @@ impl Context {
             etcd: Arc::new(GrpcConnector::default()),
             certificate_lifetime: CertificateLifetime::default(),
             verified_templates: super::apply::VerifiedTemplates::default(),
+            member_upgrades: super::member_side::UpgradeBudget::default(),
+            member_side_code: super::member_side::code(0),
             failures: Mutex::default(),
             space_reclaimed: Mutex::default(),
         }
+    }
+
+    /// At most `per_minute` clusters start an operator-only rollout a
+    /// minute (`--member-upgrades-per-minute`).
+    pub fn with_member_upgrades_per_minute(mut self, per_minute: u32) -> Self {
+        self.member_upgrades = super::member_side::UpgradeBudget::new(per_minute);
+        self
+    }
+
+    /// Adds `--member-side-epoch` to the member-side code.
+    pub fn with_member_side_epoch(mut self, epoch: u32) -> Self {
+        self.member_side_code = super::member_side::code(epoch);
+        self
     }
 
     pub fn with_certificate_lifetime(mut self, lifetime: CertificateLifetime) -> Self {

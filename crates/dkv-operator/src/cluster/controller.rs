@@ -35,6 +35,11 @@ pub struct Settings {
     pub concurrency: u16,
     /// Validity of the TLS certificates the operator issues.
     pub certificate_lifetime: certificates::CertificateLifetime,
+    /// Clusters that may start a rollout only an operator upgrade asks
+    /// for, per minute, across the installation.
+    pub member_upgrades_per_minute: u32,
+    /// Raised to roll every cluster onto this operator's image.
+    pub member_side_epoch: u32,
 }
 
 fn api_for<K>(client: &Client, namespace: Option<&str>) -> Api<K>
@@ -146,7 +151,9 @@ pub async fn run(
 
     let ctx = Arc::new(
         Context::new(client.clone(), stores, defaults, metrics, reporter)
-            .with_certificate_lifetime(settings.certificate_lifetime),
+            .with_certificate_lifetime(settings.certificate_lifetime)
+            .with_member_upgrades_per_minute(settings.member_upgrades_per_minute)
+            .with_member_side_epoch(settings.member_side_epoch),
     );
     info!(
         namespace = ns.unwrap_or("(all)"),

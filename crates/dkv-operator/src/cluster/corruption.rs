@@ -39,6 +39,14 @@ pub enum FoundBy {
 }
 
 impl FoundBy {
+    /// The `found_by` label of `dkv_cluster_member_corrupt`.
+    pub fn label(self) -> &'static str {
+        match self {
+            FoundBy::Alarm => "alarm",
+            FoundBy::InitialCheck => "initial-check",
+        }
+    }
+
     pub fn describe(self) -> &'static str {
         match self {
             FoundBy::Alarm => {

@@ -197,6 +197,7 @@ mod tests {
             replayed: None,
             tls_serial: None,
             hibernated: false,
+            member_side: crate::cluster::member_side::MemberSide::default(),
         }
     }
 

@@ -59,6 +59,12 @@ pub fn view(
             .zip(pass.cluster())
             .map(|(c, cluster)| c.attributed_alarms(&cluster.name))
             .unwrap_or_default(),
+        corrupt: pass
+            .connected
+            .as_ref()
+            .zip(pass.cluster())
+            .map(|(c, cluster)| c.corrupt_findings(&cluster.name))
+            .unwrap_or_default(),
         certificates: pass
             .connected
             .iter()

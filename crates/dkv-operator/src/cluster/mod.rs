@@ -33,6 +33,7 @@ pub mod etcd_access;
 pub(crate) mod execute;
 pub mod hibernation;
 pub(crate) mod lost_node;
+pub mod member_side;
 pub mod membership;
 pub mod membership_record;
 pub(crate) mod metrics_view;

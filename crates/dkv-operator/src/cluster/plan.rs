@@ -22,7 +22,7 @@ use super::validate::ValidatedCluster;
 pub const BOOTSTRAP_SIZE_ANNOTATION: &str = "dkv.io/bootstrap-size";
 
 /// What this reconcile pass will do.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Plan {
     /// Members the StatefulSet runs after this pass.
     pub replicas: i32,
@@ -53,6 +53,9 @@ pub struct Plan {
     /// The members are stopped or stopping for `spec.hibernation` (see
     /// [`super::hibernation`]): `replicas` is 0, backups are suspended.
     pub hibernated: bool,
+    /// The image the member pods' dkv containers run (see
+    /// [`super::member_side`]); decided after the plan, in the planned stage.
+    pub member_side: super::member_side::MemberSide,
 }
 
 impl Plan {
@@ -199,6 +202,7 @@ fn replace_statefulset(
         replayed: None,
         tls_serial: view.tls_serial.clone(),
         hibernated: false,
+        member_side: super::member_side::MemberSide::default(),
     }
 }
 
@@ -225,6 +229,7 @@ pub fn plan(
             replayed: None,
             tls_serial: view.tls_serial.clone(),
             hibernated: false,
+            member_side: super::member_side::MemberSide::default(),
         };
     };
     let bootstrap_size = sts
@@ -317,5 +322,6 @@ pub fn plan(
         replayed: None,
         tls_serial: view.tls_serial.clone(),
         hibernated: false,
+        member_side: super::member_side::MemberSide::default(),
     }
 }

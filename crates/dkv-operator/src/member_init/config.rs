@@ -10,6 +10,10 @@ use crate::cluster::naming::{self, CLIENT_PORT, METRICS_PORT, PEER_PORT};
 use super::decision::Start;
 use super::{MemberInitArgs, scheme};
 
+/// The setting `run` adds for a quorum recovery that restarts a member
+/// alone from its data.
+pub(super) const FORCE_NEW_CLUSTER: &str = "force-new-cluster";
+
 /// The etcd configuration of one member.
 pub fn render_config(args: &MemberInitArgs, start: &Start) -> anyhow::Result<Value> {
     if naming::ordinal_of(&args.cluster, &args.member).is_none() {
@@ -75,6 +79,21 @@ pub fn render_config(args: &MemberInitArgs, start: &Start) -> anyhow::Result<Val
             config[key] = value;
         }
     }
+    let tuning = [
+        ("heartbeat-interval", args.heartbeat_interval_ms),
+        ("election-timeout", args.election_timeout_ms),
+        ("snapshot-count", args.snapshot_count),
+        ("max-request-bytes", args.max_request_bytes),
+        ("max-txn-ops", args.max_txn_ops),
+    ];
+    for (key, value) in tuning {
+        if let Some(value) = value {
+            config[key] = json!(value);
+        }
+    }
+    if let Some(level) = &args.log_level {
+        config["log-level"] = json!(level);
+    }
     // Each transport's certificate (server and client usage: members dial
     // their peers with it, and etcd's gRPC gateway its own member); the
     // other side must present a certificate signed by a CA in its ca.crt.
@@ -93,6 +112,18 @@ pub fn render_config(args: &MemberInitArgs, start: &Start) -> anyhow::Result<Val
     if args.client_tls {
         config["client-transport-security"] =
             security(args.client_tls_dir.as_deref().unwrap_or(&args.tls_dir));
+    }
+    // Last, and never over a setting of dkv's: validation refuses extra
+    // arguments that name one (etcd_flags::OWNED); this guards a pod
+    // template written by another validator.
+    for arg in &args.extra_args {
+        let Some((name, value)) = arg.split_once('=') else {
+            bail!("--extra-arg {arg:?} is not NAME=VALUE");
+        };
+        if config.get(name).is_some() || crate::etcd_flags::owner_of(name).is_some() {
+            bail!("--extra-arg {name}: dkv sets --{name} itself");
+        }
+        config[name] = crate::etcd_flags::config_value(value);
     }
     Ok(config)
 }

@@ -80,6 +80,26 @@ pub struct MemberInitArgs {
     /// How often the leader compares the members' hashes (a Go duration).
     #[arg(long, default_value = "5m")]
     pub corrupt_check_interval: String,
+    /// etcd's heartbeat interval in milliseconds (`spec.etcd.heartbeatInterval`).
+    /// This and the settings below are written only when given: without
+    /// them etcd keeps its own defaults.
+    #[arg(long)]
+    pub heartbeat_interval_ms: Option<u64>,
+    /// etcd's election timeout in milliseconds (`spec.etcd.electionTimeout`).
+    #[arg(long)]
+    pub election_timeout_ms: Option<u64>,
+    #[arg(long)]
+    pub snapshot_count: Option<u64>,
+    #[arg(long)]
+    pub max_request_bytes: Option<u64>,
+    #[arg(long)]
+    pub max_txn_ops: Option<u64>,
+    #[arg(long)]
+    pub log_level: Option<String>,
+    /// `NAME=VALUE`, once per `spec.etcd.extraArgs` entry: etcd's flag
+    /// `--NAME` with its command-line value.
+    #[arg(long = "extra-arg")]
+    pub extra_args: Vec<String>,
     /// The operator's membership record (mounted from a ConfigMap). Without
     /// it, the member set is `--bootstrap-size` members, bootstrapping new.
     #[arg(long)]
@@ -158,7 +178,7 @@ pub fn run(args: &MemberInitArgs) -> anyhow::Result<()> {
     restrict_permissions(&args.data_dir)?;
     let forced = matches!(recovery, Recovery::ForceNewCluster { .. });
     if forced {
-        config["force-new-cluster"] = json!(true);
+        config[config::FORCE_NEW_CLUSTER] = json!(true);
     }
     // Every member that starts under an epoch records it with its data.
     if let Some(epoch) = record.as_ref().and_then(|r| r.epoch.as_deref())

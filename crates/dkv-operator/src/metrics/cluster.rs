@@ -42,6 +42,14 @@ struct AlarmLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CorruptLabels {
+    namespace: String,
+    cluster: String,
+    member: String,
+    found_by: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct SecretLabels {
     namespace: String,
     cluster: String,
@@ -90,6 +98,8 @@ pub struct ClusterView {
     pub has_backup: bool,
     /// Every alarm etcd has raised.
     pub alarms: Vec<MemberAlarm>,
+    /// The members dkv found with data that differs from their peers'.
+    pub corrupt: Vec<CorruptFinding>,
     /// (Secret, notAfter as unix seconds) of each certificate in use.
     pub certificates: Vec<(String, i64)>,
     /// The longest gap between two runs of the backup schedule.
@@ -106,6 +116,17 @@ pub struct MemberAlarm {
     pub kind: dkv_etcd::AlarmKind,
 }
 
+/// A member whose data differs from its peers', and which of etcd's checks
+/// found it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct CorruptFinding {
+    /// The member's name (its pod's).
+    pub member: String,
+    /// `alarm` (the CORRUPT alarm) or `initial-check` (etcd refuses to
+    /// start it).
+    pub found_by: &'static str,
+}
+
 /// The label sets a cluster's series were last exported with.
 #[derive(Debug, Default)]
 struct Exported {
@@ -113,6 +134,7 @@ struct Exported {
     /// (member, node) of members on lost nodes.
     lost: BTreeSet<(String, String)>,
     alarms: BTreeSet<MemberAlarm>,
+    corrupt: BTreeSet<CorruptFinding>,
     secrets: BTreeSet<String>,
 }
 
@@ -124,6 +146,7 @@ pub(super) struct ClusterGauges {
     member_node_lost: Family<MemberNodeLabels, IntGauge>,
     hibernated: Family<ClusterLabels, IntGauge>,
     alarm: Family<AlarmLabels, IntGauge>,
+    member_corrupt: Family<CorruptLabels, IntGauge>,
     certificate_expiry: Family<SecretLabels, IntGauge>,
     schedule_interval: Family<ClusterLabels, IntGauge>,
     continuous_interval: Family<ClusterLabels, IntGauge>,
@@ -143,6 +166,7 @@ impl ClusterGauges {
             member_node_lost: Family::default(),
             hibernated: Family::default(),
             alarm: Family::default(),
+            member_corrupt: Family::default(),
             certificate_expiry: Family::default(),
             schedule_interval: Family::default(),
             continuous_interval: Family::default(),
@@ -185,6 +209,11 @@ impl ClusterGauges {
             "cluster_alarm",
             "1 for each alarm etcd has raised on a member (NOSPACE, CORRUPT); absent otherwise",
             gauges.alarm.clone(),
+        );
+        registry.register(
+            "cluster_member_corrupt",
+            "1 for each member whose data differs from its peers', by the check that found it (found_by: alarm, initial-check); absent otherwise",
+            gauges.member_corrupt.clone(),
         );
         registry.register(
             "certificate_expiry_timestamp_seconds",
@@ -271,6 +300,7 @@ impl ClusterGauges {
                 .filter_map(|m| Some((m.name.clone(), m.node_lost.as_ref()?.0.clone())))
                 .collect(),
             alarms: view.alarms.iter().cloned().collect(),
+            corrupt: view.corrupt.iter().cloned().collect(),
             secrets: view.certificates.iter().map(|(s, _)| s.clone()).collect(),
         };
         for member in &view.members {
@@ -285,6 +315,11 @@ impl ClusterGauges {
         }
         for alarm in &view.alarms {
             self.alarm.get_or_create(&alarm_labels(view, alarm)).set(1);
+        }
+        for finding in &view.corrupt {
+            self.member_corrupt
+                .get_or_create(&corrupt_labels(view, finding))
+                .set(1);
         }
         for (secret, not_after) in &view.certificates {
             self.certificate_expiry
@@ -370,6 +405,9 @@ impl ClusterGauges {
         for alarm in previous.alarms.difference(&now.alarms) {
             self.alarm.remove(&alarm_labels(view, alarm));
         }
+        for finding in previous.corrupt.difference(&now.corrupt) {
+            self.member_corrupt.remove(&corrupt_labels(view, finding));
+        }
         for secret in previous.secrets.difference(&now.secrets) {
             self.certificate_expiry.remove(&secret_labels(view, secret));
         }
@@ -414,6 +452,15 @@ fn alarm_labels(view: &ClusterView, alarm: &MemberAlarm) -> AlarmLabels {
         cluster: view.cluster.clone(),
         member: alarm.member.clone(),
         alarm: alarm.kind.as_str().to_owned(),
+    }
+}
+
+fn corrupt_labels(view: &ClusterView, finding: &CorruptFinding) -> CorruptLabels {
+    CorruptLabels {
+        namespace: view.namespace.clone(),
+        cluster: view.cluster.clone(),
+        member: finding.member.clone(),
+        found_by: finding.found_by.to_owned(),
     }
 }
 
@@ -519,5 +566,26 @@ mod tests {
         metrics.observe_cluster(&lost);
         metrics.forget(&kube::runtime::reflector::ObjectRef::new("orders").within("shop"));
         assert!(!text(&metrics).contains("node=\"node-2\""));
+    }
+
+    #[test]
+    fn a_corrupt_member_has_a_series_while_it_is_found() {
+        let metrics = Metrics::new();
+        let mut found = view(&[("orders-0", true), ("orders-2", false)], &[]);
+        found.corrupt = vec![CorruptFinding {
+            member: "orders-2".to_owned(),
+            found_by: "initial-check",
+        }];
+        metrics.observe_cluster(&found);
+        let series = "dkv_cluster_member_corrupt{namespace=\"shop\",cluster=\"orders\",member=\"orders-2\",found_by=\"initial-check\"} 1";
+        let out = text(&metrics);
+        assert!(out.contains(series), "{series} missing in:\n{out}");
+        // Replaced: the series goes.
+        metrics.observe_cluster(&view(&[("orders-0", true), ("orders-2", true)], &[]));
+        assert!(
+            !text(&metrics).contains("dkv_cluster_member_corrupt{"),
+            "{}",
+            text(&metrics)
+        );
     }
 }

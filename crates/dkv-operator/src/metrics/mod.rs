@@ -2,7 +2,7 @@
 
 mod cluster;
 
-pub use cluster::{ClusterView, MemberAlarm, MemberView};
+pub use cluster::{ClusterView, CorruptFinding, MemberAlarm, MemberView};
 
 use std::collections::HashMap;
 use std::sync::Mutex;

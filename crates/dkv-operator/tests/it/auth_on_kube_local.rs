@@ -28,6 +28,30 @@ fn options() -> etcd_client::ConnectOptions {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn with_auth_on_strangers_are_refused_and_the_operator_still_backs_up_upgrades_and_scales() {
+    with_auth_on_strangers_are_refused_and_the_operator_still_backs_up_upgrades_and_scales_on(
+        "registry.k8s.io/etcd:3.4.23-0",
+        "registry.k8s.io/etcd:3.5.16-0",
+        "3.5.16",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn on_etcd_3_6_to_3_7_with_auth_on_strangers_are_refused_and_the_operator_still_backs_up_upgrades_and_scales()
+ {
+    with_auth_on_strangers_are_refused_and_the_operator_still_backs_up_upgrades_and_scales_on(
+        "registry.k8s.io/etcd:3.6.16-0",
+        "registry.k8s.io/etcd:3.7.3-0",
+        "3.7.3",
+    )
+    .await;
+}
+
+async fn with_auth_on_strangers_are_refused_and_the_operator_still_backs_up_upgrades_and_scales_on(
+    from: &str,
+    to: &str,
+    to_version: &str,
+) {
     let setup = support::backups::with_object_store(NS).await;
     let client = setup.client.clone();
     let dkvs = support::create_cluster(
@@ -35,7 +59,7 @@ async fn with_auth_on_strangers_are_refused_and_the_operator_still_backs_up_upgr
         NS,
         CLUSTER,
         3,
-        "registry.k8s.io/etcd:3.4.23-0",
+        from,
         json!({"auth": {"enabled": true},
                    "backup": setup.backup_spec("auth")}),
     )
@@ -80,16 +104,16 @@ async fn with_auth_on_strangers_are_refused_and_the_operator_still_backs_up_upgr
         .unwrap();
 
     // An upgrade and a scale-up: the operator authenticates as root.
-    patch_spec(
+    patch_spec(&dkvs, CLUSTER, json!({"image": to})).await;
+    wait_for(
         &dkvs,
         CLUSTER,
-        json!({"image": "registry.k8s.io/etcd:3.5.16-0"}),
+        &format!("all members on {to_version}"),
+        |d| {
+            support::etcd_cluster::settled_at(d, 3)
+                && d.status.as_ref().and_then(|s| s.current_version.as_deref()) == Some(to_version)
+        },
     )
-    .await;
-    wait_for(&dkvs, CLUSTER, "all members on 3.5.16", |d| {
-        support::etcd_cluster::settled_at(d, 3)
-            && d.status.as_ref().and_then(|s| s.current_version.as_deref()) == Some("3.5.16")
-    })
     .await;
     patch_spec(&dkvs, CLUSTER, json!({"size": 5})).await;
     wait_settled(&dkvs, CLUSTER, 5).await;
@@ -114,7 +138,7 @@ async fn with_auth_on_strangers_are_refused_and_the_operator_still_backs_up_upgr
         NS,
         "accounts-without-auth",
         1,
-        "registry.k8s.io/etcd:3.5.16-0",
+        to,
         json!({"bootstrap": restore}),
     )
     .await;
@@ -138,7 +162,7 @@ async fn with_auth_on_strangers_are_refused_and_the_operator_still_backs_up_upgr
         NS,
         "accounts-restored",
         3,
-        "registry.k8s.io/etcd:3.5.16-0",
+        to,
         json!({"bootstrap": restore, "auth": {"enabled": true}}),
     )
     .await;
@@ -192,7 +216,7 @@ async fn with_auth_on_strangers_are_refused_and_the_operator_still_backs_up_upgr
         NS,
         "accounts-from-uri",
         1,
-        "registry.k8s.io/etcd:3.5.16-0",
+        to,
         json!({"bootstrap": {"restore": {"uri": artifact, "credentialsSecret": "s3-creds"}},
                "auth": {"enabled": true}}),
     )

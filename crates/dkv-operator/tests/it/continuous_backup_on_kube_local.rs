@@ -92,6 +92,22 @@ async fn restored_state(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn continuous_backup_restores_to_any_point_and_the_newest_loses_at_most_an_interval() {
+    continuous_backup_restores_to_any_point_and_the_newest_loses_at_most_an_interval_on(IMAGE)
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn on_etcd_3_7_continuous_backup_restores_to_any_point_and_the_newest_loses_at_most_an_interval()
+ {
+    continuous_backup_restores_to_any_point_and_the_newest_loses_at_most_an_interval_on(
+        "registry.k8s.io/etcd:3.7.3-0",
+    )
+    .await;
+}
+
+async fn continuous_backup_restores_to_any_point_and_the_newest_loses_at_most_an_interval_on(
+    image: &str,
+) {
     let moto = MotoServer::start("dkv-continuous");
     let (env, client, operator) = support::running_operator(NS).await;
     create_secret(&client, NS, "s3-creds", moto.env()).await;
@@ -100,7 +116,7 @@ async fn continuous_backup_restores_to_any_point_and_the_newest_loses_at_most_an
         NS,
         "orders",
         3,
-        IMAGE,
+        image,
         json!({"backup": {
             "destination": {"uri": moto.uri("pitr"), "credentialsSecret": "s3-creds"},
             "schedule": "0 0 1 1 *"
@@ -235,7 +251,7 @@ async fn continuous_backup_restores_to_any_point_and_the_newest_loses_at_most_an
             NS,
             "newest",
             1,
-            IMAGE,
+            image,
             restored(&moto, serde_json::Value::Null),
         ),
     )
@@ -292,7 +308,7 @@ async fn continuous_backup_restores_to_any_point_and_the_newest_loses_at_most_an
                 NS,
                 &name,
                 1,
-                IMAGE,
+                image,
                 restored(&moto, json!({"revision": revision})),
             ),
         )
@@ -308,7 +324,7 @@ async fn continuous_backup_restores_to_any_point_and_the_newest_loses_at_most_an
             NS,
             "at-time",
             1,
-            IMAGE,
+            image,
             restored(&moto, json!({"time": between.to_string()})),
         ),
     )
@@ -332,7 +348,7 @@ async fn continuous_backup_restores_to_any_point_and_the_newest_loses_at_most_an
             NS,
             "too-early",
             1,
-            IMAGE,
+            image,
             restored(&moto, json!({"revision": too_early})),
         ),
     )

@@ -11,6 +11,8 @@
 //!   one). etcd 3.5 raises the alarm on member 0; dkv finds the member by
 //!   comparing the members' hashes, and says so: `Degraded/MemberCorrupt`
 //!   naming it, nothing done (etcd refuses reads and writes meanwhile);
+//!   a real Prometheus with the shipped rules fires `DkvMemberCorrupt` (and
+//!   `DkvCorruptAlarm` on the alarm) naming it;
 //! - with `spec.recovery.corruptMember: Replace` the member is replaced from
 //!   its healthy peers (removed, the alarm disarmed once the others agree,
 //!   its data moved aside on its volume, added as an empty learner,
@@ -32,6 +34,7 @@ use support::etcd_cluster::{
     Writer, condition_message, condition_reason, connect, member_endpoint, member_endpoints,
     patch_spec, put_retrying, settled_at, wait_for, wait_settled,
 };
+use support::prometheus::{self, Prometheus};
 
 const VICTIM: &str = "orders-1";
 const PROBE_KEY: &str = "corruption-probe";
@@ -46,7 +49,7 @@ fn member_id(d: &DistributedKV, name: &str) -> Option<String> {
 }
 
 /// The host directory of the volume bound to `claim` in namespace `ns`.
-async fn volume_dir(client: &Client, ns: &str, claim: &str) -> PathBuf {
+pub(crate) async fn volume_dir(client: &Client, ns: &str, claim: &str) -> PathBuf {
     let pvc = Api::<PersistentVolumeClaim>::namespaced(client.clone(), ns)
         .get(claim)
         .await
@@ -85,39 +88,93 @@ fn etcd_termination(pod: &Pod) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_member_whose_data_differs_is_refused_reported_and_replaced_by_policy() {
-    corrupt_member_found_and_replaced("corrupt-member", "registry.k8s.io/etcd:3.5.16-0").await;
+    corrupt_member_found_and_replaced(
+        "corrupt-member",
+        "registry.k8s.io/etcd:3.5.16-0",
+        json!({}),
+        FoundBy::Alarm,
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn on_etcd_3_4_a_member_whose_data_differs_is_reported_and_replaced_by_policy() {
-    corrupt_member_found_and_replaced("corrupt-member-34", "registry.k8s.io/etcd:3.4.23-0").await;
+    corrupt_member_found_and_replaced(
+        "corrupt-member-34",
+        "registry.k8s.io/etcd:3.4.23-0",
+        json!({}),
+        FoundBy::Alarm,
+    )
+    .await;
+}
+
+/// With a raft snapshot on the member's disk (a small `snapshotCount`),
+/// etcd's initial check knows its peers and refuses to start it: the
+/// others keep serving, and the member is named and replaced the same way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn with_a_raft_snapshot_on_disk_the_initial_check_refuses_the_member_at_start() {
+    corrupt_member_found_and_replaced(
+        "corrupt-member-initial",
+        "registry.k8s.io/etcd:3.5.16-0",
+        json!({"snapshotCount": 50}),
+        FoundBy::InitialCheck,
+    )
+    .await;
+}
+
+/// Which of etcd's checks the scenario expects to find the member.
+#[derive(Debug, PartialEq, Eq)]
+enum FoundBy {
+    Alarm,
+    InitialCheck,
 }
 
 /// The scenario of the module documentation, in namespace `ns` with etcd
-/// image `image`.
-async fn corrupt_member_found_and_replaced(ns: &str, image: &str) {
+/// image `image` and `etcd` added to `spec.etcd`; `found_by` is the check
+/// expected to find the member.
+async fn corrupt_member_found_and_replaced(
+    ns: &str,
+    image: &str,
+    etcd: serde_json::Value,
+    found_by: FoundBy,
+) {
     let poke = support::paths::bbolt_poke();
     let env = support::environment(true).await;
     let client = env.client();
     support::create_namespace(&client, ns).await;
     let (operator, metrics) = support::RunningOperator::start_with_metrics(client.clone());
+    let mut etcd_spec = json!({"corruptCheckInterval": "5s"});
+    if let (Some(spec), Some(extra)) = (etcd_spec.as_object_mut(), etcd.as_object()) {
+        spec.extend(extra.clone());
+    }
     let dkvs = support::create_cluster(
         &client,
         ns,
         "orders",
         3,
         image,
-        json!({"etcd": {"corruptCheckInterval": "5s"}}),
+        json!({ "etcd": etcd_spec }),
     )
     .await;
     let formed = wait_settled(&dkvs, "orders", 3).await;
     eprintln!("[{ns}] 3 healthy voters after {formed:?}");
+    // A real Prometheus evaluates the shipped alerts on the operator's
+    // metrics throughout.
+    let dir = tempfile::tempdir().unwrap();
+    let rules = prometheus::rules_file(dir.path(), &[], "");
+    let config = prometheus::config_file(dir.path(), &rules, metrics.port(), &[]);
+    let prometheus = Prometheus::start(dir.path(), &config);
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
     let old_id = member_id(&dkvs.get("orders").await.unwrap(), VICTIM).unwrap();
 
     let mut etcd = connect(member_endpoints(&client, ns, "orders").await)
         .await
         .unwrap();
+    // More entries than a small snapshotCount: such members write a raft
+    // snapshot (the initial check then knows their peers).
+    for i in 0..120 {
+        put_retrying(&mut etcd, &format!("filler/{i:03}"), "x").await;
+    }
     put_retrying(&mut etcd, PROBE_KEY, PROBE_VALUE).await;
     // The victim has applied it before it stops.
     let victim_endpoint = member_endpoint(&client, ns, VICTIM).await.unwrap();
@@ -203,6 +260,9 @@ async fn corrupt_member_found_and_replaced(ns: &str, image: &str) {
     let alarmed = message.contains("CORRUPT alarm");
     let refused = message.contains("initial corruption check");
     assert!(alarmed || refused, "{message}");
+    if found_by == FoundBy::InitialCheck {
+        assert!(refused, "found by the initial check: {message}");
+    }
     if refused {
         let refusal = etcd_termination(&pods.get(VICTIM).await.unwrap());
         assert!(
@@ -257,6 +317,35 @@ async fn corrupt_member_found_and_replaced(ns: &str, image: &str) {
         )
         .await;
     }
+    // The shipped alert names the member: DkvMemberCorrupt on either
+    // path, DkvCorruptAlarm too while etcd's alarm is active.
+    let firing = support::eventually(
+        "DkvMemberCorrupt firing for the victim",
+        Duration::from_secs(60),
+        Duration::from_millis(500),
+        async || {
+            let firing = prometheus.firing("orders").await;
+            firing
+                .contains(&("DkvMemberCorrupt".to_owned(), VICTIM.to_owned()))
+                .then_some(firing)
+        },
+    )
+    .await;
+    eprintln!("[{ns}] firing: {firing:?}");
+    if alarmed {
+        support::eventually(
+            "DkvCorruptAlarm firing for the victim",
+            Duration::from_secs(60),
+            Duration::from_millis(500),
+            async || {
+                let firing = prometheus.firing("orders").await;
+                firing
+                    .contains(&("DkvCorruptAlarm".to_owned(), VICTIM.to_owned()))
+                    .then_some(())
+            },
+        )
+        .await;
+    }
     // Report only: nothing is done about it.
     for _ in 0..5 {
         tokio::time::sleep(Duration::from_secs(1)).await;
@@ -300,6 +389,20 @@ async fn corrupt_member_found_and_replaced(ns: &str, image: &str) {
     );
     tokio::time::sleep(Duration::from_secs(1)).await;
     let report = writer.stop().await;
+    // Replaced: the corruption alerts resolve.
+    support::eventually(
+        "the corruption alerts resolved",
+        Duration::from_secs(60),
+        Duration::from_millis(500),
+        async || {
+            let firing = prometheus.firing("orders").await;
+            (!firing
+                .iter()
+                .any(|(alert, _)| alert == "DkvMemberCorrupt" || alert == "DkvCorruptAlarm"))
+            .then_some(())
+        },
+    )
+    .await;
 
     // Its old data was moved aside on its volume, not deleted.
     let aside: Vec<PathBuf> = std::fs::read_dir(&volume)

@@ -20,13 +20,30 @@ const NS: &str = "defrag";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn fragmented_members_are_defragmented_on_schedule_followers_first_leader_last() {
+    fragmented_members_are_defragmented_on_schedule_followers_first_leader_last_on(
+        "registry.k8s.io/etcd:3.5.16-0",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn on_etcd_3_7_fragmented_members_are_defragmented_on_schedule_followers_first_leader_last() {
+    fragmented_members_are_defragmented_on_schedule_followers_first_leader_last_on(
+        "registry.k8s.io/etcd:3.7.3-0",
+    )
+    .await;
+}
+
+async fn fragmented_members_are_defragmented_on_schedule_followers_first_leader_last_on(
+    image: &str,
+) {
     let (_env, client, operator) = support::running_operator(NS).await;
     let dkvs = support::create_cluster(
         &client,
         NS,
         "logs",
         3,
-        "registry.k8s.io/etcd:3.5.16-0",
+        image,
         // Every minute: the test waits for the next one.
         json!({"maintenance": {"defrag": {"schedule": "* * * * *", "thresholdPercent": 30}}}),
     )

@@ -66,13 +66,7 @@ async fn events_with(client: &kube::Client, reason: &str) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_hibernated_cluster_wakes_with_the_same_members_and_no_acknowledged_write_lost() {
-    let env = support::environment(true).await;
-    let client = env.client();
-    support::create_namespace(&client, NS).await;
-    let mut args = support::operator_args(false);
-    args.webhook = support::webhook_args();
-    let mut operator = support::RunningOperator::start_with(client.clone(), args);
-    support::wait_until_admission_answers(&client, NS).await;
+    let (env, client, mut operator) = support::running_operator_with_webhooks(NS).await;
 
     let store = tempfile::tempdir().unwrap();
     let dkvs = support::create_cluster(

@@ -1,6 +1,7 @@
 //! `dkv member-init` against real etcd: the configuration it writes for the
 //! members of a new cluster forms a working 3-member cluster (etcd 3.4, 3.5,
-//! 3.6 and 3.7), a member restarting from its data rejoins, and every
+//! 3.6 and 3.7), a member restarting from its data rejoins, every optional
+//! `spec.etcd` setting is in effect on each release, and every
 //! setting it writes is one each release knows (etcd ignores the keys of a
 //! configuration file it does not know, so a removed flag would pass
 //! silently).
@@ -334,7 +335,10 @@ fn every_setting_member_init_writes_is_a_flag_of_each_etcd_release() {
                 "--client-tls".to_owned(),
                 format!("--tls-dir={}", tls.display()),
                 format!("--etcd-version={version}"),
-            ],
+            ]
+            .into_iter()
+            .chain(tuning_args())
+            .collect::<Vec<_>>(),
         );
         assert!(
             init.status.success(),
@@ -349,6 +353,14 @@ fn every_setting_member_init_writes_is_a_flag_of_each_etcd_release() {
             "--quota-backend-bytes",
             "--peer-cert-file",
             "--cert-file",
+            "--heartbeat-interval",
+            "--election-timeout",
+            "--snapshot-count",
+            "--max-request-bytes",
+            "--max-txn-ops",
+            "--log-level",
+            "--max-concurrent-streams",
+            "--grpc-keepalive-interval",
         ] {
             assert!(flags.iter().any(|f| f == wanted), "{wanted} in {flags:?}");
         }
@@ -385,6 +397,122 @@ fn every_setting_member_init_writes_is_a_flag_of_each_etcd_release() {
             );
         }
     }
+}
+
+/// member-init's arguments for every optional `spec.etcd` setting, as the
+/// operator passes them: heartbeat 250ms, election 2.5s, a snapshot every
+/// 20 entries, requests up to 2 KiB, transactions of up to 2 operations,
+/// debug logging, and two extra arguments.
+fn tuning_args() -> Vec<String> {
+    [
+        "--heartbeat-interval-ms=250",
+        "--election-timeout-ms=2500",
+        "--snapshot-count=20",
+        "--max-request-bytes=2048",
+        "--max-txn-ops=2",
+        "--log-level=debug",
+        "--extra-arg=max-concurrent-streams=100",
+        "--extra-arg=grpc-keepalive-interval=1h",
+    ]
+    .map(str::to_owned)
+    .to_vec()
+}
+
+/// A 3-member cluster of release `minor` started with [`tuning_args`]: each
+/// setting is in effect as etcd reports it or behaves.
+fn tuned_members_run_with_every_setting(minor: &str, base: u8) {
+    let mut cluster = Cluster::new(minor, base);
+    for i in 0..3 {
+        cluster.start_with(i, &tuning_args());
+    }
+    cluster.wait_healthy(Duration::from_secs(30));
+
+    let big = "v".repeat(3000);
+    let refused = cluster.etcdctl(&["put", "big", &big]).unwrap_err();
+    assert!(refused.contains("request is too large"), "{refused}");
+    cluster.etcdctl(&["put", "small", "v"]).unwrap();
+
+    let txn = |ops: usize| {
+        let body: String = (0..ops).map(|i| format!("put txn-{i} v\n")).collect();
+        let mut child = Command::new(etcdctl())
+            .env("ETCDCTL_API", "3")
+            .arg(format!("--endpoints={}", cluster.endpoints()))
+            .args(["txn", "--interactive=false"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        {
+            use std::io::Write;
+            // No comparisons, the puts on success, nothing on failure.
+            let mut stdin = child.stdin.take().unwrap();
+            write!(stdin, "\n{body}\n\n").unwrap();
+        }
+        let out = child.wait_with_output().unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (ok, err) = txn(3);
+    assert!(
+        !ok && err.contains("too many operations in txn request"),
+        "{err}"
+    );
+    let (ok, err) = txn(2);
+    assert!(ok, "a transaction of 2 operations: {err}");
+
+    // A snapshot every 20 entries: 30 writes leave one on every member.
+    for i in 0..30 {
+        cluster.etcdctl(&["put", &format!("k{i}"), "v"]).unwrap();
+    }
+    for member in &cluster.members[..3] {
+        let snaps: Vec<String> = std::fs::read_dir(member.data_dir.join("member/snap"))
+            .unwrap()
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .filter(|n| n.ends_with(".snap"))
+            .collect();
+        assert!(
+            !snaps.is_empty(),
+            "no .snap in {}",
+            member.data_dir.display()
+        );
+    }
+
+    // The timings and the extra argument, as etcd logs its configuration;
+    // the debug level, by its lines.
+    let log = std::fs::read_to_string(cluster.dir.path().join("member-0.log")).unwrap();
+    for wanted in [
+        r#""heartbeat-interval":"250ms""#,
+        r#""election-timeout":"2.5s""#,
+        r#""snapshot-count":20"#,
+        r#""max-request-bytes":2048"#,
+        r#""max-concurrent-streams":100"#,
+        r#""level":"debug""#,
+    ] {
+        assert!(log.contains(wanted), "etcd {minor} logged no {wanted}");
+    }
+}
+
+#[test]
+fn etcd_3_4_members_run_with_every_etcd_setting() {
+    tuned_members_run_with_every_setting("3.4", 7);
+}
+
+#[test]
+fn etcd_3_5_members_run_with_every_etcd_setting() {
+    tuned_members_run_with_every_setting("3.5", 8);
+}
+
+#[test]
+fn etcd_3_6_members_run_with_every_etcd_setting() {
+    tuned_members_run_with_every_setting("3.6.16", 9);
+}
+
+#[test]
+fn etcd_3_7_members_run_with_every_etcd_setting() {
+    tuned_members_run_with_every_setting("3.7.3", 10);
 }
 
 fn write_record(cluster: &Cluster, state: &str, started: &[(usize, bool)]) -> PathBuf {

@@ -14,7 +14,7 @@ use dkv_operator::cluster::context::Context;
 use dkv_operator::cluster::etcd_access::FixedConnector;
 use dkv_operator::cluster::validate::{Defaults, Facts};
 use dkv_operator::cluster::watches::{self, Stores};
-use dkv_operator::cluster::{build, plan, reconcile, validate};
+use dkv_operator::cluster::{build, reconcile, validate};
 use dkv_operator::metrics::Metrics;
 use http::{Request, Response};
 use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetStatus};
@@ -146,10 +146,7 @@ fn world(
         operator_image: "dkv:test".into(),
     };
     let cluster = validate::validate(&three, &facts, &defaults).unwrap();
-    let mut prepared = build::build(
-        &cluster,
-        &plan::plan(&cluster, None, None, &Default::default()),
-    );
+    let mut prepared = build::build(&cluster, &dkv_test_support::first_plan(&cluster));
     // The record as a previous pass wrote it: formed, `record_members` members.
     let record = json!({"state": "existing", "members": (0..record_members).map(|i| json!({
         "name": format!("orders-{i}"), "peerURL": format!("http://orders-{i}.orders-peer.shop.svc:2380"), "started": i < 3

@@ -28,6 +28,24 @@ const KEYS: usize = 8;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_full_backend_is_compacted_defragmented_and_disarmed_without_losing_a_write() {
+    a_full_backend_is_compacted_defragmented_and_disarmed_without_losing_a_write_on(
+        "registry.k8s.io/etcd:3.5.16-0",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn on_etcd_3_7_a_full_backend_is_compacted_defragmented_and_disarmed_without_losing_a_write()
+{
+    a_full_backend_is_compacted_defragmented_and_disarmed_without_losing_a_write_on(
+        "registry.k8s.io/etcd:3.7.3-0",
+    )
+    .await;
+}
+
+async fn a_full_backend_is_compacted_defragmented_and_disarmed_without_losing_a_write_on(
+    image: &str,
+) {
     let env = support::environment(true).await;
     let client = env.client();
     support::create_namespace(&client, NS).await;
@@ -37,7 +55,7 @@ async fn a_full_backend_is_compacted_defragmented_and_disarmed_without_losing_a_
         NS,
         "full",
         3,
-        "registry.k8s.io/etcd:3.5.16-0",
+        image,
         json!({"etcd": {"quotaBackendBytes": QUOTA}}),
     )
     .await;

@@ -12,7 +12,7 @@ use dkv_api::{DistributedKV, DistributedKVBackup};
 use dkv_operator::cluster::context::Context;
 use dkv_operator::cluster::validate::{Defaults, Facts};
 use dkv_operator::cluster::watches::{self, Stores};
-use dkv_operator::cluster::{build, plan, reconcile, retry_delay, validate};
+use dkv_operator::cluster::{build, reconcile, retry_delay, validate};
 use dkv_operator::metrics::Metrics;
 use http::{Method, Request, Response, StatusCode};
 use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetStatus};
@@ -323,11 +323,7 @@ fn converged_children(dkv: &DistributedKV) -> (build::Prepared, StatefulSet) {
         },
     )
     .unwrap();
-    let prepared = build::build(
-        &cluster,
-        &plan::plan(&cluster, None, None, &Default::default()),
-    )
-    .as_applied();
+    let prepared = build::build(&cluster, &dkv_test_support::first_plan(&cluster)).as_applied();
     let mut sts = prepared.statefulset.clone();
     sts.metadata.generation = Some(1);
     sts.status = Some(StatefulSetStatus {

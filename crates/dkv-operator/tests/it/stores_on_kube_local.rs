@@ -2,28 +2,21 @@
 //! kube-local with real etcd, the operator in-process and a real server
 //! reached only through the credentials Secret a user writes: Azure Blob
 //! Storage (Azurite, shared-key signatures checked, its endpoint in
-//! `AZURE_STORAGE_ENDPOINT`). A cluster with encrypted continuous backup
-//! takes an on-demand snapshot that the container really holds, and both
-//! the snapshot and the newest point of its continuous backup restore into
-//! new clusters with exactly the keys written; retention then deletes the
-//! expired snapshot's objects and keeps the newer one's. Google Cloud
-//! Storage (fake-gcs-server, `STORAGE_EMULATOR_HOST`) as far as an
-//! emulator goes: dkv writes to GCS only through its XML API, which no
-//! emulator here takes, so an encrypted backup made elsewhere is copied
-//! into the bucket, and a new cluster restores from its URI there. (S3 runs the same paths in
-//! the other `*_on_kube_local` suites; dkv-backup's `every_store` covers
-//! each store below the operator.)
+//! `AZURE_STORAGE_ENDPOINT`) and Google Cloud Storage (fake-gcs-server,
+//! its address in `STORAGE_EMULATOR_HOST`; dkv writes through the JSON
+//! API). A cluster with encrypted continuous backup takes an on-demand
+//! snapshot that the bucket really holds, and both the snapshot and the
+//! newest point of its continuous backup restore into new clusters with
+//! exactly the keys written; retention then deletes the expired snapshot's
+//! objects and keeps the newer one's. (S3 runs the same paths in the other
+//! `*_on_kube_local` suites; dkv-backup's `every_store` covers each store
+//! below the operator.)
 
 use std::time::{Duration, Instant};
 
 use dkv_api::DistributedKVBackup;
-use dkv_backup::testing::{
-    EtcdProcess, FakeGcsServer, StoreKind, StoreServer, etcd_bin_dir, loopback_ip, test_key,
-};
-use dkv_backup::{
-    BackupRequest, Encoding, Key, Location, Store, StoreConfig, UploadOptions, take_backup,
-};
-use dkv_etcd::GrpcAdmin;
+use dkv_backup::testing::{StoreKind, StoreServer};
+use dkv_backup::{Location, Store};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
@@ -148,59 +141,6 @@ async fn azure_backups_restore_through_the_operator() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn gcs_a_backup_in_the_bucket_restores_through_the_operator() {
-    let gcs = FakeGcsServer::start("dkv-stores");
-    let dir = tempfile::tempdir().unwrap();
-    let source = EtcdProcess::start(
-        &etcd_bin_dir("3.5"),
-        "src-0",
-        &loopback_ip(44, 0),
-        &dir.path().join("source"),
-        "source-token",
-    );
-    source.wait_ready().await;
-    source.put_keys(KEYS).await;
-    let local = dir.path().join("local");
-    let request = BackupRequest {
-        namespace: NS.to_owned(),
-        cluster: "orders".to_owned(),
-        destination: Location::parse(&format!("file://{}/kube", local.display())).unwrap(),
-        seed_endpoints: vec![source.client_url.clone()],
-        taken_at: jiff::Timestamp::now(),
-        upload: UploadOptions::default(),
-        encoding: Encoding {
-            compress: true,
-            key: Some(Key::parse(KEY_HEX.as_bytes()).unwrap()),
-        },
-    };
-    let admin = GrpcAdmin::new(vec![source.client_url.clone()], Duration::from_secs(5));
-    let artifact = take_backup(&admin, &StoreConfig::default(), &request)
-        .await
-        .unwrap();
-    drop(source);
-    gcs.copy_in(&local).await;
-    let moved = artifact
-        .uri
-        .strip_prefix(&format!("file://{}/", local.display()))
-        .unwrap();
-    let uri = format!("gs://dkv-stores/{moved}");
-
-    let (_env, client, _operator) = support::running_operator(NS).await;
-    create_secret(&client, NS, "gcs-creds", gcs.env()).await;
-    create_key_secret(&client, NS, "store-key", KEY_HEX).await;
-    let expected: Vec<(String, String)> = (0..KEYS).map(test_key).collect();
-    restore_clusters_holding(
-        &client,
-        NS,
-        IMAGE,
-        vec![(
-            "copy",
-            json!({
-                "uri": uri, "credentialsSecret": "gcs-creds",
-                "encryption": {"keySecret": {"name": "store-key"}}
-            }),
-        )],
-        &expected,
-    )
-    .await;
+async fn gcs_backups_restore_through_the_operator() {
+    backups_restore_through_the_operator(StoreKind::Gcs).await;
 }

@@ -30,6 +30,21 @@ async fn secret_text(client: &Client, name: &str, key: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_tls_cluster_refuses_plaintext_and_serves_the_documented_client_secret() {
+    a_tls_cluster_refuses_plaintext_and_serves_the_documented_client_secret_on(
+        "registry.k8s.io/etcd:3.5.16-0",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn on_etcd_3_7_a_tls_cluster_refuses_plaintext_and_serves_the_documented_client_secret() {
+    a_tls_cluster_refuses_plaintext_and_serves_the_documented_client_secret_on(
+        "registry.k8s.io/etcd:3.7.3-0",
+    )
+    .await;
+}
+
+async fn a_tls_cluster_refuses_plaintext_and_serves_the_documented_client_secret_on(image: &str) {
     let setup = support::backups::with_object_store(NS).await;
     let client = setup.client.clone();
     let dkvs = support::create_cluster(
@@ -37,7 +52,7 @@ async fn a_tls_cluster_refuses_plaintext_and_serves_the_documented_client_secret
         NS,
         CLUSTER,
         3,
-        "registry.k8s.io/etcd:3.5.16-0",
+        image,
         json!({"tls": {},
                    "backup": setup.backup_spec("tls")}),
     )

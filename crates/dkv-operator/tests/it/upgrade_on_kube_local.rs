@@ -21,7 +21,7 @@ use support::etcd_cluster::{
     wait_for,
 };
 
-const NS: &str = "upgrade";
+pub(crate) const NS: &str = "upgrade";
 const V34: &str = "registry.k8s.io/etcd:3.4.23-0";
 const V35: &str = "registry.k8s.io/etcd:3.5.16-0";
 const V3530: &str = "registry.k8s.io/etcd:3.5.30-0";
@@ -110,7 +110,7 @@ async fn serving_cluster_on(image: &str, extra_spec: serde_json::Value) -> Servi
 /// at one time, and any moment the status said Converged while a pod did
 /// not yet run what the spec asks.
 #[derive(Debug, Default, Clone)]
-struct RolloutSeen {
+pub(crate) struct RolloutSeen {
     most_unready: usize,
     /// The members that were down when `most_unready` was seen.
     down_at_worst: Vec<String>,
@@ -211,6 +211,33 @@ fn etcd_cpu_request(p: &Pod) -> Option<String> {
             .0
             .clone(),
     )
+}
+
+/// Watches the rollout of generation `generation` (a pod runs it when
+/// `wanted` says so) until the cluster reports it Converged; checks that
+/// it was not reported Converged early and that at most one member was
+/// down at a time. Returns how long it took, what the watch saw, and the
+/// member pods at the end.
+pub(crate) async fn rolled_out(
+    client: &Client,
+    generation: i64,
+    wanted: fn(&Pod) -> bool,
+    what: &str,
+) -> (Duration, RolloutSeen, Vec<Pod>) {
+    let dkvs: Api<DistributedKV> = Api::namespaced(client.clone(), NS);
+    let watch = RolloutWatch::start(client.clone(), generation, wanted);
+    let took = wait_for(&dkvs, "orders", what, |d| converged_at(d, generation)).await;
+    let seen = watch.stop().await;
+    eprintln!("{what} in {took:?}: {seen:?}");
+    assert!(seen.premature_converged.is_empty(), "{seen:?}");
+    assert!(seen.most_unready <= 1, "one member at a time: {seen:?}");
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    let list = pods
+        .list(&ListParams::default().labels("dkv.io/cluster=orders"))
+        .await
+        .unwrap()
+        .items;
+    (took, seen, list)
 }
 
 /// Whether the cluster reports Converged for generation `generation` or later.
@@ -761,13 +788,17 @@ fn every_spec_field_says_what_changing_it_does() {
 const NEW_QUOTA: i64 = 3 * 1024 * 1024 * 1024;
 
 fn runs_new_quota(p: &Pod) -> bool {
-    let flag = format!("--quota-backend-bytes={NEW_QUOTA}");
+    member_init_has(p, &format!("--quota-backend-bytes={NEW_QUOTA}"))
+}
+
+/// Whether an init container of pod `p` (member-init) has argument `arg`.
+pub(crate) fn member_init_has(p: &Pod, arg: &str) -> bool {
     p.spec
         .as_ref()
         .and_then(|s| s.init_containers.as_ref())
         .into_iter()
         .flatten()
-        .any(|c| c.args.iter().flatten().any(|a| *a == flag))
+        .any(|c| c.args.iter().flatten().any(|a| a == arg))
 }
 
 /// The quota etcd itself reports running with (`/metrics` of the member).
@@ -828,13 +859,7 @@ fn refusal(result: Result<DistributedKV, kube::Error>) -> (u16, String) {
 /// still scales 3 → 5 → 3; no acknowledged write lost.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_edit_of_every_kind_does_what_the_table_says() {
-    let env = support::environment(true).await;
-    let client = env.client();
-    support::create_namespace(&client, NS).await;
-    let mut args = support::operator_args(false);
-    args.webhook = support::webhook_args();
-    let operator = support::RunningOperator::start_with(client.clone(), args);
-    support::wait_until_admission_answers(&client, NS).await;
+    let (env, client, operator) = support::running_operator_with_webhooks(NS).await;
     // Plaintext (the webhook would default TLS on), so that the test reads
     // each member's /metrics as it is.
     let dkvs = support::create_cluster(
@@ -918,20 +943,10 @@ async fn an_edit_of_every_kind_does_what_the_table_says() {
     )
     .await;
     let generation = generation_now(&edited);
-    let watch = RolloutWatch::start(client.clone(), generation, runs_new_quota);
-    let took = wait_for(&dkvs, "orders", "the quota rolled out", |d| {
-        converged_at(d, generation)
-    })
-    .await;
-    let seen = watch.stop().await;
+    let (_, _, rolled) =
+        rolled_out(&client, generation, runs_new_quota, "the quota rolled out").await;
     let (leaders, _) = monitor.stop().await;
-    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
-    for pod in pods
-        .list(&ListParams::default().labels("dkv.io/cluster=orders"))
-        .await
-        .unwrap()
-        .items
-    {
+    for pod in rolled {
         let name = pod.metadata.name.clone().unwrap_or_default();
         assert!(runs_new_quota(&pod), "{name} runs the new template");
         assert_eq!(
@@ -940,9 +955,6 @@ async fn an_edit_of_every_kind_does_what_the_table_says() {
             "etcd of {name} runs with the new quota"
         );
     }
-    eprintln!("quota rolled out in {took:?}: {seen:?}; leaders {leaders:x?}");
-    assert!(seen.premature_converged.is_empty(), "{seen:?}");
-    assert!(seen.most_unready <= 1, "one member at a time: {seen:?}");
     assert!(
         leaders.len() <= 2,
         "at most one leader change per rollout: {leaders:x?}"

@@ -39,12 +39,13 @@ use kube::api::ObjectMeta;
 
 use super::{child_labels, child_meta, node_directory, security};
 use crate::cluster::dereference::ETCD_VERSION_ANNOTATION;
+use crate::cluster::member_side::{self, MemberSide};
 use crate::cluster::naming::{self, CLIENT_PORT, METRICS_PORT, PEER_PORT};
 use crate::cluster::plan::{BOOTSTRAP_SIZE_ANNOTATION, Plan};
 use crate::cluster::restore::{
     self, FETCH_CONTAINER, RESTORE_CONTAINER, ResolvedRestore, SNAPSHOT_FILE, STAGING_DIR,
 };
-use crate::cluster::validate::ValidatedCluster;
+use crate::cluster::validate::{EtcdSettings, ValidatedCluster};
 use crate::cluster::{backup_keys, tls};
 use crate::etcd_version::EtcdVersion;
 
@@ -80,6 +81,12 @@ pub fn build(cluster: &ValidatedCluster, plan: &Plan) -> StatefulSet {
     if let Some(replayed) = &plan.replayed {
         annotations.insert(restore::REPLAYED_ANNOTATION.to_owned(), replayed.clone());
     }
+    if let Some(generation) = cluster.generation {
+        annotations.insert(
+            member_side::GENERATION_ANNOTATION.to_owned(),
+            generation.to_string(),
+        );
+    }
     meta.annotations = Some(annotations);
 
     StatefulSet {
@@ -102,7 +109,7 @@ pub fn build(cluster: &ValidatedCluster, plan: &Plan) -> StatefulSet {
                 match_labels: Some(dkv_api::labels::selector_labels(&cluster.name)),
                 ..LabelSelector::default()
             },
-            template: pod_template(cluster, plan),
+            template: members_template(cluster, plan),
             volume_claim_templates: cluster.storage.as_ref().map(|storage| {
                 vec![PersistentVolumeClaim {
                     metadata: ObjectMeta {
@@ -130,6 +137,40 @@ pub fn build(cluster: &ValidatedCluster, plan: &Plan) -> StatefulSet {
         },
         status: None,
     }
+}
+
+/// The member pods' template as this pass runs it: built and stamped with
+/// its member-side hash and image, or the running one while an
+/// operator-only rollout waits for its turn (see [`member_side`]).
+fn members_template(cluster: &ValidatedCluster, plan: &Plan) -> PodTemplateSpec {
+    match &plan.member_side {
+        MemberSide::Held { template } => (**template).clone(),
+        MemberSide::Built { hash, keep } => {
+            let mut template = pod_template(cluster, plan);
+            member_side::stamp(
+                &mut template,
+                &cluster.operator_image,
+                hash,
+                keep.as_deref(),
+            );
+            template
+        }
+    }
+}
+
+/// The template as this operator builds it, run by its own image (what a
+/// new cluster gets).
+pub fn built_member_side(cluster: &ValidatedCluster, plan: &Plan, code: &str) -> MemberSide {
+    MemberSide::Built {
+        hash: member_side_hash(cluster, plan, code),
+        keep: None,
+    }
+}
+
+/// The member-side hash of the template this pass builds, with the
+/// operator's member-side `code` ([`member_side::code`]).
+pub fn member_side_hash(cluster: &ValidatedCluster, plan: &Plan, code: &str) -> String {
+    member_side::hash(&pod_template(cluster, plan), &cluster.operator_image, code)
 }
 
 fn pod_template(cluster: &ValidatedCluster, plan: &Plan) -> PodTemplateSpec {
@@ -473,6 +514,7 @@ fn member_init_container(cluster: &ValidatedCluster, plan: &Plan) -> Container {
     ];
     let args: Vec<String> = args
         .into_iter()
+        .chain(etcd_tuning_args(&cluster.etcd))
         .chain(
             tls_flags
                 .into_iter()
@@ -504,6 +546,32 @@ fn member_init_container(cluster: &ValidatedCluster, plan: &Plan) -> Container {
         }),
         ..Container::default()
     }
+}
+
+/// member-init's arguments for the `spec.etcd` settings that are written
+/// only when set: a cluster that sets none keeps the pod template it had.
+fn etcd_tuning_args(etcd: &EtcdSettings) -> Vec<String> {
+    let millis = |d: Option<std::time::Duration>| d.map(|d| d.as_millis());
+    let numbers = [
+        ("--heartbeat-interval-ms", millis(etcd.heartbeat_interval)),
+        ("--election-timeout-ms", millis(etcd.election_timeout)),
+        ("--snapshot-count", etcd.snapshot_count.map(u128::from)),
+        (
+            "--max-request-bytes",
+            etcd.max_request_bytes.map(u128::from),
+        ),
+        ("--max-txn-ops", etcd.max_txn_ops.map(u128::from)),
+    ];
+    numbers
+        .into_iter()
+        .filter_map(|(flag, value)| Some(format!("{flag}={}", value?)))
+        .chain(etcd.log_level.map(|level| format!("--log-level={level}")))
+        .chain(
+            etcd.extra_args
+                .iter()
+                .map(|(name, value)| format!("--extra-arg={name}={value}")),
+        )
+        .collect()
 }
 
 fn container_port(name: &str, port: i32) -> ContainerPort {
@@ -612,6 +680,60 @@ mod tests {
             .template
             .spec
             .unwrap_or_else(|| panic!("no pod spec"))
+    }
+
+    /// member-init's arguments for a cluster with `etcd` as `spec.etcd`.
+    fn member_init_args(etcd: serde_json::Value) -> Vec<String> {
+        let cluster = crate::cluster::validate::validated_for_tests(
+            json!({"size": 3, "image": "quay.io/coreos/etcd:v3.5.16", "etcd": etcd}),
+        );
+        let plan = crate::cluster::plan::plan(&cluster, None, None, &Default::default());
+        member_init_container(&cluster, &plan)
+            .args
+            .unwrap_or_default()
+    }
+
+    #[test]
+    fn etcd_settings_reach_member_init_only_when_set() {
+        // Left out: the pod template is the one dkv built before these
+        // settings existed, so no member restarts on an operator upgrade.
+        let plain = member_init_args(json!({}));
+        let new_flags = [
+            "--heartbeat-interval-ms",
+            "--election-timeout-ms",
+            "--snapshot-count",
+            "--max-request-bytes",
+            "--max-txn-ops",
+            "--log-level",
+            "--extra-arg",
+        ];
+        for flag in new_flags {
+            assert!(
+                !plain.iter().any(|a| a.starts_with(flag)),
+                "{flag} in {plain:?}"
+            );
+        }
+        let tuned = member_init_args(json!({
+            "heartbeatInterval": "200ms",
+            "electionTimeout": "2s",
+            "snapshotCount": 5000,
+            "maxRequestBytes": 65536,
+            "maxTxnOps": 16,
+            "logLevel": "error",
+            "extraArgs": {"grpc-keepalive-interval": "1h", "max-concurrent-streams": "100"},
+        }));
+        for arg in [
+            "--heartbeat-interval-ms=200",
+            "--election-timeout-ms=2000",
+            "--snapshot-count=5000",
+            "--max-request-bytes=65536",
+            "--max-txn-ops=16",
+            "--log-level=error",
+            "--extra-arg=grpc-keepalive-interval=1h",
+            "--extra-arg=max-concurrent-streams=100",
+        ] {
+            assert!(tuned.iter().any(|a| a == arg), "{arg} in {tuned:?}");
+        }
     }
 
     fn spread_keys(spec: &PodSpec) -> Vec<(String, String, i32)> {

@@ -16,7 +16,7 @@ use crate::cluster::membership::ObservedMember;
 use crate::cluster::membership_record::ClusterState;
 use crate::cluster::naming;
 use crate::cluster::observe_members;
-use crate::metrics::MemberAlarm;
+use crate::metrics::{CorruptFinding, MemberAlarm};
 
 use super::validated::Validated;
 
@@ -76,6 +76,17 @@ impl Connected {
         out.sort();
         out.dedup();
         out
+    }
+
+    /// The members whose data differs from their peers', for the metrics.
+    pub fn corrupt_findings(&self, cluster: &str) -> Vec<CorruptFinding> {
+        self.corrupt
+            .iter()
+            .map(|c| CorruptFinding {
+                member: naming::member(cluster, c.ordinal),
+                found_by: c.found_by.label(),
+            })
+            .collect()
     }
 
     /// Every member answered, healthy.

@@ -10,12 +10,14 @@ use dkv_api::distributedkv::v1beta1::{
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
-use tracing::info;
+use tracing::{debug, info};
 
+use crate::cluster::build;
 use crate::cluster::context::Context;
 use crate::cluster::dereference::{Observed, Recorded};
 use crate::cluster::error::{Error, Result};
 use crate::cluster::hibernation;
+use crate::cluster::member_side::{self, Decision, MemberSide};
 use crate::cluster::membership;
 use crate::cluster::naming;
 use crate::cluster::plan::{self, Plan};
@@ -132,6 +134,7 @@ pub async fn planned(
     if hibernation.stopped() {
         plan = hibernation::stopped_plan(plan);
     }
+    plan.member_side = member_side(cluster, &plan, statefulset, recorded, ctx).await?;
     let stalled = rollout::stalled(
         cluster,
         statefulset.and_then(plan::update_revision).as_deref(),
@@ -161,6 +164,69 @@ pub async fn planned(
         gate,
         stalled,
     })
+}
+
+/// Which image runs the members' dkv containers (see
+/// [`crate::cluster::member_side`]): an operator-only rollout takes a turn
+/// from the installation's budget, or keeps the running template whole
+/// (read from the API: the cache holds no pod spec) until the next look.
+async fn member_side(
+    cluster: &ValidatedCluster,
+    plan: &Plan,
+    statefulset: Option<&StatefulSet>,
+    recorded: &Recorded,
+    ctx: &Context,
+) -> Result<MemberSide> {
+    let hash = build::statefulset::member_side_hash(cluster, plan, &ctx.member_side_code);
+    let built = |keep| MemberSide::Built {
+        hash: hash.clone(),
+        keep,
+    };
+    let Some(sts) = statefulset else {
+        return Ok(built(None));
+    };
+    let running = member_side::Running::of(sts);
+    let wanted = member_side::Wanted {
+        member_side: &hash,
+        generation: cluster.generation,
+        restarted_at: cluster.restarted_at.as_deref(),
+        tls_serial: plan.tls_serial.as_deref(),
+        replicas: plan.replicas,
+        under_way: plan.creating
+            || recorded.operation.is_some()
+            || plan.restore.is_some()
+            || plan.replay.is_some(),
+    };
+    match member_side::decide(Some(&running), &wanted) {
+        Decision::Current => Ok(built(None)),
+        Decision::Keep { image } => Ok(built(Some(image))),
+        Decision::NeedsTurn => match ctx.member_upgrades.take() {
+            Ok(()) => {
+                info!(
+                    from = running.image.as_deref().unwrap_or("(unrecorded)"),
+                    to = %cluster.operator_image,
+                    "rolling the members onto this operator's member side"
+                );
+                Ok(built(None))
+            }
+            Err(wait) => {
+                debug!(?wait, "operator-only rollout waits for a turn");
+                let name = sts.name_any();
+                let full =
+                    kube::Api::<StatefulSet>::namespaced(ctx.client.clone(), &cluster.namespace)
+                        .get(&name)
+                        .await
+                        .map_err(|source| Error::Read {
+                            kind: "StatefulSet",
+                            name,
+                            source,
+                        })?;
+                Ok(MemberSide::Held {
+                    template: Box::new(full.spec.template),
+                })
+            }
+        },
+    }
 }
 
 /// The operation pinned in status, as the planner reads it.

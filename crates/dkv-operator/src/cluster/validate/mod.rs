@@ -238,6 +238,20 @@ pub struct EtcdSettings {
     pub auto_compaction_retention: String,
     /// `spec.etcd.corruptCheckInterval`, as written (a Go duration).
     pub corrupt_check_interval: String,
+    /// The settings below are etcd's own default when not set, and then
+    /// not written at all: a cluster that sets none runs the pod template
+    /// it ran before they existed.
+    /// `spec.etcd.heartbeatInterval`, whole milliseconds.
+    pub heartbeat_interval: Option<std::time::Duration>,
+    /// `spec.etcd.electionTimeout`, whole milliseconds.
+    pub election_timeout: Option<std::time::Duration>,
+    pub snapshot_count: Option<u64>,
+    pub max_request_bytes: Option<u64>,
+    pub max_txn_ops: Option<u64>,
+    /// `spec.etcd.logLevel`, as etcd spells it.
+    pub log_level: Option<&'static str>,
+    /// `spec.etcd.extraArgs`: none names a flag of `etcd_flags::OWNED`.
+    pub extra_args: BTreeMap<String, String>,
 }
 
 /// One invalid field and how to fix it.

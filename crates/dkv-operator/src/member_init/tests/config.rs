@@ -130,3 +130,106 @@ fn foreign_pod_names_are_rejected() {
     };
     assert!(render_config(&args("billing-0"), &start).is_err());
 }
+
+/// `args` with every optional `spec.etcd` setting given.
+fn tuned(member: &str) -> MemberInitArgs {
+    let mut tuned = args(member);
+    tuned.heartbeat_interval_ms = Some(250);
+    tuned.election_timeout_ms = Some(2500);
+    tuned.snapshot_count = Some(5000);
+    tuned.max_request_bytes = Some(4096);
+    tuned.max_txn_ops = Some(4);
+    tuned.log_level = Some("warn".into());
+    tuned.extra_args = vec![
+        "grpc-keepalive-interval=1h".into(),
+        "max-concurrent-streams=100".into(),
+    ];
+    tuned
+}
+
+#[test]
+fn etcd_settings_are_written_only_when_given() {
+    let start = decide(&args("orders-0"), false, None).unwrap_or_else(|e| panic!("{e}"));
+    let plain = render_config(&args("orders-0"), &start).unwrap_or_else(|e| panic!("{e}"));
+    for key in [
+        "heartbeat-interval",
+        "election-timeout",
+        "snapshot-count",
+        "max-request-bytes",
+        "max-txn-ops",
+        "log-level",
+        "grpc-keepalive-interval",
+    ] {
+        assert!(plain.get(key).is_none(), "{key} written unasked: {plain}");
+    }
+    let config = render_config(&tuned("orders-0"), &start).unwrap_or_else(|e| panic!("{e}"));
+    // etcd reads both timings in milliseconds from its configuration file.
+    assert_eq!(config["heartbeat-interval"], 250);
+    assert_eq!(config["election-timeout"], 2500);
+    assert_eq!(config["snapshot-count"], 5000);
+    assert_eq!(config["max-request-bytes"], 4096);
+    assert_eq!(config["max-txn-ops"], 4);
+    assert_eq!(config["log-level"], "warn");
+    // A Go duration, as etcd reads one from its configuration file.
+    assert_eq!(config["grpc-keepalive-interval"], 3_600_000_000_000_u64);
+    assert_eq!(config["max-concurrent-streams"], 100);
+}
+
+#[test]
+fn an_extra_arg_never_replaces_a_setting_of_dkv() {
+    let start = decide(&args("orders-0"), false, None).unwrap_or_else(|e| panic!("{e}"));
+    for arg in [
+        "data-dir=/tmp/elsewhere",
+        "log-outputs=stdout",
+        "no-equals-sign",
+    ] {
+        let mut member = args("orders-0");
+        member.extra_args = vec![arg.to_owned()];
+        assert!(render_config(&member, &start).is_err(), "{arg} accepted");
+    }
+}
+
+/// Every setting dkv writes is in `etcd_flags::OWNED`, so that validation
+/// refuses an extra argument naming it: rendered for every kind of start,
+/// both transports, each etcd release's corruption checks and every
+/// optional setting.
+#[test]
+fn every_setting_dkv_writes_is_one_extra_args_may_not_name() {
+    let tls = || {
+        let mut tls = tuned("orders-1");
+        tls.peer_tls = true;
+        tls.client_tls = true;
+        tls
+    };
+    let mut written =
+        std::collections::BTreeSet::from(
+            [crate::member_init::config::FORCE_NEW_CLUSTER.to_owned()],
+        );
+    for version in ["3.4.23", "3.5.4", "3.5.16", "3.6.16", "3.7.3"] {
+        for member in [args("orders-0"), tuned("orders-0"), tls()] {
+            let mut member = member;
+            member.extra_args.clear();
+            member.etcd_version = Some(version.to_owned());
+            for has_data in [false, true] {
+                let start = decide(&member, has_data, None).unwrap_or_else(|e| panic!("{e}"));
+                let config = render_config(&member, &start).unwrap_or_else(|e| panic!("{e}"));
+                written.extend(
+                    config
+                        .as_object()
+                        .into_iter()
+                        .flatten()
+                        .map(|(k, _)| k.clone()),
+                );
+            }
+        }
+    }
+    assert!(written.contains("peer-transport-security") && written.contains("feature-gates"));
+    let unlisted: Vec<&String> = written
+        .iter()
+        .filter(|key| crate::etcd_flags::owner_of(key).is_none())
+        .collect();
+    assert!(
+        unlisted.is_empty(),
+        "dkv writes {unlisted:?}: list them in etcd_flags::OWNED"
+    );
+}
