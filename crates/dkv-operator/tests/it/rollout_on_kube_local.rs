@@ -1,7 +1,8 @@
 //! Rollouts that fail (`spec.rollout`), on a real 3-member etcd cluster
 //! through dkv on kube-local, each under a writer recording every
 //! acknowledged write: a member restarted onto a spec that never serves —
-//! an image that cannot be pulled, a binary that exits at start — is moved
+//! an image that cannot be pulled, a binary that exits at start, an etcd
+//! setting etcd refuses — is moved
 //! back onto the spec that last ran on every member under `onFailure:
 //! Rollback` (the user's spec untouched, `Progressing=False/RolledBack`
 //! naming the pod, an Event, `Degraded` until the next edit, which rolls out
@@ -225,6 +226,46 @@ async fn a_member_that_crash_loops_on_the_new_spec_is_rolled_back() {
         ],
     )
     .await;
+    serving.finish().await;
+}
+
+/// An etcd setting every member refuses at start (`spec.etcd.extraArgs`,
+/// which dkv passes on unchecked: a number etcd cannot read) is rolled
+/// back: the member that tried it starts again with the settings that last
+/// ran everywhere, and the spec keeps the setting as written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_etcd_setting_the_members_cannot_start_with_is_rolled_back() {
+    let serving = serving(
+        V35,
+        json!({"onFailure": "Rollback", "progressDeadline": "30s"}),
+    )
+    .await;
+    let setting = json!({"extraArgs": {"max-concurrent-streams": "lots"}});
+    rolled_back_from(
+        &serving,
+        V35,
+        V35,
+        json!({"etcd": setting}),
+        &[
+            "CrashLoopBackOff",
+            "RunContainerError",
+            "exited with code",
+            "not healthy",
+        ],
+    )
+    .await;
+    let cluster = serving.dkvs.get("orders").await.unwrap();
+    assert_eq!(
+        cluster
+            .spec
+            .etcd
+            .as_ref()
+            .and_then(|e| e.extra_args.as_ref())
+            .and_then(|a| a.get("max-concurrent-streams"))
+            .map(String::as_str),
+        Some("lots"),
+        "the spec keeps the setting as written"
+    );
     serving.finish().await;
 }
 
