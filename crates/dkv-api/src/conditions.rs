@@ -67,6 +67,15 @@ pub mod reasons {
     pub const EXPANDING_VOLUMES: &str = "ExpandingVolumes";
     /// cert-manager has not issued a certificate the members need yet.
     pub const WAITING_FOR_CERTIFICATES: &str = "WaitingForCertificates";
+    /// A member restarted onto the new spec has not become Ready and
+    /// healthy within `spec.rollout.progressDeadline`, and
+    /// `spec.rollout.onFailure` is `Pause`: the rollout stops there.
+    pub const PROGRESS_DEADLINE_EXCEEDED: &str = "ProgressDeadlineExceeded";
+    /// (Progressing and Degraded) a rollout missed its deadline and
+    /// `spec.rollout.onFailure: Rollback` moved the members back onto the
+    /// spec that last ran on every member; the message names the pod that
+    /// failed and why. It lasts until the spec is edited again.
+    pub const ROLLED_BACK: &str = "RolledBack";
     // Degraded
     pub const AS_EXPECTED: &str = "AsExpected";
     pub const INVALID_SPEC: &str = "InvalidSpec";

@@ -597,6 +597,32 @@ pub async fn assert_upgrade_kept_serving(
     assert!(lost.is_empty(), "acknowledged writes lost: {lost:?}");
 }
 
+/// Name and etcd image of each member pod of `orders` in `ns`, sorted by
+/// name.
+pub async fn member_images(client: &Client, ns: &str) -> Vec<(String, String)> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let mut images: Vec<(String, String)> = pods
+        .list(&ListParams::default().labels("dkv.io/cluster=orders"))
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .filter_map(|p| {
+            let image = p
+                .spec
+                .as_ref()?
+                .containers
+                .iter()
+                .find(|c| c.name == "etcd")?
+                .image
+                .clone()?;
+            Some((p.metadata.name.clone()?, image))
+        })
+        .collect();
+    images.sort();
+    images
+}
+
 /// Name, pod UID and etcd restart count of each member pod of `orders` in
 /// `ns`, sorted: equal before and after means no member was replaced or
 /// restarted.

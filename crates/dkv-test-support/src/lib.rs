@@ -428,3 +428,41 @@ pub async fn create_cluster(
     .unwrap();
     dkvs
 }
+
+/// A settled 3-member cluster `orders` in its own kube-local, the operator
+/// running, and a writer started: what the tests of spec edits begin with.
+pub struct Serving {
+    /// Held for the test's duration: dropping it stops kube-local.
+    pub env: kube_local::Environment,
+    pub client: Client,
+    pub operator: RunningOperator,
+    pub dkvs: Api<DistributedKV>,
+    pub writer: etcd_cluster::Writer,
+    pub ns: String,
+}
+
+impl Serving {
+    /// `orders` on `image` with `extra_spec`, in namespace `ns`, settled.
+    pub async fn start(ns: &str, image: &str, extra_spec: serde_json::Value) -> Self {
+        let (env, client, operator) = running_operator(ns).await;
+        let dkvs = create_cluster(&client, ns, "orders", 3, image, extra_spec).await;
+        etcd_cluster::wait_settled(&dkvs, "orders", 3).await;
+        let writer = etcd_cluster::Writer::start(client.clone(), ns, "orders");
+        Self {
+            env,
+            client,
+            operator,
+            dkvs,
+            writer,
+            ns: ns.to_owned(),
+        }
+    }
+
+    /// Stops the writer, checks that no acknowledged write was lost, and
+    /// stops the operator.
+    pub async fn finish(self) {
+        let report = self.writer.stop().await;
+        etcd_cluster::assert_no_write_lost(&self.client, &self.ns, &report).await;
+        self.operator.stop().await;
+    }
+}

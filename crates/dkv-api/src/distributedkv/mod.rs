@@ -180,6 +180,12 @@ macro_rules! distributedkv_spec {
             /// Routine care of the members' data: scheduled defragmentation.
             #[serde(default, skip_serializing_if = "Option::is_none")]
             pub maintenance: Option<MaintenanceSpec>,
+
+            /// What happens when a rollout (members restarting onto a changed
+            /// pod template) stops making progress: pause there (the default)
+            /// or roll back.
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub rollout: Option<RolloutSpec>,
         }
     };
 }

@@ -25,6 +25,9 @@ pub use super::v1alpha1::{
     ReclaimPolicy, RecoveryPoint, RecoveryPolicy, RecoverySpec, RestoreSource, RevisionGap,
     SecretReference, StorageSpec, TlsMode, TlsSpec, TlsTransport,
 };
+pub use super::v1alpha1::{
+    RolledBack, RolloutFailurePolicy, RolloutSpec, RolloutStatus, RunningSpec,
+};
 
 distributedkv_spec!("v1beta1", BackupSpec);
 

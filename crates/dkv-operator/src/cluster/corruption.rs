@@ -196,6 +196,7 @@ mod tests {
             problem: None,
             bootstrap_size: None,
             refused_as_corrupt: refused,
+            created: None,
         }
     }
 

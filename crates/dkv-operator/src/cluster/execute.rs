@@ -343,6 +343,7 @@ mod tests {
                 endpoint: Some(format!("http://orders-{i}:2379")),
                 bootstrap_size: None,
                 refused_as_corrupt: false,
+                created: None,
                 restore_failure: None,
                 problem: None,
             })

@@ -224,6 +224,7 @@ mod tests {
             problem: None,
             bootstrap_size: Some(3),
             refused_as_corrupt: false,
+            created: None,
         }
     }
 

@@ -44,6 +44,7 @@ pub mod outcome;
 pub mod pass;
 pub mod plan;
 pub mod restore;
+pub mod rollout;
 pub(crate) mod schedule;
 pub mod stage;
 pub mod status;

@@ -54,6 +54,9 @@ pub struct MemberPod {
     /// etcd's initial corruption check refused to start this member (its
     /// last run ended so): its data differs from its peers'.
     pub refused_as_corrupt: bool,
+    /// When the pod was created: when the member was (re)started onto the
+    /// template it runs.
+    pub created: Option<jiff::Timestamp>,
 }
 
 /// Why a member pod does not serve, read from its status the way a human
@@ -258,6 +261,7 @@ pub fn member_pods(
                 problem: pod_problem(pod),
                 bootstrap_size: started_bootstrap_size(pod),
                 refused_as_corrupt: refused_as_corrupt(pod),
+                created: pod.metadata.creation_timestamp.as_ref().map(|t| t.0),
             })
         })
         .collect();

@@ -46,6 +46,7 @@ mod pipeline;
 mod real_control_plane;
 mod reconcile_api;
 mod restore_on_kube_local;
+mod rollout_on_kube_local;
 mod scaling_on_kube_local;
 mod scenarios_on_kubernetes;
 mod secrets_stay_secret;

@@ -1045,6 +1045,7 @@ mod status_of_a_pass {
                 hibernation: State::Awake,
                 operation: None,
                 gate: Gate::Proceed,
+                stalled: None,
             }),
             ..Pass::default()
         }
@@ -1371,6 +1372,7 @@ fn a_formed_cluster_whose_statefulset_is_gone_gets_it_back_unchanged_not_bootstr
         problem: None,
         bootstrap_size: Some(3),
         refused_as_corrupt: false,
+        created: None,
     };
     let view = MembershipView {
         pods: (0..5).map(pod).collect(),

@@ -27,22 +27,10 @@ const V35: &str = "registry.k8s.io/etcd:3.5.16-0";
 const V3530: &str = "registry.k8s.io/etcd:3.5.30-0";
 
 async fn pod_images(client: &Client) -> Vec<String> {
-    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
-    let mut images: Vec<String> = pods
-        .list(&ListParams::default().labels("dkv.io/cluster=orders"))
+    let mut images: Vec<String> = support::etcd_cluster::member_images(client, NS)
         .await
-        .unwrap()
-        .items
-        .iter()
-        .filter_map(|p| {
-            p.spec
-                .as_ref()?
-                .containers
-                .iter()
-                .find(|c| c.name == "etcd")?
-                .image
-                .clone()
-        })
+        .into_iter()
+        .map(|(_, image)| image)
         .collect();
     images.sort();
     images
@@ -107,26 +95,7 @@ async fn upgrade_from_3_4(image: &str, version: &str) {
     operator.stop().await;
 }
 
-/// A settled 3-member cluster `orders` on etcd 3.5 with `extra_spec`, the
-/// operator running, and a writer started: what each edit test begins with.
-struct Serving {
-    // Held for the test's duration: dropping it stops kube-local.
-    _env: kube_local::Environment,
-    client: Client,
-    operator: support::RunningOperator,
-    dkvs: Api<DistributedKV>,
-    writer: Writer,
-}
-
-impl Serving {
-    /// Stops the writer, checks that no acknowledged write was lost, and
-    /// stops the operator.
-    async fn finish(self) {
-        let report = self.writer.stop().await;
-        support::etcd_cluster::assert_no_write_lost(&self.client, NS, &report).await;
-        self.operator.stop().await;
-    }
-}
+use support::Serving;
 
 async fn serving_cluster(extra_spec: serde_json::Value) -> Serving {
     serving_cluster_on(V35, extra_spec).await
@@ -134,17 +103,7 @@ async fn serving_cluster(extra_spec: serde_json::Value) -> Serving {
 
 /// The same on `image`.
 async fn serving_cluster_on(image: &str, extra_spec: serde_json::Value) -> Serving {
-    let (env, client, operator) = support::running_operator(NS).await;
-    let dkvs = support::create_cluster(&client, NS, "orders", 3, image, extra_spec).await;
-    support::etcd_cluster::wait_settled(&dkvs, "orders", 3).await;
-    let writer = Writer::start(client.clone(), NS, "orders");
-    Serving {
-        _env: env,
-        client,
-        operator,
-        dkvs,
-        writer,
-    }
+    Serving::start(NS, image, extra_spec).await
 }
 
 /// What [`RolloutWatch`] saw: the most member pods not Ready (or missing)
@@ -427,11 +386,12 @@ async fn a_spec_edit_and_a_restart_request_roll_through_the_members_one_at_a_tim
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn growing_storage_expands_every_member_volume_without_a_restart() {
     let Serving {
-        _env,
+        env: _env,
         client,
         operator,
         dkvs,
         writer,
+        ..
     } = serving_cluster(json!({})).await;
     let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
     let claims: Api<k8s_openapi::api::core::v1::PersistentVolumeClaim> =
@@ -740,6 +700,8 @@ const CHANGES: &[(&str, Change)] = &[
     ("spec.backup", Change::InPlace),
     // Read by the operator's scheduled defragmentation; no restart.
     ("spec.maintenance", Change::InPlace),
+    // Read while a rollout runs; no restart.
+    ("spec.rollout", Change::InPlace),
     ("spec.hibernation", Change::StopsMembers),
 ];
 

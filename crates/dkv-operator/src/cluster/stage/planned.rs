@@ -22,6 +22,7 @@ use crate::cluster::membership;
 use crate::cluster::naming;
 use crate::cluster::plan::{self, Plan};
 use crate::cluster::restore;
+use crate::cluster::rollout;
 use crate::cluster::validate::ValidatedCluster;
 
 use super::connected::Connected;
@@ -39,6 +40,8 @@ pub struct Planned {
     /// The operation pinned: as recorded, or new this pass.
     pub operation: Option<Operation>,
     pub gate: Gate,
+    /// A rollout that missed `spec.rollout.progressDeadline`.
+    pub stalled: Option<rollout::Stalled>,
 }
 
 /// Whether the pass goes on to build and apply the plan.
@@ -132,6 +135,13 @@ pub async fn planned(
         plan = hibernation::stopped_plan(plan);
     }
     plan.member_side = member_side(cluster, &plan, statefulset, recorded, ctx).await?;
+    let stalled = rollout::stalled(
+        cluster,
+        statefulset.and_then(plan::update_revision).as_deref(),
+        &validated.pods,
+        connected.members.as_deref(),
+        now,
+    );
     let mut operation = recorded.operation.clone();
     let gate = if cluster.paused {
         Gate::Paused
@@ -152,6 +162,7 @@ pub async fn planned(
         hibernation,
         operation,
         gate,
+        stalled,
     })
 }
 

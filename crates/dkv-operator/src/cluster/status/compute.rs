@@ -2,7 +2,9 @@
 //! phase, READY, the running version, the members and the leader.
 
 use dkv_api::conditions::{reasons, types};
-use dkv_api::distributedkv::v1beta1::{DistributedKVStatus, MemberStatus, OperationKind, Phase};
+use dkv_api::distributedkv::v1beta1::{
+    DistributedKVStatus, MemberStatus, OperationKind, Phase, RolledBack, RolloutStatus, RunningSpec,
+};
 use dkv_api::{DistributedKV, labels};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::Resource;
@@ -17,6 +19,7 @@ use crate::cluster::dereference::formed_before;
 use crate::cluster::hibernation::State as HibernationState;
 use crate::cluster::membership::{ObservedMember, Step, WaitReason, quorum};
 use crate::cluster::naming;
+use crate::cluster::plan::update_revision;
 
 /// The status after a successful pass.
 pub(super) fn compute(
@@ -132,12 +135,42 @@ pub(super) fn compute(
         }
     };
 
+    // The rollback in effect, or the one this pass decides on.
+    let rolled_back = obs.cluster.rolled_back.clone().or_else(|| {
+        let stalled = obs.stalled.filter(|s| s.roll_back)?;
+        Some(RolledBack {
+            generation: dkv.meta().generation?,
+            pod: stalled.pod.clone(),
+            reason: stalled.why.clone(),
+            at: now.clone(),
+        })
+    });
     let progressing = if obs.cluster.paused {
         Want {
             type_: types::PROGRESSING,
             status: false,
             reason: reasons::PAUSED,
             message: format!("{} is set: no changes are made", labels::RECONCILE_PAUSED),
+        }
+    } else if let Some(rolled_back) = &rolled_back {
+        Want {
+            type_: types::PROGRESSING,
+            status: false,
+            reason: reasons::ROLLED_BACK,
+            message: rolled_back_message(obs, rolled_back),
+        }
+    } else if let Some(stalled) = obs.stalled {
+        Want {
+            type_: types::PROGRESSING,
+            status: false,
+            reason: reasons::PROGRESS_DEADLINE_EXCEEDED,
+            message: format!(
+                "pod {} is not Ready and healthy in etcd {}s after it restarted onto the new spec (spec.rollout.progressDeadline: {}s): {}; the rollout stops there (spec.rollout.onFailure: Pause). Fix the spec to start a new rollout, or set spec.rollout.onFailure: Rollback",
+                stalled.pod,
+                stalled.waited.as_secs(),
+                obs.cluster.rollout.deadline.as_secs(),
+                stalled.why
+            ),
         }
     } else if let Some(op) = &obs.operation {
         Want {
@@ -260,6 +293,17 @@ pub(super) fn compute(
             reason: reasons::MEMBER_CORRUPT,
             message,
         }
+    } else if let Some(rolled_back) = &rolled_back {
+        Want {
+            type_: types::DEGRADED,
+            status: true,
+            reason: reasons::ROLLED_BACK,
+            message: format!(
+                "the spec of generation {} does not run: {}",
+                rolled_back.generation,
+                rolled_back_message(obs, rolled_back)
+            ),
+        }
     } else if let Some((fault, message)) = pod_fault(obs) {
         Want {
             type_: types::DEGRADED,
@@ -347,6 +391,28 @@ pub(super) fn compute(
             _ => Phase::Running,
         }
     };
+
+    // The spec that runs on every member now, once the cluster converged
+    // on it: what a later rollback returns to. Not while a rollback is in
+    // effect (the cluster then runs the last good spec already).
+    let update_revision = obs.statefulset.and_then(update_revision);
+    let last_good = match (&update_revision, &rolled_back) {
+        (Some(revision), None)
+            if !progressing.status
+                && progressing.reason == reasons::CONVERGED
+                && ready == members =>
+        {
+            Some(RunningSpec {
+                revision: Some(revision.clone()),
+                ..obs.cluster.running.clone()
+            })
+        }
+        _ => obs.cluster.last_good.clone(),
+    };
+    let rollout = (last_good.is_some() || rolled_back.is_some()).then(|| RolloutStatus {
+        last_good,
+        rolled_back: rolled_back.clone(),
+    });
 
     let recorded = i32::try_from(obs.plan.record.members.len()).unwrap_or(members);
     let (available, progressing, degraded, phase) = hibernating(
@@ -444,8 +510,37 @@ pub(super) fn compute(
             .or_else(|| old.cluster_id.clone()),
         operation: obs.operation.clone(),
         conditions,
+        rollout,
         ..with_backups(old, obs.backups)
     }
+}
+
+/// What a rollback did and what the user does next.
+fn rolled_back_message(obs: &Observation<'_>, rolled_back: &RolledBack) -> String {
+    let target = obs.cluster.last_good.as_ref().map_or_else(
+        || "the spec that last ran on every member".to_owned(),
+        |good| {
+            format!(
+                "the spec that last ran on every member (image {}{})",
+                good.image,
+                good.generation
+                    .map(|g| format!(", generation {g}"))
+                    .unwrap_or_default()
+            )
+        },
+    );
+    let progress = if obs.operation.is_some() || rollout_pending(obs).is_some() {
+        "the members are moving back, one at a time, to"
+    } else {
+        "every member runs"
+    };
+    format!(
+        "pod {} did not become Ready and healthy in etcd within spec.rollout.progressDeadline ({}s) of restarting onto the spec of generation {}: {}. Rolled back: {progress} {target}. The spec stays as written; edit it to start a new rollout",
+        rolled_back.pod,
+        obs.cluster.rollout.deadline.as_secs(),
+        rolled_back.generation,
+        rolled_back.reason
+    )
 }
 
 /// `member` with where its pod runs (node, zone) and since when that node

@@ -81,6 +81,7 @@ pub fn derive(
                         .as_ref()
                         .map(|c| c.corrupt.as_slice())
                         .unwrap_or_default(),
+                    stalled: planned.stalled.as_ref(),
                 },
                 now,
             ))
@@ -163,6 +164,8 @@ struct Observation<'a> {
     pub lost: &'a [super::lost_node::LostMember],
     /// The members found to differ from their peers.
     pub corrupt: &'a [super::corruption::CorruptMember],
+    /// A rollout that missed `spec.rollout.progressDeadline`.
+    pub stalled: Option<&'a super::rollout::Stalled>,
 }
 
 /// One condition as the operator wants it now.

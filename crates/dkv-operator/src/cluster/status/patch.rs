@@ -46,24 +46,35 @@ pub async fn write(dkv: &DistributedKV, new: DistributedKVStatus, ctx: &Context)
 }
 
 /// A merge patch that turns status `old` into `new`: every field of `new`,
-/// and an explicit `null` for each top-level field `old` has and `new` does
-/// not (a cleared `operation`, say). Arrays and the nested objects are
-/// replaced whole by a merge patch, so top-level nulls are all it takes.
-/// (Server-side apply would depend on how each server prunes a struct its
-/// manager stopped applying; an explicit null does not.)
+/// and an explicit `null` for each field `old` has and `new` does not (a
+/// cleared `operation`, say), at any depth of nested objects: a merge patch
+/// merges objects key by key (a cleared `rollout.rolledBack` would stay
+/// otherwise) and replaces arrays whole. (Server-side apply would depend on
+/// how each server prunes a struct its manager stopped applying; an
+/// explicit null does not.)
 fn status_merge_patch(
     old: &DistributedKVStatus,
     new: &DistributedKVStatus,
 ) -> Result<serde_json::Value, serde_json::Error> {
     let mut status = serde_json::to_value(new)?;
-    if let (Some(fields), serde_json::Value::Object(old_fields)) =
-        (status.as_object_mut(), serde_json::to_value(old)?)
-    {
-        for key in old_fields.keys() {
-            fields.entry(key.clone()).or_insert(serde_json::Value::Null);
+    null_what_went(&mut status, &serde_json::to_value(old)?);
+    Ok(json!({ "status": status }))
+}
+
+/// Adds to the object `new` an explicit `null` for each key `old` has and
+/// `new` does not, and recurses into the objects both have.
+fn null_what_went(new: &mut serde_json::Value, old: &serde_json::Value) {
+    let (Some(fields), serde_json::Value::Object(old_fields)) = (new.as_object_mut(), old) else {
+        return;
+    };
+    for (key, old_value) in old_fields {
+        match fields.get_mut(key) {
+            Some(value) => null_what_went(value, old_value),
+            None => {
+                fields.insert(key.clone(), serde_json::Value::Null);
+            }
         }
     }
-    Ok(json!({ "status": status }))
 }
 
 /// Events for conditions whose status or reason changed.
@@ -131,5 +142,40 @@ mod tests {
         );
         assert_eq!(patch["status"]["leader"], "orders-1");
         assert_eq!(patch["status"]["readyReplicas"], 4);
+    }
+
+    #[test]
+    fn nested_fields_no_longer_set_are_nulled_too() {
+        use dkv_api::distributedkv::v1beta1::{RolledBack, RolloutStatus, RunningSpec};
+        let good = RunningSpec {
+            image: "registry.k8s.io/etcd:3.5.16-0".into(),
+            ..RunningSpec::default()
+        };
+        let old = DistributedKVStatus {
+            rollout: Some(RolloutStatus {
+                last_good: Some(good.clone()),
+                rolled_back: Some(RolledBack {
+                    generation: 2,
+                    pod: "orders-2".into(),
+                    reason: "ImagePullBackOff".into(),
+                    at: Time(jiff::Timestamp::UNIX_EPOCH),
+                }),
+            }),
+            ..DistributedKVStatus::default()
+        };
+        let new = DistributedKVStatus {
+            rollout: Some(RolloutStatus {
+                last_good: Some(good),
+                rolled_back: None,
+            }),
+            ..DistributedKVStatus::default()
+        };
+        let patch = status_merge_patch(&old, &new).unwrap();
+        let rollout = patch["status"]["rollout"].as_object().unwrap();
+        assert_eq!(rollout.get("rolledBack"), Some(&serde_json::Value::Null));
+        assert_eq!(
+            rollout["lastGood"]["image"],
+            "registry.k8s.io/etcd:3.5.16-0"
+        );
     }
 }

@@ -66,6 +66,7 @@ impl Seen {
                 hibernation: Default::default(),
                 operation: None,
                 gate: Gate::Proceed,
+                stalled: None,
             }),
             ..Pass::default()
         }
@@ -109,6 +110,7 @@ fn formed(lost_node: serde_json::Value) -> (dkv_api::DistributedKV, Seen) {
             problem: None,
             bootstrap_size: None,
             refused_as_corrupt: false,
+            created: None,
         })
         .collect();
     let placements = (0..3)

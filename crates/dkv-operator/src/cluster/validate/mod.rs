@@ -11,6 +11,7 @@
 
 mod backup;
 mod etcd;
+mod rollout;
 mod tls;
 mod version;
 
@@ -19,7 +20,7 @@ use std::fmt;
 
 use dkv_api::distributedkv::v1beta1::{
     Compression, CorruptMemberPolicy, KeySecretReference, LostNodeRecovery, PodOverrides,
-    ReclaimPolicy, RecoveryPolicy,
+    ReclaimPolicy, RecoveryPolicy, RolledBack, RunningSpec,
 };
 use dkv_api::{DistributedKV, DistributedKVSpec, labels};
 use dkv_backup::RetentionPolicy;
@@ -39,6 +40,8 @@ pub use backup::retention_of;
 use backup::{check_destination, retention_policy};
 use etcd::etcd_settings;
 pub use etcd::{DEFAULT_QUOTA_BACKEND_BYTES, MAX_QUOTA_BACKEND_BYTES, etcd_tuning_with_defaults};
+pub use rollout::{RolloutPolicy, running_spec, same_template};
+use rollout::{last_good, rollback_in_effect, rollout_policy, with_running_spec};
 use tls::check_tls;
 use version::resolve_version;
 
@@ -110,6 +113,16 @@ pub struct ValidatedCluster {
     /// The backup this cluster is a scratch copy of, to verify it (the
     /// `dkv.io/verifies` label).
     pub verifies: Option<String>,
+    /// `spec.rollout`: what a rollout that misses its deadline leads to.
+    pub rollout: RolloutPolicy,
+    /// The fields of the spec the members' pod template is built from, as
+    /// this pass builds it: the user's, or during a rollback the last good.
+    pub running: RunningSpec,
+    /// The spec that last ran on every member (`status.rollout.lastGood`).
+    pub last_good: Option<RunningSpec>,
+    /// The rollback in effect for this generation of the spec: the cluster
+    /// is then validated and built from `last_good`.
+    pub rolled_back: Option<RolledBack>,
 }
 
 impl ValidatedCluster {
@@ -279,8 +292,28 @@ impl Problems {
     }
 }
 
-/// Validates `dkv` against the facts and fills in defaults.
+/// Validates `dkv` against the facts and fills in defaults. While a
+/// rollback is in effect (see [`rollout`]), the fields of the pod template
+/// are those of the spec that last ran on every member — a return to them
+/// is no version change to check — and the user's spec stays as written.
 pub fn validate(
+    dkv: &DistributedKV,
+    facts: &Facts,
+    defaults: &Defaults,
+) -> Result<ValidatedCluster, InvalidSpec> {
+    let Some((rolled_back, running)) = rollback_in_effect(dkv) else {
+        return validate_as_written(dkv, facts, defaults);
+    };
+    let facts = Facts {
+        deployed_version: None,
+        ..facts.clone()
+    };
+    let mut cluster = validate_as_written(&with_running_spec(dkv, &running), &facts, defaults)?;
+    cluster.rolled_back = Some(rolled_back);
+    Ok(cluster)
+}
+
+fn validate_as_written(
     dkv: &DistributedKV,
     facts: &Facts,
     defaults: &Defaults,
@@ -296,6 +329,7 @@ pub fn validate(
         backup,
         restore,
         etcd,
+        rollout,
     } = check_spec(dkv, facts, defaults, &mut problems);
 
     // blockOwnerDeletion: a foreground deletion of the cluster waits until
@@ -353,6 +387,10 @@ pub fn validate(
                 .get(crate::cluster::ca_rotation::ROTATE_ANNOTATION)
                 .cloned(),
             verifies: dkv.labels().get(labels::VERIFIES).cloned(),
+            rollout,
+            running: running_spec(dkv),
+            last_good: last_good(dkv),
+            rolled_back: None,
         }),
         _ => Err(InvalidSpec(problems.0)),
     }
@@ -385,6 +423,7 @@ struct CheckedSpec {
     backup: Option<ValidatedBackup>,
     restore: Option<ValidatedRestore>,
     etcd: EtcdSettings,
+    rollout: RolloutPolicy,
 }
 
 fn check_spec(
@@ -634,6 +673,7 @@ fn check_spec(
         });
 
     let etcd = etcd_settings(spec.etcd.as_ref(), problems);
+    let rollout = rollout_policy(dkv, problems);
     CheckedSpec {
         version,
         storage,
@@ -641,6 +681,7 @@ fn check_spec(
         backup,
         restore,
         etcd,
+        rollout,
     }
 }
 

@@ -523,3 +523,34 @@ fn restore_source_must_exist() {
         .allowed()
     );
 }
+
+#[test]
+fn a_rollout_deadline_outside_its_bounds_is_refused_naming_the_field() {
+    let verdict_for = |deadline: &str| {
+        let cluster = dkv(
+            3,
+            ETCD_35,
+            serde_json::json!({"rollout": {"onFailure": "Rollback", "progressDeadline": deadline}}),
+        );
+        review_cluster(
+            ClusterWrite::Create(&cluster),
+            &RestoreSource::NotAsked,
+            &defaults(),
+        )
+    };
+    assert!(
+        verdict_for("2m").allowed(),
+        "{}",
+        verdict_for("2m").message()
+    );
+    for bad in ["10s", "48h"] {
+        let verdict = verdict_for(bad);
+        assert!(
+            !verdict.allowed()
+                && verdict.message().contains("spec.rollout.progressDeadline")
+                && verdict.message().contains("30s to 24h"),
+            "{bad}: {}",
+            verdict.message()
+        );
+    }
+}

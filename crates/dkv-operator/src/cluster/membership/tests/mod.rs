@@ -5,6 +5,7 @@ mod invariants;
 mod lost_nodes;
 mod recovery;
 mod restarts;
+mod rollbacks;
 mod scaling;
 
 use super::fixtures::{member, pod};
