@@ -119,8 +119,8 @@ pub struct Wanted<'a> {
     pub restarted_at: Option<&'a str>,
     pub tls_serial: Option<&'a str>,
     pub replicas: i32,
-    /// A restore, a replay or a membership operation is under way: the
-    /// template changes for it, now.
+    /// A restore, a replay, a rollback or a membership operation is under
+    /// way: the template changes for it, now.
     pub under_way: bool,
 }
 

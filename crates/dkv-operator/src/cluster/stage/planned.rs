@@ -193,6 +193,7 @@ async fn member_side(
         tls_serial: plan.tls_serial.as_deref(),
         replicas: plan.replicas,
         under_way: plan.creating
+            || cluster.rolled_back.is_some()
             || recorded.operation.is_some()
             || plan.restore.is_some()
             || plan.replay.is_some(),
