@@ -173,7 +173,18 @@ fn median(mut values: Vec<f64>) -> f64 {
 /// The agent's peak RSS in KiB, from the `peak_rss_kib=` line it logs on
 /// success (its own `VmHWM`).
 fn peak_rss_kib(stderr: &[u8]) -> Option<u64> {
-    String::from_utf8_lossy(stderr).lines().find_map(|line| {
+    // The text log colours field names: drop the escape sequences first.
+    let mut plain = String::new();
+    let mut in_escape = false;
+    for c in String::from_utf8_lossy(stderr).chars() {
+        match (in_escape, c) {
+            (false, '\u{1b}') => in_escape = true,
+            (false, c) => plain.push(c),
+            (true, 'm') => in_escape = false,
+            (true, _) => {}
+        }
+    }
+    plain.lines().find_map(|line| {
         let (_, rest) = line.split_once("peak_rss_kib=")?;
         rest.split(|c: char| !c.is_ascii_digit())
             .next()?
