@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# dkv's benchmarks, one command: installs what they need (etcd 3.4/3.5, moto),
+# dkv's benchmarks, one command: installs what they need (etcd 3.4/3.5, moto, s3s-fs),
 # builds the harness with cargo's `bench` profile (release: optimized, no
 # debug info; a second build next to target/debug, ~2-3 GB) and the operator
 # as the image ships it (profile `image`, target/image),
@@ -15,6 +15,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 scripts/install-prerequisites.sh
+# The backup section's S3 server (the harness would build it on first use too).
+scripts/install-s3s-fs.sh
 
 echo "== building (release profile)"
 cargo build --release --locked -p dkv-backup --features testing --example backup_throughput

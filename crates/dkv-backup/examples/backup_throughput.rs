@@ -4,19 +4,34 @@
 //! its baseline, the absolute values for context).
 //!
 //! ```sh
+//! scripts/install-s3s-fs.sh
 //! cargo build --release -p dkv-operator
 //! cargo run --release -p dkv-backup --features testing --example backup_throughput -- \
-//!     [--size-mib 256] [--dkv target/release/dkv] [--runs 3] [--data random|documents]
+//!     [--size-mib 256] [--dkv target/release/dkv] [--runs 3] [--data random|documents] \
+//!     [--server s3s-fs|moto]
 //! ```
 //!
-//! - backup: `dkv backup` to a moto S3 server vs `etcdctl snapshot save` to
-//!   local disk, from the same etcd 3.5 member; for context, `dkv backup` to
-//!   a `file://` destination, and boto3 uploading the etcdctl snapshot from
-//!   local disk to the same moto server (what moto itself can take in);
+//! The S3 server is s3s-fs (a Rust server storing objects as files, which
+//! keeps up with its clients on the same machine) unless `--server moto`
+//! (the tests' Python server, which is the bottleneck of what it measures).
+//!
+//! - backup: `dkv backup` to the S3 server vs `etcdctl snapshot save` to
+//!   local disk, from the same etcd 3.5 member, and vs `etcdctl snapshot
+//!   save` followed by boto3 uploading that file to the same server (the
+//!   same job done with standard tools); for context, `dkv backup` to a
+//!   `file://` destination;
 //! - restore: `dkv restore-fetch` (download + sha256 check) followed by
-//!   `dkv restore-member` vs `etcdutl snapshot restore` from local disk;
-//! - the peak RSS of `dkv backup` (`/usr/bin/time -v`, else the agent's
-//!   own `VmHWM` log line).
+//!   `dkv restore-member` vs `etcdutl snapshot restore` from local disk, and
+//!   the whole job up to a serving member vs boto3's download + `etcdutl
+//!   snapshot restore` + the same start;
+//! - the peak RSS of `dkv backup`, `dkv restore-fetch` and `dkv
+//!   restore-member` (each agent logs its own `VmHWM`; restore-member's
+//!   etcdutl child is not counted in it).
+//!
+//! boto3 runs as a user would run it against s3s-fs: `upload_file` and
+//! `download_file` with the default `TransferConfig` (8 MiB parts or
+//! ranges, up to 10 at a time). Against moto it uploads 2 parts at a time
+//! and downloads with one streamed GET, which moto serves best.
 //!
 //! Each figure is the median of `--runs` runs. Prints a Markdown table and
 //! one JSON line.
@@ -25,7 +40,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Instant;
 
-use dkv_backup::testing::{EtcdProcess, MotoServer, etcd_bin_dir, loopback_ip, repo_root};
+use dkv_backup::testing::{
+    EtcdProcess, MotoServer, S3sFsServer, etcd_bin_dir, loopback_ip, repo_root,
+};
 
 type Error = Box<dyn std::error::Error>;
 
@@ -36,6 +53,70 @@ struct Options {
     /// `random` (incompressible, the worst case for compression) or
     /// `documents` (JSON documents, which compress as real data does).
     data: String,
+    /// `s3s-fs` or `moto`.
+    server: String,
+}
+
+/// The S3 server measured against.
+enum Server {
+    S3sFs(S3sFsServer),
+    Moto(MotoServer),
+}
+
+impl Server {
+    fn start(name: &str, under: &Path) -> Self {
+        match name {
+            "moto" => Server::Moto(MotoServer::start("dkv-bench")),
+            _ => Server::S3sFs(S3sFsServer::start("dkv-bench", under)),
+        }
+    }
+
+    fn name(&self) -> &'static str {
+        match self {
+            Server::S3sFs(_) => "s3s-fs",
+            Server::Moto(_) => "moto",
+        }
+    }
+
+    /// How the standard client (boto3) transfers to and from this server.
+    fn client(&self) -> &'static str {
+        match self {
+            Server::S3sFs(_) => {
+                "boto3 upload_file/download_file, default TransferConfig (8 MiB parts, 10 at a time)"
+            }
+            Server::Moto(_) => {
+                "boto3 upload_file (8 MiB parts, 2 at a time), download with one streamed GET"
+            }
+        }
+    }
+
+    fn uri(&self, prefix: &str) -> String {
+        match self {
+            Server::S3sFs(s) => s.uri(prefix),
+            Server::Moto(s) => s.uri(prefix),
+        }
+    }
+
+    fn env(&self) -> Vec<(String, String)> {
+        match self {
+            Server::S3sFs(s) => s.env(),
+            Server::Moto(s) => s.env(),
+        }
+    }
+
+    fn upload_seconds(&self, path: &Path, key: &str) -> f64 {
+        match self {
+            Server::S3sFs(s) => s.boto3_upload_seconds(path, key),
+            Server::Moto(s) => s.boto3_upload_seconds(path, key),
+        }
+    }
+
+    fn download_seconds(&self, key: &str, path: &Path) -> f64 {
+        match self {
+            Server::S3sFs(s) => s.boto3_download_seconds(key, path),
+            Server::Moto(s) => s.boto3_download_seconds(key, path),
+        }
+    }
 }
 
 fn options() -> Result<Options, Error> {
@@ -44,6 +125,7 @@ fn options() -> Result<Options, Error> {
         dkv: repo_root().join("target/release/dkv"),
         runs: 3,
         data: "random".to_owned(),
+        server: "s3s-fs".to_owned(),
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -54,6 +136,8 @@ fn options() -> Result<Options, Error> {
             "--runs" => options.runs = value.parse::<usize>()?.max(1),
             "--data" if value == "random" || value == "documents" => options.data = value,
             "--data" => return Err(format!("--data is random or documents, not {value}").into()),
+            "--server" if value == "s3s-fs" || value == "moto" => options.server = value,
+            "--server" => return Err(format!("--server is s3s-fs or moto, not {value}").into()),
             other => return Err(format!("unknown option {other}").into()),
         }
     }
@@ -86,15 +170,21 @@ fn median(mut values: Vec<f64>) -> f64 {
     values[values.len() / 2]
 }
 
-/// Peak RSS in KiB from `/usr/bin/time -v` or the agent's log line.
-fn peak_rss_kib(stderr: &str) -> Option<u64> {
-    stderr.lines().find_map(|line| {
-        if let Some(rest) = line
-            .trim()
-            .strip_prefix("Maximum resident set size (kbytes):")
-        {
-            return rest.trim().parse().ok();
+/// The agent's peak RSS in KiB, from the `peak_rss_kib=` line it logs on
+/// success (its own `VmHWM`).
+fn peak_rss_kib(stderr: &[u8]) -> Option<u64> {
+    // The text log colours field names: drop the escape sequences first.
+    let mut plain = String::new();
+    let mut in_escape = false;
+    for c in String::from_utf8_lossy(stderr).chars() {
+        match (in_escape, c) {
+            (false, '\u{1b}') => in_escape = true,
+            (false, c) => plain.push(c),
+            (true, 'm') => in_escape = false,
+            (true, _) => {}
         }
+    }
+    plain.lines().find_map(|line| {
         let (_, rest) = line.split_once("peak_rss_kib=")?;
         rest.split(|c: char| !c.is_ascii_digit())
             .next()?
@@ -127,12 +217,17 @@ async fn serving_seconds(bin: &Path, ip: &str, data_dir: &Path) -> f64 {
     seconds
 }
 
+/// Peak RSS in MiB of the largest of `kib`, if any was measured.
+fn max_mib(kib: &[u64]) -> Option<f64> {
+    kib.iter().max().map(|kib| *kib as f64 / 1024.0)
+}
+
 #[tokio::main]
 async fn main() -> Result<(), Error> {
     let options = options()?;
     let dir = tempfile::tempdir()?;
     let bin = etcd_bin_dir("3.5");
-    let moto = MotoServer::start("dkv-bench");
+    let server = Server::start(&options.server, dir.path());
     let member = EtcdProcess::start(
         &bin,
         "src-0",
@@ -151,18 +246,21 @@ async fn main() -> Result<(), Error> {
         member.fill(options.size_mib << 20).await;
     }
     let db_size = member.wait_ready().await.db_size as u64;
-    let time = Path::new("/usr/bin/time");
+    let server_name = server.name();
 
     let mut baseline_backup = Vec::new();
     let mut dkv_backup = Vec::new();
     let mut dkv_backup_file = Vec::new();
     let mut boto3_upload = Vec::new();
+    let mut boto3_download = Vec::new();
     let mut baseline_restore = Vec::new();
     let mut dkv_fetch = Vec::new();
     let mut dkv_restore = Vec::new();
     let mut baseline_restore_and_start = Vec::new();
     let mut dkv_restore_and_start = Vec::new();
-    let mut peak_rss = Vec::new();
+    let mut backup_rss = Vec::new();
+    let mut fetch_rss = Vec::new();
+    let mut restore_member_rss = Vec::new();
     let mut snapshot_size = 0u64;
     let mut stored_size = 0u64;
     for round in 0..options.runs {
@@ -179,42 +277,32 @@ async fn main() -> Result<(), Error> {
         baseline_backup.push(seconds);
         snapshot_size = std::fs::metadata(&local)?.len();
 
-        // The S3 server's first large upload is slower than the next ones
-        // (it grows its memory and temporary files): one untimed upload of
-        // the same size first, so neither measured upload pays for it.
-        if round == 0 {
-            moto.boto3_upload_seconds(&local, "warm-up.db");
+        // moto's first large upload is slower than the next ones (it grows
+        // its memory and temporary files): one untimed upload of the same
+        // size first, so neither measured upload pays for it.
+        if round == 0 && matches!(server, Server::Moto(_)) {
+            server.upload_seconds(&local, "warm-up.db");
         }
 
-        // dkv backup to S3, under /usr/bin/time when there is one.
-        let mut command = if time.exists() {
-            let mut c = Command::new(time);
-            c.arg("-v").arg(&options.dkv);
-            c
-        } else {
-            Command::new(&options.dkv)
-        };
-        command
+        let (output, seconds) = run(Command::new(&options.dkv)
             .args([
                 "backup",
                 "--cluster=bench",
                 "--namespace=bench",
-                &format!("--destination={}", moto.uri(&format!("round-{round}"))),
+                &format!("--destination={}", server.uri(&format!("round-{round}"))),
                 &format!("--endpoints={}", member.client_url),
                 &format!(
                     "--termination-log={}",
                     work.join("termination-log").display()
                 ),
             ])
-            .envs(moto.env());
-        let (output, seconds) = run(&mut command)?;
+            .envs(server.env()))?;
         dkv_backup.push(seconds);
-        peak_rss.extend(peak_rss_kib(&String::from_utf8_lossy(&output.stderr)));
+        backup_rss.extend(peak_rss_kib(&output.stderr));
         let artifact: dkv_backup::Artifact = serde_json::from_slice(&output.stdout)?;
         stored_size = artifact.size_bytes;
 
-        // Context: the same agent to local disk, and the S3 server's own
-        // intake for the same bytes.
+        // Context: the same agent to local disk.
         let (_, seconds) = run(Command::new(&options.dkv).args([
             "backup",
             "--cluster=bench",
@@ -229,7 +317,8 @@ async fn main() -> Result<(), Error> {
         dkv_backup_file.push(seconds);
         // Each copy is as large as the database: keep at most a few on disk.
         std::fs::remove_dir_all(work.join("file-dest"))?;
-        boto3_upload.push(moto.boto3_upload_seconds(&local, &format!("boto3-{round}.db")));
+        // The second half of the standard tools' backup: the upload.
+        boto3_upload.push(server.upload_seconds(&local, &format!("boto3-{round}.db")));
 
         // Baseline: etcdutl from local disk.
         let ip = loopback_ip(42, 1);
@@ -244,10 +333,12 @@ async fn main() -> Result<(), Error> {
                 &format!("--data-dir={}", work.join("etcdutl-data").display()),
             ]))?;
         baseline_restore.push(seconds);
+        std::fs::remove_file(&local)?;
         // The whole job, from the object store to a member serving: a
         // standard client's download, etcd's restore tool, the start.
         let downloaded = work.join("downloaded.db");
-        let download = moto.boto3_download_seconds(&format!("boto3-{round}.db"), &downloaded);
+        let download = server.download_seconds(&format!("boto3-{round}.db"), &downloaded);
+        boto3_download.push(download);
         std::fs::remove_file(&downloaded)?;
         let start = serving_seconds(&bin, &ip, &work.join("etcdutl-data")).await;
         baseline_restore_and_start.push(download + seconds + start);
@@ -255,7 +346,7 @@ async fn main() -> Result<(), Error> {
 
         // dkv: fetch + verify from S3, then restore-member.
         let fetched = work.join("fetched.db");
-        let (_, fetch_seconds) = run(Command::new(&options.dkv)
+        let (output, fetch_seconds) = run(Command::new(&options.dkv)
             .args([
                 "restore-fetch",
                 &format!("--uri={}", artifact.uri),
@@ -263,16 +354,19 @@ async fn main() -> Result<(), Error> {
                 &format!("--output={}", fetched.display()),
                 &format!("--termination-log={}", work.join("fetch-log").display()),
             ])
-            .envs(moto.env()))?;
-        let (_, restore_seconds) = run(Command::new(&options.dkv)
+            .envs(server.env()))?;
+        fetch_rss.extend(peak_rss_kib(&output.stderr));
+        let (output, restore_seconds) = run(Command::new(&options.dkv)
             .arg("restore-member")
             .args(restore_args(&bin, &fetched, &work.join("dkv-data"), &ip))
             .arg(format!(
                 "--termination-log={}",
                 work.join("restore-log").display()
             )))?;
+        restore_member_rss.extend(peak_rss_kib(&output.stderr));
         dkv_fetch.push(fetch_seconds);
         dkv_restore.push(fetch_seconds + restore_seconds);
+        std::fs::remove_file(&fetched)?;
         let start = serving_seconds(&bin, &ip, &work.join("dkv-data")).await;
         dkv_restore_and_start.push(fetch_seconds + restore_seconds + start);
         std::fs::remove_dir_all(&work)?;
@@ -287,26 +381,39 @@ async fn main() -> Result<(), Error> {
         median(dkv_restore),
         median(dkv_fetch),
     );
-    let (dbf, boto) = (median(dkv_backup_file), median(boto3_upload));
+    let (dbf, up, down) = (
+        median(dkv_backup_file),
+        median(boto3_upload),
+        median(boto3_download),
+    );
     let (drs, brs) = (
         median(dkv_restore_and_start),
         median(baseline_restore_and_start),
     );
-    let rss_mib = peak_rss.iter().max().map(|kib| *kib as f64 / 1024.0);
-    println!("| metric | dkv | baseline | ratio (dkv/baseline throughput) |");
+    let (backup_mib, fetch_mib, member_mib) = (
+        max_mib(&backup_rss),
+        max_mib(&fetch_rss),
+        max_mib(&restore_member_rss),
+    );
+    let client = server.client();
+    println!("S3 server: {server_name}; standard client: {client}");
+    println!("| metric | dkv | baseline | ratio (baseline time / dkv time) |");
     println!("|---|---|---|---|");
     println!(
-        "| backup, {mib:.0} MiB snapshot | `dkv backup` → moto S3: {db:.2} s ({:.0} MiB/s) | `etcdctl snapshot save` → local disk: {bb:.2} s ({:.0} MiB/s) | {:.2} |",
+        "| backup, {mib:.0} MiB snapshot | `dkv backup` → {server_name}: {db:.2} s ({:.0} MiB/s) | `etcdctl snapshot save` → local disk: {bb:.2} s ({:.0} MiB/s) | {:.2} |",
         mib / db,
         mib / bb,
         bb / db
     );
     println!(
-        "| backup, context | `dkv backup` → `file://`: {dbf:.2} s ({:.0} MiB/s) | boto3 `upload_file` of the etcdctl snapshot → the same moto: {boto:.2} s ({:.0} MiB/s) | {:.2} (file:// vs etcdctl); {:.2} (dkv → moto vs boto3 → moto) |",
+        "| full backup | `dkv backup` → {server_name}: {db:.2} s | `etcdctl snapshot save` {bb:.2} s + boto3 upload {up:.2} s | {:.2} |",
+        (bb + up) / db
+    );
+    println!(
+        "| backup, context | `dkv backup` → `file://`: {dbf:.2} s ({:.0} MiB/s) | boto3 upload alone: {up:.2} s ({:.0} MiB/s) | {:.2} (file:// vs etcdctl) |",
         mib / dbf,
-        mib / boto,
+        mib / up,
         bb / dbf,
-        boto / db
     );
     println!(
         "| restore | `dkv restore-fetch` + `restore-member`: {dr:.2} s ({:.0} MiB/s; fetch+verify alone {df:.2} s) | `etcdutl snapshot restore` from local disk: {br:.2} s ({:.0} MiB/s) | {:.2} |",
@@ -314,13 +421,22 @@ async fn main() -> Result<(), Error> {
         mib / br,
         br / dr
     );
-    match rss_mib {
-        Some(rss) => println!("| `dkv backup` peak RSS | {rss:.1} MiB | | |"),
-        None => println!("| `dkv backup` peak RSS | not measured | | |"),
-    }
+    println!(
+        "| restore + start | dkv: {drs:.2} s | boto3 download {down:.2} s + etcdutl + start: {brs:.2} s | {:.2} |",
+        brs / drs
+    );
+    let shown = |mib: Option<f64>| mib.map_or("not measured".to_owned(), |m| format!("{m:.1} MiB"));
+    println!(
+        "| peak RSS | `dkv backup` {}, `dkv restore-fetch` {}, `dkv restore-member` {} | | |",
+        shown(backup_mib),
+        shown(fetch_mib),
+        shown(member_mib)
+    );
     println!(
         "{}",
         serde_json::json!({
+            "server": server_name,
+            "standardClient": client,
             "data": options.data,
             "databaseBytes": db_size,
             "snapshotBytes": snapshot_size,
@@ -330,12 +446,18 @@ async fn main() -> Result<(), Error> {
             "backupRatio": bb / db,
             "backupToFileSeconds": dbf,
             "backupToFileRatio": bb / dbf,
-            "boto3UploadToMotoSeconds": boto,
-            "dkvVsBoto3ToMotoRatio": boto / db,
+            "boto3UploadSeconds": up,
+            "boto3DownloadSeconds": down,
+            "fullBackupRatio": (bb + up) / db,
             "restoreSeconds": {"dkv": dr, "dkvFetchOnly": df, "etcdutlSnapshotRestore": br},
             "restoreRatio": br / dr,
             "restoreAndStartSeconds": {"dkv": drs, "boto3DownloadEtcdutlRestoreStart": brs},
-            "dkvBackupPeakRssMiB": rss_mib,
+            "restoreAndStartRatio": brs / drs,
+            "peakRssMiB": {
+                "dkvBackup": backup_mib,
+                "dkvRestoreFetch": fetch_mib,
+                "dkvRestoreMember": member_mib,
+            },
         })
     );
     Ok(())

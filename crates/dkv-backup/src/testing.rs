@@ -7,8 +7,10 @@
 //! command that installs it (`scripts/install-prerequisites.sh`, and
 //! `scripts/install-store-servers.sh` for Azurite and fake-gcs-server).
 
+mod s3s_fs;
 mod stores;
 
+pub use s3s_fs::S3sFsServer;
 pub use stores::{AzuriteServer, FakeGcsServer, StoreKind, StoreServer};
 
 use std::collections::BTreeMap;
@@ -46,9 +48,9 @@ fn venv() -> PathBuf {
         .unwrap_or_else(|| repo_root().join(".venv"))
 }
 
-/// Operations on the moto server done with boto3 (moto's own dependency),
-/// independently of the code under test.
-const MOTO_CLIENT: &str = r#"
+/// Operations on an S3 server (moto, s3s-fs) done with boto3 (moto's own
+/// dependency), independently of the code under test.
+const BOTO3_CLIENT: &str = r#"
 import hashlib, json, sys
 import boto3
 endpoint, key_id, secret, op = sys.argv[1:5]
@@ -92,6 +94,17 @@ elif op == "upload":
     started = time.monotonic()
     s3.upload_file(path, bucket, key, Config=TransferConfig(
         multipart_chunksize=8 << 20, max_concurrency=2))
+    print(json.dumps({"seconds": time.monotonic() - started}))
+elif op in ("transfer-upload", "transfer-download"):
+    # boto3's managed transfers as a user runs them: default TransferConfig
+    # (8 MiB parts, up to 10 at a time; ranged GETs, 10 at a time, down).
+    import time
+    bucket, key, path = args
+    started = time.monotonic()
+    if op == "transfer-upload":
+        s3.upload_file(path, bucket, key)
+    else:
+        s3.download_file(bucket, key, path)
     print(json.dumps({"seconds": time.monotonic() - started}))
 elif op == "download":
     # One GET streamed to the file, as dkv fetches: boto3's download_file
@@ -225,38 +238,12 @@ impl MotoServer {
 
     /// The same with another secret key (for wrong-credential tests).
     pub fn config_with_secret(&self, secret: &str) -> StoreConfig {
-        StoreConfig {
-            credentials: Credentials {
-                aws: Some(AwsCredentials {
-                    access_key_id: self.access_key_id.clone(),
-                    secret_access_key: Secret::new(secret),
-                    session_token: None,
-                }),
-                ..Credentials::default()
-            },
-            s3: S3Options {
-                endpoint: Some(self.endpoint.clone()),
-                region: Some("us-east-1".to_owned()),
-                path_style: true,
-                allow_http: true,
-                checksums: true,
-            },
-            ..StoreConfig::default()
-        }
+        s3_config(&self.endpoint, &self.access_key_id, secret)
     }
 
     /// The environment a backup Job pod would get from its Secret.
     pub fn env(&self) -> Vec<(String, String)> {
-        [
-            ("AWS_ACCESS_KEY_ID", self.access_key_id.as_str()),
-            ("AWS_SECRET_ACCESS_KEY", self.secret_access_key.as_str()),
-            ("AWS_REGION", "us-east-1"),
-            ("AWS_ENDPOINT_URL", self.endpoint.as_str()),
-            ("AWS_ALLOW_HTTP", "true"),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_owned(), v.to_owned()))
-        .collect()
+        s3_env(&self.endpoint, &self.access_key_id, &self.secret_access_key)
     }
 
     /// Size and sha256 of an object, downloaded and hashed by boto3.
@@ -280,18 +267,14 @@ impl MotoServer {
     /// takes to upload a local file: what this server can take in.
     pub fn boto3_upload_seconds(&self, path: &Path, key: &str) -> f64 {
         let out = self.client(&["upload", &self.bucket, key, &path.to_string_lossy()]);
-        let value: serde_json::Value =
-            serde_json::from_str(&out).unwrap_or_else(|e| panic!("upload printed {out:?}: {e}"));
-        value["seconds"].as_f64().unwrap_or(f64::NAN)
+        transfer_seconds(&out, "upload")
     }
 
     /// Seconds boto3 takes to download an object to a local file (one GET,
     /// streamed).
     pub fn boto3_download_seconds(&self, key: &str, path: &Path) -> f64 {
         let out = self.client(&["download", &self.bucket, key, &path.to_string_lossy()]);
-        let value: serde_json::Value =
-            serde_json::from_str(&out).unwrap_or_else(|e| panic!("download printed {out:?}: {e}"));
-        value["seconds"].as_f64().unwrap_or(f64::NAN)
+        transfer_seconds(&out, "download")
     }
 
     pub fn list(&self) -> BucketListing {
@@ -300,25 +283,77 @@ impl MotoServer {
     }
 
     fn client(&self, args: &[&str]) -> String {
-        let python = venv().join("bin/python");
-        let output = Command::new(&python)
-            .arg("-c")
-            .arg(MOTO_CLIENT)
-            .args([
-                self.endpoint.as_str(),
-                &self.access_key_id,
-                &self.secret_access_key,
-            ])
-            .args(args)
-            .output()
-            .unwrap_or_else(|e| panic!("running {}: {e}; {INSTALL}", python.display()));
-        assert!(
-            output.status.success(),
-            "boto3 {args:?} failed: {}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        String::from_utf8_lossy(&output.stdout).trim().to_owned()
+        boto3(
+            &self.endpoint,
+            &self.access_key_id,
+            &self.secret_access_key,
+            args,
+        )
     }
+}
+
+/// The store configuration for an S3 server on loopback at `endpoint`
+/// (path-style requests over plain HTTP, checksums on).
+fn s3_config(endpoint: &str, access_key_id: &str, secret: &str) -> StoreConfig {
+    StoreConfig {
+        credentials: Credentials {
+            aws: Some(AwsCredentials {
+                access_key_id: access_key_id.to_owned(),
+                secret_access_key: Secret::new(secret),
+                session_token: None,
+            }),
+            ..Credentials::default()
+        },
+        s3: S3Options {
+            endpoint: Some(endpoint.to_owned()),
+            region: Some("us-east-1".to_owned()),
+            path_style: true,
+            allow_http: true,
+            checksums: true,
+        },
+        ..StoreConfig::default()
+    }
+}
+
+/// The environment a backup Job pod would get from its Secret for an S3
+/// server on loopback at `endpoint`.
+fn s3_env(endpoint: &str, access_key_id: &str, secret: &str) -> Vec<(String, String)> {
+    [
+        ("AWS_ACCESS_KEY_ID", access_key_id),
+        ("AWS_SECRET_ACCESS_KEY", secret),
+        ("AWS_REGION", "us-east-1"),
+        ("AWS_ENDPOINT_URL", endpoint),
+        ("AWS_ALLOW_HTTP", "true"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+    .collect()
+}
+
+/// Runs one operation of [`BOTO3_CLIENT`] against the S3 server at
+/// `endpoint` with these credentials; returns what it printed.
+fn boto3(endpoint: &str, access_key_id: &str, secret_access_key: &str, args: &[&str]) -> String {
+    let python = venv().join("bin/python");
+    let output = Command::new(&python)
+        .arg("-c")
+        .arg(BOTO3_CLIENT)
+        .args([endpoint, access_key_id, secret_access_key])
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("running {}: {e}; {INSTALL}", python.display()));
+    assert!(
+        output.status.success(),
+        "boto3 {args:?} failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).trim().to_owned()
+}
+
+/// The seconds a [`BOTO3_CLIENT`] transfer printed.
+fn transfer_seconds(out: &str, what: &str) -> f64 {
+    let value: serde_json::Value =
+        serde_json::from_str(out).unwrap_or_else(|e| panic!("{what} printed {out:?}: {e}"));
+    value["seconds"].as_f64().unwrap_or(f64::NAN)
 }
 
 impl Drop for MotoServer {

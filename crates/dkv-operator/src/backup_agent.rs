@@ -310,7 +310,7 @@ pub(crate) fn report(path: &Path, message: &str) {
 }
 
 /// Logs the process's peak resident memory (Linux `VmHWM`), the figure the
-/// backup memory budget is checked against.
+/// agents' memory budget is checked against.
 pub(crate) fn log_peak_memory() {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     if let Some(kib) = status

@@ -11,7 +11,7 @@ use anyhow::Context as _;
 use clap::Args;
 use dkv_backup::{MemberRestore, RestoreTool};
 
-use crate::backup_agent::{ObjectStoreArgs, report};
+use crate::backup_agent::{ObjectStoreArgs, log_peak_memory, report};
 use crate::telemetry::LogFormat;
 
 /// `dkv restore-fetch`: credentials as for `dkv backup`.
@@ -137,6 +137,7 @@ pub async fn fetch(args: &RestoreFetchArgs) -> anyhow::Result<()> {
             );
             println!("{message}");
             report(&args.termination_log, &message);
+            log_peak_memory();
             Ok(())
         }
         Err(err) => {
@@ -175,6 +176,7 @@ pub async fn restore_member(args: &RestoreMemberArgs) -> anyhow::Result<()> {
             );
             println!("{message}");
             report(&args.termination_log, &message);
+            log_peak_memory();
             Ok(())
         }
         Err(err) => {

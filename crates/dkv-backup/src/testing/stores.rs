@@ -126,14 +126,15 @@ fn digest_of(bytes: &[u8]) -> ObjectDigest {
     }
 }
 
-/// Starts `command` and waits until it listens on `port` of 127.0.0.1.
-fn spawn_listening(mut command: Command, what: &str, port: u16) -> Child {
+/// Starts `command` and waits until it listens on `port` of 127.0.0.1;
+/// `install` says how to install it when it cannot start.
+pub(super) fn spawn_listening(mut command: Command, what: &str, port: u16, install: &str) -> Child {
     let mut child = command
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
-        .unwrap_or_else(|e| panic!("starting {what}: {e}; {INSTALL}"));
+        .unwrap_or_else(|e| panic!("starting {what}: {e}; {install}"));
     let address = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
     let deadline = Instant::now() + Duration::from_secs(30);
     while TcpStream::connect_timeout(&address, Duration::from_millis(200)).is_err() {
@@ -243,7 +244,7 @@ impl AzuriteServer {
             // writes goes to the working directory.
             .current_dir(&workspace)
             .env("AZURITE_ACCOUNTS", format!("{account}:{access_key}"));
-        let child = spawn_listening(command, "azurite-blob", port);
+        let child = spawn_listening(command, "azurite-blob", port, INSTALL);
         let server = Self {
             child,
             workspace,
@@ -409,7 +410,7 @@ impl FakeGcsServer {
             .args(["-backend", "memory", "-log-level", "error"])
             .args(["-public-host", &host, "-external-url"])
             .arg(format!("http://{host}"));
-        let child = spawn_listening(command, "fake-gcs-server", port);
+        let child = spawn_listening(command, "fake-gcs-server", port, INSTALL);
         let server = Self {
             child,
             bucket: bucket.to_owned(),

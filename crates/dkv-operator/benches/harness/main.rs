@@ -194,6 +194,11 @@ const METRICS: &[(&str, &str, &str)] = &[
         "≤ 64 MiB",
     ),
     (
+        "restorePeakRssMiB",
+        "peak RSS of the restore download",
+        "≤ 64 MiB",
+    ),
+    (
         "pitrRestoreVsFullRestore",
         "restore to the newest point after 10 × the database in changes, against a full restore of the same data",
         "≤ 1.5 × the full restore",
@@ -251,7 +256,8 @@ fn section_of(id: &str) -> &'static str {
         | "backupVsSaveAndUpload"
         | "backupDocumentsVsSaveAndUpload"
         | "restoreMiBPerSecond"
-        | "backupPeakRssMiB" => "backup",
+        | "backupPeakRssMiB"
+        | "restorePeakRssMiB" => "backup",
         "continuousLagP99Seconds" => "continuous",
         "pitrRestoreVsFullRestore" => "pitr",
         "lostNodeToVoterSeconds" | "drainThreeNodesSeconds" | "kubeLocalRss3NodesMiB" => "nodes",
