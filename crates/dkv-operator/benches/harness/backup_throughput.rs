@@ -1,9 +1,9 @@
 //! Backup and restore throughput against etcd's own tools: runs dkv-backup's
 //! `backup_throughput` example (one etcd 3.5 member filled to the size asked,
 //! `dkv backup` to an s3s-fs S3 server vs `etcdctl snapshot save` to local
-//! disk and vs `etcdctl snapshot save` + a boto3 upload, `dkv restore-fetch`
-//! + `restore-member` vs `etcdutl snapshot restore`) and turns its JSON line
-//! into metrics. s3s-fs is installed on first use
+//! disk and vs `etcdctl snapshot save` + a boto3 upload, `dkv
+//! restore-fetch` and `restore-member` vs `etcdutl snapshot restore`) and
+//! turns its JSON line into metrics. s3s-fs is installed on first use
 //! (`scripts/install-s3s-fs.sh`; the test suite does not need it).
 
 use std::path::Path;
