@@ -12,6 +12,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TOOLS="${DKV_TOOLS_DIR:-$PWD/.tools}"
+source scripts/lib/private-apt.sh
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
 
@@ -26,18 +27,9 @@ fi
 # TARGET.
 fetch() {
   local suite=$1 target=$2
-  local apt_dir="$TOOLS/apt-$suite"
-  mkdir -p "$apt_dir/lists/partial" "$apt_dir/archives/partial" "$target"
-  echo "deb http://deb.debian.org/debian $suite main" > "$apt_dir/sources.list"
-  local apt_opts=(
-    -o "Dir::Etc::SourceList=$apt_dir/sources.list"
-    -o "Dir::Etc::SourceParts=-"
-    -o "Dir::State::Lists=$apt_dir/lists"
-    -o "Dir::Cache::Archives=$apt_dir/archives"
-    -o "Debug::NoLocking=1"
-    -o "APT::Sandbox::User=root"
-  )
-  apt-get "${apt_opts[@]}" update -qq
+  local apt_dir="$TOOLS/apt-$suite" apt_opts
+  mkdir -p "$target"
+  private_apt "$apt_dir" "$suite"
   rm -f "$apt_dir"/archives/etcd-*.deb
   (cd "$apt_dir/archives" && apt-get "${apt_opts[@]}" download etcd-server etcd-client >/dev/null)
   for deb in "$apt_dir"/archives/etcd-*.deb; do

@@ -14,6 +14,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TOOLS="${DKV_TOOLS_DIR:-$PWD/.tools}"
+source scripts/lib/private-apt.sh
 target="$TOOLS/prometheus"
 
 if command -v prometheus >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1; then
@@ -26,17 +27,8 @@ if [ ! -x "$target/usr/bin/prometheus" ] || [ ! -x "$target/usr/bin/promtool" ];
   # A private apt configuration, as scripts/install-etcd.sh uses: the
   # system's own sources and state are neither read nor changed.
   apt_dir="$TOOLS/apt-prometheus"
-  mkdir -p "$apt_dir/lists/partial" "$apt_dir/archives/partial" "$target"
-  echo "deb http://deb.debian.org/debian bookworm main" > "$apt_dir/sources.list"
-  apt_opts=(
-    -o "Dir::Etc::SourceList=$apt_dir/sources.list"
-    -o "Dir::Etc::SourceParts=-"
-    -o "Dir::State::Lists=$apt_dir/lists"
-    -o "Dir::Cache::Archives=$apt_dir/archives"
-    -o "Debug::NoLocking=1"
-    -o "APT::Sandbox::User=root"
-  )
-  apt-get "${apt_opts[@]}" update -qq
+  mkdir -p "$target"
+  private_apt "$apt_dir" bookworm
   rm -f "$apt_dir"/archives/prometheus_*.deb
   (cd "$apt_dir/archives" && apt-get "${apt_opts[@]}" download prometheus >/dev/null)
   debs=("$apt_dir"/archives/prometheus_*.deb)

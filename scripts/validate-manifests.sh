@@ -67,24 +67,22 @@ k8s_version="$("$VENV/bin/python" -c \
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 
+# render DIR OUT: `kubectl kustomize deploy/DIR` into OUT, refused on any
+# error or warning.
+render() {
+  if ! "$KUBECTL" kustomize "$ROOT/deploy/$1" >"$2" 2>"$work/kustomize.err"; then
+    cat "$work/kustomize.err" >&2
+    die "kubectl kustomize deploy/$1 failed"
+  fi
+  if [[ -s "$work/kustomize.err" ]]; then
+    cat "$work/kustomize.err" >&2
+    die "kubectl kustomize deploy/$1 printed warnings (see above)"
+  fi
+}
 rendered="$work/rendered.yaml"
-if ! "$KUBECTL" kustomize "$ROOT/deploy/default" >"$rendered" 2>"$work/kustomize.err"; then
-  cat "$work/kustomize.err" >&2
-  die "kubectl kustomize deploy/default failed"
-fi
-if [[ -s "$work/kustomize.err" ]]; then
-  cat "$work/kustomize.err" >&2
-  die "kubectl kustomize deploy/default printed warnings (see above)"
-fi
+render default "$rendered"
 monitoring="$work/monitoring.yaml"
-if ! "$KUBECTL" kustomize "$ROOT/deploy/monitoring" >"$monitoring" 2>"$work/kustomize.err"; then
-  cat "$work/kustomize.err" >&2
-  die "kubectl kustomize deploy/monitoring failed"
-fi
-if [[ -s "$work/kustomize.err" ]]; then
-  cat "$work/kustomize.err" >&2
-  die "kubectl kustomize deploy/monitoring printed warnings (see above)"
-fi
+render monitoring "$monitoring"
 
 # --- Sort objects: built-in kinds to validate, our custom resources to skip --
 # Inputs are named as they will appear in messages (the rendered tree as

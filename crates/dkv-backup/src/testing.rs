@@ -34,6 +34,20 @@ use crate::credentials::{AwsCredentials, Credentials, Secret};
 use crate::location::Location;
 use crate::store::{S3Options, Store, StoreConfig};
 
+/// The keys and values of a range answer, as text.
+pub fn text_pairs<C: FromIterator<(String, String)>>(response: &etcd_client::GetResponse) -> C {
+    response
+        .kvs()
+        .iter()
+        .map(|kv| {
+            (
+                String::from_utf8_lossy(kv.key()).into_owned(),
+                String::from_utf8_lossy(kv.value()).into_owned(),
+            )
+        })
+        .collect()
+}
+
 /// The repository root (this crate is `crates/dkv-backup`).
 pub fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -687,16 +701,7 @@ impl EtcdProcess {
             .get("/dkv-test/", Some(GetOptions::new().with_prefix()))
             .await
             .unwrap_or_else(|e| panic!("get: {e}"));
-        response
-            .kvs()
-            .iter()
-            .map(|kv| {
-                (
-                    String::from_utf8_lossy(kv.key()).into_owned(),
-                    String::from_utf8_lossy(kv.value()).into_owned(),
-                )
-            })
-            .collect()
+        text_pairs(&response)
     }
 
     /// Every key and value the member holds, at `revision` (0: now).

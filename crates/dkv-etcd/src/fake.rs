@@ -139,12 +139,7 @@ impl FakeEtcd {
     /// A (learner) member starts and catches up with the leader's log.
     pub fn start_and_catch_up(&self, peer_url: &str, name: &str) {
         let mut state = self.lock();
-        let leader_index = state
-            .members
-            .iter()
-            .map(|m| m.raft_index)
-            .max()
-            .unwrap_or(0);
+        let leader_index = leader_index(&state);
         if let Some(m) = state
             .members
             .iter_mut()
@@ -164,6 +159,16 @@ impl FakeEtcd {
     fn record(&self, call: String) {
         self.lock().calls.push(call);
     }
+}
+
+/// The newest raft index any member has: the leader's.
+fn leader_index(state: &State) -> u64 {
+    state
+        .members
+        .iter()
+        .map(|m| m.raft_index)
+        .max()
+        .unwrap_or(0)
 }
 
 fn find(state: &State, id: MemberId) -> Result<usize> {
@@ -281,12 +286,7 @@ impl EtcdAdmin for FakeEtcd {
         let mut state = self.lock();
         require_quorum(&state, "member promote")?;
         let index = find(&state, id)?;
-        let leader_index = state
-            .members
-            .iter()
-            .map(|m| m.raft_index)
-            .max()
-            .unwrap_or(0);
+        let leader_index = leader_index(&state);
         let member = &mut state.members[index];
         if !member.member.is_learner {
             return Err(Error::Refused {

@@ -185,16 +185,7 @@ pub async fn test_keys(client: &Client, ns: &str, cluster: &str) -> Vec<(String,
                 )
                 .await
         {
-            return response
-                .kvs()
-                .iter()
-                .map(|kv| {
-                    (
-                        String::from_utf8_lossy(kv.key()).into_owned(),
-                        String::from_utf8_lossy(kv.value()).into_owned(),
-                    )
-                })
-                .collect();
+            return dkv_backup::testing::text_pairs(&response);
         }
         assert!(
             started.elapsed() < Duration::from_secs(30),

@@ -5,7 +5,20 @@ use std::sync::{Arc, RwLock};
 use serde_json::Value;
 
 /// Where objects of a type live in the store. Two served types may share one (core/v1 and events.k8s.io/v1 events).
+/// Every verb a readable and writable type serves, as discovery lists them.
+pub const ALL_VERBS: &[&str] = &[
+    "create",
+    "delete",
+    "deletecollection",
+    "get",
+    "list",
+    "patch",
+    "update",
+    "watch",
+];
+
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+
 pub struct StorageResource {
     pub group: String,
     pub resource: String,
@@ -113,6 +126,7 @@ impl ResourceType {
         self.group == "apiregistration.k8s.io" && self.custom.is_none()
     }
 
+    /// The verbs discovery lists for the type.
     pub fn verbs(&self) -> Vec<&'static str> {
         if self.create_only {
             return vec!["create"];
@@ -120,16 +134,7 @@ impl ResourceType {
         if self.is_read_only() {
             return vec!["get", "list", "watch"];
         }
-        vec![
-            "create",
-            "delete",
-            "deletecollection",
-            "get",
-            "list",
-            "patch",
-            "update",
-            "watch",
-        ]
+        ALL_VERBS.to_vec()
     }
 
     pub fn subject<'a>(&'a self, name: &'a str) -> crate::api_error::Subject<'a> {

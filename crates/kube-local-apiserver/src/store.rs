@@ -84,6 +84,11 @@ struct Inner {
 }
 
 impl Inner {
+    /// The stored object at `key`.
+    fn existing(&self, key: &ObjectKey) -> Result<Arc<Value>, StoreError> {
+        self.objects.get(key).cloned().ok_or(StoreError::NotFound)
+    }
+
     /// Writes a change to the journal (a no-op in memory); it must succeed before the change is applied.
     fn persist(
         &mut self,
@@ -264,11 +269,7 @@ impl Store {
         mut obj: Value,
     ) -> Result<Arc<Value>, StoreError> {
         let mut inner = self.lock();
-        let prev = inner
-            .objects
-            .get(key)
-            .cloned()
-            .ok_or(StoreError::NotFound)?;
+        let prev = inner.existing(key)?;
         let current = rv_of(&prev);
         if current != expected_rv {
             return Err(StoreError::Conflict { current });
@@ -298,11 +299,7 @@ impl Store {
         expected_rv: Option<u64>,
     ) -> Result<Arc<Value>, StoreError> {
         let mut inner = self.lock();
-        let prev = inner
-            .objects
-            .get(key)
-            .cloned()
-            .ok_or(StoreError::NotFound)?;
+        let prev = inner.existing(key)?;
         let current = rv_of(&prev);
         if let Some(expected) = expected_rv
             && expected != current
@@ -429,12 +426,13 @@ pub fn rv_of(obj: &Value) -> u64 {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
     use serde_json::json;
 
-    fn key(name: &str) -> ObjectKey {
+    /// ConfigMap `name` in `default`.
+    pub(crate) fn key(name: &str) -> ObjectKey {
         ObjectKey {
             storage: StorageResource {
                 group: String::new(),

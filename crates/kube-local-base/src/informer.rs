@@ -99,6 +99,15 @@ where
 }
 
 impl Caches {
+    /// The names of the nodes the cache holds, in name order.
+    pub fn node_names(&self) -> std::collections::BTreeSet<String> {
+        self.nodes
+            .state()
+            .iter()
+            .filter_map(|n| n.metadata.name.clone())
+            .collect()
+    }
+
     /// Starts one watch per kind; returns when every cache has its initial list.
     pub async fn start(client: &Client, tasks: &mut Tasks) -> Caches {
         let (tx, rx) = watch::channel(0u64);

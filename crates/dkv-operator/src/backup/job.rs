@@ -84,18 +84,23 @@ mod tests {
         .unwrap_or_else(|e| panic!("{e}"))
     }
 
-    #[test]
-    fn the_job_runs_the_agent_once_with_credentials_from_the_secret() {
-        let resolved = Resolved {
+    /// A backup of `orders` to S3, with credentials from `secret`.
+    fn resolved(secret: Option<&str>) -> Resolved {
+        Resolved {
             cluster: "orders".into(),
             destination: "s3://bucket/prefix".into(),
-            credentials_secret: Some("s3-creds".into()),
+            credentials_secret: secret.map(str::to_owned),
             image: "ghcr.io/dkv-io/dkv:1".into(),
             client_tls: None,
             auth: false,
             compress: true,
             encryption: None,
-        };
+        }
+    }
+
+    #[test]
+    fn the_job_runs_the_agent_once_with_credentials_from_the_secret() {
+        let resolved = resolved(Some("s3-creds"));
         let job = build(&backup("nightly"), &resolved);
         assert_eq!(job.metadata.name.as_deref(), Some("nightly"));
         let owner = &job
@@ -125,16 +130,7 @@ mod tests {
 
     #[test]
     fn the_members_selector_never_matches_a_backup_pod() {
-        let resolved = Resolved {
-            cluster: "orders".into(),
-            destination: "s3://bucket/prefix".into(),
-            credentials_secret: None,
-            image: "ghcr.io/dkv-io/dkv:1".into(),
-            client_tls: None,
-            auth: false,
-            compress: true,
-            encryption: None,
-        };
+        let resolved = resolved(None);
         let job = build(&backup("nightly"), &resolved);
         let pod_labels = job
             .spec

@@ -164,41 +164,21 @@ mod tests {
     use super::*;
     use crate::cluster::dereference::Recorded;
     use crate::cluster::membership::{WaitReason, fixtures};
-    use crate::cluster::membership_record::{ClusterState, MembershipRecord, RecordedMember};
+    use crate::cluster::membership_record::ClusterState;
     use dkv_api::DistributedKV;
     use dkv_api::distributedkv::v1beta1::OperationKind;
     use dkv_api::distributedkv::v1beta1::Phase;
 
-    fn record() -> MembershipRecord {
-        MembershipRecord {
-            state: ClusterState::Existing,
-            members: (0..3)
-                .map(|i| RecordedMember {
-                    name: format!("orders-{i}"),
-                    peer_url: format!("http://orders-{i}.orders-peer.shop.svc:2380"),
-                    started: true,
-                    replacement: None,
-                })
-                .collect(),
-            epoch: None,
-            recover_from: None,
-        }
-    }
-
     fn plan(step: Step) -> Plan {
-        Plan {
-            replicas: 3,
-            bootstrap_size: 3,
-            creating: false,
-            record: record(),
-            step,
-            restore: None,
-            replay: None,
-            replayed: None,
-            tls_serial: None,
-            hibernated: false,
-            member_side: crate::cluster::member_side::MemberSide::default(),
-        }
+        let mut record = crate::cluster::plan::bootstrap_record(
+            &crate::cluster::validate::validated_for_tests(
+                serde_json::json!({"size": 3, "image": "registry.k8s.io/etcd:3.5.16-0"}),
+            ),
+            3,
+        );
+        record.state = ClusterState::Existing;
+        record.members.iter_mut().for_each(|m| m.started = true);
+        Plan::new(3, 3, record, step, None)
     }
 
     fn member(ordinal: i32, healthy: bool) -> ObservedMember {
@@ -362,10 +342,11 @@ mod tests {
         });
         assert_eq!(stopped, State::Hibernated);
         assert!(stopped.stopped());
-        let plan = stopped_plan(plan(Step::Wait(WaitReason::EtcdUnreachable)));
+        let running = plan(Step::Wait(WaitReason::EtcdUnreachable));
+        let plan = stopped_plan(running.clone());
         assert_eq!((plan.replicas, &plan.step), (0, &Step::Converged));
         assert!(plan.hibernated);
-        assert_eq!(plan.record, record(), "the membership record is kept");
+        assert_eq!(plan.record, running.record, "the membership record is kept");
     }
 
     #[test]

@@ -59,6 +59,31 @@ pub struct Plan {
 }
 
 impl Plan {
+    /// A plan that keeps `replicas` members as `record` states them and
+    /// takes `step`: nothing restored or replayed, not hibernated, the
+    /// member side decided later.
+    pub fn new(
+        replicas: i32,
+        bootstrap_size: i32,
+        record: MembershipRecord,
+        step: Step,
+        tls_serial: Option<String>,
+    ) -> Self {
+        Self {
+            replicas,
+            bootstrap_size,
+            creating: record.state == ClusterState::New,
+            record,
+            step,
+            restore: None,
+            replay: None,
+            replayed: None,
+            tls_serial,
+            hibernated: false,
+            member_side: super::member_side::MemberSide::default(),
+        }
+    }
+
     /// The replay a restore from continuous backup still owes: the one
     /// being created (`restore`) or the one read back from the StatefulSet.
     pub fn replay_pending(&self) -> Option<&super::restore::Replay> {
@@ -102,23 +127,28 @@ pub struct MembershipView {
     pub replacement: Option<String>,
 }
 
+/// Member `ordinal` of `cluster` as the record lists it.
+pub fn recorded_member(cluster: &ValidatedCluster, ordinal: i32, started: bool) -> RecordedMember {
+    RecordedMember {
+        name: naming::member(&cluster.name, ordinal),
+        peer_url: naming::member_peer_url(
+            cluster.tls.peer_scheme(),
+            &cluster.name,
+            &cluster.namespace,
+            ordinal,
+        ),
+        started,
+        replacement: None,
+    }
+}
+
 /// The record of a cluster being created: its initial members bootstrap
 /// together.
 pub fn bootstrap_record(cluster: &ValidatedCluster, size: i32) -> MembershipRecord {
     MembershipRecord {
         state: ClusterState::New,
         members: (0..size)
-            .map(|i| RecordedMember {
-                name: naming::member(&cluster.name, i),
-                peer_url: naming::member_peer_url(
-                    cluster.tls.peer_scheme(),
-                    &cluster.name,
-                    &cluster.namespace,
-                    i,
-                ),
-                started: false,
-                replacement: None,
-            })
+            .map(|i| recorded_member(cluster, i, false))
             .collect(),
         epoch: None,
         recover_from: None,
@@ -143,17 +173,7 @@ fn record_from_members(
         },
         members: members
             .iter()
-            .map(|m| RecordedMember {
-                name: naming::member(&cluster.name, m.ordinal),
-                peer_url: naming::member_peer_url(
-                    cluster.tls.peer_scheme(),
-                    &cluster.name,
-                    &cluster.namespace,
-                    m.ordinal,
-                ),
-                started: m.started,
-                replacement: None,
-            })
+            .map(|m| recorded_member(cluster, m.ordinal, m.started))
             .collect(),
         epoch: previous.and_then(|r| r.epoch.clone()),
         recover_from: None,
@@ -187,23 +207,19 @@ fn replace_statefulset(
         .filter_map(|m| naming::ordinal_of(&cluster.name, &m.name))
         .max()
         .map_or(cluster.size, |highest| highest + 1);
-    Plan {
+    let bootstrap_size = view
+        .pods
+        .iter()
+        .find_map(|p| p.bootstrap_size)
+        .unwrap_or(cluster.size);
+    // Only a formed cluster's record brings a StatefulSet back.
+    Plan::new(
         replicas,
-        bootstrap_size: view
-            .pods
-            .iter()
-            .find_map(|p| p.bootstrap_size)
-            .unwrap_or(cluster.size),
-        creating: false,
-        record: record.clone(),
-        step: Step::Converged,
-        restore: None,
-        replay: None,
-        replayed: None,
-        tls_serial: view.tls_serial.clone(),
-        hibernated: false,
-        member_side: super::member_side::MemberSide::default(),
-    }
+        bootstrap_size,
+        record.clone(),
+        Step::Converged,
+        view.tls_serial.clone(),
+    )
 }
 
 /// Plans one reconcile pass of `cluster`, given the StatefulSet and the
@@ -218,19 +234,13 @@ pub fn plan(
         if let Some(record) = record.filter(|r| r.state == ClusterState::Existing) {
             return replace_statefulset(cluster, record, view);
         }
-        return Plan {
-            replicas: cluster.size,
-            bootstrap_size: cluster.size,
-            creating: true,
-            record: bootstrap_record(cluster, cluster.size),
-            step: Step::Converged,
-            restore: None,
-            replay: None,
-            replayed: None,
-            tls_serial: view.tls_serial.clone(),
-            hibernated: false,
-            member_side: super::member_side::MemberSide::default(),
-        };
+        return Plan::new(
+            cluster.size,
+            cluster.size,
+            bootstrap_record(cluster, cluster.size),
+            Step::Converged,
+            view.tls_serial.clone(),
+        );
     };
     let bootstrap_size = sts
         .metadata
@@ -311,17 +321,11 @@ pub fn plan(
         corrupt: view.corrupt.clone(),
         replace_corrupt: view.replace_corrupt,
     });
-    Plan {
+    Plan::new(
         replicas,
         bootstrap_size,
-        creating: record.state == ClusterState::New,
         record,
         step,
-        restore: None,
-        replay: None,
-        replayed: None,
-        tls_serial: view.tls_serial.clone(),
-        hibernated: false,
-        member_side: super::member_side::MemberSide::default(),
-    }
+        view.tls_serial.clone(),
+    )
 }

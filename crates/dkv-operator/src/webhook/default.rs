@@ -94,21 +94,7 @@ fn diff<T: serde::Serialize>(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn dkv(spec: Value) -> DistributedKV {
-        serde_json::from_value(serde_json::json!({
-            "apiVersion": "dkv.io/v1beta1", "kind": "DistributedKV",
-            "metadata": {"name": "orders", "namespace": "shop"},
-            "spec": spec,
-        }))
-        .unwrap_or_else(|e| panic!("test object: {e}"))
-    }
-
-    fn defaults() -> Defaults {
-        Defaults {
-            operator_image: "ghcr.io/dkv-io/dkv:test".into(),
-        }
-    }
+    use crate::webhook::fixtures::{defaults, dkv};
 
     fn apply(obj: &DistributedKV, patch: &json_patch::Patch) -> DistributedKV {
         let mut value = serde_json::to_value(obj).unwrap_or_default();

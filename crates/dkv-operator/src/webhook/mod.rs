@@ -236,3 +236,27 @@ async fn sleep_or_stop(stop: &mut watch::Receiver<bool>, period: Duration) -> bo
     };
     stopped || *stop.borrow()
 }
+
+/// The objects the admission tests start from.
+#[cfg(test)]
+pub(crate) mod fixtures {
+    use dkv_api::DistributedKV;
+
+    use crate::cluster::validate::Defaults;
+
+    /// A cluster `orders` in namespace `shop` with `spec`, as a user writes it.
+    pub(crate) fn dkv(spec: serde_json::Value) -> DistributedKV {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "dkv.io/v1beta1", "kind": "DistributedKV",
+            "metadata": {"name": "orders", "namespace": "shop"},
+            "spec": spec,
+        }))
+        .unwrap_or_else(|e| panic!("test object: {e}"))
+    }
+
+    pub(crate) fn defaults() -> Defaults {
+        Defaults {
+            operator_image: "ghcr.io/dkv-io/dkv:test".into(),
+        }
+    }
+}

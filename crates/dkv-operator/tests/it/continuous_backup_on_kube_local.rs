@@ -42,16 +42,7 @@ async fn state_at(etcd: &mut etcd_client::Client, revision: i64) -> BTreeMap<Str
         options = options.with_revision(revision);
     }
     let response = etcd.get(PREFIX, Some(options)).await.unwrap();
-    response
-        .kvs()
-        .iter()
-        .map(|kv| {
-            (
-                String::from_utf8_lossy(kv.key()).into_owned(),
-                String::from_utf8_lossy(kv.value()).into_owned(),
-            )
-        })
-        .collect()
+    dkv_backup::testing::text_pairs(&response)
 }
 
 /// A put or delete under [`PREFIX`]; returns the revision it made.

@@ -1327,9 +1327,7 @@ mod status_of_a_pass {
 #[test]
 fn a_formed_cluster_whose_statefulset_is_gone_gets_it_back_unchanged_not_bootstrapped() {
     use dkv_operator::cluster::membership::ObservedPod;
-    use dkv_operator::cluster::membership_record::{
-        ClusterState, MembershipRecord, RecordedMember,
-    };
+    use dkv_operator::cluster::membership_record::{ClusterState, MembershipRecord};
     use dkv_operator::cluster::observe_members::MemberPod;
     use dkv_operator::cluster::plan::MembershipView;
 
@@ -1342,12 +1340,7 @@ fn a_formed_cluster_whose_statefulset_is_gone_gets_it_back_unchanged_not_bootstr
     let record = MembershipRecord {
         state: ClusterState::Existing,
         members: (0..5)
-            .map(|i| RecordedMember {
-                name: format!("orders-{i}"),
-                peer_url: format!("http://orders-{i}.orders-peer.shop.svc:2380"),
-                started: true,
-                replacement: None,
-            })
+            .map(|i| plan::recorded_member(&cluster, i, true))
             .collect(),
         epoch: None,
         recover_from: None,

@@ -63,16 +63,7 @@ async fn test_keys(client: &kube::Client, cluster: &str) -> Vec<(String, String)
                 Some(etcd_client::GetOptions::new().with_prefix()),
             )
             .await?;
-        Ok(response
-            .kvs()
-            .iter()
-            .map(|kv| {
-                (
-                    String::from_utf8_lossy(kv.key()).into_owned(),
-                    String::from_utf8_lossy(kv.value()).into_owned(),
-                )
-            })
-            .collect())
+        Ok(dkv_backup::testing::text_pairs(&response))
     })
     .await
 }

@@ -223,16 +223,7 @@ fn admin_rules() -> Vec<Value> {
         rule(
             &["rbac.authorization.k8s.io"],
             &["rolebindings", "roles"],
-            &[
-                "create",
-                "delete",
-                "deletecollection",
-                "get",
-                "list",
-                "patch",
-                "update",
-                "watch",
-            ],
+            crate::registry::ALL_VERBS,
         ),
     ];
     rules.extend(edit_rules());

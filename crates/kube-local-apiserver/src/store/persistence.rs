@@ -232,17 +232,7 @@ fn new_journal(dir: &Path) -> Result<File, PersistError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn key(name: &str) -> ObjectKey {
-        ObjectKey {
-            storage: StorageResource {
-                group: String::new(),
-                resource: "configmaps".into(),
-            },
-            namespace: "default".into(),
-            name: name.into(),
-        }
-    }
+    use crate::store::tests::key;
 
     #[test]
     fn the_journal_is_replayed_and_a_torn_last_line_ignored() {

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{ObjectReference, Service};
+use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort, EndpointSlice};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Api, ObjectMeta, PostParams};
@@ -31,14 +31,8 @@ fn desired(svc: &Service, ctx: &Context) -> Option<(Vec<Endpoint>, Vec<EndpointP
                 terminating: Some(b.terminating),
             }),
             hostname: b.hostname.clone(),
-            node_name: b.pod.spec.as_ref().and_then(|s| s.node_name.clone()),
-            target_ref: Some(ObjectReference {
-                kind: Some("Pod".into()),
-                name: b.pod.metadata.name.clone(),
-                namespace: b.pod.metadata.namespace.clone(),
-                uid: b.pod.metadata.uid.clone(),
-                ..ObjectReference::default()
-            }),
+            node_name: b.node_name(),
+            target_ref: Some(b.pod_reference()),
             ..Endpoint::default()
         })
         .collect();

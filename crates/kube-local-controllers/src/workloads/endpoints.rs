@@ -117,14 +117,26 @@ fn address(b: &Backend) -> EndpointAddress {
     EndpointAddress {
         ip: b.ip.clone(),
         hostname: b.hostname.clone(),
-        node_name: b.pod.spec.as_ref().and_then(|s| s.node_name.clone()),
-        target_ref: Some(ObjectReference {
+        node_name: b.node_name(),
+        target_ref: Some(b.pod_reference()),
+    }
+}
+
+impl Backend {
+    /// The node the backend's pod runs on.
+    pub(super) fn node_name(&self) -> Option<String> {
+        self.pod.spec.as_ref().and_then(|s| s.node_name.clone())
+    }
+
+    /// The backend's pod, as an endpoint's target.
+    pub(super) fn pod_reference(&self) -> ObjectReference {
+        ObjectReference {
             kind: Some("Pod".into()),
-            name: b.pod.metadata.name.clone(),
-            namespace: b.pod.metadata.namespace.clone(),
-            uid: b.pod.metadata.uid.clone(),
+            name: self.pod.metadata.name.clone(),
+            namespace: self.pod.metadata.namespace.clone(),
+            uid: self.pod.metadata.uid.clone(),
             ..ObjectReference::default()
-        }),
+        }
     }
 }
 

@@ -24,13 +24,7 @@ pub struct PodGc {
 
 impl PodGc {
     pub async fn pass(&mut self, ctx: &Context) -> Option<Duration> {
-        let nodes: std::collections::HashSet<String> = ctx
-            .caches
-            .nodes
-            .state()
-            .iter()
-            .filter_map(|n| n.metadata.name.clone())
-            .collect();
+        let nodes = ctx.caches.node_names();
         let pods = ctx.caches.pods.state();
         let mut orphans: HashMap<String, Vec<&Pod>> = HashMap::new();
         for pod in &pods {

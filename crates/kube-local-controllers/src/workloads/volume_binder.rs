@@ -374,17 +374,7 @@ async fn provision(
             .annotations
             .as_ref()
             .and_then(|a| a.get(SELECTED_NODE).cloned())
-            .or_else(|| {
-                let mut names: Vec<String> = ctx
-                    .caches
-                    .nodes
-                    .state()
-                    .iter()
-                    .filter_map(|n| n.metadata.name.clone())
-                    .collect();
-                names.sort();
-                names.into_iter().next()
-            })
+            .or_else(|| ctx.caches.node_names().into_iter().next())
     });
     let node = node.flatten();
     // A node the cluster has: the annotation is the scheduler's, but anyone who may edit the claim can write it.

@@ -220,35 +220,26 @@ pub async fn container_env(
             if let Some(f) = &from.field_ref {
                 field_ref(facts, &f.field_path)
                     .ok_or_else(|| EnvError::Field(f.field_path.clone()))?
-            } else if let Some(r) = &from.config_map_key_ref {
-                match config_map(&cms, &r.name)
-                    .await
-                    .and_then(|d| d.get(&r.key).cloned())
-                {
-                    Some(v) => v,
-                    None if r.optional == Some(true) => continue,
-                    None => {
-                        return Err(EnvError::MissingKey {
-                            kind: "configmap",
-                            namespace: namespace.clone(),
-                            name: r.name.clone(),
-                            key: r.key.clone(),
-                        });
-                    }
+            } else if let Some((kind, data, name, key, optional)) =
+                if let Some(r) = &from.config_map_key_ref {
+                    let data = config_map(&cms, &r.name).await;
+                    Some(("configmap", data, &r.name, &r.key, r.optional))
+                } else if let Some(r) = &from.secret_key_ref {
+                    let data = secret(&secrets, &r.name).await;
+                    Some(("secret", data, &r.name, &r.key, r.optional))
+                } else {
+                    None
                 }
-            } else if let Some(r) = &from.secret_key_ref {
-                match secret(&secrets, &r.name)
-                    .await
-                    .and_then(|d| d.get(&r.key).cloned())
-                {
+            {
+                match data.and_then(|d| d.get(key).cloned()) {
                     Some(v) => v,
-                    None if r.optional == Some(true) => continue,
+                    None if optional == Some(true) => continue,
                     None => {
                         return Err(EnvError::MissingKey {
-                            kind: "secret",
+                            kind,
                             namespace: namespace.clone(),
-                            name: r.name.clone(),
-                            key: r.key.clone(),
+                            name: name.clone(),
+                            key: key.clone(),
                         });
                     }
                 }

@@ -115,14 +115,7 @@ where
                     };
                     send(&output, reply).await?;
                     let Some(request) = header(&headers, "requestid").map(str::to_owned) else {
-                        send(
-                            &output,
-                            Frame::RstStream {
-                                stream,
-                                status: rst::PROTOCOL_ERROR,
-                            },
-                        )
-                        .await?;
+                        refuse(&output, stream).await?;
                         continue;
                     };
                     let entry = pending.entry(request.clone()).or_default();
@@ -147,14 +140,7 @@ where
                             );
                         }
                         _ => {
-                            send(
-                                &output,
-                                Frame::RstStream {
-                                    stream,
-                                    status: rst::PROTOCOL_ERROR,
-                                },
-                            )
-                            .await?;
+                            refuse(&output, stream).await?;
                             continue;
                         }
                     }
@@ -229,6 +215,12 @@ async fn send(output: &mpsc::Sender<Bytes>, frame: Frame) -> Result<(), SessionE
         .send(frame.encode())
         .await
         .map_err(|_| SessionError::WriterGone)
+}
+
+/// Resets a stream the client opened wrongly.
+async fn refuse(output: &mpsc::Sender<Bytes>, stream: u32) -> Result<(), SessionError> {
+    let status = rst::PROTOCOL_ERROR;
+    send(output, Frame::RstStream { stream, status }).await
 }
 
 /// The two streams of one forwarded connection.

@@ -121,3 +121,26 @@ pub async fn raw(
         .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()));
     (status, headers, v)
 }
+
+/// Runs the `kube-local` binary with `args` (e.g. `up --data-dir DIR`), as a
+/// user starts it, and waits up to `wait` for the path of the kubeconfig it
+/// prints first. The process dies with the returned child.
+pub async fn kube_local_up(
+    args: &[&std::ffi::OsStr],
+    wait: Duration,
+) -> (tokio::process::Child, String) {
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_kube-local"))
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let mut lines = tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(stdout));
+    let kubeconfig = tokio::time::timeout(wait, lines.next_line())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    (child, kubeconfig)
+}

@@ -1,24 +1,14 @@
 //! The admission verdicts, checked from YAML-shaped specs.
 
 use super::*;
+use crate::webhook::fixtures::defaults;
 
 fn dkv(size: i32, image: &str, extra: serde_json::Value) -> DistributedKV {
     let mut spec = serde_json::json!({"size": size, "image": image});
     if let (Some(spec), serde_json::Value::Object(extra)) = (spec.as_object_mut(), extra) {
         spec.extend(extra);
     }
-    serde_json::from_value(serde_json::json!({
-        "apiVersion": "dkv.io/v1beta1", "kind": "DistributedKV",
-        "metadata": {"name": "orders", "namespace": "shop"},
-        "spec": spec,
-    }))
-    .unwrap_or_else(|e| panic!("test object: {e}"))
-}
-
-fn defaults() -> Defaults {
-    Defaults {
-        operator_image: "ghcr.io/dkv-io/dkv:test".into(),
-    }
+    crate::webhook::fixtures::dkv(spec)
 }
 
 const ETCD_35: &str = "registry.k8s.io/etcd:3.5.16-0";

@@ -20,6 +20,17 @@ use crate::kubelet::{Shared, events, security, volumes};
 
 pub(super) async fn lifecycle(shared: &Arc<Shared>, rt: &Arc<PodRuntime>, stop: &mut Stop) {
     let pod = rt.pod();
+    let failed_mount = |message: String| {
+        events::record(
+            &shared.client,
+            &pod,
+            None,
+            true,
+            "FailedMount",
+            message,
+            "kubelet",
+        );
+    };
     // Volumes: retried until they can be set up (claims bound, ConfigMaps present), as the kubelet's volume manager.
     let mut reported = None;
     let volumes = loop {
@@ -28,15 +39,7 @@ pub(super) async fn lifecycle(shared: &Arc<Shared>, rt: &Arc<PodRuntime>, stop: 
             Err(e) => {
                 let message = e.to_string();
                 if reported.as_deref() != Some(message.as_str()) {
-                    events::record(
-                        &shared.client,
-                        &pod,
-                        None,
-                        true,
-                        "FailedMount",
-                        message.clone(),
-                        "kubelet",
-                    );
+                    failed_mount(message.clone());
                     reported = Some(message);
                 }
                 if !sleep_unless_stopped(Duration::from_millis(500), stop).await {
@@ -53,15 +56,10 @@ pub(super) async fn lifecycle(shared: &Arc<Shared>, rt: &Arc<PodRuntime>, stop: 
             if let Some(path) = volumes.get(&volume.name)
                 && let Err(e) = security::apply_fs_group(volume, path, group)
             {
-                events::record(
-                    &shared.client,
-                    &pod,
-                    None,
-                    true,
-                    "FailedMount",
-                    format!("setting fsGroup {group} on volume {}: {e}", volume.name),
-                    "kubelet",
-                );
+                failed_mount(format!(
+                    "setting fsGroup {group} on volume {}: {e}",
+                    volume.name
+                ));
             }
         }
     }

@@ -177,21 +177,11 @@ async fn events_share_one_store_across_both_apis() {
 #[tokio::test]
 async fn kube_local_up_serves_and_writes_kubeconfig() {
     let dir = tempfile::tempdir().unwrap();
-    let bin = env!("CARGO_BIN_EXE_kube-local");
-    let mut child = tokio::process::Command::new(bin)
-        .args(["up", "--data-dir"])
-        .arg(dir.path())
-        .stdout(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let mut lines = tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(stdout));
-    let printed = tokio::time::timeout(std::time::Duration::from_secs(5), lines.next_line())
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
+    let (mut child, printed) = crate::shared::kube_local_up(
+        &["up".as_ref(), "--data-dir".as_ref(), dir.path().as_os_str()],
+        std::time::Duration::from_secs(5),
+    )
+    .await;
     assert_eq!(
         std::path::PathBuf::from(&printed),
         dir.path().join("kubeconfig")

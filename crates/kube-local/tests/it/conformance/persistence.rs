@@ -70,15 +70,7 @@ async fn a_restart_with_the_same_data_dir_keeps_every_object_and_versions_move_o
             .await;
             assert_eq!(code, 201, "{body}");
         }
-        let rv: u64 = cms
-            .list(&ListParams::default())
-            .await
-            .unwrap()
-            .metadata
-            .resource_version
-            .unwrap()
-            .parse()
-            .unwrap();
+        let rv = list_version(&cms).await;
         (kept, rv)
     };
 
@@ -112,15 +104,7 @@ async fn a_restart_with_the_same_data_dir_keeps_every_object_and_versions_move_o
         stderr(&out)
     );
     // The list's version is the newest one used before the restart; the next write gets a newer one.
-    let listed: u64 = cms
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .metadata
-        .resource_version
-        .unwrap()
-        .parse()
-        .unwrap();
+    let listed = list_version(&cms).await;
     assert!(listed >= last_rv);
     let fresh = cms
         .create(&PostParams::default(), &cm("fresh"))
@@ -157,22 +141,11 @@ async fn a_restart_with_the_same_data_dir_keeps_every_object_and_versions_move_o
 async fn kube_local_up_keeps_acknowledged_writes_across_a_kill() {
     let dir = tempfile::tempdir().unwrap();
     let up = || async {
-        let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_kube-local"))
-            .args(["up", "--data-dir"])
-            .arg(dir.path())
-            .stdout(std::process::Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let mut lines = tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(stdout));
-        let kubeconfig =
-            tokio::time::timeout(std::time::Duration::from_secs(10), lines.next_line())
-                .await
-                .unwrap()
-                .unwrap()
-                .unwrap();
-        (child, kubeconfig)
+        crate::shared::kube_local_up(
+            &["up".as_ref(), "--data-dir".as_ref(), dir.path().as_os_str()],
+            std::time::Duration::from_secs(10),
+        )
+        .await
     };
     let kubectl_at = |kubeconfig: String, args: &'static [&'static str]| async move {
         tokio::task::spawn_blocking(move || {
@@ -250,4 +223,10 @@ async fn kube_local_up_keeps_acknowledged_writes_across_a_kill() {
         other => panic!("keeper without grants read the ConfigMap: {other:?}"),
     }
     child.kill().await.unwrap();
+}
+
+/// The resourceVersion of a list of ConfigMaps, as a number.
+async fn list_version(cms: &Api<ConfigMap>) -> u64 {
+    let list = cms.list(&ListParams::default()).await.unwrap();
+    list.metadata.resource_version.unwrap().parse().unwrap()
 }

@@ -508,27 +508,19 @@ fn run(args: &[&str]) -> std::process::Output {
 async fn kube_local_node_kill_and_start_act_on_the_running_environment() {
     let dir = tempfile::tempdir().unwrap();
     let data_dir = dir.path().to_str().unwrap().to_string();
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_kube-local"))
-        .args([
-            "up",
-            "--nodes",
-            "2",
-            "--node-monitor-grace-period",
-            "4",
-            "--data-dir",
-        ])
-        .arg(&data_dir)
-        .stdout(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let mut lines = tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(stdout));
-    let kubeconfig = tokio::time::timeout(Duration::from_secs(20), lines.next_line())
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
+    let (mut child, kubeconfig) = crate::shared::kube_local_up(
+        &[
+            "up".as_ref(),
+            "--nodes".as_ref(),
+            "2".as_ref(),
+            "--node-monitor-grace-period".as_ref(),
+            "4".as_ref(),
+            "--data-dir".as_ref(),
+            data_dir.as_ref(),
+        ],
+        Duration::from_secs(20),
+    )
+    .await;
     let config = kube::Config::from_custom_kubeconfig(
         kube::config::Kubeconfig::read_from(&kubeconfig).unwrap(),
         &Default::default(),
