@@ -46,20 +46,8 @@ die() {
 }
 
 # --- Tools -------------------------------------------------------------------
-PY=""
-for candidate in "$VENV/bin/python" python3; do
-  if command -v "$candidate" >/dev/null 2>&1 && "$candidate" -c 'import yaml' 2>/dev/null; then
-    PY="$candidate"
-    break
-  fi
-done
-if [[ -z "$PY" && -x "$VENV/bin/python" ]]; then
-  # A venv without PyYAML: add it there (what install-prerequisites.sh does).
-  log "installing PyYAML into $VENV"
-  "$VENV/bin/python" -m pip install --quiet pyyaml || die "pip install pyyaml into $VENV failed"
-  PY="$VENV/bin/python"
-fi
-[[ -n "$PY" ]] || die "no python with PyYAML (create the venv with scripts/install-prerequisites.sh, or apt-get install python3-yaml)"
+source "$ROOT/scripts/lib/python-yaml.sh"
+python_with_yaml
 command -v "$KUBECTL" >/dev/null 2>&1 || die "kubectl not found (set KUBECTL=...)"
 
 if [[ -n "${HELM:-}" ]]; then

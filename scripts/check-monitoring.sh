@@ -51,14 +51,8 @@ log() { printf 'check-monitoring: %s\n' "$*"; }
 die() { printf 'check-monitoring: FAILED: %s\n' "$*" >&2; exit 1; }
 
 # --- Tools -------------------------------------------------------------------
-PY=""
-for candidate in "$VENV/bin/python" python3; do
-  if command -v "$candidate" >/dev/null 2>&1 && "$candidate" -c 'import yaml' 2>/dev/null; then
-    PY="$candidate"
-    break
-  fi
-done
-[[ -n "$PY" ]] || die "no python with PyYAML (create the venv with scripts/install-prerequisites.sh, or apt-get install python3-yaml)"
+source "$ROOT/scripts/lib/python-yaml.sh"
+python_with_yaml
 
 find_tool() {
   if command -v "$1" >/dev/null 2>&1; then

@@ -215,6 +215,46 @@ fn warnings_of(response: &Value, out: &mut Vec<String>) {
     }
 }
 
+/// The webhooks of every configuration of `resource`, in configuration order.
+fn webhooks(store: &Store, resource: &str) -> Vec<Value> {
+    webhook_client::configurations(store, resource)
+        .iter()
+        .flat_map(|config| {
+            config
+                .get("webhooks")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default()
+        })
+        .collect()
+}
+
+/// Sends `req` to `hook` if the hook applies to it. The hook's name and
+/// answer when it allowed the request; a denial is the error.
+async fn consult(
+    store: &Store,
+    hook: &Value,
+    req: &Request<'_>,
+    warnings: &mut Vec<String>,
+) -> ApiResult<Option<(String, Value)>> {
+    if !webhook_applies(store, hook, req) {
+        return Ok(None);
+    }
+    let name = hook
+        .get("name")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
+    let Some(response) = invoke(store, hook, req).await? else {
+        return Ok(None);
+    };
+    warnings_of(&response, warnings);
+    if response.get("allowed").and_then(Value::as_bool) != Some(true) {
+        return Err(denied(&name, response.get("status")));
+    }
+    Ok(Some((name, response)))
+}
+
 /// Mutating webhooks, in configuration order; each sees the previous ones' changes.
 pub async fn mutate(
     store: &Store,
@@ -223,49 +263,30 @@ pub async fn mutate(
     warnings: &mut Vec<String>,
 ) -> ApiResult<bool> {
     let mut changed = false;
-    for config in webhook_client::configurations(store, "mutatingwebhookconfigurations") {
-        for hook in config
-            .get("webhooks")
-            .and_then(Value::as_array)
-            .cloned()
-            .unwrap_or_default()
-        {
-            let current = Request {
-                object: Some(&*obj),
-                ..*req
-            };
-            if !webhook_applies(store, &hook, &current) {
-                continue;
+    for hook in webhooks(store, "mutatingwebhookconfigurations") {
+        let current = Request {
+            object: Some(&*obj),
+            ..*req
+        };
+        let Some((name, response)) = consult(store, &hook, &current, warnings).await? else {
+            continue;
+        };
+        if let Some(p) = response.get("patch").and_then(Value::as_str) {
+            if response.get("patchType").and_then(Value::as_str) != Some("JSONPatch") {
+                return Err(call_failed(
+                    &name,
+                    &CallError::Response("patchType must be JSONPatch".into()),
+                ));
             }
-            let name = hook
-                .get("name")
-                .and_then(Value::as_str)
-                .unwrap_or("")
-                .to_string();
-            let Some(response) = invoke(store, &hook, &current).await? else {
-                continue;
-            };
-            warnings_of(&response, warnings);
-            if response.get("allowed").and_then(Value::as_bool) != Some(true) {
-                return Err(denied(&name, response.get("status")));
-            }
-            if let Some(p) = response.get("patch").and_then(Value::as_str) {
-                if response.get("patchType").and_then(Value::as_str) != Some("JSONPatch") {
-                    return Err(call_failed(
-                        &name,
-                        &CallError::Response("patchType must be JSONPatch".into()),
-                    ));
-                }
-                let bytes = BASE64.decode(p).ok().ok_or_else(|| {
-                    call_failed(&name, &CallError::Response("patch is not base64".into()))
-                })?;
-                let ops: json_patch::Patch = serde_json::from_slice(&bytes)
-                    .map_err(|e| call_failed(&name, &CallError::Response(e.to_string())))?;
-                json_patch::patch(obj, &ops).map_err(|e| {
-                    call_failed(&name, &CallError::Response(format!("applying patch: {e}")))
-                })?;
-                changed = true;
-            }
+            let bytes = BASE64.decode(p).ok().ok_or_else(|| {
+                call_failed(&name, &CallError::Response("patch is not base64".into()))
+            })?;
+            let ops: json_patch::Patch = serde_json::from_slice(&bytes)
+                .map_err(|e| call_failed(&name, &CallError::Response(e.to_string())))?;
+            json_patch::patch(obj, &ops).map_err(|e| {
+                call_failed(&name, &CallError::Response(format!("applying patch: {e}")))
+            })?;
+            changed = true;
         }
     }
     Ok(changed)
@@ -277,29 +298,8 @@ pub async fn validate(
     req: &Request<'_>,
     warnings: &mut Vec<String>,
 ) -> ApiResult<()> {
-    for config in webhook_client::configurations(store, "validatingwebhookconfigurations") {
-        for hook in config
-            .get("webhooks")
-            .and_then(Value::as_array)
-            .cloned()
-            .unwrap_or_default()
-        {
-            if !webhook_applies(store, &hook, req) {
-                continue;
-            }
-            let name = hook
-                .get("name")
-                .and_then(Value::as_str)
-                .unwrap_or("")
-                .to_string();
-            let Some(response) = invoke(store, &hook, req).await? else {
-                continue;
-            };
-            warnings_of(&response, warnings);
-            if response.get("allowed").and_then(Value::as_bool) != Some(true) {
-                return Err(denied(&name, response.get("status")));
-            }
-        }
+    for hook in webhooks(store, "validatingwebhookconfigurations") {
+        consult(store, &hook, req, warnings).await?;
     }
     Ok(())
 }

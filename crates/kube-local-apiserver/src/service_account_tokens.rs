@@ -197,20 +197,24 @@ impl ServiceAccountTokens {
                 name: text("/kubernetes.io/serviceaccount/name")?,
                 uid: text("/kubernetes.io/serviceaccount/uid")?,
             },
-            audiences: claims
-                .get("aud")
-                .and_then(Value::as_array)
-                .map(|a| {
-                    a.iter()
-                        .filter_map(Value::as_str)
-                        .map(str::to_owned)
-                        .collect()
-                })
-                .unwrap_or_default(),
+            audiences: string_list(claims.get("aud")),
             expires,
             id: text("/jti")?,
         })
     }
+}
+
+/// The strings of a JSON array (none when it is absent or not an array).
+pub(crate) fn string_list(value: Option<&Value>) -> Vec<String> {
+    value
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .map(str::to_owned)
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 #[cfg(test)]

@@ -438,23 +438,16 @@ pub fn validate(rt: &ResourceType, obj: &Value) -> Vec<FieldCause> {
             }
             Some(cs) => {
                 for (i, c) in cs.iter().enumerate() {
-                    if c.get("name")
-                        .and_then(Value::as_str)
-                        .is_none_or(str::is_empty)
-                    {
-                        causes.push(FieldCause::required(
-                            format!("{prefix}.containers[{i}].name"),
-                            "",
-                        ));
-                    }
-                    if c.get("image")
-                        .and_then(Value::as_str)
-                        .is_none_or(str::is_empty)
-                    {
-                        causes.push(FieldCause::required(
-                            format!("{prefix}.containers[{i}].image"),
-                            "",
-                        ));
+                    for field in ["name", "image"] {
+                        if c.get(field)
+                            .and_then(Value::as_str)
+                            .is_none_or(str::is_empty)
+                        {
+                            causes.push(FieldCause::required(
+                                format!("{prefix}.containers[{i}].{field}"),
+                                "",
+                            ));
+                        }
                     }
                 }
             }

@@ -55,6 +55,17 @@ pub fn finalizers(obj: &Value) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// Removes `item` from the list of strings at `pointer` (a finalizer list);
+/// whether it was there.
+pub fn remove_from_list(obj: &mut Value, pointer: &str, item: &str) -> bool {
+    let Some(list) = obj.pointer_mut(pointer).and_then(Value::as_array_mut) else {
+        return false;
+    };
+    let before = list.len();
+    list.retain(|f| f.as_str() != Some(item));
+    list.len() != before
+}
+
 pub fn labels(obj: &Value) -> Option<&Map<String, Value>> {
     value_at(obj, &["metadata", "labels"]).and_then(Value::as_object)
 }

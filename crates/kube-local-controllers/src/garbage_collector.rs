@@ -74,15 +74,7 @@ async fn update(core: &Core, key: &ObjectKey, f: &mut (dyn FnMut(&mut Value) -> 
 
 async fn remove_finalizer(core: &Core, key: &ObjectKey, finalizer: &str) {
     update(core, key, &mut |obj| {
-        let Some(fs) = obj
-            .pointer_mut("/metadata/finalizers")
-            .and_then(Value::as_array_mut)
-        else {
-            return false;
-        };
-        let before = fs.len();
-        fs.retain(|f| f.as_str() != Some(finalizer));
-        fs.len() != before
+        meta::remove_from_list(obj, "/metadata/finalizers", finalizer)
     })
     .await;
 }

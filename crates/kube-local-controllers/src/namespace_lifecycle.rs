@@ -40,17 +40,7 @@ pub async fn reconcile(core: &Arc<Core>) -> bool {
                     &ns,
                     Subresource::Main,
                     "kube-controller-manager",
-                    &mut |obj| {
-                        let Some(fs) = obj
-                            .pointer_mut("/spec/finalizers")
-                            .and_then(Value::as_array_mut)
-                        else {
-                            return false;
-                        };
-                        let before = fs.len();
-                        fs.retain(|f| f.as_str() != Some(FINALIZER));
-                        fs.len() != before
-                    },
+                    &mut |obj| meta::remove_from_list(obj, "/spec/finalizers", FINALIZER),
                 )
                 .await;
             remove_if_done(core, &ns);

@@ -38,7 +38,7 @@ pub fn child_stream<K>(
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
 {
-    trimmed_child_stream(api, writer, relevance, trim::<K>)
+    relevant_stream(api, managed(), writer, relevance, trim::<K>)
 }
 
 /// [`child_stream`] for member pods, cached as [`trim_pod`] leaves them.
@@ -46,7 +46,7 @@ pub fn pod_stream(
     api: Api<Pod>,
     writer: Writer<Pod>,
 ) -> impl Stream<Item = Result<Pod, watcher::Error>> + Send + 'static {
-    trimmed_child_stream(api, writer, pod_relevance, trim_pod)
+    relevant_stream(api, managed(), writer, pod_relevance, trim_pod)
 }
 
 /// [`child_stream`] for StatefulSets, cached as [`trim_statefulset`] leaves
@@ -55,24 +55,23 @@ pub fn statefulset_stream(
     api: Api<StatefulSet>,
     writer: Writer<StatefulSet>,
 ) -> impl Stream<Item = Result<StatefulSet, watcher::Error>> + Send + 'static {
-    trimmed_child_stream(api, writer, statefulset_relevance, trim_statefulset)
+    relevant_stream(
+        api,
+        managed(),
+        writer,
+        statefulset_relevance,
+        trim_statefulset,
+    )
 }
 
-/// [`child_stream`] with the objects cached as `trimmer` leaves them.
-fn trimmed_child_stream<K>(
-    api: Api<K>,
-    writer: Writer<K>,
-    relevance: Relevance<K>,
-    trimmer: fn(&mut K),
-) -> impl Stream<Item = Result<K, watcher::Error>> + Send + 'static
-where
-    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
-{
-    let config = watcher::Config::default().labels(&dkv_api::labels::managed_selector());
-    relevant_stream(api, config, writer, relevance, trimmer)
+/// The objects dkv manages.
+fn managed() -> watcher::Config {
+    watcher::Config::default().labels(&dkv_api::labels::managed_selector())
 }
 
-/// The same for every object `config` selects.
+/// Watches the objects `config` selects, keeps `writer`'s store current
+/// with the objects as `trimmer` leaves them, and yields those whose
+/// [`Relevance`] hash changed or that were deleted.
 pub fn relevant_stream<K>(
     api: Api<K>,
     config: watcher::Config,

@@ -13,15 +13,13 @@
 //! it stays (crates/kube-local/README.md lists the same).
 
 use std::collections::BTreeSet;
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use http_body_util::BodyExt as _;
 use kube::Client;
 use serde_json::{Value, json};
 
-use super::local_mode::dkv;
-use super::real_control_plane::{Down, client_of};
+use super::real_control_plane::{client_of, local_up};
 
 /// Probes whose answers differ on purpose, with the reason.
 const KNOWN: &[(&str, &str)] = &[
@@ -54,18 +52,6 @@ const KNOWN: &[(&str, &str)] = &[
         "not served: bindings, componentstatuses, limitranges, podtemplates, replicationcontrollers, resourcequotas, pods/binding, pods/resize and the proxy subresources",
     ),
 ];
-
-fn up(state: &Path, extra: &[&str]) {
-    let mut args = vec!["local", "up", "--detach", "--no-operator", "--nodes", "1"];
-    args.extend_from_slice(extra);
-    let out = dkv(&args, state);
-    assert!(
-        out.status.success(),
-        "dkv {args:?}: {}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
 
 /// One request's answer: its status code and body (JSON, or the text).
 #[derive(Debug, Clone)]
@@ -270,10 +256,11 @@ fn deletable() -> Vec<(&'static str, &'static str, Value)> {
 async fn kube_local_answers_as_kube_apiserver_does() {
     let dir = tempfile::tempdir().unwrap();
     let (local_state, real_state) = (dir.path().join("local"), dir.path().join("real"));
-    up(&local_state, &[]);
-    let _local_down = Down(&local_state);
-    up(&real_state, &["--kubernetes", "1.37"]);
-    let _real_down = Down(&real_state);
+    let _local_down = local_up(&local_state, &["--no-operator", "--nodes", "1"]);
+    let _real_down = local_up(
+        &real_state,
+        &["--no-operator", "--nodes", "1", "--kubernetes", "1.37"],
+    );
     let mut servers = Servers {
         local: client_of(&local_state.join("kubeconfig")).await,
         real: client_of(&real_state.join("kubeconfig")).await,

@@ -67,6 +67,23 @@ async fn wait_nodes_ready(nodes: &Api<Node>, count: usize, when: &str) {
 /// `dkv local down` of a data directory when dropped.
 pub(crate) struct Down<'a>(pub(crate) &'a Path);
 
+/// `dkv local up --detach ARGS` on the data directory `state`, which must
+/// succeed; the guard runs `dkv local down` when dropped, also after a
+/// failed start.
+pub(crate) fn local_up<'a>(state: &'a Path, args: &[&str]) -> Down<'a> {
+    let mut all = vec!["local", "up", "--detach"];
+    all.extend_from_slice(args);
+    let down = Down(state);
+    let out = dkv(&all, state);
+    assert!(
+        out.status.success(),
+        "dkv {all:?}: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    down
+}
+
 impl Drop for Down<'_> {
     fn drop(&mut self) {
         let _ = dkv(&["local", "down"], self.0);
@@ -87,17 +104,7 @@ async fn kubernetes_1_34_runs_pods_on_kube_local_nodes_that_authenticate_as_node
 async fn runs_pods_on_kube_local_nodes(release: &str, version: &str) {
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("state");
-    let up = dkv(
-        &["local", "up", "--detach", "--kubernetes", release],
-        &state,
-    );
-    let _down = Down(&state);
-    assert!(
-        up.status.success(),
-        "{}\n{}",
-        String::from_utf8_lossy(&up.stdout),
-        String::from_utf8_lossy(&up.stderr)
-    );
+    let _down = local_up(&state, &["--kubernetes", release]);
     let client = client_of(&state.join("kubeconfig")).await;
     assert_eq!(
         client.apiserver_version().await.unwrap().git_version,

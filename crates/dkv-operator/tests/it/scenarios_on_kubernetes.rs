@@ -48,7 +48,7 @@ use support::nodes::drain_task;
 use support::tls::Target;
 
 use super::local_mode::dkv;
-use super::real_control_plane::{Down, client_of};
+use super::real_control_plane::{client_of, local_up};
 
 const OPERATOR_NS: &str = "dkv-system";
 const NS: &str = "shop";
@@ -98,25 +98,11 @@ fn scenarios(kubernetes: Option<&str>) {
     )
     .unwrap();
     let started = Instant::now();
-    let mut args = vec![
-        "local",
-        "up",
-        "--detach",
-        "--no-operator",
-        "--image-map",
-        image_map.to_str().unwrap(),
-    ];
+    let mut args = vec!["--no-operator", "--image-map", image_map.to_str().unwrap()];
     if let Some(version) = kubernetes {
         args.extend(["--kubernetes", version]);
     }
-    let up = dkv(&args, &state);
-    let _down = Down(&state);
-    assert!(
-        up.status.success(),
-        "{}\n{}",
-        String::from_utf8_lossy(&up.stdout),
-        String::from_utf8_lossy(&up.stderr)
-    );
+    let _down = local_up(&state, &args);
     eprintln!("[{release}] dkv local up: {:?}", started.elapsed());
     let pid: u32 = std::fs::read_to_string(state.join("dkv-local.pid"))
         .unwrap()

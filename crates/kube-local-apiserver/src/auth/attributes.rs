@@ -77,10 +77,11 @@ pub fn of(method: &Method, path: &str, watch: bool) -> Request {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn resource(
+    /// A resource request, its fields in the order kubectl's messages give them.
+    pub(crate) fn resource(
         verb: &str,
         group: &str,
         resource: &str,

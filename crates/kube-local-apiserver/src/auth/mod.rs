@@ -29,7 +29,7 @@ use serde_json::{Value, json};
 
 use crate::api_error::{ApiError, ApiResult, FieldCause};
 use crate::core::Core;
-use crate::service_account_tokens::{Claims, ISSUER, ServiceAccountRef};
+use crate::service_account_tokens::{Claims, ISSUER, ServiceAccountRef, string_list};
 
 /// Upstream's default lifetime of a requested token, and its bounds.
 const DEFAULT_EXPIRATION_SECONDS: i64 = 3600;
@@ -37,18 +37,6 @@ const MIN_EXPIRATION_SECONDS: i64 = 600;
 const MAX_EXPIRATION_SECONDS: i64 = 1 << 32;
 const SERVICE_ACCOUNTS_GROUP: &str = "system:serviceaccounts";
 use authenticate::AUTHENTICATED_GROUP;
-
-fn string_list(value: Option<&Value>) -> Vec<String> {
-    value
-        .and_then(Value::as_array)
-        .map(|a| {
-            a.iter()
-                .filter_map(Value::as_str)
-                .map(str::to_owned)
-                .collect()
-        })
-        .unwrap_or_default()
-}
 
 fn service_account(core: &Core, namespace: &str, name: &str) -> ApiResult<ServiceAccountRef> {
     let rt = core

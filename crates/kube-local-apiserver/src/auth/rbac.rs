@@ -359,14 +359,7 @@ mod tests {
     }
 
     fn resource(verb: &str, group: &str, resource: &str, subresource: &str, name: &str) -> Request {
-        Request::Resource {
-            namespace: "ns".into(),
-            verb: verb.into(),
-            group: group.into(),
-            resource: resource.into(),
-            subresource: subresource.into(),
-            name: name.into(),
-        }
+        super::super::attributes::tests::resource(verb, group, resource, subresource, "ns", name)
     }
 
     #[test]

@@ -263,17 +263,19 @@ impl Core {
             .filter(|_| as_scale)
             .map(|o| crate::scale::to_scale(rt, o));
         let old_for_hooks = if as_scale { old_scale.as_ref() } else { old };
+        // What the webhooks are sent: the object itself only to validating ones.
+        let request = |object| admission::Request {
+            rt,
+            subresource: sub.name(),
+            operation,
+            namespace: &namespace,
+            name: &name,
+            object,
+            old_object: old_for_hooks,
+            dry_run: opts.dry_run,
+        };
         if webhooks {
-            let req = admission::Request {
-                rt,
-                subresource: sub.name(),
-                operation,
-                namespace: &namespace,
-                name: &name,
-                object: None,
-                old_object: old_for_hooks,
-                dry_run: opts.dry_run,
-            };
+            let req = request(None);
             if as_scale {
                 let mut scale = crate::scale::to_scale(rt, obj);
                 if admission::mutate(&self.store, &req, &mut scale, &mut warnings).await? {
@@ -341,16 +343,7 @@ impl Core {
         }
         if webhooks {
             let scale = as_scale.then(|| crate::scale::to_scale(rt, obj));
-            let req = admission::Request {
-                rt,
-                subresource: sub.name(),
-                operation,
-                namespace: &namespace,
-                name: &name,
-                object: Some(scale.as_ref().unwrap_or(obj)),
-                old_object: old_for_hooks,
-                dry_run: opts.dry_run,
-            };
+            let req = request(Some(scale.as_ref().unwrap_or(obj)));
             admission::validate(&self.store, &req, &mut warnings).await?;
         }
         Ok(warnings)

@@ -106,14 +106,15 @@ pub(super) async fn ensure_auto(
         None => current.cert_pem.clone(),
     };
 
+    let signer = Signer {
+        issuer,
+        bundle: &bundle,
+    };
     let hosts = member_hosts(&cluster.name, &cluster.namespace);
     let member = current_leaf(
         &secrets,
         cluster,
-        Signer {
-            issuer,
-            bundle: &bundle,
-        },
+        signer,
         &Leaf {
             common_name: &cluster.name,
             hosts: &hosts,
@@ -130,10 +131,7 @@ pub(super) async fn ensure_auto(
     let client_secret = current_leaf(
         &secrets,
         cluster,
-        Signer {
-            issuer,
-            bundle: &bundle,
-        },
+        signer,
         &Leaf {
             common_name: CLIENT_COMMON_NAME,
             hosts: &[],

@@ -28,24 +28,27 @@ pub struct Release {
     tools_go: &'static str,
 }
 
+/// A release whose Go module (go.mod, go.sum and tools.go) lives in
+/// `go/kubernetes/v<minor>/`.
+macro_rules! release {
+    ($minor:literal, $version:literal) => {
+        Release {
+            minor: $minor,
+            version: $version,
+            go_mod: include_str!(concat!("../../../../../go/kubernetes/v", $minor, "/go.mod")),
+            go_sum: include_str!(concat!("../../../../../go/kubernetes/v", $minor, "/go.sum")),
+            tools_go: include_str!(concat!(
+                "../../../../../go/kubernetes/v",
+                $minor,
+                "/tools.go"
+            )),
+        }
+    };
+}
+
 /// The releases dkv runs on, newest first; the last is the oldest dkv
 /// supports.
-pub const RELEASES: [Release; 2] = [
-    Release {
-        minor: "1.37",
-        version: "v1.37.2",
-        go_mod: include_str!("../../../../../go/kubernetes/v1.37/go.mod"),
-        go_sum: include_str!("../../../../../go/kubernetes/v1.37/go.sum"),
-        tools_go: include_str!("../../../../../go/kubernetes/v1.37/tools.go"),
-    },
-    Release {
-        minor: "1.34",
-        version: "v1.34.4",
-        go_mod: include_str!("../../../../../go/kubernetes/v1.34/go.mod"),
-        go_sum: include_str!("../../../../../go/kubernetes/v1.34/go.sum"),
-        tools_go: include_str!("../../../../../go/kubernetes/v1.34/tools.go"),
-    },
-];
+pub const RELEASES: [Release; 2] = [release!("1.37", "v1.37.2"), release!("1.34", "v1.34.4")];
 
 const BUILD_SCRIPT: &str = include_str!("../../../../../go/kubernetes/build.sh");
 

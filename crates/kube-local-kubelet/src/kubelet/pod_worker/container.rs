@@ -209,6 +209,18 @@ pub(super) async fn run_once(
     rt.set_terminal(&container.name, terminal);
     let started_at = now();
     let began = Instant::now();
+    // The run's end, as the container's status and termination message say.
+    let finished = |code| {
+        finish(
+            rt,
+            container,
+            kind,
+            code,
+            &started_at,
+            &termination_file,
+            &log,
+        )
+    };
     rt.envs
         .lock()
         .unwrap_or_else(|e| e.into_inner())
@@ -244,15 +256,7 @@ pub(super) async fn run_once(
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .remove(&container.name);
-            finish(
-                rt,
-                container,
-                kind,
-                code,
-                &started_at,
-                &termination_file,
-                &log,
-            );
+            finished(code);
             return RunEnd::Exited {
                 code,
                 ran: began.elapsed(),
@@ -351,15 +355,7 @@ pub(super) async fn run_once(
     let Some(code) = end else {
         return RunEnd::Stopped;
     };
-    finish(
-        rt,
-        container,
-        kind,
-        code,
-        &started_at,
-        &termination_file,
-        &log,
-    );
+    finished(code);
     drop(process);
     RunEnd::Exited {
         code,

@@ -201,19 +201,8 @@ mod tests {
     fn crash_loop_backoff_starts_immediate_then_doubles_from_initial() {
         let mut b = CrashLoopBackoff::new(secs(10), secs(300));
         let waits: Vec<Duration> = (0..8).map(|_| b.next(secs(1))).collect();
-        assert_eq!(
-            waits,
-            [
-                secs(0),
-                secs(10),
-                secs(20),
-                secs(40),
-                secs(80),
-                secs(160),
-                secs(300),
-                secs(300)
-            ]
-        );
+        let doubling: Vec<Duration> = [0, 10, 20, 40, 80, 160, 300, 300].map(secs).into();
+        assert_eq!(waits, doubling);
     }
 
     #[test]
@@ -255,19 +244,8 @@ mod tests {
     fn start_backoff_waits_initial_first_doubles_caps_and_never_resets() {
         let mut b = StartBackoff::new(secs(10), secs(300));
         let waits: Vec<Duration> = (0..8).map(|_| b.next()).collect();
-        assert_eq!(
-            waits,
-            [
-                secs(10),
-                secs(20),
-                secs(40),
-                secs(80),
-                secs(160),
-                secs(300),
-                secs(300),
-                secs(300)
-            ]
-        );
+        let doubling: Vec<Duration> = [10, 20, 40, 80, 160, 300, 300, 300].map(secs).into();
+        assert_eq!(waits, doubling);
     }
 
     #[test]
