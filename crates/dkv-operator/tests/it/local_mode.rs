@@ -1,13 +1,14 @@
 //! `dkv local up --detach` / `dkv local down` through the real binary, used
 //! with the real kubectl the way the README's quick-start uses them.
 
+use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use dkv_test_support as support;
 
 /// `dkv ARGS --data-dir DIR`, with the checkout's etcd releases.
-pub(crate) fn dkv(args: &[&str], dir: &std::path::Path) -> std::process::Output {
+pub(crate) fn dkv(args: &[&str], dir: &Path) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_dkv"))
         .env("DKV_TOOLS_DIR", support::tools_dir())
         .args(args)
@@ -37,14 +38,7 @@ fn local_up_serves_kubectl_with_dkv_installed_and_down_stops_it() {
     assert!(String::from_utf8_lossy(&again.stderr).contains("already running"));
 
     let kubeconfig = state.join("kubeconfig");
-    let kubectl = |args: &[&str]| {
-        Command::new("kubectl")
-            .arg("--kubeconfig")
-            .arg(&kubeconfig)
-            .args(args)
-            .output()
-            .unwrap()
-    };
+    let kubectl = |args: &[&str]| kubectl_with(&kubeconfig, args);
     let resources = kubectl(&["api-resources", "--api-group=dkv.io", "-o", "name"]);
     let names = String::from_utf8_lossy(&resources.stdout);
     assert!(
@@ -181,14 +175,7 @@ fn an_installed_binary_forms_a_cluster_without_its_source_tree() {
 
     let state = work.join("state");
     let kubeconfig = state.join("kubeconfig");
-    let kubectl = |args: &[&str]| {
-        Command::new("kubectl")
-            .arg("--kubeconfig")
-            .arg(&kubeconfig)
-            .args(args)
-            .output()
-            .unwrap()
-    };
+    let kubectl = |args: &[&str]| kubectl_with(&kubeconfig, args);
     let example = checkout.join("examples/distributedkv.yaml");
     let applied = kubectl(&["apply", "-f", example.to_str().unwrap()]);
     assert!(
@@ -208,4 +195,14 @@ fn an_installed_binary_forms_a_cluster_without_its_source_tree() {
         "{}",
         String::from_utf8_lossy(&down.stderr)
     );
+}
+
+/// `kubectl --kubeconfig KUBECONFIG ARGS`, as a user runs it.
+fn kubectl_with(kubeconfig: &Path, args: &[&str]) -> std::process::Output {
+    Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(args)
+        .output()
+        .unwrap()
 }

@@ -427,22 +427,22 @@ async fn every_plugin_command_through_kubectl() {
             .map(|(_, body)| String::from_utf8_lossy(body).into_owned())
             .unwrap_or_default()
     };
-    assert!(
-        text("orders-report/logs/orders-0/etcd.log").contains("raft"),
-        "member log"
-    );
-    assert!(
-        text("orders-report/events.yaml").contains("orders"),
-        "events"
-    );
-    assert!(
-        text("orders-report/secrets.yaml").contains("s3-creds"),
-        "the credentials Secret, by name"
-    );
-    assert!(
-        text("orders-report/secrets.yaml").contains("<redacted: "),
-        "values redacted"
-    );
+    for (file, wanted, what) in [
+        ("orders-report/logs/orders-0/etcd.log", "raft", "member log"),
+        ("orders-report/events.yaml", "orders", "events"),
+        (
+            "orders-report/secrets.yaml",
+            "s3-creds",
+            "the credentials Secret, by name",
+        ),
+        (
+            "orders-report/secrets.yaml",
+            "<redacted: ",
+            "values redacted",
+        ),
+    ] {
+        assert!(text(file).contains(wanted), "{what}");
+    }
     bundle::assert_no_secret_value(&client, NS, &entries).await;
     kubectl.refused(
         &["report", "nosuch", "-f", bundle.to_str().unwrap()],
