@@ -188,54 +188,21 @@ async fn a_hibernated_cluster_wakes_with_the_same_members_and_no_acknowledged_wr
     assert!(listed.contains("Hibernated"), "{listed}");
     eprintln!("{listed}");
     refused(&env, &["scale", "dkv/orders", "--replicas=5"], "spec.size");
-    refused(
-        &env,
-        &[
-            "patch",
-            "dkv",
-            "orders",
-            "--type=merge",
-            "-p",
-            r#"{"spec":{"size":5}}"#,
-        ],
-        "spec.size",
-    );
-    refused(
-        &env,
-        &[
-            "patch",
-            "dkv",
-            "orders",
-            "--type=merge",
-            "-p",
+    for (patch, field) in [
+        (r#"{"spec":{"size":5}}"#, "spec.size"),
+        (
             r#"{"spec":{"image":"registry.k8s.io/etcd:3.5.17-0"}}"#,
-        ],
-        "spec.image",
-    );
-    refused(
-        &env,
-        &[
-            "patch",
-            "dkv",
-            "orders",
-            "--type=merge",
-            "-p",
-            r#"{"spec":{"version":"3.5.17"}}"#,
-        ],
-        "spec.version",
-    );
-    refused(
-        &env,
-        &[
-            "patch",
-            "dkv",
-            "orders",
-            "--type=merge",
-            "-p",
+            "spec.image",
+        ),
+        (r#"{"spec":{"version":"3.5.17"}}"#, "spec.version"),
+        (
             r#"{"spec":{"backup":{"schedule":"@hourly"}}}"#,
-        ],
-        "spec.backup",
-    );
+            "spec.backup",
+        ),
+    ] {
+        let edit = ["patch", "dkv", "orders", "--type=merge", "-p", patch];
+        refused(&env, &edit, field);
+    }
     let on_demand: dkv_api::DistributedKVBackup = serde_json::from_value(json!({
         "apiVersion": "dkv.io/v1alpha1", "kind": "DistributedKVBackup",
         "metadata": {"name": "orders-now", "namespace": NS},

@@ -312,13 +312,7 @@ async fn a_spec_edit_and_a_restart_request_roll_through_the_members_one_at_a_tim
         );
     }
     eprintln!("resources edit rolled out in {took:?}: {seen:?}");
-    assert!(seen.premature_converged.is_empty(), "{seen:?}");
-    assert!(seen.most_unready <= 1, "one member at a time: {seen:?}");
-    let (leaders, _) = monitor.stop().await;
-    assert!(
-        leaders.len() <= 2,
-        "at most one leader change per rollout: {leaders:x?}"
-    );
+    assert_rolled_one_at_a_time(&seen, monitor).await;
 
     // 2. dkv.io/restartedAt restarts every member the same way.
     let uids: Vec<Option<String>> = list.iter().map(|p| p.metadata.uid.clone()).collect();
@@ -364,13 +358,7 @@ async fn a_spec_edit_and_a_restart_request_roll_through_the_members_one_at_a_tim
         );
     }
     eprintln!("restart request rolled out in {took:?}: {seen:?}");
-    assert!(seen.premature_converged.is_empty(), "{seen:?}");
-    assert!(seen.most_unready <= 1, "one member at a time: {seen:?}");
-    let (leaders, _) = monitor.stop().await;
-    assert!(
-        leaders.len() <= 2,
-        "at most one leader change per rollout: {leaders:x?}"
-    );
+    assert_rolled_one_at_a_time(&seen, monitor).await;
 
     serving.finish().await;
 }
@@ -987,4 +975,16 @@ async fn an_edit_of_every_kind_does_what_the_table_says() {
     let report = writer.stop().await;
     support::etcd_cluster::assert_no_write_lost(&client, NS, &report).await;
     operator.stop().await;
+}
+
+/// A rollout that never reported Converged early, took at most one member
+/// down at a time and changed the leader at most once.
+async fn assert_rolled_one_at_a_time(seen: &RolloutSeen, monitor: LeaderMonitor) {
+    assert!(seen.premature_converged.is_empty(), "{seen:?}");
+    assert!(seen.most_unready <= 1, "one member at a time: {seen:?}");
+    let (leaders, _) = monitor.stop().await;
+    assert!(
+        leaders.len() <= 2,
+        "at most one leader change per rollout: {leaders:x?}"
+    );
 }
