@@ -56,23 +56,18 @@ fn newest_durable(d: &DistributedKV) -> i64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_plugin_on_a_tls_cluster_with_authentication_and_continuous_backup() {
-    the_plugin_on_a_tls_cluster_with_authentication_and_continuous_backup_on(
-        "registry.k8s.io/etcd:3.5.16-0",
-    )
-    .await;
+    secured_on("registry.k8s.io/etcd:3.5.16-0").await;
 }
 
 /// etcd 3.7 answers a member's status only to a user once authentication
 /// is on: the plugin's live figures come as root there too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn on_etcd_3_7_the_plugin_on_a_tls_cluster_with_authentication_and_continuous_backup() {
-    the_plugin_on_a_tls_cluster_with_authentication_and_continuous_backup_on(
-        "registry.k8s.io/etcd:3.7.3-0",
-    )
-    .await;
+    secured_on("registry.k8s.io/etcd:3.7.3-0").await;
 }
 
-async fn the_plugin_on_a_tls_cluster_with_authentication_and_continuous_backup_on(image: &str) {
+/// The scenario, on the etcd release `image` runs.
+async fn secured_on(image: &str) {
     let store = with_object_store(NS).await;
     let client = store.client.clone();
     let kubectl = Kubectl::new(store.env.kubeconfig_path(), NS);
