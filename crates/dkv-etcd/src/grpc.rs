@@ -193,7 +193,8 @@ impl GrpcAdmin {
     /// that entry: until then it holds the call (the learner is behind,
     /// which the deadline reports), and a token from before the snapshot
     /// it caught up from it never learns (refused; the next call gets a
-    /// fresh one). The token is kept per learner while it works.
+    /// fresh one). The token is kept per learner while it works and the
+    /// member is a learner.
     async fn learner_status(&self, endpoint: &str) -> Result<etcd_client::StatusResponse> {
         let Some(user) = &self.user else {
             return Err(Error::Refused {
@@ -231,10 +232,12 @@ impl GrpcAdmin {
             }
         };
         let answer = asked.await;
+        // Kept while the member is a learner; once promoted, it is asked
+        // as a user over the connection every call shares.
         let mut tokens = self.learner_tokens.lock().await;
         match &answer {
-            Ok(_) => tokens.insert(endpoint.to_owned(), token),
-            Err(_) => tokens.remove(endpoint),
+            Ok(status) if status.is_learner() => tokens.insert(endpoint.to_owned(), token),
+            _ => tokens.remove(endpoint),
         };
         answer
     }

@@ -391,5 +391,8 @@ async fn a_learner_reports_its_status_with_authentication_on() {
         })
         .await;
         assert_eq!(promoted.leader, status.leader, "{release}");
+        // A voter now: asked as root over the shared connection.
+        let voter_status = eventually("the voter's status", || admin.status(&endpoints[1])).await;
+        assert!(!voter_status.is_learner, "{release}: {voter_status:?}");
     }
 }
