@@ -6,10 +6,10 @@
 //! writer authenticated as root loses no acknowledged write. On 3.6 and
 //! later a learner added by the scale-up refuses to authenticate anyone yet
 //! answers its status only to a user: dkv asks it with a token a voting
-//! member issued, or the scale-up would stall. A cluster restored from its backup
-//! answers to the same root credentials (and one without `spec.auth` is
-//! refused with the fix), and so does one restored from the bare artifact
-//! URI with the documented, pre-created credentials Secret.
+//! member issued, or the scale-up would stall. A cluster restored from its
+//! backup answers to the same root credentials (and one without
+//! `spec.auth` is refused with the fix), and so does one restored from the
+//! bare artifact URI with the documented, pre-created credentials Secret.
 
 use dkv_test_support as support;
 
