@@ -194,3 +194,45 @@ async fn rolling_upgrades_3_5_30_to_3_6_to_3_7_keep_the_cluster_serving() {
 
     operator.stop().await;
 }
+
+/// The other way there, without 10,000 writes: after 3.5 → 3.6 a rolling
+/// restart with `spec.etcd.snapshotCount: 1` makes each member take a
+/// snapshot as it starts on 3.6 (it has applied more than one entry since
+/// its last), after every entry 3.5 wrote; then 3.6 → 3.7 replays none.
+/// (The reported `storageVersion` is 3.6 before any of this, and 3.7 would
+/// crash-loop on the first member: it is no guard.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_restart_with_a_small_snapshot_count_on_3_6_readies_a_3_5_born_cluster_for_3_7() {
+    let (env, client, operator) = support::running_operator(NS).await;
+    let dkvs = support::create_cluster(&client, NS, "orders", 3, V3530, json!({})).await;
+    wait_for(&dkvs, "orders", "3 healthy voters on 3.5.30", |d| {
+        settled_on(d, "3.5.30")
+    })
+    .await;
+    upgrade(&client, &dkvs, V36, "3.6.16").await;
+
+    patch_spec(&dkvs, "orders", json!({"etcd": {"snapshotCount": 1}})).await;
+    let kubelet = env.kubelet().expect("kube-local's kubelet");
+    support::eventually(
+        "every member restarted with snapshot-count 1 and saved a snapshot",
+        Duration::from_secs(300),
+        Duration::from_secs(1),
+        async || {
+            let done = ["orders-0", "orders-1", "orders-2"].iter().all(|pod| {
+                kubelet
+                    .log_path(NS, pod, "etcd")
+                    .and_then(|path| std::fs::read_to_string(path).ok())
+                    .is_some_and(|log| {
+                        log.contains(r#""snapshot-count":1,"#)
+                            && log.contains("saved snapshot to disk")
+                    })
+            });
+            let d = dkvs.get("orders").await.ok()?;
+            (done && settled_on(&d, "3.6.16")).then_some(())
+        },
+    )
+    .await;
+
+    upgrade(&client, &dkvs, V37, "3.7.3").await;
+    operator.stop().await;
+}
