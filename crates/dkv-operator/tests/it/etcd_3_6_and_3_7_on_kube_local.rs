@@ -12,7 +12,8 @@
 //! since its last snapshot still holds one panics on 3.7 ("unmarshal should
 //! never fail", found here; etcd snapshots every 10,000 entries). So before
 //! 3.6 → 3.7 each member must have taken a snapshot on 3.6; the upgrade test
-//! drives that many writes first. dkv does not check it yet (see
+//! drives that many writes first, another restarts the members on 3.6 with
+//! `snapshotCount: 1` instead. dkv does not check it yet (see
 //! docs/operations.md, "Upgrade etcd").
 
 use std::time::{Duration, Instant};
