@@ -178,8 +178,21 @@ async fn write_past_a_snapshot(client: &Client) {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn rolling_upgrades_3_5_30_to_3_6_to_3_7_keep_the_cluster_serving() {
+/// How a cluster born on 3.5 and now on 3.6 is readied for 3.7: each member
+/// must take a snapshot past every entry 3.5 wrote.
+enum Readying {
+    /// More writes than etcd's snapshot count.
+    Writes,
+    /// A rolling restart with `spec.etcd.snapshotCount: 1`: each member
+    /// takes a snapshot as it starts on 3.6 (it has applied more than one
+    /// entry since its last). (The reported `storageVersion` is 3.6 before
+    /// either, and without them 3.7 crash-loops on the first member: it is
+    /// no guard.)
+    SnapshotCountOne,
+}
+
+/// A cluster on 3.5.30 upgraded to 3.6.16, readied, then upgraded to 3.7.3.
+async fn upgrades_3_5_30_to_3_6_to_3_7(readying: Readying) {
     let (env, client, operator) = support::running_operator(NS).await;
     let dkvs = support::create_cluster(&client, NS, "orders", 3, V3530, json!({})).await;
     wait_for(&dkvs, "orders", "3 healthy voters on 3.5.30", |d| {
@@ -189,30 +202,25 @@ async fn rolling_upgrades_3_5_30_to_3_6_to_3_7_keep_the_cluster_serving() {
 
     upgrade(&client, &dkvs, V36, "3.6.16").await;
     assert_eq!(version_column(&env), "3.6.16");
-    write_past_a_snapshot(&client).await;
+    match readying {
+        Readying::Writes => write_past_a_snapshot(&client).await,
+        Readying::SnapshotCountOne => restart_with_snapshot_count_one(&env, &dkvs).await,
+    }
     upgrade(&client, &dkvs, V37, "3.7.3").await;
     assert_eq!(version_column(&env), "3.7.3");
 
     operator.stop().await;
 }
 
-/// The other way there, without 10,000 writes: after 3.5 → 3.6 a rolling
-/// restart with `spec.etcd.snapshotCount: 1` makes each member take a
-/// snapshot as it starts on 3.6 (it has applied more than one entry since
-/// its last), after every entry 3.5 wrote; then 3.6 → 3.7 replays none.
-/// (The reported `storageVersion` is 3.6 before any of this, and 3.7 would
-/// crash-loop on the first member: it is no guard.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_restart_with_a_small_snapshot_count_on_3_6_readies_a_3_5_born_cluster_for_3_7() {
-    let (env, client, operator) = support::running_operator(NS).await;
-    let dkvs = support::create_cluster(&client, NS, "orders", 3, V3530, json!({})).await;
-    wait_for(&dkvs, "orders", "3 healthy voters on 3.5.30", |d| {
-        settled_on(d, "3.5.30")
-    })
-    .await;
-    upgrade(&client, &dkvs, V36, "3.6.16").await;
+async fn rolling_upgrades_3_5_30_to_3_6_to_3_7_keep_the_cluster_serving() {
+    upgrades_3_5_30_to_3_6_to_3_7(Readying::Writes).await;
+}
 
-    patch_spec(&dkvs, "orders", json!({"etcd": {"snapshotCount": 1}})).await;
+/// Sets `spec.etcd.snapshotCount: 1` and waits until every member runs
+/// with it, has saved a snapshot, and the cluster is settled again.
+async fn restart_with_snapshot_count_one(env: &kube_local::Environment, dkvs: &Api<DistributedKV>) {
+    patch_spec(dkvs, "orders", json!({"etcd": {"snapshotCount": 1}})).await;
     let kubelet = env.kubelet().expect("kube-local's kubelet");
     support::eventually(
         "every member restarted with snapshot-count 1 and saved a snapshot",
@@ -233,7 +241,10 @@ async fn a_restart_with_a_small_snapshot_count_on_3_6_readies_a_3_5_born_cluster
         },
     )
     .await;
+}
 
-    upgrade(&client, &dkvs, V37, "3.7.3").await;
-    operator.stop().await;
+/// The other way there, without 10,000 writes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_restart_with_a_small_snapshot_count_on_3_6_readies_a_3_5_born_cluster_for_3_7() {
+    upgrades_3_5_30_to_3_6_to_3_7(Readying::SnapshotCountOne).await;
 }
