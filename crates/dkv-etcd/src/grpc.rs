@@ -71,6 +71,9 @@ pub struct GrpcAdmin {
     /// Connections by endpoint ("*" = all endpoints, balanced), reused
     /// across calls.
     clients: Mutex<HashMap<String, Client>>,
+    /// With authentication on: the token, issued by a voting member, that
+    /// opens each learner's status (see [`GrpcAdmin::learner_status`]).
+    learner_tokens: Mutex<HashMap<String, String>>,
 }
 
 const ALL: &str = "*";
@@ -78,6 +81,10 @@ const STATUS: &str = "status";
 /// A member's status asked with the credentials: etcd 3.6 and later refuse
 /// it anonymously once authentication is on ("user name is empty").
 const AUTHENTICATED_STATUS: &str = "status (authenticated)";
+/// A learner's status, with a token another member issued.
+const LEARNER_STATUS: &str = "status (learner, with a token)";
+/// A token for a learner's status, asked of the voting members.
+const AUTHENTICATE_FOR_LEARNER: &str = "authenticate for a learner's status";
 /// HTTP/2 windows of a snapshot's connection (see [`GrpcAdmin::bulk_client`]).
 const BULK_STREAM_WINDOW: u32 = 8 << 20;
 const BULK_CONNECTION_WINDOW: u32 = 16 << 20;
@@ -92,6 +99,7 @@ impl GrpcAdmin {
             tls: None,
             user: None,
             clients: Mutex::default(),
+            learner_tokens: Mutex::default(),
         }
     }
 
@@ -109,6 +117,7 @@ impl GrpcAdmin {
             tls: self.tls.clone(),
             user: self.user.clone(),
             clients: Mutex::default(),
+            learner_tokens: Mutex::default(),
         }
     }
 
@@ -125,6 +134,25 @@ impl GrpcAdmin {
     /// (Go's gRPC sizes its windows to the bandwidth-delay product) reached
     /// ~320 MB/s from the same member.
     async fn bulk_client(&self, operation: &'static str, endpoint: &str) -> Result<Client> {
+        let channel = self.channel(operation, endpoint, true).await?;
+        let mut options = ConnectOptions::new().with_timeout(self.timeout);
+        if let Some(user) = &self.user {
+            options = options.with_user(user.name.clone(), user.password.clone());
+        }
+        let channel = etcd_client::Channel::Tonic(channel);
+        self.deadline(operation, Client::from_channel(channel, Some(options)))
+            .await?
+            .map_err(|e| Error::from_client(operation, e, None))
+    }
+
+    /// A connection of its own to one member (TLS if the admin has it);
+    /// with `bulk`, HTTP/2 windows sized for a snapshot.
+    async fn channel(
+        &self,
+        operation: &'static str,
+        endpoint: &str,
+        bulk: bool,
+    ) -> Result<tonic::transport::Channel> {
         let url = if endpoint.contains("://") {
             endpoint.to_owned()
         } else {
@@ -137,35 +165,110 @@ impl GrpcAdmin {
         let mut channel = tonic::transport::Endpoint::from_shared(url)
             .map_err(|e| bad(e.to_string()))?
             .connect_timeout(self.timeout)
-            .timeout(self.timeout)
-            .initial_stream_window_size(Some(BULK_STREAM_WINDOW))
-            .initial_connection_window_size(Some(BULK_CONNECTION_WINDOW));
+            .timeout(self.timeout);
+        if bulk {
+            channel = channel
+                .initial_stream_window_size(Some(BULK_STREAM_WINDOW))
+                .initial_connection_window_size(Some(BULK_CONNECTION_WINDOW));
+        }
         if let Some(tls) = &self.tls {
             channel = channel
                 .tls_config(tls.options())
                 .map_err(|e| bad(e.to_string()))?;
         }
-        let channel = self
-            .deadline(operation, channel.connect())
+        self.deadline(operation, channel.connect())
             .await?
             .map_err(|e| Error::Unavailable {
                 operation,
                 message: format!("{endpoint}: {e}"),
+            })
+    }
+
+    /// A learner's status with authentication on. etcd 3.6 and later
+    /// answer a status only with a user, and a learner refuses to
+    /// authenticate anyone; but etcd's (default, simple) tokens are issued
+    /// through raft: every member, learners included, binds the token to
+    /// its user when it applies the Authenticate entry. So a voting member
+    /// issues the token and the learner accepts it once it has applied
+    /// that entry: until then it holds the call (the learner is behind,
+    /// which the deadline reports), and a token from before the snapshot
+    /// it caught up from it never learns (refused; the next call gets a
+    /// fresh one). The token is kept per learner while it works and the
+    /// member is a learner.
+    async fn learner_status(&self, endpoint: &str) -> Result<etcd_client::StatusResponse> {
+        let Some(user) = &self.user else {
+            return Err(Error::Refused {
+                operation: LEARNER_STATUS,
+                message: format!("{endpoint}: no credentials to ask a token with"),
+            });
+        };
+        let cached = self.learner_tokens.lock().await.get(endpoint).cloned();
+        let token = match cached {
+            Some(token) => token,
+            None => self.token_from_a_voter(user, endpoint).await?,
+        };
+        let asked = async {
+            let header = http::HeaderValue::from_str(&token).map_err(|e| Error::Refused {
+                operation: LEARNER_STATUS,
+                message: format!("etcd issued a token that is no header value: {e}"),
             })?;
-        let mut options = ConnectOptions::new().with_timeout(self.timeout);
-        if let Some(user) = &self.user {
-            options = options.with_user(user.name.clone(), user.password.clone());
+            let channel = self.channel(LEARNER_STATUS, endpoint, false).await?;
+            let options = ConnectOptions::new().with_timeout(self.timeout);
+            let mut client = self
+                .deadline(
+                    LEARNER_STATUS,
+                    Client::from_channel(with_token(channel, header), Some(options)),
+                )
+                .await?
+                .map_err(|e| Error::from_client(LEARNER_STATUS, e, None))?;
+            match self.deadline(LEARNER_STATUS, client.status()).await? {
+                // A token from before the snapshot the learner caught up
+                // from: the next call asks for a fresh one.
+                Err(e) if e.to_string().contains("invalid auth token") => Err(Error::Unavailable {
+                    operation: LEARNER_STATUS,
+                    message: format!("{endpoint}: {e}; asking for a fresh token"),
+                }),
+                other => other.map_err(|e| Error::from_client(LEARNER_STATUS, e, None)),
+            }
+        };
+        let answer = asked.await;
+        // Kept while the member is a learner; once promoted, it is asked
+        // as a user over the connection every call shares.
+        let mut tokens = self.learner_tokens.lock().await;
+        match &answer {
+            Ok(status) if status.is_learner() => tokens.insert(endpoint.to_owned(), token),
+            _ => tokens.remove(endpoint),
+        };
+        answer
+    }
+
+    /// A token for `user`, asked of each endpoint but the learner's in
+    /// turn until one answers (the balanced connection may pick a learner,
+    /// which refuses).
+    async fn token_from_a_voter(&self, user: &UserCredentials, learner: &str) -> Result<String> {
+        let mut last = Error::Unavailable {
+            operation: AUTHENTICATE_FOR_LEARNER,
+            message: format!("no member but {learner} to ask"),
+        };
+        for endpoint in self.endpoints.iter().filter(|e| *e != learner) {
+            let asked = self
+                .run_once(AUTHENTICATE_FOR_LEARNER, endpoint, None, &|c: Client| {
+                    let (name, password) = (user.name.clone(), user.password.clone());
+                    async move { c.auth_client().authenticate(name, password).await }
+                })
+                .await;
+            match asked {
+                Ok(response) => return Ok(response.token().to_owned()),
+                Err(e) => last = e,
+            }
         }
-        let channel = etcd_client::Channel::Tonic(channel);
-        self.deadline(operation, Client::from_channel(channel, Some(options)))
-            .await?
-            .map_err(|e| Error::from_client(operation, e, None))
+        Err(last)
     }
 
     async fn client(&self, operation: &'static str, endpoint: &str) -> Result<Client> {
-        // A member's status needs no credentials, and a learner refuses to
-        // authenticate anyone ("rpc not supported for learner"): status
-        // calls connect without the user.
+        // A member's status is asked anonymously first: etcd before 3.6
+        // answers anyone, and a learner refuses to authenticate anyone
+        // ("rpc not supported for learner").
         let authenticate = self.user.is_some() && operation != STATUS;
         let key = if authenticate {
             endpoint.to_owned()
@@ -228,9 +331,10 @@ impl GrpcAdmin {
 
     /// Runs `call` against the connection for `endpoint`, with the deadline
     /// and error classification every call gets. A cluster-wide call
-    /// ([`ALL`]) that fails to reach a member is retried against each
-    /// endpoint in turn: the balanced connection may have picked a dead one,
-    /// and one live member is enough to answer.
+    /// ([`ALL`]) that fails to reach a member, or that a learner refuses,
+    /// is retried against each endpoint in turn: the balanced connection
+    /// may have picked a dead member or a learner, and one live voting
+    /// member is enough to answer.
     async fn run<T, F, Fut>(
         &self,
         operation: &'static str,
@@ -242,22 +346,23 @@ impl GrpcAdmin {
         F: Fn(Client) -> Fut,
         Fut: Future<Output = Result<T, etcd_client::Error>>,
     {
+        let elsewhere = |result: &Result<T>| match result {
+            Err(Error::Unavailable { .. } | Error::Timeout { .. }) => true,
+            Err(e) => refused_for_learner(e),
+            Ok(_) => false,
+        };
         let first = self.run_once(operation, endpoint, member, &call).await;
-        match first {
-            Err(Error::Unavailable { .. } | Error::Timeout { .. })
-                if endpoint == ALL && self.endpoints.len() > 1 =>
-            {
-                let mut last = first;
-                for single in &self.endpoints {
-                    last = self.run_once(operation, single, member, &call).await;
-                    if !matches!(last, Err(Error::Unavailable { .. } | Error::Timeout { .. })) {
-                        return last;
-                    }
-                }
-                last
-            }
-            other => other,
+        if endpoint != ALL || self.endpoints.len() < 2 || !elsewhere(&first) {
+            return first;
         }
+        let mut last = first;
+        for single in &self.endpoints {
+            last = self.run_once(operation, single, member, &call).await;
+            if !elsewhere(&last) {
+                return last;
+            }
+        }
+        last
     }
 
     async fn run_once<T, F, Fut>(
@@ -288,6 +393,27 @@ impl GrpcAdmin {
             }
         }
     }
+}
+
+/// etcd's refusal of what a learner does not serve (authenticating,
+/// among others); its text is etcd's API (`rpctypes`), stable since 3.4.
+fn refused_for_learner(error: &Error) -> bool {
+    error.to_string().contains("rpc not supported for learner")
+}
+
+/// `channel` with etcd's `token` metadata on every request.
+fn with_token(
+    channel: tonic::transport::Channel,
+    token: http::HeaderValue,
+) -> etcd_client::Channel {
+    use tower::ServiceExt;
+    let service = channel
+        .map_request(move |mut request: http::Request<tonic::body::Body>| {
+            request.headers_mut().insert("token", token.clone());
+            request
+        })
+        .map_err(tower::BoxError::from);
+    etcd_client::Channel::Custom(tower::util::BoxCloneSyncService::new(service))
 }
 
 fn member_from(m: &etcd_client::Member) -> Member {
@@ -350,11 +476,19 @@ impl EtcdAdmin for GrpcAdmin {
                 c.status().await
             })
         };
-        // Anonymous first: a learner refuses to authenticate anyone, and
-        // etcd before 3.6 answers anyone.
+        // Anonymous first: etcd before 3.6 answers anyone. Then as the
+        // user; a learner refuses to authenticate anyone, and is asked with
+        // a token a voting member issued.
         let response = match ask(STATUS).await {
             Err(e) if self.user.is_some() && e.to_string().contains("user name is empty") => {
-                ask(AUTHENTICATED_STATUS).await?
+                if self.learner_tokens.lock().await.contains_key(endpoint) {
+                    self.learner_status(endpoint).await?
+                } else {
+                    match ask(AUTHENTICATED_STATUS).await {
+                        Err(e) if refused_for_learner(&e) => self.learner_status(endpoint).await?,
+                        other => other?,
+                    }
+                }
             }
             other => other?,
         };

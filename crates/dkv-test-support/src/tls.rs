@@ -1,6 +1,7 @@
-//! Talking to a TLS cluster from tests: the client certificate a Secret
-//! holds, its members' https endpoints, a writer that keeps writing across
-//! certificate changes, and the serials members were started with.
+//! Talking to a TLS or authenticated cluster from tests: the client
+//! certificate a Secret holds, its members' endpoints, the root credentials,
+//! a writer that keeps writing across certificate and membership changes,
+//! and the serials members were started with.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -13,12 +14,15 @@ use kube::{Client, ResourceExt};
 
 use super::etcd_cluster::member_endpoints;
 
-/// A TLS cluster and the Secret whose client certificate a test presents.
+/// A cluster and how a test connects to it: the Secret whose client
+/// certificate it presents (client TLS), the root credentials (etcd
+/// authentication), or both.
 #[derive(Debug, Clone)]
 pub struct Target {
     pub namespace: String,
     pub cluster: String,
-    pub client_secret: String,
+    /// `None`: the cluster serves clients in plaintext.
+    pub client_secret: Option<String>,
     /// With etcd authentication on: the Secret (`<cluster>-etcd-root`)
     /// whose root credentials every request carries.
     pub root_secret: Option<String>,
@@ -34,7 +38,18 @@ impl Target {
         Self {
             namespace: namespace.to_owned(),
             cluster: cluster.to_owned(),
-            client_secret: client_secret.to_owned(),
+            client_secret: Some(client_secret.to_owned()),
+            root_secret: None,
+        }
+    }
+
+    /// A cluster without client TLS (see [`Self::as_root`] for one with
+    /// authentication on).
+    pub fn plaintext(namespace: &str, cluster: &str) -> Self {
+        Self {
+            namespace: namespace.to_owned(),
+            cluster: cluster.to_owned(),
+            client_secret: None,
             root_secret: None,
         }
     }
@@ -49,7 +64,7 @@ impl Target {
     /// The connection options: the client certificate, and the root
     /// credentials when [`Self::as_root`].
     pub async fn connect_options(&self, client: &Client) -> etcd_client::ConnectOptions {
-        let options = options(Some(self.client_tls(client).await));
+        let options = options(self.client_tls(client).await);
         match &self.root_secret {
             Some(secret) => {
                 let text = |key| secret_text(client, &self.namespace, secret, key);
@@ -64,31 +79,38 @@ impl Target {
         format!("{}-client.{}.svc", self.cluster, self.namespace)
     }
 
-    /// The members' client URLs over https.
+    /// The members' client URLs (over https with client TLS).
     pub async fn endpoints(&self, client: &Client) -> Vec<String> {
-        member_endpoints(client, &self.namespace, &self.cluster)
-            .await
+        let endpoints = member_endpoints(client, &self.namespace, &self.cluster).await;
+        if self.client_secret.is_none() {
+            return endpoints;
+        }
+        endpoints
             .into_iter()
             .map(|e| e.replacen("http://", "https://", 1))
             .collect()
     }
 
     /// The client Secret as etcd-client TLS options (read anew each time:
-    /// its certificate may have been renewed).
-    pub async fn client_tls(&self, client: &Client) -> etcd_client::TlsOptions {
-        let text = |key| secret_text(client, &self.namespace, &self.client_secret, key);
+    /// its certificate may have been renewed); `None` in plaintext.
+    pub async fn client_tls(&self, client: &Client) -> Option<etcd_client::TlsOptions> {
+        let secret = self.client_secret.as_deref()?;
+        let text = |key| secret_text(client, &self.namespace, secret, key);
         let (ca, cert, key) = (
             text("ca.crt").await,
             text("tls.crt").await,
             text("tls.key").await,
         );
-        etcd_client::TlsOptions::new()
-            .ca_certificate(etcd_client::Certificate::from_pem(ca))
-            .identity(etcd_client::Identity::from_pem(cert, key))
-            .domain_name(self.server_name())
+        Some(
+            etcd_client::TlsOptions::new()
+                .ca_certificate(etcd_client::Certificate::from_pem(ca))
+                .identity(etcd_client::Identity::from_pem(cert, key))
+                .domain_name(self.server_name()),
+        )
     }
 
-    /// A client of every member, presenting the client Secret.
+    /// A client of every member, presenting the client Secret and the
+    /// root credentials, as the target has them.
     pub async fn connect(&self, client: &Client) -> etcd_client::Client {
         let options = self.connect_options(client).await;
         etcd_client::Client::connect(self.endpoints(client).await, Some(options))
@@ -152,8 +174,8 @@ impl Target {
         }
     }
 
-    /// Reads back every acknowledged write with the current client Secret;
-    /// returns the missing ones.
+    /// Reads back every acknowledged write with the current client Secret
+    /// (and credentials); returns the missing ones.
     pub async fn lost(&self, client: &Client, acked: &[u64]) -> Vec<u64> {
         let mut reader = self.connect(client).await;
         let mut lost = Vec::new();
@@ -168,10 +190,12 @@ impl Target {
                         attempt += 1;
                         eprintln!("reading key-{i:05} (attempt {attempt}): {e}; retrying");
                         tokio::time::sleep(Duration::from_millis(500)).await;
-                        let tls = options(Some(self.client_tls(client).await));
-                        if let Ok(fresh) =
-                            etcd_client::Client::connect(self.endpoints(client).await, Some(tls))
-                                .await
+                        let options = self.connect_options(client).await;
+                        if let Ok(fresh) = etcd_client::Client::connect(
+                            self.endpoints(client).await,
+                            Some(options),
+                        )
+                        .await
                         {
                             reader = fresh;
                         }

@@ -1,6 +1,7 @@
 //! `GrpcAdmin` against real etcd 3.5 processes: the whole membership cycle
 //! the operator drives, leadership transfer, snapshots, alarms, and bounded
-//! failure on an unreachable member.
+//! failure on an unreachable member; and a learner's status with
+//! authentication on, on 3.5, 3.6 and 3.7.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -11,7 +12,17 @@ use futures::TryStreamExt;
 use sha2::{Digest, Sha256};
 
 fn etcd_dir() -> PathBuf {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.tools/etcd-3.5/usr/bin");
+    etcd_dir_of("3.5")
+}
+
+/// A release installed in the tools directory (`DKV_TOOLS_DIR`, else the
+/// checkout's `.tools`).
+fn etcd_dir_of(release: &str) -> PathBuf {
+    let tools = std::env::var_os("DKV_TOOLS_DIR").map_or_else(
+        || Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.tools"),
+        PathBuf::from,
+    );
+    let dir = tools.join(format!("etcd-{release}/usr/bin"));
     assert!(
         dir.join("etcd").exists(),
         "run scripts/install-etcd.sh (scripts/test.sh does)"
@@ -39,6 +50,7 @@ fn client_url(i: usize) -> String {
 struct Etcd {
     dir: tempfile::TempDir,
     processes: Vec<Option<Child>>,
+    release: &'static str,
 }
 
 impl Drop for Etcd {
@@ -57,7 +69,7 @@ impl Etcd {
             .map(|m| format!("m{m}={}", peer_url(*m)))
             .collect();
         let log = std::fs::File::create(self.dir.path().join(format!("m{i}.log"))).unwrap();
-        let child = Command::new(etcd_dir().join("etcd"))
+        let child = Command::new(etcd_dir_of(self.release).join("etcd"))
             .args([
                 &format!("--name=m{i}"),
                 &format!(
@@ -127,6 +139,7 @@ async fn membership_cycle_leadership_and_snapshot_against_real_etcd() {
     let mut etcd = Etcd {
         dir: tempfile::tempdir().unwrap(),
         processes: Vec::new(),
+        release: "3.5",
     };
     for i in 0..3 {
         etcd.start_member(i, &[0, 1, 2], "new");
@@ -325,4 +338,61 @@ async fn nospace_is_cleared_by_compact_defragment_disarm() {
 
     let _ = child.kill();
     let _ = child.wait();
+}
+
+/// With authentication on, a learner refuses to authenticate anyone, and
+/// from 3.6 answers its status only to a user: the admin asks it with a
+/// token a voting member issued, so a scale-up can see the learner catch
+/// up. Each release with members of its own (ordinals 10 + 2k).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_learner_reports_its_status_with_authentication_on() {
+    for (k, release) in ["3.5", "3.6.16", "3.7.3"].into_iter().enumerate() {
+        let (voter, learner) = (10 + 2 * k, 11 + 2 * k);
+        let mut etcd = Etcd {
+            dir: tempfile::tempdir().unwrap(),
+            processes: Vec::new(),
+            release,
+        };
+        etcd.start_member(voter, &[voter], "new");
+        let timeout = Duration::from_secs(3);
+        let anonymous = GrpcAdmin::new(vec![client_url(voter)], timeout);
+        eventually("enable auth", || anonymous.enable_auth("secret")).await;
+        let endpoints = vec![client_url(voter), client_url(learner)];
+        let root = dkv_etcd::UserCredentials {
+            name: "root".to_owned(),
+            password: "secret".to_owned(),
+        };
+        let admin = GrpcAdmin::new(endpoints.clone(), timeout).with_user(root);
+        let peer = [peer_url(learner)];
+        let added = eventually("add learner", || admin.add_learner(&peer)).await;
+        etcd.start_member(learner, &[voter, learner], "existing");
+
+        let status = eventually("the learner's status", || admin.status(&endpoints[1])).await;
+        assert!(status.is_learner, "{release}: {status:?}");
+        assert_eq!(status.member_id, added.id, "{release}");
+        assert!(status.raft_index > 0, "{release}: {status:?}");
+        if release != "3.5" {
+            // Why the token: anonymously, 3.6 and later refuse.
+            let refused = GrpcAdmin::new(endpoints.clone(), timeout)
+                .status(&endpoints[1])
+                .await;
+            assert!(refused.is_err(), "{release}: {refused:?}");
+        }
+
+        eventually("promote", || admin.promote(added.id)).await;
+        let promoted = eventually("the promoted member's status", || async {
+            let status = admin.status(&endpoints[1]).await?;
+            if status.is_learner {
+                return Err(Error::LearnerNotReady {
+                    member: added.id.to_string(),
+                });
+            }
+            Ok(status)
+        })
+        .await;
+        assert_eq!(promoted.leader, status.leader, "{release}");
+        // A voter now: asked as root over the shared connection.
+        let voter_status = eventually("the voter's status", || admin.status(&endpoints[1])).await;
+        assert!(!voter_status.is_learner, "{release}: {voter_status:?}");
+    }
 }

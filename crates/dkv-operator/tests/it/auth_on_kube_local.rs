@@ -1,11 +1,15 @@
 //! `spec.auth.enabled` end to end on kube-local with real etcd: dkv turns
 //! etcd authentication on once the cluster has formed, keeps the root
 //! credentials in the documented Secret, refuses nobody it should not and
-//! everybody it should, and still backs up, upgrades (3.4 → 3.5) and scales
-//! the cluster, authenticating as root; a cluster restored from its backup
-//! answers to the same root credentials (and one without `spec.auth` is
-//! refused with the fix), and so does one restored from the bare artifact
-//! URI with the documented, pre-created credentials Secret.
+//! everybody it should, and still backs up, upgrades (3.4 → 3.5, and
+//! 3.6 → 3.7) and scales the cluster, authenticating as root, while a
+//! writer authenticated as root loses no acknowledged write. On 3.6 and
+//! later a learner added by the scale-up refuses to authenticate anyone yet
+//! answers its status only to a user: dkv asks it with a token a voting
+//! member issued, or the scale-up would stall. A cluster restored from its
+//! backup answers to the same root credentials (and one without
+//! `spec.auth` is refused with the fix), and so does one restored from the
+//! bare artifact URI with the documented, pre-created credentials Secret.
 
 use dkv_test_support as support;
 
@@ -13,6 +17,7 @@ use k8s_openapi::api::core::v1::Secret;
 use serde_json::json;
 use support::backups::backup_now;
 use support::etcd_cluster::{member_endpoints, patch_spec, wait_for, wait_settled};
+use support::tls::Target;
 
 const NS: &str = "ledger";
 const CLUSTER: &str = "accounts";
@@ -32,6 +37,17 @@ async fn with_auth_on_strangers_are_refused_and_the_operator_still_backs_up_upgr
         "registry.k8s.io/etcd:3.4.23-0",
         "registry.k8s.io/etcd:3.5.16-0",
         "3.5.16",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn on_etcd_3_6_to_3_7_with_auth_on_strangers_are_refused_and_the_operator_still_backs_up_upgrades_and_scales()
+ {
+    with_auth_on_strangers_are_refused_and_the_operator_still_backs_up_upgrades_and_scales_on(
+        "registry.k8s.io/etcd:3.6.16-0",
+        "registry.k8s.io/etcd:3.7.3-0",
+        "3.7.3",
     )
     .await;
 }
@@ -83,6 +99,9 @@ async fn with_auth_on_strangers_are_refused_and_the_operator_still_backs_up_upgr
         .unwrap()
     };
     support::etcd_cluster::put_retrying(&mut root().await, "balance", "42").await;
+    let writer = Target::plaintext(NS, CLUSTER)
+        .as_root()
+        .start_writer(&client);
 
     // A backup: the agent authenticates as root.
     let backup = backup_now(&client, NS, CLUSTER, "with-auth").await;
@@ -104,10 +123,18 @@ async fn with_auth_on_strangers_are_refused_and_the_operator_still_backs_up_upgr
         },
     )
     .await;
+    // Each new member joins as a learner, catches up and is promoted.
     patch_spec(&dkvs, CLUSTER, json!({"size": 5})).await;
     wait_settled(&dkvs, CLUSTER, 5).await;
     let mut etcd = root().await;
-    assert_eq!(etcd.member_list().await.unwrap().members().len(), 5);
+    let members = etcd.member_list().await.unwrap();
+    assert_eq!(members.members().len(), 5);
+    assert!(members.members().iter().all(|m| !m.is_learner()));
+    writer
+        .finish(&format!(
+            "a backup, a rolling upgrade {from} → {to} and a scale-up 3 → 5"
+        ))
+        .await;
     let read = etcd.get("balance", None).await.unwrap();
     assert_eq!(read.kvs()[0].value_str().unwrap(), "42");
     // Still refused without credentials.
