@@ -8,6 +8,10 @@
 //! one leader change (the planned MoveLeader before the leader restarts
 //! last); nothing acknowledged is lost.
 //!
+//! Downgrades go the other way, one minor at a time through etcd's
+//! downgrade API (3.7.3 → 3.6.16 → 3.5.30), under the same writer and with
+//! the same rules.
+//!
 //! etcd 3.7 cannot replay a log entry that 3.5 wrote: a member whose log
 //! since its last snapshot still holds one panics on 3.7 ("unmarshal should
 //! never fail", found here; etcd snapshots every 10,000 entries). So before
@@ -110,9 +114,9 @@ async fn a_new_cluster_on_etcd_3_7_serves_and_reports_its_version() {
     new_cluster_serves(V37, "3.7.3").await;
 }
 
-/// Upgrades `orders` to `image` (etcd `version`) under a writer and a
-/// leader monitor: every member on it, at most one leader change, writes
-/// never stalled for long, nothing acknowledged lost.
+/// Upgrades (or downgrades) `orders` to `image` (etcd `version`) under a
+/// writer and a leader monitor: every member on it, at most one leader
+/// change, writes never stalled for long, nothing acknowledged lost.
 async fn upgrade(client: &Client, dkvs: &Api<DistributedKV>, image: &str, version: &str) {
     let writer = Writer::start(client.clone(), NS, "orders");
     let monitor = LeaderMonitor::start(client.clone(), NS, "orders");
@@ -132,7 +136,7 @@ async fn upgrade(client: &Client, dkvs: &Api<DistributedKV>, image: &str, versio
         NS,
         monitor,
         writer,
-        &format!("upgrade to {version}"),
+        &format!("move to {version}"),
         took,
         20,
     )
@@ -191,6 +195,52 @@ async fn rolling_upgrades_3_5_30_to_3_6_to_3_7_keep_the_cluster_serving() {
     write_past_a_snapshot(&client).await;
     upgrade(&client, &dkvs, V37, "3.7.3").await;
     assert_eq!(version_column(&env), "3.7.3");
+
+    operator.stop().await;
+}
+
+/// Downgrades `orders` to `image` (see [`upgrade`]): afterwards every
+/// member pod runs `image`, etcd reports `version` for each member and the
+/// cluster, and `kubectl get` shows it.
+async fn downgrade(
+    env: &kube_local::Environment,
+    client: &Client,
+    dkvs: &Api<DistributedKV>,
+    image: &str,
+    version: &str,
+) {
+    let from = current_version(&dkvs.get("orders").await.unwrap())
+        .unwrap_or_default()
+        .to_owned();
+    upgrade(client, dkvs, image, version).await;
+    assert_eq!(version_column(env), version);
+    let images = support::etcd_cluster::member_images(client, NS).await;
+    assert_eq!(images.len(), 3, "{images:?}");
+    assert!(images.iter().all(|(_, i)| i == image), "{images:?}");
+    // Through etcd's downgrade API, and told member by member.
+    let events = support::objects_text::<k8s_openapi::api::core::v1::Event>(client, NS).await;
+    let minor = version.rsplit_once('.').map_or(version, |(m, _)| m);
+    assert!(
+        events.contains(&format!("enabled the downgrade to {minor}")),
+        "no DowngradeEnabled Event for {minor}: {events}"
+    );
+    for member in 0..3 {
+        let told = format!("orders-{member} restarts from etcd {from} onto {image}");
+        assert!(events.contains(&told), "no Event {told:?}: {events}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn downgrades_3_7_to_3_6_to_3_5_30_keep_the_cluster_serving() {
+    let (env, client, operator) = support::running_operator(NS).await;
+    let dkvs = support::create_cluster(&client, NS, "orders", 3, V37, json!({})).await;
+    wait_for(&dkvs, "orders", "3 healthy voters on 3.7.3", |d| {
+        settled_on(d, "3.7.3")
+    })
+    .await;
+
+    downgrade(&env, &client, &dkvs, V36, "3.6.16").await;
+    downgrade(&env, &client, &dkvs, V3530, "3.5.30").await;
 
     operator.stop().await;
 }

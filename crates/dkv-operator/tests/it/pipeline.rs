@@ -735,6 +735,8 @@ fn a_member_being_replaced_in_the_middle_keeps_the_highest_pod() {
         raft_index: 10,
         version: None,
         cluster_id: 7,
+        storage_version: None,
+        downgrade_target: None,
     };
     // orders-1 lost its volume and was removed; it is not re-added yet.
     let view = MembershipView {
