@@ -181,14 +181,29 @@ async fn write_past_a_snapshot(client: &Client) {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn rolling_upgrades_3_5_30_to_3_6_to_3_7_keep_the_cluster_serving() {
+/// The operator, and a new 3-member cluster `orders` on `image` settled
+/// with every member on etcd `version`.
+async fn settled_cluster(
+    image: &str,
+    version: &str,
+) -> (
+    kube_local::Environment,
+    Client,
+    support::RunningOperator,
+    Api<DistributedKV>,
+) {
     let (env, client, operator) = support::running_operator(NS).await;
-    let dkvs = support::create_cluster(&client, NS, "orders", 3, V3530, json!({})).await;
-    wait_for(&dkvs, "orders", "3 healthy voters on 3.5.30", |d| {
-        settled_on(d, "3.5.30")
+    let dkvs = support::create_cluster(&client, NS, "orders", 3, image, json!({})).await;
+    wait_for(&dkvs, "orders", &format!("3 healthy voters on {version}"), |d| {
+        settled_on(d, version)
     })
     .await;
+    (env, client, operator, dkvs)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn rolling_upgrades_3_5_30_to_3_6_to_3_7_keep_the_cluster_serving() {
+    let (env, client, operator, dkvs) = settled_cluster(V3530, "3.5.30").await;
 
     upgrade(&client, &dkvs, V36, "3.6.16").await;
     assert_eq!(version_column(&env), "3.6.16");
@@ -232,13 +247,7 @@ async fn downgrade(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn downgrades_3_7_to_3_6_to_3_5_30_keep_the_cluster_serving() {
-    let (env, client, operator) = support::running_operator(NS).await;
-    let dkvs = support::create_cluster(&client, NS, "orders", 3, V37, json!({})).await;
-    wait_for(&dkvs, "orders", "3 healthy voters on 3.7.3", |d| {
-        settled_on(d, "3.7.3")
-    })
-    .await;
-
+    let (env, client, operator, dkvs) = settled_cluster(V37, "3.7.3").await;
     downgrade(&env, &client, &dkvs, V36, "3.6.16").await;
     downgrade(&env, &client, &dkvs, V3530, "3.5.30").await;
 

@@ -106,7 +106,11 @@ pub(super) fn continue_operation(obs: &Observation, pinned: Pinned) -> Step {
                 if pinned.kind == OperationKind::UpgradeMember
                     && let Some(step) = obs.downgrade_step(m)
                 {
-                    return step;
+                    return if m.healthy {
+                        step
+                    } else {
+                        Step::Wait(WaitReason::MemberUnhealthy { ordinal })
+                    };
                 }
                 match obs.safe_to_lose(m.id, false) {
                     Err(reason) => Step::Wait(reason),

@@ -42,10 +42,8 @@ fn no_member_moves_down_before_etcd_lets_it() {
     // Every member healthy first, as etcd's downgrade guide asks.
     let mut sick = downgrading(DowngradeGate::Validated);
     sick.members.as_mut().unwrap()[1].healthy = false;
-    assert_eq!(
-        next_step(&sick),
-        Step::Wait(WaitReason::MemberUnhealthy { ordinal: 1 })
-    );
+    let waits = next_step(&sick);
+    assert!(matches!(waits, Step::Wait(WaitReason::MemberUnhealthy { .. })), "{waits:?}");
 }
 
 #[test]
