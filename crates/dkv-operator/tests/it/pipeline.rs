@@ -33,6 +33,7 @@ fn facts() -> Facts {
         storage_classes: Some(vec!["fast-ssd".into(), "standard".into()]),
         deployed_version: None,
         deployed_storage_size: None,
+        running_version: None,
     }
 }
 
@@ -637,6 +638,7 @@ fn unknown_storage_classes_are_not_rejected_before_they_are_known() {
         storage_classes: None,
         deployed_version: None,
         deployed_storage_size: None,
+        running_version: None,
     };
     assert!(validate::validate(&dkv, &unknown, &defaults()).is_ok());
 }

@@ -6,6 +6,7 @@ use dkv_api::distributedkv::v1beta1::Operation;
 use tracing::info;
 
 use crate::cluster::context::{self, Context};
+use crate::cluster::downgrade;
 use crate::cluster::error::Result;
 use crate::cluster::execute;
 use crate::cluster::lost_node::LostMember;
@@ -156,6 +157,10 @@ async fn announce_downgrade(
     ctx: &Context,
 ) {
     let to = cluster.version;
+    // The Event recorder folds Events of one reason, action and object into
+    // a series that keeps the first note: the target in the action keeps
+    // each downgrade's own.
+    let minor = downgrade::minor_text(to);
     let (reason, note, action, secondary) = match step {
         Step::EnableDowngrade { .. } => (
             "DowngradeEnabled",
@@ -163,7 +168,7 @@ async fn announce_downgrade(
                 "etcd validated and enabled the downgrade to {}.{}: the cluster version drops to it and members rewrite their data for it; then they restart on {} one at a time, the leader last",
                 to.major, to.minor, cluster.image
             ),
-            "EnableDowngrade",
+            format!("EnableDowngradeTo{minor}"),
             None,
         ),
         Step::CancelDowngrade => (
@@ -171,7 +176,7 @@ async fn announce_downgrade(
             format!(
                 "the spec asks for {to} again: dkv cancelled the downgrade enabled in etcd; members on an older version move back up one at a time"
             ),
-            "CancelDowngrade",
+            "CancelDowngrade".to_owned(),
             None,
         ),
         Step::RestartPod { ordinal } => {
@@ -189,7 +194,7 @@ async fn announce_downgrade(
             (
                 "MemberDowngrading",
                 format!("{member} restarts from etcd {from} onto {} ({to})", cluster.image),
-                "UpgradeMember",
+                format!("DowngradeMemberTo{minor}"),
                 Some(naming::member_pod_reference(&cluster.namespace, &member)),
             )
         }
@@ -202,7 +207,7 @@ async fn announce_downgrade(
             type_: EventType::Normal,
             reason: reason.to_owned(),
             note: Some(note),
-            action: action.to_owned(),
+            action,
             secondary,
         },
         ctx,
