@@ -423,7 +423,9 @@ impl EtcdAdmin for FakeEtcd {
                     return Err(refuse("etcdserver: downgrade is not supported before 3.6"));
                 }
                 if state.downgrade_target.is_some() {
-                    return Err(refuse("etcdserver: the cluster has an ongoing downgrade job"));
+                    return Err(refuse(
+                        "etcdserver: the cluster has an ongoing downgrade job",
+                    ));
                 }
                 if minor_of(target) != Some((cluster.0, cluster.1 - 1)) {
                     return Err(refuse("etcdserver: invalid downgrade target version"));

@@ -126,21 +126,41 @@ mod tests {
         let v360 = EtcdVersion::new(3, 6, 0);
         let all_37 = [V37, V37, V37];
         // Not enabled: etcd's validation decides.
-        assert_eq!(gate(&members(all_37, None, None), V36, Some(Ok(()))), DowngradeGate::Validated);
-        let refused = gate(&members(all_37, None, None), V36, Some(Err("no".to_owned())));
+        assert_eq!(
+            gate(&members(all_37, None, None), V36, Some(Ok(()))),
+            DowngradeGate::Validated
+        );
+        let refused = gate(
+            &members(all_37, None, None),
+            V36,
+            Some(Err("no".to_owned())),
+        );
         assert_eq!(refused, DowngradeGate::Refused("no".to_owned()));
-        assert_eq!(gate(&members(all_37, None, None), V36, None), DowngradeGate::Unknown);
+        assert_eq!(
+            gate(&members(all_37, None, None), V36, None),
+            DowngradeGate::Unknown
+        );
         // Enabled (validation not needed): the data is rewritten, then open.
         let enabled = Some(v360);
         let migrating = members(all_37, Some(EtcdVersion::new(3, 7, 0)), enabled);
         assert_eq!(gate(&migrating, V36, None), DowngradeGate::Migrating);
-        assert_eq!(gate(&members(all_37, Some(v360), enabled), V36, None), DowngradeGate::Open);
+        assert_eq!(
+            gate(&members(all_37, Some(v360), enabled), V36, None),
+            DowngradeGate::Open
+        );
         // Half way: members on 3.6 already, the rest rewritten.
         let half = members([V37, V37, V36], Some(v360), enabled);
         assert_eq!(gate(&half, V36, None), DowngradeGate::Open);
         // Enabled to another target: refused, naming both.
-        let other = gate(&members(all_37, None, Some(EtcdVersion::new(3, 5, 0))), V36, None);
-        assert!(matches!(&other, DowngradeGate::Refused(m) if m.contains("3.5") && m.contains("3.6")), "{other:?}");
+        let other = gate(
+            &members(all_37, None, Some(EtcdVersion::new(3, 5, 0))),
+            V36,
+            None,
+        );
+        assert!(
+            matches!(&other, DowngradeGate::Refused(m) if m.contains("3.5") && m.contains("3.6")),
+            "{other:?}"
+        );
     }
 
     #[test]
@@ -150,14 +170,20 @@ mod tests {
         let half = members([V36, V36, V35], v350, v350);
         assert_eq!(gate(&half, V35, None), DowngradeGate::Open);
         // Done: nothing newer, nothing enabled that 3.5 members report.
-        assert_eq!(gate(&members([V35, V35, V35], None, None), V35, None), DowngradeGate::Open);
+        assert_eq!(
+            gate(&members([V35, V35, V35], None, None), V35, None),
+            DowngradeGate::Open
+        );
         // Rolled back to 3.6 half way: the enabled downgrade is cancelled.
         assert_eq!(gate(&half, V36, None), DowngradeGate::Stale);
         // 3.7 -> 3.6 done, before etcd's leader ends the downgrade: open.
         let done = members([V36, V36, V36], None, Some(EtcdVersion::new(3, 6, 0)));
         assert_eq!(gate(&done, V36, None), DowngradeGate::Open);
         // An upgrade is no downgrade.
-        assert_eq!(gate(&members([V35, V35, V35], None, None), V36, None), DowngradeGate::Open);
+        assert_eq!(
+            gate(&members([V35, V35, V35], None, None), V36, None),
+            DowngradeGate::Open
+        );
     }
 
     #[tokio::test]
@@ -168,10 +194,16 @@ mod tests {
         assert_eq!(etcd.calls(), vec!["downgrade validate 3.6".to_owned()]);
         // Two minors down: etcd refuses, with its message.
         let refused = observe(&etcd, &all_37, V35).await;
-        assert!(matches!(&refused, DowngradeGate::Refused(m) if m.contains("invalid downgrade target")), "{refused:?}");
+        assert!(
+            matches!(&refused, DowngradeGate::Refused(m) if m.contains("invalid downgrade target")),
+            "{refused:?}"
+        );
         let enabled = members([V37, V37, V37], None, Some(EtcdVersion::new(3, 6, 0)));
         let calls = etcd.calls().len();
-        assert_eq!(observe(&etcd, &enabled, V36).await, DowngradeGate::Migrating);
+        assert_eq!(
+            observe(&etcd, &enabled, V36).await,
+            DowngradeGate::Migrating
+        );
         assert_eq!(etcd.calls().len(), calls, "nothing asked once enabled");
     }
 }

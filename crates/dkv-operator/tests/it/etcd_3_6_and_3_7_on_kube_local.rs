@@ -194,9 +194,12 @@ async fn settled_cluster(
 ) {
     let (env, client, operator) = support::running_operator(NS).await;
     let dkvs = support::create_cluster(&client, NS, "orders", 3, image, json!({})).await;
-    wait_for(&dkvs, "orders", &format!("3 healthy voters on {version}"), |d| {
-        settled_on(d, version)
-    })
+    wait_for(
+        &dkvs,
+        "orders",
+        &format!("3 healthy voters on {version}"),
+        |d| settled_on(d, version),
+    )
     .await;
     (env, client, operator, dkvs)
 }

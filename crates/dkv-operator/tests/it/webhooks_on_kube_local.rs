@@ -211,11 +211,23 @@ async fn invalid_specs_version_jumps_and_downgrades_are_refused_by_field() {
     // Downgrades: one minor down from 3.6 on, onto a 3.5 release a 3.6
     // cluster accepts; more is refused naming the field and the way there.
     for (name, from, to, says) in [
-        ("six", "3.6.16", "3.5.16", "etcd 3.6.16 can only be downgraded to 3.5.26 or a later 3.5 release"),
-        ("seven", "3.7.3", "3.5.30", "etcd downgrades move one minor version at a time (3.7.3 -> 3.5.30 skips one); downgrade to 3.6.x first"),
+        (
+            "six",
+            "3.6.16",
+            "3.5.16",
+            "etcd 3.6.16 can only be downgraded to 3.5.26 or a later 3.5 release",
+        ),
+        (
+            "seven",
+            "3.7.3",
+            "3.5.30",
+            "etcd downgrades move one minor version at a time (3.7.3 -> 3.5.30 skips one); downgrade to 3.6.x first",
+        ),
     ] {
         let image = |v: &str| format!("registry.k8s.io/etcd:{v}-0");
-        h.create(&cluster(name, 3, &image(from), json!({}))).await.unwrap();
+        h.create(&cluster(name, 3, &image(from), json!({})))
+            .await
+            .unwrap();
         let (code, message) = api_message(
             h.clusters()
                 .patch(
@@ -226,9 +238,17 @@ async fn invalid_specs_version_jumps_and_downgrades_are_refused_by_field() {
                 .await,
         );
         assert_eq!(code, 403, "{message}");
-        assert!(message.contains(&format!("spec.version: {says}")), "{message}");
+        assert!(
+            message.contains(&format!("spec.version: {says}")),
+            "{message}"
+        );
     }
-    patch_spec(&h.clusters(), "seven", json!({"image": "registry.k8s.io/etcd:3.6.16-0"})).await;
+    patch_spec(
+        &h.clusters(),
+        "seven",
+        json!({"image": "registry.k8s.io/etcd:3.6.16-0"}),
+    )
+    .await;
 
     let (_, message) = api_message(
         h.create(&cluster(

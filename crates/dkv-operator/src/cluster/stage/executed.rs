@@ -193,7 +193,10 @@ async fn announce_downgrade(
             let member = naming::member(&cluster.name, *ordinal);
             (
                 "MemberDowngrading",
-                format!("{member} restarts from etcd {from} onto {} ({to})", cluster.image),
+                format!(
+                    "{member} restarts from etcd {from} onto {} ({to})",
+                    cluster.image
+                ),
                 format!("DowngradeMemberTo{minor}"),
                 Some(naming::member_pod_reference(&cluster.namespace, &member)),
             )

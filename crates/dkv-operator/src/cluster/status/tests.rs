@@ -11,8 +11,8 @@ use super::derive;
 use crate::cluster::backup_catalogue::BackupSummary;
 use crate::cluster::credentials::Credentials;
 use crate::cluster::lost_node::{LostMember, NodeLoss, Placement};
-use crate::cluster::membership::{ObservedMember, Step, WaitReason};
 use crate::cluster::membership::fixtures;
+use crate::cluster::membership::{ObservedMember, Step, WaitReason};
 use crate::cluster::observe_members::MemberPod;
 use crate::cluster::pass::Pass;
 use crate::cluster::plan::Plan;
@@ -298,9 +298,14 @@ fn a_downgrade_says_downgrading_at_each_etcd_step_and_quotes_a_refusal() {
         message: "etcdserver: invalid downgrade target version".to_owned(),
     });
     let (state, reason, message) = condition(&status(&dkv, &seen), types::PROGRESSING);
-    assert_eq!((state.as_str(), reason.as_str()), ("False", reasons::DOWNGRADE_REFUSED));
+    assert_eq!(
+        (state.as_str(), reason.as_str()),
+        ("False", reasons::DOWNGRADE_REFUSED)
+    );
     assert!(
-        message.contains("to 3.5.16: etcdserver: invalid downgrade target version; no member was touched"),
+        message.contains(
+            "to 3.5.16: etcdserver: invalid downgrade target version; no member was touched"
+        ),
         "{message}"
     );
     for step in [
@@ -311,7 +316,10 @@ fn a_downgrade_says_downgrading_at_each_etcd_step_and_quotes_a_refusal() {
     ] {
         seen.plan.step = step;
         let (state, reason, message) = condition(&status(&dkv, &seen), types::PROGRESSING);
-        assert_eq!((state.as_str(), reason.as_str()), ("True", reasons::DOWNGRADING));
+        assert_eq!(
+            (state.as_str(), reason.as_str()),
+            ("True", reasons::DOWNGRADING)
+        );
         assert!(message.starts_with("downgrading to 3.5.16: "), "{message}");
     }
 }

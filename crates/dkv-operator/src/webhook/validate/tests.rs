@@ -471,7 +471,11 @@ fn version_moves_one_minor_up_never_down() {
 #[test]
 fn downgrades_go_one_minor_down_once_the_members_run_one_version() {
     let review = |from: &str, running: Option<&str>, to: &str| {
-        let mut old = dkv(3, &format!("registry.k8s.io/etcd:{from}-0"), serde_json::json!({}));
+        let mut old = dkv(
+            3,
+            &format!("registry.k8s.io/etcd:{from}-0"),
+            serde_json::json!({}),
+        );
         old.status = running.map(|v| dkv_api::distributedkv::v1beta1::DistributedKVStatus {
             current_version: Some(v.to_owned()),
             ..Default::default()
@@ -479,7 +483,11 @@ fn downgrades_go_one_minor_down_once_the_members_run_one_version() {
         review_cluster(
             ClusterWrite::Update {
                 old: &old,
-                new: &dkv(3, &format!("registry.k8s.io/etcd:{to}-0"), serde_json::json!({})),
+                new: &dkv(
+                    3,
+                    &format!("registry.k8s.io/etcd:{to}-0"),
+                    serde_json::json!({}),
+                ),
                 expandable: None,
             },
             &RestoreSource::NotAsked,
@@ -503,7 +511,12 @@ fn downgrades_go_one_minor_down_once_the_members_run_one_version() {
         ("3.5.30", Some("3.5.30"), "3.4.23", "from 3.6 on"),
         ("3.6.16", Some("3.6.16"), "3.6.1", "older patch release"),
         // 3.7 -> 3.6 under way: no downgrade to 3.5 on top of it.
-        ("3.6.16", Some("3.7.3"), "3.5.30", "wait for the rollout to finish"),
+        (
+            "3.6.16",
+            Some("3.7.3"),
+            "3.5.30",
+            "wait for the rollout to finish",
+        ),
     ] {
         let verdict = review(from, running, to);
         assert!(!verdict.allowed(), "{from} -> {to}: {verdict:?}");
@@ -514,7 +527,10 @@ fn downgrades_go_one_minor_down_once_the_members_run_one_version() {
         );
     }
     let under_way = review("3.6.16", Some("3.5.30"), "3.5.26");
-    assert!(under_way.allowed(), "back onto the 3.5 line the members run: {under_way:?}");
+    assert!(
+        under_way.allowed(),
+        "back onto the 3.5 line the members run: {under_way:?}"
+    );
 }
 
 #[test]

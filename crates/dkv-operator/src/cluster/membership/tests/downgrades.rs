@@ -43,7 +43,10 @@ fn no_member_moves_down_before_etcd_lets_it() {
     let mut sick = downgrading(DowngradeGate::Validated);
     sick.members.as_mut().unwrap()[1].healthy = false;
     let waits = next_step(&sick);
-    assert!(matches!(waits, Step::Wait(WaitReason::MemberUnhealthy { .. })), "{waits:?}");
+    assert!(
+        matches!(waits, Step::Wait(WaitReason::MemberUnhealthy { .. })),
+        "{waits:?}"
+    );
 }
 
 #[test]
