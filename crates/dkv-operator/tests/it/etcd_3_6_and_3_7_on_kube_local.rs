@@ -10,7 +10,8 @@
 //!
 //! Downgrades go the other way, one minor at a time through etcd's
 //! downgrade API (3.7.3 → 3.6.16 → 3.5.30), under the same writer and with
-//! the same rules.
+//! the same rules; the operator is killed during the first and its
+//! successor finishes it.
 //!
 //! etcd 3.7 cannot replay a log entry that 3.5 wrote: a member whose log
 //! since its last snapshot still holds one panics on 3.7 ("unmarshal should
@@ -29,8 +30,8 @@ use serde_json::json;
 use dkv_test_support as support;
 
 use support::etcd_cluster::{
-    LeaderMonitor, Writer, assert_upgrade_kept_serving, member_versions, patch_spec, settled_at,
-    wait_for,
+    LeaderMonitor, Writer, assert_upgrade_kept_serving, condition_reason, member_versions,
+    patch_spec, settled_at, wait_for,
 };
 
 const NS: &str = "releases";
@@ -251,7 +252,22 @@ async fn downgrade(
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn downgrades_3_7_to_3_6_to_3_5_30_keep_the_cluster_serving() {
     let (env, client, operator, dkvs) = settled_cluster(V37, "3.7.3").await;
+    // The operator is killed as soon as it reports the first downgrade
+    // under way (etcd's downgrade enabled, or a member moving): the next
+    // one reads where it stands from etcd and carries on.
+    let killer = {
+        let (client, dkvs) = (client.clone(), dkvs.clone());
+        tokio::spawn(async move {
+            wait_for(&dkvs, "orders", "Progressing=True, Downgrading", |d| {
+                condition_reason(d, "Progressing", "True").as_deref() == Some("Downgrading")
+            })
+            .await;
+            operator.kill().await;
+            support::RunningOperator::start(client, false)
+        })
+    };
     downgrade(&env, &client, &dkvs, V36, "3.6.16").await;
+    let operator = killer.await.unwrap();
     downgrade(&env, &client, &dkvs, V3530, "3.5.30").await;
 
     operator.stop().await;
