@@ -77,20 +77,7 @@ fn version_column(env: &kube_local::Environment) -> String {
 /// A new 3-member cluster on `image` reaches Available, reports etcd's
 /// `version`, and serves a writer without losing an acknowledged write.
 async fn new_cluster_serves(image: &str, version: &str) {
-    let (env, client, operator) = support::running_operator(NS).await;
-    let started = Instant::now();
-    let dkvs = support::create_cluster(&client, NS, "orders", 3, image, json!({})).await;
-    wait_for(
-        &dkvs,
-        "orders",
-        &format!("3 healthy voters on {version}"),
-        |d| settled_on(d, version),
-    )
-    .await;
-    eprintln!(
-        "create 3 members on etcd {version}: {:?}",
-        started.elapsed()
-    );
+    let (env, client, operator, _) = settled_cluster(image, version).await;
     assert_eq!(version_column(&env), version);
 
     let writer = Writer::start(client.clone(), NS, "orders");
@@ -183,7 +170,7 @@ async fn write_past_a_snapshot(client: &Client) {
 }
 
 /// The operator, and a new 3-member cluster `orders` on `image` settled
-/// with every member on etcd `version`.
+/// with every member on etcd `version` (how long that took is printed).
 async fn settled_cluster(
     image: &str,
     version: &str,
@@ -194,6 +181,7 @@ async fn settled_cluster(
     Api<DistributedKV>,
 ) {
     let (env, client, operator) = support::running_operator(NS).await;
+    let started = Instant::now();
     let dkvs = support::create_cluster(&client, NS, "orders", 3, image, json!({})).await;
     wait_for(
         &dkvs,
@@ -202,6 +190,10 @@ async fn settled_cluster(
         |d| settled_on(d, version),
     )
     .await;
+    eprintln!(
+        "create 3 members on etcd {version}: {:?}",
+        started.elapsed()
+    );
     (env, client, operator, dkvs)
 }
 
