@@ -52,6 +52,12 @@ pub mod reasons {
     pub const PROMOTING_LEARNER: &str = "PromotingLearner";
     pub const REMOVING_MEMBER: &str = "RemovingMember";
     pub const ROLLING_UPGRADE: &str = "RollingUpgrade";
+    /// etcd's downgrade by one minor version: enabled, members rewriting
+    /// their data for it, or restarting one at a time onto the older image.
+    pub const DOWNGRADING: &str = "Downgrading";
+    /// etcd refuses the downgrade the spec asks for (`downgrade validate`);
+    /// no member is touched.
+    pub const DOWNGRADE_REFUSED: &str = "DowngradeRefused";
     /// Members restart one at a time onto a reissued TLS certificate.
     pub const RENEWING_CERTIFICATES: &str = "RenewingCertificates";
     pub const REPLACING_MEMBER: &str = "ReplacingMember";

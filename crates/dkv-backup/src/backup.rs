@@ -458,6 +458,8 @@ mod tests {
                 revision: 42,
                 is_learner: false,
                 errors: Vec::new(),
+                storage_version: String::new(),
+                downgrade_target: None,
             })
         }
         async fn move_leader(&self, _: &str, _: MemberId) -> dkv_etcd::Result<()> {

@@ -146,6 +146,8 @@ mod tests {
             revision: applied as i64,
             is_learner: false,
             errors: Vec::new(),
+            storage_version: String::new(),
+            downgrade_target: None,
         }
     }
 

@@ -7,7 +7,9 @@ use bytes::Bytes;
 use futures::Stream;
 
 use crate::error::Result;
-use crate::model::{Alarm, ContentDigest, EndpointStatus, KvHash, Member, MemberId};
+use crate::model::{
+    Alarm, ContentDigest, DowngradeAction, EndpointStatus, KvHash, Member, MemberId,
+};
 
 /// A snapshot of the backend database, as a stream of chunks.
 pub type SnapshotStream = Pin<Box<dyn Stream<Item = Result<Bytes>> + Send>>;
@@ -52,6 +54,19 @@ pub trait EtcdAdmin: Send + Sync {
 
     /// Streams a snapshot of the member serving `endpoint`.
     async fn snapshot(&self, endpoint: &str) -> Result<SnapshotStream>;
+
+    /// etcd's downgrade API (3.6 and later): validate, enable or cancel a
+    /// downgrade of the whole cluster by one minor version. Returns the
+    /// cluster version etcd reports (before the action takes effect).
+    /// etcd refuses (`Error::Refused`, with its message) a target it cannot
+    /// reach, e.g. more than one minor down or while a downgrade to another
+    /// version is enabled. Test doubles that model no downgrades refuse.
+    async fn downgrade(&self, action: DowngradeAction) -> Result<String> {
+        Err(crate::Error::Refused {
+            operation: action.name(),
+            message: "this client does not implement etcd's downgrade API".to_owned(),
+        })
+    }
 
     /// Turns on authentication: the user `root` (with `root_password` and
     /// the `root` role) is created if missing, then auth is enabled. Safe to

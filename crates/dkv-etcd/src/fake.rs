@@ -13,7 +13,7 @@ use bytes::Bytes;
 
 use crate::admin::{EtcdAdmin, SnapshotStream};
 use crate::error::{Error, Result};
-use crate::model::{Alarm, EndpointStatus, Member, MemberId};
+use crate::model::{Alarm, DowngradeAction, EndpointStatus, Member, MemberId};
 
 #[derive(Debug, Clone)]
 struct FakeMember {
@@ -34,6 +34,8 @@ struct State {
     alarms: Vec<Alarm>,
     calls: Vec<String>,
     db: Vec<u8>,
+    /// The `MAJOR.MINOR` an enabled downgrade goes to.
+    downgrade_target: Option<String>,
 }
 
 /// See the module documentation.
@@ -156,6 +158,15 @@ impl FakeEtcd {
         self.lock().alarms.push(alarm);
     }
 
+    /// Sets the binary version member `name` runs (its pod restarted on
+    /// another image).
+    pub fn set_version(&self, name: &str, version: &str) {
+        let mut state = self.lock();
+        if let Some(m) = state.members.iter_mut().find(|m| m.member.name == name) {
+            m.version = version.to_owned();
+        }
+    }
+
     fn record(&self, call: String) {
         self.lock().calls.push(call);
     }
@@ -201,6 +212,35 @@ fn by_endpoint<'a>(
             operation,
             message: format!("{endpoint} does not answer"),
         })
+    }
+}
+
+/// `MAJOR.MINOR` of a version string (`3.6.16`, `3.6`).
+fn minor_of(version: &str) -> Option<(u32, u32)> {
+    let mut parts = version.split('.');
+    Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
+}
+
+/// The cluster version: the oldest minor any member runs.
+fn cluster_minor(state: &State) -> (u32, u32) {
+    state
+        .members
+        .iter()
+        .filter_map(|m| minor_of(&m.version))
+        .min()
+        .unwrap_or((3, 5))
+}
+
+/// What a member running `version` reports as its storage version: none
+/// before 3.6; the downgrade's target while one is enabled (the fake
+/// rewrites its data at once); else its own minor.
+fn storage_version(state: &State, version: &str) -> String {
+    match minor_of(version) {
+        Some(minor) if minor >= (3, 6) => match &state.downgrade_target {
+            Some(target) => format!("{target}.0"),
+            None => format!("{}.{}.0", minor.0, minor.1),
+        },
+        _ => String::new(),
     }
 }
 
@@ -357,7 +397,50 @@ impl EtcdAdmin for FakeEtcd {
             revision: 1000,
             is_learner: member.member.is_learner,
             errors: Vec::new(),
+            storage_version: storage_version(&state, &member.version),
+            downgrade_target: state.downgrade_target.as_ref().map(|t| format!("{t}.0")),
         })
+    }
+
+    async fn downgrade(&self, action: DowngradeAction) -> Result<String> {
+        self.record(match &action {
+            DowngradeAction::Validate(t) | DowngradeAction::Enable(t) => {
+                format!("{} {t}", action.name())
+            }
+            DowngradeAction::Cancel => action.name().to_owned(),
+        });
+        let mut state = self.lock();
+        require_quorum(&state, action.name())?;
+        let cluster = cluster_minor(&state);
+        let refuse = |message: &str| Error::Refused {
+            operation: action.name(),
+            message: message.to_owned(),
+        };
+        let reported = format!("{}.{}", cluster.0, cluster.1);
+        match &action {
+            DowngradeAction::Validate(target) | DowngradeAction::Enable(target) => {
+                if cluster < (3, 6) {
+                    return Err(refuse("etcdserver: downgrade is not supported before 3.6"));
+                }
+                if state.downgrade_target.is_some() {
+                    return Err(refuse(
+                        "etcdserver: the cluster has an ongoing downgrade job",
+                    ));
+                }
+                if minor_of(target) != Some((cluster.0, cluster.1 - 1)) {
+                    return Err(refuse("etcdserver: invalid downgrade target version"));
+                }
+                if matches!(action, DowngradeAction::Enable(_)) {
+                    state.downgrade_target = Some(target.clone());
+                }
+            }
+            DowngradeAction::Cancel => {
+                if state.downgrade_target.take().is_none() {
+                    return Err(refuse("etcdserver: no inflight downgrade job"));
+                }
+            }
+        }
+        Ok(reported)
     }
 
     async fn move_leader(&self, leader_endpoint: &str, target: MemberId) -> Result<()> {

@@ -8,13 +8,15 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use etcd_client::{
     AlarmAction, AlarmOptions, AlarmType, Certificate, Client, CompactionOptions, ConnectOptions,
-    Identity, MemberAddOptions, TlsOptions,
+    DowngradeOptions, Identity, MemberAddOptions, TlsOptions,
 };
 use tokio::sync::Mutex;
 
 use crate::admin::{EtcdAdmin, SnapshotStream};
 use crate::error::{Error, Result};
-use crate::model::{Alarm, AlarmKind, ContentDigest, EndpointStatus, KvHash, Member, MemberId};
+use crate::model::{
+    Alarm, AlarmKind, ContentDigest, DowngradeAction, EndpointStatus, KvHash, Member, MemberId,
+};
 
 /// What a client presents to an etcd cluster with client TLS: the CA that
 /// signed the members' certificate, its own certificate and key (PEM), and
@@ -507,7 +509,28 @@ impl EtcdAdmin for GrpcAdmin {
             revision: header.map_or(0, |h| h.revision()),
             is_learner: response.is_learner(),
             errors: response.errors().to_vec(),
+            storage_version: response.storage_version().to_owned(),
+            downgrade_target: response
+                .downgrade_info()
+                .filter(|d| d.enabled())
+                .map(|d| d.target_version().to_owned()),
         })
+    }
+
+    async fn downgrade(&self, action: DowngradeAction) -> Result<String> {
+        let operation = action.name();
+        let options = match action {
+            DowngradeAction::Validate(target) => DowngradeOptions::Validate(target),
+            DowngradeAction::Enable(target) => DowngradeOptions::Enable(target),
+            DowngradeAction::Cancel => DowngradeOptions::Cancel,
+        };
+        let response = self
+            .run(operation, ALL, None, |c| {
+                let options = options.clone();
+                async move { c.maintenance_client().downgrade(options).await }
+            })
+            .await?;
+        Ok(response.version().to_owned())
     }
 
     async fn move_leader(&self, leader_endpoint: &str, target: MemberId) -> Result<()> {

@@ -2,7 +2,7 @@
 //!
 //! [`EtcdAdmin`] is everything the operator asks of an etcd cluster:
 //! membership (learners, promotion, removal), per-member status, leadership
-//! transfer, alarms, defragmentation and snapshots. [`GrpcAdmin`] speaks etcd's
+//! transfer, alarms, defragmentation, snapshots and downgrades. [`GrpcAdmin`] speaks etcd's
 //! v3 gRPC API with a timeout on every call; `FakeEtcd` (feature `fake`,
 //! for tests only) is an in-memory cluster that refuses what real etcd
 //! refuses, for unit tests of the operator's decisions. [`GrpcAdmin::watch_changes`] and
@@ -25,4 +25,6 @@ pub use error::{Error, Result};
 #[cfg(feature = "fake")]
 pub use fake::FakeEtcd;
 pub use grpc::{ClientTls, GrpcAdmin, UserCredentials};
-pub use model::{Alarm, AlarmKind, ContentDigest, EndpointStatus, KvHash, Member, MemberId};
+pub use model::{
+    Alarm, AlarmKind, ContentDigest, DowngradeAction, EndpointStatus, KvHash, Member, MemberId,
+};

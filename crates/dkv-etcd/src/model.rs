@@ -50,11 +50,43 @@ pub struct EndpointStatus {
     pub is_learner: bool,
     /// Errors the member reports (e.g. an active alarm).
     pub errors: Vec<String>,
+    /// The version of the member's data files (`storageVersion`, etcd 3.6
+    /// and later; empty before). During a downgrade it drops to the target
+    /// once the member has rewritten its data for it.
+    pub storage_version: String,
+    /// The version a downgrade is enabled to, as this member knows it
+    /// (etcd 3.6 and later; `None` when no downgrade is enabled).
+    pub downgrade_target: Option<String>,
 }
 
 impl EndpointStatus {
     pub fn is_leader(&self) -> bool {
         self.leader == self.member_id && self.leader.0 != 0
+    }
+}
+
+/// A call to etcd's downgrade API (etcd 3.6 and later), with the target
+/// as `MAJOR.MINOR`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DowngradeAction {
+    /// Asks whether the cluster could be downgraded to the target.
+    Validate(String),
+    /// Lowers the cluster version to the target: members then rewrite their
+    /// data for it, after which each may be restarted on the older binary.
+    Enable(String),
+    /// Stops an enabled downgrade (the cluster version rises again once
+    /// every member runs the newer binary).
+    Cancel,
+}
+
+impl DowngradeAction {
+    /// etcd's name for the action, as `etcdctl downgrade` spells it.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Validate(_) => "downgrade validate",
+            Self::Enable(_) => "downgrade enable",
+            Self::Cancel => "downgrade cancel",
+        }
     }
 }
 

@@ -1,4 +1,5 @@
-//! etcd versions: parsing them from image tags and the upgrade rules between them.
+//! etcd versions: parsing them from image tags and the upgrade and downgrade
+//! rules between them.
 
 use std::fmt;
 
@@ -69,6 +70,8 @@ pub const MIN_3_5_FOR_3_6: EtcdVersion = EtcdVersion::new(3, 5, 26);
 /// Why a version change is not allowed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum VersionChangeError {
+    /// Down within one minor line, or from a minor line etcd has no
+    /// downgrade API for (3.5 and older).
     Downgrade {
         from: EtcdVersion,
         to: EtcdVersion,
@@ -82,14 +85,30 @@ pub enum VersionChangeError {
         from: EtcdVersion,
         to: EtcdVersion,
     },
+    /// More than one minor line down.
+    DowngradeSkipsMinor {
+        from: EtcdVersion,
+        to: EtcdVersion,
+    },
+    /// 3.6 → 3.5 onto a 3.5 patch release older than [`MIN_3_5_FOR_3_6`]:
+    /// the same releases etcd does not let into a 3.6 cluster.
+    DowngradeTooOldFor36 {
+        from: EtcdVersion,
+        to: EtcdVersion,
+    },
 }
 
 impl fmt::Display for VersionChangeError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            Self::Downgrade { from, to } if from.minor_line() == to.minor_line() => write!(
+                f,
+                "etcd cannot be downgraded to an older patch release ({from} -> {to}): etcd's downgrade API moves whole minor versions; set the image back to {from} or newer"
+            ),
             Self::Downgrade { from, to } => write!(
                 f,
-                "etcd cannot be downgraded ({from} -> {to}); set the image back to {from} or newer"
+                "etcd cannot be downgraded ({from} -> {to}): etcd supports downgrades from 3.6 on (3.7 -> 3.6, 3.6 -> 3.5), not from {}.{}; set the image back to {from} or newer",
+                from.major, from.minor
             ),
             Self::SkipsMinor { from, to } => write!(
                 f,
@@ -101,21 +120,54 @@ impl fmt::Display for VersionChangeError {
                 f,
                 "etcd {to} can only be reached from {MIN_3_5_FOR_3_6} or a later 3.5 release (etcd's 3.5 to 3.6 upgrade guide; older 3.5 releases can fail the upgrade); upgrade from {from} to the newest 3.5 first"
             ),
+            Self::DowngradeSkipsMinor { from, to } => write!(
+                f,
+                "etcd downgrades move one minor version at a time ({from} -> {to} skips one); downgrade to {}.{}.x first",
+                from.major,
+                from.minor.saturating_sub(1)
+            ),
+            Self::DowngradeTooOldFor36 { from, to } => write!(
+                f,
+                "etcd {from} can only be downgraded to {MIN_3_5_FOR_3_6} or a later 3.5 release (older 3.5 releases cannot run beside 3.6 members during the downgrade); choose a 3.5 release from {MIN_3_5_FOR_3_6} on instead of {to}"
+            ),
         }
     }
 }
 
-/// Checks etcd's rule for a change of the running version: never down, at most
-/// one minor line up, and into 3.6 only from a recent enough 3.5.
+/// Whether `from -> to` is a downgrade by one minor line (which etcd's
+/// downgrade API carries out, and [`check_version_change`] allows from 3.6
+/// on).
+pub fn is_minor_downgrade(from: EtcdVersion, to: EtcdVersion) -> bool {
+    to.major == from.major && to.minor + 1 == from.minor
+}
+
+/// Checks etcd's rules for a change of the running version. Up: at most one
+/// minor line, and into 3.6 only from a recent enough 3.5. Down: exactly one
+/// minor line, from 3.6 or newer (etcd's downgrade API), and into 3.5 only
+/// onto a release a 3.6 cluster accepts; never to an older patch release
+/// of the same minor line.
 pub fn check_version_change(from: EtcdVersion, to: EtcdVersion) -> Result<(), VersionChangeError> {
     if to < from {
-        return Err(VersionChangeError::Downgrade { from, to });
+        return check_downgrade(from, to);
     }
     if to.major != from.major || to.minor > from.minor + 1 {
         return Err(VersionChangeError::SkipsMinor { from, to });
     }
     if from.minor_line() == (3, 5) && to.minor_line() == (3, 6) && from < MIN_3_5_FOR_3_6 {
         return Err(VersionChangeError::PatchTooOldFor36 { from, to });
+    }
+    Ok(())
+}
+
+fn check_downgrade(from: EtcdVersion, to: EtcdVersion) -> Result<(), VersionChangeError> {
+    if from.minor_line() == to.minor_line() || from.minor_line() < (3, 6) {
+        return Err(VersionChangeError::Downgrade { from, to });
+    }
+    if !is_minor_downgrade(from, to) {
+        return Err(VersionChangeError::DowngradeSkipsMinor { from, to });
+    }
+    if to.minor_line() == (3, 5) && to < MIN_3_5_FOR_3_6 {
+        return Err(VersionChangeError::DowngradeTooOldFor36 { from, to });
     }
     Ok(())
 }
@@ -188,5 +240,51 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(message.contains("3.5.26"), "{message}");
+    }
+
+    #[test]
+    fn downgrades_go_one_minor_down_from_3_6_on() {
+        let v = EtcdVersion::new;
+        let err = |from, to| check_version_change(from, to).err();
+        // What etcd's downgrade API does.
+        assert_eq!(err(v(3, 7, 3), v(3, 6, 16)), None);
+        assert_eq!(err(v(3, 7, 0), v(3, 6, 0)), None);
+        assert_eq!(err(v(3, 6, 16), v(3, 5, 30)), None);
+        assert_eq!(err(v(3, 6, 0), v(3, 5, 26)), None);
+        // 3.5 has no downgrade API; a patch release is no minor line.
+        for (from, to) in [
+            (v(3, 5, 30), v(3, 4, 23)),
+            (v(3, 5, 30), v(3, 5, 26)),
+            (v(3, 6, 16), v(3, 6, 1)),
+            (v(3, 7, 3), v(3, 7, 0)),
+        ] {
+            assert_eq!(
+                err(from, to),
+                Some(VersionChangeError::Downgrade { from, to })
+            );
+        }
+        assert_eq!(
+            err(v(3, 7, 3), v(3, 5, 30)),
+            Some(VersionChangeError::DowngradeSkipsMinor {
+                from: v(3, 7, 3),
+                to: v(3, 5, 30)
+            })
+        );
+        // Below the 3.5 releases a 3.6 cluster accepts.
+        assert_eq!(
+            err(v(3, 6, 16), v(3, 5, 25)),
+            Some(VersionChangeError::DowngradeTooOldFor36 {
+                from: v(3, 6, 16),
+                to: v(3, 5, 25)
+            })
+        );
+        let message = |from, to| err(from, to).map(|e| e.to_string()).unwrap_or_default();
+        assert!(message(v(3, 6, 16), v(3, 5, 16)).contains("3.5.26 or a later 3.5"));
+        assert!(message(v(3, 7, 3), v(3, 5, 30)).contains("downgrade to 3.6.x first"));
+        assert!(message(v(3, 5, 30), v(3, 4, 23)).contains("from 3.6 on"));
+        assert!(message(v(3, 6, 16), v(3, 6, 1)).contains("older patch release"));
+        assert!(is_minor_downgrade(v(3, 6, 16), v(3, 5, 30)));
+        assert!(!is_minor_downgrade(v(3, 6, 16), v(3, 6, 1)));
+        assert!(!is_minor_downgrade(v(3, 5, 30), v(3, 6, 16)));
     }
 }

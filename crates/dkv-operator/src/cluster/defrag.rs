@@ -192,6 +192,8 @@ mod tests {
             revision: 0,
             is_learner: false,
             errors: Vec::new(),
+            storage_version: String::new(),
+            downgrade_target: None,
         };
         assert_eq!(fragmentation_percent(&status(100, 25)), 75);
         assert_eq!(fragmentation_percent(&status(100, 100)), 0);

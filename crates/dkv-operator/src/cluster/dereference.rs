@@ -197,6 +197,11 @@ pub fn observe(dkv: &DistributedKV, namespace: &str, stores: &Stores) -> Observe
         facts: Facts {
             storage_classes,
             deployed_version,
+            running_version: dkv
+                .status
+                .as_ref()
+                .and_then(|s| s.current_version.as_deref())
+                .and_then(EtcdVersion::parse),
             deployed_storage_size,
         },
     }

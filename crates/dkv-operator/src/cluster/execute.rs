@@ -4,7 +4,7 @@
 //! `Begin`, `Finish`, `SetReplicas`, `Wait` and `Converged` are not executed
 //! here: pinning lives in status, replicas in the built StatefulSet.
 
-use dkv_etcd::{EtcdAdmin, MemberId};
+use dkv_etcd::{DowngradeAction, EtcdAdmin, MemberId};
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::Client;
@@ -152,6 +152,23 @@ pub async fn execute(step: &Step, target: &Target<'_>) -> Result<bool> {
             };
             delete::<Pod>(target, &name, "Pod", Some(params)).await?;
             info!(%name, "force-deleted the pod of a member on a lost node");
+        }
+        Step::EnableDowngrade { target: version } => {
+            let minor = super::downgrade::minor_text(*version);
+            let was = target
+                .admin
+                .downgrade(DowngradeAction::Enable(minor.clone()))
+                .await
+                .map_err(etcd_error("downgrade enable", target.cluster.to_owned()))?;
+            info!(cluster_version = %was, to = %minor, "enabled etcd's downgrade");
+        }
+        Step::CancelDowngrade => {
+            target
+                .admin
+                .downgrade(DowngradeAction::Cancel)
+                .await
+                .map_err(etcd_error("downgrade cancel", target.cluster.to_owned()))?;
+            info!("cancelled etcd's downgrade");
         }
         Step::Begin(_)
         | Step::Finish(_)

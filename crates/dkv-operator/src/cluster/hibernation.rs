@@ -193,6 +193,8 @@ mod tests {
             raft_index: 10,
             version: None,
             cluster_id: 7,
+            storage_version: None,
+            downgrade_target: None,
         }
     }
 

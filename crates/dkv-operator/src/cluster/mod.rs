@@ -28,6 +28,7 @@ pub(crate) mod credentials;
 pub(crate) mod defrag;
 pub(crate) mod dereference;
 pub(crate) mod diff;
+pub(crate) mod downgrade;
 pub mod error;
 pub mod etcd_access;
 pub(crate) mod execute;

@@ -458,6 +458,13 @@ pub async fn observe_members(
                 raft_index: status.as_ref().map_or(0, |s| s.raft_index),
                 version: status.as_ref().and_then(|s| EtcdVersion::parse(&s.version)),
                 cluster_id: status.as_ref().map_or(0, |s| s.cluster_id),
+                storage_version: status
+                    .as_ref()
+                    .and_then(|s| EtcdVersion::parse(&s.storage_version)),
+                downgrade_target: status
+                    .as_ref()
+                    .and_then(|s| s.downgrade_target.as_deref())
+                    .and_then(EtcdVersion::parse),
             })
         })
         .collect();

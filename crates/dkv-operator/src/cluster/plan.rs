@@ -122,6 +122,8 @@ pub struct MembershipView {
     pub corrupt: Vec<i32>,
     /// `spec.recovery.corruptMember: Replace`.
     pub replace_corrupt: bool,
+    /// Whether members may restart onto an older minor version yet.
+    pub downgrade: membership::DowngradeGate,
     /// While a `ReplaceMember` is pinned: its token (see
     /// [`RecordedMember::replacement`]), stable for the whole operation.
     pub replacement: Option<String>,
@@ -320,6 +322,7 @@ pub fn plan(
         terminating: view.terminating.clone(),
         corrupt: view.corrupt.clone(),
         replace_corrupt: view.replace_corrupt,
+        downgrade: view.downgrade.clone(),
     });
     Plan::new(
         replicas,

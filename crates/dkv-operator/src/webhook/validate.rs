@@ -11,6 +11,7 @@ use dkv_api::{DistributedKV, DistributedKVBackup};
 use kube::ResourceExt;
 
 use crate::cluster::validate::{self as cluster, Defaults, Facts, FieldError};
+use crate::etcd_version::EtcdVersion;
 
 /// The answer to one admission request.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -136,6 +137,11 @@ pub fn review_cluster(
             }
             let facts = Facts {
                 deployed_version: cluster::spec_version(&old.spec),
+                running_version: old
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.current_version.as_deref())
+                    .and_then(EtcdVersion::parse),
                 ..Facts::default()
             };
             verdict.denials = cluster::spec_problems(new, &facts, defaults);

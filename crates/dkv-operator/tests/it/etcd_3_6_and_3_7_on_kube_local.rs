@@ -8,6 +8,11 @@
 //! one leader change (the planned MoveLeader before the leader restarts
 //! last); nothing acknowledged is lost.
 //!
+//! Downgrades go the other way, one minor at a time through etcd's
+//! downgrade API (3.7.3 → 3.6.16 → 3.5.30), under the same writer and with
+//! the same rules; the operator is killed during the first and its
+//! successor finishes it.
+//!
 //! etcd 3.7 cannot replay a log entry that 3.5 wrote: a member whose log
 //! since its last snapshot still holds one panics on 3.7 ("unmarshal should
 //! never fail", found here; etcd snapshots every 10,000 entries). So before
@@ -26,8 +31,8 @@ use serde_json::json;
 use dkv_test_support as support;
 
 use support::etcd_cluster::{
-    LeaderMonitor, Writer, assert_upgrade_kept_serving, member_versions, patch_spec, settled_at,
-    wait_for,
+    LeaderMonitor, Writer, assert_upgrade_kept_serving, condition_reason, member_versions,
+    patch_spec, settled_at, wait_for,
 };
 
 const NS: &str = "releases";
@@ -73,20 +78,7 @@ fn version_column(env: &kube_local::Environment) -> String {
 /// A new 3-member cluster on `image` reaches Available, reports etcd's
 /// `version`, and serves a writer without losing an acknowledged write.
 async fn new_cluster_serves(image: &str, version: &str) {
-    let (env, client, operator) = support::running_operator(NS).await;
-    let started = Instant::now();
-    let dkvs = support::create_cluster(&client, NS, "orders", 3, image, json!({})).await;
-    wait_for(
-        &dkvs,
-        "orders",
-        &format!("3 healthy voters on {version}"),
-        |d| settled_on(d, version),
-    )
-    .await;
-    eprintln!(
-        "create 3 members on etcd {version}: {:?}",
-        started.elapsed()
-    );
+    let (env, client, operator, _) = settled_cluster(image, version).await;
     assert_eq!(version_column(&env), version);
 
     let writer = Writer::start(client.clone(), NS, "orders");
@@ -111,9 +103,9 @@ async fn a_new_cluster_on_etcd_3_7_serves_and_reports_its_version() {
     new_cluster_serves(V37, "3.7.3").await;
 }
 
-/// Upgrades `orders` to `image` (etcd `version`) under a writer and a
-/// leader monitor: every member on it, at most one leader change, writes
-/// never stalled for long, nothing acknowledged lost.
+/// Upgrades (or downgrades) `orders` to `image` (etcd `version`) under a
+/// writer and a leader monitor: every member on it, at most one leader
+/// change, writes never stalled for long, nothing acknowledged lost.
 async fn upgrade(client: &Client, dkvs: &Api<DistributedKV>, image: &str, version: &str) {
     let writer = Writer::start(client.clone(), NS, "orders");
     let monitor = LeaderMonitor::start(client.clone(), NS, "orders");
@@ -133,7 +125,7 @@ async fn upgrade(client: &Client, dkvs: &Api<DistributedKV>, image: &str, versio
         NS,
         monitor,
         writer,
-        &format!("upgrade to {version}"),
+        &format!("move to {version}"),
         took,
         20,
     )
@@ -191,14 +183,37 @@ enum Readying {
     SnapshotCountOne,
 }
 
+/// The operator, and a new 3-member cluster `orders` on `image` settled
+/// with every member on etcd `version` (how long that took is printed).
+async fn settled_cluster(
+    image: &str,
+    version: &str,
+) -> (
+    kube_local::Environment,
+    Client,
+    support::RunningOperator,
+    Api<DistributedKV>,
+) {
+    let (env, client, operator) = support::running_operator(NS).await;
+    let started = Instant::now();
+    let dkvs = support::create_cluster(&client, NS, "orders", 3, image, json!({})).await;
+    wait_for(
+        &dkvs,
+        "orders",
+        &format!("3 healthy voters on {version}"),
+        |d| settled_on(d, version),
+    )
+    .await;
+    eprintln!(
+        "create 3 members on etcd {version}: {:?}",
+        started.elapsed()
+    );
+    (env, client, operator, dkvs)
+}
+
 /// A cluster on 3.5.30 upgraded to 3.6.16, readied, then upgraded to 3.7.3.
 async fn upgrades_3_5_30_to_3_6_to_3_7(readying: Readying) {
-    let (env, client, operator) = support::running_operator(NS).await;
-    let dkvs = support::create_cluster(&client, NS, "orders", 3, V3530, json!({})).await;
-    wait_for(&dkvs, "orders", "3 healthy voters on 3.5.30", |d| {
-        settled_on(d, "3.5.30")
-    })
-    .await;
+    let (env, client, operator, dkvs) = settled_cluster(V3530, "3.5.30").await;
 
     upgrade(&client, &dkvs, V36, "3.6.16").await;
     assert_eq!(version_column(&env), "3.6.16");
@@ -247,4 +262,59 @@ async fn restart_with_snapshot_count_one(env: &kube_local::Environment, dkvs: &A
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_restart_with_a_small_snapshot_count_on_3_6_readies_a_3_5_born_cluster_for_3_7() {
     upgrades_3_5_30_to_3_6_to_3_7(Readying::SnapshotCountOne).await;
+}
+
+/// Downgrades `orders` to `image` (see [`upgrade`]): afterwards every
+/// member pod runs `image`, etcd reports `version` for each member and the
+/// cluster, and `kubectl get` shows it.
+async fn downgrade(
+    env: &kube_local::Environment,
+    client: &Client,
+    dkvs: &Api<DistributedKV>,
+    image: &str,
+    version: &str,
+) {
+    let from = current_version(&dkvs.get("orders").await.unwrap())
+        .unwrap_or_default()
+        .to_owned();
+    upgrade(client, dkvs, image, version).await;
+    assert_eq!(version_column(env), version);
+    let images = support::etcd_cluster::member_images(client, NS).await;
+    assert_eq!(images.len(), 3, "{images:?}");
+    assert!(images.iter().all(|(_, i)| i == image), "{images:?}");
+    // Through etcd's downgrade API, and told member by member.
+    let events = support::objects_text::<k8s_openapi::api::core::v1::Event>(client, NS).await;
+    let minor = version.rsplit_once('.').map_or(version, |(m, _)| m);
+    assert!(
+        events.contains(&format!("enabled the downgrade to {minor}")),
+        "no DowngradeEnabled Event for {minor}: {events}"
+    );
+    for member in 0..3 {
+        let told = format!("orders-{member} restarts from etcd {from} onto {image}");
+        assert!(events.contains(&told), "no Event {told:?}: {events}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn downgrades_3_7_to_3_6_to_3_5_30_keep_the_cluster_serving() {
+    let (env, client, operator, dkvs) = settled_cluster(V37, "3.7.3").await;
+    // The operator is killed as soon as it reports the first downgrade
+    // under way (etcd's downgrade enabled, or a member moving): the next
+    // one reads where it stands from etcd and carries on.
+    let killer = {
+        let (client, dkvs) = (client.clone(), dkvs.clone());
+        tokio::spawn(async move {
+            wait_for(&dkvs, "orders", "Progressing=True, Downgrading", |d| {
+                condition_reason(d, "Progressing", "True").as_deref() == Some("Downgrading")
+            })
+            .await;
+            operator.kill().await;
+            support::RunningOperator::start(client, false)
+        })
+    };
+    downgrade(&env, &client, &dkvs, V36, "3.6.16").await;
+    let operator = killer.await.unwrap();
+    downgrade(&env, &client, &dkvs, V3530, "3.5.30").await;
+
+    operator.stop().await;
 }

@@ -141,6 +141,7 @@ fn world(
         storage_classes: Some(vec!["standard".into()]),
         deployed_version: None,
         deployed_storage_size: None,
+        running_version: None,
     };
     let defaults = Defaults {
         operator_image: "dkv:test".into(),

@@ -33,6 +33,7 @@ fn facts() -> Facts {
         storage_classes: Some(vec!["fast-ssd".into(), "standard".into()]),
         deployed_version: None,
         deployed_storage_size: None,
+        running_version: None,
     }
 }
 
@@ -637,6 +638,7 @@ fn unknown_storage_classes_are_not_rejected_before_they_are_known() {
         storage_classes: None,
         deployed_version: None,
         deployed_storage_size: None,
+        running_version: None,
     };
     assert!(validate::validate(&dkv, &unknown, &defaults()).is_ok());
 }
@@ -735,6 +737,8 @@ fn a_member_being_replaced_in_the_middle_keeps_the_highest_pod() {
         raft_index: 10,
         version: None,
         cluster_id: 7,
+        storage_version: None,
+        downgrade_target: None,
     };
     // orders-1 lost its volume and was removed; it is not re-added yet.
     let view = MembershipView {

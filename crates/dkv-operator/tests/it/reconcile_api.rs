@@ -314,6 +314,7 @@ fn converged_children(dkv: &DistributedKV) -> (build::Prepared, StatefulSet) {
         storage_classes: Some(vec!["standard".into(), "fast-ssd".into()]),
         deployed_version: None,
         deployed_storage_size: None,
+        running_version: None,
     };
     let cluster = validate::validate(
         dkv,

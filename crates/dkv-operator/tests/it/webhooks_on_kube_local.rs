@@ -202,11 +202,53 @@ async fn invalid_specs_version_jumps_and_downgrades_are_refused_by_field() {
             .await,
     );
     assert!(
-        message.contains("spec.version: etcd cannot be downgraded (3.5.16 -> 3.4.23); set the image back to 3.5.16 or newer"),
+        message.contains("spec.version: etcd cannot be downgraded (3.5.16 -> 3.4.23): etcd supports downgrades from 3.6 on"),
         "{message}"
     );
     // One minor up is fine.
     patch_spec(&h.clusters(), "old", json!({"image": ETCD_35})).await;
+
+    // Downgrades: one minor down from 3.6 on, onto a 3.5 release a 3.6
+    // cluster accepts; more is refused naming the field and the way there.
+    for (name, from, to, says) in [
+        (
+            "six",
+            "3.6.16",
+            "3.5.16",
+            "etcd 3.6.16 can only be downgraded to 3.5.26 or a later 3.5 release",
+        ),
+        (
+            "seven",
+            "3.7.3",
+            "3.5.30",
+            "etcd downgrades move one minor version at a time (3.7.3 -> 3.5.30 skips one); downgrade to 3.6.x first",
+        ),
+    ] {
+        let image = |v: &str| format!("registry.k8s.io/etcd:{v}-0");
+        h.create(&cluster(name, 3, &image(from), json!({})))
+            .await
+            .unwrap();
+        let (code, message) = api_message(
+            h.clusters()
+                .patch(
+                    name,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"spec": {"image": image(to)}})),
+                )
+                .await,
+        );
+        assert_eq!(code, 403, "{message}");
+        assert!(
+            message.contains(&format!("spec.version: {says}")),
+            "{message}"
+        );
+    }
+    patch_spec(
+        &h.clusters(),
+        "seven",
+        json!({"image": "registry.k8s.io/etcd:3.6.16-0"}),
+    )
+    .await;
 
     let (_, message) = api_message(
         h.create(&cluster(

@@ -3,7 +3,7 @@
 
 use dkv_api::distributedkv::v1beta1::OperationKind;
 
-use super::{Observation, ObservedMember, Pinned, Step, WaitReason, quorum_lost};
+use super::{DowngradeGate, Observation, ObservedMember, Pinned, Step, WaitReason, quorum_lost};
 
 /// The next step with no operation pinned: an operation to begin (in order of precedence), an alignment of the
 /// StatefulSet, a reason to wait, or convergence.
@@ -137,11 +137,23 @@ pub(super) fn unpinned_step(obs: &Observation) -> Step {
         };
     }
 
-    // Upgrade: followers first (highest ordinal first), the leader last.
+    // A downgrade enabled in etcd that the spec no longer asks for (undone,
+    // or rolled back): cancelled before members move back up, so that the
+    // cluster version follows them.
+    if obs.downgrade == DowngradeGate::Stale {
+        return Step::CancelDowngrade;
+    }
+
+    // Upgrade (or downgrade): followers first (highest ordinal first), the
+    // leader last. A member moving down a minor line waits for etcd's
+    // downgrade to let it.
     let outdated = |m: &&ObservedMember| !obs.runs_desired_version(m);
     let mut candidates: Vec<&ObservedMember> = obs.voters().into_iter().filter(outdated).collect();
     candidates.sort_by_key(|m| (m.leader, -m.ordinal));
     if let Some(next) = candidates.first() {
+        if let Some(step) = obs.downgrade_step(next) {
+            return step;
+        }
         return Step::Begin(Pinned {
             kind: OperationKind::UpgradeMember,
             ordinal: next.ordinal,

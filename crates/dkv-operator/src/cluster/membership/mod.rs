@@ -10,6 +10,8 @@
 //!   exists, a member is removed before its pod goes;
 //! - a leader is never removed or restarted while it leads: leadership moves
 //!   to a healthy follower first;
+//! - a member moves down a minor line only once etcd's downgrade lets it
+//!   ([`DowngradeGate::Open`]);
 //! - a missing or unready pod is waited for, never scaled away.
 //!
 //! Members are identified by ordinal: member `k` is pod `<cluster>-k`, whose
@@ -46,6 +48,13 @@ pub struct ObservedMember {
     pub version: Option<EtcdVersion>,
     /// etcd's cluster ID as the member reports it (0: it did not answer).
     pub cluster_id: u64,
+    /// The version of its data files (etcd 3.6 and later; `None` before,
+    /// or when it did not answer). During a downgrade it drops to the
+    /// target once the member has rewritten its data for it.
+    pub storage_version: Option<EtcdVersion>,
+    /// The version an enabled downgrade goes to, as the member reports it
+    /// (etcd 3.6 and later).
+    pub downgrade_target: Option<EtcdVersion>,
 }
 
 /// One member pod as observed this pass.
@@ -159,6 +168,32 @@ pub struct Observation {
     pub corrupt: Vec<i32>,
     /// `spec.recovery.corruptMember: Replace`: such members are replaced.
     pub replace_corrupt: bool,
+    /// etcd's side of a downgrade (see `cluster/downgrade.rs`).
+    pub downgrade: DowngradeGate,
+}
+
+/// Whether members may restart onto an older minor version, as etcd's
+/// downgrade API says (see `cluster/downgrade.rs`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum DowngradeGate {
+    /// No member runs a newer minor line than the spec asks for, or every
+    /// one that does has rewritten its data for the spec's: they may
+    /// restart onto it.
+    #[default]
+    Open,
+    /// etcd validated a downgrade to the spec's minor line: enable it next.
+    Validated,
+    /// etcd refuses a downgrade to the spec's minor line, with its message.
+    Refused(String),
+    /// The downgrade is enabled; some member has not rewritten its data for
+    /// the target yet.
+    Migrating,
+    /// etcd could not be asked.
+    Unknown,
+    /// A downgrade to an older minor line than the spec's is enabled (a
+    /// downgrade undone, or rolled back): cancel it before members restart
+    /// onto the spec's version.
+    Stale,
 }
 
 /// The one thing to do this pass.
@@ -200,6 +235,12 @@ pub enum Step {
         pod_uid: Option<String>,
         claim_uid: Option<String>,
     },
+    /// Enable etcd's downgrade to `target`'s minor line (validated this
+    /// pass): the cluster version drops to it and members rewrite their
+    /// data for it.
+    EnableDowngrade { target: EtcdVersion },
+    /// Cancel the downgrade enabled in etcd (see [`DowngradeGate::Stale`]).
+    CancelDowngrade,
     /// Nothing safe to do now; the reason is reported in status.
     Wait(WaitReason),
     /// Membership matches the spec.
@@ -222,6 +263,8 @@ impl Step {
                 | Step::RemoveMember { .. }
                 | Step::DeleteVolume { .. }
                 | Step::EvictFromLostNode { .. }
+                | Step::EnableDowngrade { .. }
+                | Step::CancelDowngrade
         )
     }
 }
@@ -259,6 +302,11 @@ pub enum WaitReason {
     RecoveryInProgress { ordinal: i32 },
     /// A restore from backup waits for every member to start from it.
     RestoreInProgress,
+    /// etcd refuses to downgrade to the spec's minor line (its message).
+    DowngradeRefused { message: String },
+    /// The downgrade is enabled; members are rewriting their data for the
+    /// target before any may restart on the older version.
+    DowngradeMigrating,
 }
 
 impl Observation {
@@ -321,6 +369,31 @@ impl Observation {
         m.healthy
             && self.pod(m.ordinal).is_some_and(|p| p.ready)
             && leader_index.saturating_sub(m.raft_index) <= CAUGHT_UP_ENTRIES
+    }
+
+    /// What must happen before member `m` may restart onto the spec's
+    /// version, when that moves it down a minor line: `None` once etcd's
+    /// downgrade lets it (see [`DowngradeGate`]).
+    fn downgrade_step(&self, m: &ObservedMember) -> Option<Step> {
+        let newer = m
+            .version
+            .is_some_and(|v| v.minor_line() > self.desired_version.minor_line());
+        if !newer {
+            return None;
+        }
+        match &self.downgrade {
+            DowngradeGate::Open => None,
+            DowngradeGate::Validated => Some(Step::EnableDowngrade {
+                target: self.desired_version,
+            }),
+            DowngradeGate::Refused(message) => Some(Step::Wait(WaitReason::DowngradeRefused {
+                message: message.clone(),
+            })),
+            DowngradeGate::Stale => Some(Step::CancelDowngrade),
+            DowngradeGate::Migrating | DowngradeGate::Unknown => {
+                Some(Step::Wait(WaitReason::DowngradeMigrating))
+            }
+        }
     }
 
     fn runs_desired_version(&self, m: &ObservedMember) -> bool {
@@ -468,6 +541,8 @@ pub(crate) mod fixtures {
             raft_index: 1000,
             version: Some(V35),
             cluster_id: 7,
+            storage_version: None,
+            downgrade_target: None,
         }
     }
 

@@ -101,6 +101,17 @@ pub(super) fn continue_operation(obs: &Observation, pinned: Pinned) -> Step {
                         ordinal: unready.ordinal,
                     });
                 }
+                // A move down a minor line still needs etcd's downgrade (the
+                // spec or etcd may have changed since the pin).
+                if pinned.kind == OperationKind::UpgradeMember
+                    && let Some(step) = obs.downgrade_step(m)
+                {
+                    return if m.healthy {
+                        step
+                    } else {
+                        Step::Wait(WaitReason::MemberUnhealthy { ordinal })
+                    };
+                }
                 match obs.safe_to_lose(m.id, false) {
                     Err(reason) => Step::Wait(reason),
                     Ok(()) => match (m.leader, obs.healthy_follower(m.id)) {

@@ -11,8 +11,9 @@ use crate::cluster::context::Context;
 use crate::cluster::corruption::{self, Agreement, CorruptMember};
 use crate::cluster::credentials::{self, Credentials};
 use crate::cluster::dereference::Observed;
+use crate::cluster::downgrade;
 use crate::cluster::error::Result;
-use crate::cluster::membership::ObservedMember;
+use crate::cluster::membership::{DowngradeGate, ObservedMember};
 use crate::cluster::membership_record::ClusterState;
 use crate::cluster::naming;
 use crate::cluster::observe_members;
@@ -37,6 +38,8 @@ pub struct Connected {
     pub corrupt: Vec<CorruptMember>,
     /// While a CORRUPT alarm names no member: what the members' hashes say.
     pub agreement: Agreement,
+    /// Whether members may restart onto an older minor version yet.
+    pub downgrade: DowngradeGate,
 }
 
 impl Connected {
@@ -178,6 +181,12 @@ pub async fn connected(
         _ => Agreement::Unknown,
     };
     let corrupt = corruption::corrupt_members(&cluster.name, alarmed, &agreement, &validated.pods);
+    let downgrade = match (&admin, &members) {
+        (Some(admin), Some(members)) => {
+            downgrade::observe(admin.as_ref(), members, cluster.version).await
+        }
+        _ => DowngradeGate::Open,
+    };
     Ok(Connected {
         credentials,
         admin,
@@ -186,5 +195,6 @@ pub async fn connected(
         alarms,
         corrupt,
         agreement,
+        downgrade,
     })
 }

@@ -6,6 +6,7 @@ use dkv_api::distributedkv::v1beta1::Operation;
 use tracing::info;
 
 use crate::cluster::context::{self, Context};
+use crate::cluster::downgrade;
 use crate::cluster::error::Result;
 use crate::cluster::execute;
 use crate::cluster::lost_node::LostMember;
@@ -50,6 +51,7 @@ pub async fn executed(
         if matches!(step, Step::ReclaimSpace) {
             space_reclaimed(cluster, now, ctx).await;
         }
+        announce_downgrade(cluster, step, connected, ctx).await;
         if let Step::EvictFromLostNode {
             ordinal, claim_uid, ..
         } = step
@@ -140,6 +142,76 @@ async fn space_reclaimed(cluster: &ValidatedCluster, now: jiff::Timestamp, ctx: 
             )),
             action: "ReclaimSpace".to_owned(),
             secondary: None,
+        },
+        ctx,
+    )
+    .await;
+}
+
+/// The Events of a downgrade: etcd's downgrade enabled or cancelled, and
+/// each member restarted onto the older version.
+async fn announce_downgrade(
+    cluster: &ValidatedCluster,
+    step: &Step,
+    connected: &Connected,
+    ctx: &Context,
+) {
+    let to = cluster.version;
+    // The Event recorder folds Events of one reason, action and object into
+    // a series that keeps the first note: the target in the action keeps
+    // each downgrade's own.
+    let minor = downgrade::minor_text(to);
+    let (reason, note, action, secondary) = match step {
+        Step::EnableDowngrade { .. } => (
+            "DowngradeEnabled",
+            format!(
+                "etcd validated and enabled the downgrade to {}.{}: the cluster version drops to it and members rewrite their data for it; then they restart on {} one at a time, the leader last",
+                to.major, to.minor, cluster.image
+            ),
+            format!("EnableDowngradeTo{minor}"),
+            None,
+        ),
+        Step::CancelDowngrade => (
+            "DowngradeCancelled",
+            format!(
+                "the spec asks for {to} again: dkv cancelled the downgrade enabled in etcd; members on an older version move back up one at a time"
+            ),
+            "CancelDowngrade".to_owned(),
+            None,
+        ),
+        Step::RestartPod { ordinal } => {
+            let Some(from) = connected
+                .members
+                .iter()
+                .flatten()
+                .find(|m| m.ordinal == *ordinal)
+                .and_then(|m| m.version)
+                .filter(|v| v.minor_line() > to.minor_line())
+            else {
+                return;
+            };
+            let member = naming::member(&cluster.name, *ordinal);
+            (
+                "MemberDowngrading",
+                format!(
+                    "{member} restarts from etcd {from} onto {} ({to})",
+                    cluster.image
+                ),
+                format!("DowngradeMemberTo{minor}"),
+                Some(naming::member_pod_reference(&cluster.namespace, &member)),
+            )
+        }
+        _ => return,
+    };
+    info!(%note, "downgrade");
+    context::publish_about(
+        cluster,
+        Event {
+            type_: EventType::Normal,
+            reason: reason.to_owned(),
+            note: Some(note),
+            action,
+            secondary,
         },
         ctx,
     )

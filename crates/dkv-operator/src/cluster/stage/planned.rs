@@ -109,6 +109,7 @@ pub async fn planned(
         terminating: terminating.clone(),
         corrupt: connected.corrupt.iter().map(|c| c.ordinal).collect(),
         replace_corrupt: cluster.corrupt_member == CorruptMemberPolicy::Replace,
+        downgrade: connected.downgrade.clone(),
         replacement: recorded.replacement(),
     };
     let statefulset = observed.statefulset.as_deref();

@@ -172,11 +172,32 @@ pub(super) fn compute(
                 stalled.why
             ),
         }
+    } else if let Step::Wait(WaitReason::DowngradeRefused { message }) = &obs.plan.step {
+        Want {
+            type_: types::PROGRESSING,
+            status: false,
+            reason: reasons::DOWNGRADE_REFUSED,
+            message: format!(
+                "etcd refuses to downgrade to {}: {message}; no member was touched. Set the image back to the version the members run, or fix what etcd names",
+                obs.cluster.version
+            ),
+        }
+    } else if let Some(step) = downgrade_step_message(obs) {
+        Want {
+            type_: types::PROGRESSING,
+            status: true,
+            reason: reasons::DOWNGRADING,
+            message: step,
+        }
     } else if let Some(op) = &obs.operation {
         Want {
             type_: types::PROGRESSING,
             status: true,
-            reason: operation_reason(op.kind),
+            reason: if op.kind == OperationKind::UpgradeMember && downgrading(obs) {
+                reasons::DOWNGRADING
+            } else {
+                operation_reason(op.kind)
+            },
             message: format!(
                 "{:?} of {} in progress{}",
                 op.kind,
@@ -705,4 +726,34 @@ fn hibernating(
 /// `namespace/cluster` of a replay's source.
 fn describe_source(replay: &super::super::restore::Replay) -> String {
     format!("{}/{}", replay.namespace, replay.cluster)
+}
+
+/// Whether a voter runs a newer minor line than the spec asks for: the
+/// members are being downgraded.
+fn downgrading(obs: &Observation<'_>) -> bool {
+    let want = obs.cluster.version.minor_line();
+    obs.members
+        .into_iter()
+        .flatten()
+        .any(|m| !m.learner && m.version.is_some_and(|v| v.minor_line() > want))
+}
+
+/// The Progressing message of a downgrade's etcd-side steps, before any
+/// member restarts (and when it is cancelled).
+fn downgrade_step_message(obs: &Observation<'_>) -> Option<String> {
+    let to = obs.cluster.version;
+    match &obs.plan.step {
+        Step::EnableDowngrade { .. } => Some(format!(
+            "downgrading to {to}: etcd validated it; enabling etcd's downgrade (the cluster version drops to {}.{})",
+            to.major, to.minor
+        )),
+        Step::Wait(WaitReason::DowngradeMigrating) => Some(format!(
+            "downgrading to {to}: {}",
+            wait_message(&obs.cluster.name, &WaitReason::DowngradeMigrating)
+        )),
+        Step::CancelDowngrade => Some(format!(
+            "the spec asks for {to}: cancelling the downgrade enabled in etcd before members move back up"
+        )),
+        _ => None,
+    }
 }

@@ -72,6 +72,12 @@ pub(super) fn wait_message(cluster: &str, reason: &WaitReason) -> String {
             "quorum recovery: waiting for {} to restart alone",
             naming::member(cluster, *ordinal)
         ),
+        WaitReason::DowngradeRefused { message } => format!(
+            "etcd refuses the downgrade: {message}; no member was touched"
+        ),
+        WaitReason::DowngradeMigrating => {
+            "etcd's downgrade is enabled; waiting for every member to rewrite its data for the older version before the first restarts on it".to_owned()
+        }
         WaitReason::RestoreInProgress => {
             "recreating the cluster from its newest backup: waiting for every member to start from it (old data is moved aside, not deleted)".to_owned()
         }

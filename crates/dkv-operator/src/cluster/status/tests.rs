@@ -1,5 +1,6 @@
 //! The status a pass leaves when members' nodes are lost: where each member runs, the
-//! `MemberNodeLost` fault and its place among the other Degraded reasons.
+//! `MemberNodeLost` fault and its place among the other Degraded reasons; and
+//! what Progressing says of a downgrade.
 
 use dkv_api::conditions::{reasons, types};
 use dkv_api::distributedkv::v1beta1::{DistributedKVStatus, MemberStatus, Phase};
@@ -10,8 +11,8 @@ use super::derive;
 use crate::cluster::backup_catalogue::BackupSummary;
 use crate::cluster::credentials::Credentials;
 use crate::cluster::lost_node::{LostMember, NodeLoss, Placement};
-use crate::cluster::membership::ObservedMember;
 use crate::cluster::membership::fixtures;
+use crate::cluster::membership::{ObservedMember, Step, WaitReason};
 use crate::cluster::observe_members::MemberPod;
 use crate::cluster::pass::Pass;
 use crate::cluster::plan::Plan;
@@ -60,6 +61,7 @@ impl Seen {
                 alarms: None,
                 corrupt: Vec::new(),
                 agreement: Default::default(),
+                downgrade: Default::default(),
             }),
             planned: Some(Planned {
                 plan: self.plan.clone(),
@@ -165,11 +167,16 @@ fn status(dkv: &dkv_api::DistributedKV, seen: &Seen) -> DistributedKVStatus {
 }
 
 fn degraded(status: &DistributedKVStatus) -> (String, String, String) {
+    condition(status, types::DEGRADED)
+}
+
+/// `(status, reason, message)` of the condition `type_`.
+fn condition(status: &DistributedKVStatus, type_: &str) -> (String, String, String) {
     let c = status
         .conditions
         .iter()
-        .find(|c| c.type_ == types::DEGRADED)
-        .unwrap_or_else(|| panic!("no Degraded in {:?}", status.conditions));
+        .find(|c| c.type_ == type_)
+        .unwrap_or_else(|| panic!("no {type_} in {:?}", status.conditions));
     (c.status.clone(), c.reason.clone(), c.message.clone())
 }
 
@@ -279,4 +286,40 @@ fn a_node_back_clears_the_fault_and_the_time_it_was_lost() {
     assert_eq!(degraded(&status).0, "False");
     assert_eq!(member(&status, "orders-1").node_lost_since, None);
     assert_eq!(member(&status, "orders-1").node.as_deref(), Some("node-2"));
+}
+
+#[test]
+fn a_downgrade_says_downgrading_at_each_etcd_step_and_quotes_a_refusal() {
+    let (dkv, mut seen) = formed(serde_json::Value::Null);
+    for m in seen.members.iter_mut().flatten() {
+        m.version = Some(crate::etcd_version::EtcdVersion::new(3, 6, 16));
+    }
+    seen.plan.step = Step::Wait(WaitReason::DowngradeRefused {
+        message: "etcdserver: invalid downgrade target version".to_owned(),
+    });
+    let (state, reason, message) = condition(&status(&dkv, &seen), types::PROGRESSING);
+    assert_eq!(
+        (state.as_str(), reason.as_str()),
+        ("False", reasons::DOWNGRADE_REFUSED)
+    );
+    assert!(
+        message.contains(
+            "to 3.5.16: etcdserver: invalid downgrade target version; no member was touched"
+        ),
+        "{message}"
+    );
+    for step in [
+        Step::EnableDowngrade {
+            target: seen.cluster.version,
+        },
+        Step::Wait(WaitReason::DowngradeMigrating),
+    ] {
+        seen.plan.step = step;
+        let (state, reason, message) = condition(&status(&dkv, &seen), types::PROGRESSING);
+        assert_eq!(
+            (state.as_str(), reason.as_str()),
+            ("True", reasons::DOWNGRADING)
+        );
+        assert!(message.starts_with("downgrading to 3.5.16: "), "{message}");
+    }
 }

@@ -465,6 +465,74 @@ fn version_moves_one_minor_up_never_down() {
     );
 }
 
+/// A downgrade goes one minor down from 3.6 on, and only while every member
+/// runs the stored version (`status.version`), or back to what they all
+/// still run.
+#[test]
+fn downgrades_go_one_minor_down_once_the_members_run_one_version() {
+    let review = |from: &str, running: Option<&str>, to: &str| {
+        let mut old = dkv(
+            3,
+            &format!("registry.k8s.io/etcd:{from}-0"),
+            serde_json::json!({}),
+        );
+        old.status = running.map(|v| dkv_api::distributedkv::v1beta1::DistributedKVStatus {
+            current_version: Some(v.to_owned()),
+            ..Default::default()
+        });
+        review_cluster(
+            ClusterWrite::Update {
+                old: &old,
+                new: &dkv(
+                    3,
+                    &format!("registry.k8s.io/etcd:{to}-0"),
+                    serde_json::json!({}),
+                ),
+                expandable: None,
+            },
+            &RestoreSource::NotAsked,
+            &defaults(),
+        )
+    };
+    for (from, running, to) in [
+        ("3.7.3", Some("3.7.3"), "3.6.16"),
+        ("3.6.16", Some("3.6.16"), "3.5.30"),
+        ("3.6.16", None, "3.5.26"),
+        // An unfinished upgrade undone: the members still run 3.5.
+        ("3.6.16", Some("3.5.30"), "3.5.30"),
+        ("3.7.3", Some("3.6.16"), "3.6.16"),
+    ] {
+        let verdict = review(from, running, to);
+        assert!(verdict.allowed(), "{from} -> {to}: {verdict:?}");
+    }
+    for (from, running, to, says) in [
+        ("3.6.16", Some("3.6.16"), "3.5.16", "3.5.26 or a later 3.5"),
+        ("3.7.3", Some("3.7.3"), "3.5.30", "downgrade to 3.6.x first"),
+        ("3.5.30", Some("3.5.30"), "3.4.23", "from 3.6 on"),
+        ("3.6.16", Some("3.6.16"), "3.6.1", "older patch release"),
+        // 3.7 -> 3.6 under way: no downgrade to 3.5 on top of it.
+        (
+            "3.6.16",
+            Some("3.7.3"),
+            "3.5.30",
+            "wait for the rollout to finish",
+        ),
+    ] {
+        let verdict = review(from, running, to);
+        assert!(!verdict.allowed(), "{from} -> {to}: {verdict:?}");
+        assert!(
+            verdict.message().starts_with("spec.image: ") && verdict.message().contains(says),
+            "{from} -> {to}: {}",
+            verdict.message()
+        );
+    }
+    let under_way = review("3.6.16", Some("3.5.30"), "3.5.26");
+    assert!(
+        under_way.allowed(),
+        "back onto the 3.5 line the members run: {under_way:?}"
+    );
+}
+
 #[test]
 fn metadata_only_updates_pass_even_when_the_spec_is_invalid() {
     let stored = dkv(

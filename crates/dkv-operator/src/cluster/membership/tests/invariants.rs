@@ -6,8 +6,8 @@ use super::*;
 /// an unhealthy voter, a healthy learner or an unhealthy learner, for
 /// every desired size, fresh and with each kind of operation pinned on
 /// every ordinal: no step the planner chooses may break quorum, start a
-/// second operation, remove or restart a leader, or promote a learner
-/// that has not caught up.
+/// second operation, remove or restart a leader, promote a learner that
+/// has not caught up, or change etcd's downgrade while a member is unwell.
 #[test]
 fn no_step_breaks_the_rules_for_any_mix_of_member_states() {
     const KINDS: [OperationKind; 6] = [
@@ -44,6 +44,15 @@ fn no_step_breaks_the_rules_for_any_mix_of_member_states() {
             }
             for (pod, m) in obs.pods.iter_mut().zip(members.iter()) {
                 pod.ready = m.healthy;
+            }
+            // Every third mix: a downgrade from 3.6, at one of etcd's steps.
+            if mix % 3 == 2 {
+                for m in members.iter_mut() {
+                    m.version = Some(EtcdVersion::new(3, 6, 16));
+                }
+                obs.downgrade = [DowngradeGate::Validated, DowngradeGate::Stale]
+                    [(mix / 3 % 2) as usize]
+                    .clone();
             }
             // Every other mix: the unwell members are on lost nodes, due
             // for replacement, their data placed each way in turn.
@@ -165,6 +174,13 @@ fn check_rules(obs: &Observation, step: Step) {
                 claim_uid.is_some(),
                 stranded.data == DataPlacement::NodeBound,
                 "a claim deleted that was not bound to the node, or kept that was: {}",
+                context()
+            );
+        }
+        Step::EnableDowngrade { .. } | Step::CancelDowngrade => {
+            assert!(
+                members.iter().all(|m| m.healthy),
+                "etcd's downgrade changed while a member is unwell: {}",
                 context()
             );
         }

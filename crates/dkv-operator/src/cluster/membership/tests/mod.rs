@@ -1,6 +1,7 @@
 //! Tests of the membership planner: fixtures for observed clusters, and the tests of each concern in the
 //! submodules.
 
+mod downgrades;
 mod invariants;
 mod lost_nodes;
 mod recovery;
@@ -44,6 +45,7 @@ fn cluster(size: i32, desired: i32) -> Observation {
         terminating: Vec::new(),
         corrupt: Vec::new(),
         replace_corrupt: false,
+        downgrade: DowngradeGate::Open,
     }
 }
 
