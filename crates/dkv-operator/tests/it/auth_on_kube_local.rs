@@ -27,6 +27,29 @@ fn value(secret: &Secret, key: &str) -> String {
 }
 
 /// Plaintext, with short timeouts (a refused connection must fail fast).
+/// `ask` over a fresh connection to `endpoints` as `user`, retried for half
+/// a minute: connecting authenticates, and on a loaded machine a member's
+/// connection can still break right after the cluster settled (seen in CI
+/// as a broken pipe). Clients retry; so does this.
+async fn as_user<T>(
+    endpoints: &[String],
+    (user, password): (&str, &str),
+    what: &str,
+    ask: impl AsyncFn(&mut etcd_client::Client) -> Result<T, etcd_client::Error>,
+) -> T {
+    support::eventually_ok(
+        what,
+        std::time::Duration::from_secs(30),
+        std::time::Duration::from_millis(500),
+        async || {
+            let options = options().with_user(user, password);
+            let mut etcd = etcd_client::Client::connect(endpoints, Some(options)).await?;
+            ask(&mut etcd).await
+        },
+    )
+    .await
+}
+
 fn options() -> etcd_client::ConnectOptions {
     support::tls::options(None)
 }
@@ -126,8 +149,12 @@ async fn with_auth_on_strangers_are_refused_and_the_operator_still_backs_up_upgr
     // Each new member joins as a learner, catches up and is promoted.
     patch_spec(&dkvs, CLUSTER, json!({"size": 5})).await;
     wait_settled(&dkvs, CLUSTER, 5).await;
-    let mut etcd = root().await;
-    let members = etcd.member_list().await.unwrap();
+    let endpoints = member_endpoints(&client, NS, CLUSTER).await;
+    let root_user = (user.as_str(), password.as_str());
+    let members = as_user(&endpoints, root_user, "the members as root", async |etcd| {
+        etcd.member_list().await
+    })
+    .await;
     assert_eq!(members.members().len(), 5);
     assert!(members.members().iter().all(|m| !m.is_learner()));
     writer
@@ -135,7 +162,10 @@ async fn with_auth_on_strangers_are_refused_and_the_operator_still_backs_up_upgr
             "a backup, a rolling upgrade {from} → {to} and a scale-up 3 → 5"
         ))
         .await;
-    let read = etcd.get("balance", None).await.unwrap();
+    let read = as_user(&endpoints, root_user, "a read as root", async |etcd| {
+        etcd.get("balance", None).await
+    })
+    .await;
     assert_eq!(read.kvs()[0].value_str().unwrap(), "42");
     // Still refused without credentials.
     let mut stranger = etcd_client::Client::connect(
@@ -190,22 +220,11 @@ async fn with_auth_on_strangers_are_refused_and_the_operator_still_backs_up_upgr
         "the source's root password"
     );
     let restored_endpoints = member_endpoints(&client, NS, "accounts-restored").await;
-    // Connecting authenticates; on a loaded machine a member's connection
-    // can still break right after the cluster settled (seen once in CI as
-    // a broken pipe): retried, as clients do.
-    let read = support::eventually(
+    let read = as_user(
+        &restored_endpoints,
+        root_user,
         "the restored cluster read as root",
-        std::time::Duration::from_secs(30),
-        std::time::Duration::from_millis(500),
-        async || {
-            let mut etcd = etcd_client::Client::connect(
-                &restored_endpoints,
-                Some(options().with_user(user.clone(), password.clone())),
-            )
-            .await
-            .ok()?;
-            etcd.get("balance", None).await.ok()
-        },
+        async |etcd| etcd.get("balance", None).await,
     )
     .await;
     assert_eq!(read.kvs()[0].value_str().unwrap(), "42");
@@ -238,13 +257,13 @@ async fn with_auth_on_strangers_are_refused_and_the_operator_still_backs_up_upgr
     )
     .await;
     wait_settled(&dkvs, "accounts-from-uri", 1).await;
-    let mut etcd = etcd_client::Client::connect(
-        member_endpoints(&client, NS, "accounts-from-uri").await,
-        Some(options().with_user(user.clone(), password.clone())),
+    let read = as_user(
+        &member_endpoints(&client, NS, "accounts-from-uri").await,
+        (user.as_str(), password.as_str()),
+        "the cluster restored from the URI read as root",
+        async |etcd| etcd.get("balance", None).await,
     )
-    .await
-    .unwrap();
-    let read = etcd.get("balance", None).await.unwrap();
+    .await;
     assert_eq!(read.kvs()[0].value_str().unwrap(), "42");
 
     // That the password appears nowhere else is `secrets_stay_secret`'s.
