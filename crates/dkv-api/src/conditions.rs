@@ -69,6 +69,9 @@ pub mod reasons {
     /// A change is due but waits for a safe moment (a member unhealthy,
     /// quorum at risk); the message says what it waits for.
     pub const WAITING: &str = "WaitingForSafety";
+    /// A member waits on 3.6 for a snapshot past the entries etcd 3.5
+    /// wrote before it may move onto 3.7.
+    pub const WAITING_FOR_SNAPSHOT: &str = "WaitingForSnapshot";
     /// Member volumes are growing to `spec.storage.size`.
     pub const EXPANDING_VOLUMES: &str = "ExpandingVolumes";
     /// cert-manager has not issued a certificate the members need yet.

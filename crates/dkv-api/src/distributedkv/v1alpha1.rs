@@ -869,6 +869,26 @@ pub struct RolloutStatus {
     /// back; cleared by the next edit of the spec.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rolled_back: Option<RolledBack>,
+    /// How far etcd 3.5 (or older) wrote the cluster's log: set while a
+    /// voter runs 3.5, and completed with the log's index once every voter
+    /// runs 3.6 or later. etcd 3.7 cannot replay such an entry, so a member
+    /// moves from 3.6 to 3.7 only once it has taken a snapshot past it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub etcd35_log: Option<Etcd35Log>,
+}
+
+/// The part of a cluster's raft log that etcd 3.5 (or older) may have
+/// written (see [`RolloutStatus::etcd35_log`]).
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct Etcd35Log {
+    /// etcd's cluster ID (hexadecimal) the log belongs to: a restore starts
+    /// a new cluster, whose log holds nothing older.
+    pub cluster_id: String,
+    /// The highest index of that log once every voter ran 3.6 or later
+    /// (entries up to it may be 3.5's); absent while a voter still runs 3.5.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub through_index: Option<u64>,
 }
 
 /// The fields of a spec the members' pod template is built from, as they

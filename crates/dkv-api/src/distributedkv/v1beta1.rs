@@ -26,7 +26,7 @@ pub use super::v1alpha1::{
     SecretReference, StorageSpec, TlsMode, TlsSpec, TlsTransport,
 };
 pub use super::v1alpha1::{
-    RolledBack, RolloutFailurePolicy, RolloutSpec, RolloutStatus, RunningSpec,
+    Etcd35Log, RolledBack, RolloutFailurePolicy, RolloutSpec, RolloutStatus, RunningSpec,
 };
 
 distributedkv_spec!("v1beta1", BackupSpec);

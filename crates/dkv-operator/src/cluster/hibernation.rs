@@ -191,6 +191,7 @@ mod tests {
             reachable: healthy,
             leader: ordinal == 0,
             raft_index: 10,
+            applied_index: 10,
             version: None,
             cluster_id: 7,
             storage_version: None,

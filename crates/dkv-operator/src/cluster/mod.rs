@@ -30,6 +30,7 @@ pub(crate) mod dereference;
 pub(crate) mod diff;
 pub(crate) mod downgrade;
 pub mod error;
+pub(crate) mod etcd35_log;
 pub mod etcd_access;
 pub(crate) mod execute;
 pub mod hibernation;

@@ -255,6 +255,7 @@ pub fn member_pods(
                             .and_then(|m| m.strip_prefix(STARTED_FOR_REPLACEMENT))
                             .is_some_and(|rest| rest.split_whitespace().next() == Some(token))
                     }),
+                    snapshot_count: init_arg(pod, "--snapshot-count").and_then(|v| v.parse().ok()),
                 },
                 endpoint,
                 restore_failure: restore_failure(pod),
@@ -294,6 +295,12 @@ fn refused_as_corrupt(pod: &Pod) -> bool {
 
 /// The `--bootstrap-size` the pod's member-init container runs with.
 fn started_bootstrap_size(pod: &Pod) -> Option<i32> {
+    init_arg(pod, "--bootstrap-size")?.parse().ok()
+}
+
+/// The value of `--flag=value` among the arguments of the pod's member-init
+/// container.
+fn init_arg<'a>(pod: &'a Pod, flag: &str) -> Option<&'a str> {
     pod.spec
         .as_ref()?
         .init_containers
@@ -303,9 +310,7 @@ fn started_bootstrap_size(pod: &Pod) -> Option<i32> {
         .args
         .iter()
         .flatten()
-        .find_map(|a| a.strip_prefix("--bootstrap-size="))?
-        .parse()
-        .ok()
+        .find_map(|a| a.strip_prefix(flag)?.strip_prefix('='))
 }
 
 /// The status of the pod's `member-init` container.
@@ -456,6 +461,7 @@ pub async fn observe_members(
                 reachable: status.is_some(),
                 leader: status.as_ref().is_some_and(|s| s.leader == member.id),
                 raft_index: status.as_ref().map_or(0, |s| s.raft_index),
+                applied_index: status.as_ref().map_or(0, |s| s.raft_applied_index),
                 version: status.as_ref().and_then(|s| EtcdVersion::parse(&s.version)),
                 cluster_id: status.as_ref().map_or(0, |s| s.cluster_id),
                 storage_version: status

@@ -11,6 +11,7 @@
 use dkv_api::distributedkv::v1beta1::OperationKind;
 use k8s_openapi::api::apps::v1::StatefulSet;
 
+use super::etcd35_log;
 use super::membership::{self, Observation, ObservedMember, Pinned, Step};
 use super::membership_record::{ClusterState, MembershipRecord, RecordedMember};
 use super::naming;
@@ -306,11 +307,13 @@ pub fn plan(
         .filter_map(|m| naming::ordinal_of(&cluster.name, &m.name))
         .max()
         .map_or(bootstrap_size, |highest| highest + 1);
+    let pods: Vec<_> = view.pods.iter().map(|p| p.view.clone()).collect();
+    let unsnapshotted = etcd35_log::pending(cluster.etcd35_log, view.members.as_deref(), &pods);
     let step = membership::next_step(&Observation {
         desired_size: cluster.size,
         desired_version: cluster.version,
         members: view.members.clone(),
-        pods: view.pods.iter().map(|p| p.view.clone()).collect(),
+        pods,
         replicas: sts.spec.replicas.unwrap_or(replicas),
         pinned: view.pinned,
         space_alarm: view.space_alarm,
@@ -323,6 +326,7 @@ pub fn plan(
         corrupt: view.corrupt.clone(),
         replace_corrupt: view.replace_corrupt,
         downgrade: view.downgrade.clone(),
+        unsnapshotted,
     });
     Plan::new(
         replicas,

@@ -16,10 +16,11 @@
 //! etcd 3.7 cannot replay a log entry that 3.5 wrote: a member whose log
 //! since its last snapshot still holds one panics on 3.7 ("unmarshal should
 //! never fail", found here; etcd snapshots every 10,000 entries). So before
-//! 3.6 → 3.7 each member must have taken a snapshot on 3.6; the upgrade test
-//! drives that many writes first, another restarts the members on 3.6 with
-//! `snapshotCount: 1` instead. dkv does not check it yet (see
-//! docs/operations.md, "Upgrade etcd").
+//! 3.6 → 3.7 each member must have taken a snapshot on 3.6, and dkv holds
+//! each member on 3.6 until it surely has (`WaitingForSnapshot`, see
+//! docs/operations.md, "Upgrade etcd"). The upgrade test asks for 3.7 right
+//! after 3.6, sees dkv hold every member there, then drives enough writes;
+//! another restarts the members on 3.6 with `snapshotCount: 1` first.
 
 use std::time::{Duration, Instant};
 
@@ -170,6 +171,45 @@ async fn write_past_a_snapshot(client: &Client) {
     );
 }
 
+/// Asks for 3.7 before any member took a snapshot past 3.5's entries: dkv
+/// reports `WaitingForSnapshot` naming a member, and for a while restarts
+/// none (every member still runs 3.6.16, each pod its first run on it).
+async fn held_on_3_6_until_a_snapshot(client: &Client, dkvs: &Api<DistributedKV>) {
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), NS);
+    let uids = |list: Vec<k8s_openapi::api::core::v1::Pod>| {
+        let mut uids: Vec<String> = list.into_iter().filter_map(|p| p.metadata.uid).collect();
+        uids.sort();
+        uids
+    };
+    let before = uids(pods.list(&Default::default()).await.unwrap().items);
+    patch_spec(dkvs, "orders", json!({"image": V37})).await;
+    let held = wait_for(
+        dkvs,
+        "orders",
+        "Progressing=True, WaitingForSnapshot",
+        |d| condition_reason(d, "Progressing", "True").as_deref() == Some("WaitingForSnapshot"),
+    )
+    .await;
+    let message = support::etcd_cluster::condition_message(
+        &dkvs.get("orders").await.unwrap(),
+        "Progressing",
+        Some("True"),
+    );
+    assert!(
+        message.contains("orders-") && message.contains("snapshot"),
+        "{message}"
+    );
+    eprintln!("held on 3.6 after {held:?}: {message}");
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let d = dkvs.get("orders").await.unwrap();
+    assert!(settled_on(&d, "3.6.16"), "{:?}", d.status);
+    assert_eq!(
+        uids(pods.list(&Default::default()).await.unwrap().items),
+        before,
+        "no member pod restarted while held"
+    );
+}
+
 /// How a cluster born on 3.5 and now on 3.6 is readied for 3.7: each member
 /// must take a snapshot past every entry 3.5 wrote.
 enum Readying {
@@ -217,8 +257,19 @@ async fn upgrades_3_5_30_to_3_6_to_3_7(readying: Readying) {
 
     upgrade(&client, &dkvs, V36, "3.6.16").await;
     assert_eq!(version_column(&env), "3.6.16");
+    let recorded = dkvs.get("orders").await.unwrap();
+    let log = recorded
+        .status
+        .as_ref()
+        .and_then(|s| s.rollout.as_ref())
+        .and_then(|r| r.etcd35_log.as_ref())
+        .expect("status records how far 3.5 wrote the log");
+    assert!(log.through_index.is_some(), "{log:?}");
     match readying {
-        Readying::Writes => write_past_a_snapshot(&client).await,
+        Readying::Writes => {
+            held_on_3_6_until_a_snapshot(&client, &dkvs).await;
+            write_past_a_snapshot(&client).await;
+        }
         Readying::SnapshotCountOne => restart_with_snapshot_count_one(&env, &dkvs).await,
     }
     upgrade(&client, &dkvs, V37, "3.7.3").await;

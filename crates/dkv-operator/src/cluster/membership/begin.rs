@@ -154,6 +154,9 @@ pub(super) fn unpinned_step(obs: &Observation) -> Step {
         if let Some(step) = obs.downgrade_step(next) {
             return step;
         }
+        if let Some(reason) = obs.snapshot_wait(next) {
+            return Step::Wait(reason);
+        }
         return Step::Begin(Pinned {
             kind: OperationKind::UpgradeMember,
             ordinal: next.ordinal,

@@ -11,7 +11,8 @@
 //! - a leader is never removed or restarted while it leads: leadership moves
 //!   to a healthy follower first;
 //! - a member moves down a minor line only once etcd's downgrade lets it
-//!   ([`DowngradeGate::Open`]);
+//!   ([`DowngradeGate::Open`]), and onto 3.7 only once its log holds no
+//!   entry etcd 3.5 wrote ([`Observation::unsnapshotted`]);
 //! - a missing or unready pod is waited for, never scaled away.
 //!
 //! Members are identified by ordinal: member `k` is pod `<cluster>-k`, whose
@@ -45,6 +46,8 @@ pub struct ObservedMember {
     pub reachable: bool,
     pub leader: bool,
     pub raft_index: u64,
+    /// The index of the last entry it applied (what its snapshots follow).
+    pub applied_index: u64,
     pub version: Option<EtcdVersion>,
     /// etcd's cluster ID as the member reports it (0: it did not answer).
     pub cluster_id: u64,
@@ -86,6 +89,8 @@ pub struct ObservedPod {
     /// `member-init` started this member for the `ReplaceMember` pinned now
     /// (its data from before set aside).
     pub replaced: bool,
+    /// The `--snapshot-count` its member-init passes to etcd, if set.
+    pub snapshot_count: Option<u64>,
 }
 
 /// A member whose pod is bound to a lost node (see
@@ -170,6 +175,22 @@ pub struct Observation {
     pub replace_corrupt: bool,
     /// etcd's side of a downgrade (see `cluster/downgrade.rs`).
     pub downgrade: DowngradeGate,
+    /// The voters whose log since their newest snapshot may still hold an
+    /// entry etcd 3.5 wrote: none moves onto 3.7 (see
+    /// `cluster/etcd35_log.rs`).
+    pub unsnapshotted: Vec<SnapshotPending>,
+}
+
+/// A voter that may still replay an entry etcd 3.5 wrote, which etcd 3.7
+/// cannot: it must take a snapshot on 3.6 first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SnapshotPending {
+    pub ordinal: i32,
+    /// The entries it has applied (`None` while a voter still runs 3.5 and
+    /// where 3.5's entries end is not known yet).
+    pub applied: Option<u64>,
+    /// The applied index by which it has surely taken one.
+    pub needed: Option<u64>,
 }
 
 /// Whether members may restart onto an older minor version, as etcd's
@@ -307,6 +328,9 @@ pub enum WaitReason {
     /// The downgrade is enabled; members are rewriting their data for the
     /// target before any may restart on the older version.
     DowngradeMigrating,
+    /// Member `ordinal` would move onto 3.7 before it took a snapshot past
+    /// the entries etcd 3.5 wrote (see `cluster/etcd35_log.rs`).
+    SnapshotBefore37(SnapshotPending),
 }
 
 impl Observation {
@@ -394,6 +418,20 @@ impl Observation {
                 Some(Step::Wait(WaitReason::DowngradeMigrating))
             }
         }
+    }
+
+    /// Why member `m` may not restart onto the spec's version yet, when
+    /// that moves it onto 3.7 while its log may hold an entry 3.5 wrote.
+    fn snapshot_wait(&self, m: &ObservedMember) -> Option<WaitReason> {
+        let onto_3_7 = self.desired_version.minor_line() >= (3, 7)
+            && m.version.is_some_and(|v| v.minor_line() < (3, 7));
+        if !onto_3_7 {
+            return None;
+        }
+        self.unsnapshotted
+            .iter()
+            .find(|p| p.ordinal == m.ordinal)
+            .map(|p| WaitReason::SnapshotBefore37(*p))
     }
 
     fn runs_desired_version(&self, m: &ObservedMember) -> bool {
@@ -539,6 +577,7 @@ pub(crate) mod fixtures {
             reachable: true,
             leader: ordinal == 0,
             raft_index: 1000,
+            applied_index: 1000,
             version: Some(V35),
             cluster_id: 7,
             storage_version: None,
@@ -559,6 +598,7 @@ pub(crate) mod fixtures {
             tls_serial: None,
             revision: Some("rev-1".to_owned()),
             replaced: false,
+            snapshot_count: None,
         }
     }
 }

@@ -16,6 +16,7 @@ use super::faults::{
 use super::messages::{operation_reason, step_detail, wait_message};
 use super::{Observation, Want, serving_endpoints, set_condition, with_backups};
 use crate::cluster::dereference::formed_before;
+use crate::cluster::etcd35_log;
 use crate::cluster::hibernation::State as HibernationState;
 use crate::cluster::membership::{ObservedMember, Step, WaitReason, quorum};
 use crate::cluster::naming;
@@ -181,6 +182,13 @@ pub(super) fn compute(
                 "etcd refuses to downgrade to {}: {message}; no member was touched. Set the image back to the version the members run, or fix what etcd names",
                 obs.cluster.version
             ),
+        }
+    } else if let Step::Wait(reason @ WaitReason::SnapshotBefore37(_)) = &obs.plan.step {
+        Want {
+            type_: types::PROGRESSING,
+            status: true,
+            reason: reasons::WAITING_FOR_SNAPSHOT,
+            message: wait_message(&obs.cluster.name, reason),
         }
     } else if let Some(step) = downgrade_step_message(obs) {
         Want {
@@ -430,10 +438,15 @@ pub(super) fn compute(
         }
         _ => obs.cluster.last_good.clone(),
     };
-    let rollout = (last_good.is_some() || rolled_back.is_some()).then(|| RolloutStatus {
-        last_good,
-        rolled_back: rolled_back.clone(),
-    });
+    let etcd35_log = etcd35_log::next(&voters, obs.cluster.etcd35_log).map(|r| r.to_status());
+    let rollout =
+        (last_good.is_some() || rolled_back.is_some() || etcd35_log.is_some()).then(|| {
+            RolloutStatus {
+                last_good,
+                rolled_back: rolled_back.clone(),
+                etcd35_log,
+            }
+        });
 
     let recorded = i32::try_from(obs.plan.record.members.len()).unwrap_or(members);
     let (available, progressing, degraded, phase) = hibernating(

@@ -78,6 +78,19 @@ pub(super) fn wait_message(cluster: &str, reason: &WaitReason) -> String {
         WaitReason::DowngradeMigrating => {
             "etcd's downgrade is enabled; waiting for every member to rewrite its data for the older version before the first restarts on it".to_owned()
         }
+        WaitReason::SnapshotBefore37(pending) => {
+            let member = naming::member(cluster, pending.ordinal);
+            let progress = match (pending.applied, pending.needed) {
+                (Some(applied), Some(needed)) => format!(
+                    "; it takes one within {} more entries (it has applied {applied} of {needed}). Writes get it there, or set spec.etcd.snapshotCount: 1 with the image back on 3.6 (see \"Upgrade etcd\" in docs/operations.md)",
+                    needed.saturating_sub(applied)
+                ),
+                _ => String::new(),
+            };
+            format!(
+                "member {member} has not taken a snapshot on 3.6 past the entries etcd 3.5 wrote, which etcd 3.7 cannot replay: it stays on 3.6 until it has{progress}"
+            )
+        }
         WaitReason::RestoreInProgress => {
             "recreating the cluster from its newest backup: waiting for every member to start from it (old data is moved aside, not deleted)".to_owned()
         }

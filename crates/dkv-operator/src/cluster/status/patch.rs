@@ -160,6 +160,7 @@ mod tests {
                     reason: "ImagePullBackOff".into(),
                     at: Time(jiff::Timestamp::UNIX_EPOCH),
                 }),
+                etcd35_log: None,
             }),
             ..DistributedKVStatus::default()
         };
@@ -167,6 +168,7 @@ mod tests {
             rollout: Some(RolloutStatus {
                 last_good: Some(good),
                 rolled_back: None,
+                etcd35_log: None,
             }),
             ..DistributedKVStatus::default()
         };

@@ -126,6 +126,8 @@ pub struct ValidatedCluster {
     /// The rollback in effect for this generation of the spec: the cluster
     /// is then validated and built from `last_good`.
     pub rolled_back: Option<RolledBack>,
+    /// How far etcd 3.5 wrote the log (`status.rollout.etcd35Log`).
+    pub etcd35_log: Option<crate::cluster::etcd35_log::Record>,
 }
 
 impl ValidatedCluster {
@@ -394,6 +396,12 @@ fn validate_as_written(
             running: running_spec(dkv),
             last_good: last_good(dkv),
             rolled_back: None,
+            etcd35_log: dkv
+                .status
+                .as_ref()
+                .and_then(|s| s.rollout.as_ref())
+                .and_then(|r| r.etcd35_log.as_ref())
+                .and_then(crate::cluster::etcd35_log::Record::from_status),
         }),
         _ => Err(InvalidSpec(problems.0)),
     }

@@ -2,6 +2,7 @@
 //! submodules.
 
 mod downgrades;
+mod etcd37;
 mod invariants;
 mod lost_nodes;
 mod recovery;
@@ -46,6 +47,7 @@ fn cluster(size: i32, desired: i32) -> Observation {
         corrupt: Vec::new(),
         replace_corrupt: false,
         downgrade: DowngradeGate::Open,
+        unsnapshotted: Vec::new(),
     }
 }
 
