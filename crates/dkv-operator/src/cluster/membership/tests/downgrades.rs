@@ -10,13 +10,7 @@ const V36: EtcdVersion = EtcdVersion::new(3, 6, 16);
 /// Three healthy voters on 3.6 (pods and etcd alike); the spec asks for
 /// 3.5; etcd's side of the downgrade is `gate`.
 fn downgrading(gate: DowngradeGate) -> Observation {
-    let mut obs = cluster(3, 3);
-    for m in obs.members.as_mut().unwrap() {
-        m.version = Some(V36);
-    }
-    for p in &mut obs.pods {
-        p.version = Some(V36);
-    }
+    let mut obs = cluster_on(V36);
     obs.downgrade = gate;
     obs
 }

@@ -10,13 +10,7 @@ const V37: EtcdVersion = EtcdVersion::new(3, 7, 3);
 /// Three healthy voters on 3.6 (pods and etcd alike); the spec asks for
 /// 3.7; member 2 has not taken its snapshot past 3.5's entries.
 fn upgrading_to_3_7() -> Observation {
-    let mut obs = cluster(3, 3);
-    for m in obs.members.as_mut().unwrap() {
-        m.version = Some(V36);
-    }
-    for p in &mut obs.pods {
-        p.version = Some(V36);
-    }
+    let mut obs = cluster_on(V36);
     obs.desired_version = V37;
     obs.unsnapshotted = vec![SnapshotPending {
         ordinal: 2,
@@ -52,13 +46,8 @@ fn a_member_short_of_its_snapshot_waits_and_others_do_not_go_first() {
 #[test]
 fn moves_that_do_not_reach_3_7_never_wait_for_a_snapshot() {
     // 3.5 -> 3.6: the record is open, every member is listed; no matter.
-    let mut obs = upgrading_to_3_7();
-    for m in obs.members.as_mut().unwrap() {
-        m.version = Some(V35);
-    }
-    for p in &mut obs.pods {
-        p.version = Some(V35);
-    }
+    let mut obs = cluster_on(V35);
+    obs.unsnapshotted = upgrading_to_3_7().unsnapshotted;
     obs.desired_version = V36;
     assert_eq!(next_step(&obs), begin(OperationKind::UpgradeMember, 2));
     // Other restarts on 3.6 (a new template) neither.

@@ -51,6 +51,18 @@ fn cluster(size: i32, desired: i32) -> Observation {
     }
 }
 
+/// Three healthy voters whose pods and etcd alike run `version`.
+fn cluster_on(version: EtcdVersion) -> Observation {
+    let mut obs = cluster(3, 3);
+    for m in obs.members.as_mut().unwrap() {
+        m.version = Some(version);
+    }
+    for p in &mut obs.pods {
+        p.version = Some(version);
+    }
+    obs
+}
+
 fn begin(kind: OperationKind, ordinal: i32) -> Step {
     Step::Begin(Pinned { kind, ordinal })
 }
