@@ -6,7 +6,7 @@
 # runs every section and writes bench/results.md and bench/results.json.
 #
 #   bench/run.sh                       # everything (~30 min on 2 cores)
-#   bench/run.sh --only footprint      # one section (footprint, ops, backup, continuous, pitr, nodes)
+#   bench/run.sh --only footprint      # one section (footprint, ops, backup, continuous, pitr, nodes, upgrade, releases)
 #   bench/run.sh --counts 100 --backup-size-mib 256   # smaller, quicker
 #
 # Extra arguments go to the harness (`--help` lists them). Results of a
@@ -17,6 +17,9 @@ cd "$(dirname "$0")/.."
 scripts/install-prerequisites.sh
 # The backup section's S3 server (the harness would build it on first use too).
 scripts/install-s3s-fs.sh
+# etcd 3.6 and 3.7 for the releases section (built from Go modules once).
+source scripts/lib/build-once.sh
+build_etcd_releases
 
 echo "== building (release profile)"
 cargo build --release --locked -p dkv-backup --features testing --example backup_throughput

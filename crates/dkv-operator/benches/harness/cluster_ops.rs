@@ -40,7 +40,7 @@ use crate::support::etcd_cluster::{
     member_endpoints, settled_at,
 };
 
-const NS: &str = "ops";
+pub(crate) const NS: &str = "ops";
 const CLUSTER: &str = "orders";
 const UPGRADED: &str = "upgraded";
 /// The cluster of the rolling restart and the storage growth.
@@ -801,7 +801,7 @@ async fn script_rolling_restart(
     client: &Client,
     dkvs: &Api<DistributedKV>,
 ) -> anyhow::Result<ScriptRoll> {
-    pause(dkvs).await?;
+    pause(dkvs, ROLLED).await?;
     let mut remaining: Vec<String> = member_pods(client)
         .await?
         .into_iter()
@@ -819,7 +819,7 @@ async fn script_rolling_restart(
     let started = Instant::now();
     let mut steps = Vec::new();
     while !remaining.is_empty() {
-        let leader = etcd_leader(client, Duration::from_secs(30)).await?;
+        let leader = etcd_leader(client, ROLLED, Duration::from_secs(30)).await?;
         let Some(next) = next_member(&remaining, &leader) else {
             break;
         };
@@ -832,7 +832,7 @@ async fn script_rolling_restart(
     let (leaders, _term) = monitor.stop().await;
     let report = writer.stop().await;
     let lost = lost_writes(client, NS, ROLLED, &report.acked).await.len();
-    resume(dkvs).await?;
+    resume(dkvs, ROLLED).await?;
     Ok(ScriptRoll {
         took,
         steps,
@@ -842,12 +842,12 @@ async fn script_rolling_restart(
     })
 }
 
-/// Sets `dkv.io/reconcile-paused: "true"` on [`ROLLED`] and waits until the
+/// Sets `dkv.io/reconcile-paused: "true"` on `cluster` and waits until the
 /// operator says so (`Progressing=False/ReconcilePaused`): from then on it
 /// reports status and changes nothing.
-async fn pause(dkvs: &Api<DistributedKV>) -> anyhow::Result<()> {
+pub(crate) async fn pause(dkvs: &Api<DistributedKV>, cluster: &str) -> anyhow::Result<()> {
     dkvs.patch(
-        ROLLED,
+        cluster,
         &PatchParams::default(),
         &Patch::Merge(json!({"metadata": {"annotations": {
             dkv_api::labels::RECONCILE_PAUSED: "true"}}})),
@@ -856,7 +856,7 @@ async fn pause(dkvs: &Api<DistributedKV>) -> anyhow::Result<()> {
     .context("setting dkv.io/reconcile-paused")?;
     wait_until(
         dkvs,
-        ROLLED,
+        cluster,
         "Progressing=False/ReconcilePaused",
         Duration::from_secs(60),
         |d| {
@@ -868,13 +868,13 @@ async fn pause(dkvs: &Api<DistributedKV>) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Removes `dkv.io/reconcile-paused` from [`ROLLED`] and waits until the
-/// operator reports it [`converged_at`] its generation again (the script
-/// left every pod on the same template: nothing is due).
-async fn resume(dkvs: &Api<DistributedKV>) -> anyhow::Result<()> {
+/// Removes `dkv.io/reconcile-paused` from `cluster` and waits until the
+/// operator reports it [`converged_at`] its generation again (whatever the
+/// script left that differs from the spec rolls out first).
+pub(crate) async fn resume(dkvs: &Api<DistributedKV>, cluster: &str) -> anyhow::Result<()> {
     let resumed = dkvs
         .patch(
-            ROLLED,
+            cluster,
             &PatchParams::default(),
             &Patch::Merge(json!({"metadata": {"annotations": {
                 dkv_api::labels::RECONCILE_PAUSED: null}}})),
@@ -887,7 +887,7 @@ async fn resume(dkvs: &Api<DistributedKV>) -> anyhow::Result<()> {
         .context("the patched cluster has no generation")?;
     wait_until(
         dkvs,
-        ROLLED,
+        cluster,
         "3 healthy voters, Converged after the pause",
         Duration::from_secs(300),
         |d| converged_at(d, generation),
@@ -896,28 +896,32 @@ async fn resume(dkvs: &Api<DistributedKV>) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The name of the member that leads [`ROLLED`], as etcd says (`etcdctl
+/// The name of the member that leads `cluster`, as etcd says (`etcdctl
 /// endpoint status` and `member list`); retried until `timeout` while no
 /// member answers with a leader.
-async fn etcd_leader(client: &Client, timeout: Duration) -> anyhow::Result<String> {
+pub(crate) async fn etcd_leader(
+    client: &Client,
+    cluster: &str,
+    timeout: Duration,
+) -> anyhow::Result<String> {
     let started = Instant::now();
     loop {
-        let last = match leader_once(client).await {
+        let last = match leader_once(client, cluster).await {
             Ok(name) => return Ok(name),
             Err(e) => e,
         };
         if started.elapsed() > timeout {
-            return Err(last.context(format!("no leader of {ROLLED} known within {timeout:?}")));
+            return Err(last.context(format!("no leader of {cluster} known within {timeout:?}")));
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 
 /// One attempt of [`etcd_leader`].
-async fn leader_once(client: &Client) -> anyhow::Result<String> {
-    let mut etcd = connect(member_endpoints(client, NS, ROLLED).await)
+async fn leader_once(client: &Client, cluster: &str) -> anyhow::Result<String> {
+    let mut etcd = connect(member_endpoints(client, NS, cluster).await)
         .await
-        .with_context(|| format!("connecting to {ROLLED}"))?;
+        .with_context(|| format!("connecting to {cluster}"))?;
     let leader = etcd
         .status()
         .await
@@ -936,7 +940,7 @@ async fn leader_once(client: &Client) -> anyhow::Result<String> {
 
 /// Which of the `remaining` member pods the script restarts next: dkv's
 /// order, followers first (the highest ordinal first), the leader last.
-fn next_member(remaining: &[String], leader: &str) -> Option<String> {
+pub(crate) fn next_member(remaining: &[String], leader: &str) -> Option<String> {
     remaining
         .iter()
         .max_by_key(|name| (name.as_str() != leader, ordinal(name)))
@@ -954,7 +958,11 @@ fn ordinal(pod: &str) -> i64 {
 /// delete pod`), then waits until the pod the StatefulSet controller
 /// re-creates is Ready and its member answers a linearizable read; how long
 /// (seconds) from the delete.
-async fn restart_member_pod(client: &Client, name: &str, timeout: Duration) -> anyhow::Result<f64> {
+pub(crate) async fn restart_member_pod(
+    client: &Client,
+    name: &str,
+    timeout: Duration,
+) -> anyhow::Result<f64> {
     let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
     let old_uid = pods
         .get(name)
@@ -1108,7 +1116,7 @@ async fn storage_growth(
 
 /// Whether the cluster says `Progressing=False/Converged` for `generation`
 /// or later (status and condition alike) with 3 healthy voters.
-fn converged_at(d: &DistributedKV, generation: i64) -> bool {
+pub(crate) fn converged_at(d: &DistributedKV, generation: i64) -> bool {
     let Some(status) = &d.status else {
         return false;
     };

@@ -26,6 +26,7 @@ mod nodes;
 mod operator_process;
 mod operator_upgrade;
 mod pitr;
+mod releases;
 mod report;
 
 use dkv_test_support as support;
@@ -65,11 +66,11 @@ struct Args {
     #[arg(long, default_value_t = 100)]
     upgrade_clusters: usize,
     /// Sections to run (footprint, ops, backup, continuous, pitr, nodes,
-    /// upgrade).
+    /// upgrade, releases).
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "footprint,ops,backup,continuous,pitr,nodes,upgrade"
+        default_value = "footprint,ops,backup,continuous,pitr,nodes,upgrade,releases"
     )]
     only: Vec<String>,
     /// Passed by `cargo bench` to every bench target; nothing to do with it.
@@ -234,6 +235,46 @@ const METRICS: &[(&str, &str, &str)] = &[
         "≤ 2 × rate in any minute",
     ),
     (
+        "createOnEtcd35Seconds",
+        "create → Available on etcd 3.5.30",
+        "≤ 1.5 × the bare script",
+    ),
+    (
+        "createOnEtcd36Seconds",
+        "create → Available on etcd 3.6.16",
+        "≤ 1.5 × the bare script",
+    ),
+    (
+        "createOnEtcd37Seconds",
+        "create → Available on etcd 3.7.3",
+        "≤ 1.5 × the bare script",
+    ),
+    (
+        "rollbackOnEtcd35Seconds",
+        "rollback of a failed rollout on etcd 3.5.30",
+        "≤ 1.5 × by hand",
+    ),
+    (
+        "rollbackOnEtcd36Seconds",
+        "rollback of a failed rollout on etcd 3.6.16",
+        "≤ 1.5 × by hand",
+    ),
+    (
+        "rollbackOnEtcd37Seconds",
+        "rollback of a failed rollout on etcd 3.7.3",
+        "≤ 1.5 × by hand",
+    ),
+    (
+        "upgradeToEtcd36Seconds",
+        "rolling upgrade 3.5.30 → 3.6.16",
+        "≤ 1.5 × by hand",
+    ),
+    (
+        "upgradeToEtcd37Seconds",
+        "rolling upgrade 3.6.16 → 3.7.3",
+        "≤ 1.5 × by hand",
+    ),
+    (
         "acknowledgedWritesLost",
         "acknowledged writes lost in fault scenarios (outside deliberate quorum loss)",
         "0",
@@ -262,6 +303,12 @@ fn section_of(id: &str) -> &'static str {
         "pitrRestoreVsFullRestore" => "pitr",
         "lostNodeToVoterSeconds" | "drainThreeNodesSeconds" | "kubeLocalRss3NodesMiB" => "nodes",
         "memberRestartsOnOperatorUpgrade" | "memberUpgradesPerMinute" => "upgrade",
+        id if id.starts_with("createOnEtcd")
+            || id.starts_with("rollbackOnEtcd")
+            || id.starts_with("upgradeToEtcd") =>
+        {
+            "releases"
+        }
         _ => "footprint",
     }
 }
@@ -472,6 +519,33 @@ async fn run(args: Args) -> anyhow::Result<()> {
         }
     } else {
         failures.push(("upgrade", "not selected (--only)".into()));
+    }
+
+    if wanted("releases") {
+        eprintln!("bench: etcd releases against the same steps by hand");
+        let (dkv, work) = (dkv.clone(), work.clone());
+        let section = tokio::spawn(async move {
+            let mut out = cluster_ops::Output::default();
+            let result = releases::run(
+                releases::Settings {
+                    dkv: &dkv,
+                    work: &work,
+                },
+                &mut out,
+            )
+            .await;
+            (out, result)
+        });
+        take_output(
+            "releases",
+            section.await,
+            &mut metrics,
+            &mut reliability,
+            &mut context,
+            &mut failures,
+        );
+    } else {
+        failures.push(("releases", "not selected (--only)".into()));
     }
 
     // The invariant, summed over the fault scenarios that ran.
