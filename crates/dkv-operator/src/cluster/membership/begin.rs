@@ -118,6 +118,11 @@ pub(super) fn unpinned_step(obs: &Observation) -> Step {
         // The lowest free ordinal: after a quorum recovery from a survivor
         // other than member 0, the members below it are re-added.
         let ordinal = (0..).find(|o| obs.member(*o).is_none()).unwrap_or(voters);
+        // A new member on 3.7 would be sent the leader's log since its
+        // newest snapshot: not while that may hold an entry 3.5 wrote.
+        if let Some(reason) = obs.leader().and_then(|l| obs.snapshot_wait(l)) {
+            return Step::Wait(reason);
+        }
         return Step::Begin(Pinned {
             kind: OperationKind::AddLearner,
             ordinal,

@@ -56,3 +56,19 @@ fn moves_that_do_not_reach_3_7_never_wait_for_a_snapshot() {
     restart.pods[2].revision = Some("rev-0".to_owned());
     assert_eq!(next_step(&restart), begin(OperationKind::RestartMember, 2));
 }
+
+#[test]
+fn no_member_joins_on_3_7_while_the_leader_s_log_may_hold_3_5_s_entries() {
+    // Held for the leader's snapshot: a scale-up waits too (the learner
+    // would be sent the leader's log since its snapshot).
+    let mut obs = upgrading_to_3_7();
+    obs.desired_size = 4;
+    obs.unsnapshotted[0].ordinal = 0;
+    assert_eq!(
+        next_step(&obs),
+        Step::Wait(WaitReason::SnapshotBefore37(obs.unsnapshotted[0]))
+    );
+    // Only a follower short of its snapshot: the learner may join.
+    obs.unsnapshotted[0].ordinal = 2;
+    assert_eq!(next_step(&obs), begin(OperationKind::AddLearner, 3));
+}
