@@ -14,18 +14,7 @@ phase() {
   printf '== [%dm%02ds] %s\n' $((SECONDS / 60)) $((SECONDS % 60)) "$1"
 }
 
-# build_once DIR FILE SCRIPT [ARGS...]: `SCRIPT ARGS... DIR` (a build.sh
-# under go/), unless DIR/FILE is there already; built aside and moved in
-# whole, so an interrupted build is not taken for a finished one.
-build_once() {
-  local dir=$1 file=$2 script=$3
-  shift 3
-  [ -x "$dir/$file" ] && return 0
-  rm -rf "$dir.partial"
-  nice -n 10 bash "$script" "$@" "$dir.partial"
-  rm -rf "$dir"
-  mv "$dir.partial" "$dir"
-}
+source scripts/lib/build-once.sh
 
 scripts/install-prerequisites.sh
 # The Azure and GCS servers of the backup tests (not the demo's: it needs no
@@ -57,10 +46,7 @@ done
 phase "etcd 3.6 and 3.7 for their tests (built from Go modules once, then cached)"
 # No Debian release carries them; `dkv local up --etcd 3.6` builds them on
 # first use the same way. The demo needs neither (nor Go).
-ETCD_TOOLS="${DKV_TOOLS_DIR:-$PWD/.tools}"
-for release in 3.6:3.6.16 3.7:3.7.3; do
-  build_once "$ETCD_TOOLS/etcd-${release#*:}/usr/bin" etcd go/etcd/build.sh "${release%%:*}"
-done
+build_etcd_releases
 
 phase "bbolt-poke, the corruption test's tool (built from Go modules once, then cached)"
 # corruption_on_kube_local.rs changes a stopped member's data with it; the
