@@ -133,20 +133,7 @@ pub async fn run(settings: Settings<'_>, out: &mut Output) -> anyhow::Result<()>
     )
     .await
     .context("creating the cluster")?;
-    let available = wait_until(
-        &dkvs,
-        CLUSTER,
-        "Available=True",
-        Duration::from_secs(300),
-        |d| {
-            d.status
-                .iter()
-                .flat_map(|s| &s.conditions)
-                .any(|c| c.type_ == "Available" && c.status == "True")
-        },
-    )
-    .await?
-    .as_secs_f64();
+    let available = wait_available(&dkvs, CLUSTER).await?;
     out.metrics.push(Metric::measured(
         "createToAvailableSeconds",
         "create → Available, 3 members (real etcd on kube-local)",
@@ -1410,6 +1397,25 @@ async fn etcd_restarts(pods: &Api<Pod>, pod: &str) -> i32 {
         .and_then(|s| s.container_statuses)
         .and_then(|cs| cs.into_iter().find(|c| c.name == "etcd"))
         .map_or(0, |c| c.restart_count)
+}
+
+/// Waits (up to 300 s) until `name` says `Available=True`; how long that
+/// took, in seconds.
+pub(crate) async fn wait_available(dkvs: &Api<DistributedKV>, name: &str) -> anyhow::Result<f64> {
+    let took = wait_until(
+        dkvs,
+        name,
+        "Available=True",
+        Duration::from_secs(300),
+        |d| {
+            d.status
+                .iter()
+                .flat_map(|s| &s.conditions)
+                .any(|c| c.type_ == "Available" && c.status == "True")
+        },
+    )
+    .await?;
+    Ok(took.as_secs_f64())
 }
 
 /// Polls (every 250 ms, up to `timeout`) until `check` holds for the

@@ -523,19 +523,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
 
     if wanted("releases") {
         eprintln!("bench: etcd releases against the same steps by hand");
-        let (dkv, work) = (dkv.clone(), work.clone());
-        let section = tokio::spawn(async move {
-            let mut out = cluster_ops::Output::default();
-            let result = releases::run(
-                releases::Settings {
-                    dkv: &dkv,
-                    work: &work,
-                },
-                &mut out,
-            )
-            .await;
-            (out, result)
-        });
+        let section = tokio::spawn(releases::run(dkv.clone(), work.clone()));
         take_output(
             "releases",
             section.await,

@@ -23,7 +23,7 @@
 //! dkv's rollouts run with a writer; its acknowledged and lost writes are
 //! in the notes.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
@@ -37,7 +37,7 @@ use serde_json::json;
 use crate::bare_etcd::BareCluster;
 use crate::cluster_ops::{
     NS, Output, converged_at, etcd_leader, next_member, pause, restart_member_pod, resume,
-    wait_until,
+    wait_available, wait_until,
 };
 use crate::operator_process::OperatorProcess;
 use crate::report::{Baseline, Goal, Metric};
@@ -78,11 +78,6 @@ const DEADLINE: Duration = Duration::from_secs(30);
 const FAILING_FLAG: &str = "max-concurrent-streams";
 const FAILING_VALUE: &str = "lots";
 
-pub struct Settings<'a> {
-    pub dkv: &'a Path,
-    pub work: &'a Path,
-}
-
 fn progress(step: &str) {
     eprintln!("bench: releases: {step}");
 }
@@ -92,7 +87,15 @@ fn median(mut values: Vec<f64>) -> f64 {
     values.get(values.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
-pub async fn run(settings: Settings<'_>, out: &mut Output) -> anyhow::Result<()> {
+/// The section, on its own: the operator binary `dkv`, scratch space under
+/// `work`; what it measured, and how it ended.
+pub async fn run(dkv: PathBuf, work: PathBuf) -> (Output, anyhow::Result<()>) {
+    let mut out = Output::default();
+    let result = measure(&dkv, &work, &mut out).await;
+    (out, result)
+}
+
+async fn measure(dkv: &Path, work: &Path, out: &mut Output) -> anyhow::Result<()> {
     let mut bare_creates = Vec::new();
     for release in &RELEASES {
         progress(&format!(
@@ -101,9 +104,7 @@ pub async fn run(settings: Settings<'_>, out: &mut Output) -> anyhow::Result<()>
         ));
         let mut runs = Vec::new();
         for round in 0..3u8 {
-            let dir = settings
-                .work
-                .join(format!("bare-{}-{round}", release.version));
+            let dir = work.join(format!("bare-{}-{round}", release.version));
             let (bare, took) = BareCluster::start(release.version, &dir, round)
                 .await
                 .with_context(|| format!("creating {}", dir.display()))?;
@@ -125,8 +126,8 @@ pub async fn run(settings: Settings<'_>, out: &mut Output) -> anyhow::Result<()>
     let env = support::environment(true).await;
     let client = env.client();
     support::create_namespace(&client, NS).await;
-    let log = settings.work.join("operator-releases.log");
-    let operator = OperatorProcess::start(settings.dkv, env.kubeconfig_path(), &log).await?;
+    let log = work.join("operator-releases.log");
+    let operator = OperatorProcess::start(dkv, env.kubeconfig_path(), &log).await?;
     let dkvs: Api<DistributedKV> = Api::namespaced(client.clone(), NS);
 
     for (release, bare) in RELEASES.iter().zip(bare_creates) {
@@ -219,20 +220,7 @@ async fn create(dkvs: &Api<DistributedKV>, name: &str, release: &Release) -> any
     )
     .await
     .with_context(|| format!("creating {name}"))?;
-    let available = wait_until(
-        dkvs,
-        name,
-        "Available=True",
-        Duration::from_secs(300),
-        |d| {
-            d.status
-                .iter()
-                .flat_map(|s| &s.conditions)
-                .any(|c| c.type_ == "Available" && c.status == "True")
-        },
-    )
-    .await?
-    .as_secs_f64();
+    let available = wait_available(dkvs, name).await?;
     wait_until(
         dkvs,
         name,
@@ -248,6 +236,22 @@ async fn create(dkvs: &Api<DistributedKV>, name: &str, release: &Release) -> any
     )
     .await?;
     Ok(available)
+}
+
+/// Merges `spec` into `cluster`'s spec (`kubectl patch --type merge`);
+/// the object as the API server answered (with its new generation).
+async fn merge_spec(
+    dkvs: &Api<DistributedKV>,
+    cluster: &str,
+    spec: serde_json::Value,
+) -> anyhow::Result<DistributedKV> {
+    dkvs.patch(
+        cluster,
+        &PatchParams::default(),
+        &Patch::Merge(json!({ "spec": spec })),
+    )
+    .await
+    .with_context(|| format!("editing {cluster}'s spec"))
 }
 
 /// The member pods of `cluster` (not being deleted), by name.
@@ -365,14 +369,12 @@ async fn rollback(
     let writer = Writer::start(client.clone(), NS, cluster);
     tokio::time::sleep(Duration::from_secs(2)).await;
     let started = Instant::now();
-    let edited = dkvs
-        .patch(
-            cluster,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"etcd": {"extraArgs": {FAILING_FLAG: FAILING_VALUE}}}})),
-        )
-        .await
-        .with_context(|| format!("editing {cluster}'s etcd settings"))?;
+    let edited = merge_spec(
+        dkvs,
+        cluster,
+        json!({"etcd": {"extraArgs": {FAILING_FLAG: FAILING_VALUE}}}),
+    )
+    .await?;
     let generation = edited.metadata.generation.unwrap_or_default();
     wait_until(
         dkvs,
@@ -395,14 +397,7 @@ async fn rollback(
     let took = started.elapsed().as_secs_f64();
     let report = writer.stop().await;
     let lost = lost_writes(client, NS, cluster, &report.acked).await;
-    let reverted = dkvs
-        .patch(
-            cluster,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"etcd": null}})),
-        )
-        .await
-        .with_context(|| format!("removing {cluster}'s failing setting"))?;
+    let reverted = merge_spec(dkvs, cluster, json!({"etcd": null})).await?;
     let generation = reverted.metadata.generation.unwrap_or_default();
     wait_until(
         dkvs,
@@ -437,13 +432,7 @@ async fn upgrade_by_hand(
     pause(dkvs, &twin).await?;
     // The spec says `to` too, so that the operator finds nothing to undo
     // when it resumes.
-    dkvs.patch(
-        &twin,
-        &PatchParams::default(),
-        &Patch::Merge(json!({"spec": {"image": to.image}})),
-    )
-    .await
-    .with_context(|| format!("editing {twin}'s image"))?;
+    merge_spec(dkvs, &twin, json!({"image": to.image})).await?;
     let sets: Api<StatefulSet> = Api::namespaced(client.clone(), NS);
     let (index, _) = template_container(&sets, &twin, false, "etcd").await?;
     let started = Instant::now();
@@ -484,13 +473,7 @@ async fn upgrade(
     let writer = Writer::start(client.clone(), NS, cluster);
     tokio::time::sleep(Duration::from_secs(2)).await;
     let started = Instant::now();
-    dkvs.patch(
-        cluster,
-        &PatchParams::default(),
-        &Patch::Merge(json!({"spec": {"image": to.image}})),
-    )
-    .await
-    .with_context(|| format!("upgrading {cluster}"))?;
+    merge_spec(dkvs, cluster, json!({"image": to.image})).await?;
     wait_until(
         dkvs,
         cluster,
