@@ -872,10 +872,21 @@ pub(crate) async fn resume(dkvs: &Api<DistributedKV>, cluster: &str) -> anyhow::
         .metadata
         .generation
         .context("the patched cluster has no generation")?;
+    wait_converged(dkvs, cluster, generation, "after the pause").await
+}
+
+/// Waits (up to 300 s) until `cluster` is [`converged_at`] `generation`;
+/// `when` says after what, for the error.
+pub(crate) async fn wait_converged(
+    dkvs: &Api<DistributedKV>,
+    cluster: &str,
+    generation: i64,
+    when: &str,
+) -> anyhow::Result<()> {
     wait_until(
         dkvs,
         cluster,
-        "3 healthy voters, Converged after the pause",
+        &format!("3 healthy voters, Converged {when}"),
         Duration::from_secs(300),
         |d| converged_at(d, generation),
     )

@@ -37,7 +37,7 @@ use serde_json::json;
 use crate::bare_etcd::BareCluster;
 use crate::cluster_ops::{
     NS, Output, converged_at, etcd_leader, next_member, pause, restart_member_pod, resume,
-    wait_available, wait_until,
+    wait_available, wait_converged, wait_until,
 };
 use crate::operator_process::OperatorProcess;
 use crate::report::{Baseline, Goal, Metric};
@@ -399,14 +399,7 @@ async fn rollback(
     let lost = lost_writes(client, NS, cluster, &report.acked).await;
     let reverted = merge_spec(dkvs, cluster, json!({"etcd": null})).await?;
     let generation = reverted.metadata.generation.unwrap_or_default();
-    wait_until(
-        dkvs,
-        cluster,
-        "converged after the setting was removed",
-        Duration::from_secs(300),
-        |d| converged_at(d, generation),
-    )
-    .await?;
+    wait_converged(dkvs, cluster, generation, "after the setting was removed").await?;
     Ok((
         took,
         format!(
