@@ -1,6 +1,6 @@
 //! Whether a rollout has stalled (pure): a member restarted onto the new
-//! pod template that has not become Ready and healthy in etcd within
-//! `spec.rollout.progressDeadline`. Under `onFailure: Pause` that is
+//! pod template that has not become Ready and healthy in etcd, on the minor
+//! line the spec asks for, within `spec.rollout.progressDeadline`. Under `onFailure: Pause` that is
 //! reported; under `Rollback` the status records a rollback, and from the
 //! next pass on the cluster is validated — so built and planned — from the
 //! spec that last ran on every member (see `validate::rollout`): the
@@ -31,7 +31,8 @@ pub struct Stalled {
 /// StatefulSet's template, `update_revision`, is not the one recorded as
 /// last good, and the spec's template fields differ from the last good
 /// ones) and a pod on the new template has been not Ready, or its member
-/// not healthy, for longer than the deadline. Nothing while a rollback is
+/// not healthy or on another minor line than the spec's version (an image
+/// whose tag does not say what it holds), for longer than the deadline. Nothing while a rollback is
 /// already in effect, nor before any spec is recorded as good.
 pub fn stalled(
     cluster: &ValidatedCluster,
@@ -50,12 +51,17 @@ pub fn stalled(
     {
         return None;
     }
+    let member =
+        |pod: &MemberPod| members.and_then(|ms| ms.iter().find(|m| m.ordinal == pod.view.ordinal));
+    let wrong_version = |pod: &MemberPod| {
+        member(pod)
+            .and_then(|m| m.version)
+            .filter(|v| v.minor_line() != cluster.version.minor_line())
+    };
     let serving = |pod: &MemberPod| {
         pod.view.ready
-            && members.is_some_and(|ms| {
-                ms.iter()
-                    .any(|m| m.ordinal == pod.view.ordinal && m.healthy && !m.learner)
-            })
+            && member(pod).is_some_and(|m| m.healthy && !m.learner)
+            && wrong_version(pod).is_none()
     };
     pods.iter()
         .filter(|p| p.view.revision.as_deref() == Some(update_revision) && !serving(p))
@@ -65,10 +71,14 @@ pub fn stalled(
         .map(|(pod, waited)| Stalled {
             pod: naming::member(&cluster.name, pod.view.ordinal),
             waited,
-            why: pod.problem.as_ref().map_or_else(
-                || "its member is not healthy in etcd".to_owned(),
-                |p| p.message.clone(),
-            ),
+            why: match (&pod.problem, wrong_version(pod)) {
+                (Some(problem), _) => problem.message.clone(),
+                (None, Some(running)) => format!(
+                    "etcd reports version {running} for its member, not the {} the spec asks for",
+                    cluster.version
+                ),
+                (None, None) => "its member is not healthy in etcd".to_owned(),
+            },
             roll_back: cluster.rollout.on_failure == RolloutFailurePolicy::Rollback,
         })
 }
@@ -168,6 +178,19 @@ mod tests {
         );
         // Ready, but etcd does not report it healthy: not back yet.
         assert!(stalled(&cluster, Some("rev-2"), &serving, Some(&members()), at(300)).is_some());
+        // Ready and healthy, but on another minor line than the spec's
+        // (an image holding another etcd than its tag says): no progress.
+        let mut other = healthy.clone();
+        other[2].version = Some(crate::etcd_version::EtcdVersion::new(3, 4, 23));
+        let mut running = serving.clone();
+        running[2].problem = None;
+        let found = stalled(&cluster, Some("rev-2"), &running, Some(&other), at(300))
+            .unwrap_or_else(|| panic!("stalled"));
+        assert!(
+            found.why.contains("etcd reports version 3.4.23"),
+            "{}",
+            found.why
+        );
         // A member failing on the template that last ran everywhere is a
         // fault, not a rollout to undo.
         assert_eq!(
