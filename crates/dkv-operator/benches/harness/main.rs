@@ -357,6 +357,19 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let mut reliability = Vec::new();
     let mut context = Vec::new();
     let mut failures: Vec<(&'static str, String)> = Vec::new();
+    // A section's output added to the report's (see `take_output`).
+    macro_rules! take {
+        ($section:expr, $joined:expr) => {
+            take_output(
+                $section,
+                $joined,
+                &mut metrics,
+                &mut reliability,
+                &mut context,
+                &mut failures,
+            )
+        };
+    }
     let wanted = |s: &str| args.only.iter().any(|o| o == s);
 
     if wanted("footprint") {
@@ -396,14 +409,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             .await;
             (out, result)
         });
-        take_output(
-            "ops",
-            section.await,
-            &mut metrics,
-            &mut reliability,
-            &mut context,
-            &mut failures,
-        );
+        take!("ops", section.await);
     } else {
         failures.push(("ops", "not selected (--only)".into()));
     }
@@ -487,14 +493,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             .await;
             (out, result)
         });
-        take_output(
-            "nodes",
-            section.await,
-            &mut metrics,
-            &mut reliability,
-            &mut context,
-            &mut failures,
-        );
+        take!("nodes", section.await);
     } else {
         failures.push(("nodes", "not selected (--only)".into()));
     }
@@ -524,14 +523,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     if wanted("releases") {
         eprintln!("bench: etcd releases against the same steps by hand");
         let section = tokio::spawn(releases::run(dkv.clone(), work.clone()));
-        take_output(
-            "releases",
-            section.await,
-            &mut metrics,
-            &mut reliability,
-            &mut context,
-            &mut failures,
-        );
+        take!("releases", section.await);
     } else {
         failures.push(("releases", "not selected (--only)".into()));
     }
