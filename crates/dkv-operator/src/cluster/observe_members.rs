@@ -247,6 +247,10 @@ pub fn member_pods(
                         .get(super::tls::SERIAL_ANNOTATION)
                         .cloned(),
                     revision: pod.labels().get(REVISION_LABEL).cloned(),
+                    member_side: pod
+                        .annotations()
+                        .get(super::member_side::MEMBER_SIDE_ANNOTATION)
+                        .cloned(),
                     replaced: replacement.is_some_and(|token| {
                         member_init(pod)
                             .and_then(current_termination)

@@ -193,6 +193,38 @@ pub fn update_revision(sts: &StatefulSet) -> Option<String> {
         .flatten()
 }
 
+/// The member-side hash of the StatefulSet's template, when that template
+/// runs no restore steps. The hash leaves the restore steps out
+/// ([`super::build::statefulset::member_side_hash`]), so a pod stamped with
+/// it was created from this template, or from the same one with the restore
+/// steps a new cluster's members start with: either way it runs it (see
+/// [`super::membership::ObservedPod::runs_template`]). `None` while the
+/// template restores, so that a recovery's restore steps do restart every
+/// member.
+pub fn settled_template(sts: &StatefulSet) -> Option<String> {
+    let template = &sts.spec.template;
+    let restores = template
+        .spec
+        .as_ref()
+        .and_then(|s| s.init_containers.as_ref())
+        .is_some_and(|containers| {
+            containers.iter().any(|c| {
+                c.name == super::restore::FETCH_CONTAINER
+                    || c.name == super::restore::RESTORE_CONTAINER
+            })
+        });
+    if restores {
+        return None;
+    }
+    template
+        .metadata
+        .as_ref()?
+        .annotations
+        .as_ref()?
+        .get(super::member_side::MEMBER_SIDE_ANNOTATION)
+        .cloned()
+}
+
 /// The plan of a cluster that exists (its membership record says so) but
 /// whose StatefulSet is gone: deleted with its pods orphaned, by dkv
 /// re-creating it with a new claim template or by hand. It is re-created as
@@ -321,6 +353,7 @@ pub fn plan(
         restore_allowed: view.restore_allowed,
         desired_tls_serial: view.tls_serial.clone(),
         update_revision: update_revision(sts),
+        settled_template: settled_template(sts),
         stranded: view.stranded.clone(),
         terminating: view.terminating.clone(),
         corrupt: view.corrupt.clone(),

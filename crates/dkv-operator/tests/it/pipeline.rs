@@ -1363,6 +1363,7 @@ fn a_formed_cluster_whose_statefulset_is_gone_gets_it_back_unchanged_not_bootstr
             restored: false,
             tls_serial: None,
             revision: None,
+            member_side: None,
             replaced: false,
             snapshot_count: None,
         },

@@ -257,6 +257,55 @@ async fn a_backup_restores_into_a_new_cluster_and_a_corrupted_one_starts_nothing
         );
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
+    // ... and dropping the steps restarted no member: they ran once, before
+    // each member first started. The members are still the pods that ran
+    // them, once the StatefulSet's controller and the operator's passes
+    // have seen the new template (a restart, one member at a time, would
+    // begin within a second or two).
+    support::eventually(
+        "the StatefulSet's controller to see the template",
+        Duration::from_secs(30),
+        Duration::from_millis(250),
+        async || {
+            let sts = statefulsets.get("copy").await.ok()?;
+            (sts.status.and_then(|s| s.observed_generation) == sts.metadata.generation)
+                .then_some(())
+        },
+    )
+    .await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    for _ in 0..20 {
+        let members = pods
+            .list(&ListParams::default().labels(&format!(
+                "dkv.io/cluster=copy,{}=etcd",
+                dkv_api::labels::COMPONENT_KEY
+            )))
+            .await
+            .unwrap()
+            .items;
+        assert_eq!(members.len(), 3);
+        for pod in &members {
+            let steps: Vec<&str> = pod
+                .spec
+                .iter()
+                .flat_map(|s| s.init_containers.iter().flatten())
+                .map(|c| c.name.as_str())
+                .collect();
+            assert_eq!(
+                steps,
+                ["restore-fetch", "restore", "member-init"],
+                "{} was re-created after the restore",
+                pod.metadata.name.as_deref().unwrap_or_default()
+            );
+        }
+        let copy = dkvs.get("copy").await.unwrap();
+        assert!(
+            support::etcd_cluster::settled_at(&copy, 3),
+            "the copy left its settled state: {:?}",
+            copy.status
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
 
     // A corrupted artifact: refused by the fetch step, no etcd ever starts.
     let key = Location::parse(&artifact.uri)

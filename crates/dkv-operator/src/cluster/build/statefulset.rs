@@ -168,9 +168,20 @@ pub fn built_member_side(cluster: &ValidatedCluster, plan: &Plan, code: &str) ->
 }
 
 /// The member-side hash of the template this pass builds, with the
-/// operator's member-side `code` ([`member_side::code`]).
+/// operator's member-side `code` ([`member_side::code`]). The restore steps
+/// are left out: once a restored cluster has formed, its template drops
+/// them and the members, which ran them once before they first started,
+/// run that template already ([`crate::cluster::plan::settled_template`]).
 pub fn member_side_hash(cluster: &ValidatedCluster, plan: &Plan, code: &str) -> String {
-    member_side::hash(&pod_template(cluster, plan), &cluster.operator_image, code)
+    let steady = Plan {
+        restore: None,
+        ..plan.clone()
+    };
+    member_side::hash(
+        &pod_template(cluster, &steady),
+        &cluster.operator_image,
+        code,
+    )
 }
 
 fn pod_template(cluster: &ValidatedCluster, plan: &Plan) -> PodTemplateSpec {

@@ -86,11 +86,26 @@ pub struct ObservedPod {
     /// The StatefulSet revision of the template the pod was created from
     /// (its `controller-revision-hash` label).
     pub revision: Option<String>,
+    /// The member-side hash its template was stamped with (see
+    /// [`crate::cluster::member_side`]).
+    pub member_side: Option<String>,
     /// `member-init` started this member for the `ReplaceMember` pinned now
     /// (its data from before set aside).
     pub replaced: bool,
     /// The `--snapshot-count` its member-init passes to etcd, if set.
     pub snapshot_count: Option<u64>,
+}
+
+impl ObservedPod {
+    /// Whether the pod runs the StatefulSet's template of `revision`:
+    /// created from it, or, once that template runs no restore steps (its
+    /// member-side hash `settled`), from one that differed only by them.
+    /// The restore steps run once, before a member first starts; dropping
+    /// them from the template restarts no member.
+    pub fn runs_template(&self, revision: &str, settled: Option<&str>) -> bool {
+        self.revision.as_deref() == Some(revision)
+            || settled.is_some_and(|hash| self.member_side.as_deref() == Some(hash))
+    }
 }
 
 /// A member whose pod is bound to a lost node (see
@@ -163,6 +178,10 @@ pub struct Observation {
     /// (the rollout's target is not known yet). Pods on another revision
     /// restart onto it, one at a time.
     pub update_revision: Option<String>,
+    /// The member-side hash of that template once it runs no restore steps
+    /// ([`crate::cluster::plan::settled_template`]): a pod started with the
+    /// restore steps and otherwise the same template runs it already.
+    pub settled_template: Option<String>,
     /// Members whose pod is bound to a lost node.
     pub stranded: Vec<Stranded>,
     /// Ordinals whose member pod is being deleted (`deletionTimestamp` set):
@@ -380,7 +399,9 @@ impl Observation {
     /// (unknown revisions count as not current).
     fn on_current_template(&self, ordinal: i32) -> bool {
         match (&self.update_revision, self.pod(ordinal)) {
-            (Some(wanted), Some(pod)) => pod.revision.as_ref() == Some(wanted),
+            (Some(wanted), Some(pod)) => {
+                pod.runs_template(wanted, self.settled_template.as_deref())
+            }
             _ => false,
         }
     }
@@ -597,6 +618,7 @@ pub(crate) mod fixtures {
             restored: false,
             tls_serial: None,
             revision: Some("rev-1".to_owned()),
+            member_side: None,
             replaced: false,
             snapshot_count: None,
         }

@@ -6,7 +6,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::Observation;
 use crate::cluster::backup_catalogue::FailedRun;
-use crate::cluster::plan::update_revision;
+use crate::cluster::plan::{settled_template, update_revision};
 use crate::cluster::volumes::{VOLUME_GRACE, Volumes};
 use crate::cluster::{lost_node, naming};
 
@@ -177,10 +177,11 @@ pub(super) fn rollout_pending(obs: &Observation<'_>) -> Option<String> {
             "the members' template changed; 0 of {members} members known to run it yet"
         ));
     };
+    let settled = settled_template(sts);
     let current = obs
         .pods
         .iter()
-        .filter(|p| p.view.revision.as_ref() == Some(&revision))
+        .filter(|p| p.view.runs_template(&revision, settled.as_deref()))
         .count();
     (current < members).then(|| {
         format!("{current} of {members} members run the current template; the others restart one at a time")

@@ -42,6 +42,7 @@ fn cluster(size: i32, desired: i32) -> Observation {
         restore_allowed: false,
         desired_tls_serial: None,
         update_revision: Some("rev-1".to_owned()),
+        settled_template: None,
         stranded: Vec::new(),
         terminating: Vec::new(),
         corrupt: Vec::new(),

@@ -303,3 +303,24 @@ fn a_member_pod_already_being_deleted_is_waited_for_not_deleted_again() {
         Step::Wait(WaitReason::PodTerminating { ordinal: 2 })
     );
 }
+
+#[test]
+fn members_that_started_with_the_restore_steps_are_not_restarted_to_drop_them() {
+    // A restored cluster has formed: its template dropped the restore steps
+    // (a new revision) and is otherwise the one its members started from,
+    // the member-side hash of both.
+    let mut obs = cluster(3, 3);
+    obs.update_revision = Some("rev-2".to_owned());
+    obs.settled_template = Some("same".to_owned());
+    for pod in &mut obs.pods {
+        pod.member_side = Some("same".to_owned());
+    }
+    assert_eq!(next_step(&obs), Step::Converged);
+    // Anything else that changed the template restarts them as usual.
+    obs.settled_template = Some("other".to_owned());
+    assert_eq!(next_step(&obs), begin(OperationKind::RestartMember, 2));
+    // A template that restores (a recovery from backup) has no settled
+    // hash: its steps must run, so every member restarts onto it.
+    obs.settled_template = None;
+    assert_eq!(next_step(&obs), begin(OperationKind::RestartMember, 2));
+}
