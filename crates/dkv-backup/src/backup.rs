@@ -113,11 +113,32 @@ pub async fn take_backup_until(
     };
     let Prepared {
         store,
-        location,
         source,
         snapshot,
         taken_at,
     } = prepared;
+    // Whether to compress is decided on the snapshot's start; the name
+    // says what was decided.
+    let (sample, rest) = tokio::select! {
+        biased;
+        () = stop.as_mut() => return Err(Error::Cancelled),
+        sampled = sample(snapshot, SAMPLE_BYTES) => sampled?,
+    };
+    let encoding = request.encoding.for_sample(&sample);
+    if encoding != request.encoding {
+        tracing::info!(
+            sampled = sample.iter().map(Bytes::len).sum::<usize>(),
+            "the snapshot's start does not compress; storing it uncompressed"
+        );
+    }
+    let location = artifact::artifact_location(
+        &request.destination,
+        &request.namespace,
+        &request.cluster,
+        taken_at,
+        &encoding,
+    );
+    let snapshot = futures::stream::iter(sample.into_iter().map(Ok)).chain(rest);
     // The key count and hash are read while the store completes the
     // upload: etcd's HashKV and the store's assembly of the parts overlap
     // instead of adding up.
@@ -127,7 +148,7 @@ pub async fn take_backup_until(
         &source.endpoint,
         snapshot,
         request.upload,
-        &request.encoding,
+        &encoding,
         stop.as_mut(),
         content_at(admin, &source.endpoint, source.revision),
     )
@@ -140,8 +161,8 @@ pub async fn take_backup_until(
         revision: source.revision,
         etcd_version: source.etcd_version,
         taken_at,
-        compression: request.encoding.compression().map(str::to_owned),
-        encryption_key_id: request.encoding.key_id().map(str::to_owned),
+        compression: encoding.compression().map(str::to_owned),
+        encryption_key_id: encoding.key_id().map(str::to_owned),
         content,
     };
     if let Err(err) = artifact::write_sidecar(&store, &artifact).await {
@@ -171,12 +192,34 @@ async fn content_at(
     }
 }
 
+type SnapshotChunks = Pin<Box<dyn Stream<Item = Result<Bytes>> + Send>>;
+
 struct Prepared {
     store: Store,
-    location: Location,
     source: crate::source::SnapshotSource,
-    snapshot: Pin<Box<dyn Stream<Item = Result<Bytes>> + Send>>,
+    snapshot: SnapshotChunks,
     taken_at: Timestamp,
+}
+
+/// How much of the snapshot's start decides whether it is compressed
+/// ([`Encoding::for_sample`]): a few hundred etcd pages, a few
+/// milliseconds of zstd.
+const SAMPLE_BYTES: usize = 4 * 1024 * 1024;
+
+/// The first chunks of `snapshot`, at least `size` bytes of them unless it
+/// ends first, and the rest of the stream.
+async fn sample(mut snapshot: SnapshotChunks, size: usize) -> Result<(Vec<Bytes>, SnapshotChunks)> {
+    let mut chunks = Vec::new();
+    let mut taken = 0;
+    while taken < size {
+        let Some(chunk) = snapshot.next().await else {
+            break;
+        };
+        let chunk = chunk?;
+        taken += chunk.len();
+        chunks.push(chunk);
+    }
+    Ok((chunks, snapshot))
 }
 
 /// Everything up to an open snapshot stream: the name, the store, the
@@ -188,18 +231,29 @@ async fn prepare(
 ) -> Result<Prepared> {
     request.upload.check()?;
     let taken_at = artifact::whole_seconds(request.taken_at);
-    let location = artifact::artifact_location(
-        &request.destination,
-        &request.namespace,
-        &request.cluster,
-        taken_at,
-        &request.encoding,
-    );
-    let store = Store::open(&location, config)?;
-    if store.exists(location.path()).await? {
-        return Err(Error::AlreadyExists {
-            uri: location.to_string(),
-        });
+    // Either name the backup may take ([`Encoding::for_sample`]): a backup
+    // taken again at the same second never overwrites, nor adds a second
+    // artifact beside, the first.
+    let named = |encoding: &Encoding| {
+        artifact::artifact_location(
+            &request.destination,
+            &request.namespace,
+            &request.cluster,
+            taken_at,
+            encoding,
+        )
+    };
+    let uncompressed = Encoding {
+        compress: false,
+        ..request.encoding.clone()
+    };
+    let store = Store::open(&named(&request.encoding), config)?;
+    for location in [named(&request.encoding), named(&uncompressed)] {
+        if store.exists(location.path()).await? {
+            return Err(Error::AlreadyExists {
+                uri: location.to_string(),
+            });
+        }
     }
 
     let source = choose_snapshot_source(admin, &request.seed_endpoints).await?;
@@ -208,7 +262,6 @@ async fn prepare(
         member = %source.member,
         leader = source.is_leader,
         revision = source.revision,
-        uri = %location,
         "streaming snapshot"
     );
     let snapshot = admin
@@ -228,7 +281,6 @@ async fn prepare(
         .boxed();
     Ok(Prepared {
         store,
-        location,
         source,
         snapshot,
         taken_at,
@@ -569,13 +621,14 @@ mod tests {
         assert_eq!(std::fs::read(&object).unwrap(), data);
     }
 
-    #[tokio::test]
-    async fn a_compressed_and_encrypted_backup_decodes_to_the_snapshot_with_its_key() {
-        let dir = tempfile::tempdir().unwrap();
-        let data = fake_snapshot(24 * 1024);
-        let admin = OneMember::new(data.clone());
+    /// A backup of `data` asked to be compressed and encrypted, and its key.
+    async fn compressed_and_encrypted(
+        dir: &std::path::Path,
+        data: &[u8],
+    ) -> (Artifact, crate::encryption::Key) {
+        let admin = OneMember::new(data.to_vec());
         let key = crate::encryption::Key::parse(&[42; 32]).unwrap();
-        let mut request = request(dir.path());
+        let mut request = request(dir);
         request.encoding = Encoding {
             compress: true,
             key: Some(key.clone()),
@@ -583,6 +636,14 @@ mod tests {
         let artifact = take_backup(&admin, &StoreConfig::default(), &request)
             .await
             .unwrap();
+        (artifact, key)
+    }
+
+    #[tokio::test]
+    async fn a_compressed_and_encrypted_backup_decodes_to_the_snapshot_with_its_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = fake_snapshot(24 * 1024);
+        let (artifact, key) = compressed_and_encrypted(dir.path(), &data).await;
         let object = dir
             .path()
             .join("backups/shop/orders/orders-20261122-060012.db.zst.enc");
@@ -595,6 +656,45 @@ mod tests {
         assert!(crate::encryption::is_encrypted(&stored));
         let keys = crate::encryption::Keyring::from(key);
         assert_eq!(crate::encoding::decode_all(&keys, &stored).unwrap(), data);
+    }
+
+    /// An etcd-like snapshot of `len` bytes of noise, then its sha256.
+    fn incompressible_snapshot(len: usize) -> Vec<u8> {
+        let mut db = crate::testing::incompressible(3, len);
+        let hash = Sha256::digest(&db);
+        db.extend_from_slice(&hash);
+        db
+    }
+
+    #[tokio::test]
+    async fn a_snapshot_that_does_not_compress_is_stored_uncompressed_and_named_so() {
+        let dir = tempfile::tempdir().unwrap();
+        // Larger than the sample: the decision holds for the whole stream.
+        let data = incompressible_snapshot(SAMPLE_BYTES + 3 * MIN_PART_SIZE);
+        let (artifact, key) = compressed_and_encrypted(dir.path(), &data).await;
+        let object = dir
+            .path()
+            .join("backups/shop/orders/orders-20261122-060012.db.enc");
+        assert_eq!(artifact.uri, format!("file://{}", object.display()));
+        assert_eq!(artifact.compression, None);
+        assert_eq!(artifact.encryption_key_id.as_deref(), Some(key.id()));
+        let stored = std::fs::read(&object).unwrap();
+        assert_eq!(artifact.sha256, format!("{:x}", Sha256::digest(&stored)));
+        let keys = crate::encryption::Keyring::from(key.clone());
+        assert_eq!(crate::encoding::decode_all(&keys, &stored).unwrap(), data);
+
+        // Taken again at the same second, under either name: refused.
+        let compressible = OneMember::new(fake_snapshot(24 * 1024));
+        let mut request = request(dir.path());
+        request.encoding = Encoding {
+            compress: true,
+            key: Some(key),
+        };
+        let again = take_backup(&compressible, &StoreConfig::default(), &request).await;
+        assert!(
+            matches!(again, Err(Error::AlreadyExists { .. })),
+            "{again:?}"
+        );
     }
 
     #[tokio::test]

@@ -19,6 +19,26 @@ const ZSTD_MAGIC: [u8; 4] = [0x28, 0xB5, 0x2F, 0xFD];
 /// faster than the upload it saves, and most of the ratio of higher levels.
 const ZSTD_LEVEL: i32 = 3;
 
+/// The share of its size that compression must save on the start of a
+/// snapshot for the whole snapshot to be compressed
+/// ([`Encoding::for_sample`]). etcd's pages of text, JSON or protobuf save
+/// well over half.
+pub const WORTHWHILE_SAVING: f64 = 0.05;
+
+/// A writer that keeps only the number of bytes written to it.
+struct ByteCount(u64);
+
+impl std::io::Write for ByteCount {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0 += buf.len() as u64;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 /// How to write an object.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Encoding {
@@ -59,6 +79,32 @@ impl Encoding {
     /// `Some("zstd")` when compressed: the artifact record's `compression`.
     pub fn compression(&self) -> Option<&'static str> {
         self.compress.then_some("zstd")
+    }
+
+    /// This encoding, without compression when the `sample` (the start of
+    /// the object, in pieces) shows it not worth its CPU time: zstd at the
+    /// level it would use saves less than [`WORTHWHILE_SAVING`] of it.
+    /// Values stored already compressed or encrypted do not shrink, and
+    /// compressing them would only slow the backup down. An empty sample
+    /// keeps the encoding.
+    pub fn for_sample<B: AsRef<[u8]>>(&self, sample: &[B]) -> Encoding {
+        let size: usize = sample.iter().map(|piece| piece.as_ref().len()).sum();
+        if !self.compress || size == 0 {
+            return self.clone();
+        }
+        let compressed = (|| -> std::io::Result<u64> {
+            let mut zstd = zstd::stream::write::Encoder::new(ByteCount(0), ZSTD_LEVEL)?;
+            for piece in sample {
+                zstd.write_all(piece.as_ref())?;
+            }
+            Ok(zstd.finish()?.0)
+        })();
+        // Unmeasurable: compress, as asked.
+        let saves = compressed.map_or(1.0, |bytes| 1.0 - bytes as f64 / size as f64);
+        Encoding {
+            compress: saves >= WORTHWHILE_SAVING,
+            key: self.key.clone(),
+        }
     }
 
     /// The id of the key that encrypts, if any.
@@ -377,5 +423,36 @@ mod tests {
             ),
             "{err}"
         );
+    }
+
+    #[test]
+    fn a_start_that_does_not_compress_turns_compression_off_and_nothing_else() {
+        let noise = crate::testing::incompressible(7, 1 << 20);
+        let pieces: Vec<&[u8]> = noise.chunks(64 * 1024).collect();
+        assert_eq!(Encoding::default().for_sample(&pieces), Encoding::plain());
+        let sealed = Encoding {
+            compress: true,
+            key: Some(key(1)),
+        };
+        assert_eq!(
+            sealed.for_sample(&pieces),
+            Encoding {
+                compress: false,
+                key: Some(key(1)),
+            }
+        );
+        // What compresses stays compressed; what was not asked stays off.
+        let text = b"{\"id\": 1, \"kind\": \"order\", \"amount\": 12}\n".repeat(20_000);
+        assert_eq!(
+            Encoding::default().for_sample(&[&text[..]]),
+            Encoding::default()
+        );
+        assert_eq!(
+            Encoding::plain().for_sample(&[&text[..]]),
+            Encoding::plain()
+        );
+        // Nothing to judge by: as asked.
+        let empty: [&[u8]; 0] = [];
+        assert_eq!(Encoding::default().for_sample(&empty), Encoding::default());
     }
 }

@@ -403,7 +403,6 @@ pub async fn restore_single_member(
     .unwrap_or_else(|e| panic!("restoring {} as {name}: {e}", snapshot.display()));
 }
 
-/// A TCP port on 127.0.0.1 nothing listens on (at the time of asking).
 /// `len` bytes nothing can compress, the same for the same `seed`
 /// (xorshift: cheap; a test needs entropy, not randomness).
 pub fn incompressible(seed: u64, len: usize) -> Vec<u8> {
@@ -418,6 +417,7 @@ pub fn incompressible(seed: u64, len: usize) -> Vec<u8> {
         .collect()
 }
 
+/// A TCP port on 127.0.0.1 nothing listens on (at the time of asking).
 pub fn free_port() -> u16 {
     let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
         .unwrap_or_else(|e| panic!("binding a free port: {e}"));

@@ -177,7 +177,13 @@ pub async fn run(settings: Settings<'_>) -> anyhow::Result<(Vec<Metric>, Vec<(St
                 "≥ 1.2 × (the baseline's time over dkv's)",
             )
             .with_note(format!(
-                "dkv streams the snapshot to the store while etcd sends it; the baseline saves {etcdctl:.2} s, then uploads {boto:.2} s"
+                "dkv streams the snapshot to the store while etcd sends it, {}; the baseline saves {etcdctl:.2} s, then uploads {boto:.2} s",
+                match num("/storedBytes") {
+                    Ok(stored) if stored >= num("/snapshotBytes").unwrap_or(f64::MAX) =>
+                        "uncompressed (its start does not compress)".to_owned(),
+                    Ok(stored) => format!("zstd-compressed to {:.0} MiB", stored / f64::from(1 << 20)),
+                    Err(_) => "as encoded by default".to_owned(),
+                }
             )),
             Err(why) => Metric::not_measured(
                 "backupVsSaveAndUpload",
