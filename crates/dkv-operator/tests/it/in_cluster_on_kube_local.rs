@@ -8,7 +8,8 @@
 //! admission webhooks reached through their Service with the caBundle the
 //! operator injects.
 //!
-//! A cluster is created, scaled, backed up to a real S3 server and restored
+//! A cluster is created, scaled, its volumes grown, an etcd setting rolled
+//! out through evictions, backed up to a real S3 server and restored
 //! into a new cluster; the leader replica is killed while a writer runs, and
 //! the other replica takes over. The test fails on any request of the
 //! operator that RBAC refused, and reports every rule of deploy/'s RBAC that
@@ -69,6 +70,10 @@ const UNUSED_ON_PURPOSE: &[(&str, &str)] = &[
     (
         "dkv-operator dkv.io/distributedkvbackups/finalizers update",
         "as for clusters: backup Jobs are owned by their record with blockOwnerDeletion",
+    ),
+    (
+        "dkv-operator /pods delete",
+        "a member that is not serving, or one its disruption budget can never let go (a single-member cluster), is restarted by deleting its pod; serving members are evicted",
     ),
     (
         "dkv-operator /persistentvolumeclaims delete",
@@ -284,6 +289,42 @@ async fn installed_from_deploy_it_runs_under_its_own_rbac_and_survives_losing_it
         }) && settled_at(d, 4)
     })
     .await;
+
+    // An etcd setting changed: the members restart onto it one at a time,
+    // each through the eviction API within the cluster's disruption budget.
+    let generation = patch_spec(&dkvs, CLUSTER, json!({"etcd": {"logLevel": "warn"}}))
+        .await
+        .metadata
+        .generation
+        .unwrap();
+    wait_for(&dkvs, CLUSTER, "the log level rolled out, Converged", |d| {
+        d.status.as_ref().is_some_and(|s| {
+            s.observed_generation.is_some_and(|g| g >= generation)
+                && s.conditions
+                    .iter()
+                    .any(|c| c.type_ == "Progressing" && c.reason == "Converged")
+        }) && settled_at(d, 4)
+    })
+    .await;
+    let members = Api::<Pod>::namespaced(client.clone(), NS)
+        .list(&ListParams::default().labels(&format!("dkv.io/cluster={CLUSTER}")))
+        .await
+        .unwrap()
+        .items;
+    assert_eq!(members.len(), 4);
+    for pod in &members {
+        let args: Vec<&String> = pod
+            .spec
+            .iter()
+            .flat_map(|s| s.init_containers.iter().flatten())
+            .flat_map(|c| c.args.iter().flatten())
+            .collect();
+        assert!(
+            args.iter().any(|a| *a == "--log-level=warn"),
+            "{:?} does not run the edited template: {args:?}",
+            pod.metadata.name
+        );
+    }
 
     // Lose the leader replica: its process is killed (no lease release) and
     // its pod force-deleted, so it cannot come back under the same name.
