@@ -8,6 +8,7 @@
 //! a snapshot written by an older dkv, or by hand, still restores. Both
 //! directions are push-based and keep memory bounded.
 
+use std::borrow::Cow;
 use std::io::Write as _;
 
 use crate::encryption::{self, EncryptionError, Key, Keyring, Opener, Sealer};
@@ -229,10 +230,15 @@ impl Decoder {
         self.compressed
     }
 
-    /// Takes stored bytes; returns the content decoded so far.
-    pub fn update(&mut self, data: &[u8]) -> Result<Vec<u8>, CodecError> {
+    /// Takes stored bytes; returns the content decoded so far. Once the
+    /// object is known to be neither encrypted nor compressed, that is
+    /// `data` itself, not a copy.
+    pub fn update<'a>(&mut self, data: &'a [u8]) -> Result<Cow<'a, [u8]>, CodecError> {
+        if let (Layer::Absent, Layer::Absent) = (&self.decrypt, &self.decompress) {
+            return Ok(Cow::Borrowed(data));
+        }
         let decrypted = self.decrypt_layer(data, false)?;
-        self.decompress_layer(&decrypted, false)
+        self.decompress_layer(&decrypted, false).map(Cow::Owned)
     }
 
     /// Ends the object: the last of the content. Fails when the object is
@@ -317,7 +323,7 @@ impl Decoder {
 /// `stored` decoded whole with `keys`.
 pub fn decode_all(keys: &Keyring, stored: &[u8]) -> Result<Vec<u8>, CodecError> {
     let mut decoder = Decoder::new(keys.clone());
-    let mut out = decoder.update(stored)?;
+    let mut out = decoder.update(stored)?.into_owned();
     out.extend(decoder.finish()?);
     Ok(out)
 }
@@ -350,7 +356,7 @@ mod tests {
         let mut decoder = Decoder::new(keys.clone());
         let mut out = Vec::new();
         for chunk in stored.chunks(piece) {
-            out.extend(decoder.update(chunk)?);
+            out.extend_from_slice(&decoder.update(chunk)?);
         }
         out.extend(decoder.finish()?);
         let key_id = decoder.encrypted_with().map(str::to_owned);

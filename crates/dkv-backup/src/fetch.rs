@@ -4,11 +4,12 @@
 //! under its final name. A file at the destination path is always a
 //! verified snapshot.
 
+use std::io::{BufWriter, Write as _};
 use std::path::{Path, PathBuf};
 
+use bytes::Bytes;
 use futures::StreamExt;
 use sha2::{Digest, Sha256};
-use tokio::io::AsyncWriteExt;
 
 use crate::artifact::read_sidecar;
 use crate::encoding::{CodecError, Decoder};
@@ -130,6 +131,17 @@ struct Downloaded {
     undecodable: Option<CodecError>,
 }
 
+/// Chunks received from the store and not yet written: while the disk is
+/// slower than the network the download waits, rather than holding more.
+const QUEUED_CHUNKS: usize = 32;
+
+/// Content written between two requests to put it on disk in the
+/// background, so that the sync which ends the download finds little left.
+const FLUSH_EVERY: u64 = 64 << 20;
+
+/// Receives the object on this task while a blocking thread hashes,
+/// decodes and writes what arrived: the network and the disk work at the
+/// same time.
 async fn download(
     store: &Store,
     location: &Location,
@@ -141,78 +153,228 @@ async fn download(
             .await
             .map_err(Error::io("creating", dir))?;
     }
-    let mut file = tokio::fs::File::create(path)
+    let file = tokio::fs::File::create(path)
         .await
-        .map_err(Error::io("creating", path))?;
+        .map_err(Error::io("creating", path))?
+        .into_std()
+        .await;
     let mut stream = store.get_stream(location.path()).await?;
-    let mut sha256 = Sha256::new();
-    let mut size = 0u64;
-    let mut snapshot_bytes = 0u64;
-    let mut decoder = Decoder::new(keys.clone());
-    let mut undecodable = None;
+    let sink = Sink::new(file, keys.clone(), path, location);
+    let (chunks, received) = tokio::sync::mpsc::channel::<Bytes>(QUEUED_CHUNKS);
+    let writer = tokio::task::spawn_blocking(move || sink.drain(received));
+    let mut failed = None;
     while let Some(chunk) = stream.next().await {
-        let chunk = chunk?;
-        sha256.update(&chunk);
-        size += chunk.len() as u64;
-        if undecodable.is_some() {
-            continue;
-        }
-        match decoder.update(&chunk) {
-            Ok(content) => {
-                snapshot_bytes += content.len() as u64;
-                file.write_all(&content)
-                    .await
-                    .map_err(Error::io("writing", path))?;
+        match chunk {
+            // A closed channel: the writer stopped, and says why below.
+            Ok(chunk) => {
+                if chunks.send(chunk).await.is_err() {
+                    break;
+                }
             }
+            Err(err) => {
+                failed = Some(err);
+                break;
+            }
+        }
+    }
+    drop(chunks);
+    let sink = joined(writer.await, path)?;
+    if let Some(err) = failed {
+        sink.abandon();
+        return Err(err);
+    }
+    joined(
+        tokio::task::spawn_blocking(move || sink.finish()).await,
+        path,
+    )
+}
+
+/// The result of a blocking task, or why it did not finish.
+fn joined<T>(
+    result: std::result::Result<Result<T>, tokio::task::JoinError>,
+    path: &Path,
+) -> Result<T> {
+    result.map_err(|e| Error::Io {
+        operation: "writing",
+        path: path.to_path_buf(),
+        cause: std::io::Error::other(e),
+    })?
+}
+
+/// The writing half of a download.
+struct Sink {
+    path: PathBuf,
+    uri: String,
+    file: BufWriter<std::fs::File>,
+    flusher: Flusher,
+    sha256: Sha256,
+    size: u64,
+    snapshot_bytes: u64,
+    flushed_at: u64,
+    decoder: Decoder,
+    undecodable: Option<CodecError>,
+}
+
+impl Sink {
+    fn new(file: std::fs::File, keys: Keyring, path: &Path, location: &Location) -> Sink {
+        Sink {
+            path: path.to_path_buf(),
+            uri: location.to_string(),
+            flusher: Flusher::start(&file),
+            file: BufWriter::with_capacity(1 << 20, file),
+            sha256: Sha256::new(),
+            size: 0,
+            snapshot_bytes: 0,
+            flushed_at: 0,
+            decoder: Decoder::new(keys),
+            undecodable: None,
+        }
+    }
+
+    /// Takes every chunk until the sender is done; stops at the first
+    /// failure to write, or when the object names a key not at hand.
+    fn drain(mut self, mut chunks: tokio::sync::mpsc::Receiver<Bytes>) -> Result<Sink> {
+        while let Some(chunk) = chunks.blocking_recv() {
+            if let Err(err) = self.take(&chunk) {
+                self.abandon();
+                return Err(err);
+            }
+        }
+        Ok(self)
+    }
+
+    fn take(&mut self, chunk: &[u8]) -> Result<()> {
+        self.sha256.update(chunk);
+        self.size += chunk.len() as u64;
+        if self.undecodable.is_some() {
+            return Ok(());
+        }
+        match self.decoder.update(chunk) {
+            Ok(content) => self.write(&content),
             // Without the key nothing can be done: say so at once.
             Err(err @ CodecError::Encryption(EncryptionError::MissingKey { .. })) => {
-                return Err(Error::codec(location)(err));
+                Err(Error::codec(&self.uri)(err))
             }
             // Content that does not decode: most likely damaged in the
             // store. The digest of the whole object tells; keep hashing.
-            Err(err) => undecodable = Some(err),
+            Err(err) => {
+                self.undecodable = Some(err);
+                Ok(())
+            }
         }
     }
-    let content = match undecodable {
-        Some(err) => Err(err),
-        None => decoder.finish(),
-    };
-    let sha256 = format!("{:x}", sha256.finalize());
-    let content = match content {
-        Ok(content) => content,
-        // The caller compares the digest first: a damaged object is
-        // reported as such, an intact one that does not decode as that.
-        Err(err) => {
-            return Ok(Downloaded {
-                fetched: Fetched {
-                    path: path.to_path_buf(),
-                    size_bytes: size,
-                    sha256,
-                    snapshot_bytes,
-                    compressed: decoder.compressed(),
-                    encrypted_with: decoder.encrypted_with().map(str::to_owned),
-                },
-                undecodable: Some(err),
-            });
+
+    fn write(&mut self, content: &[u8]) -> Result<()> {
+        self.file
+            .write_all(content)
+            .map_err(Error::io("writing", &self.path))?;
+        self.snapshot_bytes += content.len() as u64;
+        if self.snapshot_bytes - self.flushed_at >= FLUSH_EVERY {
+            self.flushed_at = self.snapshot_bytes;
+            self.flusher.request();
         }
-    };
-    snapshot_bytes += content.len() as u64;
-    file.write_all(&content)
-        .await
-        .map_err(Error::io("writing", path))?;
-    // On disk before it is declared good: a restore may follow at once.
-    file.sync_all().await.map_err(Error::io("syncing", path))?;
-    Ok(Downloaded {
-        fetched: Fetched {
-            path: path.to_path_buf(),
-            size_bytes: size,
-            sha256,
-            snapshot_bytes,
-            compressed: decoder.compressed(),
-            encrypted_with: decoder.encrypted_with().map(str::to_owned),
-        },
-        undecodable: None,
-    })
+        Ok(())
+    }
+
+    /// Ends the object: the last of the content written and, when it
+    /// decoded, everything on disk before it is declared good (a restore
+    /// may follow at once).
+    fn finish(mut self) -> Result<Downloaded> {
+        let content = match self.undecodable.take() {
+            Some(err) => Err(err),
+            None => self.decoder.finish(),
+        };
+        let undecodable = match content {
+            Ok(content) => {
+                self.write(&content)?;
+                None
+            }
+            // The caller compares the digest first: a damaged object is
+            // reported as such, an intact one that does not decode as that.
+            Err(err) => Some(err),
+        };
+        let file = self
+            .file
+            .into_inner()
+            .map_err(|e| Error::io("writing", &self.path)(e.into_error()))?;
+        self.flusher
+            .stop()
+            .map_err(Error::io("syncing", &self.path))?;
+        if undecodable.is_none() {
+            file.sync_all().map_err(Error::io("syncing", &self.path))?;
+        }
+        Ok(Downloaded {
+            fetched: Fetched {
+                path: self.path,
+                size_bytes: self.size,
+                sha256: format!("{:x}", self.sha256.finalize()),
+                snapshot_bytes: self.snapshot_bytes,
+                compressed: self.decoder.compressed(),
+                encrypted_with: self.decoder.encrypted_with().map(str::to_owned),
+            },
+            undecodable,
+        })
+    }
+
+    /// Stops without finishing: the caller removes the file.
+    fn abandon(self) {
+        let _ = self.flusher.stop();
+    }
+}
+
+/// Puts what was written on disk in the background (`fdatasync` through a
+/// second handle of the file) while the download goes on. A failure is
+/// kept and reported when the download ends: the final sync on the same
+/// open file may not report a write-back error twice.
+struct Flusher {
+    requests: Option<std::sync::mpsc::SyncSender<()>>,
+    thread: Option<std::thread::JoinHandle<std::io::Result<()>>>,
+}
+
+impl Flusher {
+    fn start(file: &std::fs::File) -> Flusher {
+        // Without a second handle or a thread, the final sync does it all.
+        let idle = Flusher {
+            requests: None,
+            thread: None,
+        };
+        let Ok(handle) = file.try_clone() else {
+            return idle;
+        };
+        let (requests, received) = std::sync::mpsc::sync_channel::<()>(1);
+        let thread = std::thread::Builder::new()
+            .name("fetch-flush".to_owned())
+            .spawn(move || {
+                while received.recv().is_ok() {
+                    handle.sync_data()?;
+                }
+                Ok(())
+            });
+        match thread {
+            Ok(thread) => Flusher {
+                requests: Some(requests),
+                thread: Some(thread),
+            },
+            Err(_) => idle,
+        }
+    }
+
+    /// Asks for a flush unless one is already waiting.
+    fn request(&self) {
+        if let Some(requests) = &self.requests {
+            let _ = requests.try_send(());
+        }
+    }
+
+    /// Waits for the flush in progress; the first failure, if any.
+    fn stop(mut self) -> std::io::Result<()> {
+        drop(self.requests.take());
+        match self.thread.take().map(std::thread::JoinHandle::join) {
+            None => Ok(()),
+            Some(Ok(result)) => result,
+            Some(Err(_)) => Err(std::io::Error::other("the flushing thread panicked")),
+        }
+    }
 }
 
 async fn remove_quietly(path: &Path) {
