@@ -16,7 +16,7 @@ use crate::encoding::{CodecError, Decoder};
 use crate::encryption::{EncryptionError, Keyring};
 use crate::error::{Error, Result};
 use crate::location::Location;
-use crate::store::{Store, StoreConfig};
+use crate::store::{Parts, Store, StoreConfig};
 
 /// A verified local copy of an artifact.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -131,9 +131,24 @@ struct Downloaded {
     undecodable: Option<CodecError>,
 }
 
-/// Chunks received from the store and not yet written: while the disk is
-/// slower than the network the download waits, rather than holding more.
-const QUEUED_CHUNKS: usize = 32;
+/// Pieces received from the store and not yet written (a piece is one
+/// range of [`PARTS`], or what one read of a small object returned):
+/// while the disk is slower than the network the download waits, rather
+/// than holding more.
+const QUEUED_CHUNKS: usize = 2;
+
+/// A large object is downloaded as 8 MiB ranges, eight at a time: one
+/// streamed GET is limited by one connection and by the server's work on
+/// one request. From s3s-fs on the same machine, a 1.2 GB object took
+/// 6.6 s as one stream, 14.5 s as 8 MiB ranges one at a time, 4.8 s four
+/// at a time, 4.1-4.4 s six and 3.7-4.0 s eight at a time; boto3's
+/// `download_file` (8 MiB, ten at a time) took 3.1-4.2 s. The price is
+/// memory: ranges that arrive before their turn wait in it, and the fetch
+/// peaked at 155-180 MiB (one stream: 30 MiB).
+const PARTS: Parts = Parts {
+    size: 8 << 20,
+    at_once: 8,
+};
 
 /// Content written between two requests to put it on disk in the
 /// background, so that the sync which ends the download finds little left.
@@ -158,7 +173,7 @@ async fn download(
         .map_err(Error::io("creating", path))?
         .into_std()
         .await;
-    let mut stream = store.get_stream(location.path()).await?;
+    let mut stream = store.get_in_parts(location.path(), PARTS).await?;
     let sink = Sink::new(file, keys.clone(), path, location);
     let (chunks, received) = tokio::sync::mpsc::channel::<Bytes>(QUEUED_CHUNKS);
     let writer = tokio::task::spawn_blocking(move || sink.drain(received));
