@@ -230,6 +230,19 @@ impl Decoder {
         self.compressed
     }
 
+    /// Whether the object is stored as its content (neither encrypted nor
+    /// compressed): `None` until its first bytes tell. While it is,
+    /// [`Decoder::update`] returns what it is given.
+    pub fn is_plain(&self) -> Option<bool> {
+        match (&self.decrypt, &self.decompress) {
+            (Layer::Present(_), _) | (_, Layer::Present(_)) => Some(false),
+            (Layer::Absent, Layer::Absent) => {
+                Some(!self.compressed && self.encrypted_with.is_none())
+            }
+            _ => None,
+        }
+    }
+
     /// Takes stored bytes; returns the content decoded so far. Once the
     /// object is known to be neither encrypted nor compressed, that is
     /// `data` itself, not a copy.
@@ -398,6 +411,36 @@ mod tests {
         }
         assert_eq!(decode_all(&keys, b"").unwrap(), b"");
         assert_eq!(decode_all(&keys, b"abc").unwrap(), b"abc");
+    }
+
+    #[test]
+    fn whether_an_object_is_plain_is_known_from_its_first_bytes() {
+        let keys = Keyring::from(key(5));
+        let data = b"etcd pages ".repeat(100);
+        for (encoding, plain) in [
+            (Encoding::plain(), true),
+            (Encoding::default(), false),
+            (
+                Encoding {
+                    compress: false,
+                    key: Some(key(5)),
+                },
+                false,
+            ),
+        ] {
+            let stored = encode(&encoding, &data, 4096);
+            let mut decoder = Decoder::new(keys.clone());
+            assert_eq!(decoder.is_plain(), None);
+            decoder.update(&stored[..2]).unwrap();
+            assert_eq!(decoder.is_plain(), None, "{encoding:?}");
+            decoder.update(&stored[2..16]).unwrap();
+            assert_eq!(decoder.is_plain(), Some(plain), "{encoding:?}");
+        }
+        // An object too short to tell is plain once it ends.
+        let mut decoder = Decoder::new(keys);
+        decoder.update(b"ab").unwrap();
+        assert_eq!(decoder.finish().unwrap(), b"ab");
+        assert_eq!(decoder.is_plain(), Some(true));
     }
 
     #[test]

@@ -4,19 +4,22 @@
 //! under its final name. A file at the destination path is always a
 //! verified snapshot.
 
-use std::io::{BufWriter, Write as _};
 use std::path::{Path, PathBuf};
 
-use bytes::Bytes;
-use futures::StreamExt;
-use sha2::{Digest, Sha256};
+use futures::StreamExt as _;
 
 use crate::artifact::read_sidecar;
-use crate::encoding::{CodecError, Decoder};
-use crate::encryption::{EncryptionError, Keyring};
+use crate::encoding::CodecError;
+use crate::encryption::Keyring;
 use crate::error::{Error, Result};
 use crate::location::Location;
-use crate::store::{Parts, Store, StoreConfig};
+use crate::store::{Store, StoreConfig};
+
+mod follower;
+mod landing;
+
+use follower::{Files, Follower};
+use landing::{Landing, Parts};
 
 /// A verified local copy of an artifact.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,6 +50,17 @@ pub async fn fetch_artifact(
     keys: &Keyring,
     destination: &Path,
 ) -> Result<Fetched> {
+    fetch_in_parts(config, uri, expected_sha256, keys, destination, PARTS).await
+}
+
+async fn fetch_in_parts(
+    config: &StoreConfig,
+    uri: &str,
+    expected_sha256: Option<&str>,
+    keys: &Keyring,
+    destination: &Path,
+    parts: Parts,
+) -> Result<Fetched> {
     let location = Location::parse(uri)?;
     let expected = match expected_sha256 {
         Some(hex) => normalize_sha256(hex)?,
@@ -60,20 +74,24 @@ pub async fn fetch_artifact(
         },
     };
     let store = Store::open(&location, config)?;
-    let partial = partial_path(destination)?;
-    let result = download(&store, &location, keys, &partial).await;
+    let files = Files {
+        download: partial_path(destination, ".partial")?,
+        decoded: partial_path(destination, ".decoded.partial")?,
+    };
+    let result = download(&store, &location, keys, &files, parts).await;
     let Downloaded {
+        content,
         fetched: downloaded,
         undecodable,
     } = match result {
         Ok(done) => done,
         Err(err) => {
-            remove_quietly(&partial).await;
+            remove_quietly(&files).await;
             return Err(err);
         }
     };
     if downloaded.sha256 != expected {
-        remove_quietly(&partial).await;
+        remove_quietly(&files).await;
         return Err(Error::ChecksumMismatch {
             uri: location.to_string(),
             expected,
@@ -81,20 +99,21 @@ pub async fn fetch_artifact(
         });
     }
     if let Some(cause) = undecodable {
-        remove_quietly(&partial).await;
+        remove_quietly(&files).await;
         return Err(Error::Codec {
             uri: location.to_string(),
             cause,
         });
     }
-    if let Err(cause) = tokio::fs::rename(&partial, destination).await {
-        remove_quietly(&partial).await;
+    if let Err(cause) = tokio::fs::rename(&content, destination).await {
+        remove_quietly(&files).await;
         return Err(Error::Io {
             operation: "moving the verified snapshot to",
             path: destination.to_path_buf(),
             cause,
         });
     }
+    remove_quietly(&files).await;
     tracing::info!(uri = %location, path = %destination.display(), size = downloaded.size_bytes, snapshot = downloaded.snapshot_bytes, "artifact fetched and verified");
     Ok(Fetched {
         path: destination.to_path_buf(),
@@ -114,75 +133,76 @@ fn normalize_sha256(hex: &str) -> Result<String> {
     }
 }
 
-/// `<destination>.partial`, in the same directory so the final rename is
+/// `<destination><suffix>`, in the same directory so the final rename is
 /// atomic.
-fn partial_path(destination: &Path) -> Result<PathBuf> {
+fn partial_path(destination: &Path, suffix: &str) -> Result<PathBuf> {
     let name = destination.file_name().ok_or_else(|| {
         Error::InvalidArgument(format!("{} names no file", destination.display()))
     })?;
     let mut partial = name.to_os_string();
-    partial.push(".partial");
+    partial.push(suffix);
     Ok(destination.with_file_name(partial))
 }
 
-/// What was downloaded, and why its content did not decode, if it did not.
+/// What was downloaded, the file that holds its content, and why that
+/// content did not decode, if it did not.
 struct Downloaded {
+    content: PathBuf,
     fetched: Fetched,
     undecodable: Option<CodecError>,
 }
 
-/// Pieces received from the store and not yet written (a piece is one
-/// range of [`PARTS`], or what one read of a small object returned):
-/// while the disk is slower than the network the download waits, rather
-/// than holding more.
-const QUEUED_CHUNKS: usize = 2;
-
-/// A large object is downloaded as 8 MiB ranges, eight at a time: one
-/// streamed GET is limited by one connection and by the server's work on
-/// one request. From s3s-fs on the same machine, a 1.2 GB object took
-/// 6.6 s as one stream, 14.5 s as 8 MiB ranges one at a time, 4.8 s four
-/// at a time, 4.1-4.4 s six and 3.7-4.0 s eight at a time; boto3's
-/// `download_file` (8 MiB, ten at a time) took 3.1-4.2 s. The price is
-/// memory: ranges that arrive before their turn wait in it, and the fetch
-/// peaked at 155-180 MiB (one stream: 30 MiB).
+/// An object is downloaded as 8 MiB ranges, eight at a time: one streamed
+/// GET is limited by one connection and by the server's work on one
+/// request. From s3s-fs on the same machine, a 1.2 GB object took 6.6 s as
+/// one stream, 14.5 s as 8 MiB ranges one at a time (each request waits
+/// about 40 ms on that server), 4.8 s four at a time and 3.7-4.0 s eight
+/// at a time (ranges written in order, each waiting in memory for the one
+/// before it); boto3's `download_file` (8 MiB, ten at a time) took
+/// 3.1-4.2 s.
 const PARTS: Parts = Parts {
     size: 8 << 20,
     at_once: 8,
 };
 
-/// Content written between two requests to put it on disk in the
-/// background, so that the sync which ends the download finds little left.
-const FLUSH_EVERY: u64 = 64 << 20;
-
-/// Receives the object on this task while a blocking thread hashes,
-/// decodes and writes what arrived: the network and the disk work at the
-/// same time.
+/// Downloads the object into `files.download`, the ranges landing at their
+/// offsets as they arrive, while a blocking thread follows behind them:
+/// hashes, and decodes when the object is not plain. The network, the
+/// digest and the disk work at the same time, and memory holds no more than
+/// what is in flight.
 async fn download(
     store: &Store,
     location: &Location,
     keys: &Keyring,
-    path: &Path,
+    files: &Files,
+    parts: Parts,
 ) -> Result<Downloaded> {
+    let path = &files.download;
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         tokio::fs::create_dir_all(dir)
             .await
             .map_err(Error::io("creating", dir))?;
     }
-    let file = tokio::fs::File::create(path)
+    let file = tokio::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(path)
         .await
         .map_err(Error::io("creating", path))?
         .into_std()
         .await;
-    let mut stream = store.get_in_parts(location.path(), PARTS).await?;
-    let sink = Sink::new(file, keys.clone(), path, location);
-    let (chunks, received) = tokio::sync::mpsc::channel::<Bytes>(QUEUED_CHUNKS);
-    let writer = tokio::task::spawn_blocking(move || sink.drain(received));
+    let Landing { size, mut landed } = landing::land(store, location.path(), path, parts).await?;
+    let follower = Follower::new(file, keys.clone(), files.clone(), location.to_string());
+    let (ranges, received) = std::sync::mpsc::channel();
+    let follower = tokio::task::spawn_blocking(move || follower.follow(received));
     let mut failed = None;
-    while let Some(chunk) = stream.next().await {
-        match chunk {
-            // A closed channel: the writer stopped, and says why below.
-            Ok(chunk) => {
-                if chunks.send(chunk).await.is_err() {
+    while let Some(range) = landed.next().await {
+        match range {
+            // A closed channel: the follower stopped, and says why below.
+            Ok(range) => {
+                if ranges.send(range).is_err() {
                     break;
                 }
             }
@@ -192,14 +212,16 @@ async fn download(
             }
         }
     }
-    drop(chunks);
-    let sink = joined(writer.await, path)?;
+    // Aborts the downloads still in progress.
+    drop(landed);
+    drop(ranges);
+    let follower = joined(follower.await, path)?;
     if let Some(err) = failed {
-        sink.abandon();
+        follower.abandon();
         return Err(err);
     }
     joined(
-        tokio::task::spawn_blocking(move || sink.finish()).await,
+        tokio::task::spawn_blocking(move || follower.finish(size)).await,
         path,
     )
 }
@@ -216,183 +238,14 @@ fn joined<T>(
     })?
 }
 
-/// The writing half of a download.
-struct Sink {
-    path: PathBuf,
-    uri: String,
-    file: BufWriter<std::fs::File>,
-    flusher: Flusher,
-    sha256: Sha256,
-    size: u64,
-    snapshot_bytes: u64,
-    flushed_at: u64,
-    decoder: Decoder,
-    undecodable: Option<CodecError>,
-}
-
-impl Sink {
-    fn new(file: std::fs::File, keys: Keyring, path: &Path, location: &Location) -> Sink {
-        Sink {
-            path: path.to_path_buf(),
-            uri: location.to_string(),
-            flusher: Flusher::start(&file),
-            file: BufWriter::with_capacity(1 << 20, file),
-            sha256: Sha256::new(),
-            size: 0,
-            snapshot_bytes: 0,
-            flushed_at: 0,
-            decoder: Decoder::new(keys),
-            undecodable: None,
-        }
-    }
-
-    /// Takes every chunk until the sender is done; stops at the first
-    /// failure to write, or when the object names a key not at hand.
-    fn drain(mut self, mut chunks: tokio::sync::mpsc::Receiver<Bytes>) -> Result<Sink> {
-        while let Some(chunk) = chunks.blocking_recv() {
-            if let Err(err) = self.take(&chunk) {
-                self.abandon();
-                return Err(err);
-            }
-        }
-        Ok(self)
-    }
-
-    fn take(&mut self, chunk: &[u8]) -> Result<()> {
-        self.sha256.update(chunk);
-        self.size += chunk.len() as u64;
-        if self.undecodable.is_some() {
-            return Ok(());
-        }
-        match self.decoder.update(chunk) {
-            Ok(content) => self.write(&content),
-            // Without the key nothing can be done: say so at once.
-            Err(err @ CodecError::Encryption(EncryptionError::MissingKey { .. })) => {
-                Err(Error::codec(&self.uri)(err))
-            }
-            // Content that does not decode: most likely damaged in the
-            // store. The digest of the whole object tells; keep hashing.
-            Err(err) => {
-                self.undecodable = Some(err);
-                Ok(())
-            }
-        }
-    }
-
-    fn write(&mut self, content: &[u8]) -> Result<()> {
-        self.file
-            .write_all(content)
-            .map_err(Error::io("writing", &self.path))?;
-        self.snapshot_bytes += content.len() as u64;
-        if self.snapshot_bytes - self.flushed_at >= FLUSH_EVERY {
-            self.flushed_at = self.snapshot_bytes;
-            self.flusher.request();
-        }
-        Ok(())
-    }
-
-    /// Ends the object: the last of the content written and, when it
-    /// decoded, everything on disk before it is declared good (a restore
-    /// may follow at once).
-    fn finish(mut self) -> Result<Downloaded> {
-        let content = match self.undecodable.take() {
-            Some(err) => Err(err),
-            None => self.decoder.finish(),
-        };
-        let undecodable = match content {
-            Ok(content) => {
-                self.write(&content)?;
-                None
-            }
-            // The caller compares the digest first: a damaged object is
-            // reported as such, an intact one that does not decode as that.
-            Err(err) => Some(err),
-        };
-        let file = self
-            .file
-            .into_inner()
-            .map_err(|e| Error::io("writing", &self.path)(e.into_error()))?;
-        self.flusher
-            .stop()
-            .map_err(Error::io("syncing", &self.path))?;
-        if undecodable.is_none() {
-            file.sync_all().map_err(Error::io("syncing", &self.path))?;
-        }
-        Ok(Downloaded {
-            fetched: Fetched {
-                path: self.path,
-                size_bytes: self.size,
-                sha256: format!("{:x}", self.sha256.finalize()),
-                snapshot_bytes: self.snapshot_bytes,
-                compressed: self.decoder.compressed(),
-                encrypted_with: self.decoder.encrypted_with().map(str::to_owned),
-            },
-            undecodable,
-        })
-    }
-
-    /// Stops without finishing: the caller removes the file.
-    fn abandon(self) {
-        let _ = self.flusher.stop();
+/// Removes what a fetch leaves beside its destination, if anything.
+async fn remove_quietly(files: &Files) {
+    for path in [&files.download, &files.decoded] {
+        remove_file_quietly(path).await;
     }
 }
 
-/// Puts what was written on disk in the background (`fdatasync` through a
-/// second handle of the file) while the download goes on. A failure is
-/// kept and reported when the download ends: the final sync on the same
-/// open file may not report a write-back error twice.
-struct Flusher {
-    requests: Option<std::sync::mpsc::SyncSender<()>>,
-    thread: Option<std::thread::JoinHandle<std::io::Result<()>>>,
-}
-
-impl Flusher {
-    fn start(file: &std::fs::File) -> Flusher {
-        // Without a second handle or a thread, the final sync does it all.
-        let idle = Flusher {
-            requests: None,
-            thread: None,
-        };
-        let Ok(handle) = file.try_clone() else {
-            return idle;
-        };
-        let (requests, received) = std::sync::mpsc::sync_channel::<()>(1);
-        let thread = std::thread::Builder::new()
-            .name("fetch-flush".to_owned())
-            .spawn(move || {
-                while received.recv().is_ok() {
-                    handle.sync_data()?;
-                }
-                Ok(())
-            });
-        match thread {
-            Ok(thread) => Flusher {
-                requests: Some(requests),
-                thread: Some(thread),
-            },
-            Err(_) => idle,
-        }
-    }
-
-    /// Asks for a flush unless one is already waiting.
-    fn request(&self) {
-        if let Some(requests) = &self.requests {
-            let _ = requests.try_send(());
-        }
-    }
-
-    /// Waits for the flush in progress; the first failure, if any.
-    fn stop(mut self) -> std::io::Result<()> {
-        drop(self.requests.take());
-        match self.thread.take().map(std::thread::JoinHandle::join) {
-            None => Ok(()),
-            Some(Ok(result)) => result,
-            Some(Err(_)) => Err(std::io::Error::other("the flushing thread panicked")),
-        }
-    }
-}
-
-async fn remove_quietly(path: &Path) {
+async fn remove_file_quietly(path: &Path) {
     if let Err(e) = tokio::fs::remove_file(path).await
         && e.kind() != std::io::ErrorKind::NotFound
     {
@@ -404,6 +257,8 @@ async fn remove_quietly(path: &Path) {
 mod tests {
     use bytes::Bytes;
     use jiff::Timestamp;
+
+    use sha2::{Digest as _, Sha256};
 
     use super::*;
     use crate::artifact::{Artifact, write_sidecar};
@@ -439,6 +294,25 @@ mod tests {
             write_sidecar(&store, &artifact).await.unwrap();
         }
         Fixture { dir, uri, sha256 }
+    }
+
+    /// `content` stored in `dir` as `encoding` writes it: its URI, the
+    /// stored bytes and their sha256.
+    async fn store_encoded(
+        dir: &Path,
+        encoding: &crate::encoding::Encoding,
+        content: &[u8],
+    ) -> (String, Vec<u8>, String) {
+        let stored = encoding.encode_all(content).unwrap();
+        let uri = format!("file://{}/store/a.db{}", dir.display(), encoding.suffix());
+        let location = Location::parse(&uri).unwrap();
+        let store = Store::open(&location, &StoreConfig::default()).unwrap();
+        store
+            .put_small(location.path(), Bytes::from(stored.clone()))
+            .await
+            .unwrap();
+        let sha256 = format!("{:x}", Sha256::digest(&stored));
+        (uri, stored, sha256)
     }
 
     #[tokio::test]
@@ -517,20 +391,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let key = Key::parse(&[9; 32]).unwrap();
         let content = b"etcd snapshot pages ".repeat(1000);
-        let stored = Encoding {
+        let encoding = Encoding {
             compress: true,
             key: Some(key.clone()),
-        }
-        .encode_all(&content)
-        .unwrap();
-        let uri = format!("file://{}/store/a.db.zst.enc", dir.path().display());
-        let location = Location::parse(&uri).unwrap();
-        let store = Store::open(&location, &StoreConfig::default()).unwrap();
-        store
-            .put_small(location.path(), Bytes::from(stored.clone()))
-            .await
-            .unwrap();
-        let sha256 = format!("{:x}", Sha256::digest(&stored));
+        };
+        let (uri, stored, sha256) = store_encoded(dir.path(), &encoding, &content).await;
         let out = dir.path().join("snapshot.db");
 
         for keys in [
@@ -559,6 +424,61 @@ mod tests {
         assert_eq!(fetched.size_bytes, stored.len() as u64);
         assert!(fetched.compressed);
         assert_eq!(fetched.encrypted_with.as_deref(), Some(key.id()));
+    }
+
+    #[tokio::test]
+    async fn an_object_in_many_ranges_is_put_together_whatever_its_encoding() {
+        use crate::encoding::Encoding;
+        use crate::encryption::Key;
+        let dir = tempfile::tempdir().unwrap();
+        let key = Key::parse(&[7; 32]).unwrap();
+        let content: Vec<u8> = (0..200_000u32)
+            .flat_map(|i| format!("{{\"id\":{i}}}").into_bytes())
+            .collect();
+        let encodings = [
+            Encoding::plain(),
+            Encoding {
+                compress: true,
+                key: None,
+            },
+            Encoding {
+                compress: false,
+                key: Some(key.clone()),
+            },
+            Encoding {
+                compress: true,
+                key: Some(key.clone()),
+            },
+        ];
+        for encoding in encodings {
+            let (uri, stored, sha256) = store_encoded(dir.path(), &encoding, &content).await;
+            let out = dir.path().join("restore/snapshot.db");
+            // Ranges far smaller than the object, so that they land out of
+            // order and the decoder follows many of them.
+            let parts = Parts {
+                size: 4096,
+                at_once: 5,
+            };
+            let fetched = fetch_in_parts(
+                &StoreConfig::default(),
+                &uri,
+                Some(&sha256),
+                &Keyring::from(key.clone()),
+                &out,
+                parts,
+            )
+            .await
+            .unwrap();
+            assert!(std::fs::read(&out).unwrap() == content, "{encoding:?}");
+            assert_eq!(fetched.size_bytes, stored.len() as u64);
+            assert_eq!(fetched.snapshot_bytes, content.len() as u64);
+            assert_eq!(fetched.compressed, encoding.compress);
+            let names: Vec<_> = std::fs::read_dir(dir.path().join("restore"))
+                .unwrap()
+                .map(|e| e.unwrap().file_name())
+                .collect();
+            assert_eq!(names, ["snapshot.db"], "{encoding:?}");
+        }
     }
 
     #[tokio::test]

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use futures::stream::BoxStream;
 use futures::{StreamExt, TryStreamExt};
 use object_store::aws::{AmazonS3Builder, Checksum};
@@ -15,7 +15,6 @@ use object_store::{
     ClientOptions, GetOptions, GetRange, MultipartUpload, ObjectStore, ObjectStoreExt, PutPayload,
     StaticCredentialProvider,
 };
-use tokio_util::task::AbortOnDropHandle;
 use url::Url;
 
 use crate::credentials::{AzureKey, Credentials, GcpCredentials, Redactor};
@@ -23,14 +22,6 @@ use crate::error::{Error, Result, StoreErrorKind};
 use crate::location::{Location, Scheme};
 
 mod gcs_upload;
-
-/// How a large object is downloaded: in ranges of `size` bytes, `at_once`
-/// of them at a time ([`Store::get_in_parts`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Parts {
-    pub size: u64,
-    pub at_once: usize,
-}
 
 /// Non-secret S3 settings, for AWS and for S3-compatible servers.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -438,76 +429,29 @@ impl Store {
             .boxed())
     }
 
-    /// Streams an object's content in order, downloading it as ranges of
-    /// `parts.size` bytes, `parts.at_once` of them at a time: one
-    /// connection is limited by its window and by the server's work on one
-    /// request, several keep the link busy. At most `parts.at_once` ranges
-    /// are held in memory. An object no larger than one range is one
-    /// request. The ranges are not tied to one version of the object:
-    /// callers check the digest of what they received (the artifacts dkv
-    /// reads are never rewritten under the same name).
-    pub async fn get_in_parts(
+    /// Streams the bytes of one range of an object. Whether the server
+    /// sent all of them is for the caller to check (it knows where they
+    /// go).
+    pub async fn get_range(
         &self,
         path: &Path,
-        parts: Parts,
+        range: std::ops::Range<u64>,
     ) -> Result<BoxStream<'static, Result<Bytes>>> {
-        let size = self.size(path).await?;
-        if size <= parts.size {
-            return self.get_stream(path).await;
-        }
-        let this = self.clone();
-        let path = path.clone();
-        let ranges = (0..size)
-            .step_by(usize::try_from(parts.size).unwrap_or(usize::MAX))
-            .map(move |start| start..size.min(start.saturating_add(parts.size)));
-        // Each range downloads on a task of its own, so the ranges behind
-        // the first keep arriving while the caller is busy with it; a
-        // download the caller stops reading is aborted.
-        Ok(futures::stream::iter(ranges)
-            .map(move |range| {
-                let this = this.clone();
-                let path = path.clone();
-                let part = AbortOnDropHandle::new(tokio::spawn({
-                    let this = this.clone();
-                    let path = path.clone();
-                    async move { this.get_range(&path, range).await }
-                }));
-                async move {
-                    part.await.unwrap_or_else(|e| {
-                        Err(Error::Store {
-                            operation: "get",
-                            uri: this.location(&path).to_string(),
-                            kind: StoreErrorKind::Other,
-                            message: format!("the download of a range ended: {e}"),
-                        })
-                    })
-                }
-            })
-            .buffered(parts.at_once.max(1))
-            .boxed())
-    }
-
-    /// One range of an object, gathered into one buffer of its size: the
-    /// chunks it arrives in are views of the HTTP client's larger read
-    /// buffers, which holding them would keep alive.
-    async fn get_range(&self, path: &Path, range: std::ops::Range<u64>) -> Result<Bytes> {
-        let length = usize::try_from(range.end - range.start).unwrap_or(0);
         let options = GetOptions {
             range: Some(GetRange::Bounded(range)),
             ..GetOptions::default()
         };
-        self.inner
+        let result = self
+            .inner
             .get_opts(path, options)
             .await
-            .map_err(|e| self.error("get", path, &e))?
+            .map_err(|e| self.error("get", path, &e))?;
+        let this = self.clone();
+        let path = path.clone();
+        Ok(result
             .into_stream()
-            .try_fold(BytesMut::with_capacity(length), |mut gathered, chunk| {
-                gathered.extend_from_slice(&chunk);
-                futures::future::ready(Ok(gathered))
-            })
-            .await
-            .map(BytesMut::freeze)
-            .map_err(|e| self.error("get", path, &e))
+            .map_err(move |e| this.error("get", &path, &e))
+            .boxed())
     }
 
     pub(crate) async fn start_multipart(&self, path: &Path) -> Result<Box<dyn MultipartUpload>> {
@@ -720,6 +664,14 @@ mod tests {
         assert!(store.exists(location.path()).await.unwrap());
         assert_eq!(store.size(location.path()).await.unwrap(), 2);
         assert_eq!(&store.get_small(location.path()).await.unwrap()[..], b"{}");
+        let range: Vec<Bytes> = store
+            .get_range(location.path(), 1..2)
+            .await
+            .unwrap()
+            .try_collect()
+            .await
+            .unwrap();
+        assert_eq!(range.concat(), b"}");
         store.delete(location.path()).await.unwrap();
         store.delete(location.path()).await.unwrap();
         let err = store.get_small(location.path()).await.unwrap_err();
@@ -733,44 +685,5 @@ mod tests {
             ),
             "{err}"
         );
-    }
-
-    #[tokio::test]
-    async fn an_object_read_in_parts_arrives_whole_and_in_order() {
-        let dir = tempfile::tempdir().unwrap();
-        let uri = format!("file://{}/a.db", dir.path().display());
-        let location = Location::parse(&uri).unwrap();
-        let store = Store::open(&location, &StoreConfig::default()).unwrap();
-        let content: Vec<u8> = (0..1000u32).map(|i| (i % 251) as u8).collect();
-        store
-            .put_small(location.path(), Bytes::from(content.clone()))
-            .await
-            .unwrap();
-        // Ranges that divide the object, that leave a short last one, one
-        // range for the whole object, and one larger than it.
-        for (size, at_once) in [(100, 3), (7, 4), (999, 2), (1000, 1), (4096, 4), (1, 0)] {
-            let parts = Parts { size, at_once };
-            let received: Vec<Bytes> = store
-                .get_in_parts(location.path(), parts)
-                .await
-                .unwrap()
-                .try_collect()
-                .await
-                .unwrap();
-            assert_eq!(received.concat(), content, "{parts:?}");
-        }
-        let missing = Path::from(format!("{}/none.db", dir.path().display()));
-        let err = store
-            .get_in_parts(
-                &missing,
-                Parts {
-                    size: 7,
-                    at_once: 2,
-                },
-            )
-            .await
-            .err()
-            .unwrap();
-        assert!(err.to_string().contains("none.db"), "{err}");
     }
 }

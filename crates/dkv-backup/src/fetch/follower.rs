@@ -1,0 +1,339 @@
+//! The in-order half of a fetch: on a blocking thread, reads back what has
+//! landed in the download file, from its start and without gaps, hashes it
+//! (the digest of the stored object) and, when the object was stored
+//! encrypted or compressed, decodes it into a second file. A plain object
+//! is its own snapshot and is only read. The bytes read back are in the
+//! page cache, just written.
+
+use std::collections::BTreeMap;
+use std::io::{BufWriter, Write as _};
+use std::ops::Range;
+use std::os::unix::fs::FileExt as _;
+use std::path::PathBuf;
+
+use sha2::{Digest, Sha256};
+
+use super::{Downloaded, Fetched};
+use crate::encoding::{CodecError, Decoder};
+use crate::encryption::{EncryptionError, Keyring};
+use crate::error::{Error, Result};
+
+/// What is read back and hashed at a time.
+const READ_SIZE: usize = 1 << 20;
+
+/// Content written between two requests to put it on disk in the
+/// background, so that the sync which ends the fetch finds little left.
+const FLUSH_EVERY: u64 = 64 << 20;
+
+/// The two files of a fetch: where the stored object lands, and where its
+/// decoded content goes when it is not plain.
+#[derive(Debug, Clone)]
+pub(super) struct Files {
+    pub download: PathBuf,
+    pub decoded: PathBuf,
+}
+
+/// Where the object's content is.
+enum Content {
+    /// Not known until the object's first bytes are read.
+    Undecided,
+    /// The object is plain: the download file is the snapshot.
+    InPlace { flusher: Flusher },
+    /// Decoded into the second file.
+    Decoded {
+        file: BufWriter<std::fs::File>,
+        flusher: Flusher,
+    },
+}
+
+pub(super) struct Follower {
+    files: Files,
+    uri: String,
+    download: std::fs::File,
+    buffer: Vec<u8>,
+    sha256: Sha256,
+    /// Every byte before it is read and hashed.
+    frontier: u64,
+    decoder: Decoder,
+    undecodable: Option<CodecError>,
+    content: Content,
+    snapshot_bytes: u64,
+    flushed_at: u64,
+}
+
+impl Follower {
+    /// `download` is a handle of the download file open for reading and
+    /// writing (a decoded object's stored bytes are released behind it).
+    pub fn new(download: std::fs::File, keys: Keyring, files: Files, uri: String) -> Follower {
+        Follower {
+            files,
+            uri,
+            download,
+            buffer: vec![0; READ_SIZE],
+            sha256: Sha256::new(),
+            frontier: 0,
+            decoder: Decoder::new(keys),
+            undecodable: None,
+            content: Content::Undecided,
+            snapshot_bytes: 0,
+            flushed_at: 0,
+        }
+    }
+
+    /// Takes each range as it lands, in any order, and reads every byte as
+    /// soon as all before it have landed; until the sender is done, or the
+    /// first failure to read or write, or the object names a key not at
+    /// hand.
+    pub fn follow(mut self, landed: std::sync::mpsc::Receiver<Range<u64>>) -> Result<Follower> {
+        let mut waiting = BTreeMap::new();
+        while let Ok(range) = landed.recv() {
+            waiting.insert(range.start, range.end);
+            while let Some(end) = waiting.remove(&self.frontier) {
+                if let Err(err) = self.read(end) {
+                    self.abandon();
+                    return Err(err);
+                }
+            }
+        }
+        Ok(self)
+    }
+
+    /// Reads from the frontier to `end`.
+    fn read(&mut self, end: u64) -> Result<()> {
+        let start = self.frontier;
+        while self.frontier < end {
+            let length = usize::try_from(end - self.frontier)
+                .unwrap_or(usize::MAX)
+                .min(READ_SIZE);
+            let mut piece = std::mem::take(&mut self.buffer);
+            let read = self
+                .download
+                .read_exact_at(&mut piece[..length], self.frontier)
+                .map_err(Error::io("reading", &self.files.download));
+            let taken = read.and_then(|()| self.take(&piece[..length]));
+            self.buffer = piece;
+            taken?;
+            self.frontier += length as u64;
+        }
+        if let Content::Decoded { .. } = self.content {
+            self.release(start..end);
+        }
+        Ok(())
+    }
+
+    fn take(&mut self, stored: &[u8]) -> Result<()> {
+        self.sha256.update(stored);
+        if self.undecodable.is_some() {
+            return Ok(());
+        }
+        if let Content::InPlace { flusher } = &self.content {
+            if self.frontier + stored.len() as u64 - self.flushed_at >= FLUSH_EVERY {
+                self.flushed_at = self.frontier + stored.len() as u64;
+                flusher.request();
+            }
+            return Ok(());
+        }
+        match self.decoder.update(stored) {
+            Ok(content) => {
+                let content = content.into_owned();
+                self.decided()?;
+                self.write(&content)
+            }
+            // Without the key nothing can be done: say so at once.
+            Err(err @ CodecError::Encryption(EncryptionError::MissingKey { .. })) => {
+                Err(Error::codec(&self.uri)(err))
+            }
+            // Content that does not decode: most likely damaged in the
+            // store. The digest of the whole object tells; keep hashing.
+            Err(err) => {
+                self.undecodable = Some(err);
+                Ok(())
+            }
+        }
+    }
+
+    /// Once the decoder knows whether the object is plain, the content
+    /// stays where it landed or gets a file of its own.
+    fn decided(&mut self) -> Result<()> {
+        if !matches!(self.content, Content::Undecided) {
+            return Ok(());
+        }
+        self.content = match self.decoder.is_plain() {
+            None => return Ok(()),
+            Some(true) => Content::InPlace {
+                flusher: Flusher::start(&self.download),
+            },
+            Some(false) => {
+                let file = std::fs::File::create(&self.files.decoded)
+                    .map_err(Error::io("creating", &self.files.decoded))?;
+                Content::Decoded {
+                    flusher: Flusher::start(&file),
+                    file: BufWriter::with_capacity(READ_SIZE, file),
+                }
+            }
+        };
+        Ok(())
+    }
+
+    /// Writes decoded content (nothing to do for a plain object: its bytes
+    /// are where they belong).
+    fn write(&mut self, content: &[u8]) -> Result<()> {
+        let Content::Decoded { file, flusher } = &mut self.content else {
+            return Ok(());
+        };
+        file.write_all(content)
+            .map_err(Error::io("writing", &self.files.decoded))?;
+        self.snapshot_bytes += content.len() as u64;
+        if self.snapshot_bytes - self.flushed_at >= FLUSH_EVERY {
+            self.flushed_at = self.snapshot_bytes;
+            flusher.request();
+        }
+        Ok(())
+    }
+
+    /// Gives back the disk space of stored bytes already decoded, so that
+    /// a decoded object needs little more space than its content: the
+    /// download file keeps only what landed ahead of the decoder. Where
+    /// the file system cannot, the space is freed when the fetch ends.
+    fn release(&self, range: Range<u64>) {
+        use rustix::fs::{FallocateFlags, fallocate};
+        let flags = FallocateFlags::PUNCH_HOLE | FallocateFlags::KEEP_SIZE;
+        if let Err(e) = fallocate(&self.download, flags, range.start, range.end - range.start) {
+            tracing::debug!(path = %self.files.download.display(), error = %e, "could not release decoded bytes");
+        }
+    }
+
+    /// Ends the object, of `size` bytes: the last of the content written
+    /// and, when it decoded, everything on disk before it is declared good
+    /// (a restore may follow at once).
+    pub fn finish(mut self, size: u64) -> Result<Downloaded> {
+        if self.frontier != size {
+            let err = Error::Io {
+                operation: "reading",
+                path: self.files.download.clone(),
+                cause: std::io::Error::other(format!(
+                    "{} of the object's {size} bytes arrived",
+                    self.frontier
+                )),
+            };
+            self.abandon();
+            return Err(err);
+        }
+        let ending = match self.undecodable.take() {
+            Some(err) => Err(err),
+            None => self.decoder.finish(),
+        };
+        let undecodable = match ending {
+            Ok(content) => {
+                self.decided()?;
+                self.write(&content)?;
+                None
+            }
+            // The caller compares the digest first: a damaged object is
+            // reported as such, an intact one that does not decode as that.
+            Err(err) => Some(err),
+        };
+        let (content, snapshot_bytes) = match self.content {
+            Content::Undecided => (self.files.download.clone(), self.frontier),
+            Content::InPlace { flusher } => {
+                flusher
+                    .stop()
+                    .map_err(Error::io("syncing", &self.files.download))?;
+                if undecodable.is_none() {
+                    self.download
+                        .sync_all()
+                        .map_err(Error::io("syncing", &self.files.download))?;
+                }
+                (self.files.download.clone(), self.frontier)
+            }
+            Content::Decoded { file, flusher } => {
+                let path = &self.files.decoded;
+                let file = file
+                    .into_inner()
+                    .map_err(|e| Error::io("writing", path)(e.into_error()))?;
+                flusher.stop().map_err(Error::io("syncing", path))?;
+                if undecodable.is_none() {
+                    file.sync_all().map_err(Error::io("syncing", path))?;
+                }
+                (path.clone(), self.snapshot_bytes)
+            }
+        };
+        Ok(Downloaded {
+            content,
+            fetched: Fetched {
+                path: PathBuf::new(),
+                size_bytes: self.frontier,
+                sha256: format!("{:x}", self.sha256.finalize()),
+                snapshot_bytes,
+                compressed: self.decoder.compressed(),
+                encrypted_with: self.decoder.encrypted_with().map(str::to_owned),
+            },
+            undecodable,
+        })
+    }
+
+    /// Stops without finishing: the caller removes the files.
+    pub fn abandon(self) {
+        match self.content {
+            Content::Undecided => {}
+            Content::InPlace { flusher } | Content::Decoded { flusher, .. } => {
+                let _ = flusher.stop();
+            }
+        }
+    }
+}
+
+/// Puts what was written on disk in the background (`fdatasync` through a
+/// second handle of the file) while the fetch goes on. A failure is kept
+/// and reported when the fetch ends: the final sync on the same open file
+/// may not report a write-back error twice.
+struct Flusher {
+    requests: Option<std::sync::mpsc::SyncSender<()>>,
+    thread: Option<std::thread::JoinHandle<std::io::Result<()>>>,
+}
+
+impl Flusher {
+    fn start(file: &std::fs::File) -> Flusher {
+        // Without a second handle or a thread, the final sync does it all.
+        let idle = Flusher {
+            requests: None,
+            thread: None,
+        };
+        let Ok(handle) = file.try_clone() else {
+            return idle;
+        };
+        let (requests, received) = std::sync::mpsc::sync_channel::<()>(1);
+        let thread = std::thread::Builder::new()
+            .name("fetch-flush".to_owned())
+            .spawn(move || {
+                while received.recv().is_ok() {
+                    handle.sync_data()?;
+                }
+                Ok(())
+            });
+        match thread {
+            Ok(thread) => Flusher {
+                requests: Some(requests),
+                thread: Some(thread),
+            },
+            Err(_) => idle,
+        }
+    }
+
+    /// Asks for a flush unless one is already waiting.
+    fn request(&self) {
+        if let Some(requests) = &self.requests {
+            let _ = requests.try_send(());
+        }
+    }
+
+    /// Waits for the flush in progress; the first failure, if any.
+    fn stop(mut self) -> std::io::Result<()> {
+        drop(self.requests.take());
+        match self.thread.take().map(std::thread::JoinHandle::join) {
+            None => Ok(()),
+            Some(Ok(result)) => result,
+            Some(Err(_)) => Err(std::io::Error::other("the flushing thread panicked")),
+        }
+    }
+}
