@@ -812,6 +812,12 @@ fn a_cluster_restored_from_a_backup_fetches_verifies_and_restores_before_member_
         );
         assert!(args.contains(&"--output=/var/lib/etcd/dkv-restore/snapshot.db".to_owned()));
         assert!(args.contains(&"--clear=/var/lib/etcd/dkv-restore/data".to_owned()));
+        // The scheduler counts what the download uses.
+        let requests = fetch.resources.as_ref().and_then(|r| r.requests.as_ref());
+        assert_eq!(
+            requests.and_then(|r| r.get("memory")).map(|q| q.0.as_str()),
+            Some("64Mi")
+        );
         assert!(
             args.contains(&"--decryption-keys-dir=/var/run/dkv/restore-keys".to_owned()),
             "{args:?}"
