@@ -8,7 +8,7 @@ use std::pin::Pin;
 use futures::{FutureExt, Stream, StreamExt};
 use jiff::Timestamp;
 use object_store::WriteMultipart;
-use sha2::{Digest, Sha256};
+use sha2::{Digest as _, Sha256};
 
 use bytes::Bytes;
 use dkv_etcd::EtcdAdmin;
@@ -335,104 +335,185 @@ async fn upload<S: Future<Output = ()>, C: Future>(
     let path = location.path();
     let upload = store.start_multipart(path).await?;
     let mut writer = WriteMultipart::new_with_chunk_size(upload, options.part_size);
-    let mut digest = Digest256::default();
+    let plain = *encoding == Encoding::plain();
     let streamed = stream_into(
         &mut writer,
         snapshot,
         encoder,
-        &mut digest,
+        plain,
         store,
         location,
         options,
         stop,
     )
     .await;
-    let streamed = streamed.and_then(|()| {
-        std::mem::take(&mut digest.check)
+    let streamed = streamed.and_then(|digest| {
+        digest
             .finish()
             .map_err(|reason| Error::CorruptSnapshot {
                 endpoint: source.to_owned(),
                 reason,
             })
     });
-    if let Err(err) = streamed {
-        if let Err(abort) = writer.abort().await {
-            tracing::warn!(uri = %location, error = %store.scrub(&abort.to_string()), "could not abort the multipart upload; the store's lifecycle rule for incomplete uploads must clean it up");
+    let uploaded = match streamed {
+        Ok(uploaded) => uploaded,
+        Err(err) => {
+            if let Err(abort) = writer.abort().await {
+                tracing::warn!(uri = %location, error = %store.scrub(&abort.to_string()), "could not abort the multipart upload; the store's lifecycle rule for incomplete uploads must clean it up");
+            }
+            return Err(err);
         }
-        return Err(err);
-    }
+    };
     // `finish` aborts the upload itself when completing fails.
     let (finished, alongside) = tokio::join!(writer.finish(), while_completing);
     finished.map_err(|e| store.error("multipart upload", path, &e))?;
-    let uploaded = Uploaded {
-        size_bytes: digest.size,
-        sha256: format!("{:x}", digest.sha256.finalize()),
-    };
     Ok((uploaded, alongside))
 }
 
 /// etcd's check of what it sent, and the digest and size of what is stored.
-#[derive(Default)]
 struct Digest256 {
-    sha256: Sha256,
     check: SnapshotCheck,
+    /// The stored object's digest; `None` when it is the snapshot as etcd
+    /// sent it, whose digest the check computes already.
+    sha256: Option<Sha256>,
     size: u64,
 }
 
 impl Digest256 {
+    fn new(plain: bool) -> Digest256 {
+        Digest256 {
+            check: SnapshotCheck::default(),
+            sha256: (!plain).then(Sha256::new),
+            size: 0,
+        }
+    }
+
     fn stored(&mut self, bytes: &[u8]) {
-        self.sha256.update(bytes);
+        if let Some(sha256) = &mut self.sha256 {
+            sha256.update(bytes);
+        }
         self.size += bytes.len() as u64;
+    }
+
+    /// What was stored, once etcd's check holds.
+    fn finish(self) -> std::result::Result<Uploaded, String> {
+        let whole = self.check.whole_stream_sha256();
+        self.check.finish()?;
+        let sha256 = match self.sha256 {
+            Some(sha256) => format!("{:x}", sha256.finalize()),
+            None => whole,
+        };
+        Ok(Uploaded {
+            size_bytes: self.size,
+            sha256,
+        })
     }
 }
 
+/// Batches of snapshot chunks waiting to be encoded, and of encoded pieces
+/// waiting to be uploaded: the three stages run at the same time, and
+/// memory holds a few batches of etcd's chunks besides the parts in
+/// flight.
+const QUEUED_BATCHES: usize = 4;
+
+/// At most this many of etcd's chunks (which are small) travel together,
+/// so that the stages meet once per batch rather than once per chunk.
+const BATCH: usize = 64;
+
+/// Streams the snapshot through three stages that run at the same time:
+/// this task receives etcd's chunks, a blocking thread checks, encodes and
+/// hashes them ([`encode`]), and this task again puts what is encoded
+/// into the upload, waiting while `parts_in_flight` parts are uploading.
 #[allow(clippy::too_many_arguments)]
 async fn stream_into<S: Future<Output = ()>>(
     writer: &mut WriteMultipart,
     snapshot: impl Stream<Item = Result<Bytes>>,
-    mut encoder: Encoder,
-    digest: &mut Digest256,
+    encoder: Encoder,
+    plain: bool,
     store: &Store,
     location: &Location,
     options: UploadOptions,
-    mut stop: Pin<&mut futures::future::Fuse<S>>,
-) -> Result<()> {
-    let mut snapshot = std::pin::pin!(snapshot);
-    loop {
-        let chunk = tokio::select! {
-            biased;
-            () = stop.as_mut() => return Err(Error::Cancelled),
-            chunk = snapshot.next() => chunk,
-        };
-        let encoded = match chunk {
-            Some(chunk) => {
-                let chunk = chunk?;
-                digest.check.update(&chunk);
-                encoder.update(&chunk).map_err(Error::codec(location))?
-            }
-            None => {
-                let last = encoder.finish().map_err(Error::codec(location))?;
-                digest.stored(&last);
-                writer.put(Bytes::from(last));
-                return Ok(());
-            }
-        };
-        if encoded.is_empty() {
-            continue;
-        }
-        digest.stored(&encoded);
-        let chunk = Bytes::from(encoded);
-        // Back-pressure: the next part only starts filling once fewer than
-        // `parts_in_flight` uploads are running, which bounds memory.
-        tokio::select! {
-            biased;
-            () = stop.as_mut() => return Err(Error::Cancelled),
-            room = writer.wait_for_capacity(options.parts_in_flight) => {
-                room.map_err(|e| store.error("multipart upload", location.path(), &e))?;
+    stop: Pin<&mut futures::future::Fuse<S>>,
+) -> Result<Digest256> {
+    let (chunks, received) = tokio::sync::mpsc::channel::<Vec<Bytes>>(QUEUED_BATCHES);
+    let (pieces, mut encoded) = tokio::sync::mpsc::channel::<Vec<Bytes>>(QUEUED_BATCHES);
+    let uri = location.to_string();
+    let encoding =
+        tokio::task::spawn_blocking(move || encode(received, pieces, encoder, plain, &uri));
+    let feed = async move {
+        let mut batches = std::pin::pin!(snapshot.ready_chunks(BATCH));
+        while let Some(batch) = batches.next().await {
+            let batch = batch.into_iter().collect::<Result<Vec<Bytes>>>()?;
+            // A closed channel: the encoder stopped, and says why.
+            if chunks.send(batch).await.is_err() {
+                break;
             }
         }
-        writer.put(chunk);
+        Ok(())
+    };
+    let upload = async {
+        while let Some(batch) = encoded.recv().await {
+            for piece in batch {
+                // Back-pressure: the next part only starts filling once
+                // fewer than `parts_in_flight` uploads are running, which
+                // bounds memory.
+                writer
+                    .wait_for_capacity(options.parts_in_flight)
+                    .await
+                    .map_err(|e| store.error("multipart upload", location.path(), &e))?;
+                writer.put(piece);
+            }
+        }
+        Ok::<_, Error>(())
+    };
+    tokio::select! {
+        biased;
+        () = stop => return Err(Error::Cancelled),
+        streamed = async { tokio::try_join!(feed, upload) } => { streamed?; }
     }
+    encoding.await.map_err(|e| Error::Io {
+        operation: "encoding the snapshot for",
+        path: location.to_string().into(),
+        cause: std::io::Error::other(e),
+    })?
+}
+
+/// The middle stage of [`stream_into`], on a blocking thread: etcd's check
+/// of every chunk, the encoding (a plain snapshot passes through without
+/// a copy) and the digest of what is stored.
+fn encode(
+    mut chunks: tokio::sync::mpsc::Receiver<Vec<Bytes>>,
+    pieces: tokio::sync::mpsc::Sender<Vec<Bytes>>,
+    mut encoder: Encoder,
+    plain: bool,
+    uri: &str,
+) -> Result<Digest256> {
+    let mut digest = Digest256::new(plain);
+    while let Some(batch) = chunks.blocking_recv() {
+        let mut out = Vec::with_capacity(batch.len());
+        for chunk in batch {
+            digest.check.update(&chunk);
+            let piece = if plain {
+                chunk
+            } else {
+                Bytes::from(encoder.update(&chunk).map_err(Error::codec(uri))?)
+            };
+            if !piece.is_empty() {
+                digest.stored(&piece);
+                out.push(piece);
+            }
+        }
+        // A closed channel: the upload stopped, and says why.
+        if !out.is_empty() && pieces.blocking_send(out).is_err() {
+            return Ok(digest);
+        }
+    }
+    let last = encoder.finish().map_err(Error::codec(uri))?;
+    if !last.is_empty() {
+        digest.stored(&last);
+        let _ = pieces.blocking_send(vec![Bytes::from(last)]);
+    }
+    Ok(digest)
 }
 
 #[cfg(test)]

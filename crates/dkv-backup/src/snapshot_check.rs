@@ -39,6 +39,15 @@ impl SnapshotCheck {
         }
     }
 
+    /// The sha256 (hex) of everything seen so far, trailer included: the
+    /// digest of the snapshot stored as etcd sent it, without hashing it
+    /// twice.
+    pub fn whole_stream_sha256(&self) -> String {
+        let mut whole = self.hasher.clone();
+        whole.update(&self.tail);
+        format!("{:x}", whole.finalize())
+    }
+
     /// Whether the stream was a complete etcd snapshot. The error says why
     /// not.
     pub fn finish(self) -> Result<(), String> {
