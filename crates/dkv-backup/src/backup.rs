@@ -27,7 +27,9 @@ pub const MIN_PART_SIZE: usize = 5 * 1024 * 1024;
 /// How the upload is cut up. Peak memory is about
 /// `part_size * (parts_in_flight + 1)`; one part more to Google Cloud
 /// Storage, whose resumable upload holds the newest part back until it
-/// knows whether it is the last.
+/// knows whether it is the last. The queues between the stages of a backup
+/// hold a few MiB more (`QUEUED_BATCHES` batches of at most `BATCH` of
+/// etcd's 32 KiB chunks each way).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct UploadOptions {
     pub part_size: usize,
@@ -348,12 +350,10 @@ async fn upload<S: Future<Output = ()>, C: Future>(
     )
     .await;
     let streamed = streamed.and_then(|digest| {
-        digest
-            .finish()
-            .map_err(|reason| Error::CorruptSnapshot {
-                endpoint: source.to_owned(),
-                reason,
-            })
+        digest.finish().map_err(|reason| Error::CorruptSnapshot {
+            endpoint: source.to_owned(),
+            reason,
+        })
     });
     let uploaded = match streamed {
         Ok(uploaded) => uploaded,
