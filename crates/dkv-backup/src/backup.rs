@@ -28,8 +28,8 @@ pub const MIN_PART_SIZE: usize = 5 * 1024 * 1024;
 /// `part_size * (parts_in_flight + 1)`; one part more to Google Cloud
 /// Storage, whose resumable upload holds the newest part back until it
 /// knows whether it is the last. The queues between the stages of a backup
-/// hold a few MiB more (`QUEUED_BATCHES` batches of at most `BATCH` of
-/// etcd's 32 KiB chunks each way).
+/// add up to about 8 MiB (`QUEUED_BATCHES` batches of at most `BATCH` of
+/// etcd's 32 KiB chunks each way, and one batch in each stage's hands).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct UploadOptions {
     pub part_size: usize,
@@ -414,7 +414,7 @@ impl Digest256 {
 /// waiting to be uploaded: the three stages run at the same time, and
 /// memory holds a few batches of etcd's chunks besides the parts in
 /// flight.
-const QUEUED_BATCHES: usize = 4;
+const QUEUED_BATCHES: usize = 2;
 
 /// At most this many of etcd's chunks (which are small) travel together,
 /// so that the stages meet once per batch rather than once per chunk.
@@ -503,17 +503,29 @@ fn encode(
                 out.push(piece);
             }
         }
-        // A closed channel: the upload stopped, and says why.
         if !out.is_empty() && pieces.blocking_send(out).is_err() {
-            return Ok(digest);
+            return Err(upload_stopped(uri));
         }
     }
     let last = encoder.finish().map_err(Error::codec(uri))?;
     if !last.is_empty() {
         digest.stored(&last);
-        let _ = pieces.blocking_send(vec![Bytes::from(last)]);
+        if pieces.blocking_send(vec![Bytes::from(last)]).is_err() {
+            return Err(upload_stopped(uri));
+        }
     }
     Ok(digest)
+}
+
+/// The upload stage ended before taking everything: it returns why, and
+/// the digest of what it did not take must not be used.
+fn upload_stopped(uri: &str) -> Error {
+    Error::Store {
+        operation: "multipart upload",
+        uri: uri.to_owned(),
+        kind: crate::error::StoreErrorKind::Other,
+        message: "the upload stopped before the whole snapshot was given to it".to_owned(),
+    }
 }
 
 #[cfg(test)]

@@ -8,7 +8,6 @@
 //! a snapshot written by an older dkv, or by hand, still restores. Both
 //! directions are push-based and keep memory bounded.
 
-use std::borrow::Cow;
 use std::io::Write as _;
 
 use crate::encryption::{self, EncryptionError, Key, Keyring, Opener, Sealer};
@@ -198,11 +197,25 @@ enum Layer<T> {
     Present(T),
 }
 
+/// The most content [`Decoder::update`] hands out at once, however well
+/// the object compressed: a run of zeros shrinks to almost nothing, and
+/// decoding it must not need memory of its size.
+pub const DECODED_PIECE: usize = 1 << 20;
+
+/// zstd's decoder with the frame it is in.
+struct Inflater {
+    zstd: zstd::stream::raw::Decoder<'static>,
+    /// zstd's last hint: 0 once a frame has ended and been handed out.
+    hint: usize,
+    /// Where zstd writes, handed out a piece at a time.
+    piece: Vec<u8>,
+}
+
 /// Decodes one object, whatever way it was written, fed in pieces.
 pub struct Decoder {
     keys: Keyring,
     decrypt: Layer<Opener>,
-    decompress: Layer<zstd::stream::write::Decoder<'static, Vec<u8>>>,
+    decompress: Layer<Inflater>,
     encrypted_with: Option<String>,
     compressed: bool,
 }
@@ -232,7 +245,7 @@ impl Decoder {
 
     /// Whether the object is stored as its content (neither encrypted nor
     /// compressed): `None` until its first bytes tell. While it is,
-    /// [`Decoder::update`] returns what it is given.
+    /// [`Decoder::update`] hands out what it is given.
     pub fn is_plain(&self) -> Option<bool> {
         match (&self.decrypt, &self.decompress) {
             (Layer::Present(_), _) | (_, Layer::Present(_)) => Some(false),
@@ -243,22 +256,32 @@ impl Decoder {
         }
     }
 
-    /// Takes stored bytes; returns the content decoded so far. Once the
-    /// object is known to be neither encrypted nor compressed, that is
-    /// `data` itself, not a copy.
-    pub fn update<'a>(&mut self, data: &'a [u8]) -> Result<Cow<'a, [u8]>, CodecError> {
+    /// Takes stored bytes and hands the content decoded from them to
+    /// `content`, in pieces of at most [`DECODED_PIECE`] bytes (a plain
+    /// object's bytes go through whole, not copied). `content`'s failure
+    /// stops the decoding and is returned.
+    pub fn update<E: From<CodecError>>(
+        &mut self,
+        data: &[u8],
+        content: impl FnMut(&[u8]) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let mut content = content;
         if let (Layer::Absent, Layer::Absent) = (&self.decrypt, &self.decompress) {
-            return Ok(Cow::Borrowed(data));
+            return content(data);
         }
         let decrypted = self.decrypt_layer(data, false)?;
-        self.decompress_layer(&decrypted, false).map(Cow::Owned)
+        self.decompress_layer(&decrypted, false, &mut content)
     }
 
-    /// Ends the object: the last of the content. Fails when the object is
-    /// cut short (encrypted ones) or not a whole zstd frame.
-    pub fn finish(&mut self) -> Result<Vec<u8>, CodecError> {
+    /// Ends the object: the last of the content, to `content`. Fails when
+    /// the object is cut short (encrypted ones) or not a whole zstd frame.
+    pub fn finish<E: From<CodecError>>(
+        &mut self,
+        content: impl FnMut(&[u8]) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let mut content = content;
         let decrypted = self.decrypt_layer(&[], true)?;
-        self.decompress_layer(&decrypted, true)
+        self.decompress_layer(&decrypted, true, &mut content)
     }
 
     fn decrypt_layer(&mut self, data: &[u8], at_end: bool) -> Result<Vec<u8>, CodecError> {
@@ -297,47 +320,99 @@ impl Decoder {
         Ok(out)
     }
 
-    fn decompress_layer(&mut self, data: &[u8], at_end: bool) -> Result<Vec<u8>, CodecError> {
-        if let Layer::Undecided(head) = &mut self.decompress {
-            head.extend_from_slice(data);
-            if head.len() < ZSTD_MAGIC.len() && !at_end {
-                return Ok(Vec::new());
+    fn decompress_layer<E: From<CodecError>>(
+        &mut self,
+        data: &[u8],
+        at_end: bool,
+        content: &mut impl FnMut(&[u8]) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let head;
+        let data = if let Layer::Undecided(pending) = &mut self.decompress {
+            pending.extend_from_slice(data);
+            if pending.len() < ZSTD_MAGIC.len() && !at_end {
+                return Ok(());
             }
-            let head = std::mem::take(head);
+            head = std::mem::take(pending);
             if head.starts_with(&ZSTD_MAGIC) {
-                let mut zstd = zstd::stream::write::Decoder::new(Vec::new())?;
-                zstd.write_all(&head)?;
-                self.decompress = Layer::Present(zstd);
+                self.decompress = Layer::Present(Inflater {
+                    zstd: zstd::stream::raw::Decoder::new().map_err(CodecError::from)?,
+                    hint: 1,
+                    piece: vec![0; DECODED_PIECE],
+                });
                 self.compressed = true;
             } else {
                 self.decompress = Layer::Absent;
-                return Ok(head);
             }
+            &head[..]
         } else {
-            match &mut self.decompress {
-                Layer::Present(zstd) => zstd.write_all(data)?,
-                _ => return Ok(data.to_vec()),
+            data
+        };
+        let Layer::Present(inflater) = &mut self.decompress else {
+            return if data.is_empty() {
+                Ok(())
+            } else {
+                content(data)
+            };
+        };
+        inflater.inflate(data, content)?;
+        if at_end {
+            if inflater.hint != 0 {
+                return Err(CodecError::from(std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    "the zstd frame is cut short",
+                ))
+                .into());
+            }
+            self.decompress = Layer::Absent;
+        }
+        Ok(())
+    }
+}
+
+impl Inflater {
+    /// Decodes `data` whole, handing the content out as zstd's buffer
+    /// fills.
+    fn inflate<E: From<CodecError>>(
+        &mut self,
+        data: &[u8],
+        content: &mut impl FnMut(&[u8]) -> Result<(), E>,
+    ) -> Result<(), E> {
+        use zstd::stream::raw::{InBuffer, Operation as _, OutBuffer};
+        let mut input = InBuffer::around(data);
+        loop {
+            let mut output = OutBuffer::around(&mut self.piece[..]);
+            let taken = input.pos();
+            let hint = self
+                .zstd
+                .run(&mut input, &mut output)
+                .map_err(CodecError::from)?;
+            let produced = output.pos();
+            // A step that moved nothing says nothing of the frame (after
+            // its end, zstd asks for the next frame's header).
+            if produced > 0 || input.pos() > taken {
+                self.hint = hint;
+            }
+            if produced > 0 {
+                content(&self.piece[..produced])?;
+            }
+            // All taken, and zstd holds nothing more (its output had room).
+            if input.pos() == data.len() && produced < self.piece.len() {
+                return Ok(());
             }
         }
-        let Layer::Present(zstd) = &mut self.decompress else {
-            return Ok(Vec::new());
-        };
-        if !at_end {
-            return Ok(std::mem::take(zstd.get_mut()));
-        }
-        // Fails when the content does not end on a whole frame.
-        zstd.do_finish()?;
-        let out = std::mem::take(zstd.get_mut());
-        self.decompress = Layer::Absent;
-        Ok(out)
     }
 }
 
 /// `stored` decoded whole with `keys`.
 pub fn decode_all(keys: &Keyring, stored: &[u8]) -> Result<Vec<u8>, CodecError> {
     let mut decoder = Decoder::new(keys.clone());
-    let mut out = decoder.update(stored)?.into_owned();
-    out.extend(decoder.finish()?);
+    let mut out = Vec::new();
+    let mut append = |piece: &[u8]| {
+        out.extend_from_slice(piece);
+        Ok::<(), CodecError>(())
+    };
+    decoder.update(stored, &mut append)?;
+    decoder.finish(&mut append)?;
     Ok(out)
 }
 
@@ -368,10 +443,17 @@ mod tests {
     ) -> Result<(Vec<u8>, bool, Option<String>), CodecError> {
         let mut decoder = Decoder::new(keys.clone());
         let mut out = Vec::new();
+        let mut largest = 0;
+        let mut append = |content: &[u8]| {
+            largest = largest.max(content.len());
+            out.extend_from_slice(content);
+            Ok::<(), CodecError>(())
+        };
         for chunk in stored.chunks(piece) {
-            out.extend_from_slice(&decoder.update(chunk)?);
+            decoder.update(chunk, &mut append)?;
         }
-        out.extend(decoder.finish()?);
+        decoder.finish(&mut append)?;
+        assert!(largest <= DECODED_PIECE.max(piece), "{largest}");
         let key_id = decoder.encrypted_with().map(str::to_owned);
         Ok((out, decoder.compressed(), key_id))
     }
@@ -414,6 +496,34 @@ mod tests {
     }
 
     #[test]
+    fn content_that_compressed_to_almost_nothing_is_handed_out_in_bounded_pieces() {
+        // 64 MiB of zeros compress to a few KiB; one update must not
+        // decode them into one buffer.
+        let zeros = vec![0u8; 64 << 20];
+        let stored = Encoding::default().encode_all(&zeros).unwrap();
+        assert!(stored.len() < 64 << 10, "{}", stored.len());
+        let mut decoder = Decoder::new(Keyring::default());
+        let (mut total, mut largest, mut calls) = (0usize, 0usize, 0usize);
+        let mut count = |content: &[u8]| {
+            assert!(content.iter().all(|&b| b == 0));
+            total += content.len();
+            largest = largest.max(content.len());
+            calls += 1;
+            Ok::<(), CodecError>(())
+        };
+        decoder.update(&stored, &mut count).unwrap();
+        decoder.finish(&mut count).unwrap();
+        assert_eq!(total, zeros.len());
+        assert_eq!(largest, DECODED_PIECE);
+        assert!(calls >= 64, "{calls}");
+        // A frame cut short is refused when the object ends.
+        let mut decoder = Decoder::new(Keyring::default());
+        let ignore = |_: &[u8]| Ok::<(), CodecError>(());
+        decoder.update(&stored[..stored.len() - 3], ignore).unwrap();
+        assert!(decoder.finish(ignore).is_err());
+    }
+
+    #[test]
     fn whether_an_object_is_plain_is_known_from_its_first_bytes() {
         let keys = Keyring::from(key(5));
         let data = b"etcd pages ".repeat(100);
@@ -430,16 +540,23 @@ mod tests {
         ] {
             let stored = encode(&encoding, &data, 4096);
             let mut decoder = Decoder::new(keys.clone());
+            let ignore = |_: &[u8]| Ok::<(), CodecError>(());
             assert_eq!(decoder.is_plain(), None);
-            decoder.update(&stored[..2]).unwrap();
+            decoder.update(&stored[..2], ignore).unwrap();
             assert_eq!(decoder.is_plain(), None, "{encoding:?}");
-            decoder.update(&stored[2..16]).unwrap();
+            decoder.update(&stored[2..16], ignore).unwrap();
             assert_eq!(decoder.is_plain(), Some(plain), "{encoding:?}");
         }
         // An object too short to tell is plain once it ends.
         let mut decoder = Decoder::new(keys);
-        decoder.update(b"ab").unwrap();
-        assert_eq!(decoder.finish().unwrap(), b"ab");
+        let mut out = Vec::new();
+        let mut append = |content: &[u8]| {
+            out.extend_from_slice(content);
+            Ok::<(), CodecError>(())
+        };
+        decoder.update(b"ab", &mut append).unwrap();
+        decoder.finish(&mut append).unwrap();
+        assert_eq!(out, b"ab");
         assert_eq!(decoder.is_plain(), Some(true));
     }
 

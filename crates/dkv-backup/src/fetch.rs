@@ -41,7 +41,7 @@ pub struct Fetched {
 /// record dkv wrote beside it. On a mismatch the download is removed and
 /// [`Error::ChecksumMismatch`] names both digests. An encrypted artifact
 /// is decrypted with the key of `keys` it names ([`Error::Codec`] when
-/// none is, before anything is written). An existing file at
+/// none is, as soon as its header is read). An existing file at
 /// `destination` is replaced only by a verified download.
 pub async fn fetch_artifact(
     config: &StoreConfig,
@@ -160,9 +160,13 @@ struct Downloaded {
 /// at a time (ranges written in order, each waiting in memory for the one
 /// before it); boto3's `download_file` (8 MiB, ten at a time) took
 /// 3.1-4.2 s.
+/// No range starts more than 128 MiB past what the follower has read, so
+/// that an encoded object's stored bytes never need much more disk than
+/// that beside its content, even when one range is slow.
 const PARTS: Parts = Parts {
     size: 8 << 20,
     at_once: 8,
+    ahead: 128 << 20,
 };
 
 /// Downloads the object into `files.download`, the ranges landing at their
@@ -193,8 +197,16 @@ async fn download(
         .map_err(Error::io("creating", path))?
         .into_std()
         .await;
-    let Landing { size, mut landed } = landing::land(store, location.path(), path, parts).await?;
-    let follower = Follower::new(file, keys.clone(), files.clone(), location.to_string());
+    let (progress, read) = tokio::sync::watch::channel(0);
+    let Landing { size, mut landed } =
+        landing::land(store, location.path(), path, parts, read).await?;
+    let follower = Follower::new(
+        file,
+        keys.clone(),
+        files.clone(),
+        location.to_string(),
+        progress,
+    );
     let (ranges, received) = std::sync::mpsc::channel();
     let follower = tokio::task::spawn_blocking(move || follower.follow(received));
     let mut failed = None;
@@ -217,7 +229,8 @@ async fn download(
     drop(ranges);
     let follower = joined(follower.await, path)?;
     if let Some(err) = failed {
-        follower.abandon();
+        // Waits for its writes and syncs: not on this task.
+        let _ = tokio::task::spawn_blocking(move || follower.abandon()).await;
         return Err(err);
     }
     joined(
@@ -458,6 +471,7 @@ mod tests {
             let parts = Parts {
                 size: 4096,
                 at_once: 5,
+                ahead: 16 << 10,
             };
             let fetched = fetch_in_parts(
                 &StoreConfig::default(),

@@ -2,8 +2,9 @@
 //! landed in the download file, from its start and without gaps, hashes it
 //! (the digest of the stored object) and, when the object was stored
 //! encrypted or compressed, decodes it into a second file. A plain object
-//! is its own snapshot and is only read. The bytes read back are in the
-//! page cache, just written.
+//! is its own snapshot and is only read. The bytes read back were written
+//! moments before (the downloads wait when they get far ahead), so they
+//! are most likely still in the page cache.
 
 use std::collections::BTreeMap;
 use std::io::Write as _;
@@ -15,7 +16,7 @@ use sha2::{Digest, Sha256};
 
 use super::{Downloaded, Fetched};
 use crate::encoding::{CodecError, Decoder};
-use crate::encryption::{EncryptionError, Keyring};
+use crate::encryption::{self, EncryptionError, Keyring};
 use crate::error::{Error, Result};
 
 /// What is read back and hashed at a time.
@@ -31,6 +32,18 @@ const FLUSH_EVERY: u64 = 64 << 20;
 pub(super) struct Files {
     pub download: PathBuf,
     pub decoded: PathBuf,
+}
+
+/// Why decoding a piece stopped.
+enum Failure {
+    Codec(CodecError),
+    Write(std::io::Error),
+}
+
+impl From<CodecError> for Failure {
+    fn from(err: CodecError) -> Failure {
+        Failure::Codec(err)
+    }
 }
 
 /// Where the object's content is.
@@ -56,12 +69,20 @@ pub(super) struct Follower {
     content: Content,
     snapshot_bytes: u64,
     flushed_at: u64,
+    /// The frontier, for the downloads that wait for it.
+    progress: tokio::sync::watch::Sender<u64>,
 }
 
 impl Follower {
     /// `download` is a handle of the download file open for reading and
     /// writing (a decoded object's stored bytes are released behind it).
-    pub fn new(download: std::fs::File, keys: Keyring, files: Files, uri: String) -> Follower {
+    pub fn new(
+        download: std::fs::File,
+        keys: Keyring,
+        files: Files,
+        uri: String,
+        progress: tokio::sync::watch::Sender<u64>,
+    ) -> Follower {
         Follower {
             files,
             uri,
@@ -74,6 +95,7 @@ impl Follower {
             content: Content::Undecided,
             snapshot_bytes: 0,
             flushed_at: 0,
+            progress,
         }
     }
 
@@ -90,6 +112,7 @@ impl Follower {
                     self.abandon();
                     return Err(err);
                 }
+                self.progress.send_replace(self.frontier);
             }
         }
         Ok(self)
@@ -120,33 +143,90 @@ impl Follower {
 
     fn take(&mut self, stored: &[u8]) -> Result<()> {
         self.sha256.update(stored);
+        let mut rest = stored;
+        if let Content::Undecided = self.content {
+            // The first bytes say how the object was stored (dkv's
+            // encryption header, zstd's magic, or neither), and what so
+            // few bytes decode to is small.
+            let (head, tail) = rest.split_at(rest.len().min(encryption::MAGIC.len()));
+            self.decode(head, false)?;
+            rest = tail;
+        }
+        match &self.content {
+            Content::InPlace { flusher } => {
+                let read = self.frontier + stored.len() as u64;
+                if read - self.flushed_at >= FLUSH_EVERY {
+                    self.flushed_at = read;
+                    flusher.request();
+                }
+                Ok(())
+            }
+            Content::Decoded { .. } => self.decode(rest, false),
+            // Nothing is left of this piece, or it did not decode.
+            Content::Undecided => Ok(()),
+        }
+    }
+
+    /// Feeds `stored` to the decoder (or ends the object, `at_end`) and
+    /// writes what it decodes. What decodes before the object's encoding
+    /// is known waits for it.
+    fn decode(&mut self, stored: &[u8], at_end: bool) -> Result<()> {
         if self.undecodable.is_some() {
             return Ok(());
         }
-        if let Content::InPlace { flusher } = &self.content {
-            if self.frontier + stored.len() as u64 - self.flushed_at >= FLUSH_EVERY {
-                self.flushed_at = self.frontier + stored.len() as u64;
-                flusher.request();
+        let mut early = Vec::new();
+        let fed = {
+            let Follower {
+                decoder,
+                content,
+                snapshot_bytes,
+                ..
+            } = self;
+            let mut sink = |piece: &[u8]| {
+                *snapshot_bytes += piece.len() as u64;
+                match content {
+                    Content::Decoded { writer } => {
+                        writer.write(piece.to_vec()).map_err(Failure::Write)
+                    }
+                    Content::Undecided => {
+                        early.extend_from_slice(piece);
+                        Ok(())
+                    }
+                    // Its bytes are where they belong.
+                    Content::InPlace { .. } => Ok(()),
+                }
+            };
+            if at_end {
+                decoder.finish(&mut sink)
+            } else {
+                decoder.update(stored, &mut sink)
             }
-            return Ok(());
-        }
-        match self.decoder.update(stored) {
-            Ok(content) => {
-                let content = content.into_owned();
-                self.decided()?;
-                self.write(content)
-            }
+        };
+        match fed {
+            Ok(()) => {}
+            Err(Failure::Write(e)) => return Err(Error::io("writing", &self.files.decoded)(e)),
             // Without the key nothing can be done: say so at once.
-            Err(err @ CodecError::Encryption(EncryptionError::MissingKey { .. })) => {
-                Err(Error::codec(&self.uri)(err))
-            }
+            Err(Failure::Codec(
+                err @ CodecError::Encryption(EncryptionError::MissingKey { .. }),
+            )) => return Err(Error::codec(&self.uri)(err)),
             // Content that does not decode: most likely damaged in the
             // store. The digest of the whole object tells; keep hashing.
-            Err(err) => {
+            Err(Failure::Codec(err)) => {
                 self.undecodable = Some(err);
-                Ok(())
+                return Ok(());
             }
         }
+        if let Content::Undecided = self.content {
+            self.decided()?;
+            if let Content::Decoded { writer } = &mut self.content
+                && !early.is_empty()
+            {
+                writer
+                    .write(early)
+                    .map_err(Error::io("writing", &self.files.decoded))?;
+            }
+        }
+        Ok(())
     }
 
     /// Once the decoder knows whether the object is plain, the content
@@ -168,21 +248,6 @@ impl Follower {
             }
         };
         Ok(())
-    }
-
-    /// Writes decoded content (nothing to do for a plain object: its bytes
-    /// are where they belong).
-    fn write(&mut self, content: Vec<u8>) -> Result<()> {
-        let Content::Decoded { writer } = &mut self.content else {
-            return Ok(());
-        };
-        if content.is_empty() {
-            return Ok(());
-        }
-        self.snapshot_bytes += content.len() as u64;
-        writer
-            .write(content)
-            .map_err(Error::io("writing", &self.files.decoded))
     }
 
     /// Gives back the disk space of stored bytes already decoded, so that
@@ -213,20 +278,10 @@ impl Follower {
             self.abandon();
             return Err(err);
         }
-        let ending = match self.undecodable.take() {
-            Some(err) => Err(err),
-            None => self.decoder.finish(),
-        };
-        let undecodable = match ending {
-            Ok(content) => {
-                self.decided()?;
-                self.write(content)?;
-                None
-            }
-            // The caller compares the digest first: a damaged object is
-            // reported as such, an intact one that does not decode as that.
-            Err(err) => Some(err),
-        };
+        self.decode(&[], true)?;
+        // The caller compares the digest first: a damaged object is
+        // reported as such, an intact one that does not decode as that.
+        let undecodable = self.undecodable.take();
         let (content, snapshot_bytes) = match self.content {
             Content::Undecided => (self.files.download.clone(), self.frontier),
             Content::InPlace { flusher } => {
@@ -397,5 +452,83 @@ impl Flusher {
             Some(Ok(result)) => result,
             Some(Err(_)) => Err(std::io::Error::other("the flushing thread panicked")),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use sha2::Digest as _;
+
+    use super::*;
+    use crate::encoding::Encoding;
+
+    /// A follower of `stored`, already whole in its download file.
+    fn follower_of(dir: &std::path::Path, stored: &[u8]) -> Follower {
+        let files = Files {
+            download: dir.join("a.db.partial"),
+            decoded: dir.join("a.db.decoded.partial"),
+        };
+        std::fs::write(&files.download, stored).unwrap();
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&files.download)
+            .unwrap();
+        let (progress, _) = tokio::sync::watch::channel(0);
+        Follower::new(
+            file,
+            Keyring::default(),
+            files,
+            "file:///a.db".into(),
+            progress,
+        )
+    }
+
+    #[test]
+    fn ranges_that_land_in_any_order_are_read_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let content: Vec<u8> = (0..100_000u32).flat_map(|i| i.to_le_bytes()).collect();
+        for encoding in [Encoding::plain(), Encoding::default()] {
+            let stored = encoding.encode_all(&content).unwrap();
+            let follower = follower_of(dir.path(), &stored);
+            let size = stored.len() as u64;
+            let (ranges, received) = std::sync::mpsc::channel();
+            // Last range first, then the others from the end.
+            let starts: Vec<u64> = (0..size).step_by(1000).collect();
+            for &start in starts.iter().rev() {
+                ranges.send(start..size.min(start + 1000)).unwrap();
+            }
+            drop(ranges);
+            let downloaded = follower.follow(received).unwrap().finish(size).unwrap();
+            assert_eq!(
+                downloaded.fetched.sha256,
+                format!("{:x}", Sha256::digest(&stored))
+            );
+            assert_eq!(downloaded.fetched.snapshot_bytes, content.len() as u64);
+            assert!(std::fs::read(&downloaded.content).unwrap() == content);
+            assert_eq!(downloaded.fetched.compressed, encoding.compress);
+            let _ = std::fs::remove_file(dir.path().join("a.db.decoded.partial"));
+        }
+    }
+
+    #[test]
+    fn an_object_that_did_not_all_arrive_is_not_finished() {
+        let dir = tempfile::tempdir().unwrap();
+        let follower = follower_of(dir.path(), &[7; 3000]);
+        let (ranges, received) = std::sync::mpsc::channel();
+        ranges.send(0..1000).unwrap();
+        // 1000..2000 never lands.
+        ranges.send(2000..3000).unwrap();
+        drop(ranges);
+        let err = follower
+            .follow(received)
+            .unwrap()
+            .finish(3000)
+            .err()
+            .unwrap();
+        assert!(
+            err.to_string().contains("1000 of the object's 3000 bytes"),
+            "{err}"
+        );
     }
 }

@@ -17,11 +17,13 @@ use crate::error::{Error, Result, StoreErrorKind};
 use crate::store::Store;
 
 /// How an object is downloaded: in ranges of `size` bytes, `at_once` of
-/// them at a time.
+/// them at a time, none starting more than `ahead` bytes past what the
+/// reader of the file has read (what lands waits on disk for it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct Parts {
     pub size: u64,
     pub at_once: usize,
+    pub ahead: u64,
 }
 
 /// What one range task gathers from the network before writing it: large
@@ -33,25 +35,31 @@ pub(super) struct Landing {
     /// The object's size when the download started.
     pub size: u64,
     /// Each range once all its bytes are written, in the order they
-    /// finish. Dropping it aborts the downloads in progress.
+    /// finish. Dropping it aborts the downloads in progress (a write
+    /// already under way on a blocking thread still completes).
     pub landed: BoxStream<'static, Result<Range<u64>>>,
 }
 
 /// Starts downloading `object` into `file` (which must exist), each byte
-/// at its offset in the object. The ranges are not tied to one version of
-/// the object: the caller checks the digest of what landed (the artifacts
-/// dkv reads are never rewritten under the same name).
+/// at its offset in the object; `read` is how far the file's reader has
+/// read. The ranges are not tied to one version of the object: the caller
+/// checks the digest of what landed (the artifacts dkv reads are never
+/// rewritten under the same name).
 pub(super) async fn land(
     store: &Store,
     object: &ObjectPath,
     file: &Path,
     parts: Parts,
+    read: tokio::sync::watch::Receiver<u64>,
 ) -> Result<Landing> {
     let size = store.size(object).await?;
-    let handle = std::fs::OpenOptions::new()
+    let handle = tokio::fs::OpenOptions::new()
         .write(true)
         .open(file)
-        .map_err(Error::io("opening", file))?;
+        .await
+        .map_err(Error::io("opening", file))?
+        .into_std()
+        .await;
     let target = Target {
         store: store.clone(),
         object: object.clone(),
@@ -63,6 +71,16 @@ pub(super) async fn land(
         .step_by(usize::try_from(step).unwrap_or(usize::MAX))
         .map(move |start| start..size.min(start.saturating_add(step)));
     let landed = futures::stream::iter(ranges)
+        .then(move |range| {
+            let mut read = read.clone();
+            async move {
+                // A reader that is gone no longer holds anything back.
+                let _ = read
+                    .wait_for(|&done| range.start <= done.saturating_add(parts.ahead))
+                    .await;
+                range
+            }
+        })
         .map(move |range| {
             let uri = target.store.location(&target.object).to_string();
             let task = AbortOnDropHandle::new(tokio::spawn(target.clone().land(range)));
@@ -166,10 +184,17 @@ mod tests {
         // Ranges that divide the object, that leave a short last one, one
         // range for the whole object, one larger than it, and no
         // concurrency asked for.
+        let (_reader, read) = tokio::sync::watch::channel(u64::MAX);
         for (size, at_once) in [(100, 3), (7, 4), (999, 2), (1000, 1), (4096, 4), (1, 0)] {
-            let parts = Parts { size, at_once };
+            let parts = Parts {
+                size,
+                at_once,
+                ahead: 0,
+            };
             std::fs::write(&file, b"").unwrap();
-            let landing = land(&store, location.path(), &file, parts).await.unwrap();
+            let landing = land(&store, location.path(), &file, parts, read.clone())
+                .await
+                .unwrap();
             assert_eq!(landing.size, 1000);
             let mut landed: Vec<Range<u64>> = landing.landed.try_collect().await.unwrap();
             landed.sort_by_key(|r| r.start);
@@ -182,8 +207,12 @@ mod tests {
         let parts = Parts {
             size: 7,
             at_once: 2,
+            ahead: 0,
         };
-        let err = land(&store, &missing, &file, parts).await.err().unwrap();
+        let err = land(&store, &missing, &file, parts, read)
+            .await
+            .err()
+            .unwrap();
         assert!(err.to_string().contains("none.db"), "{err}");
     }
 }
