@@ -421,7 +421,7 @@ fn fetch_container(cluster: &ValidatedCluster, source: &ResolvedRestore) -> Cont
                 .collect(),
         ),
         // What the step uses, so the scheduler counts it: hashing and
-        // decoding keep a core busy, and a 1 GiB artifact peaked at 50 MiB
+        // decoding keep a core busy, and 1 GiB artifacts peaked at 46-52 MiB
         // (eight 8 MiB ranges in flight, bench/README.md).
         resources: Some(ResourceRequirements {
             requests: Some(BTreeMap::from([
