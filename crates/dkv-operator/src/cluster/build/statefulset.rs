@@ -422,7 +422,7 @@ fn fetch_container(cluster: &ValidatedCluster, source: &ResolvedRestore) -> Cont
         ),
         // What the step uses, so the scheduler counts it: hashing and
         // decoding keep a core busy, and 1 GiB artifacts peaked at 46-52 MiB
-        // (eight 8 MiB ranges in flight, bench/README.md).
+        // (eight ranges in flight, each written 1 MiB at a time).
         resources: Some(ResourceRequirements {
             requests: Some(BTreeMap::from([
                 ("cpu".to_owned(), Quantity("100m".to_owned())),
