@@ -421,9 +421,10 @@ const QUEUED_BATCHES: usize = 2;
 const BATCH: usize = 64;
 
 /// Streams the snapshot through three stages that run at the same time:
-/// this task receives etcd's chunks, a blocking thread checks, encodes and
-/// hashes them ([`encode`]), and this task again puts what is encoded
-/// into the upload, waiting while `parts_in_flight` parts are uploading.
+/// this task receives etcd's chunks and checks them against etcd's
+/// trailing sha256, a blocking thread encodes them and hashes what is
+/// stored ([`encode`]), and this task again puts what is encoded into the
+/// upload, waiting while `parts_in_flight` parts are uploading.
 #[allow(clippy::too_many_arguments)]
 async fn stream_into<S: Future<Output = ()>>(
     writer: &mut WriteMultipart,
@@ -441,15 +442,19 @@ async fn stream_into<S: Future<Output = ()>>(
     let encoding =
         tokio::task::spawn_blocking(move || encode(received, pieces, encoder, plain, &uri));
     let feed = async move {
+        let mut check = SnapshotCheck::default();
         let mut batches = std::pin::pin!(snapshot.ready_chunks(BATCH));
         while let Some(batch) = batches.next().await {
             let batch = batch.into_iter().collect::<Result<Vec<Bytes>>>()?;
+            for chunk in &batch {
+                check.update(chunk);
+            }
             // A closed channel: the encoder stopped, and says why.
             if chunks.send(batch).await.is_err() {
                 break;
             }
         }
-        Ok(())
+        Ok(check)
     };
     let upload = async {
         while let Some(batch) = encoded.recv().await {
@@ -466,21 +471,24 @@ async fn stream_into<S: Future<Output = ()>>(
         }
         Ok::<_, Error>(())
     };
-    tokio::select! {
+    let check = tokio::select! {
         biased;
         () = stop => return Err(Error::Cancelled),
-        streamed = async { tokio::try_join!(feed, upload) } => { streamed?; }
-    }
-    encoding.await.map_err(|e| Error::Io {
+        streamed = async { tokio::try_join!(feed, upload) } => streamed?.0,
+    };
+    let mut digest = encoding.await.map_err(|e| Error::Io {
         operation: "encoding the snapshot for",
         path: location.to_string().into(),
         cause: std::io::Error::other(e),
-    })?
+    })??;
+    digest.check = check;
+    Ok(digest)
 }
 
-/// The middle stage of [`stream_into`], on a blocking thread: etcd's check
-/// of every chunk, the encoding (a plain snapshot passes through without
-/// a copy) and the digest of what is stored.
+/// The middle stage of [`stream_into`], on a blocking thread: the encoding
+/// (a plain snapshot passes through without a copy) and the digest of what
+/// is stored (for a plain snapshot, etcd's check computes it). Its check is
+/// left empty for the caller's.
 fn encode(
     mut chunks: tokio::sync::mpsc::Receiver<Vec<Bytes>>,
     pieces: tokio::sync::mpsc::Sender<Vec<Bytes>>,
@@ -492,7 +500,6 @@ fn encode(
     while let Some(batch) = chunks.blocking_recv() {
         let mut out = Vec::with_capacity(batch.len());
         for chunk in batch {
-            digest.check.update(&chunk);
             let piece = if plain {
                 chunk
             } else {
