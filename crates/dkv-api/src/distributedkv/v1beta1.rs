@@ -89,7 +89,7 @@ pub struct BackupSpec {
 /// Compression of stored backups.
 #[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum Compression {
-    /// zstd, level 3: etcd's pages shrink several times, at several
+    /// zstd, level 1: etcd's pages shrink several times, at several
     /// hundred MB/s per core.
     #[default]
     Zstd,
