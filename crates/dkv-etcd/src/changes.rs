@@ -2,7 +2,8 @@
 //! continuous backup records) and written again in order (what a
 //! point-in-time restore replays).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashSet};
+use std::ops::Range;
 
 use etcd_client::{EventType, GetOptions, LeaseGrantOptions, PutOptions, Txn, TxnOp, WatchOptions};
 
@@ -157,48 +158,127 @@ impl GrpcAdmin {
         Ok(response.header().map_or(0, |h| h.revision()))
     }
 
-    /// Writes `changes` again, one transaction per source revision, in
-    /// order. A lease a put names that does not exist yet is granted with
-    /// that ID and `lease_ttl_seconds` (the source's remaining time is not
-    /// known), so keys that shared a lease expire together.
+    /// Writes `changes` again, in order. Consecutive source revisions that
+    /// touch different keys travel together in one transaction, up to
+    /// [`REPLAY_TRANSACTION_OPERATIONS`] and [`REPLAY_TRANSACTION_BYTES`]
+    /// (a revision is never split): every write costs etcd a raft round
+    /// and a sync to disk, so small changes replay many times faster than
+    /// one transaction per revision, and the restored cluster ends in the
+    /// same state. Its revisions are its own and fewer than the source's.
+    /// A transaction of several revisions that fails is tried again one
+    /// revision at a time (a cluster with lower request limits than etcd's
+    /// defaults refuses the larger one). Applying a change again leaves the
+    /// same keys and values, so a replay may start before where an earlier
+    /// one stopped.
+    ///
+    /// A lease a put names that does not exist yet is granted with that ID
+    /// and `lease_ttl_seconds` (the source's remaining time is not known),
+    /// so keys that shared a lease expire together.
     pub async fn replay(&self, changes: &[Change], lease_ttl_seconds: i64) -> Result<()> {
         let mut client = self.client_for("replay").await?;
         let mut granted: BTreeSet<i64> = BTreeSet::new();
-        let mut start = 0;
-        while start < changes.len() {
-            let revision = changes[start].revision;
-            let end = changes[start..]
-                .iter()
-                .position(|c| c.revision != revision)
-                .map_or(changes.len(), |n| start + n);
-            let mut operations = Vec::new();
-            for change in &changes[start..end] {
-                match change.kind {
-                    ChangeKind::Put => {
-                        let mut options = PutOptions::new();
-                        if change.lease != 0 {
-                            if granted.insert(change.lease) {
-                                grant_lease(&mut client, change.lease, lease_ttl_seconds).await?;
-                            }
-                            options = options.with_lease(change.lease);
-                        }
-                        operations.push(TxnOp::put(
-                            change.key.clone(),
-                            change.value.clone(),
-                            Some(options),
-                        ));
-                    }
-                    ChangeKind::Delete => operations.push(TxnOp::delete(change.key.clone(), None)),
+        for group in replay_transactions(changes) {
+            let group = &changes[group];
+            for change in group {
+                if change.kind == ChangeKind::Put
+                    && change.lease != 0
+                    && granted.insert(change.lease)
+                {
+                    grant_lease(&mut client, change.lease, lease_ttl_seconds).await?;
                 }
             }
-            client
-                .txn(Txn::new().and_then(operations))
-                .await
-                .map_err(|e| Error::from_client("replay", e, None))?;
-            start = end;
+            let together = group
+                .first()
+                .zip(group.last())
+                .is_some_and(|(first, last)| first.revision != last.revision);
+            match client.txn(transaction(group)).await {
+                Ok(_) => {}
+                Err(_) if together => {
+                    for revision in revisions(group) {
+                        client
+                            .txn(transaction(&group[revision]))
+                            .await
+                            .map_err(|e| Error::from_client("replay", e, None))?;
+                    }
+                }
+                Err(e) => return Err(Error::from_client("replay", e, None)),
+            }
         }
         Ok(())
     }
+}
+
+/// At most this many operations in one replayed transaction: half etcd's
+/// default `--max-txn-ops` (128).
+pub const REPLAY_TRANSACTION_OPERATIONS: usize = 64;
+
+/// At most this many bytes of keys and values in one replayed transaction:
+/// two thirds of etcd's default `--max-request-bytes` (1.5 MiB).
+pub const REPLAY_TRANSACTION_BYTES: usize = 1024 * 1024;
+
+/// The ranges of `changes` (in revision order) that [`GrpcAdmin::replay`]
+/// writes as one transaction each: whole source revisions, consecutive,
+/// together while no key repeats (etcd refuses a transaction that names a
+/// key twice) and within the limits above. A revision over a limit on its
+/// own is a transaction of its own, as the source wrote it.
+pub fn replay_transactions(changes: &[Change]) -> Vec<Range<usize>> {
+    let mut groups = Vec::new();
+    let mut start = 0;
+    let mut keys: HashSet<&[u8]> = HashSet::new();
+    let mut bytes = 0;
+    for revision in revisions(changes) {
+        let these = &changes[revision.clone()];
+        let size: usize = these.iter().map(|c| c.key.len() + c.value.len()).sum();
+        let fits = revision.start > start
+            && revision.end - start <= REPLAY_TRANSACTION_OPERATIONS
+            && bytes + size <= REPLAY_TRANSACTION_BYTES
+            && these.iter().all(|c| !keys.contains(c.key.as_slice()));
+        if !fits && revision.start > start {
+            groups.push(start..revision.start);
+            start = revision.start;
+            keys.clear();
+            bytes = 0;
+        }
+        keys.extend(these.iter().map(|c| c.key.as_slice()));
+        bytes += size;
+    }
+    if start < changes.len() {
+        groups.push(start..changes.len());
+    }
+    groups
+}
+
+/// The ranges of `changes` that share a source revision, in order.
+fn revisions(changes: &[Change]) -> Vec<Range<usize>> {
+    let mut ranges = Vec::new();
+    let mut start = 0;
+    while start < changes.len() {
+        let end = changes[start..]
+            .iter()
+            .position(|c| c.revision != changes[start].revision)
+            .map_or(changes.len(), |n| start + n);
+        ranges.push(start..end);
+        start = end;
+    }
+    ranges
+}
+
+/// `changes` as one transaction: puts (with their lease) and deletes.
+fn transaction(changes: &[Change]) -> Txn {
+    let operations = changes
+        .iter()
+        .map(|change| match change.kind {
+            ChangeKind::Put => {
+                let mut options = PutOptions::new();
+                if change.lease != 0 {
+                    options = options.with_lease(change.lease);
+                }
+                TxnOp::put(change.key.clone(), change.value.clone(), Some(options))
+            }
+            ChangeKind::Delete => TxnOp::delete(change.key.clone(), None),
+        })
+        .collect::<Vec<_>>();
+    Txn::new().and_then(operations)
 }
 
 /// Grants lease `id`; one that already exists (restored with the snapshot)
@@ -215,5 +295,126 @@ async fn grant_lease(client: &mut etcd_client::Client, id: i64, ttl: i64) -> Res
             Ok(())
         }
         Err(e) => Err(Error::from_client("lease grant", e, None)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn put(revision: i64, key: &str, value_bytes: usize) -> Change {
+        Change {
+            revision,
+            kind: ChangeKind::Put,
+            key: key.as_bytes().to_vec(),
+            value: vec![b'v'; value_bytes],
+            lease: 0,
+        }
+    }
+
+    fn delete(revision: i64, key: &str) -> Change {
+        Change {
+            revision,
+            kind: ChangeKind::Delete,
+            key: key.as_bytes().to_vec(),
+            value: Vec::new(),
+            lease: 0,
+        }
+    }
+
+    #[test]
+    fn small_changes_to_different_keys_travel_together() {
+        let changes: Vec<Change> = (0..10).map(|i| put(i, &format!("k{i}"), 10)).collect();
+        assert_eq!(replay_transactions(&changes), vec![0..10]);
+        assert!(replay_transactions(&[]).is_empty());
+    }
+
+    #[test]
+    fn a_key_named_again_starts_the_next_transaction() {
+        let changes = vec![
+            put(1, "a", 1),
+            put(2, "b", 1),
+            delete(3, "a"),
+            put(4, "c", 1),
+            put(5, "c", 1),
+        ];
+        assert_eq!(replay_transactions(&changes), vec![0..2, 2..4, 4..5]);
+    }
+
+    #[test]
+    fn a_revision_is_never_split_and_limits_hold() {
+        // Revision 2 has three operations: it stays whole.
+        let changes = vec![
+            put(1, "a", 1),
+            put(2, "b", 1),
+            put(2, "c", 1),
+            delete(2, "d"),
+            put(3, "e", 1),
+        ];
+        assert_eq!(replay_transactions(&changes), vec![0..5]);
+
+        // 200 KiB values: five fit in 1 MiB, the sixth starts a new one.
+        let big: Vec<Change> = (0..12)
+            .map(|i| put(i, &format!("k{i:02}"), 200 * 1024))
+            .collect();
+        let groups = replay_transactions(&big);
+        assert_eq!(groups, vec![0..5, 5..10, 10..12]);
+
+        // A value over the limit on its own is a transaction of its own.
+        let huge = vec![put(1, "a", 1), put(2, "b", 2 << 20), put(3, "c", 1)];
+        assert_eq!(replay_transactions(&huge), vec![0..1, 1..2, 2..3]);
+
+        // At most REPLAY_TRANSACTION_OPERATIONS operations.
+        let many: Vec<Change> = (0..150).map(|i| put(i, &format!("k{i:03}"), 1)).collect();
+        let groups = replay_transactions(&many);
+        assert!(
+            groups
+                .iter()
+                .all(|g| g.len() <= REPLAY_TRANSACTION_OPERATIONS)
+        );
+        assert_eq!(groups.iter().map(|g| g.len()).sum::<usize>(), 150);
+    }
+
+    #[test]
+    fn the_transactions_cover_every_change_once_in_order() {
+        let changes: Vec<Change> = (0..300)
+            .map(|i| {
+                let key = format!("k{}", (i * 7) % 23);
+                if i % 5 == 0 {
+                    delete(i / 2, &key)
+                } else {
+                    put(i / 2, &key, (i as usize * 37) % 90_000)
+                }
+            })
+            .collect();
+        // Changes sharing a revision must name different keys, as etcd
+        // requires of the source too.
+        let changes: Vec<Change> = revisions(&changes)
+            .into_iter()
+            .flat_map(|r| {
+                let mut seen = HashSet::new();
+                changes[r]
+                    .iter()
+                    .filter(|c| seen.insert(c.key.clone()))
+                    .cloned()
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        let groups = replay_transactions(&changes);
+        let mut next = 0;
+        for group in &groups {
+            assert_eq!(group.start, next, "consecutive, no gap, no overlap");
+            next = group.end;
+            let these = &changes[group.clone()];
+            let keys: HashSet<&[u8]> = these.iter().map(|c| c.key.as_slice()).collect();
+            assert_eq!(keys.len(), these.len(), "no key twice in {group:?}");
+            if group.start > 0 {
+                assert_ne!(
+                    changes[group.start - 1].revision,
+                    changes[group.start].revision
+                );
+            }
+        }
+        assert_eq!(next, changes.len());
     }
 }

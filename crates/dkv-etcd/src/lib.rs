@@ -20,7 +20,10 @@ mod grpc;
 mod model;
 
 pub use admin::{EtcdAdmin, SnapshotStream};
-pub use changes::{Change, ChangeKind, ChangeWatch, WatchedChanges};
+pub use changes::{
+    Change, ChangeKind, ChangeWatch, REPLAY_TRANSACTION_BYTES, REPLAY_TRANSACTION_OPERATIONS,
+    WatchedChanges, replay_transactions,
+};
 pub use error::{Error, Result};
 #[cfg(feature = "fake")]
 pub use fake::FakeEtcd;

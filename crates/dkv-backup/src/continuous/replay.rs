@@ -1,10 +1,12 @@
 //! Replaying a chain's segments into a cluster restored from its base: the
 //! second half of a point-in-time restore.
 //!
-//! Each source revision becomes one transaction, in order, so the restored
-//! cluster passes through the same states; its revisions are its own (they
-//! are renumbered: the restored cluster's revision after replay is not the
-//! source's). Events after the plan's target are not applied.
+//! The changes are written again in order, consecutive source revisions
+//! that touch different keys together in one transaction
+//! ([`dkv_etcd::replay_transactions`]): the restored cluster ends with the
+//! source's keys and values at the target, under revisions of its own
+//! (renumbered, and fewer than the source's). Events after the plan's
+//! target are not applied.
 
 use dkv_etcd::GrpcAdmin;
 
@@ -45,9 +47,12 @@ pub async fn replay(
     revision_offset: i64,
 ) -> Result<Replayed> {
     // The restored members started `revision_offset` revisions above the
-    // base snapshot's (`--bump-revision`); each replayed source revision is
-    // one transaction, so the source's revision is the restored one less
-    // the offset.
+    // base snapshot's (`--bump-revision`). Before any replay the restored
+    // revision less the offset is the source's revision the snapshot holds;
+    // after a replay cut short it is at most the source revision reached
+    // (several source revisions share a transaction), so a replay that
+    // goes on applies some changes again, which leaves the same keys and
+    // values.
     let restored = etcd.current_revision().await.map_err(|cause| Error::Etcd {
         operation: "reading the restored cluster's revision",
         cause,
@@ -240,17 +245,13 @@ mod tests {
                 .await
                 .unwrap();
             assert_eq!(replayed.source_revision, revision);
-            // One revision for each source revision replayed, each applied
-            // once, though transactions were in flight together.
-            let replayed_revisions = planned
-                .segments
-                .iter()
-                .map(|s| s.header.last_revision.min(revision) - s.header.after_revision)
-                .filter(|n| *n > 0)
-                .sum::<i64>();
-            assert_eq!(
-                into.current_revision().await.unwrap(),
-                1 + replayed_revisions.min(revision - base_revision)
+            // Source revisions travel several to a transaction: the
+            // restored cluster took fewer revisions than the source did.
+            let source_revisions = revision - base_revision;
+            let restored_revisions = into.current_revision().await.unwrap() - 1;
+            assert!(
+                (1..source_revisions).contains(&restored_revisions),
+                "{source_revisions} source revisions replayed in {restored_revisions} transactions"
             );
             let mut reader = restored.client().await;
             assert_eq!(
@@ -260,6 +261,18 @@ mod tests {
             );
             let session = reader.get("session", None).await.unwrap();
             assert_eq!(session.kvs()[0].lease(), lease, "the key keeps its lease");
+
+            // A replay that goes on after a restart starts at or before
+            // where the first stopped (here: long before): the changes it
+            // applies again leave the same keys and values.
+            replay(&into, &store, &planned, &Keyring::default(), 0)
+                .await
+                .unwrap();
+            assert_eq!(
+                restored.key_values_at(0).await,
+                source.key_values_at(revision).await,
+                "replayed again, the keys and values still equal the source's at revision {revision}"
+            );
         }
     }
 }

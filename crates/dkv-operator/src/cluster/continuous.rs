@@ -189,7 +189,7 @@ pub async fn replay(
     Ok(())
 }
 
-/// Deadline of each replay call (one transaction per source revision).
+/// Deadline of each replay call (a transaction of up to 1 MiB).
 const REPLAY_CALL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// What status says of continuous backup after a pass: the window (from the

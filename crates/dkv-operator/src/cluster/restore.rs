@@ -276,7 +276,8 @@ async fn resolve_continuous(
 /// Replays `replay` into the restored cluster `etcd` reaches: plans again
 /// over the same chain to the same point, then applies the changes the
 /// restored members do not hold yet (a replay cut short by a restart goes
-/// on where it stopped).
+/// on from at most where it stopped: applying a change again leaves the
+/// same keys and values).
 pub async fn replay(
     client: &Client,
     namespace: &str,
