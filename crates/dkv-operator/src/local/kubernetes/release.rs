@@ -51,6 +51,8 @@ macro_rules! release {
 pub const RELEASES: [Release; 2] = [release!("1.37", "v1.37.2"), release!("1.34", "v1.34.4")];
 
 const BUILD_SCRIPT: &str = include_str!("../../../../../go/kubernetes/build.sh");
+/// What every build script sources from the directory above its own.
+const GO_LIB: &str = include_str!("../../../../../go/lib.sh");
 
 /// The three programs of the control plane.
 pub const PROGRAMS: [&str; 3] = [
@@ -107,8 +109,10 @@ impl Release {
             );
         }
         let home = tools.join(format!("kubernetes-{}", self.version));
+        // The repository's layout (go/kubernetes/build.sh sources
+        // go/lib.sh).
         let src = home.join("src");
-        let module = src.join(format!("v{}", self.minor));
+        let module = src.join("kubernetes").join(format!("v{}", self.minor));
         std::fs::create_dir_all(&module)
             .with_context(|| format!("creating {}", module.display()))?;
         for (name, text) in [
@@ -119,9 +123,10 @@ impl Release {
             std::fs::write(module.join(name), text)
                 .with_context(|| format!("writing {}", module.join(name).display()))?;
         }
-        let script = src.join("build.sh");
-        std::fs::write(&script, BUILD_SCRIPT)
-            .with_context(|| format!("writing {}", script.display()))?;
+        let script = src.join("kubernetes/build.sh");
+        for (path, text) in [(&script, BUILD_SCRIPT), (&src.join("lib.sh"), GO_LIB)] {
+            std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
+        }
         // Built next to the final directory and renamed once complete: an
         // interrupted build leaves nothing that looks built.
         let staging = home.join("bin.partial");
