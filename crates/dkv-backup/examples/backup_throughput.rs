@@ -203,6 +203,9 @@ fn restore_args(tool_dir: &Path, snapshot: &Path, data_dir: &Path, ip: &str) -> 
         format!("--data-dir={}", data_dir.display()),
         "--etcd-version=3.5.16".to_owned(),
         format!("--etcd-bin-dir={}", tool_dir.display()),
+        // As the operator's restore does: restore-fetch checked the
+        // snapshot's own hash.
+        "--snapshot-checked".to_owned(),
     ]
 }
 

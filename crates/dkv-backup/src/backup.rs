@@ -351,7 +351,7 @@ async fn upload<S: Future<Output = ()>, C: Future>(
     .await;
     let streamed = streamed.and_then(|digest| {
         digest.finish().map_err(|reason| Error::CorruptSnapshot {
-            endpoint: source.to_owned(),
+            origin: source.to_owned(),
             reason,
         })
     });

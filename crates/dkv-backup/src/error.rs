@@ -69,10 +69,12 @@ pub enum Error {
     #[error("no etcd member can serve a snapshot: {}", reasons.join("; "))]
     NoHealthyMember { reasons: Vec<String> },
 
-    /// The snapshot etcd streamed does not end with the sha256 of its own
-    /// content: truncated or corrupted in flight. Nothing was stored.
-    #[error("the snapshot from {endpoint} is not intact: {reason}")]
-    CorruptSnapshot { endpoint: String, reason: String },
+    /// A snapshot that does not end with the sha256 of its own content:
+    /// streamed by etcd (truncated or corrupted in flight; nothing was
+    /// stored), or fetched for a restore (not an etcd snapshot, or damaged
+    /// before it was stored; nothing was kept).
+    #[error("the snapshot from {origin} is not intact: {reason}")]
+    CorruptSnapshot { origin: String, reason: String },
 
     #[error(
         "sha256 of {uri} is {actual}, expected {expected}; the artifact is corrupt or not the recorded one"

@@ -1,8 +1,10 @@
 //! Fetching an artifact for a restore: streamed to a local file (decrypted
 //! and decompressed on the way when it was stored so), verified against
-//! the recorded sha256 of the stored object, and only then put in place
-//! under its final name. A file at the destination path is always a
-//! verified snapshot.
+//! the recorded sha256 of the stored object and against the sha256 etcd
+//! appended to the snapshot itself, and only then put in place under its
+//! final name. A file at the destination path is always a verified
+//! snapshot: the restore tool can skip its own hash check (which reads the
+//! whole file again).
 
 use std::path::{Path, PathBuf};
 
@@ -83,6 +85,7 @@ async fn fetch_in_parts(
         content,
         fetched: downloaded,
         undecodable,
+        snapshot_check,
     } = match result {
         Ok(done) => done,
         Err(err) => {
@@ -103,6 +106,16 @@ async fn fetch_in_parts(
         return Err(Error::Codec {
             uri: location.to_string(),
             cause,
+        });
+    }
+    // The object is the one recorded, yet not a whole etcd snapshot: a
+    // file that was never one (a member's database copied by hand), or
+    // one damaged before it was stored.
+    if let Err(reason) = snapshot_check {
+        remove_quietly(&files).await;
+        return Err(Error::CorruptSnapshot {
+            origin: location.to_string(),
+            reason,
         });
     }
     if let Err(cause) = tokio::fs::rename(&content, destination).await {
@@ -150,6 +163,9 @@ struct Downloaded {
     content: PathBuf,
     fetched: Fetched,
     undecodable: Option<CodecError>,
+    /// Whether the content ends with the sha256 etcd appends to a
+    /// snapshot, and matches it; why not.
+    snapshot_check: std::result::Result<(), String>,
 }
 
 /// An object is downloaded as 8 MiB ranges, eight at a time: one streamed
@@ -275,6 +291,7 @@ mod tests {
 
     use super::*;
     use crate::artifact::{Artifact, write_sidecar};
+    use crate::snapshot_check::{fake_snapshot, snapshot_of};
 
     struct Fixture {
         dir: tempfile::TempDir,
@@ -282,13 +299,13 @@ mod tests {
         sha256: String,
     }
 
-    async fn fixture(content: &'static [u8], with_record: bool) -> Fixture {
+    async fn fixture(content: &[u8], with_record: bool) -> Fixture {
         let dir = tempfile::tempdir().unwrap();
         let uri = format!("file://{}/store/a.db", dir.path().display());
         let location = Location::parse(&uri).unwrap();
         let store = Store::open(&location, &StoreConfig::default()).unwrap();
         store
-            .put_small(location.path(), Bytes::from_static(content))
+            .put_small(location.path(), Bytes::copy_from_slice(content))
             .await
             .unwrap();
         let sha256 = format!("{:x}", Sha256::digest(content));
@@ -330,7 +347,8 @@ mod tests {
 
     #[tokio::test]
     async fn fetches_and_verifies_against_the_given_digest() {
-        let f = fixture(b"snapshot bytes", false).await;
+        let snapshot = fake_snapshot(3);
+        let f = fixture(&snapshot, false).await;
         let out = f.dir.path().join("restore/snapshot.db");
         let fetched = fetch_artifact(
             &StoreConfig::default(),
@@ -342,10 +360,39 @@ mod tests {
         .await
         .unwrap();
         assert_eq!(fetched.path, out);
-        assert_eq!(fetched.size_bytes, 14);
+        assert_eq!(fetched.size_bytes, snapshot.len() as u64);
         assert_eq!(fetched.sha256, f.sha256);
-        assert_eq!(std::fs::read(&out).unwrap(), b"snapshot bytes");
+        assert!(std::fs::read(&out).unwrap() == snapshot);
         assert!(!f.dir.path().join("restore/snapshot.db.partial").exists());
+    }
+
+    /// The recorded object, intact, that is not a whole etcd snapshot
+    /// (damaged before it was stored, or a database copied by hand):
+    /// refused before the restore tool sees it, and nothing is kept.
+    #[tokio::test]
+    async fn an_object_that_is_not_an_intact_snapshot_is_refused() {
+        let mut damaged = fake_snapshot(3);
+        damaged[700] ^= 1;
+        for (content, why) in [
+            (damaged, "trailer says"),
+            (b"a member's db file".to_vec(), "truncated"),
+        ] {
+            let f = fixture(&content, false).await;
+            let out = f.dir.path().join("snapshot.db");
+            let err = fetch_artifact(
+                &StoreConfig::default(),
+                &f.uri,
+                Some(&f.sha256),
+                &Keyring::default(),
+                &out,
+            )
+            .await
+            .unwrap_err();
+            assert!(matches!(err, Error::CorruptSnapshot { .. }), "{err}");
+            assert!(err.to_string().contains(why), "{err}");
+            assert!(err.to_string().contains(&f.uri), "{err}");
+            assert!(!out.exists() && !f.dir.path().join("snapshot.db.partial").exists());
+        }
     }
 
     #[tokio::test]
@@ -371,7 +418,7 @@ mod tests {
 
     #[tokio::test]
     async fn without_a_digest_the_record_beside_the_artifact_is_used() {
-        let f = fixture(b"snapshot bytes", true).await;
+        let f = fixture(&fake_snapshot(2), true).await;
         let out = f.dir.path().join("snapshot.db");
         let fetched = fetch_artifact(
             &StoreConfig::default(),
@@ -403,7 +450,7 @@ mod tests {
         use crate::encryption::Key;
         let dir = tempfile::tempdir().unwrap();
         let key = Key::parse(&[9; 32]).unwrap();
-        let content = b"etcd snapshot pages ".repeat(1000);
+        let content = snapshot_of(b"etcd snapshot pages ".repeat(1000));
         let encoding = Encoding {
             compress: true,
             key: Some(key.clone()),
@@ -445,9 +492,11 @@ mod tests {
         use crate::encryption::Key;
         let dir = tempfile::tempdir().unwrap();
         let key = Key::parse(&[7; 32]).unwrap();
-        let content: Vec<u8> = (0..200_000u32)
-            .flat_map(|i| format!("{{\"id\":{i}}}").into_bytes())
-            .collect();
+        let content = snapshot_of(
+            (0..200_000u32)
+                .flat_map(|i| format!("{{\"id\":{i}}}").into_bytes())
+                .collect(),
+        );
         let encodings = [
             Encoding::plain(),
             Encoding {

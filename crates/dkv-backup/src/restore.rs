@@ -89,6 +89,11 @@ pub struct MemberRestore {
     /// revision was compacted, and relists, instead of missing changes or
     /// seeing revisions it already saw with other contents.
     pub revision_bump: Option<i64>,
+    /// The snapshot's own sha256 (the one etcd appends) was checked when it
+    /// was fetched ([`crate::fetch_artifact`] does): the tool skips its
+    /// check, which reads the whole file once more (0.7 of 1.8 s of
+    /// `etcdutl snapshot restore` for a 1.3 GB snapshot).
+    pub snapshot_checked: bool,
 }
 
 impl MemberRestore {
@@ -109,6 +114,10 @@ impl MemberRestore {
             format!("--data-dir={}", into.display()),
         ]
         .into_iter()
+        .chain(
+            self.snapshot_checked
+                .then(|| "--skip-hash-check".to_owned()),
+        )
         .chain(self.revision_bump.into_iter().flat_map(|bump| {
             [
                 format!("--bump-revision={bump}"),
@@ -242,6 +251,19 @@ mod tests {
     }
 
     #[test]
+    fn a_checked_snapshot_is_not_hashed_again() {
+        let dir = Path::new("/data/restore");
+        let unchecked = request(dir).tool_args(dir);
+        assert!(!unchecked.contains(&"--skip-hash-check".to_owned()));
+        let checked = MemberRestore {
+            snapshot_checked: true,
+            ..request(dir)
+        }
+        .tool_args(dir);
+        assert!(checked.contains(&"--skip-hash-check".to_owned()));
+    }
+
+    #[test]
     fn a_bump_moves_revisions_up_and_marks_the_rest_compacted() {
         let dir = Path::new("/data/restore");
         let plain = request(dir).tool_args(dir);
@@ -266,6 +288,7 @@ mod tests {
             initial_cluster_token: "t".to_owned(),
             data_dir: dir.join("data"),
             revision_bump: None,
+            snapshot_checked: false,
         }
     }
 

@@ -72,7 +72,14 @@ impl SnapshotCheck {
 /// A stand-in for an etcd snapshot: `pages` x 512 bytes, then its sha256.
 #[cfg(test)]
 pub(crate) fn fake_snapshot(pages: usize) -> Vec<u8> {
-    let mut db: Vec<u8> = (0..pages * 512).map(|i| (i * 7 % 251) as u8).collect();
+    snapshot_of((0..pages * 512).map(|i| (i * 7 % 251) as u8).collect())
+}
+
+/// `db`, zero-padded to whole 512-byte pages, followed by its sha256: what
+/// etcd would stream for a database of that content.
+#[cfg(test)]
+pub(crate) fn snapshot_of(mut db: Vec<u8>) -> Vec<u8> {
+    db.resize(db.len().div_ceil(512) * 512, 0);
     let hash = Sha256::digest(&db);
     db.extend_from_slice(&hash);
     db

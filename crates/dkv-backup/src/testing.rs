@@ -397,6 +397,7 @@ pub async fn restore_single_member(
             initial_cluster_token: token.to_owned(),
             data_dir: data_dir.to_path_buf(),
             revision_bump: None,
+            snapshot_checked: false,
         },
     )
     .await

@@ -75,6 +75,11 @@ pub struct RestoreMemberArgs {
     /// and mark what lies below compacted (etcdutl 3.5.10 and later).
     #[arg(long)]
     pub bump_revision: Option<i64>,
+    /// The snapshot came from `dkv restore-fetch`, which checked the
+    /// sha256 etcd appends to it: the restore tool does not read it all
+    /// again to check it.
+    #[arg(long)]
+    pub snapshot_checked: bool,
     #[arg(long, default_value = "/dev/termination-log")]
     pub termination_log: PathBuf,
     #[arg(long, value_enum, default_value = "text", env = "DKV_LOG_FORMAT")]
@@ -162,6 +167,7 @@ pub async fn restore_member(args: &RestoreMemberArgs) -> anyhow::Result<()> {
                 initial_cluster_token: args.initial_cluster_token.clone(),
                 data_dir: args.data_dir.clone(),
                 revision_bump: args.bump_revision,
+                snapshot_checked: args.snapshot_checked,
             },
         )
         .await

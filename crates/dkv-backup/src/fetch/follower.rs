@@ -2,7 +2,10 @@
 //! landed in the download file, from its start and without gaps, hashes it
 //! (the digest of the stored object) and, when the object was stored
 //! encrypted or compressed, decodes it into a second file. A plain object
-//! is its own snapshot and is only read. The bytes read back were written
+//! is its own snapshot and is only read. Either way the snapshot's own
+//! integrity hash (the sha256 etcd appends to it) is checked on the way, so
+//! that the restore tool need not read it all again: for a plain object the
+//! one digest serves both. The bytes read back were written
 //! moments before (the downloads wait when they get far ahead), so they
 //! are most likely still in the page cache.
 
@@ -12,12 +15,11 @@ use std::ops::Range;
 use std::os::unix::fs::FileExt as _;
 use std::path::PathBuf;
 
-use sha2::{Digest, Sha256};
-
 use super::{Downloaded, Fetched};
 use crate::encoding::{CodecError, Decoder};
 use crate::encryption::{self, EncryptionError, Keyring};
 use crate::error::{Error, Result};
+use crate::snapshot_check::SnapshotCheck;
 
 /// What is read back and hashed at a time.
 const READ_SIZE: usize = 1 << 20;
@@ -61,7 +63,9 @@ pub(super) struct Follower {
     uri: String,
     download: std::fs::File,
     buffer: Vec<u8>,
-    sha256: Sha256,
+    /// The stored object: its digest, and the snapshot's own check when
+    /// the object is the snapshot as it is.
+    stored: SnapshotCheck,
     /// Every byte before it is read and hashed.
     frontier: u64,
     decoder: Decoder,
@@ -88,7 +92,7 @@ impl Follower {
             uri,
             download,
             buffer: vec![0; READ_SIZE],
-            sha256: Sha256::new(),
+            stored: SnapshotCheck::default(),
             frontier: 0,
             decoder: Decoder::new(keys),
             undecodable: None,
@@ -142,7 +146,7 @@ impl Follower {
     }
 
     fn take(&mut self, stored: &[u8]) -> Result<()> {
-        self.sha256.update(stored);
+        self.stored.update(stored);
         let mut rest = stored;
         if let Content::Undecided = self.content {
             // The first bytes say how the object was stored (dkv's
@@ -282,8 +286,13 @@ impl Follower {
         // The caller compares the digest first: a damaged object is
         // reported as such, an intact one that does not decode as that.
         let undecodable = self.undecodable.take();
-        let (content, snapshot_bytes) = match self.content {
-            Content::Undecided => (self.files.download.clone(), self.frontier),
+        let sha256 = self.stored.whole_stream_sha256();
+        let (content, snapshot_bytes, snapshot_check) = match self.content {
+            Content::Undecided => (
+                self.files.download.clone(),
+                self.frontier,
+                self.stored.finish(),
+            ),
             Content::InPlace { flusher } => {
                 flusher
                     .stop()
@@ -293,15 +302,19 @@ impl Follower {
                         .sync_all()
                         .map_err(Error::io("syncing", &self.files.download))?;
                 }
-                (self.files.download.clone(), self.frontier)
+                (
+                    self.files.download.clone(),
+                    self.frontier,
+                    self.stored.finish(),
+                )
             }
             Content::Decoded { writer } => {
                 let path = &self.files.decoded;
-                let file = writer.finish().map_err(Error::io("writing", path))?;
+                let (file, check) = writer.finish().map_err(Error::io("writing", path))?;
                 if undecodable.is_none() {
                     file.sync_all().map_err(Error::io("syncing", path))?;
                 }
-                (path.clone(), self.snapshot_bytes)
+                (path.clone(), self.snapshot_bytes, check.finish())
             }
         };
         Ok(Downloaded {
@@ -309,12 +322,13 @@ impl Follower {
             fetched: Fetched {
                 path: PathBuf::new(),
                 size_bytes: self.frontier,
-                sha256: format!("{:x}", self.sha256.finalize()),
+                sha256,
                 snapshot_bytes,
                 compressed: self.decoder.compressed(),
                 encrypted_with: self.decoder.encrypted_with().map(str::to_owned),
             },
             undecodable,
+            snapshot_check,
         })
     }
 
@@ -335,10 +349,11 @@ impl Follower {
 /// Writes decoded content on a thread of its own, so that decoding the
 /// next piece and writing this one happen at the same time (on JSON
 /// documents zstd decodes about 1 GB/s, and writing as much again into the
-/// page cache took as long as the decoding).
+/// page cache took as long as the decoding). The same thread checks the
+/// snapshot's own hash as the content goes by.
 struct Writer {
     pieces: Option<std::sync::mpsc::SyncSender<Vec<u8>>>,
-    thread: Option<std::thread::JoinHandle<std::io::Result<std::fs::File>>>,
+    thread: Option<std::thread::JoinHandle<std::io::Result<(std::fs::File, SnapshotCheck)>>>,
 }
 
 /// Decoded pieces waiting for the writer (each is what one read of
@@ -352,9 +367,11 @@ impl Writer {
             .name("fetch-write".to_owned())
             .spawn(move || {
                 let flusher = Flusher::start(&file);
+                let mut check = SnapshotCheck::default();
                 let (mut written, mut flushed_at) = (0u64, 0u64);
                 let mut wrote = Ok(());
                 while let Ok(piece) = received.recv() {
+                    check.update(&piece);
                     wrote = file.write_all(&piece);
                     if wrote.is_err() {
                         break;
@@ -366,7 +383,7 @@ impl Writer {
                     }
                 }
                 let flushed = flusher.stop();
-                wrote.and(flushed).map(|()| file)
+                wrote.and(flushed).map(|()| (file, check))
             })?;
         Ok(Writer {
             pieces: Some(pieces),
@@ -385,12 +402,13 @@ impl Writer {
         }
     }
 
-    /// Waits for everything queued to be written; the file.
-    fn finish(mut self) -> std::io::Result<std::fs::File> {
+    /// Waits for everything queued to be written; the file, and the check
+    /// of everything written to it.
+    fn finish(mut self) -> std::io::Result<(std::fs::File, SnapshotCheck)> {
         self.join()
     }
 
-    fn join(&mut self) -> std::io::Result<std::fs::File> {
+    fn join(&mut self) -> std::io::Result<(std::fs::File, SnapshotCheck)> {
         drop(self.pieces.take());
         match self.thread.take().map(std::thread::JoinHandle::join) {
             Some(Ok(result)) => result,
@@ -457,10 +475,11 @@ impl Flusher {
 
 #[cfg(test)]
 mod tests {
-    use sha2::Digest as _;
+    use sha2::{Digest as _, Sha256};
 
     use super::*;
     use crate::encoding::Encoding;
+    use crate::snapshot_check::fake_snapshot;
 
     /// A follower of `stored`, already whole in its download file.
     fn follower_of(dir: &std::path::Path, stored: &[u8]) -> Follower {
@@ -484,22 +503,26 @@ mod tests {
         )
     }
 
+    /// Follows `stored`, its ranges landing last first.
+    fn follow_backwards(dir: &std::path::Path, stored: &[u8]) -> Downloaded {
+        let follower = follower_of(dir, stored);
+        let size = stored.len() as u64;
+        let (ranges, received) = std::sync::mpsc::channel();
+        let starts: Vec<u64> = (0..size).step_by(1000).collect();
+        for &start in starts.iter().rev() {
+            ranges.send(start..size.min(start + 1000)).unwrap();
+        }
+        drop(ranges);
+        follower.follow(received).unwrap().finish(size).unwrap()
+    }
+
     #[test]
     fn ranges_that_land_in_any_order_are_read_in_order() {
         let dir = tempfile::tempdir().unwrap();
-        let content: Vec<u8> = (0..100_000u32).flat_map(|i| i.to_le_bytes()).collect();
+        let content = fake_snapshot(800);
         for encoding in [Encoding::plain(), Encoding::default()] {
             let stored = encoding.encode_all(&content).unwrap();
-            let follower = follower_of(dir.path(), &stored);
-            let size = stored.len() as u64;
-            let (ranges, received) = std::sync::mpsc::channel();
-            // Last range first, then the others from the end.
-            let starts: Vec<u64> = (0..size).step_by(1000).collect();
-            for &start in starts.iter().rev() {
-                ranges.send(start..size.min(start + 1000)).unwrap();
-            }
-            drop(ranges);
-            let downloaded = follower.follow(received).unwrap().finish(size).unwrap();
+            let downloaded = follow_backwards(dir.path(), &stored);
             assert_eq!(
                 downloaded.fetched.sha256,
                 format!("{:x}", Sha256::digest(&stored))
@@ -507,7 +530,30 @@ mod tests {
             assert_eq!(downloaded.fetched.snapshot_bytes, content.len() as u64);
             assert!(std::fs::read(&downloaded.content).unwrap() == content);
             assert_eq!(downloaded.fetched.compressed, encoding.compress);
+            assert_eq!(downloaded.snapshot_check, Ok(()));
             let _ = std::fs::remove_file(dir.path().join("a.db.decoded.partial"));
+        }
+    }
+
+    #[test]
+    fn content_that_is_not_an_intact_snapshot_is_told() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut damaged = fake_snapshot(800);
+        damaged[5000] ^= 1;
+        let not_a_snapshot: Vec<u8> = (0..100_000u32).flat_map(|i| i.to_le_bytes()).collect();
+        for encoding in [Encoding::plain(), Encoding::default()] {
+            for (content, why) in [(&damaged, "trailer says"), (&not_a_snapshot, "truncated")] {
+                let stored = encoding.encode_all(content).unwrap();
+                let downloaded = follow_backwards(dir.path(), &stored);
+                // The object itself arrived whole.
+                assert_eq!(
+                    downloaded.fetched.sha256,
+                    format!("{:x}", Sha256::digest(&stored))
+                );
+                let reason = downloaded.snapshot_check.unwrap_err();
+                assert!(reason.contains(why), "{reason}");
+                let _ = std::fs::remove_file(dir.path().join("a.db.decoded.partial"));
+            }
         }
     }
 

@@ -537,6 +537,8 @@ async fn three_members_restored_from_one_snapshot_form_one_new_cluster() {
                 initial_cluster_token: "restored-three".to_owned(),
                 data_dir: dir.path().join(format!("r{i}")),
                 revision_bump: None,
+                // fetch_artifact checked it.
+                snapshot_checked: true,
             },
         )
         .await

@@ -102,6 +102,8 @@ async fn restore_and_start(
             initial_cluster_token: name.to_owned(),
             data_dir: data_dir.clone(),
             revision_bump: None,
+            // Fetched by fetch_artifact, as the operator's restore is.
+            snapshot_checked: true,
         },
     )
     .await?;

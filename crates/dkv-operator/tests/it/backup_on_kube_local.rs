@@ -159,6 +159,8 @@ async fn an_on_demand_backup_lands_in_the_bucket_and_restores_the_same_keys() {
             initial_cluster_token: "restored".to_owned(),
             data_dir: data_dir.clone(),
             revision_bump: None,
+            // fetch_artifact checked it.
+            snapshot_checked: true,
         },
     )
     .await

@@ -882,6 +882,8 @@ fn a_cluster_restored_from_a_backup_fetches_verifies_and_restores_before_member_
             tool == "etcdutl",
             "{tool}: {args:?}"
         );
+        // restore-fetch checked the snapshot's own hash already.
+        assert!(args.contains(&"--skip-hash-check".to_owned()), "{args:?}");
         let env: Vec<(String, Option<String>)> = restore_step
             .env
             .iter()

@@ -467,6 +467,8 @@ fn restore_container(cluster: &ValidatedCluster, source: &ResolvedRestore) -> Co
         // A 3.4 or older 3.5 member restores with the snapshot's revisions
         // (docs/operations.md).
         revision_bump: source.applied_revision_bump(cluster),
+        // The fetch step before this one checked it.
+        snapshot_checked: true,
     };
     let mut env = vec![EnvVar {
         name: "POD_NAME".to_owned(),
