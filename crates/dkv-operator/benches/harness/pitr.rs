@@ -27,6 +27,8 @@ use tokio::sync::watch;
 
 use crate::report::{Baseline, Goal, Metric};
 
+mod days;
+
 pub struct Settings<'a> {
     pub work: &'a Path,
     pub size_mib: usize,
@@ -304,7 +306,7 @@ pub async fn run(settings: Settings<'_>) -> anyhow::Result<(Vec<Metric>, Vec<(St
         writing.as_secs_f64(),
         stored_bytes as f64 / f64::from(1 << 20),
     ));
-    let context = worst
+    let mut context: Vec<(String, String)> = worst
         .iter()
         .map(|worst| {
             (
@@ -319,6 +321,12 @@ pub async fn run(settings: Settings<'_>) -> anyhow::Result<(Vec<Metric>, Vec<(St
         })
         .collect();
     drop((restored, plain, source, worst));
+
+    let (days_metrics, days_context) = days::run(&bin, &work).await?;
+    context.extend(days_context);
     let _ = std::fs::remove_dir_all(&work);
-    Ok((vec![metric], context))
+    Ok((
+        std::iter::once(metric).chain(days_metrics).collect(),
+        context,
+    ))
 }
