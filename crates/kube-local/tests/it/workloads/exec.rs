@@ -146,9 +146,15 @@ async fn kubectl_exec_into_an_unknown_container_or_pod_fails_like_upstream() {
         "{err}"
     );
 
-    // Once the container has ended, there is nothing to exec into.
+    // Once the container has ended, there is nothing to exec into. The touch ends the container at once, and
+    // kubectl before 1.34 may then drop the exit status: client-go read the connection before it had created its
+    // streams ("Unknown stream id 3, discarding message", then "closed all streams"; fixed upstream by
+    // kubernetes/kubernetes#131203). The command ran all the same: the pod finishing below is the check.
     let (code, _, err) = exec(&c, &["box", "--", "touch", "/trigger/go"], None).await;
-    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        code == Some(0) || err.contains("Unknown stream id"),
+        "{code:?}: {err}"
+    );
     eventually("the pod finished", Duration::from_secs(20), || async {
         c.pod(NS, "box")
             .await
