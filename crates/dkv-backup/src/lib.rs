@@ -78,6 +78,6 @@ pub use retention::{
 };
 pub use source::{SnapshotSource, choose_snapshot_source, pick_source};
 pub use store::{
-    AZURE_STORAGE_ENDPOINT, AzureOptions, GcsOptions, S3Options, STORAGE_EMULATOR_HOST, Store,
-    StoreConfig, checksums_requested,
+    AZURE_STORAGE_ENDPOINT, AzureOptions, FileOwner, GcsOptions, S3Options, STORAGE_EMULATOR_HOST,
+    Store, StoreConfig, checksums_requested, own_created_files_as,
 };

@@ -22,6 +22,9 @@ use crate::error::{Error, Result, StoreErrorKind};
 use crate::location::{Location, Scheme};
 
 mod gcs_upload;
+mod owned_files;
+
+pub use owned_files::{FileOwner, own_created_files_as};
 
 /// Non-secret S3 settings, for AWS and for S3-compatible servers.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -297,7 +300,13 @@ impl Store {
             }
             // Durable before it is reported: an artifact is only worth its
             // record if it survives a crash right after.
-            Scheme::File => Arc::new(LocalFileSystem::new().with_fsync(true)),
+            Scheme::File => {
+                let local = LocalFileSystem::new().with_fsync(true);
+                match owned_files::process_owner() {
+                    Some(owner) => Arc::new(owned_files::OwnedFiles::new(local, owner)),
+                    None => Arc::new(local),
+                }
+            }
         };
         Ok(Self {
             inner,

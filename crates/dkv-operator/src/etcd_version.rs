@@ -98,6 +98,19 @@ pub enum VersionChangeError {
     },
 }
 
+impl VersionChangeError {
+    /// The version the refused change started from.
+    pub fn from(&self) -> EtcdVersion {
+        match self {
+            Self::Downgrade { from, .. }
+            | Self::SkipsMinor { from, .. }
+            | Self::PatchTooOldFor36 { from, .. }
+            | Self::DowngradeSkipsMinor { from, .. }
+            | Self::DowngradeTooOldFor36 { from, .. } => *from,
+        }
+    }
+}
+
 impl fmt::Display for VersionChangeError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

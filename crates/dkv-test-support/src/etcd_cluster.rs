@@ -279,6 +279,25 @@ where
     merge_patch(api, name, serde_json::json!({ "spec": spec })).await
 }
 
+/// Merge-patches an object's spec as [`patch_spec`] does; a refusal (the
+/// admission webhook's, say) is returned as the API server's message.
+pub async fn try_patch_spec<K>(
+    api: &Api<K>,
+    name: &str,
+    spec: serde_json::Value,
+) -> Result<K, String>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let patch = serde_json::json!({ "spec": spec });
+    api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map_err(|e| match e {
+            kube::Error::Api(response) => response.message,
+            other => panic!("merge patch of {name} failed: {other}"),
+        })
+}
+
 /// Sets one annotation on an object.
 pub async fn annotate<K>(api: &Api<K>, name: &str, key: &str, value: &str) -> K
 where

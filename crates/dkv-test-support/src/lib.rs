@@ -444,7 +444,27 @@ pub struct Serving {
 impl Serving {
     /// `orders` on `image` with `extra_spec`, in namespace `ns`, settled.
     pub async fn start(ns: &str, image: &str, extra_spec: serde_json::Value) -> Self {
-        let (env, client, operator) = running_operator(ns).await;
+        Self::on(running_operator(ns).await, ns, image, extra_spec).await
+    }
+
+    /// [`Serving::start`] with the operator's admission webhooks serving,
+    /// so that every edit is admitted as on a real cluster.
+    pub async fn start_with_webhooks(ns: &str, image: &str, extra_spec: serde_json::Value) -> Self {
+        Self::on(
+            running_operator_with_webhooks(ns).await,
+            ns,
+            image,
+            extra_spec,
+        )
+        .await
+    }
+
+    async fn on(
+        (env, client, operator): (kube_local::Environment, Client, RunningOperator),
+        ns: &str,
+        image: &str,
+        extra_spec: serde_json::Value,
+    ) -> Self {
         let dkvs = create_cluster(&client, ns, "orders", 3, image, extra_spec).await;
         etcd_cluster::wait_settled(&dkvs, "orders", 3).await;
         let writer = etcd_cluster::Writer::start(client.clone(), ns, "orders");

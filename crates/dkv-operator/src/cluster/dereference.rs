@@ -19,7 +19,7 @@ use kube::runtime::reflector::Store;
 
 use super::membership_record::{MembershipRecord, RECORD_KEY};
 use super::naming;
-use super::validate::Facts;
+use super::validate::{Facts, RunningVersions};
 use super::watches::{self, Stores};
 use crate::etcd_version::EtcdVersion;
 
@@ -196,12 +196,7 @@ pub fn observe(dkv: &DistributedKV, namespace: &str, stores: &Stores) -> Observe
         recorded: Recorded::of(dkv),
         facts: Facts {
             storage_classes,
-            deployed_version,
-            running_version: dkv
-                .status
-                .as_ref()
-                .and_then(|s| s.current_version.as_deref())
-                .and_then(EtcdVersion::parse),
+            running: RunningVersions::of(dkv, deployed_version, formed_before(dkv)),
             deployed_storage_size,
         },
     }

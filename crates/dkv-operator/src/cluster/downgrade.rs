@@ -40,6 +40,14 @@ pub fn gate(
             _ => DowngradeGate::Open,
         };
     }
+    // A voter still on the target's minor line (or below) holds etcd's
+    // cluster version there: it never rose, so the newer members' data is
+    // still the target's — an unfinished upgrade being undone — and they
+    // may restart on the older binary without etcd's downgrade API (which
+    // would refuse a target that is already the cluster version).
+    if enabled_to.is_none() && voters().any(|m| m.version.is_some_and(|v| v.minor_line() <= want)) {
+        return DowngradeGate::Open;
+    }
     let rewritten = newer
         .iter()
         .all(|m| m.storage_version.is_some_and(|s| s.minor_line() <= want));
@@ -179,6 +187,12 @@ mod tests {
         // 3.7 -> 3.6 done, before etcd's leader ends the downgrade: open.
         let done = members([V36, V36, V36], None, Some(EtcdVersion::new(3, 6, 0)));
         assert_eq!(gate(&done, V36, None), DowngradeGate::Open);
+        // An upgrade 3.5 -> 3.6 half done, undone: the cluster version is
+        // still 3.5, nothing to ask etcd.
+        assert_eq!(
+            gate(&members([V36, V35, V35], None, None), V35, None),
+            DowngradeGate::Open
+        );
         // An upgrade is no downgrade.
         assert_eq!(
             gate(&members([V35, V35, V35], None, None), V36, None),

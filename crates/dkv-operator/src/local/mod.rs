@@ -184,6 +184,20 @@ pub async fn up(prepared: Prepared) -> anyhow::Result<()> {
         host_port,
     } = prepared;
 
+    // Run as root, the kubelet starts pods as their security context says
+    // (dkv's as user 65532), while this process writes the same file://
+    // backup destinations in-process (the continuous-backup agent,
+    // retention, verification): what it creates there is handed to the
+    // pods' user, so each writer can write beside what the other created.
+    if rustix::process::geteuid().is_root() {
+        let user =
+            u32::try_from(crate::cluster::build::security::RUN_AS).context("the pods' user id")?;
+        dkv_backup::own_created_files_as(dkv_backup::FileOwner {
+            uid: user,
+            gid: user,
+        })
+        .map_err(|set| anyhow::anyhow!("file:// stores are already handed to {set:?}"))?;
+    }
     // Pods run as local processes: etcd images map to the etcd releases in
     // the tools directory, the dkv image to this very executable
     // (member-init, backups).

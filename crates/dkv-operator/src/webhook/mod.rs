@@ -241,6 +241,7 @@ async fn sleep_or_stop(stop: &mut watch::Receiver<bool>, period: Duration) -> bo
 #[cfg(test)]
 pub(crate) mod fixtures {
     use dkv_api::DistributedKV;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
     use crate::cluster::validate::Defaults;
 
@@ -257,6 +258,18 @@ pub(crate) mod fixtures {
     pub(crate) fn defaults() -> Defaults {
         Defaults {
             operator_image: "ghcr.io/dkv-io/dkv:test".into(),
+        }
+    }
+
+    /// A condition of a cluster's status, as the operator writes it.
+    pub(crate) fn condition(type_: &str, status: &str, reason: &str) -> Condition {
+        Condition {
+            type_: type_.to_owned(),
+            status: status.to_owned(),
+            reason: reason.to_owned(),
+            message: String::new(),
+            last_transition_time: Time(jiff::Timestamp::UNIX_EPOCH),
+            observed_generation: None,
         }
     }
 }

@@ -33,8 +33,8 @@ use super::configurations::{
 };
 use super::default::{default_backup, default_cluster};
 use super::validate::{
-    BackupTarget, ClusterWrite, RestoreSource, Verdict, restore_backup_name, review_backup,
-    review_cluster,
+    BackupTarget, ClusterWrite, RestoreSource, Verdict, members_now, restore_backup_name,
+    review_backup, review_cluster,
 };
 use crate::cluster::validate::Defaults;
 
@@ -197,14 +197,12 @@ async fn validate_cluster(
         };
         // The scale object does not carry spec.hibernation: the cluster does.
         let namespace = request.namespace.clone().unwrap_or_default();
-        let hibernated = if old == new {
+        let found = if old == new {
             None
         } else {
             let api: Api<DistributedKV> = Api::namespaced(state.client.clone(), &namespace);
             match api.get_opt(&request.name).await {
-                Ok(found) => found
-                    .filter(|c| c.spec.hibernation)
-                    .map(|_| format!("{namespace}/{}", request.name)),
+                Ok(found) => found,
                 Err(err) => {
                     return Err(format!(
                         "spec.size: could not check whether cluster {namespace}/{} is hibernated ({err}); retry",
@@ -213,11 +211,16 @@ async fn validate_cluster(
                 }
             }
         };
+        let hibernated = found
+            .as_ref()
+            .filter(|c| c.spec.hibernation)
+            .map(|_| format!("{namespace}/{}", request.name));
         return Ok(review_cluster(
             ClusterWrite::Scale {
                 old,
                 new,
                 hibernated: hibernated.as_deref(),
+                members: found.as_ref().map(members_now),
             },
             &RestoreSource::NotAsked,
             &state.defaults,

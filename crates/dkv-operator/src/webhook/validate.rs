@@ -10,8 +10,8 @@ use dkv_api::distributedkv::v1beta1::{CorruptMemberPolicy, LostNodePolicy};
 use dkv_api::{DistributedKV, DistributedKVBackup};
 use kube::ResourceExt;
 
-use crate::cluster::validate::{self as cluster, Defaults, Facts, FieldError};
-use crate::etcd_version::EtcdVersion;
+use crate::cluster::dereference::formed_before;
+use crate::cluster::validate::{self as cluster, Defaults, Facts, FieldError, RunningVersions};
 
 /// The answer to one admission request.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -77,6 +77,9 @@ pub enum ClusterWrite<'a> {
         /// `namespace/name` of the cluster when its `spec.hibernation` is
         /// on (the scale object does not say; the webhook looks it up).
         hibernated: Option<&'a str>,
+        /// The members the cluster has (see [`members_now`]), when the
+        /// webhook looked the cluster up.
+        members: Option<i32>,
     },
 }
 
@@ -135,18 +138,20 @@ pub fn review_cluster(
             if old.spec == new.spec {
                 return verdict;
             }
+            // Version rules compare with what the members run, never with
+            // a spec that may not have run anywhere (an image that cannot
+            // be pulled must not lock the user in).
             let facts = Facts {
-                deployed_version: cluster::spec_version(&old.spec),
-                running_version: old
-                    .status
-                    .as_ref()
-                    .and_then(|s| s.current_version.as_deref())
-                    .and_then(EtcdVersion::parse),
+                running: RunningVersions::of(
+                    old,
+                    cluster::spec_version(&old.spec),
+                    formed_before(old),
+                ),
                 ..Facts::default()
             };
             verdict.denials = cluster::spec_problems(new, &facts, defaults);
             check_hibernation(old, new, &mut verdict);
-            check_scale_down(old.spec.size, new.spec.size, &mut verdict);
+            check_scale_down(members_now(old), new.spec.size, &mut verdict);
             if expandable == Some(false)
                 && let Some(storage) = &new.spec.storage
             {
@@ -175,6 +180,7 @@ pub fn review_cluster(
             old,
             new,
             hibernated,
+            members,
         } => {
             if let (Some(name), true) = (hibernated, old != new) {
                 verdict.deny("spec.size", hibernated_message(name, "scale"));
@@ -185,7 +191,7 @@ pub fn review_cluster(
                     format!("must be between 1 and 9 (got {new}); 3 or 5 suit most clusters"),
                 );
             }
-            check_scale_down(old, new, &mut verdict);
+            check_scale_down(members.unwrap_or(old), new, &mut verdict);
             if old != new {
                 warn_even_size(new, &mut verdict);
             }
@@ -242,9 +248,23 @@ pub fn quorum(members: i32) -> i32 {
     members / 2 + 1
 }
 
+/// The members a cluster has: etcd's member list as status last recorded
+/// it, else (nothing recorded yet) the size its spec asks for. A size that
+/// never ran (members that could not be scheduled) is not what a scale
+/// down is measured from.
+pub fn members_now(dkv: &DistributedKV) -> i32 {
+    dkv.status
+        .as_ref()
+        .map(|s| s.members.len())
+        .filter(|n| *n > 0)
+        .and_then(|n| i32::try_from(n).ok())
+        .unwrap_or(dkv.spec.size)
+}
+
 /// Removing more than a quorum's worth of members at once leaves a cluster
 /// that may not be able to agree on the removals themselves; dkv removes one
 /// member at a time, so the request is refused rather than executed unsafely.
+/// `old` is the members the cluster has ([`members_now`]).
 fn check_scale_down(old: i32, new: i32, verdict: &mut Verdict) {
     let floor = quorum(old);
     if new < old && new < floor {

@@ -28,9 +28,8 @@ fn every_example_cluster_validates() {
                 serde_json::from_value(value).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
             let facts = Facts {
                 storage_classes: Some(vec!["standard".into()]),
-                deployed_version: None,
+                running: Default::default(),
                 deployed_storage_size: None,
-                running_version: None,
             };
             let defaults = Defaults {
                 operator_image: "ghcr.io/dkv-io/dkv:test".to_owned(),

@@ -26,13 +26,13 @@ use support::http::plain_get;
 use support::metrics::{grant_metrics_reader, https_get_unverified, service_account_token};
 
 /// `dkv local up --detach` on a data directory, stopped when dropped.
-struct Local {
-    state: PathBuf,
+pub(crate) struct Local {
+    pub(crate) state: PathBuf,
     _dir: tempfile::TempDir,
 }
 
 impl Local {
-    fn up() -> Local {
+    pub(crate) fn up() -> Local {
         let dir = tempfile::tempdir().unwrap();
         let state = dir.path().join("state");
         let up = dkv(&["local", "up", "--detach", "--log-format", "json"], &state);
@@ -63,8 +63,18 @@ impl Local {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
-    fn log(&self) -> String {
+    pub(crate) fn log(&self) -> String {
         std::fs::read_to_string(self.state.join("dkv-local.log")).unwrap_or_default()
+    }
+
+    /// `kube::Client` from the kubeconfig, as a user's program builds it.
+    pub(crate) async fn client(&self) -> Client {
+        let kubeconfig = Kubeconfig::read_from(self.state.join("kubeconfig")).unwrap();
+        let config =
+            kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+                .await
+                .unwrap();
+        Client::try_from(config).unwrap()
     }
 }
 
@@ -373,6 +383,6 @@ async fn local_mode_refuses_strangers_on_every_listener_and_keeps_its_data_priva
     );
 }
 
-fn running_as_root() -> bool {
+pub(crate) fn running_as_root() -> bool {
     std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
 }

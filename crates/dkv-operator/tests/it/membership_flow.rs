@@ -139,9 +139,8 @@ fn world(
     let three = dkv(3, None);
     let facts = Facts {
         storage_classes: Some(vec!["standard".into()]),
-        deployed_version: None,
+        running: Default::default(),
         deployed_storage_size: None,
-        running_version: None,
     };
     let defaults = Defaults {
         operator_image: "dkv:test".into(),

@@ -31,9 +31,8 @@ fn defaults() -> Defaults {
 fn facts() -> Facts {
     Facts {
         storage_classes: Some(vec!["fast-ssd".into(), "standard".into()]),
-        deployed_version: None,
+        running: Default::default(),
         deployed_storage_size: None,
-        running_version: None,
     }
 }
 
@@ -589,7 +588,10 @@ fn a_defrag_schedule_and_threshold_are_checked_and_carried() {
 fn a_version_change_may_not_skip_a_minor_or_go_down() {
     let mut dkv = fixture("minimal");
     let deployed = |v| Facts {
-        deployed_version: Some(v),
+        running: validate::RunningVersions {
+            current: Some(v),
+            ..Default::default()
+        },
         ..facts()
     };
 
@@ -636,9 +638,8 @@ fn unknown_storage_classes_are_not_rejected_before_they_are_known() {
     let dkv = fixture("full");
     let unknown = Facts {
         storage_classes: None,
-        deployed_version: None,
+        running: Default::default(),
         deployed_storage_size: None,
-        running_version: None,
     };
     assert!(validate::validate(&dkv, &unknown, &defaults()).is_ok());
 }

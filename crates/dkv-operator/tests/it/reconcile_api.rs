@@ -312,9 +312,8 @@ fn expect_event(sent: Sent, reason: &str, type_: &str) {
 fn converged_children(dkv: &DistributedKV) -> (build::Prepared, StatefulSet) {
     let facts = Facts {
         storage_classes: Some(vec!["standard".into(), "fast-ssd".into()]),
-        deployed_version: None,
+        running: Default::default(),
         deployed_storage_size: None,
-        running_version: None,
     };
     let cluster = validate::validate(
         dkv,

@@ -33,7 +33,7 @@ use kube::{Resource, ResourceExt};
 use super::naming::MAX_CLUSTER_NAME_LEN;
 use super::schedule::Schedule;
 use super::tls::{Sources, TlsSettings};
-use crate::etcd_version::{EtcdVersion, check_version_change, is_minor_downgrade};
+use crate::etcd_version::EtcdVersion;
 use crate::quantity::StorageSize;
 pub use backup::StoreUri;
 pub use backup::retention_of;
@@ -44,6 +44,7 @@ pub use rollout::{RolloutPolicy, running_spec, same_template};
 use rollout::{last_good, rollback_in_effect, rollout_policy, with_running_spec};
 use tls::check_tls;
 use version::resolve_version;
+pub use version::{RefusedMove, RunningVersions};
 
 /// What dereference learned that validation needs, beyond the CR itself.
 #[derive(Debug, Clone, Default)]
@@ -51,11 +52,9 @@ pub struct Facts {
     /// Names of the StorageClasses that exist; `None` when not known (the
     /// check is then skipped rather than failing a valid spec).
     pub storage_classes: Option<Vec<String>>,
-    /// The etcd version the running StatefulSet was built for, if it exists.
-    pub deployed_version: Option<EtcdVersion>,
-    /// The version every member runs, as etcd reported it last
-    /// (`status.version`), if known.
-    pub running_version: Option<EtcdVersion>,
+    /// The etcd versions the members run, as status records them: what a
+    /// version change is checked from.
+    pub running: RunningVersions,
     /// The volume size in the running StatefulSet's claim template, if it
     /// exists (the template is immutable: member volumes grow one by one).
     pub deployed_storage_size: Option<String>,
@@ -310,7 +309,7 @@ pub fn validate(
         return validate_as_written(dkv, facts, defaults);
     };
     let facts = Facts {
-        deployed_version: None,
+        running: RunningVersions::default(),
         ..facts.clone()
     };
     let mut cluster = validate_as_written(&with_running_spec(dkv, &running), &facts, defaults)?;
@@ -437,28 +436,6 @@ struct CheckedSpec {
     rollout: RolloutPolicy,
 }
 
-/// A downgrade asked for while the members do not all run the deployed
-/// minor line yet (an upgrade or another downgrade under way): etcd's
-/// downgrade needs every member on one version. Going back to the minor
-/// line the members still run (undoing an unfinished upgrade) is no
-/// downgrade for etcd and is allowed.
-fn downgrade_during_rollout(
-    deployed: EtcdVersion,
-    version: EtcdVersion,
-    facts: &Facts,
-) -> Option<String> {
-    let running = facts.running_version?;
-    let under_way = running.minor_line() != deployed.minor_line();
-    (is_minor_downgrade(deployed, version)
-        && under_way
-        && running.minor_line() != version.minor_line())
-    .then(|| {
-        format!(
-            "the members still run {running} while {deployed} rolls out (status.version): etcd downgrades a cluster whose members all run one version; wait for the rollout to finish, or set the image back to {running}'s minor line"
-        )
-    })
-}
-
 fn check_spec(
     dkv: &DistributedKV,
     facts: &Facts,
@@ -503,17 +480,15 @@ fn check_spec(
     }
 
     let version = resolve_version(spec.image.as_str(), spec.version.as_deref(), problems);
-    if let (Some(version), Some(deployed)) = (version, facts.deployed_version) {
+    if let Some(version) = version
+        && let Err(refused) = facts.running.check_move(version)
+    {
         let field = if spec.version.is_some() {
             "spec.version"
         } else {
             "spec.image"
         };
-        if let Err(err) = check_version_change(deployed, version) {
-            problems.add(field, err.to_string());
-        } else if let Some(problem) = downgrade_during_rollout(deployed, version, facts) {
-            problems.add(field, problem);
-        }
+        problems.add(field, refused.to_string());
     }
 
     let storage = spec.storage.as_ref().and_then(|storage| {
@@ -760,8 +735,7 @@ pub(crate) fn validated_for_tests(spec: serde_json::Value) -> ValidatedCluster {
     .unwrap_or_else(|e| panic!("test cluster: {e}"));
     let facts = Facts {
         storage_classes: None,
-        deployed_version: None,
-        running_version: None,
+        running: RunningVersions::default(),
         deployed_storage_size: None,
     };
     let defaults = Defaults {

@@ -1,7 +1,13 @@
-//! `spec.image` and `spec.version`: the etcd version a spec asks for, and whether this operator supports it.
+//! `spec.image` and `spec.version`: the etcd version a spec asks for,
+//! whether this operator supports it, and whether the cluster can move to
+//! it from what its members run.
+
+use std::fmt;
+
+use dkv_api::DistributedKV;
 
 use super::Problems;
-use crate::etcd_version::{self, EtcdVersion};
+use crate::etcd_version::{self, EtcdVersion, VersionChangeError, check_version_change};
 
 pub(super) fn resolve_version(
     image: &str,
@@ -58,6 +64,176 @@ pub(super) fn resolve_version(
         return None;
     }
     Some(version)
+}
+
+/// The etcd versions a cluster runs, as its status records them: what
+/// etcd's version rules compare a new spec with. A spec that never ran on
+/// a member (an image no registry has, a binary that cannot start) is not
+/// among them, so an edit of it can always be taken back.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RunningVersions {
+    /// What each member reported when last asked (`status.members`).
+    pub members: Vec<(String, EtcdVersion)>,
+    /// Whether a listed member reported no version (stopped, not
+    /// answering): it runs what last ran on every member, or what it was
+    /// restarted onto since.
+    pub unreported: bool,
+    /// The version every voter reported alike, last time they did
+    /// (`status.currentVersion`).
+    pub current: Option<EtcdVersion>,
+    /// The version of the spec that last ran on every member
+    /// (`status.rollout.lastGood`).
+    pub last_good: Option<EtcdVersion>,
+    /// The version the members were last set to run (the StatefulSet's,
+    /// or the previous spec's): compared with only when status records
+    /// none of the above, as after a status was lost.
+    pub last_set: Option<EtcdVersion>,
+}
+
+/// Where a running version was seen, for the message of a refused move.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Seen {
+    Member(String),
+    Current,
+    LastGood,
+    LastSet,
+}
+
+/// A move to a version etcd's rules forbid from one the cluster runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RefusedMove {
+    seen: Seen,
+    rule: VersionChangeError,
+    /// The version that last ran on every member, when a move back to it
+    /// is accepted (named as the way out).
+    way_back: Option<EtcdVersion>,
+}
+
+impl fmt::Display for RefusedMove {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let from = self.rule.from();
+        match &self.seen {
+            Seen::Member(name) => write!(f, "member {name} runs {from} (status.members): ")?,
+            Seen::Current => write!(
+                f,
+                "every member ran {from} when last seen alike (status.currentVersion): "
+            )?,
+            Seen::LastGood => write!(
+                f,
+                "{from} last ran on every member (status.rollout.lastGood) and a member does not report its version: "
+            )?,
+            Seen::LastSet => write!(
+                f,
+                "the previous spec asks for {from} and status records no version the members run: "
+            )?,
+        }
+        write!(f, "{}", self.rule)?;
+        // A downgrade's own fix already says "set the image back to FROM".
+        let said = |back: &EtcdVersion| {
+            *back == from && matches!(self.rule, VersionChangeError::Downgrade { .. })
+        };
+        if let Some(back) = self.way_back.filter(|back| !said(back)) {
+            write!(
+                f,
+                "; {back}, the version that last ran on every member (status.rollout.lastGood), is accepted too"
+            )?;
+        }
+        Ok(())
+    }
+}
+
+impl RunningVersions {
+    /// What `dkv`'s status records it runs. `last_set` counts only when
+    /// status records no version and the cluster may hold data: status is
+    /// missing, or the cluster formed once. A cluster that never formed
+    /// has no member that ran anything, so no rule binds it.
+    pub fn of(dkv: &DistributedKV, last_set: Option<EtcdVersion>, formed: bool) -> Self {
+        let Some(status) = dkv.status.as_ref() else {
+            return Self {
+                last_set,
+                ..Self::default()
+            };
+        };
+        let members = status
+            .members
+            .iter()
+            .filter_map(|m| Some((m.name.clone(), EtcdVersion::parse(m.version.as_deref()?)?)))
+            .collect::<Vec<_>>();
+        Self {
+            unreported: members.len() < status.members.len(),
+            members,
+            current: status
+                .current_version
+                .as_deref()
+                .and_then(EtcdVersion::parse),
+            last_good: status
+                .rollout
+                .as_ref()
+                .and_then(|r| r.last_good.as_ref())
+                .and_then(|good| match &good.version {
+                    Some(text) => EtcdVersion::parse(text),
+                    None => EtcdVersion::from_image(good.image.trim()),
+                }),
+            last_set: last_set.filter(|_| formed),
+        }
+    }
+
+    /// The versions a move is checked from, each with where it was seen.
+    fn sources(&self) -> Vec<(Seen, EtcdVersion)> {
+        let mut sources: Vec<(Seen, EtcdVersion)> = self
+            .members
+            .iter()
+            .map(|(name, v)| (Seen::Member(name.clone()), *v))
+            .collect();
+        sources.extend(self.current.map(|v| (Seen::Current, v)));
+        if self.members.is_empty() || self.unreported {
+            sources.extend(self.last_good.map(|v| (Seen::LastGood, v)));
+        }
+        if sources.is_empty() {
+            sources.extend(self.last_set.map(|v| (Seen::LastSet, v)));
+        }
+        sources
+    }
+
+    /// Whether etcd's rules let the cluster move to `to` from what it runs.
+    ///
+    /// Every version the cluster runs must be able to move to `to`, with
+    /// two allowances that follow etcd's cluster version (its lowest
+    /// member's minor line): a member on a newer minor line than the
+    /// cluster's may go back to it (an unfinished upgrade undone: etcd
+    /// never raised its data past the cluster version), and the version
+    /// that last ran on every member is accepted while the cluster version
+    /// is still its minor line (what `onFailure: Rollback` does too).
+    pub fn check_move(&self, to: EtcdVersion) -> Result<(), RefusedMove> {
+        self.check_move_only(to).map_err(|mut refused| {
+            refused.way_back = self
+                .last_good
+                .filter(|back| *back != to && self.check_move_only(*back).is_ok());
+            refused
+        })
+    }
+
+    fn check_move_only(&self, to: EtcdVersion) -> Result<(), RefusedMove> {
+        let sources = self.sources();
+        let Some(lowest) = sources.iter().map(|(_, v)| *v).min() else {
+            return Ok(());
+        };
+        let cluster_line = lowest.minor_line();
+        if self.last_good == Some(to) && cluster_line == to.minor_line() {
+            return Ok(());
+        }
+        for (seen, from) in sources {
+            if from.minor_line() > to.minor_line() && cluster_line == to.minor_line() {
+                continue;
+            }
+            check_version_change(from, to).map_err(|rule| RefusedMove {
+                seen,
+                rule,
+                way_back: None,
+            })?;
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]

@@ -189,6 +189,7 @@ fn a_hibernated_cluster_refuses_scale_upgrade_backup_and_storage_edits() {
             old: 3,
             new: 5,
             hibernated: Some("shop/orders"),
+            members: None,
         },
         &RestoreSource::NotAsked,
         &defaults(),
@@ -224,6 +225,7 @@ fn waking_and_metadata_edits_of_a_hibernated_cluster_go_through() {
             old: 3,
             new: 3,
             hibernated: Some("shop/orders"),
+            members: None,
         },
         &RestoreSource::NotAsked,
         &defaults(),
@@ -316,6 +318,7 @@ fn scale_down_keeps_a_quorum_of_the_old_size() {
             old: 5,
             new: 1,
             hibernated: None,
+            members: None,
         },
         &RestoreSource::NotAsked,
         &defaults(),
@@ -323,6 +326,53 @@ fn scale_down_keeps_a_quorum_of_the_old_size() {
     assert!(
         scale.message().contains("scale down to 3 first"),
         "{scale:?}"
+    );
+}
+
+/// A size that never ran (3 -> 9, members that cannot be scheduled) does
+/// not lock the cluster at 9: a scale down is measured from the members
+/// etcd has, as status records them.
+#[test]
+fn scale_down_is_measured_from_the_members_the_cluster_has() {
+    let mut grown = running_cluster(
+        "3.5.16",
+        &[Some("3.5.16"), Some("3.5.16"), Some("3.5.16"), None],
+        "3.5.16",
+        "3.5.16",
+    );
+    grown.spec.size = 9;
+    let back = |new: i32| {
+        review_cluster(
+            ClusterWrite::Update {
+                old: &grown,
+                new: &dkv(new, "registry.k8s.io/etcd:3.5.16-0", serde_json::json!({})),
+                expandable: None,
+            },
+            &RestoreSource::NotAsked,
+            &defaults(),
+        )
+    };
+    assert!(back(3).allowed(), "{:?}", back(3));
+    assert_eq!(
+        back(2).message(),
+        "spec.size: scaling from 4 to 2 members in one step drops below the current quorum of 3; scale down to 3 first and continue once the cluster is Available again"
+    );
+    let through_scale = |members| {
+        review_cluster(
+            ClusterWrite::Scale {
+                old: 9,
+                new: 3,
+                hibernated: None,
+                members,
+            },
+            &RestoreSource::NotAsked,
+            &defaults(),
+        )
+    };
+    assert!(through_scale(Some(members_now(&grown))).allowed());
+    assert!(
+        !through_scale(None).allowed(),
+        "nothing known: the spec's size"
     );
 }
 
@@ -452,24 +502,25 @@ fn version_moves_one_minor_up_never_down() {
     };
     assert!(to(ETCD_35).allowed());
     let skip = to("registry.k8s.io/etcd:3.6.1-0");
+    // Status records no version (nothing recorded yet): the previous spec's.
     assert!(
-        skip.message()
-            .starts_with("spec.image: etcd upgrades move one minor"),
+        skip.message().starts_with(
+            "spec.image: the previous spec asks for 3.4.23 and status records no version the members run: etcd upgrades move one minor"
+        ),
         "{skip:?}"
     );
     let down = to("registry.k8s.io/etcd:3.4.1-0");
     assert!(
-        down.message()
-            .starts_with("spec.image: etcd cannot be downgraded"),
+        down.message().contains("etcd cannot be downgraded"),
         "{down:?}"
     );
 }
 
-/// A downgrade goes one minor down from 3.6 on, and only while every member
-/// runs the stored version (`status.version`), or back to what they all
-/// still run.
+/// A downgrade goes one minor down from 3.6 on, checked against the version
+/// every member last reported alike (`status.currentVersion`), or the
+/// previous spec's when status records none.
 #[test]
-fn downgrades_go_one_minor_down_once_the_members_run_one_version() {
+fn downgrades_go_one_minor_down_from_what_the_members_run() {
     let review = |from: &str, running: Option<&str>, to: &str| {
         let mut old = dkv(
             3,
@@ -510,13 +561,16 @@ fn downgrades_go_one_minor_down_once_the_members_run_one_version() {
         ("3.7.3", Some("3.7.3"), "3.5.30", "downgrade to 3.6.x first"),
         ("3.5.30", Some("3.5.30"), "3.4.23", "from 3.6 on"),
         ("3.6.16", Some("3.6.16"), "3.6.1", "older patch release"),
-        // 3.7 -> 3.6 under way: no downgrade to 3.5 on top of it.
+        // The members run 3.7: 3.5 is two minor lines down from them,
+        // whatever the previous spec said.
         (
             "3.6.16",
             Some("3.7.3"),
             "3.5.30",
-            "wait for the rollout to finish",
+            "downgrade to 3.6.x first",
         ),
+        // Back onto 3.5, but below the patch release the members run.
+        ("3.6.16", Some("3.5.30"), "3.5.26", "older patch release"),
     ] {
         let verdict = review(from, running, to);
         assert!(!verdict.allowed(), "{from} -> {to}: {verdict:?}");
@@ -526,11 +580,195 @@ fn downgrades_go_one_minor_down_once_the_members_run_one_version() {
             verdict.message()
         );
     }
-    let under_way = review("3.6.16", Some("3.5.30"), "3.5.26");
-    assert!(
-        under_way.allowed(),
-        "back onto the 3.5 line the members run: {under_way:?}"
+}
+
+/// A cluster as status records it: `spec_version` asked for, each member
+/// reporting its version (`None`: not running), every member having last
+/// run `last_good` alike.
+fn running_cluster(
+    spec_version: &str,
+    members: &[Option<&str>],
+    current: &str,
+    last_good: &str,
+) -> DistributedKV {
+    use dkv_api::distributedkv::v1beta1::{
+        DistributedKVStatus, MemberStatus, RolloutStatus, RunningSpec,
+    };
+    let mut cluster = dkv(
+        3,
+        &format!("registry.k8s.io/etcd:{spec_version}-0"),
+        serde_json::json!({}),
     );
+    cluster.status = Some(DistributedKVStatus {
+        current_version: Some(current.to_owned()),
+        members: members
+            .iter()
+            .enumerate()
+            .map(|(i, version)| MemberStatus {
+                name: format!("orders-{i}"),
+                version: version.map(str::to_owned),
+                healthy: version.is_some(),
+                ..MemberStatus::default()
+            })
+            .collect(),
+        rollout: Some(RolloutStatus {
+            last_good: Some(RunningSpec {
+                image: format!("registry.k8s.io/etcd:{last_good}-0"),
+                ..RunningSpec::default()
+            }),
+            ..RolloutStatus::default()
+        }),
+        conditions: vec![crate::webhook::fixtures::condition(
+            "Available",
+            "True",
+            "QuorumHealthy",
+        )],
+        ..DistributedKVStatus::default()
+    });
+    cluster
+}
+
+fn edit_version(old: &DistributedKV, to: &str, extra: serde_json::Value) -> Verdict {
+    review_cluster(
+        ClusterWrite::Update {
+            old,
+            new: &dkv(3, &format!("registry.k8s.io/etcd:{to}-0"), extra),
+            expandable: None,
+        },
+        &RestoreSource::NotAsked,
+        &defaults(),
+    )
+}
+
+/// The trap of the issue: an image tag no registry has, accepted, never
+/// ran; setting the image back to what the members run is accepted, and so
+/// is any version those members could move to.
+#[test]
+fn an_image_that_never_ran_can_be_set_back_to_what_runs() {
+    // orders-0 was restarted onto 3.5.99 and sits in ImagePullBackOff.
+    let stuck = running_cluster(
+        "3.5.99",
+        &[None, Some("3.5.16"), Some("3.5.16")],
+        "3.5.16",
+        "3.5.16",
+    );
+    for to in ["3.5.16", "3.5.17", "3.5.30"] {
+        let verdict = edit_version(&stuck, to, serde_json::json!({}));
+        assert!(verdict.allowed(), "3.5.99 (never ran) -> {to}: {verdict:?}");
+    }
+    // With another field edited in the same write: only the image reverted.
+    let verdict = edit_version(
+        &stuck,
+        "3.5.16",
+        serde_json::json!({"resources": {"requests": {"cpu": "200m"}}}),
+    );
+    assert!(verdict.allowed(), "{verdict:?}");
+    // Below what the members run is still a patch downgrade, said with the
+    // member's version and the way back.
+    let verdict = edit_version(&stuck, "3.5.1", serde_json::json!({}));
+    assert_eq!(
+        verdict.message(),
+        "spec.image: member orders-1 runs 3.5.16 (status.members): etcd cannot be downgraded to an older patch release (3.5.16 -> 3.5.1): etcd's downgrade API moves whole minor versions; set the image back to 3.5.16 or newer"
+    );
+}
+
+/// A patch upgrade half done (one member on the new release): back to the
+/// release that last ran everywhere is accepted (what `onFailure:
+/// Rollback` does), a release between the two is not.
+#[test]
+fn a_half_done_patch_upgrade_can_be_taken_back() {
+    let half = running_cluster(
+        "3.5.30",
+        &[Some("3.5.30"), Some("3.5.16"), Some("3.5.16")],
+        "3.5.16",
+        "3.5.16",
+    );
+    assert!(edit_version(&half, "3.5.16", serde_json::json!({})).allowed());
+    let between = edit_version(&half, "3.5.20", serde_json::json!({}));
+    assert!(
+        between.message().starts_with(
+            "spec.image: member orders-0 runs 3.5.30 (status.members): etcd cannot be downgraded to an older patch release"
+        ) && between.message().ends_with(
+            "; 3.5.16, the version that last ran on every member (status.rollout.lastGood), is accepted too"
+        ),
+        "{}",
+        between.message()
+    );
+}
+
+/// An upgrade 3.5 -> 3.6 half done: etcd's cluster version is still 3.5
+/// (its lowest member's), so the member on 3.6 may go back; the message of
+/// a move etcd refuses names the member and the way back.
+#[test]
+fn a_half_done_minor_upgrade_goes_back_by_etcd_rules_for_a_mixed_cluster() {
+    let half = running_cluster(
+        "3.6.16",
+        &[Some("3.6.16"), Some("3.5.30"), Some("3.5.30")],
+        "3.5.30",
+        "3.5.30",
+    );
+    for to in ["3.5.30", "3.6.16", "3.6.17"] {
+        let verdict = edit_version(&half, to, serde_json::json!({}));
+        assert!(verdict.allowed(), "-> {to}: {verdict:?}");
+    }
+    for (to, says, way_back) in [
+        // The rule's own fix names 3.5.30 already.
+        (
+            "3.5.26",
+            "member orders-1 runs 3.5.30 (status.members): etcd cannot be downgraded to an older patch release (3.5.30 -> 3.5.26): etcd's downgrade API moves whole minor versions; set the image back to 3.5.30 or newer",
+            false,
+        ),
+        (
+            "3.7.3",
+            "member orders-1 runs 3.5.30 (status.members): etcd upgrades move one minor version at a time",
+            true,
+        ),
+        (
+            "3.4.23",
+            "member orders-0 runs 3.6.16 (status.members): etcd downgrades move one minor version at a time",
+            true,
+        ),
+    ] {
+        let verdict = edit_version(&half, to, serde_json::json!({}));
+        assert!(
+            verdict.message().starts_with(&format!("spec.image: {says}"))
+                && verdict.message().ends_with(
+                    "; 3.5.30, the version that last ran on every member (status.rollout.lastGood), is accepted too"
+                ) == way_back,
+            "-> {to}: {}",
+            verdict.message()
+        );
+    }
+    // Every member on 3.6 (the rollout done, not yet recorded): 3.5 is a
+    // downgrade etcd's API carries out, from 3.5.26 on.
+    let done = running_cluster(
+        "3.6.16",
+        &[Some("3.6.16"), Some("3.6.16"), Some("3.6.16")],
+        "3.6.16",
+        "3.5.30",
+    );
+    assert!(edit_version(&done, "3.5.30", serde_json::json!({})).allowed());
+    assert!(!edit_version(&done, "3.5.16", serde_json::json!({})).allowed());
+}
+
+/// A cluster that never formed ran nothing: no version rule binds it. A
+/// status that records nothing of a cluster that formed (lost) falls back
+/// to the previous spec.
+#[test]
+fn a_cluster_that_never_formed_takes_any_supported_version() {
+    let mut never = dkv(3, "registry.k8s.io/etcd:3.5.99-0", serde_json::json!({}));
+    never.status = Some(dkv_api::distributedkv::v1beta1::DistributedKVStatus {
+        conditions: vec![crate::webhook::fixtures::condition(
+            "Available",
+            "False",
+            "Bootstrapping",
+        )],
+        ..Default::default()
+    });
+    assert!(edit_version(&never, "3.5.16", serde_json::json!({})).allowed());
+    let mut lost = never.clone();
+    lost.status = None;
+    assert!(!edit_version(&lost, "3.5.16", serde_json::json!({})).allowed());
 }
 
 #[test]
