@@ -298,6 +298,13 @@ where
         })
 }
 
+/// The image of the spec that last ran on every member
+/// (`status.rollout.lastGood`).
+pub fn last_good_image(d: &DistributedKV) -> Option<String> {
+    let rollout = d.status.as_ref()?.rollout.as_ref()?;
+    Some(rollout.last_good.as_ref()?.image.clone())
+}
+
 /// Sets one annotation on an object.
 pub async fn annotate<K>(api: &Api<K>, name: &str, key: &str, value: &str) -> K
 where

@@ -85,8 +85,6 @@ macro_rules! distributedkv_spec {
                 .message("spec.bootstrap is used only at creation and cannot change afterwards; remove your edit to spec.bootstrap"),
             validation = Rule::new("has(self.tls) == has(oldSelf.tls) && (!has(self.tls) || self.tls == oldSelf.tls)")
                 .message("spec.tls is fixed at creation: members cannot switch between plaintext and TLS in place; create a new cluster with the spec.tls you want and restore a backup into it"),
-            validation = Rule::new("!has(oldSelf.auth) || !oldSelf.auth.enabled || (has(self.auth) && self.auth.enabled)")
-                .message("spec.auth.enabled cannot be turned off once on: dkv does not disable etcd authentication; set it back to true"),
             // Hibernation: a stopped cluster cannot carry out a change, and
             // one asked for in the same edit as hibernating would be
             // half-done. The admission webhook says the same with the

@@ -142,8 +142,9 @@ pub struct StorageSpec {
     pub storage_class_name: String,
 
     /// Volume size of each member (a Kubernetes quantity such as `1Gi`). May
-    /// grow, never shrink.
-    #[x_kube(validation = Rule::new("quantity(string(self)).compareTo(quantity(string(oldSelf))) >= 0").message("storage.size may grow but never shrink; set it back to at least its previous value"))]
+    /// grow; never below what the members' volumes hold (the admission
+    /// webhook compares with their claims, not with the previous spec, so a
+    /// growth that never happened can be taken back).
     pub size: Quantity,
 
     /// What happens to the member volumes when the cluster is deleted:

@@ -148,6 +148,22 @@ pub async fn ensure(client: &Client, cluster: &ValidatedCluster) -> Result<AuthS
     })
 }
 
+/// Why `spec.auth.enabled: false` is refused once dkv turned it on.
+pub const CANNOT_TURN_OFF: &str = "etcd authentication is on in this cluster (dkv turned it on) and dkv does not turn it off; set it back to true";
+
+/// Whether dkv turned etcd's authentication on for cluster `name` (its
+/// root Secret says so). A spec that asked for authentication and never
+/// got it (the cluster never formed, a rollout in the way) has not.
+pub async fn enabled_in_etcd(client: &Client, namespace: &str, name: &str) -> kube::Result<bool> {
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
+    let secret = secrets.get_opt(&naming::auth_secret(name)).await?;
+    Ok(secret.is_some_and(|s| {
+        s.annotations()
+            .get(ENABLED_ANNOTATION)
+            .is_some_and(|v| v == "true")
+    }))
+}
+
 /// On a restored cluster's root Secret: the backup copy it came from.
 pub const RESTORED_FROM_ANNOTATION: &str = "dkv.io/auth-restored-from";
 

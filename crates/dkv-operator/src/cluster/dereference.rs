@@ -182,6 +182,7 @@ pub fn observe(dkv: &DistributedKV, namespace: &str, stores: &Stores) -> Observe
         dkv_api::labels::CLUSTER_KEY,
         &name,
     );
+    let volume_capacity = largest_capacity(claims.iter().map(AsRef::as_ref));
     Observed {
         members,
         client_endpoints,
@@ -198,8 +199,28 @@ pub fn observe(dkv: &DistributedKV, namespace: &str, stores: &Stores) -> Observe
             storage_classes,
             running: RunningVersions::of(dkv, deployed_version, formed_before(dkv)),
             deployed_storage_size,
+            volume_capacity,
         },
     }
+}
+
+/// The largest `status.capacity` of `claims` (a cluster's member volume
+/// claims), as written: what the members' volumes hold.
+pub fn largest_capacity<'a>(
+    claims: impl Iterator<Item = &'a PersistentVolumeClaim>,
+) -> Option<String> {
+    claims
+        .filter_map(|c| {
+            c.status
+                .as_ref()?
+                .capacity
+                .as_ref()?
+                .get("storage")
+                .cloned()
+        })
+        .filter_map(|q| Some((crate::quantity::parse_quantity(&q.0).ok()?, q.0)))
+        .max_by(|a, b| a.0.total_cmp(&b.0))
+        .map(|(_, text)| text)
 }
 
 /// Whether the cluster's status records that it has formed: its Available

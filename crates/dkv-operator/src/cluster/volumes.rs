@@ -7,8 +7,11 @@
 //! size over its running pods ([`recreate_statefulset`]: deleted with
 //! `propagationPolicy: Orphan`, applied again, its pods adopted unchanged,
 //! so no member restarts). Until then a member added gets a claim of the old
-//! size and is grown like the others. Shrinking is refused (by the CRD's
-//! rules at admission, and by validation).
+//! size and is grown like the others. A size below what the volumes hold
+//! (their claims' capacity, or the claim template) is refused, by the
+//! admission webhook and by validation; a lower size that is not (a growth
+//! no volume reached, set back) leaves the claims asking for more than the
+//! spec.
 
 use std::sync::Arc;
 

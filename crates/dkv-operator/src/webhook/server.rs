@@ -17,8 +17,9 @@ use axum::routing::{get, post};
 use base64::Engine as _;
 use dkv_api::distributedkv::convert;
 use dkv_api::{DistributedKV, DistributedKVBackup};
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use k8s_openapi::api::storage::v1::StorageClass;
-use kube::api::Api;
+use kube::api::{Api, ListParams};
 use kube::core::DynamicObject;
 use kube::core::Status;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
@@ -33,8 +34,8 @@ use super::configurations::{
 };
 use super::default::{default_backup, default_cluster};
 use super::validate::{
-    BackupTarget, ClusterWrite, RestoreSource, Verdict, members_now, restore_backup_name,
-    review_backup, review_cluster,
+    BackupTarget, ClusterWrite, RestoreSource, Verdict, lowers_storage, members_now,
+    restore_backup_name, review_backup, review_cluster, turns_auth_off,
 };
 use crate::cluster::validate::Defaults;
 
@@ -246,11 +247,56 @@ async fn validate_cluster(
                     }
                 }
             };
+            // Refused only if dkv did turn it on: a spec that asked for
+            // authentication and never got it can be taken back.
+            let auth_on = if turns_auth_off(&old, &new) {
+                let namespace = request.namespace.clone().unwrap_or_default();
+                match crate::cluster::auth::enabled_in_etcd(
+                    &state.client,
+                    &namespace,
+                    &request.name,
+                )
+                .await
+                {
+                    Ok(on) => Some(on),
+                    Err(err) => {
+                        return Err(format!(
+                            "spec.auth.enabled: could not check whether etcd authentication is on in cluster {namespace}/{} ({err}); retry",
+                            request.name
+                        ));
+                    }
+                }
+            } else {
+                None
+            };
+            // A lower size is checked against what the volumes hold, not
+            // against a size the previous spec asked for.
+            let volume_capacity = if lowers_storage(&old, &new) {
+                let namespace = request.namespace.clone().unwrap_or_default();
+                let api: Api<PersistentVolumeClaim> =
+                    Api::namespaced(state.client.clone(), &namespace);
+                let selector = format!("{}={}", dkv_api::labels::CLUSTER_KEY, request.name);
+                match api.list(&ListParams::default().labels(&selector)).await {
+                    Ok(claims) => {
+                        crate::cluster::dereference::largest_capacity(claims.items.iter())
+                    }
+                    Err(err) => {
+                        return Err(format!(
+                            "spec.storage.size: could not read the volume claims of cluster {namespace}/{} ({err}); retry",
+                            request.name
+                        ));
+                    }
+                }
+            } else {
+                None
+            };
             Ok(review_cluster(
                 ClusterWrite::Update {
                     old: &old,
                     new: &new,
                     expandable,
+                    auth_on,
+                    volume_capacity: volume_capacity.as_deref(),
                 },
                 &RestoreSource::NotAsked,
                 &state.defaults,

@@ -69,6 +69,13 @@ pub enum ClusterWrite<'a> {
         /// StorageClass allows volume expansion (`None`: not growing, or
         /// not known).
         expandable: Option<bool>,
+        /// When the write turns `spec.auth.enabled` off: whether dkv had
+        /// turned etcd's authentication on (`None`: not turning it off).
+        auth_on: Option<bool>,
+        /// When the write lowers `spec.storage.size`: the largest capacity
+        /// of the members' volume claims (`None`: not lowering, or no claim
+        /// reports one).
+        volume_capacity: Option<&'a str>,
     },
     /// A write through the `scale` subresource: only the member count moves.
     Scale {
@@ -132,6 +139,8 @@ pub fn review_cluster(
             old,
             new,
             expandable,
+            auth_on,
+            volume_capacity,
         } => {
             // Metadata-only writes (finalizers, labels, the deletion itself)
             // must go through even for an object stored before a rule existed.
@@ -147,6 +156,7 @@ pub fn review_cluster(
                     cluster::spec_version(&old.spec),
                     formed_before(old),
                 ),
+                volume_capacity: volume_capacity.map(str::to_owned),
                 ..Facts::default()
             };
             verdict.denials = cluster::spec_problems(new, &facts, defaults);
@@ -168,6 +178,9 @@ pub fn review_cluster(
                             .unwrap_or_default()
                     ),
                 );
+            }
+            if auth_on == Some(true) {
+                verdict.deny("spec.auth.enabled", crate::cluster::auth::CANNOT_TURN_OFF);
             }
             if old.spec.size != new.spec.size {
                 warn_even_size(new.spec.size, &mut verdict);
@@ -246,6 +259,23 @@ fn hibernated_message(cluster: &str, then: &str) -> String {
 /// The majority of `members`: how many must agree for etcd to make progress.
 pub fn quorum(members: i32) -> i32 {
     members / 2 + 1
+}
+
+/// Whether `old` -> `new` lowers `spec.storage.size`.
+pub fn lowers_storage(old: &DistributedKV, new: &DistributedKV) -> bool {
+    let size = |d: &DistributedKV| {
+        d.spec
+            .storage
+            .as_ref()
+            .and_then(|s| crate::quantity::parse_quantity(&s.size.0).ok())
+    };
+    matches!((size(old), size(new)), (Some(old), Some(new)) if new < old)
+}
+
+/// Whether `old` -> `new` turns `spec.auth.enabled` off.
+pub fn turns_auth_off(old: &DistributedKV, new: &DistributedKV) -> bool {
+    let on = |d: &DistributedKV| d.spec.auth.as_ref().is_some_and(|a| a.enabled);
+    on(old) && !on(new)
 }
 
 /// The members a cluster has: etcd's member list as status last recorded

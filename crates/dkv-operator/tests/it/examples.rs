@@ -30,6 +30,7 @@ fn every_example_cluster_validates() {
                 storage_classes: Some(vec!["standard".into()]),
                 running: Default::default(),
                 deployed_storage_size: None,
+                volume_capacity: None,
             };
             let defaults = Defaults {
                 operator_image: "ghcr.io/dkv-io/dkv:test".to_owned(),

@@ -141,6 +141,7 @@ fn world(
         storage_classes: Some(vec!["standard".into()]),
         running: Default::default(),
         deployed_storage_size: None,
+        volume_capacity: None,
     };
     let defaults = Defaults {
         operator_image: "dkv:test".into(),

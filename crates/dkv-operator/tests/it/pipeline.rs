@@ -33,6 +33,7 @@ fn facts() -> Facts {
         storage_classes: Some(vec!["fast-ssd".into(), "standard".into()]),
         running: Default::default(),
         deployed_storage_size: None,
+        volume_capacity: None,
     }
 }
 
@@ -640,6 +641,7 @@ fn unknown_storage_classes_are_not_rejected_before_they_are_known() {
         storage_classes: None,
         running: Default::default(),
         deployed_storage_size: None,
+        volume_capacity: None,
     };
     assert!(validate::validate(&dkv, &unknown, &defaults()).is_ok());
 }

@@ -314,6 +314,7 @@ fn converged_children(dkv: &DistributedKV) -> (build::Prepared, StatefulSet) {
         storage_classes: Some(vec!["standard".into(), "fast-ssd".into()]),
         running: Default::default(),
         deployed_storage_size: None,
+        volume_capacity: None,
     };
     let cluster = validate::validate(
         dkv,

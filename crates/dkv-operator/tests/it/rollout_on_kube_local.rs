@@ -21,7 +21,8 @@ use dkv_test_support as support;
 
 use support::Serving;
 use support::etcd_cluster::{
-    condition_message, condition_reason, member_images, patch_spec, settled_at, wait_for,
+    condition_message, condition_reason, last_good_image, member_images, patch_spec, settled_at,
+    wait_for,
 };
 
 const NS: &str = "rollout";
@@ -54,16 +55,6 @@ async fn serving(image: &str, rollout: serde_json::Value) -> Serving {
     )
     .await;
     serving
-}
-
-fn last_good_image(d: &DistributedKV) -> Option<String> {
-    d.status
-        .as_ref()?
-        .rollout
-        .as_ref()?
-        .last_good
-        .as_ref()
-        .map(|g| g.image.clone())
 }
 
 fn generation(d: &DistributedKV) -> i64 {

@@ -263,8 +263,7 @@ async fn scenarios_in_network(release: &str, state: &Path) {
     )
     .await;
     assert!(refused.contains("spec.backup.schedule"), "{refused}");
-    // A CEL rule of the CRD, evaluated by the API server on the old and the
-    // new object.
+    // Below what the members' volumes hold: the webhook reads their claims.
     let refused = refused_patch(&kubeconfig, r#"{"spec":{"storage":{"size":"100Mi"}}}"#).await;
     assert!(
         refused.contains("spec.storage.size") && refused.contains("never shrink"),

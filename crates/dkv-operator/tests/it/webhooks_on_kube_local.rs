@@ -38,6 +38,20 @@ impl Harness {
         h
     }
 
+    /// Admission alone: the operator's controllers watch another namespace,
+    /// so no cluster here gets a status (the version rules then compare
+    /// with the previous spec, as for a cluster not yet reconciled).
+    async fn admission_only() -> Self {
+        let env = support::environment(false).await;
+        support::create_namespace(&env.client(), NS).await;
+        let mut args = support::operator_args(false);
+        args.webhook = support::webhook_args();
+        args.namespace = Some("elsewhere".to_owned());
+        let operator = Some(support::RunningOperator::start_with(env.client(), args));
+        support::wait_until_admission_answers(&env.client(), NS).await;
+        Self { env, operator }
+    }
+
     async fn start_operator(&mut self, webhook: dkv_operator::webhook::WebhookArgs) {
         let mut args = support::operator_args(false);
         args.webhook = webhook;
@@ -140,7 +154,10 @@ async fn kubectl_scale_below_quorum_is_refused_and_to_quorum_accepted() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn invalid_specs_version_jumps_and_downgrades_are_refused_by_field() {
-    let h = Harness::start(support::webhook_args()).await;
+    let h = Harness::admission_only().await;
+    let unreconciled = |spec: &str| {
+        format!("the previous spec asks for {spec} and status records no version the members run: ")
+    };
 
     let (code, message) = api_message(h.create(&bad_cron("cron")).await);
     assert_eq!(code, 403, "{message}");
@@ -166,7 +183,7 @@ async fn invalid_specs_version_jumps_and_downgrades_are_refused_by_field() {
     // The defaulted spec.version follows the image, so the version field
     // is the one named.
     assert!(
-        message.contains("spec.version: etcd upgrades move one minor version at a time (3.4.23 -> 3.6.1 skips one); upgrade to 3.5.x first"),
+        message.contains(&format!("spec.version: {}etcd upgrades move one minor version at a time (3.4.23 -> 3.6.1 skips one); upgrade to 3.5.x first", unreconciled("3.4.23"))),
         "{message}"
     );
 
@@ -202,7 +219,7 @@ async fn invalid_specs_version_jumps_and_downgrades_are_refused_by_field() {
             .await,
     );
     assert!(
-        message.contains("spec.version: etcd cannot be downgraded (3.5.16 -> 3.4.23): etcd supports downgrades from 3.6 on"),
+        message.contains(&format!("spec.version: {}etcd cannot be downgraded (3.5.16 -> 3.4.23): etcd supports downgrades from 3.6 on", unreconciled("3.5.16"))),
         "{message}"
     );
     // One minor up is fine.
@@ -239,7 +256,7 @@ async fn invalid_specs_version_jumps_and_downgrades_are_refused_by_field() {
         );
         assert_eq!(code, 403, "{message}");
         assert!(
-            message.contains(&format!("spec.version: {says}")),
+            message.contains(&format!("spec.version: {}{says}", unreconciled(from))),
             "{message}"
         );
     }
@@ -471,4 +488,61 @@ async fn growing_storage_is_refused_where_the_storage_class_cannot_expand() {
         .unwrap();
     let grown = grow("grows").await.unwrap();
     assert_eq!(grown.spec.storage.unwrap().size.0, "2Gi");
+}
+
+/// `spec.auth.enabled` back to false: admitted while dkv has not turned
+/// etcd's authentication on (here no member ever runs: no kubelet), refused
+/// once the root Secret says it did.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn authentication_that_never_turned_on_can_be_turned_off_and_once_on_cannot() {
+    let h = Harness::start(support::webhook_args()).await;
+    h.create(&cluster(
+        "locked",
+        3,
+        ETCD_35,
+        json!({"auth": {"enabled": true}}),
+    ))
+    .await
+    .unwrap();
+    let clusters = h.clusters();
+    let off_patch = Patch::Merge(json!({"spec": {"auth": {"enabled": false}}}));
+    let params = PatchParams::default();
+    let off = || clusters.patch("locked", &params, &off_patch);
+    off()
+        .await
+        .expect("authentication never turned on: turning it off is admitted");
+
+    // dkv turns it on: its root Secret records so.
+    patch_spec(&h.clusters(), "locked", json!({"auth": {"enabled": true}})).await;
+    let secrets: Api<Secret> = Api::namespaced(h.client(), NS);
+    let marked = json!({"metadata": {"annotations": {"dkv.io/auth-enabled": "true"}}});
+    if secrets.get_opt("locked-etcd-root").await.unwrap().is_some() {
+        secrets
+            .patch(
+                "locked-etcd-root",
+                &PatchParams::default(),
+                &Patch::Merge(&marked),
+            )
+            .await
+            .unwrap();
+    } else {
+        let secret: Secret = serde_json::from_value(json!({
+            "metadata": {"name": "locked-etcd-root", "namespace": NS,
+                         "annotations": {"dkv.io/auth-enabled": "true"}},
+            "stringData": {"username": "root", "password": "not-used-here"},
+        }))
+        .unwrap();
+        secrets
+            .create(&PostParams::default(), &secret)
+            .await
+            .unwrap();
+    }
+    let (code, message) = api_message(off().await);
+    assert_eq!(code, 403, "{message}");
+    assert!(
+        message.contains(
+            "spec.auth.enabled: etcd authentication is on in this cluster (dkv turned it on) and dkv does not turn it off; set it back to true"
+        ),
+        "{message}"
+    );
 }

@@ -54,12 +54,18 @@ pub(super) fn continue_operation(obs: &Observation, pinned: Pinned) -> Step {
                         }
                         obs.on_current_template(ordinal)
                     }
-                    // The pod runs the new image and certificate.
+                    // The pod runs the new image and certificate. An image
+                    // whose tag names no version (a digest, `spec.version`
+                    // saying what it holds) is judged by the template the
+                    // pod was created from: a pod still on an image the
+                    // spec no longer names (set back after it failed) is
+                    // restarted, not waited for.
                     _ => {
                         obs.has_current_certificate(ordinal)
-                            && obs
-                                .pod(ordinal)
-                                .is_some_and(|p| p.version.is_none_or(|v| v == obs.desired_version))
+                            && obs.pod(ordinal).is_some_and(|p| match p.version {
+                                Some(v) => v == obs.desired_version,
+                                None => obs.on_current_template(ordinal),
+                            })
                     }
                 };
                 if restarted {

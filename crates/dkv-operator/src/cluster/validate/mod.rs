@@ -58,6 +58,10 @@ pub struct Facts {
     /// The volume size in the running StatefulSet's claim template, if it
     /// exists (the template is immutable: member volumes grow one by one).
     pub deployed_storage_size: Option<String>,
+    /// The largest capacity a member's volume claim reports
+    /// (`status.capacity`), if known: what the volumes hold, whatever a
+    /// spec asked for.
+    pub volume_capacity: Option<String>,
 }
 
 /// Operator-wide settings that fill in what the spec leaves out.
@@ -527,16 +531,21 @@ fn check_spec(
                 None
             }
         };
-        let deployed = facts
-            .deployed_storage_size
-            .as_deref()
-            .and_then(|deployed| StorageSize::parse(deployed).ok());
-        if let (Some(size), Some(deployed)) = (&size, &deployed)
-            && size.bytes() < deployed.bytes()
+        let parsed = |text: Option<&str>| text.and_then(|t| StorageSize::parse(t).ok());
+        let deployed = parsed(facts.deployed_storage_size.as_deref());
+        // What the volumes hold: their claims' capacity, or the template
+        // they were created from; never a size a spec asked for that was not
+        // carried out.
+        let held = [deployed.clone(), parsed(facts.volume_capacity.as_deref())]
+            .into_iter()
+            .flatten()
+            .max_by(|a, b| a.bytes().total_cmp(&b.bytes()));
+        if let (Some(size), Some(held)) = (&size, &held)
+            && size.bytes() < held.bytes()
         {
             problems.add(
                 "spec.storage.size",
-                format!("{:?} is smaller than the members' volumes ({deployed}); volumes never shrink: set it to {deployed} or more", size.as_str()),
+                format!("{:?} is smaller than the members' volumes ({held}); volumes never shrink: set it to {held} or more", size.as_str()),
             );
         }
         let size = size?;
@@ -737,6 +746,7 @@ pub(crate) fn validated_for_tests(spec: serde_json::Value) -> ValidatedCluster {
         storage_classes: None,
         running: RunningVersions::default(),
         deployed_storage_size: None,
+        volume_capacity: None,
     };
     let defaults = Defaults {
         operator_image: "dkv:test".to_owned(),

@@ -123,6 +123,8 @@ fn update(old: &DistributedKV, new: &DistributedKV) -> Verdict {
             old,
             new,
             expandable: None,
+            auth_on: None,
+            volume_capacity: None,
         },
         &RestoreSource::NotAsked,
         &defaults(),
@@ -303,6 +305,8 @@ fn scale_down_keeps_a_quorum_of_the_old_size() {
                 old: &old,
                 new: &dkv(new, ETCD_35, serde_json::json!({})),
                 expandable: None,
+                auth_on: None,
+                volume_capacity: None,
             },
             &RestoreSource::NotAsked,
             &defaults(),
@@ -347,6 +351,8 @@ fn scale_down_is_measured_from_the_members_the_cluster_has() {
                 old: &grown,
                 new: &dkv(new, "registry.k8s.io/etcd:3.5.16-0", serde_json::json!({})),
                 expandable: None,
+                auth_on: None,
+                volume_capacity: None,
             },
             &RestoreSource::NotAsked,
             &defaults(),
@@ -373,6 +379,69 @@ fn scale_down_is_measured_from_the_members_the_cluster_has() {
     assert!(
         !through_scale(None).allowed(),
         "nothing known: the spec's size"
+    );
+}
+
+/// `spec.storage.size` is compared with what the members' volumes hold
+/// (their claims' capacity), not with the previous spec: a growth that was
+/// never carried out (a size no volume reached) can be taken back.
+#[test]
+fn storage_is_compared_with_what_the_volumes_hold() {
+    let sized = |size: &str| {
+        dkv(
+            3,
+            ETCD_35,
+            serde_json::json!({"storage": {"storageClassName": "standard", "size": size}}),
+        )
+    };
+    let asked = sized("100Ti");
+    let review = |to: &str, capacity: Option<&str>| {
+        review_cluster(
+            ClusterWrite::Update {
+                old: &asked,
+                new: &sized(to),
+                expandable: None,
+                auth_on: None,
+                volume_capacity: capacity,
+            },
+            &RestoreSource::NotAsked,
+            &defaults(),
+        )
+    };
+    assert!(review("1Gi", Some("1Gi")).allowed());
+    assert!(review("2Gi", Some("1Gi")).allowed());
+    assert_eq!(
+        review("512Mi", Some("1Gi")).message(),
+        "spec.storage.size: \"512Mi\" is smaller than the members' volumes (1Gi); volumes never shrink: set it to 1Gi or more"
+    );
+    assert!(lowers_storage(&asked, &sized("1Gi")));
+    assert!(!lowers_storage(&sized("1Gi"), &sized("2Gi")));
+}
+
+/// Authentication asked for and never turned on can be turned off; once
+/// dkv turned it on in etcd, it cannot.
+#[test]
+fn authentication_is_refused_off_only_once_on_in_etcd() {
+    let on = dkv(3, ETCD_35, serde_json::json!({"auth": {"enabled": true}}));
+    let off = dkv(3, ETCD_35, serde_json::json!({"auth": {"enabled": false}}));
+    assert!(turns_auth_off(&on, &off));
+    let review = |auth_on| {
+        review_cluster(
+            ClusterWrite::Update {
+                old: &on,
+                new: &off,
+                expandable: None,
+                auth_on,
+                volume_capacity: None,
+            },
+            &RestoreSource::NotAsked,
+            &defaults(),
+        )
+    };
+    assert!(review(Some(false)).allowed());
+    assert_eq!(
+        review(Some(true)).message(),
+        "spec.auth.enabled: etcd authentication is on in this cluster (dkv turned it on) and dkv does not turn it off; set it back to true"
     );
 }
 
@@ -479,6 +548,8 @@ fn corrupt_member_replacement_needs_three_members() {
             old: &old,
             new: &new,
             expandable: None,
+            auth_on: None,
+            volume_capacity: None,
         },
         &RestoreSource::NotAsked,
         &defaults(),
@@ -495,6 +566,8 @@ fn version_moves_one_minor_up_never_down() {
                 old: &old,
                 new: &dkv(3, image, serde_json::json!({})),
                 expandable: None,
+                auth_on: None,
+                volume_capacity: None,
             },
             &RestoreSource::NotAsked,
             &defaults(),
@@ -540,6 +613,8 @@ fn downgrades_go_one_minor_down_from_what_the_members_run() {
                     serde_json::json!({}),
                 ),
                 expandable: None,
+                auth_on: None,
+                volume_capacity: None,
             },
             &RestoreSource::NotAsked,
             &defaults(),
@@ -634,6 +709,8 @@ fn edit_version(old: &DistributedKV, to: &str, extra: serde_json::Value) -> Verd
             old,
             new: &dkv(3, &format!("registry.k8s.io/etcd:{to}-0"), extra),
             expandable: None,
+            auth_on: None,
+            volume_capacity: None,
         },
         &RestoreSource::NotAsked,
         &defaults(),
@@ -785,6 +862,8 @@ fn metadata_only_updates_pass_even_when_the_spec_is_invalid() {
             old: &stored,
             new: &deleting,
             expandable: None,
+            auth_on: None,
+            volume_capacity: None,
         },
         &RestoreSource::NotAsked,
         &defaults(),

@@ -65,6 +65,36 @@ fn an_upgrade_restarts_one_member_and_waits_for_the_new_version() {
     assert_eq!(next_step(&obs), Step::Finish(pinned));
 }
 
+/// Pods whose image tag names no version (`spec.version` says what it
+/// holds): whether the member was restarted is read from its template. A
+/// member left on an image the spec no longer names — it crash-looped and
+/// the spec was set back — is restarted onto the current one, not waited
+/// for.
+#[test]
+fn an_upgrade_of_an_image_without_a_version_tag_follows_the_template() {
+    let mut obs = cluster(3, 3);
+    obs.update_revision = Some("rev-2".to_owned());
+    for p in &mut obs.pods {
+        p.version = None;
+    }
+    let pinned = Pinned {
+        kind: OperationKind::UpgradeMember,
+        ordinal: 2,
+    };
+    obs.pinned = Some(pinned);
+    obs.members.as_mut().unwrap()[2].healthy = false;
+    obs.pods[2].ready = false;
+    assert_eq!(next_step(&obs), Step::RestartPod { ordinal: 2 });
+    obs.pods[2].revision = Some("rev-2".to_owned());
+    assert_eq!(
+        next_step(&obs),
+        Step::Wait(WaitReason::UpgradeInProgress { ordinal: 2 })
+    );
+    obs.members.as_mut().unwrap()[2].healthy = true;
+    obs.pods[2].ready = true;
+    assert_eq!(next_step(&obs), Step::Finish(pinned));
+}
+
 #[test]
 fn a_reissued_certificate_restarts_members_one_at_a_time_leader_last() {
     let mut obs = cluster(3, 3);
