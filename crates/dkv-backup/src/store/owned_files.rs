@@ -76,17 +76,29 @@ impl OwnedFiles {
             .collect()
     }
 
+    /// Hands `created` (outermost first) to the owner: each path this
+    /// process's user still owns, inside a directory the owner owns. The
+    /// destination directory is the owner's (as the operations guide sets
+    /// it up), so what is created below it is handed on, and nothing above
+    /// it: a destination that does not exist, or one left to root, stays
+    /// as it is.
     fn hand_over(&self, created: &[PathBuf]) -> object_store::Result<()> {
+        use std::os::unix::fs::MetadataExt as _;
+        let me = rustix::process::geteuid().as_raw();
         for path in created {
-            // A directory another writer created meanwhile is the other's:
-            // only paths still owned by this process's user are handed on.
+            // A path another writer created meanwhile is the other's.
             match std::fs::symlink_metadata(path) {
-                Ok(meta)
-                    if std::os::unix::fs::MetadataExt::uid(&meta)
-                        == rustix::process::geteuid().as_raw() => {}
+                Ok(meta) if meta.uid() == me => {}
                 Ok(_) => continue,
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
                 Err(e) => return Err(ownership_error(path, e)),
+            }
+            let inside_owners = path
+                .parent()
+                .and_then(|parent| std::fs::symlink_metadata(parent).ok())
+                .is_some_and(|parent| parent.is_dir() && parent.uid() == self.owner.uid);
+            if !inside_owners {
+                continue;
             }
             std::os::unix::fs::lchown(path, Some(self.owner.uid), Some(self.owner.gid))
                 .map_err(|e| ownership_error(path, e))?;
@@ -95,7 +107,8 @@ impl OwnedFiles {
     }
 
     /// Runs `write` to `location`, then hands over the file and the
-    /// directories it created.
+    /// directories it created — those also when the write failed after
+    /// creating them, or no later write would (they exist by then).
     async fn writing<T>(
         &self,
         location: &Path,
@@ -103,10 +116,14 @@ impl OwnedFiles {
     ) -> object_store::Result<T> {
         let file = self.file(location)?;
         let mut created = Self::missing_parents(&file);
-        let written = write.await?;
         created.reverse();
-        created.push(file);
-        self.hand_over(&created)?;
+        let written = write.await;
+        if written.is_ok() {
+            created.push(file);
+        }
+        let handed = self.hand_over(&created);
+        let written = written?;
+        handed?;
         Ok(written)
     }
 }
@@ -180,11 +197,14 @@ impl ObjectStore for OwnedFiles {
         let store = self;
         let file = store.file(location)?;
         let mut created = OwnedFiles::missing_parents(&file);
-        let inner = store.inner.put_multipart_opts(location, opts).await?;
+        let inner = store.inner.put_multipart_opts(location, opts).await;
         // The upload's parts are staged beside the file from now on: its
-        // directories are handed over before any other writer needs them.
+        // directories are handed over before any other writer needs them
+        // (and if the upload could not start, whatever it created).
         created.reverse();
-        store.hand_over(&created)?;
+        let handed = store.hand_over(&created);
+        let inner = inner?;
+        handed?;
         Ok(Box::new(OwnedUpload {
             inner,
             file,
@@ -272,11 +292,36 @@ mod tests {
             eprintln!("skipped: handing files to another user needs root");
             return;
         }
-        let dir = tempfile::tempdir().unwrap();
+        let parent = tempfile::tempdir().unwrap();
+        let dir = parent.path().join("destination");
         let owner = FileOwner {
             uid: 65532,
             gid: 65532,
         };
+        // A destination left to root: nothing created in it is handed over.
+        let root_owned = OwnedFiles::new(
+            LocalFileSystem::new_with_prefix(parent.path()).unwrap(),
+            owner,
+        );
+        root_owned
+            .put(
+                &Path::from("elsewhere/x.json"),
+                PutPayload::from_static(b"{}"),
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            std::fs::metadata(parent.path().join("elsewhere"))
+                .unwrap()
+                .uid(),
+            0,
+            "nothing above or beside a destination the owner owns is handed over"
+        );
+        // The destination as the operations guide sets it up.
+        std::fs::create_dir(&dir).unwrap();
+        std::os::unix::fs::chown(&dir, Some(65532), Some(65532)).unwrap();
+        let dir = tempfile::TempDir::new_in(&dir).unwrap();
+        std::os::unix::fs::chown(dir.path(), Some(65532), Some(65532)).unwrap();
         let store = OwnedFiles::new(LocalFileSystem::new_with_prefix(dir.path()).unwrap(), owner);
         let owned = |p: &FsPath| {
             let meta = std::fs::metadata(p).unwrap();
@@ -314,7 +359,7 @@ mod tests {
         }
         assert_eq!(
             owned(dir.path()),
-            (0, 0),
+            (65532, 65532),
             "the destination itself keeps its owner"
         );
         // The modes are the umask's: nothing opened to others.

@@ -44,6 +44,10 @@ pub const USERNAME_KEY: &str = "username";
 pub const PASSWORD_KEY: &str = "password";
 /// `"true"` on the Secret once authentication is on.
 pub const ENABLED_ANNOTATION: &str = "dkv.io/auth-enabled";
+/// `"true"` on the Secret from just before dkv asks etcd to turn
+/// authentication on: from then on etcd may have it on, whether or not
+/// [`ENABLED_ANNOTATION`] was written after.
+pub const ENABLING_ANNOTATION: &str = "dkv.io/auth-enabling";
 /// The administrator etcd requires before authentication can be enabled.
 pub const ROOT_USER: &str = "root";
 /// Environment of backup agents: the root credentials, from the Secret.
@@ -151,16 +155,17 @@ pub async fn ensure(client: &Client, cluster: &ValidatedCluster) -> Result<AuthS
 /// Why `spec.auth.enabled: false` is refused once dkv turned it on.
 pub const CANNOT_TURN_OFF: &str = "etcd authentication is on in this cluster (dkv turned it on) and dkv does not turn it off; set it back to true";
 
-/// Whether dkv turned etcd's authentication on for cluster `name` (its
-/// root Secret says so). A spec that asked for authentication and never
-/// got it (the cluster never formed, a rollout in the way) has not.
+/// Whether etcd may have authentication on for cluster `name`: dkv turned
+/// it on, or began to (its root Secret says so). A spec that asked for
+/// authentication and never got it (the cluster never formed, a rollout in
+/// the way) has not.
 pub async fn enabled_in_etcd(client: &Client, namespace: &str, name: &str) -> kube::Result<bool> {
     let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
     let secret = secrets.get_opt(&naming::auth_secret(name)).await?;
     Ok(secret.is_some_and(|s| {
-        s.annotations()
-            .get(ENABLED_ANNOTATION)
-            .is_some_and(|v| v == "true")
+        [ENABLED_ANNOTATION, ENABLING_ANNOTATION]
+            .iter()
+            .any(|key| s.annotations().get(*key).is_some_and(|v| v == "true"))
     }))
 }
 
@@ -284,9 +289,19 @@ async fn keep_copy(
 
 /// Records on the Secret that authentication is on.
 pub async fn mark_enabled(client: &Client, cluster: &ValidatedCluster) -> Result<()> {
+    mark(client, cluster, ENABLED_ANNOTATION).await
+}
+
+/// Records on the root Secret that dkv is about to ask etcd to turn
+/// authentication on (see [`ENABLING_ANNOTATION`]).
+pub async fn mark_enabling(client: &Client, cluster: &ValidatedCluster) -> Result<()> {
+    mark(client, cluster, ENABLING_ANNOTATION).await
+}
+
+async fn mark(client: &Client, cluster: &ValidatedCluster, annotation: &str) -> Result<()> {
     let secrets: Api<Secret> = Api::namespaced(client.clone(), &cluster.namespace);
     let name = naming::auth_secret(&cluster.name);
-    let patch = serde_json::json!({"metadata": {"annotations": {ENABLED_ANNOTATION: "true"}}});
+    let patch = serde_json::json!({"metadata": {"annotations": {annotation: "true"}}});
     secrets
         .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
         .await

@@ -2,6 +2,7 @@
 //! its status recorded when the pass began. Reads only the reflector
 //! caches, so a reconcile costs no API reads.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use dkv_api::DistributedKV;
@@ -14,6 +15,7 @@ use k8s_openapi::api::batch::v1::CronJob;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::ResourceExt;
 use kube::runtime::reflector::Store;
 
@@ -182,7 +184,7 @@ pub fn observe(dkv: &DistributedKV, namespace: &str, stores: &Stores) -> Observe
         dkv_api::labels::CLUSTER_KEY,
         &name,
     );
-    let volume_capacity = largest_capacity(claims.iter().map(AsRef::as_ref));
+    let volume_capacity = largest_reached(claims.iter().map(AsRef::as_ref));
     Observed {
         members,
         client_endpoints,
@@ -204,21 +206,30 @@ pub fn observe(dkv: &DistributedKV, namespace: &str, stores: &Stores) -> Observe
     }
 }
 
-/// The largest `status.capacity` of `claims` (a cluster's member volume
-/// claims), as written: what the members' volumes hold.
-pub fn largest_capacity<'a>(
+/// What the members' volumes were given, over `claims` (a cluster's
+/// member volume claims): the largest size a claim both asked for and
+/// reached — the smaller of its request and its `status.capacity` — as
+/// written. A provisioner that rounds a volume up (`512Mi` to `1Gi`) does
+/// not raise it, and neither does a request no volume reached.
+pub fn largest_reached<'a>(
     claims: impl Iterator<Item = &'a PersistentVolumeClaim>,
 ) -> Option<String> {
+    let storage = |quantities: Option<&BTreeMap<String, Quantity>>| {
+        let text = quantities?.get("storage")?.0.clone();
+        Some((crate::quantity::parse_quantity(&text).ok()?, text))
+    };
     claims
         .filter_map(|c| {
-            c.status
-                .as_ref()?
-                .capacity
-                .as_ref()?
-                .get("storage")
-                .cloned()
+            let capacity = storage(c.status.as_ref()?.capacity.as_ref())?;
+            let requested = c
+                .spec
+                .as_ref()
+                .and_then(|s| storage(s.resources.as_ref()?.requests.as_ref()));
+            Some(match requested {
+                Some(requested) if requested.0 < capacity.0 => requested,
+                _ => capacity,
+            })
         })
-        .filter_map(|q| Some((crate::quantity::parse_quantity(&q.0).ok()?, q.0)))
         .max_by(|a, b| a.0.total_cmp(&b.0))
         .map(|(_, text)| text)
 }
@@ -266,4 +277,32 @@ fn is_owned_by<K: ResourceExt>(child: &K, dkv: &DistributedKV) -> bool {
         .owner_references()
         .iter()
         .any(|o| o.controller == Some(true) && Some(&o.uid) == uid.as_ref())
+}
+
+#[cfg(test)]
+mod reached_tests {
+    use super::*;
+
+    fn claim(request: &str, capacity: &str) -> PersistentVolumeClaim {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "data-orders-0"},
+            "spec": {"resources": {"requests": {"storage": request}}},
+            "status": {"capacity": {"storage": capacity}},
+        }))
+        .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn what_a_claim_asked_for_and_reached_counts() {
+        let reached = |claims: &[PersistentVolumeClaim]| largest_reached(claims.iter());
+        // Rounded up by the provisioner: what was asked for.
+        assert_eq!(reached(&[claim("512Mi", "1Gi")]).as_deref(), Some("512Mi"));
+        // An expansion no volume reached: what the volume holds.
+        assert_eq!(reached(&[claim("100Ti", "1Gi")]).as_deref(), Some("1Gi"));
+        assert_eq!(
+            reached(&[claim("1Gi", "1Gi"), claim("2Gi", "2Gi")]).as_deref(),
+            Some("2Gi")
+        );
+        assert_eq!(reached(&[]), None);
+    }
 }

@@ -48,6 +48,18 @@ pub fn gate(
     if enabled_to.is_none() && voters().any(|m| m.version.is_some_and(|v| v.minor_line() <= want)) {
         return DowngradeGate::Open;
     }
+    // etcd 3.5 and older have no downgrade dkv can drive (they report no
+    // storage version): a voter there cannot be moved a minor line down.
+    if let Some(old) = newer
+        .iter()
+        .filter_map(|m| m.version)
+        .find(|v| v.minor_line() < (3, 6))
+    {
+        return DowngradeGate::Refused(format!(
+            "a member runs {old}: etcd downgrades a cluster from 3.6 on only; set the image back to {}.{}",
+            old.major, old.minor
+        ));
+    }
     let rewritten = newer
         .iter()
         .all(|m| m.storage_version.is_some_and(|s| s.minor_line() <= want));
@@ -192,6 +204,14 @@ mod tests {
         assert_eq!(
             gate(&members([V36, V35, V35], None, None), V35, None),
             DowngradeGate::Open
+        );
+        // Every voter on 3.5, the spec back on 3.4 (an upgrade finished
+        // while the edit was admitted): no downgrade API to ask.
+        let on_35 = members([V35, V35, V35], None, None);
+        let refused = gate(&on_35, EtcdVersion::new(3, 4, 23), Some(Ok(())));
+        assert!(
+            matches!(&refused, DowngradeGate::Refused(m) if m.contains("from 3.6 on only")),
+            "{refused:?}"
         );
         // An upgrade is no downgrade.
         assert_eq!(

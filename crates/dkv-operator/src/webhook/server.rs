@@ -277,9 +277,7 @@ async fn validate_cluster(
                     Api::namespaced(state.client.clone(), &namespace);
                 let selector = format!("{}={}", dkv_api::labels::CLUSTER_KEY, request.name);
                 match api.list(&ListParams::default().labels(&selector)).await {
-                    Ok(claims) => {
-                        crate::cluster::dereference::largest_capacity(claims.items.iter())
-                    }
+                    Ok(claims) => crate::cluster::dereference::largest_reached(claims.items.iter()),
                     Err(err) => {
                         return Err(format!(
                             "spec.storage.size: could not read the volume claims of cluster {namespace}/{} ({err}); retry",

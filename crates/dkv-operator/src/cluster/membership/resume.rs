@@ -61,6 +61,12 @@ pub(super) fn continue_operation(obs: &Observation, pinned: Pinned) -> Step {
                     // spec no longer names (set back after it failed) is
                     // restarted, not waited for.
                     _ => {
+                        let untagged = obs.pod(ordinal).is_some_and(|p| p.version.is_none());
+                        if untagged && obs.update_revision.is_none() {
+                            // The template changed again: wait for its
+                            // revision before deciding anything.
+                            return Step::Wait(WaitReason::TemplatePending);
+                        }
                         obs.has_current_certificate(ordinal)
                             && obs.pod(ordinal).is_some_and(|p| match p.version {
                                 Some(v) => v == obs.desired_version,

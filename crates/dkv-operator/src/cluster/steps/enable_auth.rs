@@ -24,6 +24,10 @@ pub async fn run(input: &Input<'_>, _: &mut Maintained, ctx: &Context) -> Result
         return Ok(StepOutcome::Continue);
     }
     let cluster = &input.validated.cluster;
+    // Recorded first: from the request on, etcd may have authentication on
+    // (a turn-off is refused from here), even if the pass ends before the
+    // outcome is recorded.
+    auth::mark_enabling(&ctx.client, cluster).await?;
     admin
         .enable_auth(&pending.root.password)
         .await

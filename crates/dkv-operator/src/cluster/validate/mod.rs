@@ -58,9 +58,9 @@ pub struct Facts {
     /// The volume size in the running StatefulSet's claim template, if it
     /// exists (the template is immutable: member volumes grow one by one).
     pub deployed_storage_size: Option<String>,
-    /// The largest capacity a member's volume claim reports
-    /// (`status.capacity`), if known: what the volumes hold, whatever a
-    /// spec asked for.
+    /// The largest size a member's volume claim asked for and reached
+    /// (see [`crate::cluster::dereference::largest_reached`]), if known:
+    /// what the volumes were given, whatever a spec asked for since.
     pub volume_capacity: Option<String>,
 }
 

@@ -219,26 +219,87 @@ impl RunningVersions {
             return Ok(());
         };
         let cluster_line = lowest.minor_line();
-        if self.last_good == Some(to) && cluster_line == to.minor_line() {
-            return Ok(());
-        }
+        let back_to_cluster_line = cluster_line == to.minor_line();
+        let returning = back_to_cluster_line && self.last_good == Some(to);
         for (seen, from) in sources {
-            if from.minor_line() > to.minor_line() && cluster_line == to.minor_line() {
-                continue;
-            }
-            check_version_change(from, to).map_err(|rule| RefusedMove {
-                seen,
+            let refused = |rule| RefusedMove {
+                seen: seen.clone(),
                 rule,
                 way_back: None,
-            })?;
+            };
+            if from.minor_line() > to.minor_line() && back_to_cluster_line {
+                // Back to the cluster's line: no downgrade API, but onto a
+                // release etcd lets run beside the newer member.
+                back_beside_newer(from, to).map_err(refused)?;
+            } else if !returning {
+                check_version_change(from, to).map_err(refused)?;
+            }
         }
         Ok(())
     }
 }
 
+/// A member on a newer minor line than the cluster's going back to `to`,
+/// the cluster's line: etcd lets into a cluster with 3.6 members only 3.5
+/// releases from [`etcd_version::MIN_3_5_FOR_3_6`] on.
+fn back_beside_newer(from: EtcdVersion, to: EtcdVersion) -> Result<(), VersionChangeError> {
+    if from.minor_line() >= (3, 6)
+        && to.minor_line() == (3, 5)
+        && to < etcd_version::MIN_3_5_FOR_3_6
+    {
+        return Err(VersionChangeError::DowngradeTooOldFor36 { from, to });
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn running(members: &[EtcdVersion], last_good: EtcdVersion) -> RunningVersions {
+        RunningVersions {
+            members: members
+                .iter()
+                .enumerate()
+                .map(|(i, v)| (format!("orders-{i}"), *v))
+                .collect(),
+            last_good: Some(last_good),
+            ..RunningVersions::default()
+        }
+    }
+
+    #[test]
+    fn a_move_is_checked_from_every_member_with_the_cluster_versions_allowances() {
+        let v = EtcdVersion::new;
+        // Nothing known: no rule binds.
+        assert!(RunningVersions::default().check_move(v(3, 4, 23)).is_ok());
+        // A patch upgrade half done: back to lastGood, not between.
+        let half = running(&[v(3, 5, 30), v(3, 5, 16), v(3, 5, 16)], v(3, 5, 16));
+        assert!(half.check_move(v(3, 5, 16)).is_ok());
+        assert!(half.check_move(v(3, 5, 20)).is_err());
+        // 3.5 -> 3.6 half done: back onto 3.5 from 3.5.26 on, even where
+        // lastGood is older than what runs (recorded before a patch step).
+        let mixed = running(&[v(3, 6, 16), v(3, 5, 30), v(3, 5, 30)], v(3, 5, 16));
+        assert!(mixed.check_move(v(3, 5, 30)).is_ok());
+        let refused = mixed.check_move(v(3, 5, 16)).unwrap_err();
+        assert!(
+            refused.to_string().starts_with("member orders-0 runs 3.6.16 (status.members): etcd 3.6.16 can only be downgraded to 3.5.26"),
+            "{refused}"
+        );
+        // A member not reporting: lastGood stands in for it.
+        let silent = RunningVersions {
+            unreported: true,
+            ..running(&[v(3, 6, 16), v(3, 6, 16)], v(3, 5, 30))
+        };
+        assert!(
+            silent.check_move(v(3, 5, 30)).is_ok(),
+            "the cluster may still be on 3.5"
+        );
+        assert!(
+            silent.check_move(v(3, 7, 3)).is_err(),
+            "3.5.30 -> 3.7.3 skips 3.6"
+        );
+    }
 
     fn resolved(image: &str) -> (Option<EtcdVersion>, Vec<String>) {
         let mut problems = Problems::default();

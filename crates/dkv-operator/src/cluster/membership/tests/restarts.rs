@@ -85,6 +85,10 @@ fn an_upgrade_of_an_image_without_a_version_tag_follows_the_template() {
     obs.members.as_mut().unwrap()[2].healthy = false;
     obs.pods[2].ready = false;
     assert_eq!(next_step(&obs), Step::RestartPod { ordinal: 2 });
+    // A template not yet given a revision decides nothing.
+    obs.update_revision = None;
+    assert_eq!(next_step(&obs), Step::Wait(WaitReason::TemplatePending));
+    obs.update_revision = Some("rev-2".to_owned());
     obs.pods[2].revision = Some("rev-2".to_owned());
     assert_eq!(
         next_step(&obs),
