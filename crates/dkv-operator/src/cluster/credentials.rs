@@ -98,25 +98,6 @@ pub async fn ensure(
             waiting: false,
         });
     }
-    // Authentication dkv turned on stays on: dkv does not turn it off (the
-    // admission webhook refuses the edit; this holds without it).
-    if !cluster.auth
-        && exists
-        && auth::enabled_in_etcd(&ctx.client, &cluster.namespace, &cluster.name)
-            .await
-            .map_err(|source| Error::Read {
-                kind: "Secret",
-                name: super::naming::auth_secret(&cluster.name),
-                source,
-            })?
-    {
-        return Err(Error::InvalidSpec(super::validate::InvalidSpec(vec![
-            super::validate::FieldError {
-                field: "spec.auth.enabled".to_owned(),
-                message: auth::CANNOT_TURN_OFF.to_owned(),
-            },
-        ])));
-    }
     let auth = if cluster.auth {
         Some(auth::ensure(&ctx.client, cluster).await?)
     } else {
