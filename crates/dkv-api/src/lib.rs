@@ -8,7 +8,6 @@ pub mod backup;
 pub mod conditions;
 pub mod distributedkv;
 pub mod labels;
-pub mod naming;
 pub mod schedule;
 
 /// The API group of every dkv resource.

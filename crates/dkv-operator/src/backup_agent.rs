@@ -10,12 +10,14 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::Args;
-use dkv_backup::{BackupRequest, Encoding, Location, S3Options, StoreConfig, UploadOptions};
+use dkv_backup::{BackupRequest, Encoding, Location, UploadOptions};
 use dkv_etcd::{ClientTls, EtcdAdmin, GrpcAdmin, UserCredentials};
+use dkv_member::report::{log_peak_memory, report};
+use dkv_member::store_args::ObjectStoreArgs;
 
 use crate::cluster::naming::{CLIENT_PORT, client_service};
 use crate::cluster::tls;
-use crate::telemetry::LogFormat;
+use dkv_member::logging::LogFormat;
 
 /// `dkv backup`. Object store credentials come only from the environment
 /// (the Secret named in the spec, through `envFrom`): `AWS_ACCESS_KEY_ID`,
@@ -91,40 +93,8 @@ pub struct BackupArgs {
     pub retention_days: Option<i32>,
 }
 
-/// Non-secret object store settings (S3 and S3-compatible servers).
-#[derive(Debug, Args)]
-pub struct ObjectStoreArgs {
-    /// S3-compatible server URL (MinIO, Ceph, ...); AWS when unset.
-    #[arg(long, env = "AWS_ENDPOINT_URL")]
-    pub s3_endpoint: Option<String>,
-    /// S3 region; us-east-1 when unset.
-    #[arg(long, env = "AWS_REGION")]
-    pub s3_region: Option<String>,
-    /// Path-style requests (endpoint/bucket/key); false for virtual-hosted
-    /// style (bucket.endpoint/key).
-    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
-    pub s3_path_style: bool,
-    /// Allow a plain-HTTP S3 endpoint (a server inside the cluster).
-    #[arg(
-        long,
-        env = "AWS_ALLOW_HTTP",
-        default_value_t = false,
-        action = clap::ArgAction::Set,
-        value_parser = clap::builder::BoolishValueParser::new()
-    )]
-    pub s3_allow_http: bool,
-    /// `when_supported` (the default) sends a SHA-256 checksum with every
-    /// part, checked by the server on arrival; `when_required` leaves it
-    /// out, for S3-compatible servers that refuse the header.
-    #[arg(long, env = "AWS_REQUEST_CHECKSUM_CALCULATION", value_parser = ["when_supported", "when_required"], ignore_case = true)]
-    pub s3_request_checksum_calculation: Option<String>,
-}
-
-/// Kubernetes keeps at most this much of a termination message.
-const TERMINATION_MESSAGE_LIMIT: usize = 4096;
-
 pub async fn run(args: &BackupArgs) -> anyhow::Result<()> {
-    crate::telemetry::init(args.log_format);
+    dkv_member::logging::init(args.log_format);
     if let Some(days) = args.retention_days {
         tracing::info!(
             retention_days = days,
@@ -270,60 +240,5 @@ async fn wait_for_cluster(admin: &GrpcAdmin, patience: Duration) {
             }
             Err(_) => return,
         }
-    }
-}
-
-impl ObjectStoreArgs {
-    /// The S3 settings from the command line; the credentials and the
-    /// Azure and GCS endpoints (`AZURE_STORAGE_ENDPOINT`,
-    /// `STORAGE_EMULATOR_HOST`) from the environment (see
-    /// [`dkv_backup::credentials`]).
-    pub fn store_config(&self) -> StoreConfig {
-        let from_env = StoreConfig::from_env();
-        StoreConfig {
-            credentials: from_env.credentials,
-            azure: from_env.azure,
-            gcs: from_env.gcs,
-            s3: S3Options {
-                endpoint: self.s3_endpoint.clone().filter(|e| !e.is_empty()),
-                region: self.s3_region.clone().filter(|r| !r.is_empty()),
-                path_style: self.s3_path_style,
-                allow_http: self.s3_allow_http,
-                checksums: dkv_backup::checksums_requested(
-                    self.s3_request_checksum_calculation.as_deref(),
-                ),
-            },
-        }
-    }
-}
-
-/// Writes the termination message; a failure to write it is logged, not
-/// fatal (the exit status still tells success from failure).
-pub(crate) fn report(path: &Path, message: &str) {
-    let mut end = message.len().min(TERMINATION_MESSAGE_LIMIT);
-    while !message.is_char_boundary(end) {
-        end -= 1;
-    }
-    if let Err(err) = std::fs::write(path, &message[..end]) {
-        tracing::warn!(path = %path.display(), error = %err, "could not write the termination message");
-    }
-}
-
-/// Logs the process's peak resident memory (Linux `VmHWM`), the figure the
-/// agents' memory budget is checked against.
-pub(crate) fn log_peak_memory() {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    if let Some(kib) = status
-        .lines()
-        .find_map(|line| line.strip_prefix("VmHWM:"))
-        .and_then(|rest| {
-            rest.trim()
-                .trim_end_matches("kB")
-                .trim()
-                .parse::<u64>()
-                .ok()
-        })
-    {
-        tracing::info!(peak_rss_kib = kib, "peak memory");
     }
 }

@@ -1,13 +1,11 @@
 //! The `dkv` command line: one binary, one subcommand per role. Each role's
 //! arguments live with the role ([`crate::operator::OperatorArgs`],
-//! [`crate::member_init::MemberInitArgs`], ...).
+//! [`dkv_member::init::MemberInitArgs`], ...).
 
 use clap::{Parser, Subcommand};
 
 use crate::backup_agent::BackupArgs;
-use crate::member_init::MemberInitArgs;
 use crate::operator::OperatorArgs;
-use crate::restore_agent::{RestoreFetchArgs, RestoreMemberArgs};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -26,15 +24,12 @@ pub enum Command {
     Operator(OperatorArgs),
     /// Print the CustomResourceDefinitions as YAML.
     Crd,
-    /// Prepare one etcd member's configuration (init container of each member pod).
-    MemberInit(MemberInitArgs),
     /// Take one backup (runs in a backup Job pod).
     Backup(BackupArgs),
-    /// Download a backup artifact and verify its sha256 (restore init step).
-    RestoreFetch(RestoreFetchArgs),
-    /// Turn a verified snapshot into this member's data directory with the
-    /// etcd version's restore tool (restore init step, after restore-fetch).
-    RestoreMember(RestoreMemberArgs),
+    /// The roles of member pods: `member-init`, `restore-fetch`,
+    /// `restore-member` ([`dkv_member::Command`]).
+    #[command(flatten)]
+    Member(dkv_member::Command),
     /// A local control plane with dkv on this machine (no Kubernetes needed).
     #[cfg(feature = "local")]
     #[command(subcommand)]

@@ -3,6 +3,8 @@
 //!
 //! The binary `dkv` has one subcommand per role ([`cli::Command`]); this
 //! library holds them so integration tests can run the same code in-process.
+//! The roles that run in member pods (`member-init`, the restore steps) are
+//! the member side's, in the `dkv-member` crate.
 
 pub mod backup;
 pub mod backup_agent;
@@ -11,20 +13,16 @@ pub mod cli;
 pub mod cluster;
 pub mod continuous_backup;
 pub mod crd;
-pub mod etcd_flags;
 pub mod etcd_version;
 pub mod events;
 pub mod leader;
 #[cfg(feature = "local")]
 pub mod local;
-pub mod member_init;
 pub mod metrics;
 pub mod operator;
 pub mod pki;
 pub mod quantity;
-pub mod restore_agent;
 pub mod secret_store;
 pub mod server;
-pub mod telemetry;
 pub mod tls_serving;
 pub mod webhook;

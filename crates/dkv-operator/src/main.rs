@@ -64,10 +64,8 @@ async fn run(command: Command) -> anyhow::Result<()> {
             print!("{}", dkv_operator::crd::all_yaml()?);
             Ok(())
         }
-        Command::MemberInit(args) => dkv_operator::member_init::run(&args),
         Command::Backup(args) => dkv_operator::backup_agent::run(&args).await,
-        Command::RestoreFetch(args) => dkv_operator::restore_agent::fetch(&args).await,
-        Command::RestoreMember(args) => dkv_operator::restore_agent::restore_member(&args).await,
+        Command::Member(command) => dkv_member::run(command).await,
         #[cfg(feature = "local")]
         Command::Local(LocalCommand::Up(_)) => {
             unreachable!("`dkv local up` is started by main before the runtime")

@@ -24,8 +24,8 @@ use crate::cluster::{self, validate::Defaults};
 use crate::leader::{LeaderElector, LeaseConfig};
 use crate::metrics::Metrics;
 use crate::server::{self, EndpointArgs, Health};
-use crate::telemetry::LogFormat;
 use crate::webhook::WebhookArgs;
+use dkv_member::logging::LogFormat;
 
 /// The image this binary was released as; pods that run `dkv` subcommands
 /// (member-init, backups) use it unless told otherwise.
@@ -80,7 +80,7 @@ pub struct OperatorArgs {
 
 /// Runs the operator until SIGINT/SIGTERM.
 pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
-    crate::telemetry::init(args.log_format);
+    dkv_member::logging::init(args.log_format);
     let client = Client::try_default()
         .await
         .context("connecting to the Kubernetes API (in-cluster config or KUBECONFIG)")?;

@@ -17,9 +17,9 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use dkv_api::{DistributedKV, DistributedKVBackup};
+use dkv_member::logging::LogFormat;
 use dkv_operator::operator::OperatorArgs;
 use dkv_operator::server::EndpointArgs;
-use dkv_operator::telemetry::LogFormat;
 use dkv_operator::webhook::WebhookArgs;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, PostParams};
@@ -101,7 +101,7 @@ pub async fn environment_configured(
     kubelet: Option<KubeletConfig>,
 ) -> kube_local::Environment {
     if std::env::var_os("DKV_TEST_LOG").is_some() {
-        dkv_operator::telemetry::init(LogFormat::Text);
+        dkv_member::logging::init(LogFormat::Text);
     }
     let mut builder = kube_local::Environment::builder().crds(crds);
     if let Some(config) = kubelet {

@@ -12,7 +12,7 @@
 use std::collections::BTreeMap;
 
 use dkv_api::DistributedKV;
-use dkv_api::naming::{MEMBER_CONTAINER as CONTAINER, MEMBER_TLS_DIR, SERVER_TLS_DIR};
+use dkv_member::layout::{MEMBER_CONTAINER as CONTAINER, MEMBER_TLS_DIR, SERVER_TLS_DIR};
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Status;
 use kube::ResourceExt;
@@ -80,7 +80,7 @@ impl<'a> Etcdctl<'a> {
             });
         let auth = cluster.spec.auth.as_ref().is_some_and(|a| a.enabled);
         let user = if auth {
-            let secret_name = dkv_api::naming::auth_secret(&name);
+            let secret_name = dkv_member::naming::auth_secret(&name);
             let secret = target
                 .api::<Secret>()
                 .get(&secret_name)
@@ -114,8 +114,13 @@ impl<'a> Etcdctl<'a> {
 
     /// A member's client URL, as it advertises it.
     pub fn endpoint(&self, member: &str) -> String {
-        let host = dkv_api::naming::host_of_member(&self.cluster, &self.target.namespace, member);
-        format!("{}://{host}:{}", self.scheme, dkv_api::naming::CLIENT_PORT)
+        let host =
+            dkv_member::naming::host_of_member(&self.cluster, &self.target.namespace, member);
+        format!(
+            "{}://{host}:{}",
+            self.scheme,
+            dkv_member::naming::CLIENT_PORT
+        )
     }
 
     /// The flags that reach the cluster from `pod`: its certificate and

@@ -1,6 +1,6 @@
 //! Members whose data differs from their peers', as etcd's corruption
 //! checks report them (the checks are on in every member:
-//! [`crate::member_init::corruption_checks`]): the CORRUPT alarm the leader
+//! [`dkv_member::init::corruption_checks`]): the CORRUPT alarm the leader
 //! raises on a member whose hash disagrees (periodic and compact-hash
 //! checks), or a member whose own initial check refused to start it. Status
 //! names them (`Degraded/MemberCorrupt`); with

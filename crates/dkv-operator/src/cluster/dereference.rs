@@ -19,11 +19,11 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::ResourceExt;
 use kube::runtime::reflector::Store;
 
-use super::membership_record::{MembershipRecord, RECORD_KEY};
 use super::naming;
 use super::validate::{Facts, RunningVersions};
 use super::watches::{self, Stores};
 use crate::etcd_version::EtcdVersion;
+use dkv_member::record::{MembershipRecord, RECORD_KEY};
 
 /// Annotation on the StatefulSet recording the etcd version it runs, so the
 /// next reconcile can check a version change against it.
@@ -107,7 +107,7 @@ impl Recorded {
     }
 
     /// The token of the member replacement pinned in status (see
-    /// [`super::membership_record::RecordedMember::replacement`]), derived
+    /// [`dkv_member::record::RecordedMember::replacement`]), derived
     /// from when it was pinned so that every pass of it agrees.
     pub fn replacement(&self) -> Option<String> {
         self.operation

@@ -164,10 +164,10 @@ mod tests {
     use super::*;
     use crate::cluster::dereference::Recorded;
     use crate::cluster::membership::{WaitReason, fixtures};
-    use crate::cluster::membership_record::ClusterState;
     use dkv_api::DistributedKV;
     use dkv_api::distributedkv::v1beta1::OperationKind;
     use dkv_api::distributedkv::v1beta1::Phase;
+    use dkv_member::record::ClusterState;
 
     fn plan(step: Step) -> Plan {
         let mut record = crate::cluster::plan::bootstrap_record(

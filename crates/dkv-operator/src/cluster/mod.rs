@@ -37,7 +37,6 @@ pub mod hibernation;
 pub(crate) mod lost_node;
 pub mod member_side;
 pub mod membership;
-pub mod membership_record;
 pub(crate) mod metrics_view;
 pub mod naming;
 mod node_access;

@@ -3,7 +3,7 @@
 
 /// How members are named and reached, and the root credentials' Secret,
 /// are the API's: `kubectl dkv` reads them too.
-pub use dkv_api::naming::{
+pub use dkv_member::naming::{
     CLIENT_PORT, METRICS_PORT, PEER_PORT, auth_secret, member, ordinal_of, peer_service,
 };
 
@@ -88,7 +88,7 @@ pub fn backup_cronjob(cluster: &str) -> String {
 
 /// Stable DNS name of a member through the headless peer Service.
 pub fn member_host(cluster: &str, namespace: &str, ordinal: i32) -> String {
-    dkv_api::naming::host_of_member(cluster, namespace, &member(cluster, ordinal))
+    dkv_member::naming::host_of_member(cluster, namespace, &member(cluster, ordinal))
 }
 
 /// A member's peer URL; `scheme` is `https` with peer TLS.

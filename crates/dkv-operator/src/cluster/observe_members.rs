@@ -17,12 +17,12 @@ use k8s_openapi::api::core::v1::{ContainerStateTerminated, ContainerStatus, Pod}
 use kube::ResourceExt;
 
 use super::membership::{ObservedMember, ObservedPod};
-use super::membership_record::{
-    DATA_LOST, FORCED_NEW_CLUSTER, STARTED_FOR_REPLACEMENT, STARTED_UNDER_EPOCH,
-};
 use super::naming::{self, CLIENT_PORT};
 use super::restore::{FETCH_CONTAINER, RESTORE_CONTAINER};
 use crate::etcd_version::EtcdVersion;
+use dkv_member::record::{
+    DATA_LOST, FORCED_NEW_CLUSTER, STARTED_FOR_REPLACEMENT, STARTED_UNDER_EPOCH,
+};
 
 /// How a member's status reports an active CORRUPT alarm among its errors
 /// (etcd's text form of the alarm: `memberID:<id> alarm:CORRUPT`).
@@ -285,7 +285,7 @@ fn refused_as_corrupt(pod: &Pod) -> bool {
         .and_then(|s| s.container_statuses.as_ref())
         .into_iter()
         .flatten()
-        .filter(|s| s.name == dkv_api::naming::MEMBER_CONTAINER)
+        .filter(|s| s.name == dkv_member::layout::MEMBER_CONTAINER)
         .filter(|s| !s.ready)
         .flat_map(|s| [s.state.as_ref(), s.last_state.as_ref()])
         .flatten()

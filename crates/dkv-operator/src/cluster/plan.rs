@@ -13,10 +13,10 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 
 use super::etcd35_log;
 use super::membership::{self, Observation, ObservedMember, Pinned, Step};
-use super::membership_record::{ClusterState, MembershipRecord, RecordedMember};
 use super::naming;
 use super::observe_members::MemberPod;
 use super::validate::ValidatedCluster;
+use dkv_member::record::{ClusterState, MembershipRecord, RecordedMember};
 
 /// Annotation on the StatefulSet recording the initial member count, which
 /// every member's bootstrap configuration names.
@@ -32,7 +32,7 @@ pub struct Plan {
     /// Whether the cluster has not yet formed (never had all members up).
     pub creating: bool,
     /// The membership record every member pod reads (see
-    /// [`super::membership_record`]); applied before the StatefulSet.
+    /// [`dkv_member::record`]); applied before the StatefulSet.
     pub record: MembershipRecord,
     /// The membership step of this pass.
     pub step: Step,
@@ -149,6 +149,7 @@ pub fn recorded_member(cluster: &ValidatedCluster, ordinal: i32, started: bool) 
 /// together.
 pub fn bootstrap_record(cluster: &ValidatedCluster, size: i32) -> MembershipRecord {
     MembershipRecord {
+        contract: dkv_member::contract::VERSION,
         state: ClusterState::New,
         members: (0..size)
             .map(|i| recorded_member(cluster, i, false))
@@ -169,6 +170,7 @@ fn record_from_members(
     let formed = previous.is_some_and(|r| r.state == ClusterState::Existing)
         || members.iter().all(|m| m.started);
     MembershipRecord {
+        contract: dkv_member::contract::VERSION,
         state: if formed {
             ClusterState::Existing
         } else {

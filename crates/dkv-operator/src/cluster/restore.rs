@@ -50,13 +50,7 @@ use super::validate::{ContinuousSource, RestoreRef, ValidatedCluster, ValidatedR
 /// source (JSON of [`ResolvedRestore`]).
 pub const SOURCE_ANNOTATION: &str = "dkv.io/restore-source";
 
-/// Working directory of the restore steps, in the member's volume.
-pub const RESTORE_DIR: &str = "/var/lib/etcd/dkv-restore";
-/// The verified snapshot.
-pub const SNAPSHOT_FILE: &str = "/var/lib/etcd/dkv-restore/snapshot.db";
-/// Where the restore tool writes the member's data directory; `member-init`
-/// moves it into place.
-pub const STAGING_DIR: &str = "/var/lib/etcd/dkv-restore/data";
+pub use dkv_member::layout::{RESTORE_DIR, SNAPSHOT_FILE, STAGING_DIR};
 
 pub const FETCH_CONTAINER: &str = "restore-fetch";
 pub const RESTORE_CONTAINER: &str = "restore";

@@ -12,12 +12,11 @@ use k8s_openapi::api::core::v1::{KeyToPath, SecretVolumeSource, Volume, VolumeMo
 
 use super::naming;
 
-pub use dkv_api::naming::{MEMBER_TLS_DIR, PEER_TLS_DIR, SERVER_TLS_DIR};
+pub use dkv_member::layout::{
+    CA_CERT, MEMBER_TLS_DIR, PEER_TLS_DIR, SERVER_TLS_DIR, TLS_CERT, TLS_KEY,
+};
 /// Where backup agents find the client certificate.
 pub const CLIENT_TLS_DIR: &str = "/etc/dkv/tls/client";
-pub const CA_CERT: &str = "ca.crt";
-pub const TLS_CERT: &str = "tls.crt";
-pub const TLS_KEY: &str = "tls.key";
 /// On member pods (from their template): the serial of the member
 /// certificate they were started with.
 pub const SERIAL_ANNOTATION: &str = "dkv.io/tls-member-serial";

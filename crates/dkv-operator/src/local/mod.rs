@@ -26,7 +26,7 @@ use crate::webhook::WebhookArgs;
 pub mod etcd_tools;
 pub mod install;
 pub mod kubernetes;
-use crate::telemetry::LogFormat;
+use dkv_member::logging::LogFormat;
 
 const PID_FILE: &str = "dkv-local.pid";
 const LOG_FILE: &str = "dkv-local.log";
@@ -135,7 +135,7 @@ pub fn prepare(args: UpArgs) -> anyhow::Result<Option<Prepared>> {
         })
         .transpose()?;
 
-    crate::telemetry::init(args.log_format);
+    dkv_member::logging::init(args.log_format);
     // etcd releases are fetched on first use, here rather than in the
     // background process: progress and errors reach the terminal.
     let tools = etcd_tools::tools_dir()?;

@@ -37,6 +37,7 @@ mod local_mode;
 mod local_mode_backups;
 mod local_mode_security;
 mod member_init_etcd;
+mod member_side_code;
 mod membership_flow;
 mod metrics_on_kube_local;
 mod nodes_on_kube_local;

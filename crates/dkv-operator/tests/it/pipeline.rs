@@ -664,8 +664,7 @@ fn a_running_cluster_changes_size_only_through_membership() {
         ..Default::default()
     });
     let record = prepared.members.data.as_ref().unwrap()["members.json"].clone();
-    let record: dkv_operator::cluster::membership_record::MembershipRecord =
-        serde_json::from_str(&record).unwrap();
+    let record: dkv_member::record::MembershipRecord = serde_json::from_str(&record).unwrap();
 
     // etcd cannot be seen (no pods here): a bigger spec changes nothing yet.
     let mut bigger = cluster.clone();
@@ -704,6 +703,7 @@ fn a_new_cluster_records_its_initial_members_for_the_pods() {
     assert_eq!(
         record,
         serde_json::json!({
+            "contract": dkv_member::contract::VERSION,
             "state": "new",
             "members": [
                 {"name": "orders-0", "peerURL": "http://orders-0.orders-peer.shop.svc:2380", "started": false},
@@ -1342,8 +1342,8 @@ mod status_of_a_pass {
 
 #[test]
 fn a_formed_cluster_whose_statefulset_is_gone_gets_it_back_unchanged_not_bootstrapped() {
+    use dkv_member::record::{ClusterState, MembershipRecord};
     use dkv_operator::cluster::membership::ObservedPod;
-    use dkv_operator::cluster::membership_record::{ClusterState, MembershipRecord};
     use dkv_operator::cluster::observe_members::MemberPod;
     use dkv_operator::cluster::plan::MembershipView;
 
@@ -1354,6 +1354,7 @@ fn a_formed_cluster_whose_statefulset_is_gone_gets_it_back_unchanged_not_bootstr
     dkv.spec.size = 5;
     let cluster = validated(&dkv);
     let record = MembershipRecord {
+        contract: dkv_member::contract::VERSION,
         state: ClusterState::Existing,
         members: (0..5)
             .map(|i| plan::recorded_member(&cluster, i, true))

@@ -1,5 +1,5 @@
 //! The ConfigMap carrying the membership record (see
-//! [`crate::cluster::membership_record`]). Member pods mount it, and their
+//! [`dkv_member::record`]). Member pods mount it, and their
 //! `member-init` decides from it how the member starts.
 
 use std::collections::BTreeMap;
@@ -7,10 +7,10 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::ConfigMap;
 
 use super::child_meta;
-use crate::cluster::membership_record::RECORD_KEY;
 use crate::cluster::naming;
 use crate::cluster::plan::Plan;
 use crate::cluster::validate::ValidatedCluster;
+use dkv_member::record::RECORD_KEY;
 
 pub fn build(cluster: &ValidatedCluster, plan: &Plan) -> ConfigMap {
     // Serialising a plain struct of strings and bools cannot fail; an empty

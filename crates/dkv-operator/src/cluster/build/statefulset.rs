@@ -50,15 +50,10 @@ use crate::cluster::{backup_keys, tls};
 use crate::etcd_version::EtcdVersion;
 
 pub use crate::cluster::naming::DATA_VOLUME;
-pub const DATA_MOUNT: &str = "/var/lib/etcd";
-/// etcd's data directory: a subdirectory of the volume, because a fresh
-/// filesystem's root may hold `lost+found`, which etcd refuses as a data dir.
-pub const DATA_DIR: &str = "/var/lib/etcd/data";
+/// Where things are in the pod is the member side's ([`dkv_member::layout`]).
+pub use dkv_member::layout::{CONFIG_FILE, CONFIG_MOUNT, DATA_DIR, DATA_MOUNT, MEMBERS_MOUNT};
 pub const CONFIG_VOLUME: &str = "etcd-config";
-pub const CONFIG_MOUNT: &str = "/var/run/dkv";
-pub const CONFIG_FILE: &str = "/var/run/dkv/etcd.conf.yml";
 pub const MEMBERS_VOLUME: &str = "members";
-pub const MEMBERS_MOUNT: &str = "/etc/dkv/members";
 
 pub fn build(cluster: &ValidatedCluster, plan: &Plan) -> StatefulSet {
     let mut meta = child_meta(cluster, naming::statefulset(&cluster.name), "etcd");
@@ -528,7 +523,7 @@ fn member_init_container(cluster: &ValidatedCluster, plan: &Plan) -> Container {
         ),
         format!(
             "--members-file={MEMBERS_MOUNT}/{}",
-            crate::cluster::membership_record::RECORD_KEY
+            dkv_member::record::RECORD_KEY
         ),
     ];
     let tls_flags = [
@@ -649,7 +644,7 @@ fn liveness_probe(version: EtcdVersion, period: i32, failures: i32) -> Probe {
 
 fn etcd_container(cluster: &ValidatedCluster) -> Container {
     Container {
-        name: dkv_api::naming::MEMBER_CONTAINER.to_owned(),
+        name: dkv_member::layout::MEMBER_CONTAINER.to_owned(),
         image: Some(cluster.image.clone()),
         command: Some(vec!["etcd".to_owned()]),
         args: Some(vec![format!("--config-file={CONFIG_FILE}")]),

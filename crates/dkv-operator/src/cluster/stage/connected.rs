@@ -14,10 +14,10 @@ use crate::cluster::dereference::Observed;
 use crate::cluster::downgrade;
 use crate::cluster::error::Result;
 use crate::cluster::membership::{DowngradeGate, ObservedMember};
-use crate::cluster::membership_record::ClusterState;
 use crate::cluster::naming;
 use crate::cluster::observe_members;
 use crate::metrics::{CorruptFinding, MemberAlarm};
+use dkv_member::record::ClusterState;
 
 use super::validated::Validated;
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use dkv_api::distributedkv::v1beta1::{AutoCompactionMode, EtcdLogLevel, EtcdTuning};
 
-use crate::etcd_flags;
+use dkv_member::etcd_flags;
 
 use super::{EtcdSettings, Problems};
 

@@ -202,9 +202,7 @@ fn every_setting_dkv_writes_is_one_extra_args_may_not_name() {
         tls
     };
     let mut written =
-        std::collections::BTreeSet::from(
-            [crate::member_init::config::FORCE_NEW_CLUSTER.to_owned()],
-        );
+        std::collections::BTreeSet::from([crate::init::config::FORCE_NEW_CLUSTER.to_owned()]);
     for version in ["3.4.23", "3.5.4", "3.5.16", "3.6.16", "3.7.3"] {
         for member in [args("orders-0"), tuned("orders-0"), tls()] {
             let mut member = member;

@@ -11,8 +11,9 @@ use anyhow::Context as _;
 use clap::Args;
 use dkv_backup::{MemberRestore, RestoreTool};
 
-use crate::backup_agent::{ObjectStoreArgs, log_peak_memory, report};
-use crate::telemetry::LogFormat;
+use crate::logging::LogFormat;
+use crate::report::{log_peak_memory, report};
+use crate::store_args::ObjectStoreArgs;
 
 /// `dkv restore-fetch`: credentials as for `dkv backup`.
 #[derive(Debug, Args)]
@@ -87,7 +88,7 @@ pub struct RestoreMemberArgs {
 }
 
 pub async fn fetch(args: &RestoreFetchArgs) -> anyhow::Result<()> {
-    crate::telemetry::init(args.log_format);
+    crate::logging::init(args.log_format);
     if let Some(dir) = &args.clear {
         match tokio::fs::remove_dir_all(dir).await {
             Ok(()) => println!("removed {} (left by an earlier attempt)", dir.display()),
@@ -154,7 +155,7 @@ pub async fn fetch(args: &RestoreFetchArgs) -> anyhow::Result<()> {
 }
 
 pub async fn restore_member(args: &RestoreMemberArgs) -> anyhow::Result<()> {
-    crate::telemetry::init(args.log_format);
+    crate::logging::init(args.log_format);
     let result = async {
         let tool = RestoreTool::for_version(&args.etcd_version, &args.etcd_bin_dir)?;
         dkv_backup::restore_member(

@@ -44,6 +44,11 @@ pub struct RecordedMember {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct MembershipRecord {
+    /// The contract version the record was written in
+    /// ([`crate::contract`]); records written before versioning have none
+    /// and are version 1.
+    #[serde(default = "unversioned")]
+    pub contract: u32,
     pub state: ClusterState,
     pub members: Vec<RecordedMember>,
     /// Set by a quorum recovery: the generation of the cluster's data. A
@@ -56,6 +61,10 @@ pub struct MembershipRecord {
     /// `--force-new-cluster`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub recover_from: Option<String>,
+}
+
+fn unversioned() -> u32 {
+    crate::contract::UNVERSIONED
 }
 
 /// Key of the record in the ConfigMap (and file name in the mount).

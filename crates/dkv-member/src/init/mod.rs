@@ -3,7 +3,7 @@
 //! shell, no templating and no knowledge of dkv.
 //!
 //! How the member starts is decided from its volume and the operator's
-//! membership record (see [`crate::cluster::membership_record`]):
+//! membership record (see [`crate::record`]):
 //! - data in the volume: restart from it;
 //! - no data, listed, cluster being created: bootstrap with the listed set;
 //! - no data, listed as not yet started, cluster existing: join it (the
@@ -31,7 +31,7 @@ use anyhow::{Context as _, bail};
 use clap::Args;
 use serde_json::json;
 
-use crate::cluster::membership_record::{
+use crate::record::{
     FORCED_NEW_CLUSTER, MembershipRecord, STARTED_FOR_REPLACEMENT, STARTED_UNDER_EPOCH,
 };
 pub use config::render_config;
@@ -116,7 +116,7 @@ pub struct MemberInitArgs {
     pub client_tls: bool,
     /// The member certificate (`tls.crt`, `tls.key`, `ca.crt`) as mounted
     /// in the etcd container.
-    #[arg(long, default_value = crate::cluster::tls::MEMBER_TLS_DIR)]
+    #[arg(long, default_value = crate::layout::MEMBER_TLS_DIR)]
     pub tls_dir: PathBuf,
     /// The peer transport's certificate, when it differs (default: --tls-dir).
     #[arg(long)]

@@ -1,8 +1,8 @@
 //! How the member starts, from its volume and the membership record: restart, bootstrap or join, or a refusal that
 //! says why not (see the rules in the module above).
 
-use crate::cluster::membership_record::{ClusterState, DATA_LOST, MembershipRecord};
-use crate::cluster::naming::{self, PEER_PORT};
+use crate::naming::{self, PEER_PORT};
+use crate::record::{ClusterState, DATA_LOST, MembershipRecord};
 
 use super::recoveries::RESTORE_EPOCH_PREFIX;
 use super::{MemberInitArgs, scheme};

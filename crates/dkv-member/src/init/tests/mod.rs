@@ -6,7 +6,7 @@ mod decision;
 mod recoveries;
 
 use super::*;
-use crate::cluster::membership_record::{ClusterState, DATA_LOST, RecordedMember};
+use crate::record::{ClusterState, DATA_LOST, RecordedMember};
 use std::path::PathBuf;
 
 fn args(member: &str) -> MemberInitArgs {
@@ -53,6 +53,7 @@ fn recorded(ordinal: i32, started: bool) -> RecordedMember {
 
 fn record(state: ClusterState, members: Vec<RecordedMember>) -> MembershipRecord {
     MembershipRecord {
+        contract: crate::contract::VERSION,
         state,
         members,
         epoch: None,

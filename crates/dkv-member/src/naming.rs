@@ -3,9 +3,10 @@
 //! too; their DNS names through the peer Service; the Secret of the etcd
 //! root user's credentials.
 //!
-//! Here, with the API, because the operator (which creates the members)
-//! and `kubectl dkv` (which lists them in ordinal order and runs etcdctl
-//! against them) both read them.
+//! Here, with the member side, because `member-init` names its peers by
+//! them, and the operator (which creates the members) and `kubectl dkv`
+//! (which lists them in ordinal order and runs etcdctl against them) read
+//! them from here.
 
 /// The port members serve clients on.
 pub const CLIENT_PORT: i32 = 2379;
@@ -13,16 +14,6 @@ pub const CLIENT_PORT: i32 = 2379;
 pub const PEER_PORT: i32 = 2380;
 /// The port of members' `/metrics` and `/health`.
 pub const METRICS_PORT: i32 = 2381;
-
-/// The container that runs etcd in a member pod.
-pub const MEMBER_CONTAINER: &str = "etcd";
-/// Where a member pod mounts its certificate when one serves both
-/// transports (`tls.crt`, `tls.key`, `ca.crt`).
-pub const MEMBER_TLS_DIR: &str = "/etc/dkv/tls/member";
-/// Where a member pod mounts each certificate when peers and clients have
-/// their own.
-pub const PEER_TLS_DIR: &str = "/etc/dkv/tls/peer";
-pub const SERVER_TLS_DIR: &str = "/etc/dkv/tls/server";
 
 /// Pod (and etcd member) name of ordinal `ordinal`.
 pub fn member(cluster: &str, ordinal: i32) -> String {

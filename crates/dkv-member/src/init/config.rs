@@ -5,7 +5,7 @@ use std::path::Path;
 use anyhow::bail;
 use serde_json::{Value, json};
 
-use crate::cluster::naming::{self, CLIENT_PORT, METRICS_PORT, PEER_PORT};
+use crate::naming::{self, CLIENT_PORT, METRICS_PORT, PEER_PORT};
 
 use super::decision::Start;
 use super::{MemberInitArgs, scheme};
@@ -99,9 +99,9 @@ pub fn render_config(args: &MemberInitArgs, start: &Start) -> anyhow::Result<Val
     // other side must present a certificate signed by a CA in its ca.crt.
     let security = |dir: &Path| {
         json!({
-            "cert-file": dir.join(crate::cluster::tls::TLS_CERT),
-            "key-file": dir.join(crate::cluster::tls::TLS_KEY),
-            "trusted-ca-file": dir.join(crate::cluster::tls::CA_CERT),
+            "cert-file": dir.join(crate::layout::TLS_CERT),
+            "key-file": dir.join(crate::layout::TLS_KEY),
+            "trusted-ca-file": dir.join(crate::layout::CA_CERT),
             "client-cert-auth": true,
         })
     };

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
 
-use crate::cluster::membership_record::{ClusterState, MembershipRecord};
+use crate::record::{ClusterState, MembershipRecord};
 
 /// Epochs of recoveries that recreate the cluster from a backup start with
 /// this: during one, a member only ever starts from the restored data.
@@ -60,7 +60,7 @@ pub(super) fn replacement_file(data_dir: &Path) -> PathBuf {
 }
 
 /// What a replacement of this member (see
-/// [`crate::cluster::membership_record::RecordedMember::replacement`]) asks
+/// [`crate::record::RecordedMember::replacement`]) asks
 /// of its volume: data from before the replacement is moved aside, never
 /// deleted (it may be the only copy of something), and the replacement is
 /// noted, so that the data the new member then writes stays on later
@@ -99,7 +99,7 @@ pub(super) fn set_aside_for_replacement(
 
 /// Where the restore steps of a cluster created from a backup leave their
 /// work, beside the data directory on the same volume (see
-/// [`crate::cluster::restore`]).
+/// `dkv restore-fetch` and the restore tool, [`crate::layout`]).
 pub fn restore_dir(data_dir: &Path) -> PathBuf {
     data_dir.with_file_name("dkv-restore")
 }

@@ -4,8 +4,8 @@ use super::*;
 
 #[test]
 fn the_restore_steps_stage_where_member_init_looks() {
-    use crate::cluster::build::statefulset::DATA_DIR;
-    use crate::cluster::restore::{RESTORE_DIR, STAGING_DIR};
+    use crate::layout::DATA_DIR;
+    use crate::layout::{RESTORE_DIR, STAGING_DIR};
     assert_eq!(restore_dir(Path::new(DATA_DIR)), Path::new(RESTORE_DIR));
     assert_eq!(
         restore_dir(Path::new(DATA_DIR)).join("data"),

@@ -1,0 +1,47 @@
+//! The contract between the operator and the member side, and its version.
+//!
+//! A member runs the member side of the build that started it, while the
+//! operator may be a newer build (until the member-side rollout reaches the
+//! member) or an older one (an operator rolled back). What crosses between
+//! them:
+//!
+//! | from | to | what | where |
+//! |---|---|---|---|
+//! | operator | `member-init` | the membership record | [`crate::record`], a ConfigMap mounted at [`crate::layout::MEMBERS_MOUNT`] |
+//! | operator | `member-init`, restore steps | arguments and environment | the pod template |
+//! | operator | member side | the file layout in the pod | [`crate::layout`] |
+//! | `member-init` | operator | how the member started, or why it refused | termination messages ([`crate::record::DATA_LOST`] and the others) |
+//! | `member-init` | `member-init` of a later build | markers beside the data directory | the epoch and replacement files, data set aside ([`crate::init`]) |
+//!
+//! The arguments travel with the image that reads them: a template the
+//! operator changes gets the operator's own image, and a template kept for
+//! a member-side rollout that waits for its turn is kept whole, image
+//! included. The record does not: the operator of the day writes it and
+//! whichever member side runs reads it, so it carries the version it was
+//! written in ([`crate::record::MembershipRecord::contract`]).
+//!
+//! The rules:
+//! - the member side reads every format of every version up to its own;
+//!   a record of a newer version is read for what this version knows;
+//! - a change a member of the version before would misread (a field it
+//!   would ignore while it matters, a path that moves, a message it does
+//!   not write) is a new version, and the operator may use it only once
+//!   every member runs a member side of that version (the first such change
+//!   adds the version to the members' template, where the operator reads
+//!   it);
+//! - each released format is a golden fixture in `tests/contract/`, read
+//!   by this crate's tests (member side) and the operator's (what it
+//!   writes is the newest fixture; what members of the build before report
+//!   is read as they meant it).
+//!
+//! Versions:
+//! - 1: every format since the record was introduced. Fields added before
+//!   versioning (`epoch` and `recoverFrom` on 2026-11-22, a member's
+//!   `replacement` on 2026-11-27) are in every build since; a record
+//!   without `contract` is version 1.
+
+/// The contract this build speaks.
+pub const VERSION: u32 = 1;
+
+/// The version of a record that names none.
+pub const UNVERSIONED: u32 = 1;
