@@ -3,6 +3,8 @@
 //! records of every build since records existed, and member-init's
 //! arguments as the operator of the build before wrote them.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::path::{Path, PathBuf};
 
 use clap::Parser;
