@@ -10,7 +10,7 @@
 //! | operator | `member-init` | the membership record | [`crate::record`], a ConfigMap mounted at [`crate::layout::MEMBERS_MOUNT`] |
 //! | operator | `member-init`, restore steps | arguments and environment | the pod template |
 //! | operator | member side | the file layout in the pod | [`crate::layout`] |
-//! | `member-init` | operator | how the member started, or why it refused | termination messages ([`crate::record::DATA_LOST`] and the others) |
+//! | `member-init` | operator | how the member started, or why it refused | termination messages ([`crate::message::InitMessage`]) |
 //! | `member-init` | `member-init` of a later build | markers beside the data directory | the epoch and replacement files, data set aside ([`crate::init`]) |
 //!
 //! The arguments travel with the image that reads them: a template the
@@ -29,10 +29,16 @@
 //!   every member runs a member side of that version (the first such change
 //!   adds the version to the members' template, where the operator reads
 //!   it);
-//! - each released format is a golden fixture in `tests/contract/`, read
-//!   by this crate's tests (member side) and the operator's (what it
-//!   writes is the newest fixture; what members of the build before report
-//!   is read as they meant it).
+//! - each released format is a golden fixture in `tests/contract/`:
+//!   `record/` (the membership record), `args/` (member-init's arguments
+//!   for one sample cluster), `messages/` (member-init's termination
+//!   messages) and `statefulset/` (the annotations the operator writes on
+//!   the members' StatefulSet and reads back on its next pass, whichever
+//!   build wrote them). This crate's tests read every one as the member
+//!   side; the operator's (`cluster::member_contract`) read what members
+//!   and earlier operators wrote, and check that what this build writes is
+//!   the newest fixture, so a format change fails until its fixture is
+//!   added.
 //!
 //! Versions:
 //! - 1: every format since the record was introduced. Fields added before

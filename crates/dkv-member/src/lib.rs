@@ -25,6 +25,7 @@ pub mod etcd_version;
 pub mod init;
 pub mod layout;
 pub mod logging;
+pub mod message;
 pub mod naming;
 pub mod record;
 pub mod report;

@@ -1,8 +1,8 @@
 //! The membership record: the operator's statement of which members a
 //! cluster has, written to a ConfigMap that every member pod mounts, so that
 //! `dkv member-init` decides how its member starts from the operator's
-//! knowledge instead of guessing; and the termination messages by which
-//! `member-init` answers (how its member started, or why it refused).
+//! knowledge instead of guessing (`member-init` answers with its
+//! termination message, [`crate::message`]).
 //!
 //! The record is updated *before* the pods it concerns change (membership
 //! first): a learner is listed before its pod exists, a removed member is
@@ -69,22 +69,6 @@ fn unversioned() -> u32 {
 
 /// Key of the record in the ConfigMap (and file name in the mount).
 pub const RECORD_KEY: &str = "members.json";
-
-/// Prefix of the termination message that tells the operator this member
-/// lost its data.
-pub const DATA_LOST: &str = "dkv:data-lost";
-
-/// Prefix of the termination message of a member-init that configured its
-/// member to restart alone with `--force-new-cluster` (quorum recovery).
-pub const FORCED_NEW_CLUSTER: &str = "dkv:force-new-cluster";
-
-/// Prefix of the termination message of a member-init that started its
-/// member for the replacement the record names: `dkv:replacement <token> ...`.
-pub const STARTED_FOR_REPLACEMENT: &str = "dkv:replacement ";
-
-/// Prefix of the termination message of a member-init that started its
-/// member with data of the record's epoch: `dkv:epoch <epoch> ...`.
-pub const STARTED_UNDER_EPOCH: &str = "dkv:epoch ";
 
 impl MembershipRecord {
     pub fn member(&self, name: &str) -> Option<&RecordedMember> {

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 
 use clap::Parser;
 use dkv_member::init::{MemberInitArgs, Start, decide};
+use dkv_member::message::InitMessage;
 use dkv_member::record::{ClusterState, MembershipRecord};
 
 fn fixtures(kind: &str) -> Vec<PathBuf> {
@@ -109,4 +110,31 @@ fn this_build_writes_the_newest_released_record_format() {
     let record: MembershipRecord = serde_json::from_value(fixture.clone()).expect("a record");
     let written = serde_json::to_value(&record).expect("serializing");
     assert_eq!(written, fixture);
+}
+
+/// Every released format of member-init's termination messages reads as
+/// the message it is, and this build writes the newest one word for word
+/// (the operator reads them, `dkv-operator`'s contract tests).
+#[test]
+fn every_released_termination_message_reads_back_and_this_build_writes_the_newest() {
+    let newest = format!("v{}.txt", dkv_member::contract::VERSION);
+    for fixture in fixtures("messages") {
+        let text = std::fs::read_to_string(&fixture).expect("reading the fixture");
+        let mut kinds = Vec::new();
+        for line in text.lines() {
+            let message = InitMessage::parse(line)
+                .unwrap_or_else(|| panic!("{}: {line:?} does not read", fixture.display()));
+            if fixture.ends_with(&newest) {
+                assert_eq!(message.to_string(), line, "{}", fixture.display());
+            }
+            kinds.push(std::mem::discriminant(&message));
+        }
+        kinds.dedup();
+        assert_eq!(
+            kinds.len(),
+            4,
+            "{}: one line of each kind",
+            fixture.display()
+        );
+    }
 }

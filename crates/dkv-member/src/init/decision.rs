@@ -1,8 +1,9 @@
 //! How the member starts, from its volume and the membership record: restart, bootstrap or join, or a refusal that
 //! says why not (see the rules in the module above).
 
+use crate::message::InitMessage;
 use crate::naming::{self, PEER_PORT};
-use crate::record::{ClusterState, DATA_LOST, MembershipRecord};
+use crate::record::{ClusterState, MembershipRecord};
 
 use super::recoveries::RESTORE_EPOCH_PREFIX;
 use super::{MemberInitArgs, scheme};
@@ -21,9 +22,7 @@ pub enum Start {
 /// Why this member must not start.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Refusal {
-    #[error(
-        "{DATA_LOST}: member {0} has run before but its data directory is empty; it must be replaced, not restarted"
-    )]
+    #[error("{}", InitMessage::data_lost(.0))]
     DataLost(String),
     #[error(
         "member {0} is not in the cluster's membership record yet; it starts once the operator has added it"

@@ -31,9 +31,8 @@ use anyhow::{Context as _, bail};
 use clap::Args;
 use serde_json::json;
 
-use crate::record::{
-    FORCED_NEW_CLUSTER, MembershipRecord, STARTED_FOR_REPLACEMENT, STARTED_UNDER_EPOCH,
-};
+use crate::message::InitMessage;
+use crate::record::MembershipRecord;
 pub use config::render_config;
 pub use decision::{Refusal, Start, decide};
 pub use recoveries::{RESTORE_EPOCH_PREFIX, Recovery, recovery, restore_dir};
@@ -197,17 +196,19 @@ pub fn run(args: &MemberInitArgs) -> anyhow::Result<()> {
     if let Some(token) = &replacement {
         // The operator reads this to know the member started afresh for
         // the replacement pinned now.
-        let message = format!(
-            "{STARTED_FOR_REPLACEMENT}{token} {} starts for its replacement",
-            args.member
-        );
+        let message = InitMessage::StartedForReplacement {
+            token: token.clone(),
+            member: args.member.clone(),
+        }
+        .to_string();
         std::fs::write(&args.termination_log, &message)
             .with_context(|| format!("writing {}", args.termination_log.display()))?;
     } else if let Recovery::ForceNewCluster { epoch } = &recovery {
-        let message = format!(
-            "{FORCED_NEW_CLUSTER}: {} restarts alone from its data (quorum recovery {epoch})",
-            args.member
-        );
+        let message = InitMessage::ForcedNewCluster {
+            member: args.member.clone(),
+            epoch: epoch.clone(),
+        }
+        .to_string();
         eprintln!("member-init: {message}");
         // The operator reads this to know the running etcd was forced.
         std::fs::write(&args.termination_log, &message)
@@ -216,10 +217,11 @@ pub fn run(args: &MemberInitArgs) -> anyhow::Result<()> {
     {
         // The operator reads this to know the member runs this epoch's data
         // (for a restore from backup: the restored data).
-        let message = format!(
-            "{STARTED_UNDER_EPOCH}{epoch} {} starts from data of this epoch",
-            args.member
-        );
+        let message = InitMessage::StartedUnderEpoch {
+            epoch: epoch.to_owned(),
+            member: args.member.clone(),
+        }
+        .to_string();
         std::fs::write(&args.termination_log, &message)
             .with_context(|| format!("writing {}", args.termination_log.display()))?;
     }

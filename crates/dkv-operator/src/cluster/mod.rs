@@ -35,6 +35,8 @@ pub mod etcd_access;
 pub(crate) mod execute;
 pub mod hibernation;
 pub(crate) mod lost_node;
+#[cfg(test)]
+mod member_contract;
 pub mod member_side;
 pub mod membership;
 pub(crate) mod metrics_view;

@@ -20,9 +20,7 @@ use super::membership::{ObservedMember, ObservedPod};
 use super::naming::{self, CLIENT_PORT};
 use super::restore::{FETCH_CONTAINER, RESTORE_CONTAINER};
 use crate::etcd_version::EtcdVersion;
-use dkv_member::record::{
-    DATA_LOST, FORCED_NEW_CLUSTER, STARTED_FOR_REPLACEMENT, STARTED_UNDER_EPOCH,
-};
+use dkv_member::message::InitMessage;
 
 /// How a member's status reports an active CORRUPT alarm among its errors
 /// (etcd's text form of the alarm: `memberID:<id> alarm:CORRUPT`).
@@ -135,8 +133,7 @@ pub fn pod_problem(pod: &Pod) -> Option<PodProblem> {
             || s.last_state
                 .as_ref()
                 .and_then(|l| l.terminated.as_ref())
-                .and_then(|t| t.message.as_deref())
-                .is_some_and(|m| m.starts_with(DATA_LOST))
+                .is_some_and(reads_data_lost)
     };
     let init = status
         .init_container_statuses
@@ -220,12 +217,11 @@ pub fn member_pods(
                     ready,
                     data_lost: reports_data_lost(pod),
                     version,
-                    init_done: member_init(pod)
-                        .is_some_and(|s| current_termination(s).is_some_and(|t| t.exit_code == 0)),
-                    forced_new_cluster: member_init(pod)
-                        .and_then(current_termination)
-                        .and_then(|t| t.message.as_deref())
-                        .is_some_and(|m| m.starts_with(FORCED_NEW_CLUSTER)),
+                    init_done: init_succeeded(pod),
+                    forced_new_cluster: matches!(
+                        init_message(pod),
+                        Some(InitMessage::ForcedNewCluster { .. })
+                    ),
                     init_refused: member_init(pod).is_some_and(|s| {
                         [s.state.as_ref(), s.last_state.as_ref()]
                             .into_iter()
@@ -234,13 +230,11 @@ pub fn member_pods(
                             .any(|t| t.exit_code != 0)
                             && current_termination(s).is_none_or(|t| t.exit_code != 0)
                     }),
-                    restored: epoch.is_some_and(|epoch| {
-                        member_init(pod)
-                            .and_then(current_termination)
-                            .filter(|t| t.exit_code == 0)
-                            .and_then(|t| t.message.as_deref())
-                            .and_then(|m| m.strip_prefix(STARTED_UNDER_EPOCH))
-                            .is_some_and(|rest| rest.split_whitespace().next() == Some(epoch))
+                    restored: epoch.is_some_and(|pinned| {
+                        matches!(
+                            init_message(pod).filter(|_| init_succeeded(pod)),
+                            Some(InitMessage::StartedUnderEpoch { epoch, .. }) if epoch == pinned
+                        )
                     }),
                     tls_serial: pod
                         .annotations()
@@ -251,13 +245,11 @@ pub fn member_pods(
                         .annotations()
                         .get(super::member_side::MEMBER_SIDE_ANNOTATION)
                         .cloned(),
-                    replaced: replacement.is_some_and(|token| {
-                        member_init(pod)
-                            .and_then(current_termination)
-                            .filter(|t| t.exit_code == 0)
-                            .and_then(|t| t.message.as_deref())
-                            .and_then(|m| m.strip_prefix(STARTED_FOR_REPLACEMENT))
-                            .is_some_and(|rest| rest.split_whitespace().next() == Some(token))
+                    replaced: replacement.is_some_and(|pinned| {
+                        matches!(
+                            init_message(pod).filter(|_| init_succeeded(pod)),
+                            Some(InitMessage::StartedForReplacement { token, .. }) if token == pinned
+                        )
                     }),
                     snapshot_count: init_arg(pod, "--snapshot-count").and_then(|v| v.parse().ok()),
                 },
@@ -381,12 +373,31 @@ fn reports_data_lost(pod: &Pod) -> bool {
                 .into_iter()
                 .flatten()
                 .filter_map(|state| state.terminated.as_ref())
-                .any(|t| {
-                    t.message
-                        .as_deref()
-                        .is_some_and(|m| m.starts_with(DATA_LOST))
-                })
+                .any(reads_data_lost)
         })
+}
+
+/// Whether a run of member-init ended refusing a member whose data is gone.
+fn reads_data_lost(run: &ContainerStateTerminated) -> bool {
+    matches!(
+        run.message.as_deref().and_then(InitMessage::parse),
+        Some(InitMessage::DataLost { .. })
+    )
+}
+
+/// What the current run of the pod's member-init said when it ended.
+fn init_message(pod: &Pod) -> Option<InitMessage> {
+    member_init(pod)
+        .and_then(current_termination)
+        .and_then(|t| t.message.as_deref())
+        .and_then(InitMessage::parse)
+}
+
+/// Whether the current run of the pod's member-init succeeded.
+fn init_succeeded(pod: &Pod) -> bool {
+    member_init(pod)
+        .and_then(current_termination)
+        .is_some_and(|t| t.exit_code == 0)
 }
 
 /// The ordinal of a member, from its name or (for a learner that has not

@@ -38,12 +38,14 @@ fn a_member_that_ran_before_but_has_no_data_refuses_to_start() {
     );
     let refusal = decide(&args("orders-1"), false, Some(&existing));
     assert_eq!(refusal, Err(Refusal::DataLost("orders-1".into())));
-    assert!(
+    // What the operator reads from the termination message.
+    assert_eq!(
         refusal
             .err()
-            .map(|r| r.to_string())
-            .unwrap_or_default()
-            .starts_with(DATA_LOST)
+            .and_then(|r| InitMessage::parse(&r.to_string())),
+        Some(InitMessage::DataLost {
+            member: "orders-1".into()
+        })
     );
     // With its data it restarts.
     assert!(matches!(

@@ -6,7 +6,8 @@ mod decision;
 mod recoveries;
 
 use super::*;
-use crate::record::{ClusterState, DATA_LOST, RecordedMember};
+use crate::message::InitMessage;
+use crate::record::{ClusterState, RecordedMember};
 use std::path::PathBuf;
 
 fn args(member: &str) -> MemberInitArgs {
