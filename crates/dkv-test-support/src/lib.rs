@@ -34,6 +34,7 @@ pub mod metrics;
 pub mod network;
 pub mod nodes;
 pub mod paths;
+pub mod previous_release;
 pub mod prometheus;
 pub mod secret_scan;
 pub mod tls;

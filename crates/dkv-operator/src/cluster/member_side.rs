@@ -5,7 +5,7 @@
 //! The member pods' template carries two annotations:
 //! [`MEMBER_SIDE_ANNOTATION`], a hash of the template as built with the
 //! member-side image left out plus a hash of the member-side code
-//! (`src/member_init/`, hashed at build time), and [`MEMBER_IMAGE_ANNOTATION`],
+//! (the `dkv-member` crate and what it depends on, hashed at build time), and [`MEMBER_IMAGE_ANNOTATION`],
 //! the image that runs it. The StatefulSet itself carries the cluster
 //! generation it was last built for ([`GENERATION_ANNOTATION`]). Each pass:
 //!
@@ -36,10 +36,15 @@ pub const MEMBER_IMAGE_ANNOTATION: &str = "dkv.io/member-image";
 /// On the StatefulSet: the cluster generation its template was built for.
 pub const GENERATION_ANNOTATION: &str = "dkv.io/built-for-generation";
 
-/// A hash of the member-side code (`src/member_init/`), made by
-/// `build.rs`: part of [`MEMBER_SIDE_ANNOTATION`], so new member-side
+/// A hash of the member-side code (the `dkv-member` crate and what it
+/// depends on, `build/member_code.rs`), made by `build.rs`: part of [`MEMBER_SIDE_ANNOTATION`], so new member-side
 /// code rolls out even when the template it runs from is the same.
 pub const CODE_HASH: &str = env!("DKV_MEMBER_SIDE_CODE");
+
+/// What [`CODE_HASH`] was made of: the files and directories, relative to
+/// the workspace root, separated by `:` (the tests find the previous build
+/// whose member side differs from this one's by them).
+pub const CODE_INPUTS: &str = env!("DKV_MEMBER_SIDE_INPUTS");
 
 /// The member-side code this operator runs: [`CODE_HASH`], and
 /// `--member-side-epoch` when set (raising it rolls every cluster onto

@@ -45,6 +45,7 @@ mod nospace_on_kube_local;
 mod operator_on_kube_local;
 mod operator_upgrade_on_kube_local;
 mod pipeline;
+mod previous_release_on_kubernetes;
 mod real_control_plane;
 mod reconcile_api;
 mod restore_on_kube_local;

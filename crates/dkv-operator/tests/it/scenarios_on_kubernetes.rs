@@ -123,33 +123,39 @@ fn scenarios(kubernetes: Option<&str>) {
         runtime.block_on(scenarios_in_network(release, &state))
     }));
     if let Err(panic) = result {
-        let kubeconfig = state.join("kubeconfig");
-        for args in [
-            &["get", "pods", "-A", "-o", "wide"][..],
-            &["get", "events", "-A", "--sort-by=.lastTimestamp"][..],
-            &["-n", OPERATOR_NS, "describe", "pods"][..],
-        ] {
-            let out = std::process::Command::new("kubectl")
-                .arg("--kubeconfig")
-                .arg(&kubeconfig)
-                .args(args)
-                .output();
-            if let Ok(out) = out {
-                eprintln!(
-                    "--- kubectl {} ---\n{}{}",
-                    args.join(" "),
-                    String::from_utf8_lossy(&out.stdout),
-                    String::from_utf8_lossy(&out.stderr)
-                );
-            }
-        }
-        eprintln!("--- dkv local's log ---");
-        eprintln!(
-            "{}",
-            std::fs::read_to_string(state.join("dkv-local.log")).unwrap_or_default()
-        );
+        report_failure(&state);
         std::panic::resume_unwind(panic);
     }
+}
+
+/// What a failed scenario leaves to read: the pods, the Events, the
+/// operator's pods described, and `dkv local`'s log.
+pub(super) fn report_failure(state: &Path) {
+    let kubeconfig = state.join("kubeconfig");
+    for args in [
+        &["get", "pods", "-A", "-o", "wide"][..],
+        &["get", "events", "-A", "--sort-by=.lastTimestamp"][..],
+        &["-n", OPERATOR_NS, "describe", "pods"][..],
+    ] {
+        let out = std::process::Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .args(args)
+            .output();
+        if let Ok(out) = out {
+            eprintln!(
+                "--- kubectl {} ---\n{}{}",
+                args.join(" "),
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    }
+    eprintln!("--- dkv local's log ---");
+    eprintln!(
+        "{}",
+        std::fs::read_to_string(state.join("dkv-local.log")).unwrap_or_default()
+    );
 }
 
 async fn scenarios_in_network(release: &str, state: &Path) {
@@ -557,7 +563,7 @@ async fn has(etcd: &mut etcd_client::Client, key: &str) -> bool {
 }
 
 /// The helm the chart checks build (scripts/check-helm.sh).
-fn helm_binary() -> PathBuf {
+pub(super) fn helm_binary() -> PathBuf {
     let helm = std::env::var_os("HELM")
         .map(PathBuf::from)
         .unwrap_or_else(|| support::tools_dir().join("helm/bin/helm"));
@@ -569,7 +575,7 @@ fn helm_binary() -> PathBuf {
     helm
 }
 
-fn helm(kubeconfig: &Path, args: &[&str]) {
+pub(super) fn helm(kubeconfig: &Path, args: &[&str]) {
     let out = std::process::Command::new(helm_binary())
         .arg("--kubeconfig")
         .arg(kubeconfig)
@@ -585,7 +591,7 @@ fn helm(kubeconfig: &Path, args: &[&str]) {
 }
 
 /// `kubectl ARGS`, which must succeed; its output.
-async fn kubectl(kubeconfig: &Path, args: &[&str]) -> String {
+pub(super) async fn kubectl(kubeconfig: &Path, args: &[&str]) -> String {
     let (ok, out) = support::nodes::kubectl_task(kubeconfig, args)
         .await
         .unwrap()
@@ -633,7 +639,7 @@ fn dkv_node(state: &Path, power: &str, node: &str) {
 }
 
 /// Both operator replicas available, on the image with `tag` if given.
-async fn wait_operator_available(client: &Client, tag: Option<&str>) {
+pub(super) async fn wait_operator_available(client: &Client, tag: Option<&str>) {
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), OPERATOR_NS);
     let pods: Api<Pod> = Api::namespaced(client.clone(), OPERATOR_NS);
     eventually(
@@ -670,7 +676,7 @@ async fn wait_operator_available(client: &Client, tag: Option<&str>) {
 }
 
 /// Everything the operator's pods logged.
-async fn operator_logs(kubeconfig: &Path) -> String {
+pub(super) async fn operator_logs(kubeconfig: &Path) -> String {
     kubectl(
         kubeconfig,
         &[
@@ -686,7 +692,7 @@ async fn operator_logs(kubeconfig: &Path) -> String {
     .await
 }
 
-async fn patch(dkvs: &Api<DistributedKV>, patch: serde_json::Value) -> i64 {
+pub(super) async fn patch(dkvs: &Api<DistributedKV>, patch: serde_json::Value) -> i64 {
     dkvs.patch(CLUSTER, &PatchParams::default(), &Patch::Merge(patch))
         .await
         .unwrap()
@@ -695,7 +701,7 @@ async fn patch(dkvs: &Api<DistributedKV>, patch: serde_json::Value) -> i64 {
         .unwrap()
 }
 
-async fn wait_converged(dkvs: &Api<DistributedKV>, generation: i64, size: usize) {
+pub(super) async fn wait_converged(dkvs: &Api<DistributedKV>, generation: i64, size: usize) {
     wait_for(dkvs, CLUSTER, "the edit rolled out, Converged", |d| {
         d.status.as_ref().is_some_and(|s| {
             s.observed_generation.is_some_and(|g| g >= generation)
