@@ -1,15 +1,16 @@
 //! Member restarts an operator upgrade causes: `clusters` one-member
-//! clusters (real etcd, kube-local's process kubelet) created by the
-//! operator as `ghcr.io/dkv-io/dkv:test`, then
+//! clusters (real etcd, kube-local's process kubelet) created by the build
+//! before this one's member side (`support::previous_release`, built from
+//! git once and cached) as `ghcr.io/dkv-io/dkv:previous`, then
 //!
-//! 1. the same build as `ghcr.io/dkv-io/dkv:next` (a new image whose
+//! 1. this build as `ghcr.io/dkv-io/dkv:test`, with
+//!    `--member-upgrades-per-minute=RATE`: a real upgrade whose member side
+//!    changed. Every member pod restarts onto this build, and the most
+//!    clusters that began rolling in any minute is reported against the
+//!    rate;
+//! 2. the same build as `ghcr.io/dkv-io/dkv:next` (a new image whose
 //!    member side is the same): member pods restarted, counted over two
-//!    health looks (the target: 0);
-//! 2. that operator with `--member-side-epoch=1` (a member side that
-//!    changed: what every upgrade did before), with
-//!    `--member-upgrades-per-minute=RATE`: every member pod restarts, and
-//!    the most clusters that began rolling in any minute is reported
-//!    against the rate.
+//!    health looks (the target: 0).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -29,6 +30,7 @@ use crate::report::{Baseline, Goal, Metric};
 const NS: &str = "bench-upgrade";
 const ETCD: &str = "registry.k8s.io/etcd:3.5.30-0";
 const NEXT: &str = "ghcr.io/dkv-io/dkv:next";
+const PREVIOUS: &str = "ghcr.io/dkv-io/dkv:previous";
 /// Clusters a minute that may start rolling onto a changed member side.
 const RATE: usize = 20;
 
@@ -92,12 +94,35 @@ fn restarted(before: &BTreeMap<String, String>, now: &BTreeMap<String, String>) 
 
 pub async fn run(settings: Settings<'_>) -> anyhow::Result<(Vec<Metric>, Vec<(String, String)>)> {
     let clusters = settings.clusters;
-    let env = support::environment(true).await;
+    let previous = tokio::task::spawn_blocking(support::previous_release::previous_release)
+        .await
+        .context("building the previous member side")?;
+    eprintln!(
+        "bench: upgrade: from {} (the previous member side)",
+        previous.commit
+    );
+    let mut kubelet = support::kubelet_config();
+    kubelet.image_map.insert(
+        PREVIOUS,
+        kube_local::kubelet::ImageTarget {
+            bin_dir: previous.dkv.parent().map(Path::to_path_buf),
+            entrypoint: vec![previous.dkv.display().to_string()],
+            cmd: Vec::new(),
+        },
+    );
+    let env = support::environment_configured(
+        vec![
+            <DistributedKV as kube::CustomResourceExt>::crd(),
+            <dkv_api::DistributedKVBackup as kube::CustomResourceExt>::crd(),
+        ],
+        Some(kubelet),
+    )
+    .await;
     let client = env.client();
     support::create_namespace(&client, NS).await;
     let log = settings.work.join("operator-upgrade.log");
     let kubeconfig = env.kubeconfig_path();
-    let first = OperatorProcess::start_as(settings.dkv, kubeconfig, &log, TEST_IMAGE, &[]).await?;
+    let first = OperatorProcess::start_as(&previous.dkv, kubeconfig, &log, PREVIOUS, &[]).await?;
     let dkvs: Api<DistributedKV> = Api::namespaced(client.clone(), NS);
     for i in 0..clusters {
         dkvs.create(
@@ -112,27 +137,14 @@ pub async fn run(settings: Settings<'_>) -> anyhow::Result<(Vec<Metric>, Vec<(St
     anyhow::ensure!(before.len() == clusters, "{} member pods", before.len());
     first.kill().await?;
 
-    // 1. A new image, the same member side.
-    let second = OperatorProcess::start_as(settings.dkv, kubeconfig, &log, NEXT, &[]).await?;
-    let look = Duration::from_secs(65);
-    tokio::time::sleep(look).await;
-    wait_all_settled(&dkvs, clusters, Duration::from_secs(120)).await?;
-    let same_side = restarted(&before, &member_uids(&client).await?);
-    second.kill().await?;
-    eprintln!("bench: upgrade: same member side: {same_side} of {clusters} member pods restarted");
-
-    // 2. A changed member side, at the bounded rate.
+    // 1. This build: a changed member side, at the bounded rate.
     let rate = RATE.to_string();
-    let third = OperatorProcess::start_as(
+    let second = OperatorProcess::start_as(
         settings.dkv,
         kubeconfig,
         &log,
-        NEXT,
-        &[
-            "--member-side-epoch=1",
-            "--member-upgrades-per-minute",
-            &rate,
-        ],
+        TEST_IMAGE,
+        &["--member-upgrades-per-minute", &rate],
     )
     .await?;
     let began = Instant::now();
@@ -154,7 +166,7 @@ pub async fn run(settings: Settings<'_>) -> anyhow::Result<(Vec<Metric>, Vec<(St
     }
     let rolled = began.elapsed();
     wait_all_settled(&dkvs, clusters, Duration::from_secs(300)).await?;
-    third.kill().await?;
+    second.kill().await?;
     // The most clusters that began rolling within any minute.
     let times: Vec<Duration> = restarted_at.values().copied().collect();
     let busiest = times
@@ -168,9 +180,19 @@ pub async fn run(settings: Settings<'_>) -> anyhow::Result<(Vec<Metric>, Vec<(St
         .max()
         .unwrap_or(0);
     eprintln!(
-        "bench: upgrade: changed member side: {} restarted in {rolled:?}, at most {busiest} in a minute (rate {RATE}, bucket {RATE})",
+        "bench: upgrade: from the previous member side: {} restarted in {rolled:?}, at most {busiest} in a minute (rate {RATE}, bucket {RATE})",
         restarted_at.len()
     );
+
+    // 2. A new image, the same member side.
+    let before = member_uids(&client).await?;
+    let third = OperatorProcess::start_as(settings.dkv, kubeconfig, &log, NEXT, &[]).await?;
+    let look = Duration::from_secs(65);
+    tokio::time::sleep(look).await;
+    wait_all_settled(&dkvs, clusters, Duration::from_secs(120)).await?;
+    let same_side = restarted(&before, &member_uids(&client).await?);
+    third.kill().await?;
+    eprintln!("bench: upgrade: same member side: {same_side} of {clusters} member pods restarted");
 
     let metrics = vec![
         Metric::against_target(
@@ -184,13 +206,14 @@ pub async fn run(settings: Settings<'_>) -> anyhow::Result<(Vec<Metric>, Vec<(St
             "0",
         )
         .with_note(format!(
-            "the same upgrade with a changed member side restarted {} of {clusters}, as every upgrade did before",
+            "the upgrade before it, from the previous member side ({}), restarted {} of {clusters}",
+            &previous.commit[..12],
             restarted_at.len()
         )),
         Metric::measured(
             "memberUpgradesPerMinute",
             &format!(
-                "most clusters starting a member-side rollout in one minute, --member-upgrades-per-minute={RATE}"
+                "most clusters starting a member-side rollout in one minute after an upgrade from the previous member side, --member-upgrades-per-minute={RATE}"
             ),
             busiest as f64,
             "clusters",
@@ -206,7 +229,8 @@ pub async fn run(settings: Settings<'_>) -> anyhow::Result<(Vec<Metric>, Vec<(St
     let context = vec![(
         "operator upgrade".to_owned(),
         format!(
-            "{clusters} one-member clusters; same member side: {same_side} restarts; changed member side: {} restarts over {:.0} s at {RATE} clusters a minute",
+            "{clusters} one-member clusters created by {}; upgraded to this build (the member side changed): {} restarts over {:.0} s at {RATE} clusters a minute; then a new image with the same member side: {same_side} restarts",
+            &previous.commit[..12],
             restarted_at.len(),
             rolled.as_secs_f64()
         ),
