@@ -83,8 +83,8 @@ pub fn commit() -> String {
 }
 
 /// The previous member side's build, made on first use (a debug build of
-/// `dkv` in `<tools>/dkv-previous/target`, a few minutes; later runs find
-/// it). Concurrent callers wait for the one that builds.
+/// `dkv` as the image has it, in `<tools>/dkv-previous/target`: minutes;
+/// later runs find it). Concurrent callers wait for the one that builds.
 pub fn previous_release() -> PreviousRelease {
     let commit = commit();
     let root = tools_dir().join("dkv-previous");
@@ -122,7 +122,9 @@ fn build(commit: &str, root: &Path, dir: &Path) {
     let mut cargo = Command::new("nice");
     cargo
         .args(["-n", "10", "cargo", "build", "--locked", "-q"])
-        .args(["-p", "dkv-operator", "--bin", "dkv"])
+        // As the container image builds it: without local mode (and so
+        // without kube-local), which the operator and members never use.
+        .args(["-p", "dkv-operator", "--no-default-features", "--bin", "dkv"])
         .current_dir(&source)
         .env("CARGO_TARGET_DIR", &target);
     // Nothing of this build's Cargo environment (the test runner's) leaks
