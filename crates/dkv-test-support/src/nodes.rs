@@ -17,6 +17,33 @@ use kube::{Client, CustomResourceExt as _, ResourceExt};
 /// StatefulSet's, which carries the same label).
 pub const MEMBER_SELECTOR: &str = "app.kubernetes.io/component=etcd";
 
+/// Every member pod of `ns`: name → (UID, the image its `member-init`
+/// runs): which pods an operator upgrade restarted, and onto which image.
+pub async fn member_pods_and_images(
+    client: &Client,
+    ns: &str,
+) -> BTreeMap<String, (String, String)> {
+    Api::<Pod>::namespaced(client.clone(), ns)
+        .list(&ListParams::default().labels(MEMBER_SELECTOR))
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .map(|pod| {
+            let image = pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.init_containers.as_ref())
+                .into_iter()
+                .flatten()
+                .find(|c| c.name == "member-init")
+                .and_then(|c| c.image.clone())
+                .unwrap_or_default();
+            (pod.name_any(), (pod.uid().unwrap_or_default(), image))
+        })
+        .collect()
+}
+
 /// What `kubectl drain` prints each time an eviction is refused by a
 /// PodDisruptionBudget (a 429) before it retries.
 pub const BUDGET_REFUSAL: &str = "Cannot evict pod as it would violate the pod's disruption budget";

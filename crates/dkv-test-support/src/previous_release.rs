@@ -124,7 +124,13 @@ fn build(commit: &str, root: &Path, dir: &Path) {
         .args(["-n", "10", "cargo", "build", "--locked", "-q"])
         // As the container image builds it: without local mode (and so
         // without kube-local), which the operator and members never use.
-        .args(["-p", "dkv-operator", "--no-default-features", "--bin", "dkv"])
+        .args([
+            "-p",
+            "dkv-operator",
+            "--no-default-features",
+            "--bin",
+            "dkv",
+        ])
         .current_dir(&source)
         .env("CARGO_TARGET_DIR", &target);
     // Nothing of this build's Cargo environment (the test runner's) leaks

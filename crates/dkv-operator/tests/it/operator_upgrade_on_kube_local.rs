@@ -15,9 +15,8 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use dkv_api::DistributedKV;
-use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, ListParams};
-use kube::{Client, ResourceExt};
+use kube::Client;
+use kube::api::Api;
 use serde_json::json;
 
 use dkv_test_support as support;
@@ -33,25 +32,7 @@ const NEW: &str = "ghcr.io/dkv-io/dkv:next";
 
 /// Every member pod: name → (UID, the image its member-init runs).
 async fn member_pods(client: &Client) -> BTreeMap<String, (String, String)> {
-    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
-    pods.list(&ListParams::default().labels("app.kubernetes.io/component=etcd"))
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .map(|pod| {
-            let image = pod
-                .spec
-                .as_ref()
-                .and_then(|s| s.init_containers.as_ref())
-                .into_iter()
-                .flatten()
-                .find(|c| c.name == "member-init")
-                .and_then(|c| c.image.clone())
-                .unwrap_or_default();
-            (pod.name_any(), (pod.uid().unwrap_or_default(), image))
-        })
-        .collect()
+    support::nodes::member_pods_and_images(client, NS).await
 }
 
 fn operator(client: &Client, image: &str, epoch: u32) -> support::RunningOperator {

@@ -28,9 +28,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use dkv_api::DistributedKV;
-use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, ListParams, PostParams};
-use kube::{Client, ResourceExt};
+use kube::Client;
+use kube::api::{Api, PostParams};
 use serde_json::json;
 use support::backups::{backup_now, create_secret};
 use support::etcd_cluster::{settled_at, wait_settled};
@@ -38,9 +37,9 @@ use support::nodes::drain_task;
 use support::previous_release::PreviousRelease;
 use support::tls::Target;
 
-use super::real_control_plane::{client_of, local_up};
+use super::real_control_plane::client_of;
 use super::scenarios_on_kubernetes::{
-    helm, kubectl, operator_logs, report_failure, wait_operator_available,
+    helm, kubectl, on_local_cluster, operator_logs, wait_operator_available,
 };
 
 const OPERATOR_NS: &str = "dkv-system";
@@ -71,68 +70,19 @@ fn scenario(kubernetes: Option<&str>) {
         previous.commit,
         started.elapsed()
     );
-    let dir = tempfile::tempdir().unwrap();
-    let state = dir.path().join("state");
-    let image_map = dir.path().join("images.toml");
-    let bin_dir = previous.dkv.parent().unwrap();
-    std::fs::write(
-        &image_map,
-        format!(
-            "[[image]]\npattern = \"ghcr.io/dkv-io/dkv:{PREVIOUS_TAG}\"\nbin_dir = {:?}\nentrypoint = [{:?}]\n",
-            bin_dir.display().to_string(),
-            previous.dkv.display().to_string()
-        ),
-    )
-    .unwrap();
-    let mut args = vec!["--no-operator", "--image-map", image_map.to_str().unwrap()];
-    if let Some(version) = kubernetes {
-        args.extend(["--kubernetes", version]);
-    }
-    let _down = local_up(&state, &args);
-    if kubernetes.is_some() {
-        let pid: u32 = std::fs::read_to_string(state.join("dkv-local.pid"))
-            .unwrap()
-            .trim()
-            .parse()
-            .unwrap();
-        support::network::enter_network_of(pid).unwrap();
-    }
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(4)
-        .enable_all()
-        .build()
-        .unwrap();
-    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        runtime.block_on(in_network(release, &state, &previous))
-    }));
-    if let Err(panic) = result {
-        report_failure(&state);
-        std::panic::resume_unwind(panic);
-    }
+    on_local_cluster(
+        kubernetes,
+        &[(PREVIOUS_TAG, &previous.dkv)],
+        async |state| {
+            in_network(release, state, &previous).await;
+        },
+    );
     eprintln!("[{release}] every step in {:?}", started.elapsed());
 }
 
 /// Every member pod: name → (UID, the image its member-init runs).
 async fn member_pods(client: &Client) -> BTreeMap<String, (String, String)> {
-    Api::<Pod>::namespaced(client.clone(), NS)
-        .list(&ListParams::default().labels(support::nodes::MEMBER_SELECTOR))
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .map(|pod| {
-            let image = pod
-                .spec
-                .as_ref()
-                .and_then(|s| s.init_containers.as_ref())
-                .into_iter()
-                .flatten()
-                .find(|c| c.name == "member-init")
-                .and_then(|c| c.image.clone())
-                .unwrap_or_default();
-            (pod.name_any(), (pod.uid().unwrap_or_default(), image))
-        })
-        .collect()
+    support::nodes::member_pods_and_images(client, NS).await
 }
 
 /// Every cluster of `clusters` settled at its size.

@@ -81,22 +81,45 @@ fn on_kube_local_dkv_installed_with_helm_keeps_every_write_through_day_2() {
 fn scenarios(kubernetes: Option<&str>) {
     let release = kubernetes.unwrap_or("kube-local");
     let dir = tempfile::tempdir().unwrap();
-    let state = dir.path().join("state");
     // The "new operator build" of `helm upgrade`: this build's binary under
-    // another file, mapped to its own tag ahead of dkv local's defaults.
+    // another file, mapped to its own tag.
     let next = dir.path().join("next");
     std::fs::create_dir_all(&next).unwrap();
     std::fs::copy(support::paths::dkv_binary(), next.join("dkv")).unwrap();
+    on_local_cluster(
+        kubernetes,
+        &[(NEXT_TAG, &next.join("dkv"))],
+        async |state| {
+            scenarios_in_network(release, state).await;
+        },
+    );
+}
+
+/// `dkv local up --no-operator` on the real control plane of `kubernetes`
+/// (`None`: kube-local), with each `(tag, dkv binary)` of `images` mapped
+/// as `ghcr.io/dkv-io/dkv:<tag>` ahead of dkv local's defaults; then
+/// `scenario` with its state directory, from inside the pods' network, on
+/// a runtime of its own, and what a failure leaves to read.
+pub(super) fn on_local_cluster(
+    kubernetes: Option<&str>,
+    images: &[(&str, &Path)],
+    scenario: impl AsyncFnOnce(&Path),
+) {
+    let release = kubernetes.unwrap_or("kube-local");
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
     let image_map = dir.path().join("images.toml");
-    std::fs::write(
-        &image_map,
-        format!(
-            "[[image]]\npattern = \"ghcr.io/dkv-io/dkv:{NEXT_TAG}\"\nbin_dir = {:?}\nentrypoint = [{:?}]\n",
-            next.display().to_string(),
-            next.join("dkv").display().to_string()
-        ),
-    )
-    .unwrap();
+    let entries: String = images
+        .iter()
+        .map(|(tag, dkv)| {
+            format!(
+                "[[image]]\npattern = \"ghcr.io/dkv-io/dkv:{tag}\"\nbin_dir = {:?}\nentrypoint = [{:?}]\n",
+                dkv.parent().unwrap().display().to_string(),
+                dkv.display().to_string()
+            )
+        })
+        .collect();
+    std::fs::write(&image_map, entries).unwrap();
     let started = Instant::now();
     let mut args = vec!["--no-operator", "--image-map", image_map.to_str().unwrap()];
     if let Some(version) = kubernetes {
@@ -120,7 +143,7 @@ fn scenarios(kubernetes: Option<&str>) {
         .build()
         .unwrap();
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        runtime.block_on(scenarios_in_network(release, &state))
+        runtime.block_on(scenario(&state))
     }));
     if let Err(panic) = result {
         report_failure(&state);
