@@ -56,6 +56,9 @@ build_once "${DKV_TOOLS_DIR:-$PWD/.tools}/bbolt-poke" bbolt-poke go/bbolt-poke/b
 phase "helm chart: lint, and the same objects as deploy/default (builds the helm the tests install with)"
 scripts/check-helm.sh
 
+# The tests against the previous build's members build that build from git
+# themselves (once per member-side change, into .tools/dkv-previous); nextest
+# starts them first so that it runs beside the other tests.
 phase "tests (and, in the background, the release build for the smoke test)"
 # The release build takes about as long as the tests, which mostly wait on
 # etcd: it runs beside them at the lowest priority, in a target directory of
