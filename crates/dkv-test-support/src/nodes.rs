@@ -17,17 +17,23 @@ use kube::{Client, CustomResourceExt as _, ResourceExt};
 /// StatefulSet's, which carries the same label).
 pub const MEMBER_SELECTOR: &str = "app.kubernetes.io/component=etcd";
 
+/// The member pods of `ns`.
+async fn member_pod_list(client: &Client, ns: &str) -> Vec<Pod> {
+    Api::<Pod>::namespaced(client.clone(), ns)
+        .list(&ListParams::default().labels(MEMBER_SELECTOR))
+        .await
+        .unwrap()
+        .items
+}
+
 /// Every member pod of `ns`: name → (UID, the image its `member-init`
 /// runs): which pods an operator upgrade restarted, and onto which image.
 pub async fn member_pods_and_images(
     client: &Client,
     ns: &str,
 ) -> BTreeMap<String, (String, String)> {
-    Api::<Pod>::namespaced(client.clone(), ns)
-        .list(&ListParams::default().labels(MEMBER_SELECTOR))
+    member_pod_list(client, ns)
         .await
-        .unwrap()
-        .items
         .into_iter()
         .map(|pod| {
             let image = pod
@@ -83,11 +89,8 @@ pub async fn placement(client: &Client, ns: &str) -> BTreeMap<String, (String, S
             (n.name_any(), zone)
         })
         .collect();
-    Api::<Pod>::namespaced(client.clone(), ns)
-        .list(&ListParams::default().labels(MEMBER_SELECTOR))
+    member_pod_list(client, ns)
         .await
-        .unwrap()
-        .items
         .into_iter()
         .map(|p| {
             let node = p
