@@ -143,6 +143,24 @@ pub async fn ready_members(client: &Client, ns: &str) -> Option<usize> {
     Some(list.items.iter().filter(|p| pod_ready(p)).count())
 }
 
+/// Waits (up to two minutes) until `count` member pods of `ns` are Ready:
+/// a drain returns once its pod is gone, before the operator's status has
+/// seen the replacement, so a settled status alone can be one pass behind.
+pub async fn wait_members_ready(client: &Client, ns: &str, count: usize) {
+    let started = std::time::Instant::now();
+    loop {
+        let ready = ready_members(client, ns).await;
+        if ready == Some(count) {
+            return;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "{count} member pods of {ns} not Ready in two minutes (last seen: {ready:?})"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 /// Counts the Ready member pods every 100 ms until the flag is set; the
 /// fewest seen.
 pub fn watch_ready_members(

@@ -11,7 +11,7 @@ use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD as BASE64;
 
 use super::stores::spawn_listening;
-use super::{boto3, free_port, s3_config, s3_env, tools_dir, transfer_seconds};
+use super::{boto3, s3_config, s3_env, tools_dir, transfer_seconds};
 use crate::StoreConfig;
 
 const INSTALL: &str =
@@ -44,24 +44,27 @@ impl S3sFsServer {
             "{} is missing: the backup benchmark measures against s3s-fs; {INSTALL}",
             binary.display()
         );
-        let port = free_port();
-        let root = under.join(format!("s3s-fs-{port}"));
-        // A bucket is a directory under the root.
-        std::fs::create_dir_all(root.join(bucket))
-            .unwrap_or_else(|e| panic!("creating {}: {e}", root.display()));
         let mut secret = [0u8; 30];
         ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut secret)
             .unwrap_or_else(|e| panic!("generating a secret key: {e}"));
         let secret_access_key = BASE64.encode(secret);
         let access_key_id = "dkv-backup".to_owned();
-        let mut command = Command::new(&binary);
-        command
-            .args(["--host", "127.0.0.1", "--port", &port.to_string()])
-            .args(["--access-key", &access_key_id])
-            .args(["--secret-key", &secret_access_key])
-            .arg(&root)
-            .env("RUST_LOG", "error");
-        let child = spawn_listening(command, "s3s-fs", port, INSTALL);
+        let root = |port: u16| under.join(format!("s3s-fs-{port}"));
+        let (child, port) = spawn_listening("s3s-fs", INSTALL, |port| {
+            let root = root(port);
+            // A bucket is a directory under the root.
+            std::fs::create_dir_all(root.join(bucket))
+                .unwrap_or_else(|e| panic!("creating {}: {e}", root.display()));
+            let mut command = Command::new(&binary);
+            command
+                .args(["--host", "127.0.0.1", "--port", &port.to_string()])
+                .args(["--access-key", &access_key_id])
+                .args(["--secret-key", &secret_access_key])
+                .arg(&root)
+                .env("RUST_LOG", "error");
+            command
+        });
+        let root = root(port);
         Self {
             child,
             root,

@@ -126,28 +126,53 @@ fn digest_of(bytes: &[u8]) -> ObjectDigest {
     }
 }
 
-/// Starts `command` and waits until it listens on `port` of 127.0.0.1;
-/// `install` says how to install it when it cannot start.
-pub(super) fn spawn_listening(mut command: Command, what: &str, port: u16, install: &str) -> Child {
-    let mut child = command
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap_or_else(|e| panic!("starting {what}: {e}; {install}"));
-    let address = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while TcpStream::connect_timeout(&address, Duration::from_millis(200)).is_err() {
-        if let Ok(Some(status)) = child.try_wait() {
-            panic!("{what} exited ({status}) before listening on {address}");
+/// Starts the server `command(port)` makes for a free port of 127.0.0.1
+/// and waits until it listens there; `install` says how to install it when
+/// it cannot start. The port is free when chosen, not when the server binds
+/// it: another test's process can take it in between, and then answers the
+/// connection check while this server exits. A server that is gone half a
+/// second after the port answered is started again on another port.
+pub(super) fn spawn_listening(
+    what: &str,
+    install: &str,
+    command: impl Fn(u16) -> Command,
+) -> (Child, u16) {
+    const ATTEMPTS: usize = 5;
+    for attempt in 1..=ATTEMPTS {
+        let port = free_port();
+        let mut child = command(port)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting {what}: {e}; {install}"));
+        let address = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut exited = None;
+        while TcpStream::connect_timeout(&address, Duration::from_millis(200)).is_err() {
+            if let Ok(Some(status)) = child.try_wait() {
+                exited = Some(status);
+                break;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                panic!("{what} did not listen on {address} within 30 s");
+            }
+            std::thread::sleep(Duration::from_millis(50));
         }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("{what} did not listen on {address} within 30 s");
+        if exited.is_none() {
+            std::thread::sleep(Duration::from_millis(500));
+            exited = child.try_wait().ok().flatten();
         }
-        std::thread::sleep(Duration::from_millis(50));
+        match exited {
+            None => return (child, port),
+            Some(status) if attempt == ATTEMPTS => {
+                panic!("{what} exited ({status}) on each of {ATTEMPTS} free ports; {install}")
+            }
+            Some(_) => {}
+        }
     }
-    child
+    unreachable!("the last attempt returns or panics")
 }
 
 /// Runs `future` to completion on a thread and runtime of its own: the
@@ -225,26 +250,29 @@ impl AzuriteServer {
             "{} is missing: the Azure backup tests need Azurite; {INSTALL}",
             azurite.display()
         );
-        let port = free_port();
         let account = "dkvbackups".to_owned();
         let mut key = [0u8; 64];
         ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut key)
             .unwrap_or_else(|e| panic!("generating an account key: {e}"));
         let access_key = BASE64.encode(key);
         // A directory of its own for whatever it writes.
-        let workspace = std::env::temp_dir().join(format!("dkv-azurite-{port}"));
-        std::fs::create_dir_all(&workspace)
-            .unwrap_or_else(|e| panic!("creating {}: {e}", workspace.display()));
-        let mut command = Command::new(&azurite);
-        command
-            .args(["--blobHost", "127.0.0.1", "--blobPort", &port.to_string()])
-            .args(["--inMemoryPersistence", "--silent", "--disableTelemetry"])
-            .args(["--disableProductStyleUrl", "--skipApiVersionCheck"])
-            // In-memory persistence refuses --location; what it still
-            // writes goes to the working directory.
-            .current_dir(&workspace)
-            .env("AZURITE_ACCOUNTS", format!("{account}:{access_key}"));
-        let child = spawn_listening(command, "azurite-blob", port, INSTALL);
+        let workspace = |port: u16| std::env::temp_dir().join(format!("dkv-azurite-{port}"));
+        let (child, port) = spawn_listening("azurite-blob", INSTALL, |port| {
+            let workspace = workspace(port);
+            std::fs::create_dir_all(&workspace)
+                .unwrap_or_else(|e| panic!("creating {}: {e}", workspace.display()));
+            let mut command = Command::new(&azurite);
+            command
+                .args(["--blobHost", "127.0.0.1", "--blobPort", &port.to_string()])
+                .args(["--inMemoryPersistence", "--silent", "--disableTelemetry"])
+                .args(["--disableProductStyleUrl", "--skipApiVersionCheck"])
+                // In-memory persistence refuses --location; what it still
+                // writes goes to the working directory.
+                .current_dir(&workspace)
+                .env("AZURITE_ACCOUNTS", format!("{account}:{access_key}"));
+            command
+        });
+        let workspace = workspace(port);
         let server = Self {
             child,
             workspace,
@@ -401,16 +429,18 @@ impl FakeGcsServer {
             "{} is missing: the GCS backup tests need fake-gcs-server; {INSTALL}",
             binary.display()
         );
-        let port = free_port();
+        let (child, port) = spawn_listening("fake-gcs-server", INSTALL, |port| {
+            let host = format!("127.0.0.1:{port}");
+            let mut command = Command::new(&binary);
+            command
+                .args(["-scheme", "http", "-host", "127.0.0.1", "-port"])
+                .arg(port.to_string())
+                .args(["-backend", "memory", "-log-level", "error"])
+                .args(["-public-host", &host, "-external-url"])
+                .arg(format!("http://{host}"));
+            command
+        });
         let host = format!("127.0.0.1:{port}");
-        let mut command = Command::new(&binary);
-        command
-            .args(["-scheme", "http", "-host", "127.0.0.1", "-port"])
-            .arg(port.to_string())
-            .args(["-backend", "memory", "-log-level", "error"])
-            .args(["-public-host", &host, "-external-url"])
-            .arg(format!("http://{host}"));
-        let child = spawn_listening(command, "fake-gcs-server", port, INSTALL);
         let server = Self {
             child,
             bucket: bucket.to_owned(),

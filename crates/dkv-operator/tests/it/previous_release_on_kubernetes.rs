@@ -33,7 +33,7 @@ use kube::api::{Api, PostParams};
 use serde_json::json;
 use support::backups::{backup_now, create_secret};
 use support::etcd_cluster::{settled_at, wait_settled};
-use support::nodes::drain_task;
+use support::nodes::{drain_task, wait_members_ready};
 use support::previous_release::PreviousRelease;
 use support::tls::Target;
 
@@ -202,6 +202,8 @@ async fn in_network(release: &str, state: &Path, previous: &PreviousRelease) {
         let (ok, out) = drain_task(&kubeconfig, node).await.unwrap().unwrap();
         assert!(ok, "kubectl drain {node}: {out}");
         kubectl(&kubeconfig, &["uncordon", node]).await;
+        let members = sizes.iter().map(|(_, size)| size).sum();
+        wait_members_ready(&client, NS, members).await;
         all_settled(&dkvs, &sizes).await;
     }
     let drained = member_pods(&client).await;

@@ -44,7 +44,7 @@ use serde_json::json;
 use support::backups::{backup_now, create_secret};
 use support::etcd_cluster::{condition_reason, settled_at, wait_for, wait_settled};
 use support::eventually;
-use support::nodes::drain_task;
+use support::nodes::{drain_task, wait_members_ready};
 use support::tls::Target;
 
 use super::local_mode::dkv;
@@ -375,6 +375,7 @@ async fn scenarios_in_network(release: &str, state: &Path) {
         let (ok, out) = drain_task(&kubeconfig, node).await.unwrap().unwrap();
         assert!(ok, "kubectl drain {node}: {out}");
         kubectl(&kubeconfig, &["uncordon", node]).await;
+        wait_members_ready(&client, NS, 3).await;
         wait_settled(&dkvs, CLUSTER, 3).await;
     }
     eprintln!("[{release}] drained every node in {:?}", t.elapsed());
