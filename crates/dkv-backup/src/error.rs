@@ -36,7 +36,7 @@ pub enum Error {
     Open { uri: String, message: String },
 
     /// A store operation failed. `message` is already scrubbed of secrets.
-    #[error("object storage {operation} of {uri} failed ({kind:?}): {message}")]
+    #[error("object storage {operation} of {uri} failed{}: {message}", kind.in_parentheses())]
     Store {
         operation: &'static str,
         uri: String,
@@ -134,6 +134,18 @@ pub enum StoreErrorKind {
     /// Credentials missing, wrong or lacking permission.
     AccessDenied,
     Other,
+}
+
+impl StoreErrorKind {
+    /// The kind as error messages show it: " (access denied)"; nothing for
+    /// [`StoreErrorKind::Other`], whose message says it all.
+    fn in_parentheses(self) -> &'static str {
+        match self {
+            StoreErrorKind::NotFound => " (not found)",
+            StoreErrorKind::AccessDenied => " (access denied)",
+            StoreErrorKind::Other => "",
+        }
+    }
 }
 
 impl Error {

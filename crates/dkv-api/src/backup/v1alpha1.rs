@@ -160,6 +160,29 @@ pub enum BackupPhase {
     Failed,
 }
 
+impl std::fmt::Display for VerificationPhase {
+    /// Its value in `status.verification.phase`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            VerificationPhase::Running => "Running",
+            VerificationPhase::Verified => "Verified",
+            VerificationPhase::Failed => "Failed",
+        })
+    }
+}
+
+impl std::fmt::Display for BackupPhase {
+    /// Its value in `status.phase`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            BackupPhase::Pending => "Pending",
+            BackupPhase::Running => "Running",
+            BackupPhase::Completed => "Completed",
+            BackupPhase::Failed => "Failed",
+        })
+    }
+}
+
 /// A snapshot artifact in object storage.
 #[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]

@@ -756,6 +756,62 @@ pub enum OperationKind {
     RelocateMember,
 }
 
+impl OperationKind {
+    /// Its value in `status.operation.kind`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OperationKind::AddLearner => "AddLearner",
+            OperationKind::PromoteLearner => "PromoteLearner",
+            OperationKind::RemoveMember => "RemoveMember",
+            OperationKind::UpgradeMember => "UpgradeMember",
+            OperationKind::ReplaceMember => "ReplaceMember",
+            OperationKind::RecoverQuorum => "RecoverQuorum",
+            OperationKind::RestoreFromBackup => "RestoreFromBackup",
+            OperationKind::RenewCertificate => "RenewCertificate",
+            OperationKind::RestartMember => "RestartMember",
+            OperationKind::RelocateMember => "RelocateMember",
+        }
+    }
+
+    /// What the operation does to member pod `target`, in words for
+    /// condition messages and `kubectl dkv status`: "restarting member
+    /// orders-2 onto the current pod template".
+    pub fn describe(self, target: &str) -> String {
+        match self {
+            OperationKind::AddLearner => format!("adding member {target} as a learner"),
+            OperationKind::PromoteLearner => {
+                format!("promoting learner {target} to a voting member")
+            }
+            OperationKind::RemoveMember => format!("removing member {target}"),
+            OperationKind::UpgradeMember => {
+                format!("restarting member {target} on the spec's etcd version")
+            }
+            OperationKind::ReplaceMember => {
+                format!("replacing member {target} with an empty member that catches up")
+            }
+            OperationKind::RecoverQuorum => {
+                format!("recovering quorum: restarting {target} alone as a new cluster")
+            }
+            OperationKind::RestoreFromBackup => {
+                "recreating every member from the newest backup".to_owned()
+            }
+            OperationKind::RenewCertificate => {
+                format!("restarting member {target} onto its renewed certificate")
+            }
+            OperationKind::RestartMember => {
+                format!("restarting member {target} onto the current pod template")
+            }
+            OperationKind::RelocateMember => format!("moving member {target} off its lost node"),
+        }
+    }
+}
+
+impl std::fmt::Display for OperationKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// The recoverable window of continuous backup: a new cluster can be
 /// restored to any revision or time from `oldest` to `newest`, except
 /// inside a gap.

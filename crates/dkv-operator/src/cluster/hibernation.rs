@@ -12,7 +12,7 @@
 use dkv_api::distributedkv::v1beta1::Operation;
 use k8s_openapi::api::apps::v1::StatefulSet;
 
-use super::membership::{ObservedMember, Step};
+use super::membership::{ObservedMember, Step, words};
 use super::observe_members::MemberPod;
 use super::plan::Plan;
 
@@ -94,8 +94,8 @@ pub fn at_zero(sts: &StatefulSet) -> bool {
 fn inconsistency(facts: &Facts<'_>) -> Option<String> {
     if let Some(op) = facts.operation {
         return Some(format!(
-            "{:?} of {} is in progress; it finishes first",
-            op.kind, op.target
+            "{} is in progress; it finishes first",
+            op.kind.describe(&op.target)
         ));
     }
     if facts.plan.creating {
@@ -112,9 +112,10 @@ fn inconsistency(facts: &Facts<'_>) -> Option<String> {
     }
     match &facts.plan.step {
         Step::Converged => None,
-        step => Some(format!(
-            "the cluster does not match its spec yet (next step: {step:?})"
-        )),
+        step => Some(match words::step(facts.cluster, step) {
+            Some(step) => format!("the cluster does not match its spec yet ({step})"),
+            None => "the cluster does not match its spec yet".to_owned(),
+        }),
     }
 }
 
@@ -292,7 +293,7 @@ mod tests {
             ..healthy()
         });
         assert!(
-            matches!(&pinned, State::Waiting(why) if why.contains("AddLearner of orders-3")),
+            matches!(&pinned, State::Waiting(why) if why == "adding member orders-3 as a learner is in progress; it finishes first"),
             "{pinned:?}"
         );
         let due = decide_case(Case {
@@ -300,7 +301,7 @@ mod tests {
             ..healthy()
         });
         assert!(
-            matches!(&due, State::Waiting(why) if why.contains("next step")),
+            matches!(&due, State::Waiting(why) if why == "the cluster does not match its spec yet (waiting: the StatefulSet's controller has not reported the revision of the members' new template yet)"),
             "{due:?}"
         );
         let sick = decide_case(Case {

@@ -443,7 +443,7 @@ pub fn resolve_backup(
             return Err(unavailable(
                 format!(
                     "spec.bootstrap.restore.backupName: backup {name:?} is {}; the restore starts once it is Completed",
-                    phase.map_or("not started yet".to_owned(), |p| format!("{p:?}"))
+                    phase.map_or("not started yet".to_owned(), |p| p.to_string())
                 ),
                 true,
             ));

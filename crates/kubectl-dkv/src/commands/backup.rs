@@ -123,7 +123,7 @@ async fn wait_finished(
             return Err(Error::Failed(format!(
                 "backup {name} has not finished after {} (phase {}); it goes on: kubectl dkv backups {}",
                 time::short(timeout),
-                phase.map_or_else(|| "Pending".to_owned(), |p| format!("{p:?}")),
+                phase.map_or_else(|| "Pending".to_owned(), |p| p.to_string()),
                 backup.spec.cluster
             )));
         }
@@ -170,7 +170,7 @@ fn text(listing: &Listing, cluster: &DistributedKV) -> String {
                 b.name_any(),
                 status
                     .phase
-                    .map_or_else(|| "Pending".to_owned(), |p| format!("{p:?}")),
+                    .map_or_else(|| "Pending".to_owned(), |p| p.to_string()),
                 status
                     .start_time
                     .as_ref()
@@ -188,7 +188,7 @@ fn text(listing: &Listing, cluster: &DistributedKV) -> String {
                     .verification
                     .as_ref()
                     .and_then(|v| v.phase)
-                    .map_or_else(|| "-".to_owned(), |p| format!("{p:?}")),
+                    .map_or_else(|| "-".to_owned(), |p| p.to_string()),
                 match (artifact, &status.message) {
                     (Some(a), _) => a.uri.clone(),
                     (None, Some(message)) => message.clone(),

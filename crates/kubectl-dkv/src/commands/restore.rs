@@ -138,7 +138,7 @@ async fn completed_backup(
     if phase != Some(BackupPhase::Completed) {
         return Err(Error::Refused(format!(
             "backup {ns}/{backup} has not completed (phase {}): only a completed backup can be restored; see kubectl dkv backups {cluster}",
-            phase.map_or_else(|| "Pending".to_owned(), |p| format!("{p:?}"))
+            phase.map_or_else(|| "Pending".to_owned(), |p| p.to_string())
         )));
     }
     Ok(found)

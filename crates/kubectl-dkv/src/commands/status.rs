@@ -468,9 +468,9 @@ pub fn text(r: &Report, now: Timestamp) -> String {
         r.operation.as_ref().map_or_else(
             || "none".to_owned(),
             |op| format!(
-                "{:?} of {}, started {}",
+                "{} ({}), started {}",
+                op.kind.describe(&op.target),
                 op.kind,
-                op.target,
                 time::ago(&op.started_at, now)
             )
         )

@@ -26,6 +26,7 @@
 
 mod begin;
 mod resume;
+pub mod words;
 
 use dkv_api::distributedkv::v1beta1::OperationKind;
 

@@ -13,11 +13,12 @@ use super::faults::{
     backup_failed_message, change_pending, corrupt_message, expected_down, node_lost_message,
     not_ready_detail, pod_fault, rollout_pending, volume_pending,
 };
-use super::messages::{operation_reason, step_detail, wait_message};
+use super::messages::operation_reason;
 use super::{Observation, Want, serving_endpoints, set_condition, with_backups};
 use crate::cluster::dereference::formed_before;
 use crate::cluster::etcd35_log;
 use crate::cluster::hibernation::State as HibernationState;
+use crate::cluster::membership::words;
 use crate::cluster::membership::{ObservedMember, Step, WaitReason, quorum};
 use crate::cluster::naming;
 use crate::cluster::plan::update_revision;
@@ -188,7 +189,7 @@ pub(super) fn compute(
             type_: types::PROGRESSING,
             status: true,
             reason: reasons::WAITING_FOR_SNAPSHOT,
-            message: wait_message(&obs.cluster.name, reason),
+            message: words::wait(&obs.cluster.name, reason),
         }
     } else if let Some(step) = downgrade_step_message(obs) {
         Want {
@@ -206,12 +207,10 @@ pub(super) fn compute(
             } else {
                 operation_reason(op.kind)
             },
-            message: format!(
-                "{:?} of {} in progress{}",
-                op.kind,
-                op.target,
-                step_detail(&obs.plan.step)
-            ),
+            message: match words::step(&obs.cluster.name, &obs.plan.step) {
+                Some(step) => format!("{}; {step}", op.kind.describe(&op.target)),
+                None => op.kind.describe(&op.target),
+            },
         }
     } else if let (true, Some(replay)) = (formed, replaying) {
         Want {
@@ -253,7 +252,7 @@ pub(super) fn compute(
             type_: types::PROGRESSING,
             status: true,
             reason: reasons::WAITING,
-            message: wait_message(&obs.cluster.name, reason),
+            message: words::wait(&obs.cluster.name, reason),
         }
     } else if let (true, Some(size)) = (obs.volumes.below > 0, &obs.volumes.size) {
         Want {
@@ -348,7 +347,7 @@ pub(super) fn compute(
             message: match &obs.plan.step {
                 // Lost for good as far as etcd can tell: say what can be done.
                 Step::Wait(lost @ WaitReason::QuorumLost { .. }) => {
-                    wait_message(&obs.cluster.name, lost)
+                    words::wait(&obs.cluster.name, lost)
                 }
                 _ => format!(
                     "only {ready}/{members} members ready, quorum needs {quorum}: the cluster cannot serve writes"
@@ -762,7 +761,7 @@ fn downgrade_step_message(obs: &Observation<'_>) -> Option<String> {
         )),
         Step::Wait(WaitReason::DowngradeMigrating) => Some(format!(
             "downgrading to {to}: {}",
-            wait_message(&obs.cluster.name, &WaitReason::DowngradeMigrating)
+            words::wait(&obs.cluster.name, &WaitReason::DowngradeMigrating)
         )),
         Step::CancelDowngrade => Some(format!(
             "the spec asks for {to}: cancelling the downgrade enabled in etcd before members move back up"

@@ -323,3 +323,240 @@ fn a_downgrade_says_downgrading_at_each_etcd_step_and_quotes_a_refusal() {
         assert!(message.starts_with("downgrading to 3.5.16: "), "{message}");
     }
 }
+
+/// Every step the planner can take and every reason it can wait, one of
+/// each. A new variant fails to compile in `named` until it is listed here.
+fn every_step(cluster: &ValidatedCluster) -> Vec<Step> {
+    use crate::cluster::membership::{Pinned, SnapshotPending};
+    use dkv_api::distributedkv::v1beta1::OperationKind;
+
+    fn named(step: &Step) {
+        match step {
+            Step::Begin(_)
+            | Step::Finish(_)
+            | Step::AddLearner { .. }
+            | Step::SetReplicas(_)
+            | Step::Promote { .. }
+            | Step::MoveLeader { .. }
+            | Step::RemoveMember { .. }
+            | Step::DeleteVolume { .. }
+            | Step::ReclaimSpace
+            | Step::RestartPod { .. }
+            | Step::EvictFromLostNode { .. }
+            | Step::EnableDowngrade { .. }
+            | Step::CancelDowngrade
+            | Step::Wait(
+                WaitReason::EtcdUnreachable
+                | WaitReason::MemberUnhealthy { .. }
+                | WaitReason::LearnerCatchingUp { .. }
+                | WaitReason::PodNotReady { .. }
+                | WaitReason::WouldBreakQuorum { .. }
+                | WaitReason::UpgradeInProgress { .. }
+                | WaitReason::RestartInProgress { .. }
+                | WaitReason::PodTerminating { .. }
+                | WaitReason::TemplatePending
+                | WaitReason::NoMembersRequested
+                | WaitReason::QuorumLost { .. }
+                | WaitReason::RecoveryInProgress { .. }
+                | WaitReason::RestoreInProgress
+                | WaitReason::DowngradeRefused { .. }
+                | WaitReason::DowngradeMigrating
+                | WaitReason::SnapshotBefore37(_),
+            )
+            | Step::Converged => {}
+        }
+    }
+
+    let pinned = Pinned {
+        kind: OperationKind::UpgradeMember,
+        ordinal: 2,
+    };
+    let waits = [
+        WaitReason::EtcdUnreachable,
+        WaitReason::MemberUnhealthy { ordinal: 1 },
+        WaitReason::LearnerCatchingUp { ordinal: 3 },
+        WaitReason::PodNotReady { ordinal: 2 },
+        WaitReason::WouldBreakQuorum {
+            healthy: 1,
+            needed: 2,
+        },
+        WaitReason::UpgradeInProgress { ordinal: 2 },
+        WaitReason::RestartInProgress { ordinal: 2 },
+        WaitReason::PodTerminating { ordinal: 2 },
+        WaitReason::TemplatePending,
+        WaitReason::NoMembersRequested,
+        WaitReason::QuorumLost {
+            reachable: 1,
+            needed: 2,
+        },
+        WaitReason::RecoveryInProgress { ordinal: 0 },
+        WaitReason::RestoreInProgress,
+        WaitReason::DowngradeRefused {
+            message: "etcdserver: invalid downgrade target version".to_owned(),
+        },
+        WaitReason::DowngradeMigrating,
+        WaitReason::SnapshotBefore37(SnapshotPending {
+            ordinal: 1,
+            applied: Some(100),
+            needed: Some(10_100),
+        }),
+        WaitReason::SnapshotBefore37(SnapshotPending {
+            ordinal: 1,
+            applied: None,
+            needed: None,
+        }),
+    ];
+    let steps: Vec<Step> = [
+        Step::Begin(pinned),
+        Step::Finish(pinned),
+        Step::AddLearner { ordinal: 3 },
+        Step::SetReplicas(4),
+        Step::Promote {
+            id: 0x8e9e_05c5_2164_694d,
+            ordinal: 3,
+        },
+        Step::MoveLeader {
+            from: 0x8e9e_05c5_2164_694d,
+            from_ordinal: 0,
+            to: 0x91bc_3c39_8fb3_c146,
+        },
+        Step::RemoveMember {
+            id: 0x8e9e_05c5_2164_694d,
+            ordinal: 2,
+        },
+        Step::DeleteVolume { ordinal: 2 },
+        Step::ReclaimSpace,
+        Step::RestartPod { ordinal: 1 },
+        Step::EvictFromLostNode {
+            ordinal: 1,
+            pod_uid: Some("u-1".to_owned()),
+            claim_uid: Some("u-2".to_owned()),
+        },
+        Step::EvictFromLostNode {
+            ordinal: 1,
+            pod_uid: None,
+            claim_uid: None,
+        },
+        Step::EnableDowngrade {
+            target: cluster.version,
+        },
+        Step::CancelDowngrade,
+        Step::Converged,
+    ]
+    .into_iter()
+    .chain(waits.into_iter().map(Step::Wait))
+    .collect();
+    steps.iter().for_each(named);
+    steps
+}
+
+/// Where `message` shows a Rust rendering rather than words: `Some(`,
+/// `None`, a struct's braces, or a CamelCase name followed by `(` or ` {`
+/// or alone in parentheses.
+fn rust_in(message: &str) -> Option<String> {
+    for marker in ["Some(", "None", "{ ", " }"] {
+        if message.contains(marker) {
+            return Some(marker.to_owned());
+        }
+    }
+    let mut rest = message;
+    let mut before = None;
+    while let Some(start) = rest.find(|c: char| c.is_ascii_alphanumeric()) {
+        before = rest[..start].chars().last().or(before);
+        let word_len = rest[start..]
+            .find(|c: char| !c.is_ascii_alphanumeric() && c != '_')
+            .unwrap_or(rest.len() - start);
+        let word = &rest[start..start + word_len];
+        let after = &rest[start + word_len..];
+        let camel = word.starts_with(|c: char| c.is_ascii_uppercase())
+            && word.chars().skip(1).any(|c| c.is_ascii_uppercase())
+            && word.chars().any(|c| c.is_ascii_lowercase());
+        if camel
+            && (after.starts_with('(')
+                || after.starts_with(" {")
+                || (before == Some('(') && after.starts_with(')')))
+        {
+            return Some(word.to_owned());
+        }
+        before = word.chars().last();
+        rest = after;
+    }
+    None
+}
+
+#[test]
+fn every_condition_message_of_every_step_and_operation_is_words() {
+    use dkv_api::distributedkv::v1beta1::{Operation, OperationKind};
+
+    let kinds = [
+        OperationKind::AddLearner,
+        OperationKind::PromoteLearner,
+        OperationKind::RemoveMember,
+        OperationKind::UpgradeMember,
+        OperationKind::ReplaceMember,
+        OperationKind::RecoverQuorum,
+        OperationKind::RestoreFromBackup,
+        OperationKind::RenewCertificate,
+        OperationKind::RestartMember,
+        OperationKind::RelocateMember,
+    ];
+    let (dkv, mut seen) = formed(serde_json::Value::Null);
+    let mut checked = 0;
+    for step in every_step(&seen.cluster) {
+        for kind in kinds.iter().copied().map(Some).chain([None]) {
+            seen.plan.step = step.clone();
+            let mut pass = seen.pass();
+            if let Some(planned) = pass.planned.as_mut() {
+                planned.operation = kind.map(|kind| Operation {
+                    kind,
+                    target: "orders-2".to_owned(),
+                    started_at: now(),
+                });
+            }
+            let status = derive(&dkv, &pass, None, &BackupSummary::default(), &now())
+                .unwrap_or_else(|| panic!("no status derived"));
+            for c in &status.conditions {
+                assert!(
+                    rust_in(&c.message).is_none(),
+                    "{} of {step:?} under {kind:?} shows {:?}: {}",
+                    c.type_,
+                    rust_in(&c.message),
+                    c.message
+                );
+                checked += 1;
+            }
+        }
+    }
+    // The check itself catches what it is for.
+    for rendered in [
+        "UpgradeMember of orders-2 in progress: waiting (UpgradeInProgress { ordinal: 2 })",
+        "next step: SetReplicas(4)",
+        "waiting (TemplatePending)",
+    ] {
+        assert!(rust_in(rendered).is_some(), "{rendered}");
+    }
+    assert!(checked > 400, "{checked} messages checked");
+}
+
+#[test]
+fn an_operation_in_flight_reads_as_what_it_does_and_what_it_waits_for() {
+    use dkv_api::distributedkv::v1beta1::{Operation, OperationKind};
+
+    let (dkv, mut seen) = formed(serde_json::Value::Null);
+    seen.plan.step = Step::Wait(WaitReason::UpgradeInProgress { ordinal: 2 });
+    let mut pass = seen.pass();
+    if let Some(planned) = pass.planned.as_mut() {
+        planned.operation = Some(Operation {
+            kind: OperationKind::UpgradeMember,
+            target: "orders-2".to_owned(),
+            started_at: now(),
+        });
+    }
+    let status = derive(&dkv, &pass, None, &BackupSummary::default(), &now())
+        .unwrap_or_else(|| panic!("no status derived"));
+    let (_, _, message) = condition(&status, types::PROGRESSING);
+    assert_eq!(
+        message,
+        "restarting member orders-2 on the spec's etcd version; waiting: member orders-2 restarted on the new version and is not serving yet"
+    );
+}
