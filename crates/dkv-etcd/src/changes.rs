@@ -174,7 +174,7 @@ impl GrpcAdmin {
     /// A lease a put names that does not exist yet is granted with that ID
     /// and `lease_ttl_seconds` (the source's remaining time is not known),
     /// so keys that shared a lease expire together.
-    pub async fn replay(&self, changes: &[Change], lease_ttl_seconds: i64) -> Result<()> {
+    pub async fn apply_changes(&self, changes: &[Change], lease_ttl_seconds: i64) -> Result<()> {
         let mut client = self.client_for("replay").await?;
         let mut granted: BTreeSet<i64> = BTreeSet::new();
         for group in replay_transactions(changes) {

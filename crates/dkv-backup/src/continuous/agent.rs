@@ -364,7 +364,7 @@ mod tests {
 
     use super::super::archive::read_chain;
     use super::super::chain::{Target, chains, plan};
-    use super::super::replay::replay;
+    use super::super::replay::replay_plan;
     use super::*;
     use crate::fetch_artifact;
     use crate::restore::RestoreTool;
@@ -551,7 +551,9 @@ mod tests {
         let restored = EtcdProcess::start(&bin, "restored", &restored_ip, &data_dir, "restored");
         restored.wait_ready().await;
         let into = GrpcAdmin::new(vec![restored.client_url.clone()], Duration::from_secs(5));
-        let replayed = replay(&into, &store, &planned, &keys, 0).await.unwrap();
+        let replayed = replay_plan(&into, &store, &planned, &keys, 0)
+            .await
+            .unwrap();
         assert_eq!(replayed.source_revision, target);
         assert!(replayed.events > 0);
         assert_eq!(restored.key_values_at(0).await, at_target);

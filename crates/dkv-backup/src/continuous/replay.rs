@@ -39,7 +39,7 @@ pub struct Replayed {
 /// own revision tells which: events up to it are already there and are
 /// skipped; a target before it cannot be reached from this base.
 /// Encrypted segments are decrypted with `keys`.
-pub async fn replay(
+pub async fn replay_plan(
     etcd: &GrpcAdmin,
     store: &Store,
     plan: &ReplayPlan,
@@ -79,7 +79,7 @@ pub async fn replay(
         if changes.is_empty() {
             continue;
         }
-        etcd.replay(&changes, REPLAYED_LEASE_TTL_SECONDS)
+        etcd.apply_changes(&changes, REPLAYED_LEASE_TTL_SECONDS)
             .await
             .map_err(|cause| Error::Etcd {
                 operation: "replay of continuous backup",
@@ -241,7 +241,7 @@ mod tests {
             restored.wait_ready().await;
             let into = GrpcAdmin::new(vec![restored.client_url.clone()], Duration::from_secs(5));
             let planned = plan(&built, target).unwrap();
-            let replayed = replay(&into, &store, &planned, &Keyring::default(), 0)
+            let replayed = replay_plan(&into, &store, &planned, &Keyring::default(), 0)
                 .await
                 .unwrap();
             assert_eq!(replayed.source_revision, revision);
@@ -265,7 +265,7 @@ mod tests {
             // A replay that goes on after a restart starts at or before
             // where the first stopped (here: long before): the changes it
             // applies again leave the same keys and values.
-            replay(&into, &store, &planned, &Keyring::default(), 0)
+            replay_plan(&into, &store, &planned, &Keyring::default(), 0)
                 .await
                 .unwrap();
             assert_eq!(

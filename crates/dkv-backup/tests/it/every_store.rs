@@ -21,7 +21,7 @@ use dkv_backup::continuous::archive::{
 };
 use dkv_backup::continuous::chain::Target;
 use dkv_backup::continuous::cutter::CutSettings;
-use dkv_backup::continuous::replay::replay;
+use dkv_backup::continuous::replay::replay_plan;
 use dkv_backup::continuous::retention::{ChainRetention, chain_ages, delete_chain, expired};
 use dkv_backup::testing::{
     EtcdProcess, StoreKind, StoreServer, etcd_bin_dir, loopback_ip, restore_single_member,
@@ -288,7 +288,9 @@ async fn continuous_backup_restores_to_a_revision_and_expires(kind: StoreKind) {
         .unwrap();
     let restored = restored_member(&snapshot, dir.path(), &loopback_ip(group(kind, 1), 1)).await;
     let into = GrpcAdmin::new(vec![restored.client_url.clone()], Duration::from_secs(5));
-    let replayed = replay(&into, &store, &planned, &keys, 0).await.unwrap();
+    let replayed = replay_plan(&into, &store, &planned, &keys, 0)
+        .await
+        .unwrap();
     assert_eq!(replayed.source_revision, target);
     assert!(replayed.events > 0, "{replayed:?}");
     assert_eq!(restored.key_values_at(0).await, at_target);

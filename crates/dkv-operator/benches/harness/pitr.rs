@@ -15,7 +15,7 @@ use dkv_backup::continuous::agent::{AgentSettings, run as record};
 use dkv_backup::continuous::archive::{chain_ends, continuous_location, plan_restore, read_bases};
 use dkv_backup::continuous::chain::Target;
 use dkv_backup::continuous::cutter::CutSettings;
-use dkv_backup::continuous::replay::{Replayed, replay};
+use dkv_backup::continuous::replay::{Replayed, replay_plan};
 use dkv_backup::testing::{EtcdProcess, etcd_bin_dir, incompressible, loopback_ip};
 use dkv_backup::{
     BackupRequest, Encoding, Keyring, Location, MemberRestore, RestoreTool, Store, StoreConfig,
@@ -76,7 +76,7 @@ async fn restore_to(
     .await?;
     let member = restore_and_start(bin, &snapshot, work, name, &loopback_ip(61, ordinal)).await?;
     let into = GrpcAdmin::new(vec![member.client_url.clone()], Duration::from_secs(10));
-    let replayed = replay(&into, store, &planned, &none, 0).await?;
+    let replayed = replay_plan(&into, store, &planned, &none, 0).await?;
     Ok(Restored {
         took: t.elapsed(),
         member,

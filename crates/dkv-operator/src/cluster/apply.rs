@@ -1,4 +1,4 @@
-//! Step 5 of a reconcile: make the children match the [`Prepared`] objects.
+//! The writes of stage 6 (applied, [`super::stage`]): make the children match the [`DesiredChildren`] objects.
 //!
 //! Server-side apply with the field manager `dkv-operator` and `force`: the
 //! operator owns the fields it sets and takes them back from anyone who
@@ -17,7 +17,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tracing::{debug, info};
 
-use super::build::Prepared;
+use super::build::DesiredChildren;
 use super::dereference::Observed;
 use super::diff::is_subset;
 use super::error::{Error, Result};
@@ -25,22 +25,16 @@ use super::error::{Error, Result};
 /// The field manager of every write the operator makes.
 pub const FIELD_MANAGER: &str = "dkv-operator";
 
-/// Children after apply; only [`super::status`] consumes this.
-#[derive(Debug, Clone)]
-pub struct Applied {
-    /// The StatefulSet as the API server returned it (or as cached, when no
-    /// write was needed).
-    pub statefulset: StatefulSet,
-}
-
-/// Applies every prepared child and removes children no longer wanted.
+/// Applies every prepared child and removes children no longer wanted;
+/// the StatefulSet as the API server returned it (or as cached, when no
+/// write was needed).
 pub async fn apply(
     client: &Client,
     namespace: &str,
-    prepared: Prepared,
+    prepared: DesiredChildren,
     observed: &Observed,
     verified: &VerifiedTemplates,
-) -> Result<Applied> {
+) -> Result<StatefulSet> {
     // The record first: a pod the StatefulSet starts reads it.
     apply_one(
         client,
@@ -83,7 +77,7 @@ pub async fn apply(
         }
         (None, None) => {}
     }
-    Ok(Applied { statefulset })
+    Ok(statefulset)
 }
 
 /// StatefulSets whose whole object (pod template included) was last seen to
@@ -229,11 +223,11 @@ pub fn as_applied<K: Resource + Clone + Serialize>(desired: &K) -> K {
     out
 }
 
-impl Prepared {
+impl DesiredChildren {
     /// The children as applying them leaves them (each carrying its
     /// [`APPLIED_HASH_ANNOTATION`]): what a converged cluster's caches hold.
-    pub fn as_applied(&self) -> Prepared {
-        Prepared {
+    pub fn as_applied(&self) -> DesiredChildren {
+        DesiredChildren {
             members: as_applied(&self.members),
             statefulset: as_applied(&self.statefulset),
             peer_service: as_applied(&self.peer_service),

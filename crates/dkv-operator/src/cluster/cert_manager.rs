@@ -17,7 +17,7 @@ use super::apply::FIELD_MANAGER;
 use super::diff::is_subset;
 use super::error::{Error, Result};
 use super::naming;
-use super::tls::{self, Source};
+use super::tls::{self, CertificateSource};
 use super::validate::ValidatedCluster;
 
 pub const GROUP_VERSION: &str = "cert-manager.io/v1";
@@ -60,14 +60,14 @@ pub fn requests(cluster: &ValidatedCluster) -> Vec<Request> {
         usages: MEMBER_USAGES,
     };
     let mut requests = Vec::new();
-    if let Source::CertManager { issuer } = &cluster.tls_sources.peer {
+    if let CertificateSource::CertManager { issuer } = &cluster.tls_sources.peer {
         requests.push(member(
             format!("{name}-peer"),
             naming::tls_peer_secret(name),
             issuer,
         ));
     }
-    if let Source::CertManager { issuer } = &cluster.tls_sources.client {
+    if let CertificateSource::CertManager { issuer } = &cluster.tls_sources.client {
         requests.push(member(
             format!("{name}-server"),
             naming::tls_server_secret(name),

@@ -133,7 +133,7 @@ pub async fn ensure(
 /// Replays what the source of a restore from continuous backup recorded
 /// after the base snapshot into the formed cluster, records that it did
 /// (the client Service follows in the next pass) and says so in an Event.
-pub async fn replay(
+pub async fn replay_restore_and_record(
     cluster: &ValidatedCluster,
     pending: &ResolvedRestore,
     replay: &Replay,
@@ -149,7 +149,7 @@ pub async fn replay(
         etcd = etcd.with_user(user.clone());
     }
     info!(source = %format!("{}/{}", replay.namespace, replay.cluster), chain = %replay.chain, "replaying continuous backup");
-    let replayed = super::restore::replay(
+    let replayed = super::restore::apply_recorded_changes(
         &ctx.client,
         &cluster.namespace,
         replay,

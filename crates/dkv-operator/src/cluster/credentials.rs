@@ -66,7 +66,7 @@ pub async fn ensure(
     ctx: &Context,
 ) -> Result<Credentials> {
     let tls = if cluster.tls.any() {
-        let seen = certificates::Observed {
+        let seen = certificates::CertificateInputs {
             rotation_requested: cluster.ca_rotation_request.as_deref(),
             pod_serials: pods.iter().map(|p| p.view.tls_serial.clone()).collect(),
             idle,

@@ -45,7 +45,7 @@ impl State {
 }
 
 /// What [`decide`] looks at.
-pub struct Facts<'a> {
+pub struct HibernationInputs<'a> {
     /// The cluster's name.
     pub cluster: &'a str,
     /// `spec.hibernation`.
@@ -66,7 +66,7 @@ pub struct Facts<'a> {
 
 /// Where the cluster stands with hibernation, given what the pass observed
 /// and planned.
-pub fn decide(facts: &Facts<'_>) -> State {
+pub fn decide(facts: &HibernationInputs<'_>) -> State {
     let at_zero = facts.statefulset.is_some_and(at_zero);
     if facts.wanted {
         let waiting_for = (!at_zero).then(|| inconsistency(facts)).flatten();
@@ -91,7 +91,7 @@ pub fn at_zero(sts: &StatefulSet) -> bool {
 /// Why the cluster is not at a point where it may stop: an operation is
 /// pinned or a step is due, it is still forming or replaying a restore, or
 /// a member is not a healthy, Ready voter. `None`: it may stop now.
-fn inconsistency(facts: &Facts<'_>) -> Option<String> {
+fn inconsistency(facts: &HibernationInputs<'_>) -> Option<String> {
     if let Some(op) = facts.operation {
         return Some(format!(
             "{} is in progress; it finishes first",
@@ -120,7 +120,7 @@ fn inconsistency(facts: &Facts<'_>) -> Option<String> {
 }
 
 /// Why not every recorded member is a healthy voter with a Ready pod.
-fn unhealthy(facts: &Facts<'_>) -> Option<String> {
+fn unhealthy(facts: &HibernationInputs<'_>) -> Option<String> {
     let Some(members) = facts.members.filter(|m| !m.is_empty()) else {
         return Some("no member answers".to_owned());
     };
@@ -145,7 +145,7 @@ fn unhealthy(facts: &Facts<'_>) -> Option<String> {
     (!sick.is_empty()).then(|| format!("not healthy yet: {}", sick.join(", ")))
 }
 
-fn all_healthy(facts: &Facts<'_>) -> bool {
+fn all_healthy(facts: &HibernationInputs<'_>) -> bool {
     unhealthy(facts).is_none()
 }
 
@@ -248,7 +248,7 @@ mod tests {
     fn decide_case(case: Case<'_>) -> State {
         let sts = statefulset(case.replicas);
         let plan = plan(case.step);
-        decide(&Facts {
+        decide(&HibernationInputs {
             cluster: "orders",
             wanted: case.wanted,
             statefulset: Some(&sts),

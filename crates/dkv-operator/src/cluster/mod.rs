@@ -234,7 +234,7 @@ async fn reconcile_cluster(dkv: &DistributedKV, ctx: &Context, pass: &mut Pass) 
         .insert(stage::applied::applied(built, validated, planned, observed, ctx).await?);
     let tls = connected.credentials.tls.as_ref();
     if planned.plan.hibernated {
-        return Ok(Outcome::Applied(outcome::Applied {
+        return Ok(Outcome::Applied(outcome::AppliedPass {
             work: if planned.hibernation == hibernation::State::Hibernated {
                 Work::Settled
             } else {
@@ -281,7 +281,7 @@ async fn reconcile_cluster(dkv: &DistributedKV, ctx: &Context, pass: &mut Pass) 
         })
         .filter(|at| *at > now)
         .min();
-    Ok(Outcome::Applied(outcome::Applied {
+    Ok(Outcome::Applied(outcome::AppliedPass {
         work,
         etcd: if connected.admin.is_some() {
             EtcdContact::Asked

@@ -32,7 +32,7 @@ pub enum Outcome {
     /// etcd authentication was switched on.
     AuthEnabled,
     /// The pass applied what the plan asked for.
-    Applied(Applied),
+    Applied(AppliedPass),
     /// The finalizer helper acted instead of the pipeline (it added the
     /// finalizer, or deletion ran its cleanup): its action stands.
     Finalizer(Action),
@@ -40,7 +40,7 @@ pub enum Outcome {
 
 /// Where a pass that applied the plan left the cluster.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Applied {
+pub struct AppliedPass {
     pub work: Work,
     pub etcd: EtcdContact,
     pub rotation: Rotation,
@@ -109,7 +109,7 @@ pub fn next_action(outcome: &Outcome, unsettled: bool, now: jiff::Timestamp) -> 
     }
 }
 
-fn after_applied(applied: &Applied, unsettled: bool, now: jiff::Timestamp) -> Action {
+fn after_applied(applied: &AppliedPass, unsettled: bool, now: jiff::Timestamp) -> Action {
     match (applied.work, applied.etcd, applied.rotation) {
         (Work::Advanced, EtcdContact::Asked, _) => Action::requeue(STEP_FOLLOW_UP),
         // etcd's progress (a learner catching up, a member rejoining) is
@@ -278,7 +278,7 @@ mod tests {
     use super::*;
 
     fn applied(work: Work, rotation: Rotation, due_at: Option<jiff::Timestamp>) -> Outcome {
-        Outcome::Applied(Applied {
+        Outcome::Applied(AppliedPass {
             work,
             etcd: EtcdContact::Asked,
             rotation,
@@ -313,7 +313,7 @@ mod tests {
             Action::await_change()
         );
         // No member to ask yet: the pods' watch brings the next pass.
-        let no_etcd = Outcome::Applied(Applied {
+        let no_etcd = Outcome::Applied(AppliedPass {
             work: Work::UnderWay,
             etcd: EtcdContact::NotAsked,
             rotation: Rotation::Idle,
@@ -342,7 +342,7 @@ mod tests {
         );
         // No member to ask: when time changes something, at most a day.
         let idle = |due_at| {
-            Outcome::Applied(Applied {
+            Outcome::Applied(AppliedPass {
                 work: Work::Settled,
                 etcd: EtcdContact::NotAsked,
                 rotation: Rotation::Idle,

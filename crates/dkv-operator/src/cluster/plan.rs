@@ -1,4 +1,4 @@
-//! Step 3 of a reconcile (pure): compare the validated spec with what exists
+//! The pure work of stage 4 (planned, [`super::stage`]): compare the validated spec with what exists
 //! and decide what this pass does.
 //!
 //! A cluster that does not exist yet is bootstrapped with all members at

@@ -272,7 +272,7 @@ async fn resolve_continuous(
 /// restored members do not hold yet (a replay cut short by a restart goes
 /// on from at most where it stopped: applying a change again leaves the
 /// same keys and values).
-pub async fn replay(
+pub async fn apply_recorded_changes(
     client: &Client,
     namespace: &str,
     replay: &Replay,
@@ -316,7 +316,7 @@ pub async fn replay(
             ),
             waiting: false,
         })?;
-    dkv_backup::continuous::replay::replay(etcd, &store, &planned, &keys, revision_offset)
+    dkv_backup::continuous::replay::replay_plan(etcd, &store, &planned, &keys, revision_offset)
         .await
         .map_err(|e| failed(&e))
 }

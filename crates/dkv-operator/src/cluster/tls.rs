@@ -1,7 +1,7 @@
 //! TLS of a cluster's etcd (`spec.tls`): which transports use it, where
 //! their certificates come from, and where pods find them.
 //!
-//! Each transport's certificates come from one [`Source`]: issued by dkv
+//! Each transport's certificates come from one [`CertificateSource`]: issued by dkv
 //! from the cluster's own CA (`Auto`), `Provided` by the user, or issued by
 //! cert-manager. The operator obtains and checks them in
 //! [`super::certificates`]; this module only says which Secrets hold them,
@@ -63,7 +63,7 @@ fn scheme(tls: bool) -> &'static str {
 
 /// Where one transport's certificates come from.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub enum Source {
+pub enum CertificateSource {
     #[default]
     Disabled,
     /// Issued by dkv from the cluster's CA.
@@ -80,19 +80,19 @@ pub enum Source {
 /// The sources of both transports (`spec.tls`).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Sources {
-    pub peer: Source,
-    pub client: Source,
+    pub peer: CertificateSource,
+    pub client: CertificateSource,
 }
 
 impl Sources {
     pub fn from_spec(spec: Option<&TlsSpec>) -> Self {
         let source = |t: &dkv_api::distributedkv::v1beta1::TlsTransport| match t.mode {
-            TlsMode::Disabled => Source::Disabled,
-            TlsMode::Auto => Source::Auto,
+            TlsMode::Disabled => CertificateSource::Disabled,
+            TlsMode::Auto => CertificateSource::Auto,
             // Admission requires the references; a spec written past it
             // without them reads as the reference's absence (reported by
             // the check as a missing Secret named "").
-            TlsMode::Provided => Source::Provided {
+            TlsMode::Provided => CertificateSource::Provided {
                 secret: t
                     .secret_ref
                     .as_ref()
@@ -100,7 +100,7 @@ impl Sources {
                     .unwrap_or_default(),
                 client_secret: t.client_secret_ref.as_ref().map(|r| r.name.clone()),
             },
-            TlsMode::CertManager => Source::CertManager {
+            TlsMode::CertManager => CertificateSource::CertManager {
                 issuer: t.issuer_ref.clone().unwrap_or_default(),
             },
         };
@@ -110,27 +110,27 @@ impl Sources {
         })
     }
 
-    pub fn any(&self, wanted: impl Fn(&Source) -> bool) -> bool {
+    pub fn any(&self, wanted: impl Fn(&CertificateSource) -> bool) -> bool {
         wanted(&self.peer) || wanted(&self.client)
     }
 
     /// The Secret whose certificate members present to each other.
     pub fn peer_secret(&self, cluster: &str) -> Option<String> {
         match &self.peer {
-            Source::Disabled => None,
-            Source::Auto => Some(naming::tls_member_secret(cluster)),
-            Source::Provided { secret, .. } => Some(secret.clone()),
-            Source::CertManager { .. } => Some(naming::tls_peer_secret(cluster)),
+            CertificateSource::Disabled => None,
+            CertificateSource::Auto => Some(naming::tls_member_secret(cluster)),
+            CertificateSource::Provided { secret, .. } => Some(secret.clone()),
+            CertificateSource::CertManager { .. } => Some(naming::tls_peer_secret(cluster)),
         }
     }
 
     /// The Secret whose certificate members present to clients.
     pub fn server_secret(&self, cluster: &str) -> Option<String> {
         match &self.client {
-            Source::Disabled => None,
-            Source::Auto => Some(naming::tls_member_secret(cluster)),
-            Source::Provided { secret, .. } => Some(secret.clone()),
-            Source::CertManager { .. } => Some(naming::tls_server_secret(cluster)),
+            CertificateSource::Disabled => None,
+            CertificateSource::Auto => Some(naming::tls_member_secret(cluster)),
+            CertificateSource::Provided { secret, .. } => Some(secret.clone()),
+            CertificateSource::CertManager { .. } => Some(naming::tls_server_secret(cluster)),
         }
     }
 
@@ -138,9 +138,11 @@ impl Sources {
     /// present to members.
     pub fn client_secret(&self, cluster: &str) -> Option<String> {
         match &self.client {
-            Source::Disabled => None,
-            Source::Auto | Source::CertManager { .. } => Some(naming::tls_client_secret(cluster)),
-            Source::Provided { client_secret, .. } => client_secret.clone(),
+            CertificateSource::Disabled => None,
+            CertificateSource::Auto | CertificateSource::CertManager { .. } => {
+                Some(naming::tls_client_secret(cluster))
+            }
+            CertificateSource::Provided { client_secret, .. } => client_secret.clone(),
         }
     }
 

@@ -31,11 +31,11 @@ use tracing::info;
 
 /// One etcd release line and where it comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Release {
+pub struct EtcdRelease {
     /// `3.4`, `3.5` or a patch release installed on its own (`3.5.30`,
     /// `3.6.16`).
     pub line: &'static str,
-    pub source: Source,
+    pub source: EtcdSource,
     /// The etcd version the release carries: the images of exactly this
     /// version map to it.
     pub version: &'static str,
@@ -43,7 +43,7 @@ pub struct Release {
 
 /// Where a release's binaries come from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Source {
+pub enum EtcdSource {
     /// The `etcd-server`/`etcd-client` packages of this Debian suite,
     /// fetched on first use.
     Debian { suite: &'static str },
@@ -96,37 +96,37 @@ const GO_LIB: &str = include_str!("../../../../go/lib.sh");
 
 /// The releases, newest first, a patch release installed on its own before
 /// its minor line (the first image pattern that matches wins).
-pub const RELEASES: [Release; 5] = [
-    Release {
+pub const RELEASES: [EtcdRelease; 5] = [
+    EtcdRelease {
         line: "3.7.3",
-        source: Source::GoModules(&GO_3_7),
+        source: EtcdSource::GoModules(&GO_3_7),
         version: "3.7.3",
     },
-    Release {
+    EtcdRelease {
         line: "3.6.16",
-        source: Source::GoModules(&GO_3_6),
+        source: EtcdSource::GoModules(&GO_3_6),
         version: "3.6.16",
     },
-    Release {
+    EtcdRelease {
         line: "3.5.30",
-        source: Source::Debian { suite: "unstable" },
+        source: EtcdSource::Debian { suite: "unstable" },
         version: "3.5.30",
     },
-    Release {
+    EtcdRelease {
         line: "3.5",
-        source: Source::Debian { suite: "trixie" },
+        source: EtcdSource::Debian { suite: "trixie" },
         version: "3.5.16",
     },
-    Release {
+    EtcdRelease {
         line: "3.4",
-        source: Source::Debian { suite: "bookworm" },
+        source: EtcdSource::Debian { suite: "bookworm" },
         version: "3.4.23",
     },
 ];
 
 /// The release of etcd 3.5.16, what `dkv local up --kubernetes` stores the
 /// API server's data in.
-pub const RELEASE_3_5: Release = RELEASES[3];
+pub const RELEASE_3_5: EtcdRelease = RELEASES[3];
 
 /// The image every dkv pod (member-init, backups, restores) runs.
 pub const DKV_IMAGE_PATTERN: &str = "ghcr.io/dkv-io/dkv:*";
@@ -149,12 +149,12 @@ pub fn tools_dir() -> anyhow::Result<PathBuf> {
 }
 
 /// Where `release`'s `etcd` and `etcdctl` are under `tools`.
-pub fn bin_dir(tools: &Path, release: &Release) -> PathBuf {
+pub fn bin_dir(tools: &Path, release: &EtcdRelease) -> PathBuf {
     tools.join(format!("etcd-{}", release.line)).join("usr/bin")
 }
 
 /// The image patterns of `release`: the registries etcd publishes to.
-fn patterns(release: &Release) -> Vec<String> {
+fn patterns(release: &EtcdRelease) -> Vec<String> {
     // registry.k8s.io's tags carry a build suffix; the upstream ones a `v`.
     let version = release.version;
     vec![
@@ -180,7 +180,7 @@ pub fn image_map(tools: &Path, dkv_binary: &Path) -> ImageMap {
         },
     );
     for release in RELEASES.iter().rev() {
-        if matches!(release.source, Source::GoModules(_)) && !is_installed(tools, release) {
+        if matches!(release.source, EtcdSource::GoModules(_)) && !is_installed(tools, release) {
             // Not mapped rather than mapped to an empty directory, where the
             // kubelet would look further (PATH) and run another etcd.
             continue;
@@ -200,13 +200,13 @@ pub fn image_map(tools: &Path, dkv_binary: &Path) -> ImageMap {
 }
 
 /// Whether `release`'s `etcd` and `etcdctl` are under `tools`.
-fn is_installed(tools: &Path, release: &Release) -> bool {
+fn is_installed(tools: &Path, release: &EtcdRelease) -> bool {
     let dir = bin_dir(tools, release);
     dir.join("etcd").is_file() && dir.join("etcdctl").is_file()
 }
 
 /// The releases missing under `tools`.
-pub fn missing(tools: &Path) -> Vec<Release> {
+pub fn missing(tools: &Path) -> Vec<EtcdRelease> {
     RELEASES
         .iter()
         .filter(|r| !is_installed(tools, r))
@@ -216,12 +216,12 @@ pub fn missing(tools: &Path) -> Vec<Release> {
 
 /// The release built from Go modules that `--etcd MINOR` names (`3.6`,
 /// also `3.6.16` or `v3.6`), or why there is none.
-pub fn find_go_release(minor: &str) -> anyhow::Result<Release> {
+pub fn find_go_release(minor: &str) -> anyhow::Result<EtcdRelease> {
     let wanted = minor.trim_start_matches('v');
     let built_from_go = || {
         RELEASES.iter().filter_map(|r| match r.source {
-            Source::GoModules(module) => Some((r, module)),
-            Source::Debian { .. } => None,
+            EtcdSource::GoModules(module) => Some((r, module)),
+            EtcdSource::Debian { .. } => None,
         })
     };
     if let Some((release, _)) =
@@ -240,7 +240,7 @@ pub fn find_go_release(minor: &str) -> anyhow::Result<Release> {
 /// Fetches every Debian release missing under `tools`.
 pub fn ensure(tools: &Path) -> anyhow::Result<()> {
     for release in missing(tools) {
-        let Source::Debian { suite } = release.source else {
+        let EtcdSource::Debian { suite } = release.source else {
             continue;
         };
         info!(release = release.line, suite, tools = %tools.display(), "fetching etcd from Debian (first use)");
@@ -258,9 +258,9 @@ pub fn ensure(tools: &Path) -> anyhow::Result<()> {
 
 /// Builds each of `releases` (from [`find_go_release`]) missing under
 /// `tools` from etcd's Go modules.
-pub fn ensure_built(tools: &Path, releases: &[Release]) -> anyhow::Result<()> {
+pub fn ensure_built(tools: &Path, releases: &[EtcdRelease]) -> anyhow::Result<()> {
     for release in releases {
-        let Source::GoModules(module) = release.source else {
+        let EtcdSource::GoModules(module) = release.source else {
             continue;
         };
         if is_installed(tools, release) {
@@ -273,7 +273,7 @@ pub fn ensure_built(tools: &Path, releases: &[Release]) -> anyhow::Result<()> {
 }
 
 /// `release` is installed under `tools` and its `etcd` reports its version.
-fn check_installed(tools: &Path, release: &Release) -> anyhow::Result<()> {
+fn check_installed(tools: &Path, release: &EtcdRelease) -> anyhow::Result<()> {
     if !is_installed(tools, release) {
         bail!(
             "etcd {}'s etcd and etcdctl are still missing from {}",
@@ -285,7 +285,7 @@ fn check_installed(tools: &Path, release: &Release) -> anyhow::Result<()> {
 }
 
 /// The installed `etcd` of `release` reports its version.
-fn check_version(tools: &Path, release: &Release) -> anyhow::Result<()> {
+fn check_version(tools: &Path, release: &EtcdRelease) -> anyhow::Result<()> {
     let etcd = bin_dir(tools, release).join("etcd");
     let reported = Command::new(&etcd)
         .arg("--version")
@@ -294,8 +294,8 @@ fn check_version(tools: &Path, release: &Release) -> anyhow::Result<()> {
     let wanted = format!("etcd Version: {}\n", release.version);
     if !String::from_utf8_lossy(&reported.stdout).starts_with(&wanted) {
         let from = match release.source {
-            Source::Debian { suite } => format!("Debian {suite} now ships"),
-            Source::GoModules(_) => "the Go modules built".to_owned(),
+            EtcdSource::Debian { suite } => format!("Debian {suite} now ships"),
+            EtcdSource::GoModules(_) => "the Go modules built".to_owned(),
         };
         bail!(
             "{from} another etcd than {} ({}): dkv maps the images of {} to it; remove {} and use a dkv that knows the new release",
@@ -314,7 +314,7 @@ fn check_version(tools: &Path, release: &Release) -> anyhow::Result<()> {
 /// Builds `release` from etcd's Go modules with the machine's `go`:
 /// `module` and the build script are written under the release's directory
 /// in `tools` and build `etcd`, `etcdctl` and `etcdutl` into `usr/bin`.
-fn build(tools: &Path, release: &Release, module: &GoModule) -> anyhow::Result<()> {
+fn build(tools: &Path, release: &EtcdRelease, module: &GoModule) -> anyhow::Result<()> {
     let go = Command::new("go").arg("version").output();
     if !go.as_ref().is_ok_and(|o| o.status.success()) {
         bail!(
@@ -375,7 +375,7 @@ fn build(tools: &Path, release: &Release, module: &GoModule) -> anyhow::Result<(
 
 /// `etcd-server` and `etcd-client` of `release.suite`, downloaded through an
 /// apt configuration of their own under `tools` and unpacked with `dpkg -x`.
-fn fetch(tools: &Path, release: &Release, suite: &str) -> anyhow::Result<()> {
+fn fetch(tools: &Path, release: &EtcdRelease, suite: &str) -> anyhow::Result<()> {
     let apt_dir = tools.join(format!("apt-{suite}"));
     let archives = apt_dir.join("archives");
     let target = tools.join(format!("etcd-{}", release.line));
@@ -497,7 +497,7 @@ mod tests {
         );
     }
 
-    fn install_empty(tools: &Path, release: &Release, programs: &[&str]) {
+    fn install_empty(tools: &Path, release: &EtcdRelease, programs: &[&str]) {
         let dir = bin_dir(tools, release);
         std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
         for program in programs {
@@ -557,7 +557,7 @@ mod tests {
     #[test]
     fn each_go_module_pins_the_release_it_names() {
         for release in RELEASES {
-            let Source::GoModules(module) = release.source else {
+            let EtcdSource::GoModules(module) = release.source else {
                 continue;
             };
             let go_mod = module.files[0].1;

@@ -95,7 +95,7 @@ pub struct DownArgs {
 }
 
 /// What `dkv local up` has set up before its runtime starts.
-pub struct Prepared {
+pub struct LocalSetup {
     args: UpArgs,
     data_dir: PathBuf,
     image_map_file: Option<PathBuf>,
@@ -110,7 +110,7 @@ pub struct Prepared {
 /// the background process for `--detach` (then `None`: nothing left to
 /// do), and with `--kubernetes` the move into the pods' network namespace,
 /// which only threads started afterwards share.
-pub fn prepare(args: UpArgs) -> anyhow::Result<Option<Prepared>> {
+pub fn prepare(args: UpArgs) -> anyhow::Result<Option<LocalSetup>> {
     // The store holds every Secret and the kubeconfig the admin's key: the
     // directory is its owner's alone (an existing one is made so).
     kube_local::private_files::create_dir(&args.data_dir)
@@ -165,7 +165,7 @@ pub fn prepare(args: UpArgs) -> anyhow::Result<Option<Prepared>> {
         .is_some()
         .then(|| kubernetes::pod_network::enter(args.port))
         .transpose()?;
-    Ok(Some(Prepared {
+    Ok(Some(LocalSetup {
         args,
         data_dir,
         image_map_file,
@@ -175,8 +175,8 @@ pub fn prepare(args: UpArgs) -> anyhow::Result<Option<Prepared>> {
 }
 
 /// Starts the local control plane and operator (after [`prepare`]).
-pub async fn up(prepared: Prepared) -> anyhow::Result<()> {
-    let Prepared {
+pub async fn up(prepared: LocalSetup) -> anyhow::Result<()> {
+    let LocalSetup {
         args,
         data_dir,
         image_map_file,

@@ -32,7 +32,7 @@ const VERB: &str = "get";
 
 /// The answer for one scrape.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Verdict {
+pub enum ScrapeVerdict {
     Allowed,
     /// No token, or one the API server does not accept: 401.
     Unauthenticated,
@@ -58,7 +58,7 @@ pub enum AccessError {
 pub struct ScraperAccess {
     client: Client,
     ttl: Duration,
-    cache: Mutex<HashMap<[u8; 32], (Instant, Verdict)>>,
+    cache: Mutex<HashMap<[u8; 32], (Instant, ScrapeVerdict)>>,
 }
 
 fn token_key(token: &str) -> [u8; 32] {
@@ -89,9 +89,9 @@ impl ScraperAccess {
     }
 
     /// Decides a scrape that presented `token` (None: no credentials).
-    pub async fn check(&self, token: Option<&str>) -> Result<Verdict, AccessError> {
+    pub async fn check(&self, token: Option<&str>) -> Result<ScrapeVerdict, AccessError> {
         let Some(token) = token else {
-            return Ok(Verdict::Unauthenticated);
+            return Ok(ScrapeVerdict::Unauthenticated);
         };
         let key = token_key(token);
         if let Some(verdict) = self.cached(&key) {
@@ -102,7 +102,7 @@ impl ScraperAccess {
         Ok(verdict)
     }
 
-    fn cached(&self, key: &[u8; 32]) -> Option<Verdict> {
+    fn cached(&self, key: &[u8; 32]) -> Option<ScrapeVerdict> {
         let cache = self.cache.lock().unwrap_or_else(PoisonError::into_inner);
         cache
             .get(key)
@@ -110,7 +110,7 @@ impl ScraperAccess {
             .map(|(_, verdict)| verdict.clone())
     }
 
-    fn remember(&self, key: [u8; 32], verdict: Verdict) {
+    fn remember(&self, key: [u8; 32], verdict: ScrapeVerdict) {
         let mut cache = self.cache.lock().unwrap_or_else(PoisonError::into_inner);
         if cache.len() >= MAX_CACHED {
             cache.retain(|_, (at, _)| at.elapsed() < self.ttl);
@@ -121,7 +121,7 @@ impl ScraperAccess {
         cache.insert(key, (Instant::now(), verdict));
     }
 
-    async fn review(&self, token: &str) -> Result<Verdict, AccessError> {
+    async fn review(&self, token: &str) -> Result<ScrapeVerdict, AccessError> {
         let review = TokenReview {
             spec: TokenReviewSpec {
                 token: token.to_owned(),
@@ -134,10 +134,10 @@ impl ScraperAccess {
             .await
             .map_err(AccessError::TokenReview)?;
         let Some(status) = reviewed.status.filter(|s| s.authenticated == Some(true)) else {
-            return Ok(Verdict::Unauthenticated);
+            return Ok(ScrapeVerdict::Unauthenticated);
         };
         let Some(user) = status.user else {
-            return Ok(Verdict::Unauthenticated);
+            return Ok(ScrapeVerdict::Unauthenticated);
         };
         let name = user.username.clone().unwrap_or_default();
         let access = SubjectAccessReview {
@@ -162,8 +162,8 @@ impl ScraperAccess {
                 source,
             })?;
         Ok(match decided.status {
-            Some(status) if status.allowed => Verdict::Allowed,
-            _ => Verdict::Forbidden { user: name },
+            Some(status) if status.allowed => ScrapeVerdict::Allowed,
+            _ => ScrapeVerdict::Forbidden { user: name },
         })
     }
 }

@@ -31,7 +31,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::metrics::Metrics;
-use access::{ScraperAccess, Verdict, bearer_token};
+use access::{ScrapeVerdict, ScraperAccess, bearer_token};
 use certificate::{CertificateSource, ServingCertificate};
 
 /// Where the endpoints listen and how `/metrics` is served (part of
@@ -101,8 +101,8 @@ async fn metrics_handler(State(state): State<MetricsState>, headers: HeaderMap) 
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok());
         match access.check(bearer_token(authorization)).await {
-            Ok(Verdict::Allowed) => {}
-            Ok(Verdict::Unauthenticated) => {
+            Ok(ScrapeVerdict::Allowed) => {}
+            Ok(ScrapeVerdict::Unauthenticated) => {
                 return (
                     StatusCode::UNAUTHORIZED,
                     [(header::WWW_AUTHENTICATE, "Bearer")],
@@ -110,7 +110,7 @@ async fn metrics_handler(State(state): State<MetricsState>, headers: HeaderMap) 
                 )
                     .into_response();
             }
-            Ok(Verdict::Forbidden { user }) => {
+            Ok(ScrapeVerdict::Forbidden { user }) => {
                 tracing::debug!(%user, "refused a metrics scrape");
                 return (StatusCode::FORBIDDEN, "Forbidden").into_response();
             }

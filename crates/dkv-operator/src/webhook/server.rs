@@ -34,7 +34,7 @@ use super::configurations::{
 };
 use super::default::{default_backup, default_cluster};
 use super::validate::{
-    BackupTarget, ClusterWrite, RestoreSource, Verdict, lowers_storage, members_now,
+    AdmissionVerdict, BackupTarget, ClusterWrite, RestoreSource, lowers_storage, members_now,
     restore_backup_name, review_backup, review_cluster, turns_auth_off,
 };
 use crate::cluster::validate::Defaults;
@@ -117,7 +117,7 @@ fn in_written_version(
 }
 
 /// The review answered: `response` with `verdict` applied.
-fn answer(mut response: AdmissionResponse, verdict: &Verdict) -> AdmissionResponse {
+fn answer(mut response: AdmissionResponse, verdict: &AdmissionVerdict) -> AdmissionResponse {
     if !verdict.warnings.is_empty() {
         response.warnings = Some(verdict.warnings.clone());
     }
@@ -179,9 +179,9 @@ async fn validate_cluster_handler(
 async fn validate_cluster(
     state: &AdmissionState,
     request: &AdmissionRequest<DynamicObject>,
-) -> Result<Verdict, String> {
+) -> Result<AdmissionVerdict, String> {
     let Some(object) = &request.object else {
-        return Ok(Verdict::default());
+        return Ok(AdmissionVerdict::default());
     };
     if request.sub_resource.as_deref() == Some("scale") {
         let replicas = |scale: Option<&DynamicObject>| {
@@ -194,7 +194,7 @@ async fn validate_cluster(
             replicas(request.old_object.as_ref()),
             replicas(Some(object)),
         ) else {
-            return Ok(Verdict::default());
+            return Ok(AdmissionVerdict::default());
         };
         // The scale object does not carry spec.hibernation: the cluster does.
         let namespace = request.namespace.clone().unwrap_or_default();
@@ -327,7 +327,7 @@ async fn validate_cluster(
                 &state.defaults,
             ))
         }
-        _ => Ok(Verdict::default()),
+        _ => Ok(AdmissionVerdict::default()),
     }
 }
 
@@ -367,11 +367,11 @@ async fn validate_backup_handler(
 async fn validate_backup(
     state: &AdmissionState,
     request: &AdmissionRequest<DynamicObject>,
-) -> Result<Verdict, String> {
+) -> Result<AdmissionVerdict, String> {
     // The spec is immutable (CEL); later writes are the operator's
     // bookkeeping and always pass.
     let (Operation::Create, Some(object)) = (&request.operation, &request.object) else {
-        return Ok(Verdict::default());
+        return Ok(AdmissionVerdict::default());
     };
     let backup: DistributedKVBackup = typed(object, "DistributedKVBackup")?;
     let namespace = request.namespace.clone().unwrap_or_default();

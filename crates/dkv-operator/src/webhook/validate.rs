@@ -15,14 +15,14 @@ use crate::cluster::validate::{self as cluster, Defaults, Facts, FieldError, Run
 
 /// The answer to one admission request.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct Verdict {
+pub struct AdmissionVerdict {
     /// Why the write is refused; empty when it is allowed.
     pub denials: Vec<FieldError>,
     /// Shown to the client whether or not the write is allowed.
     pub warnings: Vec<String>,
 }
 
-impl Verdict {
+impl AdmissionVerdict {
     pub fn allowed(&self) -> bool {
         self.denials.is_empty()
     }
@@ -107,7 +107,11 @@ pub enum RestoreSource {
 /// nodes, backups scatter and a restore may not find them. Allowed (with
 /// `dkv local` the node is this machine), but said once, when the
 /// destination is set.
-fn warn_file_destination(new: &DistributedKV, old: Option<&DistributedKV>, verdict: &mut Verdict) {
+fn warn_file_destination(
+    new: &DistributedKV,
+    old: Option<&DistributedKV>,
+    verdict: &mut AdmissionVerdict,
+) {
     let uri = |d: &DistributedKV| d.spec.backup.as_ref().map(|b| b.destination.uri.clone());
     let Some(new_uri) = uri(new) else { return };
     if new_uri.trim().starts_with("file://") && old.and_then(uri) != Some(new_uri) {
@@ -124,8 +128,8 @@ pub fn review_cluster(
     write: ClusterWrite<'_>,
     restore: &RestoreSource,
     defaults: &Defaults,
-) -> Verdict {
-    let mut verdict = Verdict::default();
+) -> AdmissionVerdict {
+    let mut verdict = AdmissionVerdict::default();
     match write {
         ClusterWrite::Create(new) => {
             verdict.denials = cluster::spec_problems(new, &Facts::default(), defaults);
@@ -217,7 +221,7 @@ pub fn review_cluster(
 /// or keep could not be carried out, and one made in the same edit as
 /// hibernating would be left half-done. Refused, naming the way out.
 /// Waking (alone or with any edit) and metadata edits go through.
-fn check_hibernation(old: &DistributedKV, new: &DistributedKV, verdict: &mut Verdict) {
+fn check_hibernation(old: &DistributedKV, new: &DistributedKV, verdict: &mut AdmissionVerdict) {
     let name = format!("{}/{}", new.namespace().unwrap_or_default(), new.name_any());
     if !old.spec.hibernation && new.spec.hibernation && old.spec.size != new.spec.size {
         verdict.deny(
@@ -295,7 +299,7 @@ pub fn members_now(dkv: &DistributedKV) -> i32 {
 /// that may not be able to agree on the removals themselves; dkv removes one
 /// member at a time, so the request is refused rather than executed unsafely.
 /// `old` is the members the cluster has ([`members_now`]).
-fn check_scale_down(old: i32, new: i32, verdict: &mut Verdict) {
+fn check_scale_down(old: i32, new: i32, verdict: &mut AdmissionVerdict) {
     let floor = quorum(old);
     if new < old && new < floor {
         verdict.deny(
@@ -315,7 +319,7 @@ const SHORT_LOST_NODE_GRACE: i32 = 60;
 
 /// `spec.recovery.lostNode: Replace` where it cannot act, or may act on a
 /// node that is only rebooting.
-fn warn_lost_node_replacement(dkv: &DistributedKV, verdict: &mut Verdict) {
+fn warn_lost_node_replacement(dkv: &DistributedKV, verdict: &mut AdmissionVerdict) {
     let Some(lost_node) = dkv
         .spec
         .recovery
@@ -342,7 +346,7 @@ fn warn_lost_node_replacement(dkv: &DistributedKV, verdict: &mut Verdict) {
 /// `spec.recovery.corruptMember: Replace` needs a majority of members whose
 /// data agrees: with one member there is no peer to copy from, and with two
 /// etcd's checks cannot tell which copy is the wrong one.
-fn check_corrupt_member_replacement(dkv: &DistributedKV, verdict: &mut Verdict) {
+fn check_corrupt_member_replacement(dkv: &DistributedKV, verdict: &mut AdmissionVerdict) {
     let replace = dkv.spec.recovery.as_ref().and_then(|r| r.corrupt_member)
         == Some(CorruptMemberPolicy::Replace);
     let size = dkv.spec.size;
@@ -356,7 +360,7 @@ fn check_corrupt_member_replacement(dkv: &DistributedKV, verdict: &mut Verdict) 
     }
 }
 
-fn warn_even_size(size: i32, verdict: &mut Verdict) {
+fn warn_even_size(size: i32, verdict: &mut AdmissionVerdict) {
     if size > 0 && size % 2 == 0 {
         verdict.warnings.push(format!(
             "spec.size: {size} members tolerate no more failures than {}; an odd size ({} or {}) is recommended",
@@ -367,7 +371,11 @@ fn warn_even_size(size: i32, verdict: &mut Verdict) {
     }
 }
 
-fn check_restore_source(dkv: &DistributedKV, restore: &RestoreSource, verdict: &mut Verdict) {
+fn check_restore_source(
+    dkv: &DistributedKV,
+    restore: &RestoreSource,
+    verdict: &mut AdmissionVerdict,
+) {
     let Some(name) = restore_backup_name(dkv) else {
         return;
     };
@@ -413,8 +421,8 @@ pub enum BackupTarget {
 }
 
 /// Decides the creation of a `DistributedKVBackup` (its spec is immutable by CEL).
-pub fn review_backup(backup: &DistributedKVBackup, target: &BackupTarget) -> Verdict {
-    let mut verdict = Verdict::default();
+pub fn review_backup(backup: &DistributedKVBackup, target: &BackupTarget) -> AdmissionVerdict {
+    let mut verdict = AdmissionVerdict::default();
     let cluster = backup.spec.cluster.trim();
     if let Some(destination) = &backup.spec.destination
         && let Err(err) = dkv_backup::Location::parse(destination.uri.trim())

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use dkv_api::DistributedKV;
 use dkv_api::distributedkv::v1beta1::KeySecretReference;
-use dkv_operator::cluster::build::{self, Prepared};
+use dkv_operator::cluster::build::{self, DesiredChildren};
 use dkv_operator::cluster::plan::{self, Plan};
 use dkv_operator::cluster::validate::{self, Defaults, Facts, ValidatedCluster};
 use dkv_operator::etcd_version::EtcdVersion;
@@ -41,7 +41,7 @@ fn validated(dkv: &DistributedKV) -> ValidatedCluster {
     validate::validate(dkv, &facts(), &defaults()).unwrap()
 }
 
-fn prepare(dkv: &DistributedKV) -> (ValidatedCluster, Plan, Prepared) {
+fn prepare(dkv: &DistributedKV) -> (ValidatedCluster, Plan, DesiredChildren) {
     let cluster = validated(dkv);
     let plan = plan::plan(&cluster, None, None, &Default::default());
     let prepared = build::build(&cluster, &plan);

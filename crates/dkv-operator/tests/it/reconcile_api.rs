@@ -78,14 +78,14 @@ fn client_endpoints(n: i32) -> EndpointSlice {
 
 /// Caches as the watches would fill them: `children` of the cluster, and the
 /// StorageClasses `standard` and `fast-ssd`.
-fn stores(statefulsets: Vec<StatefulSet>, extra: Option<&build::Prepared>) -> Stores {
+fn stores(statefulsets: Vec<StatefulSet>, extra: Option<&build::DesiredChildren>) -> Stores {
     stores_with_backups(statefulsets, extra, Vec::new())
 }
 
 /// The same, with `backups` in the DistributedKVBackup cache.
 fn stores_with_backups(
     statefulsets: Vec<StatefulSet>,
-    extra: Option<&build::Prepared>,
+    extra: Option<&build::DesiredChildren>,
     backups: Vec<DistributedKVBackup>,
 ) -> Stores {
     // A converged world's members are Ready and behind the client Service.
@@ -98,7 +98,7 @@ fn stores_with_backups(
 /// reach etcd, so pod readiness stands alone.
 fn stores_serving(
     statefulsets: Vec<StatefulSet>,
-    extra: Option<&build::Prepared>,
+    extra: Option<&build::DesiredChildren>,
     backups: Vec<DistributedKVBackup>,
     ready_pods: i32,
     serving: i32,
@@ -309,7 +309,7 @@ fn expect_event(sent: Sent, reason: &str, type_: &str) {
 
 /// The children of `dkv` as an API server would hold them after a converged
 /// creation: everything prepared, and a StatefulSet with all members ready.
-fn converged_children(dkv: &DistributedKV) -> (build::Prepared, StatefulSet) {
+fn converged_children(dkv: &DistributedKV) -> (build::DesiredChildren, StatefulSet) {
     let facts = Facts {
         storage_classes: Some(vec!["standard".into(), "fast-ssd".into()]),
         running: Default::default(),

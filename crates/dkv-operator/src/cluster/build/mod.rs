@@ -1,8 +1,8 @@
-//! Step 4 of a reconcile (pure): the desired child objects of a cluster.
+//! Stage 5 of a reconcile, built ([`super::stage`]; pure): the desired child objects of a cluster.
 //!
 //! Builders take only the [`ValidatedCluster`] and the [`Plan`]; they never
 //! read the API, so tests can assert every field from a YAML fixture. The
-//! result is [`Prepared`]: objects nobody has applied yet.
+//! result is [`DesiredChildren`]: objects nobody has applied yet.
 
 pub mod cronjob;
 pub mod members;
@@ -26,7 +26,7 @@ use super::validate::ValidatedCluster;
 
 /// Every child object a cluster should have, not yet applied.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Prepared {
+pub struct DesiredChildren {
     /// Applied first: pods read it when they start (membership first).
     pub members: k8s_openapi::api::core::v1::ConfigMap,
     pub statefulset: StatefulSet,
@@ -40,8 +40,8 @@ pub struct Prepared {
 }
 
 /// Builds all children of `cluster` for this pass.
-pub fn build(cluster: &ValidatedCluster, plan: &Plan) -> Prepared {
-    Prepared {
+pub fn build(cluster: &ValidatedCluster, plan: &Plan) -> DesiredChildren {
+    DesiredChildren {
         members: members::build(cluster, plan),
         statefulset: statefulset::build(cluster, plan),
         peer_service: services::peer(cluster),

@@ -8,8 +8,8 @@ use kube::{Client, ResourceExt};
 
 use super::issue::{Signer, authority_from, current_leaf};
 use super::{
-    CA_KEY, CA_NAME_ANNOTATION, CA_VALIDITY, CertificateLifetime, NEXT_CA_CERT, NEXT_CA_KEY,
-    NEXT_CA_NAME_ANNOTATION, NEXT_NOT_AFTER_ANNOTATION, NOT_AFTER_ANNOTATION, Observed,
+    CA_KEY, CA_NAME_ANNOTATION, CA_VALIDITY, CertificateInputs, CertificateLifetime, NEXT_CA_CERT,
+    NEXT_CA_KEY, NEXT_CA_NAME_ANNOTATION, NEXT_NOT_AFTER_ANNOTATION, NOT_AFTER_ANNOTATION,
     PENDING_FOR_ANNOTATION, PHASE_ANNOTATION, ROTATED_FOR_ANNOTATION, annotate, create_secret,
     not_after, read, secret,
 };
@@ -36,7 +36,7 @@ pub(super) async fn ensure_auto(
     cluster: &ValidatedCluster,
     lifetime: CertificateLifetime,
     may_create_ca: bool,
-    observed: &Observed<'_>,
+    observed: &CertificateInputs<'_>,
     serial_with: &(dyn Fn(Option<&Secret>) -> String + Sync),
 ) -> Result<AutoCertificates> {
     let secrets: Api<Secret> = Api::namespaced(client.clone(), &cluster.namespace);
@@ -166,7 +166,7 @@ async fn rotate(
     mut ca_secret: Secret,
     current: &Authority,
     movement: ca_rotation::Move,
-    observed: &Observed<'_>,
+    observed: &CertificateInputs<'_>,
 ) -> Result<Secret> {
     use ca_rotation::{Move, Phase};
     let data = ca_secret.data.get_or_insert_default();

@@ -7,7 +7,7 @@ use super::text;
 use crate::cluster::cert_manager;
 use crate::cluster::error::{Error, Result};
 use crate::cluster::naming;
-use crate::cluster::tls::{CA_CERT, Source, TLS_CERT, TLS_KEY, server_name};
+use crate::cluster::tls::{CA_CERT, CertificateSource, TLS_CERT, TLS_KEY, server_name};
 use crate::cluster::validate::ValidatedCluster;
 use crate::pki::{self, Role};
 
@@ -42,12 +42,12 @@ fn setting_of(cluster: &ValidatedCluster, secret: &str) -> String {
     }
     let sources = &cluster.tls_sources;
     let mut settings = Vec::new();
-    if let Source::Provided { secret: peer, .. } = &sources.peer
+    if let CertificateSource::Provided { secret: peer, .. } = &sources.peer
         && peer == secret
     {
         settings.push("spec.tls.peer.secretRef");
     }
-    if let Source::Provided {
+    if let CertificateSource::Provided {
         secret: server,
         client_secret,
     } = &sources.client
@@ -80,8 +80,12 @@ pub(super) fn check_external<'a>(
 ) -> Result<()> {
     let sources = &cluster.tls_sources;
     let name = &cluster.name;
-    let external =
-        |source: &Source| matches!(source, Source::Provided { .. } | Source::CertManager { .. });
+    let external = |source: &CertificateSource| {
+        matches!(
+            source,
+            CertificateSource::Provided { .. } | CertificateSource::CertManager { .. }
+        )
+    };
     let unusable = |secret: &str, problem: pki::Unusable| Error::TlsSecretUnusable {
         secret: secret.to_owned(),
         setting: setting_of(cluster, secret),

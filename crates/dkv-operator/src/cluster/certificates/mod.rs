@@ -4,7 +4,7 @@
 //! renewed, and the CA rotated ([`super::ca_rotation`]). Which Secrets hold
 //! them and where pods mount them is [`super::tls`].
 //!
-//! Each transport's certificates come from one [`Source`]. Certificates
+//! Each transport's certificates come from one [`CertificateSource`]. Certificates
 //! dkv did not issue itself (`Provided` by the user, or issued by
 //! cert-manager) are checked with [`crate::pki::check`] — chain, names,
 //! usages, validity, key — before any member mounts them, and re-read every
@@ -47,7 +47,7 @@ use kube::{Client, ResourceExt};
 use super::ca_rotation;
 use super::error::{Error, Result};
 use super::naming;
-use super::tls::{CA_CERT, Source, TLS_CERT, TLS_KEY, server_name};
+use super::tls::{CA_CERT, CertificateSource, TLS_CERT, TLS_KEY, server_name};
 use super::validate::ValidatedCluster;
 use auto::ensure_auto;
 use dkv_etcd::ClientTls;
@@ -125,7 +125,7 @@ pub struct TlsState {
 
 /// What the reconcile observed that certificate management needs.
 #[derive(Debug, Clone, Default)]
-pub struct Observed<'a> {
+pub struct CertificateInputs<'a> {
     /// `dkv.io/rotate-ca` on the cluster.
     pub rotation_requested: Option<&'a str>,
     /// The serial each member pod was started with.
@@ -164,12 +164,12 @@ pub async fn ensure(
     cluster: &ValidatedCluster,
     lifetime: CertificateLifetime,
     may_create_ca: bool,
-    observed: &Observed<'_>,
+    observed: &CertificateInputs<'_>,
 ) -> Result<TlsState> {
     let sources = &cluster.tls_sources;
     let secrets: Api<Secret> = Api::namespaced(client.clone(), &cluster.namespace);
     let name = &cluster.name;
-    if sources.any(|s| matches!(s, Source::CertManager { .. })) && !cluster.paused {
+    if sources.any(|s| matches!(s, CertificateSource::CertManager { .. })) && !cluster.paused {
         super::cert_manager::ensure(client, cluster).await?;
     }
     // The Secrets dkv does not issue, read once.
@@ -177,7 +177,7 @@ pub async fn ensure(
         naming::tls_member_secret(name),
         naming::tls_client_secret(name),
     ];
-    let uses_auto = sources.any(|s| *s == Source::Auto);
+    let uses_auto = sources.any(|s| *s == CertificateSource::Auto);
     let mut fetched: BTreeMap<String, Secret> = BTreeMap::new();
     let member_names = sources.member_secrets(name);
     let wanted = member_names
@@ -222,8 +222,12 @@ pub async fn ensure(
     } else {
         None
     };
-    let external =
-        sources.any(|s| matches!(s, Source::Provided { .. } | Source::CertManager { .. }));
+    let external = sources.any(|s| {
+        matches!(
+            s,
+            CertificateSource::Provided { .. } | CertificateSource::CertManager { .. }
+        )
+    });
     let member_serial = serial_with(auto.as_ref().map(|a| &a.member));
     if let Some(auto) = &auto {
         for secret in [&auto.member, &auto.client] {

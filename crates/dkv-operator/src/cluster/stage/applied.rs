@@ -9,7 +9,7 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 use tracing::info;
 
 use crate::cluster::apply;
-use crate::cluster::build::Prepared;
+use crate::cluster::build::DesiredChildren;
 use crate::cluster::context::{self, Context};
 use crate::cluster::dereference::Observed;
 use crate::cluster::error::Result;
@@ -31,7 +31,7 @@ pub struct Applied {
 
 /// Applies the built children.
 pub async fn applied(
-    prepared: Prepared,
+    prepared: DesiredChildren,
     validated: &Validated,
     planned: &Planned,
     observed: &Observed,
@@ -39,7 +39,7 @@ pub async fn applied(
 ) -> Result<Applied> {
     let cluster = &validated.cluster;
     let built = prepared.statefulset.clone();
-    let result = apply::apply(
+    let statefulset = apply::apply(
         &ctx.client,
         &cluster.namespace,
         prepared,
@@ -56,7 +56,7 @@ pub async fn applied(
         ctx.agents.stop(&cluster.namespace, &cluster.name);
     }
     Ok(Applied {
-        statefulset: Arc::new(result.statefulset),
+        statefulset: Arc::new(statefulset),
         built,
     })
 }

@@ -121,7 +121,7 @@ pub async fn planned(
     }
     // Hibernation overrides the plan once the members are (to be) stopped:
     // no membership step reads their absence as a loss.
-    let hibernation = hibernation::decide(&hibernation::Facts {
+    let hibernation = hibernation::decide(&hibernation::HibernationInputs {
         cluster: &cluster.name,
         wanted: cluster.hibernation,
         statefulset,

@@ -14,7 +14,7 @@ use super::faults::{
     not_ready_detail, pod_fault, rollout_pending, volume_pending,
 };
 use super::messages::operation_reason;
-use super::{Observation, Want, serving_endpoints, set_condition, with_backups};
+use super::{StatusInputs, Want, serving_endpoints, set_condition, with_backups};
 use crate::cluster::dereference::formed_before;
 use crate::cluster::etcd35_log;
 use crate::cluster::hibernation::State as HibernationState;
@@ -26,7 +26,7 @@ use crate::cluster::plan::update_revision;
 /// The status after a successful pass.
 pub(super) fn compute(
     dkv: &DistributedKV,
-    obs: &Observation<'_>,
+    obs: &StatusInputs<'_>,
     now: &Time,
 ) -> DistributedKVStatus {
     let old = dkv.status.clone().unwrap_or_default();
@@ -549,7 +549,7 @@ pub(super) fn compute(
 }
 
 /// What a rollback did and what the user does next.
-fn rolled_back_message(obs: &Observation<'_>, rolled_back: &RolledBack) -> String {
+fn rolled_back_message(obs: &StatusInputs<'_>, rolled_back: &RolledBack) -> String {
     let target = obs.cluster.last_good.as_ref().map_or_else(
         || "the spec that last ran on every member".to_owned(),
         |good| {
@@ -579,7 +579,7 @@ fn rolled_back_message(obs: &Observation<'_>, rolled_back: &RolledBack) -> Strin
 /// `member` with where its pod runs (node, zone) and since when that node
 /// is lost; all three unset when its pod is not placed (not scheduled, or
 /// gone).
-fn placed(obs: &Observation<'_>, ordinal: i32, member: MemberStatus) -> MemberStatus {
+fn placed(obs: &StatusInputs<'_>, ordinal: i32, member: MemberStatus) -> MemberStatus {
     let placement = obs.placements.iter().find(|p| p.ordinal == ordinal);
     MemberStatus {
         node: placement.and_then(|p| p.node.clone()),
@@ -599,7 +599,7 @@ fn placed(obs: &Observation<'_>, ordinal: i32, member: MemberStatus) -> MemberSt
 /// policy), and a stopped cluster is neither available nor degraded.
 /// Faults of another kind (a pod that cannot start, say) still show.
 fn hibernating(
-    obs: &Observation<'_>,
+    obs: &StatusInputs<'_>,
     [available, progressing, degraded]: [Want; 3],
     phase: Phase,
     ready: i32,
@@ -742,7 +742,7 @@ fn describe_source(replay: &super::super::restore::Replay) -> String {
 
 /// Whether a voter runs a newer minor line than the spec asks for: the
 /// members are being downgraded.
-fn downgrading(obs: &Observation<'_>) -> bool {
+fn downgrading(obs: &StatusInputs<'_>) -> bool {
     let want = obs.cluster.version.minor_line();
     obs.members
         .into_iter()
@@ -752,7 +752,7 @@ fn downgrading(obs: &Observation<'_>) -> bool {
 
 /// The Progressing message of a downgrade's etcd-side steps, before any
 /// member restarts (and when it is cancelled).
-fn downgrade_step_message(obs: &Observation<'_>) -> Option<String> {
+fn downgrade_step_message(obs: &StatusInputs<'_>) -> Option<String> {
     let to = obs.cluster.version;
     match &obs.plan.step {
         Step::EnableDowngrade { .. } => Some(format!(

@@ -4,7 +4,7 @@
 use dkv_api::distributedkv::v1beta1::{CorruptMemberPolicy, OperationKind};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use super::Observation;
+use super::StatusInputs;
 use crate::cluster::backup_catalogue::FailedRun;
 use crate::cluster::plan::{settled_template, update_revision};
 use crate::cluster::volumes::{VOLUME_GRACE, Volumes};
@@ -45,7 +45,7 @@ const STEP_GRACE: jiff::SignedDuration = jiff::SignedDuration::from_secs(120);
 /// Whether the one voter that is not ready is the target of the operation in
 /// flight, within [`STEP_GRACE`] of its start: the step the user asked for,
 /// not a fault. A target that does not come back in time is `Degraded`.
-pub(super) fn expected_down(obs: &Observation<'_>, now: &Time) -> bool {
+pub(super) fn expected_down(obs: &StatusInputs<'_>, now: &Time) -> bool {
     let Some(op) = &obs.operation else {
         return false;
     };
@@ -83,7 +83,7 @@ pub(super) fn expected_down(obs: &Observation<'_>, now: &Time) -> bool {
 /// The first member pod fault someone must act on (an image that cannot be
 /// pulled, a crash loop, a pod that cannot be scheduled): its reason, and a
 /// message naming the pod and quoting its status.
-pub(super) fn pod_fault(obs: &Observation<'_>) -> Option<(&'static str, String)> {
+pub(super) fn pod_fault(obs: &StatusInputs<'_>) -> Option<(&'static str, String)> {
     let faults: Vec<(&'static str, &str)> = obs
         .pods
         .iter()
@@ -99,7 +99,7 @@ pub(super) fn pod_fault(obs: &Observation<'_>) -> Option<(&'static str, String)>
 }
 
 /// What is known of the members that are not ready: each pod's problem.
-pub(super) fn not_ready_detail(obs: &Observation<'_>) -> String {
+pub(super) fn not_ready_detail(obs: &StatusInputs<'_>) -> String {
     let problems: Vec<&str> = obs
         .pods
         .iter()
@@ -115,7 +115,7 @@ pub(super) fn not_ready_detail(obs: &Observation<'_>) -> String {
 
 /// The members whose node is lost, each with its node, why, since when and
 /// what will or can be done; `None` when no member's node is lost.
-pub(super) fn node_lost_message(obs: &Observation<'_>) -> Option<String> {
+pub(super) fn node_lost_message(obs: &StatusInputs<'_>) -> Option<String> {
     let policy = lost_node::replace_policy(obs.cluster.lost_node.as_ref());
     let lost: Vec<String> = obs
         .lost
@@ -155,7 +155,7 @@ pub(super) fn backup_failed_message(failed: &FailedRun) -> String {
 /// Whether the spec asks for something the cluster is not yet: a waiting
 /// planner is news only then (a converged cluster whose members cannot be
 /// seen is not "in progress").
-pub(super) fn change_pending(obs: &Observation<'_>) -> bool {
+pub(super) fn change_pending(obs: &StatusInputs<'_>) -> bool {
     let size_differs = i32::try_from(obs.plan.record.members.len()).ok() != Some(obs.cluster.size);
     let version_differs = obs
         .members
@@ -169,7 +169,7 @@ pub(super) fn change_pending(obs: &Observation<'_>) -> bool {
 /// as "k of n" text; `None` when every member pod does. Unknown (the
 /// StatefulSet's controller has not seen its latest template yet) counts
 /// as pending.
-pub(super) fn rollout_pending(obs: &Observation<'_>) -> Option<String> {
+pub(super) fn rollout_pending(obs: &StatusInputs<'_>) -> Option<String> {
     let sts = obs.statefulset?;
     let members = obs.pods.len();
     let Some(revision) = update_revision(sts) else {
@@ -190,7 +190,7 @@ pub(super) fn rollout_pending(obs: &Observation<'_>) -> Option<String> {
 
 /// The members etcd's corruption checks found to differ from their peers,
 /// each named with how it was found, and what happens next.
-pub(super) fn corrupt_message(obs: &Observation<'_>) -> Option<String> {
+pub(super) fn corrupt_message(obs: &StatusInputs<'_>) -> Option<String> {
     let first = obs.corrupt.first()?;
     let named: Vec<String> = obs
         .corrupt

@@ -59,7 +59,7 @@ pub fn derive(
             let statefulset = pass.statefulset();
             Some(compute(
                 dkv,
-                &Observation {
+                &StatusInputs {
                     cluster: &validated.cluster,
                     plan: &planned.plan,
                     statefulset: statefulset.as_deref(),
@@ -138,7 +138,7 @@ fn with_fault(
 }
 
 /// Everything the status of a healthy pass is computed from.
-struct Observation<'a> {
+struct StatusInputs<'a> {
     pub cluster: &'a ValidatedCluster,
     pub plan: &'a Plan,
     pub statefulset: Option<&'a StatefulSet>,

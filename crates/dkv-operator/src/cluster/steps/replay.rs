@@ -5,7 +5,7 @@
 use crate::cluster::context::Context;
 use crate::cluster::continuous;
 use crate::cluster::error::Result;
-use crate::cluster::outcome::{Applied, EtcdContact, Outcome, Rotation, Work};
+use crate::cluster::outcome::{AppliedPass, EtcdContact, Outcome, Rotation, Work};
 
 use super::{Input, Maintained, StepOutcome};
 
@@ -24,7 +24,7 @@ pub async fn run(input: &Input<'_>, _: &mut Maintained, ctx: &Context) -> Result
     {
         return Ok(StepOutcome::Continue);
     }
-    continuous::replay(
+    continuous::replay_restore_and_record(
         &input.validated.cluster,
         pending,
         replay,
@@ -33,7 +33,7 @@ pub async fn run(input: &Input<'_>, _: &mut Maintained, ctx: &Context) -> Result
         ctx,
     )
     .await?;
-    Ok(StepOutcome::Done(Outcome::Applied(Applied {
+    Ok(StepOutcome::Done(Outcome::Applied(AppliedPass {
         work: Work::Advanced,
         etcd: EtcdContact::Asked,
         rotation: Rotation::Idle,

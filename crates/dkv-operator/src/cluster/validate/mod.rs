@@ -1,4 +1,4 @@
-//! Step 2 of a reconcile (pure): turn the raw `DistributedKV` plus the facts
+//! The pure work of stage 2 (validated, [`super::stage`]): turn the raw `DistributedKV` plus the facts
 //! dereference gathered into a [`ValidatedCluster`], or an [`InvalidSpec`]
 //! listing every problem with the field and the fix.
 //!

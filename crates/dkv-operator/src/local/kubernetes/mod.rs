@@ -30,7 +30,7 @@ use kube::api::{Api, Patch, PatchParams};
 use kube_local::private_files;
 
 use pki::Pki;
-use release::Release;
+use release::KubernetesRelease;
 
 /// The user the nodes' shared caches and Service proxy act as: it lists and
 /// watches what kube-proxy and cluster DNS read, and the pods.
@@ -52,7 +52,7 @@ const RELEASE_FILE: &str = "release";
 /// cluster's control plane moves one minor at a time and never back (its
 /// etcd holds objects in the storage versions of the release that wrote
 /// them), and dkv builds 1.34 and 1.37 only.
-pub fn check_release(data_dir: &Path, release: &Release) -> anyhow::Result<()> {
+pub fn check_release(data_dir: &Path, release: &KubernetesRelease) -> anyhow::Result<()> {
     let Ok(recorded) = std::fs::read_to_string(control_plane_dir(data_dir).join(RELEASE_FILE))
     else {
         return Ok(());
@@ -97,7 +97,7 @@ impl ControlPlane {
     /// free one), kube-controller-manager and kube-scheduler of `release`
     /// from `bin`; returns once the API server is ready.
     pub async fn start(
-        release: &Release,
+        release: &KubernetesRelease,
         bin: &Path,
         etcd: &Path,
         data_dir: &Path,

@@ -18,7 +18,7 @@ use anyhow::{Context as _, bail};
 
 /// One Kubernetes release and its Go module.
 #[derive(Debug)]
-pub struct Release {
+pub struct KubernetesRelease {
     /// `1.37`: what `--kubernetes` takes.
     pub minor: &'static str,
     /// `v1.37.2`: the patch release its go.mod pins.
@@ -32,7 +32,7 @@ pub struct Release {
 /// `go/kubernetes/v<minor>/`.
 macro_rules! release {
     ($minor:literal, $version:literal) => {
-        Release {
+        KubernetesRelease {
             minor: $minor,
             version: $version,
             go_mod: include_str!(concat!("../../../../../go/kubernetes/v", $minor, "/go.mod")),
@@ -48,7 +48,8 @@ macro_rules! release {
 
 /// The releases dkv runs on, newest first; the last is the oldest dkv
 /// supports.
-pub const RELEASES: [Release; 2] = [release!("1.37", "v1.37.2"), release!("1.34", "v1.34.4")];
+pub const RELEASES: [KubernetesRelease; 2] =
+    [release!("1.37", "v1.37.2"), release!("1.34", "v1.34.4")];
 
 const BUILD_SCRIPT: &str = include_str!("../../../../../go/kubernetes/build.sh");
 /// What every build script sources from the directory above its own.
@@ -63,7 +64,7 @@ pub const PROGRAMS: [&str; 3] = [
 
 /// The release `--kubernetes MINOR` names (`1.37`, also `v1.37`), or why
 /// there is none.
-pub fn find(minor: &str) -> anyhow::Result<&'static Release> {
+pub fn find(minor: &str) -> anyhow::Result<&'static KubernetesRelease> {
     let wanted = minor.trim_start_matches('v');
     RELEASES
         .iter()
@@ -77,7 +78,7 @@ pub fn find(minor: &str) -> anyhow::Result<&'static Release> {
         })
 }
 
-impl Release {
+impl KubernetesRelease {
     /// Where the release's binaries are kept under `tools`.
     pub fn bin_dir(&self, tools: &Path) -> PathBuf {
         tools

@@ -117,7 +117,7 @@ fn hibernating(size: i32, image: &str, on: bool, extra: serde_json::Value) -> Di
     dkv(size, image, spec)
 }
 
-fn update(old: &DistributedKV, new: &DistributedKV) -> Verdict {
+fn update(old: &DistributedKV, new: &DistributedKV) -> AdmissionVerdict {
     review_cluster(
         ClusterWrite::Update {
             old,
@@ -703,7 +703,7 @@ fn running_cluster(
     cluster
 }
 
-fn edit_version(old: &DistributedKV, to: &str, extra: serde_json::Value) -> Verdict {
+fn edit_version(old: &DistributedKV, to: &str, extra: serde_json::Value) -> AdmissionVerdict {
     review_cluster(
         ClusterWrite::Update {
             old,
