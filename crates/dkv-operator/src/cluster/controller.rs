@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use dkv_api::{DistributedKV, DistributedKVBackup};
 use futures::StreamExt;
+use futures::stream::BoxStream;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::CronJob;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, PersistentVolumeClaim, Pod, Service};
@@ -16,7 +17,8 @@ use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::Api;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::controller::{Config as ControllerConfig, Controller};
-use kube::runtime::reflector::{self, ObjectRef};
+use kube::runtime::reflector::store::Writer;
+use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Client, Resource, ResourceExt};
 use tracing::info;
@@ -63,33 +65,7 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) {
     let ns = settings.namespace.as_deref();
-    let (statefulsets, sts_writer) = watches::store::<StatefulSet>();
-    let (services, svc_writer) = watches::store::<Service>();
-    let (pdbs, pdb_writer) = watches::store::<PodDisruptionBudget>();
-    let (cronjobs, cronjob_writer) = watches::store::<CronJob>();
-    let (configmaps, configmap_writer) = watches::store::<ConfigMap>();
-    let (pods, pod_writer) = watches::store::<Pod>();
-    let (storage_classes, sc_writer) = watches::store::<StorageClass>();
-    let (endpoint_slices, slice_writer) = watches::store::<EndpointSlice>();
-    let (claims, claim_writer) = watches::store::<PersistentVolumeClaim>();
-    let (backups, backup_writer) = watches::store::<DistributedKVBackup>();
-    let (node_store, node_writer) = watches::store::<Node>();
-    let nodes = node_access::may_watch_nodes(&client)
-        .await
-        .then_some(node_store);
-    let stores = Stores {
-        statefulsets,
-        services,
-        pdbs,
-        cronjobs,
-        configmaps,
-        pods,
-        storage_classes,
-        endpoint_slices,
-        claims,
-        backups,
-        nodes,
-    };
+    let (stores, writers) = stores(&client).await;
 
     // The cluster watch ignores status-only updates (our own status writes
     // would otherwise echo back as reconciles); generation covers spec and
@@ -113,23 +89,10 @@ pub async fn run(
     )
     .default_backoff()
     .modify(watches::trim)
-    .reflect(sc_writer)
+    .reflect(writers.storage_classes)
     .applied_objects();
     let clusters = dkv_reader.clone();
-    let by_storage_class = move |sc: StorageClass| {
-        let class = sc.name_any();
-        clusters
-            .state()
-            .into_iter()
-            .filter(|d| {
-                d.spec
-                    .storage
-                    .as_ref()
-                    .is_some_and(|s| s.storage_class_name == class)
-            })
-            .map(|d| ObjectRef::from_obj(d.as_ref()))
-            .collect::<Vec<_>>()
-    };
+    let by_storage_class = move |sc: StorageClass| naming_class(&clusters, &sc.name_any());
 
     // Nodes are not ours either: a node that is lost or back (its Ready
     // status, the unreachable taint) re-triggers the clusters with a member
@@ -138,7 +101,7 @@ pub async fn run(
         watches::relevant_stream(
             Api::<Node>::all(client.clone()),
             watcher::Config::default(),
-            node_writer,
+            writers.nodes,
             watches::node_relevance,
             watches::trim_node,
         )
@@ -160,42 +123,31 @@ pub async fn run(
         concurrency = settings.concurrency,
         "starting DistributedKV controller"
     );
-    // A continuous backup agent whose report changed (a new chain, a gap,
-    // a failure) has its cluster's status derived again at once.
-    let agent_changes = ctx
-        .take_agent_changes()
-        .map(|changes| {
-            futures::stream::unfold(changes, |mut changes| async move {
-                changes.recv().await.map(|change| (change, changes))
-            })
-            .map(|(namespace, name)| ObjectRef::<DistributedKV>::new(&name).within(&namespace))
-            .boxed()
-        })
-        .unwrap_or_else(|| futures::stream::empty().boxed());
+    let agent_changes = agent_changes(&ctx);
     Controller::for_stream(dkv_stream, dkv_reader)
         .reconcile_on(agent_changes)
         .owns_stream(watches::statefulset_stream(
             api_for::<StatefulSet>(&client, ns),
-            sts_writer,
+            writers.statefulsets,
         ))
         .owns_stream(child_stream(
             api_for::<Service>(&client, ns),
-            svc_writer,
+            writers.services,
             spec_relevance::<Service>,
         ))
         .owns_stream(child_stream(
             api_for::<PodDisruptionBudget>(&client, ns),
-            pdb_writer,
+            writers.pdbs,
             spec_relevance::<PodDisruptionBudget>,
         ))
         .owns_stream(child_stream(
             api_for::<CronJob>(&client, ns),
-            cronjob_writer,
+            writers.cronjobs,
             spec_relevance::<CronJob>,
         ))
         .owns_stream(child_stream(
             api_for::<ConfigMap>(&client, ns),
-            configmap_writer,
+            writers.configmaps,
             spec_relevance::<ConfigMap>,
         ))
         .watches_stream(sc_stream, by_storage_class)
@@ -203,7 +155,7 @@ pub async fn run(
         // Member pods belong to the StatefulSet, not to the cluster: map
         // them back through their cluster label.
         .watches_stream(
-            watches::pod_stream(api_for::<Pod>(&client, ns), pod_writer),
+            watches::pod_stream(api_for::<Pod>(&client, ns), writers.pods),
             watches::cluster_of::<Pod>,
         )
         // Whether clients reach the members: the client Service's
@@ -211,7 +163,7 @@ pub async fn run(
         .watches_stream(
             child_stream(
                 api_for::<EndpointSlice>(&client, ns),
-                slice_writer,
+                writers.endpoint_slices,
                 watches::endpoint_slice_relevance,
             ),
             watches::cluster_of::<EndpointSlice>,
@@ -220,7 +172,7 @@ pub async fn run(
         .watches_stream(
             child_stream(
                 api_for::<PersistentVolumeClaim>(&client, ns),
-                claim_writer,
+                writers.claims,
                 watches::claim_relevance,
             ),
             watches::cluster_of::<PersistentVolumeClaim>,
@@ -231,7 +183,7 @@ pub async fn run(
             watches::relevant_stream(
                 api_for::<DistributedKVBackup>(&client, ns),
                 watcher::Config::default(),
-                backup_writer,
+                writers.backups,
                 watches::backup_relevance,
                 watches::trim,
             ),
@@ -253,4 +205,95 @@ pub async fn run(
         })
         .await;
     info!("DistributedKV controller stopped");
+}
+
+/// The watches' halves of [`Stores`]: what fills each cache.
+struct Writers {
+    statefulsets: Writer<StatefulSet>,
+    services: Writer<Service>,
+    pdbs: Writer<PodDisruptionBudget>,
+    cronjobs: Writer<CronJob>,
+    configmaps: Writer<ConfigMap>,
+    pods: Writer<Pod>,
+    storage_classes: Writer<StorageClass>,
+    endpoint_slices: Writer<EndpointSlice>,
+    claims: Writer<PersistentVolumeClaim>,
+    backups: Writer<DistributedKVBackup>,
+    nodes: Writer<Node>,
+}
+
+/// The caches the controller reads, and their writers. Nodes are cached
+/// only when the operator may watch them.
+async fn stores(client: &Client) -> (Stores, Writers) {
+    let (statefulsets, sts_writer) = watches::store::<StatefulSet>();
+    let (services, svc_writer) = watches::store::<Service>();
+    let (pdbs, pdb_writer) = watches::store::<PodDisruptionBudget>();
+    let (cronjobs, cronjob_writer) = watches::store::<CronJob>();
+    let (configmaps, configmap_writer) = watches::store::<ConfigMap>();
+    let (pods, pod_writer) = watches::store::<Pod>();
+    let (storage_classes, sc_writer) = watches::store::<StorageClass>();
+    let (endpoint_slices, slice_writer) = watches::store::<EndpointSlice>();
+    let (claims, claim_writer) = watches::store::<PersistentVolumeClaim>();
+    let (backups, backup_writer) = watches::store::<DistributedKVBackup>();
+    let (node_store, node_writer) = watches::store::<Node>();
+    let nodes = node_access::may_watch_nodes(client)
+        .await
+        .then_some(node_store);
+    (
+        Stores {
+            statefulsets,
+            services,
+            pdbs,
+            cronjobs,
+            configmaps,
+            pods,
+            storage_classes,
+            endpoint_slices,
+            claims,
+            backups,
+            nodes,
+        },
+        Writers {
+            statefulsets: sts_writer,
+            services: svc_writer,
+            pdbs: pdb_writer,
+            cronjobs: cronjob_writer,
+            configmaps: configmap_writer,
+            pods: pod_writer,
+            storage_classes: sc_writer,
+            endpoint_slices: slice_writer,
+            claims: claim_writer,
+            backups: backup_writer,
+            nodes: node_writer,
+        },
+    )
+}
+
+/// The clusters whose members' volumes use StorageClass `class`.
+fn naming_class(clusters: &Store<DistributedKV>, class: &str) -> Vec<ObjectRef<DistributedKV>> {
+    clusters
+        .state()
+        .into_iter()
+        .filter(|d| {
+            d.spec
+                .storage
+                .as_ref()
+                .is_some_and(|s| s.storage_class_name == class)
+        })
+        .map(|d| ObjectRef::from_obj(d.as_ref()))
+        .collect()
+}
+
+/// The clusters whose continuous backup agent's report changed (a new
+/// chain, a gap, a failure): their status is derived again at once.
+fn agent_changes(ctx: &Context) -> BoxStream<'static, ObjectRef<DistributedKV>> {
+    ctx.take_agent_changes()
+        .map(|changes| {
+            futures::stream::unfold(changes, |mut changes| async move {
+                changes.recv().await.map(|change| (change, changes))
+            })
+            .map(|(namespace, name)| ObjectRef::<DistributedKV>::new(&name).within(&namespace))
+            .boxed()
+        })
+        .unwrap_or_else(|| futures::stream::empty().boxed())
 }

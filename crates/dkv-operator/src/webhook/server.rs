@@ -184,151 +184,169 @@ async fn validate_cluster(
         return Ok(AdmissionVerdict::default());
     };
     if request.sub_resource.as_deref() == Some("scale") {
-        let replicas = |scale: Option<&DynamicObject>| {
-            scale
-                .and_then(|s| s.data.pointer("/spec/replicas"))
-                .and_then(Value::as_i64)
-                .and_then(|r| i32::try_from(r).ok())
-        };
-        let (Some(old), Some(new)) = (
-            replicas(request.old_object.as_ref()),
-            replicas(Some(object)),
-        ) else {
-            return Ok(AdmissionVerdict::default());
-        };
-        // The scale object does not carry spec.hibernation: the cluster does.
-        let namespace = request.namespace.clone().unwrap_or_default();
-        let found = if old == new {
-            None
-        } else {
-            let api: Api<DistributedKV> = Api::namespaced(state.client.clone(), &namespace);
-            match api.get_opt(&request.name).await {
-                Ok(found) => found,
-                Err(err) => {
-                    return Err(format!(
-                        "spec.size: could not check whether cluster {namespace}/{} is hibernated ({err}); retry",
-                        request.name
-                    ));
-                }
-            }
-        };
-        let hibernated = found
-            .as_ref()
-            .filter(|c| c.spec.hibernation)
-            .map(|_| format!("{namespace}/{}", request.name));
-        return Ok(review_cluster(
-            ClusterWrite::Scale {
-                old,
-                new,
-                hibernated: hibernated.as_deref(),
-                members: found.as_ref().map(members_now),
-            },
-            &RestoreSource::NotAsked,
-            &state.defaults,
-        ));
+        return validate_scale(state, request, object).await;
     }
     let new = cluster(object, "DistributedKV")?;
     match (&request.operation, &request.old_object) {
         (Operation::Update, Some(old)) => {
             let old = cluster(old, "previous DistributedKV")?;
-            let expandable = match growing_storage_class(&old, &new) {
-                None => None,
-                Some(class) => {
-                    let api: Api<StorageClass> = Api::all(state.client.clone());
-                    match api.get_opt(class).await {
-                        Ok(found) => {
-                            Some(found.is_some_and(|c| c.allow_volume_expansion == Some(true)))
-                        }
-                        Err(err) => {
-                            return Err(format!(
-                                "spec.storage.size: could not check whether StorageClass {class} allows volume expansion ({err}); retry"
-                            ));
-                        }
-                    }
-                }
-            };
-            // Refused only if dkv did turn it on: a spec that asked for
-            // authentication and never got it can be taken back.
-            let auth_on = if turns_auth_off(&old, &new) {
-                let namespace = request.namespace.clone().unwrap_or_default();
-                match crate::cluster::auth::enabled_in_etcd(
-                    &state.client,
-                    &namespace,
-                    &request.name,
-                )
-                .await
-                {
-                    Ok(on) => Some(on),
-                    Err(err) => {
-                        return Err(format!(
-                            "spec.auth.enabled: could not check whether etcd authentication is on in cluster {namespace}/{} ({err}); retry",
-                            request.name
-                        ));
-                    }
-                }
-            } else {
-                None
-            };
-            // A lower size is checked against what the volumes hold, not
-            // against a size the previous spec asked for.
-            let volume_capacity = if lowers_storage(&old, &new) {
-                let namespace = request.namespace.clone().unwrap_or_default();
-                let api: Api<PersistentVolumeClaim> =
-                    Api::namespaced(state.client.clone(), &namespace);
-                let selector = format!("{}={}", dkv_api::labels::CLUSTER_KEY, request.name);
-                match api.list(&ListParams::default().labels(&selector)).await {
-                    Ok(claims) => crate::cluster::dereference::largest_reached(claims.items.iter()),
-                    Err(err) => {
-                        return Err(format!(
-                            "spec.storage.size: could not read the volume claims of cluster {namespace}/{} ({err}); retry",
-                            request.name
-                        ));
-                    }
-                }
-            } else {
-                None
-            };
-            Ok(review_cluster(
-                ClusterWrite::Update {
-                    old: &old,
-                    new: &new,
-                    expandable,
-                    auth_on,
-                    volume_capacity: volume_capacity.as_deref(),
-                },
-                &RestoreSource::NotAsked,
-                &state.defaults,
-            ))
+            validate_update(state, request, &old, &new).await
         }
-        (Operation::Create, _) => {
-            let restore = match restore_backup_name(&new) {
-                None => RestoreSource::NotAsked,
-                Some(name) => {
-                    let namespace = request.namespace.clone().unwrap_or_default();
-                    let api: Api<DistributedKVBackup> =
-                        Api::namespaced(state.client.clone(), &namespace);
-                    match api.get_opt(name).await {
-                        Ok(Some(backup)) => RestoreSource::Found {
-                            completed: backup.status.and_then(|s| s.phase)
-                                == Some(dkv_api::backup::v1alpha1::BackupPhase::Completed),
-                        },
-                        Ok(None) => RestoreSource::Missing,
-                        Err(err) => {
-                            return Err(format!(
-                                "spec.bootstrap.restore.backupName: could not check that DistributedKVBackup {namespace}/{name} exists ({err}); retry"
-                            ));
-                        }
-                    }
-                }
-            };
-            Ok(review_cluster(
-                ClusterWrite::Create(&new),
-                &restore,
-                &state.defaults,
-            ))
-        }
+        (Operation::Create, _) => validate_create(state, request, &new).await,
         _ => Ok(AdmissionVerdict::default()),
     }
+}
+
+/// A write of the scale subresource (`kubectl scale`).
+async fn validate_scale(
+    state: &AdmissionState,
+    request: &AdmissionRequest<DynamicObject>,
+    object: &DynamicObject,
+) -> Result<AdmissionVerdict, String> {
+    let replicas = |scale: Option<&DynamicObject>| {
+        scale
+            .and_then(|s| s.data.pointer("/spec/replicas"))
+            .and_then(Value::as_i64)
+            .and_then(|r| i32::try_from(r).ok())
+    };
+    let (Some(old), Some(new)) = (
+        replicas(request.old_object.as_ref()),
+        replicas(Some(object)),
+    ) else {
+        return Ok(AdmissionVerdict::default());
+    };
+    // The scale object does not carry spec.hibernation: the cluster does.
+    let namespace = request.namespace.clone().unwrap_or_default();
+    let found = if old == new {
+        None
+    } else {
+        let api: Api<DistributedKV> = Api::namespaced(state.client.clone(), &namespace);
+        match api.get_opt(&request.name).await {
+            Ok(found) => found,
+            Err(err) => {
+                return Err(format!(
+                    "spec.size: could not check whether cluster {namespace}/{} is hibernated ({err}); retry",
+                    request.name
+                ));
+            }
+        }
+    };
+    let hibernated = found
+        .as_ref()
+        .filter(|c| c.spec.hibernation)
+        .map(|_| format!("{namespace}/{}", request.name));
+    Ok(review_cluster(
+        ClusterWrite::Scale {
+            old,
+            new,
+            hibernated: hibernated.as_deref(),
+            members: found.as_ref().map(members_now),
+        },
+        &RestoreSource::NotAsked,
+        &state.defaults,
+    ))
+}
+
+/// An update of a cluster, with what the API says of its StorageClass,
+/// etcd's authentication and its volumes where the edit depends on them.
+async fn validate_update(
+    state: &AdmissionState,
+    request: &AdmissionRequest<DynamicObject>,
+    old: &DistributedKV,
+    new: &DistributedKV,
+) -> Result<AdmissionVerdict, String> {
+    let expandable = match growing_storage_class(old, new) {
+        None => None,
+        Some(class) => {
+            let api: Api<StorageClass> = Api::all(state.client.clone());
+            match api.get_opt(class).await {
+                Ok(found) => Some(found.is_some_and(|c| c.allow_volume_expansion == Some(true))),
+                Err(err) => {
+                    return Err(format!(
+                        "spec.storage.size: could not check whether StorageClass {class} allows volume expansion ({err}); retry"
+                    ));
+                }
+            }
+        }
+    };
+    // Refused only if dkv did turn it on: a spec that asked for
+    // authentication and never got it can be taken back.
+    let auth_on = if turns_auth_off(old, new) {
+        let namespace = request.namespace.clone().unwrap_or_default();
+        match crate::cluster::auth::enabled_in_etcd(&state.client, &namespace, &request.name).await
+        {
+            Ok(on) => Some(on),
+            Err(err) => {
+                return Err(format!(
+                    "spec.auth.enabled: could not check whether etcd authentication is on in cluster {namespace}/{} ({err}); retry",
+                    request.name
+                ));
+            }
+        }
+    } else {
+        None
+    };
+    // A lower size is checked against what the volumes hold, not
+    // against a size the previous spec asked for.
+    let volume_capacity = if lowers_storage(old, new) {
+        let namespace = request.namespace.clone().unwrap_or_default();
+        let api: Api<PersistentVolumeClaim> = Api::namespaced(state.client.clone(), &namespace);
+        let selector = format!("{}={}", dkv_api::labels::CLUSTER_KEY, request.name);
+        match api.list(&ListParams::default().labels(&selector)).await {
+            Ok(claims) => crate::cluster::dereference::largest_reached(claims.items.iter()),
+            Err(err) => {
+                return Err(format!(
+                    "spec.storage.size: could not read the volume claims of cluster {namespace}/{} ({err}); retry",
+                    request.name
+                ));
+            }
+        }
+    } else {
+        None
+    };
+    Ok(review_cluster(
+        ClusterWrite::Update {
+            old,
+            new,
+            expandable,
+            auth_on,
+            volume_capacity: volume_capacity.as_deref(),
+        },
+        &RestoreSource::NotAsked,
+        &state.defaults,
+    ))
+}
+
+/// A new cluster, with whether the backup it restores from exists.
+async fn validate_create(
+    state: &AdmissionState,
+    request: &AdmissionRequest<DynamicObject>,
+    new: &DistributedKV,
+) -> Result<AdmissionVerdict, String> {
+    let restore = match restore_backup_name(new) {
+        None => RestoreSource::NotAsked,
+        Some(name) => {
+            let namespace = request.namespace.clone().unwrap_or_default();
+            let api: Api<DistributedKVBackup> = Api::namespaced(state.client.clone(), &namespace);
+            match api.get_opt(name).await {
+                Ok(Some(backup)) => RestoreSource::Found {
+                    completed: backup.status.and_then(|s| s.phase)
+                        == Some(dkv_api::backup::v1alpha1::BackupPhase::Completed),
+                },
+                Ok(None) => RestoreSource::Missing,
+                Err(err) => {
+                    return Err(format!(
+                        "spec.bootstrap.restore.backupName: could not check that DistributedKVBackup {namespace}/{name} exists ({err}); retry"
+                    ));
+                }
+            }
+        }
+    };
+    Ok(review_cluster(
+        ClusterWrite::Create(new),
+        &restore,
+        &state.defaults,
+    ))
 }
 
 /// The StorageClass of a write that grows `spec.storage.size`, if it does.

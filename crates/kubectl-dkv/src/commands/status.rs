@@ -433,8 +433,17 @@ fn yes(flag: bool) -> String {
 }
 
 pub fn text(r: &Report, now: Timestamp) -> String {
-    let dash = || "-".to_owned();
     let mut out = String::new();
+    summary_text(&mut out, r, now);
+    conditions_text(&mut out, r, now);
+    members_text(&mut out, r, now);
+    maintenance_text(&mut out, r, now);
+    certificates_text(&mut out, r, now);
+    out
+}
+
+/// The cluster, its phase, members and the operation in flight.
+fn summary_text(out: &mut String, r: &Report, now: Timestamp) {
     out.push_str(&format!("Cluster:     {}/{}\n", r.namespace, r.name));
     out.push_str(&format!(
         "Phase:       {}{}\n",
@@ -475,6 +484,10 @@ pub fn text(r: &Report, now: Timestamp) -> String {
             )
         )
     ));
+}
+
+/// The conditions, one row each.
+fn conditions_text(out: &mut String, r: &Report, now: Timestamp) {
     out.push_str("\nConditions:\n");
     if r.conditions.is_empty() {
         out.push_str("  (none yet)\n");
@@ -498,6 +511,11 @@ pub fn text(r: &Report, now: Timestamp) -> String {
             &rows,
         ));
     }
+}
+
+/// The members, one row each, with etcd's own figures.
+fn members_text(out: &mut String, r: &Report, now: Timestamp) {
+    let dash = || "-".to_owned();
     out.push_str("\nMembers:\n");
     if r.members.is_empty() {
         out.push_str("  (none yet)\n");
@@ -567,6 +585,10 @@ pub fn text(r: &Report, now: Timestamp) -> String {
     if let Some(error) = &r.live_error {
         out.push_str(&format!("  (etcd's own figures are missing: {error})\n"));
     }
+}
+
+/// Defragmentation and backups.
+fn maintenance_text(out: &mut String, r: &Report, now: Timestamp) {
     if let Some(d) = &r.defrag {
         out.push_str(&format!(
             "\nDefrag:      {} (members with {}%+ free), last run {}, next {}\n",
@@ -616,6 +638,10 @@ pub fn text(r: &Report, now: Timestamp) -> String {
     if let Some(line) = output::continuous_line(b.continuous.as_ref(), now) {
         out.push_str(&format!("  Continuous:  {line}\n"));
     }
+}
+
+/// The certificates the operator issued, with when they expire.
+fn certificates_text(out: &mut String, r: &Report, now: Timestamp) {
     out.push_str("\nCertificates:\n");
     if r.certificates.is_empty() {
         out.push_str("  (no TLS)\n");
@@ -639,7 +665,6 @@ pub fn text(r: &Report, now: Timestamp) -> String {
             &rows,
         ));
     }
-    out
 }
 
 #[cfg(test)]

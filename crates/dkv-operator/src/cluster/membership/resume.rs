@@ -3,216 +3,236 @@
 
 use dkv_api::distributedkv::v1beta1::OperationKind;
 
-use super::{DataPlacement, Observation, Pinned, Step, WaitReason, caught_up};
+use super::{DataPlacement, Observation, ObservedMember, Pinned, Step, WaitReason, caught_up};
 
+/// The pinned operation's next step.
 pub(super) fn continue_operation(obs: &Observation, pinned: Pinned) -> Step {
-    let ordinal = pinned.ordinal;
     if pinned.kind == OperationKind::RestoreFromBackup {
         return continue_restore(obs, pinned);
     }
     let Some(_) = &obs.members else {
         return Step::Wait(WaitReason::EtcdUnreachable);
     };
-    let member = obs.member(ordinal);
-    let leader_index = obs.leader().map_or(0, |l| l.raft_index);
+    let member = obs.member(pinned.ordinal);
     match pinned.kind {
         OperationKind::AddLearner | OperationKind::PromoteLearner => {
             continue_learner(obs, pinned, member)
         }
         OperationKind::RelocateMember => continue_relocation(obs, pinned, member),
-
-        OperationKind::RemoveMember => match member {
-            // The last voter is never removed, whatever the pin says (it can
-            // only say so if someone wrote it into status by hand).
-            Some(m) if !m.learner && obs.voters().len() == 1 => Step::Finish(pinned),
-            Some(m) => match obs.safe_to_lose(m.id, true) {
-                Err(reason) => Step::Wait(reason),
-                Ok(()) => leadership_off_then_remove(obs, m, ordinal),
-            },
-            None if obs.replicas > ordinal => Step::SetReplicas(ordinal),
-            None if obs.pod(ordinal).is_some() => Step::Wait(WaitReason::PodNotReady { ordinal }),
-            None => Step::DeleteVolume { ordinal },
-        },
-        // A restart onto the current template: a new image (upgrade), a
-        // reissued certificate, or any other template change. The member
-        // must be back in service (healthy, Ready, caught up) before the
-        // operation ends and the next member may go.
+        OperationKind::RemoveMember => continue_removal(obs, pinned, member),
         OperationKind::UpgradeMember
         | OperationKind::RenewCertificate
-        | OperationKind::RestartMember => match member {
-            None => Step::Finish(pinned),
-            // Its own node is lost and it is due to be relocated: the
-            // relocation re-creates its pod (on the current template) anyway.
-            Some(m) if obs.relocation_due(m.ordinal) => Step::Finish(pinned),
-            Some(m) => {
-                let restarted = match pinned.kind {
-                    OperationKind::RestartMember => {
-                        if obs.update_revision.is_none() {
-                            // The template changed again: wait for its
-                            // revision before deciding anything.
-                            return Step::Wait(WaitReason::TemplatePending);
-                        }
-                        obs.on_current_template(ordinal)
-                    }
-                    // The pod runs the new image and certificate. An image
-                    // whose tag names no version (a digest, `spec.version`
-                    // saying what it holds) is judged by the template the
-                    // pod was created from: a pod still on an image the
-                    // spec no longer names (set back after it failed) is
-                    // restarted, not waited for.
-                    _ => {
-                        let untagged = obs.pod(ordinal).is_some_and(|p| p.version.is_none());
-                        if untagged && obs.update_revision.is_none() {
-                            // The template changed again: wait for its
-                            // revision before deciding anything.
-                            return Step::Wait(WaitReason::TemplatePending);
-                        }
-                        obs.has_current_certificate(ordinal)
-                            && obs.pod(ordinal).is_some_and(|p| match p.version {
-                                Some(v) => v == obs.desired_version,
-                                None => obs.on_current_template(ordinal),
-                            })
-                    }
-                };
-                if restarted {
-                    let done = obs.back_in_service(m)
-                        && (pinned.kind == OperationKind::RestartMember
-                            || obs.runs_desired_version(m));
-                    return if done {
-                        Step::Finish(pinned)
-                    } else if pinned.kind == OperationKind::UpgradeMember {
-                        Step::Wait(WaitReason::UpgradeInProgress { ordinal })
-                    } else {
-                        Step::Wait(WaitReason::RestartInProgress { ordinal })
-                    };
-                }
-                // Every member healthy before a restart; the restarted one
-                // may be down only while all others serve: healthy in etcd,
-                // and Ready (the client Service routes to them).
-                if let Some(sick) = obs
-                    .voters()
-                    .into_iter()
-                    .find(|v| !v.healthy && v.id != m.id)
-                {
-                    // Its node is lost and due to be replaced: this restart
-                    // (not begun; it would only wait for the node) yields,
-                    // and is begun again once the member is relocated.
-                    if obs.relocation_due(sick.ordinal) {
-                        return Step::Finish(pinned);
-                    }
-                    return Step::Wait(WaitReason::MemberUnhealthy {
-                        ordinal: sick.ordinal,
-                    });
-                }
-                if let Some(unready) = obs
-                    .voters()
-                    .into_iter()
-                    .find(|v| v.id != m.id && obs.pod(v.ordinal).is_some_and(|p| !p.ready))
-                {
-                    return Step::Wait(WaitReason::PodNotReady {
-                        ordinal: unready.ordinal,
-                    });
-                }
-                // A move down a minor line still needs etcd's downgrade (the
-                // spec or etcd may have changed since the pin).
-                if pinned.kind == OperationKind::UpgradeMember
-                    && let Some(step) = obs.downgrade_step(m)
-                {
-                    return if m.healthy {
-                        step
-                    } else {
-                        Step::Wait(WaitReason::MemberUnhealthy { ordinal })
-                    };
-                }
-                match obs.safe_to_lose(m.id, false) {
-                    Err(reason) => Step::Wait(reason),
-                    Ok(()) => match (m.leader, obs.healthy_follower(m.id)) {
-                        (true, Some(to)) => Step::MoveLeader {
-                            from: m.id,
-                            from_ordinal: m.ordinal,
-                            to: to.id,
-                        },
-                        _ => Step::RestartPod { ordinal },
-                    },
-                }
-            }
-        },
-        OperationKind::RecoverQuorum => {
-            let Some(m) = member else {
-                return Step::Wait(WaitReason::RecoveryInProgress { ordinal });
-            };
-            let Some(pod) = obs.pod(ordinal).filter(|p| p.init_done) else {
-                // The survivor's pod is (re)starting.
-                return Step::Wait(WaitReason::RecoveryInProgress { ordinal });
-            };
-            let others = obs.voters().iter().filter(|v| v.id != m.id).count();
-            if others > 0 {
-                // 1. Restart the survivor so that it starts alone...
-                if pod.forced_new_cluster {
-                    Step::Wait(WaitReason::RecoveryInProgress { ordinal })
-                } else {
-                    Step::RestartPod { ordinal }
-                }
-            } else if pod.forced_new_cluster {
-                // 2. ...then once more without the flag: if etcd restarted
-                //    with it after members rejoined, it would drop them again.
-                Step::RestartPod { ordinal }
-            } else if m.healthy {
-                Step::Finish(pinned)
-            } else {
-                Step::Wait(WaitReason::RecoveryInProgress { ordinal })
-            }
-        }
+        | OperationKind::RestartMember => continue_restart(obs, pinned, member),
+        OperationKind::RecoverQuorum => continue_recovery(obs, pinned, member),
         // Handled before etcd's view is required (see the top).
         OperationKind::RestoreFromBackup => continue_restore(obs, pinned),
-        OperationKind::ReplaceMember => {
-            let lost = obs.pod(ordinal).is_some_and(|p| p.data_lost);
-            let corrupt = obs.corrupt.contains(&ordinal);
-            // The pod still runs what it ran before the member was re-added:
-            // its member-init has run, but not for this replacement.
-            let stale_pod = obs
-                .pod(ordinal)
-                .is_some_and(|p| (p.init_done || p.init_refused) && !p.replaced);
-            match member {
-                // The stale member (its data is gone, or differs from its
-                // peers') is removed first...
-                Some(m) if m.started && !m.learner && corrupt => {
-                    match obs.safe_to_replace_corrupt(m.id) {
-                        Err(reason) => Step::Wait(reason),
-                        Ok(()) => leadership_off_then_remove(obs, m, ordinal),
-                    }
-                }
-                Some(m) if m.started && !m.learner && lost => match obs.safe_to_lose(m.id, true) {
-                    Ok(()) => Step::RemoveMember { id: m.id, ordinal },
-                    Err(reason) => Step::Wait(reason),
-                },
-                // ...then re-added as a learner, and the pod restarts: empty,
-                // or with its old data set aside by member-init.
-                None => Step::AddLearner { ordinal },
-                Some(m) if m.learner && !m.started && (lost || stale_pod) => {
-                    Step::RestartPod { ordinal }
-                }
-                Some(m) if m.learner => {
-                    if caught_up(m, leader_index) {
-                        Step::Promote { id: m.id, ordinal }
-                    } else {
-                        Step::Wait(WaitReason::LearnerCatchingUp { ordinal })
-                    }
-                }
-                Some(m) if m.healthy && !lost => Step::Finish(pinned),
-                Some(_) => Step::Wait(WaitReason::MemberUnhealthy { ordinal }),
+        OperationKind::ReplaceMember => continue_replacement(obs, pinned, member),
+    }
+}
+
+/// A scale-down: leadership moved off the member, the member removed, its
+/// pod and then its volume deleted.
+fn continue_removal(obs: &Observation, pinned: Pinned, member: Option<&ObservedMember>) -> Step {
+    let ordinal = pinned.ordinal;
+    match member {
+        // The last voter is never removed, whatever the pin says (it can
+        // only say so if someone wrote it into status by hand).
+        Some(m) if !m.learner && obs.voters().len() == 1 => Step::Finish(pinned),
+        Some(m) => match obs.safe_to_lose(m.id, true) {
+            Err(reason) => Step::Wait(reason),
+            Ok(()) => leadership_off_then_remove(obs, m, ordinal),
+        },
+        None if obs.replicas > ordinal => Step::SetReplicas(ordinal),
+        None if obs.pod(ordinal).is_some() => Step::Wait(WaitReason::PodNotReady { ordinal }),
+        None => Step::DeleteVolume { ordinal },
+    }
+}
+
+/// A restart onto the current template: a new image (upgrade), a reissued
+/// certificate, or any other template change. The member must be back in
+/// service (healthy, Ready, caught up) before the operation ends and the
+/// next member may go.
+fn continue_restart(obs: &Observation, pinned: Pinned, member: Option<&ObservedMember>) -> Step {
+    let ordinal = pinned.ordinal;
+    let m = match member {
+        None => return Step::Finish(pinned),
+        // Its own node is lost and it is due to be relocated: the
+        // relocation re-creates its pod (on the current template) anyway.
+        Some(m) if obs.relocation_due(m.ordinal) => return Step::Finish(pinned),
+        Some(m) => m,
+    };
+    let restarted = match restarted(obs, pinned) {
+        Ok(restarted) => restarted,
+        Err(wait) => return Step::Wait(wait),
+    };
+    if restarted {
+        let done = obs.back_in_service(m)
+            && (pinned.kind == OperationKind::RestartMember || obs.runs_desired_version(m));
+        return if done {
+            Step::Finish(pinned)
+        } else if pinned.kind == OperationKind::UpgradeMember {
+            Step::Wait(WaitReason::UpgradeInProgress { ordinal })
+        } else {
+            Step::Wait(WaitReason::RestartInProgress { ordinal })
+        };
+    }
+    // Every member healthy before a restart; the restarted one may be down
+    // only while all others serve: healthy in etcd, and Ready (the client
+    // Service routes to them).
+    if let Some(sick) = obs
+        .voters()
+        .into_iter()
+        .find(|v| !v.healthy && v.id != m.id)
+    {
+        // Its node is lost and due to be replaced: this restart (not
+        // begun; it would only wait for the node) yields, and is begun
+        // again once the member is relocated.
+        if obs.relocation_due(sick.ordinal) {
+            return Step::Finish(pinned);
+        }
+        return Step::Wait(WaitReason::MemberUnhealthy {
+            ordinal: sick.ordinal,
+        });
+    }
+    if let Some(unready) = obs
+        .voters()
+        .into_iter()
+        .find(|v| v.id != m.id && obs.pod(v.ordinal).is_some_and(|p| !p.ready))
+    {
+        return Step::Wait(WaitReason::PodNotReady {
+            ordinal: unready.ordinal,
+        });
+    }
+    // A move down a minor line still needs etcd's downgrade (the spec or
+    // etcd may have changed since the pin).
+    if pinned.kind == OperationKind::UpgradeMember
+        && let Some(step) = obs.downgrade_step(m)
+    {
+        return if m.healthy {
+            step
+        } else {
+            Step::Wait(WaitReason::MemberUnhealthy { ordinal })
+        };
+    }
+    match obs.safe_to_lose(m.id, false) {
+        Err(reason) => Step::Wait(reason),
+        Ok(()) => match (m.leader, obs.healthy_follower(m.id)) {
+            (true, Some(to)) => Step::MoveLeader {
+                from: m.id,
+                from_ordinal: m.ordinal,
+                to: to.id,
+            },
+            _ => Step::RestartPod { ordinal },
+        },
+    }
+}
+
+/// Whether the pinned member's pod has restarted onto what the restart is
+/// for, or what to wait for before that can be told.
+fn restarted(obs: &Observation, pinned: Pinned) -> Result<bool, WaitReason> {
+    let ordinal = pinned.ordinal;
+    if pinned.kind == OperationKind::RestartMember {
+        if obs.update_revision.is_none() {
+            // The template changed again: wait for its revision before
+            // deciding anything.
+            return Err(WaitReason::TemplatePending);
+        }
+        return Ok(obs.on_current_template(ordinal));
+    }
+    // The pod runs the new image and certificate. An image whose tag names
+    // no version (a digest, `spec.version` saying what it holds) is judged
+    // by the template the pod was created from: a pod still on an image the
+    // spec no longer names (set back after it failed) is restarted, not
+    // waited for.
+    let untagged = obs.pod(ordinal).is_some_and(|p| p.version.is_none());
+    if untagged && obs.update_revision.is_none() {
+        // The template changed again: wait for its revision before
+        // deciding anything.
+        return Err(WaitReason::TemplatePending);
+    }
+    Ok(obs.has_current_certificate(ordinal)
+        && obs.pod(ordinal).is_some_and(|p| match p.version {
+            Some(v) => v == obs.desired_version,
+            None => obs.on_current_template(ordinal),
+        }))
+}
+
+/// A quorum recovery from one survivor: restarted alone with
+/// `--force-new-cluster`, then once more without it; done once it serves.
+fn continue_recovery(obs: &Observation, pinned: Pinned, member: Option<&ObservedMember>) -> Step {
+    let ordinal = pinned.ordinal;
+    let Some(m) = member else {
+        return Step::Wait(WaitReason::RecoveryInProgress { ordinal });
+    };
+    let Some(pod) = obs.pod(ordinal).filter(|p| p.init_done) else {
+        // The survivor's pod is (re)starting.
+        return Step::Wait(WaitReason::RecoveryInProgress { ordinal });
+    };
+    let others = obs.voters().iter().filter(|v| v.id != m.id).count();
+    if others > 0 {
+        // 1. Restart the survivor so that it starts alone...
+        if pod.forced_new_cluster {
+            Step::Wait(WaitReason::RecoveryInProgress { ordinal })
+        } else {
+            Step::RestartPod { ordinal }
+        }
+    } else if pod.forced_new_cluster {
+        // 2. ...then once more without the flag: if etcd restarted
+        //    with it after members rejoined, it would drop them again.
+        Step::RestartPod { ordinal }
+    } else if m.healthy {
+        Step::Finish(pinned)
+    } else {
+        Step::Wait(WaitReason::RecoveryInProgress { ordinal })
+    }
+}
+
+/// A member replaced from its peers (its data lost, or corrupt): removed,
+/// re-added as a learner, its pod restarted, caught up and promoted.
+fn continue_replacement(
+    obs: &Observation,
+    pinned: Pinned,
+    member: Option<&ObservedMember>,
+) -> Step {
+    let ordinal = pinned.ordinal;
+    let leader_index = obs.leader().map_or(0, |l| l.raft_index);
+    let lost = obs.pod(ordinal).is_some_and(|p| p.data_lost);
+    let corrupt = obs.corrupt.contains(&ordinal);
+    // The pod still runs what it ran before the member was re-added: its
+    // member-init has run, but not for this replacement.
+    let stale_pod = obs
+        .pod(ordinal)
+        .is_some_and(|p| (p.init_done || p.init_refused) && !p.replaced);
+    match member {
+        // The stale member (its data is gone, or differs from its peers')
+        // is removed first...
+        Some(m) if m.started && !m.learner && corrupt => match obs.safe_to_replace_corrupt(m.id) {
+            Err(reason) => Step::Wait(reason),
+            Ok(()) => leadership_off_then_remove(obs, m, ordinal),
+        },
+        Some(m) if m.started && !m.learner && lost => match obs.safe_to_lose(m.id, true) {
+            Ok(()) => Step::RemoveMember { id: m.id, ordinal },
+            Err(reason) => Step::Wait(reason),
+        },
+        // ...then re-added as a learner, and the pod restarts: empty, or
+        // with its old data set aside by member-init.
+        None => Step::AddLearner { ordinal },
+        Some(m) if m.learner && !m.started && (lost || stale_pod) => Step::RestartPod { ordinal },
+        Some(m) if m.learner => {
+            if caught_up(m, leader_index) {
+                Step::Promote { id: m.id, ordinal }
+            } else {
+                Step::Wait(WaitReason::LearnerCatchingUp { ordinal })
             }
         }
+        Some(m) if m.healthy && !lost => Step::Finish(pinned),
+        Some(_) => Step::Wait(WaitReason::MemberUnhealthy { ordinal }),
     }
 }
 
 /// A learner being added (scale-up, or a relocated member joining again):
 /// added, its pod started, caught up, promoted, then done once it serves.
-fn continue_learner(
-    obs: &Observation,
-    pinned: Pinned,
-    member: Option<&super::ObservedMember>,
-) -> Step {
+fn continue_learner(obs: &Observation, pinned: Pinned, member: Option<&ObservedMember>) -> Step {
     let ordinal = pinned.ordinal;
     let leader_index = obs.leader().map_or(0, |l| l.raft_index);
     match member {
@@ -253,11 +273,7 @@ fn continue_learner(
 /// whose data stays with the node leaves etcd before its pod and claim go,
 /// so that data can never rejoin; one whose volume follows its pod keeps
 /// its place and its data. Then a member that left joins again as a learner.
-fn continue_relocation(
-    obs: &Observation,
-    pinned: Pinned,
-    member: Option<&super::ObservedMember>,
-) -> Step {
+fn continue_relocation(obs: &Observation, pinned: Pinned, member: Option<&ObservedMember>) -> Step {
     let ordinal = pinned.ordinal;
     let Some(stranded) = obs.stranded(ordinal) else {
         return continue_learner(obs, pinned, member);
@@ -316,7 +332,7 @@ fn continue_restore(obs: &Observation, pinned: Pinned) -> Step {
 
 /// Removing member `m` (pod `ordinal`): its leadership moved to a healthy
 /// follower first, when it leads and there is one.
-fn leadership_off_then_remove(obs: &Observation, m: &super::ObservedMember, ordinal: i32) -> Step {
+fn leadership_off_then_remove(obs: &Observation, m: &ObservedMember, ordinal: i32) -> Step {
     match (m.leader, obs.healthy_follower(m.id)) {
         (true, Some(to)) => Step::MoveLeader {
             from: m.id,

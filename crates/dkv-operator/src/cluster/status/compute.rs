@@ -22,6 +22,7 @@ use crate::cluster::membership::words;
 use crate::cluster::membership::{ObservedMember, Step, WaitReason, quorum};
 use crate::cluster::naming;
 use crate::cluster::plan::update_revision;
+use crate::cluster::restore::Replay;
 
 /// The status after a successful pass.
 pub(super) fn compute(
@@ -30,69 +31,165 @@ pub(super) fn compute(
     now: &Time,
 ) -> DistributedKVStatus {
     let old = dkv.status.clone().unwrap_or_default();
-    let sts_status = obs.statefulset.and_then(|s| s.status.as_ref());
-    let replicas = sts_status.map_or(0, |s| s.replicas);
-    let pod_ready = |ordinal: i32| {
-        obs.pods
-            .iter()
-            .any(|p| p.view.ordinal == ordinal && p.view.ready)
-    };
-    // A member is ready when its pod is Ready (so the client Service routes
-    // to it) and, once etcd can be asked, etcd reports it a healthy voter.
-    // Without etcd's view (not formed yet, or unreachable), pod readiness —
-    // which is etcd's /health — stands alone.
-    let voters: Vec<&ObservedMember> = obs
-        .members
-        .into_iter()
-        .flatten()
-        .filter(|m| !m.learner)
-        .collect();
-    let (members, ready) = if voters.is_empty() {
-        let ready_pods = obs.pods.iter().filter(|p| p.view.ready).count();
-        (
-            obs.plan.replicas,
-            i32::try_from(ready_pods).unwrap_or(i32::MAX),
-        )
-    } else {
-        (
-            i32::try_from(voters.len()).unwrap_or(i32::MAX),
-            i32::try_from(
-                voters
-                    .iter()
-                    .filter(|m| m.healthy && pod_ready(m.ordinal))
-                    .count(),
-            )
-            .unwrap_or(0),
-        )
-    };
-    let quorum = quorum(members);
-    let serving = serving_endpoints(obs.client_endpoints);
-    let client_service = naming::client_service(&obs.cluster.name);
-    let complete = obs.statefulset.is_some()
-        && ready >= members
-        && (replicas == members || !voters.is_empty());
-    // A cluster has formed once every member was ready at the same time;
-    // after that, fewer ready members is a fault, not creation progress.
-    // The record of it is the Available condition: once it was
-    // QuorumHealthy, its reason stays QuorumHealthy or QuorumLost. (The phase
-    // cannot tell: it is also Degraded for a spec problem during creation.)
-    let formed_before = formed_before(dkv);
-    // The membership record knows too: once every member has run, the
-    // record says the cluster exists. It stands in only for a status that
-    // has no record of its own (a status written anew): while Available
-    // still says Creating, members that have started but are not Ready yet
-    // are a cluster forming, not a fault.
-    let status_is_new = !dkv
-        .status
-        .iter()
-        .flat_map(|s| &s.conditions)
-        .any(|c| c.type_ == types::AVAILABLE);
-    let formed = complete || formed_before || (!obs.plan.creating && status_is_new);
+    let replicas = obs
+        .statefulset
+        .and_then(|s| s.status.as_ref())
+        .map_or(0, |s| s.replicas);
+    let tally = Tally::of(dkv, obs, replicas);
+    let rolled_back = rolled_back(dkv, obs, now);
+    let available = available(obs, &tally);
+    let progressing = progressing_stopped(obs, rolled_back.as_ref())
+        .or_else(|| progressing_moving(obs, &tally))
+        .unwrap_or_else(|| Want {
+            type_: types::PROGRESSING,
+            status: false,
+            reason: reasons::CONVERGED,
+            message: "the cluster matches its spec".to_owned(),
+        });
+    let degraded = degraded(obs, &tally, rolled_back.as_ref(), now);
+    let phase = phase(obs, &tally, &degraded);
+    let rollout = rollout(obs, &tally, &progressing, rolled_back);
 
-    // Available is a promise to clients: quorum is healthy *and* reachable
-    // through the client Service, so a client started now gets answers.
-    let replaying = obs.plan.replay_pending();
-    let available = if let Some(replay) = replaying {
+    let recorded = i32::try_from(obs.plan.record.members.len()).unwrap_or(tally.members);
+    let (available, progressing, degraded, phase) = hibernating(
+        obs,
+        [available, progressing, degraded],
+        phase,
+        tally.ready,
+        recorded,
+    );
+
+    let generation = dkv.meta().generation;
+    let mut conditions = old.conditions.clone();
+    for want in [available, progressing, degraded] {
+        set_condition(&mut conditions, want, generation, now);
+    }
+
+    DistributedKVStatus {
+        observed_generation: generation,
+        phase: Some(phase),
+        replicas,
+        ready_replicas: tally.ready,
+        selector: Some(labels::selector_string(&obs.cluster.name)),
+        current_version: current_version(obs, &tally, &old),
+        members: member_statuses(obs, &old),
+        leader: leader(obs, &old),
+        cluster_id: obs
+            .members
+            .into_iter()
+            .flatten()
+            .find(|m| m.cluster_id != 0)
+            .map(|m| format!("{:x}", m.cluster_id))
+            .or_else(|| old.cluster_id.clone()),
+        operation: obs.operation.clone(),
+        conditions,
+        rollout,
+        ..with_backups(old, obs.backups)
+    }
+}
+
+/// The counts the conditions are judged by, and whether the cluster has
+/// formed.
+struct Tally<'a> {
+    /// etcd's voting members as observed this pass (empty: etcd was not
+    /// asked, or did not answer).
+    voters: Vec<&'a ObservedMember>,
+    /// How many members there are: etcd's voters, or the plan's replicas
+    /// before etcd can be asked.
+    members: i32,
+    /// How many of them are ready.
+    ready: i32,
+    quorum: i32,
+    /// How many distinct addresses the client Service routes to.
+    serving: i32,
+    /// Whether the cluster has formed (every member was ready once).
+    formed: bool,
+    /// The recorded changes still to replay after a point-in-time restore.
+    replaying: Option<&'a Replay>,
+}
+
+impl<'a> Tally<'a> {
+    fn of(dkv: &DistributedKV, obs: &StatusInputs<'a>, replicas: i32) -> Self {
+        let pod_ready = |ordinal: i32| {
+            obs.pods
+                .iter()
+                .any(|p| p.view.ordinal == ordinal && p.view.ready)
+        };
+        // A member is ready when its pod is Ready (so the client Service
+        // routes to it) and, once etcd can be asked, etcd reports it a
+        // healthy voter. Without etcd's view (not formed yet, or
+        // unreachable), pod readiness — which is etcd's /health — stands
+        // alone.
+        let voters: Vec<&ObservedMember> = obs
+            .members
+            .into_iter()
+            .flatten()
+            .filter(|m| !m.learner)
+            .collect();
+        let (members, ready) = if voters.is_empty() {
+            let ready_pods = obs.pods.iter().filter(|p| p.view.ready).count();
+            (
+                obs.plan.replicas,
+                i32::try_from(ready_pods).unwrap_or(i32::MAX),
+            )
+        } else {
+            (
+                i32::try_from(voters.len()).unwrap_or(i32::MAX),
+                i32::try_from(
+                    voters
+                        .iter()
+                        .filter(|m| m.healthy && pod_ready(m.ordinal))
+                        .count(),
+                )
+                .unwrap_or(0),
+            )
+        };
+        let complete = obs.statefulset.is_some()
+            && ready >= members
+            && (replicas == members || !voters.is_empty());
+        // A cluster has formed once every member was ready at the same
+        // time; after that, fewer ready members is a fault, not creation
+        // progress. The record of it is the Available condition: once it
+        // was QuorumHealthy, its reason stays QuorumHealthy or QuorumLost.
+        // (The phase cannot tell: it is also Degraded for a spec problem
+        // during creation.)
+        //
+        // The membership record knows too: once every member has run, the
+        // record says the cluster exists. It stands in only for a status
+        // that has no record of its own (a status written anew): while
+        // Available still says Creating, members that have started but are
+        // not Ready yet are a cluster forming, not a fault.
+        let status_is_new = !dkv
+            .status
+            .iter()
+            .flat_map(|s| &s.conditions)
+            .any(|c| c.type_ == types::AVAILABLE);
+        let formed = complete || formed_before(dkv) || (!obs.plan.creating && status_is_new);
+        Tally {
+            voters,
+            members,
+            ready,
+            quorum: quorum(members),
+            serving: serving_endpoints(obs.client_endpoints),
+            formed,
+            replaying: obs.plan.replay_pending(),
+        }
+    }
+}
+
+/// Available is a promise to clients: quorum is healthy *and* reachable
+/// through the client Service, so a client started now gets answers.
+fn available(obs: &StatusInputs<'_>, t: &Tally<'_>) -> Want {
+    let Tally {
+        members,
+        ready,
+        quorum,
+        serving,
+        formed,
+        ..
+    } = *t;
+    let client_service = naming::client_service(&obs.cluster.name);
+    if let Some(replay) = t.replaying {
         Want {
             type_: types::AVAILABLE,
             status: false,
@@ -135,10 +232,12 @@ pub(super) fn compute(
             },
             message: format!("{ready}/{members} members ready; quorum needs {quorum}"),
         }
-    };
+    }
+}
 
-    // The rollback in effect, or the one this pass decides on.
-    let rolled_back = obs.cluster.rolled_back.clone().or_else(|| {
+/// The rollback in effect, or the one this pass decides on.
+fn rolled_back(dkv: &DistributedKV, obs: &StatusInputs<'_>, now: &Time) -> Option<RolledBack> {
+    obs.cluster.rolled_back.clone().or_else(|| {
         let stalled = obs.stalled.filter(|s| s.roll_back)?;
         Some(RolledBack {
             generation: dkv.meta().generation?,
@@ -146,15 +245,20 @@ pub(super) fn compute(
             reason: stalled.why.clone(),
             at: now.clone(),
         })
-    });
-    let progressing = if obs.cluster.paused {
+    })
+}
+
+/// Progressing when the operator holds back from changing the cluster: a
+/// pause, a rollback, a missed deadline, a downgrade etcd refused.
+fn progressing_stopped(obs: &StatusInputs<'_>, rolled_back: Option<&RolledBack>) -> Option<Want> {
+    let want = if obs.cluster.paused {
         Want {
             type_: types::PROGRESSING,
             status: false,
             reason: reasons::PAUSED,
             message: format!("{} is set: no changes are made", labels::RECONCILE_PAUSED),
         }
-    } else if let Some(rolled_back) = &rolled_back {
+    } else if let Some(rolled_back) = rolled_back {
         Want {
             type_: types::PROGRESSING,
             status: false,
@@ -184,7 +288,22 @@ pub(super) fn compute(
                 obs.cluster.version
             ),
         }
-    } else if let Step::Wait(reason @ WaitReason::SnapshotBefore37(_)) = &obs.plan.step {
+    } else {
+        return None;
+    };
+    Some(want)
+}
+
+/// Progressing while the cluster moves towards its spec (`None`: it
+/// matches it).
+fn progressing_moving(obs: &StatusInputs<'_>, t: &Tally<'_>) -> Option<Want> {
+    let Tally {
+        members,
+        ready,
+        formed,
+        ..
+    } = *t;
+    let want = if let Step::Wait(reason @ WaitReason::SnapshotBefore37(_)) = &obs.plan.step {
         Want {
             type_: types::PROGRESSING,
             status: true,
@@ -212,7 +331,7 @@ pub(super) fn compute(
                 None => op.kind.describe(&op.target),
             },
         }
-    } else if let (true, Some(replay)) = (formed, replaying) {
+    } else if let (true, Some(replay)) = (formed, t.replaying) {
         Want {
             type_: types::PROGRESSING,
             status: true,
@@ -274,15 +393,26 @@ pub(super) fn compute(
             message: pending,
         }
     } else {
-        Want {
-            type_: types::PROGRESSING,
-            status: false,
-            reason: reasons::CONVERGED,
-            message: "the cluster matches its spec".to_owned(),
-        }
+        return None;
     };
+    Some(want)
+}
 
-    let degraded = if obs.plan.step == Step::ReclaimSpace {
+/// Degraded: the first fault found, most urgent first.
+fn degraded(
+    obs: &StatusInputs<'_>,
+    t: &Tally<'_>,
+    rolled_back: Option<&RolledBack>,
+    now: &Time,
+) -> Want {
+    let Tally {
+        members,
+        ready,
+        quorum,
+        formed,
+        ..
+    } = *t;
+    if obs.plan.step == Step::ReclaimSpace {
         Want {
             type_: types::DEGRADED,
             status: true,
@@ -321,7 +451,7 @@ pub(super) fn compute(
             reason: reasons::MEMBER_CORRUPT,
             message,
         }
-    } else if let Some(rolled_back) = &rolled_back {
+    } else if let Some(rolled_back) = rolled_back {
         Want {
             type_: types::DEGRADED,
             status: true,
@@ -397,13 +527,16 @@ pub(super) fn compute(
                 "no fault seen while the cluster forms".to_owned()
             },
         }
-    };
+    }
+}
 
-    let phase = if degraded.status {
+/// The phase: Degraded for any fault, else what the cluster is doing.
+fn phase(obs: &StatusInputs<'_>, t: &Tally<'_>, degraded: &Want) -> Phase {
+    if degraded.status {
         Phase::Degraded
-    } else if (!formed && obs.plan.restore.is_some()) || replaying.is_some() {
+    } else if (!t.formed && obs.plan.restore.is_some()) || t.replaying.is_some() {
         Phase::Restoring
-    } else if !formed {
+    } else if !t.formed {
         Phase::Creating
     } else {
         match obs.operation.as_ref().map(|o| o.kind) {
@@ -418,17 +551,25 @@ pub(super) fn compute(
             }
             _ => Phase::Running,
         }
-    };
+    }
+}
 
-    // The spec that runs on every member now, once the cluster converged
-    // on it: what a later rollback returns to. Not while a rollback is in
-    // effect (the cluster then runs the last good spec already).
+/// `status.rollout`: the spec that runs on every member now, once the
+/// cluster converged on it (what a later rollback returns to; not while a
+/// rollback is in effect, the cluster then runs the last good spec
+/// already), the rollback in effect and etcd 3.5's log state.
+fn rollout(
+    obs: &StatusInputs<'_>,
+    t: &Tally<'_>,
+    progressing: &Want,
+    rolled_back: Option<RolledBack>,
+) -> Option<RolloutStatus> {
     let update_revision = obs.statefulset.and_then(update_revision);
     let last_good = match (&update_revision, &rolled_back) {
         (Some(revision), None)
             if !progressing.status
                 && progressing.reason == reasons::CONVERGED
-                && ready == members =>
+                && t.ready == t.members =>
         {
             Some(RunningSpec {
                 revision: Some(revision.clone()),
@@ -437,42 +578,46 @@ pub(super) fn compute(
         }
         _ => obs.cluster.last_good.clone(),
     };
-    let etcd35_log = etcd35_log::next(&voters, obs.cluster.etcd35_log).map(|r| r.to_status());
-    let rollout =
-        (last_good.is_some() || rolled_back.is_some() || etcd35_log.is_some()).then(|| {
-            RolloutStatus {
-                last_good,
-                rolled_back: rolled_back.clone(),
-                etcd35_log,
-            }
-        });
+    let etcd35_log = etcd35_log::next(&t.voters, obs.cluster.etcd35_log).map(|r| r.to_status());
+    (last_good.is_some() || rolled_back.is_some() || etcd35_log.is_some()).then_some(
+        RolloutStatus {
+            last_good,
+            rolled_back,
+            etcd35_log,
+        },
+    )
+}
 
-    let recorded = i32::try_from(obs.plan.record.members.len()).unwrap_or(members);
-    let (available, progressing, degraded, phase) = hibernating(
-        obs,
-        [available, progressing, degraded],
-        phase,
-        ready,
-        recorded,
-    );
-
-    // The running version is the configured one only once every pod runs
-    // the current template (updates are OnDelete: pods restart later).
-    let rolled_out = sts_status.is_some() && rollout_pending(obs).is_none() && ready == members;
-    // etcd's own report wins: the version every voter runs.
-    let reported: Vec<_> = voters.iter().filter_map(|m| m.version).collect();
-    let current_version = if !reported.is_empty()
-        && reported.len() == voters.len()
+/// The running version: etcd's own report (the version every voter runs)
+/// wins; without it, the configured one once every pod runs the current
+/// template (updates are OnDelete: pods restart later).
+fn current_version(
+    obs: &StatusInputs<'_>,
+    t: &Tally<'_>,
+    old: &DistributedKVStatus,
+) -> Option<String> {
+    let rolled_out = obs.statefulset.and_then(|s| s.status.as_ref()).is_some()
+        && rollout_pending(obs).is_none()
+        && t.ready == t.members;
+    let reported: Vec<_> = t.voters.iter().filter_map(|m| m.version).collect();
+    if !reported.is_empty()
+        && reported.len() == t.voters.len()
         && reported.iter().all(|v| *v == reported[0])
     {
         Some(reported[0].to_string())
-    } else if rolled_out && voters.is_empty() {
+    } else if rolled_out && t.voters.is_empty() {
         Some(obs.cluster.version.to_string())
     } else {
         old.current_version.clone()
-    };
-    let member_statuses: Option<Vec<MemberStatus>> = obs.members.map(|members| {
-        members
+    }
+}
+
+/// `status.members`: etcd's members as observed, where each runs. When no
+/// member answered this pass, the members are still listed, but none is
+/// said to be healthy, since none was seen to be.
+fn member_statuses(obs: &StatusInputs<'_>, old: &DistributedKVStatus) -> Vec<MemberStatus> {
+    match obs.members {
+        Some(members) => members
             .iter()
             .map(|m| {
                 placed(
@@ -488,63 +633,34 @@ pub(super) fn compute(
                     },
                 )
             })
-            .collect()
-    });
-    let leader = obs
-        .members
-        .into_iter()
-        .flatten()
-        .find(|m| m.leader)
-        .map(|m| naming::member(&obs.cluster.name, m.ordinal));
-
-    let generation = dkv.meta().generation;
-    let mut conditions = old.conditions.clone();
-    for want in [available, progressing, degraded] {
-        set_condition(&mut conditions, want, generation, now);
-    }
-
-    DistributedKVStatus {
-        observed_generation: generation,
-        phase: Some(phase),
-        replicas,
-        ready_replicas: ready,
-        selector: Some(labels::selector_string(&obs.cluster.name)),
-        current_version,
-        // No member answered this pass: the members are still listed, but
-        // none is said to be healthy, since none was seen to be.
-        members: member_statuses.unwrap_or_else(|| {
-            old.members
-                .iter()
-                .map(|m| {
-                    let status = MemberStatus {
-                        healthy: false,
-                        ..m.clone()
-                    };
-                    match naming::ordinal_of(&obs.cluster.name, &m.name) {
-                        Some(ordinal) => placed(obs, ordinal, status),
-                        None => status,
-                    }
-                })
-                .collect()
-        }),
-        leader: if obs.members.is_some() {
-            leader
-        } else if obs.hibernation.stopped() {
-            None
-        } else {
-            old.leader.clone()
-        },
-        cluster_id: obs
+            .collect(),
+        None => old
             .members
-            .into_iter()
-            .flatten()
-            .find(|m| m.cluster_id != 0)
-            .map(|m| format!("{:x}", m.cluster_id))
-            .or_else(|| old.cluster_id.clone()),
-        operation: obs.operation.clone(),
-        conditions,
-        rollout,
-        ..with_backups(old, obs.backups)
+            .iter()
+            .map(|m| {
+                let status = MemberStatus {
+                    healthy: false,
+                    ..m.clone()
+                };
+                match naming::ordinal_of(&obs.cluster.name, &m.name) {
+                    Some(ordinal) => placed(obs, ordinal, status),
+                    None => status,
+                }
+            })
+            .collect(),
+    }
+}
+
+/// `status.leader`: the member etcd names leader; the last one seen while
+/// no member answers, none while hibernation has stopped them.
+fn leader(obs: &StatusInputs<'_>, old: &DistributedKVStatus) -> Option<String> {
+    match obs.members {
+        Some(members) => members
+            .iter()
+            .find(|m| m.leader)
+            .map(|m| naming::member(&obs.cluster.name, m.ordinal)),
+        None if obs.hibernation.stopped() => None,
+        None => old.leader.clone(),
     }
 }
 
@@ -736,7 +852,7 @@ fn hibernating(
 }
 
 /// `namespace/cluster` of a replay's source.
-fn describe_source(replay: &super::super::restore::Replay) -> String {
+fn describe_source(replay: &Replay) -> String {
     format!("{}/{}", replay.namespace, replay.cluster)
 }
 

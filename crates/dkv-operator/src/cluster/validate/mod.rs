@@ -19,8 +19,9 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use dkv_api::distributedkv::v1beta1::{
-    Compression, CorruptMemberPolicy, KeySecretReference, LostNodeRecovery, PodOverrides,
-    ReclaimPolicy, RecoveryPolicy, RolledBack, RunningSpec,
+    BackupSpec, Compression, CorruptMemberPolicy, KeySecretReference, LostNodeRecovery,
+    PodOverrides, ReclaimPolicy, RecoveryPolicy, RestoreSource, RolledBack, RunningSpec,
+    StorageSpec,
 };
 use dkv_api::{DistributedKV, DistributedKVSpec, labels};
 use dkv_backup::RetentionPolicy;
@@ -495,67 +496,10 @@ fn check_spec(
         problems.add(field, refused.to_string());
     }
 
-    let storage = spec.storage.as_ref().and_then(|storage| {
-        let class = storage.storage_class_name.trim();
-        if class.is_empty() {
-            problems.add(
-                "spec.storage.storageClassName",
-                "must name a StorageClass (kubectl get storageclass lists them)",
-            );
-        } else if let Some(known) = &facts.storage_classes
-            && !known.iter().any(|k| k == class)
-        {
-            problems.add(
-                "spec.storage.storageClassName",
-                format!(
-                    "StorageClass {class:?} does not exist; create it or use one of: {}",
-                    if known.is_empty() {
-                        "(none exist)".to_owned()
-                    } else {
-                        known.join(", ")
-                    }
-                ),
-            );
-        }
-        let size = match StorageSize::parse(&storage.size.0) {
-            Ok(size) if size.bytes() >= 1024.0 * 1024.0 => Some(size),
-            Ok(size) => {
-                problems.add(
-                    "spec.storage.size",
-                    format!("{:?} is too small for an etcd member; use at least 1Mi (1Gi or more in production)", size.as_str()),
-                );
-                None
-            }
-            Err(err) => {
-                problems.add("spec.storage.size", err.to_string());
-                None
-            }
-        };
-        let parsed = |text: Option<&str>| text.and_then(|t| StorageSize::parse(t).ok());
-        let deployed = parsed(facts.deployed_storage_size.as_deref());
-        // What the volumes hold: their claims' capacity, or the template
-        // they were created from; never a size a spec asked for that was not
-        // carried out.
-        let held = [deployed.clone(), parsed(facts.volume_capacity.as_deref())]
-            .into_iter()
-            .flatten()
-            .max_by(|a, b| a.bytes().total_cmp(&b.bytes()));
-        if let (Some(size), Some(held)) = (&size, &held)
-            && size.bytes() < held.bytes()
-        {
-            problems.add(
-                "spec.storage.size",
-                format!("{:?} is smaller than the members' volumes ({held}); volumes never shrink: set it to {held} or more", size.as_str()),
-            );
-        }
-        let size = size?;
-        Some(ValidatedStorage {
-            storage_class_name: class.to_owned(),
-            template_size: deployed.unwrap_or_else(|| size.clone()),
-            size,
-            reclaim_policy: storage.reclaim_policy,
-        })
-    });
+    let storage = spec
+        .storage
+        .as_ref()
+        .and_then(|storage| check_storage(storage, facts, problems));
 
     if let Some(tls) = &spec.tls {
         check_tls(tls, problems);
@@ -582,112 +526,16 @@ fn check_spec(
             })
         });
 
-    let backup = spec.backup.as_ref().and_then(|backup| {
-        let destination = check_destination(&backup.destination.uri, problems);
-        let schedule = Schedule::parse(&backup.schedule)
-            .map_err(|message| problems.add("spec.backup.schedule", message))
-            .ok();
-        let retention = retention_policy(backup.retention.as_ref(), problems);
-        let continuous = backup::continuous_settings(backup.continuous.as_ref(), problems);
-        Some(ValidatedBackup {
-            destination: destination?,
-            schedule: schedule?,
-            image: backup
-                .backup_image
-                .clone()
-                .filter(|i| !i.trim().is_empty())
-                .unwrap_or_else(|| defaults.operator_image.clone()),
-            retention,
-            credentials_secret: backup
-                .destination
-                .credentials_secret
-                .clone()
-                .filter(|s| !s.is_empty()),
-            final_backup_on_delete: backup.final_backup_on_delete.unwrap_or(false),
-            continuous,
-            compress: backup.compression != Some(Compression::None),
-            encryption: backup.encryption.as_ref().map(|e| e.key_secret.clone()),
-        })
-    });
+    let backup = spec
+        .backup
+        .as_ref()
+        .and_then(|backup| check_backup(backup, defaults, problems));
 
     let restore = spec
         .bootstrap
         .as_ref()
         .and_then(|b| b.restore.as_ref())
-        .and_then(|restore| {
-            let source = match (&restore.backup_name, &restore.uri) {
-                (Some(name), None) if !name.trim().is_empty() => {
-                    RestoreRef::Backup(name.trim().to_owned())
-                }
-                (None, Some(uri)) => match StoreUri::parse(uri) {
-                    Ok(uri) if continuous_restore(restore) => {
-                        let (source_namespace, source_cluster) =
-                            match restore.source_cluster.as_deref().map(str::trim) {
-                                Some(text) => match text.split_once('/') {
-                                    Some((ns, name)) => (ns.to_owned(), name.to_owned()),
-                                    None => (namespace.clone(), text.to_owned()),
-                                },
-                                None => (namespace.clone(), name.clone()),
-                            };
-                        let target = match &restore.point_in_time {
-                            None => Target::Latest,
-                            Some(point) => match (point.revision, &point.time) {
-                                (Some(revision), None) if revision >= 1 => {
-                                    Target::Revision(revision)
-                                }
-                                (None, Some(time)) => Target::Time(time.0),
-                                _ => {
-                                    problems.add(
-                                        "spec.bootstrap.restore.pointInTime",
-                                        "set exactly one of revision (at least 1) or time (RFC 3339)",
-                                    );
-                                    return None;
-                                }
-                            },
-                        };
-                        RestoreRef::Continuous(ContinuousSource {
-                            destination: uri,
-                            namespace: source_namespace,
-                            cluster: source_cluster,
-                            target,
-                        })
-                    }
-                    Ok(uri) => RestoreRef::Uri(uri),
-                    Err(err) => {
-                        problems.add("spec.bootstrap.restore.uri", format!("{err}; write e.g. s3://bucket/prefix/shop/orders/orders-20261122-060012.db"));
-                        return None;
-                    }
-                },
-                _ => {
-                    problems.add(
-                        "spec.bootstrap.restore",
-                        "set exactly one of backupName (a DistributedKVBackup in this namespace) or uri (an artifact)",
-                    );
-                    return None;
-                }
-            };
-            Some(ValidatedRestore {
-                source,
-                credentials_secret: restore
-                    .credentials_secret
-                    .clone()
-                    .or_else(|| backup.as_ref().and_then(|b| b.credentials_secret.clone()))
-                    .filter(|s| !s.is_empty()),
-                decryption_keys: restore
-                    .encryption
-                    .as_ref()
-                    .map(|e| e.key_secret.clone())
-                    .or_else(|| {
-                        backup
-                            .as_ref()
-                            .and_then(|b| b.encryption.clone())
-                            .map(|reference| KeySecretReference {
-                                key: None,
-                                ..reference
-                            })
-                    }),
-            })
-        });
+        .and_then(|restore| check_restore(restore, (&namespace, &name), backup.as_ref(), problems));
 
     let etcd = etcd_settings(spec.etcd.as_ref(), problems);
     let rollout = rollout_policy(dkv, problems);
@@ -700,6 +548,186 @@ fn check_spec(
         etcd,
         rollout,
     }
+}
+
+/// `spec.storage`: the class exists, the size parses, is big enough and
+/// is not below what the volumes hold.
+fn check_storage(
+    storage: &StorageSpec,
+    facts: &Facts,
+    problems: &mut Problems,
+) -> Option<ValidatedStorage> {
+    let class = storage.storage_class_name.trim();
+    if class.is_empty() {
+        problems.add(
+            "spec.storage.storageClassName",
+            "must name a StorageClass (kubectl get storageclass lists them)",
+        );
+    } else if let Some(known) = &facts.storage_classes
+        && !known.iter().any(|k| k == class)
+    {
+        problems.add(
+            "spec.storage.storageClassName",
+            format!(
+                "StorageClass {class:?} does not exist; create it or use one of: {}",
+                if known.is_empty() {
+                    "(none exist)".to_owned()
+                } else {
+                    known.join(", ")
+                }
+            ),
+        );
+    }
+    let size = match StorageSize::parse(&storage.size.0) {
+        Ok(size) if size.bytes() >= 1024.0 * 1024.0 => Some(size),
+        Ok(size) => {
+            problems.add(
+                "spec.storage.size",
+                format!("{:?} is too small for an etcd member; use at least 1Mi (1Gi or more in production)", size.as_str()),
+            );
+            None
+        }
+        Err(err) => {
+            problems.add("spec.storage.size", err.to_string());
+            None
+        }
+    };
+    let parsed = |text: Option<&str>| text.and_then(|t| StorageSize::parse(t).ok());
+    let deployed = parsed(facts.deployed_storage_size.as_deref());
+    // What the volumes hold: their claims' capacity, or the template
+    // they were created from; never a size a spec asked for that was not
+    // carried out.
+    let held = [deployed.clone(), parsed(facts.volume_capacity.as_deref())]
+        .into_iter()
+        .flatten()
+        .max_by(|a, b| a.bytes().total_cmp(&b.bytes()));
+    if let (Some(size), Some(held)) = (&size, &held)
+        && size.bytes() < held.bytes()
+    {
+        problems.add(
+            "spec.storage.size",
+            format!("{:?} is smaller than the members' volumes ({held}); volumes never shrink: set it to {held} or more", size.as_str()),
+        );
+    }
+    let size = size?;
+    Some(ValidatedStorage {
+        storage_class_name: class.to_owned(),
+        template_size: deployed.unwrap_or_else(|| size.clone()),
+        size,
+        reclaim_policy: storage.reclaim_policy,
+    })
+}
+
+/// `spec.backup`: where, when, how long backups are kept, and how.
+fn check_backup(
+    backup: &BackupSpec,
+    defaults: &Defaults,
+    problems: &mut Problems,
+) -> Option<ValidatedBackup> {
+    let destination = check_destination(&backup.destination.uri, problems);
+    let schedule = Schedule::parse(&backup.schedule)
+        .map_err(|message| problems.add("spec.backup.schedule", message))
+        .ok();
+    let retention = retention_policy(backup.retention.as_ref(), problems);
+    let continuous = backup::continuous_settings(backup.continuous.as_ref(), problems);
+    Some(ValidatedBackup {
+        destination: destination?,
+        schedule: schedule?,
+        image: backup
+            .backup_image
+            .clone()
+            .filter(|i| !i.trim().is_empty())
+            .unwrap_or_else(|| defaults.operator_image.clone()),
+        retention,
+        credentials_secret: backup
+            .destination
+            .credentials_secret
+            .clone()
+            .filter(|s| !s.is_empty()),
+        final_backup_on_delete: backup.final_backup_on_delete.unwrap_or(false),
+        continuous,
+        compress: backup.compression != Some(Compression::None),
+        encryption: backup.encryption.as_ref().map(|e| e.key_secret.clone()),
+    })
+}
+
+/// `spec.bootstrap.restore`: one source (a backup, an artifact, or a
+/// continuous backup's chain up to a point), the Secrets to read it with.
+fn check_restore(
+    restore: &RestoreSource,
+    (namespace, name): (&str, &str),
+    backup: Option<&ValidatedBackup>,
+    problems: &mut Problems,
+) -> Option<ValidatedRestore> {
+    let source = match (&restore.backup_name, &restore.uri) {
+        (Some(name), None) if !name.trim().is_empty() => RestoreRef::Backup(name.trim().to_owned()),
+        (None, Some(uri)) => {
+            match StoreUri::parse(uri) {
+                Ok(uri) if continuous_restore(restore) => {
+                    let (source_namespace, source_cluster) =
+                        match restore.source_cluster.as_deref().map(str::trim) {
+                            Some(text) => match text.split_once('/') {
+                                Some((ns, name)) => (ns.to_owned(), name.to_owned()),
+                                None => (namespace.to_owned(), text.to_owned()),
+                            },
+                            None => (namespace.to_owned(), name.to_owned()),
+                        };
+                    let target = match &restore.point_in_time {
+                        None => Target::Latest,
+                        Some(point) => match (point.revision, &point.time) {
+                            (Some(revision), None) if revision >= 1 => Target::Revision(revision),
+                            (None, Some(time)) => Target::Time(time.0),
+                            _ => {
+                                problems.add(
+                                    "spec.bootstrap.restore.pointInTime",
+                                    "set exactly one of revision (at least 1) or time (RFC 3339)",
+                                );
+                                return None;
+                            }
+                        },
+                    };
+                    RestoreRef::Continuous(ContinuousSource {
+                        destination: uri,
+                        namespace: source_namespace,
+                        cluster: source_cluster,
+                        target,
+                    })
+                }
+                Ok(uri) => RestoreRef::Uri(uri),
+                Err(err) => {
+                    problems.add("spec.bootstrap.restore.uri", format!("{err}; write e.g. s3://bucket/prefix/shop/orders/orders-20261122-060012.db"));
+                    return None;
+                }
+            }
+        }
+        _ => {
+            problems.add(
+                "spec.bootstrap.restore",
+                "set exactly one of backupName (a DistributedKVBackup in this namespace) or uri (an artifact)",
+            );
+            return None;
+        }
+    };
+    Some(ValidatedRestore {
+        source,
+        credentials_secret: restore
+            .credentials_secret
+            .clone()
+            .or_else(|| backup.and_then(|b| b.credentials_secret.clone()))
+            .filter(|s| !s.is_empty()),
+        decryption_keys: restore
+            .encryption
+            .as_ref()
+            .map(|e| e.key_secret.clone())
+            .or_else(|| {
+                backup
+                    .and_then(|b| b.encryption.clone())
+                    .map(|reference| KeySecretReference {
+                        key: None,
+                        ..reference
+                    })
+            }),
+    })
 }
 
 /// Whether the pause annotation is set to a true value.
