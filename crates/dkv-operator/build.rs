@@ -1,6 +1,6 @@
 //! Hashes the member side (`build/member_code.rs` says what that covers)
 //! into `DKV_MEMBER_SIDE_CODE`: a new operator build whose member-side code
-//! is the same restarts no member (see `src/cluster/member_side.rs`), and
+//! is the same restarts no member (see `src/cluster/upgrade/member_side.rs`), and
 //! what it was made of into `DKV_MEMBER_SIDE_INPUTS`.
 
 use std::path::Path;

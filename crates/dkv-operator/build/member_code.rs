@@ -1,5 +1,5 @@
 //! The member-side code hash: what decides whether a new operator build
-//! rolls its image out to the members (`src/cluster/member_side.rs`).
+//! rolls its image out to the members (`src/cluster/upgrade/member_side.rs`).
 //!
 //! It covers everything the member side runs: the `dkv-member` crate and
 //! every workspace crate it depends on (their manifests, build scripts and

@@ -16,7 +16,7 @@ use dkv_member::report::{log_peak_memory, report};
 use dkv_member::store_args::ObjectStoreArgs;
 
 use crate::cluster::naming::{CLIENT_PORT, client_service};
-use crate::cluster::tls;
+use crate::cluster::validate::tls;
 use dkv_member::logging::LogFormat;
 
 /// `dkv backup`. Object store credentials come only from the environment

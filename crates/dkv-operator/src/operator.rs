@@ -67,7 +67,7 @@ pub struct OperatorArgs {
     /// member-side code per minute, across the installation, when only the
     /// operator changed (0 holds them all). Each rolls one member at a time;
     /// an operator whose member side did not change restarts no member.
-    #[arg(long, default_value_t = crate::cluster::member_side::DEFAULT_UPGRADES_PER_MINUTE)]
+    #[arg(long, default_value_t = crate::cluster::upgrade::member_side::DEFAULT_UPGRADES_PER_MINUTE)]
     pub member_upgrades_per_minute: u32,
     /// Raise to roll every cluster's members onto this operator's image
     /// although its member-side code did not change (say, an image rebuilt
@@ -166,7 +166,7 @@ pub async fn run_with(
     let settings = cluster::Settings {
         namespace: args.namespace.clone(),
         concurrency: args.concurrency,
-        certificate_lifetime: cluster::certificates::CertificateLifetime {
+        certificate_lifetime: cluster::context::CertificateLifetime {
             leaf: std::time::Duration::from_secs(args.tls_certificate_validity_seconds.max(60)),
         },
         member_upgrades_per_minute: args.member_upgrades_per_minute,

@@ -49,7 +49,8 @@ pub use wait::{eventually, eventually_ok};
 pub fn first_plan(
     cluster: &dkv_operator::cluster::validate::ValidatedCluster,
 ) -> dkv_operator::cluster::plan::Plan {
-    use dkv_operator::cluster::{build, member_side, plan};
+    use dkv_operator::cluster::upgrade::member_side;
+    use dkv_operator::cluster::{build, plan};
     let mut plan = plan::plan(cluster, None, None, &Default::default());
     plan.member_side = build::statefulset::built_member_side(cluster, &plan, &member_side::code(0));
     plan
@@ -138,7 +139,8 @@ pub fn operator_args(leader_election: bool) -> OperatorArgs {
         leader_election_namespace: "default".into(),
         identity: Some("test-operator".into()),
         tls_certificate_validity_seconds: 365 * 24 * 3600,
-        member_upgrades_per_minute: dkv_operator::cluster::member_side::DEFAULT_UPGRADES_PER_MINUTE,
+        member_upgrades_per_minute:
+            dkv_operator::cluster::upgrade::member_side::DEFAULT_UPGRADES_PER_MINUTE,
         member_side_epoch: 0,
         // Opt-in (see `webhook_args`): tests that do not exercise admission
         // keep writing straight to the API.

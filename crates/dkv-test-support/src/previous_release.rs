@@ -1,6 +1,6 @@
 //! The build before this one's member side: the newest commit whose
 //! member-side code (what `dkv-operator`'s `build.rs` hashes,
-//! [`dkv_operator::cluster::member_side::CODE_INPUTS`]) differs from this
+//! [`dkv_operator::cluster::upgrade::member_side::CODE_INPUTS`]) differs from this
 //! checkout's, built from git once and kept under
 //! `<tools>/dkv-previous/<commit>/`: its `dkv` binary and its source tree
 //! (for its Helm chart).
@@ -16,7 +16,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use dkv_operator::cluster::member_side::CODE_INPUTS;
+use dkv_operator::cluster::upgrade::member_side::CODE_INPUTS;
 
 use crate::paths::{repo_root, tools_dir};
 

@@ -177,9 +177,14 @@ async fn reconcile(backup: Arc<DistributedKVBackup>, ctx: Arc<Context>) -> Resul
 
     // Before the snapshot is taken: its restore will need the password.
     if resolved.auth {
-        crate::cluster::auth::keep_for_backup(&ctx.client, &ns, &resolved.cluster, &backup)
-            .await
-            .map_err(|e| Error::Credentials(Box::new(e)))?;
+        crate::cluster::security::auth::keep_for_backup(
+            &ctx.client,
+            &ns,
+            &resolved.cluster,
+            &backup,
+        )
+        .await
+        .map_err(|e| Error::Credentials(Box::new(e)))?;
     }
 
     let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), &ns);
@@ -357,7 +362,7 @@ async fn resolve(
     // than leaving its pod waiting for a Secret volume.
     if let Some(reference) = &encryption
         && let Err(message) =
-            crate::cluster::backup_keys::read_backup_key(&ctx.client, &ns, reference)
+            crate::cluster::backups::keys::read_backup_key(&ctx.client, &ns, reference)
                 .await
                 .map_err(kube_error(format!(
                     "reading Secret {ns}/{}",
@@ -374,7 +379,7 @@ async fn resolve(
         destination,
         credentials_secret,
         image,
-        client_tls: crate::cluster::tls::Sources::from_spec(cluster.spec.tls.as_ref())
+        client_tls: crate::cluster::validate::tls::Sources::from_spec(cluster.spec.tls.as_ref())
             .client_secret(&backup.spec.cluster),
         auth: cluster.spec.auth.as_ref().is_some_and(|a| a.enabled),
         compress: scheduled.and_then(|b| b.compression) != Some(Compression::None),

@@ -342,7 +342,7 @@ async fn reconcile(cluster: Arc<DistributedKV>, ctx: Arc<Context>) -> Result<Act
         let keys = match backup.encryption.as_ref() {
             None => Ok(dkv_backup::Keyring::default()),
             Some(e) => {
-                crate::cluster::backup_keys::read_keys(&ctx.client, &ns, &e.key_secret, None)
+                crate::cluster::backups::keys::read_keys(&ctx.client, &ns, &e.key_secret, None)
                     .await
                     .map_err(|e| e.to_string())
                     .and_then(|keys| keys)

@@ -25,8 +25,8 @@ use tracing::{info, warn};
 
 use super::{Context, Error, kube_error};
 use crate::backup_status::write_verification;
+use crate::cluster::backups::verification::VERIFIES_LABEL;
 use crate::cluster::naming::MAX_CLUSTER_NAME_LEN;
-use crate::cluster::verification::VERIFIES_LABEL;
 
 /// Set to a new value to verify a backup (again).
 pub const VERIFY_ANNOTATION: &str = "dkv.io/verify";

@@ -4,7 +4,7 @@
 //! operator owns the fields it sets and takes them back from anyone who
 //! edited them (drift repair), while fields it never sets stay with whoever
 //! set them. An apply is skipped when the cached object already holds every
-//! field (see [`super::diff`]) — after convergence the operator sends no
+//! field (see [`crate::cluster::diff`]) — after convergence the operator sends no
 //! writes at all.
 
 use std::fmt::Debug;
@@ -19,11 +19,10 @@ use tracing::{debug, info};
 
 use super::build::DesiredChildren;
 use super::dereference::Observed;
-use super::diff::is_subset;
 use super::error::{Error, Result};
-
-/// The field manager of every write the operator makes.
-pub const FIELD_MANAGER: &str = "dkv-operator";
+use crate::cluster::context::VerifiedTemplates;
+use crate::cluster::diff::is_subset;
+use crate::cluster::naming::FIELD_MANAGER;
 
 /// Applies every prepared child and removes children no longer wanted;
 /// the StatefulSet as the API server returned it (or as cached, when no
@@ -78,41 +77,6 @@ pub async fn apply(
         (None, None) => {}
     }
     Ok(statefulset)
-}
-
-/// StatefulSets whose whole object (pod template included) was last seen to
-/// hold what the operator applies: uid → (generation, applied hash).
-///
-/// The StatefulSet cache drops the pod template's spec
-/// ([`super::watches::trim_statefulset`]), so the cached object alone cannot
-/// show that the template is still as applied. A template edit moves the
-/// StatefulSet's `metadata.generation`; so once the full object was checked
-/// at a generation, the same generation with the same applied hash needs no
-/// new check. After a restart the map is empty and each StatefulSet is read
-/// once (a GET, not a write).
-#[derive(Debug, Default)]
-pub struct VerifiedTemplates(std::sync::Mutex<std::collections::HashMap<String, (i64, String)>>);
-
-impl VerifiedTemplates {
-    fn holds(&self, live: &StatefulSet, hash: &str) -> bool {
-        let (Some(uid), Some(generation)) = (live.uid(), live.metadata.generation) else {
-            return false;
-        };
-        self.0
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .get(&uid)
-            .is_some_and(|(g, h)| *g == generation && h == hash)
-    }
-
-    fn record(&self, full: &StatefulSet, hash: &str) {
-        if let (Some(uid), Some(generation)) = (full.uid(), full.metadata.generation) {
-            self.0
-                .lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner())
-                .insert(uid, (generation, hash.to_owned()));
-        }
-    }
 }
 
 /// [`apply_one`] for the StatefulSet, whose cached copy has no pod template

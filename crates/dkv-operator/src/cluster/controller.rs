@@ -23,10 +23,11 @@ use kube::runtime::watcher;
 use kube::{Client, Resource, ResourceExt};
 use tracing::info;
 
-use super::context::Context;
-use super::watches::{self, Stores, child_stream, spec_relevance};
-use super::{certificates, node_access, validate};
+use super::recovery::node_access;
+use super::validate;
 use super::{error_policy, reconcile};
+use crate::cluster::context::Context;
+use crate::cluster::watches::{self, Stores, child_stream, spec_relevance};
 
 /// Settings of the cluster controller.
 #[derive(Debug, Clone)]
@@ -36,7 +37,7 @@ pub struct Settings {
     /// Reconciles running at once.
     pub concurrency: u16,
     /// Validity of the TLS certificates the operator issues.
-    pub certificate_lifetime: certificates::CertificateLifetime,
+    pub certificate_lifetime: crate::cluster::context::CertificateLifetime,
     /// Clusters that may start a rollout only an operator upgrade asks
     /// for, per minute, across the installation.
     pub member_upgrades_per_minute: u32,

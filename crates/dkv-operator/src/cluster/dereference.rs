@@ -21,7 +21,7 @@ use kube::runtime::reflector::Store;
 
 use super::naming;
 use super::validate::{Facts, RunningVersions};
-use super::watches::{self, Stores};
+use crate::cluster::watches::{self, Stores};
 use crate::etcd_version::EtcdVersion;
 use dkv_member::record::{MembershipRecord, RECORD_KEY};
 

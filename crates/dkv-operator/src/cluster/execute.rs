@@ -14,7 +14,7 @@ use tracing::info;
 use super::error::{Error, Result};
 use super::membership::Step;
 use super::naming;
-use super::observe_members::MemberPod;
+use crate::cluster::membership::observe::MemberPod;
 
 /// Where a step acts.
 pub struct Target<'a> {
@@ -154,7 +154,7 @@ pub async fn execute(step: &Step, target: &Target<'_>) -> Result<bool> {
             info!(%name, "force-deleted the pod of a member on a lost node");
         }
         Step::EnableDowngrade { target: version } => {
-            let minor = super::downgrade::minor_text(*version);
+            let minor = crate::cluster::upgrade::downgrade::minor_text(*version);
             let was = target
                 .admin
                 .downgrade(DowngradeAction::Enable(minor.clone()))

@@ -3,7 +3,7 @@
 //! One reconcile is a chain of typed [`stage`]s, each consuming the
 //! previous one's output: observed ([`dereference`]) → validated →
 //! connected (credentials, then etcd's view) → planned → built ([`build`])
-//! → applied → executed; then the ordered maintenance [`steps`] of a
+//! → applied → executed; then the ordered maintenance [`tasks`] of a
 //! converged cluster. Validate, plan and build are pure and tested from
 //! YAML fixtures. However a pass ends, [`status`] alone writes the status,
 //! derived from the stages the pass reached, and [`outcome`] alone decides
@@ -12,50 +12,28 @@
 //! loop are wired in [`controller`].
 
 pub(crate) mod apply;
-pub(crate) mod auth;
-pub mod backup_catalogue;
-pub(crate) mod backup_keys;
+pub mod backups;
 pub mod build;
-pub(crate) mod ca_rotation;
-pub(crate) mod cert_manager;
-pub(crate) mod certificates;
-pub(crate) mod cleanup;
 pub mod context;
-pub(crate) mod continuous;
 mod controller;
-pub mod corruption;
-pub(crate) mod credentials;
-pub(crate) mod defrag;
 pub(crate) mod dereference;
 pub(crate) mod diff;
-pub(crate) mod downgrade;
 pub mod error;
-pub(crate) mod etcd35_log;
-pub mod etcd_access;
 pub(crate) mod execute;
-pub mod hibernation;
-pub(crate) mod lost_node;
-#[cfg(test)]
-mod member_contract;
-pub mod member_side;
+pub mod lifecycle;
+pub mod maintenance;
 pub mod membership;
-pub(crate) mod metrics_view;
 pub mod naming;
-mod node_access;
-pub mod observe_members;
 pub mod outcome;
 pub mod pass;
 pub mod plan;
-pub mod restore;
-pub mod rollout;
-pub(crate) mod schedule;
+pub mod recovery;
+pub(crate) mod security;
 pub mod stage;
 pub mod status;
-pub(crate) mod steps;
-pub(crate) mod tls;
+pub(crate) mod tasks;
+pub mod upgrade;
 pub mod validate;
-pub(crate) mod verification;
-pub mod volumes;
 pub mod watches;
 
 use std::sync::Arc;
@@ -74,7 +52,7 @@ use self::context::Context;
 pub use self::controller::{Settings, run};
 use self::error::{Error, Result};
 pub use self::outcome::retry_delay;
-use self::outcome::{EtcdContact, Outcome, Rotation, Work};
+use self::outcome::{AppliedPass, Outcome};
 use self::pass::Pass;
 use self::stage::planned::Gate;
 
@@ -108,7 +86,7 @@ pub async fn reconcile(dkv: Arc<DistributedKV>, ctx: Arc<Context>) -> Result<Act
                     // Replaced below, once status says whether it is Degraded.
                     Ok(Action::await_change())
                 }
-                FinalizerEvent::Cleanup(dkv) => cleanup::cleanup(&dkv, pass_ctx).await,
+                FinalizerEvent::Cleanup(dkv) => lifecycle::cleanup::cleanup(&dkv, pass_ctx).await,
             }
         })
         .await
@@ -120,25 +98,19 @@ pub async fn reconcile(dkv: Arc<DistributedKV>, ctx: Arc<Context>) -> Result<Act
             .as_ref()
             .err()
             .and_then(|err| outcome::fault_of(&dkv, err));
-        let mut backups = backup_catalogue::observe(&dkv, &ctx.stores);
-        let report = pass
-            .maintained
-            .continuous
-            .clone()
-            .or_else(|| ctx.agents.report(&namespace, &dkv.name_any()));
-        let interval = pass
-            .cluster()
-            .and_then(|c| c.backup.as_ref())
-            .and_then(|b| b.continuous)
-            .map(|cut| cut.interval);
-        (backups.continuous, backups.continuous_failing) =
-            continuous::observe(&dkv, report.as_ref(), interval, now);
-        continuous::report_new_gaps(&dkv, backups.continuous.as_ref(), &ctx).await;
+        let backups = backups::observe(
+            &dkv,
+            pass.cluster(),
+            pass.maintained.continuous.as_ref(),
+            &ctx,
+            now,
+        )
+        .await;
         let status = status::derive(&dkv, &pass, fault.as_ref(), &backups, &Time(now));
         if dkv.meta().deletion_timestamp.is_none() {
             let current = status.as_ref().or(dkv.status.as_ref());
             ctx.metrics
-                .observe_cluster(&metrics_view::view(&dkv, current, &pass, interval));
+                .observe_cluster(&status::metrics_view::view(&dkv, current, &pass));
         }
         // Degraded, or still progressing (forming, rolling out): what etcd
         // says is not watched, so such a cluster is looked at again soon
@@ -187,7 +159,7 @@ pub async fn reconcile(dkv: Arc<DistributedKV>, ctx: Arc<Context>) -> Result<Act
     .await
 }
 
-/// Errors of our own steps come back from the finalizer helper wrapped;
+/// Errors of our own stages and tasks come back from the finalizer helper wrapped;
 /// unwrap them so their category is the step's.
 fn unwrap_finalizer_error(err: kube::runtime::finalizer::Error<Error>) -> Error {
     use kube::runtime::finalizer::Error as F;
@@ -199,7 +171,7 @@ fn unwrap_finalizer_error(err: kube::runtime::finalizer::Error<Error>) -> Error 
 
 /// The stages of a cluster that is not being deleted, in order, each
 /// consuming the previous one's output (see [`stage`]), then the
-/// maintenance [`steps`]. Each stage's output goes into `pass` as the stage
+/// maintenance [`tasks`]. Each stage's output goes into `pass` as the stage
 /// finishes, so status is derived from how far the pass got however it
 /// ends.
 async fn reconcile_cluster(dkv: &DistributedKV, ctx: &Context, pass: &mut Pass) -> Result<Outcome> {
@@ -232,24 +204,17 @@ async fn reconcile_cluster(dkv: &DistributedKV, ctx: &Context, pass: &mut Pass) 
     let applied = pass
         .applied
         .insert(stage::applied::applied(built, validated, planned, observed, ctx).await?);
-    let tls = connected.credentials.tls.as_ref();
     if planned.plan.hibernated {
-        return Ok(Outcome::Applied(outcome::AppliedPass {
-            work: if planned.hibernation == hibernation::State::Hibernated {
-                Work::Settled
-            } else {
-                Work::UnderWay
-            },
-            etcd: EtcdContact::NotAsked,
-            rotation: Rotation::Idle,
-            due_at: tls.map(|t| t.renew_at),
-        }));
+        return Ok(Outcome::Applied(AppliedPass::hibernating(
+            planned,
+            connected.credentials.tls.as_ref(),
+        )));
     }
     let executed = pass
         .executed
         .insert(stage::executed::executed(validated, connected, planned, now, ctx).await?);
 
-    let input = steps::Input {
+    let input = tasks::Input {
         observed,
         validated,
         connected,
@@ -258,46 +223,14 @@ async fn reconcile_cluster(dkv: &DistributedKV, ctx: &Context, pass: &mut Pass) 
         executed,
         now,
     };
-    let steps_due = match Box::pin(steps::run(&input, &mut pass.maintained, ctx)).await? {
-        steps::Finished::Done(outcome) => return Ok(outcome),
-        steps::Finished::Ran { due_at } => due_at,
+    let steps_due = match Box::pin(tasks::run(&input, &mut pass.maintained, ctx)).await? {
+        tasks::Finished::Done(outcome) => return Ok(outcome),
+        tasks::Finished::Ran { due_at } => due_at,
     };
 
-    let plan = &planned.plan;
-    let work = if plan.step.advances() {
-        Work::Advanced
-    } else if executed.operation.is_some() || !matches!(plan.step, membership::Step::Converged) {
-        Work::UnderWay
-    } else {
-        Work::Settled
-    };
-    let cluster = &validated.cluster;
-    // A lost member's replacement comes due.
-    let replace_at = validated
-        .lost
-        .iter()
-        .filter_map(|l| {
-            lost_node::replace_at(lost_node::replace_policy(cluster.lost_node.as_ref()), l)
-        })
-        .filter(|at| *at > now)
-        .min();
-    Ok(Outcome::Applied(outcome::AppliedPass {
-        work,
-        etcd: if connected.admin.is_some() {
-            EtcdContact::Asked
-        } else {
-            EtcdContact::NotAsked
-        },
-        rotation: if tls.is_some_and(|t| t.rotating.is_some()) {
-            Rotation::InProgress
-        } else {
-            Rotation::Idle
-        },
-        due_at: [tls.map(|t| t.renew_at), replace_at, steps_due]
-            .into_iter()
-            .flatten()
-            .min(),
-    }))
+    Ok(Outcome::Applied(AppliedPass::completed(
+        validated, connected, planned, executed, steps_due, now,
+    )))
 }
 
 /// What the controller does after a failed reconcile: see

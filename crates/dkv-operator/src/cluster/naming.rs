@@ -1,5 +1,26 @@
-//! Names of the objects dkv creates for a cluster, and the DNS names members
-//! use to find each other. One place, so every builder agrees.
+//! Names of the objects dkv creates for a cluster, of their containers and
+//! annotations, and the DNS names members use to find each other. One
+//! place, so every builder agrees.
+
+/// The field manager of every write the operator makes.
+pub const FIELD_MANAGER: &str = "dkv-operator";
+
+/// On the pod template: the hash of what the members run, the member-side
+/// image left out.
+pub const MEMBER_SIDE_ANNOTATION: &str = "dkv.io/member-side";
+
+/// On a `DistributedKV`: rotate its CA (once for each new value).
+pub const ROTATE_ANNOTATION: &str = "dkv.io/rotate-ca";
+
+/// On member pods (from their template): the serial of the member
+/// certificate they were started with.
+pub const SERIAL_ANNOTATION: &str = "dkv.io/tls-member-serial";
+
+/// The init container that downloads a restore's snapshot
+/// (`spec.bootstrap.restore`).
+pub const FETCH_CONTAINER: &str = "restore-fetch";
+/// The init container that restores a member's data from that snapshot.
+pub const RESTORE_CONTAINER: &str = "restore";
 
 /// How members are named and reached, and the root credentials' Secret,
 /// are the API's: `kubectl dkv` reads them too.

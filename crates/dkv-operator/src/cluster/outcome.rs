@@ -17,9 +17,17 @@ use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use tracing::warn;
 
-use super::certificates;
-use super::context::{self, Context};
 use super::error::{Category, Error, WAITING_DELAY, backoff_delay};
+use super::lifecycle::hibernation::State as HibernationState;
+use super::membership::Step;
+use super::recovery::lost_node;
+use super::security::certificates::TlsState;
+use super::stage::connected::Connected;
+use super::stage::executed::Executed;
+use super::stage::planned::Planned;
+use super::stage::validated::Validated;
+use crate::cluster::context::{self, Context};
+use crate::cluster::security::certificates;
 
 /// How a pass that did not fail ended.
 #[derive(Debug, Clone, PartialEq)]
@@ -48,6 +56,70 @@ pub struct AppliedPass {
     /// due for renewal, a claim waiting for a volume has waited too long, a
     /// scheduled run is due.
     pub due_at: Option<jiff::Timestamp>,
+}
+
+impl AppliedPass {
+    /// A pass that applied the children of a cluster hibernating (or
+    /// hibernated): no member was asked, no step executed.
+    pub fn hibernating(planned: &Planned, tls: Option<&TlsState>) -> Self {
+        AppliedPass {
+            work: if planned.hibernation == HibernationState::Hibernated {
+                Work::Settled
+            } else {
+                Work::UnderWay
+            },
+            etcd: EtcdContact::NotAsked,
+            rotation: Rotation::Idle,
+            due_at: tls.map(|t| t.renew_at),
+        }
+    }
+
+    /// A pass that ran every stage and every maintenance step: what is
+    /// under way, and the next moment time alone changes something (a
+    /// certificate's renewal, a lost member's replacement, a step's
+    /// `steps_due`).
+    pub fn completed(
+        validated: &Validated,
+        connected: &Connected,
+        planned: &Planned,
+        executed: &Executed,
+        steps_due: Option<jiff::Timestamp>,
+        now: jiff::Timestamp,
+    ) -> Self {
+        let plan = &planned.plan;
+        let work = if plan.step.advances() {
+            Work::Advanced
+        } else if executed.operation.is_some() || !matches!(plan.step, Step::Converged) {
+            Work::UnderWay
+        } else {
+            Work::Settled
+        };
+        let tls = connected.credentials.tls.as_ref();
+        let policy = lost_node::replace_policy(validated.cluster.lost_node.as_ref());
+        let replace_at = validated
+            .lost
+            .iter()
+            .filter_map(|l| lost_node::replace_at(policy, l))
+            .filter(|at| *at > now)
+            .min();
+        AppliedPass {
+            work,
+            etcd: if connected.admin.is_some() {
+                EtcdContact::Asked
+            } else {
+                EtcdContact::NotAsked
+            },
+            rotation: if tls.is_some_and(|t| t.rotating.is_some()) {
+                Rotation::InProgress
+            } else {
+                Rotation::Idle
+            },
+            due_at: [tls.map(|t| t.renew_at), replace_at, steps_due]
+                .into_iter()
+                .flatten()
+                .min(),
+        }
+    }
 }
 
 /// What is under way after the pass.

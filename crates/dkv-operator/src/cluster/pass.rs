@@ -1,5 +1,5 @@
 //! What one pass of the reconcile reached: each stage's typed output (see
-//! [`super::stage`]) and what the maintenance steps did, kept by the driver
+//! [`super::stage`]) and what the maintenance tasks did, kept by the driver
 //! as each finishes. Status and the metrics are derived from it, however
 //! the pass ended.
 
@@ -10,8 +10,8 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 
 use super::dereference::Observed;
 use super::stage::{applied, connected, executed, planned, validated};
-use super::steps::Maintained;
-use super::volumes::Volumes;
+use super::tasks::Maintained;
+use crate::cluster::maintenance::volumes::Volumes;
 
 /// What one pass reached: the output of every stage it finished, each
 /// written once, by the driver, when its stage finished.
@@ -23,7 +23,7 @@ pub struct Pass {
     pub planned: Option<planned::Planned>,
     pub applied: Option<applied::Applied>,
     pub executed: Option<executed::Executed>,
-    /// What the maintenance steps did (each writes its own field).
+    /// What the maintenance tasks did (each writes its own field).
     pub maintained: Maintained,
 }
 
@@ -65,7 +65,7 @@ impl Pass {
     }
 
     /// Whether the members are (to be) stopped for hibernation.
-    pub fn hibernation(&self) -> super::hibernation::State {
+    pub fn hibernation(&self) -> crate::cluster::lifecycle::hibernation::State {
         self.planned
             .as_ref()
             .map(|p| p.hibernation.clone())

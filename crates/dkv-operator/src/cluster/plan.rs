@@ -11,11 +11,11 @@
 use dkv_api::distributedkv::v1beta1::OperationKind;
 use k8s_openapi::api::apps::v1::StatefulSet;
 
-use super::etcd35_log;
 use super::membership::{self, Observation, ObservedMember, Pinned, Step};
 use super::naming;
-use super::observe_members::MemberPod;
 use super::validate::ValidatedCluster;
+use crate::cluster::membership::etcd35_log;
+use crate::cluster::membership::observe::MemberPod;
 use dkv_member::record::{ClusterState, MembershipRecord, RecordedMember};
 
 /// Annotation on the StatefulSet recording the initial member count, which
@@ -38,25 +38,25 @@ pub struct Plan {
     pub step: Step,
     /// The backup the members of a cluster being created start from
     /// (`spec.bootstrap.restore`, resolved by the reconcile; see
-    /// [`super::restore`]).
-    pub restore: Option<super::restore::ResolvedRestore>,
+    /// [`crate::cluster::backups::restore`]).
+    pub restore: Option<crate::cluster::backups::restore::ResolvedRestore>,
     /// A restore from continuous backup whose members have started from
     /// the base snapshot and whose recorded changes are not replayed yet
     /// (read back from the StatefulSet). Until the replay is done the
     /// client Service does not exist: clients never see a partial state.
-    pub replay: Option<super::restore::ResolvedRestore>,
+    pub replay: Option<crate::cluster::backups::restore::ResolvedRestore>,
     /// The source revision a finished replay reached, kept on the
-    /// StatefulSet for good (see [`super::restore::REPLAYED_ANNOTATION`]).
+    /// StatefulSet for good (see [`crate::cluster::backups::restore::REPLAYED_ANNOTATION`]).
     pub replayed: Option<String>,
     /// The serial of the current member certificate (`spec.tls`), carried
     /// by the pod template: pods started with another restart onto it.
     pub tls_serial: Option<String>,
     /// The members are stopped or stopping for `spec.hibernation` (see
-    /// [`super::hibernation`]): `replicas` is 0, backups are suspended.
+    /// [`crate::cluster::lifecycle::hibernation`]): `replicas` is 0, backups are suspended.
     pub hibernated: bool,
     /// The image the member pods' dkv containers run (see
-    /// [`super::member_side`]); decided after the plan, in the planned stage.
-    pub member_side: super::member_side::MemberSide,
+    /// [`crate::cluster::upgrade::member_side`]); decided after the plan, in the planned stage.
+    pub member_side: crate::cluster::upgrade::member_side::MemberSide,
 }
 
 impl Plan {
@@ -81,13 +81,13 @@ impl Plan {
             replayed: None,
             tls_serial,
             hibernated: false,
-            member_side: super::member_side::MemberSide::default(),
+            member_side: crate::cluster::upgrade::member_side::MemberSide::default(),
         }
     }
 
     /// The replay a restore from continuous backup still owes: the one
     /// being created (`restore`) or the one read back from the StatefulSet.
-    pub fn replay_pending(&self) -> Option<&super::restore::Replay> {
+    pub fn replay_pending(&self) -> Option<&crate::cluster::backups::restore::Replay> {
         self.restore
             .as_ref()
             .and_then(|r| r.replay.as_ref())
@@ -115,7 +115,7 @@ pub struct MembershipView {
     pub recovery_epoch: Option<String>,
     /// The serial of the current member certificate, with `spec.tls`.
     pub tls_serial: Option<String>,
-    /// Members to move off a lost node (see [`super::lost_node`]).
+    /// Members to move off a lost node (see [`crate::cluster::recovery::lost_node`]).
     pub stranded: Vec<membership::Stranded>,
     /// Ordinals whose member pod is being deleted.
     pub terminating: Vec<i32>,
@@ -210,10 +210,9 @@ pub fn settled_template(sts: &StatefulSet) -> Option<String> {
         .as_ref()
         .and_then(|s| s.init_containers.as_ref())
         .is_some_and(|containers| {
-            containers.iter().any(|c| {
-                c.name == super::restore::FETCH_CONTAINER
-                    || c.name == super::restore::RESTORE_CONTAINER
-            })
+            containers
+                .iter()
+                .any(|c| c.name == naming::FETCH_CONTAINER || c.name == naming::RESTORE_CONTAINER)
         });
     if restores {
         return None;
@@ -223,7 +222,7 @@ pub fn settled_template(sts: &StatefulSet) -> Option<String> {
         .as_ref()?
         .annotations
         .as_ref()?
-        .get(super::member_side::MEMBER_SIDE_ANNOTATION)
+        .get(naming::MEMBER_SIDE_ANNOTATION)
         .cloned()
 }
 

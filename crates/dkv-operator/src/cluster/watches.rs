@@ -22,7 +22,7 @@ use kube::runtime::{WatchStreamExt, reflector::store::Writer};
 use kube::{Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 
-use super::naming::ZONE_LABEL;
+use crate::cluster::naming::ZONE_LABEL;
 
 /// Hash of what a controller reacts to in an object of type `K`.
 pub type Relevance<K> = fn(&K) -> u64;
@@ -136,7 +136,7 @@ pub fn trim_statefulset(sts: &mut StatefulSet) {
     sts.spec.template.spec = None;
 }
 
-/// Member pods are read only through [`super::observe_members::member_pods`]
+/// Member pods are read only through [`crate::cluster::membership::observe::member_pods`]
 /// (and the planner's relevance hash): of their spec, the containers' names
 /// and images, the init containers' names and arguments, and the node. The
 /// rest (volumes, environment, probes, resources, affinity) is dropped from
@@ -338,7 +338,7 @@ pub fn trim_node(node: &mut Node) {
 /// every node renews them every few seconds.
 pub fn node_relevance(node: &Node) -> u64 {
     hash_of((
-        super::lost_node::node_loss(Some(node)),
+        crate::cluster::recovery::lost_node::node_loss(Some(node)),
         node.labels().get(ZONE_LABEL),
     ))
 }
@@ -384,7 +384,7 @@ pub struct Stores {
     /// facts from them).
     pub backups: Store<dkv_api::DistributedKVBackup>,
     /// Every Node, as [`trim_node`] leaves it: where members run, and
-    /// whether their nodes are lost (see [`super::lost_node`]). `None` when
+    /// whether their nodes are lost (see [`crate::cluster::recovery::lost_node`]). `None` when
     /// the operator may not list and watch Nodes (its RBAC leaves them
     /// out): members' zones and lost nodes are then not known.
     pub nodes: Option<Store<Node>>,
@@ -569,7 +569,7 @@ mod tests {
         trim_pod(&mut trimmed);
 
         let read = |p: &Pod| {
-            crate::cluster::observe_members::member_pods(
+            crate::cluster::membership::observe::member_pods(
                 "orders",
                 &[std::sync::Arc::new(p.clone())],
                 None,
@@ -615,7 +615,7 @@ mod tests {
     #[test]
     fn a_trimmed_node_keeps_what_says_it_is_lost_and_its_zone() {
         let unreachable = serde_json::json!([
-            {"key": crate::cluster::lost_node::UNREACHABLE_TAINT, "effect": "NoExecute"}
+            {"key": crate::cluster::recovery::lost_node::UNREACHABLE_TAINT, "effect": "NoExecute"}
         ]);
         for whole in [
             node("True", serde_json::json!([]), "2026-11-26T08:00:00Z"),
@@ -625,8 +625,8 @@ mod tests {
             let mut trimmed = whole.clone();
             trim_node(&mut trimmed);
             assert_eq!(
-                crate::cluster::lost_node::node_loss(Some(&trimmed)),
-                crate::cluster::lost_node::node_loss(Some(&whole))
+                crate::cluster::recovery::lost_node::node_loss(Some(&trimmed)),
+                crate::cluster::recovery::lost_node::node_loss(Some(&whole))
             );
             assert_eq!(
                 trimmed.labels().get(ZONE_LABEL).map(String::as_str),

@@ -316,7 +316,8 @@ pub async fn up(prepared: LocalSetup) -> anyhow::Result<()> {
         leader_election_namespace: install::NAMESPACE.to_owned(),
         identity: Some("dkv-local".to_owned()),
         tls_certificate_validity_seconds: 365 * 24 * 3600,
-        member_upgrades_per_minute: crate::cluster::member_side::DEFAULT_UPGRADES_PER_MINUTE,
+        member_upgrades_per_minute:
+            crate::cluster::upgrade::member_side::DEFAULT_UPGRADES_PER_MINUTE,
         member_side_epoch: 0,
         webhook: local_webhooks()?,
     };

@@ -273,7 +273,12 @@ async fn validate_update(
     // authentication and never got it can be taken back.
     let auth_on = if turns_auth_off(old, new) {
         let namespace = request.namespace.clone().unwrap_or_default();
-        match crate::cluster::auth::enabled_in_etcd(&state.client, &namespace, &request.name).await
+        match crate::cluster::security::auth::enabled_in_etcd(
+            &state.client,
+            &namespace,
+            &request.name,
+        )
+        .await
         {
             Ok(on) => Some(on),
             Err(err) => {

@@ -184,7 +184,10 @@ pub fn review_cluster(
                 );
             }
             if auth_on == Some(true) {
-                verdict.deny("spec.auth.enabled", crate::cluster::auth::CANNOT_TURN_OFF);
+                verdict.deny(
+                    "spec.auth.enabled",
+                    crate::cluster::security::auth::CANNOT_TURN_OFF,
+                );
             }
             if old.spec.size != new.spec.size {
                 warn_even_size(new.spec.size, &mut verdict);

@@ -217,7 +217,7 @@ async fn failures_exit_non_zero_with_the_reason_and_without_the_secret() {
         "{message}"
     );
     assert!(
-        message.contains("AccessDenied") && message.contains("AWS_SECRET_ACCESS_KEY"),
+        message.contains("(access denied)") && message.contains("AWS_SECRET_ACCESS_KEY"),
         "{message}"
     );
     assert!(moto.list().objects.is_empty());

@@ -622,7 +622,7 @@ async fn the_membership_record_drives_joins_and_refuses_lost_members() {
 /// and a killed member seen as unhealthy while the others still answer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_operator_observes_real_members_by_pod_ip() {
-    use dkv_operator::cluster::observe_members::{member_pods, observe_members};
+    use dkv_operator::cluster::membership::observe::{member_pods, observe_members};
     use std::sync::Arc;
 
     let mut cluster = Cluster::new("3.5", 3);

@@ -16,7 +16,10 @@ fn workspace_root() -> PathBuf {
 #[test]
 fn the_operator_was_built_with_the_hash_of_this_tree() {
     let code = member_code::compute(&workspace_root()).expect("hashing the member side");
-    assert_eq!(code.digest, dkv_operator::cluster::member_side::CODE_HASH);
+    assert_eq!(
+        code.digest,
+        dkv_operator::cluster::upgrade::member_side::CODE_HASH
+    );
 }
 
 /// What `cargo metadata` says the member crate links: workspace crates by

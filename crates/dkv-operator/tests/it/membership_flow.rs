@@ -11,7 +11,7 @@ use std::time::Duration;
 use dkv_api::DistributedKV;
 use dkv_etcd::FakeEtcd;
 use dkv_operator::cluster::context::Context;
-use dkv_operator::cluster::etcd_access::FixedConnector;
+use dkv_operator::cluster::context::etcd_access::FixedConnector;
 use dkv_operator::cluster::validate::{Defaults, Facts};
 use dkv_operator::cluster::watches::{self, Stores};
 use dkv_operator::cluster::{build, reconcile, validate};

@@ -765,7 +765,7 @@ fn a_member_being_replaced_in_the_middle_keeps_the_highest_pod() {
 
 #[test]
 fn a_cluster_restored_from_a_backup_fetches_verifies_and_restores_before_member_init() {
-    use dkv_operator::cluster::restore::{self, ResolvedRestore};
+    use dkv_operator::cluster::backups::restore::{self, ResolvedRestore};
     for (image, tool, api_env) in [
         ("registry.k8s.io/etcd:3.5.16-0", "etcdutl", None),
         ("registry.k8s.io/etcd:3.4.23-0", "etcdctl", Some("3")),
@@ -1028,14 +1028,14 @@ mod status_of_a_pass {
     use super::{DistributedKV, fixture, prepare};
     use dkv_api::conditions::{reasons, types};
     use dkv_api::distributedkv::v1beta1::{DistributedKVStatus, Phase};
-    use dkv_operator::cluster::backup_catalogue::BackupSummary;
-    use dkv_operator::cluster::hibernation::State;
+    use dkv_operator::cluster::backups::catalogue::BackupSummary;
+    use dkv_operator::cluster::lifecycle::hibernation::State;
+    use dkv_operator::cluster::maintenance::volumes::{PendingClaim, Volumes};
     use dkv_operator::cluster::outcome::Fault;
     use dkv_operator::cluster::pass::Pass;
     use dkv_operator::cluster::stage::planned::{Gate, Planned};
     use dkv_operator::cluster::stage::validated::Validated;
     use dkv_operator::cluster::status::derive;
-    use dkv_operator::cluster::volumes::{PendingClaim, Volumes};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
     use pretty_assertions::assert_eq;
 
@@ -1130,7 +1130,8 @@ mod status_of_a_pass {
         let dkv = formed(fixture("minimal"));
         let mut pass = planned(&dkv, Volumes::default());
         let planned = hibernation(&mut pass, State::Hibernated);
-        planned.plan = dkv_operator::cluster::hibernation::stopped_plan(planned.plan.clone());
+        planned.plan =
+            dkv_operator::cluster::lifecycle::hibernation::stopped_plan(planned.plan.clone());
         let status = derive(&dkv, &pass, None, &BackupSummary::default(), &now()).unwrap();
         for type_ in [types::AVAILABLE, types::PROGRESSING, types::DEGRADED] {
             let c = condition(&status, type_);
@@ -1344,7 +1345,7 @@ mod status_of_a_pass {
 fn a_formed_cluster_whose_statefulset_is_gone_gets_it_back_unchanged_not_bootstrapped() {
     use dkv_member::record::{ClusterState, MembershipRecord};
     use dkv_operator::cluster::membership::ObservedPod;
-    use dkv_operator::cluster::observe_members::MemberPod;
+    use dkv_operator::cluster::membership::observe::MemberPod;
     use dkv_operator::cluster::plan::MembershipView;
 
     // Created with 3 members, since scaled to 5.
@@ -1407,7 +1408,7 @@ fn a_formed_cluster_whose_statefulset_is_gone_gets_it_back_unchanged_not_bootstr
 
 #[test]
 fn a_hibernated_plan_runs_no_member_suspends_backups_and_keeps_the_budget() {
-    use dkv_operator::cluster::hibernation;
+    use dkv_operator::cluster::lifecycle::hibernation;
     use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
     let (cluster, plan, awake) = prepare(&fixture("full"));

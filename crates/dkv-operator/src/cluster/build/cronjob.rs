@@ -10,8 +10,11 @@ use kube::api::ObjectMeta;
 
 use super::node_directory;
 use super::{child_meta, security};
+use crate::cluster::backups::keys as backup_keys;
+use crate::cluster::naming;
+use crate::cluster::security::auth;
 use crate::cluster::validate::ValidatedCluster;
-use crate::cluster::{auth, backup_keys, naming, tls};
+use crate::cluster::validate::tls;
 use dkv_api::distributedkv::v1beta1::KeySecretReference;
 
 /// What one run of the backup agent needs.

@@ -5,6 +5,8 @@
 //! result is [`DesiredChildren`]: objects nobody has applied yet.
 
 pub mod cronjob;
+#[cfg(test)]
+mod member_contract;
 pub mod members;
 pub mod node_directory;
 pub mod pdb;

@@ -12,7 +12,7 @@
 //!   file, so the etcd container needs no shell and no templating.
 //!
 //! A cluster created from a backup runs two more init containers first, the
-//! restore steps ([`crate::cluster::restore`] resolves their source).
+//! restore steps ([`crate::cluster::backups::restore`] resolves their source).
 //!
 //! Placement: by default members spread over zones, then over nodes
 //! ([`default_spread`]), and prefer nodes without another member
@@ -38,15 +38,16 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::ObjectMeta;
 
 use super::{child_labels, child_meta, node_directory, security};
+use crate::cluster::backups::keys as backup_keys;
+use crate::cluster::backups::restore::{self, ResolvedRestore, SNAPSHOT_FILE, STAGING_DIR};
 use crate::cluster::dereference::ETCD_VERSION_ANNOTATION;
-use crate::cluster::member_side::{self, MemberSide};
-use crate::cluster::naming::{self, CLIENT_PORT, METRICS_PORT, PEER_PORT};
-use crate::cluster::plan::{BOOTSTRAP_SIZE_ANNOTATION, Plan};
-use crate::cluster::restore::{
-    self, FETCH_CONTAINER, RESTORE_CONTAINER, ResolvedRestore, SNAPSHOT_FILE, STAGING_DIR,
+use crate::cluster::naming::{
+    self, CLIENT_PORT, FETCH_CONTAINER, METRICS_PORT, PEER_PORT, RESTORE_CONTAINER,
 };
+use crate::cluster::plan::{BOOTSTRAP_SIZE_ANNOTATION, Plan};
+use crate::cluster::upgrade::member_side::{self, MemberSide};
+use crate::cluster::validate::tls;
 use crate::cluster::validate::{EtcdSettings, ValidatedCluster};
-use crate::cluster::{backup_keys, tls};
 use crate::etcd_version::EtcdVersion;
 
 pub use crate::cluster::naming::DATA_VOLUME;
@@ -274,7 +275,7 @@ fn pod_annotations(cluster: &ValidatedCluster, plan: &Plan) -> Option<BTreeMap<S
         annotations.insert(dkv_api::labels::RESTARTED_AT.to_owned(), at.clone());
     }
     if let Some(serial) = &plan.tls_serial {
-        annotations.insert(tls::SERIAL_ANNOTATION.to_owned(), serial.clone());
+        annotations.insert(naming::SERIAL_ANNOTATION.to_owned(), serial.clone());
     }
     (!annotations.is_empty()).then_some(annotations)
 }
@@ -351,7 +352,7 @@ fn mount(name: &str, path: &str) -> VolumeMount {
 }
 
 /// `member-init`, preceded while a cluster is created from a backup by the
-/// restore steps (see [`crate::cluster::restore`]).
+/// restore steps (see [`crate::cluster::backups::restore`]).
 fn init_containers(cluster: &ValidatedCluster, plan: &Plan) -> Vec<Container> {
     let mut containers = Vec::with_capacity(3);
     if let Some(source) = &plan.restore {

@@ -25,6 +25,8 @@
 //! through to its end.
 
 mod begin;
+pub(crate) mod etcd35_log;
+pub mod observe;
 mod resume;
 pub mod words;
 
@@ -88,7 +90,7 @@ pub struct ObservedPod {
     /// (its `controller-revision-hash` label).
     pub revision: Option<String>,
     /// The member-side hash its template was stamped with (see
-    /// [`crate::cluster::member_side`]).
+    /// [`crate::cluster::upgrade::member_side`]).
     pub member_side: Option<String>,
     /// `member-init` started this member for the `ReplaceMember` pinned now
     /// (its data from before set aside).
@@ -110,7 +112,7 @@ impl ObservedPod {
 }
 
 /// A member whose pod is bound to a lost node (see
-/// [`crate::cluster::lost_node`]).
+/// [`crate::cluster::recovery::lost_node`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Stranded {
     pub ordinal: i32,
@@ -189,15 +191,15 @@ pub struct Observation {
     /// it is stopping, and `pods` does not list it.
     pub terminating: Vec<i32>,
     /// Members whose data differs from their peers' (see
-    /// [`crate::cluster::corruption`]).
+    /// [`crate::cluster::recovery::corruption`]).
     pub corrupt: Vec<i32>,
     /// `spec.recovery.corruptMember: Replace`: such members are replaced.
     pub replace_corrupt: bool,
-    /// etcd's side of a downgrade (see `cluster/downgrade.rs`).
+    /// etcd's side of a downgrade (see `cluster/upgrade/downgrade.rs`).
     pub downgrade: DowngradeGate,
     /// The voters whose log since their newest snapshot may still hold an
     /// entry etcd 3.5 wrote: none moves onto 3.7 (see
-    /// `cluster/etcd35_log.rs`).
+    /// `cluster/membership/etcd35_log.rs`).
     pub unsnapshotted: Vec<SnapshotPending>,
 }
 
@@ -214,7 +216,7 @@ pub struct SnapshotPending {
 }
 
 /// Whether members may restart onto an older minor version, as etcd's
-/// downgrade API says (see `cluster/downgrade.rs`).
+/// downgrade API says (see `cluster/upgrade/downgrade.rs`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub enum DowngradeGate {
     /// No member runs a newer minor line than the spec asks for, or every
@@ -349,7 +351,7 @@ pub enum WaitReason {
     /// target before any may restart on the older version.
     DowngradeMigrating,
     /// Member `ordinal` would move onto 3.7 before it took a snapshot past
-    /// the entries etcd 3.5 wrote (see `cluster/etcd35_log.rs`).
+    /// the entries etcd 3.5 wrote (see `cluster/membership/etcd35_log.rs`).
     SnapshotBefore37(SnapshotPending),
 }
 

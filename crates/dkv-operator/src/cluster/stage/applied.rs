@@ -13,7 +13,7 @@ use crate::cluster::build::DesiredChildren;
 use crate::cluster::context::{self, Context};
 use crate::cluster::dereference::Observed;
 use crate::cluster::error::Result;
-use crate::cluster::hibernation;
+use crate::cluster::lifecycle::hibernation;
 use crate::events::{Event, EventType};
 
 use super::planned::Planned;

@@ -1,5 +1,5 @@
 //! Stage 3, connected: the cluster's credentials ensured
-//! ([`crate::cluster::credentials`]), then etcd's view through them — its
+//! ([`crate::cluster::security::credentials`]), then etcd's view through them — its
 //! members, the alarms they raised, and the members its corruption checks
 //! found to differ from their peers.
 
@@ -8,14 +8,14 @@ use std::sync::Arc;
 use dkv_etcd::{AlarmKind, EtcdAdmin};
 
 use crate::cluster::context::Context;
-use crate::cluster::corruption::{self, Agreement, CorruptMember};
-use crate::cluster::credentials::{self, Credentials};
 use crate::cluster::dereference::Observed;
-use crate::cluster::downgrade;
 use crate::cluster::error::Result;
+use crate::cluster::membership::observe;
 use crate::cluster::membership::{DowngradeGate, ObservedMember};
 use crate::cluster::naming;
-use crate::cluster::observe_members;
+use crate::cluster::recovery::corruption::{self, Agreement, CorruptMember};
+use crate::cluster::security::credentials::{self, Credentials};
+use crate::cluster::upgrade::downgrade;
 use crate::metrics::{CorruptFinding, MemberAlarm};
 use dkv_member::record::ClusterState;
 
@@ -125,7 +125,12 @@ pub async fn connected(
             .as_ref()
             .is_some_and(|r| r.state == ClusterState::Existing);
     let idle = observed.recorded.operation.is_none();
-    let credentials = credentials::ensure(cluster, &validated.pods, exists, idle, ctx).await?;
+    let pod_serials = validated
+        .pods
+        .iter()
+        .map(|p| p.view.tls_serial.clone())
+        .collect();
+    let credentials = credentials::ensure(cluster, pod_serials, exists, idle, ctx).await?;
     let endpoints = validated.endpoints();
     let admin = (!endpoints.is_empty() && deployed).then(|| {
         ctx.etcd.connect(
@@ -136,7 +141,7 @@ pub async fn connected(
     });
     let members = match &admin {
         Some(admin) => {
-            observe_members::observe_members(&cluster.name, admin.as_ref(), &validated.pods).await
+            observe::observe_members(&cluster.name, admin.as_ref(), &validated.pods).await
         }
         None => None,
     };

@@ -6,12 +6,12 @@ use dkv_api::distributedkv::v1beta1::Operation;
 use tracing::info;
 
 use crate::cluster::context::{self, Context};
-use crate::cluster::downgrade;
 use crate::cluster::error::Result;
 use crate::cluster::execute;
-use crate::cluster::lost_node::LostMember;
 use crate::cluster::membership::Step;
 use crate::cluster::naming;
+use crate::cluster::recovery::lost_node::LostMember;
+use crate::cluster::upgrade::downgrade;
 use crate::cluster::validate::ValidatedCluster;
 use crate::events::{Event, EventType};
 

@@ -12,17 +12,17 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 use tracing::{debug, info};
 
+use crate::cluster::backups::restore;
 use crate::cluster::build;
 use crate::cluster::context::Context;
 use crate::cluster::dereference::{Observed, Recorded};
 use crate::cluster::error::{Error, Result};
-use crate::cluster::hibernation;
-use crate::cluster::member_side::{self, Decision, MemberSide};
+use crate::cluster::lifecycle::hibernation;
 use crate::cluster::membership;
 use crate::cluster::naming;
 use crate::cluster::plan::{self, Plan};
-use crate::cluster::restore;
-use crate::cluster::rollout;
+use crate::cluster::upgrade::member_side::{self, Decision, MemberSide};
+use crate::cluster::upgrade::rollout;
 use crate::cluster::validate::ValidatedCluster;
 
 use super::connected::Connected;
@@ -168,7 +168,7 @@ pub async fn planned(
 }
 
 /// Which image runs the members' dkv containers (see
-/// [`crate::cluster::member_side`]): an operator-only rollout takes a turn
+/// [`crate::cluster::upgrade::member_side`]): an operator-only rollout takes a turn
 /// from the installation's budget, or keeps the running template whole
 /// (read from the API: the cache holds no pod spec) until the next look.
 async fn member_side(

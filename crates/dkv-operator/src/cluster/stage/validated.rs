@@ -10,12 +10,12 @@ use kube::runtime::reflector::ObjectRef;
 use crate::cluster::context::Context;
 use crate::cluster::dereference::Observed;
 use crate::cluster::error::Result;
-use crate::cluster::lost_node::{self, LostMember, Placement};
+use crate::cluster::maintenance::volumes::{self, Volumes};
 use crate::cluster::membership;
+use crate::cluster::membership::observe::{self, MemberPod};
 use crate::cluster::naming;
-use crate::cluster::observe_members::{self, MemberPod};
+use crate::cluster::recovery::lost_node::{self, LostMember, Placement};
 use crate::cluster::validate::{self, ValidatedCluster};
-use crate::cluster::volumes::{self, Volumes};
 
 /// The validated spec and the members as it reads them.
 pub struct Validated {
@@ -51,7 +51,7 @@ pub async fn validated(
     ctx: &Context,
 ) -> Result<Validated> {
     let cluster = validate::validate(dkv, &observed.facts, &ctx.defaults)?;
-    let pods = observe_members::member_pods(
+    let pods = observe::member_pods(
         &cluster.name,
         &observed.pods,
         observed.recorded.recovery_epoch().as_deref(),

@@ -15,14 +15,14 @@ use super::faults::{
 };
 use super::messages::operation_reason;
 use super::{StatusInputs, Want, serving_endpoints, set_condition, with_backups};
+use crate::cluster::backups::restore::Replay;
 use crate::cluster::dereference::formed_before;
-use crate::cluster::etcd35_log;
-use crate::cluster::hibernation::State as HibernationState;
+use crate::cluster::lifecycle::hibernation::State as HibernationState;
+use crate::cluster::membership::etcd35_log;
 use crate::cluster::membership::words;
 use crate::cluster::membership::{ObservedMember, Step, WaitReason, quorum};
 use crate::cluster::naming;
 use crate::cluster::plan::update_revision;
-use crate::cluster::restore::Replay;
 
 /// The status after a successful pass.
 pub(super) fn compute(

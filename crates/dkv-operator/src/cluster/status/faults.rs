@@ -5,10 +5,11 @@ use dkv_api::distributedkv::v1beta1::{CorruptMemberPolicy, OperationKind};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::StatusInputs;
-use crate::cluster::backup_catalogue::FailedRun;
+use crate::cluster::backups::catalogue::FailedRun;
+use crate::cluster::maintenance::volumes::{VOLUME_GRACE, Volumes};
+use crate::cluster::naming;
 use crate::cluster::plan::{settled_template, update_revision};
-use crate::cluster::volumes::{VOLUME_GRACE, Volumes};
-use crate::cluster::{lost_node, naming};
+use crate::cluster::recovery::lost_node;
 
 /// Says which member claims have waited for a volume longer than
 /// [`VOLUME_GRACE`].

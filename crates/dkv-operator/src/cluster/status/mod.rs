@@ -12,6 +12,7 @@
 mod compute;
 mod faults;
 mod messages;
+pub(crate) mod metrics_view;
 mod patch;
 
 use std::collections::BTreeSet;
@@ -25,14 +26,14 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::{Resource, ResourceExt};
 
-use super::backup_catalogue::BackupSummary;
 use super::membership::ObservedMember;
-use super::observe_members::MemberPod;
 use super::outcome::Fault;
 use super::pass::Pass;
 use super::plan::Plan;
 use super::validate::ValidatedCluster;
-use super::volumes::Volumes;
+use crate::cluster::backups::catalogue::BackupSummary;
+use crate::cluster::maintenance::volumes::Volumes;
+use crate::cluster::membership::observe::MemberPod;
 use compute::compute;
 pub use patch::write;
 
@@ -157,15 +158,15 @@ struct StatusInputs<'a> {
     /// Where the member volumes stand against `spec.storage.size`.
     pub volumes: &'a Volumes,
     /// Where the cluster stands with `spec.hibernation`.
-    pub hibernation: &'a super::hibernation::State,
+    pub hibernation: &'a crate::cluster::lifecycle::hibernation::State,
     /// Where each member pod runs.
-    pub placements: &'a [super::lost_node::Placement],
+    pub placements: &'a [crate::cluster::recovery::lost_node::Placement],
     /// The members whose node is lost.
-    pub lost: &'a [super::lost_node::LostMember],
+    pub lost: &'a [crate::cluster::recovery::lost_node::LostMember],
     /// The members found to differ from their peers.
-    pub corrupt: &'a [super::corruption::CorruptMember],
+    pub corrupt: &'a [crate::cluster::recovery::corruption::CorruptMember],
     /// A rollout that missed `spec.rollout.progressDeadline`.
-    pub stalled: Option<&'a super::rollout::Stalled>,
+    pub stalled: Option<&'a crate::cluster::upgrade::rollout::Stalled>,
 }
 
 /// One condition as the operator wants it now.

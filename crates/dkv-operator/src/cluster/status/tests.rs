@@ -8,19 +8,19 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use serde_json::json;
 
 use super::derive;
-use crate::cluster::backup_catalogue::BackupSummary;
-use crate::cluster::credentials::Credentials;
-use crate::cluster::lost_node::{LostMember, NodeLoss, Placement};
+use crate::cluster::backups::catalogue::BackupSummary;
+use crate::cluster::maintenance::volumes::Volumes;
 use crate::cluster::membership::fixtures;
+use crate::cluster::membership::observe::MemberPod;
 use crate::cluster::membership::{ObservedMember, Step, WaitReason};
-use crate::cluster::observe_members::MemberPod;
 use crate::cluster::pass::Pass;
 use crate::cluster::plan::Plan;
+use crate::cluster::recovery::lost_node::{LostMember, NodeLoss, Placement};
+use crate::cluster::security::credentials::Credentials;
 use crate::cluster::stage::connected::Connected;
 use crate::cluster::stage::planned::{Gate, Planned};
 use crate::cluster::stage::validated::Validated;
 use crate::cluster::validate::ValidatedCluster;
-use crate::cluster::volumes::Volumes;
 
 fn at(text: &str) -> jiff::Timestamp {
     text.parse().unwrap_or_else(|e| panic!("{e}"))

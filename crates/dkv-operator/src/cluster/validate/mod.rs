@@ -12,7 +12,7 @@
 mod backup;
 mod etcd;
 mod rollout;
-mod tls;
+pub(crate) mod tls;
 mod version;
 
 use std::collections::BTreeMap;
@@ -32,18 +32,18 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::{Resource, ResourceExt};
 
 use super::naming::MAX_CLUSTER_NAME_LEN;
-use super::schedule::Schedule;
-use super::tls::{Sources, TlsSettings};
+use crate::cluster::validate::tls::{Sources, TlsSettings};
 use crate::etcd_version::EtcdVersion;
 use crate::quantity::StorageSize;
 pub use backup::StoreUri;
 pub use backup::retention_of;
 use backup::{check_destination, retention_policy};
+use dkv_api::schedule::Schedule;
 use etcd::etcd_settings;
 pub use etcd::{DEFAULT_QUOTA_BACKEND_BYTES, MAX_QUOTA_BACKEND_BYTES, etcd_tuning_with_defaults};
 pub use rollout::{RolloutPolicy, running_spec, same_template};
 use rollout::{last_good, rollback_in_effect, rollout_policy, with_running_spec};
-use tls::check_tls;
+use tls::check::check_tls;
 use version::resolve_version;
 pub use version::{RefusedMove, RunningVersions};
 
@@ -131,7 +131,7 @@ pub struct ValidatedCluster {
     /// is then validated and built from `last_good`.
     pub rolled_back: Option<RolledBack>,
     /// How far etcd 3.5 wrote the log (`status.rollout.etcd35Log`).
-    pub etcd35_log: Option<crate::cluster::etcd35_log::Record>,
+    pub etcd35_log: Option<crate::cluster::membership::etcd35_log::Record>,
 }
 
 impl ValidatedCluster {
@@ -230,7 +230,7 @@ pub struct ContinuousSource {
 /// Whether `restore` reads continuous backup: it names a point or a source
 /// cluster, or its `uri` is a destination rather than a snapshot
 /// (`.db`, `.db.zst`, with `.enc` when encrypted).
-fn continuous_restore(restore: &dkv_api::distributedkv::v1beta1::RestoreSource) -> bool {
+fn continuous_restore(restore: &RestoreSource) -> bool {
     restore.point_in_time.is_some()
         || restore.source_cluster.is_some()
         || restore
@@ -393,7 +393,7 @@ fn validate_as_written(
             }),
             ca_rotation_request: dkv
                 .annotations()
-                .get(crate::cluster::ca_rotation::ROTATE_ANNOTATION)
+                .get(crate::cluster::naming::ROTATE_ANNOTATION)
                 .cloned(),
             verifies: dkv.labels().get(labels::VERIFIES).cloned(),
             rollout,
@@ -405,7 +405,7 @@ fn validate_as_written(
                 .as_ref()
                 .and_then(|s| s.rollout.as_ref())
                 .and_then(|r| r.etcd35_log.as_ref())
-                .and_then(crate::cluster::etcd35_log::Record::from_status),
+                .and_then(crate::cluster::membership::etcd35_log::Record::from_status),
         }),
         _ => Err(InvalidSpec(problems.0)),
     }

@@ -1,0 +1,5 @@
+//! A cluster stopping and starting as a whole: hibernation
+//! ([`hibernation`]) and what happens when it is deleted ([`cleanup`]).
+
+pub(crate) mod cleanup;
+pub mod hibernation;
