@@ -38,6 +38,7 @@ use tokio::task::JoinHandle;
 use tracing::{Instrument, info, info_span, warn};
 
 use crate::metrics::Metrics;
+use backon::{BackoffBuilder, ExponentialBuilder};
 
 /// Deadline of the agent's etcd calls other than its watch.
 const ETCD_TIMEOUT: Duration = Duration::from_secs(10);
@@ -269,7 +270,14 @@ async fn supervise(
     mut stop: watch::Receiver<bool>,
     observer: Observer,
 ) {
-    let mut delay = Duration::from_secs(1);
+    let delays = || {
+        ExponentialBuilder::new()
+            .with_min_delay(Duration::from_secs(1))
+            .with_max_delay(MAX_RETRY_DELAY)
+            .without_max_times()
+            .build()
+    };
+    let mut backoff = delays();
     loop {
         if *stop.borrow() {
             return;
@@ -280,8 +288,9 @@ async fn supervise(
             Err(err) => {
                 // A run that went well for a while starts the backoff over.
                 if started.elapsed() > MAX_RETRY_DELAY {
-                    delay = Duration::from_secs(1);
+                    backoff = delays();
                 }
+                let delay = backoff.next().unwrap_or(MAX_RETRY_DELAY);
                 let message = err.to_string();
                 warn!(error = %message, retry_in = ?delay, "continuous backup agent failed");
                 {
@@ -297,7 +306,6 @@ async fn supervise(
                     () = tokio::time::sleep(delay) => {}
                     _ = stop.wait_for(|s| *s) => return,
                 }
-                delay = (delay * 2).min(MAX_RETRY_DELAY);
             }
         }
     }

@@ -26,6 +26,7 @@ use super::segment::{Event, EventKind};
 use crate::error::{Error, Result};
 use crate::location::Location;
 use crate::store::Store;
+use backon::{BackoffBuilder, ExponentialBuilder};
 
 /// How often the loop looks at the clock when no event arrives.
 const TICK: Duration = Duration::from_millis(500);
@@ -135,24 +136,27 @@ pub async fn record(
     Ok(ended)
 }
 
-/// Seals what is pending and stores it, with a few tries.
+/// Seals what is pending and stores it, in up to three tries 0.2 s and
+/// 0.4 s apart.
 async fn store_pending(
     store: &Store,
     chain_dir: &Location,
     cutter: &mut Cutter,
     on_stored: &mut impl FnMut(&StoredSegment),
 ) -> Result<()> {
-    let mut last = Ok(());
-    for attempt in 0..3 {
-        last = seal_and_store(store, chain_dir, cutter, on_stored)
+    let mut delays = ExponentialBuilder::new()
+        .with_min_delay(Duration::from_millis(200))
+        .with_max_times(2)
+        .build();
+    loop {
+        let stored = seal_and_store(store, chain_dir, cutter, on_stored)
             .await
             .map(drop);
-        if last.is_ok() {
-            break;
+        match (stored, delays.next()) {
+            (Err(_), Some(delay)) => tokio::time::sleep(delay).await,
+            (done, _) => return done,
         }
-        tokio::time::sleep(Duration::from_millis(200 << attempt)).await;
     }
-    last
 }
 
 /// Seals a segment and stores it; returns its stored size.

@@ -24,6 +24,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use backon::{BackoffBuilder, ExponentialBuilder};
 use bytes::{Bytes, BytesMut};
 use futures::FutureExt;
 use futures::stream::BoxStream;
@@ -150,9 +151,15 @@ const FIRST_BACKOFF: Duration = if cfg!(test) {
 
 /// The wait after failure number `failures` (1-based).
 fn backoff(failures: u32) -> Duration {
-    FIRST_BACKOFF
-        .saturating_mul(1 << failures.saturating_sub(1).min(5))
-        .min(Duration::from_secs(5))
+    const CAP: Duration = Duration::from_secs(5);
+    let nth = usize::try_from(failures.saturating_sub(1).min(8)).unwrap_or(8);
+    ExponentialBuilder::new()
+        .with_min_delay(FIRST_BACKOFF)
+        .with_max_delay(CAP)
+        .without_max_times()
+        .build()
+        .nth(nth)
+        .unwrap_or(CAP)
 }
 
 /// A response's body as text for a message, cut short.

@@ -1,6 +1,7 @@
 //! Errors of the cluster controller, each with the category that decides
 //! what happens next.
 
+use backon::{BackoffBuilder, ExponentialBuilder};
 use std::time::Duration;
 
 use kube::runtime::finalizer;
@@ -286,13 +287,21 @@ impl Error {
 /// Delay before retrying after `failures` consecutive transient failures:
 /// exponential from 1 s, capped at 5 min, with up to 20% jitter so that many
 /// clusters failing together (an API outage) do not retry in lockstep.
+/// `jitter_fraction` (in `[0, 1]`) picks where in that 20% the delay falls:
+/// the caller draws it, so that the delay itself is a pure function.
 pub fn backoff_delay(failures: u32, jitter_fraction: f64) -> Duration {
-    const BASE_MS: u64 = 1_000;
-    const CAP_MS: u64 = 300_000;
-    let exp = failures.saturating_sub(1).min(20);
-    let base = BASE_MS.saturating_mul(1u64 << exp).min(CAP_MS);
-    let jitter = (base as f64 * jitter_fraction.clamp(0.0, 1.0) * 0.2) as u64;
-    Duration::from_millis(base + jitter)
+    const CAP: Duration = Duration::from_secs(300);
+    // The cap is reached by the 10th failure: counting further changes
+    // nothing.
+    let nth = usize::try_from(failures.saturating_sub(1).min(16)).unwrap_or(16);
+    let base = ExponentialBuilder::new()
+        .with_min_delay(Duration::from_secs(1))
+        .with_max_delay(CAP)
+        .without_max_times()
+        .build()
+        .nth(nth)
+        .unwrap_or(CAP);
+    base.mul_f64(1.0 + jitter_fraction.clamp(0.0, 1.0) * 0.2)
 }
 
 /// Requeue delay for [`Category::Waiting`] (a pod starting, a member not
