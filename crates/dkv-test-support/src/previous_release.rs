@@ -82,9 +82,18 @@ pub fn commit() -> String {
     commit
 }
 
-/// The previous member side's build, made on first use (a debug build of
-/// `dkv` as the image has it, in `<tools>/dkv-previous/target`: minutes;
-/// later runs find it). Concurrent callers wait for the one that builds.
+/// The previous member side's build, made on first use and kept in
+/// `<tools>/dkv-previous/<commit>/` (later runs find it). Concurrent callers
+/// wait for the one that builds.
+///
+/// It is a debug build of `dkv` made with this test build's dependencies:
+/// the same cargo command shape as the test build (every workspace crate,
+/// with dev-dependencies resolved, so every dependency gets the same
+/// features) in the same build directory. Cargo then compiles only the
+/// previous commit's workspace crates (about a minute and a half on two
+/// cores, against ten for a build from nothing). The binary has local mode
+/// in it, which the image leaves out; neither the operator nor a member
+/// runs it.
 pub fn previous_release() -> PreviousRelease {
     let commit = commit();
     let root = tools_dir().join("dkv-previous");
@@ -122,17 +131,12 @@ fn build(commit: &str, root: &Path, dir: &Path) {
     let mut cargo = Command::new("nice");
     cargo
         .args(["-n", "10", "cargo", "build", "--locked", "-q"])
-        // As the container image builds it: without local mode (and so
-        // without kube-local), which the operator and members never use.
-        .args([
-            "-p",
-            "dkv-operator",
-            "--no-default-features",
-            "--bin",
-            "dkv",
-        ])
-        .current_dir(&source)
-        .env("CARGO_TARGET_DIR", &target);
+        // `--examples` makes cargo resolve dev-dependencies, as the test
+        // build does: without it some dependencies get fewer features, and
+        // a different build.
+        .args(["--workspace", "--bin", "dkv", "--examples"])
+        .args(distinct_workspace_artifacts(&source))
+        .current_dir(&source);
     // Nothing of this build's Cargo environment (the test runner's) leaks
     // into that one.
     for (key, _) in std::env::vars_os() {
@@ -141,7 +145,12 @@ fn build(commit: &str, root: &Path, dir: &Path) {
             cargo.env_remove(&key);
         }
     }
+    // The binaries land in a directory of their own; what they are built
+    // from is shared with this test build.
     cargo.env("CARGO_TARGET_DIR", &target);
+    if let Some(build_dir) = this_build_dir() {
+        cargo.env("CARGO_BUILD_BUILD_DIR", build_dir);
+    }
     let out = cargo.output().unwrap();
     assert!(
         out.status.success(),
@@ -155,4 +164,49 @@ fn build(commit: &str, root: &Path, dir: &Path) {
     );
     let _ = std::fs::remove_dir_all(dir);
     std::fs::rename(&partial, dir).unwrap();
+}
+
+/// The directory this test binary was built in (`<build>/<profile>/deps/`
+/// holds it), when it looks like Cargo's.
+fn this_build_dir() -> Option<PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    let build = exe.parent()?.parent()?.parent()?;
+    build
+        .join("CACHEDIR.TAG")
+        .is_file()
+        .then(|| build.to_owned())
+}
+
+/// Cargo names a workspace crate's artifacts after its path inside the
+/// workspace, so the previous commit's crates would overwrite this build's
+/// in the shared build directory (and make the next build of this tree
+/// recompile them). A profile setting of no other consequence for a build
+/// made once, no incremental cache, gives them names of their own.
+fn distinct_workspace_artifacts(source: &Path) -> Vec<String> {
+    let out = Command::new("cargo")
+        .args(["metadata", "--no-deps", "--format-version=1"])
+        .current_dir(source)
+        .env_remove("CARGO_TARGET_DIR")
+        .output()
+        .unwrap_or_else(|e| panic!("cargo metadata in {}: {e}", source.display()));
+    assert!(
+        out.status.success(),
+        "cargo metadata in {}: {}",
+        source.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let metadata: serde_json::Value =
+        serde_json::from_slice(&out.stdout).expect("cargo metadata's JSON");
+    metadata["packages"]
+        .as_array()
+        .expect("cargo metadata lists packages")
+        .iter()
+        .filter_map(|p| p["name"].as_str())
+        .flat_map(|name| {
+            [
+                "--config".to_owned(),
+                format!("profile.dev.package.{name}.incremental=false"),
+            ]
+        })
+        .collect()
 }
