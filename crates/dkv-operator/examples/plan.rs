@@ -82,7 +82,7 @@ fn main() -> anyhow::Result<()> {
     }
     println!(
         "   initial cluster: {}",
-        dkv_operator::cluster::naming::initial_cluster(
+        dkv_operator::parts::naming::initial_cluster(
             cluster.tls.peer_scheme(),
             &cluster.name,
             &cluster.namespace,

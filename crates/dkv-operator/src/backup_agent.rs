@@ -15,8 +15,8 @@ use dkv_etcd::{ClientTls, EtcdAdmin, GrpcAdmin, UserCredentials};
 use dkv_member::report::{log_peak_memory, report};
 use dkv_member::store_args::ObjectStoreArgs;
 
-use crate::cluster::naming::{CLIENT_PORT, client_service};
-use crate::cluster::validate::tls;
+use crate::parts::naming::{CLIENT_PORT, client_service};
+use crate::parts::tls;
 use dkv_member::logging::LogFormat;
 
 /// `dkv backup`. Object store credentials come only from the environment

@@ -6,9 +6,11 @@
 //! The roles that run in member pods (`member-init`, the restore steps) are
 //! the member side's, in the `dkv-member` crate.
 
+pub mod backoff;
 pub mod backup;
 pub mod backup_agent;
 pub mod backup_status;
+pub mod cache;
 pub mod cli;
 pub mod cluster;
 pub mod continuous_backup;
@@ -20,6 +22,7 @@ pub mod leader;
 pub mod local;
 pub mod metrics;
 pub mod operator;
+pub mod parts;
 pub mod pki;
 pub mod quantity;
 pub mod secret_store;

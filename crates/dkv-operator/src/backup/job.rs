@@ -6,7 +6,7 @@ use k8s_openapi::api::batch::v1::Job;
 use kube::api::ObjectMeta;
 use kube::{Resource, ResourceExt};
 
-use crate::cluster::build::cronjob::{
+use crate::parts::backup_agent::{
     AgentRun, agent_container, agent_job_spec, agent_labels, agent_volumes,
 };
 

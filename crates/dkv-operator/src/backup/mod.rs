@@ -56,7 +56,7 @@ pub enum Error {
     #[error(transparent)]
     Status(#[from] crate::backup_status::Error),
     #[error("keeping the cluster's root credentials with the backup: {0}")]
-    Credentials(#[source] Box<crate::cluster::error::Error>),
+    Credentials(#[source] crate::parts::credentials::CopyError),
 }
 
 fn kube_error(what: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
@@ -177,14 +177,9 @@ async fn reconcile(backup: Arc<DistributedKVBackup>, ctx: Arc<Context>) -> Resul
 
     // Before the snapshot is taken: its restore will need the password.
     if resolved.auth {
-        crate::cluster::security::auth::keep_for_backup(
-            &ctx.client,
-            &ns,
-            &resolved.cluster,
-            &backup,
-        )
-        .await
-        .map_err(|e| Error::Credentials(Box::new(e)))?;
+        crate::parts::credentials::keep_for_backup(&ctx.client, &ns, &resolved.cluster, &backup)
+            .await
+            .map_err(Error::Credentials)?;
     }
 
     let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), &ns);
@@ -362,7 +357,7 @@ async fn resolve(
     // than leaving its pod waiting for a Secret volume.
     if let Some(reference) = &encryption
         && let Err(message) =
-            crate::cluster::backups::keys::read_backup_key(&ctx.client, &ns, reference)
+            crate::parts::backup_keys::read_backup_key(&ctx.client, &ns, reference)
                 .await
                 .map_err(kube_error(format!(
                     "reading Secret {ns}/{}",
@@ -379,7 +374,7 @@ async fn resolve(
         destination,
         credentials_secret,
         image,
-        client_tls: crate::cluster::validate::tls::Sources::from_spec(cluster.spec.tls.as_ref())
+        client_tls: crate::parts::tls::Sources::from_spec(cluster.spec.tls.as_ref())
             .client_secret(&backup.spec.cluster),
         auth: cluster.spec.auth.as_ref().is_some_and(|a| a.enabled),
         compress: scheduled.and_then(|b| b.compression) != Some(Compression::None),

@@ -110,7 +110,7 @@ pub fn plan(
     now: jiff::Timestamp,
 ) -> Vec<Pruning> {
     let backup = cluster.spec.backup.as_ref();
-    let policy = crate::cluster::validate::retention_of(backup);
+    let policy = crate::parts::retention::retention_of(backup);
     if policy == RetentionPolicy::default() {
         return Vec::new();
     }
@@ -225,7 +225,7 @@ pub async fn run(
 /// every change the cluster controller sees) and managedFields are not kept
 /// in this controller's copy of the clusters.
 fn trim(cluster: &mut DistributedKV) {
-    crate::cluster::watches::trim(cluster);
+    crate::cache::trim(cluster);
     cluster.status = None;
 }
 
@@ -238,7 +238,7 @@ fn error_policy(cluster: Arc<DistributedKV>, err: &Error, ctx: Arc<Context>) -> 
         *count = count.saturating_add(1);
         *count
     };
-    let delay = crate::cluster::error::backoff_delay(failures, rand::random::<f64>());
+    let delay = crate::backoff::backoff_delay(failures, rand::random::<f64>());
     warn!(cluster = %cluster.name_any(), error = %err, retry_in = ?delay, "backup retention failed");
     Action::requeue(delay)
 }
@@ -269,7 +269,7 @@ async fn reconcile(cluster: Arc<DistributedKV>, ctx: Arc<Context>) -> Result<Act
     if cluster.meta().deletion_timestamp.is_some() {
         return Ok(Action::await_change());
     }
-    let policy = crate::cluster::validate::retention_of(cluster.spec.backup.as_ref());
+    let policy = crate::parts::retention::retention_of(cluster.spec.backup.as_ref());
     if policy == RetentionPolicy::default() {
         return Ok(Action::await_change());
     }
@@ -341,12 +341,10 @@ async fn reconcile(cluster: Arc<DistributedKV>, ctx: Arc<Context>) -> Result<Act
         // cluster's key Secret; a chain none decrypts is kept.
         let keys = match backup.encryption.as_ref() {
             None => Ok(dkv_backup::Keyring::default()),
-            Some(e) => {
-                crate::cluster::backups::keys::read_keys(&ctx.client, &ns, &e.key_secret, None)
-                    .await
-                    .map_err(|e| e.to_string())
-                    .and_then(|keys| keys)
-            }
+            Some(e) => crate::parts::backup_keys::read_keys(&ctx.client, &ns, &e.key_secret, None)
+                .await
+                .map_err(|e| e.to_string())
+                .and_then(|keys| keys),
         };
         let pruned = match (
             store_config(&ctx.client, &ns, &secret, &mut configs).await,
@@ -620,7 +618,7 @@ mod tests {
             ["d4", "d3", "f3"]
         );
         assert_eq!(
-            describe(&crate::cluster::validate::retention_of(
+            describe(&crate::parts::retention::retention_of(
                 cluster(json!({"maxBackups": 3, "maxAge": "60h"}))
                     .spec
                     .backup
@@ -629,7 +627,7 @@ mod tests {
             "maxBackups 3, maxAge 60h"
         );
         assert_eq!(
-            describe(&crate::cluster::validate::retention_of(
+            describe(&crate::parts::retention::retention_of(
                 cluster(json!({"maxAge": "7d"})).spec.backup.as_ref()
             )),
             "maxAge 7d"

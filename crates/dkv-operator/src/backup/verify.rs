@@ -25,8 +25,8 @@ use tracing::{info, warn};
 
 use super::{Context, Error, kube_error};
 use crate::backup_status::write_verification;
-use crate::cluster::backups::verification::VERIFIES_LABEL;
-use crate::cluster::naming::MAX_CLUSTER_NAME_LEN;
+use crate::parts::naming::MAX_CLUSTER_NAME_LEN;
+use dkv_api::labels::VERIFIES;
 
 /// Set to a new value to verify a backup (again).
 pub const VERIFY_ANNOTATION: &str = "dkv.io/verify";
@@ -115,7 +115,7 @@ pub fn scratch_cluster(
         "metadata": {
             "name": name,
             "namespace": backup.namespace(),
-            "labels": {VERIFIES_LABEL: backup.name_any()},
+            "labels": {VERIFIES: backup.name_any()},
             "ownerReferences": [owner],
         },
         "spec": spec,
@@ -306,7 +306,7 @@ mod tests {
         );
         assert!(spec.get("backup").is_none() && spec.get("recovery").is_none());
         assert_eq!(spec["storage"]["reclaimPolicy"], json!("Delete"));
-        assert_eq!(scratch.labels()[VERIFIES_LABEL], "nightly");
+        assert_eq!(scratch.labels()[VERIFIES], "nightly");
         assert_eq!(scratch.owner_references()[0].name, "nightly");
 
         let orphan = scratch_cluster(&backup("nightly", Some(true)), None).unwrap();

@@ -22,7 +22,7 @@ use super::dereference::Observed;
 use super::error::{Error, Result};
 use crate::cluster::context::VerifiedTemplates;
 use crate::cluster::diff::is_subset;
-use crate::cluster::naming::FIELD_MANAGER;
+use crate::parts::naming::FIELD_MANAGER;
 
 /// Applies every prepared child and removes children no longer wanted;
 /// the StatefulSet as the API server returned it (or as cached, when no

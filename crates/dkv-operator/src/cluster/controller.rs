@@ -77,7 +77,7 @@ pub async fn run(
         watcher::Config::default(),
     )
     .default_backoff()
-    .modify(watches::trim)
+    .modify(crate::cache::trim)
     .reflect(dkv_writer)
     .applied_objects()
     .predicate_filter(watches::cluster_relevance, Default::default());
@@ -89,7 +89,7 @@ pub async fn run(
         watcher::Config::default(),
     )
     .default_backoff()
-    .modify(watches::trim)
+    .modify(crate::cache::trim)
     .reflect(writers.storage_classes)
     .applied_objects();
     let clusters = dkv_reader.clone();
@@ -186,7 +186,7 @@ pub async fn run(
                 watcher::Config::default(),
                 writers.backups,
                 watches::backup_relevance,
-                watches::trim,
+                crate::cache::trim,
             ),
             |backup: DistributedKVBackup| {
                 backup

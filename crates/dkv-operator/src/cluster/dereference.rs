@@ -19,10 +19,10 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::ResourceExt;
 use kube::runtime::reflector::Store;
 
-use super::naming;
 use super::validate::{Facts, RunningVersions};
 use crate::cluster::watches::{self, Stores};
 use crate::etcd_version::EtcdVersion;
+use crate::parts::naming;
 use dkv_member::record::{MembershipRecord, RECORD_KEY};
 
 /// Annotation on the StatefulSet recording the etcd version it runs, so the

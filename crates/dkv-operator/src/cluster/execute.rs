@@ -13,8 +13,8 @@ use tracing::info;
 
 use super::error::{Error, Result};
 use super::membership::Step;
-use super::naming;
 use crate::cluster::membership::observe::MemberPod;
+use crate::parts::naming;
 
 /// Where a step acts.
 pub struct Target<'a> {
@@ -27,7 +27,7 @@ pub struct Target<'a> {
     pub peer_scheme: &'a str,
 }
 
-pub use super::naming::volume_claim;
+pub use crate::parts::naming::volume_claim;
 
 /// Executes `step`; returns whether it did anything.
 pub async fn execute(step: &Step, target: &Target<'_>) -> Result<bool> {

@@ -23,7 +23,6 @@ pub(crate) mod execute;
 pub mod lifecycle;
 pub mod maintenance;
 pub mod membership;
-pub mod naming;
 pub mod outcome;
 pub mod pass;
 pub mod plan;

@@ -17,7 +17,7 @@ use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use tracing::warn;
 
-use super::error::{Category, Error, WAITING_DELAY, backoff_delay};
+use super::error::{Category, Error, WAITING_DELAY};
 use super::lifecycle::hibernation::State as HibernationState;
 use super::membership::Step;
 use super::recovery::lost_node;
@@ -26,6 +26,7 @@ use super::stage::connected::Connected;
 use super::stage::executed::Executed;
 use super::stage::planned::Planned;
 use super::stage::validated::Validated;
+use crate::backoff::backoff_delay;
 use crate::cluster::context::{self, Context};
 use crate::cluster::security::certificates;
 

@@ -12,10 +12,10 @@ use dkv_api::distributedkv::v1beta1::OperationKind;
 use k8s_openapi::api::apps::v1::StatefulSet;
 
 use super::membership::{self, Observation, ObservedMember, Pinned, Step};
-use super::naming;
 use super::validate::ValidatedCluster;
 use crate::cluster::membership::etcd35_log;
 use crate::cluster::membership::observe::MemberPod;
+use crate::parts::naming;
 use dkv_member::record::{ClusterState, MembershipRecord, RecordedMember};
 
 /// Annotation on the StatefulSet recording the initial member count, which

@@ -22,7 +22,7 @@ use kube::runtime::{WatchStreamExt, reflector::store::Writer};
 use kube::{Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 
-use crate::cluster::naming::ZONE_LABEL;
+use crate::parts::naming::ZONE_LABEL;
 
 /// Hash of what a controller reacts to in an object of type `K`.
 pub type Relevance<K> = fn(&K) -> u64;
@@ -116,14 +116,7 @@ where
 
 use kube::runtime::watcher::watcher;
 
-/// Drops what the controller never reads, to keep the caches small:
-/// managedFields dominate the size of an applied object.
-pub fn trim<K: Resource>(obj: &mut K) {
-    obj.meta_mut().managed_fields = None;
-    if let Some(annotations) = obj.meta_mut().annotations.as_mut() {
-        annotations.remove("kubectl.kubernetes.io/last-applied-configuration");
-    }
-}
+use crate::cache::trim;
 
 /// StatefulSets are read for their metadata (annotations: bootstrap size,
 /// restore source), replicas, claim templates and status; the pod template

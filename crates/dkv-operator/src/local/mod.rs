@@ -190,8 +190,7 @@ pub async fn up(prepared: LocalSetup) -> anyhow::Result<()> {
     // retention, verification): what it creates there is handed to the
     // pods' user, so each writer can write beside what the other created.
     if rustix::process::geteuid().is_root() {
-        let user =
-            u32::try_from(crate::cluster::build::security::RUN_AS).context("the pods' user id")?;
+        let user = u32::try_from(crate::parts::hardening::RUN_AS).context("the pods' user id")?;
         dkv_backup::own_created_files_as(dkv_backup::FileOwner {
             uid: user,
             gid: user,

@@ -119,7 +119,7 @@ mod tests {
         let etcd = spec.etcd.clone().unwrap_or_default();
         assert_eq!(etcd.quota_backend_bytes, Some(2 * 1024 * 1024 * 1024));
         assert_eq!(etcd.auto_compaction_retention.as_deref(), Some("1h"));
-        let tls = crate::cluster::validate::tls::TlsSettings::from_spec(spec.tls.as_ref());
+        let tls = crate::parts::tls::TlsSettings::from_spec(spec.tls.as_ref());
         assert!(tls.peer && tls.client, "new clusters default to TLS");
         let again =
             default_cluster(&defaulted, None, &defaults()).unwrap_or_else(|e| panic!("{e}"));
@@ -137,9 +137,7 @@ mod tests {
             &default_cluster(&plaintext_opt_out, None, &defaults())
                 .unwrap_or_else(|e| panic!("{e}")),
         );
-        assert!(
-            !crate::cluster::validate::tls::TlsSettings::from_spec(patched.spec.tls.as_ref()).any()
-        );
+        assert!(!crate::parts::tls::TlsSettings::from_spec(patched.spec.tls.as_ref()).any());
         // An existing cluster without spec.tls (created plaintext) stays so.
         let existing =
             dkv(serde_json::json!({"size": 3, "image": "registry.k8s.io/etcd:3.5.16-0"}));

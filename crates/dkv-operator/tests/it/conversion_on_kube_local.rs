@@ -347,7 +347,7 @@ async fn the_operator_reconciles_a_cluster_created_as_v1beta1() {
     })
     .await;
     let cronjobs: Api<k8s_openapi::api::batch::v1::CronJob> = Api::namespaced(client.clone(), NS);
-    let name = dkv_operator::cluster::naming::backup_cronjob("gcs");
+    let name = dkv_operator::parts::naming::backup_cronjob("gcs");
     let cronjob = eventually("the backup CronJob", || cronjobs.get(&name)).await;
     let args = cronjob
         .spec

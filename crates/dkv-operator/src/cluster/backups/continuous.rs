@@ -16,10 +16,10 @@ use tracing::info;
 use crate::cluster::backups::restore::{Replay, ResolvedRestore};
 use crate::cluster::context::{Context, publish, publish_about};
 use crate::cluster::error::{Error, Result};
-use crate::cluster::naming;
 use crate::cluster::security::credentials::Credentials;
 use crate::cluster::validate::ValidatedCluster;
 use crate::continuous_backup::{AgentSpec, Point, Report};
+use crate::parts::naming;
 
 /// The newest point in status moves at most this often (each move is a
 /// status write); the operator's metrics carry it without delay.
@@ -84,7 +84,7 @@ pub async fn ensure(
     let key = match &backup.encryption {
         None => None,
         Some(reference) => {
-            match crate::cluster::backups::keys::read_backup_key(
+            match crate::parts::backup_keys::read_backup_key(
                 &ctx.client,
                 &cluster.namespace,
                 reference,
@@ -114,7 +114,7 @@ pub async fn ensure(
     if credentials.user().is_some() {
         // What a point-in-time restore needs to open the data, kept before
         // anything is recorded with authentication on.
-        crate::cluster::security::auth::keep_for_continuous(
+        crate::parts::credentials::keep_for_continuous(
             &ctx.client,
             &cluster.namespace,
             &cluster.name,

@@ -6,7 +6,6 @@
 
 pub mod catalogue;
 pub(crate) mod continuous;
-pub(crate) mod keys;
 pub mod restore;
 pub(crate) mod verification;
 

@@ -328,13 +328,18 @@ async fn restore_keys(
     let Some(reference) = reference else {
         return Ok(Keyring::default());
     };
-    let keys = super::keys::read_keys(client, namespace, reference, reference.key.as_deref())
-        .await
-        .map_err(|source| Error::Read {
-            kind: "Secret",
-            name: reference.name.clone(),
-            source,
-        })?;
+    let keys = crate::parts::backup_keys::read_keys(
+        client,
+        namespace,
+        reference,
+        reference.key.as_deref(),
+    )
+    .await
+    .map_err(|source| Error::Read {
+        kind: "Secret",
+        name: reference.name.clone(),
+        source,
+    })?;
     keys.map_err(|message| Error::RestoreSource {
         message: format!("spec.bootstrap.restore.encryption: {message}"),
         waiting: true,

@@ -19,9 +19,6 @@ use crate::cluster::context::Context;
 use crate::cluster::error::{Error, Result};
 use crate::cluster::validate::ValidatedCluster;
 
-/// On a scratch cluster: the name of the backup it verifies.
-pub const VERIFIES_LABEL: &str = dkv_api::labels::VERIFIES;
-
 /// Checks the scratch cluster `cluster` if it is one. `restore_failed`:
 /// why its restore failed, if it did; `formed`: it has formed and holds all
 /// its data; `admin` reaches its members at `endpoints`.

@@ -7,9 +7,9 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::ConfigMap;
 
 use super::child_meta;
-use crate::cluster::naming;
 use crate::cluster::plan::Plan;
 use crate::cluster::validate::ValidatedCluster;
+use crate::parts::naming;
 use dkv_member::record::RECORD_KEY;
 
 pub fn build(cluster: &ValidatedCluster, plan: &Plan) -> ConfigMap {

@@ -8,9 +8,7 @@ pub mod cronjob;
 #[cfg(test)]
 mod member_contract;
 pub mod members;
-pub mod node_directory;
 pub mod pdb;
-pub mod security;
 pub mod services;
 pub mod statefulset;
 

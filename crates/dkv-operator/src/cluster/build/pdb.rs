@@ -7,9 +7,9 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::child_meta;
 use crate::cluster::membership::quorum;
-use crate::cluster::naming;
 use crate::cluster::plan::Plan;
 use crate::cluster::validate::ValidatedCluster;
+use crate::parts::naming;
 
 pub fn build(cluster: &ValidatedCluster, plan: &Plan) -> PodDisruptionBudget {
     PodDisruptionBudget {

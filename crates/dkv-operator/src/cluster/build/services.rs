@@ -5,8 +5,8 @@ use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::child_meta;
-use crate::cluster::naming::{self, CLIENT_PORT, PEER_PORT};
 use crate::cluster::validate::ValidatedCluster;
+use crate::parts::naming::{self, CLIENT_PORT, PEER_PORT};
 
 fn port(name: &str, port: i32) -> ServicePort {
     ServicePort {

@@ -37,20 +37,22 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::ObjectMeta;
 
-use super::{child_labels, child_meta, node_directory, security};
-use crate::cluster::backups::keys as backup_keys;
+use super::{child_labels, child_meta};
 use crate::cluster::backups::restore::{self, ResolvedRestore, SNAPSHOT_FILE, STAGING_DIR};
 use crate::cluster::dereference::ETCD_VERSION_ANNOTATION;
-use crate::cluster::naming::{
-    self, CLIENT_PORT, FETCH_CONTAINER, METRICS_PORT, PEER_PORT, RESTORE_CONTAINER,
-};
 use crate::cluster::plan::{BOOTSTRAP_SIZE_ANNOTATION, Plan};
 use crate::cluster::upgrade::member_side::{self, MemberSide};
-use crate::cluster::validate::tls;
 use crate::cluster::validate::{EtcdSettings, ValidatedCluster};
 use crate::etcd_version::EtcdVersion;
+use crate::parts::backup_keys;
+use crate::parts::hardening as security;
+use crate::parts::naming::{
+    self, CLIENT_PORT, FETCH_CONTAINER, METRICS_PORT, PEER_PORT, RESTORE_CONTAINER,
+};
+use crate::parts::node_directory;
+use crate::parts::tls;
 
-pub use crate::cluster::naming::DATA_VOLUME;
+pub use crate::parts::naming::DATA_VOLUME;
 /// Where things are in the pod is the member side's ([`dkv_member::layout`]).
 pub use dkv_member::layout::{CONFIG_FILE, CONFIG_MOUNT, DATA_DIR, DATA_MOUNT, MEMBERS_MOUNT};
 pub const CONFIG_VOLUME: &str = "etcd-config";
@@ -304,7 +306,7 @@ fn spread_members(cluster: &str) -> Affinity {
     }
 }
 
-pub use crate::cluster::naming::{HOSTNAME_LABEL, ZONE_LABEL};
+pub use crate::parts::naming::{HOSTNAME_LABEL, ZONE_LABEL};
 
 /// Default spread: at most one member more in any zone than in another,
 /// then the same over nodes. `ScheduleAnyway`: kube-scheduler only scores

@@ -17,7 +17,8 @@ use tracing::info;
 
 use crate::cluster::context::{Context, publish};
 use crate::cluster::error::{Error, Result};
-use crate::cluster::{naming, watches};
+use crate::cluster::watches;
+use crate::parts::naming;
 
 pub async fn cleanup(dkv: &DistributedKV, ctx: &Context) -> Result<Action> {
     let name = dkv.name_any();

@@ -140,7 +140,7 @@ fn unhealthy(facts: &HibernationInputs<'_>) -> Option<String> {
     let sick: Vec<String> = members
         .iter()
         .filter(|m| m.learner || !m.healthy || !pod_ready(m.ordinal))
-        .map(|m| crate::cluster::naming::member(facts.cluster, m.ordinal))
+        .map(|m| crate::parts::naming::member(facts.cluster, m.ordinal))
         .collect();
     (!sick.is_empty()).then(|| format!("not healthy yet: {}", sick.join(", ")))
 }

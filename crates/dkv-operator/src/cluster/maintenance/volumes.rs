@@ -26,9 +26,9 @@ use tracing::info;
 
 use crate::cluster::apply::as_applied;
 use crate::cluster::error::{Error, Result};
-use crate::cluster::naming::FIELD_MANAGER;
-use crate::cluster::naming::volume_claim;
 use crate::cluster::validate::ValidatedCluster;
+use crate::parts::naming::FIELD_MANAGER;
+use crate::parts::naming::volume_claim;
 use crate::quantity::{StorageSize, parse_quantity};
 
 /// Where the member volumes stand against `spec.storage.size`.

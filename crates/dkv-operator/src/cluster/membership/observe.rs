@@ -17,9 +17,9 @@ use k8s_openapi::api::core::v1::{ContainerStateTerminated, ContainerStatus, Pod}
 use kube::ResourceExt;
 
 use crate::cluster::membership::{ObservedMember, ObservedPod};
-use crate::cluster::naming::{self, CLIENT_PORT};
-use crate::cluster::naming::{FETCH_CONTAINER, RESTORE_CONTAINER};
 use crate::etcd_version::EtcdVersion;
+use crate::parts::naming::{self, CLIENT_PORT};
+use crate::parts::naming::{FETCH_CONTAINER, RESTORE_CONTAINER};
 use dkv_member::message::InitMessage;
 
 /// How a member's status reports an active CORRUPT alarm among its errors

@@ -3,7 +3,7 @@
 //! `kubectl dkv` show these sentences, never a Rust rendering of the types.
 
 use super::{Step, WaitReason};
-use crate::cluster::naming;
+use crate::parts::naming;
 
 /// The step the planner takes next, as a phrase ("promote learner
 /// orders-3"), or the reason it waits; `None` for the steps that only pin or

@@ -17,8 +17,8 @@
 use dkv_etcd::{AlarmKind, KvHash};
 
 use crate::cluster::membership::observe::MemberPod;
-use crate::cluster::naming;
 use crate::metrics::MemberAlarm;
+use crate::parts::naming;
 
 /// A member found corrupt, and how.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

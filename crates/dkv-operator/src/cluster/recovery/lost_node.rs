@@ -24,10 +24,10 @@ use kube::ResourceExt;
 
 use crate::cluster::error::{Error, Result};
 use crate::cluster::membership::{DataPlacement, Stranded};
-use crate::cluster::naming;
-use crate::cluster::naming::volume_claim;
-use crate::cluster::naming::{HOSTNAME_LABEL, ZONE_LABEL};
 use crate::cluster::validate::ValidatedCluster;
+use crate::parts::naming;
+use crate::parts::naming::volume_claim;
+use crate::parts::naming::{HOSTNAME_LABEL, ZONE_LABEL};
 
 /// The taint the node lifecycle controller puts on a node whose kubelet
 /// stopped reporting.

@@ -14,14 +14,15 @@
 //! cluster restored from one answers only to the root password of the
 //! cluster it was taken of. Each backup of a cluster with authentication on
 //! therefore keeps a copy of those credentials, `<backup>-etcd-root`, owned
-//! by its `DistributedKVBackup` ([`keep_for_backup`]); a cluster restored
+//! by its `DistributedKVBackup`
+//! ([`crate::parts::credentials::keep_for_backup`]); a cluster restored
 //! from that backup starts with them, authentication already on.
 //!
 //! Continuous backup outlives its cluster (a point-in-time restore works
 //! after the source is deleted), so its copy does too: while a cluster with
 //! authentication on records continuous backup, dkv keeps
 //! `<cluster>-continuous-etcd-root`, owned by nothing
-//! ([`keep_for_continuous`]). A cluster restored from that cluster's
+//! ([`crate::parts::credentials::keep_for_continuous`]). A cluster restored from that cluster's
 //! continuous backup, in the same namespace, starts with those credentials;
 //! whether the restored data has authentication on depends on the point
 //! (a chain's base may predate it), so the operator asks etcd before it
@@ -32,27 +33,21 @@ use std::collections::BTreeMap;
 
 use dkv_etcd::UserCredentials;
 use k8s_openapi::ByteString;
-use k8s_openapi::api::core::v1::{EnvVar, EnvVarSource, Secret, SecretKeySelector};
+use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
-use kube::{Client, Resource, ResourceExt};
+use kube::{Client, ResourceExt};
 
 use crate::cluster::error::{Error, Result};
-use crate::cluster::naming;
 use crate::cluster::validate::ValidatedCluster;
+use crate::parts::credentials::{ENABLED_ANNOTATION, PASSWORD_KEY, USERNAME_KEY};
+use crate::parts::naming;
 
-pub const USERNAME_KEY: &str = "username";
-pub const PASSWORD_KEY: &str = "password";
-/// `"true"` on the Secret once authentication is on.
-pub const ENABLED_ANNOTATION: &str = "dkv.io/auth-enabled";
 /// `"true"` on the Secret from just before dkv asks etcd to turn
 /// authentication on: from then on etcd may have it on, whether or not
 /// [`ENABLED_ANNOTATION`] was written after.
 pub const ENABLING_ANNOTATION: &str = "dkv.io/auth-enabling";
 /// The administrator etcd requires before authentication can be enabled.
 pub const ROOT_USER: &str = "root";
-/// Environment of backup agents: the root credentials, from the Secret.
-pub const USERNAME_ENV: &str = "DKV_ETCD_USERNAME";
-pub const PASSWORD_ENV: &str = "DKV_ETCD_PASSWORD";
 
 /// The root credentials and whether authentication is on yet.
 #[derive(Debug, Clone)]
@@ -207,88 +202,6 @@ pub async fn restored_credentials(
         })
 }
 
-/// Keeps a copy of `cluster`'s root credentials with the backup `backup`
-/// (owned by it) when authentication is on, so that a restore of its
-/// snapshot can authenticate. Idempotent.
-pub async fn keep_for_backup(
-    client: &Client,
-    namespace: &str,
-    cluster: &str,
-    backup: &dkv_api::DistributedKVBackup,
-) -> Result<()> {
-    let owner = backup.controller_owner_ref(&()).map(|mut owner| {
-        // Owned, not controlled: the record's controller is the cluster's.
-        owner.controller = None;
-        owner
-    });
-    let copy_name = naming::backup_auth_secret(&backup.name_any());
-    keep_copy(client, namespace, cluster, copy_name, owner).await
-}
-
-/// Keeps a copy of `cluster`'s root credentials for restores from its
-/// continuous backup, owned by nothing: the backup outlives the cluster,
-/// and so must what opens its data. Idempotent.
-pub async fn keep_for_continuous(client: &Client, namespace: &str, cluster: &str) -> Result<()> {
-    let copy_name = naming::continuous_auth_secret(cluster);
-    keep_copy(client, namespace, cluster, copy_name, None).await
-}
-
-/// Copies `cluster`'s root Secret to `copy_name` once authentication is on.
-async fn keep_copy(
-    client: &Client,
-    namespace: &str,
-    cluster: &str,
-    copy_name: String,
-    owner: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference>,
-) -> Result<()> {
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
-    let read = |name: String| async {
-        secrets.get_opt(&name).await.map_err(|source| Error::Read {
-            kind: "Secret",
-            name,
-            source,
-        })
-    };
-    if read(copy_name.clone()).await?.is_some() {
-        return Ok(());
-    }
-    let Some(root) = read(naming::auth_secret(cluster)).await? else {
-        return Ok(());
-    };
-    if root
-        .annotations()
-        .get(ENABLED_ANNOTATION)
-        .map(String::as_str)
-        != Some("true")
-    {
-        // The snapshot has no users yet: a restore starts fresh.
-        return Ok(());
-    }
-    let mut labels = dkv_api::labels::cluster_labels(cluster);
-    labels.insert(dkv_api::labels::COMPONENT_KEY.to_owned(), "auth".to_owned());
-    let copy = Secret {
-        metadata: ObjectMeta {
-            name: Some(copy_name.clone()),
-            namespace: Some(namespace.to_owned()),
-            labels: Some(labels),
-            owner_references: owner.map(|owner| vec![owner]),
-            ..ObjectMeta::default()
-        },
-        type_: root.type_.clone(),
-        data: root.data.clone(),
-        ..Secret::default()
-    };
-    match secrets.create(&PostParams::default(), &copy).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(status)) if status.code == 409 => Ok(()),
-        Err(source) => Err(Error::Apply {
-            kind: "Secret".to_owned(),
-            name: copy_name,
-            source,
-        }),
-    }
-}
-
 /// Records on the Secret that authentication is on.
 pub async fn mark_enabled(client: &Client, cluster: &ValidatedCluster) -> Result<()> {
     mark(client, cluster, ENABLED_ANNOTATION).await
@@ -315,25 +228,6 @@ async fn mark(client: &Client, cluster: &ValidatedCluster, annotation: &str) -> 
         })
 }
 
-/// The agents' environment: the root credentials, by reference.
-pub fn credentials_env(cluster: &str) -> Vec<EnvVar> {
-    [(USERNAME_ENV, USERNAME_KEY), (PASSWORD_ENV, PASSWORD_KEY)]
-        .into_iter()
-        .map(|(env, key)| EnvVar {
-            name: env.to_owned(),
-            value_from: Some(EnvVarSource {
-                secret_key_ref: Some(SecretKeySelector {
-                    name: naming::auth_secret(cluster),
-                    key: key.to_owned(),
-                    optional: Some(false),
-                }),
-                ..EnvVarSource::default()
-            }),
-            ..EnvVar::default()
-        })
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -344,20 +238,5 @@ mod tests {
         assert_eq!(a.len(), 48);
         assert!(a.bytes().all(|b| b.is_ascii_hexdigit()));
         assert_ne!(a, generate_password());
-    }
-
-    #[test]
-    fn agents_read_the_credentials_from_the_secret_only() {
-        let env = credentials_env("orders");
-        assert_eq!(env.len(), 2);
-        for var in &env {
-            assert!(var.value.is_none(), "{var:?}");
-            let key_ref = var
-                .value_from
-                .as_ref()
-                .and_then(|v| v.secret_key_ref.as_ref())
-                .map(|r| r.name.as_str());
-            assert_eq!(key_ref, Some("orders-etcd-root"));
-        }
     }
 }

@@ -13,7 +13,7 @@
 //!    trusted.
 //!
 //! It starts when the cluster asks for it (the annotation
-//! [`crate::cluster::naming::ROTATE_ANNOTATION`], once per distinct value) or when the CA comes due
+//! [`crate::parts::naming::ROTATE_ANNOTATION`], once per distinct value) or when the CA comes due
 //! (a third of its validity left).
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

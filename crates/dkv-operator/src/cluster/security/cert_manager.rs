@@ -15,10 +15,10 @@ use serde_json::{Value, json};
 
 use crate::cluster::diff::is_subset;
 use crate::cluster::error::{Error, Result};
-use crate::cluster::naming;
-use crate::cluster::naming::FIELD_MANAGER;
 use crate::cluster::validate::ValidatedCluster;
-use crate::cluster::validate::tls::{self, CertificateSource};
+use crate::parts::naming;
+use crate::parts::naming::FIELD_MANAGER;
+use crate::parts::tls::{self, CertificateSource};
 
 pub const GROUP_VERSION: &str = "cert-manager.io/v1";
 const DEFAULT_GROUP: &str = "cert-manager.io";

@@ -4,7 +4,7 @@
 //! etcd's root user and authentication ([`auth`]), and the credentials a
 //! pass connects with ([`credentials`]). Which transports use TLS and where
 //! their certificates come from is part of the validated spec
-//! ([`crate::cluster::validate::tls`]).
+//! ([`crate::parts::tls`]).
 
 pub(crate) mod auth;
 pub(crate) mod ca_rotation;

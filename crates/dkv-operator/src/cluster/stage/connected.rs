@@ -12,11 +12,11 @@ use crate::cluster::dereference::Observed;
 use crate::cluster::error::Result;
 use crate::cluster::membership::observe;
 use crate::cluster::membership::{DowngradeGate, ObservedMember};
-use crate::cluster::naming;
 use crate::cluster::recovery::corruption::{self, Agreement, CorruptMember};
 use crate::cluster::security::credentials::{self, Credentials};
 use crate::cluster::upgrade::downgrade;
 use crate::metrics::{CorruptFinding, MemberAlarm};
+use crate::parts::naming;
 use dkv_member::record::ClusterState;
 
 use super::validated::Validated;

@@ -9,11 +9,11 @@ use crate::cluster::context::{self, Context};
 use crate::cluster::error::Result;
 use crate::cluster::execute;
 use crate::cluster::membership::Step;
-use crate::cluster::naming;
 use crate::cluster::recovery::lost_node::LostMember;
 use crate::cluster::upgrade::downgrade;
 use crate::cluster::validate::ValidatedCluster;
 use crate::events::{Event, EventType};
+use crate::parts::naming;
 
 use super::connected::Connected;
 use super::planned::{NOSPACE_RETRY, Planned};

@@ -19,11 +19,11 @@ use crate::cluster::dereference::{Observed, Recorded};
 use crate::cluster::error::{Error, Result};
 use crate::cluster::lifecycle::hibernation;
 use crate::cluster::membership;
-use crate::cluster::naming;
 use crate::cluster::plan::{self, Plan};
 use crate::cluster::upgrade::member_side::{self, Decision, MemberSide};
 use crate::cluster::upgrade::rollout;
 use crate::cluster::validate::ValidatedCluster;
+use crate::parts::naming;
 
 use super::connected::Connected;
 use super::validated::Validated;

@@ -13,9 +13,9 @@ use crate::cluster::error::Result;
 use crate::cluster::maintenance::volumes::{self, Volumes};
 use crate::cluster::membership;
 use crate::cluster::membership::observe::{self, MemberPod};
-use crate::cluster::naming;
 use crate::cluster::recovery::lost_node::{self, LostMember, Placement};
 use crate::cluster::validate::{self, ValidatedCluster};
+use crate::parts::naming;
 
 /// The validated spec and the members as it reads them.
 pub struct Validated {

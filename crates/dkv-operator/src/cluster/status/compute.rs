@@ -21,8 +21,8 @@ use crate::cluster::lifecycle::hibernation::State as HibernationState;
 use crate::cluster::membership::etcd35_log;
 use crate::cluster::membership::words;
 use crate::cluster::membership::{ObservedMember, Step, WaitReason, quorum};
-use crate::cluster::naming;
 use crate::cluster::plan::update_revision;
+use crate::parts::naming;
 
 /// The status after a successful pass.
 pub(super) fn compute(

@@ -7,9 +7,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use super::StatusInputs;
 use crate::cluster::backups::catalogue::FailedRun;
 use crate::cluster::maintenance::volumes::{VOLUME_GRACE, Volumes};
-use crate::cluster::naming;
 use crate::cluster::plan::{settled_template, update_revision};
 use crate::cluster::recovery::lost_node;
+use crate::parts::naming;
 
 /// Says which member claims have waited for a volume longer than
 /// [`VOLUME_GRACE`].

@@ -8,9 +8,9 @@ use tracing::info;
 use crate::cluster::context::{self, Context};
 use crate::cluster::error::Result;
 use crate::cluster::maintenance::defrag;
-use crate::cluster::naming;
 use crate::cluster::validate::ValidatedCluster;
 use crate::events::{Event, EventType};
+use crate::parts::naming;
 
 use super::{Input, Maintained, TaskOutcome};
 

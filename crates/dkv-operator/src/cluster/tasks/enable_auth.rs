@@ -6,10 +6,10 @@ use tracing::info;
 
 use crate::cluster::context::{self, Context};
 use crate::cluster::error::{Error, Result};
-use crate::cluster::naming;
 use crate::cluster::outcome::Outcome;
 use crate::cluster::security::auth;
 use crate::events::{Event, EventType};
+use crate::parts::naming;
 
 use super::{Input, Maintained, TaskOutcome};
 

@@ -24,7 +24,7 @@
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use crate::cluster::naming::MEMBER_SIDE_ANNOTATION;
+use crate::parts::naming::MEMBER_SIDE_ANNOTATION;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::PodTemplateSpec;
 
@@ -107,7 +107,7 @@ impl Running {
                 .and_then(|a| a.get(GENERATION_ANNOTATION))
                 .and_then(|g| g.parse().ok()),
             restarted_at: annotation(dkv_api::labels::RESTARTED_AT),
-            tls_serial: annotation(crate::cluster::naming::SERIAL_ANNOTATION),
+            tls_serial: annotation(crate::parts::naming::SERIAL_ANNOTATION),
             replicas: sts.spec.replicas,
         }
     }

@@ -11,8 +11,8 @@ use dkv_api::distributedkv::v1beta1::RolloutFailurePolicy;
 
 use crate::cluster::membership::ObservedMember;
 use crate::cluster::membership::observe::MemberPod;
-use crate::cluster::naming;
 use crate::cluster::validate::{ValidatedCluster, same_template};
+use crate::parts::naming;
 
 /// A rollout that missed its deadline.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -3,13 +3,10 @@
 
 use std::time::Duration;
 
-use dkv_api::distributedkv::v1beta1::{
-    BackupRetention, BackupSpec, ContinuousBackup, MaxAge, NewChain,
-};
+use dkv_api::distributedkv::v1beta1::{BackupRetention, ContinuousBackup, NewChain};
 use dkv_backup::RetentionPolicy;
 use dkv_backup::continuous::cutter::CutSettings;
 use dkv_backup::continuous::rotation::ChainLimits;
-use jiff::SignedDuration;
 
 use super::Problems;
 use crate::quantity::parse_quantity;
@@ -209,52 +206,17 @@ pub(super) fn check_destination(uri: &str, problems: &mut Problems) -> Option<St
     Some(uri)
 }
 
-/// The retention `backup` asks for; a limit that does not validate prunes
-/// nothing (validation reports it).
-pub fn retention_of(backup: Option<&BackupSpec>) -> RetentionPolicy {
-    retention_policy(
-        backup.and_then(|b| b.retention.as_ref()),
-        &mut Problems::default(),
-    )
-}
-
-/// `spec.backup.retention` as the policy retention applies.
+/// `spec.backup.retention` as the policy retention applies, its problems
+/// reported.
 pub(super) fn retention_policy(
     retention: Option<&BackupRetention>,
     problems: &mut Problems,
 ) -> RetentionPolicy {
-    let Some(retention) = retention else {
-        return RetentionPolicy::default();
-    };
-    let max_backups = match retention.max_backups {
-        None => None,
-        Some(n) if n >= 1 => u32::try_from(n).ok(),
-        Some(n) => {
-            problems.add(
-                "spec.backup.retention.maxBackups",
-                format!("must be at least 1 (got {n}); omit it to keep any number of backups"),
-            );
-            None
-        }
-    };
-    let max_age =
-        retention
-            .max_age
-            .as_deref()
-            .and_then(|text| match text.trim().parse::<MaxAge>() {
-                Ok(age) => Some(SignedDuration::from_hours(i64::from(age.hours()))),
-                Err(message) => {
-                    problems.add(
-                        "spec.backup.retention.maxAge",
-                        format!("{message}; omit it to keep backups of any age"),
-                    );
-                    None
-                }
-            });
-    RetentionPolicy {
-        max_age,
-        max_backups,
+    let (policy, found) = crate::parts::retention::policy(retention);
+    for (field, message) in found {
+        problems.add(field, message);
     }
+    policy
 }
 
 #[cfg(test)]

@@ -12,7 +12,7 @@
 mod backup;
 mod etcd;
 mod rollout;
-pub(crate) mod tls;
+mod tls;
 mod version;
 
 use std::collections::BTreeMap;
@@ -31,19 +31,18 @@ use k8s_openapi::api::core::v1::ResourceRequirements;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::{Resource, ResourceExt};
 
-use super::naming::MAX_CLUSTER_NAME_LEN;
-use crate::cluster::validate::tls::{Sources, TlsSettings};
 use crate::etcd_version::EtcdVersion;
+use crate::parts::naming::MAX_CLUSTER_NAME_LEN;
+use crate::parts::tls::{Sources, TlsSettings};
 use crate::quantity::StorageSize;
 pub use backup::StoreUri;
-pub use backup::retention_of;
 use backup::{check_destination, retention_policy};
 use dkv_api::schedule::Schedule;
 use etcd::etcd_settings;
 pub use etcd::{DEFAULT_QUOTA_BACKEND_BYTES, MAX_QUOTA_BACKEND_BYTES, etcd_tuning_with_defaults};
 pub use rollout::{RolloutPolicy, running_spec, same_template};
 use rollout::{last_good, rollback_in_effect, rollout_policy, with_running_spec};
-use tls::check::check_tls;
+use tls::check_tls;
 use version::resolve_version;
 pub use version::{RefusedMove, RunningVersions};
 
@@ -393,7 +392,7 @@ fn validate_as_written(
             }),
             ca_rotation_request: dkv
                 .annotations()
-                .get(crate::cluster::naming::ROTATE_ANNOTATION)
+                .get(crate::parts::naming::ROTATE_ANNOTATION)
                 .cloned(),
             verifies: dkv.labels().get(labels::VERIFIES).cloned(),
             rollout,

@@ -13,11 +13,11 @@ use super::{
     not_after, read, secret,
 };
 use crate::cluster::error::{Error, Result};
-use crate::cluster::naming;
 use crate::cluster::security::ca_rotation;
 use crate::cluster::security::certificates::issue::{Signer, authority_from, current_leaf};
 use crate::cluster::validate::ValidatedCluster;
-use crate::cluster::validate::tls::{CA_CERT, CLIENT_COMMON_NAME, member_hosts};
+use crate::parts::naming;
+use crate::parts::tls::{CA_CERT, CLIENT_COMMON_NAME, member_hosts};
 use crate::pki::{Authority, Leaf, Usage};
 
 /// What a cluster's own CA issued, after [`ensure_auto`].

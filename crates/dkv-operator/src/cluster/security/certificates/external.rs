@@ -4,11 +4,11 @@
 use k8s_openapi::api::core::v1::Secret;
 
 use crate::cluster::error::{Error, Result};
-use crate::cluster::naming;
 use crate::cluster::security::cert_manager;
 use crate::cluster::security::certificates::text;
 use crate::cluster::validate::ValidatedCluster;
-use crate::cluster::validate::tls::{CA_CERT, CertificateSource, TLS_CERT, TLS_KEY, server_name};
+use crate::parts::naming;
+use crate::parts::tls::{CA_CERT, CertificateSource, TLS_CERT, TLS_KEY, server_name};
 use crate::pki::{self, Role};
 
 /// The Secret `secret` that the cluster's spec (or cert-manager) should

@@ -12,7 +12,7 @@ use super::{
 };
 use crate::cluster::error::{Error, Result};
 use crate::cluster::validate::ValidatedCluster;
-use crate::cluster::validate::tls::{CA_CERT, TLS_CERT, TLS_KEY};
+use crate::parts::tls::{CA_CERT, TLS_CERT, TLS_KEY};
 use crate::pki::{Authority, Issued, Leaf};
 
 /// Who signs a leaf and what its holders trust.

@@ -2,7 +2,7 @@
 //! after them: issued from the cluster's own CA, requested from
 //! cert-manager ([`crate::cluster::security::cert_manager`]) or provided by the user, checked,
 //! renewed, and the CA rotated ([`crate::cluster::security::ca_rotation`]). Which Secrets hold
-//! them and where pods mount them is [`crate::cluster::validate::tls`].
+//! them and where pods mount them is [`crate::parts::tls`].
 //!
 //! Each transport's certificates come from one [`CertificateSource`]. Certificates
 //! dkv did not issue itself (`Provided` by the user, or issued by
@@ -46,10 +46,10 @@ use kube::{Client, ResourceExt};
 
 use crate::cluster::context::CertificateLifetime;
 use crate::cluster::error::{Error, Result};
-use crate::cluster::naming;
 use crate::cluster::security::ca_rotation;
 use crate::cluster::validate::ValidatedCluster;
-use crate::cluster::validate::tls::{CA_CERT, CertificateSource, TLS_CERT, TLS_KEY, server_name};
+use crate::parts::naming;
+use crate::parts::tls::{CA_CERT, CertificateSource, TLS_CERT, TLS_KEY, server_name};
 use auto::ensure_auto;
 use dkv_etcd::ClientTls;
 use external::{check_external, missing};

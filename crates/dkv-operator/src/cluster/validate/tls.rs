@@ -4,10 +4,7 @@ use crate::cluster::validate::Problems;
 
 /// What the schema's CEL rules say about `spec.tls`, for specs written
 /// past them (and for the webhook's single list of problems).
-pub(in crate::cluster::validate) fn check_tls(
-    tls: &dkv_api::distributedkv::v1beta1::TlsSpec,
-    problems: &mut Problems,
-) {
+pub(super) fn check_tls(tls: &dkv_api::distributedkv::v1beta1::TlsSpec, problems: &mut Problems) {
     use dkv_api::distributedkv::v1beta1::TlsMode;
     for (transport, t) in [("peer", &tls.peer), ("client", &tls.client)] {
         let provided = t.mode == TlsMode::Provided;

@@ -8,14 +8,12 @@
 //! the names they carry and how member and backup pods mount them.
 //!
 //! The checks of `spec.tls` at admission and in the controller are in
-//! [`check`].
-
-pub(crate) mod check;
+//! the cluster controller's validation.
 
 use dkv_api::distributedkv::v1beta1::{IssuerReference, TlsMode, TlsSpec};
 use k8s_openapi::api::core::v1::{KeyToPath, SecretVolumeSource, Volume, VolumeMount};
 
-use crate::cluster::naming;
+use super::naming;
 
 pub use dkv_member::layout::{
     CA_CERT, MEMBER_TLS_DIR, PEER_TLS_DIR, SERVER_TLS_DIR, TLS_CERT, TLS_KEY,
