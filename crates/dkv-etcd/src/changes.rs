@@ -5,6 +5,7 @@
 use std::collections::{BTreeSet, HashSet};
 use std::ops::Range;
 
+use async_trait::async_trait;
 use etcd_client::{EventType, GetOptions, LeaseGrantOptions, PutOptions, Txn, TxnOp, WatchOptions};
 
 use crate::error::{Error, Result};
@@ -40,77 +41,154 @@ pub struct WatchedChanges {
     pub header_revision: i64,
 }
 
+/// The data itself, as continuous backup reads it and a point-in-time
+/// restore writes it again: the seam [`GrpcAdmin`] and, in tests, `FakeEtcd`
+/// implement.
+#[async_trait]
+pub trait EtcdData: Send + Sync {
+    /// Watches every key from `from_revision` (inclusive), with progress
+    /// notifications.
+    async fn watch_changes(&self, from_revision: i64) -> Result<ChangeWatch>;
+
+    /// The cluster's current revision.
+    async fn current_revision(&self) -> Result<i64>;
+
+    /// Writes `changes` again, in order (see [`GrpcAdmin`]'s for how they
+    /// are grouped into transactions). A lease a put names that does not
+    /// exist yet is granted with that ID and `lease_ttl_seconds`.
+    async fn apply_changes(&self, changes: &[Change], lease_ttl_seconds: i64) -> Result<()>;
+}
+
 /// A watch of every key from a revision.
 pub struct ChangeWatch {
-    stream: etcd_client::WatchStream,
+    source: WatchSource,
+}
+
+enum WatchSource {
+    // Boxed: the stream is several times the size of the fake's.
+    Grpc(Box<etcd_client::WatchStream>),
+    /// A watch of an in-memory cluster: its responses, and its revision for
+    /// progress notifications.
+    #[cfg(feature = "fake")]
+    Fake {
+        responses: tokio::sync::mpsc::UnboundedReceiver<Result<WatchedChanges>>,
+        revision: std::sync::Arc<std::sync::atomic::AtomicI64>,
+        progress_requested: bool,
+    },
 }
 
 impl ChangeWatch {
+    #[cfg(feature = "fake")]
+    pub(crate) fn fake(
+        responses: tokio::sync::mpsc::UnboundedReceiver<Result<WatchedChanges>>,
+        revision: std::sync::Arc<std::sync::atomic::AtomicI64>,
+    ) -> Self {
+        Self {
+            source: WatchSource::Fake {
+                responses,
+                revision,
+                progress_requested: false,
+            },
+        }
+    }
+
     /// The next response; `Ok(None)` when the server closed the watch.
     /// [`Error::Compacted`] when the start revision is no longer in etcd's
     /// history.
     pub async fn next(&mut self) -> Result<Option<WatchedChanges>> {
-        loop {
-            let Some(response) = self
-                .stream
-                .message()
-                .await
-                .map_err(|e| Error::from_client("watch", e, None))?
-            else {
-                return Ok(None);
-            };
-            if response.compact_revision() > 0 {
-                return Err(Error::Compacted {
-                    compact_revision: response.compact_revision(),
-                });
+        match &mut self.source {
+            WatchSource::Grpc(stream) => next_response(stream).await,
+            #[cfg(feature = "fake")]
+            WatchSource::Fake {
+                responses,
+                revision,
+                progress_requested,
+            } => {
+                if let Ok(response) = responses.try_recv() {
+                    return response.map(Some);
+                }
+                if std::mem::take(progress_requested) {
+                    return Ok(Some(WatchedChanges {
+                        changes: Vec::new(),
+                        header_revision: revision.load(std::sync::atomic::Ordering::SeqCst),
+                    }));
+                }
+                responses.recv().await.transpose()
             }
-            if response.canceled() {
-                return Err(Error::Refused {
-                    operation: "watch",
-                    message: format!("the watch was cancelled: {}", response.cancel_reason()),
-                });
-            }
-            if response.created() && response.events().is_empty() {
-                continue;
-            }
-            let header_revision = response.header().map_or(0, |h| h.revision());
-            let changes = response
-                .events()
-                .iter()
-                .filter_map(|event| {
-                    let kv = event.kv()?;
-                    Some(match event.event_type() {
-                        EventType::Put => Change {
-                            revision: kv.mod_revision(),
-                            kind: ChangeKind::Put,
-                            key: kv.key().to_vec(),
-                            value: kv.value().to_vec(),
-                            lease: kv.lease(),
-                        },
-                        EventType::Delete => Change {
-                            revision: kv.mod_revision(),
-                            kind: ChangeKind::Delete,
-                            key: kv.key().to_vec(),
-                            value: Vec::new(),
-                            lease: 0,
-                        },
-                    })
-                })
-                .collect();
-            return Ok(Some(WatchedChanges {
-                changes,
-                header_revision,
-            }));
         }
     }
 
     /// Asks the server for a progress notification (a response without
     /// changes that carries the current revision).
     pub async fn request_progress(&mut self) -> Result<()> {
-        self.stream
-            .request_progress()
+        match &mut self.source {
+            WatchSource::Grpc(stream) => stream
+                .request_progress()
+                .await
+                .map_err(|e| Error::from_client("watch progress", e, None)),
+            #[cfg(feature = "fake")]
+            WatchSource::Fake {
+                progress_requested, ..
+            } => {
+                *progress_requested = true;
+                Ok(())
+            }
+        }
+    }
+}
+
+/// The next response of a gRPC watch (see [`ChangeWatch::next`]).
+async fn next_response(stream: &mut etcd_client::WatchStream) -> Result<Option<WatchedChanges>> {
+    loop {
+        let Some(response) = stream
+            .message()
             .await
-            .map_err(|e| Error::from_client("watch progress", e, None))
+            .map_err(|e| Error::from_client("watch", e, None))?
+        else {
+            return Ok(None);
+        };
+        if response.compact_revision() > 0 {
+            return Err(Error::Compacted {
+                compact_revision: response.compact_revision(),
+            });
+        }
+        if response.canceled() {
+            return Err(Error::Refused {
+                operation: "watch",
+                message: format!("the watch was cancelled: {}", response.cancel_reason()),
+            });
+        }
+        if response.created() && response.events().is_empty() {
+            continue;
+        }
+        let header_revision = response.header().map_or(0, |h| h.revision());
+        let changes = response
+            .events()
+            .iter()
+            .filter_map(|event| {
+                let kv = event.kv()?;
+                Some(match event.event_type() {
+                    EventType::Put => Change {
+                        revision: kv.mod_revision(),
+                        kind: ChangeKind::Put,
+                        key: kv.key().to_vec(),
+                        value: kv.value().to_vec(),
+                        lease: kv.lease(),
+                    },
+                    EventType::Delete => Change {
+                        revision: kv.mod_revision(),
+                        kind: ChangeKind::Delete,
+                        key: kv.key().to_vec(),
+                        value: Vec::new(),
+                        lease: 0,
+                    },
+                })
+            })
+            .collect();
+        return Ok(Some(WatchedChanges {
+            changes,
+            header_revision,
+        }));
     }
 }
 
@@ -119,7 +197,8 @@ impl ChangeWatch {
 /// fragments of a fragmented response).
 pub const MAX_WATCH_MESSAGE_BYTES: usize = 256 << 20;
 
-impl GrpcAdmin {
+#[async_trait]
+impl EtcdData for GrpcAdmin {
     /// Watches every key from `from_revision` (inclusive), with progress
     /// notifications.
     ///
@@ -129,7 +208,7 @@ impl GrpcAdmin {
     /// the client accepts messages up to [`MAX_WATCH_MESSAGE_BYTES`] (etcd's
     /// own client accepts any size; gRPC's default of 4 MiB fails such a
     /// watch for good once values are large).
-    pub async fn watch_changes(&self, from_revision: i64) -> Result<ChangeWatch> {
+    async fn watch_changes(&self, from_revision: i64) -> Result<ChangeWatch> {
         let client = self.client_for("watch").await?;
         let options = WatchOptions::new()
             .with_all_keys()
@@ -142,11 +221,13 @@ impl GrpcAdmin {
             .watch("", Some(options))
             .await
             .map_err(|e| Error::from_client("watch", e, None))?;
-        Ok(ChangeWatch { stream })
+        Ok(ChangeWatch {
+            source: WatchSource::Grpc(Box::new(stream)),
+        })
     }
 
     /// The cluster's current revision.
-    pub async fn current_revision(&self) -> Result<i64> {
+    async fn current_revision(&self) -> Result<i64> {
         let mut client = self.client_for("revision").await?;
         let response = client
             .get(
@@ -174,7 +255,7 @@ impl GrpcAdmin {
     /// A lease a put names that does not exist yet is granted with that ID
     /// and `lease_ttl_seconds` (the source's remaining time is not known),
     /// so keys that shared a lease expire together.
-    pub async fn apply_changes(&self, changes: &[Change], lease_ttl_seconds: i64) -> Result<()> {
+    async fn apply_changes(&self, changes: &[Change], lease_ttl_seconds: i64) -> Result<()> {
         let mut client = self.client_for("replay").await?;
         let mut granted: BTreeSet<i64> = BTreeSet::new();
         for group in replay_transactions(changes) {
@@ -216,7 +297,8 @@ pub const REPLAY_TRANSACTION_OPERATIONS: usize = 64;
 /// two thirds of etcd's default `--max-request-bytes` (1.5 MiB).
 pub const REPLAY_TRANSACTION_BYTES: usize = 1024 * 1024;
 
-/// The ranges of `changes` (in revision order) that [`GrpcAdmin::replay`]
+/// The ranges of `changes` (in revision order) that [`GrpcAdmin`]'s
+/// [`EtcdData::apply_changes`]
 /// writes as one transaction each: whole source revisions, consecutive,
 /// together while no key repeats (etcd refuses a transaction that names a
 /// key twice) and within the limits above. A revision over a limit on its

@@ -5,9 +5,9 @@
 //! transfer, alarms, defragmentation, snapshots and downgrades. [`GrpcAdmin`] speaks etcd's
 //! v3 gRPC API with a timeout on every call; `FakeEtcd` (feature `fake`,
 //! for tests only) is an in-memory cluster that refuses what real etcd
-//! refuses, for unit tests of the operator's decisions. [`GrpcAdmin::watch_changes`] and
-//! [`GrpcAdmin::replay`] read and write the data itself, for continuous
-//! backup and point-in-time restore.
+//! refuses, for unit tests of the operator's decisions. [`EtcdData`] reads and writes the
+//! data itself, for continuous backup and point-in-time restore; both
+//! implement it.
 
 #![forbid(unsafe_code)]
 
@@ -21,8 +21,8 @@ mod model;
 
 pub use admin::{EtcdAdmin, SnapshotStream};
 pub use changes::{
-    Change, ChangeKind, ChangeWatch, REPLAY_TRANSACTION_BYTES, REPLAY_TRANSACTION_OPERATIONS,
-    WatchedChanges, replay_transactions,
+    Change, ChangeKind, ChangeWatch, EtcdData, REPLAY_TRANSACTION_BYTES,
+    REPLAY_TRANSACTION_OPERATIONS, WatchedChanges, replay_transactions,
 };
 pub use error::{Error, Result};
 #[cfg(feature = "fake")]

@@ -200,13 +200,19 @@ async fn authenticated(admin: GrpcAdmin, args: &BackupArgs) -> GrpcAdmin {
         password: password.clone(),
     };
     let with_user = admin.clone_unconnected().with_user(user);
-    match with_user.member_list().await {
-        Err(err) if err.to_string().contains("authentication is not enabled") => {
-            tracing::info!("the cluster has no authentication yet; connecting without credentials");
-            admin
-        }
-        _ => with_user,
+    if auth_not_enabled(&with_user).await {
+        tracing::info!("the cluster has no authentication yet; connecting without credentials");
+        admin
+    } else {
+        with_user
     }
+}
+
+/// Whether `with_user` (a connection with credentials) is refused because
+/// the cluster has no authentication on yet.
+async fn auth_not_enabled(with_user: &dyn EtcdAdmin) -> bool {
+    matches!(with_user.member_list().await,
+        Err(err) if err.to_string().contains("authentication is not enabled"))
 }
 
 /// The client certificate mounted in `dir`, verifying members by the name
@@ -229,16 +235,55 @@ fn client_tls(dir: &Path, cluster: &str, namespace: &str) -> anyhow::Result<Clie
 /// the client Service then refuses connections; without this the attempt
 /// fails at once and the Job retries only after its backoff. Whatever the
 /// outcome, the backup then runs and reports its own error.
-async fn wait_for_cluster(admin: &GrpcAdmin, patience: Duration) {
-    let deadline = std::time::Instant::now() + patience;
+async fn wait_for_cluster(admin: &dyn EtcdAdmin, patience: Duration) {
+    let deadline = tokio::time::Instant::now() + patience;
     loop {
         match admin.member_list().await {
             Ok(_) => return,
-            Err(err) if std::time::Instant::now() < deadline => {
+            Err(err) if tokio::time::Instant::now() < deadline => {
                 tracing::info!(error = %err, "etcd does not answer yet; retrying");
                 tokio::time::sleep(Duration::from_secs(1)).await;
             }
             Err(_) => return,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dkv_etcd::FakeEtcd;
+
+    #[tokio::test(start_paused = true)]
+    async fn the_agent_waits_for_a_quorum_then_no_longer() {
+        let etcd = FakeEtcd::with_members(&["a", "b", "c"], "3.5.16");
+        etcd.set_healthy("b", false);
+        etcd.set_healthy("c", false);
+        let started = tokio::time::Instant::now();
+        wait_for_cluster(&etcd, Duration::from_secs(5)).await;
+        assert!(
+            started.elapsed() >= Duration::from_secs(5),
+            "it gave up early"
+        );
+        let asked = etcd.calls().len();
+        assert!(
+            (5..=7).contains(&asked),
+            "asked {asked} times in 5 s, once a second"
+        );
+
+        etcd.set_healthy("b", true);
+        let started = tokio::time::Instant::now();
+        wait_for_cluster(&etcd, Duration::from_secs(5)).await;
+        assert_eq!(
+            started.elapsed(),
+            Duration::ZERO,
+            "a quorum answers at once"
+        );
+    }
+
+    #[tokio::test]
+    async fn credentials_are_kept_unless_the_cluster_says_auth_is_off() {
+        let etcd = FakeEtcd::with_members(&["a"], "3.5.16");
+        assert!(!auth_not_enabled(&etcd).await);
     }
 }

@@ -9,7 +9,7 @@
 //! reports the gap and starts a new chain.
 
 use bytes::Bytes;
-use dkv_etcd::{EtcdAdmin, GrpcAdmin};
+use dkv_etcd::{EtcdAdmin, EtcdData};
 use jiff::Timestamp;
 use serde::Deserialize;
 use tokio::sync::watch;
@@ -60,7 +60,7 @@ pub enum Progress {
 /// Returns the error that stopped it otherwise (the process exits and is
 /// restarted; the chain resumes).
 pub async fn run(
-    etcd: &GrpcAdmin,
+    etcd: &(impl EtcdAdmin + EtcdData),
     config: &StoreConfig,
     settings: &AgentSettings,
     mut stop: watch::Receiver<bool>,
@@ -252,7 +252,7 @@ struct Recording<'a> {
 
 /// Takes the full snapshot a new chain starts from.
 async fn take_base(
-    etcd: &GrpcAdmin,
+    etcd: &dyn EtcdAdmin,
     config: &StoreConfig,
     settings: &AgentSettings,
 ) -> Result<Artifact> {
@@ -327,7 +327,7 @@ const CLUSTER_ID_FIELD: &str = "clusterId";
 
 /// The ID of the etcd cluster the agent records, from the first member
 /// that answers.
-async fn cluster_id(etcd: &GrpcAdmin, endpoints: &[String]) -> Result<String> {
+async fn cluster_id(etcd: &dyn EtcdAdmin, endpoints: &[String]) -> Result<String> {
     let mut last = None;
     for endpoint in endpoints {
         match etcd.status(endpoint).await {
@@ -416,7 +416,7 @@ mod tests {
 
     fn start_agent(endpoint: &str, settings: &AgentSettings) -> Running {
         let (stop, stopped) = watch::channel(false);
-        let etcd = GrpcAdmin::new(vec![endpoint.to_owned()], Duration::from_secs(5));
+        let etcd = dkv_etcd::GrpcAdmin::new(vec![endpoint.to_owned()], Duration::from_secs(5));
         let settings = settings.clone();
         let task = tokio::spawn(async move {
             let mut progress = Vec::new();
@@ -550,7 +550,8 @@ mod tests {
         .await;
         let restored = EtcdProcess::start(&bin, "restored", &restored_ip, &data_dir, "restored");
         restored.wait_ready().await;
-        let into = GrpcAdmin::new(vec![restored.client_url.clone()], Duration::from_secs(5));
+        let into =
+            dkv_etcd::GrpcAdmin::new(vec![restored.client_url.clone()], Duration::from_secs(5));
         let replayed = replay_plan(&into, &store, &planned, &keys, 0)
             .await
             .unwrap();

@@ -14,7 +14,7 @@
 use std::future::Future;
 use std::time::Duration;
 
-use dkv_etcd::{Change, ChangeKind, GrpcAdmin};
+use dkv_etcd::{Change, ChangeKind, EtcdData};
 use jiff::Timestamp;
 use tracing::{info, warn};
 
@@ -58,7 +58,7 @@ pub enum Ended {
 /// what is pending. Calls `on_stored` with each segment once it is durable
 /// (the agent reports the chain's progress from it).
 pub async fn record(
-    etcd: &GrpcAdmin,
+    etcd: &dyn EtcdData,
     store: &Store,
     chain_dir: &Location,
     cutter: &mut Cutter,
@@ -201,5 +201,100 @@ pub fn change_of(event: Event) -> Change {
         key: event.key,
         value: event.value,
         lease: event.lease,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use dkv_etcd::FakeEtcd;
+
+    use super::super::archive::{chain_location, continuous_location, read_chain, read_events};
+    use super::super::cutter::CutSettings;
+    use super::*;
+    use crate::StoreConfig;
+
+    /// Through the seam, against the in-memory cluster: what the recorder
+    /// stores from a watch, written again into an empty cluster, leaves the
+    /// same keys and values.
+    #[tokio::test]
+    async fn what_is_recorded_replays_into_the_same_keys() {
+        let dir = tempfile::tempdir().unwrap();
+        let destination = Location::parse(&format!("file://{}/", dir.path().display())).unwrap();
+        let store = Store::open(&destination, &StoreConfig::default()).unwrap();
+        let chain_dir = chain_location(&continuous_location(&destination, "shop", "orders"), "c1");
+        let source = FakeEtcd::default();
+        source.put(b"a", b"1");
+        source.put(b"b", b"2");
+        source.delete(b"a");
+        let through = source.put(b"c", b"3");
+        let settings = CutSettings {
+            interval: Duration::from_millis(50),
+            ..CutSettings::default()
+        };
+        let mut cutter = Cutter::start("c1", 1, settings, Timestamp::now());
+        let mut stored = Vec::new();
+        let ended = record(
+            &source,
+            &store,
+            &chain_dir,
+            &mut cutter,
+            std::future::pending(),
+            Until::Stored(through),
+            |segment| stored.push(segment.uri.clone()),
+        )
+        .await
+        .unwrap();
+        assert_eq!(ended, Ended::Reached);
+        assert!(!stored.is_empty());
+
+        let keys = crate::Keyring::default();
+        let restored = FakeEtcd::default();
+        for segment in read_chain(&store, &chain_dir, &keys).await.unwrap() {
+            let changes: Vec<Change> = read_events(&store, &segment, &keys)
+                .await
+                .unwrap()
+                .into_iter()
+                .map(change_of)
+                .collect();
+            restored.apply_changes(&changes, 60).await.unwrap();
+        }
+        assert_eq!(restored.key_values(), source.key_values());
+        assert_eq!(restored.key_values().len(), 2);
+    }
+
+    /// A watch from a revision etcd compacted away ends recording with
+    /// etcd's reason (the agent then starts a new chain).
+    #[tokio::test]
+    async fn a_compacted_start_is_an_etcd_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let destination = Location::parse(&format!("file://{}/", dir.path().display())).unwrap();
+        let store = Store::open(&destination, &StoreConfig::default()).unwrap();
+        let chain_dir = chain_location(&continuous_location(&destination, "shop", "orders"), "c1");
+        let source = FakeEtcd::default();
+        for n in 0..5u8 {
+            source.put(b"k", &[n]);
+        }
+        dkv_etcd::EtcdAdmin::compact(&source, 4).await.unwrap();
+        let mut cutter = Cutter::start("c1", 1, CutSettings::default(), Timestamp::now());
+        let failed = record(
+            &source,
+            &store,
+            &chain_dir,
+            &mut cutter,
+            std::future::pending(),
+            Until::Stored(6),
+            |_| {},
+        )
+        .await;
+        assert!(
+            matches!(
+                failed,
+                Err(Error::Etcd {
+                    cause: dkv_etcd::Error::Compacted { .. },
+                    ..
+                })
+            ),
+            "{failed:?}"
+        );
     }
 }

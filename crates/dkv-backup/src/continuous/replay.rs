@@ -8,7 +8,7 @@
 //! (renumbered, and fewer than the source's). Events after the plan's
 //! target are not applied.
 
-use dkv_etcd::GrpcAdmin;
+use dkv_etcd::EtcdData;
 
 use super::archive::read_events;
 use super::chain::{ReplayPlan, applies};
@@ -40,7 +40,7 @@ pub struct Replayed {
 /// skipped; a target before it cannot be reached from this base.
 /// Encrypted segments are decrypted with `keys`.
 pub async fn replay_plan(
-    etcd: &GrpcAdmin,
+    etcd: &dyn EtcdData,
     store: &Store,
     plan: &ReplayPlan,
     keys: &Keyring,
@@ -127,7 +127,8 @@ mod tests {
         );
         source.wait_ready().await;
         let mut writer = source.client().await;
-        let admin = GrpcAdmin::new(vec![source.client_url.clone()], Duration::from_secs(5));
+        let admin =
+            dkv_etcd::GrpcAdmin::new(vec![source.client_url.clone()], Duration::from_secs(5));
         let base_revision = admin.current_revision().await.unwrap();
 
         let destination =
@@ -239,7 +240,8 @@ mod tests {
                 "restored",
             );
             restored.wait_ready().await;
-            let into = GrpcAdmin::new(vec![restored.client_url.clone()], Duration::from_secs(5));
+            let into =
+                dkv_etcd::GrpcAdmin::new(vec![restored.client_url.clone()], Duration::from_secs(5));
             let planned = plan(&built, target).unwrap();
             let replayed = replay_plan(&into, &store, &planned, &Keyring::default(), 0)
                 .await

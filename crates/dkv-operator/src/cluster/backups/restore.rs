@@ -35,7 +35,7 @@ use dkv_backup::continuous::archive::{
 use dkv_backup::continuous::chain::{PlanError, Target, chains, plan};
 use dkv_backup::continuous::replay::Replayed;
 use dkv_backup::{Keyring, Location, Store, StoreConfig};
-use dkv_etcd::GrpcAdmin;
+use dkv_etcd::EtcdData;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
@@ -274,7 +274,7 @@ pub async fn apply_recorded_changes(
     replay: &Replay,
     credentials_secret: Option<&str>,
     decryption_keys: Option<&KeySecretReference>,
-    etcd: &GrpcAdmin,
+    etcd: &dyn EtcdData,
     revision_offset: i64,
 ) -> Result<Replayed> {
     // Read back from the StatefulSet's annotation: parsed here, where it

@@ -5,6 +5,12 @@
 //! promoting a learner that has not caught up, removing a member when the
 //! rest could not keep quorum, leadership transfer from a non-leader. Every
 //! call is recorded so tests can assert the exact sequence of steps.
+//!
+//! It also holds keys with a revision and a history ([`crate::EtcdData`]):
+//! watches from a revision (refused once compacted past it, as etcd does),
+//! and changes written again, one revision per source revision.
+
+mod data;
 
 use std::sync::{Mutex, MutexGuard};
 
@@ -42,6 +48,8 @@ struct State {
 #[derive(Debug, Default)]
 pub struct FakeEtcd {
     state: Mutex<State>,
+    /// The keys and their history ([`crate::EtcdData`]).
+    data: Mutex<data::FakeData>,
 }
 
 fn quorum(voters: usize) -> usize {
@@ -480,6 +488,7 @@ impl EtcdAdmin for FakeEtcd {
 
     async fn compact(&self, revision: i64) -> Result<()> {
         self.record(format!("compact {revision}"));
+        self.compact_history(revision);
         Ok(())
     }
 
