@@ -211,18 +211,30 @@ async fn successful_body(
     response: Result<reqwest::Response, reqwest::Error>,
     what: &str,
 ) -> Vec<u8> {
-    let response = response.unwrap_or_else(|e| panic!("{what}: {e}"));
+    body_if_successful(response, what)
+        .await
+        .unwrap_or_else(|refused| panic!("{refused}"))
+}
+
+/// [`successful_body`], its failure as words.
+async fn body_if_successful(
+    response: Result<reqwest::Response, reqwest::Error>,
+    what: &str,
+) -> Result<Vec<u8>, String> {
+    let response = response.map_err(|e| format!("{what}: {e}"))?;
     let status = response.status();
     let body = response
         .bytes()
         .await
-        .unwrap_or_else(|e| panic!("{what}: reading the body: {e}"));
-    assert!(
-        status.is_success(),
-        "{what}: {status}: {}",
-        String::from_utf8_lossy(&body)
-    );
-    body.to_vec()
+        .map_err(|e| format!("{what}: reading the body: {e}"))?;
+    if status.is_success() {
+        Ok(body.to_vec())
+    } else {
+        Err(format!(
+            "{what}: {status}: {}",
+            String::from_utf8_lossy(&body)
+        ))
+    }
 }
 
 /// Azurite's blob service with one storage account of its own (a random
@@ -255,38 +267,57 @@ impl AzuriteServer {
         ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut key)
             .unwrap_or_else(|e| panic!("generating an account key: {e}"));
         let access_key = BASE64.encode(key);
-        // A directory of its own for whatever it writes.
-        let workspace = |port: u16| std::env::temp_dir().join(format!("dkv-azurite-{port}"));
-        let (child, port) = spawn_listening("azurite-blob", INSTALL, |port| {
-            let workspace = workspace(port);
-            std::fs::create_dir_all(&workspace)
-                .unwrap_or_else(|e| panic!("creating {}: {e}", workspace.display()));
-            let mut command = Command::new(&azurite);
-            command
-                .args(["--blobHost", "127.0.0.1", "--blobPort", &port.to_string()])
-                .args(["--inMemoryPersistence", "--silent", "--disableTelemetry"])
-                .args(["--disableProductStyleUrl", "--skipApiVersionCheck"])
-                // In-memory persistence refuses --location; what it still
-                // writes goes to the working directory.
-                .current_dir(&workspace)
-                .env("AZURITE_ACCOUNTS", format!("{account}:{access_key}"));
-            command
-        });
-        let workspace = workspace(port);
-        let server = Self {
-            child,
-            workspace,
-            endpoint: format!("http://127.0.0.1:{port}/{account}"),
-            account,
-            access_key,
-            container: container.to_owned(),
-        };
-        server.create_container();
-        server
-    }
-
-    fn create_container(&self) {
-        block_on(self.request(reqwest::Method::PUT, &[("restype", "container")], ""));
+        // A directory of this server's own (not the port's: another test's
+        // server may hold the port a moment).
+        let mut unique = [0u8; 8];
+        ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut unique)
+            .unwrap_or_else(|e| panic!("generating a directory name: {e}"));
+        let unique = BASE64.encode(unique).replace(['/', '+', '='], "");
+        let workspace =
+            |port: u16| std::env::temp_dir().join(format!("dkv-azurite-{port}-{unique}"));
+        // A port found free can still be taken by another test's Azurite
+        // before this one binds it (this one then exits, maybe only after
+        // the check that it listens): the other server refuses this one's
+        // key. Creating the container proves the server is this one's.
+        const ATTEMPTS: usize = 5;
+        for attempt in 1..=ATTEMPTS {
+            let (child, port) = spawn_listening("azurite-blob", INSTALL, |port| {
+                let workspace = workspace(port);
+                std::fs::create_dir_all(&workspace)
+                    .unwrap_or_else(|e| panic!("creating {}: {e}", workspace.display()));
+                let mut command = Command::new(&azurite);
+                command
+                    .args(["--blobHost", "127.0.0.1", "--blobPort", &port.to_string()])
+                    .args(["--inMemoryPersistence", "--silent", "--disableTelemetry"])
+                    .args(["--disableProductStyleUrl", "--skipApiVersionCheck"])
+                    // In-memory persistence refuses --location; what it still
+                    // writes goes to the working directory.
+                    .current_dir(&workspace)
+                    .env("AZURITE_ACCOUNTS", format!("{account}:{access_key}"));
+                command
+            });
+            let server = Self {
+                child,
+                workspace: workspace(port),
+                endpoint: format!("http://127.0.0.1:{port}/{account}"),
+                account: account.clone(),
+                access_key: access_key.clone(),
+                container: container.to_owned(),
+            };
+            match block_on(server.try_request(
+                reqwest::Method::PUT,
+                &[("restype", "container")],
+                "",
+            )) {
+                Ok(_) => return server,
+                Err(refused) if refused.contains("403") && attempt < ATTEMPTS => {
+                    // Dropped: this one's process is stopped.
+                    drop(server);
+                }
+                Err(refused) => panic!("creating the Azurite container: {refused}"),
+            }
+        }
+        unreachable!("the last attempt returns or panics")
     }
 
     /// A signed request (Shared Key) to the container (`blob` empty) or a
@@ -297,6 +328,18 @@ impl AzuriteServer {
         query: &[(&str, &str)],
         blob: &str,
     ) -> Vec<u8> {
+        self.try_request(method, query, blob)
+            .await
+            .unwrap_or_else(|refused| panic!("{refused}"))
+    }
+
+    /// [`Self::request`], its failure as the words the test would fail with.
+    async fn try_request(
+        &self,
+        method: reqwest::Method,
+        query: &[(&str, &str)],
+        blob: &str,
+    ) -> Result<Vec<u8>, String> {
         let mut path = format!("/{}/{}", self.account, self.container);
         if !blob.is_empty() {
             path.push('/');
@@ -340,7 +383,7 @@ impl AzuriteServer {
             .header("Content-Length", "0")
             .send()
             .await;
-        successful_body(response, &format!("Azurite {method} {path}")).await
+        body_if_successful(response, &format!("Azurite {method} {path}")).await
     }
 
     /// `127.0.0.1:PORT`
