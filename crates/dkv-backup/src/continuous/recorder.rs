@@ -213,15 +213,22 @@ mod tests {
     use super::*;
     use crate::StoreConfig;
 
+    /// A store in a new directory, and the directory of chain `c1` of
+    /// `shop/orders` in it.
+    fn chain_in_a_directory() -> (tempfile::TempDir, Store, Location) {
+        let dir = tempfile::tempdir().unwrap();
+        let destination = Location::parse(&format!("file://{}/", dir.path().display())).unwrap();
+        let store = Store::open(&destination, &StoreConfig::default()).unwrap();
+        let chain_dir = chain_location(&continuous_location(&destination, "shop", "orders"), "c1");
+        (dir, store, chain_dir)
+    }
+
     /// Through the seam, against the in-memory cluster: what the recorder
     /// stores from a watch, written again into an empty cluster, leaves the
     /// same keys and values.
     #[tokio::test]
     async fn what_is_recorded_replays_into_the_same_keys() {
-        let dir = tempfile::tempdir().unwrap();
-        let destination = Location::parse(&format!("file://{}/", dir.path().display())).unwrap();
-        let store = Store::open(&destination, &StoreConfig::default()).unwrap();
-        let chain_dir = chain_location(&continuous_location(&destination, "shop", "orders"), "c1");
+        let (_dir, store, chain_dir) = chain_in_a_directory();
         let source = FakeEtcd::default();
         source.put(b"a", b"1");
         source.put(b"b", b"2");
@@ -266,10 +273,7 @@ mod tests {
     /// etcd's reason (the agent then starts a new chain).
     #[tokio::test]
     async fn a_compacted_start_is_an_etcd_error() {
-        let dir = tempfile::tempdir().unwrap();
-        let destination = Location::parse(&format!("file://{}/", dir.path().display())).unwrap();
-        let store = Store::open(&destination, &StoreConfig::default()).unwrap();
-        let chain_dir = chain_location(&continuous_location(&destination, "shop", "orders"), "c1");
+        let (_dir, store, chain_dir) = chain_in_a_directory();
         let source = FakeEtcd::default();
         for n in 0..5u8 {
             source.put(b"k", &[n]);
