@@ -45,7 +45,7 @@ use crate::cluster::upgrade::member_side::{self, MemberSide};
 use crate::cluster::validate::{EtcdSettings, ValidatedCluster};
 use crate::etcd_version::EtcdVersion;
 use crate::parts::backup_keys;
-use crate::parts::hardening as security;
+use crate::parts::hardening;
 use crate::parts::naming::{
     self, CLIENT_PORT, FETCH_CONTAINER, METRICS_PORT, PEER_PORT, RESTORE_CONTAINER,
 };
@@ -235,10 +235,10 @@ fn pod_template(cluster: &ValidatedCluster, plan: &Plan) -> PodTemplateSpec {
             ..ObjectMeta::default()
         }),
         spec: Some(PodSpec {
-            init_containers: Some(security::harden(init_containers(cluster, plan))),
-            containers: security::harden(vec![etcd_container(cluster)]),
+            init_containers: Some(hardening::harden(init_containers(cluster, plan))),
+            containers: hardening::harden(vec![etcd_container(cluster)]),
             volumes: Some(volumes),
-            security_context: Some(security::pod()),
+            security_context: Some(hardening::pod()),
             // Service environment variables are useless to etcd and
             // dangerous: etcd reads every `ETCD_*` variable as a flag, and a
             // Service named `etcd` would inject `ETCD_PORT=tcp://...`.
