@@ -303,11 +303,14 @@ pub fn compute(root: &Path) -> Result<MemberCode, Error> {
             }
         }
         files_under(root, &dir.join("src"), &mut files)?;
-        inputs.extend([
-            dir.join("Cargo.toml"),
-            dir.join("build.rs"),
-            dir.join("src"),
-        ]);
+        // Only paths that exist: cargo takes a missing one for a change and
+        // would run build.rs, and so compile the operator again, on every
+        // build (a crate without a build script has no `build.rs`).
+        inputs.extend(
+            [dir.join("Cargo.toml"), dir.join("build.rs"), dir.join("src")]
+                .into_iter()
+                .filter(|input| root.join(input).exists()),
+        );
     }
     for entry in ENTRY_FILES {
         files.push(PathBuf::from(entry));
