@@ -307,9 +307,13 @@ pub fn compute(root: &Path) -> Result<MemberCode, Error> {
         // would run build.rs, and so compile the operator again, on every
         // build (a crate without a build script has no `build.rs`).
         inputs.extend(
-            [dir.join("Cargo.toml"), dir.join("build.rs"), dir.join("src")]
-                .into_iter()
-                .filter(|input| root.join(input).exists()),
+            [
+                dir.join("Cargo.toml"),
+                dir.join("build.rs"),
+                dir.join("src"),
+            ]
+            .into_iter()
+            .filter(|input| root.join(input).exists()),
         );
     }
     for entry in ENTRY_FILES {
