@@ -91,7 +91,7 @@ pub struct Report {
     pub failing: Option<(String, Timestamp)>,
 }
 
-struct Running {
+struct RunningAgent {
     spec: AgentSpec,
     /// Dropping it (or sending `true`) stops the agent after it stored
     /// what it holds.
@@ -102,7 +102,7 @@ struct Running {
 
 /// The agents this operator runs, by `namespace/name` of their cluster.
 pub struct Agents {
-    running: Mutex<HashMap<String, Running>>,
+    running: Mutex<HashMap<String, RunningAgent>>,
     /// Agents told to stop, until a new agent of the same cluster starts
     /// (it waits for the old one to end).
     stopping: Mutex<HashMap<String, JoinHandle<()>>>,
@@ -216,7 +216,7 @@ impl Agents {
         );
         running.insert(
             key,
-            Running {
+            RunningAgent {
                 spec,
                 stop,
                 report: shared,
@@ -239,7 +239,7 @@ impl Agents {
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Running>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, RunningAgent>> {
         self.running.lock().unwrap_or_else(|p| p.into_inner())
     }
 }

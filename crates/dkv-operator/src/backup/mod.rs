@@ -54,7 +54,7 @@ pub enum Error {
         source: kube::Error,
     },
     #[error(transparent)]
-    Status(#[from] crate::backup_status::Error),
+    Status(#[from] crate::parts::backup_status::Error),
     #[error("keeping the cluster's root credentials with the backup: {0}")]
     Credentials(#[source] crate::parts::credentials::CopyError),
 }
@@ -64,7 +64,7 @@ fn kube_error(what: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
     move |source| Error::Kube { what, source }
 }
 
-struct Context {
+struct BackupContext {
     client: Client,
     recorder: Recorder,
     metrics: Arc<crate::metrics::Metrics>,
@@ -97,7 +97,7 @@ pub async fn run(
             instance: None,
         },
     );
-    let ctx = Arc::new(Context {
+    let ctx = Arc::new(BackupContext {
         client,
         recorder,
         metrics,
@@ -144,12 +144,15 @@ pub async fn run(
     futures::join!(backups_done, records, pruning);
 }
 
-fn error_policy(backup: Arc<DistributedKVBackup>, err: &Error, _: Arc<Context>) -> Action {
+fn error_policy(backup: Arc<DistributedKVBackup>, err: &Error, _: Arc<BackupContext>) -> Action {
     warn!(backup = %backup.name_any(), error = %err, "backup reconcile failed");
     Action::requeue(POLL)
 }
 
-async fn reconcile(backup: Arc<DistributedKVBackup>, ctx: Arc<Context>) -> Result<Action, Error> {
+async fn reconcile(
+    backup: Arc<DistributedKVBackup>,
+    ctx: Arc<BackupContext>,
+) -> Result<Action, Error> {
     let ns = backup.namespace().unwrap_or_default();
     let name = backup.name_any();
     let old = backup.status.clone().unwrap_or_default();
@@ -170,7 +173,7 @@ async fn reconcile(backup: Arc<DistributedKVBackup>, ctx: Arc<Context>) -> Resul
                 message: Some(why),
                 verification: None,
             };
-            crate::backup_status::write(&ctx.client, &backup, &status).await?;
+            crate::parts::backup_status::write(&ctx.client, &backup, &status).await?;
             return Ok(Action::await_change());
         }
     };
@@ -201,7 +204,7 @@ async fn reconcile(backup: Arc<DistributedKVBackup>, ctx: Arc<Context>) -> Resul
                 message: Some(format!("the scheduled Job {job_name} no longer exists")),
                 verification: None,
             };
-            crate::backup_status::write(&ctx.client, &backup, &status).await?;
+            crate::parts::backup_status::write(&ctx.client, &backup, &status).await?;
             return Ok(Action::await_change());
         }
         let built = job::build(&backup, &resolved);
@@ -214,7 +217,7 @@ async fn reconcile(backup: Arc<DistributedKVBackup>, ctx: Arc<Context>) -> Resul
             start_time: Some(now),
             ..DistributedKVBackupStatus::default()
         };
-        crate::backup_status::write(&ctx.client, &backup, &status).await?;
+        crate::parts::backup_status::write(&ctx.client, &backup, &status).await?;
         return Ok(Action::requeue(POLL));
     };
 
@@ -240,7 +243,7 @@ async fn reconcile(backup: Arc<DistributedKVBackup>, ctx: Arc<Context>) -> Resul
         warn!(backup = %name, message = ?progress.message, "backup failed");
     }
     let changed_phase = old.phase != status.phase;
-    crate::backup_status::write(&ctx.client, &backup, &status).await?;
+    crate::parts::backup_status::write(&ctx.client, &backup, &status).await?;
     if changed_phase && finished {
         let started = old.start_time.as_ref().map_or(now.0, |t| t.0);
         let took = now.0.duration_since(started).unsigned_abs();
@@ -264,7 +267,7 @@ async fn reconcile(backup: Arc<DistributedKVBackup>, ctx: Arc<Context>) -> Resul
 /// One Event on the backup and one on its cluster, for `kubectl describe`
 /// of either: `BackupCompleted` (Normal) or `BackupFailed` (Warning).
 async fn announce(
-    ctx: &Context,
+    ctx: &BackupContext,
     backup: &DistributedKVBackup,
     cluster: &str,
     progress: &progress::Progress,
@@ -313,7 +316,7 @@ async fn announce(
 /// backup cannot run as specified.
 async fn resolve(
     backup: &DistributedKVBackup,
-    ctx: &Context,
+    ctx: &BackupContext,
 ) -> Result<Result<Resolved, String>, Error> {
     let ns = backup.namespace().unwrap_or_default();
     let clusters: Api<DistributedKV> = Api::namespaced(ctx.client.clone(), &ns);

@@ -162,14 +162,14 @@ pub enum Error {
     },
 }
 
-struct Context {
+struct RetentionContext {
     client: Client,
     recorder: Recorder,
     /// Consecutive failed passes per cluster, for backoff.
     failures: Mutex<HashMap<ObjectRef<DistributedKV>, u32>>,
 }
 
-impl Context {
+impl RetentionContext {
     fn failures(&self) -> std::sync::MutexGuard<'_, HashMap<ObjectRef<DistributedKV>, u32>> {
         self.failures
             .lock()
@@ -199,7 +199,7 @@ pub async fn run(
         .reflect(writer)
         .applied_objects()
         .predicate_filter(predicates::generation, Default::default());
-    let ctx = Arc::new(Context {
+    let ctx = Arc::new(RetentionContext {
         client,
         recorder,
         failures: Mutex::default(),
@@ -229,7 +229,7 @@ fn trim(cluster: &mut DistributedKV) {
     cluster.status = None;
 }
 
-fn error_policy(cluster: Arc<DistributedKV>, err: &Error, ctx: Arc<Context>) -> Action {
+fn error_policy(cluster: Arc<DistributedKV>, err: &Error, ctx: Arc<RetentionContext>) -> Action {
     let failures = {
         let mut failures = ctx.failures();
         let count = failures
@@ -260,7 +260,10 @@ fn describe(policy: &RetentionPolicy) -> String {
     limits.join(", ")
 }
 
-async fn reconcile(cluster: Arc<DistributedKV>, ctx: Arc<Context>) -> Result<Action, Error> {
+async fn reconcile(
+    cluster: Arc<DistributedKV>,
+    ctx: Arc<RetentionContext>,
+) -> Result<Action, Error> {
     let name = cluster.name_any();
     let Some(ns) = cluster.namespace() else {
         return Ok(Action::await_change());
@@ -493,7 +496,7 @@ fn ignore_not_found<T>(result: Result<T, kube::Error>) -> Result<(), kube::Error
 }
 
 async fn publish(
-    ctx: &Context,
+    ctx: &RetentionContext,
     cluster: &DistributedKV,
     pruning: Option<&Pruning>,
     type_: EventType,

@@ -23,8 +23,8 @@ use kube::{Resource, ResourceExt};
 use serde_json::{Value, json};
 use tracing::{info, warn};
 
-use super::{Context, Error, kube_error};
-use crate::backup_status::write_verification;
+use super::{BackupContext, Error, kube_error};
+use crate::parts::backup_status::write_verification;
 use crate::parts::naming::MAX_CLUSTER_NAME_LEN;
 use dkv_api::labels::VERIFIES;
 
@@ -125,7 +125,10 @@ pub fn scratch_cluster(
 
 /// Starts, times out or leaves alone the verification of a completed
 /// backup.
-pub(super) async fn drive(backup: &DistributedKVBackup, ctx: &Context) -> Result<Action, Error> {
+pub(super) async fn drive(
+    backup: &DistributedKVBackup,
+    ctx: &BackupContext,
+) -> Result<Action, Error> {
     let ns = backup.namespace().unwrap_or_default();
     let name = backup.name_any();
     let now = jiff::Timestamp::now();

@@ -64,7 +64,7 @@ struct ReasonLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct OutcomeLabels {
+struct DefragmentationOutcomeLabels {
     namespace: String,
     cluster: String,
     outcome: String,
@@ -151,7 +151,7 @@ pub(super) struct ClusterGauges {
     schedule_interval: Family<ClusterLabels, IntGauge>,
     continuous_interval: Family<ClusterLabels, IntGauge>,
     reconcile_errors: Family<ReasonLabels, Counter>,
-    defragmentations: Family<OutcomeLabels, Counter>,
+    defragmentations: Family<DefragmentationOutcomeLabels, Counter>,
     nospace_recoveries: Family<ClusterLabels, Counter>,
     exported: Mutex<HashMap<(String, String), Exported>>,
 }
@@ -373,7 +373,7 @@ impl ClusterGauges {
 
     pub(super) fn count_defragmentation(&self, namespace: &str, cluster: &str, completed: bool) {
         self.defragmentations
-            .get_or_create(&OutcomeLabels {
+            .get_or_create(&DefragmentationOutcomeLabels {
                 namespace: namespace.to_owned(),
                 cluster: cluster.to_owned(),
                 outcome: if completed { "completed" } else { "failed" }.to_owned(),

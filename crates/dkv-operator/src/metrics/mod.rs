@@ -19,7 +19,7 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct OutcomeLabels {
+struct ReconcileOutcomeLabels {
     outcome: String,
 }
 
@@ -52,7 +52,7 @@ type IntGauge = Gauge<i64, std::sync::atomic::AtomicI64>;
 /// The operator's metrics and the registry that exposes them.
 pub struct Metrics {
     registry: Registry,
-    reconcile_duration: Family<OutcomeLabels, Histogram>,
+    reconcile_duration: Family<ReconcileOutcomeLabels, Histogram>,
     errors: Family<ErrorLabels, Counter>,
     clusters: Family<PhaseLabels, Gauge<i64, std::sync::atomic::AtomicI64>>,
     leader: Gauge<i64, std::sync::atomic::AtomicI64>,
@@ -78,9 +78,10 @@ impl Default for Metrics {
 impl Metrics {
     pub fn new() -> Self {
         let mut registry = Registry::with_prefix("dkv");
-        let reconcile_duration = Family::<OutcomeLabels, Histogram>::new_with_constructor(|| {
-            Histogram::new(exponential_buckets(0.001, 2.0, 15))
-        });
+        let reconcile_duration =
+            Family::<ReconcileOutcomeLabels, Histogram>::new_with_constructor(|| {
+                Histogram::new(exponential_buckets(0.001, 2.0, 15))
+            });
         registry.register(
             "reconcile_duration_seconds",
             "Duration of DistributedKV reconciles, by outcome (success, transient, permanent, waiting)",
@@ -169,7 +170,7 @@ impl Metrics {
 
     pub fn observe_reconcile(&self, outcome: &str, took: Duration) {
         self.reconcile_duration
-            .get_or_create(&OutcomeLabels {
+            .get_or_create(&ReconcileOutcomeLabels {
                 outcome: outcome.to_owned(),
             })
             .observe(took.as_secs_f64());

@@ -61,7 +61,7 @@ pub fn self_signed(hosts: &[String]) -> anyhow::Result<CertifiedKey> {
 
 /// Where the certificate comes from.
 #[derive(Debug, Clone)]
-pub enum CertificateSource {
+pub enum ServingCertificateSource {
     Directory(PathBuf),
     SelfSigned { hosts: Vec<String> },
 }
@@ -73,19 +73,19 @@ pub struct ServingCertificate {
     watched: Option<(PathBuf, PemPair)>,
 }
 
-impl CertificateSource {
+impl ServingCertificateSource {
     /// Reads or generates the certificate now, so a missing or broken one
     /// stops the operator at start rather than leaving it without metrics.
     pub fn load(&self) -> anyhow::Result<ServingCertificate> {
         match self {
-            CertificateSource::SelfSigned { hosts } => {
+            ServingCertificateSource::SelfSigned { hosts } => {
                 tracing::info!(?hosts, "serving metrics with a self-signed certificate");
                 Ok(ServingCertificate {
                     resolver: Arc::new(ServingCertResolver::new(self_signed(hosts)?)),
                     watched: None,
                 })
             }
-            CertificateSource::Directory(dir) => {
+            ServingCertificateSource::Directory(dir) => {
                 let (pair, key) = load(dir)?;
                 tracing::info!(dir = %dir.display(), "serving metrics with the mounted certificate");
                 Ok(ServingCertificate {

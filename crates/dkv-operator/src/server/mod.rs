@@ -32,7 +32,7 @@ use tokio::sync::watch;
 
 use crate::metrics::Metrics;
 use access::{ScrapeVerdict, ScraperAccess, bearer_token};
-use certificate::{CertificateSource, ServingCertificate};
+use certificate::{ServingCertificate, ServingCertificateSource};
 
 /// Where the endpoints listen and how `/metrics` is served (part of
 /// `dkv operator`'s arguments).
@@ -181,14 +181,14 @@ impl Endpoints {
         let mode = if !args.metrics_secure {
             Mode::Plain
         } else if let Some(dir) = &args.metrics_cert_dir {
-            Mode::Secure(CertificateSource::Directory(dir.clone()).load()?)
+            Mode::Secure(ServingCertificateSource::Directory(dir.clone()).load()?)
         } else {
             let mut hosts = vec!["localhost".to_owned(), "127.0.0.1".to_owned()];
             match args.metrics_addr.ip() {
                 ip if ip.is_unspecified() || ip == IpAddr::V4(Ipv4Addr::LOCALHOST) => {}
                 ip => hosts.push(ip.to_string()),
             }
-            Mode::Secure(CertificateSource::SelfSigned { hosts }.load()?)
+            Mode::Secure(ServingCertificateSource::SelfSigned { hosts }.load()?)
         };
         Ok(Self {
             metrics,

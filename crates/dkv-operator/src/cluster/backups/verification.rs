@@ -93,7 +93,7 @@ pub async fn check(
         message: Some(message.clone()),
         ..verification
     };
-    crate::backup_status::write_verification(&ctx.client, &backup, done)
+    crate::parts::backup_status::write_verification(&ctx.client, &backup, done)
         .await
         .map_err(|e| Error::Verification(e.to_string()))?;
     let event = Event {

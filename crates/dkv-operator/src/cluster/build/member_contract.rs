@@ -23,7 +23,7 @@ use crate::cluster::build::statefulset;
 use crate::cluster::membership::ObservedPod;
 use crate::cluster::membership::observe::member_pods;
 use crate::cluster::plan::plan;
-use crate::cluster::upgrade::member_side::{GENERATION_ANNOTATION, Running};
+use crate::cluster::upgrade::member_side::{GENERATION_ANNOTATION, RunningTemplate};
 use crate::cluster::validate::{ValidatedCluster, validated_for_tests};
 
 /// Every fixture of one kind, oldest first (dated or versioned names).
@@ -248,10 +248,10 @@ fn the_statefulsets_of_every_operator_build_are_read_back() {
     for fixture in fixtures("statefulset") {
         let sts: StatefulSet = serde_json::from_value(json_of(&fixture))
             .unwrap_or_else(|e| panic!("{}: {e}", fixture.display()));
-        let running = Running::of(&sts);
+        let running = RunningTemplate::of(&sts);
         assert_eq!(
             running,
-            Running {
+            RunningTemplate {
                 member_side: Some("5c1f0e9d2a7b3c44".to_owned()),
                 image: Some("ghcr.io/dkv-io/dkv:0.1.0".to_owned()),
                 generation: Some(4),

@@ -186,7 +186,7 @@ async fn member_side(
     let Some(sts) = statefulset else {
         return Ok(built(None));
     };
-    let running = member_side::Running::of(sts);
+    let running = member_side::RunningTemplate::of(sts);
     let wanted = member_side::Wanted {
         member_side: &hash,
         generation: cluster.generation,

@@ -31,7 +31,7 @@ fn now() -> Time {
 }
 
 /// What the tests vary of a pass that planned.
-struct Seen {
+struct SeenStatus {
     cluster: ValidatedCluster,
     plan: Plan,
     members: Option<Vec<ObservedMember>>,
@@ -40,7 +40,7 @@ struct Seen {
     lost: Vec<LostMember>,
 }
 
-impl Seen {
+impl SeenStatus {
     /// The stages of a pass that saw this.
     fn pass(&self) -> Pass {
         Pass {
@@ -77,7 +77,7 @@ impl Seen {
 
 /// `orders`, 3 members, as last seen formed; `lost_node` its
 /// `spec.recovery.lostNode`.
-fn formed(lost_node: serde_json::Value) -> (dkv_api::DistributedKV, Seen) {
+fn formed(lost_node: serde_json::Value) -> (dkv_api::DistributedKV, SeenStatus) {
     let mut spec = json!({"size": 3, "image": "quay.io/coreos/etcd:v3.5.16"});
     if !lost_node.is_null() {
         spec["recovery"] = json!({"lostNode": lost_node});
@@ -123,7 +123,7 @@ fn formed(lost_node: serde_json::Value) -> (dkv_api::DistributedKV, Seen) {
             loss: None,
         })
         .collect();
-    let seen = Seen {
+    let seen = SeenStatus {
         cluster,
         plan,
         members: Some(members),
@@ -136,7 +136,7 @@ fn formed(lost_node: serde_json::Value) -> (dkv_api::DistributedKV, Seen) {
 
 /// Member `ordinal`'s node is lost since `since`: etcd cannot reach the
 /// member and its pod is not Ready.
-fn lose(seen: &mut Seen, ordinal: i32, since: &str) {
+fn lose(seen: &mut SeenStatus, ordinal: i32, since: &str) {
     if let Some(m) = seen
         .members
         .iter_mut()
@@ -161,7 +161,7 @@ fn lose(seen: &mut Seen, ordinal: i32, since: &str) {
     });
 }
 
-fn status(dkv: &dkv_api::DistributedKV, seen: &Seen) -> DistributedKVStatus {
+fn status(dkv: &dkv_api::DistributedKV, seen: &SeenStatus) -> DistributedKVStatus {
     derive(dkv, &seen.pass(), None, &BackupSummary::default(), &now())
         .unwrap_or_else(|| panic!("no status derived"))
 }

@@ -79,7 +79,7 @@ impl Default for MemberSide {
 /// What the running StatefulSet says of its members' template (all from
 /// the cached object: annotations only).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Running {
+pub struct RunningTemplate {
     pub member_side: Option<String>,
     pub image: Option<String>,
     pub generation: Option<i64>,
@@ -88,7 +88,7 @@ pub struct Running {
     pub replicas: Option<i32>,
 }
 
-impl Running {
+impl RunningTemplate {
     pub fn of(sts: &StatefulSet) -> Self {
         let template = sts.spec.template.metadata.as_ref();
         let annotation = |key: &str| {
@@ -138,7 +138,7 @@ pub enum Decision {
     NeedsTurn,
 }
 
-pub fn decide(running: Option<&Running>, wanted: &Wanted<'_>) -> Decision {
+pub fn decide(running: Option<&RunningTemplate>, wanted: &Wanted<'_>) -> Decision {
     let Some(running) = running else {
         return Decision::Current;
     };
@@ -303,13 +303,13 @@ mod tests {
         }
     }
 
-    fn running(member_side: &str, image: &str) -> Running {
-        Running {
+    fn running(member_side: &str, image: &str) -> RunningTemplate {
+        RunningTemplate {
             member_side: Some(member_side.into()),
             image: Some(image.into()),
             generation: Some(4),
             replicas: Some(3),
-            ..Running::default()
+            ..RunningTemplate::default()
         }
     }
 
@@ -369,9 +369,9 @@ mod tests {
             Decision::NeedsTurn
         );
         // Clusters built by an operator without these annotations too.
-        let unstamped = Running {
+        let unstamped = RunningTemplate {
             replicas: Some(3),
-            ..Running::default()
+            ..RunningTemplate::default()
         };
         assert_eq!(decide(Some(&unstamped), &now), Decision::NeedsTurn);
         let edited = Wanted {

@@ -92,7 +92,7 @@ pub struct RunningVersions {
 
 /// Where a running version was seen, for the message of a refused move.
 #[derive(Debug, Clone, PartialEq, Eq)]
-enum Seen {
+enum SeenVersion {
     Member(String),
     Current,
     LastGood,
@@ -102,7 +102,7 @@ enum Seen {
 /// A move to a version etcd's rules forbid from one the cluster runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RefusedMove {
-    seen: Seen,
+    seen: SeenVersion,
     rule: VersionChangeError,
     /// The version that last ran on every member, when a move back to it
     /// is accepted (named as the way out).
@@ -113,16 +113,16 @@ impl fmt::Display for RefusedMove {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let from = self.rule.from();
         match &self.seen {
-            Seen::Member(name) => write!(f, "member {name} runs {from} (status.members): ")?,
-            Seen::Current => write!(
+            SeenVersion::Member(name) => write!(f, "member {name} runs {from} (status.members): ")?,
+            SeenVersion::Current => write!(
                 f,
                 "every member ran {from} when last seen alike (status.currentVersion): "
             )?,
-            Seen::LastGood => write!(
+            SeenVersion::LastGood => write!(
                 f,
                 "{from} last ran on every member (status.rollout.lastGood) and a member does not report its version: "
             )?,
-            Seen::LastSet => write!(
+            SeenVersion::LastSet => write!(
                 f,
                 "the previous spec asks for {from} and status records no version the members run: "
             )?,
@@ -179,18 +179,18 @@ impl RunningVersions {
     }
 
     /// The versions a move is checked from, each with where it was seen.
-    fn sources(&self) -> Vec<(Seen, EtcdVersion)> {
-        let mut sources: Vec<(Seen, EtcdVersion)> = self
+    fn sources(&self) -> Vec<(SeenVersion, EtcdVersion)> {
+        let mut sources: Vec<(SeenVersion, EtcdVersion)> = self
             .members
             .iter()
-            .map(|(name, v)| (Seen::Member(name.clone()), *v))
+            .map(|(name, v)| (SeenVersion::Member(name.clone()), *v))
             .collect();
-        sources.extend(self.current.map(|v| (Seen::Current, v)));
+        sources.extend(self.current.map(|v| (SeenVersion::Current, v)));
         if self.members.is_empty() || self.unreported {
-            sources.extend(self.last_good.map(|v| (Seen::LastGood, v)));
+            sources.extend(self.last_good.map(|v| (SeenVersion::LastGood, v)));
         }
         if sources.is_empty() {
-            sources.extend(self.last_set.map(|v| (Seen::LastSet, v)));
+            sources.extend(self.last_set.map(|v| (SeenVersion::LastSet, v)));
         }
         sources
     }

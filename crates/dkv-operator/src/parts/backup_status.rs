@@ -5,10 +5,9 @@
 //! cluster settles). Both go through [`write`], so a field either of them
 //! leaves out means the same thing.
 //!
-//! A module of its own, beside `backup` rather than inside it: `backup`
-//! uses the cluster controller's modules (naming, builders, credentials),
-//! and the cluster controller's verification writes through this one; in
-//! `backup` it would make the two import each other.
+//! A shared part rather than a module of `backup`: the cluster controller's
+//! verification writes through it too, and neither controller imports the
+//! other.
 
 use dkv_api::DistributedKVBackup;
 use dkv_api::backup::v1alpha1::{BackupVerification, DistributedKVBackupStatus};
