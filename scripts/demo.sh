@@ -48,7 +48,7 @@ on_failure() {
 }
 trap 'on_failure $LINENO' ERR
 
-scripts/install-prerequisites.sh
+scripts/install-prerequisites.sh --demo
 step "building dkv and the kubectl plugin (kubectl dkv)"
 cargo build -q -p dkv-operator --bin dkv -p kubectl-dkv --bin kubectl-dkv
 # kubectl finds plugins on the PATH: `kubectl dkv` runs target/debug/kubectl-dkv.

@@ -1,7 +1,20 @@
 #!/usr/bin/env bash
 # Installs the system tools dkv's build, tests and local mode need, if they are
 # missing. Idempotent and quiet when everything is there.
+#
+#   scripts/install-prerequisites.sh          # everything (the tests, the bench)
+#   scripts/install-prerequisites.sh --demo   # only what the demo builds and runs
+#
+# The demo (scripts/demo.sh) needs the build's tools and etcd; the test
+# runner (cargo-nextest), Prometheus and the S3 server are the tests' alone,
+# and a newcomer's first command does not wait for them.
 set -euo pipefail
+demo_only=false
+case "${1:-}" in
+  --demo) demo_only=true ;;
+  "") ;;
+  *) echo "usage: $0 [--demo]" >&2; exit 2 ;;
+esac
 
 need_apt=()
 command -v kubectl >/dev/null 2>&1 || { echo "kubectl (v1.27+) is required and not on PATH" >&2; exit 1; }
@@ -21,6 +34,13 @@ if ((${#need_apt[@]})); then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null
 fi
 
+# Real etcd for the members, the demo's too (3.4 system-wide, 3.5 under
+# .tools/).
+"$(dirname "$0")/install-etcd.sh" >/dev/null
+if $demo_only; then
+  exit 0
+fi
+
 # cargo-nextest runs the suite (each test in a process of its own, as the
 # tests expect; see .config/nextest.toml). Built from crates.io, pinned.
 NEXTEST_PIN="${NEXTEST_PIN:-0.9.151}"
@@ -28,9 +48,6 @@ if ! cargo nextest --version 2>/dev/null | grep -q "cargo-nextest $NEXTEST_PIN";
   echo "installing cargo-nextest $NEXTEST_PIN (cargo install, a few minutes once)"
   cargo install --quiet --locked cargo-nextest --version "$NEXTEST_PIN"
 fi
-
-# Real etcd for the tests that run members (3.4 system-wide, 3.5 under .tools/).
-"$(dirname "$0")/install-etcd.sh" >/dev/null
 
 # Prometheus and promtool for scripts/check-monitoring.sh: Debian's
 # `prometheus` package, unpacked under .tools/ rather than installed, so that

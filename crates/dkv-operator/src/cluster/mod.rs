@@ -11,6 +11,7 @@
 //! behind the `dkv.io/finalizer` finalizer. The watches and the controller
 //! loop are wired in [`controller`].
 
+pub mod adoption;
 pub(crate) mod apply;
 pub mod backups;
 pub mod build;
