@@ -18,8 +18,9 @@ esac
 
 need_apt=()
 command -v kubectl >/dev/null 2>&1 || { echo "kubectl (v1.27+) is required and not on PATH" >&2; exit 1; }
-# python3 with venv (ensurepip): the .venv below and validate-manifests.sh need it.
-{ command -v python3 >/dev/null 2>&1 && python3 -c 'import ensurepip, venv' >/dev/null 2>&1; } ||
+# python3 with venv (ensurepip): the tests' .venv below and
+# validate-manifests.sh need it; the demo does not.
+$demo_only || { command -v python3 >/dev/null 2>&1 && python3 -c 'import ensurepip, venv' >/dev/null 2>&1; } ||
   need_apt+=(python3 python3-venv)
 command -v cc >/dev/null 2>&1 || need_apt+=(gcc)
 # etcd-client compiles etcd's protobuf definitions at build time.

@@ -1,29 +1,40 @@
 //! The checks dkv makes before it touches a running etcd cluster it was
-//! told to join: every member reachable and healthy, one cluster, a leader
-//! they all follow, no learner or unstarted member pending, no alarm, one
-//! supported minor line that the spec's image can join. A cluster that
-//! fails one is refused with what is wrong and the fix, and left as it was
-//! found: nothing here writes to etcd.
+//! told to join: every member started, a voter, and answering as itself;
+//! no alarm; one cluster ID and one live leader that every member follows;
+//! no other errors; at least two voters (so that adding one keeps a failure
+//! to spare); one supported minor line, no downgrade in flight, and the
+//! spec's image on that line. A cluster that fails one is refused with what
+//! is wrong and the fix, and left as it was found: nothing here writes to
+//! etcd.
 //!
 //! [`observe`] asks the cluster (through the same [`EtcdAdmin`] seam as
 //! every other etcd call, so the fake answers in unit tests); [`check`] is
-//! the pure verdict on what it answered.
+//! the pure verdict on what it answered. The order of the checks follows
+//! what real etcd reports: a member's status lists every active alarm and
+//! a lost leader among its errors, so those are judged first, by what they
+//! are, before any other error of a member's.
 
 use std::fmt;
 
-use dkv_etcd::{Alarm, EndpointStatus, EtcdAdmin, Member, MemberId};
+use dkv_etcd::{Alarm, AlarmKind, EndpointStatus, EtcdAdmin, Member, MemberId};
 
 use crate::etcd_version::{EtcdVersion, MAX_SUPPORTED_MINOR, MIN_SUPPORTED};
+
+/// The fewest voters a cluster must have for dkv to add one of its own with
+/// a failure to spare ([`keeps_one_failure_to_spare`]).
+pub const MIN_VOTERS: usize = 2;
 
 /// What the cluster to join reported.
 #[derive(Debug, Clone)]
 pub struct ExternalCluster {
-    /// The member list, as the member dkv reached gave it.
-    pub members: Vec<Member>,
-    /// Each member's own status, in the member list's order, or why it did
-    /// not answer at its first client URL.
-    pub statuses: Vec<Result<EndpointStatus, String>>,
-    pub alarms: Vec<Alarm>,
+    /// The member list, as the member dkv reached gave it. etcd answers it
+    /// from that member's own view, with or without a quorum.
+    members: Vec<Member>,
+    /// Each member's own status, in the member list's order: the first of
+    /// its client URLs that answered, or why none did.
+    statuses: Vec<Result<EndpointStatus, String>>,
+    /// The alarms, or why they could not be read (they need a quorum).
+    alarms: Result<Vec<Alarm>, String>,
 }
 
 /// A cluster that passed every check: what the take-over starts from.
@@ -38,8 +49,8 @@ pub struct JoinTarget {
     pub members: Vec<Member>,
 }
 
-/// Why dkv will not join the cluster, with the fix. Every variant names
-/// the member it is about (etcd's name, or its ID before it started).
+/// Why dkv will not join the cluster, with the fix. Every variant about a
+/// member names it (etcd's name, or its ID before it started).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum JoinRefusal {
     /// No member answered the member list.
@@ -47,23 +58,37 @@ pub enum JoinRefusal {
         endpoints: String,
         error: String,
     },
-    /// A member listed did not answer its own status.
+    /// The member list is empty.
+    NoMembers,
+    /// A member answered none of its client URLs.
     MemberUnreachable {
         member: String,
         error: String,
     },
-    /// A member reports errors of its own.
+    /// A member's client URL is answered by another member.
+    AnsweredByAnother {
+        member: String,
+        url: String,
+        answered_by: MemberId,
+    },
+    /// Every member answered, but the alarms could not be read: no quorum.
+    NoQuorum {
+        error: String,
+    },
+    /// A member reports errors of its own (not an alarm, not a lost leader).
     MemberUnhealthy {
         member: String,
         errors: String,
     },
-    /// Members report different cluster IDs.
+    /// A member reports another cluster ID than most.
     ClusterIdsDiffer {
         member: String,
         ids: String,
     },
-    /// A member follows no leader, or another leader than the rest.
-    NoLeader {
+    /// No member knows a leader among the members.
+    NoLeader,
+    /// A member follows another leader than most.
+    OtherLeader {
         member: String,
     },
     LearnerPending {
@@ -75,20 +100,32 @@ pub enum JoinRefusal {
     },
     Alarm {
         member: String,
-        alarm: String,
+        kind: AlarmKind,
+    },
+    TooFewVoters {
+        voters: usize,
     },
     UnknownVersion {
         member: String,
         version: String,
     },
-    UnsupportedVersion {
+    VersionTooOld {
         member: String,
         version: EtcdVersion,
     },
-    /// Members on different minor lines: an upgrade or downgrade in flight.
+    VersionTooNew {
+        member: String,
+        version: EtcdVersion,
+    },
+    /// Members on different minor lines: an upgrade or downgrade half done.
     MixedVersions {
         low: String,
         high: String,
+    },
+    /// etcd has a downgrade enabled (3.6 and later).
+    DowngradeInProgress {
+        member: String,
+        target: String,
     },
     /// The spec's image is on another minor line than the cluster.
     ImageCannotJoin {
@@ -102,15 +139,30 @@ impl fmt::Display for JoinRefusal {
         match self {
             Self::Unreachable { endpoints, error } => write!(
                 f,
-                "the cluster to join did not answer at {endpoints} ({error}); check \
-                 spec.bootstrap.join.endpoints and that the client TLS Secret holds a \
-                 certificate the cluster accepts"
+                "the cluster to join did not answer at {endpoints} ({error}); check the \
+                 endpoints dkv is given and that its client certificate is one the cluster \
+                 accepts"
             ),
+            Self::NoMembers => f.write_str("the cluster to join lists no member"),
             Self::MemberUnreachable { member, error } => write!(
                 f,
                 "member {member} of the cluster to join did not answer ({error}); bring it \
                  back, or remove it from the cluster (etcdctl member remove), and dkv checks \
                  again"
+            ),
+            Self::AnsweredByAnother {
+                member,
+                url,
+                answered_by,
+            } => write!(
+                f,
+                "member {member}'s client URL {url} is answered by member {answered_by}; each \
+                 member must advertise a client URL of its own (--advertise-client-urls)"
+            ),
+            Self::NoQuorum { error } => write!(
+                f,
+                "the cluster to join has no quorum ({error}); dkv joins a cluster whose \
+                 members elect a leader, and checks again"
             ),
             Self::MemberUnhealthy { member, errors } => write!(
                 f,
@@ -119,13 +171,19 @@ impl fmt::Display for JoinRefusal {
             ),
             Self::ClusterIdsDiffer { member, ids } => write!(
                 f,
-                "the endpoints reach more than one etcd cluster (member {member}; cluster IDs \
-                 {ids}); list the endpoints of one cluster only"
+                "member {member} answers for another etcd cluster than the rest (cluster \
+                 IDs {ids}); its client URL reaches another cluster: fix its \
+                 --advertise-client-urls or remove it"
             ),
-            Self::NoLeader { member } => write!(
+            Self::NoLeader => f.write_str(
+                "no member of the cluster to join follows a leader; wait for the election to \
+                 finish and check that the members reach each other's peer URLs, dkv checks \
+                 again",
+            ),
+            Self::OtherLeader { member } => write!(
                 f,
-                "member {member} of the cluster to join follows no leader the others follow; \
-                 dkv joins a cluster with one leader only, and checks again"
+                "member {member} of the cluster to join follows another leader than the \
+                 rest; wait for it to catch up with the leader, dkv checks again"
             ),
             Self::LearnerPending { member } => write!(
                 f,
@@ -137,35 +195,62 @@ impl fmt::Display for JoinRefusal {
                 "member {member} of the cluster to join was added but never started; start \
                  it or remove it (etcdctl member remove) first"
             ),
-            Self::Alarm { member, alarm } => write!(
+            Self::Alarm { member, kind } => {
+                let fix = match kind {
+                    AlarmKind::NoSpace => {
+                        "compact and defragment it, then disarm the alarm (etcdctl alarm disarm)"
+                    }
+                    AlarmKind::Corrupt => {
+                        "replace the member whose data differs from the others' first"
+                    }
+                };
+                write!(
+                    f,
+                    "the cluster to join has alarm {kind} raised by member {member}; {fix}"
+                )
+            }
+            Self::TooFewVoters { voters } => write!(
                 f,
-                "the cluster to join has alarm {alarm} raised by member {member}; fix its \
-                 cause and disarm it (etcdctl alarm disarm) first"
+                "the cluster to join has {voters} voting member(s); dkv adds its members to \
+                 a cluster of at least {MIN_VOTERS}, so that every change keeps a failure to \
+                 spare: add a member to it first"
             ),
             Self::UnknownVersion { member, version } => write!(
                 f,
-                "member {member} of the cluster to join reports version {version:?}, which \
-                 dkv cannot read"
+                "member {member} of the cluster to join reports etcd version {version:?}, \
+                 which dkv cannot read; dkv joins released etcd {MIN_SUPPORTED} to {}.{}",
+                MAX_SUPPORTED_MINOR.0, MAX_SUPPORTED_MINOR.1
             ),
-            Self::UnsupportedVersion { member, version } => write!(
+            Self::VersionTooOld { member, version } => write!(
                 f,
-                "member {member} of the cluster to join runs etcd {version}; dkv runs {} to \
-                 {}.{}: upgrade the cluster first",
-                MIN_SUPPORTED, MAX_SUPPORTED_MINOR.0, MAX_SUPPORTED_MINOR.1
+                "member {member} of the cluster to join runs etcd {version}; dkv runs \
+                 {MIN_SUPPORTED} and later: upgrade the cluster first"
+            ),
+            Self::VersionTooNew { member, version } => write!(
+                f,
+                "member {member} of the cluster to join runs etcd {version}; this dkv runs \
+                 etcd up to {}.{} and cannot take it over",
+                MAX_SUPPORTED_MINOR.0, MAX_SUPPORTED_MINOR.1
             ),
             Self::MixedVersions { low, high } => write!(
                 f,
                 "the cluster to join runs two minor lines ({low} and {high}): finish its \
                  upgrade or downgrade first"
             ),
-            Self::ImageCannotJoin { cluster, image } => write!(
+            Self::DowngradeInProgress { member, target } => write!(
                 f,
-                "the cluster to join runs etcd {cluster} and spec.version is {image}: a \
-                 member joins on its cluster's minor line only; set spec.version to a {}.{} \
-                 release",
-                cluster.minor_line().0,
-                cluster.minor_line().1
+                "the cluster to join has a downgrade to {target} enabled (member {member}); \
+                 finish or cancel it (etcdctl downgrade cancel) first"
             ),
+            Self::ImageCannotJoin { cluster, image } => {
+                let (major, minor) = cluster.minor_line();
+                write!(
+                    f,
+                    "the cluster to join runs etcd {cluster} and the spec's image runs \
+                     {image}: dkv adds members on the cluster's own minor line only; set \
+                     spec.image (and spec.version, if set) to a {major}.{minor} release"
+                )
+            }
         }
     }
 }
@@ -180,24 +265,22 @@ fn named(member: &Member) -> String {
 }
 
 /// Asks the cluster behind `admin` (connected to `endpoints`) for its
-/// members, each member's status and the alarms. Reads only.
+/// members, each member's status at its own client URLs (all members at
+/// once) and the alarms. Reads only.
 pub async fn observe(
     admin: &dyn EtcdAdmin,
     endpoints: &[String],
 ) -> Result<ExternalCluster, JoinRefusal> {
-    let unreachable = |error: dkv_etcd::Error| JoinRefusal::Unreachable {
-        endpoints: endpoints.join(","),
-        error: error.to_string(),
-    };
-    let members = admin.member_list().await.map_err(unreachable)?;
-    let mut statuses = Vec::with_capacity(members.len());
-    for member in &members {
-        statuses.push(match member.client_urls.first() {
-            Some(url) => admin.status(url).await.map_err(|e| e.to_string()),
-            None => Err("it lists no client URL".to_owned()),
-        });
-    }
-    let alarms = admin.alarms().await.map_err(unreachable)?;
+    let members = admin
+        .member_list()
+        .await
+        .map_err(|error| JoinRefusal::Unreachable {
+            endpoints: endpoints.join(","),
+            error: error.to_string(),
+        })?;
+    let statuses =
+        futures::future::join_all(members.iter().map(|member| status_of(admin, member))).await;
+    let alarms = admin.alarms().await.map_err(|e| e.to_string());
     Ok(ExternalCluster {
         members,
         statuses,
@@ -205,11 +288,28 @@ pub async fn observe(
     })
 }
 
+/// The status of the first of `member`'s client URLs that answers.
+async fn status_of(admin: &dyn EtcdAdmin, member: &Member) -> Result<EndpointStatus, String> {
+    let mut last = "it lists no client URL".to_owned();
+    for url in &member.client_urls {
+        match admin.status(url).await {
+            Ok(status) => return Ok(status),
+            Err(error) => last = format!("{url}: {error}"),
+        }
+    }
+    Err(last)
+}
+
 /// The verdict on `cluster` for members that will run `image`.
 pub fn check(cluster: &ExternalCluster, image: EtcdVersion) -> Result<JoinTarget, JoinRefusal> {
-    let reported = healthy_statuses(cluster)?;
-    let (cluster_id, leader) = one_cluster_one_leader(cluster, &reported)?;
-    if let Some(alarm) = cluster.alarms.first() {
+    let reported = answered_as_themselves(cluster)?;
+    let alarms = cluster
+        .alarms
+        .as_ref()
+        .map_err(|error| JoinRefusal::NoQuorum {
+            error: error.clone(),
+        })?;
+    if let Some(alarm) = alarms.first() {
         let member = cluster
             .members
             .iter()
@@ -217,7 +317,30 @@ pub fn check(cluster: &ExternalCluster, image: EtcdVersion) -> Result<JoinTarget
             .map_or_else(|| alarm.member.to_string(), named);
         return Err(JoinRefusal::Alarm {
             member,
-            alarm: alarm.kind.to_string(),
+            kind: alarm.kind,
+        });
+    }
+    let (cluster_id, leader) = one_cluster_one_leader(cluster, &reported)?;
+    for (member, status) in cluster.members.iter().zip(&reported) {
+        let errors: Vec<&String> = status
+            .errors
+            .iter()
+            .filter(|e| !e.starts_with("alarm:"))
+            .collect();
+        if !errors.is_empty() {
+            return Err(JoinRefusal::MemberUnhealthy {
+                member: named(member),
+                errors: errors
+                    .iter()
+                    .map(|e| e.as_str())
+                    .collect::<Vec<_>>()
+                    .join("; "),
+            });
+        }
+    }
+    if cluster.members.len() < MIN_VOTERS {
+        return Err(JoinRefusal::TooFewVoters {
+            voters: cluster.members.len(),
         });
     }
     let version = one_minor_line(cluster, &reported)?;
@@ -235,8 +358,11 @@ pub fn check(cluster: &ExternalCluster, image: EtcdVersion) -> Result<JoinTarget
     })
 }
 
-/// Every member started, a voter, answering, without errors of its own.
-fn healthy_statuses(cluster: &ExternalCluster) -> Result<Vec<&EndpointStatus>, JoinRefusal> {
+/// Every member started, a voter, and answering its status as itself.
+fn answered_as_themselves(cluster: &ExternalCluster) -> Result<Vec<&EndpointStatus>, JoinRefusal> {
+    if cluster.members.is_empty() || cluster.statuses.len() != cluster.members.len() {
+        return Err(JoinRefusal::NoMembers);
+    }
     let mut reported = Vec::with_capacity(cluster.members.len());
     for (member, status) in cluster.members.iter().zip(&cluster.statuses) {
         if !member.has_started() {
@@ -255,10 +381,11 @@ fn healthy_statuses(cluster: &ExternalCluster) -> Result<Vec<&EndpointStatus>, J
                 member: named(member),
                 error: error.clone(),
             })?;
-        if !status.errors.is_empty() {
-            return Err(JoinRefusal::MemberUnhealthy {
+        if status.member_id != member.id {
+            return Err(JoinRefusal::AnsweredByAnother {
                 member: named(member),
-                errors: status.errors.join("; "),
+                url: status.endpoint.clone(),
+                answered_by: status.member_id,
             });
         }
         reported.push(status);
@@ -266,37 +393,48 @@ fn healthy_statuses(cluster: &ExternalCluster) -> Result<Vec<&EndpointStatus>, J
     Ok(reported)
 }
 
-/// The cluster ID every member reports, and the live leader they all follow.
+/// The value most of `values` share (the last of equals on a tie).
+fn most_common<T: PartialEq + Copy>(values: impl Iterator<Item = T> + Clone) -> Option<T> {
+    values
+        .clone()
+        .max_by_key(|v| values.clone().filter(|w| w == v).count())
+}
+
+/// The cluster ID most members report and the live leader they all follow.
 fn one_cluster_one_leader(
     cluster: &ExternalCluster,
     reported: &[&EndpointStatus],
 ) -> Result<(u64, MemberId), JoinRefusal> {
-    let Some(first) = reported.first() else {
-        return Err(JoinRefusal::Unreachable {
-            endpoints: String::new(),
-            error: "the member list is empty".to_owned(),
-        });
-    };
-    let leader = first.leader;
+    let cluster_id =
+        most_common(reported.iter().map(|s| s.cluster_id)).ok_or(JoinRefusal::NoMembers)?;
     for (member, status) in cluster.members.iter().zip(reported) {
-        if status.cluster_id != first.cluster_id {
+        if status.cluster_id != cluster_id {
             return Err(JoinRefusal::ClusterIdsDiffer {
                 member: named(member),
-                ids: format!("{:x}, {:x}", first.cluster_id, status.cluster_id),
+                ids: format!("{:x} against {cluster_id:x}", status.cluster_id),
             });
         }
-        let leader_listed = cluster.members.iter().any(|m| m.id == status.leader);
-        if status.leader != leader || status.leader.0 == 0 || !leader_listed {
-            return Err(JoinRefusal::NoLeader {
+    }
+    let listed = |id: MemberId| cluster.members.iter().any(|m| m.id == id);
+    let leader = most_common(
+        reported
+            .iter()
+            .map(|s| s.leader)
+            .filter(|&l| l.0 != 0 && listed(l)),
+    )
+    .ok_or(JoinRefusal::NoLeader)?;
+    for (member, status) in cluster.members.iter().zip(reported) {
+        if status.leader != leader {
+            return Err(JoinRefusal::OtherLeader {
                 member: named(member),
             });
         }
     }
-    Ok((first.cluster_id, leader))
+    Ok((cluster_id, leader))
 }
 
-/// The oldest version any member runs, when all are supported and on one
-/// minor line.
+/// The oldest version any member runs, when all are supported, on one
+/// minor line, and no downgrade is enabled.
 fn one_minor_line(
     cluster: &ExternalCluster,
     reported: &[&EndpointStatus],
@@ -308,19 +446,28 @@ fn one_minor_line(
                 member: named(member),
                 version: status.version.clone(),
             })?;
-        if version < MIN_SUPPORTED || version.minor_line() > MAX_SUPPORTED_MINOR {
-            return Err(JoinRefusal::UnsupportedVersion {
+        if version < MIN_SUPPORTED {
+            return Err(JoinRefusal::VersionTooOld {
                 member: named(member),
                 version,
+            });
+        }
+        if version.minor_line() > MAX_SUPPORTED_MINOR {
+            return Err(JoinRefusal::VersionTooNew {
+                member: named(member),
+                version,
+            });
+        }
+        if let Some(target) = &status.downgrade_target {
+            return Err(JoinRefusal::DowngradeInProgress {
+                member: named(member),
+                target: target.clone(),
             });
         }
         versions.push(version);
     }
     let (Some(low), Some(high)) = (versions.iter().min(), versions.iter().max()) else {
-        return Err(JoinRefusal::Unreachable {
-            endpoints: String::new(),
-            error: "the member list is empty".to_owned(),
-        });
+        return Err(JoinRefusal::NoMembers);
     };
     if low.minor_line() != high.minor_line() {
         return Err(JoinRefusal::MixedVersions {

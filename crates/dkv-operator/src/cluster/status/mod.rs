@@ -1,6 +1,6 @@
 //! The last step of a reconcile, and the only one that writes status: the
 //! cluster's whole status (conditions, phase, READY, members, the printer
-//! STATUS) derived purely from what the pass observed ([`Seen`]) and how it
+//! STATUS) derived purely from what the pass observed ([`StatusInputs`]) and how it
 //! ended (an error's [`Fault`]), written to the status subresource only when
 //! it differs from what is already there.
 //!
