@@ -16,6 +16,21 @@ phase() {
 
 source scripts/lib/build-once.sh
 
+# What builds dkv (protoc) and runs its members first: the release build for
+# the smoke test starts now, in the background, at the lowest priority and
+# in a target directory of its own (neither build waits for the other's
+# lock). It is CI's longest single build; started here it uses the CPU the
+# downloads, the Go builds' waits and the tests' waits on etcd leave idle,
+# and is done by the time the smoke test needs it.
+scripts/install-prerequisites.sh --demo
+RELEASE_TARGET_DIR="$PWD/target/release-smoke"
+RELEASE_BUILD_LOG="$(mktemp)"
+CARGO_TARGET_DIR="$RELEASE_TARGET_DIR" nice -n 19 \
+  cargo build --release --locked -q -p dkv-operator --bin dkv -p kubectl-dkv --bin kubectl-dkv \
+  >"$RELEASE_BUILD_LOG" 2>&1 &
+RELEASE_BUILD_PID=$!
+trap 'kill "$RELEASE_BUILD_PID" 2>/dev/null || true; rm -f "$RELEASE_BUILD_LOG"' EXIT
+
 scripts/install-prerequisites.sh
 # The Azure and GCS servers of the backup tests (not the demo's: it needs no
 # Go).
@@ -59,16 +74,7 @@ scripts/check-helm.sh
 # The tests against the previous build's members build that build from git
 # themselves (once per member-side change, into .tools/dkv-previous); nextest
 # starts them first so that it runs beside the other tests.
-phase "tests (and, in the background, the release build for the smoke test)"
-# The release build takes about as long as the tests, which mostly wait on
-# etcd: it runs beside them at the lowest priority, in a target directory of
-# its own so neither waits for the other's lock.
-RELEASE_TARGET_DIR="$PWD/target/release-smoke"
-RELEASE_BUILD_LOG="$(mktemp)"
-CARGO_TARGET_DIR="$RELEASE_TARGET_DIR" nice -n 19 \
-  cargo build --release --locked -q -p dkv-operator --bin dkv -p kubectl-dkv --bin kubectl-dkv \
-  >"$RELEASE_BUILD_LOG" 2>&1 &
-RELEASE_BUILD_PID=$!
+phase "tests (the release build goes on in the background)"
 # Every test that runs the operator records, for the secret scan below, the
 # values of every Secret and everything people and log pipelines see.
 DKV_SECRET_SCAN_DIR="$(mktemp -d)"
