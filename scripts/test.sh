@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Sets up what the tests need on a fresh Debian machine, then runs every check
-# CI runs: formatting, module layering (no import cycles), relative links in
+# CI runs: formatting, module layering (no import cycles), unique type
+# names in the operator, relative links in
 # the docs, lints, all tests, the deploy manifests against the
 # official Kubernetes schemas, the monitoring rules, their tests and the
 # dashboard's queries, the demo, and a smoke test of the installed
@@ -41,6 +42,9 @@ cargo fmt --all -- --check
 
 phase "import cycles between modules"
 python3 scripts/module-cycles.py
+
+phase "one name for one thing: every type of the operator named once"
+python3 scripts/unique-names.py
 
 phase "relative links in docs"
 python3 scripts/check-links.py

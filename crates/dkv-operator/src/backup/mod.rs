@@ -46,7 +46,7 @@ use tracing::{info, warn};
 use self::job::Resolved;
 
 #[derive(Debug, thiserror::Error)]
-pub enum Error {
+pub enum BackupError {
     #[error("{what}: {source}")]
     Kube {
         what: String,
@@ -54,14 +54,14 @@ pub enum Error {
         source: kube::Error,
     },
     #[error(transparent)]
-    Status(#[from] crate::parts::backup_status::Error),
+    Status(#[from] crate::parts::backup_status::StatusWriteError),
     #[error("keeping the cluster's root credentials with the backup: {0}")]
     Credentials(#[source] crate::parts::credentials::CopyError),
 }
 
-fn kube_error(what: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
+fn kube_error(what: impl Into<String>) -> impl FnOnce(kube::Error) -> BackupError {
     let what = what.into();
-    move |source| Error::Kube { what, source }
+    move |source| BackupError::Kube { what, source }
 }
 
 struct BackupContext {
@@ -144,7 +144,11 @@ pub async fn run(
     futures::join!(backups_done, records, pruning);
 }
 
-fn error_policy(backup: Arc<DistributedKVBackup>, err: &Error, _: Arc<BackupContext>) -> Action {
+fn error_policy(
+    backup: Arc<DistributedKVBackup>,
+    err: &BackupError,
+    _: Arc<BackupContext>,
+) -> Action {
     warn!(backup = %backup.name_any(), error = %err, "backup reconcile failed");
     Action::requeue(POLL)
 }
@@ -152,7 +156,7 @@ fn error_policy(backup: Arc<DistributedKVBackup>, err: &Error, _: Arc<BackupCont
 async fn reconcile(
     backup: Arc<DistributedKVBackup>,
     ctx: Arc<BackupContext>,
-) -> Result<Action, Error> {
+) -> Result<Action, BackupError> {
     let ns = backup.namespace().unwrap_or_default();
     let name = backup.name_any();
     let old = backup.status.clone().unwrap_or_default();
@@ -182,7 +186,7 @@ async fn reconcile(
     if resolved.auth {
         crate::parts::credentials::keep_for_backup(&ctx.client, &ns, &resolved.cluster, &backup)
             .await
-            .map_err(Error::Credentials)?;
+            .map_err(BackupError::Credentials)?;
     }
 
     let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), &ns);
@@ -317,7 +321,7 @@ async fn announce(
 async fn resolve(
     backup: &DistributedKVBackup,
     ctx: &BackupContext,
-) -> Result<Result<Resolved, String>, Error> {
+) -> Result<Result<Resolved, String>, BackupError> {
     let ns = backup.namespace().unwrap_or_default();
     let clusters: Api<DistributedKV> = Api::namespaced(ctx.client.clone(), &ns);
     let Some(cluster) = clusters
@@ -386,7 +390,7 @@ async fn resolve(
 }
 
 /// The pods of a Job, by its selector.
-async fn job_pods(client: &Client, ns: &str, job: &Job) -> Result<Vec<Pod>, Error> {
+async fn job_pods(client: &Client, ns: &str, job: &Job) -> Result<Vec<Pod>, BackupError> {
     let Some(labels) = job
         .spec
         .as_ref()

@@ -146,7 +146,7 @@ pub fn plan(
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum Error {
+pub enum RetentionError {
     #[error("{what}: {source}")]
     Kube {
         what: String,
@@ -229,7 +229,11 @@ fn trim(cluster: &mut DistributedKV) {
     cluster.status = None;
 }
 
-fn error_policy(cluster: Arc<DistributedKV>, err: &Error, ctx: Arc<RetentionContext>) -> Action {
+fn error_policy(
+    cluster: Arc<DistributedKV>,
+    err: &RetentionError,
+    ctx: Arc<RetentionContext>,
+) -> Action {
     let failures = {
         let mut failures = ctx.failures();
         let count = failures
@@ -263,7 +267,7 @@ fn describe(policy: &RetentionPolicy) -> String {
 async fn reconcile(
     cluster: Arc<DistributedKV>,
     ctx: Arc<RetentionContext>,
-) -> Result<Action, Error> {
+) -> Result<Action, RetentionError> {
     let name = cluster.name_any();
     let Some(ns) = cluster.namespace() else {
         return Ok(Action::await_change());
@@ -280,7 +284,7 @@ async fn reconcile(
     let records = backups
         .list(&ListParams::default())
         .await
-        .map_err(|source| Error::Kube {
+        .map_err(|source| RetentionError::Kube {
             what: format!("listing the DistributedKVBackups in {ns}"),
             source,
         })?
@@ -391,7 +395,7 @@ async fn reconcile(
         }
     }
     if !failures.is_empty() {
-        return Err(Error::Prune {
+        return Err(RetentionError::Prune {
             cluster: name,
             failures,
         });

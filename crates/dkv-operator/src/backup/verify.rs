@@ -23,7 +23,7 @@ use kube::{Resource, ResourceExt};
 use serde_json::{Value, json};
 use tracing::{info, warn};
 
-use super::{BackupContext, Error, kube_error};
+use super::{BackupContext, BackupError, kube_error};
 use crate::parts::backup_status::write_verification;
 use crate::parts::naming::MAX_CLUSTER_NAME_LEN;
 use dkv_api::labels::VERIFIES;
@@ -128,7 +128,7 @@ pub fn scratch_cluster(
 pub(super) async fn drive(
     backup: &DistributedKVBackup,
     ctx: &BackupContext,
-) -> Result<Action, Error> {
+) -> Result<Action, BackupError> {
     let ns = backup.namespace().unwrap_or_default();
     let name = backup.name_any();
     let now = jiff::Timestamp::now();

@@ -17,7 +17,7 @@ use serde_json::{Map, Value, json};
 
 /// A status that could not be written.
 #[derive(Debug, thiserror::Error)]
-pub enum Error {
+pub enum StatusWriteError {
     #[error("updating the status of DistributedKVBackup {backup}: {source}")]
     Patch {
         /// `namespace/name`.
@@ -42,11 +42,11 @@ pub async fn write(
     client: &kube::Client,
     backup: &DistributedKVBackup,
     new: &DistributedKVBackupStatus,
-) -> Result<(), Error> {
+) -> Result<(), StatusWriteError> {
     let ns = backup.namespace().unwrap_or_default();
     let name = backup.name_any();
     let old = backup.status.clone().unwrap_or_default();
-    let patch = merge_patch(&old, new).map_err(|source| Error::Encode {
+    let patch = merge_patch(&old, new).map_err(|source| StatusWriteError::Encode {
         backup: format!("{ns}/{name}"),
         source,
     })?;
@@ -60,7 +60,7 @@ pub async fn write(
         &Patch::Merge(&json!({ "status": patch })),
     )
     .await
-    .map_err(|source| Error::Patch {
+    .map_err(|source| StatusWriteError::Patch {
         backup: format!("{ns}/{name}"),
         source,
     })?;
@@ -73,7 +73,7 @@ pub async fn write_verification(
     client: &kube::Client,
     backup: &DistributedKVBackup,
     verification: BackupVerification,
-) -> Result<(), Error> {
+) -> Result<(), StatusWriteError> {
     let new = DistributedKVBackupStatus {
         verification: Some(verification),
         ..backup.status.clone().unwrap_or_default()
