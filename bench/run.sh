@@ -39,3 +39,13 @@ cargo bench --locked -p dkv-operator --bench harness -- \
   --kube-local "$target/release/kube-local" \
   --build "cargo bench profile (release: opt-level 3, no debug info), $rustc_version, commit $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- crates Cargo.toml Cargo.lock || echo ' + uncommitted changes')" \
   "$@"
+
+# A full run (no arguments) also runs this build against the previous
+# build's members on kube-local, the twin of the real control plane's run CI
+# makes (left out of CI for its 11 to 24 minutes;
+# previous_release_on_kubernetes.rs).
+if [ $# -eq 0 ]; then
+  echo "== this build against the previous build's members, on kube-local"
+  cargo nextest run --locked -p dkv-operator --test it --run-ignored only \
+    -E 'test(/^previous_release_on_kubernetes::/)'
+fi

@@ -56,7 +56,13 @@ fn on_kubernetes_1_37_the_members_of_the_previous_build_keep_every_write() {
     scenario(Some("1.37"));
 }
 
+/// The same on kube-local: left out of CI's run (11 to 24 minutes of
+/// three clusters beside the other tests; the contract it checks is the
+/// operator's and the members', which the real control plane's run above
+/// covers). bench/run.sh runs it, and so does
+/// `cargo nextest run -p dkv-operator --test it --run-ignored only -E 'test(/^previous_release_on_kubernetes::/)'`.
 #[test]
+#[ignore = "CI runs the real control plane's; bench/run.sh runs this one"]
 fn on_kube_local_the_members_of_the_previous_build_keep_every_write() {
     scenario(None);
 }
