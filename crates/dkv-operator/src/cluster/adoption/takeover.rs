@@ -133,6 +133,12 @@ impl TakeoverView {
             + self.own.iter().filter(|m| !m.learner && m.healthy).count()
     }
 
+    /// One voter leaving (healthy or not), or why it must wait.
+    fn voter_may_leave(&self, healthy: bool) -> Result<(), Hold> {
+        let healthy_after = self.healthy_voters() - usize::from(healthy);
+        self.allowed(self.voters() - 1, healthy_after)
+    }
+
     /// A change to `voters_after` voters of which `healthy_after` healthy,
     /// or why it must wait.
     fn allowed(&self, voters_after: usize, healthy_after: usize) -> Result<(), Hold> {
@@ -223,8 +229,7 @@ fn old_leave_step(view: &TakeoverView) -> TakeoverStep {
     let Some(leaving) = view.old.iter().min_by_key(|m| (m.healthy, m.id)).cloned() else {
         return TakeoverStep::Adopted;
     };
-    let healthy_after = view.healthy_voters() - usize::from(leaving.healthy);
-    match view.allowed(view.voters() - 1, healthy_after) {
+    match view.voter_may_leave(leaving.healthy) {
         Ok(()) => TakeoverStep::RemoveOld {
             id: leaving.id,
             name: leaving.name,
@@ -257,8 +262,7 @@ fn back_out(view: &TakeoverView) -> TakeoverStep {
             None => TakeoverStep::Hold(Hold::NoLeaderCandidate),
         };
     }
-    let healthy_after = view.healthy_voters() - usize::from(leaving.healthy);
-    match view.allowed(view.voters() - 1, healthy_after) {
+    match view.voter_may_leave(leaving.healthy) {
         Ok(()) => TakeoverStep::RemoveOwn {
             ordinal: leaving.ordinal,
             id: leaving.id,
