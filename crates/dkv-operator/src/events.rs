@@ -86,6 +86,15 @@ impl Recorder {
         Ok(())
     }
 
+    /// [`Self::publish`], logging a failure: an Event that could not be
+    /// sent never fails the work it reports on.
+    pub async fn publish_or_warn(&self, event: &Event, regarding: &ObjectReference) {
+        if let Err(err) = self.publish(event, regarding).await {
+            let name = regarding.name.as_deref().unwrap_or_default();
+            tracing::warn!(%name, reason = %event.reason, error = %err, "failed to publish event");
+        }
+    }
+
     fn series(&self) -> std::sync::MutexGuard<'_, Series> {
         self.series
             .lock()

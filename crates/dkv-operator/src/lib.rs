@@ -16,7 +16,6 @@ pub mod backup_agent;
 pub mod cache;
 pub mod cli;
 pub mod cluster;
-pub mod continuous_backup;
 pub mod crd;
 pub mod etcd_version;
 pub mod events;

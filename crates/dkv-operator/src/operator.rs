@@ -166,7 +166,7 @@ pub async fn run_with(
     let settings = cluster::Settings {
         namespace: args.namespace.clone(),
         concurrency: args.concurrency,
-        certificate_lifetime: cluster::context::CertificateLifetime {
+        certificate_lifetime: cluster::security::certificates::CertificateLifetime {
             leaf: std::time::Duration::from_secs(args.tls_certificate_validity_seconds.max(60)),
         },
         member_upgrades_per_minute: args.member_upgrades_per_minute,

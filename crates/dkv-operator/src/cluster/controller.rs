@@ -37,7 +37,7 @@ pub struct Settings {
     /// Reconciles running at once.
     pub concurrency: u16,
     /// Validity of the TLS certificates the operator issues.
-    pub certificate_lifetime: crate::cluster::context::CertificateLifetime,
+    pub certificate_lifetime: crate::cluster::security::certificates::CertificateLifetime,
     /// Clusters that may start a rollout only an operator upgrade asks
     /// for, per minute, across the installation.
     pub member_upgrades_per_minute: u32,

@@ -102,7 +102,7 @@ pub async fn reconcile(dkv: Arc<DistributedKV>, ctx: Arc<Context>) -> Result<Act
             &dkv,
             pass.cluster(),
             pass.maintained.continuous.as_ref(),
-            &ctx,
+            &ctx.backups(),
             now,
         )
         .await;

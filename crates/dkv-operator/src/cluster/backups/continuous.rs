@@ -10,15 +10,15 @@ use dkv_backup::StoreConfig;
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::Api;
+use kube::{Api, Resource};
 use tracing::info;
 
+use crate::cluster::backups::BackupsReach;
+use crate::cluster::backups::agents::{AgentSpec, Point, Report};
 use crate::cluster::backups::restore::{Replay, ResolvedRestore};
-use crate::cluster::context::{Context, publish, publish_about};
 use crate::cluster::error::{Error, Result};
 use crate::cluster::security::credentials::Credentials;
 use crate::cluster::validate::ValidatedCluster;
-use crate::continuous_backup::{AgentSpec, Point, Report};
 use crate::parts::naming;
 
 /// The newest point in status moves at most this often (each move is a
@@ -40,23 +40,23 @@ pub async fn ensure(
     endpoints: &[String],
     credentials: &Credentials,
     formed: bool,
-    ctx: &Context,
+    reach: &BackupsReach<'_>,
 ) -> Result<Option<Report>> {
     let Some((backup, cut)) = cluster
         .backup
         .as_ref()
         .and_then(|b| b.continuous.map(|cut| (b, cut)))
     else {
-        ctx.agents.stop(&cluster.namespace, &cluster.name);
+        reach.agents.stop(&cluster.namespace, &cluster.name);
         return Ok(None);
     };
     if !formed || endpoints.is_empty() {
-        return Ok(ctx.agents.report(&cluster.namespace, &cluster.name));
+        return Ok(reach.agents.report(&cluster.namespace, &cluster.name));
     }
     let store = match &backup.credentials_secret {
         None => StoreConfig::default(),
         Some(name) => {
-            let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &cluster.namespace);
+            let secrets: Api<Secret> = Api::namespaced(reach.client.clone(), &cluster.namespace);
             let secret = secrets.get_opt(name).await.map_err(|source| Error::Read {
                 kind: "Secret",
                 name: name.clone(),
@@ -67,7 +67,7 @@ pub async fn ensure(
                 None => {
                     // Reported like any agent failure: the agent cannot
                     // start without the credentials it was told to use.
-                    ctx.agents.stop(&cluster.namespace, &cluster.name);
+                    reach.agents.stop(&cluster.namespace, &cluster.name);
                     return Ok(Some(Report {
                         failing: Some((
                             format!(
@@ -85,7 +85,7 @@ pub async fn ensure(
         None => None,
         Some(reference) => {
             match crate::parts::backup_keys::read_backup_key(
-                &ctx.client,
+                reach.client,
                 &cluster.namespace,
                 reference,
             )
@@ -99,7 +99,7 @@ pub async fn ensure(
                 Err(message) => {
                     // Recording unencrypted what the user asked to encrypt
                     // is not an option: the agent waits for the key.
-                    ctx.agents.stop(&cluster.namespace, &cluster.name);
+                    reach.agents.stop(&cluster.namespace, &cluster.name);
                     return Ok(Some(Report {
                         failing: Some((
                             format!("spec.backup.encryption: {message}"),
@@ -115,7 +115,7 @@ pub async fn ensure(
         // What a point-in-time restore needs to open the data, kept before
         // anything is recorded with authentication on.
         crate::parts::credentials::keep_for_continuous(
-            &ctx.client,
+            reach.client,
             &cluster.namespace,
             &cluster.name,
         )
@@ -123,7 +123,7 @@ pub async fn ensure(
     }
     let mut endpoints = endpoints.to_vec();
     endpoints.sort();
-    Ok(Some(ctx.agents.ensure(AgentSpec {
+    Ok(Some(reach.agents.ensure(AgentSpec {
         namespace: cluster.namespace.clone(),
         cluster: cluster.name.clone(),
         destination: backup.destination.as_str().to_owned(),
@@ -148,7 +148,7 @@ pub async fn replay_restore_and_record(
     replay: &Replay,
     endpoints: &[String],
     credentials: &Credentials,
-    ctx: &Context,
+    reach: &BackupsReach<'_>,
 ) -> Result<()> {
     let mut etcd = dkv_etcd::GrpcAdmin::new(endpoints.to_vec(), REPLAY_CALL_TIMEOUT);
     if let Some(tls) = credentials.client_identity() {
@@ -159,7 +159,7 @@ pub async fn replay_restore_and_record(
     }
     info!(source = %format!("{}/{}", replay.namespace, replay.cluster), chain = %replay.chain, "replaying continuous backup");
     let replayed = crate::cluster::backups::restore::apply_recorded_changes(
-        &ctx.client,
+        reach.client,
         &cluster.namespace,
         replay,
         pending.credentials_secret.as_deref(),
@@ -169,7 +169,7 @@ pub async fn replay_restore_and_record(
     )
     .await?;
     crate::cluster::backups::restore::mark_replayed(
-        &ctx.client,
+        reach.client,
         &cluster.namespace,
         &naming::statefulset(&cluster.name),
         replayed.source_revision,
@@ -180,21 +180,20 @@ pub async fn replay_restore_and_record(
         source_revision = replayed.source_revision,
         "continuous backup replayed"
     );
-    publish_about(
-        cluster,
-        Event {
-            type_: EventType::Normal,
-            reason: "Replayed".to_owned(),
-            note: Some(format!(
-                "replayed {} changes of {}/{} recorded after the base snapshot, up to its revision {}; clients are let in now",
-                replayed.events, replay.namespace, replay.cluster, replayed.source_revision
-            )),
-            action: "Restore".to_owned(),
-            secondary: None,
-        },
-        ctx,
-    )
-    .await;
+    let event = Event {
+        type_: EventType::Normal,
+        reason: "Replayed".to_owned(),
+        note: Some(format!(
+            "replayed {} changes of {}/{} recorded after the base snapshot, up to its revision {}; clients are let in now",
+            replayed.events, replay.namespace, replay.cluster, replayed.source_revision
+        )),
+        action: "Restore".to_owned(),
+        secondary: None,
+    };
+    reach
+        .recorder
+        .publish_or_warn(&event, &cluster.object_reference())
+        .await;
     Ok(())
 }
 
@@ -237,7 +236,7 @@ pub fn observe(
 pub async fn report_new_gaps(
     dkv: &DistributedKV,
     window: Option<&ContinuousBackupStatus>,
-    ctx: &Context,
+    reach: &BackupsReach<'_>,
 ) {
     let known: Vec<&RevisionGap> = dkv
         .status
@@ -249,21 +248,20 @@ pub async fn report_new_gaps(
         if known.contains(&gap) {
             continue;
         }
-        publish(
-            dkv,
-            Event {
-                type_: EventType::Warning,
-                reason: "ContinuousBackupGap".to_owned(),
-                note: Some(format!(
-                    "continuous backup could not continue its chain (etcd compacted revisions it still needed, or it was stopped too long): the revisions after {} and before {} were not recorded and cannot be restored; a new chain starts from a full snapshot at revision {}",
-                    gap.after_revision, gap.until_revision, gap.until_revision
-                )),
-                action: "ContinuousBackup".to_owned(),
-                secondary: None,
-            },
-            ctx,
-        )
-        .await;
+        let event = Event {
+            type_: EventType::Warning,
+            reason: "ContinuousBackupGap".to_owned(),
+            note: Some(format!(
+                "continuous backup could not continue its chain (etcd compacted revisions it still needed, or it was stopped too long): the revisions after {} and before {} were not recorded and cannot be restored; a new chain starts from a full snapshot at revision {}",
+                gap.after_revision, gap.until_revision, gap.until_revision
+            )),
+            action: "ContinuousBackup".to_owned(),
+            secondary: None,
+        };
+        reach
+            .recorder
+            .publish_or_warn(&event, &dkv.object_ref(&()))
+            .await;
     }
 }
 

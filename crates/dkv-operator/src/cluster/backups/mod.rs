@@ -2,20 +2,37 @@
 //! say ([`catalogue`]), the encryption keys its pods read ([`keys`]),
 //! continuous backup ([`continuous`]), restoring a new cluster from a
 //! backup or a continuous backup's history ([`restore`]) and the scratch
-//! clusters that verify a backup ([`verification`]).
+//! clusters that verify a backup ([`verification`]), and the continuous
+//! backup agents the operator runs ([`agents`]).
+//!
+//! The feature reaches the operator through [`BackupsReach`] (the API, the
+//! caches, the Event recorder and the agents), not the cluster
+//! controller's whole context: the context holds the agents, so the
+//! feature depending on it back would be a cycle.
 
+pub mod agents;
 pub mod catalogue;
 pub(crate) mod continuous;
 pub mod restore;
 pub(crate) mod verification;
 
 use dkv_api::DistributedKV;
-use kube::ResourceExt;
+use kube::{Client, ResourceExt};
 
+use self::agents::{Agents, Report};
 use self::catalogue::BackupSummary;
 use super::validate::ValidatedCluster;
-use crate::cluster::context::Context;
-use crate::continuous_backup::Report;
+use crate::cluster::watches::Stores;
+use crate::events::Recorder;
+
+/// What the backup features reach of the operator (from
+/// `Context::backups`).
+pub struct BackupsReach<'a> {
+    pub client: &'a Client,
+    pub stores: &'a Stores,
+    pub recorder: &'a Recorder,
+    pub agents: &'a Agents,
+}
 
 /// What status says of the cluster's backups after a pass: what the
 /// records say, and where continuous backup stands — from the agent's
@@ -26,16 +43,17 @@ pub async fn observe(
     dkv: &DistributedKV,
     cluster: Option<&ValidatedCluster>,
     reported: Option<&Report>,
-    ctx: &Context,
+    reach: &BackupsReach<'_>,
     now: jiff::Timestamp,
 ) -> BackupSummary {
-    let mut backups = catalogue::observe(dkv, &ctx.stores);
+    let mut backups = catalogue::observe(dkv, reach.stores);
     let report = reported.cloned().or_else(|| {
-        ctx.agents
+        reach
+            .agents
             .report(&dkv.namespace().unwrap_or_default(), &dkv.name_any())
     });
     (backups.continuous, backups.continuous_failing) =
         continuous::observe(dkv, report.as_ref(), continuous::interval(cluster), now);
-    continuous::report_new_gaps(dkv, backups.continuous.as_ref(), ctx).await;
+    continuous::report_new_gaps(dkv, backups.continuous.as_ref(), reach).await;
     backups
 }

@@ -15,7 +15,7 @@ use kube::Resource;
 use kube::api::{Api, DeleteParams};
 use tracing::{info, warn};
 
-use crate::cluster::context::Context;
+use crate::cluster::backups::BackupsReach;
 use crate::cluster::error::{Error, Result};
 use crate::cluster::validate::ValidatedCluster;
 
@@ -28,14 +28,14 @@ pub async fn check(
     formed: bool,
     admin: Option<&dyn EtcdAdmin>,
     endpoints: &[String],
-    ctx: &Context,
+    reach: &BackupsReach<'_>,
 ) -> Result<()> {
     let Some(backup_name) = &cluster.verifies else {
         return Ok(());
     };
     let ns = cluster.namespace.clone();
     let name = cluster.name.clone();
-    let backups: Api<DistributedKVBackup> = Api::namespaced(ctx.client.clone(), &ns);
+    let backups: Api<DistributedKVBackup> = Api::namespaced(reach.client.clone(), &ns);
     let backup = backups
         .get_opt(backup_name)
         .await
@@ -53,7 +53,7 @@ pub async fn check(
     });
     let (Some(backup), Some(verification), true) = (backup, verification, running) else {
         // Nobody waits for this one any more.
-        delete_self(cluster, ctx).await;
+        delete_self(cluster, reach).await;
         return Ok(());
     };
     let recorded = backup
@@ -93,7 +93,7 @@ pub async fn check(
         message: Some(message.clone()),
         ..verification
     };
-    crate::parts::backup_status::write_verification(&ctx.client, &backup, done)
+    crate::parts::backup_status::write_verification(reach.client, &backup, done)
         .await
         .map_err(|e| Error::Verification(e.to_string()))?;
     let event = Event {
@@ -103,10 +103,11 @@ pub async fn check(
         action: "Verify".to_owned(),
         secondary: None,
     };
-    if let Err(err) = ctx.recorder.publish(&event, &backup.object_ref(&())).await {
-        warn!(backup = %backup_name, error = %err, "failed to publish event");
-    }
-    delete_self(cluster, ctx).await;
+    reach
+        .recorder
+        .publish_or_warn(&event, &backup.object_ref(&()))
+        .await;
+    delete_self(cluster, reach).await;
     Ok(())
 }
 
@@ -173,8 +174,8 @@ pub fn judge(recorded: &BackupContent, copy: &ContentDigest) -> Result<String, S
     ))
 }
 
-async fn delete_self(cluster: &ValidatedCluster, ctx: &Context) {
-    let api: Api<DistributedKV> = Api::namespaced(ctx.client.clone(), &cluster.namespace);
+async fn delete_self(cluster: &ValidatedCluster, reach: &BackupsReach<'_>) {
+    let api: Api<DistributedKV> = Api::namespaced(reach.client.clone(), &cluster.namespace);
     if let Err(err) = api.delete(&cluster.name, &DeleteParams::default()).await
         && !matches!(&err, kube::Error::Api(s) if s.code == 404)
     {

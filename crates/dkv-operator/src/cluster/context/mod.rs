@@ -8,18 +8,18 @@ pub mod etcd_access;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use crate::events::{Event, Recorder, Reporter};
 use dkv_api::DistributedKV;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Client, Resource, ResourceExt};
-use tracing::warn;
 
+use crate::cluster::backups::BackupsReach;
+use crate::cluster::backups::agents::Agents;
 use crate::cluster::context::etcd_access::{EtcdConnector, GrpcConnector};
+use crate::cluster::security::certificates::CertificateLifetime;
 use crate::cluster::validate::{Defaults, ValidatedCluster};
 use crate::cluster::watches::Stores;
-use crate::continuous_backup::Agents;
 use crate::metrics::Metrics;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::ObjectReference;
@@ -80,6 +80,16 @@ impl Context {
             member_side_code: crate::cluster::upgrade::member_side::code(0),
             failures: Mutex::default(),
             space_reclaimed: Mutex::default(),
+        }
+    }
+
+    /// What the backup features reach of the operator.
+    pub fn backups(&self) -> BackupsReach<'_> {
+        BackupsReach {
+            client: &self.client,
+            stores: &self.stores,
+            recorder: &self.recorder,
+            agents: &self.agents,
         }
     }
 
@@ -154,19 +164,17 @@ impl Context {
 /// Publishes an Event about `dkv`. Events are best effort: failing to record
 /// one must not fail the reconcile that did the work.
 pub async fn publish(dkv: &DistributedKV, event: Event, ctx: &Context) {
-    publish_to(&dkv.object_ref(&()), &dkv.name_any(), event, ctx).await;
+    publish_to(&dkv.object_ref(&()), event, ctx).await;
 }
 
 /// Publishes an Event about the validated `cluster` (the stages after
 /// validation know the cluster by its validated spec, not by the object).
 pub async fn publish_about(cluster: &ValidatedCluster, event: Event, ctx: &Context) {
-    publish_to(&cluster.object_reference(), &cluster.name, event, ctx).await;
+    publish_to(&cluster.object_reference(), event, ctx).await;
 }
 
-async fn publish_to(reference: &ObjectReference, name: &str, event: Event, ctx: &Context) {
-    if let Err(err) = ctx.recorder.publish(&event, reference).await {
-        warn!(%name, reason = %event.reason, error = %err, "failed to publish event");
-    }
+async fn publish_to(reference: &ObjectReference, event: Event, ctx: &Context) {
+    ctx.recorder.publish_or_warn(&event, reference).await;
 }
 
 /// StatefulSets whose whole object (pod template included) was last seen to
@@ -201,36 +209,5 @@ impl VerifiedTemplates {
                 .unwrap_or_else(|poisoned| poisoned.into_inner())
                 .insert(uid, (generation, hash.to_owned()));
         }
-    }
-}
-
-/// How long issued certificates are valid; each is reissued once a third
-/// of its validity is left.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CertificateLifetime {
-    pub leaf: Duration,
-}
-
-impl Default for CertificateLifetime {
-    fn default() -> Self {
-        Self {
-            leaf: Duration::from_secs(365 * 24 * 3600),
-        }
-    }
-}
-
-impl CertificateLifetime {
-    pub(crate) fn renew_before(&self) -> i64 {
-        i64::try_from(self.leaf.as_secs() / 3).unwrap_or(i64::MAX)
-    }
-
-    pub(crate) fn due(&self, not_after: jiff::Timestamp, now: jiff::Timestamp) -> bool {
-        not_after.as_second().saturating_sub(now.as_second()) <= self.renew_before()
-    }
-
-    /// When a certificate valid until `not_after` is renewed.
-    pub(crate) fn renew_at(&self, not_after: jiff::Timestamp) -> jiff::Timestamp {
-        jiff::Timestamp::from_second(not_after.as_second().saturating_sub(self.renew_before()))
-            .unwrap_or(jiff::Timestamp::UNIX_EPOCH)
     }
 }

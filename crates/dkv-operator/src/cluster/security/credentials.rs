@@ -5,12 +5,11 @@
 //! comes from them.
 
 use dkv_etcd::{ClientTls, UserCredentials};
-use kube::ResourceExt;
+use kube::{Client, ResourceExt};
 
-use crate::cluster::context::Context;
 use crate::cluster::error::{Error, Result};
 use crate::cluster::security::auth::{self, AuthState};
-use crate::cluster::security::certificates::{self, TlsState};
+use crate::cluster::security::certificates::{self, CertificateLifetime, TlsState};
 use crate::cluster::validate::ValidatedCluster;
 
 /// The credentials of one cluster as this pass ensured them.
@@ -57,13 +56,15 @@ impl Credentials {
 /// StatefulSet exists, or its membership record says it formed); a new CA
 /// is created only for a cluster that never has.
 /// `pod_serials`: the certificate serial each member pod was started
-/// with. `idle`: status records no operation in progress.
+/// with. `idle`: status records no operation in progress. Certificates
+/// issued are valid for `lifetime`.
 pub async fn ensure(
     cluster: &ValidatedCluster,
     pod_serials: Vec<Option<String>>,
     exists: bool,
     idle: bool,
-    ctx: &Context,
+    client: &Client,
+    lifetime: CertificateLifetime,
 ) -> Result<Credentials> {
     let tls = if cluster.tls.any() {
         let seen = certificates::CertificateInputs {
@@ -72,23 +73,14 @@ pub async fn ensure(
             idle,
         };
         let may_create_ca = !exists && !cluster.paused;
-        Some(
-            certificates::ensure(
-                &ctx.client,
-                cluster,
-                ctx.certificate_lifetime,
-                may_create_ca,
-                &seen,
-            )
-            .await?,
-        )
+        Some(certificates::ensure(client, cluster, lifetime, may_create_ca, &seen).await?)
     } else {
         None
     };
     // A restore of a backup taken with authentication on keeps it on.
     if !cluster.auth
         && !exists
-        && let Some(copy) = auth::restored_credentials(&ctx.client, cluster).await?
+        && let Some(copy) = auth::restored_credentials(client, cluster).await?
     {
         return Err(Error::RestoreSource {
             message: format!(
@@ -99,7 +91,7 @@ pub async fn ensure(
         });
     }
     let auth = if cluster.auth {
-        Some(auth::ensure(&ctx.client, cluster).await?)
+        Some(auth::ensure(client, cluster).await?)
     } else {
         None
     };

@@ -130,7 +130,15 @@ pub async fn connected(
         .iter()
         .map(|p| p.view.tls_serial.clone())
         .collect();
-    let credentials = credentials::ensure(cluster, pod_serials, exists, idle, ctx).await?;
+    let credentials = credentials::ensure(
+        cluster,
+        pod_serials,
+        exists,
+        idle,
+        &ctx.client,
+        ctx.certificate_lifetime,
+    )
+    .await?;
     let endpoints = validated.endpoints();
     let admin = (!endpoints.is_empty() && deployed).then(|| {
         ctx.etcd.connect(

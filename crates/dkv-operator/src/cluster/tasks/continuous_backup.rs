@@ -15,7 +15,7 @@ pub async fn run(input: &Input<'_>, done: &mut Maintained, ctx: &Context) -> Res
         &input.connected.endpoints,
         &input.connected.credentials,
         input.formed(),
-        ctx,
+        &ctx.backups(),
     )
     .await?;
     let recording = cluster.backup.as_ref().and_then(|b| b.continuous).is_some();

@@ -31,9 +31,9 @@ use super::stage::connected::Connected;
 use super::stage::executed::Executed;
 use super::stage::planned::Planned;
 use super::stage::validated::Validated;
+use crate::cluster::backups::agents::Report;
 use crate::cluster::context::Context;
 use crate::cluster::maintenance::volumes::Volumes;
-use crate::continuous_backup::Report;
 
 /// The maintenance tasks, in the order they run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -30,7 +30,7 @@ pub async fn run(input: &Input<'_>, _: &mut Maintained, ctx: &Context) -> Result
         replay,
         &input.connected.endpoints,
         &input.connected.credentials,
-        ctx,
+        &ctx.backups(),
     )
     .await?;
     Ok(TaskOutcome::Done(Outcome::Applied(AppliedPass {

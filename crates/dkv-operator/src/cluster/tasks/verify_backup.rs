@@ -14,7 +14,7 @@ pub async fn run(input: &Input<'_>, _: &mut Maintained, ctx: &Context) -> Result
         input.formed() && input.converged(),
         input.connected.admin.as_deref(),
         &input.connected.endpoints,
-        ctx,
+        &ctx.backups(),
     )
     .await?;
     Ok(TaskOutcome::Continue)

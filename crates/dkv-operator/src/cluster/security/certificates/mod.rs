@@ -44,7 +44,6 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, ObjectMeta, PostParams};
 use kube::{Client, ResourceExt};
 
-use crate::cluster::context::CertificateLifetime;
 use crate::cluster::error::{Error, Result};
 use crate::cluster::security::ca_rotation;
 use crate::cluster::validate::ValidatedCluster;
@@ -365,5 +364,36 @@ mod tests {
             serial_of_all(&[secret.clone(), other]),
             serial_of_all(&[secret])
         );
+    }
+}
+
+/// How long issued certificates are valid; each is reissued once a third
+/// of its validity is left.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CertificateLifetime {
+    pub leaf: Duration,
+}
+
+impl Default for CertificateLifetime {
+    fn default() -> Self {
+        Self {
+            leaf: Duration::from_secs(365 * 24 * 3600),
+        }
+    }
+}
+
+impl CertificateLifetime {
+    pub(crate) fn renew_before(&self) -> i64 {
+        i64::try_from(self.leaf.as_secs() / 3).unwrap_or(i64::MAX)
+    }
+
+    pub(crate) fn due(&self, not_after: jiff::Timestamp, now: jiff::Timestamp) -> bool {
+        not_after.as_second().saturating_sub(now.as_second()) <= self.renew_before()
+    }
+
+    /// When a certificate valid until `not_after` is renewed.
+    pub(crate) fn renew_at(&self, not_after: jiff::Timestamp) -> jiff::Timestamp {
+        jiff::Timestamp::from_second(not_after.as_second().saturating_sub(self.renew_before()))
+            .unwrap_or(jiff::Timestamp::UNIX_EPOCH)
     }
 }
