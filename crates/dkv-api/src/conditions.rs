@@ -138,4 +138,17 @@ pub mod reasons {
     /// Hibernation was turned off: the same members start again on their
     /// volumes.
     pub const WAKING: &str = "Waking";
+    /// `spec.bootstrap.join`: dkv refused to join the running cluster
+    /// (Degraded; the message says what is wrong and the fix).
+    pub const JOIN_REFUSED: &str = "JoinRefused";
+    /// dkv's members are joining the running cluster, one at a time.
+    pub const TAKING_OVER: &str = "TakingOver";
+    /// dkv's members are all voters; the members that were there before
+    /// stay (`oldMembers: Keep`).
+    pub const TAKEN_OVER: &str = "TakenOver";
+    /// The members that were there before dkv are being removed.
+    pub const OLD_MEMBERS_LEAVING: &str = "OldMembersLeaving";
+    /// The DistributedKV is deleted before it was adopted: dkv's members
+    /// leave the running cluster first.
+    pub const BACKING_OUT: &str = "BackingOut";
 }

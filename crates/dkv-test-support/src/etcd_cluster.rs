@@ -52,6 +52,17 @@ pub async fn connect(endpoints: Vec<String>) -> Option<etcd_client::Client> {
         .ok()
 }
 
+/// Short timeouts: a refused connection must fail fast.
+pub fn options(tls: Option<etcd_client::TlsOptions>) -> etcd_client::ConnectOptions {
+    let options = etcd_client::ConnectOptions::new()
+        .with_connect_timeout(Duration::from_secs(2))
+        .with_timeout(Duration::from_secs(3));
+    match tls {
+        Some(tls) => options.with_tls(tls),
+        None => options,
+    }
+}
+
 /// What the writer did.
 #[derive(Debug, Clone)]
 pub struct WriterReport {
@@ -63,6 +74,21 @@ pub struct WriterReport {
     pub failures: u64,
     /// The longest stretch without an acknowledged write.
     pub longest_gap: Duration,
+    /// Acknowledged writes whose revision was not above the one before:
+    /// a client saw the cluster's history go back.
+    pub revisions_back: u64,
+}
+
+/// Where a [`Writer`] writes: the cluster's member pods and, before them,
+/// `extra` endpoints (the members of a running cluster being adopted),
+/// with `tls` for `https` endpoints.
+#[derive(Clone)]
+pub struct WriterTarget {
+    pub client: Client,
+    pub ns: String,
+    pub cluster: String,
+    pub extra: Vec<String>,
+    pub tls: Option<etcd_client::TlsOptions>,
 }
 
 /// Writes `key-00000`, `key-00001`, ... one after the other through the
@@ -71,22 +97,29 @@ pub struct Writer {
     cluster: String,
     stop: Arc<AtomicBool>,
     acked: Arc<Mutex<Vec<u64>>>,
-    task: tokio::task::JoinHandle<(u64, Duration)>,
+    task: tokio::task::JoinHandle<(u64, Duration, u64)>,
 }
 
 impl Writer {
     pub fn start(client: Client, ns: &str, cluster: &str) -> Self {
+        Self::start_with(WriterTarget {
+            client,
+            ns: ns.to_owned(),
+            cluster: cluster.to_owned(),
+            extra: Vec::new(),
+            tls: None,
+        })
+    }
+
+    /// A writer on `target`'s endpoints, one at a time, failing over in
+    /// turn.
+    pub fn start_with(target: WriterTarget) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
         let acked = Arc::new(Mutex::new(Vec::new()));
-        let task = tokio::spawn(write_loop(
-            client,
-            ns.to_owned(),
-            cluster.to_owned(),
-            stop.clone(),
-            acked.clone(),
-        ));
+        let cluster = target.cluster.clone();
+        let task = tokio::spawn(write_loop(target, stop.clone(), acked.clone()));
         Self {
-            cluster: cluster.to_owned(),
+            cluster,
             stop,
             acked,
             task,
@@ -100,24 +133,28 @@ impl Writer {
 
     pub async fn stop(self) -> WriterReport {
         self.stop.store(true, Ordering::Relaxed);
-        let (failures, longest_gap) = self.task.await.unwrap();
+        let (failures, longest_gap, revisions_back) = self.task.await.unwrap();
         let acked = self.acked.lock().await.clone();
         WriterReport {
             cluster: self.cluster,
             acked,
             failures,
             longest_gap,
+            revisions_back,
         }
     }
 }
 
 async fn write_loop(
-    client: Client,
-    ns: String,
-    cluster: String,
+    target: WriterTarget,
     stop: Arc<AtomicBool>,
     acked: Arc<Mutex<Vec<u64>>>,
-) -> (u64, Duration) {
+) -> (u64, Duration, u64) {
+    let scheme = if target.tls.is_some() {
+        "https"
+    } else {
+        "http"
+    };
     // One member at a time, moving to the next on a failure, as a client
     // with failover does: a client balancing over all endpoints keeps
     // sending to a member that is cut off until its requests time out.
@@ -129,10 +166,18 @@ async fn write_loop(
     let mut last_refresh = Instant::now() - Duration::from_secs(10);
     let mut last_ack: Option<Instant> = None;
     let mut longest_gap = Duration::ZERO;
+    let mut revision = 0i64;
+    let mut revisions_back = 0u64;
     while !stop.load(Ordering::Relaxed) {
         if last_refresh.elapsed() > Duration::from_millis(500) || endpoints.is_empty() {
             last_refresh = Instant::now();
-            endpoints = member_endpoints(&client, &ns, &cluster).await;
+            endpoints = target.extra.clone();
+            endpoints.extend(
+                member_endpoints(&target.client, &target.ns, &target.cluster)
+                    .await
+                    .into_iter()
+                    .map(|e| e.replacen("http://", &format!("{scheme}://"), 1)),
+            );
             if current
                 .as_ref()
                 .is_some_and(|(e, _)| !endpoints.contains(e))
@@ -143,7 +188,11 @@ async fn write_loop(
         if current.is_none() && !endpoints.is_empty() {
             let endpoint = endpoints[turn % endpoints.len()].clone();
             turn += 1;
-            current = connect(vec![endpoint.clone()]).await.map(|c| (endpoint, c));
+            let options = options(target.tls.clone());
+            current = etcd_client::Client::connect([endpoint.clone()], Some(options))
+                .await
+                .ok()
+                .map(|c| (endpoint, c));
         }
         let Some((_, c)) = current.as_mut() else {
             tokio::time::sleep(Duration::from_millis(100)).await;
@@ -151,7 +200,12 @@ async fn write_loop(
         };
         let key = format!("key-{next:05}");
         match c.put(key, next.to_string(), None).await {
-            Ok(_) => {
+            Ok(response) => {
+                let at = response.header().map_or(0, |h| h.revision());
+                if at <= revision {
+                    revisions_back += 1;
+                }
+                revision = revision.max(at);
                 acked.lock().await.push(next);
                 next += 1;
                 let now = Instant::now();
@@ -168,7 +222,7 @@ async fn write_loop(
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    (failures, longest_gap)
+    (failures, longest_gap, revisions_back)
 }
 
 /// Every key under `/dkv-test/` of `cluster` (what the tests write with

@@ -1,8 +1,9 @@
 //! What dkv's integration tests (and the benchmark harness) share:
 //! kube-local environments with dkv's CRDs and the real operator running
 //! in-process against them (this module), talking to the etcd clusters it
-//! runs (`etcd_cluster`, `tls`), several nodes and their drains (`nodes`),
-//! backups to a real S3 server
+//! runs (`etcd_cluster`, `tls`), a bare etcd cluster outside Kubernetes
+//! for dkv to adopt (`external_etcd`), several nodes and their drains
+//! (`nodes`), backups to a real S3 server
 //! (`backups`; the server itself is `dkv_backup::testing::MotoServer`),
 //! scraping `/metrics` (`http`, `metrics`), a real Prometheus evaluating the
 //! shipped alerts (`prometheus`), the suite-wide secret scan
@@ -29,6 +30,7 @@ use tokio::sync::watch;
 
 pub mod backups;
 pub mod etcd_cluster;
+pub mod external_etcd;
 pub mod http;
 pub mod metrics;
 pub mod network;

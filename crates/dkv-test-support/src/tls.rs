@@ -13,6 +13,7 @@ use kube::api::{Api, ListParams};
 use kube::{Client, ResourceExt};
 
 use super::etcd_cluster::member_endpoints;
+pub use super::etcd_cluster::options;
 
 /// A cluster and how a test connects to it: the Secret whose client
 /// certificate it presents (client TLS), the root credentials (etcd
@@ -292,17 +293,6 @@ pub async fn secret_text(client: &Client, namespace: &str, name: &str, key: &str
                 .map(|v| String::from_utf8_lossy(&v.0).into_owned())
         })
         .unwrap_or_else(|| panic!("Secret {name} has no {key}"))
-}
-
-/// Short timeouts: a refused connection must fail fast.
-pub fn options(tls: Option<etcd_client::TlsOptions>) -> etcd_client::ConnectOptions {
-    let options = etcd_client::ConnectOptions::new()
-        .with_connect_timeout(Duration::from_secs(2))
-        .with_timeout(Duration::from_secs(3));
-    match tls {
-        Some(tls) => options.with_tls(tls),
-        None => options,
-    }
 }
 
 /// Whether a client with `options` can read from `endpoint`.

@@ -153,6 +153,17 @@ pub enum Command {
         /// The DistributedKV.
         name: String,
     },
+    /// Let the members that were there before dkv adopted a running cluster leave (sets spec.bootstrap.join.oldMembers: Leave).
+    #[command(
+        after_help = "Once every member of dkv's is a voter, leadership moves to one of them and the old members\n\
+        are removed one at a time; `kubectl dkv status` then says which old process may be stopped.\n\
+        dkv never stops a process it did not start.\n\n\
+        Examples:\n  kubectl dkv release-old-members orders\n  kubectl dkv status orders   # Adoption: Adopted once only dkv's members are left"
+    )]
+    ReleaseOldMembers {
+        /// The DistributedKV that joined a running cluster (spec.bootstrap.join).
+        name: String,
+    },
     /// Run etcdctl against the cluster, inside a member pod, with the member's certificate and the cluster's credentials.
     #[command(
         after_help = "Examples:\n  kubectl dkv etcdctl orders -- endpoint status --cluster -w table\n  \

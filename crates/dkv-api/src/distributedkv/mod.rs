@@ -81,8 +81,10 @@ macro_rules! distributedkv_spec {
         #[x_kube(
             validation = Rule::new("has(self.storage) == has(oldSelf.storage)")
                 .message("spec.storage cannot be added or removed after creation; create a new cluster and restore a backup into it"),
-            validation = Rule::new("has(self.bootstrap) == has(oldSelf.bootstrap) && (!has(self.bootstrap) || self.bootstrap == oldSelf.bootstrap)")
-                .message("spec.bootstrap is used only at creation and cannot change afterwards; remove your edit to spec.bootstrap"),
+            // Of `bootstrap`, only how a cluster that joined a running one
+            // reaches it and whether its old members leave may change.
+            validation = Rule::new("has(self.bootstrap) == has(oldSelf.bootstrap) && (!has(self.bootstrap) || (has(self.bootstrap.restore) == has(oldSelf.bootstrap.restore) && (!has(self.bootstrap.restore) || self.bootstrap.restore == oldSelf.bootstrap.restore) && has(self.bootstrap.join) == has(oldSelf.bootstrap.join)))")
+                .message("spec.bootstrap is used only at creation and cannot change afterwards, except spec.bootstrap.join's oldMembers, endpoints and clientSecretRef; remove your edit to spec.bootstrap"),
             validation = Rule::new("has(self.tls) == has(oldSelf.tls) && (!has(self.tls) || self.tls == oldSelf.tls)")
                 .message("spec.tls is fixed at creation: members cannot switch between plaintext and TLS in place; create a new cluster with the spec.tls you want and restore a backup into it"),
             // Hibernation: a stopped cluster cannot carry out a change, and
@@ -189,5 +191,7 @@ macro_rules! distributedkv_spec {
 }
 
 pub mod convert;
+pub mod join;
+mod secret_reference;
 pub mod v1alpha1;
 pub mod v1beta1;

@@ -19,6 +19,10 @@ use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+pub use super::secret_reference::SecretReference;
+
+pub use super::join::{AdoptionPhase, AdoptionStatus, JoinSource, OldMemberStatus, OldMembers};
+
 distributedkv_spec!("v1alpha1", BackupSpec);
 
 /// Opt-in recovery from permanent quorum loss.
@@ -338,15 +342,6 @@ pub enum TlsMode {
     Disabled,
 }
 
-/// A Secret in the cluster's namespace.
-#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
-#[serde(rename_all = "camelCase")]
-pub struct SecretReference {
-    /// Name of the Secret.
-    #[schemars(length(min = 1, max = 253))]
-    pub name: String,
-}
-
 /// Client-side encryption of backups: AES-256-GCM, with the key in a Secret.
 #[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
 #[serde(rename_all = "camelCase")]
@@ -391,13 +386,21 @@ pub struct IssuerReference {
     pub group: Option<String>,
 }
 
-/// Create-time population of a new cluster.
-#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+/// Where a new cluster's data comes from: a backup (`restore`), a running
+/// etcd cluster it joins and takes over (`join`), or neither (empty).
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
+#[x_kube(
+    validation = Rule::new("!(has(self.restore) && has(self.join))").message("bootstrap takes one of restore or join: a cluster that joins a running one takes its data from it")
+)]
 pub struct BootstrapSpec {
     /// Restore the new cluster from a backup.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restore: Option<RestoreSource>,
+    /// Join a running etcd cluster that dkv did not create and take it
+    /// over, without downtime (see [`JoinSource`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub join: Option<JoinSource>,
 }
 
 /// A backup to restore from: a `DistributedKVBackup` in the same namespace,
@@ -648,6 +651,10 @@ pub struct DistributedKVStatus {
     /// recoverable, as the operator's agent last reported it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub continuous_backup: Option<ContinuousBackupStatus>,
+    /// Where the adoption of a running cluster stands
+    /// (`spec.bootstrap.join`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub adoption: Option<AdoptionStatus>,
     /// The spec that last ran on every member, and the rollback of a
     /// failed rollout (`spec.rollout`), if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]

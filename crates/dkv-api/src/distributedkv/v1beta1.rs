@@ -17,6 +17,7 @@ use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+pub use super::v1alpha1::{AdoptionPhase, AdoptionStatus, JoinSource, OldMemberStatus, OldMembers};
 pub use super::v1alpha1::{
     AuthSpec, AutoCompactionMode, BackupArtifactRef, BackupEncryption, BootstrapSpec,
     ContinuousBackupStatus, CorruptMemberPolicy, DefragSpec, DistributedKVStatus, EtcdLogLevel,

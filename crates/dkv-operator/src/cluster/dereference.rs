@@ -77,6 +77,9 @@ pub struct Recorded {
     pub waking: bool,
     /// Why a member's restore failed (`Degraded=True, RestoreFailed`).
     pub restore_failed: Option<String>,
+    /// Where the adoption of a running cluster stands
+    /// (`spec.bootstrap.join`).
+    pub adoption: Option<dkv_api::distributedkv::v1beta1::AdoptionStatus>,
 }
 
 impl Recorded {
@@ -88,6 +91,7 @@ impl Recorded {
         Self {
             operation: status.and_then(|s| s.operation.clone()),
             members: status.map(|s| s.members.clone()).unwrap_or_default(),
+            adoption: status.and_then(|s| s.adoption.clone()),
             last_backup: status.and_then(|s| s.last_backup.clone()),
             last_defrag: status
                 .and_then(|s| s.last_defrag_time.as_ref())

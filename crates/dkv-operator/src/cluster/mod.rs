@@ -86,6 +86,16 @@ pub async fn reconcile(dkv: Arc<DistributedKV>, ctx: Arc<Context>) -> Result<Act
                     // Replaced below, once status says whether it is Degraded.
                     Ok(Action::await_change())
                 }
+                // A cluster deleted before it adopted the running cluster
+                // it joined: its members leave that cluster first, through
+                // the stages, one per pass; the finalizer stays meanwhile.
+                FinalizerEvent::Cleanup(dkv) if adoption::drive::must_back_out(&dkv) => {
+                    let outcome = Box::pin(reconcile_cluster(&dkv, pass_ctx, reached)).await?;
+                    *outcome_of_pass = Some(outcome);
+                    Err(Error::CleanupWaiting {
+                        what: "dkv's members to leave the running cluster it joined".to_owned(),
+                    })
+                }
                 FinalizerEvent::Cleanup(dkv) => lifecycle::cleanup::cleanup(&dkv, pass_ctx).await,
             }
         })
@@ -192,9 +202,37 @@ async fn reconcile_cluster(dkv: &DistributedKV, ctx: &Context, pass: &mut Pass) 
     let connected = pass
         .connected
         .insert(stage::connected::connected(validated, observed, ctx).await?);
+    let adopting = match &validated.cluster.join {
+        Some(join) if adoption::drive::under_way(&validated.cluster, observed) => {
+            let back_out = dkv.meta().deletion_timestamp.is_some();
+            Some(
+                &*pass.adopting.insert(
+                    adoption::drive::observe(
+                        validated,
+                        connected,
+                        observed,
+                        (join, back_out),
+                        now,
+                        ctx,
+                    )
+                    .await?,
+                ),
+            )
+        }
+        _ => None,
+    };
+    let given = adopting.map(|a| {
+        a.plan(
+            connected
+                .credentials
+                .tls
+                .as_ref()
+                .map(|t| t.member_serial.clone()),
+        )
+    });
     let planned = pass
         .planned
-        .insert(stage::planned::planned(validated, connected, observed, now, ctx).await?);
+        .insert(stage::planned::planned(validated, connected, observed, given, now, ctx).await?);
     match planned.gate {
         Gate::Paused => return Ok(Outcome::Paused),
         Gate::Pinned => return Ok(Outcome::Pinned),
@@ -209,6 +247,9 @@ async fn reconcile_cluster(dkv: &DistributedKV, ctx: &Context, pass: &mut Pass) 
             planned,
             connected.credentials.tls.as_ref(),
         )));
+    }
+    if let Some(adopting) = adopting {
+        return adoption::drive::execute(adopting, validated, connected, observed, ctx).await;
     }
     let executed = pass
         .executed

@@ -20,6 +20,8 @@ pub struct Pass {
     pub observed: Option<Observed>,
     pub validated: Option<validated::Validated>,
     pub connected: Option<connected::Connected>,
+    /// While a running cluster is being adopted: what the adoption saw.
+    pub adopting: Option<crate::cluster::adoption::drive::Adopting>,
     pub planned: Option<planned::Planned>,
     pub applied: Option<applied::Applied>,
     pub executed: Option<executed::Executed>,

@@ -165,6 +165,7 @@ pub fn review_cluster(
             };
             verdict.denials = cluster::spec_problems(new, &facts, defaults);
             check_hibernation(old, new, &mut verdict);
+            check_join_kept(old, new, &mut verdict);
             check_scale_down(members_now(old), new.spec.size, &mut verdict);
             if expandable == Some(false)
                 && let Some(storage) = &new.spec.storage
@@ -218,6 +219,25 @@ pub fn review_cluster(
         }
     }
     verdict
+}
+
+/// `spec.bootstrap.join` is how a cluster began: it cannot be added to a
+/// cluster that formed its own, nor taken away from one whose take-over
+/// counts the members that were there before (only its `oldMembers` and
+/// how dkv reaches them may change).
+fn check_join_kept(old: &DistributedKV, new: &DistributedKV, verdict: &mut AdmissionVerdict) {
+    let joins = |d: &DistributedKV| d.spec.bootstrap.as_ref().is_some_and(|b| b.join.is_some());
+    match (joins(old), joins(new)) {
+        (false, true) => verdict.deny(
+            "spec.bootstrap.join",
+            "this cluster formed on its own; only a new DistributedKV can join a running cluster",
+        ),
+        (true, false) => verdict.deny(
+            "spec.bootstrap.join",
+            "the cluster was created to join a running one and stays so; to let the members that were there leave, set spec.bootstrap.join.oldMembers: Leave",
+        ),
+        _ => {}
+    }
 }
 
 /// A hibernated cluster's members are stopped: a change to what they run

@@ -11,6 +11,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod adoption_on_kube_local;
 mod alerts_with_prometheus;
 mod auth_on_kube_local;
 mod backup_agent;
@@ -26,6 +27,7 @@ mod encrypted_backup_on_kube_local;
 mod etcd_3_6_and_3_7_on_kube_local;
 mod etcd_settings_on_kube_local;
 mod examples;
+mod external_etcd_harness;
 mod faults_on_kube_local;
 mod hardened_pods_on_kube_local;
 mod hibernation_on_kube_local;

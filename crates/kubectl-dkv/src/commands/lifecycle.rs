@@ -1,5 +1,6 @@
 //! `restart`, `pause` and `resume`: annotations the operator acts on;
-//! `hibernate` and `wake`: `spec.hibernation`.
+//! `hibernate` and `wake`: `spec.hibernation`; `release-old-members`:
+//! `spec.bootstrap.join.oldMembers`.
 
 use dkv_api::DistributedKV;
 use dkv_api::labels::{RECONCILE_PAUSED, RESTARTED_AT};
@@ -87,6 +88,45 @@ pub async fn hibernate(target: &Target, name: &str, hibernate: bool) -> Result<(
             "distributedkv.dkv.io/{name} waking: the same members start on their volumes (watch: kubectl dkv status {name})"
         );
     }
+    Ok(())
+}
+
+/// Sets `spec.bootstrap.join.oldMembers: Leave` on a cluster that joined a
+/// running one. Refused, in one line, for a cluster that did not.
+pub async fn release_old_members(target: &Target, name: &str) -> Result<()> {
+    use dkv_api::distributedkv::v1beta1::OldMembers;
+    let cluster = target.cluster(name).await?;
+    let full = format!("{}/{name}", target.namespace);
+    let Some(join) = cluster
+        .spec
+        .bootstrap
+        .as_ref()
+        .and_then(|b| b.join.as_ref())
+    else {
+        return Err(Error::Refused(format!(
+            "DistributedKV {full} did not join a running cluster (it has no spec.bootstrap.join): it has no old members"
+        )));
+    };
+    if join.old_members == OldMembers::Leave {
+        println!(
+            "distributedkv.dkv.io/{name} already lets its old members leave (watch: kubectl dkv status {name})"
+        );
+        return Ok(());
+    }
+    let patch = json!({ "spec": { "bootstrap": { "join": { "oldMembers": "Leave" } } } });
+    target
+        .api::<DistributedKV>()
+        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map_err(Error::api(
+            format!("setting spec.bootstrap.join.oldMembers of DistributedKV {full}"),
+            "DistributedKV",
+            &target.namespace,
+            name,
+        ))?;
+    println!(
+        "distributedkv.dkv.io/{name} lets its old members leave: once dkv's members are all voters, they are removed one at a time (watch: kubectl dkv status {name}, which says which old process may be stopped)"
+    );
     Ok(())
 }
 

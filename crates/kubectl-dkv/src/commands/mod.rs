@@ -71,6 +71,7 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Resume { name } => lifecycle::pause(&target, &name, false).await,
         Command::Hibernate { name } => lifecycle::hibernate(&target, &name, true).await,
         Command::Wake { name } => lifecycle::hibernate(&target, &name, false).await,
+        Command::ReleaseOldMembers { name } => lifecycle::release_old_members(&target, &name).await,
         Command::Completion { .. } => Ok(()),
     }
 }

@@ -75,8 +75,11 @@ pub async fn run(
     let restore = restore_source(&cluster, &source, backup.as_ref())?;
     let mut spec = cluster.spec.clone();
     spec.backup = None;
+    // A cluster that adopted a running one: its copy starts from the
+    // backup, not by joining.
     spec.bootstrap = Some(BootstrapSpec {
         restore: Some(restore),
+        join: None,
     });
     let restored = DistributedKV {
         metadata: ObjectMeta {

@@ -56,6 +56,10 @@ pub struct Report {
     /// Why etcd's own answers are missing, if they are.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub live_error: Option<String>,
+    /// A cluster that joined a running one (`spec.bootstrap.join`): where
+    /// the adoption stands, with the members that were there before.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub adoption: Option<dkv_api::distributedkv::v1beta1::AdoptionStatus>,
 }
 
 #[derive(Debug, Serialize)]
@@ -360,6 +364,7 @@ pub fn report(
                 next_run: next_run(&d.schedule, now),
             }),
         live_error: None,
+        adoption: status.adoption.clone(),
     }
 }
 
@@ -428,6 +433,54 @@ fn node_column(m: &Member, now: Timestamp) -> String {
     }
 }
 
+/// The adoption of a running cluster: its phase and the members that were
+/// there before, each saying whether its process may now be stopped.
+fn adoption_text(out: &mut String, r: &Report) {
+    let Some(adoption) = &r.adoption else {
+        return;
+    };
+    out.push_str(&format!(
+        "\nAdoption:    {}{}\n",
+        adoption
+            .phase
+            .map_or_else(|| "(not started)".to_owned(), |p| p.to_string()),
+        adoption
+            .message
+            .as_ref()
+            .map_or_else(String::new, |m| format!(" — {m}"))
+    ));
+    if adoption.old_members.is_empty() {
+        return;
+    }
+    let rows: Vec<Vec<String>> = adoption
+        .old_members
+        .iter()
+        .map(|m| {
+            vec![
+                m.name.clone(),
+                m.id.clone(),
+                m.peer_urls.join(","),
+                if m.removed {
+                    "-".to_owned()
+                } else {
+                    yes(m.healthy)
+                },
+                if m.removed {
+                    "removed: its process may be stopped".to_owned()
+                } else {
+                    "member: keep its process running".to_owned()
+                },
+            ]
+        })
+        .collect();
+    out.push_str("Members that were there before:\n");
+    out.push_str(&output::table(
+        "  ",
+        &["NAME", "ID", "PEER URLS", "HEALTHY", "STATE"],
+        &rows,
+    ));
+}
+
 fn yes(flag: bool) -> String {
     if flag { "yes" } else { "no" }.to_owned()
 }
@@ -437,6 +490,7 @@ pub fn text(r: &Report, now: Timestamp) -> String {
     summary_text(&mut out, r, now);
     conditions_text(&mut out, r, now);
     members_text(&mut out, r, now);
+    adoption_text(&mut out, r);
     maintenance_text(&mut out, r, now);
     certificates_text(&mut out, r, now);
     out

@@ -2,13 +2,13 @@
 //! dkv's members join it as learners, take over, and the members already
 //! there leave when the user says so.
 //!
-//! Built so far, as pure decisions with their unit tests: the checks before
-//! dkv touches such a cluster and the take-over's quorum rule
-//! ([`preflight`]), and the take-over's one next step, including backing
-//! out ([`takeover`]). Not yet reachable from the API: no field of the
-//! spec asks for a join until the passes that carry these steps out, the
-//! members' start beside the old ones and the status are built
-//! (docs/architecture.md, "Where a feature lives").
+//! The checks before dkv touches such a cluster and the take-over's quorum
+//! rule ([`preflight`]), the take-over's one next step, including backing
+//! out ([`takeover`]), both pure, and the passes that carry them out
+//! ([`drive`]): while a cluster with `spec.bootstrap.join` is not yet
+//! adopted, the pipeline's driver plans and executes through [`drive`]
+//! instead of the membership planner, which knows only dkv's members.
 
+pub mod drive;
 pub mod preflight;
 pub mod takeover;

@@ -15,6 +15,7 @@
 //! are, before any other error of a member's.
 
 use std::fmt;
+use std::sync::Arc;
 
 use dkv_etcd::{Alarm, AlarmKind, EndpointStatus, EtcdAdmin, Member, MemberId};
 
@@ -264,22 +265,34 @@ fn named(member: &Member) -> String {
     }
 }
 
-/// Asks the cluster behind `admin` (connected to `endpoints`) for its
-/// members, each member's status at its own client URLs (all members at
-/// once) and the alarms. Reads only.
+/// Asks the running cluster at `endpoints` (reached through `reach`, which
+/// hands out an admin for one of its client URLs) for its members, each
+/// member's status at its own client URLs (all members at once) and the
+/// alarms. Reads only.
 pub async fn observe(
-    admin: &dyn EtcdAdmin,
+    reach: ReachUrl<'_>,
     endpoints: &[String],
 ) -> Result<ExternalCluster, JoinRefusal> {
-    let members = admin
-        .member_list()
-        .await
-        .map_err(|error| JoinRefusal::Unreachable {
+    let mut last_error = "no endpoint".to_owned();
+    let mut answered = None;
+    for endpoint in endpoints {
+        let admin = reach(endpoint);
+        match admin.member_list().await {
+            Ok(members) => {
+                answered = Some((admin, members));
+                break;
+            }
+            Err(error) => last_error = format!("{endpoint}: {error}"),
+        }
+    }
+    let Some((admin, members)) = answered else {
+        return Err(JoinRefusal::Unreachable {
             endpoints: endpoints.join(","),
-            error: error.to_string(),
-        })?;
+            error: last_error,
+        });
+    };
     let statuses =
-        futures::future::join_all(members.iter().map(|member| status_of(admin, member))).await;
+        futures::future::join_all(members.iter().map(|member| status_of(reach, member))).await;
     let alarms = admin.alarms().await.map_err(|e| e.to_string());
     Ok(ExternalCluster {
         members,
@@ -288,11 +301,16 @@ pub async fn observe(
     })
 }
 
+/// Hands out an etcd admin for one client URL of a running cluster (each
+/// member's serving certificate names its own address, so each URL is
+/// reached on its own).
+pub type ReachUrl<'a> = &'a (dyn Fn(&str) -> Arc<dyn EtcdAdmin> + Send + Sync);
+
 /// The status of the first of `member`'s client URLs that answers.
-async fn status_of(admin: &dyn EtcdAdmin, member: &Member) -> Result<EndpointStatus, String> {
+pub async fn status_of(reach: ReachUrl<'_>, member: &Member) -> Result<EndpointStatus, String> {
     let mut last = "it lists no client URL".to_owned();
     for url in &member.client_urls {
-        match admin.status(url).await {
+        match reach(url).status(url).await {
             Ok(status) => return Ok(status),
             Err(error) => last = format!("{url}: {error}"),
         }

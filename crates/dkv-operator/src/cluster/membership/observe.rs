@@ -402,7 +402,7 @@ fn init_succeeded(pod: &Pod) -> bool {
 
 /// The ordinal of a member, from its name or (for a learner that has not
 /// started, whose name etcd does not know yet) from its peer URL's host.
-fn ordinal_of_member(cluster: &str, member: &Member) -> Option<i32> {
+pub(crate) fn ordinal_of_member(cluster: &str, member: &Member) -> Option<i32> {
     if let Some(ordinal) = naming::ordinal_of(cluster, &member.name) {
         return Some(ordinal);
     }

@@ -56,11 +56,14 @@ pub enum Gate {
     Pinned,
 }
 
-/// Plans the pass.
+/// Plans the pass. `given`: the plan of a running cluster being adopted
+/// (its replicas and membership record come from the adoption, see
+/// [`crate::cluster::adoption`]), instead of the membership planner's.
 pub async fn planned(
     validated: &Validated,
     connected: &Connected,
     observed: &Observed,
+    given: Option<Plan>,
     now: jiff::Timestamp,
     ctx: &Context,
 ) -> Result<Planned> {
@@ -113,7 +116,10 @@ pub async fn planned(
         replacement: recorded.replacement(),
     };
     let statefulset = observed.statefulset.as_deref();
-    let mut plan = plan::plan(cluster, statefulset, observed.record.as_ref(), &view);
+    let mut plan = match given {
+        Some(given) => given,
+        None => plan::plan(cluster, statefulset, observed.record.as_ref(), &view),
+    };
     plan.restore = restore_source(cluster, recorded, &plan, statefulset, ctx).await?;
     if let Some(sts) = statefulset {
         plan.replay = restore::pending_replay(sts);

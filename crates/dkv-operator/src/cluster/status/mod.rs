@@ -26,6 +26,7 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::{Resource, ResourceExt};
 
+use super::adoption::drive::Adopting;
 use super::membership::ObservedMember;
 use super::outcome::Fault;
 use super::pass::Pass;
@@ -102,14 +103,89 @@ pub fn derive(
         }
         (None, None) => None,
     };
-    status.map(|status| DistributedKVStatus {
+    let status = status.map(|status| DistributedKVStatus {
         last_defrag_time: pass.maintained.defragged_at.clone().or_else(|| {
             dkv.status
                 .as_ref()
                 .and_then(|old| old.last_defrag_time.clone())
         }),
+        adoption: dkv.status.as_ref().and_then(|old| old.adoption.clone()),
         ..status
-    })
+    });
+    match (status, &pass.adopting) {
+        (Some(status), Some(adopting)) if fault.is_none() => {
+            Some(with_adoption(dkv, status, adopting, now))
+        }
+        (status, _) => status,
+    }
+}
+
+/// `status` while a running cluster is being adopted: `status.adoption`,
+/// and conditions that speak of the whole cluster (the members that were
+/// there before and dkv's), which the rest of status cannot see.
+fn with_adoption(
+    dkv: &DistributedKV,
+    mut status: DistributedKVStatus,
+    adopting: &Adopting,
+    now: &Time,
+) -> DistributedKVStatus {
+    use dkv_api::distributedkv::v1beta1::AdoptionPhase;
+    status.adoption = Some(adopting.status.clone());
+    let phase = adopting.phase();
+    let message = adopting.status.message.clone().unwrap_or_default();
+    let (reason, progressing, coarse) = match phase {
+        AdoptionPhase::Refused => (reasons::JOIN_REFUSED, false, Phase::Degraded),
+        AdoptionPhase::TakingOver => (reasons::TAKING_OVER, true, Phase::Creating),
+        AdoptionPhase::TakenOver => (reasons::TAKEN_OVER, false, Phase::Running),
+        AdoptionPhase::OldMembersLeaving => (reasons::OLD_MEMBERS_LEAVING, true, Phase::Scaling),
+        AdoptionPhase::BackingOut => (reasons::BACKING_OUT, true, Phase::Deleting),
+        // The pass that finds only dkv's members (or, backing out, only the
+        // old ones): status as for any cluster of dkv's.
+        AdoptionPhase::Adopted | AdoptionPhase::BackedOut => return status,
+    };
+    let refused = phase == AdoptionPhase::Refused;
+    let available = adopting.quorum && !refused;
+    let degraded = refused || !adopting.quorum;
+    let wants = [
+        Want {
+            type_: types::AVAILABLE,
+            status: available,
+            reason: if available || refused {
+                reason
+            } else {
+                reasons::QUORUM_LOST
+            },
+            message: if available {
+                format!(
+                    "the running cluster's voters (those that were there before and dkv's) have a healthy quorum: {message}"
+                )
+            } else {
+                message.clone()
+            },
+        },
+        Want {
+            type_: types::PROGRESSING,
+            status: progressing,
+            reason,
+            message: message.clone(),
+        },
+        Want {
+            type_: types::DEGRADED,
+            status: degraded,
+            reason: match (refused, degraded) {
+                (true, _) => reasons::JOIN_REFUSED,
+                (false, true) => reasons::QUORUM_LOST,
+                (false, false) => reasons::AS_EXPECTED,
+            },
+            message,
+        },
+    ];
+    let generation = dkv.meta().generation;
+    for want in wants {
+        set_condition(&mut status.conditions, want, generation, now);
+    }
+    status.phase = Some(coarse);
+    status
 }
 
 /// `status`, computed from what the pass observed, with the fault of the

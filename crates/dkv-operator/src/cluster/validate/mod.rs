@@ -11,6 +11,7 @@
 
 mod backup;
 mod etcd;
+mod join;
 mod rollout;
 mod tls;
 mod version;
@@ -40,6 +41,8 @@ use backup::{check_destination, retention_policy};
 use dkv_api::schedule::Schedule;
 use etcd::etcd_settings;
 pub use etcd::{DEFAULT_QUOTA_BACKEND_BYTES, MAX_QUOTA_BACKEND_BYTES, etcd_tuning_with_defaults};
+pub use join::ValidatedJoin;
+use join::check_join;
 pub use rollout::{RolloutPolicy, running_spec, same_template};
 use rollout::{last_good, rollback_in_effect, rollout_policy, with_running_spec};
 use tls::check_tls;
@@ -88,6 +91,8 @@ pub struct ValidatedCluster {
     pub backup: Option<ValidatedBackup>,
     /// `spec.bootstrap.restore`: create the cluster from this backup.
     pub restore: Option<ValidatedRestore>,
+    /// `spec.bootstrap.join`: join and take over this running cluster.
+    pub join: Option<ValidatedJoin>,
     pub etcd: EtcdSettings,
     pub pod: PodOverrides,
     pub operator_image: String,
@@ -292,6 +297,15 @@ impl std::error::Error for InvalidSpec {}
 struct Problems(Vec<FieldError>);
 
 impl Problems {
+    /// `field: message` of each problem (tests).
+    #[cfg(test)]
+    fn into_messages(self) -> Vec<String> {
+        self.0
+            .into_iter()
+            .map(|e| format!("{}: {}", e.field, e.message))
+            .collect()
+    }
+
     fn add(&mut self, field: &str, message: impl Into<String>) {
         self.0.push(FieldError {
             field: field.to_owned(),
@@ -336,6 +350,7 @@ fn validate_as_written(
         defrag,
         backup,
         restore,
+        join,
         etcd,
         rollout,
     } = check_spec(dkv, facts, defaults, &mut problems);
@@ -368,6 +383,7 @@ fn validate_as_written(
             storage,
             backup,
             restore,
+            join,
             etcd,
             pod: spec.pod.clone().unwrap_or_default(),
             operator_image: defaults.operator_image.clone(),
@@ -436,6 +452,7 @@ struct CheckedSpec {
     defrag: Option<DefragSettings>,
     backup: Option<ValidatedBackup>,
     restore: Option<ValidatedRestore>,
+    join: Option<ValidatedJoin>,
     etcd: EtcdSettings,
     rollout: RolloutPolicy,
 }
@@ -536,6 +553,12 @@ fn check_spec(
         .and_then(|b| b.restore.as_ref())
         .and_then(|restore| check_restore(restore, (&namespace, &name), backup.as_ref(), problems));
 
+    let join = spec
+        .bootstrap
+        .as_ref()
+        .and_then(|b| b.join.as_ref())
+        .and_then(|join| check_join(join, spec.tls.as_ref(), problems));
+
     let etcd = etcd_settings(spec.etcd.as_ref(), problems);
     let rollout = rollout_policy(dkv, problems);
     CheckedSpec {
@@ -544,6 +567,7 @@ fn check_spec(
         defrag,
         backup,
         restore,
+        join,
         etcd,
         rollout,
     }

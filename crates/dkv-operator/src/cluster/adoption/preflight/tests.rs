@@ -1,3 +1,5 @@
+use std::sync::Arc;
+
 use dkv_etcd::{Alarm, AlarmKind, DowngradeAction, EtcdAdmin, FakeEtcd};
 
 use super::*;
@@ -8,8 +10,9 @@ fn endpoints() -> Vec<String> {
     vec!["http://a:2379".to_owned()]
 }
 
-async fn verdict(fake: &FakeEtcd, image: EtcdVersion) -> Result<JoinTarget, JoinRefusal> {
-    let cluster = observe(fake, &endpoints()).await?;
+async fn verdict(fake: &Arc<FakeEtcd>, image: EtcdVersion) -> Result<JoinTarget, JoinRefusal> {
+    let reach = |_: &str| -> Arc<dyn EtcdAdmin> { fake.clone() };
+    let cluster = observe(&reach, &endpoints()).await?;
     check(&cluster, image)
 }
 
@@ -55,7 +58,7 @@ fn three(statuses: [EndpointStatus; 3], alarms: Vec<Alarm>) -> ExternalCluster {
 
 #[tokio::test]
 async fn a_healthy_cluster_on_the_images_line_is_joined_and_nothing_is_written() {
-    let fake = FakeEtcd::with_members(&["a", "b", "c"], "3.5.16");
+    let fake = Arc::new(FakeEtcd::with_members(&["a", "b", "c"], "3.5.16"));
     let target = verdict(&fake, V3_5_30).await.expect("joinable");
     assert_eq!(target.version, EtcdVersion::new(3, 5, 16));
     assert_eq!(target.cluster_id, 0xc1);
@@ -71,7 +74,7 @@ async fn a_healthy_cluster_on_the_images_line_is_joined_and_nothing_is_written()
 
 #[tokio::test]
 async fn a_member_down_is_refused_by_name_with_the_fix() {
-    let fake = FakeEtcd::with_members(&["a", "b", "c"], "3.5.16");
+    let fake = Arc::new(FakeEtcd::with_members(&["a", "b", "c"], "3.5.16"));
     fake.set_healthy("c", false);
     let refusal = verdict(&fake, V3_5_30).await.unwrap_err();
     assert!(
@@ -87,7 +90,7 @@ async fn a_member_down_is_refused_by_name_with_the_fix() {
 async fn a_cluster_whose_member_list_fails_is_unreachable() {
     // The fake refuses the member list without a quorum; real etcd answers
     // it from the member's own view (see the next test for that case).
-    let fake = FakeEtcd::with_members(&["a", "b", "c"], "3.5.16");
+    let fake = Arc::new(FakeEtcd::with_members(&["a", "b", "c"], "3.5.16"));
     fake.set_healthy("b", false);
     fake.set_healthy("c", false);
     let refusal = verdict(&fake, V3_5_30).await.unwrap_err();
@@ -176,7 +179,7 @@ fn a_corrupt_member_is_to_be_replaced_not_disarmed() {
 
 #[tokio::test]
 async fn a_pending_learner_is_refused() {
-    let fake = FakeEtcd::with_members(&["a", "b", "c"], "3.5.16");
+    let fake = Arc::new(FakeEtcd::with_members(&["a", "b", "c"], "3.5.16"));
     fake.add_learner(&["http://d:2380".to_owned()])
         .await
         .unwrap();
@@ -193,7 +196,7 @@ async fn a_pending_learner_is_refused() {
 
 #[tokio::test]
 async fn a_member_added_but_never_started_is_refused_by_its_id() {
-    let fake = FakeEtcd::with_members(&["a", "b", "c"], "3.5.16");
+    let fake = Arc::new(FakeEtcd::with_members(&["a", "b", "c"], "3.5.16"));
     let added = fake
         .add_learner(&["http://d:2380".to_owned()])
         .await
@@ -209,7 +212,7 @@ async fn a_member_added_but_never_started_is_refused_by_its_id() {
 
 #[tokio::test]
 async fn a_raised_alarm_is_refused_with_its_member() {
-    let fake = FakeEtcd::with_members(&["a", "b", "c"], "3.5.16");
+    let fake = Arc::new(FakeEtcd::with_members(&["a", "b", "c"], "3.5.16"));
     let b = fake.members()[1].id;
     fake.raise_alarm(Alarm {
         member: b,
@@ -281,7 +284,7 @@ fn statuses_that_do_not_match_the_member_list_are_refused() {
 
 #[tokio::test]
 async fn a_single_member_cluster_is_refused_with_the_fix() {
-    let fake = FakeEtcd::with_members(&["a"], "3.5.16");
+    let fake = Arc::new(FakeEtcd::with_members(&["a"], "3.5.16"));
     let refusal = verdict(&fake, V3_5_30).await.unwrap_err();
     assert_eq!(refusal, JoinRefusal::TooFewVoters { voters: 1 });
     assert!(refusal.to_string().contains("add a member to it first"));
@@ -289,7 +292,7 @@ async fn a_single_member_cluster_is_refused_with_the_fix() {
 
 #[tokio::test]
 async fn another_minor_line_in_the_spec_is_refused_with_the_line_to_use() {
-    let fake = FakeEtcd::with_members(&["a", "b", "c"], "3.5.16");
+    let fake = Arc::new(FakeEtcd::with_members(&["a", "b", "c"], "3.5.16"));
     let refusal = verdict(&fake, EtcdVersion::new(3, 6, 16))
         .await
         .unwrap_err();
@@ -303,7 +306,7 @@ async fn another_minor_line_in_the_spec_is_refused_with_the_line_to_use() {
 
 #[tokio::test]
 async fn an_upgrade_in_flight_is_refused() {
-    let fake = FakeEtcd::with_members(&["a", "b", "c"], "3.5.30");
+    let fake = Arc::new(FakeEtcd::with_members(&["a", "b", "c"], "3.5.30"));
     fake.set_version("c", "3.6.16");
     let refusal = verdict(&fake, V3_5_30).await.unwrap_err();
     assert_eq!(
@@ -317,7 +320,7 @@ async fn an_upgrade_in_flight_is_refused() {
 
 #[tokio::test]
 async fn an_enabled_downgrade_is_refused_before_any_member_moved() {
-    let fake = FakeEtcd::with_members(&["a", "b", "c"], "3.6.16");
+    let fake = Arc::new(FakeEtcd::with_members(&["a", "b", "c"], "3.6.16"));
     fake.downgrade(DowngradeAction::Enable("3.5".to_owned()))
         .await
         .unwrap();
@@ -333,7 +336,7 @@ async fn an_enabled_downgrade_is_refused_before_any_member_moved() {
 
 #[tokio::test]
 async fn versions_dkv_does_not_run_are_refused_with_what_to_do() {
-    let fake = FakeEtcd::with_members(&["a", "b", "c"], "3.3.27");
+    let fake = Arc::new(FakeEtcd::with_members(&["a", "b", "c"], "3.3.27"));
     let refusal = verdict(&fake, EtcdVersion::new(3, 3, 27))
         .await
         .unwrap_err();
@@ -342,14 +345,14 @@ async fn versions_dkv_does_not_run_are_refused_with_what_to_do() {
         "member a of the cluster to join runs etcd 3.3.27; dkv runs 3.4.0 and later: upgrade \
          the cluster first"
     );
-    let fake = FakeEtcd::with_members(&["a", "b", "c"], "3.8.0");
+    let fake = Arc::new(FakeEtcd::with_members(&["a", "b", "c"], "3.8.0"));
     let refusal = verdict(&fake, EtcdVersion::new(3, 8, 0)).await.unwrap_err();
     assert_eq!(
         refusal.to_string(),
         "member a of the cluster to join runs etcd 3.8.0; this dkv runs etcd up to 3.7 and \
          cannot take it over"
     );
-    let fake = FakeEtcd::with_members(&["a", "b", "c"], "not-a-version");
+    let fake = Arc::new(FakeEtcd::with_members(&["a", "b", "c"], "not-a-version"));
     let refusal = verdict(&fake, V3_5_30).await.unwrap_err();
     assert!(
         matches!(refusal, JoinRefusal::UnknownVersion { .. }),

@@ -1,0 +1,192 @@
+//! Adopting a running etcd cluster dkv did not create (`spec.bootstrap.join`),
+//! end to end on kube-local with real etcd: a bare three-member cluster,
+//! started by the test as processes outside Kubernetes, is joined by a
+//! three-member DistributedKV whose members come in one at a time as
+//! learners; then the old members leave when the spec says so. A writer
+//! counting acknowledged writes runs against the old members' endpoints and
+//! dkv's throughout: none may be lost, no revision may go back, and the
+//! cluster keeps its ID, its data and its revisions.
+
+use std::time::{Duration, Instant};
+
+use dkv_api::DistributedKV;
+use dkv_api::distributedkv::v1beta1::{AdoptionPhase, AdoptionStatus};
+use kube::api::{Api, PostParams};
+use serde_json::json;
+
+use dkv_test_support as support;
+
+use support::etcd_cluster::{Writer, WriterTarget, lost_writes, patch_spec, wait_settled};
+use support::external_etcd::{ExternalEtcd, ExternalEtcdOptions};
+
+const NS: &str = "adoption";
+const NAME: &str = "adopted";
+const IMAGE: &str = "registry.k8s.io/etcd:3.5.16-0";
+
+/// Waits until `status.adoption.phase` is `phase`; the adoption status then.
+async fn wait_for_phase(
+    dkvs: &Api<DistributedKV>,
+    phase: AdoptionPhase,
+    limit: Duration,
+) -> AdoptionStatus {
+    let started = Instant::now();
+    let mut last = None;
+    loop {
+        let adoption = dkvs.get(NAME).await.ok().and_then(|d| d.status?.adoption);
+        if let Some(adoption) = &adoption
+            && adoption.phase == Some(phase)
+        {
+            return adoption.clone();
+        }
+        if adoption.as_ref().and_then(|a| a.message.as_ref())
+            != last
+                .as_ref()
+                .and_then(|a: &AdoptionStatus| a.message.as_ref())
+        {
+            eprintln!(
+                "[{:>5.1}s] adoption: {:?} {}",
+                started.elapsed().as_secs_f64(),
+                adoption.as_ref().and_then(|a| a.phase),
+                adoption
+                    .as_ref()
+                    .and_then(|a| a.message.clone())
+                    .unwrap_or_default()
+            );
+            last = adoption.clone();
+        }
+        assert!(
+            started.elapsed() < limit,
+            "no {phase:?} within {limit:?}; last: {last:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_running_cluster_is_taken_over_and_its_old_members_leave_without_losing_a_write() {
+    let (_env, client, operator) = support::running_operator(NS).await;
+    let old = ExternalEtcd::start(ExternalEtcdOptions {
+        version: "3.5".to_owned(),
+        members: 3,
+        tls: false,
+    })
+    .await;
+    let _follow = old.follow_pods(client.clone(), NS, NAME);
+
+    // What the cluster holds before dkv comes: its ID and a key's revision.
+    let mut etcd = old.connect().await;
+    let before = etcd.put("before-adoption", "kept", None).await.unwrap();
+    let cluster_id = before.header().unwrap().cluster_id();
+    let written_at = before.header().unwrap().revision();
+
+    let writer = Writer::start_with(WriterTarget {
+        client: client.clone(),
+        ns: NS.to_owned(),
+        cluster: NAME.to_owned(),
+        extra: old.client_endpoints(),
+        tls: None,
+    });
+    let dkvs: Api<DistributedKV> = Api::namespaced(client.clone(), NS);
+    let spec = json!({
+        "tls": {"peer": {"mode": "Disabled"}, "client": {"mode": "Disabled"}},
+        "bootstrap": {"join": {"endpoints": old.client_endpoints()}},
+    });
+    let started = Instant::now();
+    dkvs.create(
+        &PostParams::default(),
+        &support::cluster(NS, NAME, 3, IMAGE, spec),
+    )
+    .await
+    .unwrap();
+
+    let taken_over =
+        wait_for_phase(&dkvs, AdoptionPhase::TakenOver, Duration::from_secs(300)).await;
+    let take_over_took = started.elapsed();
+    eprintln!(
+        "taken over in {take_over_took:?}: {}",
+        taken_over.message.unwrap_or_default()
+    );
+    let members = etcd.member_list().await.unwrap();
+    assert_eq!(
+        members.members().len(),
+        6,
+        "three old and three of dkv's members"
+    );
+    assert!(
+        members.members().iter().all(|m| !m.is_learner()),
+        "every member votes: {:?}",
+        members.members()
+    );
+    assert_eq!(taken_over.old_members.len(), 3);
+    assert!(taken_over.old_members.iter().all(|m| !m.removed));
+    assert_eq!(
+        taken_over.cluster_id,
+        Some(format!("{cluster_id:x}")),
+        "status names the running cluster's ID"
+    );
+    let status = dkvs.get(NAME).await.unwrap().status.unwrap();
+    let available = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Available")
+        .unwrap();
+    assert_eq!(
+        (available.status.as_str(), available.reason.as_str()),
+        ("True", "TakenOver"),
+        "{available:?}"
+    );
+
+    patch_spec(
+        &dkvs,
+        NAME,
+        json!({"bootstrap": {"join": {"oldMembers": "Leave"}}}),
+    )
+    .await;
+    let adopted = wait_for_phase(&dkvs, AdoptionPhase::Adopted, Duration::from_secs(300)).await;
+    let total = started.elapsed();
+    assert!(
+        adopted.old_members.iter().all(|m| m.removed),
+        "every old member is named removed, its process free to stop: {:?}",
+        adopted.old_members
+    );
+    wait_settled(&dkvs, NAME, 3).await;
+
+    let report = writer.stop().await;
+    let lost = lost_writes(&client, NS, NAME, &report.acked).await;
+    eprintln!(
+        "adoption: take-over {take_over_took:?}, to adopted {total:?}; writer: {} acknowledged, {} failed attempts (retried), longest gap {:?}, {} lost, {} revisions back",
+        report.acked.len(),
+        report.failures,
+        report.longest_gap,
+        lost.len(),
+        report.revisions_back
+    );
+    assert!(report.acked.len() > 50, "the writer wrote throughout");
+    assert!(lost.is_empty(), "acknowledged writes lost: {lost:?}");
+    assert_eq!(
+        report.revisions_back, 0,
+        "a client saw the revision go back"
+    );
+
+    // The same cluster: its ID, the key written before with its revision.
+    let endpoints = support::etcd_cluster::member_endpoints(&client, NS, NAME).await;
+    let mut ours = support::etcd_cluster::connect(endpoints).await.unwrap();
+    let got = ours.get("before-adoption", None).await.unwrap();
+    assert_eq!(
+        got.header().unwrap().cluster_id(),
+        cluster_id,
+        "the cluster keeps its ID"
+    );
+    let kv = &got.kvs()[0];
+    assert_eq!(
+        (kv.value_str().unwrap(), kv.mod_revision()),
+        ("kept", written_at)
+    );
+    assert_eq!(ours.member_list().await.unwrap().members().len(), 3);
+
+    // An ordinary dkv cluster now: it scales like one.
+    patch_spec(&dkvs, NAME, json!({"size": 5})).await;
+    wait_settled(&dkvs, NAME, 5).await;
+
+    operator.stop().await;
+}
