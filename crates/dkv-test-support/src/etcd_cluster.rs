@@ -89,6 +89,48 @@ pub struct WriterTarget {
     pub cluster: String,
     pub extra: Vec<String>,
     pub tls: Option<etcd_client::TlsOptions>,
+    /// With `tls`: the name dkv's members are verified by (their
+    /// certificate names the client Service, not pod IPs); the `extra`
+    /// endpoints are verified by their address.
+    pub server_name: Option<String>,
+}
+
+impl WriterTarget {
+    /// The cluster's member pods, in plaintext.
+    pub fn plain(client: Client, ns: &str, cluster: &str) -> Self {
+        Self {
+            client,
+            ns: ns.to_owned(),
+            cluster: cluster.to_owned(),
+            extra: Vec::new(),
+            tls: None,
+            server_name: None,
+        }
+    }
+
+    /// The `extra` endpoints, then the member pods' client URLs.
+    async fn endpoints(&self) -> Vec<String> {
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        let mut endpoints = self.extra.clone();
+        endpoints.extend(
+            member_endpoints(&self.client, &self.ns, &self.cluster)
+                .await
+                .into_iter()
+                .map(|e| e.replacen("http://", &format!("{scheme}://"), 1)),
+        );
+        endpoints
+    }
+
+    /// A client of `endpoint` alone.
+    async fn connect(&self, endpoint: &str) -> Option<etcd_client::Client> {
+        let tls = self.tls.clone().map(|tls| match &self.server_name {
+            Some(name) if !self.extra.iter().any(|e| e == endpoint) => tls.domain_name(name),
+            _ => tls,
+        });
+        etcd_client::Client::connect([endpoint], Some(options(tls)))
+            .await
+            .ok()
+    }
 }
 
 /// Writes `key-00000`, `key-00001`, ... one after the other through the
@@ -102,13 +144,7 @@ pub struct Writer {
 
 impl Writer {
     pub fn start(client: Client, ns: &str, cluster: &str) -> Self {
-        Self::start_with(WriterTarget {
-            client,
-            ns: ns.to_owned(),
-            cluster: cluster.to_owned(),
-            extra: Vec::new(),
-            tls: None,
-        })
+        Self::start_with(WriterTarget::plain(client, ns, cluster))
     }
 
     /// A writer on `target`'s endpoints, one at a time, failing over in
@@ -150,11 +186,6 @@ async fn write_loop(
     stop: Arc<AtomicBool>,
     acked: Arc<Mutex<Vec<u64>>>,
 ) -> (u64, Duration, u64) {
-    let scheme = if target.tls.is_some() {
-        "https"
-    } else {
-        "http"
-    };
     // One member at a time, moving to the next on a failure, as a client
     // with failover does: a client balancing over all endpoints keeps
     // sending to a member that is cut off until its requests time out.
@@ -171,13 +202,7 @@ async fn write_loop(
     while !stop.load(Ordering::Relaxed) {
         if last_refresh.elapsed() > Duration::from_millis(500) || endpoints.is_empty() {
             last_refresh = Instant::now();
-            endpoints = target.extra.clone();
-            endpoints.extend(
-                member_endpoints(&target.client, &target.ns, &target.cluster)
-                    .await
-                    .into_iter()
-                    .map(|e| e.replacen("http://", &format!("{scheme}://"), 1)),
-            );
+            endpoints = target.endpoints().await;
             if current
                 .as_ref()
                 .is_some_and(|(e, _)| !endpoints.contains(e))
@@ -188,11 +213,7 @@ async fn write_loop(
         if current.is_none() && !endpoints.is_empty() {
             let endpoint = endpoints[turn % endpoints.len()].clone();
             turn += 1;
-            let options = options(target.tls.clone());
-            current = etcd_client::Client::connect([endpoint.clone()], Some(options))
-                .await
-                .ok()
-                .map(|c| (endpoint, c));
+            current = target.connect(&endpoint).await.map(|c| (endpoint, c));
         }
         let Some((_, c)) = current.as_mut() else {
             tokio::time::sleep(Duration::from_millis(100)).await;
@@ -252,17 +273,24 @@ pub async fn test_keys(client: &Client, ns: &str, cluster: &str) -> Vec<(String,
 /// Reads every acknowledged write back (linearizable reads) and returns the
 /// sequence numbers whose key is missing or holds another value.
 pub async fn lost_writes(client: &Client, ns: &str, cluster: &str, acked: &[u64]) -> Vec<u64> {
+    lost_writes_on(&WriterTarget::plain(client.clone(), ns, cluster), acked).await
+}
+
+/// [`lost_writes`] through `target`'s endpoints: the first that answers
+/// its status reads them all (linearizable reads, so any voter will do).
+pub async fn lost_writes_on(target: &WriterTarget, acked: &[u64]) -> Vec<u64> {
     // Only members that answer: a member that cannot start (the test may
-    // have made it so) would fail the reads the client balances onto it.
-    let mut endpoints = Vec::new();
-    for endpoint in member_endpoints(client, ns, cluster).await {
-        if let Some(mut member) = connect(vec![endpoint.clone()]).await
+    // have made it so) would fail the reads.
+    let mut reader = None;
+    for endpoint in target.endpoints().await {
+        if let Some(mut member) = target.connect(&endpoint).await
             && member.status().await.is_ok()
         {
-            endpoints.push(endpoint);
+            reader = Some(member);
+            break;
         }
     }
-    let mut reader = etcd_client::Client::connect(endpoints, None).await.unwrap();
+    let mut reader = reader.expect("no member of the cluster answers");
     let mut lost = Vec::new();
     for i in acked {
         let response = reader.get(format!("key-{i:05}"), None).await.unwrap();

@@ -2,7 +2,8 @@
 //! end to end on kube-local with real etcd: a bare three-member cluster,
 //! started by the test as processes outside Kubernetes, is joined by a
 //! three-member DistributedKV whose members come in one at a time as
-//! learners; then the old members leave when the spec says so. A writer
+//! learners; then the old members leave when the spec says so. TLS on both
+//! transports, one CA (as kubeadm's stacked etcd), on etcd 3.5 and 3.6. A writer
 //! counting acknowledged writes runs against the old members' endpoints and
 //! dkv's throughout: none may be lost, no revision may go back, and the
 //! cluster keeps its ID, its data and its revisions.
@@ -16,12 +17,14 @@ use serde_json::json;
 
 use dkv_test_support as support;
 
-use support::etcd_cluster::{Writer, WriterTarget, lost_writes, patch_spec, wait_settled};
-use support::external_etcd::{ExternalEtcd, ExternalEtcdOptions};
+use dkv_operator::pki::Usage;
+use support::etcd_cluster::{
+    Writer, WriterTarget, lost_writes_on, member_endpoints, patch_spec, wait_settled,
+};
+use support::external_etcd::{ExternalEtcd, ExternalEtcdOptions, dkv_peer_names};
 
 const NS: &str = "adoption";
 const NAME: &str = "adopted";
-const IMAGE: &str = "registry.k8s.io/etcd:3.5.16-0";
 
 /// Waits until `status.adoption.phase` is `phase`; the adoption status then.
 async fn wait_for_phase(
@@ -62,16 +65,61 @@ async fn wait_for_phase(
     }
 }
 
+/// One etcd release to adopt: the external cluster's and the image's.
+struct Release {
+    external: &'static str,
+    image: &'static str,
+}
+
+const ETCD_3_5: Release = Release {
+    external: "3.5",
+    image: "registry.k8s.io/etcd:3.5.16-0",
+};
+const ETCD_3_6: Release = Release {
+    external: "3.6.16",
+    image: "registry.k8s.io/etcd:3.6.16-0",
+};
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_running_cluster_is_taken_over_and_its_old_members_leave_without_losing_a_write() {
+async fn a_running_cluster_with_tls_on_etcd_3_5_is_taken_over_and_its_old_members_leave() {
+    adopt(ETCD_3_5).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_running_cluster_with_tls_on_etcd_3_6_is_taken_over_and_its_old_members_leave() {
+    adopt(ETCD_3_6).await;
+}
+
+/// The names every member certificate of dkv's carries: its peer names,
+/// the client Service (what the operator checks a member by) and
+/// `localhost` (kube-local's members connect from 127.0.0.1, which etcd
+/// checks a peer's certificate against).
+fn member_names() -> Vec<String> {
+    let mut names = dkv_peer_names(NS, NAME);
+    names.push(format!("{NAME}-client.{NS}.svc"));
+    names
+}
+
+/// A running cluster with TLS on both transports (one CA, as kubeadm's
+/// stacked etcd has) is joined by a DistributedKV whose certificates come
+/// from that CA; the old members leave when told to.
+async fn adopt(release: Release) {
     let (_env, client, operator) = support::running_operator(NS).await;
     let old = ExternalEtcd::start(ExternalEtcdOptions {
-        version: "3.5".to_owned(),
+        version: release.external.to_owned(),
         members: 3,
-        tls: false,
+        tls: true,
     })
     .await;
     let _follow = old.follow_pods(client.clone(), NS, NAME);
+    let tls = old.tls().expect("a cluster with TLS");
+    // What dkv reaches the old members with, and presents to its own.
+    tls.put_client_secret(&client, NS, "old-client").await;
+    let peer = tls.issue(NAME, &member_names(), Usage::ServerAndClient);
+    tls.put_secret(&client, NS, "adopted-peer", &peer).await;
+    let serving = tls.issue(NAME, &member_names(), Usage::ServerAndClient);
+    tls.put_secret(&client, NS, "adopted-serving", &serving)
+        .await;
 
     // What the cluster holds before dkv comes: its ID and a key's revision.
     let mut etcd = old.connect().await;
@@ -79,22 +127,31 @@ async fn a_running_cluster_is_taken_over_and_its_old_members_leave_without_losin
     let cluster_id = before.header().unwrap().cluster_id();
     let written_at = before.header().unwrap().revision();
 
-    let writer = Writer::start_with(WriterTarget {
+    let target = WriterTarget {
         client: client.clone(),
         ns: NS.to_owned(),
         cluster: NAME.to_owned(),
         extra: old.client_endpoints(),
-        tls: None,
-    });
+        tls: Some(tls.client_options()),
+        server_name: Some(format!("{NAME}-client.{NS}.svc")),
+    };
+    let writer = Writer::start_with(target.clone());
     let dkvs: Api<DistributedKV> = Api::namespaced(client.clone(), NS);
     let spec = json!({
-        "tls": {"peer": {"mode": "Disabled"}, "client": {"mode": "Disabled"}},
-        "bootstrap": {"join": {"endpoints": old.client_endpoints()}},
+        "tls": {
+            "peer": {"mode": "Provided", "secretRef": {"name": "adopted-peer"}},
+            "client": {"mode": "Provided", "secretRef": {"name": "adopted-serving"},
+                       "clientSecretRef": {"name": "old-client"}},
+        },
+        "bootstrap": {"join": {
+            "endpoints": old.client_endpoints(),
+            "clientSecretRef": {"name": "old-client"},
+        }},
     });
     let started = Instant::now();
     dkvs.create(
         &PostParams::default(),
-        &support::cluster(NS, NAME, 3, IMAGE, spec),
+        &support::cluster(NS, NAME, 3, release.image, spec),
     )
     .await
     .unwrap();
@@ -152,9 +209,10 @@ async fn a_running_cluster_is_taken_over_and_its_old_members_leave_without_losin
     wait_settled(&dkvs, NAME, 3).await;
 
     let report = writer.stop().await;
-    let lost = lost_writes(&client, NS, NAME, &report.acked).await;
+    let lost = lost_writes_on(&target, &report.acked).await;
     eprintln!(
-        "adoption: take-over {take_over_took:?}, to adopted {total:?}; writer: {} acknowledged, {} failed attempts (retried), longest gap {:?}, {} lost, {} revisions back",
+        "adoption of etcd {}: take-over {take_over_took:?}, to adopted {total:?}; writer: {} acknowledged, {} failed attempts (retried), longest gap {:?}, {} lost, {} revisions back",
+        release.external,
         report.acked.len(),
         report.failures,
         report.longest_gap,
@@ -168,9 +226,21 @@ async fn a_running_cluster_is_taken_over_and_its_old_members_leave_without_losin
         "a client saw the revision go back"
     );
 
-    // The same cluster: its ID, the key written before with its revision.
-    let endpoints = support::etcd_cluster::member_endpoints(&client, NS, NAME).await;
-    let mut ours = support::etcd_cluster::connect(endpoints).await.unwrap();
+    // The same cluster: its ID, the key written before with its revision,
+    // read from dkv's members alone.
+    let mut ours = None;
+    for endpoint in member_endpoints(&client, NS, NAME).await {
+        let options = support::tls::options(Some(
+            tls.client_options()
+                .domain_name(format!("{NAME}-client.{NS}.svc")),
+        ));
+        let endpoint = endpoint.replacen("http://", "https://", 1);
+        if let Ok(c) = etcd_client::Client::connect([endpoint], Some(options)).await {
+            ours = Some(c);
+            break;
+        }
+    }
+    let mut ours = ours.expect("one of dkv's members answers");
     let got = ours.get("before-adoption", None).await.unwrap();
     assert_eq!(
         got.header().unwrap().cluster_id(),

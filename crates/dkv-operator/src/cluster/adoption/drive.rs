@@ -66,6 +66,10 @@ pub struct Adopting {
     changes: Option<Arc<dyn EtcdAdmin>>,
     /// Each member's status: `(member id, status)` of those that answered.
     statuses: Vec<(u64, EndpointStatus)>,
+    /// When an old member leads: an admin for its client URL, and that
+    /// URL (only the leader can hand leadership over, and its serving
+    /// certificate names its own address).
+    old_leader: Option<(Arc<dyn EtcdAdmin>, String)>,
 }
 
 /// The change of a pass, or why there is none.
@@ -193,7 +197,20 @@ pub async fn observe(
     let mut status = adoption_status(cluster, &members, &statuses, &previous, &view, &step);
     status.learner_since = learner_since(&view, &previous, &step, now);
     let quorum = whole_quorum(&view);
+    let old_leader = live_leader(&statuses)
+        .and_then(|id| members.iter().find(|m| m.id.0 == id))
+        .filter(|m| ordinal_of_member(&cluster.name, m).is_none())
+        .and_then(|m| {
+            let url = statuses
+                .iter()
+                .find(|(id, _)| *id == m.id.0)
+                .map(|(_, s)| s.endpoint.clone())
+                .filter(|e| !e.is_empty())
+                .or_else(|| m.client_urls.first().cloned())?;
+            Some((reach(&url), url))
+        });
     Ok(Adopting {
+        old_leader,
         replicas: replicas_of(&own),
         record: record_of(cluster, &members, &own),
         next: Next::Step(step),
@@ -620,6 +637,7 @@ fn unanswered(observed: &Observed, previous: AdoptionStatus, next: Next) -> Adop
         members: Vec::new(),
         changes: None,
         statuses: Vec::new(),
+        old_leader: None,
     }
 }
 
@@ -844,21 +862,10 @@ async fn move_leader(
                 .ok_or_else(|| unavailable("dkv's members cannot be reached"))?;
             (admin, endpoint)
         }
-        None => {
-            let endpoint = adopting
-                .statuses
-                .iter()
-                .find(|(id, _)| *id == leader.id.0)
-                .map(|(_, s)| s.endpoint.clone())
-                .filter(|e| !e.is_empty())
-                .or_else(|| leader.client_urls.first().cloned())
-                .ok_or_else(|| unavailable("the leader lists no client URL"))?;
-            let admin = adopting
-                .changes
-                .clone()
-                .ok_or_else(|| unavailable("the running cluster does not answer"))?;
-            (admin, endpoint)
-        }
+        None => adopting
+            .old_leader
+            .clone()
+            .ok_or_else(|| unavailable("the leader lists no client URL"))?,
     };
     admin
         .move_leader(&endpoint, to)
