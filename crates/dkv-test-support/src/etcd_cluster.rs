@@ -93,6 +93,9 @@ pub struct WriterTarget {
     /// certificate names the client Service, not pod IPs); the `extra`
     /// endpoints are verified by their address.
     pub server_name: Option<String>,
+    /// With etcd authentication on: the user and password every request
+    /// carries.
+    pub user: Option<(String, String)>,
 }
 
 impl WriterTarget {
@@ -105,6 +108,7 @@ impl WriterTarget {
             extra: Vec::new(),
             tls: None,
             server_name: None,
+            user: None,
         }
     }
 
@@ -127,7 +131,11 @@ impl WriterTarget {
             Some(name) if !self.extra.iter().any(|e| e == endpoint) => tls.domain_name(name),
             _ => tls,
         });
-        etcd_client::Client::connect([endpoint], Some(options(tls)))
+        let options = match &self.user {
+            Some((name, password)) => options(tls).with_user(name, password),
+            None => options(tls),
+        };
+        etcd_client::Client::connect([endpoint], Some(options))
             .await
             .ok()
     }

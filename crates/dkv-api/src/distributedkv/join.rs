@@ -36,6 +36,14 @@ pub struct JoinSource {
     /// certificates). Required when an endpoint is `https`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client_secret_ref: Option<SecretReference>,
+    /// When the running cluster has authentication on: the Secret (same
+    /// namespace) with `username` and `password` of a user with the
+    /// `root` role. The data keeps authentication on, so
+    /// `spec.auth.enabled` must be true; dkv copies these credentials into
+    /// the cluster's root Secret `<name>-etcd-root` and uses them from then
+    /// on, as for a cluster it created.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credentials_secret_ref: Option<SecretReference>,
     /// The members that were there before dkv. `Keep` (default): they
     /// stay voters beside dkv's. `Leave`: once every member of dkv's is a
     /// voter, leadership moves to one of dkv's and they are removed one at

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use dkv_api::DistributedKV;
 use dkv_api::distributedkv::v1beta1::{AdoptionPhase, AdoptionStatus};
+use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, PostParams};
 use serde_json::json;
 
@@ -134,6 +135,7 @@ async fn adopt(release: Release) {
         extra: old.client_endpoints(),
         tls: Some(tls.client_options()),
         server_name: Some(format!("{NAME}-client.{NS}.svc")),
+        user: None,
     };
     let writer = Writer::start_with(target.clone());
     let dkvs: Api<DistributedKV> = Api::namespaced(client.clone(), NS);
@@ -257,6 +259,115 @@ async fn adopt(release: Release) {
     // An ordinary dkv cluster now: it scales like one.
     patch_spec(&dkvs, NAME, json!({"size": 5})).await;
     wait_settled(&dkvs, NAME, 5).await;
+
+    operator.stop().await;
+}
+
+/// A running cluster with authentication on: dkv reaches it with its root
+/// credentials (`credentialsSecretRef`), keeps them as the cluster's own
+/// root Secret, and the data keeps authentication on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_running_cluster_with_authentication_on_is_adopted_with_its_root_credentials() {
+    const PASSWORD: &str = "the-old-root-password";
+    let (_env, client, operator) = support::running_operator(NS).await;
+    let old = ExternalEtcd::start(ExternalEtcdOptions {
+        version: "3.5".to_owned(),
+        members: 3,
+        tls: false,
+    })
+    .await;
+    let _follow = old.follow_pods(client.clone(), NS, NAME);
+    let mut etcd = old.connect().await;
+    etcd.user_add("root", PASSWORD, None).await.unwrap();
+    etcd.user_grant_role("root", "root").await.unwrap();
+    etcd.auth_enable().await.unwrap();
+    let as_root = support::tls::options(None).with_user("root", PASSWORD);
+    let mut etcd = etcd_client::Client::connect(old.client_endpoints(), Some(as_root))
+        .await
+        .unwrap();
+    let before = etcd.put("before-adoption", "kept", None).await.unwrap();
+    let cluster_id = before.header().unwrap().cluster_id();
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), NS);
+    secrets
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "metadata": {"name": "old-root"},
+                "type": "kubernetes.io/basic-auth",
+                "stringData": {"username": "root", "password": PASSWORD},
+            }))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+
+    let target = WriterTarget {
+        client: client.clone(),
+        ns: NS.to_owned(),
+        cluster: NAME.to_owned(),
+        extra: old.client_endpoints(),
+        tls: None,
+        server_name: None,
+        user: Some(("root".to_owned(), PASSWORD.to_owned())),
+    };
+    let writer = Writer::start_with(target.clone());
+    let dkvs: Api<DistributedKV> = Api::namespaced(client.clone(), NS);
+    let spec = json!({
+        "tls": {"peer": {"mode": "Disabled"}, "client": {"mode": "Disabled"}},
+        "auth": {"enabled": true},
+        "bootstrap": {"join": {
+            "endpoints": old.client_endpoints(),
+            "credentialsSecretRef": {"name": "old-root"},
+        }},
+    });
+    dkvs.create(
+        &PostParams::default(),
+        &support::cluster(NS, NAME, 3, ETCD_3_5.image, spec),
+    )
+    .await
+    .unwrap();
+    wait_for_phase(&dkvs, AdoptionPhase::TakenOver, Duration::from_secs(300)).await;
+    patch_spec(
+        &dkvs,
+        NAME,
+        json!({"bootstrap": {"join": {"oldMembers": "Leave"}}}),
+    )
+    .await;
+    wait_for_phase(&dkvs, AdoptionPhase::Adopted, Duration::from_secs(300)).await;
+    wait_settled(&dkvs, NAME, 3).await;
+
+    let report = writer.stop().await;
+    let lost = lost_writes_on(&target, &report.acked).await;
+    eprintln!(
+        "adoption with authentication on: writer {} acknowledged, longest gap {:?}, {} lost, {} revisions back",
+        report.acked.len(),
+        report.longest_gap,
+        lost.len(),
+        report.revisions_back
+    );
+    assert!(lost.is_empty(), "acknowledged writes lost: {lost:?}");
+    assert_eq!(report.revisions_back, 0);
+
+    // The cluster's own root Secret holds the running cluster's
+    // credentials, and authentication stays on.
+    let root = secrets.get(&format!("{NAME}-etcd-root")).await.unwrap();
+    let password = root.data.unwrap().get("password").unwrap().0.clone();
+    assert_eq!(password, PASSWORD.as_bytes());
+    let endpoints = member_endpoints(&client, NS, NAME).await;
+    let mut anonymous = etcd_client::Client::connect(endpoints.clone(), None)
+        .await
+        .unwrap();
+    assert!(
+        anonymous.get("before-adoption", None).await.is_err(),
+        "a client without credentials is refused"
+    );
+    let as_root = support::tls::options(None).with_user("root", PASSWORD);
+    let mut ours = etcd_client::Client::connect(endpoints, Some(as_root))
+        .await
+        .unwrap();
+    let got = ours.get("before-adoption", None).await.unwrap();
+    assert_eq!(got.header().unwrap().cluster_id(), cluster_id);
+    assert_eq!(got.kvs()[0].value_str().unwrap(), "kept");
 
     operator.stop().await;
 }

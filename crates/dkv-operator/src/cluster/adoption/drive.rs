@@ -148,12 +148,16 @@ pub async fn observe(
 ) -> Result<Adopting> {
     let cluster = &validated.cluster;
     let identity = join_identity(cluster, join, ctx).await?;
+    // With authentication on, the running cluster's root credentials: the
+    // copy the cluster's root Secret holds (see `security::auth`).
+    let user = connected.credentials.user().cloned();
     let reach = move |url: &str| -> Arc<dyn EtcdAdmin> {
         let tls = identity.as_ref().map(|tls| ClientTls {
             server_name: host_of(url).to_owned(),
             ..tls.clone()
         });
-        ctx.etcd.connect(&[url.to_owned()], tls.as_ref(), None)
+        ctx.etcd
+            .connect(&[url.to_owned()], tls.as_ref(), user.as_ref())
     };
     let previous = observed.recorded.adoption.clone().unwrap_or_default();
     let listed = member_list(&reach, join, connected).await;

@@ -100,10 +100,13 @@ pub async fn ensure(client: &Client, cluster: &ValidatedCluster) -> Result<AuthS
                             RESTORED_FROM_ANNOTATION.to_owned(),
                             copy.name_any(),
                         )]);
-                        if matches!(
-                            cluster.restore.as_ref().map(|r| &r.source),
-                            Some(crate::cluster::validate::RestoreRef::Backup(_))
-                        ) {
+                        // A backup's data and a running cluster have it on.
+                        if cluster.join.is_some()
+                            || matches!(
+                                cluster.restore.as_ref().map(|r| &r.source),
+                                Some(crate::cluster::validate::RestoreRef::Backup(_))
+                            )
+                        {
                             annotations.insert(ENABLED_ANNOTATION.to_owned(), "true".to_owned());
                         }
                         annotations
@@ -176,14 +179,21 @@ fn value_of(secret: &Secret, key: &str) -> Option<String> {
         .filter(|v| !v.is_empty())
 }
 
-/// The credentials kept with the backup a new cluster is restored from: a
-/// backup's copy when it was taken with authentication on, the source's
-/// continuous copy when its continuous backup recorded with it on.
+/// The credentials a new cluster's data already answers to: a backup's
+/// copy when it was taken with authentication on, the source's continuous
+/// copy when its continuous backup recorded with it on, or the running
+/// cluster's root credentials when it joins one with authentication on
+/// (`spec.bootstrap.join.credentialsSecretRef`).
 pub async fn restored_credentials(
     client: &Client,
     cluster: &ValidatedCluster,
 ) -> Result<Option<Secret>> {
+    let joined = cluster
+        .join
+        .as_ref()
+        .and_then(|j| j.credentials_secret.clone());
     let name = match cluster.restore.as_ref().map(|r| &r.source) {
+        _ if joined.is_some() => joined.unwrap_or_default(),
         Some(crate::cluster::validate::RestoreRef::Backup(backup)) => {
             naming::backup_auth_secret(backup)
         }

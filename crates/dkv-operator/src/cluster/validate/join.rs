@@ -12,14 +12,16 @@ pub struct ValidatedJoin {
     pub endpoints: Vec<String>,
     /// `clientSecretRef`: what the operator presents to them.
     pub client_secret: Option<String>,
+    /// `credentialsSecretRef`: the running cluster's root credentials.
+    pub credentials_secret: Option<String>,
     /// `oldMembers: Leave`.
     pub old_members_leave: bool,
 }
 
-/// Checks `join` against the cluster's `tls`.
+/// Checks `join` against the cluster's `tls` and `auth` (`spec.auth.enabled`).
 pub(super) fn check_join(
     join: &JoinSource,
-    tls: Option<&TlsSpec>,
+    (tls, auth): (Option<&TlsSpec>, bool),
     problems: &mut Problems,
 ) -> Option<ValidatedJoin> {
     const FIELD: &str = "spec.bootstrap.join.endpoints";
@@ -68,9 +70,21 @@ pub(super) fn check_join(
             "Auto issues the members' peer certificates from a CA dkv creates, which the running members do not trust: set Provided with a certificate issued by their peer CA (or CertManager with an issuer of that CA), or Disabled if their peer URLs are http",
         );
     }
+    let credentials_secret = join
+        .credentials_secret_ref
+        .as_ref()
+        .map(|r| r.name.trim().to_owned())
+        .filter(|name| !name.is_empty());
+    if credentials_secret.is_some() && !auth {
+        problems.add(
+            "spec.auth.enabled",
+            "spec.bootstrap.join.credentialsSecretRef says the running cluster has authentication on, and its data keeps it on: set spec.auth.enabled: true",
+        );
+    }
     Some(ValidatedJoin {
         endpoints,
         client_secret,
+        credentials_secret,
         old_members_leave: join.old_members == OldMembers::Leave,
     })
 }
@@ -104,6 +118,7 @@ mod tests {
             client_secret_ref: secret.map(|name| SecretReference {
                 name: name.to_owned(),
             }),
+            credentials_secret_ref: None,
             old_members: OldMembers::Keep,
         }
     }
@@ -123,15 +138,41 @@ mod tests {
 
     fn problems_of(join: &JoinSource, tls: &TlsSpec) -> Vec<String> {
         let mut problems = Problems::default();
-        check_join(join, Some(tls), &mut problems);
+        check_join(join, (Some(tls), false), &mut problems);
         problems.into_messages()
+    }
+
+    #[test]
+    fn credentials_need_authentication_on() {
+        let mut source = join(&["http://10.0.0.1:2379"], None);
+        source.credentials_secret_ref = Some(SecretReference {
+            name: "old-root".to_owned(),
+        });
+        let problems = problems_of(&source, &peer(TlsMode::Disabled));
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert!(problems[0].starts_with("spec.auth.enabled"));
+        let mut problems = Problems::default();
+        let checked = check_join(
+            &source,
+            (Some(&peer(TlsMode::Disabled)), true),
+            &mut problems,
+        );
+        assert!(problems.into_messages().is_empty());
+        assert_eq!(
+            checked.and_then(|j| j.credentials_secret).as_deref(),
+            Some("old-root")
+        );
     }
 
     #[test]
     fn plain_endpoints_with_plain_peers_pass() {
         let source = join(&["http://10.0.0.1:2379", " http://10.0.0.2:2379 "], None);
         let mut problems = Problems::default();
-        let checked = check_join(&source, Some(&peer(TlsMode::Disabled)), &mut problems);
+        let checked = check_join(
+            &source,
+            (Some(&peer(TlsMode::Disabled)), false),
+            &mut problems,
+        );
         assert_eq!(problems.into_messages(), Vec::<String>::new());
         assert_eq!(
             checked.map(|j| j.endpoints),

@@ -557,7 +557,10 @@ fn check_spec(
         .bootstrap
         .as_ref()
         .and_then(|b| b.join.as_ref())
-        .and_then(|join| check_join(join, spec.tls.as_ref(), problems));
+        .and_then(|join| {
+            let auth = spec.auth.as_ref().is_some_and(|a| a.enabled);
+            check_join(join, (spec.tls.as_ref(), auth), problems)
+        });
 
     let etcd = etcd_settings(spec.etcd.as_ref(), problems);
     let rollout = rollout_policy(dkv, problems);
