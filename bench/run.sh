@@ -48,4 +48,9 @@ if [ $# -eq 0 ]; then
   echo "== this build against the previous build's members, on kube-local"
   cargo nextest run --locked -p dkv-operator --test it --run-ignored only \
     -E 'test(/^previous_release_on_kubernetes::/)'
+  # The adoption of a running cluster with a 1 GiB database (#54): the
+  # take-over's time and the writer's figures, on the console.
+  echo "== adopting a running etcd cluster with a 1 GiB database"
+  cargo nextest run --locked -p dkv-operator --test it --run-ignored only --no-capture \
+    -E 'test(/^adoption_on_kube_local::a_1_gib_cluster_is_taken_over$/)'
 fi

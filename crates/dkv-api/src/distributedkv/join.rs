@@ -79,6 +79,10 @@ pub struct AdoptionStatus {
     /// The members that were there before dkv, as last seen.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub old_members: Vec<OldMemberStatus>,
+    /// How many of them are still in the cluster (`kubectl get dkv -o
+    /// wide` shows it beside dkv's own READY members).
+    #[serde(default)]
+    pub old_members_left: i32,
     /// When dkv's member that is a learner now was added (it is removed
     /// again if it has not caught up within the catch-up limit).
     #[serde(default, skip_serializing_if = "Option::is_none")]

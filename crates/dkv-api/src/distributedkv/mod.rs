@@ -73,6 +73,20 @@ macro_rules! distributedkv_spec {
                 priority = "1"
             ),
             printcolumn(
+                name = "Adoption",
+                type_ = "string",
+                json_path = ".status.adoption.phase",
+                description = "Where the adoption of a running cluster stands (spec.bootstrap.join)",
+                priority = "1"
+            ),
+            printcolumn(
+                name = "Old-Members",
+                type_ = "integer",
+                json_path = ".status.adoption.oldMembersLeft",
+                description = "Members that were there before dkv and are still in the cluster",
+                priority = "1"
+            ),
+            printcolumn(
                 name = "Age",
                 type_ = "date",
                 json_path = ".metadata.creationTimestamp"

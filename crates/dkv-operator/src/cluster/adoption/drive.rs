@@ -596,6 +596,7 @@ fn adoption_status(
     AdoptionStatus {
         phase: Some(phase),
         message: Some(message),
+        old_members_left: i32::try_from(view.old.len()).unwrap_or(i32::MAX),
         cluster_id: statuses
             .iter()
             .map(|(_, s)| s.cluster_id)
@@ -664,6 +665,7 @@ fn refused(
         })
         .collect();
     let mut adopting = unanswered(observed, previous, Next::Refused(why));
+    adopting.status.old_members_left = i32::try_from(members.len()).unwrap_or(i32::MAX);
     adopting.status.old_members = old_members;
     adopting.replicas = 0;
     adopting.record = MembershipRecord {
