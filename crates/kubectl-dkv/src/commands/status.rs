@@ -760,6 +760,48 @@ mod tests {
     }
 
     #[test]
+    fn an_adoption_lists_the_old_members_and_which_may_be_stopped() {
+        let cluster: DistributedKV = serde_json::from_value(json!({
+            "apiVersion": "dkv.io/v1beta1",
+            "kind": "DistributedKV",
+            "metadata": {"name": "orders", "namespace": "shop"},
+            "spec": {"size": 3, "image": "registry.k8s.io/etcd:3.5.16-0",
+                     "bootstrap": {"join": {"endpoints": ["http://10.0.0.1:2379"]}}},
+            "status": {"adoption": {
+                "phase": "OldMembersLeaving",
+                "message": "removing etcd-b, which was there before dkv",
+                "oldMembersLeft": 2,
+                "oldMembers": [
+                    {"name": "etcd-a", "id": "a1", "peerURLs": ["http://10.0.0.1:2380"], "removed": true},
+                    {"name": "etcd-b", "id": "b2", "peerURLs": ["http://10.0.0.2:2380"], "healthy": true},
+                ],
+            }},
+        }))
+        .unwrap_or_else(|e| panic!("{e}"));
+        let now = Timestamp::UNIX_EPOCH;
+        let text = text(&report(&cluster, &[], &[], &[], now), now);
+        let line = |name: &str| {
+            text.lines()
+                .find(|l| l.trim_start().starts_with(name))
+                .unwrap_or_else(|| panic!("no line for {name} in {text}"))
+                .to_owned()
+        };
+        assert!(
+            text.contains("Adoption:    OldMembersLeaving — removing etcd-b"),
+            "{text}"
+        );
+        assert!(
+            line("etcd-a").contains("removed: its process may be stopped"),
+            "{text}"
+        );
+        assert!(
+            line("etcd-b").contains("member: keep its process running"),
+            "{text}"
+        );
+        assert!(line("etcd-b").contains("http://10.0.0.2:2380"), "{text}");
+    }
+
+    #[test]
     fn members_are_listed_in_ordinal_order_with_pods_of_no_member_last() {
         let cluster: DistributedKV = serde_json::from_value(json!({
             "apiVersion": "dkv.io/v1beta1",
