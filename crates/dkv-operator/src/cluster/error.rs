@@ -73,6 +73,12 @@ pub enum Error {
     #[error("{message}")]
     NoSpaceRecurring { message: String },
 
+    /// The running cluster a `spec.bootstrap.join` names refused what the
+    /// take-over needs of it, for a reason the spec must fix (its
+    /// authentication, say).
+    #[error("{message}")]
+    JoinRefused { message: String },
+
     /// `spec.bootstrap.restore` names a backup that cannot be restored (yet).
     #[error("{message}")]
     RestoreSource {
@@ -232,7 +238,8 @@ impl Error {
             | Error::MissingNamespace
             | Error::FinalBackupFailed { .. }
             | Error::FinalBackupWhileHibernated { .. }
-            | Error::NoSpaceRecurring { .. } => Category::Permanent,
+            | Error::NoSpaceRecurring { .. }
+            | Error::JoinRefused { .. } => Category::Permanent,
             Error::CacheNotReady { .. }
             | Error::CleanupWaiting { .. }
             | Error::Recreating { .. } => Category::Waiting,
@@ -281,6 +288,7 @@ impl Error {
             | Error::DisruptionBudget { .. }
             | Error::Etcd { .. }
             | Error::NoSpaceRecurring { .. }
+            | Error::JoinRefused { .. }
             | Error::Recreating { .. } => "apply",
             Error::TlsCaMissing { .. }
             | Error::SecretInvalid { .. }

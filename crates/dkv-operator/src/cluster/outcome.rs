@@ -250,6 +250,7 @@ pub fn fault_of(dkv: &DistributedKV, err: &Error) -> Option<Fault> {
                 }
                 Error::RestoreSource { .. } => reasons::RESTORE_FAILED,
                 Error::NoSpaceRecurring { .. } => reasons::NO_SPACE,
+                Error::JoinRefused { .. } => reasons::JOIN_REFUSED,
                 Error::TlsCaMissing { .. }
                 | Error::SecretInvalid { .. }
                 | Error::TlsSecretUnusable { .. }
@@ -319,6 +320,7 @@ pub fn retry_delay(
                 err,
                 Error::RestoreSource { .. }
                     | Error::NoSpaceRecurring { .. }
+                    | Error::JoinRefused { .. }
                     | Error::TlsCaMissing { .. }
                     | Error::SecretInvalid { .. }
                     | Error::TlsSecretUnusable { .. }

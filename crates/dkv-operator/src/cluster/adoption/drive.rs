@@ -739,7 +739,10 @@ pub async fn execute(
             let added = changes
                 .add_learner(std::slice::from_ref(&peer))
                 .await
-                .map_err(etcd_error("add learner", member_name(*ordinal)))?;
+                .map_err(|source| match refused_for_authentication(&source) {
+                    Some(message) => Error::JoinRefused { message },
+                    None => etcd_error("add learner", member_name(*ordinal))(source),
+                })?;
             info!(member = %member_name(*ordinal), id = %added.id, "joined the running cluster as a learner");
             announce(
                 cluster,
@@ -831,6 +834,22 @@ pub async fn execute(
         }
     }
     Ok(pass_outcome(Work::Advanced))
+}
+
+/// The fix, when the running cluster refused a membership change for want
+/// of credentials: its authentication is on and the spec gives none (etcd
+/// lists members, statuses and alarms to anyone; adding a member needs the
+/// root role).
+fn refused_for_authentication(error: &dkv_etcd::Error) -> Option<String> {
+    let text = error.to_string();
+    ["user name is empty", "permission denied", "invalid auth token"]
+        .iter()
+        .any(|sign| text.contains(sign))
+        .then(|| {
+            format!(
+                "the running cluster has authentication on and refused to add a member ({text}): name a Secret with the username and password of a user with the root role in spec.bootstrap.join.credentialsSecretRef and set spec.auth.enabled: true"
+            )
+        })
 }
 
 /// Moves leadership from the member that leads (old or dkv's) to `to`:
@@ -928,7 +947,27 @@ fn pass_outcome(work: Work) -> Outcome {
 
 #[cfg(test)]
 mod tests {
-    use super::host_of;
+    use super::{host_of, refused_for_authentication};
+
+    #[test]
+    fn a_member_add_refused_for_want_of_credentials_names_the_fields_to_set() {
+        let refused = dkv_etcd::Error::Refused {
+            operation: "add learner",
+            message: "etcdserver: user name is empty".to_owned(),
+        };
+        let message = refused_for_authentication(&refused).unwrap_or_default();
+        assert!(
+            message.contains("spec.bootstrap.join.credentialsSecretRef"),
+            "{message}"
+        );
+        assert!(message.contains("spec.auth.enabled: true"), "{message}");
+        assert!(message.contains("user name is empty"), "{message}");
+        let other = dkv_etcd::Error::Refused {
+            operation: "add learner",
+            message: "etcdserver: too many learner members in cluster".to_owned(),
+        };
+        assert_eq!(refused_for_authentication(&other), None);
+    }
 
     #[test]
     fn the_host_of_a_client_url_is_what_its_certificate_names() {
