@@ -138,3 +138,32 @@ fn every_released_termination_message_reads_back_and_this_build_writes_the_newes
         );
     }
 }
+
+/// The record of a cluster that joins a running one (`spec.bootstrap.join`,
+/// since 2026-12-07) lists the members that were there before, by their
+/// etcd names and peer URLs, beside dkv's: its first member, without data,
+/// joins with all of them (etcd checks a joining member's
+/// `--initial-cluster` against the running member list). Written in
+/// contract 1's fields only, so members of the builds before read it the
+/// same way.
+#[test]
+fn an_adoption_record_makes_dkvs_first_member_join_the_running_members() {
+    let args = member_init_args(&fixtures("args")[0], "orders-0");
+    for fixture in fixtures("adoption") {
+        let text = std::fs::read_to_string(&fixture).expect("reading the fixture");
+        let record: MembershipRecord = serde_json::from_str(&text)
+            .unwrap_or_else(|e| panic!("{} does not parse: {e}", fixture.display()));
+        assert_eq!(record.contract, 1, "{}", fixture.display());
+        match decide(&args, false, Some(&record)) {
+            Ok(Start::Join { initial_cluster }) => assert_eq!(
+                initial_cluster,
+                "etcd-a=https://10.0.0.11:2380,etcd-b=https://10.0.0.12:2380,\
+                 etcd-c=https://10.0.0.13:2380,\
+                 orders-0=https://orders-0.orders-peer.shop.svc:2380",
+                "{}",
+                fixture.display()
+            ),
+            other => panic!("{}: {other:?}", fixture.display()),
+        }
+    }
+}
