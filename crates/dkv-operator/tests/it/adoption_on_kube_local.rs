@@ -66,6 +66,42 @@ async fn wait_for_phase(
     }
 }
 
+/// The operator on kube-local, and a bare 3-member etcd `version` (with TLS
+/// on both transports from one CA, or none) outside Kubernetes whose
+/// members resolve the DistributedKV's pods by name.
+async fn operator_and_old_cluster(
+    version: &str,
+    tls: bool,
+) -> (
+    kube_local::Environment,
+    kube::Client,
+    support::RunningOperator,
+    ExternalEtcd,
+) {
+    let (env, client, operator) = support::running_operator(NS).await;
+    let old = ExternalEtcd::start(ExternalEtcdOptions {
+        version: version.to_owned(),
+        members: 3,
+        tls,
+    })
+    .await;
+    // Stopped when `old` is dropped.
+    old.follow_pods(client.clone(), NS, NAME);
+    (env, client, operator, old)
+}
+
+/// Lets the old members leave (`kubectl dkv release-old-members` sets the
+/// same field) and waits until only dkv's are left.
+async fn let_old_members_leave(dkvs: &Api<DistributedKV>, limit: Duration) -> AdoptionStatus {
+    patch_spec(
+        dkvs,
+        NAME,
+        json!({"bootstrap": {"join": {"oldMembers": "Leave"}}}),
+    )
+    .await;
+    wait_for_phase(dkvs, AdoptionPhase::Adopted, limit).await
+}
+
 /// One etcd release to adopt: the external cluster's and the image's.
 struct Release {
     external: &'static str,
@@ -105,14 +141,7 @@ fn member_names() -> Vec<String> {
 /// stacked etcd has) is joined by a DistributedKV whose certificates come
 /// from that CA; the old members leave when told to.
 async fn adopt(release: Release) {
-    let (_env, client, operator) = support::running_operator(NS).await;
-    let old = ExternalEtcd::start(ExternalEtcdOptions {
-        version: release.external.to_owned(),
-        members: 3,
-        tls: true,
-    })
-    .await;
-    let _follow = old.follow_pods(client.clone(), NS, NAME);
+    let (_env, client, operator, old) = operator_and_old_cluster(release.external, true).await;
     let tls = old.tls().expect("a cluster with TLS");
     // What dkv reaches the old members with, and presents to its own.
     tls.put_client_secret(&client, NS, "old-client").await;
@@ -196,13 +225,7 @@ async fn adopt(release: Release) {
         "{available:?}"
     );
 
-    patch_spec(
-        &dkvs,
-        NAME,
-        json!({"bootstrap": {"join": {"oldMembers": "Leave"}}}),
-    )
-    .await;
-    let adopted = wait_for_phase(&dkvs, AdoptionPhase::Adopted, Duration::from_secs(300)).await;
+    let adopted = let_old_members_leave(&dkvs, Duration::from_secs(300)).await;
     let total = started.elapsed();
     assert!(
         adopted.old_members.iter().all(|m| m.removed),
@@ -271,14 +294,7 @@ async fn adopt(release: Release) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_running_cluster_with_authentication_on_is_adopted_with_its_root_credentials() {
     const PASSWORD: &str = "the-old-root-password";
-    let (_env, client, operator) = support::running_operator(NS).await;
-    let old = ExternalEtcd::start(ExternalEtcdOptions {
-        version: "3.5".to_owned(),
-        members: 3,
-        tls: false,
-    })
-    .await;
-    let _follow = old.follow_pods(client.clone(), NS, NAME);
+    let (_env, client, operator, old) = operator_and_old_cluster(ETCD_3_5.external, false).await;
     let mut etcd = old.connect().await;
     etcd.user_add("root", PASSWORD, None).await.unwrap();
     etcd.user_grant_role("root", "root").await.unwrap();
@@ -329,13 +345,7 @@ async fn a_running_cluster_with_authentication_on_is_adopted_with_its_root_crede
     .await
     .unwrap();
     wait_for_phase(&dkvs, AdoptionPhase::TakenOver, Duration::from_secs(300)).await;
-    patch_spec(
-        &dkvs,
-        NAME,
-        json!({"bootstrap": {"join": {"oldMembers": "Leave"}}}),
-    )
-    .await;
-    wait_for_phase(&dkvs, AdoptionPhase::Adopted, Duration::from_secs(300)).await;
+    let_old_members_leave(&dkvs, Duration::from_secs(300)).await;
     wait_settled(&dkvs, NAME, 3).await;
 
     let report = writer.stop().await;
@@ -383,14 +393,7 @@ async fn a_running_cluster_with_authentication_on_is_adopted_with_its_root_crede
 async fn a_1_gib_cluster_is_taken_over() {
     const VALUE: usize = 1 << 20;
     const VALUES: usize = 1024;
-    let (_env, client, operator) = support::running_operator(NS).await;
-    let old = ExternalEtcd::start(ExternalEtcdOptions {
-        version: "3.5".to_owned(),
-        members: 3,
-        tls: false,
-    })
-    .await;
-    let _follow = old.follow_pods(client.clone(), NS, NAME);
+    let (_env, client, operator, old) = operator_and_old_cluster(ETCD_3_5.external, false).await;
     let filling = Instant::now();
     let etcd = old.connect().await;
     let mut fills = tokio::task::JoinSet::new();
@@ -437,13 +440,7 @@ async fn a_1_gib_cluster_is_taken_over() {
     .unwrap();
     wait_for_phase(&dkvs, AdoptionPhase::TakenOver, Duration::from_secs(900)).await;
     let taken_over = started.elapsed();
-    patch_spec(
-        &dkvs,
-        NAME,
-        json!({"bootstrap": {"join": {"oldMembers": "Leave"}}}),
-    )
-    .await;
-    wait_for_phase(&dkvs, AdoptionPhase::Adopted, Duration::from_secs(600)).await;
+    let_old_members_leave(&dkvs, Duration::from_secs(600)).await;
     let adopted = started.elapsed();
     wait_settled(&dkvs, NAME, 3).await;
     let report = writer.stop().await;
