@@ -194,7 +194,9 @@ async fn adopt(release: Release) {
         "taken over in {take_over_took:?}: {}",
         taken_over.message.unwrap_or_default()
     );
-    let members = etcd.member_list().await.unwrap();
+    // A client of its own: the one opened before may have lost its
+    // connection meanwhile (a member it used can be busy sending a snapshot).
+    let members = old.connect().await.member_list().await.unwrap();
     assert_eq!(
         members.members().len(),
         6,

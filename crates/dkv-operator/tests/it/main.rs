@@ -11,6 +11,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod adoption_faults_on_kube_local;
 mod adoption_on_kube_local;
 mod alerts_with_prometheus;
 mod auth_on_kube_local;

@@ -14,7 +14,15 @@
 //! Every change of the voters goes ahead only if, once made, the healthy
 //! voters of the whole cluster (old and dkv's) are a quorum with one failure
 //! to spare ([`keeps_one_failure_to_spare`]); a learner is added only when
-//! its promotion would be. Otherwise the step is to hold, and says why.
+//! its promotion would be, and only while every voter is healthy: etcd's
+//! strict reconfiguration check (on by default) refuses a member add,
+//! learner or not, unless its leader has been connected to every voter
+//! for 5 s (3.4, and 3.5 and 3.6 until etcd-io/etcd#21640 relaxed it to a
+//! quorum: 3.5.16 refuses, 3.5.30 and 3.6.16 do not), so an add with a
+//! voter down would be refused pass after pass while status said it was
+//! under way. The preflight asks the same of the first add, and dkv's own
+//! clusters add no member while one is unwell. Otherwise the step is to
+//! hold, and says why.
 
 use std::fmt;
 use std::time::Duration;
@@ -101,6 +109,9 @@ pub enum Hold {
     NoLeader,
     /// No voter of the side that stays could take the leadership.
     NoLeaderCandidate,
+    /// A voter is down (etcd's name for an old member, `member N` for one
+    /// of dkv's): no member is added until it is back.
+    VoterDown { member: String },
 }
 
 impl fmt::Display for Hold {
@@ -119,6 +130,12 @@ impl fmt::Display for Hold {
             Self::NoLeaderCandidate => {
                 f.write_str("no healthy voter can take the leadership; waiting")
             }
+            Self::VoterDown { member } => write!(
+                f,
+                "{member} does not answer or does not follow the leader; no member is added \
+                 while a voter is down (etcd refuses it): bring it back, or remove it from \
+                 the cluster (etcdctl member remove)"
+            ),
         }
     }
 }
@@ -131,6 +148,18 @@ impl TakeoverView {
     fn healthy_voters(&self) -> usize {
         self.old.iter().filter(|m| m.healthy).count()
             + self.own.iter().filter(|m| !m.learner && m.healthy).count()
+    }
+
+    /// The first voter that is not healthy, as the hold it makes for an add.
+    fn voter_down(&self) -> Option<Hold> {
+        let old = self.old.iter().find(|m| !m.healthy).map(|m| m.name.clone());
+        let own = || {
+            self.own
+                .iter()
+                .find(|m| !m.learner && !m.healthy)
+                .map(|m| format!("member {}", m.ordinal))
+        };
+        old.or_else(own).map(|member| Hold::VoterDown { member })
     }
 
     /// One voter leaving (healthy or not), or why it must wait.
@@ -169,10 +198,14 @@ pub fn next_step(view: &TakeoverView) -> TakeoverStep {
         // A learner does not vote: adding one changes no quorum. It is
         // added only when its promotion would be allowed (as a healthy
         // voter it leaves a failure to spare), so that no learner waits
-        // for a promotion the rule refuses.
+        // for a promotion the rule refuses; and only while every voter is
+        // healthy, which etcd asks of a member add (see the module's doc).
         return match view.allowed(view.voters() + 1, view.healthy_voters() + 1) {
-            Ok(()) => TakeoverStep::AddLearner {
-                ordinal: lowest_free_ordinal(view),
+            Ok(()) => match view.voter_down() {
+                Some(hold) => TakeoverStep::Hold(hold),
+                None => TakeoverStep::AddLearner {
+                    ordinal: lowest_free_ordinal(view),
+                },
             },
             Err(hold) => TakeoverStep::Hold(hold),
         };
