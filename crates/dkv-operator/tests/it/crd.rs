@@ -212,10 +212,12 @@ fn distributedkv_serves_the_documented_api() {
                 "Status",
                 "Recoverable-From",
                 "Last-Segment",
+                "Adoption",
+                "Old-Members",
                 "Age"
             ]
         );
-        // The continuous backup columns show only with `-o wide`.
+        // The continuous backup and adoption columns show only with `-o wide`.
         let wide: Vec<&str> = version["additionalPrinterColumns"]
             .as_array()
             .unwrap()
@@ -223,7 +225,15 @@ fn distributedkv_serves_the_documented_api() {
             .filter(|c| c["priority"].as_i64().unwrap_or(0) > 0)
             .map(|c| c["name"].as_str().unwrap())
             .collect();
-        assert_eq!(wide, vec!["Recoverable-From", "Last-Segment"]);
+        assert_eq!(
+            wide,
+            vec![
+                "Recoverable-From",
+                "Last-Segment",
+                "Adoption",
+                "Old-Members"
+            ]
+        );
         let spec = &version["schema"]["openAPIV3Schema"]["properties"]["spec"];
         assert_eq!(spec["required"], serde_json::json!(["image", "size"]));
         assert_eq!(spec["properties"]["size"]["minimum"], 1.0);
