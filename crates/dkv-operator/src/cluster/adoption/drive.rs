@@ -775,18 +775,8 @@ pub async fn execute(
                 .remove(MemberId(*id))
                 .await
                 .map_err(etcd_error("remove member", member_name(*ordinal)))?;
-            announce(
-                cluster,
-                EventType::Warning,
-                "LearnerRemoved",
-                format!(
-                    "{} did not catch up within {} s and was removed again; it is added anew",
-                    member_name(*ordinal),
-                    CATCH_UP_LIMIT.as_secs()
-                ),
-                ctx,
-            )
-            .await;
+            let (type_, reason, note) = own_member_removed(adopting, &member_name(*ordinal));
+            announce(cluster, type_, reason, note, ctx).await;
         }
         TakeoverStep::MoveLeader { to } => {
             move_leader(adopting, validated, connected, MemberId(*to), ctx).await?;
@@ -834,6 +824,30 @@ pub async fn execute(
         }
     }
     Ok(pass_outcome(Work::Advanced))
+}
+
+/// The Event for one of dkv's members removed from the running cluster:
+/// leaving it as found while backing out, or a learner that did not catch
+/// up in time.
+fn own_member_removed(adopting: &Adopting, member: &str) -> (EventType, &'static str, String) {
+    if adopting.phase() == AdoptionPhase::BackingOut {
+        (
+            EventType::Normal,
+            "MemberLeft",
+            format!(
+                "{member} left the running cluster: the DistributedKV is being deleted before it was adopted"
+            ),
+        )
+    } else {
+        (
+            EventType::Warning,
+            "LearnerRemoved",
+            format!(
+                "{member} did not catch up within {} s and was removed again; it is added anew",
+                CATCH_UP_LIMIT.as_secs()
+            ),
+        )
+    }
 }
 
 /// The fix, when the running cluster refused a membership change for want
