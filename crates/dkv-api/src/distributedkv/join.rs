@@ -52,6 +52,14 @@ pub struct JoinSource {
     /// The one field of `bootstrap` that may change after creation.
     #[serde(default)]
     pub old_members: OldMembers,
+    /// How long each of dkv's members may take, as a learner, to catch up
+    /// with the running cluster before it is removed again and added anew:
+    /// seconds, minutes or hours, from `10s` to `24h`, e.g. `30m`. Default
+    /// `10m`; a large database over a slow network may need more (a
+    /// learner catches up from a snapshot of the whole database, then the
+    /// changes since).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub catch_up_timeout: Option<String>,
 }
 
 /// What becomes of the members that were there before dkv.

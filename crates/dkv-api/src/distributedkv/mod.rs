@@ -98,7 +98,7 @@ macro_rules! distributedkv_spec {
             // Of `bootstrap`, only how a cluster that joined a running one
             // reaches it and whether its old members leave may change.
             validation = Rule::new("has(self.bootstrap) == has(oldSelf.bootstrap) && (!has(self.bootstrap) || (has(self.bootstrap.restore) == has(oldSelf.bootstrap.restore) && (!has(self.bootstrap.restore) || self.bootstrap.restore == oldSelf.bootstrap.restore) && has(self.bootstrap.join) == has(oldSelf.bootstrap.join)))")
-                .message("spec.bootstrap is used only at creation and cannot change afterwards, except spec.bootstrap.join's oldMembers, endpoints and clientSecretRef; remove your edit to spec.bootstrap"),
+                .message("spec.bootstrap is used only at creation and cannot change afterwards, except the fields of spec.bootstrap.join; remove your edit to spec.bootstrap"),
             validation = Rule::new("has(self.tls) == has(oldSelf.tls) && (!has(self.tls) || self.tls == oldSelf.tls)")
                 .message("spec.tls is fixed at creation: members cannot switch between plaintext and TLS in place; create a new cluster with the spec.tls you want and restore a backup into it"),
             // Hibernation: a stopped cluster cannot carry out a change, and

@@ -36,15 +36,10 @@ use crate::cluster::outcome::{AppliedPass, EtcdContact, Outcome, Rotation, Work}
 use crate::cluster::plan::{self, Plan};
 use crate::cluster::stage::connected::Connected;
 use crate::cluster::stage::validated::Validated;
-use crate::cluster::validate::{ValidatedCluster, ValidatedJoin};
+use crate::cluster::validate::{DEFAULT_CATCH_UP_LIMIT, ValidatedCluster, ValidatedJoin};
 use crate::events::{Event, EventType};
 use crate::parts::naming;
 use crate::parts::tls::{CA_CERT, TLS_CERT, TLS_KEY};
-
-/// How long one of dkv's members may stay a learner before it is removed
-/// again (a learner that cannot catch up would otherwise hold the
-/// take-over forever).
-pub const CATCH_UP_LIMIT: Duration = Duration::from_secs(600);
 
 /// What the adoption saw this pass and what it does next.
 pub struct Adopting {
@@ -385,7 +380,7 @@ fn takeover_view(
         size: u32::try_from(cluster.size).unwrap_or(0),
         old_may_leave: join.old_members_leave,
         back_out: false,
-        catch_up_limit: CATCH_UP_LIMIT,
+        catch_up_limit: join.catch_up_limit,
     };
     for member in members {
         let id = member.id.0;
@@ -529,7 +524,7 @@ fn adoption_status(
             format!(
                 "removing {} again: it did not catch up within {} s; it is added anew",
                 name(*ordinal),
-                CATCH_UP_LIMIT.as_secs()
+                view.catch_up_limit.as_secs()
             ),
         ),
         TakeoverStep::Hold(hold) => (
@@ -757,7 +752,16 @@ pub async fn execute(
             .await;
         }
         TakeoverStep::Promote { ordinal, id } => {
-            changes
+            // Asked of the leader itself: a follower forwards a promotion to
+            // the leader without the user, which etcd with authentication on
+            // refuses until the forward times out (etcd-io/etcd#20757, in
+            // 3.5 and 3.6 releases before the fix). dkv's own admin tries
+            // each of its members in turn when one times out.
+            let leader = match &adopting.old_leader {
+                Some((admin, _)) => admin,
+                None => connected.admin.as_ref().unwrap_or(changes),
+            };
+            leader
                 .promote(MemberId(*id))
                 .await
                 .map_err(etcd_error("promote", member_name(*ordinal)))?;
@@ -775,7 +779,11 @@ pub async fn execute(
                 .remove(MemberId(*id))
                 .await
                 .map_err(etcd_error("remove member", member_name(*ordinal)))?;
-            let (type_, reason, note) = own_member_removed(adopting, &member_name(*ordinal));
+            let limit = cluster
+                .join
+                .as_ref()
+                .map_or(DEFAULT_CATCH_UP_LIMIT, |j| j.catch_up_limit);
+            let (type_, reason, note) = own_member_removed(adopting, &member_name(*ordinal), limit);
             announce(cluster, type_, reason, note, ctx).await;
         }
         TakeoverStep::MoveLeader { to } => {
@@ -829,7 +837,11 @@ pub async fn execute(
 /// The Event for one of dkv's members removed from the running cluster:
 /// leaving it as found while backing out, or a learner that did not catch
 /// up in time.
-fn own_member_removed(adopting: &Adopting, member: &str) -> (EventType, &'static str, String) {
+fn own_member_removed(
+    adopting: &Adopting,
+    member: &str,
+    catch_up_limit: Duration,
+) -> (EventType, &'static str, String) {
     if adopting.phase() == AdoptionPhase::BackingOut {
         (
             EventType::Normal,
@@ -843,8 +855,8 @@ fn own_member_removed(adopting: &Adopting, member: &str) -> (EventType, &'static
             EventType::Warning,
             "LearnerRemoved",
             format!(
-                "{member} did not catch up within {} s and was removed again; it is added anew",
-                CATCH_UP_LIMIT.as_secs()
+                "{member} did not catch up within {} s (spec.bootstrap.join.catchUpTimeout) and was removed again; it is added anew",
+                catch_up_limit.as_secs()
             ),
         )
     }

@@ -63,13 +63,13 @@ pub(super) fn continuous_settings(
 }
 
 /// Seconds in each unit a duration of the continuous backup spec may use.
-const SECOND: (&str, u64) = ("s", 1);
-const MINUTE: (&str, u64) = ("m", 60);
-const HOUR: (&str, u64) = ("h", 3600);
+pub(super) const SECOND: (&str, u64) = ("s", 1);
+pub(super) const MINUTE: (&str, u64) = ("m", 60);
+pub(super) const HOUR: (&str, u64) = ("h", 3600);
 const DAY: (&str, u64) = ("d", 86_400);
 
 /// A whole number and one of `units`: `10s`, `2m`, `24h`.
-fn parse_whole_duration(text: &str, units: &[(&str, u64)]) -> Option<Duration> {
+pub(super) fn parse_whole_duration(text: &str, units: &[(&str, u64)]) -> Option<Duration> {
     let (digits, unit) = text.split_at(text.len().checked_sub(1)?);
     if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
         return None;

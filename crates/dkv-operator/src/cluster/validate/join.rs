@@ -3,6 +3,9 @@
 
 use dkv_api::distributedkv::v1beta1::{JoinSource, OldMembers, TlsMode, TlsSpec};
 
+use std::time::Duration;
+
+use super::backup::{HOUR, MINUTE, SECOND, parse_whole_duration};
 use crate::cluster::validate::Problems;
 
 /// `spec.bootstrap.join`, checked.
@@ -16,7 +19,15 @@ pub struct ValidatedJoin {
     pub credentials_secret: Option<String>,
     /// `oldMembers: Leave`.
     pub old_members_leave: bool,
+    /// `catchUpTimeout`: how long a learner of dkv's may take to catch up
+    /// before it is removed again.
+    pub catch_up_limit: Duration,
 }
+
+/// `spec.bootstrap.join.catchUpTimeout` when unset.
+pub const DEFAULT_CATCH_UP_LIMIT: Duration = Duration::from_secs(600);
+/// Bounds of `spec.bootstrap.join.catchUpTimeout`.
+const CATCH_UP_RANGE: (Duration, Duration) = (Duration::from_secs(10), Duration::from_secs(86_400));
 
 /// Checks `join` against the cluster's `tls` and `auth` (`spec.auth.enabled`).
 pub(super) fn check_join(
@@ -81,11 +92,25 @@ pub(super) fn check_join(
             "spec.bootstrap.join.credentialsSecretRef says the running cluster has authentication on, and its data keeps it on: set spec.auth.enabled: true",
         );
     }
+    let catch_up_limit = match join.catch_up_timeout.as_deref().map(str::trim) {
+        None => DEFAULT_CATCH_UP_LIMIT,
+        Some(text) => match parse_whole_duration(text, &[SECOND, MINUTE, HOUR]) {
+            Some(limit) if limit >= CATCH_UP_RANGE.0 && limit <= CATCH_UP_RANGE.1 => limit,
+            _ => {
+                problems.add(
+                    "spec.bootstrap.join.catchUpTimeout",
+                    format!("{text:?} is not a duration from 10s to 24h; write seconds, minutes or hours, e.g. 30m"),
+                );
+                DEFAULT_CATCH_UP_LIMIT
+            }
+        },
+    };
     Some(ValidatedJoin {
         endpoints,
         client_secret,
         credentials_secret,
         old_members_leave: join.old_members == OldMembers::Leave,
+        catch_up_limit,
     })
 }
 
@@ -120,6 +145,7 @@ mod tests {
             }),
             credentials_secret_ref: None,
             old_members: OldMembers::Keep,
+            catch_up_timeout: None,
         }
     }
 
@@ -162,6 +188,37 @@ mod tests {
             checked.and_then(|j| j.credentials_secret).as_deref(),
             Some("old-root")
         );
+    }
+
+    #[test]
+    fn the_catch_up_timeout_is_a_duration_from_ten_seconds_to_a_day() {
+        let limit_of = |timeout: Option<&str>| {
+            let mut source = join(&["http://10.0.0.1:2379"], None);
+            source.catch_up_timeout = timeout.map(str::to_owned);
+            let mut problems = Problems::default();
+            let checked = check_join(
+                &source,
+                (Some(&peer(TlsMode::Disabled)), false),
+                &mut problems,
+            );
+            (
+                checked.map(|j| j.catch_up_limit.as_secs()),
+                problems.into_messages(),
+            )
+        };
+        assert_eq!(limit_of(None), (Some(600), vec![]));
+        assert_eq!(limit_of(Some("30m")), (Some(1800), vec![]));
+        assert_eq!(limit_of(Some(" 10s ")), (Some(10), vec![]));
+        assert_eq!(limit_of(Some("24h")), (Some(86_400), vec![]));
+        for wrong in ["5s", "25h", "10", "1.5h", "-1m", "soon"] {
+            let (_, problems) = limit_of(Some(wrong));
+            assert_eq!(problems.len(), 1, "{wrong}: {problems:?}");
+            assert!(
+                problems[0].starts_with("spec.bootstrap.join.catchUpTimeout")
+                    && problems[0].contains("e.g. 30m"),
+                "{wrong}: {problems:?}"
+            );
+        }
     }
 
     #[test]
