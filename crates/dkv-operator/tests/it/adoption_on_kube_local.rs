@@ -418,6 +418,12 @@ async fn a_running_cluster_with_authentication_on_is_adopted_with_its_root_crede
     // Backed up as any cluster dkv created, and restored from that backup
     // with the adopted cluster's root credentials.
     let store = tempfile::tempdir().unwrap();
+    // The backup runs as user 65532 and writes to the node's directory.
+    std::fs::set_permissions(
+        store.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o777),
+    )
+    .unwrap();
     let backups: Api<DistributedKVBackup> = Api::namespaced(client.clone(), NS);
     backups
         .create(
