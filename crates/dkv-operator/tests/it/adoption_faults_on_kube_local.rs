@@ -14,7 +14,9 @@
 //!   down (etcd refuses it), and the take-over finishes once the member is
 //!   back;
 //! - the DistributedKV deleted once taken over: dkv's members leave first,
-//!   and the running cluster is left with the members and the data it had.
+//!   and the running cluster is left with the members and the data it had;
+//! - a learner that cannot catch up (its pod cannot be scheduled) is removed
+//!   again after `catchUpTimeout`, and added anew until one can.
 //!
 //! A [`Timeline`] looks at the adoption's status and etcd's member list
 //! (through the old members) every 200 ms, so each test can check what
@@ -297,7 +299,7 @@ impl MemberLister {
 /// DistributedKV joining it once [`Adoption::create`] is called.
 struct Adoption {
     /// Held for the test's duration: dropping it stops kube-local.
-    _env: kube_local::Environment,
+    env: kube_local::Environment,
     client: Client,
     ns: &'static str,
     /// `None` while a test has it stopped.
@@ -331,7 +333,7 @@ impl Adoption {
         let dkvs: Api<DistributedKV> = Api::namespaced(client.clone(), ns);
         let timeline = Timeline::start(dkvs.clone(), old.client_endpoints(), ns);
         Self {
-            _env: env,
+            env,
             client,
             ns,
             operator: Some(operator),
@@ -347,9 +349,17 @@ impl Adoption {
 
     /// Creates the DistributedKV that joins the old members.
     async fn create(&mut self) {
+        self.create_with(json!({})).await;
+    }
+
+    /// Creates the DistributedKV that joins the old members, with `join`'s
+    /// fields beside the endpoints.
+    async fn create_with(&mut self, join: serde_json::Value) {
+        let mut join = join;
+        join["endpoints"] = json!(self.old.client_endpoints());
         let spec = json!({
             "tls": {"peer": {"mode": "Disabled"}, "client": {"mode": "Disabled"}},
-            "bootstrap": {"join": {"endpoints": self.old.client_endpoints()}},
+            "bootstrap": {"join": join},
         });
         self.dkvs
             .create(
@@ -840,5 +850,92 @@ async fn deleting_before_adoption_backs_out_and_leaves_the_cluster_as_found() {
         async || member_pods(&a.client, a.ns).await.is_empty().then_some(()),
     )
     .await;
+    a.finish().await;
+}
+
+/// A learner whose pod cannot run (every node cordoned) does not catch up:
+/// after `catchUpTimeout` it is removed again, which leaves the running
+/// cluster with the members it had, and a Warning Event says so; dkv adds
+/// one anew, and once a pod can run the take-over completes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_learner_that_cannot_catch_up_in_time_is_removed_again_and_added_anew() {
+    let mut a = Adoption::prepare("adoption-catch-up").await;
+    let nodes = support::kubectl(&a.env, &["get", "nodes", "-o", "name"]);
+    let nodes: Vec<&str> = nodes
+        .lines()
+        .map(str::trim)
+        .filter(|n| !n.is_empty())
+        .collect();
+    assert!(!nodes.is_empty(), "kube-local lists its nodes");
+    for node in &nodes {
+        support::kubectl(&a.env, &["cordon", node]);
+    }
+    a.create_with(json!({"catchUpTimeout": "15s"})).await;
+
+    let added = a
+        .poll_members("adopted-0 a learner", |members| {
+            members.iter().any(|m| m.is_own(0) && m.learner)
+        })
+        .await;
+    let first = added
+        .iter()
+        .find(|m| m.is_own(0))
+        .cloned()
+        .unwrap_or_else(|| panic!("adopted-0 is listed: {added:?}"));
+    let added_at = a.since_created();
+    let after = a
+        .poll_members("adopted-0 removed again", |members| {
+            members.iter().all(|m| m.id != first.id)
+        })
+        .await;
+    let removed_at = a.since_created();
+    eprintln!(
+        "[{}] adopted-0 ({}) added {added_at:?} after creation, removed again {removed_at:?}",
+        a.ns,
+        first.label()
+    );
+    // The operator counts from the start of the pass that added it; the
+    // test sees the learner a moment later (a member list under load).
+    assert!(
+        removed_at.saturating_sub(added_at) >= Duration::from_secs(10),
+        "removed only after catchUpTimeout (15s)"
+    );
+    let voters: Vec<(String, u64)> = sorted_ids(
+        &after
+            .iter()
+            .filter(|m| !m.learner)
+            .cloned()
+            .collect::<Vec<_>>(),
+    );
+    assert_eq!(
+        voters, a.old_ids,
+        "the running cluster has the voters it had"
+    );
+    let warnings = support::eventually(
+        "a LearnerRemoved Warning",
+        Duration::from_secs(60),
+        Duration::from_millis(500),
+        async || {
+            let notes = events(&a.client, a.ns, "Warning", "LearnerRemoved").await;
+            (!notes.is_empty()).then_some(notes)
+        },
+    )
+    .await;
+    assert!(
+        warnings[0].contains("catchUpTimeout"),
+        "the Event names the setting: {warnings:?}"
+    );
+
+    for node in &nodes {
+        support::kubectl(&a.env, &["uncordon", node]);
+    }
+    a.wait_taken_over().await;
+    let members = a.members_now().await;
+    assert!(
+        members
+            .iter()
+            .any(|m| m.is_own(0) && !m.learner && m.id != first.id),
+        "adopted-0 is a member added anew, promoted: {members:?}"
+    );
     a.finish().await;
 }
