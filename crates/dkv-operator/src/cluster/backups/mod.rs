@@ -2,8 +2,9 @@
 //! say ([`catalogue`]), the encryption keys its pods read ([`keys`]),
 //! continuous backup ([`continuous`]), restoring a new cluster from a
 //! backup or a continuous backup's history ([`restore`]) and the scratch
-//! clusters that verify a backup ([`verification`]), and the continuous
-//! backup agents the operator runs ([`agents`]).
+//! clusters that verify a backup ([`verification`]), the continuous
+//! backup agents the operator runs ([`agents`]), and what a standby that
+//! follows another cluster's continuous backup applies next ([`standby`]).
 //!
 //! The feature reaches the operator through [`BackupsReach`] (the API, the
 //! caches, the Event recorder and the agents), not the cluster
@@ -14,6 +15,7 @@ pub mod agents;
 pub mod catalogue;
 pub(crate) mod continuous;
 pub mod restore;
+pub mod standby;
 pub(crate) mod verification;
 
 use dkv_api::DistributedKV;

@@ -1,0 +1,187 @@
+//! Following a source cluster through its continuous backup (a standby,
+//! issue #55; the engine's planning half, not yet reachable from the API):
+//! given the source's chains as listed and the newest source revision a
+//! follower has applied, which stored segments it applies next, in order.
+//!
+//! A follower applies every source revision once, in order. The source
+//! starts a new chain from a fresh snapshot now and then; a follower that
+//! has applied up to revision `a` goes on in any chain whose base is at or
+//! before `a` and which has a segment reaching past `a`: the segments of
+//! one source are cut from one stream of changes, so where chains overlap
+//! they hold the same events, and the events at or before `a` are skipped
+//! when applied. Past the newest point there is nothing to do yet; a
+//! revision no chain holds (the source's retention deleted it, or its
+//! recording broke) means the follower cannot go on and must be seeded
+//! again from a newer base.
+
+use dkv_backup::continuous::chain::{Chain, StoredSegment};
+
+/// What a follower does next.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Follow {
+    /// Apply these segments, in order, each event after the revision
+    /// reached so far (at first the applied one).
+    Apply(Vec<StoredSegment>),
+    /// It has applied everything the source stored.
+    UpToDate,
+    /// No chain holds the revisions after `applied`; the oldest revision
+    /// stored after them is `resumes_after`'s successor (a newer chain's
+    /// base).
+    Gap { applied: i64, resumes_after: i64 },
+}
+
+/// The segments that carry a follower on from `applied`, the newest
+/// source revision it has applied, through `chains` (as
+/// [`dkv_backup::continuous::chain::chains`] lists them), as far as they
+/// reach without a break.
+pub fn next_segments(chains: &[Chain], applied: i64) -> Follow {
+    let mut reached = applied;
+    let mut next = Vec::new();
+    loop {
+        // Of the segments that continue from `reached`, the one of the
+        // newest chain (the one the source records into): it reaches
+        // farthest or as far.
+        let continuing = chains
+            .iter()
+            .filter(|c| c.base.revision <= reached)
+            .flat_map(|c| {
+                c.segments.iter().filter(|s| {
+                    s.header.after_revision <= reached && reached < s.header.last_revision
+                })
+            })
+            .max_by_key(|s| (s.header.last_revision, s.header.after_revision));
+        match continuing {
+            Some(segment) => {
+                reached = segment.header.last_revision;
+                next.push(segment.clone());
+            }
+            None => break,
+        }
+    }
+    if !next.is_empty() {
+        return Follow::Apply(next);
+    }
+    let newest = chains.iter().map(Chain::last_revision).max();
+    match newest {
+        Some(newest) if newest > applied => Follow::Gap {
+            applied,
+            resumes_after: chains
+                .iter()
+                .filter(|c| c.base.revision > applied)
+                .map(|c| c.base.revision)
+                .min()
+                .unwrap_or(newest),
+        },
+        _ => Follow::UpToDate,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dkv_backup::continuous::chain::Base;
+    use dkv_backup::continuous::segment::SegmentHeader;
+    use jiff::Timestamp;
+
+    /// A chain whose base is at `base` and whose segments end at `ends`.
+    fn chain(name: &str, base: i64, ends: &[i64]) -> Chain {
+        let mut after = base;
+        let segments = ends
+            .iter()
+            .enumerate()
+            .map(|(i, &last)| {
+                let header = SegmentHeader {
+                    format: "test".to_owned(),
+                    chain: name.to_owned(),
+                    sequence: i as u64 + 1,
+                    after_revision: after,
+                    last_revision: last,
+                    previous_sha256: String::new(),
+                    first_time: Timestamp::UNIX_EPOCH,
+                    last_time: Timestamp::UNIX_EPOCH,
+                    events: 1,
+                };
+                after = last;
+                StoredSegment {
+                    header,
+                    uri: format!("{name}/{}", i + 1),
+                    sha256: String::new(),
+                }
+            })
+            .collect();
+        Chain {
+            base: Base {
+                chain: name.to_owned(),
+                revision: base,
+                taken_at: Timestamp::UNIX_EPOCH,
+                uri: format!("{name}/base"),
+            },
+            segments,
+            broken: None,
+        }
+    }
+
+    fn uris(follow: &Follow) -> Vec<&str> {
+        match follow {
+            Follow::Apply(segments) => segments.iter().map(|s| s.uri.as_str()).collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_follower_applies_the_segments_after_what_it_has_in_order() {
+        let chains = [chain("a", 10, &[20, 30, 40])];
+        assert_eq!(uris(&next_segments(&chains, 10)), ["a/1", "a/2", "a/3"]);
+        // Part of a segment applied (a replay cut short): that segment
+        // again, its older events skipped.
+        assert_eq!(uris(&next_segments(&chains, 25)), ["a/2", "a/3"]);
+        assert_eq!(next_segments(&chains, 40), Follow::UpToDate);
+    }
+
+    #[test]
+    fn a_follower_goes_on_in_the_next_chain_across_a_rotation() {
+        // Chain b starts from a snapshot at 35, while a still recorded up
+        // to 40. A follower at 20 needs a's segments up to 40 (b's hold
+        // only what came after 35), then b's; one at 38 goes on in b (its
+        // segment 1 holds 36-50, the events up to 38 skipped).
+        let chains = [chain("a", 10, &[20, 30, 40]), chain("b", 35, &[50, 60])];
+        assert_eq!(
+            uris(&next_segments(&chains, 20)),
+            ["a/2", "a/3", "b/1", "b/2"]
+        );
+        assert_eq!(uris(&next_segments(&chains, 38)), ["b/1", "b/2"]);
+        assert_eq!(uris(&next_segments(&chains, 50)), ["b/2"]);
+        assert_eq!(next_segments(&chains, 60), Follow::UpToDate);
+    }
+
+    #[test]
+    fn revisions_no_chain_holds_stop_the_follower() {
+        // Chain a was deleted by retention up to 40; chain b's base is at
+        // 45: a follower at 30 cannot go on.
+        let chains = [chain("b", 45, &[50])];
+        assert_eq!(
+            next_segments(&chains, 30),
+            Follow::Gap {
+                applied: 30,
+                resumes_after: 45
+            }
+        );
+        // A break inside what the chains hold: it goes as far as they
+        // reach, then stops there.
+        let chains = [chain("a", 10, &[20]), chain("b", 30, &[40])];
+        assert_eq!(uris(&next_segments(&chains, 10)), ["a/1"]);
+        assert_eq!(
+            next_segments(&chains, 20),
+            Follow::Gap {
+                applied: 20,
+                resumes_after: 30
+            }
+        );
+    }
+
+    #[test]
+    fn a_new_chain_with_no_segments_yet_asks_nothing() {
+        let chains = [chain("a", 10, &[20]), chain("b", 20, &[])];
+        assert_eq!(next_segments(&chains, 20), Follow::UpToDate);
+    }
+}
