@@ -1,7 +1,8 @@
 //! Following a source cluster through its continuous backup (a standby,
-//! issue #55; the engine's planning half, not yet reachable from the API):
-//! given the source's chains as listed and the newest source revision a
-//! follower has applied, which stored segments it applies next, in order.
+//! issue #55; the engine, not yet reachable from the API): given the
+//! source's chains as listed and the newest source revision a follower has
+//! applied, which stored segments it applies next, in order
+//! ([`next_segments`]), and applying them ([`apply`]).
 //!
 //! A follower applies every source revision once, in order. The source
 //! starts a new chain from a fresh snapshot now and then; a follower that
@@ -14,7 +15,11 @@
 //! recording broke) means the follower cannot go on and must be seeded
 //! again from a newer base.
 
+use dkv_backup::continuous::archive::read_events;
 use dkv_backup::continuous::chain::{Chain, StoredSegment};
+use dkv_backup::continuous::recorder::change_of;
+use dkv_backup::{Keyring, Store};
+use dkv_etcd::EtcdData;
 
 /// What a follower does next.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -74,6 +79,47 @@ pub fn next_segments(chains: &[Chain], applied: i64) -> Follow {
         },
         _ => Follow::UpToDate,
     }
+}
+
+/// Applies `segments` (as [`next_segments`] returned them) to `etcd`,
+/// each source revision after `applied` once and in order; returns the
+/// newest source revision applied. A follower keeps the source's keys
+/// without their leases: the source's lease ends show as deletes, which it
+/// applies like any other (a standby's own lease would expire keys whose
+/// source lease is still kept alive).
+///
+/// Cut short (an error), it has applied a prefix: applying again from the
+/// `applied` it started from leaves the same keys and values.
+pub async fn apply(
+    etcd: &dyn EtcdData,
+    store: &Store,
+    segments: &[StoredSegment],
+    keys: &Keyring,
+    applied: i64,
+) -> dkv_backup::Result<i64> {
+    let mut reached = applied;
+    for segment in segments {
+        let changes: Vec<dkv_etcd::Change> = read_events(store, segment, keys)
+            .await?
+            .into_iter()
+            .filter(|event| event.revision > reached)
+            .map(|event| dkv_etcd::Change {
+                lease: 0,
+                ..change_of(event)
+            })
+            .collect();
+        if !changes.is_empty() {
+            // No lease is named, so none is granted: the TTL is unused.
+            etcd.apply_changes(&changes, 0)
+                .await
+                .map_err(|cause| dkv_backup::Error::Etcd {
+                    operation: "applying the source's changes to a standby",
+                    cause,
+                })?;
+        }
+        reached = reached.max(segment.header.last_revision);
+    }
+    Ok(reached)
 }
 
 #[cfg(test)]
@@ -177,6 +223,70 @@ mod tests {
                 resumes_after: 30
             }
         );
+    }
+
+    /// Against the in-memory etcd, through a store in a directory: the
+    /// source's changes recorded in two rounds reach a follower in two
+    /// rounds, which then holds the source's keys and values each time.
+    #[tokio::test]
+    async fn a_follower_holds_the_sources_keys_after_each_round() {
+        use dkv_backup::continuous::archive::{chain_location, continuous_location, read_chain};
+        use dkv_backup::continuous::chain::chains;
+        use dkv_backup::continuous::cutter::{CutSettings, Cutter};
+        use dkv_backup::continuous::recorder::{Until, record};
+        use dkv_backup::{Location, StoreConfig};
+        use dkv_etcd::FakeEtcd;
+
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let destination = Location::parse(&format!("file://{}/", dir.path().display()))
+            .expect("a file destination");
+        let store = Store::open(&destination, &StoreConfig::default()).expect("a file store");
+        let chain_dir = chain_location(&continuous_location(&destination, "shop", "orders"), "c1");
+        let keys = Keyring::default();
+        let base = Base {
+            chain: "c1".to_owned(),
+            revision: 1,
+            taken_at: Timestamp::UNIX_EPOCH,
+            uri: "c1/base".to_owned(),
+        };
+        let source = FakeEtcd::default();
+        let follower = FakeEtcd::default();
+        let settings = CutSettings {
+            interval: std::time::Duration::from_millis(20),
+            ..CutSettings::default()
+        };
+        let mut cutter = Cutter::start("c1", 1, settings, Timestamp::now());
+        let mut applied = 1;
+        for round in 0..2u8 {
+            source.put(b"a", &[round]);
+            source.put(b"b", b"kept");
+            source.delete(b"a");
+            let through = source.put(b"c", &[round, round]);
+            record(
+                &source,
+                &store,
+                &chain_dir,
+                &mut cutter,
+                std::future::pending(),
+                Until::Stored(through),
+                |_| {},
+            )
+            .await
+            .expect("recording the source");
+            let listed = read_chain(&store, &chain_dir, &keys)
+                .await
+                .expect("listing the chain");
+            let chains = chains(std::slice::from_ref(&base), &listed);
+            let Follow::Apply(segments) = next_segments(&chains, applied) else {
+                panic!("round {round}: segments to apply after {applied}");
+            };
+            applied = apply(&follower, &store, &segments, &keys, applied)
+                .await
+                .expect("applying");
+            assert_eq!(applied, through, "round {round}");
+            assert_eq!(follower.key_values(), source.key_values(), "round {round}");
+            assert_eq!(next_segments(&chains, applied), Follow::UpToDate);
+        }
     }
 
     #[test]
