@@ -63,10 +63,24 @@ pub fn stalled(
             && member(pod).is_some_and(|m| m.healthy && !m.learner)
             && wrong_version(pod).is_none()
     };
+    // While no member follows a live leader (an election under way, as
+    // right after the leader's pod restarted) every member reads as
+    // unhealthy, restarted or not: that says nothing of the new template.
+    // A pass that comes then (the operator resumed after a pause, say)
+    // must not roll back a rollout whose members serve; a cluster that
+    // stays leaderless for another deadline is rolled back.
+    let electing = members.is_some_and(|ms| !ms.is_empty() && ms.iter().all(|m| !m.healthy));
+    let only_electing = |pod: &MemberPod, waited: jiff::SignedDuration| {
+        electing
+            && pod.view.ready
+            && member(pod).is_some_and(|m| m.reachable && !m.learner)
+            && wrong_version(pod).is_none()
+            && waited <= cluster.rollout.deadline * 2
+    };
     pods.iter()
         .filter(|p| p.view.revision.as_deref() == Some(update_revision) && !serving(p))
         .filter_map(|p| Some((p, now.duration_since(p.created?))))
-        .filter(|(_, waited)| *waited > cluster.rollout.deadline)
+        .filter(|(p, waited)| *waited > cluster.rollout.deadline && !only_electing(p, *waited))
         .max_by_key(|(_, waited)| *waited)
         .map(|(pod, waited)| Stalled {
             pod: naming::member(&cluster.name, pod.view.ordinal),
@@ -202,6 +216,31 @@ mod tests {
             stalled(&cluster, None, &pods(), Some(&members()), at(300)),
             None
         );
+    }
+
+    #[test]
+    fn an_election_under_way_stalls_no_rollout() {
+        let cluster = cluster("Rollback");
+        let mut serving = pods();
+        serving[2].view.ready = true;
+        serving[2].problem = None;
+        // Every member answers and none follows a live leader: an election
+        // (the leader's pod just restarted), past orders-2's deadline.
+        let mut electing: Vec<_> = (0..3).map(fixtures::member).collect();
+        for member in &mut electing {
+            member.healthy = false;
+        }
+        assert_eq!(
+            stalled(&cluster, Some("rev-2"), &serving, Some(&electing), at(45)),
+            None
+        );
+        // Leaderless for another deadline: no election, a stalled rollout.
+        assert!(stalled(&cluster, Some("rev-2"), &serving, Some(&electing), at(61)).is_some());
+        // One that does not even answer is no election's doing.
+        electing[2].reachable = false;
+        assert!(stalled(&cluster, Some("rev-2"), &serving, Some(&electing), at(45)).is_some());
+        // The others follow a leader and orders-2 does not: stalled.
+        assert!(stalled(&cluster, Some("rev-2"), &serving, Some(&members()), at(45)).is_some());
     }
 
     #[test]
