@@ -92,7 +92,7 @@ pub struct AdoptionStatus {
     #[serde(default)]
     pub old_members_left: i32,
     /// When dkv's member that is a learner now was added (it is removed
-    /// again if it has not caught up within the catch-up limit).
+    /// again if it has not caught up within `spec.bootstrap.join.catchUpTimeout`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub learner_since: Option<Time>,
 }
