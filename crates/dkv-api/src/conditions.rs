@@ -44,6 +44,9 @@ pub mod reasons {
     /// Enough members are healthy, but the client Service routes to fewer
     /// than quorum of them yet: a client would not reach the cluster.
     pub const ENDPOINTS_NOT_READY: &str = "EndpointsNotReady";
+    /// As `QuorumHealthy`, for a standby (`spec.standby`): it serves reads
+    /// and refuses writes until promoted.
+    pub const STANDBY: &str = "Standby";
     // Progressing
     pub const CONVERGED: &str = "Converged";
     pub const CREATING_CLUSTER: &str = "CreatingCluster";
@@ -101,6 +104,9 @@ pub mod reasons {
     /// Continuous backup has stored nothing for a while (its agent keeps
     /// failing): the recovery point falls behind.
     pub const CONTINUOUS_BACKUP_FAILING: &str = "ContinuousBackupFailing";
+    /// A standby does not follow its source: reading or applying fails,
+    /// or the source's store no longer holds its next change.
+    pub const STANDBY_NOT_FOLLOWING: &str = "StandbyNotFollowing";
     pub const BACKUP_FAILED: &str = "BackupFailed";
     /// `spec.bootstrap.restore` cannot be carried out: the source is missing
     /// or incomplete, or a member's restore step failed (a checksum mismatch,

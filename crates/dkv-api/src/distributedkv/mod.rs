@@ -87,6 +87,20 @@ macro_rules! distributedkv_spec {
                 priority = "1"
             ),
             printcolumn(
+                name = "Standby",
+                type_ = "string",
+                json_path = ".status.standby.phase",
+                description = "Where a standby stands (spec.standby)",
+                priority = "1"
+            ),
+            printcolumn(
+                name = "Standby-Lag",
+                type_ = "integer",
+                json_path = ".status.standby.lagSeconds",
+                description = "Seconds since the oldest stored change of the source the standby has not applied",
+                priority = "1"
+            ),
+            printcolumn(
                 name = "Age",
                 type_ = "date",
                 json_path = ".metadata.creationTimestamp"
@@ -112,7 +126,18 @@ macro_rules! distributedkv_spec {
             validation = Rule::new("!(has(oldSelf.hibernation) && oldSelf.hibernation && has(self.hibernation) && self.hibernation) || (has(self.backup) == has(oldSelf.backup) && (!has(self.backup) || self.backup == oldSelf.backup))")
                 .message("spec.backup cannot change while the cluster is hibernated; wake it first (spec.hibernation: false), then change the backup"),
             validation = Rule::new("!(has(oldSelf.hibernation) && oldSelf.hibernation && has(self.hibernation) && self.hibernation) || !has(self.storage) || !has(oldSelf.storage) || self.storage == oldSelf.storage")
-                .message("spec.storage cannot change while the cluster is hibernated; wake it first (spec.hibernation: false), then change the storage")
+                .message("spec.storage cannot change while the cluster is hibernated; wake it first (spec.hibernation: false), then change the storage"),
+            // A standby: its data comes from its source, writes are
+            // refused through etcd's roles, and it is one from creation
+            // until promoted, never again after.
+            validation = Rule::new("!(has(self.standby) && has(self.bootstrap))")
+                .message("a standby takes its data from its source (spec.standby.source): remove spec.bootstrap"),
+            validation = Rule::new("!(has(self.standby) && self.standby.enabled) || (has(self.auth) && self.auth.enabled)")
+                .message("a standby refuses writes through etcd's roles, which need authentication: set spec.auth.enabled: true"),
+            validation = Rule::new("has(self.standby) == has(oldSelf.standby)")
+                .message("spec.standby is set at creation only and stays after promotion; to promote, set spec.standby.enabled: false (kubectl dkv promote)"),
+            validation = Rule::new("!has(self.standby) || !has(oldSelf.standby) || (self.standby.source == oldSelf.standby.source && (oldSelf.standby.enabled || !self.standby.enabled))")
+                .message("spec.standby.source cannot change, and a promoted standby does not follow again; to follow another source, create a new standby")
         )]
         #[serde(rename_all = "camelCase")]
         pub struct DistributedKVSpec {
@@ -200,12 +225,19 @@ macro_rules! distributedkv_spec {
             /// or roll back.
             #[serde(default, skip_serializing_if = "Option::is_none")]
             pub rollout: Option<RolloutSpec>,
+
+            /// Follow another cluster through its continuous backup, as a
+            /// standby for disaster recovery (see [`StandbySpec`]).
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub standby: Option<StandbySpec>,
         }
     };
 }
 
 pub mod convert;
+mod encryption;
 pub mod join;
 mod secret_reference;
+pub mod standby;
 pub mod v1alpha1;
 pub mod v1beta1;

@@ -19,9 +19,11 @@ use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+pub use super::encryption::{BackupEncryption, KeySecretReference};
 pub use super::secret_reference::SecretReference;
 
 pub use super::join::{AdoptionPhase, AdoptionStatus, JoinSource, OldMemberStatus, OldMembers};
+pub use super::standby::{StandbyPhase, StandbySource, StandbySpec, StandbyStatus};
 
 distributedkv_spec!("v1alpha1", BackupSpec);
 
@@ -342,34 +344,6 @@ pub enum TlsMode {
     Disabled,
 }
 
-/// Client-side encryption of backups: AES-256-GCM, with the key in a Secret.
-#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
-#[serde(rename_all = "camelCase")]
-pub struct BackupEncryption {
-    /// The Secret (same namespace) holding the key: 32 random bytes, raw,
-    /// as 64 hexadecimal digits (`openssl rand -hex 32`) or in base64
-    /// (`openssl rand -base64 32`). Every artifact records the key's id (a
-    /// fingerprint, not the key), and a restore needs the same key: keep a
-    /// copy of it outside the cluster.
-    pub key_secret: KeySecretReference,
-}
-
-/// An entry of a Secret in the cluster's namespace.
-#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
-#[serde(rename_all = "camelCase")]
-pub struct KeySecretReference {
-    /// Name of the Secret.
-    #[schemars(length(min = 1, max = 253))]
-    pub name: String,
-    /// The entry holding the key. For backups the default is `key`; for a
-    /// restore, without it every entry of the Secret is a candidate and
-    /// the one whose id an artifact records decrypts it (a Secret can keep
-    /// the old keys after a rotation).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1, max = 253))]
-    pub key: Option<String>,
-}
-
 /// A cert-manager `Issuer` (same namespace) or `ClusterIssuer`.
 #[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
 #[serde(rename_all = "camelCase")]
@@ -655,6 +629,9 @@ pub struct DistributedKVStatus {
     /// (`spec.bootstrap.join`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub adoption: Option<AdoptionStatus>,
+    /// Where a standby stands (`spec.standby`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub standby: Option<StandbyStatus>,
     /// The spec that last ran on every member, and the rollback of a
     /// failed rollout (`spec.rollout`), if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -29,6 +29,7 @@ pub use super::v1alpha1::{
 pub use super::v1alpha1::{
     Etcd35Log, RolledBack, RolloutFailurePolicy, RolloutSpec, RolloutStatus, RunningSpec,
 };
+pub use super::v1alpha1::{StandbyPhase, StandbySource, StandbySpec, StandbyStatus};
 
 distributedkv_spec!("v1beta1", BackupSpec);
 

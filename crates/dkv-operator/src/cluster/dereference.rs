@@ -80,6 +80,8 @@ pub struct Recorded {
     /// Where the adoption of a running cluster stands
     /// (`spec.bootstrap.join`).
     pub adoption: Option<dkv_api::distributedkv::v1beta1::AdoptionStatus>,
+    /// Status records a standby's promotion: nothing follows after it.
+    pub standby_promoted: bool,
 }
 
 impl Recorded {
@@ -92,6 +94,7 @@ impl Recorded {
             operation: status.and_then(|s| s.operation.clone()),
             members: status.map(|s| s.members.clone()).unwrap_or_default(),
             adoption: status.and_then(|s| s.adoption.clone()),
+            standby_promoted: crate::cluster::backups::standby::promoted(dkv),
             last_backup: status.and_then(|s| s.last_backup.clone()),
             last_defrag: status
                 .and_then(|s| s.last_defrag_time.as_ref())
@@ -239,7 +242,7 @@ pub fn largest_reached<'a>(
 }
 
 /// Whether the cluster's status records that it has formed: its Available
-/// condition was once QuorumHealthy, and stays QuorumHealthy, QuorumLost or
+/// condition was once QuorumHealthy (or Standby), and stays so, QuorumLost or
 /// EndpointsNotReady — or one of hibernation's, which only a formed cluster
 /// reaches.
 pub fn formed_before(dkv: &DistributedKV) -> bool {
@@ -247,6 +250,7 @@ pub fn formed_before(dkv: &DistributedKV) -> bool {
         c.type_ == types::AVAILABLE
             && [
                 reasons::QUORUM_HEALTHY,
+                reasons::STANDBY,
                 reasons::QUORUM_LOST,
                 reasons::ENDPOINTS_NOT_READY,
                 reasons::HIBERNATING,

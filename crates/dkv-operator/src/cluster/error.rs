@@ -87,6 +87,11 @@ pub enum Error {
         waiting: bool,
     },
 
+    /// A standby's roles could not be read or changed (`transient`), or
+    /// what it keeps of them cannot be read back.
+    #[error("standby: {message}")]
+    StandbyRoles { message: String, transient: bool },
+
     /// The cluster's PodDisruptionBudget allows no disruption now (a member
     /// is away: a node drain, an eviction, a member not Ready), so a member
     /// that is serving is not restarted until it does.
@@ -250,6 +255,12 @@ impl Error {
             Error::Etcd { .. } => Category::Transient,
             Error::RestoreSource { waiting: true, .. } => Category::Waiting,
             Error::RestoreSource { waiting: false, .. } => Category::Permanent,
+            Error::StandbyRoles {
+                transient: true, ..
+            } => Category::Transient,
+            Error::StandbyRoles {
+                transient: false, ..
+            } => Category::Permanent,
             // Secrets are not watched: looked at again now and then.
             Error::TlsCaMissing { .. }
             | Error::SecretInvalid { .. }
@@ -289,6 +300,7 @@ impl Error {
             | Error::Etcd { .. }
             | Error::NoSpaceRecurring { .. }
             | Error::JoinRefused { .. }
+            | Error::StandbyRoles { .. }
             | Error::Recreating { .. } => "apply",
             Error::TlsCaMissing { .. }
             | Error::SecretInvalid { .. }

@@ -111,7 +111,10 @@ pub async fn reconcile(dkv: Arc<DistributedKV>, ctx: Arc<Context>) -> Result<Act
         let backups = backups::observe(
             &dkv,
             pass.cluster(),
-            pass.maintained.continuous.as_ref(),
+            (
+                pass.maintained.continuous.as_ref(),
+                pass.maintained.standby.as_ref(),
+            ),
             &ctx.backups(),
             now,
         )

@@ -48,6 +48,9 @@ pub struct Plan {
     /// The source revision a finished replay reached, kept on the
     /// StatefulSet for good (see [`crate::cluster::backups::restore::REPLAYED_ANNOTATION`]).
     pub replayed: Option<String>,
+    /// A standby's revision offset, kept on the StatefulSet for good (see
+    /// [`crate::cluster::backups::standby::OFFSET_ANNOTATION`]).
+    pub standby_offset: Option<i64>,
     /// The serial of the current member certificate (`spec.tls`), carried
     /// by the pod template: pods started with another restart onto it.
     pub tls_serial: Option<String>,
@@ -79,6 +82,7 @@ impl Plan {
             restore: None,
             replay: None,
             replayed: None,
+            standby_offset: None,
             tls_serial,
             hibernated: false,
             member_side: crate::cluster::upgrade::member_side::MemberSide::default(),

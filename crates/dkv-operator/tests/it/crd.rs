@@ -214,10 +214,13 @@ fn distributedkv_serves_the_documented_api() {
                 "Last-Segment",
                 "Adoption",
                 "Old-Members",
+                "Standby",
+                "Standby-Lag",
                 "Age"
             ]
         );
-        // The continuous backup and adoption columns show only with `-o wide`.
+        // The continuous backup, adoption and standby columns show only
+        // with `-o wide`.
         let wide: Vec<&str> = version["additionalPrinterColumns"]
             .as_array()
             .unwrap()
@@ -231,7 +234,9 @@ fn distributedkv_serves_the_documented_api() {
                 "Recoverable-From",
                 "Last-Segment",
                 "Adoption",
-                "Old-Members"
+                "Old-Members",
+                "Standby",
+                "Standby-Lag"
             ]
         );
         let spec = &version["schema"]["openAPIV3Schema"]["properties"]["spec"];

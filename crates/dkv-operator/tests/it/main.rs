@@ -56,6 +56,7 @@ mod rollout_on_kube_local;
 mod scaling_on_kube_local;
 mod scenarios_on_kubernetes;
 mod secrets_stay_secret;
+mod standby_on_kube_local;
 mod stores_on_kube_local;
 mod take_back_on_kube_local;
 mod tls_on_kube_local;

@@ -38,7 +38,6 @@ use tokio::task::JoinHandle;
 use tracing::{Instrument, info, info_span, warn};
 
 use crate::metrics::Metrics;
-use backon::{BackoffBuilder, ExponentialBuilder};
 
 /// Deadline of the agent's etcd calls other than its watch.
 const ETCD_TIMEOUT: Duration = Duration::from_secs(10);
@@ -160,6 +159,12 @@ impl Agents {
         )
     }
 
+    /// Where other tasks of the operator tell that a cluster's status
+    /// should be written again (the standby followers).
+    pub fn notifier(&self) -> mpsc::UnboundedSender<(String, String)> {
+        self.changed.clone()
+    }
+
     /// The report of the agent of `namespace/cluster`, if one runs.
     pub fn report(&self, namespace: &str, cluster: &str) -> Option<Report> {
         self.lock()
@@ -259,7 +264,7 @@ async fn wait_for_predecessor(mut predecessor: JoinHandle<()>) {
 }
 
 fn lock_report(report: &Mutex<Report>) -> std::sync::MutexGuard<'_, Report> {
-    report.lock().unwrap_or_else(|p| p.into_inner())
+    super::supervise::lock(report)
 }
 
 /// Runs the agent until it is stopped, starting it again with backoff
@@ -267,48 +272,20 @@ fn lock_report(report: &Mutex<Report>) -> std::sync::MutexGuard<'_, Report> {
 async fn supervise(
     spec: AgentSpec,
     report: Arc<Mutex<Report>>,
-    mut stop: watch::Receiver<bool>,
+    stop: watch::Receiver<bool>,
     observer: Observer,
 ) {
-    let delays = || {
-        ExponentialBuilder::new()
-            .with_min_delay(Duration::from_secs(1))
-            .with_max_delay(MAX_RETRY_DELAY)
-            .without_max_times()
-            .build()
-    };
-    let mut backoff = delays();
-    loop {
-        if *stop.borrow() {
-            return;
-        }
-        let started = std::time::Instant::now();
-        match run_once(&spec, &report, stop.clone(), &observer).await {
-            Ok(()) => return,
-            Err(err) => {
-                // A run that went well for a while starts the backoff over.
-                if started.elapsed() > MAX_RETRY_DELAY {
-                    backoff = delays();
-                }
-                let delay = backoff.next().unwrap_or(MAX_RETRY_DELAY);
-                let message = err.to_string();
-                warn!(error = %message, retry_in = ?delay, "continuous backup agent failed");
-                {
-                    let mut report = lock_report(&report);
-                    let since = report
-                        .failing
-                        .as_ref()
-                        .map_or_else(Timestamp::now, |(_, since)| *since);
-                    report.failing = Some((message, since));
-                }
-                observer.failing();
-                tokio::select! {
-                    () = tokio::time::sleep(delay) => {}
-                    _ = stop.wait_for(|s| *s) => return,
-                }
-            }
-        }
-    }
+    super::supervise::supervise(
+        stop,
+        MAX_RETRY_DELAY,
+        |stop| run_once(&spec, &report, stop, &observer),
+        |message, delay| {
+            warn!(error = %message, retry_in = ?delay, "continuous backup agent failed");
+            super::supervise::record_failure(&mut lock_report(&report).failing, message);
+            observer.failing();
+        },
+    )
+    .await;
 }
 
 /// One run of the agent: read the window as stored, then record until

@@ -36,6 +36,8 @@ pub struct BackupSummary {
     pub continuous: Option<ContinuousBackupStatus>,
     /// Why continuous backup stores nothing, once that lasts.
     pub continuous_failing: Option<String>,
+    /// Where a standby stands (`status.standby`).
+    pub standby: Option<dkv_api::distributedkv::v1beta1::StandbyStatus>,
 }
 
 /// Orders finished runs: when each finished (its completion, else its

@@ -168,11 +168,40 @@ pub async fn replay_restore_and_record(
         pending.applied_revision_bump(cluster).unwrap_or(0),
     )
     .await?;
+    // A standby's position from now on is its revision less this offset
+    // (nothing but its follower writes to it after the replay: before
+    // clients are let in, its roles are made read-only).
+    let standby_offset = match &cluster.standby {
+        Some(_) => Some({
+            if let Some(root) = credentials.user() {
+                let mut roles = crate::cluster::backups::standby::roles::connect(
+                    endpoints,
+                    credentials.client_identity(),
+                    root,
+                )
+                .await?;
+                crate::cluster::backups::standby::roles::hold_read_only(
+                    reach.client,
+                    cluster,
+                    &mut roles,
+                )
+                .await?;
+            }
+            dkv_etcd::EtcdData::current_revision(&etcd)
+                .await
+                .map_err(|e| Error::RestoreSource {
+                    message: format!("reading the standby's revision after its replay: {e}"),
+                    waiting: true,
+                })?
+                - replayed.source_revision
+        }),
+        None => None,
+    };
     crate::cluster::backups::restore::mark_replayed(
         reach.client,
         &cluster.namespace,
         &naming::statefulset(&cluster.name),
-        replayed.source_revision,
+        (replayed.source_revision, standby_offset),
     )
     .await?;
     info!(

@@ -4,7 +4,7 @@
 //! backup or a continuous backup's history ([`restore`]) and the scratch
 //! clusters that verify a backup ([`verification`]), the continuous
 //! backup agents the operator runs ([`agents`]), and what a standby that
-//! follows another cluster's continuous backup applies next ([`standby`]).
+//! follows another cluster's continuous backup does ([`standby`]).
 //!
 //! The feature reaches the operator through [`BackupsReach`] (the API, the
 //! caches, the Event recorder and the agents), not the cluster
@@ -16,6 +16,7 @@ pub mod catalogue;
 pub(crate) mod continuous;
 pub mod restore;
 pub mod standby;
+mod supervise;
 pub(crate) mod verification;
 
 use dkv_api::DistributedKV;
@@ -23,6 +24,7 @@ use kube::{Client, ResourceExt};
 
 use self::agents::{Agents, Report};
 use self::catalogue::BackupSummary;
+use self::standby::followers::FollowReport;
 use super::validate::ValidatedCluster;
 use crate::cluster::watches::Stores;
 use crate::events::Recorder;
@@ -34,6 +36,7 @@ pub struct BackupsReach<'a> {
     pub stores: &'a Stores,
     pub recorder: &'a Recorder,
     pub agents: &'a Agents,
+    pub followers: &'a standby::followers::Followers,
 }
 
 /// What status says of the cluster's backups after a pass: what the
@@ -44,7 +47,7 @@ pub struct BackupsReach<'a> {
 pub async fn observe(
     dkv: &DistributedKV,
     cluster: Option<&ValidatedCluster>,
-    reported: Option<&Report>,
+    (reported, followed): (Option<&Report>, Option<&FollowReport>),
     reach: &BackupsReach<'_>,
     now: jiff::Timestamp,
 ) -> BackupSummary {
@@ -57,5 +60,12 @@ pub async fn observe(
     (backups.continuous, backups.continuous_failing) =
         continuous::observe(dkv, report.as_ref(), continuous::interval(cluster), now);
     continuous::report_new_gaps(dkv, backups.continuous.as_ref(), reach).await;
+    let followed = followed.cloned().or_else(|| {
+        reach
+            .followers
+            .report(&dkv.namespace().unwrap_or_default(), &dkv.name_any())
+    });
+    backups.standby = standby::status(dkv, cluster, followed.as_ref(), now);
+    standby::announce(dkv, backups.standby.as_ref(), reach).await;
     backups
 }

@@ -562,17 +562,28 @@ pub fn replayed(sts: &StatefulSet) -> Option<String> {
         .cloned()
 }
 
-/// Records on the StatefulSet that the replay reached `source_revision`.
+/// Records on the StatefulSet that the replay reached `source_revision`
+/// and, for a standby, its revision offset then (see
+/// [`crate::cluster::backups::standby::OFFSET_ANNOTATION`]), in one write.
 pub async fn mark_replayed(
     client: &Client,
     namespace: &str,
     statefulset: &str,
-    source_revision: i64,
+    (source_revision, standby_offset): (i64, Option<i64>),
 ) -> Result<()> {
     let api: Api<StatefulSet> = Api::namespaced(client.clone(), namespace);
-    let patch = serde_json::json!({
-        "metadata": {"annotations": {REPLAYED_ANNOTATION: source_revision.to_string()}}
-    });
+    let mut annotations = serde_json::Map::new();
+    annotations.insert(
+        REPLAYED_ANNOTATION.to_owned(),
+        source_revision.to_string().into(),
+    );
+    if let Some(offset) = standby_offset {
+        annotations.insert(
+            crate::cluster::backups::standby::OFFSET_ANNOTATION.to_owned(),
+            offset.to_string().into(),
+        );
+    }
+    let patch = serde_json::json!({"metadata": {"annotations": annotations}});
     api.patch(
         statefulset,
         &kube::api::PatchParams::default(),

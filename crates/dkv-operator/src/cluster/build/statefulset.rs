@@ -79,6 +79,12 @@ pub fn build(cluster: &ValidatedCluster, plan: &Plan) -> StatefulSet {
     if let Some(replayed) = &plan.replayed {
         annotations.insert(restore::REPLAYED_ANNOTATION.to_owned(), replayed.clone());
     }
+    if let Some(offset) = plan.standby_offset {
+        annotations.insert(
+            crate::cluster::backups::standby::OFFSET_ANNOTATION.to_owned(),
+            offset.to_string(),
+        );
+    }
     if let Some(generation) = cluster.generation {
         annotations.insert(
             member_side::GENERATION_ANNOTATION.to_owned(),

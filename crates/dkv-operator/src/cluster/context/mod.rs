@@ -16,6 +16,7 @@ use kube::{Client, Resource, ResourceExt};
 
 use crate::cluster::backups::BackupsReach;
 use crate::cluster::backups::agents::Agents;
+use crate::cluster::backups::standby::followers::Followers;
 use crate::cluster::context::etcd_access::{EtcdConnector, GrpcConnector};
 use crate::cluster::security::certificates::CertificateLifetime;
 use crate::cluster::validate::{Defaults, ValidatedCluster};
@@ -40,6 +41,8 @@ pub struct Context {
     pub verified_templates: VerifiedTemplates,
     /// The continuous backup agents this operator runs.
     pub agents: Agents,
+    /// The standby followers this operator runs.
+    pub followers: Followers,
     /// Turns for rollouts only an operator upgrade asks for, shared by
     /// every cluster (see [`crate::cluster::upgrade::member_side`]).
     pub member_upgrades: crate::cluster::upgrade::member_side::UpgradeBudget,
@@ -66,6 +69,7 @@ impl Context {
     ) -> Self {
         let (agents, agent_changes) = Agents::new(metrics.clone());
         Self {
+            followers: Followers::new(agents.notifier()),
             agents,
             agent_changes: Mutex::new(Some(agent_changes)),
             recorder: Recorder::new(client.clone(), reporter),
@@ -90,6 +94,7 @@ impl Context {
             stores: &self.stores,
             recorder: &self.recorder,
             agents: &self.agents,
+            followers: &self.followers,
         }
     }
 

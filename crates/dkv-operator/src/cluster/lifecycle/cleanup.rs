@@ -113,6 +113,7 @@ pub async fn cleanup(dkv: &DistributedKV, ctx: &Context) -> Result<Action> {
     // Recording stops last: the chain keeps every change up to the moment
     // the members were stopped (what it holds is stored as it stops).
     ctx.agents.stop(&namespace, &name);
+    ctx.followers.stop(&namespace, &name);
     ctx.metrics
         .forget(&kube::runtime::reflector::ObjectRef::from_obj(dkv));
     Ok(Action::await_change())

@@ -54,6 +54,7 @@ pub async fn applied(
         // Nothing records changes of stopped members; what was recorded
         // stays restorable, and the agent starts again on waking.
         ctx.agents.stop(&cluster.namespace, &cluster.name);
+        ctx.followers.stop(&cluster.namespace, &cluster.name);
     }
     Ok(Applied {
         statefulset: Arc::new(statefulset),

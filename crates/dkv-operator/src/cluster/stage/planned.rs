@@ -124,6 +124,7 @@ pub async fn planned(
     if let Some(sts) = statefulset {
         plan.replay = restore::pending_replay(sts);
         plan.replayed = restore::replayed(sts);
+        plan.standby_offset = crate::cluster::backups::standby::recorded_offset(sts);
     }
     // Hibernation overrides the plan once the members are (to be) stopped:
     // no membership step reads their absence as a loss.

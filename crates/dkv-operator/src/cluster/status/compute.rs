@@ -200,13 +200,27 @@ fn available(obs: &StatusInputs<'_>, t: &Tally<'_>) -> Want {
             ),
         }
     } else if ready >= quorum && serving >= quorum && obs.statefulset.is_some() {
-        Want {
-            type_: types::AVAILABLE,
-            status: true,
-            reason: reasons::QUORUM_HEALTHY,
-            message: format!(
-                "{ready}/{members} members ready, {serving} serving through Service {client_service}; quorum is {quorum}"
-            ),
+        let serves = format!(
+            "{ready}/{members} members ready, {serving} serving through Service {client_service}; quorum is {quorum}"
+        );
+        match obs.cluster.standby.as_ref().filter(|_| {
+            crate::cluster::backups::standby::read_only(obs.backups.standby.as_ref(), obs.cluster)
+        }) {
+            Some(standby) => Want {
+                type_: types::AVAILABLE,
+                status: true,
+                reason: reasons::STANDBY,
+                message: format!(
+                    "{serves}; a standby of {}: reads only until promoted",
+                    standby.describe()
+                ),
+            },
+            None => Want {
+                type_: types::AVAILABLE,
+                status: true,
+                reason: reasons::QUORUM_HEALTHY,
+                message: serves,
+            },
         }
     } else if ready >= quorum && obs.statefulset.is_some() {
         Want {
@@ -515,6 +529,15 @@ fn degraded(
             status: true,
             reason: reasons::CONTINUOUS_BACKUP_FAILING,
             message: message.clone(),
+        }
+    } else if let Some(message) =
+        crate::cluster::backups::standby::not_following(obs.backups.standby.as_ref())
+    {
+        Want {
+            type_: types::DEGRADED,
+            status: true,
+            reason: reasons::STANDBY_NOT_FOLLOWING,
+            message,
         }
     } else {
         Want {

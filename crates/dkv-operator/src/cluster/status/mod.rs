@@ -385,6 +385,7 @@ fn with_backups(status: DistributedKVStatus, backups: &BackupSummary) -> Distrib
         last_backup,
         last_backup_time,
         continuous_backup: backups.continuous.clone(),
+        standby: backups.standby.clone(),
         ..status
     }
 }

@@ -15,6 +15,7 @@ mod disarm_corrupt;
 mod enable_auth;
 mod grow_volumes;
 mod replay;
+mod standby;
 mod verify_backup;
 
 use std::sync::Arc;
@@ -46,6 +47,8 @@ pub enum MaintenanceTask {
     Replay,
     /// Member volumes grow to `spec.storage.size`.
     GrowVolumes,
+    /// A standby follows its source.
+    Standby,
     /// The continuous backup agent records.
     ContinuousBackup,
     /// A scratch cluster verifying a backup reports.
@@ -58,11 +61,12 @@ pub enum MaintenanceTask {
 /// stays, etcd serves no reads or writes), authentication before anything
 /// reads the data, the replay before clients are let in, verification and
 /// defragmentation last, on a cluster that has all its data.
-pub const ORDER: [MaintenanceTask; 7] = [
+pub const ORDER: [MaintenanceTask; 8] = [
     MaintenanceTask::DisarmCorrupt,
     MaintenanceTask::EnableAuth,
     MaintenanceTask::Replay,
     MaintenanceTask::GrowVolumes,
+    MaintenanceTask::Standby,
     MaintenanceTask::ContinuousBackup,
     MaintenanceTask::VerifyBackup,
     MaintenanceTask::Defragment,
@@ -122,6 +126,8 @@ pub struct Maintained {
     pub statefulset: Option<Arc<StatefulSet>>,
     /// [`MaintenanceTask::ContinuousBackup`]: what the agent reported.
     pub continuous: Option<Report>,
+    /// [`MaintenanceTask::Standby`]: what the follower reported.
+    pub standby: Option<crate::cluster::backups::standby::followers::FollowReport>,
     /// [`MaintenanceTask::Defragment`]: when a run finished this pass.
     pub defragged_at: Option<Time>,
 }
@@ -143,6 +149,7 @@ pub async fn run(input: &Input<'_>, done: &mut Maintained, ctx: &Context) -> Res
             MaintenanceTask::EnableAuth => enable_auth::run(input, done, ctx).await?,
             MaintenanceTask::Replay => replay::run(input, done, ctx).await?,
             MaintenanceTask::GrowVolumes => grow_volumes::run(input, done, ctx).await?,
+            MaintenanceTask::Standby => standby::run(input, done, ctx).await?,
             MaintenanceTask::ContinuousBackup => continuous_backup::run(input, done, ctx).await?,
             MaintenanceTask::VerifyBackup => verify_backup::run(input, done, ctx).await?,
             MaintenanceTask::Defragment => defragment::run(input, done, ctx).await?,

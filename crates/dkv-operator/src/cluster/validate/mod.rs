@@ -13,6 +13,7 @@ mod backup;
 mod etcd;
 mod join;
 mod rollout;
+mod standby;
 mod tls;
 mod version;
 
@@ -45,6 +46,8 @@ use join::check_join;
 pub use join::{DEFAULT_CATCH_UP_LIMIT, ValidatedJoin};
 pub use rollout::{RolloutPolicy, running_spec, same_template};
 use rollout::{last_good, rollback_in_effect, rollout_policy, with_running_spec};
+pub use standby::ValidatedStandby;
+use standby::check_standby;
 use tls::check_tls;
 use version::resolve_version;
 pub use version::{RefusedMove, RunningVersions};
@@ -93,6 +96,8 @@ pub struct ValidatedCluster {
     pub restore: Option<ValidatedRestore>,
     /// `spec.bootstrap.join`: join and take over this running cluster.
     pub join: Option<ValidatedJoin>,
+    /// `spec.standby`: the source it follows, and whether it still does.
+    pub standby: Option<ValidatedStandby>,
     pub etcd: EtcdSettings,
     pub pod: PodOverrides,
     pub operator_image: String,
@@ -351,6 +356,7 @@ fn validate_as_written(
         backup,
         restore,
         join,
+        standby,
         etcd,
         rollout,
     } = check_spec(dkv, facts, defaults, &mut problems);
@@ -382,8 +388,11 @@ fn validate_as_written(
             resources: spec.resources.clone(),
             storage,
             backup,
-            restore,
+            // A standby is created as a restore of its source's newest
+            // point.
+            restore: restore.or_else(|| standby.as_ref().map(ValidatedStandby::seed)),
             join,
+            standby,
             etcd,
             pod: spec.pod.clone().unwrap_or_default(),
             operator_image: defaults.operator_image.clone(),
@@ -453,6 +462,7 @@ struct CheckedSpec {
     backup: Option<ValidatedBackup>,
     restore: Option<ValidatedRestore>,
     join: Option<ValidatedJoin>,
+    standby: Option<ValidatedStandby>,
     etcd: EtcdSettings,
     rollout: RolloutPolicy,
 }
@@ -562,6 +572,12 @@ fn check_spec(
             check_join(join, (spec.tls.as_ref(), auth), problems)
         });
 
+    let standby = spec.standby.as_ref().and_then(|standby| {
+        let auth = spec.auth.as_ref().is_some_and(|a| a.enabled);
+        let context = (backup.as_ref(), auth, spec.bootstrap.is_some());
+        check_standby(standby, (&namespace, &name), context, problems)
+    });
+
     let etcd = etcd_settings(spec.etcd.as_ref(), problems);
     let rollout = rollout_policy(dkv, problems);
     CheckedSpec {
@@ -571,6 +587,7 @@ fn check_spec(
         backup,
         restore,
         join,
+        standby,
         etcd,
         rollout,
     }

@@ -1,8 +1,7 @@
-//! Following a source cluster through its continuous backup (a standby,
-//! issue #55; the engine, not yet reachable from the API): given the
-//! source's chains as listed and the newest source revision a follower has
-//! applied, which stored segments it applies next, in order
-//! ([`next_segments`]), and applying them ([`apply`]).
+//! What a follower applies next and how: given the source's chains as
+//! listed and the newest source revision it has applied, which stored
+//! segments come next, in order ([`next_segments`]), and applying them
+//! ([`apply`]).
 //!
 //! A follower applies every source revision once, in order. The source
 //! starts a new chain from a fresh snapshot now and then; a follower that
@@ -82,14 +81,16 @@ pub fn next_segments(chains: &[Chain], applied: i64) -> Follow {
 }
 
 /// Applies `segments` (as [`next_segments`] returned them) to `etcd`,
-/// each source revision after `applied` once and in order; returns the
-/// newest source revision applied. A follower keeps the source's keys
-/// without their leases: the source's lease ends show as deletes, which it
-/// applies like any other (a standby's own lease would expire keys whose
-/// source lease is still kept alive).
+/// each source revision after `applied` once, in order, as one
+/// transaction of its own; returns the newest source revision applied. So
+/// the follower's own revision moves by exactly one per source revision,
+/// and its position is its revision less a fixed offset, kept by etcd
+/// with the data: a follower cut short anywhere (an error, a restart)
+/// goes on exactly where it stopped.
 ///
-/// Cut short (an error), it has applied a prefix: applying again from the
-/// `applied` it started from leaves the same keys and values.
+/// A follower keeps the source's keys without their leases: the source's
+/// lease ends show as deletes, which it applies like any other (a lease of
+/// its own would expire keys whose source lease is still kept alive).
 pub async fn apply(
     etcd: &dyn EtcdData,
     store: &Store,
@@ -108,15 +109,17 @@ pub async fn apply(
                 ..change_of(event)
             })
             .collect();
-        if !changes.is_empty() {
+        for revision in changes.chunk_by(|a, b| a.revision == b.revision) {
             // No lease is named, so none is granted: the TTL is unused.
-            etcd.apply_changes(&changes, 0)
+            etcd.apply_changes(revision, 0)
                 .await
                 .map_err(|cause| dkv_backup::Error::Etcd {
                     operation: "applying the source's changes to a standby",
                     cause,
                 })?;
+            reached = revision[0].revision;
         }
+        // The segment's last event is its last revision.
         reached = reached.max(segment.header.last_revision);
     }
     Ok(reached)
@@ -285,6 +288,13 @@ mod tests {
                 .expect("applying");
             assert_eq!(applied, through, "round {round}");
             assert_eq!(follower.key_values(), source.key_values(), "round {round}");
+            // One revision of the follower's per source revision: its
+            // position is its own revision.
+            assert_eq!(
+                follower.current_revision().await.expect("its revision"),
+                source.current_revision().await.expect("its revision"),
+                "round {round}"
+            );
             assert_eq!(next_segments(&chains, applied), Follow::UpToDate);
         }
     }

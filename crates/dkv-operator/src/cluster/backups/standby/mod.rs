@@ -1,0 +1,302 @@
+//! `spec.standby`: a cluster that follows another through the other's
+//! continuous backup, for disaster recovery.
+//!
+//! - *Seeding*: the standby is created as a restore of the source's newest
+//!   point ([`crate::cluster::validate::ValidatedStandby::seed`]): the
+//!   newest chain base, then the changes after it replayed. When the
+//!   replay is recorded, so is the standby's revision offset
+//!   ([`OFFSET_ANNOTATION`]): its own revision less the source revision it
+//!   then holds.
+//! - *Following*: a task of the operator's ([`followers`]) applies each
+//!   source revision stored after that, in order, one transaction per
+//!   source revision ([`engine`]), so the standby's revision less the
+//!   offset is always exactly the source revision it holds: the position
+//!   lives with the data, and a restart goes on where it stopped.
+//! - *Promotion* (`enabled: false`): the follower applies everything
+//!   stored, reports the source revision held (`status.standby.
+//!   promotedAtRevision`) and ends; no follower runs again.
+//!
+//! Nothing but the follower writes to a standby: it applies as root, and
+//! while it follows every other role can only read ([`roles`]).
+
+pub mod engine;
+pub mod followers;
+mod listing;
+pub mod roles;
+
+use dkv_api::DistributedKV;
+use dkv_api::distributedkv::v1beta1::{StandbyPhase, StandbyStatus};
+use dkv_backup::{Keyring, StoreConfig};
+use jiff::Timestamp;
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::Api;
+
+use self::followers::{FollowReport, FollowerSpec};
+use crate::cluster::backups::BackupsReach;
+use crate::cluster::error::{Error, Result};
+use crate::cluster::security::credentials::Credentials;
+use crate::cluster::validate::{ValidatedCluster, ValidatedStandby};
+
+/// Annotation on a standby's StatefulSet: its revision less the source
+/// revision it holds, recorded once the seeding replay is done.
+pub const OFFSET_ANNOTATION: &str = "dkv.io/standby-revision-offset";
+
+/// The offset recorded on `sts`.
+pub fn recorded_offset(sts: &StatefulSet) -> Option<i64> {
+    sts.metadata
+        .annotations
+        .as_ref()?
+        .get(OFFSET_ANNOTATION)?
+        .parse()
+        .ok()
+}
+
+/// A follower that has failed for this long is reported `Failing` (one
+/// retry or two after a member restarts are expected).
+const FAILING_GRACE: jiff::SignedDuration = jiff::SignedDuration::from_secs(30);
+
+/// Whether `dkv`'s status records its promotion.
+pub fn promoted(dkv: &DistributedKV) -> bool {
+    dkv.status
+        .as_ref()
+        .and_then(|s| s.standby.as_ref())
+        .is_some_and(|s| s.promoted_at_revision.is_some())
+}
+
+/// Runs, restarts or stops the follower of `cluster` and returns its
+/// report. `formed`: the standby has all its seed; `offset`: the one
+/// recorded when the seeding replay was done; `promoted`: status records
+/// the promotion (nothing follows after it).
+pub async fn ensure(
+    cluster: &ValidatedCluster,
+    (endpoints, credentials): (&[String], &Credentials),
+    (formed, offset, promoted): (bool, Option<i64>, bool),
+    reach: &BackupsReach<'_>,
+) -> Result<Option<FollowReport>> {
+    let (namespace, name) = (&cluster.namespace, &cluster.name);
+    let Some(standby) = cluster.standby.as_ref().filter(|_| !promoted) else {
+        reach.followers.stop(namespace, name);
+        return Ok(None);
+    };
+    let (true, Some(offset), Some(user)) = (
+        formed && !endpoints.is_empty(),
+        offset,
+        credentials.user().cloned(),
+    ) else {
+        return Ok(reach.followers.report(namespace, name));
+    };
+    // A setting that is wrong is reported at once (failing "since ever"),
+    // not after the grace a transient failure gets.
+    let failing = |message: String| {
+        reach.followers.stop(namespace, name);
+        Ok(Some(FollowReport {
+            failing: Some((message, Timestamp::UNIX_EPOCH)),
+            ..reach.followers.report(namespace, name).unwrap_or_default()
+        }))
+    };
+    let store = match store_config(reach, namespace, standby).await? {
+        Ok(store) => store,
+        Err(message) => return failing(message),
+    };
+    let keys = match &standby.decryption_keys {
+        None => Keyring::default(),
+        Some(reference) => {
+            match crate::parts::backup_keys::read_keys(reach.client, namespace, reference, None)
+                .await
+                .map_err(|source| Error::Read {
+                    kind: "Secret",
+                    name: reference.name.clone(),
+                    source,
+                })? {
+                Ok(keys) => keys,
+                Err(message) => {
+                    return failing(format!("spec.standby.source.encryption: {message}"));
+                }
+            }
+        }
+    };
+    let mut endpoints = endpoints.to_vec();
+    endpoints.sort();
+    Ok(Some(reach.followers.ensure(FollowerSpec {
+        namespace: namespace.clone(),
+        cluster: name.clone(),
+        source: standby.source.destination.as_str().to_owned(),
+        source_namespace: standby.source.namespace.clone(),
+        source_cluster: standby.source.cluster.clone(),
+        store,
+        keys,
+        endpoints,
+        tls: credentials.client_identity().cloned(),
+        user: Some(user),
+        offset,
+        promote: !standby.following,
+    })))
+}
+
+/// The object store settings the source's credentials Secret holds, or
+/// what is wrong with it.
+async fn store_config(
+    reach: &BackupsReach<'_>,
+    namespace: &str,
+    standby: &ValidatedStandby,
+) -> Result<std::result::Result<StoreConfig, String>> {
+    let Some(name) = &standby.credentials_secret else {
+        return Ok(Ok(StoreConfig::default()));
+    };
+    let secrets: Api<Secret> = Api::namespaced(reach.client.clone(), namespace);
+    let secret = secrets.get_opt(name).await.map_err(|source| Error::Read {
+        kind: "Secret",
+        name: name.clone(),
+        source,
+    })?;
+    Ok(match secret {
+        Some(secret) => Ok(crate::secret_store::store_config(&secret)),
+        None => Err(format!(
+            "spec.standby.source.credentialsSecret: Secret {name:?} does not exist; create it with credentials that can read the source's store"
+        )),
+    })
+}
+
+/// What `status.standby` says after a pass: from the follower's report
+/// (`report`, this pass's or its last), else what status said.
+pub fn status(
+    dkv: &DistributedKV,
+    cluster: Option<&ValidatedCluster>,
+    report: Option<&FollowReport>,
+    now: Timestamp,
+) -> Option<StandbyStatus> {
+    let spec = dkv.spec.standby.as_ref()?;
+    let old = dkv
+        .status
+        .as_ref()
+        .and_then(|s| s.standby.clone())
+        .unwrap_or_default();
+    if old.promoted_at_revision.is_some() {
+        return Some(StandbyStatus {
+            phase: Some(StandbyPhase::Promoted),
+            lag_seconds: None,
+            lag_revisions: None,
+            message: None,
+            ..old
+        });
+    }
+    let source = cluster
+        .and_then(|c| c.standby.as_ref())
+        .map(ValidatedStandby::describe)
+        .or(old.source.clone());
+    let Some(report) = report else {
+        return Some(StandbyStatus {
+            phase: Some(old.phase.unwrap_or(StandbyPhase::Seeding)),
+            source,
+            ..old
+        });
+    };
+    let (phase, message) = if let Some((revision, _)) = report.promoted {
+        (
+            StandbyPhase::Promoted,
+            Some(format!("promoted holding source revision {revision}")),
+        )
+    } else if let Some(why) = &report.stopped {
+        (StandbyPhase::Stopped, Some(why.clone()))
+    } else if let Some((why, _)) = report
+        .failing
+        .as_ref()
+        .filter(|(_, since)| now.duration_since(*since) >= FAILING_GRACE)
+    {
+        (StandbyPhase::Failing, Some(why.clone()))
+    } else if !spec.enabled {
+        (StandbyPhase::Promoting, None)
+    } else if report.applied.is_none() {
+        (StandbyPhase::Seeding, None)
+    } else {
+        (StandbyPhase::Following, None)
+    };
+    let applied = report.applied.or(old.applied_revision);
+    Some(StandbyStatus {
+        phase: Some(phase),
+        source,
+        applied_revision: applied,
+        applied_time: report.applied_time.map(Time).or(old.applied_time),
+        lag_revisions: report
+            .newest_stored
+            .zip(applied)
+            .map(|(newest, applied)| (newest - applied).max(0)),
+        lag_seconds: applied.map(|_| {
+            report
+                .oldest_unapplied
+                .map_or(0, |t| now.duration_since(t).as_secs().max(0))
+        }),
+        last_checked: report.last_checked.map(Time).or(old.last_checked),
+        promoted_at_revision: report.promoted.map(|(revision, _)| revision),
+        promoted_time: report.promoted.map(|(_, at)| Time(at)),
+        message,
+    })
+}
+
+/// Why the standby does not follow, when it does not (for `Degraded`).
+pub fn not_following(status: Option<&StandbyStatus>) -> Option<String> {
+    let status = status?;
+    match status.phase? {
+        StandbyPhase::Stopped | StandbyPhase::Failing => Some(format!(
+            "standby of {}: {}",
+            status.source.as_deref().unwrap_or("its source"),
+            status.message.as_deref().unwrap_or("not following")
+        )),
+        _ => None,
+    }
+}
+
+/// Whether a standby still refuses writes: it follows, or its promotion
+/// is not recorded yet.
+pub fn read_only(status: Option<&StandbyStatus>, cluster: &ValidatedCluster) -> bool {
+    cluster.standby.is_some() && status.is_none_or(|s| s.promoted_at_revision.is_none())
+}
+
+/// A Warning Event when a standby stops following or starts failing, a
+/// Normal one when it is promoted.
+pub async fn announce(dkv: &DistributedKV, new: Option<&StandbyStatus>, reach: &BackupsReach<'_>) {
+    use crate::events::{Event, EventType};
+    use kube::Resource;
+    let old = dkv.status.as_ref().and_then(|s| s.standby.as_ref());
+    let (Some(new), old_phase) = (new, old.and_then(|s| s.phase)) else {
+        return;
+    };
+    if new.phase == old_phase {
+        return;
+    }
+    let (type_, reason, note) = match new.phase {
+        Some(StandbyPhase::Promoted) => (
+            EventType::Normal,
+            "Promoted",
+            format!(
+                "promoted: holds every change of {} up to its revision {}; takes writes now",
+                new.source.as_deref().unwrap_or("its source"),
+                new.promoted_at_revision.unwrap_or_default()
+            ),
+        ),
+        Some(StandbyPhase::Stopped) => (
+            EventType::Warning,
+            "StandbyStopped",
+            new.message.clone().unwrap_or_default(),
+        ),
+        Some(StandbyPhase::Failing) => (
+            EventType::Warning,
+            "StandbyFailing",
+            new.message.clone().unwrap_or_default(),
+        ),
+        _ => return,
+    };
+    let event = Event {
+        type_,
+        reason: reason.to_owned(),
+        note: Some(note),
+        action: "Follow".to_owned(),
+        secondary: None,
+    };
+    reach
+        .recorder
+        .publish_or_warn(&event, &dkv.object_ref(&()))
+        .await;
+}

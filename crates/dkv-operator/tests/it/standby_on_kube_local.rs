@@ -1,0 +1,363 @@
+//! Standby clusters (`spec.standby`) end to end on kube-local with real
+//! etcd, the operator in-process and a real S3 server (moto): a standby
+//! created from a source's continuous backup holds exactly the source's
+//! keys and values as the source changes, one revision of its own per
+//! source revision, and refuses the writes of the source's users while
+//! serving their reads; promoted, it holds everything the source stored,
+//! says up to which revision, takes their writes, and follows no more.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use dkv_api::DistributedKV;
+use dkv_api::conditions::{reasons, types};
+use dkv_api::distributedkv::v1beta1::StandbyPhase;
+use dkv_backup::testing::MotoServer;
+use kube::api::Api;
+use serde_json::json;
+
+use dkv_test_support as support;
+
+use support::backups::{create_secret, wait_stored};
+use support::etcd_cluster::{
+    condition_reason, member_endpoints, options, patch_spec, wait_for, wait_settled,
+};
+
+const NS: &str = "standby";
+const PREFIX: &str = "/dr/";
+
+/// The keys under [`PREFIX`] and their values, as `etcd` holds them now.
+async fn state(etcd: &mut etcd_client::Client) -> BTreeMap<String, String> {
+    let options = etcd_client::GetOptions::new().with_prefix();
+    let response = etcd.get(PREFIX, Some(options)).await.unwrap();
+    dkv_backup::testing::text_pairs(&response)
+}
+
+/// A put or delete under [`PREFIX`], some of them two keys in one
+/// transaction; returns the revision it made.
+async fn change(etcd: &mut etcd_client::Client, i: usize) -> i64 {
+    use etcd_client::{Txn, TxnOp};
+    let key = |n: usize| format!("{PREFIX}k{:02}", n % 13);
+    let header = match i % 6 {
+        5 => etcd.delete(key(i), None).await.unwrap().header().cloned(),
+        4 => etcd
+            .txn(Txn::new().and_then([
+                TxnOp::put(key(i), format!("t{i}"), None),
+                TxnOp::put(key(i + 1), format!("t{i}"), None),
+            ]))
+            .await
+            .unwrap()
+            .header()
+            .cloned(),
+        _ => etcd
+            .put(key(i), format!("v{i}"), None)
+            .await
+            .unwrap()
+            .header()
+            .cloned(),
+    };
+    header.expect("a response has a header").revision()
+}
+
+/// The standby's status, once `check` holds for it.
+async fn wait_standby(
+    dkvs: &Api<DistributedKV>,
+    what: &str,
+    check: impl Fn(&dkv_api::distributedkv::v1beta1::StandbyStatus) -> bool,
+) -> dkv_api::distributedkv::v1beta1::StandbyStatus {
+    wait_for(dkvs, "standby", what, |d| {
+        d.status
+            .as_ref()
+            .and_then(|s| s.standby.as_ref())
+            .is_some_and(&check)
+    })
+    .await;
+    dkvs.get("standby")
+        .await
+        .unwrap()
+        .status
+        .and_then(|s| s.standby)
+        .unwrap()
+}
+
+/// A client of `cluster`'s members as `user`.
+async fn connect_as(
+    client: &kube::Client,
+    cluster: &str,
+    (user, password): (&str, &str),
+) -> etcd_client::Client {
+    etcd_client::Client::connect(
+        member_endpoints(client, NS, cluster).await,
+        Some(options(None).with_user(user, password)),
+    )
+    .await
+    .unwrap()
+}
+
+/// The root user's name and password of `cluster`, once authentication is
+/// on.
+async fn root_of(client: &kube::Client, cluster: &str) -> (String, String) {
+    let root = support::wait_auth_enabled(client, NS, cluster).await;
+    let field = |key: &str| String::from_utf8(root.data.as_ref().unwrap()[key].0.clone()).unwrap();
+    (field("username"), field("password"))
+}
+
+/// Waits until the standby holds the source revision `last` (its own
+/// revision less the recorded offset) and returns how long that took.
+async fn wait_applied(
+    sts: &Api<k8s_openapi::api::apps::v1::StatefulSet>,
+    standby: &mut etcd_client::Client,
+    last: i64,
+) -> (Duration, i64) {
+    let started = Instant::now();
+    let offset: i64 = sts
+        .get("standby")
+        .await
+        .unwrap()
+        .metadata
+        .annotations
+        .unwrap()["dkv.io/standby-revision-offset"]
+        .parse()
+        .unwrap();
+    loop {
+        let own = standby
+            .get("/", None)
+            .await
+            .unwrap()
+            .header()
+            .unwrap()
+            .revision();
+        if own - offset >= last {
+            assert_eq!(own - offset, last, "the standby applied past the source");
+            return (started.elapsed(), offset);
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "the standby holds source revision {} after a minute, not {last}",
+            own - offset
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_standby_follows_its_source_exactly_refuses_writes_and_once_promoted_takes_them() {
+    let moto = MotoServer::start("dkv-standby");
+    let (env, client, _operator) = support::running_operator(NS).await;
+    create_secret(&client, NS, "s3-creds", moto.env()).await;
+    let dkvs = support::create_cluster(
+        &client,
+        NS,
+        "primary",
+        1,
+        "registry.k8s.io/etcd:3.5.16-0",
+        json!({"auth": {"enabled": true}, "backup": {
+            "destination": {"uri": moto.uri("dr"), "credentialsSecret": "s3-creds"},
+            "schedule": "0 0 1 1 *"
+        }}),
+    )
+    .await;
+    wait_settled(&dkvs, "primary", 1).await;
+    let (root, password) = root_of(&client, "primary").await;
+    let mut primary = connect_as(&client, "primary", (&root, &password)).await;
+    // An application's user, which may read and write its prefix.
+    primary.role_add("app").await.unwrap();
+    primary
+        .role_grant_permission(
+            "app",
+            etcd_client::Permission::read_write(PREFIX).with_prefix(),
+        )
+        .await
+        .unwrap();
+    primary.user_add("app", "app-password", None).await.unwrap();
+    primary.user_grant_role("app", "app").await.unwrap();
+    patch_spec(
+        &dkvs,
+        "primary",
+        json!({"backup": {"continuous": {"enabled": true, "interval": "1s"}}}),
+    )
+    .await;
+    wait_for(&dkvs, "primary", "a continuous backup window", |d| {
+        d.status
+            .as_ref()
+            .and_then(|s| s.continuous_backup.as_ref())
+            .is_some_and(|c| c.oldest.is_some())
+    })
+    .await;
+    for i in 0..40 {
+        change(&mut primary, i).await;
+    }
+
+    // A standby: refused without authentication, with the fix.
+    let source =
+        json!({"uri": moto.uri("dr"), "credentialsSecret": "s3-creds", "cluster": "primary"});
+    let refused = dkvs
+        .create(
+            &kube::api::PostParams::default(),
+            &support::cluster(
+                NS,
+                "standby",
+                1,
+                "registry.k8s.io/etcd:3.5.16-0",
+                json!({"standby": {"enabled": true, "source": source}}),
+            ),
+        )
+        .await;
+    let message = refused.err().map(|e| e.to_string()).unwrap_or_default();
+    assert!(message.contains("spec.auth.enabled: true"), "{message}");
+    let created = Instant::now();
+    support::create_cluster(
+        &client,
+        NS,
+        "standby",
+        1,
+        "registry.k8s.io/etcd:3.5.16-0",
+        json!({"auth": {"enabled": true}, "standby": {"enabled": true, "source": source}}),
+    )
+    .await;
+    let following = wait_standby(&dkvs, "following", |s| {
+        s.phase == Some(StandbyPhase::Following)
+    })
+    .await;
+    println!(
+        "standby following {:?} after it was created",
+        created.elapsed()
+    );
+    assert_eq!(
+        following.source.as_deref(),
+        Some(format!("{NS}/primary in {}", moto.uri("dr")).as_str())
+    );
+    wait_for(&dkvs, "standby", "Available as a standby", |d| {
+        condition_reason(d, types::AVAILABLE, "True").as_deref() == Some(reasons::STANDBY)
+    })
+    .await;
+    // The source's data came with its users: the same root credentials.
+    assert_eq!(
+        root_of(&client, "standby").await,
+        (root.clone(), password.clone())
+    );
+    let mut standby = connect_as(&client, "standby", (&root, &password)).await;
+    let wide = support::kubectl(&env, &["get", "dkv", "-n", NS, "-o", "wide"]);
+    println!("{wide}");
+    assert!(
+        wide.contains("STANDBY") && wide.contains("Following"),
+        "{wide}"
+    );
+
+    // Reads yes, writes no: the application's user reads its keys from
+    // the standby and every write of its is refused at once.
+    let mut app = connect_as(&client, "standby", ("app", "app-password")).await;
+    let sts: Api<k8s_openapi::api::apps::v1::StatefulSet> = Api::namespaced(client.clone(), NS);
+    let stored = |last| {
+        let moto = &moto;
+        async move {
+            let destination = dkv_backup::Location::parse(&moto.uri("dr")).unwrap();
+            let store = dkv_backup::Store::open(
+                &destination,
+                &dkv_backup::StoreConfig::from_lookup(|k| {
+                    moto.env()
+                        .into_iter()
+                        .find(|(name, _)| name == k)
+                        .map(|(_, v)| v)
+                }),
+            )
+            .unwrap();
+            wait_stored(&store, &destination, NS, "primary", last).await;
+        }
+    };
+    let refused = app.put(format!("{PREFIX}from-app"), "x", None).await;
+    let message = refused.err().map(|e| e.to_string()).unwrap_or_default();
+    assert!(message.contains("permission denied"), "{message}");
+    assert_eq!(state(&mut app).await, state(&mut primary).await);
+
+    // The source changes on; the standby follows, change by change, one
+    // revision of its own per source revision.
+    for round in 0..3 {
+        let mut last = 0;
+        for i in 0..30 {
+            last = change(&mut primary, 100 * (round + 1) + i).await;
+        }
+        let written = Instant::now();
+        stored(last).await;
+        let stored_after = written.elapsed();
+        let (applied_after, offset) = wait_applied(&sts, &mut standby, last).await;
+        println!(
+            "round {round}: source revision {last} stored {stored_after:?} after it was written, applied {applied_after:?} after that (offset {offset})"
+        );
+        assert_eq!(
+            state(&mut standby).await,
+            state(&mut primary).await,
+            "round {round}"
+        );
+        let status = wait_standby(&dkvs, "status showing the newest revision", |s| {
+            s.applied_revision >= Some(last)
+        })
+        .await;
+        assert_eq!(status.applied_revision, Some(last));
+        assert_eq!(status.lag_revisions, Some(0));
+    }
+
+    // Promotion: everything stored is applied, status says up to which
+    // revision, and the application's writes are accepted.
+    let mut last = 0;
+    for i in 0..20 {
+        last = change(&mut primary, 1000 + i).await;
+    }
+    stored(last).await;
+    let asked = Instant::now();
+    patch_spec(&dkvs, "standby", json!({"standby": {"enabled": false}})).await;
+    loop {
+        match app
+            .put(format!("{PREFIX}after-promotion"), "mine", None)
+            .await
+        {
+            Ok(_) => break,
+            Err(e) => {
+                assert!(
+                    asked.elapsed() < Duration::from_secs(60),
+                    "no write accepted: {e}"
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+    println!(
+        "promote: the application's first write accepted {:?} after the edit",
+        asked.elapsed()
+    );
+    let promoted = wait_standby(&dkvs, "promoted", |s| {
+        s.phase == Some(StandbyPhase::Promoted)
+    })
+    .await;
+    assert_eq!(promoted.promoted_at_revision, Some(last));
+    let mut expected = state(&mut primary).await;
+    expected.insert(format!("{PREFIX}after-promotion"), "mine".to_owned());
+    assert_eq!(state(&mut standby).await, expected);
+    wait_for(&dkvs, "standby", "Available as an ordinary cluster", |d| {
+        condition_reason(d, types::AVAILABLE, "True").as_deref() == Some(reasons::QUORUM_HEALTHY)
+    })
+    .await;
+    let kept: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(client.clone(), NS);
+    assert!(
+        kept.get_opt("standby-standby-grants")
+            .await
+            .unwrap()
+            .is_none()
+    );
+    // Following no more: the source's next changes stay with the source.
+    for i in 0..10 {
+        last = change(&mut primary, 2000 + i).await;
+    }
+    stored(last).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(state(&mut standby).await, expected);
+    // And it cannot be made to follow again.
+    let again = support::etcd_cluster::try_patch_spec(
+        &dkvs,
+        "standby",
+        json!({"standby": {"enabled": true}}),
+    )
+    .await;
+    let message = again.err().unwrap_or_default();
+    assert!(message.contains("does not follow again"), "{message}");
+}
