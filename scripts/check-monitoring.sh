@@ -463,7 +463,8 @@ def histogram(name, labels, buckets, per_step):
 for name, v in [("dkv_cluster_members", 3), ("dkv_cluster_members_healthy", 3), ("dkv_cluster_quorum", 2),
                 ("dkv_cluster_hibernated", 0), ("dkv_backup_size_bytes", 1_048_576),
                 ("dkv_backup_schedule_interval_seconds", 3600), ("dkv_continuous_backup_failing", 0),
-                ("dkv_continuous_backup_interval_seconds", 30)]:
+                ("dkv_continuous_backup_interval_seconds", 30), ("dkv_standby_following", 1),
+                ("dkv_standby_lag_seconds", 0), ("dkv_standby_lag_revisions", 0)]:
     series(name, op, lambda t, v=v: v)
 series("dkv_backup_last_success_timestamp_seconds", op, lambda t: start + (t // 600) * 600)
 series("dkv_continuous_backup_newest_point_timestamp_seconds", op, lambda t: start + t - 10)

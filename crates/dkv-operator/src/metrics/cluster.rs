@@ -105,6 +105,18 @@ pub struct ClusterView {
     /// The longest gap between two runs of the backup schedule.
     pub backup_schedule_interval: Option<i64>,
     pub continuous_interval: Option<i64>,
+    /// A standby that has not been promoted (`status.standby`): whether it
+    /// follows (not `Failing` or `Stopped`), its lag in seconds and in
+    /// revisions.
+    pub standby: Option<StandbyView>,
+}
+
+/// Where a standby stands, for its series.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StandbyView {
+    pub following: bool,
+    pub lag_seconds: Option<i64>,
+    pub lag_revisions: Option<i64>,
 }
 
 /// An alarm etcd raised, and the member that raised it.
@@ -150,6 +162,9 @@ pub(super) struct ClusterGauges {
     certificate_expiry: Family<SecretLabels, IntGauge>,
     schedule_interval: Family<ClusterLabels, IntGauge>,
     continuous_interval: Family<ClusterLabels, IntGauge>,
+    standby_following: Family<ClusterLabels, IntGauge>,
+    standby_lag_seconds: Family<ClusterLabels, IntGauge>,
+    standby_lag_revisions: Family<ClusterLabels, IntGauge>,
     reconcile_errors: Family<ReasonLabels, Counter>,
     defragmentations: Family<DefragmentationOutcomeLabels, Counter>,
     nospace_recoveries: Family<ClusterLabels, Counter>,
@@ -170,6 +185,9 @@ impl ClusterGauges {
             certificate_expiry: Family::default(),
             schedule_interval: Family::default(),
             continuous_interval: Family::default(),
+            standby_following: Family::default(),
+            standby_lag_seconds: Family::default(),
+            standby_lag_revisions: Family::default(),
             reconcile_errors: Family::default(),
             defragmentations: Family::default(),
             nospace_recoveries: Family::default(),
@@ -231,6 +249,21 @@ impl ClusterGauges {
             gauges.continuous_interval.clone(),
         );
         registry.register(
+            "standby_following",
+            "1 while a standby (spec.standby, not promoted) follows its source, 0 while reading or applying fails or it cannot go on",
+            gauges.standby_following.clone(),
+        );
+        registry.register(
+            "standby_lag_seconds",
+            "Age of the oldest change a standby's source stored and the standby has not applied (0 when it has applied everything stored)",
+            gauges.standby_lag_seconds.clone(),
+        );
+        registry.register(
+            "standby_lag_revisions",
+            "Source revisions stored and not applied by a standby",
+            gauges.standby_lag_revisions.clone(),
+        );
+        registry.register(
             "cluster_reconcile_errors",
             "Failed reconciles of each cluster, by reason (the error's category and step)",
             gauges.reconcile_errors.clone(),
@@ -283,6 +316,21 @@ impl ClusterGauges {
             &self.continuous_interval,
             &cluster,
             view.continuous_interval,
+        );
+        set_optional(
+            &self.standby_following,
+            &cluster,
+            view.standby.map(|s| i64::from(s.following)),
+        );
+        set_optional(
+            &self.standby_lag_seconds,
+            &cluster,
+            view.standby.and_then(|s| s.lag_seconds),
+        );
+        set_optional(
+            &self.standby_lag_revisions,
+            &cluster,
+            view.standby.and_then(|s| s.lag_revisions),
         );
 
         let mut exported = self
@@ -343,6 +391,9 @@ impl ClusterGauges {
             &self.hibernated,
             &self.schedule_interval,
             &self.continuous_interval,
+            &self.standby_following,
+            &self.standby_lag_seconds,
+            &self.standby_lag_revisions,
         ] {
             family.remove(&cluster);
         }

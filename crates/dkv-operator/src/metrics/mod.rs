@@ -2,7 +2,7 @@
 
 mod cluster;
 
-pub use cluster::{ClusterView, CorruptFinding, MemberAlarm, MemberView};
+pub use cluster::{ClusterView, CorruptFinding, MemberAlarm, MemberView, StandbyView};
 
 use std::collections::HashMap;
 use std::sync::Mutex;

@@ -72,5 +72,19 @@ pub fn view(dkv: &DistributedKV, status: Option<&DistributedKVStatus>, pass: &Pa
             .map(|gap| gap.as_secs()),
         continuous_interval: continuous_interval
             .map(|i| i64::try_from(i.as_secs()).unwrap_or(i64::MAX)),
+        standby: status
+            .and_then(|s| s.standby.as_ref())
+            .filter(|s| s.promoted_at_revision.is_none())
+            .map(|s| {
+                use dkv_api::distributedkv::v1beta1::StandbyPhase;
+                crate::metrics::StandbyView {
+                    following: !matches!(
+                        s.phase,
+                        Some(StandbyPhase::Failing | StandbyPhase::Stopped)
+                    ),
+                    lag_seconds: s.lag_seconds,
+                    lag_revisions: s.lag_revisions,
+                }
+            }),
     }
 }
