@@ -145,6 +145,9 @@ async fn a_standby_follows_its_source_exactly_refuses_writes_and_once_promoted_t
     let moto = MotoServer::start("dkv-standby");
     let (env, client, _operator) = support::running_operator(NS).await;
     create_secret(&client, NS, "s3-creds", moto.env()).await;
+    // The standbys' own credentials, to take away from them alone.
+    create_secret(&client, NS, "standby-creds", moto.env()).await;
+    create_secret(&client, NS, "second-creds", moto.env()).await;
     let dkvs = support::create_cluster(
         &client,
         NS,
@@ -190,7 +193,7 @@ async fn a_standby_follows_its_source_exactly_refuses_writes_and_once_promoted_t
 
     // A standby: refused without authentication, with the fix.
     let source =
-        json!({"uri": moto.uri("dr"), "credentialsSecret": "s3-creds", "cluster": "primary"});
+        json!({"uri": moto.uri("dr"), "credentialsSecret": "standby-creds", "cluster": "primary"});
     let refused = dkvs
         .create(
             &kube::api::PostParams::default(),
@@ -297,9 +300,37 @@ async fn a_standby_follows_its_source_exactly_refuses_writes_and_once_promoted_t
         assert_eq!(status.lag_revisions, Some(0));
     }
 
+    // Its credentials gone, it says so instead of following nothing in
+    // silence; back, it goes on exactly where it stopped.
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(client.clone(), NS);
+    secrets
+        .delete("standby-creds", &Default::default())
+        .await
+        .unwrap();
+    let failing = wait_standby(&dkvs, "failing", |s| s.phase == Some(StandbyPhase::Failing)).await;
+    let message = failing.message.unwrap_or_default();
+    assert!(message.contains("credentialsSecret"), "{message}");
+    wait_for(&dkvs, "standby", "Degraded: not following", |d| {
+        condition_reason(d, types::DEGRADED, "True").as_deref()
+            == Some(reasons::STANDBY_NOT_FOLLOWING)
+    })
+    .await;
+    let mut last = 0;
+    for i in 0..10 {
+        last = change(&mut primary, 500 + i).await;
+    }
+    stored(last).await;
+    create_secret(&client, NS, "standby-creds", moto.env()).await;
+    let (back_after, _) = wait_applied(&sts, &mut standby, last).await;
+    println!("credentials back: caught up {back_after:?} later");
+    assert_eq!(state(&mut standby).await, state(&mut primary).await);
+    wait_standby(&dkvs, "following again", |s| {
+        s.phase == Some(StandbyPhase::Following)
+    })
+    .await;
+
     // Promotion: everything stored is applied, status says up to which
     // revision, and the application's writes are accepted.
-    let mut last = 0;
     for i in 0..20 {
         last = change(&mut primary, 1000 + i).await;
     }
@@ -360,4 +391,124 @@ async fn a_standby_follows_its_source_exactly_refuses_writes_and_once_promoted_t
     .await;
     let message = again.err().unwrap_or_default();
     assert!(message.contains("does not follow again"), "{message}");
+
+    // A standby whose next change the source's store lost stops, says
+    // why and how to seed a new one, and is Degraded: never a standby that
+    // follows nothing in silence.
+    let mut second_source = source.clone();
+    second_source["credentialsSecret"] = json!("second-creds");
+    support::create_cluster(
+        &client,
+        NS,
+        "second",
+        1,
+        "registry.k8s.io/etcd:3.5.16-0",
+        json!({"auth": {"enabled": true}, "standby": {"enabled": true, "source": second_source}}),
+    )
+    .await;
+    wait_for(&dkvs, "second", "following", |d| {
+        d.status
+            .as_ref()
+            .and_then(|s| s.standby.as_ref())
+            .and_then(|s| s.phase)
+            == Some(StandbyPhase::Following)
+    })
+    .await;
+    secrets
+        .delete("second-creds", &Default::default())
+        .await
+        .unwrap();
+    wait_for(&dkvs, "second", "failing", |d| {
+        d.status
+            .as_ref()
+            .and_then(|s| s.standby.as_ref())
+            .and_then(|s| s.phase)
+            == Some(StandbyPhase::Failing)
+    })
+    .await;
+    let held = {
+        let mut second = connect_as(&client, "second", (&root, &password)).await;
+        let offset: i64 = sts
+            .get("second")
+            .await
+            .unwrap()
+            .metadata
+            .annotations
+            .unwrap()["dkv.io/standby-revision-offset"]
+            .parse()
+            .unwrap();
+        second
+            .get("/", None)
+            .await
+            .unwrap()
+            .header()
+            .unwrap()
+            .revision()
+            - offset
+    };
+    // Three batches, stored as three segments or more; the first one after
+    // what the standby holds goes missing.
+    for batch in 0..3 {
+        for i in 0..10 {
+            last = change(&mut primary, 3000 + 10 * batch + i).await;
+        }
+        stored(last).await;
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+    }
+    let destination = dkv_backup::Location::parse(&moto.uri("dr")).unwrap();
+    let store = dkv_backup::Store::open(
+        &destination,
+        &dkv_backup::StoreConfig::from_lookup(|k| {
+            moto.env()
+                .into_iter()
+                .find(|(name, _)| name == k)
+                .map(|(_, v)| v)
+        }),
+    )
+    .unwrap();
+    let continuous =
+        dkv_backup::continuous::archive::continuous_location(&destination, NS, "primary");
+    let mut after_held = Vec::new();
+    for path in store.list(continuous.path()).await.unwrap() {
+        let name = path.filename().unwrap_or_default().to_owned();
+        let parts: Vec<&str> = name.split(['-', '.']).collect();
+        if let [_, after, _, ..] = parts.as_slice()
+            && let Ok(after) = after.parse::<i64>()
+            && after >= held
+            && name.contains(".jsonl")
+        {
+            after_held.push((after, path));
+        }
+    }
+    after_held.sort_by_key(|(after, _)| *after);
+    assert!(
+        after_held.len() >= 2,
+        "segments stored after {held}: {after_held:?}"
+    );
+    store.delete(&after_held[0].1).await.unwrap();
+    create_secret(&client, NS, "second-creds", moto.env()).await;
+    wait_for(&dkvs, "second", "stopped", |d| {
+        d.status
+            .as_ref()
+            .and_then(|s| s.standby.as_ref())
+            .and_then(|s| s.phase)
+            == Some(StandbyPhase::Stopped)
+    })
+    .await;
+    let second = dkvs.get("second").await.unwrap();
+    let stopped = second
+        .status
+        .as_ref()
+        .and_then(|s| s.standby.clone())
+        .unwrap();
+    let message = stopped.message.unwrap_or_default();
+    assert!(
+        message.contains(&format!("breaks after revision {held}"))
+            && message.contains("create a new standby"),
+        "{message}"
+    );
+    assert_eq!(
+        condition_reason(&second, types::DEGRADED, "True").as_deref(),
+        Some(reasons::STANDBY_NOT_FOLLOWING)
+    );
 }

@@ -32,6 +32,14 @@ pub enum Follow {
     /// stored after them is `resumes_after`'s successor (a newer chain's
     /// base).
     Gap { applied: i64, resumes_after: i64 },
+    /// Nothing stored continues from `applied`, and a chain it could go on
+    /// in is broken there (a segment missing or not the one before the
+    /// next): what the source stored after the break cannot be applied.
+    Broken {
+        applied: i64,
+        chain: String,
+        why: String,
+    },
 }
 
 /// The segments that carry a follower on from `applied`, the newest
@@ -64,6 +72,16 @@ pub fn next_segments(chains: &[Chain], applied: i64) -> Follow {
     }
     if !next.is_empty() {
         return Follow::Apply(next);
+    }
+    if let Some(chain) = chains
+        .iter()
+        .find(|c| c.base.revision <= applied && c.last_revision() <= applied && c.broken.is_some())
+    {
+        return Follow::Broken {
+            applied,
+            chain: chain.base.chain.clone(),
+            why: chain.broken.clone().unwrap_or_default(),
+        };
     }
     let newest = chains.iter().map(Chain::last_revision).max();
     match newest {
@@ -297,6 +315,29 @@ mod tests {
             );
             assert_eq!(next_segments(&chains, applied), Follow::UpToDate);
         }
+    }
+
+    #[test]
+    fn a_break_where_the_follower_stands_stops_it() {
+        // Chain a holds 20 and 30, then its segment 3 went missing while
+        // the source recorded on (4 and 5 are stored).
+        let mut broken = chain("a", 10, &[20, 30]);
+        broken.broken = Some("segment 3 is missing".to_owned());
+        let chains = [broken];
+        assert_eq!(uris(&next_segments(&chains, 10)), ["a/1", "a/2"]);
+        assert_eq!(
+            next_segments(&chains, 30),
+            Follow::Broken {
+                applied: 30,
+                chain: "a".to_owned(),
+                why: "segment 3 is missing".to_owned()
+            }
+        );
+        // A newer chain that goes on from there: nothing is lost.
+        let mut old = chain("a", 10, &[20, 30]);
+        old.broken = Some("segment 3 is missing".to_owned());
+        let chains = [old, chain("b", 25, &[40])];
+        assert_eq!(uris(&next_segments(&chains, 30)), ["b/1"]);
     }
 
     #[test]

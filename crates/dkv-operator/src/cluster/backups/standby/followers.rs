@@ -285,6 +285,15 @@ async fn follow(
                 now.oldest_unapplied = None;
                 now.stopped = None;
             }
+            Follow::Broken {
+                applied,
+                chain,
+                why,
+            } => {
+                now.stopped = Some(format!(
+                    "the source's chain {chain} breaks after revision {applied}, which this standby holds ({why}): what the source stored after the break cannot be applied; create a new standby to seed it from the newest point"
+                ));
+            }
             Follow::Gap {
                 applied,
                 resumes_after,
