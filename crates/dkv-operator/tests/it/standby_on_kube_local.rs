@@ -190,6 +190,18 @@ async fn a_standby_follows_its_source_exactly_refuses_writes_and_once_promoted_t
     for i in 0..40 {
         change(&mut primary, i).await;
     }
+    // Keys under leases: one that ends during the test (its end reaches
+    // the standby as a delete), one that outlives it (kept on the standby,
+    // without a lease of its own there: none of the seed's leases may end
+    // on the standby first).
+    for (key, ttl) in [("ending", 15), ("kept", 3600)] {
+        let lease = primary.lease_grant(ttl, None).await.unwrap().id();
+        let options = etcd_client::PutOptions::new().with_lease(lease);
+        primary
+            .put(format!("{PREFIX}{key}"), "leased", Some(options))
+            .await
+            .unwrap();
+    }
 
     // A standby: refused without authentication, with the fix.
     let source =
@@ -268,10 +280,48 @@ async fn a_standby_follows_its_source_exactly_refuses_writes_and_once_promoted_t
             wait_stored(&store, &destination, NS, "primary", last).await;
         }
     };
+    let kept = standby.get(format!("{PREFIX}kept"), None).await.unwrap();
+    assert_eq!(
+        kept.kvs().first().map(|kv| kv.lease()),
+        Some(0),
+        "a lease on the standby"
+    );
+    assert_eq!(
+        standby.leases().await.unwrap().leases().len(),
+        0,
+        "the standby holds leases"
+    );
     let refused = app.put(format!("{PREFIX}from-app"), "x", None).await;
     let message = refused.err().map(|e| e.to_string()).unwrap_or_default();
     assert!(message.contains("permission denied"), "{message}");
     assert_eq!(state(&mut app).await, state(&mut primary).await);
+
+    // The source's lease ends: its delete reaches the standby like any
+    // change (the standby's copy of the key had no lease to end first).
+    let ended = Instant::now();
+    while primary
+        .get(format!("{PREFIX}ending"), None)
+        .await
+        .unwrap()
+        .count()
+        > 0
+    {
+        assert!(
+            ended.elapsed() < Duration::from_secs(60),
+            "the lease did not end"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let expired_at = primary
+        .get("/", None)
+        .await
+        .unwrap()
+        .header()
+        .unwrap()
+        .revision();
+    stored(expired_at).await;
+    wait_applied(&sts, &mut standby, expired_at).await;
+    assert_eq!(state(&mut standby).await, state(&mut primary).await);
 
     // The source changes on; the standby follows, change by change, one
     // revision of its own per source revision.
@@ -362,6 +412,11 @@ async fn a_standby_follows_its_source_exactly_refuses_writes_and_once_promoted_t
     .await;
     assert_eq!(promoted.promoted_at_revision, Some(last));
     let mut expected = state(&mut primary).await;
+    assert!(
+        !expected.contains_key(&format!("{PREFIX}ending")),
+        "the lease did not end"
+    );
+    assert!(expected.contains_key(&format!("{PREFIX}kept")));
     expected.insert(format!("{PREFIX}after-promotion"), "mine".to_owned());
     assert_eq!(state(&mut standby).await, expected);
     wait_for(&dkvs, "standby", "Available as an ordinary cluster", |d| {

@@ -169,32 +169,29 @@ pub async fn replay_restore_and_record(
     )
     .await?;
     // A standby's position from now on is its revision less this offset
-    // (nothing but its follower writes to it after the replay: before
-    // clients are let in, its roles are made read-only).
+    // (nothing but its follower writes to it after the replay): before it
+    // is taken, the seed's keys are detached from their leases and its
+    // roles made read-only (before clients are let in).
     let standby_offset = match &cluster.standby {
-        Some(_) => Some({
-            if let Some(root) = credentials.user() {
-                let mut roles = crate::cluster::backups::standby::roles::connect(
-                    endpoints,
-                    credentials.client_identity(),
-                    root,
-                )
-                .await?;
-                crate::cluster::backups::standby::roles::hold_read_only(
-                    reach.client,
-                    cluster,
-                    &mut roles,
-                )
-                .await?;
-            }
-            dkv_etcd::EtcdData::current_revision(&etcd)
+        Some(_) => {
+            use crate::cluster::backups::standby::{leases, roles};
+            let mut direct =
+                roles::connect(endpoints, credentials.client_identity(), credentials.user())
+                    .await?;
+            roles::hold_read_only(reach.client, cluster, &mut direct).await?;
+            let detached = leases::detach_all(&mut direct).await?;
+            info!(
+                keys = detached,
+                "standby seed: keys detached from their leases"
+            );
+            let revision = dkv_etcd::EtcdData::current_revision(&etcd)
                 .await
                 .map_err(|e| Error::RestoreSource {
                     message: format!("reading the standby's revision after its replay: {e}"),
                     waiting: true,
-                })?
-                - replayed.source_revision
-        }),
+                })?;
+            Some(revision - replayed.source_revision)
+        }
         None => None,
     };
     crate::cluster::backups::restore::mark_replayed(

@@ -39,7 +39,7 @@ pub async fn run(input: &Input<'_>, done: &mut Maintained, ctx: &Context) -> Res
         let mut etcd = standby::roles::connect(
             &input.connected.endpoints,
             input.connected.credentials.client_identity(),
-            root,
+            Some(root),
         )
         .await?;
         if promoted {

@@ -32,6 +32,9 @@ const POLL: Duration = Duration::from_secs(1);
 const ETCD_TIMEOUT: Duration = Duration::from_secs(10);
 /// The longest wait before a follower that keeps failing tries again.
 const MAX_RETRY_DELAY: Duration = Duration::from_secs(60);
+/// How long a follower asked to promote may fail to read the source's
+/// store before it is promoted with what it holds.
+const PROMOTE_WITHOUT_STORE: jiff::SignedDuration = jiff::SignedDuration::from_secs(60);
 
 /// What a follower needs; a change restarts it.
 #[derive(Clone)]
@@ -239,10 +242,6 @@ async fn follow(
     mut stop: watch::Receiver<bool>,
     notify: &impl Fn(),
 ) -> dkv_backup::Result<()> {
-    let destination = Location::parse(&spec.source)?;
-    let store = Store::open(&destination, &spec.store)?;
-    let continuous =
-        continuous_location(&destination, &spec.source_namespace, &spec.source_cluster);
     let mut etcd = GrpcAdmin::new(spec.endpoints.clone(), ETCD_TIMEOUT);
     if let Some(tls) = &spec.tls {
         etcd = etcd.with_tls(tls.clone());
@@ -253,6 +252,35 @@ async fn follow(
     let etcd_failed = |operation: &'static str| {
         move |cause: dkv_etcd::Error| dkv_backup::Error::Etcd { operation, cause }
     };
+    // Asked to promote and unable to read the source's store for a while
+    // (it went down with the source): promoted with what it holds.
+    let failing = lock_report(report).failing.clone();
+    if spec.promote
+        && let Some((why, since)) = failing
+        && Timestamp::now().duration_since(since) >= PROMOTE_WITHOUT_STORE
+    {
+        let held = etcd
+            .current_revision()
+            .await
+            .map_err(etcd_failed("reading the standby's revision"))?
+            - spec.offset;
+        warn!(source_revision = held, error = %why, "standby promoted without reading the source's store");
+        {
+            let mut now = lock_report(report);
+            now.failing = None;
+            now.applied = Some(held);
+            now.promoted = Some((held, Timestamp::now()));
+            now.stopped = Some(format!(
+                "promoted without reading the source's store ({why}): it holds the source's changes up to revision {held}; any stored after were not applied"
+            ));
+        }
+        notify();
+        return Ok(());
+    }
+    let destination = Location::parse(&spec.source)?;
+    let store = Store::open(&destination, &spec.store)?;
+    let continuous =
+        continuous_location(&destination, &spec.source_namespace, &spec.source_cluster);
     let mut listing = Listing::default();
     loop {
         if *stop.borrow() {
@@ -277,6 +305,24 @@ async fn follow(
                 *lock_report(report) = now.clone();
                 let reached = apply(&etcd, &store, segments, &spec.keys, applied).await?;
                 now.applied = Some(reached);
+                let own = etcd
+                    .current_revision()
+                    .await
+                    .map_err(etcd_failed("reading the standby's revision"))?
+                    - spec.offset;
+                if own != reached {
+                    // Something else changed the standby (a write as
+                    // root), or a change of the source found nothing to
+                    // change here: its revision no longer tells its
+                    // position, and it is no longer the source's copy.
+                    now.stopped = Some(format!(
+                        "this standby is no longer its source's copy: after applying up to source revision {reached} its own revision says {own} (a write on the standby as root, or a key its source changed missing here); create a new standby to seed it from the newest point"
+                    ));
+                    *lock_report(report) = now;
+                    notify();
+                    stop.wait_for(|s| *s).await.ok();
+                    return Ok(());
+                }
                 now.applied_time = segments.last().map(|s| s.header.last_time);
                 now.oldest_unapplied = None;
                 now.stopped = None;

@@ -21,6 +21,7 @@
 
 pub mod engine;
 pub mod followers;
+pub mod leases;
 mod listing;
 pub mod roles;
 
@@ -196,7 +197,12 @@ pub fn status(
     let (phase, message) = if let Some((revision, _)) = report.promoted {
         (
             StandbyPhase::Promoted,
-            Some(format!("promoted holding source revision {revision}")),
+            Some(
+                report
+                    .stopped
+                    .clone()
+                    .unwrap_or_else(|| format!("promoted holding source revision {revision}")),
+            ),
         )
     } else if let Some(why) = &report.stopped {
         (StandbyPhase::Stopped, Some(why.clone()))

@@ -72,16 +72,19 @@ pub fn configmap_name(cluster: &str) -> String {
     format!("{cluster}-standby-grants")
 }
 
-/// A client of the standby's members, as `root`.
+/// A client of the standby's members, as `root` once authentication is
+/// on.
 pub async fn connect(
     endpoints: &[String],
     tls: Option<&ClientTls>,
-    root: &UserCredentials,
+    root: Option<&UserCredentials>,
 ) -> Result<Client> {
     let mut options = ConnectOptions::new()
         .with_connect_timeout(std::time::Duration::from_secs(5))
-        .with_timeout(std::time::Duration::from_secs(10))
-        .with_user(root.name.clone(), root.password.clone());
+        .with_timeout(std::time::Duration::from_secs(10));
+    if let Some(root) = root {
+        options = options.with_user(root.name.clone(), root.password.clone());
+    }
     if let Some(tls) = tls {
         options = options.with_tls(
             TlsOptions::new()
