@@ -19,7 +19,8 @@ use crate::output::Format;
         kubectl dkv status orders\n  \
         kubectl dkv backup orders --wait\n  \
         kubectl dkv restore orders --to-time 2026-11-26T09:30:00Z --as orders-before-migration\n  \
-        kubectl dkv restart orders -n shop"
+        kubectl dkv restart orders -n shop\n  \
+        kubectl dkv promote orders-dr -n dr --wait"
 )]
 pub struct Cli {
     #[command(flatten)]
@@ -163,6 +164,25 @@ pub enum Command {
     ReleaseOldMembers {
         /// The DistributedKV that joined a running cluster (spec.bootstrap.join).
         name: String,
+    },
+    /// Promote a standby (spec.standby): it applies everything its source stored, stops following and takes writes.
+    #[command(
+        long_about = "Promote a standby (spec.standby): it applies everything its source stored, stops following and takes writes.\n\n\
+            Sets spec.standby.enabled: false; the operator carries it out and records the source revision the cluster \
+            then holds (status.standby.promotedAtRevision). A promoted cluster does not follow again.",
+        after_help = "Examples:\n  kubectl dkv promote orders-dr -n dr\n  \
+            kubectl dkv promote orders-dr -n dr --wait --timeout 30m\n  \
+            kubectl dkv status orders-dr -n dr   # Standby: Promoted, and the source revision it holds"
+    )]
+    Promote {
+        /// The standby DistributedKV.
+        name: String,
+        /// Wait until it is promoted (exits non-zero if it is not within --timeout).
+        #[arg(long)]
+        wait: bool,
+        /// How long --wait waits, e.g. `10m`, `90s`.
+        #[arg(long, default_value = "15m", value_parser = parse_duration, value_name = "DURATION")]
+        timeout: jiff::SignedDuration,
     },
     /// Run etcdctl against the cluster, inside a member pod, with the member's certificate and the cluster's credentials.
     #[command(

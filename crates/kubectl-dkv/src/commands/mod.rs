@@ -3,6 +3,7 @@
 mod backup;
 mod lifecycle;
 mod maintenance;
+mod promote;
 mod report;
 mod restore;
 mod status;
@@ -72,6 +73,11 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Hibernate { name } => lifecycle::hibernate(&target, &name, true).await,
         Command::Wake { name } => lifecycle::hibernate(&target, &name, false).await,
         Command::ReleaseOldMembers { name } => lifecycle::release_old_members(&target, &name).await,
+        Command::Promote {
+            name,
+            wait,
+            timeout,
+        } => promote::run(&target, &name, wait.then_some(timeout)).await,
         Command::Completion { .. } => Ok(()),
     }
 }

@@ -1,5 +1,6 @@
 //! `status`: one page on a cluster — members and their pods, conditions,
-//! the operation in flight, backups, certificate expiry.
+//! the operation in flight, a standby's following of its source, backups,
+//! certificate expiry.
 //!
 //! Everything comes from the API: the DistributedKV's status (what the
 //! operator last observed of etcd), the member pods, the backups and the
@@ -7,11 +8,13 @@
 
 use dkv_api::DistributedKV;
 use dkv_api::backup::v1alpha1::BackupPhase;
-use dkv_api::distributedkv::v1beta1::{BackupArtifactRef, ContinuousBackupStatus, Operation};
+use dkv_api::distributedkv::v1beta1::{
+    BackupArtifactRef, ContinuousBackupStatus, Operation, StandbyPhase, StandbyStatus,
+};
 use dkv_api::labels::{CLUSTER_KEY, COMPONENT_KEY};
 use dkv_api::schedule::Schedule;
 use dkv_member::naming::ordinal_of;
-use jiff::Timestamp;
+use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::ResourceExt;
@@ -60,6 +63,10 @@ pub struct Report {
     /// the adoption stands, with the members that were there before.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub adoption: Option<dkv_api::distributedkv::v1beta1::AdoptionStatus>,
+    /// A standby (`spec.standby`): where it stands against its source, or
+    /// what it held when it was promoted.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub standby: Option<StandbyStatus>,
 }
 
 #[derive(Debug, Serialize)]
@@ -365,6 +372,14 @@ pub fn report(
             }),
         live_error: None,
         adoption: status.adoption.clone(),
+        // A standby the operator has not reported on yet is still one.
+        standby: status.standby.clone().or_else(|| {
+            cluster
+                .spec
+                .standby
+                .as_ref()
+                .map(|_| StandbyStatus::default())
+        }),
     }
 }
 
@@ -481,6 +496,90 @@ fn adoption_text(out: &mut String, r: &Report) {
     ));
 }
 
+/// A standby: its phase and source; while it follows, the source revision
+/// it holds and how far behind it is; once promoted, what it held then.
+fn standby_text(out: &mut String, r: &Report, now: Timestamp) {
+    let Some(standby) = &r.standby else {
+        return;
+    };
+    let note = match standby.phase {
+        Some(StandbyPhase::Promoted) => " — an ordinary cluster now: takes writes, follows no more",
+        Some(StandbyPhase::Promoting) => " — applying what its source stored, then taking writes",
+        _ => " — reads only, writes refused (kubectl dkv promote makes it take writes)",
+    };
+    out.push_str(&format!(
+        "\nStandby:     {}{note}\n",
+        standby
+            .phase
+            .map_or_else(|| "(not started)".to_owned(), |p| p.to_string())
+    ));
+    if let Some(source) = &standby.source {
+        out.push_str(&format!("  Source:      {source}\n"));
+    }
+    if let Some(revision) = standby.promoted_at_revision {
+        out.push_str(&format!(
+            "  Promoted at: source revision {revision}{}\n",
+            standby
+                .promoted_time
+                .as_ref()
+                .map_or_else(String::new, |t| format!(
+                    ", {} ({})",
+                    t.0,
+                    time::ago(t, now)
+                ))
+        ));
+    } else {
+        if let Some(revision) = standby.applied_revision {
+            out.push_str(&format!(
+                "  Applied:     source revision {revision}{}\n",
+                standby
+                    .applied_time
+                    .as_ref()
+                    .map_or_else(String::new, |t| format!(
+                        ", recorded by the source's backup {} ({})",
+                        t.0,
+                        time::ago(t, now)
+                    ))
+            ));
+        }
+        if let Some(lag) = standby_lag(standby) {
+            out.push_str(&format!("  Lag:         {lag}\n"));
+        }
+        if let Some(checked) = &standby.last_checked {
+            out.push_str(&format!(
+                "  Checked:     the source's store, {}\n",
+                time::ago(checked, now)
+            ));
+        }
+    }
+    if let Some(message) = &standby.message {
+        out.push_str(&format!("  Message:     {message}\n"));
+    }
+}
+
+/// How far a standby is behind its source: the age of the oldest stored
+/// change it has not applied, and how many source revisions are stored
+/// and not applied.
+fn standby_lag(standby: &StandbyStatus) -> Option<String> {
+    if standby.lag_seconds.is_none() && standby.lag_revisions.is_none() {
+        return None;
+    }
+    let behind = standby
+        .lag_seconds
+        .filter(|s| *s > 0)
+        .map(|s| format!("{} behind", time::short(SignedDuration::from_secs(s))));
+    let revisions = standby
+        .lag_revisions
+        .filter(|n| *n > 0)
+        .map(|n| format!("{n} source revisions stored and not applied yet"));
+    let parts: Vec<String> = behind.into_iter().chain(revisions).collect();
+    Some(if parts.is_empty() {
+        "none: every change the source stored is applied".to_owned()
+    } else {
+        parts.join(", ")
+    })
+}
+
 fn yes(flag: bool) -> String {
     if flag { "yes" } else { "no" }.to_owned()
 }
@@ -491,6 +590,7 @@ pub fn text(r: &Report, now: Timestamp) -> String {
     conditions_text(&mut out, r, now);
     members_text(&mut out, r, now);
     adoption_text(&mut out, r);
+    standby_text(&mut out, r, now);
     maintenance_text(&mut out, r, now);
     certificates_text(&mut out, r, now);
     out
@@ -799,6 +899,144 @@ mod tests {
             "{text}"
         );
         assert!(line("etcd-b").contains("http://10.0.0.2:2380"), "{text}");
+    }
+
+    /// The standby `dr/orders-dr` of `shop/orders` with `status.standby`.
+    fn standby(enabled: bool, status: serde_json::Value) -> DistributedKV {
+        serde_json::from_value(json!({
+            "apiVersion": "dkv.io/v1beta1",
+            "kind": "DistributedKV",
+            "metadata": {"name": "orders-dr", "namespace": "dr"},
+            "spec": {"size": 3, "image": "registry.k8s.io/etcd:3.5.16-0",
+                     "auth": {"enabled": true},
+                     "standby": {"enabled": enabled, "source": {
+                         "uri": "s3://dkv/orders/", "cluster": "shop/orders"}}},
+            "status": {"standby": status},
+        }))
+        .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// The lines of `text` from the one starting `Standby:` to the next
+    /// blank line.
+    fn standby_section(text: &str) -> Vec<&str> {
+        text.lines()
+            .skip_while(|l| !l.starts_with("Standby:"))
+            .take_while(|l| !l.is_empty())
+            .collect()
+    }
+
+    #[test]
+    fn a_following_standby_shows_its_source_what_it_holds_and_its_lag() {
+        let cluster = standby(
+            true,
+            json!({
+                "phase": "Following",
+                "source": "shop/orders in s3://dkv/orders/",
+                "appliedRevision": 120453,
+                "appliedTime": "2026-11-26T09:29:50Z",
+                "lagRevisions": 12,
+                "lagSeconds": 4,
+                "lastChecked": "2026-11-26T09:29:58Z",
+            }),
+        );
+        let now: Timestamp = "2026-11-26T09:30:00Z"
+            .parse()
+            .unwrap_or_else(|e| panic!("{e}"));
+        let report = report(&cluster, &[], &[], &[], now);
+        let text = text(&report, now);
+        assert_eq!(
+            standby_section(&text),
+            [
+                "Standby:     Following — reads only, writes refused (kubectl dkv promote makes it take writes)",
+                "  Source:      shop/orders in s3://dkv/orders/",
+                "  Applied:     source revision 120453, recorded by the source's backup 2026-11-26T09:29:50Z (10s ago)",
+                "  Lag:         4s behind, 12 source revisions stored and not applied yet",
+                "  Checked:     the source's store, 2s ago",
+            ],
+            "{text}"
+        );
+        let json = serde_json::to_value(&report).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(json["standby"]["phase"], "Following", "{json}");
+        assert_eq!(json["standby"]["lagSeconds"], 4, "{json}");
+    }
+
+    #[test]
+    fn a_standby_that_cannot_go_on_says_why() {
+        let cluster = standby(
+            true,
+            json!({
+                "phase": "Stopped",
+                "source": "shop/orders in s3://dkv/orders/",
+                "appliedRevision": 120453,
+                "lagSeconds": 0,
+                "lagRevisions": 0,
+                "message": "the source's store holds no change after revision 120453",
+            }),
+        );
+        let now = Timestamp::UNIX_EPOCH;
+        let text = text(&report(&cluster, &[], &[], &[], now), now);
+        let section = standby_section(&text);
+        assert!(
+            section.contains(&"  Lag:         none: every change the source stored is applied"),
+            "{text}"
+        );
+        assert_eq!(
+            section.last(),
+            Some(&"  Message:     the source's store holds no change after revision 120453"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_promoted_standby_shows_the_source_revision_it_holds_and_when() {
+        let cluster = standby(
+            false,
+            json!({
+                "phase": "Promoted",
+                "source": "shop/orders in s3://dkv/orders/",
+                "appliedRevision": 120460,
+                "lastChecked": "2026-11-26T09:29:58Z",
+                "promotedAtRevision": 120460,
+                "promotedTime": "2026-11-26T09:30:00Z",
+            }),
+        );
+        let now: Timestamp = "2026-11-26T09:35:00Z"
+            .parse()
+            .unwrap_or_else(|e| panic!("{e}"));
+        let text = text(&report(&cluster, &[], &[], &[], now), now);
+        assert_eq!(
+            standby_section(&text),
+            [
+                "Standby:     Promoted — an ordinary cluster now: takes writes, follows no more",
+                "  Source:      shop/orders in s3://dkv/orders/",
+                "  Promoted at: source revision 120460, 2026-11-26T09:30:00Z (5m ago)",
+            ],
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_standby_not_reported_on_yet_is_shown_and_a_cluster_that_is_none_is_not() {
+        let now = Timestamp::UNIX_EPOCH;
+        let page = text(
+            &report(&standby(true, json!(null)), &[], &[], &[], now),
+            now,
+        );
+        assert!(
+            page.contains("Standby:     (not started) — reads only"),
+            "{page}"
+        );
+        let plain: DistributedKV = serde_json::from_value(json!({
+            "apiVersion": "dkv.io/v1beta1",
+            "kind": "DistributedKV",
+            "metadata": {"name": "orders", "namespace": "shop"},
+            "spec": {"size": 3, "image": "registry.k8s.io/etcd:3.5.16-0"},
+        }))
+        .unwrap_or_else(|e| panic!("{e}"));
+        let report = report(&plain, &[], &[], &[], now);
+        assert!(!text(&report, now).contains("Standby:"));
+        let json = serde_json::to_value(&report).unwrap_or_else(|e| panic!("{e}"));
+        assert!(json.get("standby").is_none(), "{json}");
     }
 
     #[test]

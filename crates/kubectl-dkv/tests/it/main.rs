@@ -9,3 +9,4 @@ mod hibernate;
 mod kubectl;
 mod plugin;
 mod secured;
+mod standby;

@@ -462,6 +462,7 @@ async fn every_plugin_command_through_kubectl() {
         "resume",
         "hibernate",
         "wake",
+        "promote",
         "completion",
     ] {
         let help = kubectl.ok(&[command, "--help"]);
