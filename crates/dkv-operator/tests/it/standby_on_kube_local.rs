@@ -5,6 +5,7 @@
 //! source revision, and refuses the writes of the source's users while
 //! serving their reads; promoted, it holds everything the source stored,
 //! says up to which revision, takes their writes, and follows no more.
+//! On etcd 3.5 in plaintext, and on 3.7 with client and peer TLS.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -19,9 +20,7 @@ use serde_json::json;
 use dkv_test_support as support;
 
 use support::backups::{create_secret, wait_stored};
-use support::etcd_cluster::{
-    condition_reason, member_endpoints, options, patch_spec, wait_for, wait_settled,
-};
+use support::etcd_cluster::{condition_reason, options, patch_spec, wait_for, wait_settled};
 
 const NS: &str = "standby";
 const PREFIX: &str = "/dr/";
@@ -80,18 +79,33 @@ async fn wait_standby(
         .unwrap()
 }
 
-/// A client of `cluster`'s members as `user`.
+/// A client of `cluster`'s members as `user` (over TLS with its client
+/// certificate when `tls`).
 async fn connect_as(
     client: &kube::Client,
     cluster: &str,
+    tls: bool,
     (user, password): (&str, &str),
 ) -> etcd_client::Client {
+    let target = if tls {
+        support::tls::Target::new(NS, cluster)
+    } else {
+        support::tls::Target::plaintext(NS, cluster)
+    };
     etcd_client::Client::connect(
-        member_endpoints(client, NS, cluster).await,
-        Some(options(None).with_user(user, password)),
+        target.endpoints(client).await,
+        Some(options(target.client_tls(client).await).with_user(user, password)),
     )
     .await
     .unwrap()
+}
+
+/// `spec` with client and peer TLS on (mode Auto) when `tls`.
+fn secured(mut spec: serde_json::Value, tls: bool) -> serde_json::Value {
+    if tls {
+        spec["tls"] = json!({});
+    }
+    spec
 }
 
 /// The root user's name and password of `cluster`, once authentication is
@@ -142,6 +156,27 @@ async fn wait_applied(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_standby_follows_its_source_exactly_refuses_writes_and_once_promoted_takes_them() {
+    a_standby_follows_its_source_exactly_refuses_writes_and_once_promoted_takes_them_on(
+        "registry.k8s.io/etcd:3.5.16-0",
+        false,
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn on_etcd_3_7_with_tls_a_standby_follows_its_source_exactly_refuses_writes_and_once_promoted_takes_them()
+ {
+    a_standby_follows_its_source_exactly_refuses_writes_and_once_promoted_takes_them_on(
+        "registry.k8s.io/etcd:3.7.3-0",
+        true,
+    )
+    .await;
+}
+
+async fn a_standby_follows_its_source_exactly_refuses_writes_and_once_promoted_takes_them_on(
+    image: &str,
+    tls: bool,
+) {
     let moto = MotoServer::start("dkv-standby");
     let (env, client, _operator) = support::running_operator(NS).await;
     create_secret(&client, NS, "s3-creds", moto.env()).await;
@@ -153,16 +188,19 @@ async fn a_standby_follows_its_source_exactly_refuses_writes_and_once_promoted_t
         NS,
         "primary",
         1,
-        "registry.k8s.io/etcd:3.5.16-0",
-        json!({"auth": {"enabled": true}, "backup": {
-            "destination": {"uri": moto.uri("dr"), "credentialsSecret": "s3-creds"},
-            "schedule": "0 0 1 1 *"
-        }}),
+        image,
+        secured(
+            json!({"auth": {"enabled": true}, "backup": {
+                "destination": {"uri": moto.uri("dr"), "credentialsSecret": "s3-creds"},
+                "schedule": "0 0 1 1 *"
+            }}),
+            tls,
+        ),
     )
     .await;
     wait_settled(&dkvs, "primary", 1).await;
     let (root, password) = root_of(&client, "primary").await;
-    let mut primary = connect_as(&client, "primary", (&root, &password)).await;
+    let mut primary = connect_as(&client, "primary", tls, (&root, &password)).await;
     // An application's user, which may read and write its prefix.
     primary.role_add("app").await.unwrap();
     primary
@@ -213,8 +251,8 @@ async fn a_standby_follows_its_source_exactly_refuses_writes_and_once_promoted_t
                 NS,
                 "standby",
                 1,
-                "registry.k8s.io/etcd:3.5.16-0",
-                json!({"standby": {"enabled": true, "source": source}}),
+                image,
+                secured(json!({"standby": {"enabled": true, "source": source}}), tls),
             ),
         )
         .await;
@@ -226,8 +264,11 @@ async fn a_standby_follows_its_source_exactly_refuses_writes_and_once_promoted_t
         NS,
         "standby",
         1,
-        "registry.k8s.io/etcd:3.5.16-0",
-        json!({"auth": {"enabled": true}, "standby": {"enabled": true, "source": source}}),
+        image,
+        secured(
+            json!({"auth": {"enabled": true}, "standby": {"enabled": true, "source": source}}),
+            tls,
+        ),
     )
     .await;
     let following = wait_standby(&dkvs, "following", |s| {
@@ -251,7 +292,7 @@ async fn a_standby_follows_its_source_exactly_refuses_writes_and_once_promoted_t
         root_of(&client, "standby").await,
         (root.clone(), password.clone())
     );
-    let mut standby = connect_as(&client, "standby", (&root, &password)).await;
+    let mut standby = connect_as(&client, "standby", tls, (&root, &password)).await;
     let wide = support::kubectl(&env, &["get", "dkv", "-n", NS, "-o", "wide"]);
     println!("{wide}");
     assert!(
@@ -261,7 +302,7 @@ async fn a_standby_follows_its_source_exactly_refuses_writes_and_once_promoted_t
 
     // Reads yes, writes no: the application's user reads its keys from
     // the standby and every write of its is refused at once.
-    let mut app = connect_as(&client, "standby", ("app", "app-password")).await;
+    let mut app = connect_as(&client, "standby", tls, ("app", "app-password")).await;
     let sts: Api<k8s_openapi::api::apps::v1::StatefulSet> = Api::namespaced(client.clone(), NS);
     let stored = |last| {
         let moto = &moto;
@@ -457,8 +498,11 @@ async fn a_standby_follows_its_source_exactly_refuses_writes_and_once_promoted_t
         NS,
         "second",
         1,
-        "registry.k8s.io/etcd:3.5.16-0",
-        json!({"auth": {"enabled": true}, "standby": {"enabled": true, "source": second_source}}),
+        image,
+        secured(
+            json!({"auth": {"enabled": true}, "standby": {"enabled": true, "source": second_source}}),
+            tls,
+        ),
     )
     .await;
     wait_for(&dkvs, "second", "following", |d| {
@@ -482,7 +526,7 @@ async fn a_standby_follows_its_source_exactly_refuses_writes_and_once_promoted_t
     })
     .await;
     let held = {
-        let mut second = connect_as(&client, "second", (&root, &password)).await;
+        let mut second = connect_as(&client, "second", tls, (&root, &password)).await;
         let offset: i64 = sts
             .get("second")
             .await

@@ -691,6 +691,9 @@ const CHANGES: &[(&str, Change)] = &[
     // Read while a rollout runs; no restart.
     ("spec.rollout", Change::InPlace),
     ("spec.hibernation", Change::StopsMembers),
+    // Promotion (true -> false only): no member restarts.
+    ("spec.standby.enabled", Change::InPlace),
+    ("spec.standby.source", Change::Immutable),
 ];
 
 /// Whether `prefix` names `field` or an object or list it sits in.
