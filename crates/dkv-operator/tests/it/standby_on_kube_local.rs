@@ -116,6 +116,28 @@ async fn root_of(client: &kube::Client, cluster: &str) -> (String, String) {
     (field("username"), field("password"))
 }
 
+/// The source's backup destination on `moto`, opened with its credentials.
+fn source_store(moto: &MotoServer) -> (dkv_backup::Store, dkv_backup::Location) {
+    let destination = dkv_backup::Location::parse(&moto.uri("dr")).unwrap();
+    let env = moto.env();
+    let config = dkv_backup::StoreConfig::from_lookup(|k| {
+        env.iter()
+            .find(|(name, _)| name == k)
+            .map(|(_, v)| v.clone())
+    });
+    (
+        dkv_backup::Store::open(&destination, &config).unwrap(),
+        destination,
+    )
+}
+
+/// The revision offset recorded on standby `name`'s StatefulSet.
+async fn recorded_offset(sts: &Api<k8s_openapi::api::apps::v1::StatefulSet>, name: &str) -> i64 {
+    sts.get(name).await.unwrap().metadata.annotations.unwrap()["dkv.io/standby-revision-offset"]
+        .parse()
+        .unwrap()
+}
+
 /// Waits until the standby holds the source revision `last` (its own
 /// revision less the recorded offset) and returns how long that took.
 async fn wait_applied(
@@ -124,15 +146,7 @@ async fn wait_applied(
     last: i64,
 ) -> (Duration, i64) {
     let started = Instant::now();
-    let offset: i64 = sts
-        .get("standby")
-        .await
-        .unwrap()
-        .metadata
-        .annotations
-        .unwrap()["dkv.io/standby-revision-offset"]
-        .parse()
-        .unwrap();
+    let offset = recorded_offset(sts, "standby").await;
     loop {
         let own = standby
             .get("/", None)
@@ -305,21 +319,8 @@ async fn a_standby_follows_its_source_exactly_refuses_writes_and_once_promoted_t
     let mut app = connect_as(&client, "standby", tls, ("app", "app-password")).await;
     let sts: Api<k8s_openapi::api::apps::v1::StatefulSet> = Api::namespaced(client.clone(), NS);
     let stored = |last| {
-        let moto = &moto;
-        async move {
-            let destination = dkv_backup::Location::parse(&moto.uri("dr")).unwrap();
-            let store = dkv_backup::Store::open(
-                &destination,
-                &dkv_backup::StoreConfig::from_lookup(|k| {
-                    moto.env()
-                        .into_iter()
-                        .find(|(name, _)| name == k)
-                        .map(|(_, v)| v)
-                }),
-            )
-            .unwrap();
-            wait_stored(&store, &destination, NS, "primary", last).await;
-        }
+        let (store, destination) = source_store(&moto);
+        async move { wait_stored(&store, &destination, NS, "primary", last).await }
     };
     let kept = standby.get(format!("{PREFIX}kept"), None).await.unwrap();
     assert_eq!(
@@ -527,15 +528,7 @@ async fn a_standby_follows_its_source_exactly_refuses_writes_and_once_promoted_t
     .await;
     let held = {
         let mut second = connect_as(&client, "second", tls, (&root, &password)).await;
-        let offset: i64 = sts
-            .get("second")
-            .await
-            .unwrap()
-            .metadata
-            .annotations
-            .unwrap()["dkv.io/standby-revision-offset"]
-            .parse()
-            .unwrap();
+        let offset = recorded_offset(&sts, "second").await;
         second
             .get("/", None)
             .await
@@ -554,29 +547,24 @@ async fn a_standby_follows_its_source_exactly_refuses_writes_and_once_promoted_t
         stored(last).await;
         tokio::time::sleep(Duration::from_millis(1500)).await;
     }
-    let destination = dkv_backup::Location::parse(&moto.uri("dr")).unwrap();
-    let store = dkv_backup::Store::open(
-        &destination,
-        &dkv_backup::StoreConfig::from_lookup(|k| {
-            moto.env()
-                .into_iter()
-                .find(|(name, _)| name == k)
-                .map(|(_, v)| v)
-        }),
-    )
-    .unwrap();
+    let (store, destination) = source_store(&moto);
     let continuous =
         dkv_backup::continuous::archive::continuous_location(&destination, NS, "primary");
     let mut after_held = Vec::new();
-    for path in store.list(continuous.path()).await.unwrap() {
-        let name = path.filename().unwrap_or_default().to_owned();
-        let parts: Vec<&str> = name.split(['-', '.']).collect();
-        if let [_, after, _, ..] = parts.as_slice()
-            && let Ok(after) = after.parse::<i64>()
-            && after >= held
-            && name.contains(".jsonl")
+    for base in dkv_backup::continuous::archive::read_bases(&store, &continuous)
+        .await
+        .unwrap()
+    {
+        let chain = dkv_backup::continuous::archive::chain_location(&continuous, &base.chain);
+        let keys = dkv_backup::Keyring::default();
+        for segment in dkv_backup::continuous::archive::read_chain(&store, &chain, &keys)
+            .await
+            .unwrap()
         {
-            after_held.push((after, path));
+            if segment.header.after_revision >= held {
+                let location = dkv_backup::Location::parse(&segment.uri).unwrap();
+                after_held.push((segment.header.after_revision, location));
+            }
         }
     }
     after_held.sort_by_key(|(after, _)| *after);
@@ -584,7 +572,7 @@ async fn a_standby_follows_its_source_exactly_refuses_writes_and_once_promoted_t
         after_held.len() >= 2,
         "segments stored after {held}: {after_held:?}"
     );
-    store.delete(&after_held[0].1).await.unwrap();
+    store.delete(after_held[0].1.path()).await.unwrap();
     create_secret(&client, NS, "second-creds", moto.env()).await;
     wait_for(&dkvs, "second", "stopped", |d| {
         d.status
