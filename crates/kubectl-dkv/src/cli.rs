@@ -169,9 +169,15 @@ pub enum Command {
     #[command(
         long_about = "Promote a standby (spec.standby): it applies everything its source stored, stops following and takes writes.\n\n\
             Sets spec.standby.enabled: false; the operator carries it out and records the source revision the cluster \
-            then holds (status.standby.promotedAtRevision). A promoted cluster does not follow again.",
+            then holds (status.standby.promotedAtRevision).\n\n\
+            In a switchover, demote the primary first (spec.standby on it, naming this standby as its source); \
+            its status then gives the revision it ended at (status.standby.demotedAtRevision) once every change up \
+            to it is stored. With --at-revision this command refuses if the standby holds more, asks, waits for \
+            the promotion and fails if it does not hold exactly that revision; the demoted primary follows the \
+            promoted standby once it does.",
         after_help = "Examples:\n  kubectl dkv promote orders-dr -n dr\n  \
             kubectl dkv promote orders-dr -n dr --wait --timeout 30m\n  \
+            kubectl dkv promote orders-dr -n dr --at-revision 48213 --wait   # a switchover\n  \
             kubectl dkv status orders-dr -n dr   # Standby: Promoted, and the source revision it holds"
     )]
     Promote {
@@ -183,6 +189,10 @@ pub enum Command {
         /// How long --wait waits, e.g. `10m`, `90s`.
         #[arg(long, default_value = "15m", value_parser = parse_duration, value_name = "DURATION")]
         timeout: jiff::SignedDuration,
+        /// A switchover: the demoted primary's status.standby.demotedAtRevision. Refused if the
+        /// standby holds more; waits (up to --timeout) and fails unless it is promoted holding exactly it.
+        #[arg(long, value_name = "REVISION")]
+        at_revision: Option<i64>,
     },
     /// Run etcdctl against the cluster, inside a member pod, with the member's certificate and the cluster's credentials.
     #[command(

@@ -127,17 +127,20 @@ macro_rules! distributedkv_spec {
                 .message("spec.backup cannot change while the cluster is hibernated; wake it first (spec.hibernation: false), then change the backup"),
             validation = Rule::new("!(has(oldSelf.hibernation) && oldSelf.hibernation && has(self.hibernation) && self.hibernation) || !has(self.storage) || !has(oldSelf.storage) || self.storage == oldSelf.storage")
                 .message("spec.storage cannot change while the cluster is hibernated; wake it first (spec.hibernation: false), then change the storage"),
-            // A standby: its data comes from its source, writes are
-            // refused through etcd's roles, and it is one from creation
-            // until promoted, never again after.
+            // A standby: its data comes from its source and writes are
+            // refused through etcd's roles. It is one from creation, or
+            // from a demotion (a switchover), until promoted; demoted
+            // again, it may follow another source.
             validation = Rule::new("!(has(self.standby) && has(self.bootstrap))")
                 .message("a standby takes its data from its source (spec.standby.source): remove spec.bootstrap"),
             validation = Rule::new("!(has(self.standby) && self.standby.enabled) || (has(self.auth) && self.auth.enabled)")
                 .message("a standby refuses writes through etcd's roles, which need authentication: set spec.auth.enabled: true"),
-            validation = Rule::new("has(self.standby) == has(oldSelf.standby)")
-                .message("spec.standby is set at creation only and stays after promotion; to promote, set spec.standby.enabled: false (kubectl dkv promote)"),
-            validation = Rule::new("!has(self.standby) || !has(oldSelf.standby) || (self.standby.source == oldSelf.standby.source && (oldSelf.standby.enabled || !self.standby.enabled))")
-                .message("spec.standby.source cannot change, and a promoted standby does not follow again; to follow another source, create a new standby")
+            validation = Rule::new("has(self.standby) || !has(oldSelf.standby)")
+                .message("spec.standby stays after promotion; to promote, set spec.standby.enabled: false (kubectl dkv promote)"),
+            validation = Rule::new("has(oldSelf.standby) || !has(self.standby) || self.standby.enabled")
+                .message("spec.standby added to a running cluster demotes it and needs spec.standby.enabled: true"),
+            validation = Rule::new("!has(self.standby) || !has(oldSelf.standby) || self.standby.source == oldSelf.standby.source || (self.standby.enabled && !oldSelf.standby.enabled)")
+                .message("spec.standby.source cannot change while the cluster follows it; it may change only when a promoted cluster is demoted again (spec.standby.enabled: true)")
         )]
         #[serde(rename_all = "camelCase")]
         pub struct DistributedKVSpec {

@@ -10,14 +10,21 @@ use serde::{Deserialize, Serialize};
 
 use super::encryption::BackupEncryption;
 
-/// Follow a source cluster through its continuous backup. The cluster is
-/// created from the newest point the source recorded, then applies each
-/// change the source records after it, in order, one transaction per
-/// source revision. While it follows, clients can read and every write is
-/// refused (`spec.auth.enabled` is required: etcd's roles are what refuse
-/// it). Set `enabled` to `false` to promote it (`kubectl dkv promote`):
-/// it applies everything the source stored, stops following and takes
-/// writes. Set at creation only; a promoted cluster does not follow again.
+/// Follow a source cluster through its continuous backup. Set at creation,
+/// the cluster is created from the newest point the source recorded, then
+/// applies each change the source records after it, in order, one
+/// transaction per source revision. While it follows, clients can read
+/// and every write is refused (`spec.auth.enabled` is required: etcd's
+/// roles are what refuse it). Set `enabled` to `false` to promote it
+/// (`kubectl dkv promote`): it applies everything the source stored,
+/// stops following and takes writes.
+///
+/// Set on a running cluster (or `enabled: true` again on a promoted one),
+/// it demotes that cluster, for a switchover: writes are refused at once,
+/// its last changes are made durable in its own continuous backup
+/// (`status.standby.demotedAtRevision`), and once the source named here —
+/// a standby of this cluster — is promoted holding exactly that revision,
+/// this cluster follows it. `source` may change only in that edit.
 #[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct StandbySpec {
@@ -86,7 +93,22 @@ pub struct StandbyStatus {
     /// When it was promoted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub promoted_time: Option<Time>,
-    /// What is wrong, when the phase is `Failing` or `Stopped`.
+    /// The cluster's own revision less the source revision it holds,
+    /// recorded when a demoted cluster starts to follow its new primary
+    /// (for a standby seeded at creation it is on its StatefulSet only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision_offset: Option<i64>,
+    /// A demoted cluster's own revision when it stopped taking writes and
+    /// had made every change up to it durable: the revision its new
+    /// primary must hold when promoted (`kubectl dkv promote NAME
+    /// --at-revision` on the new primary's cluster).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub demoted_at_revision: Option<i64>,
+    /// When it was demoted (stopped taking writes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub demoted_time: Option<Time>,
+    /// What is wrong, when the phase is `Failing` or `Stopped`; what a
+    /// demotion waits for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
 }
@@ -108,6 +130,13 @@ pub enum StandbyPhase {
     Promoting,
     /// An ordinary cluster now; `promotedAtRevision` says what it holds.
     Promoted,
+    /// Demoted: writes are refused; its last changes are being made
+    /// durable in its own continuous backup.
+    Demoting,
+    /// Demoted, every change up to `demotedAtRevision` durable: waiting
+    /// for its source (the standby to take over) to be promoted holding
+    /// exactly that revision, then it follows it.
+    Demoted,
 }
 
 impl std::fmt::Display for StandbyPhase {

@@ -80,8 +80,8 @@ pub struct Recorded {
     /// Where the adoption of a running cluster stands
     /// (`spec.bootstrap.join`).
     pub adoption: Option<dkv_api::distributedkv::v1beta1::AdoptionStatus>,
-    /// Status records a standby's promotion: nothing follows after it.
-    pub standby_promoted: bool,
+    /// Where status says a standby (`spec.standby`) stands.
+    pub standby: Option<dkv_api::distributedkv::v1beta1::StandbyStatus>,
 }
 
 impl Recorded {
@@ -94,7 +94,7 @@ impl Recorded {
             operation: status.and_then(|s| s.operation.clone()),
             members: status.map(|s| s.members.clone()).unwrap_or_default(),
             adoption: status.and_then(|s| s.adoption.clone()),
-            standby_promoted: crate::cluster::backups::standby::promoted(dkv),
+            standby: status.and_then(|s| s.standby.clone()),
             last_backup: status.and_then(|s| s.last_backup.clone()),
             last_defrag: status
                 .and_then(|s| s.last_defrag_time.as_ref())

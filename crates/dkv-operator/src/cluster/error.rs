@@ -87,10 +87,11 @@ pub enum Error {
         waiting: bool,
     },
 
-    /// A standby's roles could not be read or changed (`transient`), or
-    /// what it keeps of them cannot be read back.
+    /// A standby's roles, leases or revision could not be read or changed,
+    /// or its promotion recorded (`transient`); or what it keeps of its
+    /// roles cannot be read back.
     #[error("standby: {message}")]
-    StandbyRoles { message: String, transient: bool },
+    Standby { message: String, transient: bool },
 
     /// The cluster's PodDisruptionBudget allows no disruption now (a member
     /// is away: a node drain, an eviction, a member not Ready), so a member
@@ -255,10 +256,10 @@ impl Error {
             Error::Etcd { .. } => Category::Transient,
             Error::RestoreSource { waiting: true, .. } => Category::Waiting,
             Error::RestoreSource { waiting: false, .. } => Category::Permanent,
-            Error::StandbyRoles {
+            Error::Standby {
                 transient: true, ..
             } => Category::Transient,
-            Error::StandbyRoles {
+            Error::Standby {
                 transient: false, ..
             } => Category::Permanent,
             // Secrets are not watched: looked at again now and then.
@@ -300,7 +301,7 @@ impl Error {
             | Error::Etcd { .. }
             | Error::NoSpaceRecurring { .. }
             | Error::JoinRefused { .. }
-            | Error::StandbyRoles { .. }
+            | Error::Standby { .. }
             | Error::Recreating { .. } => "apply",
             Error::TlsCaMissing { .. }
             | Error::SecretInvalid { .. }

@@ -166,6 +166,7 @@ pub fn review_cluster(
             verdict.denials = cluster::spec_problems(new, &facts, defaults);
             check_hibernation(old, new, &mut verdict);
             check_join_kept(old, new, &mut verdict);
+            check_demotion(old, new, &mut verdict);
             check_scale_down(members_now(old), new.spec.size, &mut verdict);
             if expandable == Some(false)
                 && let Some(storage) = &new.spec.storage
@@ -237,6 +238,26 @@ fn check_join_kept(old: &DistributedKV, new: &DistributedKV, verdict: &mut Admis
             "the cluster was created to join a running one and stays so; to let the members that were there leave, set spec.bootstrap.join.oldMembers: Leave",
         ),
         _ => {}
+    }
+}
+
+/// A running cluster given `spec.standby.enabled: true` is demoted (a
+/// switchover): it makes its last changes durable through its own
+/// continuous backup, which the standby to be promoted reads; without it
+/// it cannot be demoted.
+fn check_demotion(old: &DistributedKV, new: &DistributedKV, verdict: &mut AdmissionVerdict) {
+    let following = |d: &DistributedKV| d.spec.standby.as_ref().is_some_and(|s| s.enabled);
+    let continuous = new
+        .spec
+        .backup
+        .as_ref()
+        .and_then(|b| b.continuous.as_ref())
+        .is_some_and(|c| c.enabled);
+    if !following(old) && following(new) && !continuous {
+        verdict.deny(
+            "spec.standby.enabled",
+            "a demoted cluster makes its last changes durable through its own continuous backup, which the standby to be promoted reads: set spec.backup.continuous.enabled: true before demoting it",
+        );
     }
 }
 

@@ -64,14 +64,24 @@ async fn wait_standby(
     what: &str,
     check: impl Fn(&dkv_api::distributedkv::v1beta1::StandbyStatus) -> bool,
 ) -> dkv_api::distributedkv::v1beta1::StandbyStatus {
-    wait_for(dkvs, "standby", what, |d| {
+    wait_standby_of(dkvs, "standby", what, check).await
+}
+
+/// `name`'s `status.standby`, once `check` holds for it.
+async fn wait_standby_of(
+    dkvs: &Api<DistributedKV>,
+    name: &str,
+    what: &str,
+    check: impl Fn(&dkv_api::distributedkv::v1beta1::StandbyStatus) -> bool,
+) -> dkv_api::distributedkv::v1beta1::StandbyStatus {
+    wait_for(dkvs, name, what, |d| {
         d.status
             .as_ref()
             .and_then(|s| s.standby.as_ref())
             .is_some_and(&check)
     })
     .await;
-    dkvs.get("standby")
+    dkvs.get(name)
         .await
         .unwrap()
         .status
@@ -479,7 +489,9 @@ async fn a_standby_follows_its_source_exactly_refuses_writes_and_once_promoted_t
     stored(last).await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(state(&mut standby).await, expected);
-    // And it cannot be made to follow again.
+    // Following again would be a demotion, which makes the cluster's last
+    // changes durable through a continuous backup of its own: refused
+    // without one, with the fix.
     let again = support::etcd_cluster::try_patch_spec(
         &dkvs,
         "standby",
@@ -487,7 +499,10 @@ async fn a_standby_follows_its_source_exactly_refuses_writes_and_once_promoted_t
     )
     .await;
     let message = again.err().unwrap_or_default();
-    assert!(message.contains("does not follow again"), "{message}");
+    assert!(
+        message.contains("spec.backup.continuous.enabled: true"),
+        "{message}"
+    );
 
     // A standby whose next change the source's store lost stops, says
     // why and how to seed a new one, and is Degraded: never a standby that
@@ -598,4 +613,311 @@ async fn a_standby_follows_its_source_exactly_refuses_writes_and_once_promoted_t
         condition_reason(&second, types::DEGRADED, "True").as_deref(),
         Some(reasons::STANDBY_NOT_FOLLOWING)
     );
+}
+
+/// A writer of unique keys under `PREFIX/w/` that writes, as the
+/// application's user, to whichever cluster is the primary now, counting
+/// what was acknowledged and what was refused.
+struct Writer {
+    primary: std::sync::Arc<std::sync::Mutex<String>>,
+    acknowledged: std::sync::Arc<std::sync::Mutex<Vec<(String, String)>>>,
+    refused: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    other_errors: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    stop: tokio::sync::watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Writer {
+    /// Starts writing to `clusters[first]`; each cluster's client is the
+    /// application's user's.
+    fn start(clusters: BTreeMap<String, etcd_client::Client>, first: &str) -> Self {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        use std::sync::{Arc, Mutex};
+        let primary = Arc::new(Mutex::new(first.to_owned()));
+        let acknowledged = Arc::new(Mutex::new(Vec::new()));
+        let refused = Arc::new(AtomicUsize::new(0));
+        let other_errors = Arc::new(Mutex::new(Vec::new()));
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let task = tokio::spawn({
+            let (primary, acknowledged) = (primary.clone(), acknowledged.clone());
+            let (refused, other_errors) = (refused.clone(), other_errors.clone());
+            let mut clusters = clusters;
+            async move {
+                let mut n = 0u32;
+                while !*stopped.borrow() {
+                    let target = primary.lock().unwrap().clone();
+                    let key = format!("{PREFIX}w/{n:06}");
+                    let value = format!("{target}-{n}");
+                    let client = clusters.get_mut(&target).unwrap();
+                    match client.put(key.clone(), value.clone(), None).await {
+                        Ok(_) => {
+                            acknowledged.lock().unwrap().push((key, value));
+                            n += 1;
+                        }
+                        Err(e) if e.to_string().contains("permission denied") => {
+                            refused.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Err(e) => other_errors.lock().unwrap().push(e.to_string()),
+                    }
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            }
+        });
+        Self {
+            primary,
+            acknowledged,
+            refused,
+            other_errors,
+            stop,
+            task,
+        }
+    }
+
+    fn point_at(&self, cluster: &str) {
+        *self.primary.lock().unwrap() = cluster.to_owned();
+    }
+
+    fn acknowledged(&self) -> usize {
+        self.acknowledged.lock().unwrap().len()
+    }
+
+    /// Waits for the first acknowledged write after `count` of them.
+    async fn wait_acknowledged_after(&self, count: usize) -> Duration {
+        let started = Instant::now();
+        while self.acknowledged() <= count {
+            assert!(
+                started.elapsed() < Duration::from_secs(60),
+                "no write acknowledged for a minute"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        started.elapsed()
+    }
+
+    /// Stops; returns the writes acknowledged, how many were refused, and
+    /// the other errors.
+    async fn finish(self) -> (Vec<(String, String)>, usize, Vec<String>) {
+        let _ = self.stop.send(true);
+        self.task.await.unwrap();
+        let acknowledged = self.acknowledged.lock().unwrap().clone();
+        let other = self.other_errors.lock().unwrap().clone();
+        (
+            acknowledged,
+            self.refused.load(std::sync::atomic::Ordering::Relaxed),
+            other,
+        )
+    }
+}
+
+/// The keys and values under `PREFIX/w/` that `etcd` holds.
+async fn written(etcd: &mut etcd_client::Client) -> BTreeMap<String, String> {
+    let options = etcd_client::GetOptions::new().with_prefix();
+    let response = etcd
+        .get(format!("{PREFIX}w/"), Some(options))
+        .await
+        .unwrap();
+    dkv_backup::testing::text_pairs(&response)
+}
+
+/// One switchover, `from` -> `to` (`to` follows `from`): `from` is
+/// demoted to follow `to` (`source` names `to`'s store), `to` is promoted
+/// once it holds exactly the revision `from` ended at, the writer is
+/// pointed at `to`, and `from` follows it. Returns the demotion revision
+/// and the time from the demotion edit to the first write `to`
+/// acknowledged.
+async fn switch_over(
+    dkvs: &Api<DistributedKV>,
+    (from, to): (&str, &str),
+    source: Option<serde_json::Value>,
+    writer: &Writer,
+) -> (i64, Duration) {
+    let asked = Instant::now();
+    let mut demotion = json!({"enabled": true});
+    if let Some(source) = source {
+        demotion["source"] = source;
+    }
+    patch_spec(dkvs, from, json!({"standby": demotion})).await;
+    let demoted = wait_standby_of(dkvs, from, "demoted", |s| {
+        s.phase == Some(StandbyPhase::Demoted)
+    })
+    .await;
+    let at = demoted.demoted_at_revision.unwrap();
+    let demoted_after = asked.elapsed();
+    let message = demoted.message.unwrap_or_default();
+    assert!(
+        message.contains(&format!("--at-revision {at}")),
+        "{message}"
+    );
+    // What `kubectl dkv promote --at-revision` does: refuse if the
+    // standby holds more, ask, and check the promotion held exactly that.
+    // (Demoted means every change up to it is stored: the promotion
+    // applies all that is stored.)
+    let before = dkvs.get(to).await.unwrap().status.and_then(|s| s.standby);
+    let applied = before.and_then(|s| s.applied_revision).unwrap_or_default();
+    assert!(applied <= at, "{to} applied past {at}");
+    let acknowledged = writer.acknowledged();
+    patch_spec(dkvs, to, json!({"standby": {"enabled": false}})).await;
+    let promoted = wait_standby_of(dkvs, to, "promoted", |s| {
+        s.phase == Some(StandbyPhase::Promoted)
+    })
+    .await;
+    assert_eq!(promoted.promoted_at_revision, Some(at));
+    let promoted_after = asked.elapsed();
+    writer.point_at(to);
+    writer.wait_acknowledged_after(acknowledged).await;
+    let took = asked.elapsed();
+    println!(
+        "{from} -> {to}: demoted {demoted_after:?}, promoted {promoted_after:?}, first write {took:?} after the demotion edit"
+    );
+    let following = wait_standby_of(dkvs, from, "following its new primary", |s| {
+        s.phase == Some(StandbyPhase::Following)
+    })
+    .await;
+    assert_eq!(following.demoted_at_revision, Some(at));
+    (at, took)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_switchover_and_back_loses_no_acknowledged_write() {
+    let image = "registry.k8s.io/etcd:3.5.16-0";
+    let moto = MotoServer::start("dkv-standby");
+    let (_env, client, _operator) = support::running_operator(NS).await;
+    create_secret(&client, NS, "s3-creds", moto.env()).await;
+    let continuous = json!({"enabled": true, "interval": "1s"});
+    let backup = |prefix: &str| {
+        json!({
+            "destination": {"uri": moto.uri(prefix), "credentialsSecret": "s3-creds"},
+            "schedule": "0 0 1 1 *"
+        })
+    };
+    let store_of = |cluster: &str| json!({"uri": moto.uri(cluster), "credentialsSecret": "s3-creds", "cluster": cluster});
+    let dkvs = support::create_cluster(
+        &client,
+        NS,
+        "alpha",
+        1,
+        image,
+        json!({"auth": {"enabled": true}, "backup": backup("alpha")}),
+    )
+    .await;
+    wait_settled(&dkvs, "alpha", 1).await;
+    let (root, password) = root_of(&client, "alpha").await;
+    let mut alpha = connect_as(&client, "alpha", false, (&root, &password)).await;
+    alpha.role_add("app").await.unwrap();
+    alpha
+        .role_grant_permission(
+            "app",
+            etcd_client::Permission::read_write(PREFIX).with_prefix(),
+        )
+        .await
+        .unwrap();
+    alpha.user_add("app", "app-password", None).await.unwrap();
+    alpha.user_grant_role("app", "app").await.unwrap();
+    // Recorded from here: the chain's base holds the application's user
+    // (users and roles travel in snapshots, not in recorded changes).
+    patch_spec(
+        &dkvs,
+        "alpha",
+        json!({"backup": {"continuous": continuous.clone()}}),
+    )
+    .await;
+    wait_for(&dkvs, "alpha", "a continuous backup window", |d| {
+        d.status
+            .as_ref()
+            .and_then(|s| s.continuous_backup.as_ref())
+            .is_some_and(|c| c.oldest.is_some())
+    })
+    .await;
+    // A key under a lease the application keeps alive: alpha's demotion
+    // detaches it (a lease ending on a follower would delete a key its
+    // primary keeps).
+    let lease = alpha.lease_grant(3600, None).await.unwrap().id();
+    alpha
+        .put(
+            format!("{PREFIX}leased"),
+            "held",
+            Some(etcd_client::PutOptions::new().with_lease(lease)),
+        )
+        .await
+        .unwrap();
+    let mut beta_backup = backup("beta");
+    beta_backup["continuous"] = continuous;
+    support::create_cluster(
+        &client,
+        NS,
+        "beta",
+        1,
+        image,
+        json!({"auth": {"enabled": true}, "backup": beta_backup,
+               "standby": {"enabled": true, "source": store_of("alpha")}}),
+    )
+    .await;
+    wait_standby_of(&dkvs, "beta", "following", |s| {
+        s.phase == Some(StandbyPhase::Following)
+    })
+    .await;
+
+    let apps = BTreeMap::from([
+        (
+            "alpha".to_owned(),
+            connect_as(&client, "alpha", false, ("app", "app-password")).await,
+        ),
+        (
+            "beta".to_owned(),
+            connect_as(&client, "beta", false, ("app", "app-password")).await,
+        ),
+    ]);
+    let writer = Writer::start(apps, "alpha");
+    writer.wait_acknowledged_after(50).await;
+
+    // alpha -> beta: alpha demoted to follow beta's store.
+    let (first_at, first_took) =
+        switch_over(&dkvs, ("alpha", "beta"), Some(store_of("beta")), &writer).await;
+    println!(
+        "switchover alpha -> beta at alpha's revision {first_at}: {first_took:?} from the demotion edit to beta's first acknowledged write"
+    );
+    let leased = alpha.get(format!("{PREFIX}leased"), None).await.unwrap();
+    assert_eq!(leased.kvs().first().map(|kv| kv.lease()), Some(0));
+    writer
+        .wait_acknowledged_after(writer.acknowledged() + 50)
+        .await;
+
+    // beta -> alpha: beta demoted again, its source alpha as before.
+    let (back_at, back_took) = switch_over(&dkvs, ("beta", "alpha"), None, &writer).await;
+    println!(
+        "switchover beta -> alpha at beta's revision {back_at}: {back_took:?} from the demotion edit to alpha's first acknowledged write"
+    );
+    writer
+        .wait_acknowledged_after(writer.acknowledged() + 50)
+        .await;
+    let (acknowledged, refused, other) = writer.finish().await;
+    assert!(
+        other.is_empty(),
+        "writes failed other than refused: {other:?}"
+    );
+
+    // Nothing acknowledged is lost, on the primary or the standby that
+    // follows it, and each holds exactly what was acknowledged.
+    let mut beta = connect_as(&client, "beta", false, (&root, &password)).await;
+    let expected: BTreeMap<String, String> = acknowledged.iter().cloned().collect();
+    assert_eq!(written(&mut alpha).await, expected);
+    let caught_up = Instant::now();
+    while written(&mut beta).await != expected {
+        assert!(
+            caught_up.elapsed() < Duration::from_secs(60),
+            "beta does not hold alpha's writes a minute later"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(state(&mut beta).await, state(&mut alpha).await);
+    println!(
+        "{} writes acknowledged, 0 lost; {refused} refused while no cluster took writes",
+        acknowledged.len()
+    );
+    // Writes go to whichever is primary: the application's user is refused
+    // on beta, which follows again.
+    let mut app_on_beta = connect_as(&client, "beta", false, ("app", "app-password")).await;
+    let refused = app_on_beta.put(format!("{PREFIX}late"), "x", None).await;
+    let message = refused.err().map(|e| e.to_string()).unwrap_or_default();
+    assert!(message.contains("permission denied"), "{message}");
 }

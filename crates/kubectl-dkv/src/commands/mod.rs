@@ -77,7 +77,14 @@ pub async fn run(cli: Cli) -> Result<()> {
             name,
             wait,
             timeout,
-        } => promote::run(&target, &name, wait.then_some(timeout)).await,
+            at_revision,
+        } => {
+            let when = promote::When {
+                wait: wait.then_some(timeout),
+                at_revision: at_revision.map(|r| (r, timeout)),
+            };
+            promote::run(&target, &name, when).await
+        }
         Command::Completion { .. } => Ok(()),
     }
 }

@@ -5,8 +5,13 @@
 //! stored, records the source revision the cluster then holds
 //! (`status.standby.promotedAtRevision`) and gives the roles their writes
 //! back. This command only asks, and with `--wait` watches status until
-//! it says `Promoted`. Admission lets `enabled` go from true to false only,
-//! so asking twice or racing another client cannot make it follow again.
+//! it says `Promoted`. It sends `enabled: false` alone, so asking twice or
+//! racing another client cannot make it follow again (`enabled: true` is
+//! a demotion, which this command never asks for).
+//!
+//! In a switchover, `--at-revision` asks only once the standby holds
+//! exactly the revision its demoted source ended at, and refuses if it
+//! holds more.
 
 use std::time::Duration;
 
@@ -29,18 +34,42 @@ enum Promotion {
     /// Asked before (`spec.standby.enabled: false`), not recorded yet.
     Asked,
     /// Status records it: what the cluster held then.
-    Done(StandbyStatus),
+    Done(Box<StandbyStatus>),
 }
 
-/// Asks for the promotion of the standby `name`; with `wait`, waits until
-/// status says it is promoted.
-pub async fn run(target: &Target, name: &str, wait: Option<SignedDuration>) -> Result<()> {
+/// When to ask and how long to wait.
+pub struct When {
+    /// `--wait`: wait this long for status to say it is promoted.
+    pub wait: Option<SignedDuration>,
+    /// `--at-revision`: a switchover, which must hold exactly this source
+    /// revision; waits this long for the promotion.
+    pub at_revision: Option<(i64, SignedDuration)>,
+}
+
+/// Asks for the promotion of the standby `name`; with `wait` (or
+/// `at_revision`), waits until status says it is promoted (holding
+/// exactly that revision of its source).
+pub async fn run(target: &Target, name: &str, when: When) -> Result<()> {
+    let wait = when.wait;
     let cluster = target.cluster(name).await?;
     let promotion = promotion_of(&cluster, &target.namespace, name)?;
     if let Promotion::Done(standby) = &promotion {
         println!("{}", already_promoted(name, standby, Timestamp::now()));
         return Ok(());
     }
+    // A switchover: the source, demoted at `revision`, has stored every
+    // change up to it and takes no more, so the promotion (which applies
+    // everything stored) holds exactly it — unless the standby already
+    // holds more, or the source was not demoted there.
+    let wait = match when.at_revision {
+        Some((revision, timeout)) => {
+            if let Some(standby) = cluster.status.as_ref().and_then(|s| s.standby.as_ref()) {
+                holds_no_more(name, standby, revision)?;
+            }
+            Some(wait.unwrap_or(timeout))
+        }
+        None => wait,
+    };
     let asked = Timestamp::now();
     if promotion == Promotion::ToAsk {
         target
@@ -74,6 +103,9 @@ pub async fn run(target: &Target, name: &str, wait: Option<SignedDuration>) -> R
     };
     eprintln!("distributedkv.dkv.io/{name} promotion asked; waiting for it ...");
     let standby = wait_promoted(target, name, timeout).await?;
+    if let Some((revision, _)) = when.at_revision {
+        held_exactly(name, &standby, revision)?;
+    }
     let waited = Timestamp::now().duration_since(asked);
     println!(
         "{}",
@@ -99,8 +131,9 @@ fn promotion_of(cluster: &DistributedKV, namespace: &str, name: &str) -> Result<
         )));
     };
     let status = cluster.status.as_ref().and_then(|s| s.standby.as_ref());
-    if let Some(standby) = status.filter(|s| s.promoted_at_revision.is_some()) {
-        return Ok(Promotion::Done(standby.clone()));
+    // A promoted cluster demoted again (`enabled: true`) is a standby anew.
+    if let Some(standby) = status.filter(|s| s.promoted_at_revision.is_some() && !spec.enabled) {
+        return Ok(Promotion::Done(Box::new(standby.clone())));
     }
     if is_paused(cluster) {
         return Err(Error::Refused(format!(
@@ -112,6 +145,28 @@ fn promotion_of(cluster: &DistributedKV, namespace: &str, name: &str) -> Result<
     } else {
         Promotion::Asked
     })
+}
+
+/// Refuses a switchover promotion of a standby that already holds more
+/// than `revision` of its source: its source took writes after it.
+fn holds_no_more(name: &str, standby: &StandbyStatus, revision: i64) -> Result<()> {
+    match standby.applied_revision {
+        Some(applied) if applied > revision => Err(Error::Refused(format!(
+            "standby {name} holds revision {applied} of its source, past {revision}: its source took writes after that revision, so promoting it would not be the switchover asked for; nothing was changed (check the source's status.standby.demotedAtRevision)"
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// Checks that the promotion held exactly `revision` of the source.
+fn held_exactly(name: &str, standby: &StandbyStatus, revision: i64) -> Result<()> {
+    match standby.promoted_at_revision {
+        Some(held) if held == revision => Ok(()),
+        held => Err(Error::Failed(format!(
+            "standby {name} was promoted holding revision {} of its source, not {revision}: the source was not demoted there, or had not stored it yet; the demoted cluster will not follow it (its status says why); it takes writes now",
+            held.map_or_else(|| "unknown".to_owned(), |r| r.to_string())
+        ))),
+    }
 }
 
 /// Polls the cluster until status says it is promoted, or `timeout`
@@ -318,6 +373,47 @@ mod tests {
             ),
             Ok(Promotion::Done(_))
         ));
+    }
+
+    #[test]
+    fn a_switchover_promotion_holds_exactly_the_demotion_revision() {
+        let holding = |applied| StandbyStatus {
+            phase: Some(StandbyPhase::Following),
+            applied_revision: applied,
+            ..StandbyStatus::default()
+        };
+        assert!(holds_no_more("orders-dr", &holding(None), 500).is_ok());
+        assert!(holds_no_more("orders-dr", &holding(Some(500)), 500).is_ok());
+        let Err(Error::Refused(message)) = holds_no_more("orders-dr", &holding(Some(501)), 500)
+        else {
+            panic!("holding more than the demotion revision is not refused");
+        };
+        assert!(
+            message.contains("holds revision 501 of its source, past 500"),
+            "{message}"
+        );
+        let promoted_at = |revision| StandbyStatus {
+            phase: Some(StandbyPhase::Promoted),
+            promoted_at_revision: Some(revision),
+            ..StandbyStatus::default()
+        };
+        assert!(held_exactly("orders-dr", &promoted_at(500), 500).is_ok());
+        let Err(Error::Failed(message)) = held_exactly("orders-dr", &promoted_at(480), 500) else {
+            panic!("a promotion short of the demotion revision is not an error");
+        };
+        assert!(
+            message.contains("holding revision 480 of its source, not 500"),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn a_promoted_cluster_demoted_again_is_a_standby_to_promote_anew() {
+        let demoted_again = cluster(Some(true), promoted_status(), json!({}));
+        assert_eq!(
+            promotion_of(&demoted_again, "dr", "orders-dr").ok(),
+            Some(Promotion::ToAsk)
+        );
     }
 
     #[test]

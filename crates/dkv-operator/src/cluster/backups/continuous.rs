@@ -6,11 +6,9 @@
 use crate::events::{Event, EventType};
 use dkv_api::DistributedKV;
 use dkv_api::distributedkv::v1beta1::{ContinuousBackupStatus, RecoveryPoint, RevisionGap};
-use dkv_backup::StoreConfig;
 use jiff::{SignedDuration, Timestamp};
-use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::{Api, Resource};
+use kube::Resource;
 use tracing::info;
 
 use crate::cluster::backups::BackupsReach;
@@ -53,33 +51,26 @@ pub async fn ensure(
     if !formed || endpoints.is_empty() {
         return Ok(reach.agents.report(&cluster.namespace, &cluster.name));
     }
-    let store = match &backup.credentials_secret {
-        None => StoreConfig::default(),
-        Some(name) => {
-            let secrets: Api<Secret> = Api::namespaced(reach.client.clone(), &cluster.namespace);
-            let secret = secrets.get_opt(name).await.map_err(|source| Error::Read {
-                kind: "Secret",
-                name: name.clone(),
-                source,
-            })?;
-            match secret {
-                Some(secret) => crate::secret_store::store_config(&secret),
-                None => {
-                    // Reported like any agent failure: the agent cannot
-                    // start without the credentials it was told to use.
-                    reach.agents.stop(&cluster.namespace, &cluster.name);
-                    return Ok(Some(Report {
-                        failing: Some((
-                            format!(
-                                "the backup credentials Secret {name:?} (spec.backup.destination.credentialsSecret) does not exist; create it"
-                            ),
-                            Timestamp::UNIX_EPOCH,
-                        )),
-                        ..Report::default()
-                    }));
-                }
-            }
-        }
+    let Some(store) = super::store_config(
+        reach,
+        &cluster.namespace,
+        backup.credentials_secret.as_deref(),
+    )
+    .await?
+    else {
+        // Reported like any agent failure: the agent cannot start without
+        // the credentials it was told to use.
+        reach.agents.stop(&cluster.namespace, &cluster.name);
+        return Ok(Some(Report {
+            failing: Some((
+                format!(
+                    "the backup credentials Secret {:?} (spec.backup.destination.credentialsSecret) does not exist; create it",
+                    backup.credentials_secret.as_deref().unwrap_or_default()
+                ),
+                Timestamp::UNIX_EPOCH,
+            )),
+            ..Report::default()
+        }));
     };
     let key = match &backup.encryption {
         None => None,

@@ -20,12 +20,15 @@ mod supervise;
 pub(crate) mod verification;
 
 use dkv_api::DistributedKV;
-use kube::{Client, ResourceExt};
+use dkv_backup::StoreConfig;
+use k8s_openapi::api::core::v1::Secret;
+use kube::{Api, Client, ResourceExt};
 
 use self::agents::{Agents, Report};
 use self::catalogue::BackupSummary;
 use self::standby::followers::FollowReport;
 use super::validate::ValidatedCluster;
+use crate::cluster::error::{Error, Result};
 use crate::cluster::watches::Stores;
 use crate::events::Recorder;
 
@@ -68,4 +71,24 @@ pub async fn observe(
     backups.standby = standby::status(dkv, cluster, followed.as_ref(), now);
     standby::announce(dkv, backups.standby.as_ref(), reach).await;
     backups
+}
+
+/// The object store settings the Secret `secret` of `namespace` holds
+/// (the operator's own, from its environment, when none is named); `None`
+/// when the named Secret does not exist.
+pub async fn store_config(
+    reach: &BackupsReach<'_>,
+    namespace: &str,
+    secret: Option<&str>,
+) -> Result<Option<StoreConfig>> {
+    let Some(name) = secret else {
+        return Ok(Some(StoreConfig::default()));
+    };
+    let secrets: Api<Secret> = Api::namespaced(reach.client.clone(), namespace);
+    let found = secrets.get_opt(name).await.map_err(|source| Error::Read {
+        kind: "Secret",
+        name: name.to_owned(),
+        source,
+    })?;
+    Ok(found.map(|secret| crate::secret_store::store_config(&secret)))
 }

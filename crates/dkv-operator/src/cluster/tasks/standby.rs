@@ -1,10 +1,12 @@
 //! A standby follows its source once it has all its seed (the replay
 //! recorded its revision offset) and authentication is on; its status is
-//! refreshed every [`STATUS_REFRESH`].
+//! refreshed every [`STATUS_REFRESH`]. A running cluster made a standby is
+//! demoted first ([`standby::demotion`]); a promoted one records its
+//! promotion in its own backup destination ([`standby::promotion`]).
 
 use jiff::SignedDuration;
 
-use crate::cluster::backups::standby;
+use crate::cluster::backups::standby::{self, demotion, followers::FollowReport};
 use crate::cluster::context::Context;
 use crate::cluster::error::Result;
 
@@ -15,25 +17,71 @@ use super::{Input, Maintained, TaskOutcome};
 /// promotion — is written at once).
 pub const STATUS_REFRESH: SignedDuration = SignedDuration::from_secs(10);
 
+/// How often a demotion looks again at what it waits for (its changes
+/// stored, the new primary's promotion).
+const DEMOTION_POLL: SignedDuration = SignedDuration::from_secs(1);
+
 pub async fn run(input: &Input<'_>, done: &mut Maintained, ctx: &Context) -> Result<TaskOutcome> {
     let cluster = &input.validated.cluster;
-    if cluster.standby.is_none() {
+    let Some(spec) = cluster.standby.as_ref() else {
         return Ok(TaskOutcome::Continue);
-    }
-    let offset = input
+    };
+    let reach = ctx.backups();
+    let connected = (
+        input.connected.endpoints.as_slice(),
+        &input.connected.credentials,
+    );
+    let recorded = input.observed.recorded.standby.as_ref();
+    let on_statefulset = input
         .observed
         .statefulset
         .as_deref()
         .and_then(standby::recorded_offset);
-    let recorded_promoted = input.observed.recorded.standby_promoted;
+    let was_promoted = standby::is_promoted(recorded);
+    // A running cluster with no offset of its own, or promoted since it
+    // had one, is demoted: it follows only once its new primary says
+    // what it holds.
+    let never_followed =
+        on_statefulset.is_none() && recorded.and_then(|s| s.revision_offset).is_none();
+    if input.formed()
+        && input.connected.credentials.user().is_some()
+        && (demotion::under_way(recorded) || (spec.following && (was_promoted || never_followed)))
+    {
+        let demotion = if spec.following {
+            demotion::demote(cluster, connected, recorded, &reach, input.now).await?
+        } else {
+            demotion::call_off(cluster, connected, recorded, &reach, input.now).await?
+        };
+        let settled = demotion.called_off || demotion.following.is_some();
+        done.standby = Some(FollowReport {
+            demotion: Some(demotion),
+            ..FollowReport::default()
+        });
+        return Ok(if settled {
+            TaskOutcome::Continue
+        } else {
+            TaskOutcome::RequeueAt(input.now + DEMOTION_POLL)
+        });
+    }
+    // The offset status records (a demoted cluster's) is the one: a
+    // StatefulSet read before it was written there is waited for.
+    let offset = match recorded.and_then(|s| s.revision_offset) {
+        Some(expected) => on_statefulset.filter(|&o| o == expected),
+        None => on_statefulset,
+    };
     done.standby = standby::ensure(
         cluster,
-        (&input.connected.endpoints, &input.connected.credentials),
-        (input.formed(), offset, recorded_promoted),
-        &ctx.backups(),
+        connected,
+        (input.formed(), offset, was_promoted),
+        &reach,
     )
     .await?;
-    let promoted = recorded_promoted || done.standby.as_ref().is_some_and(|r| r.promoted.is_some());
+    let newly_promoted = done
+        .standby
+        .as_ref()
+        .and_then(|r| r.promoted)
+        .filter(|_| !was_promoted);
+    let promoted = was_promoted || newly_promoted.is_some();
     // The roles: read-only while it follows, given back once promoted.
     if let (true, Some(root)) = (input.formed(), input.connected.credentials.user()) {
         let mut etcd = standby::roles::connect(
@@ -50,6 +98,10 @@ pub async fn run(input: &Input<'_>, done: &mut Maintained, ctx: &Context) -> Res
         } else if offset.is_some() {
             standby::roles::hold_read_only(&ctx.client, cluster, &mut etcd).await?;
         }
+    }
+    // What a demoted primary of this one reads to follow it.
+    if let (Some((held, at)), Some(offset)) = (newly_promoted, offset) {
+        standby::promotion::record(cluster, (held, offset, at), &reach).await?;
     }
     Ok(if done.standby.is_some() {
         TaskOutcome::RequeueAt(input.now + STATUS_REFRESH)

@@ -107,6 +107,9 @@ pub struct FollowReport {
     pub stopped: Option<String>,
     /// Set once promoted: the source revision held, and when.
     pub promoted: Option<(i64, Timestamp)>,
+    /// Set, instead of the rest, while a demoted cluster does not follow
+    /// its new primary yet (no follower runs then).
+    pub demotion: Option<super::demotion::Demotion>,
 }
 
 struct RunningFollower {

@@ -13,7 +13,7 @@ use etcd_client::{Client, LeaseTimeToLiveOptions, PutOptions};
 use crate::cluster::error::{Error, Result};
 
 fn failed(what: &str, e: &etcd_client::Error) -> Error {
-    Error::StandbyRoles {
+    Error::Standby {
         message: format!("{what}: {e}"),
         transient: true,
     }

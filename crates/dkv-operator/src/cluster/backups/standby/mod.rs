@@ -19,10 +19,12 @@
 //! Nothing but the follower writes to a standby: it applies as root, and
 //! while it follows every other role can only read ([`roles`]).
 
+pub mod demotion;
 pub mod engine;
 pub mod followers;
 pub mod leases;
 mod listing;
+pub mod promotion;
 pub mod roles;
 
 use dkv_api::DistributedKV;
@@ -30,10 +32,9 @@ use dkv_api::distributedkv::v1beta1::{StandbyPhase, StandbyStatus};
 use dkv_backup::{Keyring, StoreConfig};
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::Api;
 
+use self::demotion::Demotion;
 use self::followers::{FollowReport, FollowerSpec};
 use crate::cluster::backups::BackupsReach;
 use crate::cluster::error::{Error, Result};
@@ -58,12 +59,13 @@ pub fn recorded_offset(sts: &StatefulSet) -> Option<i64> {
 /// retry or two after a member restarts are expected).
 const FAILING_GRACE: jiff::SignedDuration = jiff::SignedDuration::from_secs(30);
 
-/// Whether `dkv`'s status records its promotion.
-pub fn promoted(dkv: &DistributedKV) -> bool {
-    dkv.status
-        .as_ref()
-        .and_then(|s| s.standby.as_ref())
-        .is_some_and(|s| s.promoted_at_revision.is_some())
+/// Whether `recorded` (status) says the cluster was promoted (or its
+/// demotion called off): an ordinary cluster, unless demoted again.
+pub fn is_promoted(recorded: Option<&StandbyStatus>) -> bool {
+    recorded.is_some_and(|s| match s.phase {
+        Some(phase) => phase == StandbyPhase::Promoted,
+        None => s.promoted_at_revision.is_some(),
+    })
 }
 
 /// Runs, restarts or stops the follower of `cluster` and returns its
@@ -143,21 +145,15 @@ async fn store_config(
     namespace: &str,
     standby: &ValidatedStandby,
 ) -> Result<std::result::Result<StoreConfig, String>> {
-    let Some(name) = &standby.credentials_secret else {
-        return Ok(Ok(StoreConfig::default()));
-    };
-    let secrets: Api<Secret> = Api::namespaced(reach.client.clone(), namespace);
-    let secret = secrets.get_opt(name).await.map_err(|source| Error::Read {
-        kind: "Secret",
-        name: name.clone(),
-        source,
-    })?;
-    Ok(match secret {
-        Some(secret) => Ok(crate::secret_store::store_config(&secret)),
-        None => Err(format!(
-            "spec.standby.source.credentialsSecret: Secret {name:?} does not exist; create it with credentials that can read the source's store"
-        )),
-    })
+    let secret = standby.credentials_secret.as_deref();
+    Ok(super::store_config(reach, namespace, secret)
+        .await?
+        .ok_or_else(|| {
+            format!(
+                "spec.standby.source.credentialsSecret: Secret {:?} does not exist; create it with credentials that can read the source's store",
+                secret.unwrap_or_default()
+            )
+        }))
 }
 
 /// What `status.standby` says after a pass: from the follower's report
@@ -169,31 +165,48 @@ pub fn status(
     now: Timestamp,
 ) -> Option<StandbyStatus> {
     let spec = dkv.spec.standby.as_ref()?;
-    let old = dkv
+    let recorded = dkv
         .status
         .as_ref()
         .and_then(|s| s.standby.clone())
         .unwrap_or_default();
-    if old.promoted_at_revision.is_some() {
+    let was_promoted = is_promoted(Some(&recorded));
+    if was_promoted && !spec.enabled {
         return Some(StandbyStatus {
             phase: Some(StandbyPhase::Promoted),
             lag_seconds: None,
             lag_revisions: None,
-            message: None,
-            ..old
+            ..recorded
         });
     }
+    // Demoted again after a promotion: that promotion is history.
+    let old = if was_promoted {
+        StandbyStatus {
+            source: recorded.source,
+            ..StandbyStatus::default()
+        }
+    } else {
+        recorded
+    };
     let source = cluster
         .and_then(|c| c.standby.as_ref())
         .map(ValidatedStandby::describe)
         .or(old.source.clone());
     let Some(report) = report else {
+        let waiting = if was_promoted {
+            StandbyPhase::Demoting
+        } else {
+            StandbyPhase::Seeding
+        };
         return Some(StandbyStatus {
-            phase: Some(old.phase.unwrap_or(StandbyPhase::Seeding)),
+            phase: Some(old.phase.unwrap_or(waiting)),
             source,
             ..old
         });
     };
+    if let Some(demotion) = &report.demotion {
+        return Some(demotion_status(demotion, source));
+    }
     let (phase, message) = if let Some((revision, _)) = report.promoted {
         (
             StandbyPhase::Promoted,
@@ -237,8 +250,50 @@ pub fn status(
         last_checked: report.last_checked.map(Time).or(old.last_checked),
         promoted_at_revision: report.promoted.map(|(revision, _)| revision),
         promoted_time: report.promoted.map(|(_, at)| Time(at)),
+        revision_offset: old.revision_offset,
+        demoted_at_revision: old.demoted_at_revision,
+        demoted_time: old.demoted_time,
         message,
     })
+}
+
+/// What status says of a demotion that does not follow yet, or has just
+/// started to.
+fn demotion_status(demotion: &Demotion, source: Option<String>) -> StandbyStatus {
+    let status = StandbyStatus {
+        source,
+        demoted_time: Some(Time(demotion.since)),
+        demoted_at_revision: demotion.durable_at,
+        message: demotion.message.clone(),
+        ..StandbyStatus::default()
+    };
+    if demotion.called_off {
+        return StandbyStatus {
+            phase: Some(StandbyPhase::Promoted),
+            demoted_at_revision: None,
+            ..status
+        };
+    }
+    if let Some((from, offset)) = demotion.following {
+        return StandbyStatus {
+            phase: Some(StandbyPhase::Following),
+            applied_revision: Some(from),
+            revision_offset: Some(offset),
+            message: None,
+            ..status
+        };
+    }
+    let phase = if demotion.stopped {
+        StandbyPhase::Stopped
+    } else if demotion.durable_at.is_some() {
+        StandbyPhase::Demoted
+    } else {
+        StandbyPhase::Demoting
+    };
+    StandbyStatus {
+        phase: Some(phase),
+        ..status
+    }
 }
 
 /// Why the standby does not follow, when it does not (for `Degraded`).
@@ -254,10 +309,13 @@ pub fn not_following(status: Option<&StandbyStatus>) -> Option<String> {
     }
 }
 
-/// Whether a standby still refuses writes: it follows, or its promotion
-/// is not recorded yet.
+/// Whether a standby still refuses writes: it follows or is demoted, or
+/// its promotion is not recorded yet.
 pub fn read_only(status: Option<&StandbyStatus>, cluster: &ValidatedCluster) -> bool {
-    cluster.standby.is_some() && status.is_none_or(|s| s.promoted_at_revision.is_none())
+    cluster
+        .standby
+        .as_ref()
+        .is_some_and(|s| s.following || !is_promoted(status))
 }
 
 /// A Warning Event when a standby stops following or starts failing, a

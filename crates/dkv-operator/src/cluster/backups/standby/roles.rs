@@ -99,7 +99,7 @@ pub async fn connect(
 }
 
 fn etcd_failed(what: &str, e: &etcd_client::Error) -> Error {
-    Error::StandbyRoles {
+    Error::Standby {
         message: format!("{what}: {e}"),
         transient: true,
     }
@@ -210,7 +210,7 @@ pub async fn give_back(
 
 fn decode(grant: &Grant) -> Result<(Vec<u8>, Vec<u8>)> {
     let bytes = |text: &str| {
-        STANDARD.decode(text).map_err(|e| Error::StandbyRoles {
+        STANDARD.decode(text).map_err(|e| Error::Standby {
             message: format!(
                 "a kept grant of role {:?} is not base64 ({e}); the ConfigMap was edited by hand",
                 grant.role
@@ -241,7 +241,7 @@ async fn read_kept(
     };
     serde_json::from_str(text)
         .map(Some)
-        .map_err(|e| Error::StandbyRoles {
+        .map_err(|e| Error::Standby {
             message: format!(
                 "ConfigMap {name} does not hold the kept grants ({e}); it was edited by hand"
             ),
