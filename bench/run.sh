@@ -6,7 +6,7 @@
 # runs every section and writes bench/results.md and bench/results.json.
 #
 #   bench/run.sh                       # everything (~30 min on 2 cores)
-#   bench/run.sh --only footprint      # one section (footprint, ops, backup, continuous, pitr, nodes, upgrade, releases)
+#   bench/run.sh --only footprint      # one section (footprint, ops, backup, continuous, standby, pitr, nodes, upgrade, releases)
 #   bench/run.sh --counts 100 --backup-size-mib 256   # smaller, quicker
 #
 # Extra arguments go to the harness (`--help` lists them). Results of a

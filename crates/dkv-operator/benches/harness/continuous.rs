@@ -56,7 +56,7 @@ impl Load {
 }
 
 /// CPU time (user + system) the process has used, from `/proc/PID/stat`.
-fn cpu_time(pid: u32) -> anyhow::Result<Duration> {
+pub fn cpu_time(pid: u32) -> anyhow::Result<Duration> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .with_context(|| format!("reading /proc/{pid}/stat"))?;
     // Fields after the command's closing parenthesis; utime and stime are
@@ -185,7 +185,7 @@ fn lags(load: &Load) -> (Vec<Duration>, usize) {
     (lags, never)
 }
 
-fn quantile(sorted: &[Duration], q: f64) -> Duration {
+pub fn quantile(sorted: &[Duration], q: f64) -> Duration {
     if sorted.is_empty() {
         return Duration::ZERO;
     }

@@ -12,6 +12,8 @@
 //!   rolling restart, storage growth;
 //! - `backup`: backup and restore throughput against etcdctl/etcdutl;
 //! - `continuous`: continuous backup's lag and cost at ~1,000 writes/s;
+//! - `standby`: a standby's lag at ~1,000 writes/s, a switchover and a
+//!   promotion;
 //! - `nodes`: several nodes: kube-local's RSS with 3 nodes against 1, the
 //!   drains of all three nodes under a dkv cluster against a bare
 //!   StatefulSet, a member's lost node replaced.
@@ -28,6 +30,7 @@ mod operator_upgrade;
 mod pitr;
 mod releases;
 mod report;
+mod standby;
 
 use dkv_test_support as support;
 
@@ -65,12 +68,12 @@ struct Args {
     /// Clusters of the upgrade section.
     #[arg(long, default_value_t = 100)]
     upgrade_clusters: usize,
-    /// Sections to run (footprint, ops, backup, continuous, pitr, nodes,
-    /// upgrade, releases).
+    /// Sections to run (footprint, ops, backup, continuous, standby, pitr,
+    /// nodes, upgrade, releases).
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "footprint,ops,backup,continuous,pitr,nodes,upgrade,releases"
+        default_value = "footprint,ops,backup,continuous,standby,pitr,nodes,upgrade,releases"
     )]
     only: Vec<String>,
     /// Passed by `cargo bench` to every bench target; nothing to do with it.
@@ -210,6 +213,21 @@ const METRICS: &[(&str, &str, &str)] = &[
         "≤ interval + 2 s",
     ),
     (
+        "standbyLagP99Seconds",
+        "standby lag p99 (write on the source → on the standby)",
+        "≤ interval + 2 s",
+    ),
+    (
+        "switchoverSeconds",
+        "switchover: demotion edit → first write on the promoted standby",
+        "≤ 30 s",
+    ),
+    (
+        "standbyPromoteSeconds",
+        "promotion of a caught-up standby: edit → first write",
+        "≤ 10 s",
+    ),
+    (
         "lostNodeToVoterSeconds",
         "member's node declared lost → replacement voter, 3/3",
         "≤ 60 s",
@@ -300,6 +318,7 @@ fn section_of(id: &str) -> &'static str {
         | "backupPeakRssMiB"
         | "restorePeakRssMiB" => "backup",
         "continuousLagP99Seconds" => "continuous",
+        "standbyLagP99Seconds" | "switchoverSeconds" | "standbyPromoteSeconds" => "standby",
         "pitrRestoreVsFullRestore" => "pitr",
         "lostNodeToVoterSeconds" | "drainThreeNodesSeconds" | "kubeLocalRss3NodesMiB" => "nodes",
         "memberRestartsOnOperatorUpgrade" | "memberUpgradesPerMinute" => "upgrade",
@@ -454,6 +473,24 @@ async fn run(args: Args) -> anyhow::Result<()> {
         }
     } else {
         failures.push(("continuous", "not selected (--only)".into()));
+    }
+
+    if wanted("standby") {
+        eprintln!("bench: standby clusters under load");
+        let (dkv, work) = (dkv.clone(), work.clone());
+        let section = tokio::spawn(async move {
+            standby::run(standby::Settings {
+                dkv: &dkv,
+                work: &work,
+            })
+            .await
+        });
+        match flatten(section.await) {
+            Ok(rows) => gather(rows, &mut metrics, &mut context),
+            Err(e) => failures.push(("standby", e)),
+        }
+    } else {
+        failures.push(("standby", "not selected (--only)".into()));
     }
 
     if wanted("pitr") {

@@ -38,6 +38,7 @@ mod kube_local_against_kubernetes;
 mod leader_election;
 mod local_mode;
 mod local_mode_backups;
+mod local_mode_failover;
 mod local_mode_security;
 mod member_init_etcd;
 mod member_side_code;

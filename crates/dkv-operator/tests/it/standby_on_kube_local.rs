@@ -110,11 +110,15 @@ async fn connect_as(
     .unwrap()
 }
 
-/// `spec` with client and peer TLS on (mode Auto) when `tls`.
+/// `spec` with client and peer TLS on (mode Auto) when `tls`, else off
+/// (the admission webhook's defaulting, as in local mode, would turn it
+/// on).
 fn secured(mut spec: serde_json::Value, tls: bool) -> serde_json::Value {
-    if tls {
-        spec["tls"] = json!({});
-    }
+    spec["tls"] = if tls {
+        json!({})
+    } else {
+        json!({"peer": {"mode": "Disabled"}, "client": {"mode": "Disabled"}})
+    };
     spec
 }
 
@@ -202,7 +206,7 @@ async fn a_standby_follows_its_source_exactly_refuses_writes_and_once_promoted_t
     tls: bool,
 ) {
     let moto = MotoServer::start("dkv-standby");
-    let (env, client, _operator) = support::running_operator(NS).await;
+    let (env, client, _operator) = support::running_operator_with_webhooks(NS).await;
     create_secret(&client, NS, "s3-creds", moto.env()).await;
     // The standbys' own credentials, to take away from them alone.
     create_secret(&client, NS, "standby-creds", moto.env()).await;
@@ -781,7 +785,7 @@ async fn switch_over(
 async fn a_switchover_and_back_loses_no_acknowledged_write() {
     let image = "registry.k8s.io/etcd:3.5.16-0";
     let moto = MotoServer::start("dkv-standby");
-    let (_env, client, _operator) = support::running_operator(NS).await;
+    let (_env, client, _operator) = support::running_operator_with_webhooks(NS).await;
     create_secret(&client, NS, "s3-creds", moto.env()).await;
     let continuous = json!({"enabled": true, "interval": "1s"});
     let backup = |prefix: &str| {
@@ -797,7 +801,10 @@ async fn a_switchover_and_back_loses_no_acknowledged_write() {
         "alpha",
         1,
         image,
-        json!({"auth": {"enabled": true}, "backup": backup("alpha")}),
+        secured(
+            json!({"auth": {"enabled": true}, "backup": backup("alpha")}),
+            false,
+        ),
     )
     .await;
     wait_settled(&dkvs, "alpha", 1).await;
@@ -848,8 +855,11 @@ async fn a_switchover_and_back_loses_no_acknowledged_write() {
         "beta",
         1,
         image,
-        json!({"auth": {"enabled": true}, "backup": beta_backup,
-               "standby": {"enabled": true, "source": store_of("alpha")}}),
+        secured(
+            json!({"auth": {"enabled": true}, "backup": beta_backup,
+                   "standby": {"enabled": true, "source": store_of("alpha")}}),
+            false,
+        ),
     )
     .await;
     wait_standby_of(&dkvs, "beta", "following", |s| {

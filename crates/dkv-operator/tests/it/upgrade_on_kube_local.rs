@@ -691,9 +691,11 @@ const CHANGES: &[(&str, Change)] = &[
     // Read while a rollout runs; no restart.
     ("spec.rollout", Change::InPlace),
     ("spec.hibernation", Change::StopsMembers),
-    // Promotion (true -> false only): no member restarts.
+    // Promotion (true -> false) and demotion (false -> true, or added to
+    // a running cluster), the source changing only with a demotion: no
+    // member restarts.
     ("spec.standby.enabled", Change::InPlace),
-    ("spec.standby.source", Change::Immutable),
+    ("spec.standby.source", Change::InPlace),
 ];
 
 /// Whether `prefix` names `field` or an object or list it sits in.

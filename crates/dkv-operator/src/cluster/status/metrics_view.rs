@@ -74,7 +74,7 @@ pub fn view(dkv: &DistributedKV, status: Option<&DistributedKVStatus>, pass: &Pa
             .map(|i| i64::try_from(i.as_secs()).unwrap_or(i64::MAX)),
         standby: status
             .and_then(|s| s.standby.as_ref())
-            .filter(|s| s.promoted_at_revision.is_none())
+            .filter(|s| !crate::cluster::backups::standby::is_promoted(Some(s)))
             .map(|s| {
                 use dkv_api::distributedkv::v1beta1::StandbyPhase;
                 crate::metrics::StandbyView {

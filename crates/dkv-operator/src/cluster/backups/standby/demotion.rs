@@ -119,6 +119,17 @@ pub async fn demote(
         })?
         .header()
         .map_or(0, |h| h.revision());
+    if cluster
+        .backup
+        .as_ref()
+        .is_none_or(|b| b.continuous.is_none())
+    {
+        // The admission webhook refuses this; without it, status says so.
+        demotion.message = Some(format!(
+            "writes refused at revision {revision}; a demoted cluster makes its last changes durable through its own continuous backup, which the standby to be promoted reads: set spec.backup.continuous.enabled: true, or spec.standby.enabled: false to call the demotion off"
+        ));
+        return Ok(demotion);
+    }
     let stored = reach
         .agents
         .report(namespace, name)

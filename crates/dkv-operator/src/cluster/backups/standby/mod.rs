@@ -364,3 +364,136 @@ pub async fn announce(dkv: &DistributedKV, new: Option<&StandbyStatus>, reach: &
         .publish_or_warn(&event, &dkv.object_ref(&()))
         .await;
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// A cluster with `spec.standby.enabled: enabled` whose status holds
+    /// `standby`.
+    fn cluster(enabled: bool, standby: serde_json::Value) -> DistributedKV {
+        serde_json::from_value(json!({
+            "apiVersion": "dkv.io/v1beta1",
+            "kind": "DistributedKV",
+            "metadata": {"name": "orders", "namespace": "shop", "uid": "0b4c3e1a-5d7e-4f3a-9c2b-1a2b3c4d5e6f"},
+            "spec": {
+                "size": 1,
+                "image": "registry.k8s.io/etcd:3.5.16-0",
+                "auth": {"enabled": true},
+                "standby": {"enabled": enabled, "source": {"uri": "s3://dr/", "cluster": "shop-dr/orders-dr"}}
+            },
+            "status": {"standby": standby}
+        }))
+        .expect("a DistributedKV")
+    }
+
+    fn at(seconds: i64) -> Timestamp {
+        Timestamp::from_second(seconds).expect("a time")
+    }
+
+    fn demotion(durable_at: Option<i64>) -> FollowReport {
+        FollowReport {
+            demotion: Some(Demotion {
+                since: at(100),
+                durable_at,
+                message: Some("waiting".to_owned()),
+                stopped: false,
+                following: None,
+                called_off: false,
+            }),
+            ..FollowReport::default()
+        }
+    }
+
+    #[test]
+    fn a_promoted_cluster_demoted_again_forgets_its_promotion_and_says_where_the_demotion_stands() {
+        let promoted = json!({"phase": "Promoted", "promotedAtRevision": 120, "promotedTime": "2026-12-01T00:00:00Z", "appliedRevision": 120});
+        // Still promoted: said as it was.
+        let kept = status(&cluster(false, promoted.clone()), None, None, at(200))
+            .expect("a standby status");
+        assert_eq!(kept.phase, Some(StandbyPhase::Promoted));
+        assert_eq!(kept.promoted_at_revision, Some(120));
+        // Demoted again: the promotion is history.
+        let demoting = status(
+            &cluster(true, promoted.clone()),
+            None,
+            Some(&demotion(None)),
+            at(200),
+        )
+        .expect("a standby status");
+        assert_eq!(demoting.phase, Some(StandbyPhase::Demoting));
+        assert_eq!(demoting.promoted_at_revision, None);
+        assert_eq!(demoting.applied_revision, None);
+        assert_eq!(demoting.demoted_time, Some(Time(at(100))));
+        let demoted = status(
+            &cluster(true, promoted.clone()),
+            None,
+            Some(&demotion(Some(480))),
+            at(200),
+        )
+        .expect("a standby status");
+        assert_eq!(demoted.phase, Some(StandbyPhase::Demoted));
+        assert_eq!(demoted.demoted_at_revision, Some(480));
+        // Before the pass reaches the demotion: not promoted any more.
+        let unreported =
+            status(&cluster(true, promoted), None, None, at(200)).expect("a standby status");
+        assert_eq!(unreported.phase, Some(StandbyPhase::Demoting));
+    }
+
+    #[test]
+    fn a_demotion_that_follows_records_its_offset_and_keeps_its_demotion_point() {
+        let mut report = demotion(Some(480));
+        if let Some(d) = report.demotion.as_mut() {
+            d.following = Some((1_000_000_480, -999_999_999 - 1));
+            d.message = None;
+        }
+        let demoted = json!({"phase": "Demoted", "demotedAtRevision": 480, "demotedTime": "2026-12-01T00:00:00Z"});
+        let following = status(&cluster(true, demoted), None, Some(&report), at(200))
+            .expect("a standby status");
+        assert_eq!(following.phase, Some(StandbyPhase::Following));
+        assert_eq!(following.applied_revision, Some(1_000_000_480));
+        assert_eq!(following.revision_offset, Some(-1_000_000_000));
+        assert_eq!(following.demoted_at_revision, Some(480));
+        // The follower's reports then keep the demotion point and offset.
+        let recorded = serde_json::to_value(&following).expect("status serializes");
+        let next = FollowReport {
+            applied: Some(1_000_000_490),
+            newest_stored: Some(1_000_000_490),
+            ..FollowReport::default()
+        };
+        let later =
+            status(&cluster(true, recorded), None, Some(&next), at(210)).expect("a standby status");
+        assert_eq!(later.phase, Some(StandbyPhase::Following));
+        assert_eq!(later.revision_offset, Some(-1_000_000_000));
+        assert_eq!(later.demoted_at_revision, Some(480));
+        assert!(read_only(Some(&later), &validated(true)));
+    }
+
+    #[test]
+    fn a_demotion_called_off_takes_writes_again() {
+        let mut report = demotion(Some(480));
+        if let Some(d) = report.demotion.as_mut() {
+            d.called_off = true;
+        }
+        let demoted = json!({"phase": "Demoted", "demotedAtRevision": 480});
+        let called_off = status(&cluster(false, demoted), None, Some(&report), at(200))
+            .expect("a standby status");
+        assert_eq!(called_off.phase, Some(StandbyPhase::Promoted));
+        assert_eq!(called_off.promoted_at_revision, None);
+        assert!(is_promoted(Some(&called_off)));
+        assert!(!read_only(Some(&called_off), &validated(false)));
+        // A cluster demoted again is read-only whatever status said.
+        assert!(read_only(Some(&called_off), &validated(true)));
+    }
+
+    /// The spec of [`cluster`], validated.
+    fn validated(enabled: bool) -> ValidatedCluster {
+        let dkv = cluster(enabled, json!({}));
+        let defaults = crate::cluster::validate::Defaults {
+            operator_image: "dkv:test".to_owned(),
+        };
+        crate::cluster::validate::validate(&dkv, &Default::default(), &defaults)
+            .expect("a valid spec")
+    }
+}
