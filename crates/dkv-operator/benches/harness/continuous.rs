@@ -87,32 +87,7 @@ async fn load(
     let cpu_before = cpu_time(pid)?;
     let started = Instant::now();
     let (done, finished) = watch::channel(false);
-    let mut writers = Vec::new();
-    for w in 0..WRITERS {
-        let mut etcd = etcd_client::Client::connect(endpoints.clone(), None)
-            .await
-            .context("connecting a writer")?;
-        let mut finished = finished.clone();
-        writers.push(tokio::spawn(async move {
-            let mut acked = Vec::new();
-            let mut tick = tokio::time::interval(Duration::from_micros(1_000_000 * WRITERS / RATE));
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            let mut n = 0u64;
-            loop {
-                tokio::select! {
-                    _ = tick.tick() => {}
-                    _ = finished.wait_for(|d| *d) => break,
-                }
-                n += 1;
-                if let Ok(answer) = etcd.put(format!("/bench/{w}/{n}"), VALUE, None).await
-                    && let Some(header) = answer.header()
-                {
-                    acked.push((header.revision(), Instant::now()));
-                }
-            }
-            acked
-        }));
-    }
+    let mut writers = spawn_writers(&endpoints, None, RATE, &finished).await?;
     let mut durable = Vec::new();
     let mut peak_rss_kib = 0;
     loop {
@@ -152,6 +127,47 @@ async fn load(
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// Writers putting `rate` keys a second in all from [`WRITERS`]
+/// connections to `endpoints` (as `user` when given) until `finished`;
+/// each returns the (revision, when) of every put acknowledged.
+pub async fn spawn_writers(
+    endpoints: &[String],
+    user: Option<(String, String)>,
+    rate: u64,
+    finished: &watch::Receiver<bool>,
+) -> anyhow::Result<Vec<tokio::task::JoinHandle<Vec<(i64, Instant)>>>> {
+    let mut writers = Vec::new();
+    for w in 0..WRITERS {
+        let options = user
+            .clone()
+            .map(|(name, password)| etcd_client::ConnectOptions::new().with_user(name, password));
+        let mut etcd = etcd_client::Client::connect(endpoints.to_vec(), options)
+            .await
+            .context("connecting a writer")?;
+        let mut finished = finished.clone();
+        writers.push(tokio::spawn(async move {
+            let mut acked = Vec::new();
+            let mut tick = tokio::time::interval(Duration::from_micros(1_000_000 * WRITERS / rate));
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let mut n = 0u64;
+            loop {
+                tokio::select! {
+                    _ = tick.tick() => {}
+                    _ = finished.wait_for(|d| *d) => break,
+                }
+                n += 1;
+                if let Ok(answer) = etcd.put(format!("/bench/{w}/{n}"), VALUE, None).await
+                    && let Some(header) = answer.header()
+                {
+                    acked.push((header.revision(), Instant::now()));
+                }
+            }
+            acked
+        }));
+    }
+    Ok(writers)
 }
 
 /// The newest revision any chain in `continuous` has stored, from a listing.

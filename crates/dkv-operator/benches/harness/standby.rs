@@ -22,7 +22,7 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
 use tokio::sync::watch;
 
-use crate::continuous::{cpu_time, quantile};
+use crate::continuous::{cpu_time, quantile, spawn_writers};
 use crate::operator_process::{OperatorProcess, proc_status_kib};
 use crate::report::Metric;
 use crate::support;
@@ -32,11 +32,9 @@ const SOURCE: &str = "source";
 const STANDBY: &str = "standby";
 const IMAGE: &str = "registry.k8s.io/etcd:3.5.16-0";
 const RATE: u64 = 1000;
-const WRITERS: u64 = 16;
 const LOAD: Duration = Duration::from_secs(30);
 /// The source's `spec.backup.continuous.interval`.
 const INTERVAL: Duration = Duration::from_secs(1);
-const VALUE: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
 
 pub struct Settings<'a> {
     pub dkv: &'a std::path::Path,
@@ -169,33 +167,7 @@ async fn load(
     let cpu_before = cpu_time(pid)?;
     let started = Instant::now();
     let (done, finished) = watch::channel(false);
-    let mut writers = Vec::new();
-    for w in 0..WRITERS {
-        let options = etcd_client::ConnectOptions::new().with_user(user.clone(), password.clone());
-        let mut etcd = etcd_client::Client::connect(endpoints.clone(), Some(options))
-            .await
-            .context("connecting a writer")?;
-        let mut finished = finished.clone();
-        writers.push(tokio::spawn(async move {
-            let mut acked = Vec::new();
-            let mut tick = tokio::time::interval(Duration::from_micros(1_000_000 * WRITERS / RATE));
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            let mut n = 0u64;
-            loop {
-                tokio::select! {
-                    _ = tick.tick() => {}
-                    _ = finished.wait_for(|d| *d) => break,
-                }
-                n += 1;
-                if let Ok(answer) = etcd.put(format!("/bench/{w}/{n}"), VALUE, None).await
-                    && let Some(header) = answer.header()
-                {
-                    acked.push((header.revision(), Instant::now()));
-                }
-            }
-            acked
-        }));
-    }
+    let mut writers = spawn_writers(&endpoints, Some((user, password)), RATE, &finished).await?;
     let mut applied = Vec::new();
     let mut peak_rss_kib = 0;
     let mut acked = Vec::new();

@@ -571,7 +571,6 @@ pub async fn mark_replayed(
     statefulset: &str,
     (source_revision, standby_offset): (i64, Option<i64>),
 ) -> Result<()> {
-    let api: Api<StatefulSet> = Api::namespaced(client.clone(), namespace);
     let mut annotations = serde_json::Map::new();
     annotations.insert(
         REPLAYED_ANNOTATION.to_owned(),
@@ -583,6 +582,17 @@ pub async fn mark_replayed(
             offset.to_string().into(),
         );
     }
+    annotate(client, namespace, statefulset, annotations).await
+}
+
+/// Sets `annotations` on the StatefulSet `statefulset` in one write.
+pub async fn annotate(
+    client: &Client,
+    namespace: &str,
+    statefulset: &str,
+    annotations: serde_json::Map<String, serde_json::Value>,
+) -> Result<()> {
+    let api: Api<StatefulSet> = Api::namespaced(client.clone(), namespace);
     let patch = serde_json::json!({"metadata": {"annotations": annotations}});
     api.patch(
         statefulset,

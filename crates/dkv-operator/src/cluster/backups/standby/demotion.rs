@@ -31,8 +31,6 @@
 use dkv_api::distributedkv::v1beta1::{StandbyPhase, StandbyStatus};
 use dkv_backup::{Location, Store};
 use jiff::Timestamp;
-use k8s_openapi::api::apps::v1::StatefulSet;
-use kube::Api;
 use tracing::info;
 
 use super::{OFFSET_ANNOTATION, leases, promotion, roles};
@@ -78,12 +76,8 @@ pub async fn demote(
 ) -> Result<Demotion> {
     let (namespace, name) = (&cluster.namespace, &cluster.name);
     reach.followers.stop(namespace, name);
-    let since = recorded
-        .filter(|_| under_way(recorded))
-        .and_then(|s| s.demoted_time.as_ref())
-        .map_or(now, |t| t.0);
     let mut demotion = Demotion {
-        since,
+        since: began(recorded, now),
         durable_at: None,
         message: None,
         stopped: false,
@@ -167,7 +161,7 @@ pub async fn demote(
         }
     };
     // A record from before the demotion is an earlier promotion's.
-    let Some(record) = record.filter(|r| r.time >= since) else {
+    let Some(record) = record.filter(|r| r.time >= demotion.since) else {
         demotion.message = Some(waiting);
         return Ok(demotion);
     };
@@ -219,21 +213,17 @@ async fn record_offset(
     statefulset: &str,
     offset: i64,
 ) -> Result<()> {
-    let api: Api<StatefulSet> = Api::namespaced(client.clone(), namespace);
-    let patch =
-        serde_json::json!({"metadata": {"annotations": {OFFSET_ANNOTATION: offset.to_string()}}});
-    api.patch(
-        statefulset,
-        &kube::api::PatchParams::default(),
-        &kube::api::Patch::Merge(&patch),
-    )
-    .await
-    .map(drop)
-    .map_err(|source| Error::Apply {
-        kind: "StatefulSet".to_owned(),
-        name: statefulset.to_owned(),
-        source,
-    })
+    let mut annotations = serde_json::Map::new();
+    annotations.insert(OFFSET_ANNOTATION.to_owned(), offset.to_string().into());
+    crate::cluster::backups::restore::annotate(client, namespace, statefulset, annotations).await
+}
+
+/// When the demotion `recorded` says is under way began, else `now`.
+fn began(recorded: Option<&StandbyStatus>, now: Timestamp) -> Timestamp {
+    recorded
+        .filter(|_| under_way(recorded))
+        .and_then(|s| s.demoted_time.as_ref())
+        .map_or(now, |t| t.0)
 }
 
 /// Calls a demotion off before the cluster followed: its roles get their
@@ -250,9 +240,7 @@ pub async fn call_off(
     let given = roles::give_back(reach.client, cluster, &mut etcd).await?;
     info!(grants = given, "demotion called off: writes taken again");
     Ok(Demotion {
-        since: recorded
-            .and_then(|s| s.demoted_time.as_ref())
-            .map_or(now, |t| t.0),
+        since: began(recorded, now),
         durable_at: None,
         message: Some(
             "demotion called off (spec.standby.enabled: false) before this cluster followed a new primary: it takes writes again".to_owned(),
