@@ -505,6 +505,10 @@ fn standby_text(out: &mut String, r: &Report, now: Timestamp) {
     let note = match standby.phase {
         Some(StandbyPhase::Promoted) => " — an ordinary cluster now: takes writes, follows no more",
         Some(StandbyPhase::Promoting) => " — applying what its source stored, then taking writes",
+        Some(StandbyPhase::Demoting) => " — demoted: writes refused, its last changes being stored",
+        Some(StandbyPhase::Demoted) => {
+            " — demoted: writes refused, waiting for its source to be promoted at the revision below"
+        }
         _ => " — reads only, writes refused (kubectl dkv promote makes it take writes)",
     };
     out.push_str(&format!(
@@ -515,6 +519,11 @@ fn standby_text(out: &mut String, r: &Report, now: Timestamp) {
     ));
     if let Some(source) = &standby.source {
         out.push_str(&format!("  Source:      {source}\n"));
+    }
+    if let Some(revision) = standby.demoted_at_revision {
+        out.push_str(&format!(
+            "  Demoted at:  its own revision {revision} (kubectl dkv promote SOURCE --at-revision {revision} on the source's cluster)\n"
+        ));
     }
     if let Some(revision) = standby.promoted_at_revision {
         out.push_str(&format!(
@@ -1010,6 +1019,32 @@ mod tests {
                 "Standby:     Promoted — an ordinary cluster now: takes writes, follows no more",
                 "  Source:      shop/orders in s3://dkv/orders/",
                 "  Promoted at: source revision 120460, 2026-11-26T09:30:00Z (5m ago)",
+            ],
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_demoted_cluster_shows_the_revision_its_new_primary_must_be_promoted_at() {
+        let cluster = standby(
+            true,
+            json!({
+                "phase": "Demoted",
+                "source": "shop-dr/orders-dr in s3://dr/",
+                "demotedAtRevision": 48213,
+                "demotedTime": "2026-11-26T09:30:00Z",
+            }),
+        );
+        let now: Timestamp = "2026-11-26T09:31:00Z"
+            .parse()
+            .unwrap_or_else(|e| panic!("{e}"));
+        let text = text(&report(&cluster, &[], &[], &[], now), now);
+        assert_eq!(
+            standby_section(&text),
+            [
+                "Standby:     Demoted — demoted: writes refused, waiting for its source to be promoted at the revision below",
+                "  Source:      shop-dr/orders-dr in s3://dr/",
+                "  Demoted at:  its own revision 48213 (kubectl dkv promote SOURCE --at-revision 48213 on the source's cluster)",
             ],
             "{text}"
         );

@@ -92,3 +92,27 @@ pub async fn store_config(
     })?;
     Ok(found.map(|secret| crate::secret_store::store_config(&secret)))
 }
+
+/// Sets `annotations` on the StatefulSet `statefulset` in one write.
+pub async fn annotate(
+    client: &Client,
+    namespace: &str,
+    statefulset: &str,
+    annotations: serde_json::Map<String, serde_json::Value>,
+) -> Result<()> {
+    let api: Api<k8s_openapi::api::apps::v1::StatefulSet> =
+        Api::namespaced(client.clone(), namespace);
+    let patch = serde_json::json!({"metadata": {"annotations": annotations}});
+    api.patch(
+        statefulset,
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(&patch),
+    )
+    .await
+    .map(drop)
+    .map_err(|source| Error::Apply {
+        kind: "StatefulSet".to_owned(),
+        name: statefulset.to_owned(),
+        source,
+    })
+}

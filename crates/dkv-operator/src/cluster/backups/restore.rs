@@ -582,30 +582,7 @@ pub async fn mark_replayed(
             offset.to_string().into(),
         );
     }
-    annotate(client, namespace, statefulset, annotations).await
-}
-
-/// Sets `annotations` on the StatefulSet `statefulset` in one write.
-pub async fn annotate(
-    client: &Client,
-    namespace: &str,
-    statefulset: &str,
-    annotations: serde_json::Map<String, serde_json::Value>,
-) -> Result<()> {
-    let api: Api<StatefulSet> = Api::namespaced(client.clone(), namespace);
-    let patch = serde_json::json!({"metadata": {"annotations": annotations}});
-    api.patch(
-        statefulset,
-        &kube::api::PatchParams::default(),
-        &kube::api::Patch::Merge(&patch),
-    )
-    .await
-    .map(drop)
-    .map_err(|source| Error::Apply {
-        kind: "StatefulSet".to_owned(),
-        name: statefulset.to_owned(),
-        source,
-    })
+    super::annotate(client, namespace, statefulset, annotations).await
 }
 
 /// The source recorded on a StatefulSet created for a restore.

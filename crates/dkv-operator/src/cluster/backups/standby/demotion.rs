@@ -215,7 +215,7 @@ async fn record_offset(
 ) -> Result<()> {
     let mut annotations = serde_json::Map::new();
     annotations.insert(OFFSET_ANNOTATION.to_owned(), offset.to_string().into());
-    crate::cluster::backups::restore::annotate(client, namespace, statefulset, annotations).await
+    crate::cluster::backups::annotate(client, namespace, statefulset, annotations).await
 }
 
 /// When the demotion `recorded` says is under way began, else `now`.
