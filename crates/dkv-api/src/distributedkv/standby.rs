@@ -93,6 +93,10 @@ pub struct StandbyStatus {
     /// When it was promoted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub promoted_time: Option<Time>,
+    /// When its promotion was recorded in its own backup destination,
+    /// where a cluster demoted in a switchover reads it to follow it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub promotion_recorded_time: Option<Time>,
     /// The cluster's own revision less the source revision it holds,
     /// recorded when a demoted cluster starts to follow its new primary
     /// (for a standby seeded at creation it is on its StatefulSet only).

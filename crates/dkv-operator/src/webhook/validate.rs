@@ -259,6 +259,22 @@ fn check_demotion(old: &DistributedKV, new: &DistributedKV, verdict: &mut Admiss
             "a demoted cluster makes its last changes durable through its own continuous backup, which the standby to be promoted reads: set spec.backup.continuous.enabled: true before demoting it",
         );
     }
+    // A new source is for a cluster whose promotion is recorded: one still
+    // applying what its old source stored would follow the new one from
+    // the wrong place.
+    let source = |d: &DistributedKV| d.spec.standby.as_ref().map(|s| s.source.clone());
+    let promoted = old
+        .status
+        .as_ref()
+        .and_then(|s| s.standby.as_ref())
+        .and_then(|s| s.phase)
+        == Some(dkv_api::distributedkv::v1beta1::StandbyPhase::Promoted);
+    if source(old).is_some() && source(old) != source(new) && !promoted {
+        verdict.deny(
+            "spec.standby.source",
+            "the source can change only once the promotion is recorded (status.standby.phase: Promoted); wait for it, then demote the cluster with the new source",
+        );
+    }
 }
 
 /// A hibernated cluster's members are stopped: a change to what they run

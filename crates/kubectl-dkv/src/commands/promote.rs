@@ -9,9 +9,10 @@
 //! racing another client cannot make it follow again (`enabled: true` is
 //! a demotion, which this command never asks for).
 //!
-//! In a switchover, `--at-revision` asks only once the standby holds
-//! exactly the revision its demoted source ended at, and refuses if it
-//! holds more.
+//! In a switchover, `--at-revision` refuses if the standby already holds
+//! more than the revision its demoted source ended at, asks, waits, and
+//! fails unless the promotion held exactly that revision. A demoted
+//! primary is refused: promoting it would call its demotion off.
 
 use std::time::Duration;
 
@@ -134,6 +135,14 @@ fn promotion_of(cluster: &DistributedKV, namespace: &str, name: &str) -> Result<
     // A promoted cluster demoted again (`enabled: true`) is a standby anew.
     if let Some(standby) = status.filter(|s| s.promoted_at_revision.is_some() && !spec.enabled) {
         return Ok(Promotion::Done(Box::new(standby.clone())));
+    }
+    if matches!(
+        status.and_then(|s| s.phase),
+        Some(StandbyPhase::Demoting | StandbyPhase::Demoted)
+    ) {
+        return Err(Error::Refused(format!(
+            "DistributedKV {full} is a demoted primary, not a standby to promote: promote the standby it names as its source (on that one's cluster); to call this demotion off instead, set spec.standby.enabled: false on it by hand"
+        )));
     }
     if is_paused(cluster) {
         return Err(Error::Refused(format!(
@@ -405,6 +414,21 @@ mod tests {
             message.contains("holding revision 480 of its source, not 500"),
             "{message}"
         );
+    }
+
+    #[test]
+    fn a_demoted_primary_is_refused() {
+        for phase in ["Demoting", "Demoted"] {
+            let refused = promotion_of(
+                &cluster(Some(true), json!({"phase": phase}), json!({})),
+                "dr",
+                "orders",
+            );
+            let Err(Error::Refused(message)) = refused else {
+                panic!("{phase}: not refused: {refused:?}");
+            };
+            assert!(message.contains("a demoted primary"), "{message}");
+        }
     }
 
     #[test]

@@ -124,14 +124,15 @@ pub async fn planned(
     if let Some(sts) = statefulset {
         plan.replay = restore::pending_replay(sts);
         plan.replayed = restore::replayed(sts);
-        // A demoted cluster's offset is recorded in status too, in the pass
-        // that writes it here: status wins over a StatefulSet read before.
-        plan.standby_offset = recorded
-            .standby
-            .as_ref()
-            .and_then(|s| s.revision_offset)
-            .or_else(|| crate::cluster::backups::standby::recorded_offset(sts));
     }
+    // A standby's offset is recorded in status too (a demoted cluster's in
+    // the pass that writes it on the StatefulSet): status wins over a
+    // StatefulSet read before, and gives it back to one re-created.
+    plan.standby_offset = recorded
+        .standby
+        .as_ref()
+        .and_then(|s| s.revision_offset)
+        .or_else(|| statefulset.and_then(crate::cluster::backups::standby::recorded_offset));
     // Hibernation overrides the plan once the members are (to be) stopped:
     // no membership step reads their absence as a loss.
     let hibernation = hibernation::decide(&hibernation::HibernationInputs {

@@ -38,14 +38,18 @@ pub async fn run(input: &Input<'_>, done: &mut Maintained, ctx: &Context) -> Res
         .as_deref()
         .and_then(standby::recorded_offset);
     let was_promoted = standby::is_promoted(recorded);
-    // A running cluster with no offset of its own, or promoted since it
-    // had one, is demoted: it follows only once its new primary says
-    // what it holds.
+    // A running cluster with no offset of its own, promoted since it had
+    // one, or told to follow another source than status says it followed,
+    // is demoted: it follows only once its new primary says what it holds.
     let never_followed =
         on_statefulset.is_none() && recorded.and_then(|s| s.revision_offset).is_none();
+    let source_changed = recorded
+        .and_then(|s| s.source.as_deref())
+        .is_some_and(|followed| followed != spec.describe());
     if input.formed()
         && input.connected.credentials.user().is_some()
-        && (demotion::under_way(recorded) || (spec.following && (was_promoted || never_followed)))
+        && (demotion::under_way(recorded)
+            || (spec.following && (was_promoted || never_followed || source_changed)))
     {
         let demotion = if spec.following {
             demotion::demote(cluster, connected, recorded, &reach, input.now).await?
@@ -99,9 +103,22 @@ pub async fn run(input: &Input<'_>, done: &mut Maintained, ctx: &Context) -> Res
             standby::roles::hold_read_only(&ctx.client, cluster, &mut etcd).await?;
         }
     }
-    // What a demoted primary of this one reads to follow it.
-    if let (Some((held, at)), Some(offset)) = (newly_promoted, offset) {
-        standby::promotion::record(cluster, (held, offset, at), &reach).await?;
+    // What a demoted primary of this one reads to follow it: written once
+    // per promotion, again until it is.
+    let promotion = newly_promoted.or_else(|| {
+        recorded
+            .filter(|s| was_promoted && s.promotion_recorded_time.is_none())
+            .and_then(|s| {
+                s.promoted_at_revision
+                    .zip(s.promoted_time.as_ref().map(|t| t.0))
+            })
+    });
+    if let (Some((held, at)), Some(offset)) = (promotion, offset)
+        && standby::promotion::record(cluster, (held, offset, at), &reach).await?
+    {
+        done.standby
+            .get_or_insert_with(FollowReport::default)
+            .promotion_recorded = Some(input.now);
     }
     Ok(if done.standby.is_some() {
         TaskOutcome::RequeueAt(input.now + STATUS_REFRESH)

@@ -929,3 +929,55 @@ fn a_rollout_deadline_outside_its_bounds_is_refused_naming_the_field() {
         );
     }
 }
+
+#[test]
+fn a_demotion_needs_continuous_backup_and_a_new_source_a_recorded_promotion() {
+    let backup = |continuous: bool| {
+        serde_json::json!({"destination": {"uri": "s3://bucket/dkv/"}, "schedule": "@daily",
+                           "continuous": {"enabled": continuous}})
+    };
+    let standby = |enabled: bool, uri: &str| serde_json::json!({"enabled": enabled, "source": {"uri": uri, "cluster": "dr/orders-dr"}});
+    let spec = |continuous: bool, standby: Option<serde_json::Value>| {
+        let mut extra =
+            serde_json::json!({"auth": {"enabled": true}, "backup": backup(continuous)});
+        if let Some(standby) = standby {
+            extra["standby"] = standby;
+        }
+        dkv(3, ETCD_35, extra)
+    };
+    // A running primary demoted: refused without continuous backup, with
+    // the fix; allowed with it.
+    let verdict = update(
+        &spec(false, None),
+        &spec(false, Some(standby(true, "s3://dr/"))),
+    );
+    assert!(
+        verdict
+            .message()
+            .contains("spec.standby.enabled: a demoted cluster makes its last changes durable through its own continuous backup"),
+        "{}",
+        verdict.message()
+    );
+    let verdict = update(
+        &spec(true, None),
+        &spec(true, Some(standby(true, "s3://dr/"))),
+    );
+    assert!(verdict.allowed(), "{}", verdict.message());
+    // Demoted again with a new source: only once the promotion is recorded.
+    let mut promoting = spec(true, Some(standby(false, "s3://dr/")));
+    promoting.status =
+        serde_json::from_value(serde_json::json!({"standby": {"phase": "Promoting"}})).ok();
+    let moved = spec(true, Some(standby(true, "s3://elsewhere/")));
+    let verdict = update(&promoting, &moved);
+    assert!(
+        verdict.message().contains(
+            "spec.standby.source: the source can change only once the promotion is recorded"
+        ),
+        "{}",
+        verdict.message()
+    );
+    let mut promoted = promoting.clone();
+    promoted.status =
+        serde_json::from_value(serde_json::json!({"standby": {"phase": "Promoted"}})).ok();
+    assert!(update(&promoted, &moved).allowed());
+}

@@ -58,12 +58,19 @@ pub struct Demotion {
     pub called_off: bool,
 }
 
-/// Whether `recorded` says a demotion is under way.
+/// How much older than the demotion a promotion record may look (the two
+/// operators' clocks may disagree) and still be this switchover's.
+const CLOCK_SKEW: jiff::SignedDuration = jiff::SignedDuration::from_mins(5);
+
+/// Whether `recorded` says a demotion is under way: demoting, demoted and
+/// waiting, or stopped before it followed (which stays so: only a new
+/// promotion record that matches lets it go on).
 pub fn under_way(recorded: Option<&StandbyStatus>) -> bool {
-    matches!(
-        recorded.and_then(|s| s.phase),
-        Some(StandbyPhase::Demoting | StandbyPhase::Demoted)
-    )
+    recorded.is_some_and(|s| match s.phase {
+        Some(StandbyPhase::Demoting | StandbyPhase::Demoted) => true,
+        Some(StandbyPhase::Stopped) => s.demoted_time.is_some() && s.revision_offset.is_none(),
+        _ => false,
+    })
 }
 
 /// One pass of the demotion of `cluster` (see the module's steps).
@@ -112,7 +119,12 @@ pub async fn demote(
             transient: true,
         })?
         .header()
-        .map_or(0, |h| h.revision());
+        .map(|h| h.revision())
+        .ok_or_else(|| Error::Standby {
+            message: "reading the demoted cluster's revision: etcd answered without a header"
+                .to_owned(),
+            transient: true,
+        })?;
     if cluster
         .backup
         .as_ref()
@@ -139,7 +151,7 @@ pub async fn demote(
     demotion.durable_at = Some(revision);
     let source = standby.describe();
     let waiting = format!(
-        "demoted at revision {revision}, every change up to it stored; waiting for {source} to be promoted holding it (kubectl dkv promote {} --at-revision {revision}, on its Kubernetes cluster), then this cluster follows it",
+        "demoted at revision {revision}, every change up to it stored; waiting for {source} to be promoted holding it (kubectl dkv promote {} --at-revision {revision}, on its Kubernetes cluster; it needs a continuous backup of its own, where its promotion is recorded), then this cluster follows it",
         standby.source.cluster
     );
     let Some(config) =
@@ -160,21 +172,15 @@ pub async fn demote(
             return Ok(demotion);
         }
     };
-    // A record from before the demotion is an earlier promotion's.
-    let Some(record) = record.filter(|r| r.time >= demotion.since) else {
+    let Some(record) = record.filter(|r| is_this_switchovers(r, cluster, demotion.since)) else {
         demotion.message = Some(waiting);
         return Ok(demotion);
     };
-    let this = format!("{namespace}/{name}");
-    if record.source != this || record.source_revision != revision {
+    if record.source_revision != revision {
         demotion.stopped = true;
         demotion.message = Some(format!(
-            "{} was promoted holding revision {} of {}, but this cluster was demoted at its revision {revision}: it cannot follow a primary that does not hold exactly what it holds; to make it a standby of {}, delete it and create it again with spec.standby (seeded from the new primary's newest point), after copying any change made here after revision {} if it matters",
-            record.cluster,
-            record.source_revision,
-            record.source,
-            record.cluster,
-            record.source_revision
+            "{} was promoted holding revision {} of this cluster, which was demoted at its revision {revision}: it cannot follow a primary that does not hold exactly what it holds; to make it a standby of {}, delete it and create it again with spec.standby (seeded from the new primary's newest point), after copying any change made here after revision {} if it matters",
+            record.cluster, record.source_revision, record.cluster, record.source_revision
         ));
         return Ok(demotion);
     }
@@ -188,6 +194,23 @@ pub async fn demote(
     );
     demotion.following = Some((record.revision, offset));
     Ok(demotion)
+}
+
+/// Whether `record` is the promotion of a standby of `cluster` made after
+/// its demotion began (`since`, give or take [`CLOCK_SKEW`]): one from an
+/// earlier switchover, or of a standby of another cluster, is not.
+fn is_this_switchovers(
+    record: &promotion::PromotionRecord,
+    cluster: &ValidatedCluster,
+    since: Timestamp,
+) -> bool {
+    let own_destination = cluster
+        .backup
+        .as_ref()
+        .map(|b| b.destination.as_str().trim_end_matches('/').to_owned());
+    record.source == format!("{}/{}", cluster.namespace, cluster.name)
+        && own_destination.as_deref() == Some(record.source_uri.trim_end_matches('/'))
+        && record.time >= since - CLOCK_SKEW
 }
 
 /// Reads the promotion record of the standby `standby` names as source.
@@ -227,7 +250,9 @@ fn began(recorded: Option<&StandbyStatus>, now: Timestamp) -> Timestamp {
 }
 
 /// Calls a demotion off before the cluster followed: its roles get their
-/// grants back.
+/// grants back — unless its source was already promoted holding what it
+/// holds (the switchover happened: two primaries would take writes), which
+/// it then says, `Stopped`.
 pub async fn call_off(
     cluster: &ValidatedCluster,
     (endpoints, credentials): (&[String], &Credentials),
@@ -235,18 +260,125 @@ pub async fn call_off(
     reach: &BackupsReach<'_>,
     now: Timestamp,
 ) -> Result<Demotion> {
+    let since = began(recorded, now);
+    let mut demotion = Demotion {
+        since,
+        durable_at: recorded.and_then(|s| s.demoted_at_revision),
+        message: None,
+        stopped: false,
+        following: None,
+        called_off: false,
+    };
+    if let (Some(standby), Some(at)) = (cluster.standby.as_ref(), demotion.durable_at)
+        && let Some(config) = super::super::store_config(
+            reach,
+            &cluster.namespace,
+            standby.credentials_secret.as_deref(),
+        )
+        .await?
+        && let Ok(Some(record)) = read_promotion(standby, &config).await
+        && is_this_switchovers(&record, cluster, since)
+        && record.source_revision == at
+    {
+        demotion.stopped = true;
+        demotion.message = Some(format!(
+            "not called off: {} was already promoted holding this cluster's revision {at}, so both would take writes; set spec.standby.enabled: true to follow it",
+            record.cluster
+        ));
+        return Ok(demotion);
+    }
     let mut etcd =
         roles::connect(endpoints, credentials.client_identity(), credentials.user()).await?;
     let given = roles::give_back(reach.client, cluster, &mut etcd).await?;
     info!(grants = given, "demotion called off: writes taken again");
-    Ok(Demotion {
-        since: began(recorded, now),
-        durable_at: None,
-        message: Some(
-            "demotion called off (spec.standby.enabled: false) before this cluster followed a new primary: it takes writes again".to_owned(),
-        ),
-        stopped: false,
-        following: None,
-        called_off: true,
-    })
+    demotion.durable_at = None;
+    demotion.called_off = true;
+    demotion.message = Some(
+        "demotion called off (spec.standby.enabled: false) before this cluster followed a new primary: it takes writes again (keys it detached from their leases stay without one)".to_owned(),
+    );
+    Ok(demotion)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn status(value: serde_json::Value) -> StandbyStatus {
+        serde_json::from_value(value).expect("a standby status")
+    }
+
+    #[test]
+    fn a_demotion_that_stopped_before_it_followed_stays_under_way() {
+        let at = "2026-12-01T00:00:00Z";
+        assert!(under_way(Some(&status(json!({"phase": "Demoting"})))));
+        assert!(under_way(Some(&status(json!({"phase": "Demoted"})))));
+        assert!(under_way(Some(&status(
+            json!({"phase": "Stopped", "demotedTime": at})
+        ))));
+        // Stopped after it followed (a chain broke), or a seeded standby
+        // that stopped: the follower's, not the demotion's.
+        assert!(!under_way(Some(&status(
+            json!({"phase": "Stopped", "demotedTime": at, "revisionOffset": -5})
+        ))));
+        assert!(!under_way(Some(&status(json!({"phase": "Stopped"})))));
+        assert!(!under_way(Some(&status(json!({"phase": "Following"})))));
+        assert!(!under_way(None));
+    }
+
+    #[test]
+    fn only_a_record_naming_this_cluster_and_its_store_made_since_the_demotion_is_followed() {
+        let dkv: dkv_api::DistributedKV = serde_json::from_value(json!({
+            "apiVersion": "dkv.io/v1beta1",
+            "kind": "DistributedKV",
+            "metadata": {"name": "orders", "namespace": "shop", "uid": "0b4c3e1a-5d7e-4f3a-9c2b-1a2b3c4d5e6f"},
+            "spec": {
+                "size": 1,
+                "image": "registry.k8s.io/etcd:3.5.16-0",
+                "auth": {"enabled": true},
+                "backup": {"destination": {"uri": "s3://prod/"}, "schedule": "0 0 1 1 *",
+                           "continuous": {"enabled": true}},
+                "standby": {"enabled": true, "source": {"uri": "s3://dr/", "cluster": "shop-dr/orders-dr"}}
+            }
+        }))
+        .expect("a DistributedKV");
+        let defaults = crate::cluster::validate::Defaults {
+            operator_image: "dkv:test".to_owned(),
+        };
+        let cluster = crate::cluster::validate::validate(&dkv, &Default::default(), &defaults)
+            .expect("a valid spec");
+        let since: Timestamp = "2026-12-01T10:00:00Z".parse().expect("a time");
+        let record = promotion::PromotionRecord {
+            format: promotion::FORMAT.to_owned(),
+            cluster: "shop-dr/orders-dr".to_owned(),
+            source: "shop/orders".to_owned(),
+            source_uri: "s3://prod".to_owned(),
+            source_revision: 480,
+            revision: 1_000_000_480,
+            time: since + jiff::SignedDuration::from_secs(2),
+        };
+        assert!(is_this_switchovers(&record, &cluster, since));
+        // A clock behind by a minute: still this switchover's.
+        let behind = promotion::PromotionRecord {
+            time: since - jiff::SignedDuration::from_mins(1),
+            ..record.clone()
+        };
+        assert!(is_this_switchovers(&behind, &cluster, since));
+        // An earlier switchover's, another cluster's, another store's.
+        let earlier = promotion::PromotionRecord {
+            time: since - jiff::SignedDuration::from_hours(3),
+            ..record.clone()
+        };
+        assert!(!is_this_switchovers(&earlier, &cluster, since));
+        let other = promotion::PromotionRecord {
+            source: "shop/invoices".to_owned(),
+            ..record.clone()
+        };
+        assert!(!is_this_switchovers(&other, &cluster, since));
+        let elsewhere = promotion::PromotionRecord {
+            source_uri: "s3://staging/".to_owned(),
+            ..record
+        };
+        assert!(!is_this_switchovers(&elsewhere, &cluster, since));
+    }
 }

@@ -107,6 +107,11 @@ pub struct FollowReport {
     pub stopped: Option<String>,
     /// Set once promoted: the source revision held, and when.
     pub promoted: Option<(i64, Timestamp)>,
+    /// The offset the follower keeps its position by (its own revision
+    /// less the source revision it holds), recorded in status too.
+    pub offset: Option<i64>,
+    /// When its promotion was recorded in its own backup destination.
+    pub promotion_recorded: Option<Timestamp>,
     /// Set, instead of the rest, while a demoted cluster does not follow
     /// its new primary yet (no follower runs then).
     pub demotion: Option<super::demotion::Demotion>,
@@ -167,8 +172,10 @@ impl Followers {
         let shared = Arc::new(Mutex::new(FollowReport {
             failing: None,
             stopped: None,
-            ..report.clone()
+            offset: Some(spec.offset),
+            ..report
         }));
+        let first = lock_report(&shared).clone();
         let (stop, stopped) = watch::channel(false);
         let changed = self.changed.clone();
         let task_spec = spec.clone();
@@ -191,7 +198,7 @@ impl Followers {
                 task,
             },
         );
-        report
+        first
     }
 
     /// Stops the follower of `namespace/cluster`, if one runs.

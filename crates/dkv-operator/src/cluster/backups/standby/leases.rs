@@ -8,7 +8,7 @@
 //! its value and no lease, and the lease, holding no key then, is revoked.
 //! The follower applies every change without a lease from then on.
 
-use etcd_client::{Client, LeaseTimeToLiveOptions, PutOptions};
+use etcd_client::{Client, Compare, CompareOp, LeaseTimeToLiveOptions, PutOptions, Txn, TxnOp};
 
 use crate::cluster::error::{Error, Result};
 
@@ -38,13 +38,20 @@ pub async fn detach_all(etcd: &mut Client) -> Result<usize> {
                 .get(key.clone(), None)
                 .await
                 .map_err(|e| failed("reading a leased key of the seed", &e))?;
-            // Nothing but this step writes to a standby before it follows:
-            // the key is as read.
+            // Written again only as read: a key its lease deleted (or a
+            // client changed) meanwhile — a demoted cluster is live — is
+            // left as it is now.
             if let Some(kv) = found.kvs().first().filter(|kv| kv.lease() == id) {
-                etcd.put(key.clone(), kv.value().to_vec(), Some(PutOptions::new()))
+                let unchanged =
+                    Compare::mod_revision(key.clone(), CompareOp::Equal, kv.mod_revision());
+                let put = TxnOp::put(key.clone(), kv.value().to_vec(), Some(PutOptions::new()));
+                let written = etcd
+                    .txn(Txn::new().when([unchanged]).and_then([put]))
                     .await
                     .map_err(|e| failed("detaching a key of the seed from its lease", &e))?;
-                detached += 1;
+                if written.succeeded() {
+                    detached += 1;
+                }
             }
         }
         match etcd.lease_revoke(id).await {

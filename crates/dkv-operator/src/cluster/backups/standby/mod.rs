@@ -176,6 +176,10 @@ pub fn status(
             phase: Some(StandbyPhase::Promoted),
             lag_seconds: None,
             lag_revisions: None,
+            promotion_recorded_time: report
+                .and_then(|r| r.promotion_recorded)
+                .map(Time)
+                .or(recorded.promotion_recorded_time.clone()),
             ..recorded
         });
     }
@@ -250,7 +254,8 @@ pub fn status(
         last_checked: report.last_checked.map(Time).or(old.last_checked),
         promoted_at_revision: report.promoted.map(|(revision, _)| revision),
         promoted_time: report.promoted.map(|(_, at)| Time(at)),
-        revision_offset: old.revision_offset,
+        revision_offset: report.offset.or(old.revision_offset),
+        promotion_recorded_time: report.promotion_recorded.map(Time),
         demoted_at_revision: old.demoted_at_revision,
         demoted_time: old.demoted_time,
         message,

@@ -87,15 +87,16 @@ pub async fn read(store: &Store, at: &Location) -> dkv_backup::Result<Option<Pro
 
 /// Records the promotion of `cluster` — holding `source_revision` of its
 /// source, its own revision then `offset` more — in its own backup
-/// destination, for the cluster it followed to follow it in turn. A
-/// cluster with no backup destination has no one to tell.
+/// destination, for the cluster it followed to follow it in turn; returns
+/// whether it did. A cluster with no backup destination has no one to
+/// tell.
 pub async fn record(
     cluster: &ValidatedCluster,
     (source_revision, offset, time): (i64, i64, Timestamp),
     reach: &BackupsReach<'_>,
-) -> Result<()> {
+) -> Result<bool> {
     let (Some(backup), Some(standby)) = (cluster.backup.as_ref(), cluster.standby.as_ref()) else {
-        return Ok(());
+        return Ok(false);
     };
     let failed = |message: String| Error::Standby {
         message,
@@ -128,7 +129,7 @@ pub async fn record(
         };
         write(&store, &at, &record).await
     };
-    written.await.map_err(|e| {
+    written.await.map(|()| true).map_err(|e| {
         failed(format!(
             "recording the promotion in the backup destination: {e}"
         ))
