@@ -58,6 +58,20 @@ pub struct Demotion {
     pub called_off: bool,
 }
 
+impl Demotion {
+    /// A demotion that began at `since` and has got nowhere yet.
+    fn began(since: Timestamp) -> Self {
+        Self {
+            since,
+            durable_at: None,
+            message: None,
+            stopped: false,
+            following: None,
+            called_off: false,
+        }
+    }
+}
+
 /// How much older than the demotion a promotion record may look (the two
 /// operators' clocks may disagree) and still be this switchover's.
 const CLOCK_SKEW: jiff::SignedDuration = jiff::SignedDuration::from_mins(5);
@@ -83,14 +97,7 @@ pub async fn demote(
 ) -> Result<Demotion> {
     let (namespace, name) = (&cluster.namespace, &cluster.name);
     reach.followers.stop(namespace, name);
-    let mut demotion = Demotion {
-        since: began(recorded, now),
-        durable_at: None,
-        message: None,
-        stopped: false,
-        following: None,
-        called_off: false,
-    };
+    let mut demotion = Demotion::began(began(recorded, now));
     let Some(standby) = cluster.standby.as_ref() else {
         return Ok(demotion);
     };
@@ -262,12 +269,8 @@ pub async fn call_off(
 ) -> Result<Demotion> {
     let since = began(recorded, now);
     let mut demotion = Demotion {
-        since,
         durable_at: recorded.and_then(|s| s.demoted_at_revision),
-        message: None,
-        stopped: false,
-        following: None,
-        called_off: false,
+        ..Demotion::began(since)
     };
     if let (Some(standby), Some(at)) = (cluster.standby.as_ref(), demotion.durable_at)
         && let Some(config) = super::super::store_config(
@@ -328,25 +331,14 @@ mod tests {
 
     #[test]
     fn only_a_record_naming_this_cluster_and_its_store_made_since_the_demotion_is_followed() {
-        let dkv: dkv_api::DistributedKV = serde_json::from_value(json!({
-            "apiVersion": "dkv.io/v1beta1",
-            "kind": "DistributedKV",
-            "metadata": {"name": "orders", "namespace": "shop", "uid": "0b4c3e1a-5d7e-4f3a-9c2b-1a2b3c4d5e6f"},
-            "spec": {
-                "size": 1,
-                "image": "registry.k8s.io/etcd:3.5.16-0",
-                "auth": {"enabled": true},
-                "backup": {"destination": {"uri": "s3://prod/"}, "schedule": "0 0 1 1 *",
-                           "continuous": {"enabled": true}},
-                "standby": {"enabled": true, "source": {"uri": "s3://dr/", "cluster": "shop-dr/orders-dr"}}
-            }
-        }))
-        .expect("a DistributedKV");
-        let defaults = crate::cluster::validate::Defaults {
-            operator_image: "dkv:test".to_owned(),
-        };
-        let cluster = crate::cluster::validate::validate(&dkv, &Default::default(), &defaults)
-            .expect("a valid spec");
+        let cluster = crate::cluster::validate::validated_for_tests(json!({
+            "size": 1,
+            "image": "registry.k8s.io/etcd:3.5.16-0",
+            "auth": {"enabled": true},
+            "backup": {"destination": {"uri": "s3://prod/"}, "schedule": "0 0 1 1 *",
+                       "continuous": {"enabled": true}},
+            "standby": {"enabled": true, "source": {"uri": "s3://dr/", "cluster": "shop-dr/orders-dr"}}
+        }));
         let since: Timestamp = "2026-12-01T10:00:00Z".parse().expect("a time");
         let record = promotion::PromotionRecord {
             format: promotion::FORMAT.to_owned(),

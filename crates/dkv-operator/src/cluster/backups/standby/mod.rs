@@ -494,11 +494,7 @@ mod tests {
 
     /// The spec of [`cluster`], validated.
     fn validated(enabled: bool) -> ValidatedCluster {
-        let dkv = cluster(enabled, json!({}));
-        let defaults = crate::cluster::validate::Defaults {
-            operator_image: "dkv:test".to_owned(),
-        };
-        crate::cluster::validate::validate(&dkv, &Default::default(), &defaults)
-            .expect("a valid spec")
+        let spec = serde_json::to_value(cluster(enabled, json!({})).spec).expect("a spec");
+        crate::cluster::validate::validated_for_tests(spec)
     }
 }
