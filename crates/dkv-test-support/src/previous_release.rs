@@ -90,9 +90,11 @@ pub fn commit() -> String {
 /// the same cargo command shape as the test build (every workspace crate,
 /// with dev-dependencies resolved, so every dependency gets the same
 /// features) in the same build directory. Cargo then compiles only the
-/// previous commit's workspace crates: 82 s on two idle cores, 193 s at low
-/// priority beside a test run, where a build in a target directory of its
-/// own compiled every dependency again. The binary has local mode
+/// previous commit's workspace crates: 82 to 139 s on two idle cores, where
+/// a build in a target directory of its own compiled every dependency
+/// again. It runs at the tests' own priority: at `nice -n 10` beside four
+/// end-to-end tests it got so little of the two cores that it took 23
+/// minutes in CI, and its scenario then ended the whole run. The binary has local mode
 /// in it, which the image leaves out; neither the operator nor a member
 /// runs it.
 pub fn previous_release() -> PreviousRelease {
@@ -129,9 +131,9 @@ fn build(commit: &str, root: &Path, dir: &Path) {
     assert!(archive.success(), "git archive {commit}");
     let started = std::time::Instant::now();
     let target = root.join("target");
-    let mut cargo = Command::new("nice");
+    let mut cargo = Command::new("cargo");
     cargo
-        .args(["-n", "10", "cargo", "build", "--locked", "-q"])
+        .args(["build", "--locked", "-q"])
         // `--examples` makes cargo resolve dev-dependencies, as the test
         // build does: without it some dependencies get fewer features, and
         // a different build.

@@ -658,7 +658,13 @@ impl Writer {
                             acknowledged.lock().unwrap().push((key, value));
                             n += 1;
                         }
-                        Err(e) if e.to_string().contains("permission denied") => {
+                        // The roles changed: a refusal as well, made at
+                        // apply with nothing written (a token issued before
+                        // the change is refused once).
+                        Err(e)
+                            if e.to_string().contains("permission denied")
+                                || e.to_string().contains("revision of auth store is old") =>
+                        {
                             refused.fetch_add(1, Ordering::Relaxed);
                         }
                         Err(e) => other_errors.lock().unwrap().push(e.to_string()),
