@@ -6,7 +6,10 @@ use std::collections::{BTreeSet, HashSet};
 use std::ops::Range;
 
 use async_trait::async_trait;
-use etcd_client::{EventType, GetOptions, LeaseGrantOptions, PutOptions, Txn, TxnOp, WatchOptions};
+use etcd_client::{
+    Compare, CompareOp, EventType, GetOptions, LeaseGrantOptions, PutOptions, Txn, TxnOp,
+    WatchOptions,
+};
 
 use crate::error::{Error, Result};
 use crate::grpc::GrpcAdmin;
@@ -28,6 +31,54 @@ pub struct Change {
     pub value: Vec<u8>,
     /// The lease of a put (0: none).
     pub lease: i64,
+}
+
+/// What a guarded transaction ([`EtcdData::apply_guarded`]) requires of
+/// one key before it writes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Guard {
+    pub key: Vec<u8>,
+    pub condition: Condition,
+}
+
+/// A condition on one key's state, as etcd compares it (an absent key has
+/// modification revision 0).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Condition {
+    /// It was last changed at exactly this revision.
+    ChangedAt(i64),
+    /// It was last changed before this revision, or is absent.
+    ChangedBefore(i64),
+    /// It exists.
+    Present,
+    /// It does not exist.
+    Absent,
+    /// It exists with this value.
+    ValueIs(Vec<u8>),
+}
+
+impl Guard {
+    pub fn new(key: impl Into<Vec<u8>>, condition: Condition) -> Self {
+        Self {
+            key: key.into(),
+            condition,
+        }
+    }
+
+    fn compare(&self) -> Compare {
+        let key = self.key.clone();
+        match &self.condition {
+            Condition::ChangedAt(revision) => {
+                Compare::mod_revision(key, CompareOp::Equal, *revision)
+            }
+            Condition::ChangedBefore(revision) => {
+                Compare::mod_revision(key, CompareOp::Less, *revision)
+            }
+            Condition::Present => Compare::version(key, CompareOp::Greater, 0),
+            Condition::Absent => Compare::version(key, CompareOp::Equal, 0),
+            Condition::ValueIs(value) => Compare::value(key, CompareOp::Equal, value.clone()),
+        }
+    }
 }
 
 /// What one watch response brought.
@@ -57,6 +108,11 @@ pub trait EtcdData: Send + Sync {
     /// are grouped into transactions). A lease a put names that does not
     /// exist yet is granted with that ID and `lease_ttl_seconds`.
     async fn apply_changes(&self, changes: &[Change], lease_ttl_seconds: i64) -> Result<()>;
+
+    /// Writes `changes` (without their leases) as one transaction if every
+    /// one of `guards` holds when etcd applies it; whether it wrote. With
+    /// no changes it only checks.
+    async fn apply_guarded(&self, changes: &[Change], guards: &[Guard]) -> Result<bool>;
 }
 
 /// A watch of every key from a revision.
@@ -287,6 +343,32 @@ impl EtcdData for GrpcAdmin {
         }
         Ok(())
     }
+
+    async fn apply_guarded(&self, changes: &[Change], guards: &[Guard]) -> Result<bool> {
+        let mut client = self.client_for("guarded write").await?;
+        let response = self
+            .deadline(
+                "guarded write",
+                client.txn(guarded_transaction(changes, guards)),
+            )
+            .await?
+            .map_err(|e| Error::from_client("guarded write", e, None))?;
+        Ok(response.succeeded())
+    }
+}
+
+/// The transaction [`EtcdData::apply_guarded`] sends.
+fn guarded_transaction(changes: &[Change], guards: &[Guard]) -> Txn {
+    let unleased: Vec<Change> = changes
+        .iter()
+        .map(|c| Change {
+            lease: 0,
+            ..c.clone()
+        })
+        .collect();
+    Txn::new()
+        .when(guards.iter().map(Guard::compare).collect::<Vec<_>>())
+        .and_then(operations(&unleased))
 }
 
 /// At most this many operations in one replayed transaction: half etcd's
@@ -347,7 +429,11 @@ fn revisions(changes: &[Change]) -> Vec<Range<usize>> {
 
 /// `changes` as one transaction: puts (with their lease) and deletes.
 fn transaction(changes: &[Change]) -> Txn {
-    let operations = changes
+    Txn::new().and_then(operations(changes))
+}
+
+fn operations(changes: &[Change]) -> Vec<TxnOp> {
+    changes
         .iter()
         .map(|change| match change.kind {
             ChangeKind::Put => {
@@ -359,8 +445,7 @@ fn transaction(changes: &[Change]) -> Txn {
             }
             ChangeKind::Delete => TxnOp::delete(change.key.clone(), None),
         })
-        .collect::<Vec<_>>();
-    Txn::new().and_then(operations)
+        .collect()
 }
 
 /// Grants lease `id`; one that already exists (restored with the snapshot)

@@ -318,7 +318,7 @@ impl GrpcAdmin {
         clients.remove(&format!("{endpoint} (anonymous)"));
     }
 
-    async fn deadline<T>(
+    pub(crate) async fn deadline<T>(
         &self,
         operation: &'static str,
         call: impl Future<Output = T>,

@@ -21,7 +21,7 @@ mod model;
 
 pub use admin::{EtcdAdmin, SnapshotStream};
 pub use changes::{
-    Change, ChangeKind, ChangeWatch, EtcdData, REPLAY_TRANSACTION_BYTES,
+    Change, ChangeKind, ChangeWatch, Condition, EtcdData, Guard, REPLAY_TRANSACTION_BYTES,
     REPLAY_TRANSACTION_OPERATIONS, WatchedChanges, replay_transactions,
 };
 pub use error::{Error, Result};

@@ -9,12 +9,13 @@ use async_trait::async_trait;
 use tokio::sync::mpsc::{UnboundedSender, unbounded_channel};
 
 use super::FakeEtcd;
-use crate::changes::{Change, ChangeKind, ChangeWatch, EtcdData, WatchedChanges};
+use crate::changes::{Change, ChangeKind, ChangeWatch, Condition, EtcdData, Guard, WatchedChanges};
 use crate::error::{Error, Result};
 
 #[derive(Debug, Default)]
 pub(super) struct FakeData {
-    keys: BTreeMap<Vec<u8>, (Vec<u8>, i64)>,
+    /// Each key's value, lease and the revision it was last changed at.
+    keys: BTreeMap<Vec<u8>, (Vec<u8>, i64, i64)>,
     /// Every change from revision 2 on (etcd's first write is revision 2).
     history: Vec<Change>,
     /// The current revision, shared with the watches (their progress
@@ -32,6 +33,19 @@ impl FakeData {
         self.revision.load(Ordering::SeqCst).max(1)
     }
 
+    /// Whether `guard` holds now.
+    fn holds(&self, guard: &Guard) -> bool {
+        let key = self.keys.get(&guard.key);
+        let changed = key.map_or(0, |(_, _, at)| *at);
+        match &guard.condition {
+            Condition::ChangedAt(revision) => changed == *revision,
+            Condition::ChangedBefore(revision) => changed < *revision,
+            Condition::Present => key.is_some(),
+            Condition::Absent => key.is_none(),
+            Condition::ValueIs(value) => key.is_some_and(|(v, _, _)| v == value),
+        }
+    }
+
     /// Applies `changes` (one source revision) as the next revision.
     fn commit(&mut self, changes: impl IntoIterator<Item = Change>) -> i64 {
         let revision = self.revision() + 1;
@@ -40,8 +54,10 @@ impl FakeData {
             .map(|change| {
                 match change.kind {
                     ChangeKind::Put => {
-                        self.keys
-                            .insert(change.key.clone(), (change.value.clone(), change.lease));
+                        self.keys.insert(
+                            change.key.clone(),
+                            (change.value.clone(), change.lease, revision),
+                        );
                     }
                     ChangeKind::Delete => {
                         self.keys.remove(&change.key);
@@ -95,7 +111,7 @@ impl FakeEtcd {
         self.data()
             .keys
             .iter()
-            .map(|(key, (value, _))| (key.clone(), value.clone()))
+            .map(|(key, (value, _, _))| (key.clone(), value.clone()))
             .collect()
     }
 
@@ -166,6 +182,20 @@ impl EtcdData for FakeEtcd {
             start = end;
         }
         Ok(())
+    }
+
+    async fn apply_guarded(&self, changes: &[Change], guards: &[Guard]) -> Result<bool> {
+        let mut data = self.data();
+        if !guards.iter().all(|g| data.holds(g)) {
+            return Ok(false);
+        }
+        if !changes.is_empty() {
+            data.commit(changes.iter().map(|c| Change {
+                lease: 0,
+                ..c.clone()
+            }));
+        }
+        Ok(true)
     }
 }
 

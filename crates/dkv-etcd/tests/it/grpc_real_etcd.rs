@@ -396,3 +396,103 @@ async fn a_learner_reports_its_status_with_authentication_on() {
         assert!(!voter_status.is_learner, "{release}: {voter_status:?}");
     }
 }
+
+/// Each condition of a guarded transaction as real etcd compares it: a
+/// write goes through only where every guard holds, and a transaction
+/// with no changes only checks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn guarded_transactions_write_only_where_their_guards_hold() {
+    use dkv_etcd::{Change, ChangeKind, Condition, EtcdData, Guard};
+
+    let dir = tempfile::tempdir().unwrap();
+    let ip = format!("127.92.{}.1", (std::process::id() % 250) as u8);
+    let client = format!("http://{ip}:2379");
+    let log = std::fs::File::create(dir.path().join("etcd.log")).unwrap();
+    let mut child = Command::new(etcd_dir().join("etcd"))
+        .args([
+            "--name=solo",
+            &format!("--data-dir={}", dir.path().join("data").display()),
+            &format!("--listen-peer-urls=http://{ip}:2380"),
+            &format!("--initial-advertise-peer-urls=http://{ip}:2380"),
+            &format!("--listen-client-urls={client}"),
+            &format!("--advertise-client-urls={client}"),
+            &format!("--initial-cluster=solo=http://{ip}:2380"),
+        ])
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    let admin = GrpcAdmin::new(vec![client.clone()], Duration::from_secs(3));
+    eventually("status", || admin.status(&client)).await;
+    let put = |key: &str, value: &str| Change {
+        revision: 0,
+        kind: ChangeKind::Put,
+        key: key.as_bytes().to_vec(),
+        value: value.as_bytes().to_vec(),
+        lease: 7,
+    };
+    let delete = |key: &str| Change {
+        revision: 0,
+        kind: ChangeKind::Delete,
+        key: key.as_bytes().to_vec(),
+        value: Vec::new(),
+        lease: 0,
+    };
+    let guarded = async |changes: &[Change], guards: &[Guard]| {
+        admin.apply_guarded(changes, guards).await.unwrap()
+    };
+    let on = |key: &str, condition: Condition| Guard::new(key.as_bytes().to_vec(), condition);
+
+    // Revision 2: a and b, without the lease the change names.
+    assert!(
+        guarded(
+            &[put("a", "1"), put("b", "1")],
+            &[on("a", Condition::Absent)]
+        )
+        .await
+    );
+    assert_eq!(admin.current_revision().await.unwrap(), 2);
+    for (condition, holds) in [
+        (Condition::ChangedAt(2), true),
+        (Condition::ChangedAt(3), false),
+        (Condition::ChangedBefore(3), true),
+        (Condition::ChangedBefore(2), false),
+        (Condition::Present, true),
+        (Condition::Absent, false),
+        (Condition::ValueIs(b"1".to_vec()), true),
+        (Condition::ValueIs(b"2".to_vec()), false),
+    ] {
+        assert_eq!(
+            guarded(&[], &[on("a", condition.clone())]).await,
+            holds,
+            "a: {condition:?}"
+        );
+    }
+    for (condition, holds) in [
+        (Condition::ChangedAt(2), false),
+        (Condition::ChangedBefore(1), true),
+        (Condition::Present, false),
+        (Condition::Absent, true),
+        (Condition::ValueIs(Vec::new()), false),
+    ] {
+        assert_eq!(
+            guarded(&[], &[on("x", condition.clone())]).await,
+            holds,
+            "x: {condition:?}"
+        );
+    }
+    // A check writes nothing; a refused write neither.
+    assert_eq!(admin.current_revision().await.unwrap(), 2);
+    assert!(!guarded(&[delete("a")], &[on("a", Condition::ChangedAt(1))]).await);
+    assert_eq!(admin.current_revision().await.unwrap(), 2);
+    let both = [
+        on("a", Condition::ChangedAt(2)),
+        on("b", Condition::ValueIs(b"1".to_vec())),
+    ];
+    assert!(guarded(&[delete("a")], &both).await);
+    assert_eq!(admin.current_revision().await.unwrap(), 3);
+    assert!(guarded(&[], &[on("a", Condition::Absent)]).await);
+
+    let _ = child.kill();
+    let _ = child.wait();
+}

@@ -18,7 +18,10 @@ use dkv_backup::continuous::archive::read_events;
 use dkv_backup::continuous::chain::{Chain, StoredSegment};
 use dkv_backup::continuous::recorder::change_of;
 use dkv_backup::{Keyring, Store};
-use dkv_etcd::EtcdData;
+use dkv_etcd::{Change, ChangeKind, Condition, EtcdData, Guard};
+use futures::StreamExt as _;
+use futures::stream::FuturesOrdered;
+use tracing::debug;
 
 /// What a follower does next.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -98,13 +101,60 @@ pub fn next_segments(chains: &[Chain], applied: i64) -> Follow {
     }
 }
 
+/// How far [`apply`] took a follower.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FollowedTo {
+    /// It holds the source's changes up to this revision.
+    Reached(i64),
+    /// Its data is no longer its source's copy: a change of source revision
+    /// `refused` did not find what the source had before it, or its own
+    /// revision (`own`, less the offset) is not one the source's changes
+    /// account for (something else wrote to it).
+    NotACopy {
+        reached: i64,
+        own: i64,
+        refused: i64,
+    },
+}
+
+/// How many transactions a follower has on their way at once: each waits
+/// for a raft round and a sync to disk, which etcd shares among the
+/// proposals it has.
+pub const IN_FLIGHT: usize = 32;
+
+/// At most this many revisions that only delete are looked back over to
+/// guard a transaction; one after a longer run of them waits for every
+/// transaction before it instead.
+const DELETES_LOOKED_BACK: usize = 16;
+
+/// One source revision's transaction, as [`apply`] sends it.
+#[derive(Debug)]
+struct Transaction<'a> {
+    changes: &'a [Change],
+    guards: Vec<Guard>,
+    /// Sent only once every transaction before it was applied (its guards
+    /// cannot tell whether they were).
+    after_the_rest: bool,
+}
+
+impl Transaction<'_> {
+    fn revision(&self) -> i64 {
+        self.changes[0].revision
+    }
+}
+
 /// Applies `segments` (as [`next_segments`] returned them) to `etcd`,
 /// each source revision after `applied` once, in order, as one
-/// transaction of its own; returns the newest source revision applied. So
-/// the follower's own revision moves by exactly one per source revision,
-/// and its position is its revision less a fixed offset, kept by etcd
-/// with the data: a follower cut short anywhere (an error, a restart)
-/// goes on exactly where it stopped.
+/// transaction of its own: the follower's own revision moves by exactly
+/// one per source revision, and its position is its revision less
+/// `offset`, kept by etcd with the data.
+///
+/// Up to [`IN_FLIGHT`] transactions are on their way at once, and each is
+/// guarded so that etcd applies it only in its place (`transactions`).
+/// So a transaction that arrives out of order, or again (a retry of one
+/// that timed out but landed), changes nothing; the follower then reads
+/// where it stands (`settle`) and goes on from there. A follower cut
+/// short anywhere (an error, a restart) goes on exactly where it stopped.
 ///
 /// A follower keeps the source's keys without their leases: the source's
 /// lease ends show as deletes, which it applies like any other (a lease of
@@ -115,32 +165,237 @@ pub async fn apply(
     segments: &[StoredSegment],
     keys: &Keyring,
     applied: i64,
-) -> dkv_backup::Result<i64> {
+    offset: i64,
+) -> dkv_backup::Result<FollowedTo> {
     let mut reached = applied;
     for segment in segments {
-        let changes: Vec<dkv_etcd::Change> = read_events(store, segment, keys)
+        let changes: Vec<Change> = read_events(store, segment, keys)
             .await?
             .into_iter()
             .filter(|event| event.revision > reached)
-            .map(|event| dkv_etcd::Change {
+            .map(|event| Change {
                 lease: 0,
                 ..change_of(event)
             })
             .collect();
-        for revision in changes.chunk_by(|a, b| a.revision == b.revision) {
-            // No lease is named, so none is granted: the TTL is unused.
-            etcd.apply_changes(revision, 0)
-                .await
-                .map_err(|cause| dkv_backup::Error::Etcd {
-                    operation: "applying the source's changes to a standby",
-                    cause,
-                })?;
-            reached = revision[0].revision;
+        let revisions: Vec<&[Change]> = changes.chunk_by(|a, b| a.revision == b.revision).collect();
+        let mut next = 0;
+        while next < revisions.len() {
+            let sent = transactions(&revisions[next..], offset);
+            if in_flight(etcd, &sent).await? {
+                reached = sent.last().map_or(reached, Transaction::revision);
+                break;
+            }
+            // Refused: out of order (etcd takes concurrent requests in any
+            // order), or something else changed the follower.
+            match settle(etcd, &sent, reached, offset).await? {
+                FollowedTo::Reached(at) => {
+                    next += sent.iter().take_while(|t| t.revision() <= at).count();
+                    reached = at;
+                }
+                no_copy @ FollowedTo::NotACopy { .. } => return Ok(no_copy),
+            }
         }
         // The segment's last event is its last revision.
         reached = reached.max(segment.header.last_revision);
     }
-    Ok(reached)
+    Ok(FollowedTo::Reached(reached))
+}
+
+/// The transactions of `revisions` (consecutive source revisions, the
+/// first right after what the follower holds), each guarded:
+///
+/// - *not applied yet*: a key it puts was last changed before its own
+///   revision; or a key it deletes exists and was last changed before it
+///   (after, it is gone, or put again later);
+/// - *the one before it applied*: a key that one put was last changed at
+///   that one's own revision. A revision that only deletes proves nothing
+///   alone (its key was absent before it was ever put, too): its deleted
+///   key absent, and the same of the revision before it, back to one that
+///   puts or to the first (the follower read that it holds what comes
+///   before, and its position only moves on). After a run of more than
+///   [`DELETES_LOOKED_BACK`] of them, a transaction is sent after the
+///   rest instead.
+///
+/// So each lands only right after the one before it, once.
+fn transactions<'a>(revisions: &[&'a [Change]], offset: i64) -> Vec<Transaction<'a>> {
+    revisions
+        .iter()
+        .enumerate()
+        .map(|(i, changes)| {
+            let own = changes[0].revision + offset;
+            let mut guards = match changes.iter().find(|c| c.kind == ChangeKind::Put) {
+                Some(put) => vec![Guard::new(put.key.clone(), Condition::ChangedBefore(own))],
+                None => vec![
+                    Guard::new(changes[0].key.clone(), Condition::Present),
+                    Guard::new(changes[0].key.clone(), Condition::ChangedBefore(own)),
+                ],
+            };
+            let not_yet = guards.len();
+            let mut after_the_rest = false;
+            for before in revisions[..i].iter().rev() {
+                let puts = before.iter().any(|c| c.kind == ChangeKind::Put);
+                if !puts && guards.len() - not_yet == DELETES_LOOKED_BACK {
+                    after_the_rest = true;
+                    guards.truncate(not_yet);
+                    break;
+                }
+                guards.push(applied_guard(before, offset));
+                if puts {
+                    break;
+                }
+            }
+            Transaction {
+                changes,
+                guards,
+                after_the_rest,
+            }
+        })
+        .collect()
+}
+
+/// What holds once the source revision of `changes` is applied, until the
+/// next one is: a key it put changed at its own revision, or a key it
+/// deleted absent.
+fn applied_guard(changes: &[Change], offset: i64) -> Guard {
+    let change = changes
+        .iter()
+        .find(|c| c.kind == ChangeKind::Put)
+        .unwrap_or(&changes[0]);
+    applied_guard_of(change, offset)
+}
+
+/// [`applied_guard`] for each of `changes` (up to [`CHECKED_KEYS`]), and
+/// each put's value.
+fn applied_guards(changes: &[Change], offset: i64) -> Vec<Guard> {
+    changes
+        .iter()
+        .take(CHECKED_KEYS)
+        .flat_map(|c| {
+            let value = (c.kind == ChangeKind::Put)
+                .then(|| Guard::new(c.key.clone(), Condition::ValueIs(c.value.clone())));
+            std::iter::once(applied_guard_of(c, offset)).chain(value)
+        })
+        .collect()
+}
+
+/// At most this many keys of a revision are checked to tell where a
+/// follower stands (etcd takes up to 128 comparisons in a transaction).
+const CHECKED_KEYS: usize = 32;
+
+fn applied_guard_of(change: &Change, offset: i64) -> Guard {
+    match change.kind {
+        ChangeKind::Put => Guard::new(
+            change.key.clone(),
+            Condition::ChangedAt(change.revision + offset),
+        ),
+        ChangeKind::Delete => Guard::new(change.key.clone(), Condition::Absent),
+    }
+}
+
+/// Sends `transactions` in order, up to [`IN_FLIGHT`] at once (one that
+/// must go after the rest once those are applied); whether every one was
+/// applied. After the first one refused, no more are sent, and those on
+/// their way are waited for; an error is returned once they are.
+async fn in_flight(
+    etcd: &dyn EtcdData,
+    transactions: &[Transaction<'_>],
+) -> dkv_backup::Result<bool> {
+    let mut unsent = transactions.iter().peekable();
+    let mut sent = FuturesOrdered::new();
+    let mut outcome = Ok(true);
+    loop {
+        while outcome.as_ref().is_ok_and(|all| *all) && sent.len() < IN_FLIGHT {
+            let Some(next) = unsent.next_if(|t| !t.after_the_rest || sent.is_empty()) else {
+                break;
+            };
+            sent.push_back(etcd.apply_guarded(next.changes, &next.guards));
+        }
+        let Some(result) = sent.next().await else {
+            return outcome;
+        };
+        match result {
+            Ok(true) => {}
+            Ok(false) => {
+                if outcome.is_ok() {
+                    outcome = Ok(false);
+                }
+            }
+            Err(cause) => {
+                if outcome.is_ok() {
+                    outcome = Err(dkv_backup::Error::Etcd {
+                        operation: "applying the source's changes to a standby",
+                        cause,
+                    });
+                }
+            }
+        }
+    }
+}
+
+/// Where a follower that held source revision `reached` stands after one
+/// of `transactions` was refused: its own revision, less `offset`, if the
+/// changes of that source revision are what it holds. Nothing is on its
+/// way any more, so when nothing of these landed, the first is sent once
+/// more, alone: refused again, the follower is not its source's copy.
+async fn settle(
+    etcd: &dyn EtcdData,
+    transactions: &[Transaction<'_>],
+    reached: i64,
+    offset: i64,
+) -> dkv_backup::Result<FollowedTo> {
+    let own = || async {
+        etcd.current_revision()
+            .await
+            .map(|r| r - offset)
+            .map_err(|cause| dkv_backup::Error::Etcd {
+                operation: "reading the standby's revision",
+                cause,
+            })
+    };
+    let mut at = own().await?;
+    debug!(
+        holds = reached,
+        stands_at = at,
+        "a standby's transaction was refused; finding where it stands"
+    );
+    let mut refused = reached + 1;
+    if at == reached
+        && let Some(first) = transactions.first()
+    {
+        let sent = etcd.apply_guarded(first.changes, &first.guards).await;
+        match sent.map_err(|cause| dkv_backup::Error::Etcd {
+            operation: "applying the source's changes to a standby",
+            cause,
+        })? {
+            true => return Ok(FollowedTo::Reached(first.revision())),
+            false => at = own().await?,
+        }
+        if at == reached {
+            return Ok(FollowedTo::NotACopy {
+                reached,
+                own: at,
+                refused,
+            });
+        }
+    }
+    if let Some(landed) = transactions.iter().find(|t| t.revision() == at) {
+        let check = etcd
+            .apply_guarded(&[], &applied_guards(landed.changes, offset))
+            .await;
+        if check.map_err(|cause| dkv_backup::Error::Etcd {
+            operation: "checking a standby's position",
+            cause,
+        })? {
+            return Ok(FollowedTo::Reached(at));
+        }
+        refused = at;
+    }
+    Ok(FollowedTo::NotACopy {
+        reached,
+        own: at,
+        refused,
+    })
 }
 
 #[cfg(test)]
@@ -301,9 +556,13 @@ mod tests {
             let Follow::Apply(segments) = next_segments(&chains, applied) else {
                 panic!("round {round}: segments to apply after {applied}");
             };
-            applied = apply(&follower, &store, &segments, &keys, applied)
+            applied = match apply(&follower, &store, &segments, &keys, applied, 0)
                 .await
-                .expect("applying");
+                .expect("applying")
+            {
+                FollowedTo::Reached(reached) => reached,
+                other => panic!("round {round}: {other:?}"),
+            };
             assert_eq!(applied, through, "round {round}");
             assert_eq!(follower.key_values(), source.key_values(), "round {round}");
             // One revision of the follower's per source revision: its
@@ -315,6 +574,171 @@ mod tests {
             );
             assert_eq!(next_segments(&chains, applied), Follow::UpToDate);
         }
+    }
+
+    fn put(revision: i64, key: &str, value: &str) -> Change {
+        Change {
+            revision,
+            kind: ChangeKind::Put,
+            key: key.as_bytes().to_vec(),
+            value: value.as_bytes().to_vec(),
+            lease: 0,
+        }
+    }
+
+    fn delete(revision: i64, key: &str) -> Change {
+        Change {
+            revision,
+            kind: ChangeKind::Delete,
+            key: key.as_bytes().to_vec(),
+            value: Vec::new(),
+            lease: 0,
+        }
+    }
+
+    /// The guards make a follower's transaction apply only in its place:
+    /// not before the one before it, and never twice.
+    #[tokio::test]
+    async fn a_transaction_out_of_order_or_again_changes_nothing() {
+        use dkv_etcd::FakeEtcd;
+        // The source: revision 2 puts a, 3 puts b and c, 4 deletes c, 5
+        // puts d, 6 deletes a, 7 puts a.
+        let revisions = [
+            vec![put(2, "a", "1")],
+            vec![put(3, "b", "2"), put(3, "c", "2")],
+            vec![delete(4, "c")],
+            vec![put(5, "d", "3")],
+            vec![delete(6, "a")],
+            vec![put(7, "a", "4")],
+        ];
+        let slices: Vec<&[Change]> = revisions.iter().map(Vec::as_slice).collect();
+        let sent = transactions(&slices, 0);
+        let follower = FakeEtcd::default();
+        let send = async |i: usize| {
+            follower
+                .apply_guarded(sent[i].changes, &sent[i].guards)
+                .await
+                .expect("the fake answers")
+        };
+        assert!(!send(1).await, "revision 3 before 2");
+        assert!(send(0).await);
+        assert!(!send(0).await, "revision 2 again");
+        // c was never put: its delete's absence alone would let 5 through.
+        assert!(!send(3).await, "revision 5 before 3 and 4");
+        assert!(!send(2).await, "revision 4 before 3");
+        assert!(send(1).await);
+        assert!(!send(3).await, "revision 5 before 4");
+        assert!(send(2).await);
+        assert!(!send(2).await, "the delete again");
+        assert!(!send(1).await, "revision 3 again, after 4");
+        assert!(send(3).await);
+        assert!(send(4).await);
+        assert!(send(5).await);
+        assert!(!send(4).await, "a delete again, its key put again since");
+        assert_eq!(follower.current_revision().await.expect("its revision"), 7);
+        assert_eq!(
+            follower.key_values(),
+            [
+                (b"a".to_vec(), b"4".to_vec()),
+                (b"b".to_vec(), b"2".to_vec()),
+                (b"d".to_vec(), b"3".to_vec())
+            ]
+            .into()
+        );
+    }
+
+    /// After a long run of revisions that only delete, a transaction waits
+    /// for every one before it; a shorter run is looked back over.
+    #[test]
+    fn a_long_run_of_deletes_is_waited_for() {
+        let mut revisions = vec![vec![put(2, "p", "1")]];
+        for i in 0..=DELETES_LOOKED_BACK as i64 {
+            revisions.push(vec![delete(3 + i, &format!("d{i}"))]);
+        }
+        revisions.push(vec![put(4 + DELETES_LOOKED_BACK as i64, "q", "2")]);
+        let slices: Vec<&[Change]> = revisions.iter().map(Vec::as_slice).collect();
+        let sent = transactions(&slices, 0);
+        let waits: Vec<bool> = sent.iter().map(|t| t.after_the_rest).collect();
+        let mut expected = vec![false; sent.len()];
+        expected[sent.len() - 1] = true;
+        assert_eq!(waits, expected);
+        // The first: nothing to look back on; a put's successor (a
+        // delete: two of its own): the put; the next: the delete and the
+        // put; the last delete of the run: every delete before it, then the
+        // put.
+        assert_eq!(sent[0].guards.len(), 1);
+        assert_eq!(sent[1].guards.len(), 3);
+        assert_eq!(sent[2].guards.len(), 4);
+        let last_delete = &sent[sent.len() - 2];
+        assert_eq!(last_delete.guards.len(), 3 + DELETES_LOOKED_BACK);
+        assert_eq!(sent[sent.len() - 1].guards.len(), 1);
+    }
+
+    /// A transaction that timed out but landed: the follower finds itself
+    /// further on than it thought, and goes on from there. A write of
+    /// someone else's, or a key the source had missing here: it is not its
+    /// source's copy any more.
+    #[tokio::test]
+    async fn a_follower_goes_on_where_it_stands_and_stops_where_it_is_no_copy() {
+        use dkv_etcd::FakeEtcd;
+        let revisions = [
+            vec![put(2, "a", "1")],
+            vec![put(3, "b", "2")],
+            vec![put(4, "c", "3")],
+            vec![put(5, "d", "4")],
+            vec![delete(6, "z")],
+        ];
+        let slices: Vec<&[Change]> = revisions.iter().map(Vec::as_slice).collect();
+        let transactions = transactions(&slices, 0);
+        let follower = FakeEtcd::default();
+        assert!(
+            in_flight(&follower, &transactions[..1])
+                .await
+                .expect("sent")
+        );
+        // Revision 3 landed, its answer lost: sent again with 4, refused,
+        // and 4 applied after it.
+        let stale = &transactions[1];
+        let landed = follower.apply_guarded(stale.changes, &stale.guards).await;
+        assert!(landed.expect("sent"));
+        assert!(
+            !in_flight(&follower, &transactions[1..3])
+                .await
+                .expect("sent")
+        );
+        let settled = settle(&follower, &transactions[1..3], 2, 0).await;
+        assert_eq!(settled.expect("settled"), FollowedTo::Reached(4));
+        // Someone writes d before the follower does.
+        follower.put(b"d", b"mine");
+        assert!(
+            !in_flight(&follower, &transactions[3..4])
+                .await
+                .expect("sent")
+        );
+        let settled = settle(&follower, &transactions[3..4], 4, 0).await;
+        let no_copy = FollowedTo::NotACopy {
+            reached: 4,
+            own: 5,
+            refused: 5,
+        };
+        assert_eq!(settled.expect("settled"), no_copy);
+        // The source deletes z, which this follower never had: refused,
+        // and refused again alone.
+        let other = FakeEtcd::default();
+        for landed in &transactions[..4] {
+            other
+                .apply_changes(landed.changes, 0)
+                .await
+                .expect("applied");
+        }
+        assert!(!in_flight(&other, &transactions[4..]).await.expect("sent"));
+        let settled = settle(&other, &transactions[4..], 5, 0).await;
+        let no_copy = FollowedTo::NotACopy {
+            reached: 5,
+            own: 5,
+            refused: 6,
+        };
+        assert_eq!(settled.expect("settled"), no_copy);
     }
 
     #[test]

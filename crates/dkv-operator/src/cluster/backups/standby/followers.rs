@@ -23,7 +23,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tracing::{Instrument, info, info_span, warn};
 
-use super::engine::{Follow, apply, next_segments};
+use super::engine::{Follow, FollowedTo, apply, next_segments};
 use super::listing::Listing;
 
 /// How often a follower with nothing to apply reads the listing again.
@@ -313,20 +313,37 @@ async fn follow(
             Follow::Apply(segments) => {
                 now.oldest_unapplied = segments.first().map(|s| s.header.first_time);
                 *lock_report(report) = now.clone();
-                let reached = apply(&etcd, &store, segments, &spec.keys, applied).await?;
+                let outcome =
+                    apply(&etcd, &store, segments, &spec.keys, applied, spec.offset).await?;
+                let (reached, own) = match outcome {
+                    FollowedTo::Reached(reached) => {
+                        let own = etcd
+                            .current_revision()
+                            .await
+                            .map_err(etcd_failed("reading the standby's revision"))?
+                            - spec.offset;
+                        (reached, own)
+                    }
+                    FollowedTo::NotACopy { reached, own, .. } => (reached, own),
+                };
                 now.applied = Some(reached);
-                let own = etcd
-                    .current_revision()
-                    .await
-                    .map_err(etcd_failed("reading the standby's revision"))?
-                    - spec.offset;
+                if let FollowedTo::NotACopy { refused, .. } = outcome {
+                    // A change of the source did not find here what the
+                    // source had before it.
+                    now.stopped = Some(format!(
+                        "this standby is no longer its source's copy: it holds the source's changes up to revision {reached}, and the change of source revision {refused} did not find here what the source had before it (its own revision says {own}: a write on the standby as root?); create a new standby to seed it from the newest point"
+                    ));
+                    *lock_report(report) = now;
+                    notify();
+                    stop.wait_for(|s| *s).await.ok();
+                    return Ok(());
+                }
                 if own != reached {
                     // Something else changed the standby (a write as
-                    // root), or a change of the source found nothing to
-                    // change here: its revision no longer tells its
-                    // position, and it is no longer the source's copy.
+                    // root): its revision no longer tells its position,
+                    // and it is no longer the source's copy.
                     now.stopped = Some(format!(
-                        "this standby is no longer its source's copy: after applying up to source revision {reached} its own revision says {own} (a write on the standby as root, or a key its source changed missing here); create a new standby to seed it from the newest point"
+                        "this standby is no longer its source's copy: after applying up to source revision {reached} its own revision says {own} (a write on the standby as root?); create a new standby to seed it from the newest point"
                     ));
                     *lock_report(report) = now;
                     notify();
