@@ -344,16 +344,19 @@ impl EtcdData for GrpcAdmin {
         Ok(())
     }
 
+    /// Sent to one member, the same for every call while it answers (the
+    /// next one in order when it does not): the balanced connection would
+    /// send concurrent calls to different members, whose proposals reach
+    /// the leader in another order than they were sent.
     async fn apply_guarded(&self, changes: &[Change], guards: &[Guard]) -> Result<bool> {
-        let mut client = self.client_for("guarded write").await?;
-        let response = self
-            .deadline(
-                "guarded write",
-                client.txn(guarded_transaction(changes, guards)),
-            )
-            .await?
-            .map_err(|e| Error::from_client("guarded write", e, None))?;
-        Ok(response.succeeded())
+        self.on_one_member(
+            "guarded write",
+            &|mut client: etcd_client::Client| async move {
+                client.txn(guarded_transaction(changes, guards)).await
+            },
+        )
+        .await
+        .map(|response| response.succeeded())
     }
 }
 

@@ -367,6 +367,32 @@ impl GrpcAdmin {
         last
     }
 
+    /// Runs `call` against the first endpoint that answers, in order: one
+    /// member's connection while it answers. A member that cannot be
+    /// reached, or a learner, passes the call to the next.
+    pub(crate) async fn on_one_member<T, F, Fut>(
+        &self,
+        operation: &'static str,
+        call: &F,
+    ) -> Result<T>
+    where
+        F: Fn(Client) -> Fut,
+        Fut: Future<Output = Result<T, etcd_client::Error>>,
+    {
+        let mut last = None;
+        for endpoint in &self.endpoints {
+            match self.run_once(operation, endpoint, None, call).await {
+                Err(e @ (Error::Unavailable { .. } | Error::Timeout { .. })) => last = Some(e),
+                Err(e) if refused_for_learner(&e) => last = Some(e),
+                answered => return answered,
+            }
+        }
+        Err(last.unwrap_or(Error::Unavailable {
+            operation,
+            message: "no endpoint to ask".to_owned(),
+        }))
+    }
+
     async fn run_once<T, F, Fut>(
         &self,
         operation: &'static str,

@@ -377,10 +377,11 @@ pub async fn run(settings: Settings<'_>) -> anyhow::Result<(Vec<Metric>, Vec<(St
         "≤ interval + 2 s (the continuous backup's own bound)",
     )
     .with_note(format!(
-        "{} writes: p50 {:.2} s, max {:.2} s; source and standby 3 members each, interval {INTERVAL:?}, one transaction per source revision, up to 32 on their way; the standby's revision sampled every 50 ms",
+        "{} writes: p50 {:.2} s, max {:.2} s; source and standby 3 members each, interval {INTERVAL:?}, one transaction per source revision, up to {} on their way; the standby's revision sampled every 50 ms",
         lags.len(),
         quantile(&lags, 0.5).as_secs_f64(),
-        lags.last().copied().unwrap_or_default().as_secs_f64()
+        lags.last().copied().unwrap_or_default().as_secs_f64(),
+        dkv_operator::cluster::backups::standby::engine::IN_FLIGHT
     ));
     if lags.len() < followed.acked.len() {
         lag.met = Some(false);

@@ -9,8 +9,8 @@
 //!   then holds.
 //! - *Following*: a task of the operator's ([`followers`]) applies each
 //!   source revision stored after that, in order, one transaction per
-//!   source revision, several on their way at once, each guarded to land
-//!   only in its place ([`engine`]), so the standby's revision less the
+//!   source revision, each guarded to land only in its place and only
+//!   once ([`engine`]), so the standby's revision less the
 //!   offset is always exactly the source revision it holds: the position
 //!   lives with the data, and a restart goes on where it stopped.
 //! - *Promotion* (`enabled: false`): the follower applies everything
