@@ -511,6 +511,36 @@ async fn a_standby_follows_its_source_exactly_refuses_writes_and_once_promoted_t
     // A standby whose next change the source's store lost stops, says
     // why and how to seed a new one, and is Degraded: never a standby that
     // follows nothing in silence.
+    // A standby whose source's credentials are missing says which of its
+    // own fields to fix.
+    let mut third_source = source.clone();
+    third_source["credentialsSecret"] = json!("missing-creds");
+    support::create_cluster(
+        &client,
+        NS,
+        "third",
+        1,
+        image,
+        secured(
+            json!({"auth": {"enabled": true}, "standby": {"enabled": true, "source": third_source}}),
+            tls,
+        ),
+    )
+    .await;
+    wait_for(
+        &dkvs,
+        "third",
+        "naming spec.standby.source.credentialsSecret",
+        |d| {
+            let status = serde_json::to_string(&d.status).unwrap_or_default();
+            status.contains("spec.standby.source.credentialsSecret: Secret")
+                && status.contains("missing-creds")
+                && !status.contains("spec.bootstrap")
+        },
+    )
+    .await;
+    dkvs.delete("third", &Default::default()).await.unwrap();
+
     let mut second_source = source.clone();
     second_source["credentialsSecret"] = json!("second-creds");
     support::create_cluster(

@@ -16,7 +16,7 @@ use crate::cluster::backups::agents::{AgentSpec, Point, Report};
 use crate::cluster::backups::restore::{Replay, ResolvedRestore};
 use crate::cluster::error::{Error, Result};
 use crate::cluster::security::credentials::Credentials;
-use crate::cluster::validate::ValidatedCluster;
+use crate::cluster::validate::{RestoreFields, ValidatedCluster};
 use crate::parts::naming;
 
 /// The newest point in status moves at most this often (each move is a
@@ -130,6 +130,15 @@ pub async fn ensure(
     })))
 }
 
+/// Which part of `cluster`'s spec its restore came from: a standby's seed
+/// or `spec.bootstrap.restore`.
+fn restore_fields(cluster: &ValidatedCluster) -> RestoreFields {
+    match cluster.standby {
+        Some(_) => RestoreFields::Standby,
+        None => RestoreFields::Bootstrap,
+    }
+}
+
 /// Replays what the source of a restore from continuous backup recorded
 /// after the base snapshot into the formed cluster, records that it did
 /// (the client Service follows in the next pass) and says so in an Event.
@@ -153,8 +162,11 @@ pub async fn replay_restore_and_record(
         reach.client,
         &cluster.namespace,
         replay,
-        pending.credentials_secret.as_deref(),
-        pending.decryption_keys.as_ref(),
+        (
+            pending.credentials_secret.as_deref(),
+            pending.decryption_keys.as_ref(),
+            restore_fields(cluster),
+        ),
         &etcd,
         pending.applied_revision_bump(cluster).unwrap_or(0),
     )

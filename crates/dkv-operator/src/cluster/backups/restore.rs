@@ -43,7 +43,9 @@ use kube::Client;
 use serde::{Deserialize, Serialize};
 
 use crate::cluster::error::{Error, Result};
-use crate::cluster::validate::{ContinuousSource, RestoreRef, ValidatedCluster, ValidatedRestore};
+use crate::cluster::validate::{
+    ContinuousSource, RestoreFields, RestoreRef, ValidatedCluster, ValidatedRestore,
+};
 
 /// Annotation on the StatefulSet of a cluster being restored: the resolved
 /// source (JSON of [`ResolvedRestore`]).
@@ -198,30 +200,37 @@ async fn resolve_continuous(
     restore: &ValidatedRestore,
 ) -> Result<ResolvedRestore> {
     let destination = source.destination.location();
+    let fields = restore.fields;
     let store = open_store(
         client,
         namespace,
         destination,
-        restore.credentials_secret.as_deref(),
+        (restore.credentials_secret.as_deref(), fields),
     )
     .await?;
     let continuous = continuous_location(destination, &source.namespace, &source.cluster);
-    let keys = restore_keys(client, namespace, restore.decryption_keys.as_ref()).await?;
+    let keys = restore_keys(client, namespace, restore.decryption_keys.as_ref(), fields).await?;
     let planned = plan_restore(&store, &continuous, &keys, source.target)
         .await
         .map_err(|e| store_failure(source.destination.as_str(), &e))?;
     let planned = planned.map_err(|err| {
         let hint = match err {
             PlanError::NoBase => format!(
-                "; is {}/{} the cluster whose backup this is (spec.bootstrap.restore.sourceCluster), and {} its spec.backup.destination.uri?",
-                source.namespace, source.cluster, source.destination
+                "; is {}/{} the cluster whose backup this is ({}), and {} its spec.backup.destination.uri?",
+                source.namespace,
+                source.cluster,
+                fields.field("sourceCluster"),
+                source.destination
             ),
             _ => String::new(),
         };
         Error::RestoreSource {
             message: format!(
-                "spec.bootstrap.restore: continuous backup of {}/{} in {}: {err}{hint}",
-                source.namespace, source.cluster, source.destination
+                "{}: continuous backup of {}/{} in {}: {err}{hint}",
+                fields.whole(),
+                source.namespace,
+                source.cluster,
+                source.destination
             ),
             waiting: false,
         }
@@ -272,16 +281,25 @@ pub async fn apply_recorded_changes(
     client: &Client,
     namespace: &str,
     replay: &Replay,
-    credentials_secret: Option<&str>,
-    decryption_keys: Option<&KeySecretReference>,
+    (credentials_secret, decryption_keys, fields): (
+        Option<&str>,
+        Option<&KeySecretReference>,
+        RestoreFields,
+    ),
     etcd: &dyn EtcdData,
     revision_offset: i64,
 ) -> Result<Replayed> {
     // Read back from the StatefulSet's annotation: parsed here, where it
     // enters again.
     let destination = parse_destination(&replay.destination)?;
-    let store = open_store(client, namespace, &destination, credentials_secret).await?;
-    let keys = restore_keys(client, namespace, decryption_keys).await?;
+    let store = open_store(
+        client,
+        namespace,
+        &destination,
+        (credentials_secret, fields),
+    )
+    .await?;
+    let keys = restore_keys(client, namespace, decryption_keys, fields).await?;
     let continuous = continuous_location(&destination, &replay.namespace, &replay.cluster);
     let failed = |e: &dkv_backup::Error| store_failure(&replay.destination, e);
     let base = read_bases(&store, &continuous)
@@ -324,6 +342,7 @@ async fn restore_keys(
     client: &Client,
     namespace: &str,
     reference: Option<&KeySecretReference>,
+    fields: RestoreFields,
 ) -> Result<Keyring> {
     let Some(reference) = reference else {
         return Ok(Keyring::default());
@@ -341,17 +360,18 @@ async fn restore_keys(
         source,
     })?;
     keys.map_err(|message| Error::RestoreSource {
-        message: format!("spec.bootstrap.restore.encryption: {message}"),
+        message: format!("{}: {message}", fields.field("encryption")),
         waiting: true,
     })
 }
 
-/// The store a restore reads, with the credentials `secret` holds.
+/// The store a restore reads, with the credentials `secret` holds (a
+/// missing one named as `fields` spell it).
 async fn open_store(
     client: &Client,
     namespace: &str,
     destination: &Location,
-    secret: Option<&str>,
+    (secret, fields): (Option<&str>, RestoreFields),
 ) -> Result<Store> {
     let config = match secret {
         None => StoreConfig::default(),
@@ -365,7 +385,8 @@ async fn open_store(
             let Some(found) = found else {
                 return Err(Error::RestoreSource {
                     message: format!(
-                        "spec.bootstrap.restore.credentialsSecret: Secret {name:?} does not exist; create it with the source store's credentials"
+                        "{}: Secret {name:?} does not exist; create it with the source store's credentials",
+                        fields.field("credentialsSecret")
                     ),
                     waiting: true,
                 });
@@ -517,6 +538,7 @@ pub async fn resolve_latest(
             source,
         })?;
     let wanted = ValidatedRestore {
+        fields: RestoreFields::Bootstrap,
         source: RestoreRef::Backup(last.name.clone()),
         credentials_secret: credentials_secret.clone(),
         decryption_keys: None,
@@ -607,6 +629,7 @@ mod tests {
 
     fn restore(secret: Option<&str>) -> ValidatedRestore {
         ValidatedRestore {
+            fields: RestoreFields::Bootstrap,
             source: RestoreRef::Backup("orders-manual".to_owned()),
             credentials_secret: secret.map(str::to_owned),
             decryption_keys: None,

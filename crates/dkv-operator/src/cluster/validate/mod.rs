@@ -204,6 +204,8 @@ pub struct ValidatedBackup {
 /// Where a cluster created from a backup gets its data.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ValidatedRestore {
+    /// Which part of the spec asked for it, as its messages name fields.
+    pub fields: RestoreFields,
     pub source: RestoreRef,
     /// `spec.bootstrap.restore.credentialsSecret`, else the cluster's
     /// `spec.backup.credentialsSecret`; `None` lets the backup record's own
@@ -213,6 +215,35 @@ pub struct ValidatedRestore {
     /// `spec.bootstrap.restore.encryption.keySecret`, else the cluster's
     /// `spec.backup.encryption.keySecret` (every entry of it).
     pub decryption_keys: Option<KeySecretReference>,
+}
+
+/// Where in the spec a restore was asked for: what its messages name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RestoreFields {
+    /// `spec.bootstrap.restore`.
+    Bootstrap,
+    /// `spec.standby.source`: a standby's seed.
+    Standby,
+}
+
+impl RestoreFields {
+    /// The restore's field `name` as `spec.bootstrap.restore` spells it
+    /// (`uri`, `credentialsSecret`, `encryption`, `sourceCluster`), here.
+    pub fn field(self, name: &str) -> String {
+        match (self, name) {
+            (Self::Bootstrap, _) => format!("spec.bootstrap.restore.{name}"),
+            (Self::Standby, "sourceCluster") => "spec.standby.source.cluster".to_owned(),
+            (Self::Standby, _) => format!("spec.standby.source.{name}"),
+        }
+    }
+
+    /// The whole restore's field.
+    pub fn whole(self) -> &'static str {
+        match self {
+            Self::Bootstrap => "spec.bootstrap.restore",
+            Self::Standby => "spec.standby.source",
+        }
+    }
 }
 
 /// The backup a restore names.
@@ -752,6 +783,7 @@ fn check_restore(
         }
     };
     Some(ValidatedRestore {
+        fields: RestoreFields::Bootstrap,
         source,
         credentials_secret: restore
             .credentials_secret

@@ -5,7 +5,9 @@ use dkv_api::distributedkv::v1beta1::{KeySecretReference, StandbySpec};
 use dkv_backup::continuous::chain::Target;
 
 use super::backup::StoreUri;
-use super::{ContinuousSource, Problems, RestoreRef, ValidatedBackup, ValidatedRestore};
+use super::{
+    ContinuousSource, Problems, RestoreFields, RestoreRef, ValidatedBackup, ValidatedRestore,
+};
 
 /// `spec.standby`, checked.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -25,6 +27,7 @@ impl ValidatedStandby {
     /// The restore that creates the standby: the source's newest point.
     pub fn seed(&self) -> ValidatedRestore {
         ValidatedRestore {
+            fields: RestoreFields::Standby,
             source: RestoreRef::Continuous(self.source.clone()),
             credentials_secret: self.credentials_secret.clone(),
             decryption_keys: self.decryption_keys.clone(),
@@ -116,4 +119,29 @@ pub fn check_standby(
                 ..e.key_secret.clone()
             }),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_seeds_messages_name_the_standbys_own_fields() {
+        let standby = RestoreFields::Standby;
+        assert_eq!(
+            standby.field("sourceCluster"),
+            "spec.standby.source.cluster"
+        );
+        assert_eq!(
+            standby.field("credentialsSecret"),
+            "spec.standby.source.credentialsSecret"
+        );
+        assert_eq!(standby.whole(), "spec.standby.source");
+        let bootstrap = RestoreFields::Bootstrap;
+        assert_eq!(
+            bootstrap.field("sourceCluster"),
+            "spec.bootstrap.restore.sourceCluster"
+        );
+        assert_eq!(bootstrap.whole(), "spec.bootstrap.restore");
+    }
 }
