@@ -120,6 +120,30 @@ where
     }
 }
 
+/// A one-member etcd 3.5 in `dir` on `127.<net>.<pid>.1` with `extra`
+/// flags; the process and its client URL.
+fn start_solo(dir: &Path, net: u8, extra: &[&str]) -> (Child, String) {
+    let ip = format!("127.{net}.{}.1", (std::process::id() % 250) as u8);
+    let client = format!("http://{ip}:2379");
+    let log = std::fs::File::create(dir.join("etcd.log")).unwrap();
+    let child = Command::new(etcd_dir().join("etcd"))
+        .args([
+            "--name=solo",
+            &format!("--data-dir={}", dir.join("data").display()),
+            &format!("--listen-peer-urls=http://{ip}:2380"),
+            &format!("--initial-advertise-peer-urls=http://{ip}:2380"),
+            &format!("--listen-client-urls={client}"),
+            &format!("--advertise-client-urls={client}"),
+            &format!("--initial-cluster=solo=http://{ip}:2380"),
+        ])
+        .args(extra)
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    (child, client)
+}
+
 fn etcdctl(endpoints: &str, args: &[&str]) {
     let out = Command::new(etcd_dir().join("etcdctl"))
         .env("ETCDCTL_API", "3")
@@ -273,24 +297,7 @@ async fn nospace_is_cleared_by_compact_defragment_disarm() {
     use std::io::Write;
 
     let dir = tempfile::tempdir().unwrap();
-    let ip = format!("127.91.{}.1", (std::process::id() % 250) as u8);
-    let client = format!("http://{ip}:2379");
-    let log = std::fs::File::create(dir.path().join("etcd.log")).unwrap();
-    let mut child = Command::new(etcd_dir().join("etcd"))
-        .args([
-            "--name=solo",
-            &format!("--data-dir={}", dir.path().join("data").display()),
-            &format!("--listen-peer-urls=http://{ip}:2380"),
-            &format!("--initial-advertise-peer-urls=http://{ip}:2380"),
-            &format!("--listen-client-urls={client}"),
-            &format!("--advertise-client-urls={client}"),
-            &format!("--initial-cluster=solo=http://{ip}:2380"),
-            "--quota-backend-bytes=4194304",
-        ])
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .unwrap();
+    let (mut child, client) = start_solo(dir.path(), 91, &["--quota-backend-bytes=4194304"]);
     let admin = GrpcAdmin::new(vec![client.clone()], Duration::from_secs(3));
     eventually("status", || admin.status(&client)).await;
 
@@ -405,23 +412,7 @@ async fn guarded_transactions_write_only_where_their_guards_hold() {
     use dkv_etcd::{Change, ChangeKind, Condition, EtcdData, Guard};
 
     let dir = tempfile::tempdir().unwrap();
-    let ip = format!("127.92.{}.1", (std::process::id() % 250) as u8);
-    let client = format!("http://{ip}:2379");
-    let log = std::fs::File::create(dir.path().join("etcd.log")).unwrap();
-    let mut child = Command::new(etcd_dir().join("etcd"))
-        .args([
-            "--name=solo",
-            &format!("--data-dir={}", dir.path().join("data").display()),
-            &format!("--listen-peer-urls=http://{ip}:2380"),
-            &format!("--initial-advertise-peer-urls=http://{ip}:2380"),
-            &format!("--listen-client-urls={client}"),
-            &format!("--advertise-client-urls={client}"),
-            &format!("--initial-cluster=solo=http://{ip}:2380"),
-        ])
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .unwrap();
+    let (mut child, client) = start_solo(dir.path(), 92, &[]);
     let admin = GrpcAdmin::new(vec![client.clone()], Duration::from_secs(3));
     eventually("status", || admin.status(&client)).await;
     let put = |key: &str, value: &str| Change {
